@@ -1,0 +1,215 @@
+/*
+ * base.c — assertions, errors, allocation, logging, clocks, hashing and
+ * half-precision conversions. See base.h for the contracts.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "base.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int log_level = LOG_INFO;
+
+_Noreturn void base_panic(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "kvloom: PANIC at %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    abort();
+}
+
+int err_set(err_t *e, int code, const char *fmt, ...) {
+    if (e) {
+        va_list ap;
+        e->code = code;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+void err_prefix(err_t *e, const char *fmt, ...) {
+    if (!e) return;
+    char head[192], old[sizeof e->msg], joined[sizeof head + sizeof old + 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    memcpy(old, e->msg, sizeof old);
+    snprintf(joined, sizeof joined, "%s: %s", head, old);
+    memcpy(e->msg, joined, sizeof e->msg - 1);
+    e->msg[sizeof e->msg - 1] = 0;
+}
+
+const char *err_name(int code) {
+    switch (code) {
+    case ERR_OK: return "ok";
+    case ERR_IO: return "i/o error";
+    case ERR_FORMAT: return "format error";
+    case ERR_UNSUPPORTED: return "unsupported";
+    case ERR_RANGE: return "out of range";
+    case ERR_NOMEM: return "out of memory";
+    case ERR_NOTFOUND: return "not found";
+    case ERR_INVALID: return "invalid argument";
+    default: return "error";
+    }
+}
+
+static void *check_alloc(void *p, size_t n) {
+    if (!p && n) PANIC("out of memory allocating %zu bytes", n);
+    return p;
+}
+void *xmalloc(size_t n) { return check_alloc(malloc(n ? n : 1), n); }
+void *xcalloc(size_t n, size_t size) { return check_alloc(calloc(n ? n : 1, size ? size : 1), n * size); }
+void *xrealloc(void *p, size_t n) { return check_alloc(realloc(p, n ? n : 1), n); }
+char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
+char *xstrndup(const char *s, size_t n) {
+    char *d = xmalloc(n + 1);
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+void *xaligned_alloc(size_t n) {
+    size_t rounded = (n + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) PANIC("out of memory allocating %zu bytes", n);
+    memset(p, 0, rounded);
+    return p;
+}
+
+void log_msg(int level, const char *fmt, ...) {
+    if (level < log_level) return;
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    /* one fprintf per line so concurrent threads do not interleave mid-line */
+    fprintf(stderr, "kvloom %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], line);
+}
+
+int64_t clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+double clock_ms(void) { return (double)clock_ns() / 1e6; }
+
+uint64_t hash_bytes(const void *p, size_t n, uint64_t seed) {
+    const uint8_t *b = p;
+    uint64_t h = 0xcbf29ce484222325ULL ^ (seed * 0x9e3779b97f4a7c15ULL);
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    /* final avalanche (splitmix64) so nearby inputs spread over all bits */
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return h;
+}
+
+float fp16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                mant <<= 1;
+            } while (!(mant & 0x400));
+            mant &= 0x3ff;
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (mant << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t f32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t absx = x & 0x7fffffff;
+    if (absx >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+    if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return (uint16_t)(sign | 0x7c00);
+    if (absx < 0x38800000u) { /* below smallest normal half: subnormal or zero */
+        if (absx < 0x33000000u) return (uint16_t)sign; /* < 2^-25 rounds to 0 */
+        uint32_t e = absx >> 23;
+        uint32_t m = (absx & 0x7fffff) | 0x800000;
+        int shift = 126 - (int)e; /* 14 + (113 - e) - ... */
+        /* value = m * 2^(e-150); half subnormal unit = 2^-24 => q = m >> (126-e) */
+        uint32_t q = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t halfway = 1u << (shift - 1);
+        if (rem > halfway || (rem == halfway && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t e = (absx >> 23) - 127 + 15;
+    uint32_t m = absx & 0x7fffff;
+    uint32_t h = (e << 10) | (m >> 13);
+    uint32_t rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* carry may bump exponent: correct */
+    return (uint16_t)(sign | h);
+}
+
+float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+int file_read_all(const char *path, char **out, size_t *n_out, err_t *e) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) buf = xrealloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return err_set(e, ERR_IO, "error reading '%s'", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    if (n_out) *n_out = n;
+    return 0;
+}

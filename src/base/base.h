@@ -1,0 +1,106 @@
+/*
+ * base.h — the things every module needs: assertions, checked arithmetic,
+ * allocation that cannot silently fail, error values, logging, clocks.
+ *
+ * Place in the flow: the bottom. base/ includes nothing from kvloom.
+ *
+ * Errors come in three kinds (see ../shared/STYLE.md):
+ *   1. a broken invariant is a bug: ASSERT / PANIC print file:line and abort;
+ *   2. untrusted bytes get a negative return value and an err_t whose message
+ *      names the field and the offset;
+ *   3. exhausted resources are states handled by their owner, never errors here.
+ * Thread safety: everything here may be called from any thread.
+ */
+#ifndef KVLOOM_BASE_H
+#define KVLOOM_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PANIC(...) base_panic(__FILE__, __LINE__, __VA_ARGS__)
+#define ASSERT(cond)                                                           \
+    do {                                                                       \
+        if (!(cond)) base_panic(__FILE__, __LINE__, "assertion failed: %s", #cond); \
+    } while (0)
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+_Noreturn void base_panic(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- error values -------------------------------------------------------
+ * A function that can fail on untrusted input returns a negative ERR_* code
+ * and, when `err` is not NULL, writes a one-line human message into it.
+ * The message names what is wrong ("tensor 'blk.0.attn_q.weight': data
+ * offset 123456 past end of file (size 1000)").                            */
+enum {
+    ERR_OK = 0,
+    ERR_IO = -1,        /* open/read/mmap failed                         */
+    ERR_FORMAT = -2,    /* malformed bytes                               */
+    ERR_UNSUPPORTED = -3, /* well-formed but not something we run        */
+    ERR_RANGE = -4,     /* a value out of its allowed range              */
+    ERR_NOMEM = -5,     /* allocation refused (sizes from input)         */
+    ERR_NOTFOUND = -6,  /* a required key/tensor is missing              */
+    ERR_INVALID = -7,   /* a bad argument from a caller/user             */
+};
+
+typedef struct err {
+    int code;       /* one of ERR_* (0 when no error was recorded) */
+    char msg[384];  /* NUL-terminated, one line                   */
+} err_t;
+
+/* Records an error and returns `code`, so callers can `return err_set(...)`.
+ * `e` may be NULL. */
+int err_set(err_t *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prepends "prefix: " to an existing message (for adding context). */
+void err_prefix(err_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *err_name(int code);
+
+/* ---- allocation -----------------------------------------------------------
+ * xmalloc & co abort on failure: use them for sizes the program chose.
+ * For sizes derived from untrusted input, check with the *_ok helpers first
+ * and use plain malloc, turning NULL into ERR_NOMEM.                        */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* 64-byte aligned, zeroed; free with free(). */
+void *xaligned_alloc(size_t n);
+
+static inline bool mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool add_ok(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+/* ---- logging (stderr) ---------------------------------------------------- */
+enum { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3, LOG_QUIET = 4 };
+extern int log_level; /* messages below this level are dropped; default LOG_INFO */
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+
+/* ---- clocks --------------------------------------------------------------- */
+int64_t clock_ns(void); /* monotonic */
+double clock_ms(void);  /* monotonic, milliseconds as double */
+
+/* ---- hashing -------------------------------------------------------------- */
+/* 64-bit FNV-1a style hash with a better final mix; stable across runs and
+ * machines (used in on-disk keys). */
+uint64_t hash_bytes(const void *p, size_t n, uint64_t seed);
+
+/* ---- half precision ------------------------------------------------------ */
+float fp16_to_f32(uint16_t h);
+uint16_t f32_to_fp16(float f);   /* round to nearest even */
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);   /* round to nearest even, NaN kept quiet */
+
+/* ---- files ----------------------------------------------------------------- */
+/* Reads a whole file into a malloc'd NUL-terminated buffer. */
+int file_read_all(const char *path, char **out, size_t *n_out, err_t *e);
+
+#endif

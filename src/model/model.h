@@ -1,0 +1,138 @@
+/*
+ * model.h — a loaded GGUF model and its forward pass over a ragged batch.
+ *
+ * Place in the flow: model/ is called by kv/ and sched/ (and the CLI), and
+ * calls kern/. It knows nothing of requests, trees or HTTP.
+ *
+ * Weights are views into the read-only mapping of the GGUF file (kern_mat);
+ * only the small norm vectors are converted to f32 at load.
+ *
+ * KV cache layout (paged). The caller owns the storage and decides which
+ * block holds which tokens; the model only reads and writes through block
+ * tables:
+ *
+ *   k, v : (n_blocks, n_layer, block_tokens, n_head_kv * head_dim) floats
+ *
+ *   sequence s, position p  ->  block  seqs[s].block_table[p / block_tokens]
+ *                               row    p % block_tokens
+ *
+ * A ragged batch holds tokens of several sequences at once. Token i belongs to
+ * sequence seq[i] at position pos[i]; forward writes its K/V into that slot
+ * and attends over positions 0..pos[i] of the same sequence (causal). All K/V
+ * rows of a layer are written before that layer's attention runs, so several
+ * consecutive tokens of one sequence (a prefill chunk) may be in one batch.
+ * Positions < pos[i] that are not in the batch must already be in the cache.
+ * The caller guarantees that no two batch tokens write the same slot and that
+ * no batch token writes a block shared with another sequence.
+ *
+ * Thread: one engine thread calls model_forward; it uses the pool inside.
+ */
+#ifndef KVLOOM_MODEL_H
+#define KVLOOM_MODEL_H
+
+#include "../base/base.h"
+#include "../base/pool.h"
+#include "../kern/kern.h"
+#include "gguf.h"
+
+typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_COUNT } model_arch;
+typedef enum rope_kind { ROPE_NORM = 0, ROPE_NEOX = 1 } rope_kind;
+
+typedef struct model_config {
+    model_arch arch;
+    char arch_name[32];   /* general.architecture                              */
+    int n_vocab;          /* rows of token_embd                                */
+    int n_embd;           /* model width                                       */
+    int n_layer;
+    int n_head;           /* query heads                                       */
+    int n_head_kv;        /* key/value heads (GQA: n_head % n_head_kv == 0)    */
+    int head_dim;         /* per head (n_embd / n_head unless key_length set)  */
+    int n_ff;             /* feed-forward width                                */
+    int n_ctx_train;      /* context length the model was trained for          */
+    float rms_eps;
+    float rope_theta;     /* rope.freq_base                                    */
+    int n_rot;            /* rotated dims per head (rope.dimension_count)      */
+    rope_kind rope;       /* NORM: pairs (2i, 2i+1); NEOX: pairs (i, i+d/2)     */
+    float rope_scale;     /* linear scaling: positions are divided by this     */
+    bool has_rope_freqs;  /* rope_freqs.weight present (llama3 scaling)        */
+    bool has_qkv_bias;    /* qwen2                                             */
+    bool has_qk_norm;     /* qwen3                                             */
+    bool tied_output;     /* output.weight absent: reuse token_embd            */
+} model_config;
+
+typedef struct model_layer {
+    const float *attn_norm;        /* (n_embd)                          */
+    kern_mat wq, wk, wv, wo;       /* (n_head*hd, n_embd) ...           */
+    const float *bq, *bk, *bv;     /* qwen2 biases or NULL              */
+    const float *q_norm, *k_norm;  /* qwen3 (head_dim) or NULL          */
+    const float *ffn_norm;         /* (n_embd)                          */
+    kern_mat w_gate, w_up, w_down; /* (n_ff, n_embd), (n_embd, n_ff)    */
+} model_layer;
+
+typedef struct model {
+    model_config cfg;
+    gguf_ctx *gguf;       /* owned; weights point into its mapping     */
+    kern_mat tok_embd;    /* (n_vocab rows of n_embd)                  */
+    const float *out_norm;
+    kern_mat output;      /* == tok_embd when tied                     */
+    const float *rope_freqs; /* (n_rot/2) divisors, or NULL           */
+    model_layer *layers;  /* (n_layer)                                 */
+    float *f32_owned;     /* norms/biases converted at load (owned)    */
+    size_t weight_bytes;  /* total bytes of all tensors                */
+} model;
+
+/* Loads a model: maps the file, validates every tensor's presence, type and
+ * shape. Errors name the key or tensor (ERR_UNSUPPORTED for an unknown
+ * architecture or weight type). */
+int model_load(const char *path, model **out, err_t *e);
+/* Same from an already-open gguf (takes ownership of g on success). */
+int model_load_gguf(gguf_ctx *g, model **out, err_t *e);
+void model_free(model *m);
+
+/* ---- paged KV storage ---- */
+typedef struct model_kv {
+    int n_blocks;
+    int block_tokens;
+    size_t block_floats; /* n_layer * block_tokens * n_head_kv * head_dim */
+    float *k;            /* (n_blocks, n_layer, block_tokens, kv_dim)     */
+    float *v;
+} model_kv;
+
+/* Bytes of KV storage for one block of `block_tokens` tokens (K and V). */
+size_t model_kv_block_bytes(const model *m, int block_tokens);
+/* Allocates storage for n_blocks (zeroed). */
+model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens);
+void model_kv_free(model_kv *kv);
+/* Copies one block's K/V (all layers) from src to dst (copy-on-write). */
+void model_kv_copy_block(model_kv *kv, int dst, int src);
+
+/* ---- ragged batch ---- */
+typedef struct model_seq {
+    const int32_t *block_table; /* blocks holding positions 0.. of this sequence */
+    int n_blocks;               /* entries in block_table                       */
+} model_seq;
+
+typedef struct model_batch {
+    int n_tokens;
+    const int32_t *token;   /* (n_tokens) token ids                        */
+    const int32_t *pos;     /* (n_tokens) position in its sequence         */
+    const int32_t *seq;     /* (n_tokens) index into seqs                  */
+    const uint8_t *logits;  /* (n_tokens) 1 = produce logits for this token; NULL = last token only */
+    int n_seqs;
+    const model_seq *seqs;  /* (n_seqs)                                    */
+} model_batch;
+
+/* Per-forward scratch, sized once for at most max_tokens tokens per batch
+ * and max_ctx positions per sequence. */
+typedef struct model_state model_state;
+model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_threads);
+void model_state_free(model_state *s);
+pool *model_state_pool(model_state *s);
+
+/* Runs the batch. Returns the number of logit rows written to `logits`
+ * ((rows, n_vocab), in batch order of the tokens that asked for them), or
+ * <0 with `e` set when the batch is invalid (bad token id, position beyond
+ * a block table or max_ctx, too many tokens). Invalid batches write nothing. */
+int model_forward(const model *m, model_state *s, model_kv *kv, const model_batch *b, float *logits, err_t *e);
+
+#endif

@@ -1,0 +1,44 @@
+#!/bin/sh
+# Runs every test of one build directory and prints per-test lines, then
+# "N passed, N failed" for the whole directory.
+#   tests/run.sh BUILD_DIR
+# Test binaries: BUILD_DIR/tests/test_*; fuzz replays: BUILD_DIR/fuzz/*_replay
+# over fuzz/corpus/<target>/; script tests: tests/*_test.sh (given KVLOOM_BIN).
+# A test that exits non-zero without printing counts, or times out, counts as
+# one failure.
+B=${1:-build}
+export KVLOOM_SHARED=${KVLOOM_SHARED:-$(cd .. && pwd)/shared}
+export KVLOOM_BIN=$B/kvloom
+export KVLOOM_BUILD=$B
+pass=0; fail=0
+tally() { # name, output file, exit status
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
+    if [ -n "$line" ]; then
+        p=$(echo "$line" | sed -E 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/')
+        f=$(echo "$line" | sed -E 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+        pass=$((pass + p)); fail=$((fail + f))
+        [ "$3" -ne 0 ] && [ "$f" -eq 0 ] && { fail=$((fail + 1)); echo "$1: exit status $3"; }
+        echo "$1: $p passed, $f failed"
+    else
+        fail=$((fail + 1)); echo "$1: CRASHED or no result (exit $3)"
+    fi
+    [ "$3" -ne 0 ] && tail -n 30 "$2" | sed 's/^/    /'
+}
+tmp=$(mktemp -d)
+for t in "$B"/tests/test_*; do
+    [ -x "$t" ] || continue
+    n=$(basename "$t")
+    timeout 600 "$t" > "$tmp/$n.out" 2>&1; tally "$n" "$tmp/$n.out" $?
+done
+for r in "$B"/fuzz/*_replay; do
+    [ -x "$r" ] || continue
+    n=$(basename "$r" _replay)
+    timeout 600 "$r" fuzz/corpus/"$n" > "$tmp/$n.out" 2>&1; tally "$n (corpus replay)" "$tmp/$n.out" $?
+done
+for s in tests/*_test.sh; do
+    [ -f "$s" ] || continue
+    n=$(basename "$s" .sh)
+    timeout 900 sh "$s" > "$tmp/$n.out" 2>&1; tally "$n" "$tmp/$n.out" $?
+done
+rm -rf "$tmp"
+echo "$B: $pass passed, $fail failed"
