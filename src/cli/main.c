@@ -1,3 +1,360 @@
-/* main.c — placeholder, replaced below */
+/*
+ * main.c — the kvloom program: parses the subcommand and its flags and calls
+ * into the library. The only file that calls exit().
+ *
+ *   kvloom run      [-m MODEL] [-p PROMPT] [-n N] [sampling flags] [-t THREADS]
+ *   kvloom info     MODEL
+ *   kvloom tokenize -m MODEL [--no-bos] [--special] [--stdin | TEXT]
+ *   kvloom gen      (--preset NAME | shape flags) [--type T] -o OUT
+ *   kvloom quantize IN OUT TYPE
+ *   kvloom serve    [-m MODEL] [--host H] [--port P] ...
+ *   kvloom bench    -m MODEL [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]
+ */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
-int main(void) { puts("kvloom"); return 0; }
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../base/base.h"
+#include "../kern/kern.h"
+#include "../model/model.h"
+#include "../sample/sample.h"
+#include "../tok/tok.h"
+#include "cli.h"
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: kvloom COMMAND [options]\n"
+            "  run       generate text:   kvloom run [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
+            "            [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
+            "  info      describe a model: kvloom info MODEL.gguf\n"
+            "  tokenize  kvloom tokenize -m MODEL.gguf [--no-bos] [--special] [--stdin | TEXT]\n"
+            "  gen       random-weight model at a real shape: kvloom gen --preset NAME --type T -o OUT.gguf\n"
+            "  quantize  kvloom quantize IN.gguf OUT.gguf TYPE\n"
+            "  serve     OpenAI-compatible server (kvloom serve --help)\n"
+            "  bench     speed: kvloom bench -m MODEL.gguf [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n"
+            "With no -m, run and serve use the model shipped in the repository (models/stories260K.gguf).\n");
+}
+
+/* models/stories260K.gguf next to the binary's parent folder (build/..),
+ * else relative to the working directory. */
+static const char *default_model(void) {
+    static char path[PATH_MAX];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(path, sizeof path, "%s/../models/stories260K.gguf", exe);
+            if (access(path, R_OK) == 0) return path;
+        }
+    }
+    return "models/stories260K.gguf";
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_float(const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+_Noreturn static void die(const char *fmt, const char *arg) {
+    fprintf(stderr, "kvloom: ");
+    fprintf(stderr, fmt, arg);
+    fputc('\n', stderr);
+    exit(2);
+}
+
+/* ---- run ---- */
+
+static int cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = "";
+    long n_predict = 256, threads = 0;
+    sampler_params sp = sampler_defaults();
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.05f;
+    sp.seed = (uint64_t)clock_ns();
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long iv;
+        if (!v && a[0] == '-') die("option %s needs a value", a);
+        if (strcmp(a, "-m") == 0) model_path = v;
+        else if (strcmp(a, "-p") == 0) prompt = v;
+        else if (strcmp(a, "-n") == 0) {
+            if (!parse_int(v, 0, 1 << 24, &n_predict)) die("-n: expected a count, got '%s'", v);
+        } else if (strcmp(a, "-t") == 0) {
+            if (!parse_int(v, 1, 1024, &threads)) die("-t: expected a thread count, got '%s'", v);
+        } else if (strcmp(a, "--temp") == 0) {
+            if (!parse_float(v, &sp.temperature)) die("--temp: expected a number, got '%s'", v);
+        } else if (strcmp(a, "--top-k") == 0) {
+            if (!parse_int(v, 0, INT_MAX, &iv)) die("--top-k: expected an integer, got '%s'", v);
+            sp.top_k = (int)iv;
+        } else if (strcmp(a, "--top-p") == 0) {
+            if (!parse_float(v, &sp.top_p)) die("--top-p: expected a number, got '%s'", v);
+        } else if (strcmp(a, "--min-p") == 0) {
+            if (!parse_float(v, &sp.min_p)) die("--min-p: expected a number, got '%s'", v);
+        } else if (strcmp(a, "--repeat-penalty") == 0) {
+            if (!parse_float(v, &sp.repeat_penalty)) die("--repeat-penalty: expected a number, got '%s'", v);
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!parse_int(v, 0, LONG_MAX, &iv)) die("--seed: expected a non-negative integer, got '%s'", v);
+            sp.seed = (uint64_t)iv;
+        } else die("run: unknown option '%s' (see kvloom --help)", a);
+        i++;
+    }
+    err_t e = {0};
+    if (sampler_params_check(&sp, &e)) die("%s", e.msg);
+    if (!model_path) model_path = default_model();
+    if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 8);
+
+    model *m;
+    if (model_load(model_path, &m, &e)) {
+        fprintf(stderr, "kvloom: %s: %s\n", model_path, e.msg);
+        return 1;
+    }
+    tokenizer *tk;
+    if (tok_load(m->gguf, &tk, &e)) {
+        fprintf(stderr, "kvloom: %s: %s\n", model_path, e.msg);
+        model_free(m);
+        return 1;
+    }
+    const model_config *c = &m->cfg;
+    size_t plen = strlen(prompt);
+    int n_prompt = tok_encode(tk, prompt, plen, tok_add_bos(tk), false, NULL, 0);
+    if (n_prompt < 0) {
+        fprintf(stderr, "kvloom: cannot tokenize the prompt\n");
+        return 1;
+    }
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n_prompt + 1));
+    tok_encode(tk, prompt, plen, tok_add_bos(tk), false, ids, n_prompt);
+    if (n_prompt == 0) { /* a model without BOS and an empty prompt: start from BOS-less nothing */
+        fprintf(stderr, "kvloom: the prompt is empty and the model has no BOS token\n");
+        return 1;
+    }
+    int n_ctx = (int)MIN((long)c->n_ctx_train, (long)n_prompt + n_predict);
+    if (n_prompt >= n_ctx && n_prompt > c->n_ctx_train) {
+        fprintf(stderr, "kvloom: the prompt has %d tokens, more than the model's context of %d\n", n_prompt,
+                c->n_ctx_train);
+        return 1;
+    }
+    n_ctx = MAX(n_ctx, n_prompt);
+    const int bt = 16, n_blocks = (n_ctx + bt - 1) / bt;
+    const int chunk = 256;
+    model_kv *kv = model_kv_new(m, n_blocks, bt);
+    model_state *st = model_state_new(m, MIN(chunk, n_ctx), n_ctx, (int)threads);
+    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) table[i] = i;
+    model_seq seq = {table, n_blocks};
+    float *logits = xmalloc(sizeof(float) * (size_t)c->n_vocab);
+    int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)chunk), *sid = xcalloc((size_t)chunk, sizeof(int32_t));
+    sampler *smp = sampler_new(&sp, c->n_vocab);
+    tok_stream ts;
+    tok_stream_init(&ts, tk, true);
+    char buf[512];
+    for (int i = 0; i < n_prompt; i++) {
+        sampler_accept(smp, ids[i]);
+        tok_stream_push(&ts, ids[i], buf, sizeof buf); /* prompt already printed as given */
+    }
+    fputs(prompt, stdout);
+    fflush(stdout);
+
+    double t0 = clock_ms();
+    int r = 0;
+    for (int done = 0; done < n_prompt && !r;) { /* prefill in chunks */
+        int n = MIN(chunk, n_prompt - done);
+        for (int i = 0; i < n; i++) pos[i] = done + i;
+        model_batch b = {.n_tokens = n, .token = ids + done, .pos = pos, .seq = sid, .n_seqs = 1, .seqs = &seq};
+        r = model_forward(m, st, kv, &b, logits, &e) < 0;
+        done += n;
+    }
+    double t1 = clock_ms();
+    int n_gen = 0;
+    for (int p = n_prompt; !r && n_gen < n_predict && p < n_ctx; p++) {
+        int32_t tok = sampler_sample(smp, logits, -1, NULL, NULL, NULL);
+        if (tok_is_eog(tk, tok)) break;
+        sampler_accept(smp, tok);
+        n_gen++;
+        int nb = tok_stream_push(&ts, tok, buf, sizeof buf);
+        fwrite(buf, 1, (size_t)nb, stdout);
+        fflush(stdout);
+        if (n_gen == n_predict || p + 1 >= n_ctx) break;
+        int32_t pp = p;
+        model_batch b = {.n_tokens = 1, .token = &tok, .pos = &pp, .seq = sid, .n_seqs = 1, .seqs = &seq};
+        r = model_forward(m, st, kv, &b, logits, &e) < 0;
+    }
+    int nb = tok_stream_flush(&ts, buf, sizeof buf);
+    fwrite(buf, 1, (size_t)nb, stdout);
+    fputc('\n', stdout);
+    double t2 = clock_ms();
+    if (r) fprintf(stderr, "kvloom: %s\n", e.msg);
+    fprintf(stderr, "kvloom: prompt %d tokens in %.1f ms (%.1f t/s), generated %d tokens in %.1f ms (%.1f t/s), %s kernels, %ld threads\n",
+            n_prompt, t1 - t0, n_prompt / ((t1 - t0) / 1000 + 1e-9), n_gen, t2 - t1, n_gen / ((t2 - t1) / 1000 + 1e-9),
+            kern->name, threads);
+    sampler_free(smp);
+    free(pos);
+    free(sid);
+    free(logits);
+    free(table);
+    free(ids);
+    model_state_free(st);
+    model_kv_free(kv);
+    tok_free(tk);
+    model_free(m);
+    return r ? 1 : 0;
+}
+
+/* ---- info ---- */
+
+static int cmd_info(int argc, char **argv) {
+    if (argc != 1) {
+        fprintf(stderr, "usage: kvloom info MODEL.gguf\n");
+        return 2;
+    }
+    err_t e = {0};
+    gguf_ctx *g;
+    if (gguf_open(argv[0], &g, &e)) {
+        fprintf(stderr, "kvloom: %s\n", e.msg);
+        return 1;
+    }
+    printf("file: %s\nGGUF version %u, %lld metadata keys, %lld tensors, alignment %u\n", argv[0], gguf_version(g),
+           (long long)gguf_n_kv(g), (long long)gguf_n_tensors(g), gguf_alignment(g));
+    model *m = NULL;
+    if (gguf_n_tensors(g) > 0) {
+        gguf_ctx *g2;
+        if (gguf_open(argv[0], &g2, &e) == 0 && model_load_gguf(g2, &m, &e) != 0) {
+            gguf_free(g2);
+            printf("model: cannot be run: %s\n", e.msg);
+        }
+    }
+    if (m) {
+        const model_config *c = &m->cfg;
+        printf("architecture: %s\n", c->arch_name);
+        printf("  n_vocab %d, n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d\n", c->n_vocab,
+               c->n_embd, c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->n_ff);
+        printf("  context %d, rms_eps %g, rope %s base %g dims %d scale %g%s%s%s%s\n", c->n_ctx_train, c->rms_eps,
+               c->rope == ROPE_NORM ? "normal" : "neox", c->rope_theta, c->n_rot, c->rope_scale,
+               c->has_rope_freqs ? ", rope_freqs" : "", c->has_qkv_bias ? ", qkv bias" : "",
+               c->has_qk_norm ? ", q/k norm" : "", c->tied_output ? ", tied output" : "");
+    }
+    tokenizer *tk;
+    if (tok_load(g, &tk, &e) == 0) {
+        printf("tokenizer: %s, %d tokens, bos %d, eos %d, add_bos %s, chat template %s\n", tok_model_name(tk),
+               tok_n_vocab(tk), tok_bos(tk), tok_eos(tk), tok_add_bos(tk) ? "yes" : "no",
+               tok_chat_template(tk) ? "yes" : "no");
+        tok_free(tk);
+    } else {
+        printf("tokenizer: %s\n", e.msg);
+    }
+    printf("metadata:\n");
+    char buf[512];
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        gguf_str k = gguf_key(g, i);
+        gguf_kv_format(g, i, buf, sizeof buf);
+        printf("  %.*s = %s\n", (int)k.len, k.ptr, buf);
+    }
+    printf("tensors:\n");
+    uint64_t total = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        printf("  %-32.*s %-5s [", (int)t->name.len, t->name.ptr, dtype_name(t->type));
+        for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%lld", d ? ", " : "", (long long)t->dims[d]);
+        printf("] %llu bytes\n", (unsigned long long)t->n_bytes);
+        total += t->n_bytes;
+    }
+    printf("total weight bytes: %llu (%.2f MiB)\n", (unsigned long long)total, total / 1048576.0);
+    model_free(m);
+    gguf_free(g);
+    return 0;
+}
+
+/* ---- tokenize ---- */
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *model_path = NULL, *text = NULL;
+    bool bos = true, special = false, from_stdin = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "-m") == 0 && i + 1 < argc) model_path = argv[++i];
+        else if (strcmp(argv[i], "--no-bos") == 0) bos = false;
+        else if (strcmp(argv[i], "--special") == 0) special = true;
+        else if (strcmp(argv[i], "--stdin") == 0) from_stdin = true;
+        else if (!text && argv[i][0] != '-') text = argv[i];
+        else die("tokenize: unexpected argument '%s'", argv[i]);
+    }
+    if (!model_path) model_path = default_model();
+    char *owned = NULL;
+    size_t len = 0;
+    if (from_stdin) {
+        size_t cap = 1 << 16;
+        owned = xmalloc(cap);
+        size_t got;
+        while ((got = fread(owned + len, 1, cap - len, stdin)) > 0)
+            if ((len += got) == cap) owned = xrealloc(owned, cap *= 2);
+        text = owned;
+    } else if (!text) {
+        die("%s", "tokenize: give TEXT or --stdin");
+    } else {
+        len = strlen(text);
+    }
+    err_t e = {0};
+    gguf_ctx *g;
+    tokenizer *tk;
+    if (gguf_open(model_path, &g, &e) || tok_load(g, &tk, &e)) {
+        fprintf(stderr, "kvloom: %s: %s\n", model_path, e.msg);
+        return 1;
+    }
+    int n = tok_encode(tk, text, len, bos && tok_add_bos(tk), special, NULL, 0);
+    if (n < 0) {
+        fprintf(stderr, "kvloom: tokenize failed\n");
+        return 1;
+    }
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n + 1));
+    tok_encode(tk, text, len, bos && tok_add_bos(tk), special, ids, n);
+    for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+    putchar('\n');
+    free(ids);
+    free(owned);
+    tok_free(tk);
+    gguf_free(g);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    const char *lvl = getenv("KVLOOM_LOG");
+    if (lvl && strcmp(lvl, "debug") == 0) log_level = LOG_DEBUG;
+    if (kern_init(NULL) != 0) {
+        fprintf(stderr, "kvloom: KVLOOM_KERNELS=%s is not available on this machine\n", getenv("KVLOOM_KERNELS"));
+        return 2;
+    }
+    const char *cmd = argv[1];
+    int sub_argc = argc - 2;
+    char **sub_argv = argv + 2;
+    if (strcmp(cmd, "run") == 0) return cmd_run(sub_argc, sub_argv);
+    if (strcmp(cmd, "info") == 0) return cmd_info(sub_argc, sub_argv);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(sub_argc, sub_argv);
+    if (strcmp(cmd, "gen") == 0) return cli_gen(sub_argc, sub_argv);
+    if (strcmp(cmd, "quantize") == 0) return cli_quantize(sub_argc, sub_argv);
+    fprintf(stderr, "kvloom: unknown command '%s'\n", cmd);
+    usage();
+    return 2;
+}

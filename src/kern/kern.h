@@ -13,13 +13,17 @@
  * multiplied by a batch of activation rows X (n_tok x n_in, f32):
  *     Y[i][r] = dot(W[r], X[i])
  * Quantised types first convert X rows to the type's activation format
- * (kern_act_type: Q8_0 blocks for Q4_0/Q8_0, Q8_K for K-quants, F32/F16/BF16
- * rows otherwise) and then take integer dot products block by block.
+ * (kern_act_type: Q8_0 blocks for Q4_0/Q8_0, Q8_K for K-quants) and then take
+ * integer dot products block by block. F32, F16 and BF16 weights use the f32
+ * rows of X as they are (F16/BF16 weights are widened exactly inside the dot
+ * product). The formats are the same for every table, so any table's
+ * converter feeds any table's dot product.
  *
  * Batch invariance: Y[i][r] depends only on W[r] and X[i] — never on n_tok,
  * on i, or on the thread count — because every path reduces each dot product
  * in the same fixed order. This is what lets a cached prefix produce the same
- * tokens as an uncached one.
+ * tokens as an uncached one. (Different tables may differ from each other in
+ * the last bits; one process uses one table.)
  *
  * Thread: kernels run on pool workers inside one forward call; they allocate
  * nothing (scratch comes from the caller).
@@ -43,12 +47,18 @@ typedef struct kern_mat {
 } kern_mat;
 
 /* Dot product of one weight row (n elements of the weight type) with one
- * activation row in that type's activation format. */
+ * activation row in that type's activation format; writes the result to *s.
+ * The reduction order must depend on n only. */
 typedef void (*kern_dot_fn)(int64_t n, float *s, const void *w, const void *a);
-/* Converts n floats to the activation format. */
+/* Converts n floats (a multiple of the activation block size) to the
+ * activation format. Blocks are independent, so a row may be converted in
+ * pieces. NULL in a table's act[] entry: the activations are the f32 rows. */
 typedef void (*kern_act_fn)(const float *x, void *a, int64_t n);
-/* Computes Y rows [r0, r1) for all n_tok activation rows (already converted).
- * y has row stride ldy floats. Optional: NULL means "loop over dot". */
+/* Computes Y[t][r] for r in [r0, r1) and t in [0, n_tok) from the converted
+ * activation rows act + t*act_row_bytes; y points at Y[0][0] and has row
+ * stride ldy floats. r0 is a multiple of 8. Each element must equal what the
+ * same table would compute for it with any other r0, r1 or n_tok (batch
+ * invariance). Optional: NULL means "one dot per (row, token)". */
 typedef void (*kern_gemm_fn)(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes,
                              int n_tok, float *y, int64_t ldy);
 
@@ -59,34 +69,49 @@ typedef struct kern_ops {
     kern_gemm_fn gemm[DT_COUNT];        /* by weight type, may be NULL     */
 } kern_ops;
 
-/* The table in use (set by kern_init; the scalar table before that). */
+/* The table in use (set by kern_init; the scalar table before that). It is
+ * a merged copy of the chosen table whose NULL dot/act entries are filled
+ * from the scalar table, so dot[t] is non-NULL for every supported t. */
 extern const kern_ops *kern;
 /* The scalar reference table, always available. */
 extern const kern_ops kern_scalar_ops;
 
-/* Chooses the best table for this CPU, or `force` ("scalar", "avx2", ...)
- * when not NULL, else $KVLOOM_KERNELS. Returns 0, or <0 when a forced path
- * is not available on this CPU or not compiled in. Call once at start. */
+/* Chooses the table named by `force` ("scalar", "avx2", ...) when not NULL,
+ * else by $KVLOOM_KERNELS when set, else (or for "auto") the best table this
+ * CPU can run. Returns 0; ERR_NOTFOUND when a forced table is not compiled
+ * in, ERR_UNSUPPORTED when the CPU lacks its features (the previous table
+ * stays in use; an error is logged). Call once at start, before kernels run. */
 int kern_init(const char *force);
-/* Names of the tables this CPU can run, best last (for tests). */
+/* Writes the names of the tables this CPU can run, scalar first and best
+ * last, into names[0..cap) and returns how many there are (for tests). */
 int kern_available(const char **names, int cap);
-/* Selects a table by name (tests). Returns 0 or <0 if unavailable. */
+/* Selects a table by name (tests, kern_init). Returns 0, ERR_NOTFOUND or
+ * ERR_UNSUPPORTED as kern_init. Not while kernels run. */
 int kern_select(const char *name);
 
-/* Activation format for a weight type, and the bytes of one converted row. */
+/* Activation format for a weight type: DT_F32 for F32/F16/BF16, DT_Q8_0 for
+ * Q8_0/Q4_0, DT_Q8_K for Q4_K/Q5_K/Q6_K, DT_COUNT for a type we cannot
+ * multiply. */
 uint32_t kern_act_type(uint32_t wtype);
+/* Bytes of one activation row of n elements for weights of `wtype` (0 when
+ * unsupported or n is not a multiple of the activation block). */
 size_t kern_act_row_bytes(uint32_t wtype, int64_t n);
 
-/* Y = X W^T for n_tok rows: x (n_tok, w->n_in), y (n_tok, w->n_out).
- * act_buf holds at least n_tok * kern_act_row_bytes(w->type, w->n_in) bytes
- * (may be NULL for F32 weights). Parallel over the pool. */
+/* Y = X W^T for n_tok rows: x (n_tok, w->n_in), y (n_tok, w->n_out), both
+ * dense row-major. act_buf holds at least
+ * n_tok * kern_act_row_bytes(w->type, w->n_in) bytes (may be NULL when the
+ * activation type is DT_F32); its contents are scratch. Parallel over the
+ * pool (p may be NULL); call from the pool's owner thread. The weight type
+ * must be one kern_act_type accepts (the loader checks; a bug otherwise). */
 void kern_matmul(pool *p, const kern_mat *w, const float *x, int n_tok, float *y, void *act_buf);
 
 /* ---- small vector ops (scalar; cheap next to the matmuls) ---- */
-/* out = x / rms(x) * w  (w may be NULL for no weight) */
+/* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL for no weight); out
+ * may equal x. The sum of squares is taken in double, in index order. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 /* In place: x = silu(gate) * up, n elements, written into gate. */
 void kern_swiglu(float *gate, const float *up, int n);
+/* In place, max-subtracted; the normaliser is summed in double, in order. */
 void kern_softmax(float *x, int n);
 
 #endif

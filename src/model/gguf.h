@@ -71,7 +71,7 @@ typedef struct gguf_tensor {
     int64_t n_elems;               /* product of dims (checked)             */
     uint64_t offset;               /* from the start of the data section    */
     uint64_t n_bytes;              /* dtype_row_bytes(type, dims[0]) * rows */
-    const void *data;              /* into the mapping; NULL in 0-tensor... */
+    const void *data;              /* into the mapping (data start + offset) */
 } gguf_tensor;
 
 typedef struct gguf_ctx gguf_ctx;
@@ -106,8 +106,18 @@ bool gguf_get_arr(const gguf_ctx *g, const char *key, gguf_vtype *elem_type, uin
 const void *gguf_arr_data(const gguf_ctx *g, const char *key);
 /* i-th string of a string array (i < n, checked: returns {NULL,0} if not). */
 gguf_str gguf_arr_str(const gguf_ctx *g, const char *key, uint64_t i);
-/* Formats value i as text for `kvloom info` (arrays summarised). */
+/* Formats value i as text for `kvloom info`: numbers as numbers, strings
+ * quoted (escaped, truncated to ~60 chars), arrays as
+ * "[elemtype x N] first, few, ...". Always NUL-terminates when n > 0. */
 void gguf_kv_format(const gguf_ctx *g, int64_t i, char *buf, size_t n);
+/* Index-based array access (kv index k as from gguf_find_key; -1 or out of
+ * range gives false / NULL / {NULL,0}): same meaning as the key-based ones.
+ * gguf_kv_arr_str is O(1) (string offsets are indexed at open). */
+bool gguf_kv_arr(const gguf_ctx *g, int64_t k, gguf_vtype *elem_type, uint64_t *n);
+const void *gguf_kv_arr_data(const gguf_ctx *g, int64_t k);
+gguf_str gguf_kv_arr_str(const gguf_ctx *g, int64_t k, uint64_t i);
+/* "u8", "i32", "f32", "bool", "string", "array"...; "invalid" otherwise. */
+const char *gguf_vtype_name(gguf_vtype t);
 
 /* ---- tensors ---- */
 int64_t gguf_n_tensors(const gguf_ctx *g);
@@ -127,15 +137,23 @@ void gguf_writer_set_f32(gguf_writer *w, const char *key, float v);
 void gguf_writer_set_bool(gguf_writer *w, const char *key, bool v);
 void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
 void gguf_writer_set_str_n(gguf_writer *w, const char *key, const char *v, size_t len);
+/* Any scalar type (not string/array); *v holds the value in host order. */
+void gguf_writer_set_scalar(gguf_writer *w, const char *key, gguf_vtype type, const void *v);
 /* Numeric array: elem_type one of the scalar types; data copied. */
 void gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data, uint64_t n);
 /* String array; strings copied (lens may be NULL for NUL-terminated). */
 void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, const size_t *lens, uint64_t n);
 /* Copies key i of `src` verbatim (any type, arrays included). */
 void gguf_writer_copy_kv(gguf_writer *w, const gguf_ctx *src, int64_t i);
-/* Adds a tensor; dims[0] innermost; data must hold dtype_row_bytes*rows. */
+/* Adds a tensor; dims[0] innermost; data must hold dtype_row_bytes*rows
+ * (NULL writes zeros). Misuse of any set/add call (unknown type, bad dims,
+ * duplicate tensor name, empty key) is recorded and returned as ERR_INVALID
+ * by gguf_writer_write. */
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *dims, const void *data);
-/* Writes the file (to path.tmp then rename). Setting an existing key replaces it. */
+/* Writes the file (to path.tmp then rename). Setting an existing key replaces
+ * it (keeping its position). Alignment is 32, or general.alignment if set (it
+ * must be a u32 power of two). Padding bytes are zero. Returns 0, ERR_INVALID
+ * (recorded misuse) or ERR_IO naming the path. */
 int gguf_writer_write(gguf_writer *w, const char *path, err_t *e);
 
 #endif

@@ -1,0 +1,12 @@
+/*
+ * cli.h — subcommands of the kvloom program other than main's dispatch:
+ * the random-weight model generator and the quantizer (gen.c).
+ * Each returns a process exit status and prints its own errors.
+ */
+#ifndef KVLOOM_CLI_H
+#define KVLOOM_CLI_H
+
+int cli_gen(int argc, char **argv);      /* kvloom gen ...      */
+int cli_quantize(int argc, char **argv); /* kvloom quantize ... */
+
+#endif

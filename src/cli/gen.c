@@ -1,0 +1,445 @@
+/*
+ * gen.c — `kvloom gen`: random-weight GGUF models at the exact shapes of
+ * real models, carrying a real vocabulary; and `kvloom quantize`.
+ *
+ * Speed depends on shapes and weight types, not trained values, so the
+ * benchmarks run on these. Weights are N(0, 0.02) (norms 1), drawn from a
+ * seeded RNG, so a (preset, type, seed) triple always gives the same bytes:
+ * the test fixtures rely on that.
+ *
+ * Weight types whose block does not divide a row (K-quants need rows that
+ * are multiples of 256; SmolLM2's width is 576) fall back per tensor, as
+ * llama.cpp's quantizer does: Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../base/base.h"
+#include "../kern/quant.h"
+#include "../model/gguf.h"
+#include "../sample/sample.h"
+#include "../tok/hfimport.h"
+#include "cli.h"
+
+typedef struct gen_shape {
+    const char *name;
+    const char *arch;
+    int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    float rope_theta, rms_eps;
+    bool tied, rope_freqs; /* rope_freqs: Llama 3.1+ style scaling factors */
+    const char *vocab;     /* path relative to the shared folder            */
+} gen_shape;
+
+static const gen_shape presets[] = {
+    {"smollm2-135m", "llama", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000, 1e-5f, true, false,
+     "tokenizers/smollm2-135m-instruct/tokenizer.json"},
+    {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000, 1e-6f, true, false,
+     "tokenizers/qwen3/tokenizer.json"},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000, 1e-6f, true, false,
+     "tokenizers/qwen3/tokenizer.json"},
+    {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000, 1e-5f, true, true,
+     "tokenizers/llama3/tokenizer.json"},
+    {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 64, 5632, 32000, 2048, 10000, 1e-5f, false, false,
+     "vocab/ggml-vocab-llama-spm.gguf"},
+};
+
+static void gen_usage(void) {
+    fprintf(stderr,
+            "usage: kvloom gen (--preset NAME | --arch ARCH --n-embd N --n-layer N --n-head N [--n-head-kv N]\n"
+            "                  [--head-dim N] --n-ff N --n-vocab N) [--type TYPE] [--seed S] [--vocab FILE]\n"
+            "                  [--rope-freqs] [--tied] [--untied] [--shared DIR] -o OUT.gguf\n"
+            "  presets:");
+    for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(stderr, " %s", presets[i].name);
+    fprintf(stderr,
+            "\n  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K (default F16)\n"
+            "  --vocab: a GGUF with tokenizer.* metadata or a Hugging Face tokenizer.json\n"
+            "           (default: the preset's; none for custom shapes = a byte vocabulary)\n");
+}
+
+/* The type a tensor of row length n_in gets when `want` does not fit. */
+static uint32_t fit_type(uint32_t want, int64_t n_in) {
+    const dtype_info *d = dtype_get(want);
+    if (n_in % d->blck == 0) return want;
+    uint32_t fb = want == DT_Q4_K ? DT_Q4_0 : DT_Q8_0;
+    return n_in % dtype_get(fb)->blck == 0 ? fb : DT_F16;
+}
+
+typedef struct owned_list {
+    void **p;
+    int n, cap;
+} owned_list;
+static void *own(owned_list *l, void *p) {
+    if (l->n == l->cap) l->p = xrealloc(l->p, sizeof(void *) * (size_t)(l->cap = l->cap ? 2 * l->cap : 64));
+    return l->p[l->n++] = p;
+}
+
+/* Adds a matrix of n_out rows of n_in random N(0, sd) values in `type`. */
+static void add_random(gguf_writer *w, owned_list *ol, rng *r, const char *name, uint32_t type, int64_t n_in,
+                       int64_t n_out, float sd) {
+    type = fit_type(type, n_in);
+    size_t rb = dtype_row_bytes(type, n_in);
+    char *data = own(ol, xmalloc(rb * (size_t)n_out));
+    float *row = xmalloc(sizeof(float) * (size_t)n_in);
+    for (int64_t o = 0; o < n_out; o++) {
+        for (int64_t i = 0; i < n_in; i++) row[i] = rng_normal(r) * sd;
+        quant_quantize_row(type, row, data + (size_t)o * rb, n_in);
+    }
+    free(row);
+    int64_t dims[2] = {n_in, n_out};
+    gguf_writer_add_tensor(w, name, type, n_out > 1 ? 2 : 1, dims, data);
+}
+
+static void add_const(gguf_writer *w, owned_list *ol, const char *name, int64_t n, float v) {
+    float *d = own(ol, xmalloc(sizeof(float) * (size_t)n));
+    for (int64_t i = 0; i < n; i++) d[i] = v;
+    gguf_writer_add_tensor(w, name, DT_F32, 1, &n, d);
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* Writes tokenizer.* metadata from `vocab_path` (GGUF or tokenizer.json),
+ * padding the token list to n_vocab with unused "[PADn]" tokens as the
+ * llama.cpp converter does for models whose embedding has spare rows. */
+static int add_vocab(gguf_writer *w, const char *vocab_path, int n_vocab, err_t *e) {
+    gguf_ctx *src = NULL;
+    char tmp[64] = "";
+    int r;
+    if (ends_with(vocab_path, ".json")) {
+        gguf_writer *tw = gguf_writer_new();
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", (int)(strrchr(vocab_path, '/') - vocab_path),
+                 vocab_path);
+        r = tok_import_hf(vocab_path, access(cfg, R_OK) == 0 ? cfg : NULL, tw, e);
+        snprintf(tmp, sizeof tmp, "/tmp/kvloom-vocab-%d.gguf", (int)getpid());
+        if (!r) r = gguf_writer_write(tw, tmp, e);
+        gguf_writer_free(tw);
+        if (r) return r;
+        vocab_path = tmp;
+    }
+    r = gguf_open(vocab_path, &src, e);
+    if (tmp[0]) unlink(tmp);
+    if (r) return r;
+    uint64_t n_tok = 0;
+    gguf_vtype et;
+    if (!gguf_get_arr(src, "tokenizer.ggml.tokens", &et, &n_tok) || et != GGUF_STRING) {
+        gguf_free(src);
+        return err_set(e, ERR_FORMAT, "gen: '%s' has no tokenizer.ggml.tokens", vocab_path);
+    }
+    if (n_tok > (uint64_t)n_vocab) {
+        gguf_free(src);
+        return err_set(e, ERR_RANGE, "gen: vocabulary has %llu tokens, more than the model's %d rows",
+                       (unsigned long long)n_tok, n_vocab);
+    }
+    for (int64_t i = 0; i < gguf_n_kv(src); i++) {
+        gguf_str k = gguf_key(src, i);
+        if (k.len < 10 || memcmp(k.ptr, "tokenizer.", 10) != 0) continue;
+        bool padded = (k.len == 21 && memcmp(k.ptr, "tokenizer.ggml.tokens", 21) == 0) ||
+                      (k.len == 25 && memcmp(k.ptr, "tokenizer.ggml.token_type", 25) == 0) ||
+                      (k.len == 21 && memcmp(k.ptr, "tokenizer.ggml.scores", 21) == 0);
+        if (!padded || n_tok == (uint64_t)n_vocab) gguf_writer_copy_kv(w, src, i);
+    }
+    if (n_tok < (uint64_t)n_vocab) {
+        char **strs = xmalloc(sizeof(char *) * (size_t)n_vocab);
+        size_t *lens = xmalloc(sizeof(size_t) * (size_t)n_vocab);
+        int32_t *types = xmalloc(sizeof(int32_t) * (size_t)n_vocab);
+        float *scores = xcalloc((size_t)n_vocab, sizeof(float));
+        const int32_t *src_types = gguf_arr_data(src, "tokenizer.ggml.token_type");
+        const float *src_scores = gguf_arr_data(src, "tokenizer.ggml.scores");
+        gguf_vtype tt = GGUF_INT32, st = GGUF_FLOAT32;
+        uint64_t nt = 0, ns = 0;
+        if (src_types && (!gguf_get_arr(src, "tokenizer.ggml.token_type", &tt, &nt) || tt != GGUF_INT32 || nt != n_tok))
+            src_types = NULL;
+        if (src_scores && (!gguf_get_arr(src, "tokenizer.ggml.scores", &st, &ns) || st != GGUF_FLOAT32 || ns != n_tok))
+            src_scores = NULL;
+        for (int i = 0; i < n_vocab; i++) {
+            if ((uint64_t)i < n_tok) {
+                gguf_str s = gguf_arr_str(src, "tokenizer.ggml.tokens", (uint64_t)i);
+                strs[i] = xstrndup(s.ptr, s.len);
+                lens[i] = s.len;
+                int32_t ty = 1;
+                float sc = 0;
+                if (src_types) memcpy(&ty, (const char *)src_types + 4 * (size_t)i, 4);
+                if (src_scores) memcpy(&sc, (const char *)src_scores + 4 * (size_t)i, 4);
+                types[i] = ty;
+                scores[i] = sc;
+            } else {
+                char buf[32];
+                snprintf(buf, sizeof buf, "[PAD%d]", i);
+                strs[i] = xstrdup(buf);
+                lens[i] = strlen(buf);
+                types[i] = 5; /* unused */
+                scores[i] = -1e9f;
+            }
+        }
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)strs, lens, (uint64_t)n_vocab);
+        gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, (uint64_t)n_vocab);
+        if (src_scores) gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, scores, (uint64_t)n_vocab);
+        for (int i = 0; i < n_vocab; i++) free(strs[i]);
+        free(strs);
+        free(lens);
+        free(types);
+        free(scores);
+    }
+    gguf_free(src);
+    return 0;
+}
+
+/* A byte-level SentencePiece vocabulary for custom shapes without --vocab:
+ * <unk> <s> </s>, the 256 byte tokens, then filler pieces. */
+static void add_byte_vocab(gguf_writer *w, int n_vocab) {
+    char **strs = xmalloc(sizeof(char *) * (size_t)n_vocab);
+    int32_t *types = xmalloc(sizeof(int32_t) * (size_t)n_vocab);
+    float *scores = xcalloc((size_t)n_vocab, sizeof(float));
+    for (int i = 0; i < n_vocab; i++) {
+        char buf[32];
+        if (i == 0) snprintf(buf, sizeof buf, "<unk>"), types[i] = 2;
+        else if (i == 1) snprintf(buf, sizeof buf, "<s>"), types[i] = 3;
+        else if (i == 2) snprintf(buf, sizeof buf, "</s>"), types[i] = 3;
+        else if (i < 259) snprintf(buf, sizeof buf, "<0x%02X>", i - 3), types[i] = 6;
+        else snprintf(buf, sizeof buf, "\xe2\x96\x81t%d", i), types[i] = 1, scores[i] = -(float)i;
+        strs[i] = xstrdup(buf);
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)strs, NULL, (uint64_t)n_vocab);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, (uint64_t)n_vocab);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, scores, (uint64_t)n_vocab);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    for (int i = 0; i < n_vocab; i++) free(strs[i]);
+    free(strs);
+    free(types);
+    free(scores);
+}
+
+/* Llama 3.1+ rope scaling written as per-frequency divisors, as the GGUF
+ * converter does (factor 32, low/high frequency factors 1 and 4, original
+ * context 8192 for Llama 3.2). */
+static void llama3_rope_freqs(float *out, int n_rot, float base) {
+    const double factor = 32, low = 1, high = 4, orig = 8192, pi = 3.14159265358979323846;
+    double low_wavelen = orig / low, high_wavelen = orig / high;
+    for (int i = 0; i < n_rot / 2; i++) {
+        double freq = pow(base, -2.0 * i / n_rot), wavelen = 2 * pi / freq;
+        if (wavelen < high_wavelen) out[i] = 1.0f;
+        else if (wavelen > low_wavelen) out[i] = (float)factor;
+        else {
+            double smooth = (orig / wavelen - low) / (high - low);
+            out[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+}
+
+int cli_gen(int argc, char **argv) {
+    gen_shape s = {0};
+    const char *out = NULL, *vocab = NULL, *type_name = "F16";
+    const char *shared = getenv("KVLOOM_SHARED") ? getenv("KVLOOM_SHARED") : "../shared";
+    uint64_t seed = 1;
+    bool have_preset = false;
+    s.n_ctx = 2048;
+    s.rope_theta = 10000;
+    s.rms_eps = 1e-5f;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define INTARG(flag, field) else if (strcmp(a, flag) == 0 && v) { s.field = atoi(v); i++; }
+        if (strcmp(a, "--preset") == 0 && v) {
+            size_t k;
+            for (k = 0; k < ARRAY_LEN(presets); k++)
+                if (strcmp(presets[k].name, v) == 0) break;
+            if (k == ARRAY_LEN(presets)) {
+                fprintf(stderr, "kvloom gen: unknown preset '%s'\n", v);
+                gen_usage();
+                return 2;
+            }
+            s = presets[k];
+            have_preset = true;
+            i++;
+        }
+        else if (strcmp(a, "--arch") == 0 && v) { s.arch = v; s.name = v; i++; }
+        INTARG("--n-embd", n_embd)
+        INTARG("--n-layer", n_layer)
+        INTARG("--n-head", n_head)
+        INTARG("--n-head-kv", n_head_kv)
+        INTARG("--head-dim", head_dim)
+        INTARG("--n-ff", n_ff)
+        INTARG("--n-vocab", n_vocab)
+        else if (strcmp(a, "--type") == 0 && v) { type_name = v; i++; }
+        else if (strcmp(a, "--seed") == 0 && v) { seed = strtoull(v, NULL, 10); i++; }
+        else if (strcmp(a, "--vocab") == 0 && v) { vocab = v; i++; }
+        else if (strcmp(a, "--shared") == 0 && v) { shared = v; i++; }
+        else if (strcmp(a, "-o") == 0 && v) { out = v; i++; }
+        else if (strcmp(a, "--rope-freqs") == 0) s.rope_freqs = true;
+        else if (strcmp(a, "--tied") == 0) s.tied = true;
+        else if (strcmp(a, "--untied") == 0) s.tied = false;
+        else {
+            fprintf(stderr, "kvloom gen: unknown or incomplete argument '%s'\n", a);
+            gen_usage();
+            return 2;
+        }
+#undef INTARG
+    }
+    int type = dtype_from_name(type_name);
+    if (type < 0 || !quant_supported((uint32_t)type)) {
+        fprintf(stderr, "kvloom gen: unsupported --type '%s'\n", type_name);
+        return 2;
+    }
+    if (!out || !s.arch || s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_ff <= 0 || s.n_vocab <= 3) {
+        gen_usage();
+        return 2;
+    }
+    if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3")) {
+        fprintf(stderr, "kvloom gen: --arch must be llama, qwen2 or qwen3\n");
+        return 2;
+    }
+    if (s.n_head_kv <= 0) s.n_head_kv = s.n_head;
+    if (s.head_dim <= 0) s.head_dim = s.n_embd / s.n_head;
+    if (s.n_head % s.n_head_kv || s.head_dim % 2) {
+        fprintf(stderr, "kvloom gen: n_head must be a multiple of n_head_kv and head_dim even\n");
+        return 2;
+    }
+    if (strcmp(s.arch, "qwen2") == 0 || strcmp(s.arch, "qwen3") == 0) s.rope_theta = have_preset ? s.rope_theta : 1000000;
+
+    gguf_writer *w = gguf_writer_new();
+    err_t e = {0};
+    char key[128];
+    gguf_writer_set_str(w, "general.architecture", s.arch);
+    gguf_writer_set_str(w, "general.name", have_preset ? s.name : "kvloom random test model");
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", s.arch, suffix), key)
+    gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)s.n_ctx);
+    gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)s.n_embd);
+    gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)s.n_layer);
+    gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)s.n_ff);
+    gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)s.n_head);
+    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)s.n_head_kv);
+    if (s.head_dim != s.n_embd / s.n_head) {
+        gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s.head_dim);
+        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s.head_dim);
+    }
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s.head_dim);
+    gguf_writer_set_f32(w, KEY("rope.freq_base"), s.rope_theta);
+    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s.rms_eps);
+    gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)s.n_vocab);
+#undef KEY
+    int r = 0;
+    if (vocab || s.vocab) {
+        char path[4096];
+        if (vocab) snprintf(path, sizeof path, "%s", vocab);
+        else snprintf(path, sizeof path, "%s/%s", shared, s.vocab);
+        r = add_vocab(w, path, s.n_vocab, &e);
+    } else {
+        add_byte_vocab(w, s.n_vocab);
+    }
+    if (r) {
+        fprintf(stderr, "kvloom gen: %s\n", e.msg);
+        gguf_writer_free(w);
+        return 1;
+    }
+
+    owned_list ol = {0};
+    rng rg;
+    rng_seed(&rg, seed);
+    const float sd = 0.02f;
+    int q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
+    char name[96];
+    add_random(w, &ol, &rg, "token_embd.weight", (uint32_t)type, s.n_embd, s.n_vocab, sd);
+    add_const(w, &ol, "output_norm.weight", s.n_embd, 1.0f);
+    if (!s.tied) add_random(w, &ol, &rg, "output.weight", (uint32_t)type, s.n_embd, s.n_vocab, sd);
+    if (s.rope_freqs) {
+        float *f = own(&ol, xmalloc(sizeof(float) * (size_t)(s.head_dim / 2)));
+        llama3_rope_freqs(f, s.head_dim, s.rope_theta);
+        int64_t n = s.head_dim / 2;
+        gguf_writer_add_tensor(w, "rope_freqs.weight", DT_F32, 1, &n, f);
+    }
+    for (int l = 0; l < s.n_layer; l++) {
+#define N(x) (snprintf(name, sizeof name, "blk.%d.%s", l, x), name)
+        add_const(w, &ol, N("attn_norm.weight"), s.n_embd, 1.0f);
+        add_random(w, &ol, &rg, N("attn_q.weight"), (uint32_t)type, s.n_embd, q_dim, sd);
+        add_random(w, &ol, &rg, N("attn_k.weight"), (uint32_t)type, s.n_embd, kv_dim, sd);
+        add_random(w, &ol, &rg, N("attn_v.weight"), (uint32_t)type, s.n_embd, kv_dim, sd);
+        add_random(w, &ol, &rg, N("attn_output.weight"), (uint32_t)type, q_dim, s.n_embd, sd);
+        if (strcmp(s.arch, "qwen2") == 0) {
+            add_random(w, &ol, &rg, N("attn_q.bias"), DT_F32, q_dim, 1, sd);
+            add_random(w, &ol, &rg, N("attn_k.bias"), DT_F32, kv_dim, 1, sd);
+            add_random(w, &ol, &rg, N("attn_v.bias"), DT_F32, kv_dim, 1, sd);
+        }
+        if (strcmp(s.arch, "qwen3") == 0) {
+            add_const(w, &ol, N("attn_q_norm.weight"), s.head_dim, 1.0f);
+            add_const(w, &ol, N("attn_k_norm.weight"), s.head_dim, 1.0f);
+        }
+        add_const(w, &ol, N("ffn_norm.weight"), s.n_embd, 1.0f);
+        add_random(w, &ol, &rg, N("ffn_gate.weight"), (uint32_t)type, s.n_embd, s.n_ff, sd);
+        add_random(w, &ol, &rg, N("ffn_up.weight"), (uint32_t)type, s.n_embd, s.n_ff, sd);
+        add_random(w, &ol, &rg, N("ffn_down.weight"), (uint32_t)type, s.n_ff, s.n_embd, sd);
+#undef N
+    }
+    r = gguf_writer_write(w, out, &e);
+    if (r) fprintf(stderr, "kvloom gen: %s\n", e.msg);
+    else log_info("wrote %s (%s %s, %d layers, vocab %d)", out, s.name, dtype_name((uint32_t)type), s.n_layer, s.n_vocab);
+    gguf_writer_free(w);
+    for (int i = 0; i < ol.n; i++) free(ol.p[i]);
+    free(ol.p);
+    return r ? 1 : 0;
+}
+
+int cli_quantize(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: kvloom quantize IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)\n");
+        return 2;
+    }
+    int type = dtype_from_name(argv[2]);
+    if (type < 0 || !quant_supported((uint32_t)type)) {
+        fprintf(stderr, "kvloom quantize: unsupported type '%s'\n", argv[2]);
+        return 2;
+    }
+    err_t e = {0};
+    gguf_ctx *g;
+    if (gguf_open(argv[0], &g, &e)) {
+        fprintf(stderr, "kvloom quantize: %s\n", e.msg);
+        return 1;
+    }
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) gguf_writer_copy_kv(w, g, i);
+    owned_list ol = {0};
+    int r = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g) && !r; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)MIN(t->name.len, 255), t->name.ptr);
+        bool is_matrix = t->n_dims == 2 && ends_with(name, ".weight");
+        bool from_float = t->type == DT_F32 || t->type == DT_F16 || t->type == DT_BF16;
+        if (!is_matrix || !from_float) {
+            if (is_matrix && t->type != (uint32_t)type)
+                log_warn("quantize: '%s' is %s, copied unchanged (only F32/F16/BF16 are converted)", name,
+                         dtype_name(t->type));
+            gguf_writer_add_tensor(w, name, t->type, (int)t->n_dims, t->dims, t->data);
+            continue;
+        }
+        int64_t n_in = t->dims[0], rows = t->n_elems / n_in;
+        uint32_t tt = fit_type((uint32_t)type, n_in);
+        if (tt != (uint32_t)type)
+            log_warn("quantize: '%s' rows of %lld do not fit %s blocks: using %s", name, (long long)n_in,
+                     dtype_name((uint32_t)type), dtype_name(tt));
+        size_t in_rb = dtype_row_bytes(t->type, n_in), out_rb = dtype_row_bytes(tt, n_in);
+        char *dst = own(&ol, xmalloc(out_rb * (size_t)rows));
+        float *row = xmalloc(sizeof(float) * (size_t)n_in);
+        for (int64_t o = 0; o < rows; o++) {
+            quant_dequant_row(t->type, (const char *)t->data + (size_t)o * in_rb, row, n_in);
+            quant_quantize_row(tt, row, dst + (size_t)o * out_rb, n_in);
+        }
+        free(row);
+        gguf_writer_add_tensor(w, name, tt, (int)t->n_dims, t->dims, dst);
+    }
+    r = gguf_writer_write(w, argv[1], &e);
+    if (r) fprintf(stderr, "kvloom quantize: %s\n", e.msg);
+    gguf_writer_free(w);
+    gguf_free(g);
+    for (int i = 0; i < ol.n; i++) free(ol.p[i]);
+    free(ol.p);
+    return r ? 1 : 0;
+}

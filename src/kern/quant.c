@@ -1,0 +1,379 @@
+/*
+ * quant.c — reference conversions between f32 and the GGUF block formats
+ * (layouts in quant.h).
+ *
+ * Dequantisation follows ggml's formulas operation for operation (for
+ * example Q4_K computes (d*sc)*q - dmin*m in float), so a row decodes to the
+ * same floats llama.cpp gets from it.
+ *
+ * Quantisation is our own. Q8_0/Q4_0/Q8_K are plain round-to-nearest with the
+ * standard scale choice. The K-quants search, per sub-block, a few candidate
+ * scales around the range-fitting one; for each they round the elements and
+ * refit scale (and min) by least squares, keeping the candidate with the
+ * smallest squared error. The sub-block scales are then quantised to 6 bits
+ * (Q4_K/Q5_K) or 8 bits (Q6_K) against an f16 super-scale and every element
+ * is rounded again against the scale it will actually be decoded with.
+ *
+ * Measured RMSE / RMS of the data for N(0,1) rows (tests/test_quant.c checks
+ * bounds a little above these):
+ *   F16 0.0002   BF16 0.0016   Q8_0 0.0045   Q8_K 0.0040
+ *   Q6_K 0.0087  Q5_K 0.0175   Q4_0 0.102    Q4_K 0.035
+ * (exact values are printed by test_quant).
+ *
+ * Invariants: no state; every function is pure and thread-safe.
+ */
+#include "quant.h"
+
+#include <math.h>
+
+#include "../base/base.h"
+
+bool quant_supported(uint32_t type) {
+    switch (type) {
+    case DT_F32: case DT_F16: case DT_BF16: case DT_Q8_0: case DT_Q4_0:
+    case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_Q8_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* ---- dequantisation -------------------------------------------------------- */
+
+static void dequant_q8_0(const block_q8_0 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += QK8_0) {
+        const float d = quant_f16(b[i].d);
+        for (int j = 0; j < QK8_0; j++) y[j] = b[i].qs[j] * d;
+    }
+}
+
+static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += QK4_0) {
+        const float d = quant_f16(b[i].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            y[j] = ((b[i].qs[j] & 15) - 8) * d;
+            y[j + QK4_0 / 2] = ((b[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void dequant_q4_k(const block_q4_k *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = quant_f16(b[i].d), dmin = quant_f16(b[i].dmin);
+        for (int k = 0; k < 8; k++, y += 32) {
+            uint8_t sc, m;
+            quant_k_scale_min(b[i].scales, k, &sc, &m);
+            const float dl = d * sc, ml = dmin * m;
+            const uint8_t *q = b[i].qs + 32 * (k / 2);
+            const int shift = (k & 1) * 4;
+            for (int l = 0; l < 32; l++) y[l] = dl * ((q[l] >> shift) & 15) - ml;
+        }
+    }
+}
+
+static void dequant_q5_k(const block_q5_k *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = quant_f16(b[i].d), dmin = quant_f16(b[i].dmin);
+        for (int k = 0; k < 8; k++, y += 32) {
+            uint8_t sc, m;
+            quant_k_scale_min(b[i].scales, k, &sc, &m);
+            const float dl = d * sc, ml = dmin * m;
+            const uint8_t *q = b[i].qs + 32 * (k / 2);
+            const int shift = (k & 1) * 4;
+            for (int l = 0; l < 32; l++) {
+                const int v = ((q[l] >> shift) & 15) | (((b[i].qh[l] >> k) & 1) << 4);
+                y[l] = dl * v - ml;
+            }
+        }
+    }
+}
+
+/* The 6-bit value (0..63) of element e (0..255) of a Q6_K block. */
+static inline int q6_k_get(const block_q6_k *b, int e) {
+    const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+    const uint8_t lo = b->ql[64 * h + 32 * (s & 1) + l];
+    const int low4 = (s < 2) ? (lo & 15) : (lo >> 4);
+    const int high2 = (b->qh[32 * h + l] >> (2 * s)) & 3;
+    return low4 | (high2 << 4);
+}
+
+static void dequant_q6_k(const block_q6_k *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += QK_K) {
+        const float d = quant_f16(b[i].d);
+        for (int e = 0; e < QK_K; e++) y[e] = d * b[i].scales[e / 16] * (q6_k_get(&b[i], e) - 32);
+    }
+}
+
+static void dequant_q8_k(const block_q8_k *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += QK_K)
+        for (int j = 0; j < QK_K; j++) y[j] = b[i].d * b[i].qs[j];
+}
+
+static int check_args(uint32_t type, int64_t n) {
+    if (!quant_supported(type)) return ERR_UNSUPPORTED;
+    const dtype_info *t = dtype_get(type);
+    if (n < 0 || n % t->blck) return ERR_INVALID;
+    return 0;
+}
+
+int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
+    int rc = check_args(type, n);
+    if (rc) return rc;
+    const uint8_t *s = src;
+    switch (type) {
+    case DT_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case DT_F16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = quant_f16(h);
+        }
+        break;
+    case DT_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = quant_bf16(h);
+        }
+        break;
+    case DT_Q8_0: dequant_q8_0(src, dst, n / QK8_0); break;
+    case DT_Q4_0: dequant_q4_0(src, dst, n / QK4_0); break;
+    case DT_Q4_K: dequant_q4_k(src, dst, n / QK_K); break;
+    case DT_Q5_K: dequant_q5_k(src, dst, n / QK_K); break;
+    case DT_Q6_K: dequant_q6_k(src, dst, n / QK_K); break;
+    case DT_Q8_K: dequant_q8_k(src, dst, n / QK_K); break;
+    }
+    return 0;
+}
+
+/* ---- round-to-nearest formats --------------------------------------------- */
+
+/* Round half away from zero, as ggml does (roundf, without the libm call). */
+static inline int round_int(float x) { return (int)(x >= 0 ? x + 0.5f : x - 0.5f); }
+
+static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        float amax = 0;
+        for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        for (int j = 0; j < QK8_0; j++) y[i].qs[j] = (int8_t)clamp_int(round_int(x[j] * id), -127, 127);
+    }
+}
+
+static void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+        float amax = 0, max = 0; /* max: the signed value of largest magnitude */
+        for (int j = 0; j < QK4_0; j++)
+            if (fabsf(x[j]) > amax) amax = fabsf(x[j]), max = x[j];
+        const float d = max / -8, id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            const int q0 = clamp_int(round_int(x[j] * id) + 8, 0, 15);
+            const int q1 = clamp_int(round_int(x[j + QK4_0 / 2] * id) + 8, 0, 15);
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+void quant_row_q8_k(const float *x, block_q8_k *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float amax = 0;
+        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float iscale = amax ? 127.0f / amax : 0.0f;
+        y[i].d = amax ? 1.0f / iscale : 0.0f;
+        for (int j = 0; j < QK_K; j++) y[i].qs[j] = (int8_t)clamp_int(round_int(x[j] * iscale), -127, 127);
+        for (int g = 0; g < QK_K / 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += y[i].qs[16 * g + j];
+            y[i].bsums[g] = (int16_t)s;
+        }
+    }
+}
+
+/* ---- K-quant scale search --------------------------------------------------- */
+
+/* Fits x[0..n) ~ scale*q - min with integer q in [0, nmax] and min >= 0.
+ * Tries iscale = (nmax + t) / (hi - lo) for t in [-1, 1] step 0.1, rounds,
+ * refits (scale, min) by least squares, and keeps the best. */
+static void fit_scale_min(const float *x, int n, int nmax, float *scale_out, float *min_out) {
+    float lo = 0, hi = x[0];
+    for (int i = 0; i < n; i++) {
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+    }
+    if (hi <= lo) { /* all zero, or all equal and negative */
+        *scale_out = 0;
+        *min_out = -lo;
+        return;
+    }
+    double best_err = INFINITY;
+    float best_a = (hi - lo) / nmax, best_b = lo;
+    for (int step = -10; step <= 10; step++) {
+        const float iscale = (nmax + 0.1f * step) / (hi - lo);
+        double sq = 0, sqq = 0, sx = 0, sqx = 0;
+        for (int i = 0; i < n; i++) {
+            const int q = clamp_int(round_int(iscale * (x[i] - lo)), 0, nmax);
+            sq += q, sqq += (double)q * q, sx += x[i], sqx += (double)q * x[i];
+        }
+        const double det = n * sqq - sq * sq;
+        if (det <= 0) continue;
+        double a = (n * sqx - sq * sx) / det, b = (sqq * sx - sq * sqx) / det;
+        if (b > 0) { /* the offset must be <= 0 (min >= 0) */
+            b = 0;
+            a = sqx / sqq;
+        }
+        if (a <= 0) continue;
+        double err = 0;
+        for (int i = 0; i < n; i++) {
+            const int q = clamp_int(round_int(iscale * (x[i] - lo)), 0, nmax);
+            const double r = a * q + b - x[i];
+            err += r * r;
+        }
+        if (err < best_err) best_err = err, best_a = (float)a, best_b = (float)b;
+    }
+    *scale_out = best_a;
+    *min_out = -best_b;
+}
+
+/* Fits x[0..n) ~ scale*q with integer q in [-nneg, npos] (scale of any sign).
+ * Candidates map the value of largest magnitude to about -nneg. */
+static float fit_scale_symmetric(const float *x, int n, int nneg, int npos) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), max = x[i];
+    if (amax == 0) return 0;
+    double best = -1;
+    float best_a = max / -nneg;
+    for (int step = -10; step <= 10; step++) {
+        const float iscale = -(nneg + 0.1f * step) / max;
+        double sxq = 0, sqq = 0;
+        for (int i = 0; i < n; i++) {
+            const int q = clamp_int(round_int(iscale * x[i]), -nneg, npos);
+            sxq += (double)x[i] * q, sqq += (double)q * q;
+        }
+        if (sqq == 0) continue;
+        const double gain = sxq * sxq / sqq; /* error = sum x^2 - gain */
+        if (gain > best) best = gain, best_a = (float)(sxq / sqq);
+    }
+    return best_a;
+}
+
+/* Quantises sub-block values v (0 <= v <= vmax) against a 6-bit code: the
+ * super-scale is max/63 stored as f16, codes round(v/super) clamped. Returns
+ * the decoded super-scale. */
+static float quant_6bit(const float *v, int n, uint16_t *half_out, uint8_t *codes) {
+    float vmax = 0;
+    for (int i = 0; i < n; i++) vmax = fmaxf(vmax, v[i]);
+    *half_out = f32_to_fp16(vmax / 63);
+    const float s = quant_f16(*half_out), is = s > 0 ? 1.0f / s : 0.0f;
+    for (int i = 0; i < n; i++) codes[i] = (uint8_t)clamp_int(round_int(v[i] * is), 0, 63);
+    return s;
+}
+
+/* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): chooses the packed scales and
+ * d/dmin of one super-block and the final element codes q[256]. */
+static void quant_k_super(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out, uint8_t scales[12],
+                          uint8_t q[QK_K]) {
+    float sc[8], mn[8];
+    for (int k = 0; k < 8; k++) fit_scale_min(x + 32 * k, 32, nmax, &sc[k], &mn[k]);
+    uint8_t ls[8], lm[8];
+    const float d = quant_6bit(sc, 8, d_out, ls);
+    const float dmin = quant_6bit(mn, 8, dmin_out, lm);
+    memset(scales, 0, QK_K_SCALE_BYTES);
+    for (int k = 0; k < 8; k++) {
+        if (k < 4) {
+            scales[k] |= ls[k];
+            scales[k + 4] |= lm[k];
+        } else {
+            scales[k + 4] = (uint8_t)((ls[k] & 15) | ((lm[k] & 15) << 4));
+            scales[k - 4] |= (uint8_t)((ls[k] >> 4) << 6);
+            scales[k] |= (uint8_t)((lm[k] >> 4) << 6);
+        }
+    }
+    for (int k = 0; k < 8; k++) {
+        uint8_t s6, m6;
+        quant_k_scale_min(scales, k, &s6, &m6);
+        const float dl = d * s6, ml = dmin * m6, idl = dl > 0 ? 1.0f / dl : 0.0f;
+        for (int l = 0; l < 32; l++)
+            q[32 * k + l] = (uint8_t)clamp_int(round_int((x[32 * k + l] + ml) * idl), 0, nmax);
+    }
+}
+
+static void quant_row_q4_k(const float *x, block_q4_k *y, int64_t n) {
+    uint8_t q[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        quant_k_super(x, 15, &y[i].d, &y[i].dmin, y[i].scales, q);
+        for (int k = 0; k < 8; k += 2)
+            for (int l = 0; l < 32; l++) y[i].qs[32 * (k / 2) + l] = (uint8_t)(q[32 * k + l] | (q[32 * (k + 1) + l] << 4));
+    }
+}
+
+static void quant_row_q5_k(const float *x, block_q5_k *y, int64_t n) {
+    uint8_t q[QK_K];
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        quant_k_super(x, 31, &y[i].d, &y[i].dmin, y[i].scales, q);
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int k = 0; k < 8; k++)
+            for (int l = 0; l < 32; l++) y[i].qh[l] |= (uint8_t)((q[32 * k + l] >> 4) << k);
+        for (int k = 0; k < 8; k += 2)
+            for (int l = 0; l < 32; l++)
+                y[i].qs[32 * (k / 2) + l] = (uint8_t)((q[32 * k + l] & 15) | ((q[32 * (k + 1) + l] & 15) << 4));
+    }
+}
+
+static void quant_row_q6_k(const float *x, block_q6_k *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float sc[16], amax = 0;
+        for (int g = 0; g < 16; g++) {
+            sc[g] = fit_scale_symmetric(x + 16 * g, 16, 32, 31);
+            amax = fmaxf(amax, fabsf(sc[g]));
+        }
+        y[i].d = f32_to_fp16(amax / 127);
+        const float d = quant_f16(y[i].d), id = d > 0 ? 1.0f / d : 0.0f;
+        for (int g = 0; g < 16; g++) y[i].scales[g] = (int8_t)clamp_int(round_int(sc[g] * id), -127, 127);
+        memset(y[i].ql, 0, sizeof y[i].ql);
+        memset(y[i].qh, 0, sizeof y[i].qh);
+        for (int e = 0; e < QK_K; e++) {
+            const float dl = d * y[i].scales[e / 16];
+            const int q = dl != 0 ? clamp_int(round_int(x[e] / dl), -32, 31) + 32 : 32;
+            const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+            y[i].ql[64 * h + 32 * (s & 1) + l] |= (uint8_t)((q & 15) << (s < 2 ? 0 : 4));
+            y[i].qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * s));
+        }
+    }
+}
+
+int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
+    int rc = check_args(type, n);
+    if (rc) return rc;
+    uint8_t *d = dst;
+    switch (type) {
+    case DT_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    case DT_F16:
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = f32_to_fp16(src[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        break;
+    case DT_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = f32_to_bf16(src[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        break;
+    case DT_Q8_0: quant_row_q8_0(src, dst, n); break;
+    case DT_Q4_0: quant_row_q4_0(src, dst, n); break;
+    case DT_Q4_K: quant_row_q4_k(src, dst, n); break;
+    case DT_Q5_K: quant_row_q5_k(src, dst, n); break;
+    case DT_Q6_K: quant_row_q6_k(src, dst, n); break;
+    case DT_Q8_K: quant_row_q8_k(src, dst, n); break;
+    }
+    return 0;
+}

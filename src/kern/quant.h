@@ -1,0 +1,163 @@
+/*
+ * quant.h — the GGUF quantisation block formats we compute with, and the
+ * reference conversions between them and f32.
+ *
+ * Place in the flow: kern/, under model/. The loader dequantises nothing (the
+ * kernels read blocks in place from the mapped file); `kvloom quantize`, the
+ * random-model generator and the tests use the row conversions below, and the
+ * scalar kernels (scalar.c) use the block structs and the activation
+ * quantisers.
+ *
+ * Layouts are exactly those of ggml (ggml-common.h), byte for byte, because the
+ * blocks are read straight out of GGUF files written by llama.cpp. Every
+ * struct's size is pinned with a static_assert. Scales stored as IEEE half
+ * are kept as raw uint16_t bits (ggml_half).
+ *
+ *   Q8_0 (32 elements, 34 B)   d:f16 | qs[32]:i8                 x = d*q
+ *   Q4_0 (32 elements, 18 B)   d:f16 | qs[16]:u8
+ *        element j (j<16) is (qs[j] & 15) - 8, element j+16 is (qs[j] >> 4) - 8;
+ *        x = d*q.
+ *   Q4_K (256 elements, 144 B) d:f16 | dmin:f16 | scales[12] | qs[128]
+ *        8 sub-blocks of 32; sub-block k has a 6-bit scale sc[k] and 6-bit
+ *        min m[k] packed into scales[12]:
+ *          k < 4:  sc = scales[k] & 63,            m = scales[k+4] & 63
+ *          k >= 4: sc = (scales[k+4] & 15) | (scales[k-4] >> 6) << 4
+ *                  m  = (scales[k+4] >> 4) | (scales[k]   >> 6) << 4
+ *        element 32k+l (l<32) is the nibble of qs[32*(k/2)+l] (low nibble for
+ *        even k, high for odd k); x = (d*sc)*q - dmin*m.
+ *   Q5_K (256 elements, 176 B) d | dmin | scales[12] | qh[32] | qs[128]
+ *        as Q4_K, plus bit k of qh[l] is bit 4 of element 32k+l (q in 0..31).
+ *   Q6_K (256 elements, 210 B) ql[128] | qh[64] | scales[16]:i8 | d:f16
+ *        two halves of 128; in half h element 128h+32s+l (s<4, l<32) takes
+ *        its low 4 bits from ql[64h+l] (s=0 low nibble, s=2 high nibble) or
+ *        ql[64h+32+l] (s=1 low, s=3 high), its high 2 bits from bits 2s..2s+1
+ *        of qh[32h+l]; q = that 6-bit value - 32; element e has scale
+ *        scales[e/16]; x = (d*scale)*q.
+ *   Q8_K (256 elements, 292 B) d:f32 | qs[256]:i8 | bsums[16]:i16
+ *        activations only: x = d*q; bsums[g] = sum of qs[16g..16g+15].
+ *
+ * Alignment: a block of these types may be read through its struct, so weight
+ * data must sit at 2-byte aligned addresses (4 for F32 and Q8_K); GGUF aligns
+ * tensor data to general.alignment (32 by default).
+ *
+ * Threads: every function here is pure and may be called from any thread.
+ */
+#ifndef KVLOOM_KERN_QUANT_H
+#define KVLOOM_KERN_QUANT_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "types.h"
+
+#define QK8_0 32
+#define QK4_0 32
+#define QK_K 256
+#define QK_K_SCALE_BYTES 12
+
+typedef struct block_q8_0 {
+    uint16_t d;       /* f16 scale        */
+    int8_t qs[QK8_0]; /* quants           */
+} block_q8_0;
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must be 34 bytes");
+
+typedef struct block_q4_0 {
+    uint16_t d;            /* f16 scale                                */
+    uint8_t qs[QK4_0 / 2]; /* nibbles: j in low, j+16 in high of qs[j] */
+} block_q4_0;
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be 18 bytes");
+
+typedef struct block_q4_k {
+    uint16_t d;                        /* f16 super-scale of the sub-block scales */
+    uint16_t dmin;                     /* f16 super-scale of the sub-block mins   */
+    uint8_t scales[QK_K_SCALE_BYTES];  /* 8 scales + 8 mins, 6 bits each          */
+    uint8_t qs[QK_K / 2];              /* nibbles                                 */
+} block_q4_k;
+static_assert(sizeof(block_q4_k) == 144, "block_q4_k must be 144 bytes");
+
+typedef struct block_q5_k {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[QK_K_SCALE_BYTES];
+    uint8_t qh[QK_K / 8]; /* bit k of qh[l]: high bit of element 32k+l */
+    uint8_t qs[QK_K / 2]; /* low nibbles, as Q4_K                      */
+} block_q5_k;
+static_assert(sizeof(block_q5_k) == 176, "block_q5_k must be 176 bytes");
+
+typedef struct block_q6_k {
+    uint8_t ql[QK_K / 2];     /* low 4 bits                  */
+    uint8_t qh[QK_K / 4];     /* high 2 bits                 */
+    int8_t scales[QK_K / 16]; /* one per 16 elements         */
+    uint16_t d;               /* f16 super-scale             */
+} block_q6_k;
+static_assert(sizeof(block_q6_k) == 210, "block_q6_k must be 210 bytes");
+
+typedef struct block_q8_k {
+    float d;                  /* f32 scale                   */
+    int8_t qs[QK_K];          /* quants                      */
+    int16_t bsums[QK_K / 16]; /* sums of groups of 16 quants */
+} block_q8_k;
+static_assert(sizeof(block_q8_k) == 292, "block_q8_k must be 292 bytes");
+
+/* IEEE half bits -> float, exact for every input (NaN payloads kept). Inline
+ * because the kernels call it per element for F16 weights. */
+static inline float quant_f16(uint16_t h) {
+    uint32_t bits = (uint32_t)(h & 0x7fffu) << 13;
+    float f;
+    memcpy(&f, &bits, 4);
+    f *= 0x1p112f; /* rebias the exponent; also normalises subnormals exactly */
+    memcpy(&bits, &f, 4);
+    if ((h & 0x7c00u) == 0x7c00u) bits = 0x7f800000u | ((uint32_t)(h & 0x3ffu) << 13);
+    bits |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* bfloat16 bits -> float (exact). */
+static inline float quant_bf16(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Unpacks the 6-bit scale and min of sub-block k (0..7) of a Q4_K/Q5_K block
+ * from its 12 packed bytes. */
+static inline void quant_k_scale_min(const uint8_t *scales, int k, uint8_t *sc, uint8_t *m) {
+    if (k < 4) {
+        *sc = scales[k] & 63;
+        *m = scales[k + 4] & 63;
+    } else {
+        *sc = (uint8_t)((scales[k + 4] & 15) | ((scales[k - 4] >> 6) << 4));
+        *m = (uint8_t)((scales[k + 4] >> 4) | ((scales[k] >> 6) << 4));
+    }
+}
+
+/* True when quant_dequant_row / quant_quantize_row handle `type`:
+ * F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and Q8_K. */
+bool quant_supported(uint32_t type);
+
+/* Converts one row of n elements of `type` (dtype_row_bytes(type, n) bytes at
+ * src) to n floats at dst. The bytes may come from any file: every bit pattern
+ * decodes to some float (NaN/inf included) and nothing is read past the row.
+ * Returns 0, ERR_UNSUPPORTED for a type outside quant_supported, or ERR_INVALID
+ * when n is negative or not a multiple of the type's block size. */
+int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* Converts n floats to one row of `type` (dtype_row_bytes(type, n) bytes).
+ * Q8_0: d = max|x|/127, q = round(x/d). Q4_0: d = (signed value of largest
+ * magnitude)/-8, q = round(x/d)+8 clamped to 0..15. Q8_K: d = max|x|/127.
+ * Q4_K/Q5_K/Q6_K: a per-sub-block search of scale (and min) followed by
+ * 6-bit (8-bit for Q6_K) quantisation of the sub-block scales; see quant.c
+ * for the error this gives. Inputs should be finite. Same return values as
+ * quant_dequant_row. */
+int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
+
+/* The activation quantisers, exported for the kernel tables. n must be a
+ * multiple of the block size (the caller guarantees it; not checked). */
+void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t n);
+void quant_row_q8_k(const float *x, block_q8_k *y, int64_t n);
+
+#endif

@@ -1,0 +1,259 @@
+/*
+ * forward.c — model_forward: one transformer pass over a ragged batch.
+ *
+ * Reads top to bottom like llama2.c's forward(), but for T tokens at once,
+ * each with its own sequence, position and block table:
+ *
+ *   x = embed(tokens)                                  (T, n_embd)
+ *   for each layer:
+ *     xb = rmsnorm(x) ; q,k,v = xb Wq,Wk,Wv (+bias)    (T, q_dim) (T, kv_dim)
+ *     [qwen3] per-head rmsnorm of q and k
+ *     rope(q, k) at each token's position
+ *     write k, v into the paged cache at (seq, pos)
+ *     att = attention of each token over its sequence's 0..pos
+ *     x += att Wo
+ *     xb = rmsnorm(x) ; x += (silu(xb Wgate) * xb Wup) Wdown
+ *   logits = rmsnorm(x[rows]) Wout                     (rows, n_vocab)
+ *
+ * No allocation happens here: model_state holds every buffer, sized for
+ * max_tokens and max_ctx when it was created.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kern/attn.h"
+#include "../kern/quant.h"
+#include "model.h"
+
+struct model_state {
+    int max_tokens, max_ctx, n_threads;
+    pool *pool;
+    float *x;      /* (T, n_embd) residual stream                        */
+    float *xb;     /* (T, n_embd) normed input of a sub-layer            */
+    float *q;      /* (T, n_head * head_dim)                             */
+    float *k;      /* (T, kv_dim)                                        */
+    float *v;      /* (T, kv_dim)                                        */
+    float *att;    /* (T, n_head * head_dim) attention output            */
+    float *o;      /* (T, n_embd) projection output                      */
+    float *hb;     /* (T, n_ff) gate, then silu(gate)*up                 */
+    float *hb2;    /* (T, n_ff) up                                       */
+    float *cosv;   /* (T, n_rot/2) rope cos per token                    */
+    float *sinv;   /* (T, n_rot/2)                                       */
+    float *scores; /* (n_threads, max_ctx) attention scratch             */
+    void *act;     /* activation conversion buffer for the matmuls       */
+    int32_t *rows; /* (T) batch indices of tokens that want logits       */
+};
+
+static size_t act_bytes_for(const kern_mat *w, int T) { return (size_t)T * kern_act_row_bytes(w->type, w->n_in); }
+
+model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_threads) {
+    const model_config *c = &m->cfg;
+    ASSERT(max_tokens > 0 && max_ctx > 0);
+    model_state *s = xcalloc(1, sizeof *s);
+    size_t T = (size_t)max_tokens, q_dim = (size_t)c->n_head * c->head_dim, kv_dim = (size_t)c->n_head_kv * c->head_dim;
+    s->max_tokens = max_tokens;
+    s->max_ctx = max_ctx;
+    s->pool = pool_new(n_threads);
+    s->n_threads = pool_size(s->pool);
+    s->x = xaligned_alloc(T * c->n_embd * sizeof(float));
+    s->xb = xaligned_alloc(T * c->n_embd * sizeof(float));
+    s->o = xaligned_alloc(T * c->n_embd * sizeof(float));
+    s->q = xaligned_alloc(T * q_dim * sizeof(float));
+    s->att = xaligned_alloc(T * q_dim * sizeof(float));
+    s->k = xaligned_alloc(T * kv_dim * sizeof(float));
+    s->v = xaligned_alloc(T * kv_dim * sizeof(float));
+    s->hb = xaligned_alloc(T * c->n_ff * sizeof(float));
+    s->hb2 = xaligned_alloc(T * c->n_ff * sizeof(float));
+    s->cosv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
+    s->sinv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
+    s->scores = xaligned_alloc((size_t)s->n_threads * max_ctx * sizeof(float));
+    s->rows = xmalloc(T * sizeof(int32_t));
+    size_t act = act_bytes_for(&m->output, max_tokens);
+    for (int l = 0; l < c->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        const kern_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < ARRAY_LEN(mats); i++) act = MAX(act, act_bytes_for(mats[i], max_tokens));
+    }
+    s->act = xaligned_alloc(act ? act : 64);
+    return s;
+}
+
+void model_state_free(model_state *s) {
+    if (!s) return;
+    pool_free(s->pool);
+    void *bufs[] = {s->x, s->xb, s->o, s->q, s->att, s->k, s->v, s->hb, s->hb2, s->cosv, s->sinv, s->scores, s->act, s->rows};
+    for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(s);
+}
+
+pool *model_state_pool(model_state *s) { return s->pool; }
+
+/* ---- rope ---- */
+
+/* Angles for each token: theta_i = pos / scale * base^(-2i/n_rot) / freq[i],
+ * computed in double so the tables match an f64 reference closely. */
+static void rope_tables(const model *m, model_state *s, const model_batch *b) {
+    const model_config *c = &m->cfg;
+    int half = c->n_rot / 2;
+    for (int t = 0; t < b->n_tokens; t++) {
+        double pos = (double)b->pos[t] / c->rope_scale;
+        for (int i = 0; i < half; i++) {
+            double inv_freq = pow((double)c->rope_theta, -2.0 * i / c->n_rot);
+            if (m->rope_freqs) inv_freq /= m->rope_freqs[i];
+            double a = pos * inv_freq;
+            s->cosv[(size_t)t * half + i] = (float)cos(a);
+            s->sinv[(size_t)t * half + i] = (float)sin(a);
+        }
+    }
+}
+
+/* Rotates n_heads heads of one token in place. */
+static void rope_apply(const model_config *c, float *x, int n_heads, const float *cs, const float *sn) {
+    int half = c->n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *hx = x + (size_t)h * c->head_dim;
+        for (int i = 0; i < half; i++) {
+            int a = c->rope == ROPE_NORM ? 2 * i : i;
+            int bi = c->rope == ROPE_NORM ? 2 * i + 1 : i + half;
+            float x0 = hx[a], x1 = hx[bi];
+            hx[a] = x0 * cs[i] - x1 * sn[i];
+            hx[bi] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+/* ---- attention over the pool ---- */
+
+typedef struct attn_job {
+    const model *m;
+    model_state *s;
+    const model_kv *kv;
+    const model_batch *b;
+    int layer;
+} attn_job;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
+    const model_config *c = &j->m->cfg;
+    const int hd = c->head_dim, kv_dim = c->n_head_kv * hd, q_dim = c->n_head * hd;
+    const int group = c->n_head / c->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    long begin, end;
+    pool_split((long)j->b->n_tokens * c->n_head, ith, nth, &begin, &end);
+    float *scores = j->s->scores + (size_t)ith * j->s->max_ctx;
+    for (long w = begin; w < end; w++) {
+        int t = (int)(w / c->n_head), h = (int)(w % c->n_head);
+        const model_seq *sq = &j->b->seqs[j->b->seq[t]];
+        attn_view v = {
+            .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
+            .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
+            .block_stride = j->kv->block_floats,
+            .kv_dim = kv_dim,
+            .head_dim = hd,
+            .block_tokens = j->kv->block_tokens,
+            .block_table = sq->block_table,
+        };
+        attn_head(&v, h / group, j->s->q + (size_t)t * q_dim + (size_t)h * hd, j->b->pos[t] + 1, scale,
+                  j->s->att + (size_t)t * q_dim + (size_t)h * hd, scores);
+    }
+}
+
+/* ---- validation ---- */
+
+static int check_batch(const model *m, const model_state *s, const model_kv *kv, const model_batch *b, err_t *e) {
+    if (b->n_tokens < 1 || b->n_tokens > s->max_tokens)
+        return err_set(e, ERR_RANGE, "forward: batch of %d tokens (allowed 1..%d)", b->n_tokens, s->max_tokens);
+    if (b->n_seqs < 1) return err_set(e, ERR_INVALID, "forward: batch has no sequences");
+    for (int si = 0; si < b->n_seqs; si++)
+        for (int i = 0; i < b->seqs[si].n_blocks; i++) {
+            int32_t blk = b->seqs[si].block_table[i];
+            if (blk < 0 || blk >= kv->n_blocks)
+                return err_set(e, ERR_RANGE, "forward: sequence %d block %d is %d (pool has %d)", si, i, blk,
+                               kv->n_blocks);
+        }
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->token[t] < 0 || b->token[t] >= m->cfg.n_vocab)
+            return err_set(e, ERR_RANGE, "forward: token %d id %d out of vocabulary (%d)", t, b->token[t],
+                           m->cfg.n_vocab);
+        if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
+            return err_set(e, ERR_RANGE, "forward: token %d sequence %d out of range", t, b->seq[t]);
+        int p = b->pos[t];
+        if (p < 0 || p >= s->max_ctx)
+            return err_set(e, ERR_RANGE, "forward: token %d position %d outside [0, %d)", t, p, s->max_ctx);
+        if (p / kv->block_tokens >= b->seqs[b->seq[t]].n_blocks)
+            return err_set(e, ERR_RANGE, "forward: token %d position %d beyond its block table (%d blocks)", t, p,
+                           b->seqs[b->seq[t]].n_blocks);
+    }
+    return 0;
+}
+
+/* ---- the pass ---- */
+
+static inline float *kv_row(const model_kv *kv, float *base, const model_config *c, const model_seq *sq, int layer,
+                            int pos) {
+    size_t kv_dim = (size_t)c->n_head_kv * c->head_dim;
+    return base + (size_t)sq->block_table[pos / kv->block_tokens] * kv->block_floats +
+           ((size_t)layer * kv->block_tokens + (size_t)(pos % kv->block_tokens)) * kv_dim;
+}
+
+int model_forward(const model *m, model_state *s, model_kv *kv, const model_batch *b, float *logits, err_t *e) {
+    const model_config *c = &m->cfg;
+    int r = check_batch(m, s, kv, b, e);
+    if (r) return r;
+    const int T = b->n_tokens, D = c->n_embd, hd = c->head_dim;
+    const int q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd, half = c->n_rot / 2;
+    pool *p = s->pool;
+
+    for (int t = 0; t < T; t++)
+        quant_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes,
+                          s->x + (size_t)t * D, D);
+    rope_tables(m, s, b);
+
+    for (int l = 0; l < c->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        /* attention block */
+        for (int t = 0; t < T; t++) kern_rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, L->attn_norm, D, c->rms_eps);
+        kern_matmul(p, &L->wq, s->xb, T, s->q, s->act);
+        kern_matmul(p, &L->wk, s->xb, T, s->k, s->act);
+        kern_matmul(p, &L->wv, s->xb, T, s->v, s->act);
+        for (int t = 0; t < T; t++) {
+            float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim, *v = s->v + (size_t)t * kv_dim;
+            if (L->bq) {
+                for (int i = 0; i < q_dim; i++) q[i] += L->bq[i];
+                for (int i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
+            }
+            if (L->q_norm) {
+                for (int h = 0; h < c->n_head; h++) kern_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
+                for (int h = 0; h < c->n_head_kv; h++) kern_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
+            }
+            rope_apply(c, q, c->n_head, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
+            rope_apply(c, k, c->n_head_kv, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
+            const model_seq *sq = &b->seqs[b->seq[t]];
+            memcpy(kv_row(kv, kv->k, c, sq, l, b->pos[t]), k, sizeof(float) * kv_dim);
+            memcpy(kv_row(kv, kv->v, c, sq, l, b->pos[t]), v, sizeof(float) * kv_dim);
+        }
+        attn_job job = {m, s, kv, b, l};
+        pool_run(p, attn_worker, &job);
+        kern_matmul(p, &L->wo, s->att, T, s->o, s->act);
+        for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->o[i];
+
+        /* feed-forward block */
+        for (int t = 0; t < T; t++) kern_rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, L->ffn_norm, D, c->rms_eps);
+        kern_matmul(p, &L->w_gate, s->xb, T, s->hb, s->act);
+        kern_matmul(p, &L->w_up, s->xb, T, s->hb2, s->act);
+        kern_swiglu(s->hb, s->hb2, T * c->n_ff);
+        kern_matmul(p, &L->w_down, s->hb, T, s->o, s->act);
+        for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->o[i];
+    }
+
+    /* logits for the rows that asked for them, gathered contiguously */
+    int n_rows = 0;
+    for (int t = 0; t < T; t++)
+        if (b->logits ? b->logits[t] != 0 : t == T - 1) s->rows[n_rows++] = t;
+    if (n_rows == 0) return 0;
+    for (int i = 0; i < n_rows; i++)
+        kern_rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)s->rows[i] * D, m->out_norm, D, c->rms_eps);
+    kern_matmul(p, &m->output, s->xb, n_rows, logits, s->act);
+    return n_rows;
+}

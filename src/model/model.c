@@ -1,0 +1,292 @@
+/*
+ * model.c — loads a Llama-family GGUF into a `model`: hyper-parameters from
+ * metadata, weight views into the mapping, validation of every tensor's
+ * presence, type and shape. The forward pass is in forward.c.
+ *
+ * Supported: llama (Llama 2/3 incl. rope_freqs, TinyLlama, SmolLM, Mistral
+ * without sliding window), qwen2 (QKV bias), qwen3 (per-head Q/K RMSNorm).
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kern/quant.h"
+
+static const struct {
+    const char *name;
+    model_arch arch;
+} arch_names[] = {
+    {"llama", ARCH_LLAMA},
+    {"mistral", ARCH_LLAMA},
+    {"qwen2", ARCH_QWEN2},
+    {"qwen3", ARCH_QWEN3},
+};
+
+/* Reads "{arch}.{suffix}" as an integer; `required` makes absence an error. */
+static int get_int(const gguf_ctx *g, const char *arch, const char *suffix, bool required, int64_t dflt, int64_t lo,
+                   int64_t hi, int *out, err_t *e) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    if (gguf_find_key(g, key) < 0) {
+        if (required) return err_set(e, ERR_NOTFOUND, "model: missing metadata key '%s'", key);
+        v = dflt;
+    } else if (!gguf_get_i64(g, key, &v)) {
+        return err_set(e, ERR_FORMAT, "model: metadata key '%s' must be an integer", key);
+    }
+    if (v < lo || v > hi)
+        return err_set(e, ERR_RANGE, "model: '%s' = %lld is out of range [%lld, %lld]", key, (long long)v,
+                       (long long)lo, (long long)hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_float(const gguf_ctx *g, const char *arch, const char *suffix, float dflt, float *out, err_t *e) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_find_key(g, key) < 0) {
+        *out = dflt;
+        return 0;
+    }
+    if (!gguf_get_f32(g, key, out) || !isfinite(*out))
+        return err_set(e, ERR_FORMAT, "model: metadata key '%s' must be a finite float", key);
+    return 0;
+}
+
+static int read_config(const gguf_ctx *g, model_config *c, err_t *e) {
+    gguf_str a;
+    if (!gguf_get_str(g, "general.architecture", &a))
+        return err_set(e, ERR_NOTFOUND, "model: missing metadata key 'general.architecture'");
+    if (a.len >= sizeof c->arch_name) return err_set(e, ERR_UNSUPPORTED, "model: architecture name too long");
+    memcpy(c->arch_name, a.ptr, a.len);
+    c->arch_name[a.len] = 0;
+    c->arch = ARCH_COUNT;
+    for (size_t i = 0; i < ARRAY_LEN(arch_names); i++)
+        if (strcmp(c->arch_name, arch_names[i].name) == 0) c->arch = arch_names[i].arch;
+    if (c->arch == ARCH_COUNT)
+        return err_set(e, ERR_UNSUPPORTED,
+                       "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                       c->arch_name);
+    const char *an = c->arch_name;
+    int r;
+    if ((r = get_int(g, an, "embedding_length", true, 0, 1, 1 << 16, &c->n_embd, e))) return r;
+    if ((r = get_int(g, an, "block_count", true, 0, 1, 1024, &c->n_layer, e))) return r;
+    if ((r = get_int(g, an, "feed_forward_length", true, 0, 1, 1 << 20, &c->n_ff, e))) return r;
+    if ((r = get_int(g, an, "attention.head_count", true, 0, 1, 1024, &c->n_head, e))) return r;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", an);
+    int64_t kvi = gguf_find_key(g, key);
+    if (kvi >= 0 && gguf_kv_type(g, kvi) == GGUF_ARRAY)
+        return err_set(e, ERR_UNSUPPORTED, "model: per-layer '%s' (an array) is not supported", key);
+    if ((r = get_int(g, an, "attention.head_count_kv", false, c->n_head, 1, c->n_head, &c->n_head_kv, e))) return r;
+    if (c->n_head % c->n_head_kv)
+        return err_set(e, ERR_FORMAT, "model: head_count %d is not a multiple of head_count_kv %d", c->n_head,
+                       c->n_head_kv);
+    if ((r = get_int(g, an, "context_length", false, 2048, 1, 1 << 24, &c->n_ctx_train, e))) return r;
+    int dflt_hd = c->n_embd / c->n_head;
+    if ((r = get_int(g, an, "attention.key_length", false, dflt_hd, 1, 4096, &c->head_dim, e))) return r;
+    int vlen;
+    if ((r = get_int(g, an, "attention.value_length", false, c->head_dim, 1, 4096, &vlen, e))) return r;
+    if (vlen != c->head_dim)
+        return err_set(e, ERR_UNSUPPORTED, "model: value_length %d != key_length %d is not supported", vlen,
+                       c->head_dim);
+    if ((r = get_int(g, an, "rope.dimension_count", false, c->head_dim, 2, c->head_dim, &c->n_rot, e))) return r;
+    if (c->n_rot % 2) return err_set(e, ERR_FORMAT, "model: rope.dimension_count %d must be even", c->n_rot);
+    if ((r = get_float(g, an, "attention.layer_norm_rms_epsilon", 1e-5f, &c->rms_eps, e))) return r;
+    if ((r = get_float(g, an, "rope.freq_base", 10000.0f, &c->rope_theta, e))) return r;
+    if (!(c->rms_eps > 0) || !(c->rope_theta > 0))
+        return err_set(e, ERR_RANGE, "model: rms epsilon and rope.freq_base must be positive");
+    c->rope = c->arch == ARCH_LLAMA ? ROPE_NORM : ROPE_NEOX;
+    c->rope_scale = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", an);
+    gguf_str st;
+    if (gguf_get_str(g, key, &st) && !(st.len == 4 && memcmp(st.ptr, "none", 4) == 0)) {
+        if (st.len == 6 && memcmp(st.ptr, "linear", 6) == 0) {
+            if ((r = get_float(g, an, "rope.scaling.factor", 1.0f, &c->rope_scale, e))) return r;
+            if (!(c->rope_scale > 0)) return err_set(e, ERR_RANGE, "model: rope.scaling.factor must be positive");
+        } else {
+            return err_set(e, ERR_UNSUPPORTED, "model: rope scaling type '%.*s' is not supported (linear only)",
+                           (int)MIN(st.len, 32), st.ptr);
+        }
+    }
+    c->has_qkv_bias = c->arch == ARCH_QWEN2;
+    c->has_qk_norm = c->arch == ARCH_QWEN3;
+    return 0;
+}
+
+/* Looks up a tensor and checks its type and shape (dims[0] = n_in). */
+static int find_tensor(const gguf_ctx *g, const char *name, int64_t d0, int64_t d1, bool optional,
+                       const gguf_tensor **out, err_t *e) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    *out = t;
+    if (!t) return optional ? 0 : err_set(e, ERR_NOTFOUND, "model: missing tensor '%s'", name);
+    int64_t want_dims = d1 > 0 ? 2 : 1;
+    bool shape_ok = t->dims[0] == d0 && (d1 > 0 ? t->dims[1] == d1 : true) && t->n_elems == d0 * (d1 > 0 ? d1 : 1);
+    if (!shape_ok)
+        return err_set(e, ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld] (%lld dims)",
+                       name, (long long)t->dims[0], (long long)t->dims[1], (long long)d0, (long long)(d1 > 0 ? d1 : 1),
+                       (long long)want_dims);
+    if (!quant_supported(t->type))
+        return err_set(e, ERR_UNSUPPORTED, "model: tensor '%s' has type %s, which is not supported", name,
+                       dtype_name(t->type));
+    return 0;
+}
+
+static int load_mat(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n_out, kern_mat *m, err_t *e) {
+    const gguf_tensor *t;
+    int r = find_tensor(g, name, n_in, n_out, false, &t, e);
+    if (r) return r;
+    m->type = t->type;
+    m->n_in = n_in;
+    m->n_out = n_out;
+    m->row_bytes = dtype_row_bytes(t->type, n_in);
+    m->data = t->data;
+    return 0;
+}
+
+/* Vectors (norms, biases) are converted to f32 into the owned arena. */
+typedef struct vec_arena {
+    float *buf;
+    size_t used, cap;
+} vec_arena;
+
+static int load_vec(const gguf_ctx *g, const char *name, int64_t n, bool optional, vec_arena *a, const float **out,
+                    err_t *e) {
+    const gguf_tensor *t;
+    *out = NULL;
+    int r = find_tensor(g, name, n, 0, optional, &t, e);
+    if (r || !t) return r;
+    ASSERT(a->used + (size_t)n <= a->cap);
+    float *dst = a->buf + a->used;
+    a->used += (size_t)n;
+    quant_dequant_row(t->type, t->data, dst, n);
+    *out = dst;
+    return 0;
+}
+
+int model_load(const char *path, model **out, err_t *e) {
+    gguf_ctx *g;
+    *out = NULL;
+    int r = gguf_open(path, &g, e);
+    if (r) return r;
+    r = model_load_gguf(g, out, e);
+    if (r) gguf_free(g);
+    return r;
+}
+
+int model_load_gguf(gguf_ctx *g, model **out, err_t *e) {
+    *out = NULL;
+    model *m = xcalloc(1, sizeof *m);
+    model_config *c = &m->cfg;
+    char name[128];
+    int r = read_config(g, c, e);
+    if (r) goto fail;
+    const gguf_tensor *te;
+    te = gguf_find_tensor(g, "token_embd.weight");
+    if (!te) {
+        r = err_set(e, ERR_NOTFOUND, "model: missing tensor 'token_embd.weight'");
+        goto fail;
+    }
+    if (te->n_dims != 2 || te->dims[1] < 1 || te->dims[1] > (1 << 24)) {
+        r = err_set(e, ERR_FORMAT, "model: tensor 'token_embd.weight' must be 2-D with a sane vocabulary size");
+        goto fail;
+    }
+    c->n_vocab = (int)te->dims[1];
+    int hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    if ((r = load_mat(g, "token_embd.weight", c->n_embd, c->n_vocab, &m->tok_embd, e))) goto fail;
+
+    /* size of the f32 arena for vectors */
+    size_t per_layer = 2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)q_dim + 2 * (size_t)kv_dim : 0) +
+                       (c->has_qk_norm ? 2 * (size_t)hd : 0);
+    vec_arena a = {0};
+    a.cap = (size_t)c->n_embd + (size_t)c->n_layer * per_layer + (size_t)c->n_rot / 2;
+    a.buf = xmalloc(a.cap * sizeof(float));
+    m->f32_owned = a.buf;
+
+    if ((r = load_vec(g, "output_norm.weight", c->n_embd, false, &a, &m->out_norm, e))) goto fail;
+    if (gguf_find_tensor(g, "output.weight")) {
+        if ((r = load_mat(g, "output.weight", c->n_embd, c->n_vocab, &m->output, e))) goto fail;
+    } else {
+        c->tied_output = true;
+        m->output = m->tok_embd;
+    }
+    if ((r = load_vec(g, "rope_freqs.weight", c->n_rot / 2, true, &a, &m->rope_freqs, e))) goto fail;
+    c->has_rope_freqs = m->rope_freqs != NULL;
+
+    m->layers = xcalloc((size_t)c->n_layer, sizeof(model_layer));
+    for (int l = 0; l < c->n_layer; l++) {
+        model_layer *L = &m->layers[l];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%d.%s", l, s), name)
+        if ((r = load_vec(g, NAME("attn_norm.weight"), c->n_embd, false, &a, &L->attn_norm, e))) goto fail;
+        if ((r = load_mat(g, NAME("attn_q.weight"), c->n_embd, q_dim, &L->wq, e))) goto fail;
+        if ((r = load_mat(g, NAME("attn_k.weight"), c->n_embd, kv_dim, &L->wk, e))) goto fail;
+        if ((r = load_mat(g, NAME("attn_v.weight"), c->n_embd, kv_dim, &L->wv, e))) goto fail;
+        if ((r = load_mat(g, NAME("attn_output.weight"), q_dim, c->n_embd, &L->wo, e))) goto fail;
+        if (c->has_qkv_bias) {
+            if ((r = load_vec(g, NAME("attn_q.bias"), q_dim, false, &a, &L->bq, e))) goto fail;
+            if ((r = load_vec(g, NAME("attn_k.bias"), kv_dim, false, &a, &L->bk, e))) goto fail;
+            if ((r = load_vec(g, NAME("attn_v.bias"), kv_dim, false, &a, &L->bv, e))) goto fail;
+        }
+        if (c->has_qk_norm) {
+            if ((r = load_vec(g, NAME("attn_q_norm.weight"), hd, false, &a, &L->q_norm, e))) goto fail;
+            if ((r = load_vec(g, NAME("attn_k_norm.weight"), hd, false, &a, &L->k_norm, e))) goto fail;
+        }
+        if ((r = load_vec(g, NAME("ffn_norm.weight"), c->n_embd, false, &a, &L->ffn_norm, e))) goto fail;
+        if ((r = load_mat(g, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, &L->w_gate, e))) goto fail;
+        if ((r = load_mat(g, NAME("ffn_up.weight"), c->n_embd, c->n_ff, &L->w_up, e))) goto fail;
+        if ((r = load_mat(g, NAME("ffn_down.weight"), c->n_ff, c->n_embd, &L->w_down, e))) goto fail;
+#undef NAME
+    }
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) m->weight_bytes += gguf_tensor_at(g, i)->n_bytes;
+    m->gguf = g;
+    *out = m;
+    return 0;
+fail:
+    free(m->f32_owned);
+    free(m->layers);
+    free(m);
+    return r;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    gguf_free(m->gguf);
+    free(m->f32_owned);
+    free(m->layers);
+    free(m);
+}
+
+size_t model_kv_block_bytes(const model *m, int block_tokens) {
+    const model_config *c = &m->cfg;
+    return 2 * sizeof(float) * (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
+}
+
+model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens) {
+    const model_config *c = &m->cfg;
+    ASSERT(n_blocks > 0 && block_tokens > 0);
+    model_kv *kv = xcalloc(1, sizeof *kv);
+    kv->n_blocks = n_blocks;
+    kv->block_tokens = block_tokens;
+    kv->block_floats = (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    kv->k = xaligned_alloc(kv->block_floats * (size_t)n_blocks * sizeof(float));
+    kv->v = xaligned_alloc(kv->block_floats * (size_t)n_blocks * sizeof(float));
+    return kv;
+}
+
+void model_kv_free(model_kv *kv) {
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+void model_kv_copy_block(model_kv *kv, int dst, int src) {
+    ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
+    memcpy(kv->k + (size_t)dst * kv->block_floats, kv->k + (size_t)src * kv->block_floats,
+           kv->block_floats * sizeof(float));
+    memcpy(kv->v + (size_t)dst * kv->block_floats, kv->v + (size_t)src * kv->block_floats,
+           kv->block_floats * sizeof(float));
+}

@@ -1,0 +1,245 @@
+/*
+ * sample.c — the sampler chain (see sample.h for the order of stages).
+ *
+ * Candidates are kept as (id, logit) pairs; truncation stages shrink the
+ * candidate list. The only allocations happen in sampler_new.
+ */
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand {
+    float v;
+    int32_t id;
+} cand;
+
+struct sampler {
+    sampler_params p;
+    int n_vocab;
+    int32_t *hist;    /* ring of the last `hist_cap` tokens           */
+    int hist_cap, hist_n, hist_head;
+    int32_t *counts;  /* (n_vocab) occurrences within the window      */
+    struct cand *cands; /* (n_vocab) candidate scratch                */
+    rng r;
+};
+
+sampler_params sampler_defaults(void) {
+    sampler_params p = {0};
+    p.temperature = 1.0f;
+    p.top_p = 1.0f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    return p;
+}
+
+int sampler_params_check(const sampler_params *p, err_t *e) {
+    if (!(p->temperature >= 0 && p->temperature <= 100))
+        return err_set(e, ERR_RANGE, "temperature must be in [0, 100], got %g", p->temperature);
+    if (!(p->top_p > 0 && p->top_p <= 1)) return err_set(e, ERR_RANGE, "top_p must be in (0, 1], got %g", p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1)) return err_set(e, ERR_RANGE, "min_p must be in [0, 1], got %g", p->min_p);
+    if (p->top_k < 0) return err_set(e, ERR_RANGE, "top_k must be >= 0, got %d", p->top_k);
+    if (!(p->repeat_penalty > 0 && p->repeat_penalty <= 100))
+        return err_set(e, ERR_RANGE, "repeat_penalty must be in (0, 100], got %g", p->repeat_penalty);
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        return err_set(e, ERR_RANGE, "presence_penalty must be in [-2, 2], got %g", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        return err_set(e, ERR_RANGE, "frequency_penalty must be in [-2, 2], got %g", p->frequency_penalty);
+    if (p->repeat_last_n < -1) return err_set(e, ERR_RANGE, "repeat_last_n must be >= -1, got %d", p->repeat_last_n);
+    return 0;
+}
+
+void rng_seed(rng *r, uint64_t seed) {
+    /* splitmix64 to expand the seed into the xorshift128+ state */
+    for (int i = 0; i < 2; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        r->s[i] = z ^ (z >> 31);
+    }
+    if (!r->s[0] && !r->s[1]) r->s[0] = 1;
+}
+
+uint64_t rng_next(rng *r) {
+    uint64_t s1 = r->s[0];
+    const uint64_t s0 = r->s[1];
+    const uint64_t out = s0 + s1;
+    r->s[0] = s0;
+    s1 ^= s1 << 23;
+    r->s[1] = s1 ^ s0 ^ (s1 >> 18) ^ (s0 >> 5);
+    return out;
+}
+
+double rng_uniform(rng *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+float rng_normal(rng *r) {
+    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+sampler *sampler_new(const sampler_params *p, int n_vocab) {
+    ASSERT(n_vocab > 0);
+    sampler *s = xcalloc(1, sizeof *s);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->hist_cap = p->repeat_last_n < 0 ? 1 << 20 : (p->repeat_last_n == 0 ? 1 : p->repeat_last_n);
+    s->hist = xmalloc(sizeof(int32_t) * (size_t)s->hist_cap);
+    s->counts = xcalloc((size_t)n_vocab, sizeof(int32_t));
+    s->cands = xmalloc(sizeof(struct cand) * (size_t)n_vocab);
+    rng_seed(&s->r, p->seed);
+    return s;
+}
+
+void sampler_free(sampler *s) {
+    if (!s) return;
+    free(s->hist);
+    free(s->counts);
+    free(s->cands);
+    free(s);
+}
+
+void sampler_accept(sampler *s, int32_t token) {
+    if (token < 0 || token >= s->n_vocab || s->p.repeat_last_n == 0) return;
+    if (s->hist_n == s->hist_cap) { /* drop the oldest */
+        int32_t old = s->hist[s->hist_head];
+        s->counts[old]--;
+        s->hist[s->hist_head] = token;
+        s->hist_head = (s->hist_head + 1) % s->hist_cap;
+    } else {
+        s->hist[(s->hist_head + s->hist_n) % s->hist_cap] = token;
+        s->hist_n++;
+    }
+    s->counts[token]++;
+}
+
+static void apply_penalties(sampler *s, float *logits) {
+    const sampler_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    /* visit each distinct token of the window once */
+    for (int i = 0; i < s->hist_n; i++) {
+        int32_t t = s->hist[(s->hist_head + i) % s->hist_cap];
+        int c = s->counts[t];
+        if (c <= 0) continue;
+        float l = logits[t];
+        if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l -= p->presence_penalty + p->frequency_penalty * (float)c;
+        logits[t] = l;
+        s->counts[t] = -c; /* mark visited */
+    }
+    for (int i = 0; i < s->hist_n; i++) {
+        int32_t t = s->hist[(s->hist_head + i) % s->hist_cap];
+        if (s->counts[t] < 0) s->counts[t] = -s->counts[t];
+    }
+}
+
+/* Sorts candidates by value, descending; ties by id ascending. */
+static int cmp_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id - y->id;
+}
+
+/* Partial selection: moves the k best of c[0..n) to the front, sorted. */
+static void top_sorted(cand *c, int n, int k) {
+    if (k >= n || n <= 256) {
+        qsort(c, (size_t)n, sizeof *c, cmp_desc);
+        return;
+    }
+    /* quickselect puts the k best in front, then only they are sorted */
+    int lo = 0, hi = n - 1;
+    while (lo < hi) { /* quickselect for position k */
+        cand pivot = c[(lo + hi) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_desc(&c[i], &pivot) < 0) i++;
+            while (cmp_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                cand t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else break;
+    }
+    qsort(c, (size_t)k, sizeof *c, cmp_desc);
+}
+
+static void log_softmax_top(const float *logits, int n, int top_n, int32_t chosen, float *chosen_lp, int32_t *top_ids,
+                            float *top_lps, cand *scratch) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
+    double lse = (double)mx + log(sum);
+    if (chosen_lp) *chosen_lp = (float)((double)logits[chosen] - lse);
+    if (top_n > 0) {
+        for (int i = 0; i < n; i++) scratch[i] = (cand){logits[i], i};
+        int k = top_n < n ? top_n : n;
+        top_sorted(scratch, n, k);
+        for (int i = 0; i < k; i++) {
+            top_ids[i] = scratch[i].id;
+            top_lps[i] = (float)((double)scratch[i].v - lse);
+        }
+    }
+}
+
+int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *chosen_logprob, int32_t *top_ids,
+                       float *top_lps) {
+    const sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    apply_penalties(s, logits);
+    cand *cands = s->cands;
+    int32_t chosen;
+    if (p->temperature <= 0) {
+        chosen = 0;
+        for (int i = 1; i < n; i++)
+            if (logits[i] > logits[chosen]) chosen = i;
+    } else {
+        for (int i = 0; i < n; i++) cands[i] = (cand){logits[i], i};
+        int m = n;
+        int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+        top_sorted(cands, m, k);
+        m = k;
+        /* softmax over the survivors with temperature */
+        double mx = cands[0].v, sum = 0;
+        for (int i = 0; i < m; i++) sum += exp(((double)cands[i].v - mx) / p->temperature);
+        /* top-p: smallest prefix with mass >= top_p */
+        if (p->top_p < 1.0f) {
+            double acc = 0;
+            for (int i = 0; i < m; i++) {
+                acc += exp(((double)cands[i].v - mx) / p->temperature) / sum;
+                if (acc >= p->top_p) {
+                    m = i + 1;
+                    break;
+                }
+            }
+        }
+        /* min-p: keep tokens with prob >= min_p * max prob */
+        if (p->min_p > 0) {
+            double lim = log(p->min_p) * p->temperature; /* logit gap allowed */
+            int keep = 1;
+            while (keep < m && (double)cands[keep].v - mx >= lim) keep++;
+            m = keep;
+        }
+        double total = 0;
+        for (int i = 0; i < m; i++) total += exp(((double)cands[i].v - mx) / p->temperature);
+        double u = rng_uniform(&s->r) * total, acc = 0;
+        chosen = cands[m - 1].id;
+        for (int i = 0; i < m; i++) {
+            acc += exp(((double)cands[i].v - mx) / p->temperature);
+            if (u < acc) {
+                chosen = cands[i].id;
+                break;
+            }
+        }
+    }
+    if (top_n_logprobs >= 0)
+        log_softmax_top(logits, n, top_n_logprobs, chosen, chosen_logprob, top_ids, top_lps, cands);
+    return chosen;
+}

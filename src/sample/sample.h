@@ -1,0 +1,67 @@
+/*
+ * sample.h — picks the next token from a row of logits.
+ *
+ * Place in the flow: after model_forward, before the detokenizer. One
+ * sampler per request; it keeps the request's RNG and the token history
+ * that penalties need. Owned by the engine thread.
+ *
+ * The chain, in order (each stage optional):
+ *
+ *   logits ─▶ repetition / presence / frequency penalties (over history)
+ *          ─▶ temperature == 0 ? argmax (greedy, lowest id wins ties)
+ *          ─▶ top-k ─▶ softmax(logits / temperature) ─▶ top-p ─▶ min-p
+ *          ─▶ draw with the request's seeded RNG
+ *
+ * Log-probabilities (when asked) are those of the model's distribution
+ * after penalties, before temperature and truncation (log-softmax of the
+ * penalised logits), as OpenAI and vLLM report them.
+ */
+#ifndef KVLOOM_SAMPLE_H
+#define KVLOOM_SAMPLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+
+typedef struct sampler_params {
+    float temperature;      /* 0 = greedy; default 1                              */
+    int top_k;              /* <= 0: off                                          */
+    float top_p;            /* 1 = off; (0, 1]                                    */
+    float min_p;            /* 0 = off; [0, 1]                                    */
+    float repeat_penalty;   /* 1 = off; > 0 (llama.cpp semantics)                 */
+    int repeat_last_n;      /* history window for the penalties; default 64, -1 = all */
+    float presence_penalty; /* 0 = off; [-2, 2] (OpenAI semantics)                */
+    float frequency_penalty;/* 0 = off; [-2, 2]                                   */
+    uint64_t seed;          /* RNG seed                                           */
+} sampler_params;
+
+/* Defaults: temperature 1, top_k 0, top_p 1, min_p 0, penalties off,
+ * repeat_last_n 64, seed 0. */
+sampler_params sampler_defaults(void);
+/* Checks ranges; returns 0 or ERR_RANGE with a message naming the field. */
+int sampler_params_check(const sampler_params *p, err_t *e);
+
+typedef struct sampler sampler;
+/* n_vocab > 0. */
+sampler *sampler_new(const sampler_params *p, int n_vocab);
+void sampler_free(sampler *s);
+/* Adds a token to the history (prompt tokens too, for the repeat penalty). */
+void sampler_accept(sampler *s, int32_t token);
+/* Picks a token. `logits` (n_vocab) is modified in place (penalties).
+ * When top_n_logprobs >= 0, writes the chosen token's logprob to
+ * *chosen_logprob and the top_n most likely tokens (ids, logprobs, in
+ * decreasing order) to top_ids/top_lps (arrays of at least top_n). */
+int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *chosen_logprob, int32_t *top_ids,
+                       float *top_lps);
+
+/* Small seeded RNG (splitmix64 / xorshift), exported for tests and tools. */
+typedef struct rng {
+    uint64_t s[2];
+} rng;
+void rng_seed(rng *r, uint64_t seed);
+uint64_t rng_next(rng *r);
+double rng_uniform(rng *r); /* [0, 1) with 53 random bits */
+float rng_normal(rng *r);   /* standard normal */
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * engine.h — the engine thread: continuous batching over a paged KV cache
+ * with a radix prefix cache.
+ *
+ * Place in the flow: sched/. HTTP threads hand it tokenized requests
+ * (req.h) through engine_submit; one engine thread owns the scheduler, the
+ * KV pool (kv/kvpool.h), the radix tree (kv/radix.h), the model state and
+ * every sampler, runs model_forward over one ragged batch per step and posts
+ * each sampled token back to its req.
+ *
+ * Request states (engine.c):
+ *
+ *   submit ─▶ WAITING ──admit──▶ PREFILL ──last prompt token──▶ DECODE ─▶ DONE
+ *               ▲  │ (prefix matched,     (chunks under the        │
+ *               │  │  blocks allocated)     token budget)           │
+ *               │  └─ joined a PENDING block: waits until READY     │
+ *               └────────────── PREEMPTED (pool full: blocks freed, ┘
+ *                               generated tokens kept, recomputed later)
+ *
+ * A cancelled request (req_cancel) leaves from any state at the next step.
+ *
+ * Thread safety: engine_submit and engine_get_stats may be called from any
+ * thread; everything else happens on the engine thread.
+ */
+#ifndef KVLOOM_ENGINE_H
+#define KVLOOM_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../model/model.h"
+#include "req.h"
+
+typedef bool (*engine_eog_fn)(void *ctx, int32_t token);
+
+typedef struct engine_opts {
+    int n_threads;          /* kernel worker threads (>= 1)                       */
+    size_t kv_mem_bytes;    /* KV pool size in bytes (>= one block per ctx)       */
+    int block_tokens;       /* tokens per KV block (16)                           */
+    int max_batch_tokens;   /* token budget of one step (>= 1)                    */
+    int max_running;        /* sequences in one batch at most (>= 1)              */
+    int max_queue;          /* waiting requests beyond this: engine_submit refuses */
+    int n_ctx;              /* positions per sequence (prompt + generated)        */
+    engine_eog_fn is_eog;   /* end-of-generation test (NULL: none)                */
+    void *eog_ctx;
+    bool check;             /* run kvpool_check/radix_check after every step      */
+} engine_opts;
+
+/* Defaults: 1 thread, 64 MiB, 16-token blocks, 512-token budget, 64 running,
+ * 256 queued, n_ctx 0 (= the model's n_ctx_train), no EOG test, no checks. */
+engine_opts engine_defaults(void);
+
+#define ENGINE_HIST_BUCKETS 14
+/* A Prometheus-style histogram: counts[i] = observations <= le[i] (not
+ * cumulative here; the renderer accumulates); the +Inf bucket is `count`. */
+typedef struct engine_hist {
+    double le[ENGINE_HIST_BUCKETS];
+    uint64_t counts[ENGINE_HIST_BUCKETS];
+    double sum;
+    uint64_t count;
+} engine_hist;
+
+typedef struct engine_stats {
+    int n_running;                  /* admitted and not finished                  */
+    int n_waiting;                  /* queued, preempted or waiting on a block    */
+    uint64_t prompt_tokens_total;   /* prompt tokens of admitted requests         */
+    uint64_t prompt_tokens_cached_total;   /* of which served from the cache      */
+    uint64_t prompt_tokens_computed_total; /* prompt tokens run through the model */
+    uint64_t generation_tokens_total;
+    uint64_t preemptions_total;
+    uint64_t steps_total;
+    int kv_blocks_total;
+    int kv_blocks_used;             /* blocks with a reference (tree or request)  */
+    int kv_blocks_cached;           /* blocks indexed by the radix tree           */
+    engine_hist ttft;               /* seconds, submit -> first token             */
+    engine_hist tpot;               /* seconds per output token after the first   */
+} engine_stats;
+
+typedef struct engine engine;
+
+/* Creates the KV pool (kv_mem_bytes / model_kv_block_bytes blocks), the radix
+ * tree and the model state, and starts the engine thread. `m` must outlive
+ * the engine. Errors: ERR_INVALID for bad options (named), ERR_RANGE when the
+ * KV memory holds less than one block. */
+int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e);
+/* Stops the thread (finishing every request as cancelled) and frees all. */
+void engine_free(engine *en);
+
+/* Positions per sequence, and the number of tokens the whole pool holds. */
+int engine_n_ctx(const engine *en);
+int engine_capacity_tokens(const engine *en);
+
+/* Queues a request (takes a reference on success). The caller has checked
+ * r->n_prompt < engine_n_ctx and token ids. Returns 0, or ERR_RANGE when
+ * the waiting queue already holds max_queue requests (the server answers
+ * 429), or ERR_INVALID (named) when the request can never run (prompt longer
+ * than the context or than the whole pool). */
+int engine_submit(engine *en, req *r, err_t *e);
+
+/* A consistent snapshot of the counters. */
+void engine_get_stats(engine *en, engine_stats *out);
+
+#endif

@@ -1,0 +1,117 @@
+/*
+ * req.h — one generation request as the HTTP side and the engine share it.
+ *
+ * Place in the flow: sched/. An HTTP thread fills a req (prompt tokens,
+ * sampling parameters, limits), submits it to the engine (engine.h), then
+ * reads the tokens the engine posts until the request finishes. The engine
+ * thread owns everything about *how* the request runs (blocks, sampler,
+ * scheduling state, see engine.c); the req carries only the contract:
+ *
+ *   HTTP thread                         engine thread
+ *   ───────────                         ─────────────
+ *   req_new, fill the input fields
+ *   engine_submit ────────────────────▶ queued (WAITING)
+ *                                       step ... req_post_token ─┐
+ *   req_wait ◀────────────────── (mutex + condvar) ◀─────────────┘
+ *   req_cancel (client gone)  ────────▶ seen at the next step, blocks freed
+ *   req_stop (stop string seen) ──────▶ finished as "stop" at the next step
+ *                                       req_post_finish
+ *   req_unref                           req_unref
+ *
+ * Lifetime: refcounted; the creator holds one reference and engine_submit
+ * takes one more. The input fields are written before submission and are
+ * read-only afterwards. The output (tokens, finish) is guarded by the req's
+ * mutex and only grows: tokens are appended, never changed, and the finish
+ * record is written once, after the last token.
+ */
+#ifndef KVLOOM_REQ_H
+#define KVLOOM_REQ_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../sample/sample.h"
+
+#define REQ_MAX_TOP_LOGPROBS 20
+
+typedef enum req_finish {
+    REQ_RUNNING = 0,   /* not finished yet                                      */
+    REQ_FINISH_STOP,   /* end-of-generation token, or a stop string (req_stop)  */
+    REQ_FINISH_LENGTH, /* max_tokens or the context / KV capacity reached       */
+    REQ_FINISH_CANCEL, /* req_cancel: the client went away                      */
+    REQ_FINISH_ERROR,  /* an internal failure; `error` says what                */
+} req_finish;
+
+/* One generated token and, when asked for, its log-probabilities. */
+typedef struct req_token {
+    int32_t id;
+    float logprob;                           /* valid when n_logprobs >= 0 */
+    int n_top;                               /* entries in top_*           */
+    int32_t top_ids[REQ_MAX_TOP_LOGPROBS];
+    float top_lps[REQ_MAX_TOP_LOGPROBS];
+} req_token;
+
+typedef struct req {
+    /* ---- input: written by the creator before engine_submit ---- */
+    int32_t *prompt;       /* (n_prompt) token ids, owned by the req             */
+    int n_prompt;          /* >= 1                                               */
+    sampler_params sp;     /* checked by the creator                             */
+    int max_tokens;        /* >= 1; the engine also stops at its context limit   */
+    bool ignore_eos;       /* do not stop at end-of-generation tokens            */
+    int n_logprobs;        /* -1: none; 0..REQ_MAX_TOP_LOGPROBS: chosen + top-n  */
+    int64_t t_submit_ns;   /* clock_ns() at submission (set by engine_submit)    */
+
+    /* ---- control: any thread ---- */
+    atomic_bool cancel;    /* set by req_cancel                                  */
+    atomic_bool stop;      /* set by req_stop                                    */
+    atomic_int refs;
+
+    /* ---- output: guarded by `mu`, written by the engine thread ---- */
+    void *sync;            /* mutex + condvar (private to req.c)                 */
+    req_token *tokens;     /* (n_tokens) generated so far                        */
+    int n_tokens, cap_tokens;
+    req_finish finish;     /* REQ_RUNNING until req_post_finish                  */
+    int n_cached;          /* prompt tokens served from the prefix cache         */
+    int64_t t_first_ns;    /* clock_ns() of the first generated token (0: none)  */
+    char error[256];       /* message when finish == REQ_FINISH_ERROR            */
+} req;
+
+/* A new request with one reference, taking ownership of `prompt` (malloc'd,
+ * n_prompt >= 1 tokens). Sampling parameters default to sampler_defaults();
+ * max_tokens to INT32_MAX; n_logprobs to -1. */
+req *req_new(int32_t *prompt, int n_prompt);
+void req_ref(req *r);
+/* Drops a reference; the last one frees the request. NULL is a no-op. */
+void req_unref(req *r);
+
+/* Any thread: ask the engine to drop the request (client disconnected). */
+void req_cancel(req *r);
+/* Any thread: ask the engine to finish the request as "stop" (the reader
+ * found a stop string in the text). */
+void req_stop(req *r);
+
+/* ---- engine thread ---- */
+/* Appends one generated token and wakes the reader. */
+void req_post_token(req *r, const req_token *t);
+/* Records the end (once; later calls are ignored) and wakes the reader.
+ * `error` is used for REQ_FINISH_ERROR and may be NULL. */
+void req_post_finish(req *r, req_finish why, const char *error);
+/* Records how many prompt tokens came from the cache (before the first token). */
+void req_set_cached(req *r, int n_cached);
+
+/* ---- reader (HTTP thread) ---- */
+/* Waits until more than `n_seen` tokens exist or the request finished, for at
+ * most timeout_ms (< 0: no limit). Returns the current token count and writes
+ * the finish state to *finish (REQ_RUNNING while running). Tokens [0, count)
+ * may be read from r->tokens after this returns: they never change. Because
+ * the array may grow (realloc) under the mutex, copy what you need with
+ * req_copy_tokens instead of keeping pointers. */
+int req_wait(req *r, int n_seen, int timeout_ms, req_finish *finish);
+/* Copies tokens [from, from+n) into out (n entries). */
+void req_copy_tokens(req *r, int from, int n, req_token *out);
+/* Snapshot of the finish record (reason, cached count, error message). */
+req_finish req_get_finish(req *r, int *n_cached, char *error, size_t error_size);
+
+#endif

@@ -1,0 +1,293 @@
+/*
+ * oai.c — validates OpenAI completion / chat request bodies into oai_params
+ * and builds the OpenAI error object.
+ *
+ * Every rejection names the field (the message and *param), so a client sees
+ * exactly what to fix; nothing here asserts on request content. A JSON null
+ * counts as an absent field, because many clients send nulls for unset
+ * options.
+ */
+#include "oai.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A field's value, or NULL when absent or null. */
+static json_t *field(json_t *o, const char *name) {
+    json_t *v = json_object_get(o, name);
+    return (v && !json_is_null(v)) ? v : NULL;
+}
+
+static int bad(const char **param, const char *name, err_t *e, const char *msg) {
+    *param = name;
+    return err_set(e, ERR_INVALID, "'%s' %s", name, msg);
+}
+
+/* Number field in [lo, hi] (open ends when lo_open / hi_open). */
+static int get_float(json_t *o, const char *name, double lo, bool lo_open, double hi, float *out, const char **param,
+                     err_t *e) {
+    json_t *v = field(o, name);
+    if (!v) return 0;
+    if (!json_is_number(v)) return bad(param, name, e, "must be a number");
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi) {
+        *param = name;
+        return err_set(e, ERR_INVALID, "'%s' must be in %s%g, %g]; got %g", name, lo_open ? "(" : "[", lo, hi, x);
+    }
+    *out = (float)x;
+    return 0;
+}
+
+/* Integer field in [lo, hi]; integral reals such as 16.0 are accepted. Sets
+ * *present when the field is there. */
+static int get_int(json_t *o, const char *name, long long lo, long long hi, long long *out, bool *present,
+                   const char **param, err_t *e) {
+    json_t *v = field(o, name);
+    if (present) *present = v != NULL;
+    if (!v) return 0;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v) &&
+               fabs(json_real_value(v)) < 9e15) {
+        x = (long long)json_real_value(v);
+    } else {
+        return bad(param, name, e, "must be an integer");
+    }
+    if (x < lo || x > hi) {
+        *param = name;
+        return err_set(e, ERR_INVALID, "'%s' must be an integer in [%lld, %lld]; got %lld", name, lo, hi, x);
+    }
+    *out = x;
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *name, bool *out, const char **param, err_t *e) {
+    json_t *v = field(o, name);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return bad(param, name, e, "must be a boolean");
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* An array of token ids; `where` names it in messages ("prompt", "prompt[0]"). */
+static int parse_token_array(json_t *a, const char *where, int n_vocab, int32_t **out, int *n_out, const char **param,
+                             err_t *e) {
+    size_t n = json_array_size(a);
+    if (n == 0) return bad(param, "prompt", e, "must not be empty");
+    if (n > (1u << 24)) return bad(param, "prompt", e, "has too many tokens");
+    int32_t *t = malloc(n * sizeof *t);
+    if (!t) return err_set(e, ERR_NOMEM, "out of memory for %zu prompt tokens", n);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= n_vocab) {
+            free(t);
+            *param = "prompt";
+            return err_set(e, ERR_INVALID, "'%s[%zu]' must be a token id in [0, %d)", where, i, n_vocab);
+        }
+        t[i] = (int32_t)json_integer_value(v);
+    }
+    *out = t;
+    *n_out = (int)n;
+    return 0;
+}
+
+static int parse_prompt(json_t *body, int n_vocab, oai_params *p, const char **param, err_t *e) {
+    json_t *v = field(body, "prompt");
+    if (!v) return bad(param, "prompt", e, "is required");
+    if (json_is_string(v)) {
+        p->prompt_text = xstrndup(json_string_value(v), json_string_length(v));
+        return 0;
+    }
+    if (!json_is_array(v)) return bad(param, "prompt", e, "must be a string or an array of strings or token ids");
+    size_t n = json_array_size(v);
+    if (n == 0) return bad(param, "prompt", e, "must not be empty");
+    json_t *first = json_array_get(v, 0);
+    if (json_is_integer(first)) return parse_token_array(v, "prompt", n_vocab, &p->prompt_tokens, &p->n_prompt_tokens, param, e);
+    if (n > 1) return bad(param, "prompt", e, "with several prompts (batched prompts) is not supported; send one prompt");
+    if (json_is_string(first)) {
+        p->prompt_text = xstrndup(json_string_value(first), json_string_length(first));
+        return 0;
+    }
+    if (json_is_array(first))
+        return parse_token_array(first, "prompt[0]", n_vocab, &p->prompt_tokens, &p->n_prompt_tokens, param, e);
+    return bad(param, "prompt", e, "must be a string or an array of strings or token ids");
+}
+
+static int parse_messages(json_t *body, oai_params *p, const char **param, err_t *e) {
+    json_t *v = field(body, "messages");
+    if (!v) return bad(param, "messages", e, "is required");
+    if (!json_is_array(v) || json_array_size(v) == 0) return bad(param, "messages", e, "must be a non-empty array");
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *m = json_array_get(v, i);
+        *param = "messages";
+        if (!json_is_object(m)) return err_set(e, ERR_INVALID, "'messages[%zu]' must be an object", i);
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role)) return err_set(e, ERR_INVALID, "'messages[%zu].role' must be a string", i);
+        json_t *c = json_object_get(m, "content");
+        if (c && !json_is_null(c) && !json_is_string(c) && !json_is_array(c))
+            return err_set(e, ERR_INVALID, "'messages[%zu].content' must be a string, an array of parts or null", i);
+        if (json_is_array(c)) {
+            for (size_t j = 0; j < json_array_size(c); j++) {
+                json_t *part = json_array_get(c, j);
+                json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
+                if (!json_is_string(type))
+                    return err_set(e, ERR_INVALID, "'messages[%zu].content[%zu]' must be an object with a 'type'", i, j);
+                if (strcmp(json_string_value(type), "text") != 0)
+                    return err_set(e, ERR_INVALID, "'messages[%zu].content[%zu].type' '%s' is not supported (text only)", i,
+                                   j, json_string_value(type));
+                if (!json_is_string(json_object_get(part, "text")))
+                    return err_set(e, ERR_INVALID, "'messages[%zu].content[%zu].text' must be a string", i, j);
+            }
+        }
+    }
+    p->messages = json_incref(v);
+    json_t *tools = field(body, "tools");
+    if (tools) {
+        if (!json_is_array(tools)) return bad(param, "tools", e, "must be an array");
+        p->tools = json_incref(tools);
+    }
+    return 0;
+}
+
+static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e) {
+    json_t *v = field(body, "stop");
+    if (!v) return 0;
+    if (json_is_string(v)) {
+        if (json_string_length(v) > 0) p->stop[p->n_stop++] = xstrndup(json_string_value(v), json_string_length(v));
+        return 0;
+    }
+    if (!json_is_array(v)) return bad(param, "stop", e, "must be a string or an array of strings");
+    if (json_array_size(v) > OAI_MAX_STOP) {
+        *param = "stop";
+        return err_set(e, ERR_INVALID, "'stop' may hold at most %d strings", OAI_MAX_STOP);
+    }
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *s = json_array_get(v, i);
+        if (!json_is_string(s)) {
+            *param = "stop";
+            return err_set(e, ERR_INVALID, "'stop[%zu]' must be a string", i);
+        }
+        if (json_string_length(s) > 0) p->stop[p->n_stop++] = xstrndup(json_string_value(s), json_string_length(s));
+    }
+    return 0;
+}
+
+int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e) {
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    p->max_tokens = -1;
+    p->n_logprobs = -1;
+    p->sp = sampler_defaults();
+    p->sp.repeat_last_n = -1; /* OpenAI penalties count the whole output */
+    *param = NULL;
+    int rc;
+    if (!json_is_object(body)) {
+        *param = NULL;
+        rc = err_set(e, ERR_INVALID, "the request body must be a JSON object");
+        goto fail;
+    }
+    json_t *v;
+    if ((v = field(body, "model")) && !json_is_string(v)) {
+        rc = bad(param, "model", e, "must be a string");
+        goto fail;
+    }
+    if ((v = field(body, "user")) && !json_is_string(v)) {
+        rc = bad(param, "user", e, "must be a string");
+        goto fail;
+    }
+    rc = kind == OAI_COMPLETION ? parse_prompt(body, n_vocab, p, param, e) : parse_messages(body, p, param, e);
+    if (rc < 0) goto fail;
+
+    long long x;
+    bool present;
+    const char *mt_name = kind == OAI_CHAT && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if ((rc = get_int(body, mt_name, 1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
+    if (present) p->max_tokens = (int)x;
+    if ((rc = get_float(body, "temperature", 0, false, 2, &p->sp.temperature, param, e)) < 0) goto fail;
+    if ((rc = get_float(body, "top_p", 0, true, 1, &p->sp.top_p, param, e)) < 0) goto fail;
+    if ((rc = get_int(body, "top_k", -1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
+    if (present) p->sp.top_k = x < 0 ? 0 : (int)x;
+    if ((rc = get_float(body, "min_p", 0, false, 1, &p->sp.min_p, param, e)) < 0) goto fail;
+    if ((rc = get_float(body, "presence_penalty", -2, false, 2, &p->sp.presence_penalty, param, e)) < 0) goto fail;
+    if ((rc = get_float(body, "frequency_penalty", -2, false, 2, &p->sp.frequency_penalty, param, e)) < 0) goto fail;
+    if ((rc = get_float(body, "repetition_penalty", 0, true, 10, &p->sp.repeat_penalty, param, e)) < 0) goto fail;
+    if ((rc = get_int(body, "seed", INT64_MIN, INT64_MAX, &x, &p->seed_set, param, e)) < 0) goto fail;
+    if (p->seed_set) p->sp.seed = (uint64_t)x;
+    if ((rc = get_int(body, "n", 1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
+    if (present && x != 1) {
+        rc = bad(param, "n", e, "> 1 is not supported");
+        goto fail;
+    }
+    if ((rc = get_bool(body, "stream", &p->stream, param, e)) < 0) goto fail;
+    if ((v = field(body, "stream_options"))) {
+        if (!json_is_object(v)) {
+            rc = bad(param, "stream_options", e, "must be an object");
+            goto fail;
+        }
+        json_t *iu = field(v, "include_usage");
+        if (iu && !json_is_boolean(iu)) {
+            rc = bad(param, "stream_options.include_usage", e, "must be a boolean");
+            goto fail;
+        }
+        p->include_usage = iu && json_is_true(iu);
+    }
+    if ((rc = get_bool(body, "ignore_eos", &p->ignore_eos, param, e)) < 0) goto fail;
+    if ((rc = parse_stop(body, p, param, e)) < 0) goto fail;
+    if (kind == OAI_COMPLETION) {
+        if ((rc = get_int(body, "logprobs", 0, 20, &x, &present, param, e)) < 0) goto fail;
+        if (present) p->n_logprobs = (int)x;
+    } else {
+        bool lp = false;
+        if ((rc = get_bool(body, "logprobs", &lp, param, e)) < 0) goto fail;
+        if ((rc = get_int(body, "top_logprobs", 0, 20, &x, &present, param, e)) < 0) goto fail;
+        if (present && !lp) {
+            rc = bad(param, "top_logprobs", e, "requires 'logprobs' to be true");
+            goto fail;
+        }
+        if (lp) p->n_logprobs = present ? (int)x : 0;
+    }
+    if ((rc = sampler_params_check(&p->sp, e)) < 0) {
+        *param = NULL;
+        goto fail;
+    }
+    return 0;
+fail:
+    oai_params_free(p);
+    return rc;
+}
+
+void oai_params_free(oai_params *p) {
+    free(p->prompt_text);
+    free(p->prompt_tokens);
+    if (p->messages) json_decref(p->messages);
+    if (p->tools) json_decref(p->tools);
+    for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+    p->max_tokens = -1;
+    p->n_logprobs = -1;
+}
+
+char *oai_error_json(const char *msg, const char *type, const char *param, const char *code) {
+    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg ? msg : "", "type", type ? type : "",
+                          "param", param ? json_string(param) : json_null(), "code",
+                          code ? json_string(code) : json_null());
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) s = xstrdup("{\"error\":{\"message\":\"internal error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+    return s;
+}
+
+const char *oai_error_type(int status) {
+    switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 405: return "invalid_request_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}

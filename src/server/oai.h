@@ -1,0 +1,69 @@
+/*
+ * oai.h — the OpenAI request bodies: parsing and validating /v1/completions
+ * and /v1/chat/completions JSON into plain parameters, and the error object.
+ *
+ * Place in the flow: server/, on an HTTP thread, right after the body has
+ * been read and before tokenization. Nothing here touches the engine.
+ *
+ * Validation rules (each failure names the field, e.g. "temperature must be
+ * a number in [0, 2]", and sets *param to "temperature"):
+ *   model string (any name accepted) · prompt string | [string] | [int] |
+ *   [[int]] (completions) · messages non-empty array of objects with a string
+ *   role (chat) · max_tokens / max_completion_tokens integer >= 1 ·
+ *   temperature [0, 2] · top_p (0, 1] · top_k integer >= -1 · min_p [0, 1] ·
+ *   presence_penalty, frequency_penalty [-2, 2] · repetition_penalty (0, 10] ·
+ *   seed integer · stop string | array of up to 16 strings · stream bool ·
+ *   stream_options object {include_usage bool} · logprobs int [0, 20]
+ *   (completions) or bool (chat) with top_logprobs int [0, 20] · n == 1 ·
+ *   user string · ignore_eos bool. A null value counts as absent; unknown
+ *   fields are ignored.
+ */
+#ifndef KVLOOM_OAI_H
+#define KVLOOM_OAI_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "../sample/sample.h"
+
+typedef enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 } oai_kind;
+
+#define OAI_MAX_STOP 16
+
+typedef struct oai_params {
+    oai_kind kind;
+    char *prompt_text;       /* completions with a text prompt (owned) or NULL   */
+    int32_t *prompt_tokens;  /* completions with token ids (owned) or NULL       */
+    int n_prompt_tokens;
+    json_t *messages;        /* chat: the messages array (a reference is held)   */
+    json_t *tools;           /* chat: tools array or NULL (reference held)       */
+    int max_tokens;          /* -1 when absent                                   */
+    sampler_params sp;
+    bool seed_set;
+    char *stop[OAI_MAX_STOP];/* non-empty stop strings (owned)                   */
+    int n_stop;
+    bool stream;
+    bool include_usage;      /* stream_options.include_usage                     */
+    bool ignore_eos;
+    int n_logprobs;          /* -1: none; else how many alternatives per token  */
+} oai_params;
+
+/* Parses and validates a request body. `n_vocab` bounds token ids in a token
+ * prompt. On error returns ERR_INVALID (or ERR_RANGE), writes the message to
+ * `e` and the offending field's name to *param (a static string). On
+ * success *p owns its allocations: release them with oai_params_free. */
+int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e);
+void oai_params_free(oai_params *p);
+
+/* {"error":{"message":msg,"type":type,"param":param|null,"code":code|null}}
+ * as a malloc'd string. */
+char *oai_error_json(const char *msg, const char *type, const char *param, const char *code);
+
+/* The error "type" OpenAI uses for an HTTP status (400 -> invalid_request_error,
+ * 401 -> authentication_error, 404 -> not_found_error, 429 ->
+ * rate_limit_error, 5xx -> server_error ...). */
+const char *oai_error_type(int status);
+
+#endif

@@ -1,0 +1,129 @@
+/*
+ * unicode.c — UTF-8 coding, code point classes, and the byte-level alphabet.
+ *
+ * Invariants: unicode_runs is sorted by `first` and starts at 0, so a binary
+ * search always finds a run; decoding never reads past n and never accepts
+ * overlong forms, surrogates or values above U+10FFFF (those bytes decode to
+ * U+FFFD one at a time, which is what the reference tokenizers do).
+ */
+#include "unicode.h"
+
+unsigned unicode_flags(uint32_t cp) {
+    if (cp > 0x10FFFF) return 0;
+    int lo = 0, hi = unicode_n_runs - 1;
+    while (lo < hi) { /* last run with first <= cp */
+        int mid = (lo + hi + 1) / 2;
+        if (unicode_runs[mid].first <= cp)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return unicode_runs[lo].flags;
+}
+
+/* Expected length of a sequence from its lead byte, 0 if it cannot lead. */
+static int lead_len(uint8_t b) {
+    if (b < 0x80) return 1;
+    if (b < 0xC2) return 0; /* continuation byte or overlong 2-byte lead */
+    if (b < 0xE0) return 2;
+    if (b < 0xF0) return 3;
+    if (b < 0xF5) return 4;
+    return 0;
+}
+
+/* Allowed range of the second byte for a given lead (rules out overlong
+ * 3/4-byte forms, surrogates and values above U+10FFFF). */
+static void second_range(uint8_t lead, uint8_t *lo, uint8_t *hi) {
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (lead == 0xE0) *lo = 0xA0;
+    else if (lead == 0xED) *hi = 0x9F;
+    else if (lead == 0xF0) *lo = 0x90;
+    else if (lead == 0xF4) *hi = 0x8F;
+}
+
+int unicode_check_prefix(const char *s, size_t n) {
+    const uint8_t *p = (const uint8_t *)s;
+    if (n == 0) return 0;
+    int len = lead_len(p[0]);
+    if (len == 0) return -1;
+    if (len == 1) return 1;
+    for (int i = 1; i < len; i++) {
+        if ((size_t)i >= n) return 0;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (i == 1) second_range(p[0], &lo, &hi);
+        if (p[i] < lo || p[i] > hi) return -1;
+    }
+    return len;
+}
+
+int unicode_decode(const char *s, size_t n, uint32_t *cp) {
+    const uint8_t *p = (const uint8_t *)s;
+    int len = unicode_check_prefix(s, n);
+    if (len <= 0) {
+        *cp = UNICODE_REPLACEMENT;
+        return 1;
+    }
+    switch (len) {
+    case 1: *cp = p[0]; break;
+    case 2: *cp = ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F); break;
+    case 3: *cp = ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F); break;
+    default:
+        *cp = ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
+              ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+        break;
+    }
+    return len;
+}
+
+int unicode_encode(uint32_t cp, char *out) {
+    uint8_t *o = (uint8_t *)out;
+    if (cp < 0x80) {
+        o[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (uint8_t)(0xC0 | (cp >> 6));
+        o[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (uint8_t)(0xE0 | (cp >> 12));
+        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (uint8_t)(0xF0 | (cp >> 18));
+    o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* GPT-2's bytes_to_unicode: printable Latin-1 bytes ('!'..'~', '¡'..'¬',
+ * '®'..'ÿ') stand for themselves; the other 68 bytes take U+0100.. in byte
+ * order. */
+static int byte_is_printable(uint8_t b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+}
+
+uint32_t unicode_byte_to_cp(uint8_t b) {
+    if (byte_is_printable(b)) return b;
+    uint32_t k = 0;
+    for (int i = 0; i < b; i++)
+        if (!byte_is_printable((uint8_t)i)) k++;
+    return 256 + k;
+}
+
+int unicode_cp_to_byte(uint32_t cp) {
+    if (cp < 256) return byte_is_printable((uint8_t)cp) ? (int)cp : -1;
+    if (cp >= 256 + 68) return -1;
+    uint32_t k = cp - 256;
+    for (int i = 0; i < 256; i++) {
+        if (!byte_is_printable((uint8_t)i)) {
+            if (k == 0) return i;
+            k--;
+        }
+    }
+    return -1;
+}

@@ -1,0 +1,347 @@
+#!/usr/bin/python3
+"""gguf_write.py -- a small GGUF v2/v3 writer and simple quantisers, used to
+build test files for the numpy reference (tools/ref/selftest.py) and for
+kvloom's own tests.
+
+The quantisers are deliberately plain (max-abs scales, no error search): they
+only need to produce *valid* blocks whose logical contents we know. The
+block packers (`pack_*`) take the logical values of a block -- scales, mins
+and integer quants -- and lay them out byte by byte per the ggml block
+definitions, so a test can state the expected dequantised value of every
+element independently of the vectorised unpackers in gguf_ref.py.
+
+Invariants: tensors are written in insertion order, each at an offset that is
+a multiple of the alignment; the data section starts at the first aligned
+offset after the tensor infos; the file ends at the end of the last tensor
+(padded to the alignment).
+"""
+
+import struct
+
+import numpy as np
+
+from gguf_ref import (GGML_TYPES, T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_K, T_Q5_K,
+                      T_Q6_K, T_Q8_0, VT_ARRAY, VT_BOOL, VT_FLOAT32, VT_FLOAT64,
+                      VT_INT32, VT_INT64, VT_STRING, VT_UINT32, VT_UINT64, _SCALAR)
+
+# ---------------------------------------------------------------------------
+# Block packers: logical values -> bytes (one block each)
+# ---------------------------------------------------------------------------
+
+
+def f16_bytes(x):
+    return np.asarray([x], dtype="<f2").tobytes()
+
+
+def pack_q8_0(d, q):
+    """d: float (stored as f16); q: 32 ints in [-128, 127]."""
+    q = np.asarray(q, dtype=np.int64)
+    assert q.shape == (32,) and q.min() >= -128 and q.max() <= 127
+    return f16_bytes(d) + q.astype(np.int8).tobytes()
+
+
+def pack_q4_0(d, q):
+    """d: float; q: 32 ints in [0, 15] (value = (q - 8) * d). Byte j holds
+    q[j] in its low nibble and q[j + 16] in its high nibble."""
+    q = np.asarray(q, dtype=np.int64)
+    assert q.shape == (32,) and q.min() >= 0 and q.max() <= 15
+    b = bytearray(16)
+    for j in range(16):
+        b[j] = q[j] | (q[j + 16] << 4)
+    return f16_bytes(d) + bytes(b)
+
+
+def pack_k_scales(sc, m):
+    """8 six-bit scales and 8 six-bit mins -> the 12 packed bytes of Q4_K/Q5_K.
+      bytes 0..3 : sc[0..3] in bits 0..5, sc[4..7] >> 4 in bits 6..7
+      bytes 4..7 : m[0..3]  in bits 0..5, m[4..7]  >> 4 in bits 6..7
+      bytes 8..11: sc[4..7] & 15 in bits 0..3, m[4..7] & 15 in bits 4..7"""
+    sc = [int(v) for v in sc]
+    m = [int(v) for v in m]
+    assert len(sc) == 8 and len(m) == 8 and all(0 <= v < 64 for v in sc + m)
+    b = bytearray(12)
+    for j in range(4):
+        b[j] = sc[j] | ((sc[j + 4] >> 4) << 6)
+        b[j + 4] = m[j] | ((m[j + 4] >> 4) << 6)
+        b[j + 8] = (sc[j + 4] & 15) | ((m[j + 4] & 15) << 4)
+    return bytes(b)
+
+
+def pack_q4_k(d, dmin, sc, m, q):
+    """q: 256 ints in [0, 15]; element i of sub-block j = i // 32 has value
+    d*sc[j]*q - dmin*m[j]. Sub-blocks 2c and 2c+1 share bytes 32c..32c+31
+    of qs (low and high nibble)."""
+    q = np.asarray(q, dtype=np.int64).reshape(8, 32)
+    assert q.min() >= 0 and q.max() <= 15
+    qs = bytearray(128)
+    for c in range(4):
+        for l in range(32):
+            qs[32 * c + l] = q[2 * c, l] | (q[2 * c + 1, l] << 4)
+    return f16_bytes(d) + f16_bytes(dmin) + pack_k_scales(sc, m) + bytes(qs)
+
+
+def pack_q5_k(d, dmin, sc, m, q):
+    """q: 256 ints in [0, 31]; as Q4_K for the low 4 bits, and the fifth bit
+    of element l of sub-block j is bit j of qh[l]."""
+    q = np.asarray(q, dtype=np.int64).reshape(8, 32)
+    assert q.min() >= 0 and q.max() <= 31
+    qh = bytearray(32)
+    qs = bytearray(128)
+    for j in range(8):
+        for l in range(32):
+            qh[l] |= ((q[j, l] >> 4) & 1) << j
+    for c in range(4):
+        for l in range(32):
+            qs[32 * c + l] = (q[2 * c, l] & 15) | ((q[2 * c + 1, l] & 15) << 4)
+    return f16_bytes(d) + f16_bytes(dmin) + pack_k_scales(sc, m) + bytes(qh) + bytes(qs)
+
+
+def pack_q6_k(d, sc, q):
+    """sc: 16 int8 scales (one per 16 elements); q: 256 ints in [-32, 31];
+    value of element i = d * sc[i // 16] * q[i]. Within each 128-element
+    half n, element 32k + l (k = 0..3, l = 0..31) keeps its low 4 bits in
+    ql[64n + l + 32*(k & 1)] (low nibble for k < 2, high for k >= 2) and its
+    high 2 bits in qh[32n + l] at bits 2k..2k+1."""
+    q = np.asarray(q, dtype=np.int64) + 32
+    assert q.shape == (256,) and q.min() >= 0 and q.max() <= 63
+    sc = np.asarray(sc, dtype=np.int64)
+    assert sc.shape == (16,) and sc.min() >= -128 and sc.max() <= 127
+    ql = bytearray(128)
+    qh = bytearray(64)
+    for n in range(2):
+        for k in range(4):
+            for l in range(32):
+                v = int(q[128 * n + 32 * k + l])
+                i = 64 * n + l + 32 * (k & 1)
+                ql[i] |= (v & 15) << (4 * (k >> 1))
+                qh[32 * n + l] |= (v >> 4) << (2 * k)
+    return bytes(ql) + bytes(qh) + sc.astype(np.int8).tobytes() + f16_bytes(d)
+
+
+# ---------------------------------------------------------------------------
+# Quantisers: float32 values -> bytes, plain max-abs schemes
+# ---------------------------------------------------------------------------
+
+
+def _f16r(x):
+    """Rounds to the nearest f16 and back (what a stored f16 scale holds)."""
+    return float(np.float16(x))
+
+
+def quantize(ttype, x):
+    """x: float array (any shape, flattened; size a multiple of the block)."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    if ttype == T_F32:
+        return x.astype("<f4").tobytes()
+    if ttype == T_F16:
+        return x.astype("<f2").tobytes()
+    if ttype == T_BF16:
+        u = x.view(np.uint32).astype(np.uint64)
+        r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16         # round to nearest even
+        return r.astype("<u2").tobytes()
+    out = []
+    if ttype == T_Q8_0:
+        for blk in x.reshape(-1, 32):
+            amax = float(np.abs(blk).max())
+            d = _f16r(amax / 127.0)
+            q = np.zeros(32) if d == 0 else np.clip(np.round(blk / d), -127, 127)
+            out.append(pack_q8_0(d, q))
+    elif ttype == T_Q4_0:
+        for blk in x.reshape(-1, 32):
+            d = _f16r(float(blk[np.argmax(np.abs(blk))]) / -8.0)
+            q = np.full(32, 8) if d == 0 else np.clip(np.floor(blk / d + 8.5), 0, 15)
+            out.append(pack_q4_0(d, q))
+    elif ttype in (T_Q4_K, T_Q5_K):
+        qmax = 15 if ttype == T_Q4_K else 31
+        for blk in x.reshape(-1, 8, 32):
+            lo = np.minimum(blk.min(axis=1), 0.0).astype(np.float64)   # (8,)
+            hi = blk.max(axis=1).astype(np.float64)
+            scale = (hi - lo) / qmax
+            mins = -lo
+            d = _f16r(scale.max() / 63.0)
+            dmin = _f16r(mins.max() / 63.0)
+            sc = np.zeros(8, dtype=np.int64) if d == 0 else np.clip(np.round(scale / d), 0, 63)
+            m = np.zeros(8, dtype=np.int64) if dmin == 0 else np.clip(np.round(mins / dmin), 0, 63)
+            d1 = d * sc
+            m1 = dmin * m
+            q = np.zeros((8, 32))
+            for j in range(8):
+                if d1[j] > 0:
+                    q[j] = np.clip(np.round((blk[j] + m1[j]) / d1[j]), 0, qmax)
+            pack = pack_q4_k if ttype == T_Q4_K else pack_q5_k
+            out.append(pack(d, dmin, sc, m, q))
+    elif ttype == T_Q6_K:
+        for blk in x.reshape(-1, 16, 16):
+            amax = np.abs(blk).max(axis=1).astype(np.float64)           # (16,)
+            scale = amax / 31.0
+            d = _f16r(scale.max() / 127.0)
+            sc = np.zeros(16, dtype=np.int64) if d == 0 else np.clip(np.round(scale / d), 0, 127)
+            q = np.zeros((16, 16))
+            for j in range(16):
+                if sc[j] > 0:
+                    q[j] = np.clip(np.round(blk[j] / (d * sc[j])), -32, 31)
+            out.append(pack_q6_k(d, sc, q.reshape(-1)))
+    else:
+        raise ValueError("quantize: type %d not supported" % ttype)
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Writer
+# ---------------------------------------------------------------------------
+
+
+def _enc_str(s):
+    b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+    return struct.pack("<Q", len(b)) + b
+
+
+def _enc_value(vtype, v):
+    if vtype == VT_STRING:
+        return _enc_str(v)
+    if vtype == VT_ARRAY:
+        etype, items = v
+        head = struct.pack("<IQ", etype, len(items))
+        if etype in _SCALAR:
+            return head + np.asarray(items).astype(_SCALAR[etype][1]).tobytes()
+        return head + b"".join(_enc_value(etype, it) for it in items)
+    fmt = _SCALAR[vtype][0]
+    return struct.pack(fmt, int(v) if vtype == VT_BOOL else v)
+
+
+class GGUFWriter:
+    """Collects metadata and tensors, then writes one GGUF file."""
+
+    def __init__(self, version=3, alignment=32):
+        self.version = version
+        self.alignment = alignment
+        self.kv = []          # (key, vtype, value)
+        self.tensors = []     # (name, ttype, dims, bytes)
+        if alignment != 32:
+            self.add("general.alignment", VT_UINT32, alignment)
+
+    def add(self, key, vtype, value):
+        self.kv.append((key, vtype, value))
+
+    def add_str(self, key, s):
+        self.add(key, VT_STRING, s)
+
+    def add_u32(self, key, v):
+        self.add(key, VT_UINT32, v)
+
+    def add_f32(self, key, v):
+        self.add(key, VT_FLOAT32, v)
+
+    def add_tensor(self, name, ttype, array):
+        """array: numpy values in numpy order (rows outermost); quantised
+        with `quantize` unless already bytes (then dims must be given via
+        add_tensor_raw)."""
+        a = np.asarray(array, dtype=np.float32)
+        dims = list(reversed(a.shape))
+        self.add_tensor_raw(name, ttype, dims, quantize(ttype, a))
+
+    def add_tensor_raw(self, name, ttype, dims, data):
+        _, blck, tsize = GGML_TYPES[ttype]
+        n = int(np.prod(dims))
+        assert dims[0] % blck == 0 and len(data) == n // blck * tsize, name
+        self.tensors.append((name, ttype, list(dims), bytes(data)))
+
+    def to_bytes(self):
+        al = self.alignment
+        out = bytearray(b"GGUF")
+        out += struct.pack("<IQQ", self.version, len(self.tensors), len(self.kv))
+        for key, vt, v in self.kv:
+            out += _enc_str(key) + struct.pack("<I", vt) + _enc_value(vt, v)
+        offs = []
+        off = 0
+        for name, ttype, dims, data in self.tensors:
+            offs.append(off)
+            out += _enc_str(name) + struct.pack("<I", len(dims))
+            out += struct.pack("<%dQ" % len(dims), *dims)
+            out += struct.pack("<IQ", ttype, off)
+            off += (len(data) + al - 1) // al * al
+        if self.tensors:
+            out += b"\0" * (-len(out) % al)
+            for (name, ttype, dims, data), o in zip(self.tensors, offs):
+                out += data + b"\0" * (-len(data) % al)
+        return bytes(out)
+
+    def write(self, path):
+        with open(path, "wb") as f:
+            f.write(self.to_bytes())
+
+
+# ---------------------------------------------------------------------------
+# Random test models
+# ---------------------------------------------------------------------------
+
+
+def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=2,
+                 n_ff=96, n_vocab=50, head_dim=None, n_rot=None, rope_freqs=False,
+                 tied=False, rope_scale=None, weights=None):
+    """Returns (GGUFWriter, dict of float32 weights by tensor name) for a
+    random model. Matrices use `ttype`; norms, biases and rope_freqs stay
+    F32 (as in real files). `weights` may supply some tensors by name."""
+    rng = np.random.default_rng(seed)
+    hd = head_dim or n_embd // n_head
+    w = GGUFWriter()
+    w.add_str("general.architecture", arch)
+    w.add_u32(arch + ".embedding_length", n_embd)
+    w.add_u32(arch + ".block_count", n_layer)
+    w.add_u32(arch + ".attention.head_count", n_head)
+    w.add_u32(arch + ".attention.head_count_kv", n_head_kv)
+    w.add_u32(arch + ".feed_forward_length", n_ff)
+    w.add_u32(arch + ".context_length", 512)
+    w.add_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-6 if arch != "llama" else 1e-5)
+    w.add_f32(arch + ".rope.freq_base", 10000.0 if arch == "llama" else 1000000.0)
+    if head_dim is not None:
+        w.add_u32(arch + ".attention.key_length", hd)
+        w.add_u32(arch + ".attention.value_length", hd)
+    w.add_u32(arch + ".rope.dimension_count", n_rot or hd)
+    if rope_scale is not None:
+        w.add_str(arch + ".rope.scaling.type", "linear")
+        w.add_f32(arch + ".rope.scaling.factor", rope_scale)
+    w.add(("tokenizer.ggml.eos_token_id"), VT_UINT32, 2)
+    w.add(("tokenizer.ggml.bos_token_id"), VT_UINT32, 1)
+    W = {}
+
+    def mat(name, n_out, n_in, t=None, scale=None):
+        a = weights[name] if weights and name in weights else \
+            rng.standard_normal((n_out, n_in)).astype(np.float32) * (scale or n_in ** -0.5)
+        W[name] = a
+        w.add_tensor(name, ttype if t is None else t, a)
+
+    def vec(name, n, base=1.0, spread=0.1):
+        a = weights[name] if weights and name in weights else \
+            (base + spread * rng.standard_normal(n)).astype(np.float32)
+        W[name] = a
+        w.add_tensor(name, T_F32, a)
+
+    mat("token_embd.weight", n_vocab, n_embd, scale=1.0)
+    vec("output_norm.weight", n_embd)
+    if not tied:
+        mat("output.weight", n_vocab, n_embd)
+    if rope_freqs:
+        # Llama 3 style divisors: 1 for high frequencies rising to 8 for low ones.
+        r = n_rot or hd
+        W["rope_freqs.weight"] = np.linspace(1.0, 8.0, r // 2).astype(np.float32)
+        w.add_tensor("rope_freqs.weight", T_F32, W["rope_freqs.weight"])
+    for i in range(n_layer):
+        p = "blk.%d." % i
+        vec(p + "attn_norm.weight", n_embd)
+        mat(p + "attn_q.weight", n_head * hd, n_embd)
+        mat(p + "attn_k.weight", n_head_kv * hd, n_embd)
+        mat(p + "attn_v.weight", n_head_kv * hd, n_embd)
+        mat(p + "attn_output.weight", n_embd, n_head * hd)
+        if arch == "qwen2":
+            vec(p + "attn_q.bias", n_head * hd, base=0.0, spread=0.5)
+            vec(p + "attn_k.bias", n_head_kv * hd, base=0.0, spread=0.5)
+            vec(p + "attn_v.bias", n_head_kv * hd, base=0.0, spread=0.5)
+        if arch == "qwen3":
+            vec(p + "attn_q_norm.weight", hd)
+            vec(p + "attn_k_norm.weight", hd)
+        vec(p + "ffn_norm.weight", n_embd)
+        mat(p + "ffn_gate.weight", n_ff, n_embd)
+        mat(p + "ffn_up.weight", n_ff, n_embd)
+        mat(p + "ffn_down.weight", n_embd, n_ff)
+    return w, W
