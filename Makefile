@@ -11,7 +11,7 @@ CC ?= cc
 UNAME_M := $(shell uname -m)
 OPT ?= -O2
 WERROR ?=
-CFLAGS_BASE = -std=c11 -g $(OPT) -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -pthread -MMD -MP $(WERROR)
+CFLAGS_BASE = -std=c11 -g $(OPT) -Isrc -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -pthread -MMD -MP $(WERROR)
 LDLIBS = -lmicrohttpd -ljansson -lm -pthread
 
 ifeq ($(SANITIZER),)

@@ -41,7 +41,7 @@ static void usage(void) {
 /* models/stories260K.gguf next to the binary's parent folder (build/..),
  * else relative to the working directory. */
 static const char *default_model(void) {
-    static char path[PATH_MAX];
+    static char path[PATH_MAX + 64];
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {

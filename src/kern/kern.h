@@ -56,9 +56,10 @@ typedef void (*kern_dot_fn)(int64_t n, float *s, const void *w, const void *a);
 typedef void (*kern_act_fn)(const float *x, void *a, int64_t n);
 /* Computes Y[t][r] for r in [r0, r1) and t in [0, n_tok) from the converted
  * activation rows act + t*act_row_bytes; y points at Y[0][0] and has row
- * stride ldy floats. r0 is a multiple of 8. Each element must equal what the
- * same table would compute for it with any other r0, r1 or n_tok (batch
- * invariance). Optional: NULL means "one dot per (row, token)". */
+ * stride ldy floats. r0 is a multiple of 8. Each element must be bitwise
+ * equal to the same table's dot[] for that row and token, whatever r0, r1
+ * or n_tok (batch invariance). Optional: NULL means "one dot per (row,
+ * token)". */
 typedef void (*kern_gemm_fn)(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes,
                              int n_tok, float *y, int64_t ldy);
 

@@ -104,12 +104,14 @@ static_assert(sizeof(block_q8_k) == 292, "block_q8_k must be 292 bytes");
 /* IEEE half bits -> float, exact for every input (NaN payloads kept). Inline
  * because the kernels call it per element for F16 weights. */
 static inline float quant_f16(uint16_t h) {
-    uint32_t bits = (uint32_t)(h & 0x7fffu) << 13;
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in place */
     float f;
-    memcpy(&f, &bits, 4);
+    memcpy(&f, &em, 4);
     f *= 0x1p112f; /* rebias the exponent; also normalises subnormals exactly */
+    uint32_t bits;
     memcpy(&bits, &f, 4);
-    if ((h & 0x7c00u) == 0x7c00u) bits = 0x7f800000u | ((uint32_t)(h & 0x3ffu) << 13);
+    /* inf/NaN: all-ones exponent, mantissa kept (a select, so loops vectorise) */
+    bits = (em >= (0x7c00u << 13)) ? (em | 0x7f800000u) : bits;
     bits |= (uint32_t)(h & 0x8000u) << 16;
     memcpy(&f, &bits, 4);
     return f;

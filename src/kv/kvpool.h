@@ -61,15 +61,16 @@ int kvpool_unref(kvpool *p, int32_t block);
 
 /* Current refcount of a block (0 = free). PANICs on an id out of range. */
 int kvpool_refcount(const kvpool *p, int32_t block);
-int kvpool_n_blocks(const kvpool *p);
-int kvpool_n_free(const kvpool *p);
-int kvpool_n_used(const kvpool *p); /* n_blocks - n_free */
+int kvpool_n_blocks(const kvpool *p); /* as given to kvpool_new        */
+int kvpool_n_free(const kvpool *p);   /* blocks with refcount 0, O(1)   */
+int kvpool_n_used(const kvpool *p);   /* n_blocks - n_free              */
 
 /* Installs the one watcher of this pool (fn NULL removes it). PANICs if a
  * different hook is already installed: one radix tree per pool. */
 void kvpool_set_hook(kvpool *p, kvpool_hook_fn fn, void *ctx);
 /* Marks a block in use as watched (the hook fires for it) or not. */
 void kvpool_watch(kvpool *p, int32_t block, bool on);
+/* Whether the hook fires for this block (for checkers). */
 bool kvpool_is_watched(const kvpool *p, int32_t block);
 
 /* Verifies every invariant above in O(n_blocks). Returns 0, or ERR_INVALID

@@ -29,10 +29,14 @@
  *     watched; no other block is watched;
  *   - a node is in the heap iff it is indexed, has no children and its
  *     block's refcount is 1; the heap is ordered; heap_pos is exact;
- *   - n_cached / n_pending count the indexed / PENDING nodes.
+ *   - n_cached / n_pending / n_idle count the indexed / PENDING / refcount-1
+ *     nodes.
  * Hook discipline: the tree takes its reference on a new block BEFORE it
  * watches it and unwatches a block BEFORE dropping its reference, so the pool
  * hook only ever reports other holders' refs and unrefs.
+ *
+ * Debug builds: compiled with -DKVLOOM_KV_CHECK, every public mutator ends by
+ * running radix_check and kvpool_check and PANICs on the first violation.
  *
  * Thread: the engine thread.
  */
@@ -67,6 +71,7 @@ struct radix {
     int n_heap;
     int32_t *stack; /* (n_blocks + 1) scratch for walks                  */
     int n_cached, n_pending;
+    int n_idle; /* indexed nodes whose block's refcount is 1 (only ours) */
     uint64_t clock;
 };
 
@@ -200,7 +205,12 @@ static void set_last_use(radix *t, int32_t n, uint64_t v) {
 static void radix_hook(void *ctx, int32_t block, int refcount) {
     radix *t = ctx;
     ASSERT(block >= 0 && block < t->n_blocks && t->nodes[block].parent != NIL);
-    if (refcount == 1) t->nodes[block].last_use = ++t->clock;
+    if (refcount == 1) {
+        t->nodes[block].last_use = ++t->clock;
+        t->n_idle++;
+    } else {
+        t->n_idle--;
+    }
     update_evictable(t, block);
 }
 
@@ -250,9 +260,19 @@ static int unlink_node(radix *t, int32_t n) {
     x->last_use = 0;
     kvpool_watch(t->pool, n, false); /* unwatch before dropping our reference */
     int rc = kvpool_unref(t->pool, n);
+    if (rc == 0) t->n_idle--;
     update_evictable(t, parent);
     return rc;
 }
+
+#ifdef KVLOOM_KV_CHECK
+static void debug_check(const radix *t, const char *where) {
+    err_t e = {0};
+    if (radix_check(t, &e) || kvpool_check(t->pool, &e)) PANIC("after %s: %s", where, e.msg);
+}
+#else
+#define debug_check(t, where) ((void)0)
+#endif
 
 /* ---- public API ---------------------------------------------------------- */
 
@@ -323,6 +343,7 @@ int radix_match(radix *t, const int32_t *tokens, int n_tokens, int32_t *blocks, 
         cur = c;
     }
     if (n_pending) *n_pending = n_wait;
+    debug_check(t, "radix_match");
     return n_ready;
 }
 
@@ -369,6 +390,7 @@ int radix_insert(radix *t, const int32_t *tokens, int n_full_blocks, int32_t *bl
         link_node(t, blocks[i], cur, label, key_hash(t, cur, label), state);
         cur = blocks[i];
     }
+    debug_check(t, "radix_insert");
     return n_full_blocks - k;
 }
 
@@ -378,6 +400,7 @@ int radix_set_ready(radix *t, int32_t block) {
         t->nodes[block].state = RADIX_READY;
         t->n_pending--;
     }
+    debug_check(t, "radix_set_ready");
     return 0;
 }
 
@@ -393,6 +416,7 @@ int radix_remove_pending(radix *t, int32_t block) {
         for (int32_t c = t->nodes[x].first_child; c != NIL; c = t->nodes[c].next_sib) t->stack[n++] = c;
     }
     for (int i = n - 1; i >= 0; i--) unlink_node(t, t->stack[i]);
+    debug_check(t, "radix_remove_pending");
     return n;
 }
 
@@ -408,12 +432,14 @@ int radix_evict(radix *t, int n_blocks) {
         ASSERT(rc == 0);
         freed++;
     }
+    debug_check(t, "radix_evict");
     return freed;
 }
 
 int radix_n_cached(const radix *t) { return t->n_cached; }
 int radix_n_pending(const radix *t) { return t->n_pending; }
 int radix_n_evictable(const radix *t) { return t->n_heap; }
+int radix_n_idle(const radix *t) { return t->n_idle; }
 uint64_t radix_clock(const radix *t) { return t->clock; }
 
 uint64_t radix_last_use(const radix *t, int32_t block) {
@@ -423,7 +449,7 @@ uint64_t radix_last_use(const radix *t, int32_t block) {
 
 int radix_check(const radix *t, err_t *e) {
     const rnode *N = t->nodes;
-    int n_indexed = 0, n_pend = 0, n_evictable = 0;
+    int n_indexed = 0, n_pend = 0, n_evictable = 0, n_idle = 0;
     for (int32_t b = 0; b < t->n_blocks; b++) {
         const rnode *x = &N[b];
         if (x->mark) return err_set(e, ERR_INVALID, "radix: block %d has a stale mark", (int)b);
@@ -453,6 +479,7 @@ int radix_check(const radix *t, err_t *e) {
         if (find_child(t, x->parent, label, h) != b)
             return err_set(e, ERR_INVALID, "radix: block %d is not found under its parent %d", (int)b,
                            (int)x->parent);
+        n_idle += rc == 1;
         bool want = x->n_children == 0 && rc == 1;
         if (want) n_evictable++;
         if (want != (x->heap_pos >= 0))
@@ -461,6 +488,8 @@ int radix_check(const radix *t, err_t *e) {
     }
     if (n_indexed != t->n_cached)
         return err_set(e, ERR_INVALID, "radix: %d nodes indexed but n_cached is %d", n_indexed, t->n_cached);
+    if (n_idle != t->n_idle)
+        return err_set(e, ERR_INVALID, "radix: %d nodes idle but n_idle is %d", n_idle, t->n_idle);
     if (n_pend != t->n_pending)
         return err_set(e, ERR_INVALID, "radix: %d nodes pending but n_pending is %d", n_pend, t->n_pending);
     /* child lists: walk from the root; each node is visited once, its list is

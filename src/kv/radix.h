@@ -78,6 +78,7 @@ radix *radix_new(kvpool *pool, int block_tokens);
  * held return to the pool), removes the hook and frees the tree. NULL ok. */
 void radix_free(radix *t);
 
+/* Tokens per block, as given to radix_new. */
 int radix_block_tokens(const radix *t);
 
 /* Longest prefix of tokens[0..n_tokens) made of whole indexed blocks.
@@ -138,6 +139,12 @@ int radix_evict(radix *t, int n_blocks);
 int radix_n_cached(const radix *t);    /* blocks indexed (nodes)              */
 int radix_n_pending(const radix *t);   /* of which PENDING                    */
 int radix_n_evictable(const radix *t); /* leaves only the tree references     */
+/* Indexed blocks only the tree references (refcount 1), leaves or not. When
+ * every holder holds whole prefixes (what match and insert hand out), a held
+ * node's ancestors are held too, so all idle blocks can be freed by
+ * radix_evict(radix_n_idle(t)): it is what an admission check may count as
+ * reclaimable. Otherwise it is an upper bound. O(1). */
+int radix_n_idle(const radix *t);
 uint64_t radix_clock(const radix *t);  /* the logical clock (for tests/metrics) */
 /* last_use of an indexed block's node, or 0 if not indexed. */
 uint64_t radix_last_use(const radix *t, int32_t block);

@@ -104,33 +104,39 @@ static uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v;
 static uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-/* Writes a printable, one-line, truncated rendering of untrusted bytes. */
+/* Writes a printable, one-line rendering of untrusted bytes: control
+ * characters, quotes and backslashes escaped, bytes >= 0x80 kept (text is
+ * mostly UTF-8), at most max_chars input bytes, "..." when cut. A cut never
+ * splits a UTF-8 sequence. */
 static void show_bytes(const char *p, uint64_t len, char *out, size_t cap, size_t max_chars) {
-    size_t o = 0;
+    size_t o = 0, char_start = 0; /* output position where the current character began */
     if (cap == 0) return;
     for (uint64_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)p[i];
-        if (i >= max_chars) {
-            if (o + 4 < cap) { memcpy(out + o, "...", 3); o += 3; }
+        bool cont = (c & 0xC0) == 0x80;
+        if (!cont) char_start = o;
+        char esc[8];
+        int k = 0;
+        if (c >= 0x80 || (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')) {
+            esc[0] = (char)c;
+            k = 1;
+        } else if (c == '\n') {
+            k = snprintf(esc, sizeof esc, "\\n");
+        } else if (c == '"' || c == '\\') {
+            k = snprintf(esc, sizeof esc, "\\%c", c);
+        } else {
+            k = snprintf(esc, sizeof esc, "\\x%02x", c);
+        }
+        if (i >= max_chars || o + (size_t)k + 4 > cap) {
+            if (cont) o = char_start; /* drop a partial UTF-8 sequence */
+            if (o + 4 <= cap) {
+                memcpy(out + o, "...", 3);
+                o += 3;
+            }
             break;
         }
-        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-            if (o + 1 >= cap) break;
-            out[o++] = (char)c;
-        } else if (c >= 0x80) {
-            /* keep UTF-8 bytes as they are: messages may show real text */
-            if (o + 1 >= cap) break;
-            out[o++] = (char)c;
-        } else {
-            char esc[8];
-            int k;
-            if (c == '\n') k = snprintf(esc, sizeof esc, "\\n");
-            else if (c == '"' || c == '\\') k = snprintf(esc, sizeof esc, "\\%c", c);
-            else k = snprintf(esc, sizeof esc, "\\x%02x", c);
-            if (o + (size_t)k >= cap) break;
-            memcpy(out + o, esc, (size_t)k);
-            o += (size_t)k;
-        }
+        memcpy(out + o, esc, (size_t)k);
+        o += (size_t)k;
     }
     out[o] = 0;
 }
@@ -501,8 +507,9 @@ static int parse(gguf_ctx *g, err_t *e) {
                         i, shown, t->offset, t->n_bytes);
         if (end > data_bytes)
             return fail(c, ERR_FORMAT,
-                        "tensor %" PRId64 " ('%s'): data [%" PRIu64 ", %" PRIu64 ") extends past end of file (%zu bytes)",
-                        i, shown, t->offset, end, data_bytes);
+                        "tensor %" PRId64 " ('%s'): data [%" PRIu64 ", %" PRIu64
+                        ") extends past end of file (%zu data bytes from offset %zu)",
+                        i, shown, t->offset, end, data_bytes, g->data_off);
         t->data = g->buf + g->data_off + t->offset;
     }
     /* Overlap check: sort by offset, compare neighbours. */

@@ -45,6 +45,7 @@ typedef struct engine_opts {
     engine_eog_fn is_eog;   /* end-of-generation test (NULL: none)                */
     void *eog_ctx;
     bool check;             /* run kvpool_check/radix_check after every step      */
+    int step_delay_us;      /* testing: sleep this long after every step          */
 } engine_opts;
 
 /* Defaults: 1 thread, 64 MiB, 16-token blocks, 512-token budget, 64 running,
@@ -84,7 +85,11 @@ typedef struct engine engine;
  * the engine. Errors: ERR_INVALID for bad options (named), ERR_RANGE when the
  * KV memory holds less than one block. */
 int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e);
-/* Stops the thread (finishing every request as cancelled) and frees all. */
+/* Stops the thread: every request still known finishes as cancelled and
+ * engine_submit refuses from then on (ERR_RANGE). Idempotent; the object
+ * stays valid for concurrent engine_submit / engine_get_stats callers. */
+void engine_stop(engine *en);
+/* engine_stop, then frees everything. No other thread may use `en` then. */
 void engine_free(engine *en);
 
 /* Positions per sequence, and the number of tokens the whole pool holds. */

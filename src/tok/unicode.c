@@ -109,21 +109,15 @@ static int byte_is_printable(uint8_t b) {
 
 uint32_t unicode_byte_to_cp(uint8_t b) {
     if (byte_is_printable(b)) return b;
-    uint32_t k = 0;
-    for (int i = 0; i < b; i++)
-        if (!byte_is_printable((uint8_t)i)) k++;
-    return 256 + k;
+    if (b <= 0x20) return 256u + b;            /* 33 bytes: 0x00..0x20 -> U+0100.. */
+    if (b <= 0xA0) return 256u + 33 + (b - 0x7Fu); /* 34 bytes: 0x7F..0xA0          */
+    return 256u + 67;                          /* 0xAD                             */
 }
 
 int unicode_cp_to_byte(uint32_t cp) {
     if (cp < 256) return byte_is_printable((uint8_t)cp) ? (int)cp : -1;
-    if (cp >= 256 + 68) return -1;
-    uint32_t k = cp - 256;
-    for (int i = 0; i < 256; i++) {
-        if (!byte_is_printable((uint8_t)i)) {
-            if (k == 0) return i;
-            k--;
-        }
-    }
+    if (cp < 256 + 33) return (int)(cp - 256);
+    if (cp < 256 + 67) return (int)(cp - 256 - 33 + 0x7F);
+    if (cp == 256 + 67) return 0xAD;
     return -1;
 }

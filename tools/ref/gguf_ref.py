@@ -65,7 +65,7 @@ VT_NAMES = {
 }
 
 # Tensor element types (ggml_type): id -> (name, elements per block, bytes per block).
-# Only the types this reference can dequantise are listed as supported.
+# All are parsed (sizes are known); only those in DEQUANT below can be decoded.
 GGML_TYPES = {
     0: ("F32", 1, 4),
     1: ("F16", 1, 2),
@@ -81,12 +81,23 @@ GGML_TYPES = {
     13: ("Q5_K", 256, 176),
     14: ("Q6_K", 256, 210),
     15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
     24: ("I8", 1, 1),
     25: ("I16", 1, 2),
     26: ("I32", 1, 4),
     27: ("I64", 1, 8),
     28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
     30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
 }
 TYPE_BY_NAME = {v[0]: k for k, v in GGML_TYPES.items()}
 T_F32, T_F16, T_Q4_0, T_Q8_0 = 0, 1, 2, 8

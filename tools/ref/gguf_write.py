@@ -25,97 +25,109 @@ from gguf_ref import (GGML_TYPES, T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_K, T_Q5_K,
                       VT_INT32, VT_INT64, VT_STRING, VT_UINT32, VT_UINT64, _SCALAR)
 
 # ---------------------------------------------------------------------------
-# Block packers: logical values -> bytes (one block each)
+# Block packers: logical values -> bytes. Every argument may carry a leading
+# block axis (nb, ...) to pack many blocks at once; a single block works too.
 # ---------------------------------------------------------------------------
+
+
+def _u8(a):
+    return np.asarray(a, dtype=np.int64).astype(np.uint8)
+
+
+def _f16le(d, nb):
+    """Scales (scalar or (nb,)) as little-endian f16 bytes, (nb, 2) uint8."""
+    return np.asarray(d, dtype="<f2").reshape(-1, 1).view(np.uint8).reshape(nb, 2)
 
 
 def f16_bytes(x):
     return np.asarray([x], dtype="<f2").tobytes()
 
 
-def pack_q8_0(d, q):
-    """d: float (stored as f16); q: 32 ints in [-128, 127]."""
+def _blocks_of(q, shape):
     q = np.asarray(q, dtype=np.int64)
-    assert q.shape == (32,) and q.min() >= -128 and q.max() <= 127
-    return f16_bytes(d) + q.astype(np.int8).tobytes()
+    return q.reshape((-1,) + shape)
+
+
+def pack_q8_0(d, q):
+    """d: float(s) (stored as f16); q: 32 ints in [-128, 127] per block."""
+    q = _blocks_of(q, (32,))
+    assert q.min() >= -128 and q.max() <= 127
+    nb = q.shape[0]
+    return np.concatenate([_f16le(d, nb), q.astype(np.int8).view(np.uint8)], axis=1).tobytes()
 
 
 def pack_q4_0(d, q):
-    """d: float; q: 32 ints in [0, 15] (value = (q - 8) * d). Byte j holds
-    q[j] in its low nibble and q[j + 16] in its high nibble."""
-    q = np.asarray(q, dtype=np.int64)
-    assert q.shape == (32,) and q.min() >= 0 and q.max() <= 15
-    b = bytearray(16)
-    for j in range(16):
-        b[j] = q[j] | (q[j + 16] << 4)
-    return f16_bytes(d) + bytes(b)
+    """d: float(s); q: 32 ints in [0, 15] per block (value = (q - 8) * d).
+    Byte j holds q[j] in its low nibble and q[j + 16] in its high nibble."""
+    q = _blocks_of(q, (32,))
+    assert q.min() >= 0 and q.max() <= 15
+    b = q[:, 0:16] | (q[:, 16:32] << 4)
+    return np.concatenate([_f16le(d, q.shape[0]), _u8(b)], axis=1).tobytes()
 
 
 def pack_k_scales(sc, m):
-    """8 six-bit scales and 8 six-bit mins -> the 12 packed bytes of Q4_K/Q5_K.
+    """8 six-bit scales and 8 six-bit mins per block -> the 12 packed bytes
+    of Q4_K/Q5_K, (nb, 12) uint8:
       bytes 0..3 : sc[0..3] in bits 0..5, sc[4..7] >> 4 in bits 6..7
       bytes 4..7 : m[0..3]  in bits 0..5, m[4..7]  >> 4 in bits 6..7
       bytes 8..11: sc[4..7] & 15 in bits 0..3, m[4..7] & 15 in bits 4..7"""
-    sc = [int(v) for v in sc]
-    m = [int(v) for v in m]
-    assert len(sc) == 8 and len(m) == 8 and all(0 <= v < 64 for v in sc + m)
-    b = bytearray(12)
-    for j in range(4):
-        b[j] = sc[j] | ((sc[j + 4] >> 4) << 6)
-        b[j + 4] = m[j] | ((m[j + 4] >> 4) << 6)
-        b[j + 8] = (sc[j + 4] & 15) | ((m[j + 4] & 15) << 4)
-    return bytes(b)
+    sc = _blocks_of(sc, (8,))
+    m = _blocks_of(m, (8,))
+    assert sc.min() >= 0 and sc.max() < 64 and m.min() >= 0 and m.max() < 64
+    b = np.empty((sc.shape[0], 12), dtype=np.int64)
+    b[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    b[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
+    b[:, 8:12] = (sc[:, 4:8] & 15) | ((m[:, 4:8] & 15) << 4)
+    return _u8(b)
 
 
 def pack_q4_k(d, dmin, sc, m, q):
-    """q: 256 ints in [0, 15]; element i of sub-block j = i // 32 has value
-    d*sc[j]*q - dmin*m[j]. Sub-blocks 2c and 2c+1 share bytes 32c..32c+31
-    of qs (low and high nibble)."""
-    q = np.asarray(q, dtype=np.int64).reshape(8, 32)
+    """q: 256 ints in [0, 15] per block; element i of sub-block j = i // 32
+    has value d*sc[j]*q - dmin*m[j]. Sub-blocks 2c and 2c+1 share bytes
+    32c..32c+31 of qs (low and high nibble)."""
+    q = _blocks_of(q, (8, 32))
     assert q.min() >= 0 and q.max() <= 15
-    qs = bytearray(128)
-    for c in range(4):
-        for l in range(32):
-            qs[32 * c + l] = q[2 * c, l] | (q[2 * c + 1, l] << 4)
-    return f16_bytes(d) + f16_bytes(dmin) + pack_k_scales(sc, m) + bytes(qs)
+    nb = q.shape[0]
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << 4)).reshape(nb, 128)
+    return np.concatenate([_f16le(d, nb), _f16le(dmin, nb), pack_k_scales(sc, m), _u8(qs)],
+                          axis=1).tobytes()
 
 
 def pack_q5_k(d, dmin, sc, m, q):
-    """q: 256 ints in [0, 31]; as Q4_K for the low 4 bits, and the fifth bit
-    of element l of sub-block j is bit j of qh[l]."""
-    q = np.asarray(q, dtype=np.int64).reshape(8, 32)
+    """q: 256 ints in [0, 31] per block; as Q4_K for the low 4 bits, and the
+    fifth bit of element l of sub-block j is bit j of qh[l]."""
+    q = _blocks_of(q, (8, 32))
     assert q.min() >= 0 and q.max() <= 31
-    qh = bytearray(32)
-    qs = bytearray(128)
+    nb = q.shape[0]
+    qh = np.zeros((nb, 32), dtype=np.int64)
     for j in range(8):
-        for l in range(32):
-            qh[l] |= ((q[j, l] >> 4) & 1) << j
-    for c in range(4):
-        for l in range(32):
-            qs[32 * c + l] = (q[2 * c, l] & 15) | ((q[2 * c + 1, l] & 15) << 4)
-    return f16_bytes(d) + f16_bytes(dmin) + pack_k_scales(sc, m) + bytes(qh) + bytes(qs)
+        qh |= ((q[:, j, :] >> 4) & 1) << j
+    qs = ((q[:, 0::2, :] & 15) | ((q[:, 1::2, :] & 15) << 4)).reshape(nb, 128)
+    return np.concatenate([_f16le(d, nb), _f16le(dmin, nb), pack_k_scales(sc, m), _u8(qh),
+                           _u8(qs)], axis=1).tobytes()
 
 
 def pack_q6_k(d, sc, q):
-    """sc: 16 int8 scales (one per 16 elements); q: 256 ints in [-32, 31];
-    value of element i = d * sc[i // 16] * q[i]. Within each 128-element
-    half n, element 32k + l (k = 0..3, l = 0..31) keeps its low 4 bits in
-    ql[64n + l + 32*(k & 1)] (low nibble for k < 2, high for k >= 2) and its
-    high 2 bits in qh[32n + l] at bits 2k..2k+1."""
-    q = np.asarray(q, dtype=np.int64) + 32
-    assert q.shape == (256,) and q.min() >= 0 and q.max() <= 63
-    sc = np.asarray(sc, dtype=np.int64)
-    assert sc.shape == (16,) and sc.min() >= -128 and sc.max() <= 127
-    ql = bytearray(128)
-    qh = bytearray(64)
+    """sc: 16 int8 scales per block (one per 16 elements); q: 256 ints in
+    [-32, 31]; value of element i = d * sc[i // 16] * q[i]. Within each
+    128-element half n, element 32k + l (k = 0..3, l = 0..31) keeps its low
+    4 bits in ql[64n + 32*(k & 1) + l] (low nibble for k < 2, high for
+    k >= 2) and its high 2 bits in qh[32n + l] at bits 2k..2k+1."""
+    q = _blocks_of(q, (256,)) + 32
+    assert q.min() >= 0 and q.max() <= 63
+    sc = _blocks_of(sc, (16,))
+    assert sc.min() >= -128 and sc.max() <= 127
+    nb = q.shape[0]
+    ql = np.zeros((nb, 128), dtype=np.int64)
+    qh = np.zeros((nb, 64), dtype=np.int64)
     for n in range(2):
         for k in range(4):
-            for l in range(32):
-                v = int(q[128 * n + 32 * k + l])
-                i = 64 * n + l + 32 * (k & 1)
-                ql[i] |= (v & 15) << (4 * (k >> 1))
-                qh[32 * n + l] |= (v >> 4) << (2 * k)
-    return bytes(ql) + bytes(qh) + sc.astype(np.int8).tobytes() + f16_bytes(d)
+            v = q[:, 128 * n + 32 * k:128 * n + 32 * k + 32]       # 32 elements
+            i = 64 * n + 32 * (k & 1)
+            ql[:, i:i + 32] |= (v & 15) << (4 * (k >> 1))
+            qh[:, 32 * n:32 * n + 32] |= (v >> 4) << (2 * k)
+    return np.concatenate([_u8(ql), _u8(qh), sc.astype(np.int8).view(np.uint8), _f16le(d, nb)],
+                          axis=1).tobytes()
 
 
 # ---------------------------------------------------------------------------
@@ -125,7 +137,11 @@ def pack_q6_k(d, sc, q):
 
 def _f16r(x):
     """Rounds to the nearest f16 and back (what a stored f16 scale holds)."""
-    return float(np.float16(x))
+    return np.asarray(x, dtype=np.float16).astype(np.float64)
+
+
+def _safe_div(a, b):
+    return np.where(b != 0, a / np.where(b != 0, b, 1.0), 0.0)
 
 
 def quantize(ttype, x):
@@ -139,51 +155,41 @@ def quantize(ttype, x):
         u = x.view(np.uint32).astype(np.uint64)
         r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16         # round to nearest even
         return r.astype("<u2").tobytes()
-    out = []
+    xd = x.astype(np.float64)
     if ttype == T_Q8_0:
-        for blk in x.reshape(-1, 32):
-            amax = float(np.abs(blk).max())
-            d = _f16r(amax / 127.0)
-            q = np.zeros(32) if d == 0 else np.clip(np.round(blk / d), -127, 127)
-            out.append(pack_q8_0(d, q))
-    elif ttype == T_Q4_0:
-        for blk in x.reshape(-1, 32):
-            d = _f16r(float(blk[np.argmax(np.abs(blk))]) / -8.0)
-            q = np.full(32, 8) if d == 0 else np.clip(np.floor(blk / d + 8.5), 0, 15)
-            out.append(pack_q4_0(d, q))
-    elif ttype in (T_Q4_K, T_Q5_K):
+        blk = xd.reshape(-1, 32)
+        d = _f16r(np.abs(blk).max(axis=1) / 127.0)
+        q = np.clip(np.round(_safe_div(blk, d[:, None])), -127, 127)
+        return pack_q8_0(d, q)
+    if ttype == T_Q4_0:
+        blk = xd.reshape(-1, 32)
+        mx = blk[np.arange(blk.shape[0]), np.argmax(np.abs(blk), axis=1)]   # signed max-abs
+        d = _f16r(mx / -8.0)
+        q = np.where(d[:, None] != 0, np.clip(np.floor(_safe_div(blk, d[:, None]) + 8.5), 0, 15), 8)
+        return pack_q4_0(d, q)
+    if ttype in (T_Q4_K, T_Q5_K):
         qmax = 15 if ttype == T_Q4_K else 31
-        for blk in x.reshape(-1, 8, 32):
-            lo = np.minimum(blk.min(axis=1), 0.0).astype(np.float64)   # (8,)
-            hi = blk.max(axis=1).astype(np.float64)
-            scale = (hi - lo) / qmax
-            mins = -lo
-            d = _f16r(scale.max() / 63.0)
-            dmin = _f16r(mins.max() / 63.0)
-            sc = np.zeros(8, dtype=np.int64) if d == 0 else np.clip(np.round(scale / d), 0, 63)
-            m = np.zeros(8, dtype=np.int64) if dmin == 0 else np.clip(np.round(mins / dmin), 0, 63)
-            d1 = d * sc
-            m1 = dmin * m
-            q = np.zeros((8, 32))
-            for j in range(8):
-                if d1[j] > 0:
-                    q[j] = np.clip(np.round((blk[j] + m1[j]) / d1[j]), 0, qmax)
-            pack = pack_q4_k if ttype == T_Q4_K else pack_q5_k
-            out.append(pack(d, dmin, sc, m, q))
-    elif ttype == T_Q6_K:
-        for blk in x.reshape(-1, 16, 16):
-            amax = np.abs(blk).max(axis=1).astype(np.float64)           # (16,)
-            scale = amax / 31.0
-            d = _f16r(scale.max() / 127.0)
-            sc = np.zeros(16, dtype=np.int64) if d == 0 else np.clip(np.round(scale / d), 0, 127)
-            q = np.zeros((16, 16))
-            for j in range(16):
-                if sc[j] > 0:
-                    q[j] = np.clip(np.round(blk[j] / (d * sc[j])), -32, 31)
-            out.append(pack_q6_k(d, sc, q.reshape(-1)))
-    else:
-        raise ValueError("quantize: type %d not supported" % ttype)
-    return b"".join(out)
+        blk = xd.reshape(-1, 8, 32)
+        lo = np.minimum(blk.min(axis=2), 0.0)                  # (nb, 8)
+        scale = (blk.max(axis=2) - lo) / qmax
+        mins = -lo
+        d = _f16r(scale.max(axis=1) / 63.0)                    # (nb,)
+        dmin = _f16r(mins.max(axis=1) / 63.0)
+        sc = np.clip(np.round(_safe_div(scale, d[:, None])), 0, 63)
+        m = np.clip(np.round(_safe_div(mins, dmin[:, None])), 0, 63)
+        d1 = (d[:, None] * sc)[:, :, None]
+        m1 = (dmin[:, None] * m)[:, :, None]
+        q = np.clip(np.round(_safe_div(blk + m1, d1)), 0, qmax)
+        pack = pack_q4_k if ttype == T_Q4_K else pack_q5_k
+        return pack(d, dmin, sc, m, q)
+    if ttype == T_Q6_K:
+        blk = xd.reshape(-1, 16, 16)
+        scale = np.abs(blk).max(axis=2) / 31.0                 # (nb, 16)
+        d = _f16r(scale.max(axis=1) / 127.0)
+        sc = np.clip(np.round(_safe_div(scale, d[:, None])), 0, 127)
+        q = np.clip(np.round(_safe_div(blk, (d[:, None] * sc)[:, :, None])), -32, 31)
+        return pack_q6_k(d, sc, q.reshape(-1, 256))
+    raise ValueError("quantize: type %d not supported" % ttype)
 
 
 # ---------------------------------------------------------------------------

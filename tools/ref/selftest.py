@@ -290,10 +290,15 @@ def test_parser():
         check_close(g.tensor("t.vec"), [1, 2, 3, 4, 5], 0, tag + ": t.vec")
         check_close(g.tensor("t.q8"), np.linspace(-1, 1, 64).reshape(2, 32), 1 / 127,
                     tag + ": t.q8")
-    # Every truncation of a small file is a GGUFError naming an offset.
+    # Every truncation of a small file before the end of its last tensor's
+    # data is a GGUFError naming an offset (the padding after it is optional).
     data = _metadata_writer(3, 32).to_bytes()
+    g = R.GGUFFile.from_bytes(data)
+    end = max(g.data_offset + t.offset + t.n_bytes for t in g.tensors.values())
+    check(end < len(data), "test file has trailing padding")
+    R.GGUFFile.from_bytes(data[:end])
     bad = 0
-    for n in range(len(data)):
+    for n in range(end):
         try:
             R.GGUFFile.from_bytes(data[:n])
             bad += 1
@@ -392,10 +397,7 @@ def naive_forward(cfg, Wt, tokens):
         return None if name not in Wt else np.asarray(Wt[name], dtype=np.float64)
 
     def rms(v, w):
-        s = 0.0
-        for e in v:
-            s += e * e
-        return v / math.sqrt(s / len(v) + eps) * w
+        return v / math.sqrt(float(v @ v) / len(v) + eps) * w
 
     rope_ff = get("rope_freqs.weight")
 
@@ -449,7 +451,7 @@ def naive_forward(cfg, Wt, tokens):
             h = rms(xt, get(p + "ffn_norm.weight"))
             g = get(p + "ffn_gate.weight") @ h
             u = get(p + "ffn_up.weight") @ h
-            act = np.array([gi / (1.0 + math.exp(-gi)) for gi in g]) * u
+            act = g * (1.0 / (1.0 + np.exp(-g))) * u
             newx.append(xt + get(p + "ffn_down.weight") @ act)
         x = newx
     out_w = get("output.weight")
@@ -469,7 +471,7 @@ MODEL_VARIANTS = [
     ("llama-linear", "llama", {"rope_scale": 4.0, "tied": True}),
     ("llama-partial-rot", "llama", {"n_rot": 8}),
     ("qwen2", "qwen2", {"tied": True}),
-    ("qwen3", "qwen3", {"head_dim": 32}),
+    ("qwen3", "qwen3", {"head_dim": "n_embd/2"}),   # key_length != n_embd / n_head
 ]
 ALL_TYPES = [R.T_F32, R.T_F16, R.T_BF16, R.T_Q8_0, R.T_Q4_0, R.T_Q4_K, R.T_Q5_K, R.T_Q6_K]
 
@@ -482,8 +484,11 @@ def test_models(quick):
             tname = R.GGML_TYPES[t][0]
             n_embd = 256 if t in (R.T_Q4_K, R.T_Q5_K, R.T_Q6_K) else 64
             n_ff = 256 if n_embd == 256 else 96
+            kwt = dict(kw)
+            if kwt.get("head_dim") == "n_embd/2":
+                kwt["head_dim"] = n_embd // 2
             w, Wt = W.random_model(arch, t, seed=100 + vi, n_embd=n_embd, n_ff=n_ff,
-                                   n_head=4, n_head_kv=2, n_vocab=50, **kw)
+                                   n_head=4, n_head_kv=2, n_vocab=50, **kwt)
             m = _load(w)
             tag = "%s %s" % (label, tname)
             check(m.tied == bool(kw.get("tied")), tag + ": tied detection")
@@ -604,13 +609,103 @@ def test_stories():
         check_close(l2, lg, 1e-7 * float(np.abs(lg).max()), "logits fixture values")
 
 
+def test_stories_bin():
+    """The same model in llama2.c's checkpoint format (a header of 7 int32:
+    dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size (negative:
+    separate classifier), seq_len; then float32 arrays token_embedding,
+    rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, ...) must hold
+    exactly the tensors the GGUF parser returns (llama2.c's adjacent-pair
+    rope needs no Q/K permutation)."""
+    sd = shared_dir()
+    bp = os.path.join(sd, "models", "stories260K.bin")
+    gp = os.path.join(sd, "models", "stories260K.gguf")
+    if not check(os.path.exists(bp) and os.path.exists(gp), "missing %s or %s" % (bp, gp)):
+        return
+    raw = open(bp, "rb").read()
+    dim, hid, L, nh, nkv, V, seq = struct.unpack("<7i", raw[:28])
+    shared_cls = V > 0
+    V = abs(V)
+    f = np.frombuffer(raw, dtype="<f4", offset=28)
+    kvd = dim * nkv // nh
+    pos = [0]
+
+    def take(*shape):
+        n = int(np.prod(shape))
+        a = f[pos[0]:pos[0] + n].reshape(shape)
+        pos[0] += n
+        return a
+
+    ck = {"token_embd.weight": take(V, dim)}
+    per_layer = [("attn_norm.weight", (dim,)), ("attn_q.weight", (dim, dim)),
+                 ("attn_k.weight", (kvd, dim)), ("attn_v.weight", (kvd, dim)),
+                 ("attn_output.weight", (dim, dim)), ("ffn_norm.weight", (dim,)),
+                 ("ffn_gate.weight", (hid, dim)), ("ffn_down.weight", (dim, hid)),
+                 ("ffn_up.weight", (hid, dim))]
+    for name, shape in per_layer:
+        a = take(L, *shape)
+        for i in range(L):
+            ck["blk.%d.%s" % (i, name)] = a[i]
+    ck["output_norm.weight"] = take(dim)
+    take(seq * (dim // nh) // 2)
+    take(seq * (dim // nh) // 2)
+    ck["output.weight"] = ck["token_embd.weight"] if shared_cls else take(V, dim)
+    check(pos[0] == f.size, "stories260K.bin: %d floats left over" % (f.size - pos[0]))
+    g = R.GGUFFile(gp)
+    bad = [n for n, a in ck.items() if n not in g.tensors or not np.array_equal(g.tensor(n), a)]
+    check(not bad, "stories260K gguf vs bin tensors differ: %s" % bad[:5])
+    check(len(g.tensors) == len(ck), "stories260K: %d tensors vs %d" % (len(g.tensors), len(ck)))
+
+
+def test_cli():
+    """The three commands, through main(), on a temporary model file."""
+    import contextlib
+    import io
+    w, _ = W.random_model("qwen3", R.T_Q8_0, seed=21, n_vocab=40)
+    with tempfile.TemporaryDirectory() as td:
+        mp = os.path.join(td, "m.gguf")
+        w.write(mp)
+        lp = os.path.join(td, "m.logits")
+        check(R.main(["logits", mp, "--tokens", "1 5 9 39", "--out", lp]) == 0, "cli logits rc")
+        toks, lg = R.read_logits(lp)
+        m = R.Model(mp)
+        exp = m.forward([1, 5, 9, 39])
+        check(toks == [1, 5, 9, 39] and lg.shape == (4, 40), "cli logits header")
+        check_close(lg, exp, 1e-7 * float(np.abs(exp).max()), "cli logits values")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = R.main(["greedy", mp, "--tokens", "1 5", "-n", "6"])
+        out = [int(x) for x in buf.getvalue().split()]
+        gen = m.greedy([1, 5], 6, stop_ids=(2,))
+        check(rc == 0 and out == [1, 5] + gen, "cli greedy: %r vs %r" % (out, [1, 5] + gen))
+        # greedy agrees with argmax of the full-sequence logits
+        if len(gen) >= 2:
+            full = m.forward([1, 5] + gen[:-1])
+            check([int(np.argmax(r)) for r in full[1:]] == gen, "greedy == argmax of prefill")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = R.main(["info", mp])
+        check(rc == 0 and "qwen3.attention.head_count" in buf.getvalue() and
+              "blk.1.attn_k_norm.weight" in buf.getvalue(), "cli info")
+        bad = os.path.join(td, "bad.gguf")
+        open(bad, "wb").write(b"GGUF" + struct.pack("<IQQ", 3, 1, 0))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = R.main(["logits", bad, "--tokens", "1", "--out", lp])
+        check(rc == 1 and "offset" in err.getvalue(), "cli error on a truncated file: %r"
+              % err.getvalue())
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = R.main(["logits", mp, "--tokens", "1 40", "--out", lp])
+        check(rc == 1 and "out of range" in err.getvalue(), "cli error on a bad token id")
+
+
 def main():
     quick = "--quick" in sys.argv
     t0 = time.time()
     rng = np.random.default_rng(12345)
     for fn in (test_deq_literal, lambda: test_deq_packed(rng), test_parser,
                lambda: test_models(quick), test_rope_equivalence, test_rope_scaling,
-               test_stories):
+               test_stories, test_stories_bin, test_cli):
         try:
             fn()
         except Exception as e:  # a crash in one group is a failure, not an abort

@@ -1,0 +1,745 @@
+/*
+ * engine.c — the engine thread: admission with prefix reuse, continuous
+ * batching under a token budget, preemption, cancellation (contract and
+ * state diagram in engine.h).
+ *
+ * Every sequence keeps the tokens it knows (prompt, then generated) and how
+ * many of them already have K/V in the cache:
+ *
+ *   tokens:     [ t0 t1 ... | tc ... t(n-1) ]
+ *                 computed    pending: run through the model next
+ *
+ * so prefill and decode are the same thing: each step runs a chunk of the
+ * pending tokens (a whole chunk for a prompt, exactly one token in decode)
+ * and samples a new token when the chunk reaches the end. A preempted
+ * sequence drops its blocks and resumes later with computed = 0 (its
+ * generated tokens simply become part of what it has to recompute; its
+ * sampler, RNG and penalties included, is kept).
+ *
+ * One step:
+ *   1. take new requests from the submit queue (FCFS);
+ *   2. finish cancelled / stopped sequences, release their blocks;
+ *   3. reserve a KV slot for every running sequence's chunk, oldest first;
+ *      when the pool is empty: evict LRU cached blocks, then preempt the
+ *      newest running sequence;
+ *   4. admit waiting sequences while budget, slots and blocks allow:
+ *      radix_match the known tokens (all but the last one, whose logits we
+ *      need), skip a sequence whose next blocks another sequence is still
+ *      computing (PENDING: it waits rather than recomputes), allocate all
+ *      blocks for its known tokens at once, index its full prompt blocks as
+ *      PENDING so later requests join instead of recomputing;
+ *   5. build one ragged batch (decodes first, then prefill chunks), forward;
+ *   6. sample, post tokens, index newly completed blocks READY, finish.
+ *
+ * Reference invariant: each entry of a sequence's block table holds exactly
+ * one pool reference, dropped when the sequence finishes or is preempted;
+ * the radix tree holds its own. `check` mode verifies the pool and the tree
+ * after every step.
+ *
+ * Thread: everything below runs on the engine thread except engine_submit,
+ * engine_get_stats and engine_new/free.
+ */
+#include "engine.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../kv/kvpool.h"
+#include "../kv/radix.h"
+#include "../sample/sample.h"
+
+typedef struct seq {
+    req *r;
+    uint64_t order;      /* arrival number: lower is older                     */
+    int32_t *tokens;     /* (n_tokens) prompt followed by generated tokens     */
+    int n_tokens, cap_tokens;
+    int n_computed;      /* positions with K/V in the cache                    */
+    int n_generated;
+    int n_prefill_end;   /* positions < this count as prompt work (metrics)    */
+    int32_t *blocks;     /* block table, one pool reference per entry          */
+    uint8_t *pending;    /* blocks[i] is indexed PENDING by this sequence      */
+    int n_blocks, cap_blocks;
+    int n_indexed;       /* leading full blocks the tree holds READY for us    */
+    sampler *smp;
+    bool admitted_once;  /* prompt metrics and cached count recorded           */
+    bool running;
+} seq;
+
+typedef struct seq_list {
+    seq **v;
+    int n, cap;
+} seq_list;
+
+struct engine {
+    const model *m;
+    engine_opts o;
+    int n_ctx;
+    kvpool *pool;
+    radix *tree;
+    model_kv *kv;
+    model_state *st;
+    float *logits;       /* (max_running, n_vocab)                              */
+    /* batch scratch (max_batch_tokens / max_running entries) */
+    int32_t *b_tok, *b_pos, *b_seq;
+    uint8_t *b_logits;
+    model_seq *b_seqs;
+    seq **b_owner;       /* sequence of each batch sequence slot               */
+    int *b_chunk;        /* tokens of that sequence in the batch               */
+    int32_t *scratch;    /* block ids for radix_insert                          */
+    int scratch_cap;
+
+    seq_list running;    /* in arrival order                                    */
+    seq_list waiting;    /* in arrival order (preempted ones keep theirs)       */
+    uint64_t next_order;
+
+    pthread_t thread;
+    pthread_mutex_t mu;  /* guards submitq, stop, stats, n_waiting_shared       */
+    pthread_cond_t cv;
+    req **submitq;
+    int n_submitq, cap_submitq;
+    bool stop;
+    bool preempted_this_step; /* no admission right after a preemption (thrash) */
+    bool admitted_this_step;
+    int n_waiting_shared;
+    engine_stats stats;
+};
+
+static const double ttft_le[ENGINE_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                     1,     2.5,  5,     10,   20,  40,  80};
+static const double tpot_le[ENGINE_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05,
+                                                     0.075, 0.1,    0.15,  0.2,  0.3,  0.5,  1};
+
+engine_opts engine_defaults(void) {
+    engine_opts o = {0};
+    o.n_threads = 1;
+    o.kv_mem_bytes = 64u << 20;
+    o.block_tokens = 16;
+    o.max_batch_tokens = 512;
+    o.max_running = 64;
+    o.max_queue = 256;
+    return o;
+}
+
+/* ---- small containers ---- */
+
+static void list_push(seq_list *l, seq *s) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->v = xrealloc(l->v, (size_t)l->cap * sizeof *l->v);
+    }
+    l->v[l->n++] = s;
+}
+
+/* Inserts keeping arrival order (preempted sequences go back to their place). */
+static void list_insert_ordered(seq_list *l, seq *s) {
+    list_push(l, s);
+    int i = l->n - 1;
+    while (i > 0 && l->v[i - 1]->order > s->order) {
+        l->v[i] = l->v[i - 1];
+        i--;
+    }
+    l->v[i] = s;
+}
+
+static void list_remove_at(seq_list *l, int i) {
+    memmove(l->v + i, l->v + i + 1, (size_t)(l->n - i - 1) * sizeof *l->v);
+    l->n--;
+}
+
+static void list_remove(seq_list *l, seq *s) {
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] == s) {
+            list_remove_at(l, i);
+            return;
+        }
+}
+
+static void seq_push_token(seq *s, int32_t t) {
+    if (s->n_tokens == s->cap_tokens) {
+        s->cap_tokens = s->cap_tokens ? s->cap_tokens * 2 : 64;
+        s->tokens = xrealloc(s->tokens, (size_t)s->cap_tokens * sizeof *s->tokens);
+    }
+    s->tokens[s->n_tokens++] = t;
+}
+
+static void seq_push_block(seq *s, int32_t b, bool pending) {
+    if (s->n_blocks == s->cap_blocks) {
+        s->cap_blocks = s->cap_blocks ? s->cap_blocks * 2 : 16;
+        s->blocks = xrealloc(s->blocks, (size_t)s->cap_blocks * sizeof *s->blocks);
+        s->pending = xrealloc(s->pending, (size_t)s->cap_blocks);
+    }
+    s->blocks[s->n_blocks] = b;
+    s->pending[s->n_blocks] = pending;
+    s->n_blocks++;
+}
+
+static void hist_observe(engine_hist *h, double x) {
+    for (int i = 0; i < ENGINE_HIST_BUCKETS; i++)
+        if (x <= h->le[i]) {
+            h->counts[i]++;
+            break;
+        }
+    h->sum += x;
+    h->count++;
+}
+
+/* ---- blocks ---- */
+
+/* Drops every block of s. Blocks it indexed as PENDING (not computed) leave
+ * the tree with their subtree first, so nobody waits for them forever. */
+static void seq_release_blocks(engine *en, seq *s) {
+    for (int i = 0; i < s->n_blocks; i++) {
+        if (s->pending[i] && radix_block_state(en->tree, s->blocks[i]) == RADIX_PENDING) {
+            radix_remove_pending(en->tree, s->blocks[i]);
+        }
+    }
+    for (int i = 0; i < s->n_blocks; i++) kvpool_unref(en->pool, s->blocks[i]);
+    s->n_blocks = 0;
+    s->n_computed = 0;
+    s->n_indexed = 0;
+}
+
+/* A free block, evicting cached ones if needed; -1 when none can be had. */
+static int32_t alloc_block(engine *en) {
+    int32_t b = kvpool_alloc(en->pool);
+    if (b >= 0) return b;
+    if (radix_evict(en->tree, 1) > 0) b = kvpool_alloc(en->pool);
+    return b;
+}
+
+/* Makes sure free >= n blocks by evicting; returns whether it worked. */
+static bool ensure_free(engine *en, int n) {
+    int have = kvpool_n_free(en->pool);
+    while (have < n) {
+        int got = radix_evict(en->tree, n - have);
+        if (got <= 0) return false;
+        have = kvpool_n_free(en->pool);
+    }
+    return true;
+}
+
+static void scratch_reserve(engine *en, int n) {
+    if (n > en->scratch_cap) {
+        en->scratch_cap = n * 2;
+        en->scratch = xrealloc(en->scratch, (size_t)en->scratch_cap * sizeof *en->scratch);
+    }
+}
+
+/* Offers the computed full blocks of s that the tree has not seen to the tree
+ * as READY (its own PENDING ones become READY). */
+static void seq_index_computed(engine *en, seq *s) {
+    int B = en->o.block_tokens;
+    int n_full = s->n_computed / B;
+    if (n_full <= s->n_indexed) return;
+    scratch_reserve(en, n_full);
+    memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
+    if (radix_insert(en->tree, s->tokens, n_full, en->scratch, RADIX_READY) < 0) {
+        log_warn("engine: radix_insert failed for a computed prefix (ignored)");
+    }
+    for (int i = 0; i < n_full; i++) s->pending[i] = 0;
+    s->n_indexed = n_full;
+}
+
+/* ---- finishing ---- */
+
+static void stats_lock(engine *en) { pthread_mutex_lock(&en->mu); }
+static void stats_unlock(engine *en) { pthread_mutex_unlock(&en->mu); }
+
+static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
+    if (s->n_blocks) seq_release_blocks(en, s);
+    if (why != REQ_FINISH_CANCEL && s->n_generated > 1 && s->r->t_first_ns) {
+        double per = (double)(clock_ns() - s->r->t_first_ns) / 1e9 / (s->n_generated - 1);
+        stats_lock(en);
+        hist_observe(&en->stats.tpot, per);
+        stats_unlock(en);
+    }
+    req_post_finish(s->r, why, msg);
+    req_unref(s->r);
+    sampler_free(s->smp);
+    free(s->tokens);
+    free(s->blocks);
+    free(s->pending);
+    free(s);
+}
+
+static void preempt(engine *en, seq *s) {
+    seq_release_blocks(en, s);
+    s->running = false;
+    list_remove(&en->running, s);
+    list_insert_ordered(&en->waiting, s);
+    en->preempted_this_step = true;
+    stats_lock(en);
+    en->stats.preemptions_total++;
+    stats_unlock(en);
+    log_debug("engine: preempted request %llu (%d tokens)", (unsigned long long)s->order, s->n_tokens);
+}
+
+/* ---- admission ---- */
+
+/* Tries to admit s (from the waiting list). Returns 1 admitted, 0 must wait
+ * (a later sequence may still be tried), -1 no blocks (stop admitting). */
+static int try_admit(engine *en, seq *s) {
+    int B = en->o.block_tokens;
+    int n_need_blocks = (s->n_tokens + B - 1) / B;
+    int n_match_cap = (s->n_tokens - 1) / B; /* keep the last token to compute */
+    scratch_reserve(en, n_need_blocks + 1);
+    int n_pending = 0;
+    int n_ready = radix_match(en->tree, s->tokens, s->n_tokens - 1, en->scratch, n_match_cap, &n_pending);
+    if (n_ready < 0) n_ready = 0, n_pending = 0;
+    if (n_pending > 0) {
+        /* Another sequence is computing our next blocks: wait for them. */
+        for (int i = 0; i < n_ready + n_pending; i++) kvpool_unref(en->pool, en->scratch[i]);
+        return 0;
+    }
+    int n_new = n_need_blocks - n_ready;
+    if (!ensure_free(en, n_new)) {
+        for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
+        return -1;
+    }
+    s->n_blocks = 0;
+    for (int i = 0; i < n_ready; i++) seq_push_block(s, en->scratch[i], false);
+    for (int i = 0; i < n_new; i++) {
+        int32_t b = kvpool_alloc(en->pool);
+        ASSERT(b >= 0);
+        seq_push_block(s, b, false);
+    }
+    s->n_computed = n_ready * B;
+    s->n_indexed = n_ready;
+    s->n_prefill_end = s->n_tokens;
+    en->admitted_this_step = true;
+    /* Index the full blocks still to compute as PENDING: later requests with
+     * the same prefix join them instead of recomputing. */
+    int n_full = s->n_tokens / B;
+    if (n_full > n_ready) {
+        memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
+        if (radix_insert(en->tree, s->tokens, n_full, en->scratch, RADIX_PENDING) >= 0) {
+            for (int i = n_ready; i < n_full; i++) s->pending[i] = en->scratch[i] == s->blocks[i];
+        }
+    }
+    if (!s->admitted_once) {
+        s->admitted_once = true;
+        req_set_cached(s->r, s->n_computed);
+        stats_lock(en);
+        en->stats.prompt_tokens_total += (uint64_t)s->r->n_prompt;
+        en->stats.prompt_tokens_cached_total += (uint64_t)s->n_computed;
+        stats_unlock(en);
+    }
+    s->running = true;
+    return 1;
+}
+
+/* ---- the step ---- */
+
+static void take_submitted(engine *en) {
+    pthread_mutex_lock(&en->mu);
+    for (int i = 0; i < en->n_submitq; i++) {
+        req *r = en->submitq[i];
+        seq *s = xcalloc(1, sizeof *s);
+        s->r = r;
+        s->order = en->next_order++;
+        for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
+        s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
+        list_push(&en->waiting, s);
+    }
+    en->n_submitq = 0;
+    pthread_mutex_unlock(&en->mu);
+}
+
+static void drop_finished_controls(engine *en) {
+    seq_list *lists[2] = {&en->running, &en->waiting};
+    for (int k = 0; k < 2; k++) {
+        seq_list *l = lists[k];
+        for (int i = 0; i < l->n;) {
+            seq *s = l->v[i];
+            if (atomic_load(&s->r->cancel)) {
+                list_remove_at(l, i);
+                seq_finish(en, s, REQ_FINISH_CANCEL, NULL);
+            } else if (atomic_load(&s->r->stop)) {
+                list_remove_at(l, i);
+                seq_finish(en, s, REQ_FINISH_STOP, NULL);
+            } else {
+                i++;
+            }
+        }
+    }
+}
+
+/* Ensures every running sequence has a slot for its next decode token.
+ * Oldest first; preempts the newest when the pool cannot give a block. */
+static void reserve_decode_slots(engine *en) {
+    int B = en->o.block_tokens;
+    for (int i = 0; i < en->running.n; i++) {
+        seq *s = en->running.v[i];
+        int last_pos = s->n_tokens - 1; /* the last token is always computed */
+        while (s->n_blocks * B <= last_pos) {
+            int32_t b = alloc_block(en);
+            if (b >= 0) {
+                seq_push_block(s, b, false);
+                continue;
+            }
+            seq *victim = en->running.v[en->running.n - 1];
+            if (victim == s && en->running.n == 1) {
+                /* Alone and still out of blocks: the pool cannot hold it. */
+                list_remove_at(&en->running, i);
+                seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
+                s = NULL;
+                i--;
+                break;
+            }
+            preempt(en, victim);
+            if (victim == s) {
+                s = NULL;
+                i--;
+                break;
+            }
+        }
+    }
+}
+
+static void post_token(engine *en, seq *s, const float *row) {
+    req *r = s->r;
+    req_token t = {0};
+    float *lg = (float *)row;
+    int top_n = r->n_logprobs;
+    if (top_n > REQ_MAX_TOP_LOGPROBS) top_n = REQ_MAX_TOP_LOGPROBS;
+    t.id = sampler_sample(s->smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);
+    t.n_top = top_n > 0 ? top_n : 0;
+    sampler_accept(s->smp, t.id);
+    bool eog = !r->ignore_eos && en->o.is_eog && en->o.is_eog(en->o.eog_ctx, t.id);
+    if (!eog) {
+        if (s->n_generated == 0) {
+            double ttft = (double)(clock_ns() - r->t_submit_ns) / 1e9;
+            stats_lock(en);
+            hist_observe(&en->stats.ttft, ttft);
+            stats_unlock(en);
+        }
+        req_post_token(r, &t);
+        s->n_generated++;
+        seq_push_token(s, t.id);
+        stats_lock(en);
+        en->stats.generation_tokens_total++;
+        stats_unlock(en);
+    }
+}
+
+/* Returns true when something ran (or changed). */
+static bool engine_step(engine *en) {
+    int B = en->o.block_tokens;
+    take_submitted(en);
+    drop_finished_controls(en);
+    en->preempted_this_step = false;
+    en->admitted_this_step = false;
+    reserve_decode_slots(en);
+
+    int budget = en->o.max_batch_tokens;
+    int n_tok = 0, n_bs = 0;
+
+    /* Running sequences: decodes (one pending token) first, then chunks. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < en->running.n && n_tok < budget; i++) {
+            seq *s = en->running.v[i];
+            int pend = s->n_tokens - s->n_computed;
+            if ((pass == 0) != (pend == 1)) continue;
+            int c = MIN(pend, budget - n_tok);
+            en->b_owner[n_bs] = s;
+            en->b_chunk[n_bs] = c;
+            n_bs++;
+            n_tok += c;
+        }
+    }
+    /* Admit waiting sequences into what is left of the budget. */
+    for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_tok < budget &&
+                    en->running.n < en->o.max_running;) {
+        seq *s = en->waiting.v[i];
+        int need = (s->n_tokens + B - 1) / B;
+        if (need + 1 > kvpool_n_blocks(en->pool)) {
+            list_remove_at(&en->waiting, i);
+            seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
+            continue;
+        }
+        int rc = try_admit(en, s);
+        if (rc == 0) {
+            i++;
+            continue;
+        }
+        if (rc < 0) break;
+        list_remove_at(&en->waiting, i);
+        list_insert_ordered(&en->running, s);
+        int pend = s->n_tokens - s->n_computed;
+        int c = MIN(pend, budget - n_tok);
+        en->b_owner[n_bs] = s;
+        en->b_chunk[n_bs] = c;
+        n_bs++;
+        n_tok += c;
+    }
+
+    stats_lock(en);
+    en->stats.n_running = en->running.n;
+    en->stats.n_waiting = en->waiting.n;
+    en->n_waiting_shared = en->waiting.n;
+    stats_unlock(en);
+    if (n_bs == 0) return false;
+
+    /* Build the ragged batch. */
+    int k = 0, n_logits = 0;
+    uint64_t n_prompt_work = 0;
+    for (int j = 0; j < n_bs; j++) {
+        seq *s = en->b_owner[j];
+        int c = en->b_chunk[j];
+        for (int q = 0; q < c; q++) {
+            int p = s->n_computed + q;
+            en->b_tok[k] = s->tokens[p];
+            en->b_pos[k] = p;
+            en->b_seq[k] = j;
+            en->b_logits[k] = (p == s->n_tokens - 1);
+            n_logits += en->b_logits[k];
+            if (p < s->n_prefill_end) n_prompt_work++;
+            k++;
+        }
+        en->b_seqs[j].block_table = s->blocks;
+        en->b_seqs[j].n_blocks = s->n_blocks;
+    }
+    model_batch b = {.n_tokens = n_tok,
+                     .token = en->b_tok,
+                     .pos = en->b_pos,
+                     .seq = en->b_seq,
+                     .logits = en->b_logits,
+                     .n_seqs = n_bs,
+                     .seqs = en->b_seqs};
+    err_t e = {0};
+    int rows = model_forward(en->m, en->st, en->kv, &b, en->logits, &e);
+    if (rows < 0) {
+        /* A batch the model rejects is our bug or a bad token; fail the
+         * requests in it rather than the server. */
+        log_error("engine: model_forward failed: %s", e.msg);
+        for (int j = 0; j < n_bs; j++) {
+            seq *s = en->b_owner[j];
+            list_remove(&en->running, s);
+            seq_finish(en, s, REQ_FINISH_ERROR, e.msg);
+        }
+        return true;
+    }
+    ASSERT(rows == n_logits);
+
+    /* Advance, sample, finish. */
+    int row = 0;
+    for (int j = 0; j < n_bs; j++) {
+        seq *s = en->b_owner[j];
+        s->n_computed += en->b_chunk[j];
+        seq_index_computed(en, s);
+        if (s->n_computed < s->n_tokens) continue;
+        int before = s->n_generated;
+        post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab);
+        row++;
+        req_finish why = REQ_RUNNING;
+        if (s->n_generated == before) why = REQ_FINISH_STOP; /* end of generation */
+        else if (s->n_generated >= s->r->max_tokens) why = REQ_FINISH_LENGTH;
+        else if (s->n_tokens > en->n_ctx) why = REQ_FINISH_LENGTH; /* cannot feed it */
+        if (why != REQ_RUNNING) {
+            list_remove(&en->running, s);
+            seq_finish(en, s, why, NULL);
+        }
+    }
+    stats_lock(en);
+    en->stats.prompt_tokens_computed_total += n_prompt_work;
+    en->stats.steps_total++;
+    en->stats.n_running = en->running.n;
+    en->stats.n_waiting = en->waiting.n;
+    stats_unlock(en);
+    return true;
+}
+
+static void check_state(engine *en) {
+    err_t e = {0};
+    if (kvpool_check(en->pool, &e) < 0) PANIC("kvpool_check: %s", e.msg);
+    if (radix_check(en->tree, &e) < 0) PANIC("radix_check: %s", e.msg);
+    /* Every reference is accounted for: sequences' tables plus the tree. */
+    long refs = 0;
+    for (int b = 0; b < kvpool_n_blocks(en->pool); b++) refs += kvpool_refcount(en->pool, b);
+    long held = radix_n_cached(en->tree);
+    for (int i = 0; i < en->running.n; i++) held += en->running.v[i]->n_blocks;
+    for (int i = 0; i < en->waiting.n; i++) held += en->waiting.v[i]->n_blocks;
+    if (refs != held) PANIC("engine: %ld pool references but %ld held", refs, held);
+}
+
+static void *engine_thread(void *arg) {
+    engine *en = arg;
+    for (;;) {
+        pthread_mutex_lock(&en->mu);
+        bool stop = en->stop;
+        bool idle = en->n_submitq == 0 && en->running.n == 0;
+        if (!stop && idle) {
+            struct timespec dl;
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            dl.tv_nsec += 20 * 1000000L;
+            if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+            if (en->waiting.n == 0)
+                pthread_cond_wait(&en->cv, &en->mu);
+            else
+                pthread_cond_timedwait(&en->cv, &en->mu, &dl);
+            stop = en->stop;
+        }
+        pthread_mutex_unlock(&en->mu);
+        if (stop) break;
+        bool ran = engine_step(en);
+        if (en->o.check) check_state(en);
+        if (ran && en->o.step_delay_us > 0) {
+            struct timespec d = {en->o.step_delay_us / 1000000, (long)(en->o.step_delay_us % 1000000) * 1000L};
+            nanosleep(&d, NULL);
+        }
+        pthread_mutex_lock(&en->mu);
+        en->stats.kv_blocks_used = kvpool_n_used(en->pool);
+        en->stats.kv_blocks_cached = radix_n_cached(en->tree);
+        pthread_mutex_unlock(&en->mu);
+    }
+    /* Shutdown: every request still known ends as cancelled. */
+    take_submitted(en);
+    while (en->running.n) {
+        seq *s = en->running.v[en->running.n - 1];
+        en->running.n--;
+        seq_finish(en, s, REQ_FINISH_CANCEL, NULL);
+    }
+    while (en->waiting.n) {
+        seq *s = en->waiting.v[en->waiting.n - 1];
+        en->waiting.n--;
+        seq_finish(en, s, REQ_FINISH_CANCEL, NULL);
+    }
+    return NULL;
+}
+
+/* ---- public ---- */
+
+int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
+    *out = NULL;
+    if (o->n_threads < 1) return err_set(e, ERR_INVALID, "threads must be >= 1 (got %d)", o->n_threads);
+    if (o->block_tokens < 1 || o->block_tokens > 1024)
+        return err_set(e, ERR_INVALID, "block tokens must be in [1, 1024] (got %d)", o->block_tokens);
+    if (o->max_batch_tokens < 1) return err_set(e, ERR_INVALID, "max-batch-tokens must be >= 1 (got %d)", o->max_batch_tokens);
+    if (o->max_running < 1) return err_set(e, ERR_INVALID, "max-running must be >= 1 (got %d)", o->max_running);
+    if (o->max_queue < 0) return err_set(e, ERR_INVALID, "max-queue must be >= 0 (got %d)", o->max_queue);
+    int n_ctx = o->n_ctx > 0 ? o->n_ctx : m->cfg.n_ctx_train;
+    if (n_ctx < 2) return err_set(e, ERR_INVALID, "context size must be >= 2 (got %d)", n_ctx);
+    size_t bb = model_kv_block_bytes(m, o->block_tokens);
+    size_t n_blocks = bb ? o->kv_mem_bytes / bb : 0;
+    if (n_blocks < 2)
+        return err_set(e, ERR_RANGE, "kv-mem %zu bytes holds %zu blocks of %zu bytes; need at least 2", o->kv_mem_bytes,
+                       n_blocks, bb);
+    if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
+
+    engine *en = xcalloc(1, sizeof *en);
+    en->m = m;
+    en->o = *o;
+    en->o.max_running = MIN(o->max_running, o->max_batch_tokens);
+    en->n_ctx = n_ctx;
+    en->kv = model_kv_new(m, (int)n_blocks, o->block_tokens);
+    if (!en->kv) {
+        free(en);
+        return err_set(e, ERR_NOMEM, "cannot allocate %zu KV blocks", n_blocks);
+    }
+    en->pool = kvpool_new((int)n_blocks);
+    en->tree = radix_new(en->pool, o->block_tokens);
+    en->st = model_state_new(m, o->max_batch_tokens, n_ctx, o->n_threads);
+    int mr = en->o.max_running, mb = o->max_batch_tokens;
+    en->logits = xmalloc((size_t)mr * (size_t)m->cfg.n_vocab * sizeof(float));
+    en->b_tok = xmalloc((size_t)mb * sizeof(int32_t));
+    en->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
+    en->b_seq = xmalloc((size_t)mb * sizeof(int32_t));
+    en->b_logits = xmalloc((size_t)mb);
+    en->b_seqs = xcalloc((size_t)mr, sizeof *en->b_seqs);
+    en->b_owner = xcalloc((size_t)mr, sizeof *en->b_owner);
+    en->b_chunk = xcalloc((size_t)mr, sizeof *en->b_chunk);
+    pthread_mutex_init(&en->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&en->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    en->stats.kv_blocks_total = (int)n_blocks;
+    memcpy(en->stats.ttft.le, ttft_le, sizeof ttft_le);
+    memcpy(en->stats.tpot.le, tpot_le, sizeof tpot_le);
+    if (pthread_create(&en->thread, NULL, engine_thread, en) != 0) {
+        engine_free(en);
+        return err_set(e, ERR_NOMEM, "cannot start the engine thread");
+    }
+    *out = en;
+    return 0;
+}
+
+void engine_stop(engine *en) {
+    if (!en || !en->thread) return;
+    pthread_mutex_lock(&en->mu);
+    en->stop = true;
+    pthread_cond_broadcast(&en->cv);
+    pthread_mutex_unlock(&en->mu);
+    pthread_join(en->thread, NULL);
+    en->thread = 0;
+}
+
+void engine_free(engine *en) {
+    if (!en) return;
+    engine_stop(en);
+    for (int i = 0; i < en->n_submitq; i++) {
+        req_post_finish(en->submitq[i], REQ_FINISH_CANCEL, NULL);
+        req_unref(en->submitq[i]);
+    }
+    free(en->submitq);
+    free(en->running.v);
+    free(en->waiting.v);
+    radix_free(en->tree);
+    kvpool_free(en->pool);
+    model_kv_free(en->kv);
+    model_state_free(en->st);
+    free(en->logits);
+    free(en->b_tok);
+    free(en->b_pos);
+    free(en->b_seq);
+    free(en->b_logits);
+    free(en->b_seqs);
+    free(en->b_owner);
+    free(en->b_chunk);
+    free(en->scratch);
+    pthread_mutex_destroy(&en->mu);
+    pthread_cond_destroy(&en->cv);
+    free(en);
+}
+
+int engine_n_ctx(const engine *en) { return en->n_ctx; }
+
+int engine_capacity_tokens(const engine *en) { return en->stats.kv_blocks_total * en->o.block_tokens; }
+
+int engine_submit(engine *en, req *r, err_t *e) {
+    if (r->n_prompt < 1) return err_set(e, ERR_INVALID, "the prompt is empty");
+    if (r->n_prompt >= en->n_ctx)
+        return err_set(e, ERR_INVALID, "the prompt has %d tokens; the context holds %d (prompt + at least 1 generated)",
+                       r->n_prompt, en->n_ctx);
+    int B = en->o.block_tokens;
+    if ((r->n_prompt + B - 1) / B + 1 > en->stats.kv_blocks_total)
+        return err_set(e, ERR_INVALID, "the prompt has %d tokens; the KV cache holds %d (raise --kv-mem)", r->n_prompt,
+                       (en->stats.kv_blocks_total - 1) * B);
+    pthread_mutex_lock(&en->mu);
+    if (en->stop || en->n_submitq + en->n_waiting_shared >= en->o.max_queue) {
+        pthread_mutex_unlock(&en->mu);
+        return err_set(e, ERR_RANGE, "the server is busy: %d requests are waiting (max-queue %d)",
+                       en->n_submitq + en->n_waiting_shared, en->o.max_queue);
+    }
+    if (en->n_submitq == en->cap_submitq) {
+        en->cap_submitq = en->cap_submitq ? en->cap_submitq * 2 : 16;
+        en->submitq = xrealloc(en->submitq, (size_t)en->cap_submitq * sizeof *en->submitq);
+    }
+    req_ref(r);
+    r->t_submit_ns = clock_ns();
+    en->submitq[en->n_submitq++] = r;
+    pthread_cond_broadcast(&en->cv);
+    pthread_mutex_unlock(&en->mu);
+    return 0;
+}
+
+void engine_get_stats(engine *en, engine_stats *out) {
+    pthread_mutex_lock(&en->mu);
+    *out = en->stats;
+    out->n_waiting += en->n_submitq;
+    pthread_mutex_unlock(&en->mu);
+}

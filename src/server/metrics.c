@@ -1,0 +1,88 @@
+/*
+ * metrics.c — Prometheus text format for /metrics (see metrics.h).
+ *
+ * Names: kvloom_requests_running, kvloom_requests_waiting,
+ * kvloom_prompt_tokens_total, kvloom_prompt_tokens_cached_total,
+ * kvloom_prompt_tokens_computed_total, kvloom_generation_tokens_total,
+ * kvloom_preemptions_total, kvloom_kv_blocks_{used,total,cached},
+ * kvloom_time_to_first_token_seconds, kvloom_time_per_output_token_seconds
+ * (histograms) and kvloom_requests_total{status}.
+ */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define METRICS_MAX_CODES 32
+
+struct metrics {
+    pthread_mutex_t mu;
+    int codes[METRICS_MAX_CODES];
+    unsigned long long counts[METRICS_MAX_CODES];
+    int n_codes;
+};
+
+metrics *metrics_new(void) {
+    metrics *m = xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void metrics_free(metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void metrics_count(metrics *m, int status) {
+    pthread_mutex_lock(&m->mu);
+    int i = 0;
+    while (i < m->n_codes && m->codes[i] != status) i++;
+    if (i == m->n_codes && m->n_codes < METRICS_MAX_CODES) m->codes[m->n_codes++] = status;
+    if (i < m->n_codes) m->counts[i]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void gauge(http_buf *b, const char *name, const char *help, const char *type, double v) {
+    http_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+static void hist(http_buf *b, const char *name, const char *help, const engine_hist *h) {
+    http_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    unsigned long long acc = 0;
+    for (int i = 0; i < ENGINE_HIST_BUCKETS; i++) {
+        acc += h->counts[i];
+        http_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], acc);
+    }
+    http_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+                    (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
+}
+
+void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
+    gauge(b, "kvloom_requests_running", "Requests admitted to the engine and not finished.", "gauge", st->n_running);
+    gauge(b, "kvloom_requests_waiting", "Requests queued, preempted or waiting for a shared block.", "gauge",
+          st->n_waiting);
+    gauge(b, "kvloom_prompt_tokens_total", "Prompt tokens of admitted requests.", "counter",
+          (double)st->prompt_tokens_total);
+    gauge(b, "kvloom_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.", "counter",
+          (double)st->prompt_tokens_cached_total);
+    gauge(b, "kvloom_prompt_tokens_computed_total",
+          "Prompt tokens run through the model (prefill, including recomputation after preemption).", "counter",
+          (double)st->prompt_tokens_computed_total);
+    gauge(b, "kvloom_generation_tokens_total", "Generated tokens.", "counter", (double)st->generation_tokens_total);
+    gauge(b, "kvloom_preemptions_total", "Sequences preempted because the KV pool was full.", "counter",
+          (double)st->preemptions_total);
+    gauge(b, "kvloom_engine_steps_total", "Batches run by the engine.", "counter", (double)st->steps_total);
+    gauge(b, "kvloom_kv_blocks_total", "KV blocks in the pool.", "gauge", st->kv_blocks_total);
+    gauge(b, "kvloom_kv_blocks_used", "KV blocks holding a reference (requests or the prefix cache).", "gauge",
+          st->kv_blocks_used);
+    gauge(b, "kvloom_kv_blocks_cached", "KV blocks indexed by the prefix cache.", "gauge", st->kv_blocks_cached);
+    hist(b, "kvloom_time_to_first_token_seconds", "Time from submission to the first generated token.", &st->ttft);
+    hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &st->tpot);
+    http_buf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"
+                       "# TYPE kvloom_requests_total counter\n");
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n_codes; i++)
+        http_buf_printf(b, "kvloom_requests_total{status=\"%d\"} %llu\n", m->codes[i], m->counts[i]);
+    pthread_mutex_unlock(&m->mu);
+}

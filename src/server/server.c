@@ -1,0 +1,316 @@
+/*
+ * server.c — `kvloom serve`: flag parsing and the server's life cycle
+ * (contract in server.h).
+ *
+ *   load model + tokenizer (+ chat template) ─▶ engine thread ─▶ HTTP threads
+ *   ─▶ wait for SIGINT/SIGTERM ─▶ stop HTTP (connections end) ─▶ stop engine
+ *
+ * Nothing here exits the process: errors are logged and returned to the CLI.
+ */
+#include "server.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../model/model.h"
+#include "../sched/engine.h"
+#include "../tok/tok.h"
+#include "http.h"
+#include "metrics.h"
+#include "routes.h"
+#include "../tok/chat.h"
+
+void server_opts_default(server_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8080;
+    o->kv_mem_bytes = (size_t)256 << 20;
+    o->max_batch_tokens = 512;
+    o->max_running = 64;
+    o->max_queue = 256;
+    o->block_tokens = 16;
+    o->max_body_bytes = (size_t)8 << 20;
+    o->max_connections = 256;
+}
+
+const char *server_usage(void) {
+    return "usage: kvloom serve [-m MODEL.gguf] [options]\n"
+           "  -m, --model PATH         GGUF model (default " SERVER_DEFAULT_MODEL ")\n"
+           "  --alias NAME             model id reported by the API (default: file base name)\n"
+           "  --host ADDR              numeric address to bind (default 127.0.0.1)\n"
+           "  --port N                 TCP port (default 8080; 0 = any free port)\n"
+           "  --kv-mem BYTES           KV cache size, K/M/G suffixes allowed (default 256M)\n"
+           "  --max-batch-tokens N     tokens per engine step (default 512)\n"
+           "  --max-running N          sequences decoded together at most (default 64)\n"
+           "  --max-queue N            waiting requests before 429 (default 256)\n"
+           "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health)\n"
+           "  --api-key-file FILE      the same, the key read from the first line of FILE\n"
+           "  -t, --threads N          compute threads (default: all CPUs)\n"
+           "  -c, --ctx N              positions per sequence (default: the model's training context)\n"
+           "  --block-tokens N         tokens per KV block (default 16)\n"
+           "  --max-body BYTES         request body limit (default 8M)\n"
+           "  --max-connections N      simultaneous connections (default 256)\n"
+           "  --ready-file PATH        write the bound port to PATH once listening\n"
+           "  --check                  verify KV pool and prefix tree after every step (debug)\n"
+           "  --step-delay-us N        sleep N us after every engine step (testing)\n"
+           "  -v, --verbose            debug logging\n";
+}
+
+static int parse_int(const char *flag, const char *v, long lo, long hi, int *out, err_t *e) {
+    char *end = NULL;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi)
+        return err_set(e, ERR_INVALID, "%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, v ? v : "");
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_bytes(const char *flag, const char *v, size_t *out, err_t *e) {
+    char *end = NULL;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || end == v || errno || x <= 0) return err_set(e, ERR_INVALID, "%s: expected a size such as 512M, got '%s'", flag, v ? v : "");
+    double mul = 1;
+    if (*end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'K': mul = 1024.0; break;
+        case 'M': mul = 1024.0 * 1024; break;
+        case 'G': mul = 1024.0 * 1024 * 1024; break;
+        default: return err_set(e, ERR_INVALID, "%s: unknown size suffix in '%s' (use K, M or G)", flag, v);
+        }
+        end++;
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'b' || *end == 'B') end++;
+        if (*end) return err_set(e, ERR_INVALID, "%s: trailing characters in '%s'", flag, v);
+    }
+    x *= mul;
+    if (x > 1e15) return err_set(e, ERR_INVALID, "%s: '%s' is too large", flag, v);
+    *out = (size_t)x;
+    return 0;
+}
+
+static int read_key_file(const char *path, const char **out, err_t *e) {
+    char *buf = NULL;
+    size_t n = 0;
+    if (file_read_all(path, &buf, &n, e) < 0) {
+        err_prefix(e, "--api-key-file");
+        return ERR_INVALID;
+    }
+    size_t k = strcspn(buf, "\r\n");
+    buf[k] = 0;
+    while (k && isspace((unsigned char)buf[k - 1])) buf[--k] = 0;
+    if (!k) {
+        free(buf);
+        return err_set(e, ERR_INVALID, "--api-key-file: '%s' holds no key on its first line", path);
+    }
+    *out = buf; /* kept for the life of the process */
+    return 0;
+}
+
+int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VALUE                                                                                                     \
+    do {                                                                                                               \
+        if (!v) return err_set(e, ERR_INVALID, "%s needs a value", a);                                                 \
+        i++;                                                                                                           \
+    } while (0)
+        int rc = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(server_usage(), stdout);
+            return 1;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            NEED_VALUE;
+            o->model_path = v;
+        } else if (!strcmp(a, "--alias")) {
+            NEED_VALUE;
+            o->alias = v;
+        } else if (!strcmp(a, "--host")) {
+            NEED_VALUE;
+            o->host = v;
+        } else if (!strcmp(a, "--port")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 65535, &o->port, e);
+        } else if (!strcmp(a, "--kv-mem")) {
+            NEED_VALUE;
+            rc = parse_bytes(a, v, &o->kv_mem_bytes, e);
+        } else if (!strcmp(a, "--max-batch-tokens")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 1 << 20, &o->max_batch_tokens, e);
+        } else if (!strcmp(a, "--max-running")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 4096, &o->max_running, e);
+        } else if (!strcmp(a, "--max-queue")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 1 << 20, &o->max_queue, e);
+        } else if (!strcmp(a, "--api-key")) {
+            NEED_VALUE;
+            o->api_key = v;
+        } else if (!strcmp(a, "--api-key-file")) {
+            NEED_VALUE;
+            rc = read_key_file(v, &o->api_key, e);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 1024, &o->n_threads, e);
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 1 << 24, &o->n_ctx, e);
+        } else if (!strcmp(a, "--block-tokens")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 1024, &o->block_tokens, e);
+        } else if (!strcmp(a, "--max-body")) {
+            NEED_VALUE;
+            rc = parse_bytes(a, v, &o->max_body_bytes, e);
+        } else if (!strcmp(a, "--max-connections")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 65536, &o->max_connections, e);
+        } else if (!strcmp(a, "--ready-file")) {
+            NEED_VALUE;
+            o->ready_file = v;
+        } else if (!strcmp(a, "--step-delay-us")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 10000000, &o->step_delay_us, e);
+        } else if (!strcmp(a, "--check")) {
+            o->check = true;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            log_level = LOG_DEBUG;
+        } else {
+            return err_set(e, ERR_INVALID, "serve: unknown option '%s' (see kvloom serve --help)", a);
+        }
+        if (rc < 0) return rc;
+#undef NEED_VALUE
+    }
+    return 0;
+}
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static bool eog_cb(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
+
+static void model_id_from_path(const char *path, char *out, size_t cap) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    snprintf(out, cap, "%s", b);
+    char *dot = strrchr(out, '.');
+    if (dot && !strcmp(dot, ".gguf")) *dot = 0;
+}
+
+int server_main(const server_opts *o) {
+    err_t e = {0};
+    const char *path = o->model_path ? o->model_path : SERVER_DEFAULT_MODEL;
+    model *m = NULL;
+    tokenizer *tk = NULL;
+    engine *en = NULL;
+    http_server *hs = NULL;
+    metrics *met = NULL;
+    void *chat = NULL;
+    routes_ctx *rc = NULL;
+    int rcode = 0;
+
+    if ((rcode = model_load(path, &m, &e)) < 0) {
+        log_error("serve: cannot load model '%s': %s", path, e.msg);
+        return rcode;
+    }
+    if ((rcode = tok_load(m->gguf, &tk, &e)) < 0) {
+        log_error("serve: cannot load the tokenizer of '%s': %s", path, e.msg);
+        goto out;
+    }
+    if ((rcode = chat_tmpl_new(tok_chat_template(tk), (chat_tmpl **)&chat, &e)) < 0) {
+        log_error("serve: chat template: %s", e.msg);
+        goto out;
+    }
+    if (chat_tmpl_fallback_reason(chat)) log_info("serve: chat: ChatML fallback (%s)", chat_tmpl_fallback_reason(chat));
+    engine_opts eo = engine_defaults();
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    eo.n_threads = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? ncpu : 1);
+    eo.kv_mem_bytes = o->kv_mem_bytes;
+    eo.block_tokens = o->block_tokens;
+    eo.max_batch_tokens = o->max_batch_tokens;
+    eo.max_running = o->max_running;
+    eo.max_queue = o->max_queue;
+    eo.n_ctx = o->n_ctx;
+    eo.is_eog = eog_cb;
+    eo.eog_ctx = tk;
+    eo.check = o->check;
+    eo.step_delay_us = o->step_delay_us;
+    if ((rcode = engine_new(m, &eo, &en, &e)) < 0) {
+        log_error("serve: %s", e.msg);
+        goto out;
+    }
+    met = metrics_new();
+    rc = xcalloc(1, sizeof *rc);
+    rc->o = o;
+    rc->m = m;
+    rc->tok = tk;
+    rc->chat = chat;
+    rc->en = en;
+    rc->met = met;
+    rc->created = (long long)time(NULL);
+    atomic_init(&rc->next_id, 1);
+    if (o->alias)
+        snprintf(rc->model_id, sizeof rc->model_id, "%s", o->alias);
+    else
+        model_id_from_path(path, rc->model_id, sizeof rc->model_id);
+
+    http_config hc = {.host = o->host,
+                      .port = o->port,
+                      .max_body_bytes = o->max_body_bytes,
+                      .max_connections = o->max_connections,
+                      .timeout_s = 600};
+    if ((rcode = http_start(&hc, routes_handle, rc, &hs, &e)) < 0) {
+        log_error("serve: %s", e.msg);
+        goto out;
+    }
+    engine_stats st;
+    engine_get_stats(en, &st);
+    log_info("serve: model %s (%s), %d KV blocks of %d tokens, ctx %d, %d threads, listening on http://%s:%d",
+             rc->model_id, path, st.kv_blocks_total, o->block_tokens, engine_n_ctx(en), eo.n_threads,
+             o->host ? o->host : "127.0.0.1", http_port(hs));
+    if (o->ready_file) {
+        FILE *f = fopen(o->ready_file, "w");
+        if (f) {
+            fprintf(f, "%d\n", http_port(hs));
+            fclose(f);
+        } else {
+            log_warn("serve: cannot write --ready-file %s", o->ready_file);
+        }
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    while (!g_stop) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    log_info("serve: shutting down");
+    rcode = 0;
+out:
+    /* The engine stops first so that waiting handlers see their requests
+     * end (cancelled) and the HTTP threads can finish. */
+    if (en) engine_stop(en);
+    if (hs) http_stop(hs);
+    engine_free(en);
+    metrics_free(met);
+    free(rc);
+    chat_tmpl_free(chat);
+    tok_free(tk);
+    model_free(m);
+    return rcode;
+}

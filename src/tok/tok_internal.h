@@ -1,0 +1,107 @@
+/*
+ * tok_internal.h — the tokenizer object shared by tok.c (loading, special
+ * tokens, decoding), spm.c and bpe.c (the merge loops) and pretok.c (the
+ * byte-level BPE pre-splitters). Not for use outside src/tok/.
+ *
+ * Strings: every vocabulary string, plus strings that byte-level merges
+ * produce but the vocabulary lacks ("extras", ids >= n_vocab), lives in one
+ * pool; `find` maps a string to its id through an open-addressing table.
+ * Extras never leave the tokenizer: the BPE output step turns them back into
+ * vocabulary tokens.
+ */
+#ifndef KVLOOM_TOK_INTERNAL_H
+#define KVLOOM_TOK_INTERNAL_H
+
+#include "tok.h"
+
+enum { TOK_KIND_SPM = 1, TOK_KIND_BPE = 2 };
+
+/* Pre-tokenizers (tokenizer.ggml.pre families). */
+typedef enum pretok_kind {
+    PRE_DEFAULT = 0,   /* "default": punctuation runs, gpt-2 split, digits */
+    PRE_GPT2,          /* gpt-2, mpt, olmo, jais, phi-2 ...               */
+    PRE_LLAMA3,        /* llama-bpe: \p{N}{1,3}, (?i) contractions        */
+    PRE_QWEN2,         /* as llama3 with single digits                    */
+    PRE_DEEPSEEK_LLM,  /* deepseek-llm                                    */
+    PRE_DEEPSEEK_CODER,/* deepseek-coder                                  */
+    PRE_FALCON,        /* falcon                                          */
+    PRE_STARCODER,     /* starcoder, refact, command-r, smollm, ...        */
+} pretok_kind;
+
+/* Per-token flags beyond the type. */
+enum { TOKF_LSTRIP = 1, TOKF_RSTRIP = 2, TOKF_EOG = 4 };
+
+struct tokenizer {
+    int kind;           /* TOK_KIND_*                                        */
+    pretok_kind pre;
+    int n_vocab;
+    /* strings: ids [0, n_str); [0, n_vocab) is the vocabulary */
+    char *spool;
+    size_t spool_len, spool_cap;
+    uint32_t *soff, *slen;
+    int n_str, cap_str;
+    int32_t *hslots; /* open addressing over strings, -1 = empty */
+    uint32_t hmask;
+    int n_hashed;
+    /* vocabulary */
+    float *scores;     /* n_vocab (SPM; zeros when absent)  */
+    uint8_t *type;     /* n_vocab TOK_TYPE_*                */
+    uint8_t *flags;    /* n_vocab TOKF_*                    */
+    char *ppool;       /* decoded pieces                    */
+    uint32_t *poff, *plen;
+    int max_piece;
+    /* byte-level BPE merges: (left id, right id) -> rank, result id */
+    struct tok_merge *mslots;
+    uint32_t mmask;
+    /* SPM: byte fallback token of each byte; BPE: id of each byte's
+     * byte-level character (an extra if the vocab lacks it) */
+    int32_t byte_tok[256];
+    /* special ids (-1 = none) */
+    int32_t bos, eos, unk, eot, eom;
+    bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    int32_t *special; /* control/user-defined/unknown ids, longest text first */
+    int n_special;
+    char *chat_template;
+    char model_name[32];
+    char pre_name[64];
+};
+
+typedef struct tok_merge {
+    int32_t left, right; /* left == -1: empty slot */
+    int32_t rank, result;
+} tok_merge;
+
+/* A growable id vector that the encoders append to. */
+typedef struct tok_vec {
+    int32_t *v;
+    int n, cap;
+} tok_vec;
+
+void tok_vec_push(tok_vec *v, int32_t id);
+
+/* String id of s[0..n), -1 if absent (vocabulary and extras). */
+int32_t tok__find_n(const tokenizer *t, const char *s, size_t n);
+/* Text of string id i. */
+static inline const char *tok__str(const tokenizer *t, int32_t i) { return t->spool + t->soff[i]; }
+
+/* SentencePiece merge loop over one text fragment (already escaped: spaces
+ * are ▁, dummy prefix added). Appends ids. spm.c */
+void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
+
+/* Byte-level BPE over one raw text fragment: pre-split, byte-map, merge.
+ * bpe.c */
+void bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
+/* Builds the merge table from tokenizer.ggml.merges. bpe.c */
+int bpe_load_merges(tokenizer *t, const gguf_ctx *g, err_t *e);
+/* Adds (or finds) a string, growing the pool and the hash. tok.c */
+int32_t tok__intern(tokenizer *t, const char *s, size_t n);
+
+/* Pre-splitting (pretok.c): splits code points cp[0..n) (flags fl[i] =
+ * unicode_flags(cp[i])) into words; writes the end offset of each word to
+ * ends (room for n entries) and returns the number of words. tmp must have
+ * room for n entries too. */
+int pretok_split(pretok_kind kind, const uint32_t *cp, const uint16_t *fl, int n, int *ends, int *tmp);
+/* Maps a tokenizer.ggml.pre name to its kind; false if unknown. */
+bool pretok_from_name(const char *name, pretok_kind *kind);
+
+#endif
