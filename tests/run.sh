@@ -12,10 +12,10 @@ export KVLOOM_BIN=$B/kvloom
 export KVLOOM_BUILD=$B
 pass=0; fail=0
 tally() { # name, output file, exit status
-    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
+    line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
     if [ -n "$line" ]; then
-        p=$(echo "$line" | sed -E 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\1/')
-        f=$(echo "$line" | sed -E 's/.* ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+        p=$(echo "$line" | awk '{print $1}')
+        f=$(echo "$line" | awk '{print $3}')
         pass=$((pass + p)); fail=$((fail + f))
         [ "$3" -ne 0 ] && [ "$f" -eq 0 ] && { fail=$((fail + 1)); echo "$1: exit status $3"; }
         echo "$1: $p passed, $f failed"

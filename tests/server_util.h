@@ -363,6 +363,13 @@ static bool wait_idle(int port, double timeout_s) {
             return true;
         usleep(20000);
     }
+    resp r;
+    if (http_do(port, "GET", "/metrics", NULL, NULL, &r) == 0) {
+        fprintf(stderr, "wait_idle: not idle after %.0f s:\n", timeout_s);
+        for (char *p = strtok(r.body, "\n"); p; p = strtok(NULL, "\n"))
+            if (p[0] != '#' && !strstr(p, "_bucket")) fprintf(stderr, "  %s\n", p);
+        resp_free(&r);
+    }
     return false;
 }
 

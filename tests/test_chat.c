@@ -1,6 +1,6 @@
 /*
  * test_chat.c — chat templates end to end: real model templates
- * (tests/fixtures/templates/*.jinja) rendered over OpenAI-style
+ * (tests/fixtures/templates/NAME.jinja) rendered over OpenAI-style
  * conversations and compared with expected texts written by hand from each
  * template's semantics (tests/fixtures/templates/expected/, listed in
  * cases.json); the ChatML fallback and its reason; message validation
@@ -114,7 +114,7 @@ static void test_fallback_reasons(void) {
 
     CHECK_EQ_INT(chat_tmpl_new("{{ messages | wordwrap(5) }}", &t, &e), 0);
     const char *r = chat_tmpl_fallback_reason(t);
-    CHECK_MSG(r && strstr(r, "unsupported filter 'wordwrap'") && strstr(r, "1:13"), "%s", r ? r : "(null)");
+    CHECK_MSG(r && strstr(r, "unsupported filter 'wordwrap'") && strstr(r, "1:15"), "%s", r ? r : "(null)");
     chat_tmpl_free(t);
 
     CHECK_EQ_INT(chat_tmpl_new("{% for m in messages %}{{ m.content }}", &t, &e), 0);

@@ -181,11 +181,11 @@ static int new_frame(rctx *R, const jnode *n, frame *parent, frame **out) {
 }
 
 static const jv *arg_get(const args *a, int pos, const char *name) {
-    for (int i = 0; i < a->n; i++)
+    for (int i = 0; i < a->n && a->names; i++)
         if (a->names[i] && name && strcmp(a->names[i], name) == 0) return &a->v[i];
     int k = 0;
     for (int i = 0; i < a->n; i++) {
-        if (a->names[i]) continue;
+        if (a->names && a->names[i]) continue;
         if (k++ == pos) return &a->v[i];
     }
     return NULL;
@@ -193,7 +193,7 @@ static const jv *arg_get(const args *a, int pos, const char *name) {
 
 static int n_positional(const args *a) {
     int k = 0;
-    for (int i = 0; i < a->n; i++) k += a->names[i] == NULL;
+    for (int i = 0; i < a->n; i++) k += !a->names || a->names[i] == NULL;
     return k;
 }
 

@@ -347,6 +347,7 @@ int jinja_lex(const char *src, size_t len, jarena *a, jtok **out, size_t *n_out,
             }
         }
     }
+    advance_to(&L, n);
     jtok *t = push(&L, TK_EOF, L.line, L.col);
     if (!t) return nomem(&L);
     *out = L.toks;

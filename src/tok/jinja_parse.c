@@ -431,7 +431,8 @@ static int parse_filters(parser *P, jnode **io) {
                 if ((rc = parse_primary(P, &arg))) return rc;
                 if ((rc = parse_postfix(P, &arg))) return rc;
                 n->list = jarena_alloc(P->a, sizeof(jnode *));
-                if (!n->list) return nomem(P);
+                n->names = jarena_alloc(P->a, sizeof(char *));
+                if (!n->list || !n->names) return nomem(P);
                 n->list[0] = arg;
                 n->n_list = 1;
             }

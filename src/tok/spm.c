@@ -13,8 +13,9 @@
  * token (only possible for unmerged single characters), one byte token
  * <0xNN> per byte.
  *
- * Invariant: symbols form a doubly linked list in text order; a merged-away
- * symbol has n == 0. The heap holds (score, left) candidates.
+ * Invariant: symbols form a doubly linked list in text order (per word when
+ * the text is cut into words, see spm_encode); a merged-away symbol has
+ * n == 0. The heap holds (score, left) candidates.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,43 @@ static void try_pair(const tokenizer *t, const char *text, const sym *s, int lef
     heap_push(h, (cand){t->scores[id], left, right, n});
 }
 
+static bool is_space_sym(const char *text, const sym *s) {
+    return s->n == 3 && memcmp(text + s->off, "\xe2\x96\x81", 3) == 0;
+}
+
+/* Runs the merge loop over symbols [a, b) (linked among themselves) and
+ * appends the resulting ids. */
+static void merge_run(const tokenizer *t, const char *text, sym *s, int a, int b, heap *h, tok_vec *out) {
+    h->n = 0;
+    for (int i = a + 1; i < b; i++) try_pair(t, text, s, i - 1, i, h);
+    while (h->n > 0) {
+        cand c = heap_pop(h);
+        sym *l = &s[c.left], *r = &s[c.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != c.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s[r->next].prev = c.left;
+        try_pair(t, text, s, l->prev, c.left, h);
+        try_pair(t, text, s, c.left, l->next, h);
+    }
+    for (int i = a; i != -1; i = s[i].next) {
+        int32_t id = tok__find_n(t, text + s[i].off, s[i].n);
+        if (id >= 0 && id < t->n_vocab) {
+            tok_vec_push(out, id);
+            continue;
+        }
+        for (uint32_t k = 0; k < s[i].n; k++) {
+            int32_t bt = t->byte_tok[(uint8_t)text[s[i].off + k]];
+            if (bt >= 0) tok_vec_push(out, bt);
+        }
+    }
+}
+
+/* When no vocabulary string has ▁ right after another character
+ * (t->spm_word_split, checked at load), no merge can join a symbol with a
+ * following "▁" symbol that starts a word, so the text is cut there and each
+ * word merged on its own: same result, much smaller heaps. */
 void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
     if (len == 0) return;
     sym *s = xmalloc(len * sizeof(sym));
@@ -99,28 +137,15 @@ void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) 
         off += l;
     }
     heap h = {0};
-    for (int i = 1; i < ns; i++) try_pair(t, text, s, i - 1, i, &h);
-    while (h.n > 0) {
-        cand c = heap_pop(&h);
-        sym *l = &s[c.left], *r = &s[c.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != c.size) continue;
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s[r->next].prev = c.left;
-        try_pair(t, text, s, l->prev, c.left, &h);
-        try_pair(t, text, s, c.left, l->next, &h);
-    }
-    for (int i = 0; i != -1; i = s[i].next) {
-        int32_t id = tok__find_n(t, text + s[i].off, s[i].n);
-        if (id >= 0 && id < t->n_vocab) {
-            tok_vec_push(out, id);
-            continue;
-        }
-        for (uint32_t k = 0; k < s[i].n; k++) {
-            int32_t b = t->byte_tok[(uint8_t)text[s[i].off + k]];
-            if (b >= 0) tok_vec_push(out, b);
-        }
+    int a = 0;
+    for (int i = 1; i <= ns; i++) {
+        bool cut = i == ns;
+        if (!cut && t->spm_word_split && is_space_sym(text, &s[i]) && !is_space_sym(text, &s[i - 1])) cut = true;
+        if (!cut) continue;
+        s[a].prev = -1;
+        s[i - 1].next = -1;
+        merge_run(t, text, s, a, i, &h, out);
+        a = i;
     }
     free(h.v);
     free(s);

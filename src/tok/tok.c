@@ -326,6 +326,16 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
 
     /* byte tokens / byte-level alphabet */
     if (t->kind == TOK_KIND_SPM) {
+        t->spm_word_split = true;
+        for (int32_t i = 0; i < t->n_vocab && t->spm_word_split; i++) {
+            const char *s = tok__str(t, i);
+            uint32_t n2 = t->slen[i];
+            for (uint32_t k = 1; k + 3 <= n2; k++)
+                if (memcmp(s + k, "\xe2\x96\x81", 3) == 0 && !(k >= 3 && memcmp(s + k - 3, "\xe2\x96\x81", 3) == 0)) {
+                    t->spm_word_split = false;
+                    break;
+                }
+        }
         for (int b2 = 0; b2 < 256; b2++) {
             char name[8];
             snprintf(name, sizeof name, "<0x%02X>", b2);

@@ -59,6 +59,7 @@ struct tokenizer {
     /* special ids (-1 = none) */
     int32_t bos, eos, unk, eot, eom;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool spm_word_split; /* no string has ▁ after another character (spm.c) */
     int32_t *special; /* control/user-defined/unknown ids, longest text first */
     int n_special;
     char *chat_template;
