@@ -47,7 +47,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%_replay)
 
-.PHONY: all run test ci deps clean fuzz test-unit test-asan fmt
+.PHONY: all run test ci deps clean fuzz test-unit test-asan fmt fixtures
 all: $(B)/kvloom
 
 $(B)/%.o: %.c
@@ -89,7 +89,12 @@ test: deps
 	$(MAKE) --no-print-directory SANITIZER=address test-asan
 	@sh tests/summary.sh build/test-results.txt build-address/test-results.txt
 
-test-unit: $(B)/kvloom $(TEST_BIN) $(FUZZ_REPLAY)
+# Fixture models are regenerated deterministically and checked against the
+# committed sums (tests/fixtures/README.md); test_model_ref reads them.
+fixtures: $(B)/kvloom
+	@KVLOOM_BIN=$(B)/kvloom FIXTURE_DIR=$(B)/fixtures/models sh tools/gen_fixtures.sh --check
+
+test-unit: $(B)/kvloom $(TEST_BIN) $(FUZZ_REPLAY) fixtures
 	@sh tests/run.sh $(B) > $(B)/test-results.txt 2>&1; st=$$?; cat $(B)/test-results.txt; exit 0
 
 test-asan: test-unit

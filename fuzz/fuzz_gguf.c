@@ -17,12 +17,34 @@
 
 static volatile uint8_t sink;
 
+/* Plain UTF-8 check (RFC 3629), written apart from the reader's own. */
+static bool is_utf8(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p, len, cp;
+        if (c < 0x80) { p++; continue; }
+        if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+        else return false;
+        for (unsigned i = 1; i < len; i++) {
+            if ((p[i] & 0xC0) != 0x80) return false;
+            cp = cp << 6 | (p[i] & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        p += len;
+    }
+    return true;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_ctx *g = NULL;
     err_t e = {0};
     log_level = LOG_QUIET;
     if (gguf_from_buffer(data, size, &g, &e) != 0) {
         if (g != NULL || e.code >= 0 || strncmp(e.msg, "gguf: ", 6) != 0) abort();
+        if (!is_utf8(e.msg) || strchr(e.msg, '\n')) abort(); /* one line, valid text */
         return 0;
     }
     char buf[512], key[256];
@@ -30,8 +52,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         gguf_str k = gguf_key(g, i);
         if (!k.ptr || k.len == 0) abort();
         gguf_kv_format(g, i, buf, sizeof buf);
-        if (strlen(buf) >= sizeof buf) abort();
-        gguf_kv_format(g, i, buf, 3); /* tiny buffers must still terminate */
+        if (strlen(buf) >= sizeof buf || !is_utf8(buf)) abort();
+        for (size_t small = 1; small < 12; small++) { /* tiny buffers: terminated, valid */
+            memset(buf, 'Z', sizeof buf);
+            gguf_kv_format(g, i, buf, small);
+            if (strlen(buf) >= small || !is_utf8(buf)) abort();
+        }
         if (k.len < sizeof key && !memchr(k.ptr, 0, k.len)) {
             memcpy(key, k.ptr, k.len);
             key[k.len] = 0;

@@ -3,9 +3,10 @@
  * importer.
  *
  * Input: byte 0 selects the case, the rest is the payload.
- *   bits 0-2  vocabulary (0 llama-spm, 1 deepseek-llm, 2 falcon, 3 gpt-2,
- *             4 starcoder, 5 qwen3 imported, 6 stories260K), 7 = importer
- *   bit 3     parse_special;  bit 4  add_bos
+ *   bits 0-3  0 llama-spm, 1 deepseek-llm, 2 falcon, 3 gpt-2, 4 starcoder,
+ *             5 qwen3 (imported), 6 stories260K, 7 bert-bge,
+ *             8 deepseek-coder; 15 = importer; others wrap around
+ *   bit 4     parse_special;  bit 5  add_bos
  * For a vocabulary: encode the payload (any bytes), check the count/fill
  * protocol, decode whole and streamed, and trap unless both agree and the
  * text is valid UTF-8. For 7: import the payload as tokenizer.json (error
@@ -23,7 +24,7 @@
 #include "tok/tok.h"
 #include "tok/unicode.h"
 
-#define N_VOCABS 7
+#define N_VOCABS 9
 
 static tokenizer *g_tok[N_VOCABS];
 
@@ -61,6 +62,11 @@ static void load_all(void) {
     unlink(out);
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared_dir());
     g_tok[6] = load_path(path);
+    static const char *more[] = {"bert-bge", "deepseek-coder"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", shared_dir(), more[i]);
+        g_tok[7 + i] = load_path(path);
+    }
 }
 
 static void check_utf8(const char *s, int n) {
@@ -111,16 +117,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         loaded = 1;
     }
     if (size < 1) return 0;
-    unsigned sel = data[0] & 7;
+    unsigned sel = data[0] & 15;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
-    if (sel == 7) {
+    if (sel == 15) {
         gguf_writer *w = gguf_writer_new();
         err_t e;
         tok_import_hf_mem(text, len, NULL, 0, w, &e);
         gguf_writer_free(w);
         return 0;
     }
-    if (g_tok[sel]) run_vocab(g_tok[sel], text, len, (data[0] & 8) != 0, (data[0] & 16) != 0);
+    sel %= N_VOCABS;
+    if (g_tok[sel]) run_vocab(g_tok[sel], text, len, (data[0] & 16) != 0, (data[0] & 32) != 0);
     return 0;
 }

@@ -10,6 +10,7 @@ B=${1:-build}
 export KVLOOM_SHARED=${KVLOOM_SHARED:-$(cd .. && pwd)/shared}
 export KVLOOM_BIN=$B/kvloom
 export KVLOOM_BUILD=$B
+export KVLOOM_FIXTURES=${KVLOOM_FIXTURES:-$B/fixtures/models}
 pass=0; fail=0
 tally() { # name, output file, exit status
     line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)

@@ -296,7 +296,7 @@ static int http_do(int port, const char *method, const char *path, const char *h
 }
 
 /* POST json, parse the JSON answer (NULL if not JSON); *status set. */
-static json_t *post_json(int port, const char *path, const char *body, int *status) {
+static inline json_t *post_json(int port, const char *path, const char *body, int *status) {
     resp r;
     *status = -1;
     if (http_do(port, "POST", path, NULL, body, &r) < 0) return NULL;
@@ -306,7 +306,7 @@ static json_t *post_json(int port, const char *path, const char *body, int *stat
     return o;
 }
 
-static json_t *get_json(int port, const char *path, int *status) {
+static inline json_t *get_json(int port, const char *path, int *status) {
     resp r;
     *status = -1;
     if (http_do(port, "GET", path, NULL, NULL, &r) < 0) return NULL;
@@ -335,10 +335,13 @@ static long usage_int(json_t *o, const char *k) {
     return json_is_integer(v) ? (long)json_integer_value(v) : -1;
 }
 
+/* Extra headers for metric() / wait_idle() (an API key), or NULL. */
+static const char *su_metrics_headers;
+
 /* A metric's value from /metrics (-1 when missing). */
 static double metric(int port, const char *name) {
     resp r;
-    if (http_do(port, "GET", "/metrics", NULL, NULL, &r) < 0) return -1;
+    if (http_do(port, "GET", "/metrics", su_metrics_headers, NULL, &r) < 0) return -1;
     double v = -1;
     size_t ln = strlen(name);
     for (char *p = r.body; p && *p;) {
@@ -364,7 +367,7 @@ static bool wait_idle(int port, double timeout_s) {
         usleep(20000);
     }
     resp r;
-    if (http_do(port, "GET", "/metrics", NULL, NULL, &r) == 0) {
+    if (http_do(port, "GET", "/metrics", su_metrics_headers, NULL, &r) == 0) {
         fprintf(stderr, "wait_idle: not idle after %.0f s:\n", timeout_s);
         for (char *p = strtok(r.body, "\n"); p; p = strtok(NULL, "\n"))
             if (p[0] != '#' && !strstr(p, "_bucket")) fprintf(stderr, "  %s\n", p);

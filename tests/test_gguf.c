@@ -942,7 +942,7 @@ static void test_format(void) {
     bb_put(&b, "GGUF", 4);
     bb_u32(&b, 3);
     bb_u64(&b, 0);
-    bb_u64(&b, 4);
+    bb_u64(&b, 5);
     bb_str(&b, "s.long");
     bb_u32(&b, GGUF_STRING);
     bb_str(&b, longs);
@@ -958,16 +958,21 @@ static void test_format(void) {
     bb_u32(&b, GGUF_FLOAT64);
     double d = -2.5e-7;
     bb_put(&b, &d, 8);
+    bb_str(&b, "s.bad_utf8"); /* invalid UTF-8 is escaped, valid kept */
+    bb_u32(&b, GGUF_STRING);
+    bb_str(&b, "\xff\xc3x\xed\xa0\x80\xe2\x82\xac");
     gguf_ctx *g = NULL;
     err_t e = {0};
     CHECK(gguf_from_buffer(b.p, b.n, &g, &e) == 0);
     if (g) {
         char buf[256], want[128];
+        gguf_kv_format(g, 4, buf, sizeof buf);
+        CHECK_STR(buf, "\"\\xff\\xc3x\\xed\\xa0\\x80\xe2\x82\xac\"");
         gguf_kv_format(g, 0, buf, sizeof buf);
         size_t o = 0;
         want[o++] = '"';
         want[o++] = 'a';
-        for (int i = 0; i < 29; i++) { memcpy(want + o, "\xc3\xa9", 2); o += 2; }
+        for (int i = 0; i < 30; i++) { memcpy(want + o, "\xc3\xa9", 2); o += 2; }
         memcpy(want + o, "...\"", 5);
         CHECK_STR(buf, want);
         gguf_kv_format(g, 1, buf, sizeof buf);
@@ -976,7 +981,7 @@ static void test_format(void) {
         CHECK_STR(buf, "[i8 x 12] 0, -1, -2, -3, -4, -5, -6, -7, ...");
         gguf_kv_format(g, 3, buf, sizeof buf);
         CHECK_STR(buf, "-2.5e-07");
-        gguf_kv_format(g, 4, buf, sizeof buf);
+        gguf_kv_format(g, 5, buf, sizeof buf);
         CHECK_STR(buf, "");
         gguf_free(g);
     }

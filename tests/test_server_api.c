@@ -408,6 +408,7 @@ static void check_auth_and_queue(void) {
 
     /* 429: one running (max-running 1), one waiting (max-queue 1), the next refused. */
     const char *auth = "Authorization: Bearer sekrit-key\r\n";
+    su_metrics_headers = auth;
     const char *longreq = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true}";
     int fd1 = su_send_request(s.port, "POST", "/v1/completions", auth, longreq, strlen(longreq), 30);
     char buf[4096];
@@ -431,6 +432,7 @@ static void check_auth_and_queue(void) {
     resp_free(&r);
     /* The openai client with the key. */
     check_openai_node(&s, "sekrit-key");
+    su_metrics_headers = NULL;
     g_port = saved;
     CHECK_EQ_INT(srv_stop(&s), 0);
 }

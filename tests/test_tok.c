@@ -334,7 +334,7 @@ static void check_units_bpe(tokenizer *l3, tokenizer *q3) {
 int main(void) {
     check_stories();
     static const char *vocabs[] = {"llama-spm", "phi-3", "gpt-2", "deepseek-llm", "deepseek-coder",
-                                   "falcon", "mpt", "starcoder", "refact"};
+                                   "falcon", "mpt", "starcoder", "refact", "bert-bge"};
     for (size_t i = 0; i < ARRAY_LEN(vocabs); i++) {
         double t0 = clock_ms();
         tokenizer *t = load_vocab(vocabs[i]);
@@ -343,6 +343,17 @@ int main(void) {
         run_vectors(vocabs[i], t);
         printf("  (load %.0f ms, vectors %.0f ms)\n", t1 - t0, clock_ms() - t1);
         if (i == 0) check_units_spm(t);
+        if (strcmp(vocabs[i], "bert-bge") == 0) {
+            /* WordPiece: [CLS] ... [SEP] with add_bos, pieces joined by spaces */
+            int32_t ids[16];
+            char out[64];
+            int n = encode(t, "Hello world", true, false, ids, 16);
+            CHECK_EQ_INT(n, 4);
+            CHECK(ids[0] == 101 && ids[1] == 7592 && ids[2] == 2088 && ids[3] == 102);
+            CHECK_EQ_INT(tok_decode(t, ids, n, true, out, sizeof out), 11);
+            CHECK_STR(out, "hello world");
+            CHECK_STR(tok_model_name(t), "bert");
+        }
         tok_free(t);
     }
     tokenizer *l3 = load_hf("llama3", "tokenizer_config.json");

@@ -219,13 +219,14 @@ int main(void) {
         const char *vocab;
         bool spm;
     } v[] = {{"llama-spm", true}, {"phi-3", true},       {"gpt-2", false},    {"deepseek-llm", false},
-             {"falcon", false},   {"starcoder", false},  {"deepseek-coder", false}};
+             {"falcon", false},   {"starcoder", false},  {"deepseek-coder", false},
+             {"baichuan", true},  {"gpt-neox", false},   {"mpt", false},      {"refact", false}};
     char path[512];
     for (size_t i = 0; i < ARRAY_LEN(v); i++) {
         snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", test_shared_dir(), v[i].vocab);
         tokenizer *t = load_gguf(path);
         if (!t) continue;
-        run(v[i].vocab, t, v[i].spm, 200);
+        run(v[i].vocab, t, v[i].spm, 150);
         tok_free(t);
     }
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());

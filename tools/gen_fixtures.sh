@@ -57,8 +57,8 @@ echo "$VARIANTS" | while IFS='|' read -r v flags; do
     for t in $TYPES; do
         n="$v-$(echo "$t" | tr 'A-Z' 'a-z')"
         # shellcheck disable=SC2086
-        "$BIN" gen $flags $SHAPE --type "$t" -o "$OUT/$n.gguf" >/dev/null ||
-            { echo "gen_fixtures: kvloom gen failed for $n" >&2; exit 1; }
+        "$BIN" gen $flags $SHAPE --type "$t" -o "$OUT/$n.gguf" >"$OUT/gen.log" 2>&1 ||
+            { cat "$OUT/gen.log" >&2; echo "gen_fixtures: kvloom gen failed for $n" >&2; exit 1; }
     done
 done
 

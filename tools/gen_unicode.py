@@ -11,6 +11,11 @@ but assigned, and UNDEF for unassigned Cn) plus the White_Space property.
 The table is a sorted list of runs (first code point, flags): a code point
 belongs to the last run starting at or before it. The Unicode version is that
 of Python's unicodedata module and is written into the generated file.
+
+Two more tables serve the WordPiece (BERT) normaliser: simple lowercase
+mappings (single code point results only) and, as the reference tokenizer
+does, the FIRST code point of each character's NFD decomposition (which
+strips accents: é -> e), as ranges of code points sharing one result.
 """
 import sys
 import unicodedata
@@ -51,6 +56,39 @@ def main():
     line = "   "
     for cp, f in runs:
         item = " {0x%X, 0x%X}," % (cp, f)
+        if len(line) + len(item) > 100:
+            out.write(line + "\n")
+            line = "   "
+        line += item
+    out.write(line + "\n};\n")
+
+    lower = []
+    nfd = []  # (first, last, value)
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch = chr(cp)
+        lo = ch.lower()
+        if len(lo) == 1 and lo != ch:
+            lower.append((cp, ord(lo)))
+        d = unicodedata.normalize("NFD", ch)
+        if d != ch:
+            v = ord(d[0])
+            if nfd and nfd[-1][1] == cp - 1 and nfd[-1][2] == v:
+                nfd[-1] = (nfd[-1][0], cp, v)
+            else:
+                nfd.append((cp, cp, v))
+    out.write("\nconst int unicode_n_lower = %d;\n" % len(lower))
+    out.write("const uint32_t unicode_lower[%d][2] = {\n" % len(lower))
+    write_items(out, [" {0x%X, 0x%X}," % x for x in lower])
+    out.write("\nconst int unicode_n_nfd = %d;\n" % len(nfd))
+    out.write("const uint32_t unicode_nfd[%d][3] = {\n" % len(nfd))
+    write_items(out, [" {0x%X, 0x%X, 0x%X}," % x for x in nfd])
+
+
+def write_items(out, items):
+    line = "   "
+    for item in items:
         if len(line) + len(item) > 100:
             out.write(line + "\n")
             line = "   "

@@ -8,5 +8,6 @@
 
 int cli_gen(int argc, char **argv);      /* kvloom gen ...      */
 int cli_quantize(int argc, char **argv); /* kvloom quantize ... */
+int cli_bench(int argc, char **argv);    /* kvloom bench ... (bench.c) */
 
 #endif

@@ -354,6 +354,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(sub_argc, sub_argv);
     if (strcmp(cmd, "gen") == 0) return cli_gen(sub_argc, sub_argv);
     if (strcmp(cmd, "quantize") == 0) return cli_quantize(sub_argc, sub_argv);
+    if (strcmp(cmd, "bench") == 0) return cli_bench(sub_argc, sub_argv);
     fprintf(stderr, "kvloom: unknown command '%s'\n", cmd);
     usage();
     return 2;

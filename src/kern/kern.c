@@ -20,10 +20,16 @@
  * kern_matmul:
  *   1. converts the n_tok activation rows once: the (token, block) pairs are
  *      split into contiguous ranges across the pool;
+ *      (on the caller when there is little to convert, as in decode);
  *   2. splits the output rows into tiles of KERN_ROW_TILE and gives each
  *      thread a contiguous range of tiles; a thread computes its rows for
  *      every token (gemm when the table has one, else one dot per row and
- *      token, weight row outer so it stays in cache).
+ *      token: tokens in chunks of KERN_TOK_CHUNK, and within a chunk a tile
+ *      of rows for each token, so the tile stays in L1 and the chunk's
+ *      activations in L2).
+ * kern_matmul_multi does the same for several matrices that read the same
+ * input (q/k/v, gate/up): one conversion and one dispatch over all their
+ * tiles, which matters in decode where each dispatch costs a pool sync.
  * Each Y[i][r] is one dot product (or one gemm element, which must follow the
  * same rule) of W[r] and act[i], so it is bitwise the same whatever n_tok,
  * the thread count, or the position i.
@@ -162,80 +168,126 @@ size_t kern_act_row_bytes(uint32_t wtype, int64_t n) {
 
 /* ---- matmul driver ---------------------------------------------------------- */
 
+/* Tokens per pass over a thread's rows: the weight rows are streamed once per
+ * chunk while the chunk's activation rows stay in L2. */
+#define KERN_TOK_CHUNK 64
+/* Below this many activation elements the conversion runs on the caller:
+ * cheaper than waking the pool (decode converts one row of n_in). */
+#define KERN_ACT_INLINE 16384
+#define KERN_MAX_MULTI 4
+
 typedef struct matmul_job {
-    const kern_mat *w;
+    const kern_mat *w[KERN_MAX_MULTI]; /* matrices sharing the input x     */
+    float *y[KERN_MAX_MULTI];
+    long tile_end[KERN_MAX_MULTI]; /* cumulative tile counts            */
+    int n_w;
     const float *x;
     int n_tok;
-    float *y;
+    int64_t n_in;
     const uint8_t *act; /* converted rows (or x itself)      */
     uint8_t *act_out;   /* where step 1 writes               */
     size_t act_row_bytes;
     int act_blck;       /* elements per activation block     */
     size_t act_blck_bytes;
     kern_act_fn act_fn;
-    kern_dot_fn dot;
-    kern_gemm_fn gemm;
 } matmul_job;
 
 static void act_task(void *arg, int ith, int nth) {
     const matmul_job *j = arg;
-    const long nb = (long)(j->w->n_in / j->act_blck);
+    const long nb = (long)(j->n_in / j->act_blck);
     long b, e;
     pool_split(nb * j->n_tok, ith, nth, &b, &e);
     while (b < e) { /* one token's share of the range per iteration */
         const long t = b / nb, k0 = b % nb, k1 = MIN(nb, k0 + (e - b));
-        j->act_fn(j->x + t * j->w->n_in + k0 * j->act_blck,
+        j->act_fn(j->x + t * j->n_in + k0 * j->act_blck,
                   j->act_out + (size_t)t * j->act_row_bytes + (size_t)k0 * j->act_blck_bytes,
                   (k1 - k0) * j->act_blck);
         b += k1 - k0;
     }
 }
 
-static void rows_task(void *arg, int ith, int nth) {
-    const matmul_job *j = arg;
-    const kern_mat *w = j->w;
-    const long n_tiles = (long)((w->n_out + KERN_ROW_TILE - 1) / KERN_ROW_TILE);
-    long b, e;
-    pool_split(n_tiles, ith, nth, &b, &e);
-    const int64_t r0 = b * KERN_ROW_TILE, r1 = MIN(w->n_out, (int64_t)e * KERN_ROW_TILE);
-    if (r0 >= r1) return;
-    if (j->gemm) {
-        j->gemm(w, r0, r1, j->act, j->act_row_bytes, j->n_tok, j->y, w->n_out);
+/* Rows [r0, r1) of one matrix for every token. */
+static void rows_range(const matmul_job *j, const kern_mat *w, float *y, int64_t r0, int64_t r1) {
+    const kern_dot_fn dot = kern->dot[w->type];
+    const kern_gemm_fn gemm = kern->gemm[w->type];
+    if (gemm) {
+        gemm(w, r0, r1, j->act, j->act_row_bytes, j->n_tok, y, w->n_out);
         return;
     }
     const uint8_t *wd = w->data;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = wd + (size_t)r * w->row_bytes;
-        for (int t = 0; t < j->n_tok; t++)
-            j->dot(w->n_in, &j->y[(size_t)t * w->n_out + r], wr, j->act + (size_t)t * j->act_row_bytes);
+    for (int t0 = 0; t0 < j->n_tok; t0 += KERN_TOK_CHUNK) {
+        const int t1 = MIN(j->n_tok, t0 + KERN_TOK_CHUNK);
+        for (int64_t rt = r0; rt < r1; rt += KERN_ROW_TILE) {
+            const int64_t re = MIN(r1, rt + KERN_ROW_TILE);
+            for (int t = t0; t < t1; t++) {
+                const uint8_t *at = j->act + (size_t)t * j->act_row_bytes;
+                float *yt = y + (size_t)t * w->n_out;
+                for (int64_t r = rt; r < re; r++) dot(w->n_in, &yt[r], wd + (size_t)r * w->row_bytes, at);
+            }
+        }
     }
 }
 
-void kern_matmul(pool *p, const kern_mat *w, const float *x, int n_tok, float *y, void *act_buf) {
-    const uint32_t at = kern_act_type(w->type);
-    ASSERT(at != DT_COUNT && kern->dot[w->type]);
-    if (n_tok <= 0 || w->n_out <= 0) return;
-    matmul_job j = {
-        .w = w,
-        .x = x,
-        .n_tok = n_tok,
-        .y = y,
-        .act_fn = kern->act[w->type],
-        .dot = kern->dot[w->type],
-        .gemm = kern->gemm[w->type],
-    };
+/* The tiles of all matrices form one list; each thread takes a contiguous
+ * range of it. */
+static void rows_task(void *arg, int ith, int nth) {
+    const matmul_job *j = arg;
+    long b, e;
+    pool_split(j->tile_end[j->n_w - 1], ith, nth, &b, &e);
+    long base = 0;
+    for (int m = 0; m < j->n_w && b < e; m++) {
+        const long end = j->tile_end[m];
+        if (b < end) {
+            const long te = MIN(e, end);
+            const kern_mat *w = j->w[m];
+            rows_range(j, w, j->y[m], (b - base) * KERN_ROW_TILE, MIN(w->n_out, (int64_t)(te - base) * KERN_ROW_TILE));
+            b = te;
+        }
+        base = end;
+    }
+}
+
+void kern_matmul_multi(pool *p, const kern_mat *const *ws, int n_w, const float *x, int n_tok, float *const *ys,
+                       void *act_buf) {
+    ASSERT(n_w >= 1 && n_w <= KERN_MAX_MULTI);
+    const uint32_t at = kern_act_type(ws[0]->type);
+    ASSERT(at != DT_COUNT);
+    for (int m = 1; m < n_w; m++)
+        if (kern_act_type(ws[m]->type) != at || ws[m]->n_in != ws[0]->n_in) {
+            for (int i = 0; i < n_w; i++) kern_matmul(p, ws[i], x, n_tok, ys[i], act_buf);
+            return;
+        }
+    if (n_tok <= 0) return;
+    matmul_job j = {.n_w = n_w, .x = x, .n_tok = n_tok, .n_in = ws[0]->n_in};
+    long tiles = 0;
+    for (int m = 0; m < n_w; m++) {
+        ASSERT(kern->dot[ws[m]->type]);
+        j.w[m] = ws[m];
+        j.y[m] = ys[m];
+        tiles += (long)((ws[m]->n_out + KERN_ROW_TILE - 1) / KERN_ROW_TILE);
+        j.tile_end[m] = tiles;
+    }
+    if (tiles == 0) return;
+    j.act_fn = kern->act[ws[0]->type];
     if (j.act_fn) {
         const dtype_info *ai = dtype_get(at);
-        ASSERT(act_buf && w->n_in % ai->blck == 0);
+        ASSERT(act_buf && j.n_in % ai->blck == 0);
         j.act_blck = ai->blck;
         j.act_blck_bytes = (size_t)ai->type_size;
-        j.act_row_bytes = dtype_row_bytes(at, w->n_in);
+        j.act_row_bytes = dtype_row_bytes(at, j.n_in);
         j.act_out = act_buf;
         j.act = act_buf;
-        pool_run(p, act_task, &j);
+        if ((int64_t)n_tok * j.n_in <= KERN_ACT_INLINE)
+            act_task(&j, 0, 1);
+        else
+            pool_run(p, act_task, &j);
     } else {
         j.act = (const uint8_t *)x;
-        j.act_row_bytes = (size_t)w->n_in * sizeof(float);
+        j.act_row_bytes = (size_t)j.n_in * sizeof(float);
     }
     pool_run(p, rows_task, &j);
+}
+
+void kern_matmul(pool *p, const kern_mat *w, const float *x, int n_tok, float *y, void *act_buf) {
+    kern_matmul_multi(p, &w, 1, x, n_tok, &y, act_buf);
 }

@@ -105,6 +105,12 @@ size_t kern_act_row_bytes(uint32_t wtype, int64_t n);
  * pool (p may be NULL); call from the pool's owner thread. The weight type
  * must be one kern_act_type accepts (the loader checks; a bug otherwise). */
 void kern_matmul(pool *p, const kern_mat *w, const float *x, int n_tok, float *y, void *act_buf);
+/* kern_matmul for n_w (1..4) matrices that take the same input x: ys[i] =
+ * x ws[i]^T. When the matrices share n_in and activation format, x is
+ * converted once and all rows run in one pool dispatch; otherwise this is
+ * n_w kern_matmul calls. Each output is bitwise what kern_matmul gives. */
+void kern_matmul_multi(pool *p, const kern_mat *const *ws, int n_w, const float *x, int n_tok, float *const *ys,
+                       void *act_buf);
 
 /* ---- small vector ops (scalar; cheap next to the matmuls) ---- */
 /* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL for no weight); out

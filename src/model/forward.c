@@ -214,9 +214,11 @@ int model_forward(const model *m, model_state *s, model_kv *kv, const model_batc
         const model_layer *L = &m->layers[l];
         /* attention block */
         for (int t = 0; t < T; t++) kern_rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, L->attn_norm, D, c->rms_eps);
-        kern_matmul(p, &L->wq, s->xb, T, s->q, s->act);
-        kern_matmul(p, &L->wk, s->xb, T, s->k, s->act);
-        kern_matmul(p, &L->wv, s->xb, T, s->v, s->act);
+        {
+            const kern_mat *ws[3] = {&L->wq, &L->wk, &L->wv};
+            float *ys[3] = {s->q, s->k, s->v};
+            kern_matmul_multi(p, ws, 3, s->xb, T, ys, s->act);
+        }
         for (int t = 0; t < T; t++) {
             float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim, *v = s->v + (size_t)t * kv_dim;
             if (L->bq) {
@@ -240,8 +242,11 @@ int model_forward(const model *m, model_state *s, model_kv *kv, const model_batc
 
         /* feed-forward block */
         for (int t = 0; t < T; t++) kern_rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, L->ffn_norm, D, c->rms_eps);
-        kern_matmul(p, &L->w_gate, s->xb, T, s->hb, s->act);
-        kern_matmul(p, &L->w_up, s->xb, T, s->hb2, s->act);
+        {
+            const kern_mat *ws[2] = {&L->w_gate, &L->w_up};
+            float *ys[2] = {s->hb, s->hb2};
+            kern_matmul_multi(p, ws, 2, s->xb, T, ys, s->act);
+        }
         kern_swiglu(s->hb, s->hb2, T * c->n_ff);
         kern_matmul(p, &L->w_down, s->hb, T, s->o, s->act);
         for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->o[i];

@@ -104,39 +104,66 @@ static uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v;
 static uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-/* Writes a printable, one-line rendering of untrusted bytes: control
- * characters, quotes and backslashes escaped, bytes >= 0x80 kept (text is
- * mostly UTF-8), at most max_chars input bytes, "..." when cut. A cut never
- * splits a UTF-8 sequence. */
+/* Length of the valid UTF-8 sequence at p (n bytes available), or 0 when
+ * the bytes there are not one (stray continuation, overlong form, surrogate,
+ * beyond U+10FFFF, or cut short). */
+static size_t utf8_len(const unsigned char *p, uint64_t n) {
+    unsigned char c = p[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the 2nd byte */
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (n < len || p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    return len;
+}
+
+/* Writes a printable, one-line rendering of untrusted bytes into out (cap
+ * bytes, always NUL-terminated): valid UTF-8 kept, control characters,
+ * quotes, backslashes and invalid bytes escaped; at most about max_chars
+ * input bytes, then "...". The output is always valid UTF-8. */
 static void show_bytes(const char *p, uint64_t len, char *out, size_t cap, size_t max_chars) {
-    size_t o = 0, char_start = 0; /* output position where the current character began */
+    const unsigned char *u = (const unsigned char *)p;
+    size_t o = 0;
     if (cap == 0) return;
-    for (uint64_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)p[i];
-        bool cont = (c & 0xC0) == 0x80;
-        if (!cont) char_start = o;
+    for (uint64_t i = 0; i < len;) {
+        unsigned char c = u[i];
         char esc[8];
-        int k = 0;
-        if (c >= 0x80 || (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')) {
+        size_t k, used = 1;
+        if (c >= 0x80 && (k = utf8_len(u + i, len - i)) > 0) {
+            memcpy(esc, u + i, k);
+            used = k;
+        } else if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
             esc[0] = (char)c;
             k = 1;
         } else if (c == '\n') {
-            k = snprintf(esc, sizeof esc, "\\n");
+            k = (size_t)snprintf(esc, sizeof esc, "\\n");
         } else if (c == '"' || c == '\\') {
-            k = snprintf(esc, sizeof esc, "\\%c", c);
+            k = (size_t)snprintf(esc, sizeof esc, "\\%c", c);
         } else {
-            k = snprintf(esc, sizeof esc, "\\x%02x", c);
+            k = (size_t)snprintf(esc, sizeof esc, "\\x%02x", c);
         }
-        if (i >= max_chars || o + (size_t)k + 4 > cap) {
-            if (cont) o = char_start; /* drop a partial UTF-8 sequence */
+        if (i >= max_chars || o + k + 4 > cap) {
             if (o + 4 <= cap) {
                 memcpy(out + o, "...", 3);
                 o += 3;
             }
             break;
         }
-        memcpy(out + o, esc, (size_t)k);
-        o += (size_t)k;
+        memcpy(out + o, esc, k);
+        o += k;
+        i += used;
     }
     out[o] = 0;
 }
@@ -744,7 +771,8 @@ gguf_str gguf_kv_arr_str(const gguf_ctx *g, int64_t k, uint64_t i) {
     return (gguf_str){(const char *)p + 8, ld64(p)};
 }
 
-/* Appends printf output to buf at *o, never past n-1. */
+/* Appends printf output to buf at *o, never past n-1. When the output is
+ * cut, a UTF-8 sequence left incomplete at the end is removed too. */
 static void app(char *buf, size_t n, size_t *o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void app(char *buf, size_t n, size_t *o, const char *fmt, ...) {
     if (*o + 1 >= n) return;
@@ -752,8 +780,23 @@ static void app(char *buf, size_t n, size_t *o, const char *fmt, ...) {
     va_start(ap, fmt);
     int k = vsnprintf(buf + *o, n - *o, fmt, ap);
     va_end(ap);
-    if (k < 0) return;
-    *o = MIN(*o + (size_t)k, n - 1);
+    if (k < 0) {
+        buf[*o] = 0;
+        return;
+    }
+    if ((size_t)k < n - *o) {
+        *o += (size_t)k;
+        return;
+    }
+    *o = n - 1; /* cut: drop a trailing partial sequence */
+    size_t back = 0;
+    while (back < 3 && back < *o && ((unsigned char)buf[*o - 1 - back] & 0xC0) == 0x80) back++;
+    if (back < *o) {
+        unsigned char lead = (unsigned char)buf[*o - 1 - back];
+        size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+        if (need > back + 1) *o -= back + 1;
+    }
+    buf[*o] = 0;
 }
 
 /* Formats one scalar element of type t stored at p. */

@@ -236,9 +236,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             char *end = NULL;
             unsigned long long v = strtoull(cl, &end, 10);
             if (end != cl && v > srv->c.max_body_bytes) {
-                /* Answer before reading the body; MHD closes the connection. */
-                reply_413(x);
-                return MHD_YES;
+                x->too_large = true;
+                /* A body up to a few times the limit is read and dropped so
+                 * the client (still sending) reliably sees the 413; a much
+                 * larger one is refused at once and the connection closed. */
+                if (v / 4 > srv->c.max_body_bytes) {
+                    reply_413(x);
+                    return MHD_YES;
+                }
             }
         }
         return MHD_YES;

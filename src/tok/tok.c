@@ -70,15 +70,12 @@ static void hash_put(tokenizer *t, int32_t id) {
 static void hash_grow(tokenizer *t) {
     uint32_t cap = t->hmask ? (t->hmask + 1) * 2 : 1024;
     while ((uint64_t)cap < (uint64_t)t->n_str * 2 + 16) cap *= 2;
-    int32_t *old = t->hslots;
-    uint32_t old_cap = old ? t->hmask + 1 : 0;
+    free(t->hslots);
     t->hslots = xmalloc((size_t)cap * sizeof(int32_t));
     memset(t->hslots, 0xff, (size_t)cap * sizeof(int32_t));
     t->hmask = cap - 1;
     t->n_hashed = 0;
     /* Re-insert in id order so duplicates resolve the same way. */
-    (void)old_cap;
-    free(old);
     for (int32_t i = 0; i < t->n_str; i++)
         if (t->slen[i] > 0) hash_put(t, i);
 }
@@ -151,7 +148,7 @@ static size_t make_piece(const tokenizer *t, int32_t i, char *buf) {
     }
     if (type != TOK_TYPE_NORMAL) return 0; /* unused and unknown types: nothing */
     size_t o = 0;
-    if (t->kind == TOK_KIND_SPM) {
+    if (t->kind != TOK_KIND_BPE) { /* SentencePiece and WordPiece: ▁ is a space */
         for (size_t k = 0; k < n;) {
             if (k + 3 <= n && (uint8_t)s[k] == 0xE2 && (uint8_t)s[k + 1] == 0x96 && (uint8_t)s[k + 2] == 0x81) {
                 buf[o++] = ' ';
@@ -207,8 +204,10 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
         t->kind = TOK_KIND_SPM;
     } else if (strcmp(t->model_name, "gpt2") == 0) {
         t->kind = TOK_KIND_BPE;
+    } else if (strcmp(t->model_name, "bert") == 0) {
+        t->kind = TOK_KIND_WPM;
     } else {
-        return err_set(e, ERR_UNSUPPORTED, "tokenizer.ggml.model: '%s' is not supported (llama, gpt2)",
+        return err_set(e, ERR_UNSUPPORTED, "tokenizer.ggml.model: '%s' is not supported (llama, gpt2, bert)",
                        t->model_name);
     }
     gguf_str pre;
@@ -228,9 +227,6 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
     t->n_vocab = (int)n;
     for (uint64_t i = 0; i < n; i++) {
         gguf_str s = gguf_kv_arr_str(g, ki, i);
-        if (!s.ptr && s.len == 0 && i < n) {
-            /* an empty string is legal; gguf_kv_arr_str gives {ptr, 0} */
-        }
         if (s.len > TOK_MAX_STR)
             return err_set(e, ERR_RANGE, "tokenizer.ggml.tokens[%llu]: length %llu too long",
                            (unsigned long long)i, (unsigned long long)s.len);
@@ -273,6 +269,15 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
         t->eos = n > 2 ? 2 : -1;
         t->unk = 0;
         t->add_bos = true;
+        t->add_space_prefix = true;
+        t->pre = PRE_DEFAULT;
+    } else if (t->kind == TOK_KIND_WPM) {
+        /* [CLS] text [SEP]; ids from the cls/separator keys */
+        t->bos = meta_id(g, "tokenizer.ggml.cls_token_id", n > 101 ? 101 : -1, t->n_vocab);
+        t->eos = meta_id(g, "tokenizer.ggml.seperator_token_id", n > 102 ? 102 : -1, t->n_vocab);
+        t->unk = n > 100 ? 100 : -1;
+        t->add_bos = true;
+        t->add_eos = true;
         t->add_space_prefix = true;
         t->pre = PRE_DEFAULT;
     } else {
@@ -346,7 +351,7 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
             }
             t->byte_tok[b2] = id >= 0 ? id : t->unk;
         }
-    } else {
+    } else if (t->kind == TOK_KIND_BPE) {
         int rc = bpe_load_merges(t, g, e);
         if (rc < 0) return rc;
     }
@@ -378,7 +383,10 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
 
     /* decoded pieces */
     size_t total = 0;
-    for (int32_t i = 0; i < t->n_vocab; i++) total += t->slen[i];
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        total += t->slen[i];
+        if ((int)t->slen[i] > t->max_str) t->max_str = (int)t->slen[i];
+    }
     t->ppool = xmalloc(total + 1);
     t->poff = xmalloc((size_t)n * sizeof(uint32_t));
     t->plen = xmalloc((size_t)n * sizeof(uint32_t));
@@ -492,8 +500,17 @@ static void frag_push(frag_vec *f, size_t off, size_t len, int32_t tok) {
 static void split_special(const tokenizer *t, const char *text, size_t len, bool parse_special, frag_vec *out) {
     frag_vec cur = {0}, nxt = {0};
     frag_push(&cur, 0, len, -1);
+    /* Which bytes and adjacent byte pairs occur: most special tokens can be
+     * ruled out without a search (vocabularies carry thousands of them). */
     bool present[256] = {false};
-    for (size_t i = 0; i < len; i++) present[(uint8_t)text[i]] = true;
+    uint64_t *pairs = xcalloc(1024, sizeof(uint64_t));
+    for (size_t i = 0; i < len; i++) {
+        present[(uint8_t)text[i]] = true;
+        if (i + 1 < len) {
+            unsigned pr = (unsigned)(uint8_t)text[i] << 8 | (uint8_t)text[i + 1];
+            pairs[pr >> 6] |= 1ULL << (pr & 63);
+        }
+    }
     for (int k = 0; k < t->n_special; k++) {
         int32_t id = t->special[k];
         int ty = t->type[id];
@@ -501,6 +518,10 @@ static void split_special(const tokenizer *t, const char *text, size_t len, bool
         const char *s = tok__str(t, id);
         size_t sl = t->slen[id];
         if (sl > len || !present[(uint8_t)s[0]]) continue;
+        if (sl >= 2) {
+            unsigned pr = (unsigned)(uint8_t)s[0] << 8 | (uint8_t)s[1];
+            if (!(pairs[pr >> 6] >> (pr & 63) & 1)) continue;
+        }
         bool any = false;
         nxt.n = 0;
         for (int f = 0; f < cur.n; f++) {
@@ -541,6 +562,7 @@ static void split_special(const tokenizer *t, const char *text, size_t len, bool
         }
     }
     free(nxt.v);
+    free(pairs);
     *out = cur;
 }
 
@@ -584,6 +606,8 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, b
             }
             if (t->kind == TOK_KIND_SPM) {
                 spm_fragment(t, text + fr.v[i].off, fr.v[i].len, t->add_space_prefix && prev_special, &v);
+            } else if (t->kind == TOK_KIND_WPM) {
+                wpm_encode(t, text + fr.v[i].off, fr.v[i].len, &v);
             } else {
                 bpe_encode(t, text + fr.v[i].off, fr.v[i].len, &v);
             }
@@ -671,7 +695,7 @@ int tok_stream_push(tok_stream *s, int32_t id, char *out, int cap) {
     outbuf o = {out, 0, cap, false};
     int ty = t->type[id];
     if (st.skip_special && ty == TOK_TYPE_CONTROL) {
-        if (id == t->bos && t->kind == TOK_KIND_SPM && t->add_space_prefix) st.strip_space = true;
+        if (id == t->bos && t->kind != TOK_KIND_BPE && t->add_space_prefix) st.strip_space = true;
         *s = st;
         return 0;
     }

@@ -14,7 +14,7 @@
 
 #include "tok.h"
 
-enum { TOK_KIND_SPM = 1, TOK_KIND_BPE = 2 };
+enum { TOK_KIND_SPM = 1, TOK_KIND_BPE = 2, TOK_KIND_WPM = 3 };
 
 /* Pre-tokenizers (tokenizer.ggml.pre families). */
 typedef enum pretok_kind {
@@ -50,6 +50,7 @@ struct tokenizer {
     char *ppool;       /* decoded pieces                    */
     uint32_t *poff, *plen;
     int max_piece;
+    int max_str;       /* longest vocabulary string (bytes) */
     /* byte-level BPE merges: (left id, right id) -> rank, result id */
     struct tok_merge *mslots;
     uint32_t mmask;
@@ -88,6 +89,10 @@ static inline const char *tok__str(const tokenizer *t, int32_t i) { return t->sp
 /* SentencePiece merge loop over one text fragment (already escaped: spaces
  * are ▁, dummy prefix added). Appends ids. spm.c */
 void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
+
+/* WordPiece over one raw text fragment (normalise, split, longest match).
+ * wpm.c */
+void wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
 
 /* Byte-level BPE over one raw text fragment: pre-split, byte-map, merge.
  * bpe.c */

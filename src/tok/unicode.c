@@ -21,6 +21,35 @@ unsigned unicode_flags(uint32_t cp) {
     return unicode_runs[lo].flags;
 }
 
+uint32_t unicode_tolower(uint32_t cp) {
+    if (cp < 0x80) return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
+    int lo = 0, hi = unicode_n_lower - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (unicode_lower[mid][0] == cp) return unicode_lower[mid][1];
+        if (unicode_lower[mid][0] < cp)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return cp;
+}
+
+uint32_t unicode_nfd_first(uint32_t cp) {
+    if (cp < 0xC0) return cp;
+    int lo = 0, hi = unicode_n_nfd - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cp < unicode_nfd[mid][0])
+            hi = mid - 1;
+        else if (cp > unicode_nfd[mid][1])
+            lo = mid + 1;
+        else
+            return unicode_nfd[mid][2];
+    }
+    return cp;
+}
+
 /* Expected length of a sequence from its lead byte, 0 if it cannot lead. */
 static int lead_len(uint8_t b) {
     if (b < 0x80) return 1;

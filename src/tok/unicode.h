@@ -39,6 +39,16 @@ extern const char unicode_data_version[];
 extern const int unicode_n_runs;
 extern const unicode_run unicode_runs[];
 
+extern const int unicode_n_lower;
+extern const uint32_t unicode_lower[][2]; /* (code point, lowercase), sorted */
+extern const int unicode_n_nfd;
+extern const uint32_t unicode_nfd[][3]; /* (first, last, NFD first code point) */
+
+/* Simple lowercase of `cp` (itself when none or when it is several). */
+uint32_t unicode_tolower(uint32_t cp);
+/* First code point of the NFD decomposition of `cp` (itself if none). */
+uint32_t unicode_nfd_first(uint32_t cp);
+
 /* Class flags of `cp`; 0 for values above U+10FFFF. */
 unsigned unicode_flags(uint32_t cp);
 

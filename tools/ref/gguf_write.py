@@ -21,8 +21,8 @@ import struct
 import numpy as np
 
 from gguf_ref import (GGML_TYPES, T_BF16, T_F16, T_F32, T_Q4_0, T_Q4_K, T_Q5_K,
-                      T_Q6_K, T_Q8_0, VT_ARRAY, VT_BOOL, VT_FLOAT32, VT_FLOAT64,
-                      VT_INT32, VT_INT64, VT_STRING, VT_UINT32, VT_UINT64, _SCALAR)
+                      T_Q6_K, T_Q8_0, VT_ARRAY, VT_BOOL, VT_FLOAT32, VT_STRING,
+                      VT_UINT32, _SCALAR)
 
 # ---------------------------------------------------------------------------
 # Block packers: logical values -> bytes. Every argument may carry a leading

@@ -17,6 +17,9 @@ cannot have got from itself:
 
 Prints one line per failure and ends with `N passed, N failed`; exit 1 on
 any failure. Run: /usr/bin/python3 tools/ref/selftest.py [--quick]
+[--fixtures MODEL_DIR] (also compare tests/fixtures/ref/*.logits with the
+reference run on the regenerated fixture models in MODEL_DIR) [--fail MSG]
+(count one failure, for the calling script).
 """
 
 import json
@@ -110,11 +113,12 @@ def test_deq_literal():
     raw = np.frombuffer(struct.pack("<2H", 0x3C00, 0x3800) + scales + bytes(qs), np.uint8)
     y = R.dequantize(R.T_Q4_K, raw)
     exp = np.repeat([-0.5 * mj for mj in m], 32)
-    exp[0] = 1 * 10 - 2.5
-    exp[32] = 2 * 9 - 3.0
-    exp[223] = 35 * 3 - 19.5
-    exp[255] = 52 * 15 - 4.0
+    exp[0] = sc[0] * 10 - 0.5 * m[0]
+    exp[32] = sc[1] * 9 - 0.5 * m[1]
+    exp[223] = sc[6] * 3 - 0.5 * m[6]
+    exp[255] = sc[7] * 15 - 0.5 * m[7]
     check_close(y, exp, 0, "Q4_K literal")
+    check(W.pack_k_scales(sc, m).tobytes() == scales, "pack_k_scales matches the literal bytes")
     check(y[0] == 7.5 and y[32] == 15.0 and y[223] == 85.5 and y[255] == 776.0,
           "Q4_K literal spot values")
 
@@ -125,9 +129,9 @@ def test_deq_literal():
     raw = np.frombuffer(struct.pack("<2H", 0x3C00, 0x3800) + scales + bytes(qh) + bytes(qs),
                         np.uint8)
     y = R.dequantize(R.T_Q5_K, raw)
-    exp[0] = 1 * 26 - 2.5
-    exp[32] = 2 * 25 - 3.0
-    exp[255] = 52 * 31 - 4.0
+    exp[0] = sc[0] * 26 - 0.5 * m[0]
+    exp[32] = sc[1] * 25 - 0.5 * m[1]
+    exp[255] = sc[7] * 31 - 0.5 * m[7]
     check_close(y, exp, 0, "Q5_K literal")
     check(y[0] == 23.5 and y[32] == 47.0 and y[255] == 1608.0, "Q5_K literal spot values")
 
@@ -699,8 +703,31 @@ def test_cli():
         check(rc == 1 and "out of range" in err.getvalue(), "cli error on a bad token id")
 
 
+def test_fixtures(model_dir):
+    """The committed tests/fixtures/ref/*.logits are what this reference
+    computes for the regenerated fixture models (whose bytes the caller has
+    checked against tests/fixtures/models.sha256)."""
+    ref_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                           "tests", "fixtures", "ref")
+    names = sorted(f[:-len(".logits")] for f in os.listdir(ref_dir) if f.endswith(".logits")) \
+        if os.path.isdir(ref_dir) else []
+    check(len(names) > 0, "no fixtures in %s" % ref_dir)
+    for n in names:
+        mp = os.path.join(model_dir, n + ".gguf")
+        if not check(os.path.exists(mp), "fixture model %s missing" % mp):
+            continue
+        toks, want = R.read_logits(os.path.join(ref_dir, n + ".logits"))
+        got = R.Model(mp).forward(toks)
+        check_close(got, want, 1e-7 * float(np.abs(want).max()), "fixture %s" % n)
+
+
 def main():
     quick = "--quick" in sys.argv
+    fixtures = None
+    if "--fixtures" in sys.argv:
+        fixtures = sys.argv[sys.argv.index("--fixtures") + 1]
+    if "--fail" in sys.argv:
+        check(False, sys.argv[sys.argv.index("--fail") + 1])
     t0 = time.time()
     rng = np.random.default_rng(12345)
     for fn in (test_deq_literal, lambda: test_deq_packed(rng), test_parser,
@@ -709,6 +736,13 @@ def main():
         try:
             fn()
         except Exception as e:  # a crash in one group is a failure, not an abort
+            import traceback
+            traceback.print_exc()
+            check(False, "exception: %r" % e)
+    if fixtures:
+        try:
+            test_fixtures(fixtures)
+        except Exception as e:
             import traceback
             traceback.print_exc()
             check(False, "exception: %r" % e)

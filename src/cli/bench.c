@@ -1,0 +1,282 @@
+/*
+ * bench.c — `kvloom bench`: prefill and decode speed of a model on this
+ * machine, next to the memory bandwidth measured in the same run.
+ *
+ *   kvloom bench -m MODEL [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]
+ *
+ * Place in the flow: cli/, beside run; it drives model_forward directly
+ * (no scheduler, no tokenizer): token ids are drawn from a fixed-seed
+ * generator, so any GGUF at a real shape measures the real cost.
+ *
+ * What is measured, each repeated REPS times after one warm-up run, and
+ * reported as median [min..max]:
+ *   - pp: one batch of --pp tokens from an empty context, logits for the
+ *     last one (as llama-bench's ppN);
+ *   - tg: --tg single-token steps from an empty context (llama-bench's tgN),
+ *     and again after a --depth prefill (not timed) when --depth > 0;
+ *   - bandwidth: every thread of the model's pool sums its share of a
+ *     buffer much larger than the caches; measured before each repetition,
+ *     so drift shows up in the spread.
+ * The decode roofline is bandwidth / bytes read per decoded token (all
+ * weight matrices, plus the KV rows at the given depth); the report gives
+ * decode as a percentage of it.
+ *
+ * Thread: the CLI's main thread; the model's pool runs the kernels and the
+ * bandwidth probe.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../base/base.h"
+#include "../base/pool.h"
+#include "../model/model.h"
+#include "cli.h"
+
+#define BENCH_BW_BYTES ((size_t)512 << 20) /* 16x the L3 of these machines */
+
+static int bench_usage(void) {
+    fprintf(stderr, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n");
+    return 2;
+}
+
+static bool bench_parse_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return false;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct stats {
+    double med, min, max;
+} stats;
+
+static stats stats_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    stats s = {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v[0], v[n - 1]};
+    return s;
+}
+
+/* ---- memory bandwidth ------------------------------------------------------ */
+
+typedef struct bw_job {
+    const uint64_t *buf;
+    size_t n_words;
+    uint64_t sink[64]; /* one slot per thread, 8 apart (own cache line) */
+} bw_job;
+
+static void bw_task(void *arg, int ith, int nth) {
+    bw_job *j = arg;
+    long b, e;
+    pool_split((long)(j->n_words / 8), ith, nth, &b, &e);
+    const uint64_t *p = j->buf + (size_t)b * 8;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (long i = b; i < e; i++, p += 8) {
+        s0 += p[0] ^ p[4];
+        s1 += p[1] ^ p[5];
+        s2 += p[2] ^ p[6];
+        s3 += p[3] ^ p[7];
+    }
+    j->sink[(ith % 8) * 8] += s0 + s1 + s2 + s3;
+}
+
+/* GB/s of one pass over the buffer by all threads. */
+static double bw_measure(pool *p, bw_job *j) {
+    const double t0 = clock_ms();
+    pool_run(p, bw_task, j);
+    const double ms = clock_ms() - t0;
+    return (double)(j->n_words * 8) / (ms * 1e6);
+}
+
+/* ---- model runs ------------------------------------------------------------- */
+
+typedef struct bench_ctx {
+    const model *m;
+    model_state *st;
+    model_kv *kv;
+    model_seq seq;
+    int32_t *tok, *pos, *sid;
+    int max_tokens;
+    float *logits;
+    uint64_t rng;
+} bench_ctx;
+
+static int32_t bench_token(bench_ctx *b) {
+    b->rng = b->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (int32_t)((b->rng >> 33) % (uint64_t)b->m->cfg.n_vocab);
+}
+
+/* Runs positions [p0, p0+n) in batches of at most max_tokens; 0 or <0. */
+static int bench_prefill(bench_ctx *b, int p0, int n, err_t *e) {
+    for (int done = 0; done < n;) {
+        const int k = MIN(b->max_tokens, n - done);
+        for (int i = 0; i < k; i++) b->tok[i] = bench_token(b), b->pos[i] = p0 + done + i;
+        model_batch batch = {.n_tokens = k, .token = b->tok, .pos = b->pos, .seq = b->sid, .n_seqs = 1, .seqs = &b->seq};
+        int r = model_forward(b->m, b->st, b->kv, &batch, b->logits, e);
+        if (r < 0) return r;
+        done += k;
+    }
+    return 0;
+}
+
+static int bench_decode(bench_ctx *b, int p0, int n, err_t *e) {
+    for (int i = 0; i < n; i++) {
+        int32_t tok = bench_token(b), pos = p0 + i;
+        model_batch batch = {.n_tokens = 1, .token = &tok, .pos = &pos, .seq = b->sid, .n_seqs = 1, .seqs = &b->seq};
+        int r = model_forward(b->m, b->st, b->kv, &batch, b->logits, e);
+        if (r < 0) return r;
+    }
+    return 0;
+}
+
+static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_bytes; }
+
+static void print_stats(const char *what, stats s, const char *unit) {
+    printf("%-22s %9.2f %s   [%.2f .. %.2f]\n", what, s.med, unit, s.min, s.max);
+}
+
+int cli_bench(int argc, char **argv) {
+    const char *path = NULL;
+    long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = v != NULL;
+        if (strcmp(a, "-m") == 0) path = v;
+        else if (strcmp(a, "-t") == 0) ok = bench_parse_int(v, 1, 256, &threads);
+        else if (strcmp(a, "--pp") == 0) ok = bench_parse_int(v, 0, 1 << 16, &pp);
+        else if (strcmp(a, "--tg") == 0) ok = bench_parse_int(v, 0, 1 << 16, &tg);
+        else if (strcmp(a, "--depth") == 0) ok = bench_parse_int(v, 0, 1 << 20, &depth);
+        else if (strcmp(a, "-r") == 0) ok = bench_parse_int(v, 1, 1000, &reps);
+        else {
+            fprintf(stderr, "kvloom bench: unknown option '%s'\n", a);
+            return bench_usage();
+        }
+        if (!ok) {
+            fprintf(stderr, "kvloom bench: bad or missing value for %s\n", a);
+            return bench_usage();
+        }
+        i++;
+    }
+    if (!path) return bench_usage();
+    if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 64);
+
+    err_t e = {0};
+    model *m;
+    if (model_load(path, &m, &e)) {
+        fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
+        return 1;
+    }
+    const model_config *c = &m->cfg;
+    const long n_ctx = MAX(pp, depth + tg) + 1;
+    if (n_ctx > INT_MAX / 2) {
+        fprintf(stderr, "kvloom bench: context of %ld positions is too large\n", n_ctx);
+        model_free(m);
+        return 2;
+    }
+    const int bt = 16, n_blocks = (int)((n_ctx + bt - 1) / bt);
+    bench_ctx b = {.m = m, .rng = 0x9e3779b97f4a7c15ull};
+    b.max_tokens = (int)MAX(1, MIN(pp, 512));
+    b.kv = model_kv_new(m, n_blocks, bt);
+    b.st = model_state_new(m, b.max_tokens, (int)n_ctx, (int)threads);
+    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) table[i] = i;
+    b.seq = (model_seq){table, n_blocks};
+    b.tok = xmalloc(sizeof(int32_t) * (size_t)b.max_tokens);
+    b.pos = xmalloc(sizeof(int32_t) * (size_t)b.max_tokens);
+    b.sid = xcalloc((size_t)b.max_tokens, sizeof(int32_t));
+    b.logits = xmalloc(sizeof(float) * (size_t)c->n_vocab);
+    pool *p = model_state_pool(b.st);
+
+    /* bytes a decode step reads: every matrix once, plus KV rows */
+    size_t wbytes = mat_bytes(&m->output);
+    for (int l = 0; l < c->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        wbytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
+                  mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
+    }
+    const double kv_per_pos = 2.0 * c->n_layer * c->n_head_kv * c->head_dim * sizeof(float);
+
+    bw_job bj = {.n_words = BENCH_BW_BYTES / 8};
+    uint64_t *bwbuf = xaligned_alloc(BENCH_BW_BYTES);
+    for (size_t i = 0; i < bj.n_words; i++) bwbuf[i] = i * 0x9e3779b97f4a7c15ull;
+    bj.buf = bwbuf;
+
+    printf("model    %s (%s, %d layers, n_embd %d, n_ff %d, vocab %d, %s weights)\n", path, c->arch_name, c->n_layer,
+           c->n_embd, c->n_ff, c->n_vocab, dtype_name(m->layers[0].wq.type));
+    printf("threads  %ld, kernels %s, reps %ld\n", threads, kern->name, reps);
+    printf("weights read per decoded token: %.1f MB (+ %.1f KB of KV per context position)\n", wbytes / 1e6,
+           kv_per_pos / 1e3);
+
+    double *v_bw = xmalloc(sizeof(double) * (size_t)reps * 3), *v_pp = xmalloc(sizeof(double) * (size_t)reps);
+    double *v_tg = xmalloc(sizeof(double) * (size_t)reps), *v_tgd = xmalloc(sizeof(double) * (size_t)reps);
+    int n_bw = 0, r = 0;
+    bw_measure(p, &bj); /* warm-up: page in the buffer */
+    if (pp > 0) r = bench_prefill(&b, 0, (int)pp, &e); /* warm-up runs */
+    if (!r && tg > 0) r = bench_decode(&b, 0, (int)MIN(tg, 16), &e);
+    for (long rep = 0; rep < reps && !r; rep++) {
+        for (int k = 0; k < 3; k++) v_bw[n_bw++] = bw_measure(p, &bj);
+        if (pp > 0) {
+            const double t0 = clock_ms();
+            r = bench_prefill(&b, 0, (int)pp, &e);
+            v_pp[rep] = pp / ((clock_ms() - t0) / 1000);
+        }
+        if (!r && tg > 0) {
+            const double t0 = clock_ms();
+            r = bench_decode(&b, 0, (int)tg, &e);
+            v_tg[rep] = tg / ((clock_ms() - t0) / 1000);
+        }
+    }
+    if (!r && depth > 0 && tg > 0) {
+        r = bench_prefill(&b, 0, (int)depth, &e);
+        for (long rep = 0; rep < reps && !r; rep++) {
+            const double t0 = clock_ms();
+            r = bench_decode(&b, (int)depth, (int)tg, &e);
+            v_tgd[rep] = tg / ((clock_ms() - t0) / 1000);
+        }
+    }
+    if (r) {
+        fprintf(stderr, "kvloom bench: %s\n", e.msg);
+    } else {
+        char what[64];
+        const stats bw = stats_of(v_bw, n_bw);
+        print_stats("bandwidth (read)", bw, "GB/s");
+        if (pp > 0) {
+            snprintf(what, sizeof what, "pp%ld", pp);
+            print_stats(what, stats_of(v_pp, (int)reps), "t/s");
+        }
+        if (tg > 0) {
+            const stats t = stats_of(v_tg, (int)reps);
+            snprintf(what, sizeof what, "tg%ld", tg);
+            print_stats(what, t, "t/s");
+            /* average KV read per step over the run: positions 0..tg-1 */
+            const double bytes = wbytes + kv_per_pos * (tg - 1) / 2.0;
+            printf("%-22s %9.2f GB/s = %.0f%% of the %.1f t/s roofline (best bandwidth: %.0f%%)\n", "  streamed",
+                   t.med * bytes / 1e9, 100 * t.med * bytes / (bw.med * 1e9), bw.med * 1e9 / bytes,
+                   100 * t.med * bytes / (bw.max * 1e9));
+        }
+        if (depth > 0 && tg > 0) {
+            const stats t = stats_of(v_tgd, (int)reps);
+            snprintf(what, sizeof what, "tg%ld @ depth %ld", tg, depth);
+            print_stats(what, t, "t/s");
+            const double bytes = wbytes + kv_per_pos * (depth + (tg - 1) / 2.0);
+            printf("%-22s %9.2f GB/s = %.0f%% of the %.1f t/s roofline (best bandwidth: %.0f%%)\n", "  streamed",
+                   t.med * bytes / 1e9, 100 * t.med * bytes / (bw.med * 1e9), bw.med * 1e9 / bytes,
+                   100 * t.med * bytes / (bw.max * 1e9));
+        }
+    }
+    free(v_bw), free(v_pp), free(v_tg), free(v_tgd), free(bwbuf);
+    free(table), free(b.tok), free(b.pos), free(b.sid), free(b.logits);
+    model_state_free(b.st);
+    model_kv_free(b.kv);
+    model_free(m);
+    return r ? 1 : 0;
+}

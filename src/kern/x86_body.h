@@ -1,0 +1,326 @@
+/*
+ * x86_body.h — the body of the x86 SIMD kernel tables, shared by avx2.c and
+ * avx512.c. Not a public header: each of those files defines the integer
+ * primitives below for its instruction set, then includes this file once.
+ *
+ * Place in the flow: kern/, under kern.c's dispatch (kern_matmul calls the
+ * dot products and activation converters through the table built here).
+ *
+ * The including file provides, before the #include:
+ *   KX_OPS_NAME       the table's symbol (kern_avx2_ops / kern_avx512_ops)
+ *   KX_NAME           its name string ("avx2" / "avx512")
+ *   mm_dot_i8(w, a)   8 x i32: lane k = sum of w[4k+j]*a[4k+j], j<4, both
+ *                     signed bytes, a in -127..127 (so no lane saturates)
+ *   mm_dot_u8_sc2(u, s, c0, c1)
+ *                     8 x i32: lane k = c * sum of u[4k+j]*s[4k+j], u
+ *                     unsigned in 0..63, s signed in -127..127, c = c0 for
+ *                     lanes 0..3 (bytes 0..15) and c1 for lanes 4..7; |c| <= 128
+ * Both must be exact integer arithmetic, so the two tables compute the same
+ * integers and differ only in how fast they get there.
+ *
+ * Order of summation (kern.h's batch-invariance contract): every dot product
+ * accumulates per-block float terms into one 8-lane vector in block order and
+ * reduces it with hsum_ps at the end, so the result depends on n and the two
+ * rows only. Neither table defines a gemm: kern_matmul's driver calls the
+ * dot product for each (row, token), so gemm == dot holds by construction.
+ *
+ * Integer ranges: a lane of a Q8_0/Q4_0 block sums 4 products (< 2^16); a
+ * Q4_K/Q5_K lane sums 32 products times a 6-bit scale (< 2^22); a Q6_K lane
+ * at most 32 * 63 * 127 * 128 < 2^24 before the offset is removed, so
+ * converting a lane to float is exact.
+ *
+ * Thread: pure functions, called from pool workers.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../base/base.h"
+#include "kern.h"
+#include "quant.h"
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* Sum of the 8 lanes in a fixed order: (l0+l4)+(l2+l6) + (l1+l5)+(l3+l7). */
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float f16s(uint16_t h) { return _cvtsh_ss(h); }
+
+/* 32 bytes of Q4_0 nibbles as signed values -8..7, in element order. */
+static inline __m256i q4_0_unpack(const uint8_t *qs) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
+    const __m128i m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(x, m), hi = _mm_and_si128(_mm_srli_epi16(x, 4), m);
+    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+/* ---- float rows ------------------------------------------------------------ */
+
+/* The three float dot products share one shape: 4 accumulators over 32
+ * elements, then 8 at a time into the first, then a zero-padded tail. */
+#define KX_FLOAT_DOT(NAME, WT, LOAD8)                                                               \
+    static void NAME(int64_t n, float *out, const void *wv, const void *av) {                       \
+        const WT *w = wv;                                                                           \
+        const float *a = av;                                                                        \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                 \
+        int64_t i = 0;                                                                              \
+        for (; i + 32 <= n; i += 32) {                                                              \
+            s0 = _mm256_fmadd_ps(LOAD8(w + i), _mm256_loadu_ps(a + i), s0);                         \
+            s1 = _mm256_fmadd_ps(LOAD8(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);                 \
+            s2 = _mm256_fmadd_ps(LOAD8(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);               \
+            s3 = _mm256_fmadd_ps(LOAD8(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);               \
+        }                                                                                           \
+        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD8(w + i), _mm256_loadu_ps(a + i), s0);  \
+        if (i < n) {                                                                                \
+            WT wt[8] = {0};                                                                         \
+            float at[8] = {0};                                                                      \
+            memcpy(wt, w + i, sizeof(WT) * (size_t)(n - i));                                        \
+            memcpy(at, a + i, sizeof(float) * (size_t)(n - i));                                     \
+            s0 = _mm256_fmadd_ps(LOAD8(wt), _mm256_loadu_ps(at), s0);                               \
+        }                                                                                           \
+        *out = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));                \
+    }
+
+static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline __m256 load8_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+KX_FLOAT_DOT(dot_f32, float, load8_f32)
+KX_FLOAT_DOT(dot_f16, uint16_t, load8_f16)
+KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
+
+/* ---- 32-element blocks against Q8_0 ----------------------------------------- */
+
+/* Blocks go in pairs: p = lanes0*s0, p = lanes1*s1 + p, acc += p; an odd last
+ * block is fused into acc directly. Two blocks per dependent add keeps the
+ * accumulator's latency off the critical path. */
+#define KX_Q0_DOT(NAME, BT, WLOAD)                                                                  \
+    static void NAME(int64_t n, float *out, const void *wv, const void *av) {                       \
+        const BT *w = wv;                                                                           \
+        const block_q8_0 *a = av;                                                                   \
+        const int64_t nb = n / QK8_0;                                                               \
+        __m256 acc = _mm256_setzero_ps();                                                           \
+        int64_t i = 0;                                                                              \
+        for (; i + 2 <= nb; i += 2) {                                                               \
+            const __m256i l0 = mm_dot_i8(WLOAD(&w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs));       \
+            const __m256i l1 = mm_dot_i8(WLOAD(&w[i + 1]), _mm256_loadu_si256((const __m256i *)a[i + 1].qs)); \
+            __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)));   \
+            p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_set1_ps(f16s(w[i + 1].d) * f16s(a[i + 1].d)), p); \
+            acc = _mm256_add_ps(acc, p);                                                            \
+        }                                                                                           \
+        if (i < nb) {                                                                               \
+            const __m256i l0 = mm_dot_i8(WLOAD(&w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs));       \
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)), acc); \
+        }                                                                                           \
+        *out = hsum_ps(acc);                                                                        \
+    }
+
+static inline __m256i wload_q8_0(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+static inline __m256i wload_q4_0(const block_q4_0 *b) { return q4_0_unpack(b->qs); }
+
+KX_Q0_DOT(dot_q8_0, block_q8_0, wload_q8_0)
+KX_Q0_DOT(dot_q4_0, block_q4_0, wload_q4_0)
+
+/* ---- 256-element super-blocks against Q8_K --------------------------------- */
+
+/* The 8 sub-block scales of a Q4_K/Q5_K block, and their mins widened to 16
+ * bits, each twice: (m0,m0,m1,m1,...) to pair with the activation's 16 bsums. */
+static inline __m256i k_unpack(const uint8_t *scales, uint8_t sc[8]) {
+    uint8_t m[16];
+    for (int k = 0; k < 8; k++) {
+        uint8_t s, mm;
+        quant_k_scale_min(scales, k, &s, &mm);
+        sc[k] = s;
+        m[2 * k] = m[2 * k + 1] = mm;
+    }
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)m));
+}
+
+/* acc += a.d*d * sumi - a.d*dmin * summ, with the integer sums as 8 lanes. */
+static inline __m256 k_finish(__m256 acc, __m256i isum, __m256i mins16, const block_q8_k *a, uint16_t d,
+                              uint16_t dmin) {
+    const __m256i summ = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsums), mins16);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a->d * f16s(d)), _mm256_cvtepi32_ps(isum), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(-(a->d * f16s(dmin))), _mm256_cvtepi32_ps(summ), acc);
+}
+
+static void dot_q4_k(int64_t n, float *out, const void *wv, const void *av) {
+    const block_q4_k *w = wv;
+    const block_q8_k *a = av;
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8];
+        const __m256i mins16 = k_unpack(w[i].scales, sc);
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j));
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32));
+            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(lo, a0, sc[2 * j], sc[2 * j]));
+            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(hi, a1, sc[2 * j + 1], sc[2 * j + 1]));
+        }
+        acc = k_finish(acc, isum, mins16, &a[i], w[i].d, w[i].dmin);
+    }
+    *out = hsum_ps(acc);
+}
+
+static void dot_q5_k(int64_t n, float *out, const void *wv, const void *av) {
+    const block_q5_k *w = wv;
+    const block_q8_k *a = av;
+    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        uint8_t sc[8];
+        const __m256i mins16 = k_unpack(w[i].scales, sc);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
+            const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * j))), bh = _mm256_set1_epi8((char)(2 << (2 * j)));
+            const __m256i hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl), b4);
+            const __m256i hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), b4);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j));
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32));
+            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(lo, a0, sc[2 * j], sc[2 * j]));
+            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(hi, a1, sc[2 * j + 1], sc[2 * j + 1]));
+        }
+        acc = k_finish(acc, isum, mins16, &a[i], w[i].d, w[i].dmin);
+    }
+    *out = hsum_ps(acc);
+}
+
+/* Q6_K: q = 6-bit unsigned value; the -32 offset is taken out once per
+ * super-block as 32 * sum over groups of scale * bsum. */
+static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
+    const block_q6_k *w = wv;
+    const block_q8_k *a = av;
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const int8_t *sc = w[i].scales;
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+            for (int s = 0; s < 4; s++) {
+                const __m256i av8 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * s));
+                isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(q[s], av8, sc[8 * h + 2 * s], sc[8 * h + 2 * s + 1]));
+            }
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i].bsums), sc16);
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * f16s(w[i].d)), _mm256_cvtepi32_ps(isum), acc);
+    }
+    *out = hsum_ps(acc);
+}
+
+/* ---- activation converters -------------------------------------------------- */
+
+/* Largest |x| of 8k floats (k >= 1) as the max of the absolute bit
+ * patterns: a NaN (any payload) beats every number, as in the reference. */
+static inline float kx_amax(const float *x, int n) {
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+    __m256i m = _mm256_setzero_si256();
+    for (int i = 0; i < n; i += 8)
+        m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), absmask));
+    __m128i s = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    s = _mm_max_epu32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_max_epu32(s, _mm_shuffle_epi32(s, 0xb1));
+    const uint32_t bits = (uint32_t)_mm_cvtsi128_si32(s);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* round_clamp of quant.c, 8 at a time: x*id clamped to [-127, 127] (NaN ->
+ * -127), then rounded half away from zero by adding +-0.5 in float and
+ * truncating — the same operations as the scalar reference, so the same
+ * bytes. */
+static inline __m256i kx_round8(const float *x, __m256 id) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), id);
+    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    const __m256 half = _mm256_or_ps(_mm256_set1_ps(0.5f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
+    return _mm256_cvttps_epi32(_mm256_add_ps(v, half));
+}
+
+/* 32 rounded values -> 32 int8 in order. */
+static inline void kx_store32(int8_t *dst, const float *x, __m256 id) {
+    const __m256i i0 = kx_round8(x, id), i1 = kx_round8(x + 8, id);
+    const __m256i i2 = kx_round8(x + 16, id), i3 = kx_round8(x + 24, id);
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)dst, p);
+}
+
+static void act_q8_0(const float *x, void *av, int64_t n) {
+    block_q8_0 *y = av;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+        const float amax = kx_amax(x, QK8_0);
+        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        y[i].d = f32_to_fp16(d);
+        kx_store32(y[i].qs, x, _mm256_set1_ps(id));
+    }
+}
+
+static void act_q8_k(const float *x, void *av, int64_t n) {
+    block_q8_k *y = av;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        const float amax = kx_amax(x, QK_K);
+        const float iscale = amax ? 127.0f / amax : 0.0f;
+        y[i].d = amax ? 1.0f / iscale : 0.0f;
+        const __m256 id = _mm256_set1_ps(iscale);
+        for (int j = 0; j < QK_K; j += 32) kx_store32(y[i].qs + j, x + j, id);
+        /* bsums: pairwise byte sums to 16 bits, then groups of 16 bytes */
+        const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+        for (int j = 0; j < QK_K; j += 32) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(y[i].qs + j));
+            const __m256i s16 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16); /* 8 x 4-byte sums */
+            const __m256i s2 = _mm256_hadd_epi32(s16, s16); /* 128-bit halves: (g0a g0b) (g1a g1b) */
+            const __m256i s4 = _mm256_hadd_epi32(s2, s2);
+            y[i].bsums[j / 16] = (int16_t)_mm256_extract_epi32(s4, 0);
+            y[i].bsums[j / 16 + 1] = (int16_t)_mm256_extract_epi32(s4, 4);
+        }
+    }
+}
+
+const kern_ops KX_OPS_NAME = {
+    .name = KX_NAME,
+    .dot =
+        {
+            [DT_F32] = dot_f32,
+            [DT_F16] = dot_f16,
+            [DT_BF16] = dot_bf16,
+            [DT_Q8_0] = dot_q8_0,
+            [DT_Q4_0] = dot_q4_0,
+            [DT_Q4_K] = dot_q4_k,
+            [DT_Q5_K] = dot_q5_k,
+            [DT_Q6_K] = dot_q6_k,
+        },
+    .act =
+        {
+            [DT_Q8_0] = act_q8_0,
+            [DT_Q4_0] = act_q8_0,
+            [DT_Q4_K] = act_q8_k,
+            [DT_Q5_K] = act_q8_k,
+            [DT_Q6_K] = act_q8_k,
+        },
+};
