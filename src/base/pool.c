@@ -1,10 +1,28 @@
 /*
  * pool.c — worker threads for kernels (see pool.h).
  *
- * Dispatch: the owner publishes (fn, arg), then increments `gen` (release).
- * Each worker waits for gen to change — spinning for a while, then sleeping
- * on a condition variable — runs its share, and increments `n_done`. The
- * owner runs share 0 and spins until n_done == n_workers.
+ * Dispatch is one atomic generation counter and one completion counter, each
+ * on its own cache line (so the owner's polling of `n_done` never steals the
+ * line the workers read `gen` from, and the read-only task fields share no
+ * line with either):
+ *
+ *   owner:   fn, arg = ...; n_done = 0; gen++ (release) ──▶ runs share 0
+ *            ──▶ spins until n_done == n_threads-1 (acquire)
+ *   worker:  spins until gen changes (acquire) ──▶ runs its share
+ *            ──▶ n_done++ (release)
+ *
+ * No mutex is taken on this path. Waiting escalates in three steps so the
+ * pool behaves both on an idle machine (decode syncs hundreds of times per
+ * token: a wake-up must cost well under a microsecond) and on an
+ * oversubscribed one (a spinning thread must not keep the thread it waits
+ * for off the CPU): pause-spin for SPIN_PAUSE rounds, then sched_yield
+ * between checks, and after SPIN_YIELD_NS of that a worker sleeps on a
+ * condition variable; `n_sleeping` tells the owner whether a broadcast is
+ * needed, re-checked after the increment so a worker that went to sleep in
+ * between is still woken.
+ *
+ * Invariants: only the owner writes fn/arg/gen and resets n_done; a worker
+ * touches n_done once per generation; workers never run a generation twice.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "pool.h"
@@ -16,17 +34,20 @@
 
 #include "base.h"
 
-#define SPIN_ITERS 200000
+#define SPIN_PAUSE 4096             /* pause rounds before yielding          */
+#define SPIN_YIELD_NS 2000000       /* yield-spin this long before sleeping  */
+#define CACHE_LINE 64
 
 struct pool {
+    /* read-mostly: the task of the current generation */
     int n_threads;
     pthread_t *threads;
     pool_fn fn;
     void *arg;
-    _Atomic unsigned gen;
-    _Atomic int n_done;
+    _Alignas(CACHE_LINE) _Atomic unsigned gen;
     _Atomic int stop;
-    _Atomic int n_sleeping;
+    _Alignas(CACHE_LINE) _Atomic int n_done;
+    _Alignas(CACHE_LINE) _Atomic int n_sleeping;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -52,9 +73,16 @@ static void *worker_main(void *vp) {
     for (;;) {
         unsigned g;
         int spins = 0;
+        int64_t yield_start = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-            if (++spins < SPIN_ITERS) {
+            if (spins < SPIN_PAUSE) {
+                spins++;
                 cpu_relax();
+                continue;
+            }
+            if (yield_start == 0) yield_start = clock_ns();
+            if (clock_ns() - yield_start < SPIN_YIELD_NS) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -63,9 +91,10 @@ static void *worker_main(void *vp) {
             atomic_fetch_sub(&p->n_sleeping, 1);
             pthread_mutex_unlock(&p->mu);
             spins = 0;
+            yield_start = 0;
         }
         seen = g;
-        if (atomic_load(&p->stop)) return NULL;
+        if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
         p->fn(p->arg, wa.ith, p->n_threads);
         atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
     }
@@ -73,7 +102,7 @@ static void *worker_main(void *vp) {
 
 pool *pool_new(int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    pool *p = xcalloc(1, sizeof *p);
+    pool *p = xaligned_alloc(sizeof *p);
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -87,17 +116,19 @@ pool *pool_new(int n_threads) {
     return p;
 }
 
-static void publish(pool *p) {
+static void wake_sleepers(pool *p) {
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    if (atomic_load(&p->n_sleeping) > 0) pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
 void pool_free(pool *p) {
     if (!p) return;
     atomic_store(&p->stop, 1);
-    publish(p);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->gen, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
@@ -115,17 +146,21 @@ void pool_run(pool *p, pool_fn fn, void *arg) {
     p->fn = fn;
     p->arg = arg;
     atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    /* Fast path: when no worker sleeps, a plain increment suffices. */
-    if (atomic_load(&p->n_sleeping) == 0)
-        atomic_fetch_add(&p->gen, 1); /* seq_cst: ordered before the re-check below */
-    else
-        publish(p);
-    /* a worker may have gone to sleep between the check and the increment */
-    if (atomic_load(&p->n_sleeping) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: ordered before the n_sleeping check */
+    /* A worker that checked gen before the increment and then went to sleep
+     * registered in n_sleeping under the mutex before waiting; it re-checks
+     * gen under the mutex, so this broadcast (or its own check) wakes it. */
+    if (atomic_load(&p->n_sleeping) > 0) wake_sleepers(p);
     fn(arg, 0, p->n_threads);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1) cpu_relax();
+    const int want = p->n_threads - 1;
+    int spins = 0;
+    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < want) {
+        if (++spins < SPIN_PAUSE) {
+            cpu_relax();
+        } else {
+            /* a worker may be off the CPU (oversubscribed machine) or asleep */
+            if (atomic_load(&p->n_sleeping) > 0) wake_sleepers(p);
+            sched_yield();
+        }
+    }
 }

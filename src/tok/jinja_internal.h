@@ -8,7 +8,8 @@
  *   jinja_parse.c  tokens → AST (jnode), the public jinja_parse/jinja_free
  *   jinja_value.c  values (jv), the render arena, str()/repr()/tojson,
  *                  equality, truthiness
- *   jinja_eval.c   AST walk, filters, tests, methods, the public jinja_render
+ *   jinja_eval.c   AST walk, scopes, operators, the public jinja_render
+ *   jinja_builtins.c  tests, filters, methods, global functions
  *
  * Memory: a template's tokens and AST live in one arena owned by the
  * jinja_tmpl; every value made while rendering lives in a per-render arena
@@ -209,5 +210,55 @@ struct jinja_tmpl {
     jarena arena;
     jnode *root;
 };
+
+/* ---- rendering (jinja_eval.c) ------------------------------------------------
+ * State of one render; lives on jinja_render's stack.                    */
+enum { FN_RANGE = 1, FN_NAMESPACE, FN_DICT, FN_RAISE, FN_STRFTIME }; /* JV_FUNC ids */
+
+typedef struct jrender {
+    jarena a;            /* every value of this render; capped at JINJA_MAX_MEMORY */
+    err_t *e;
+    long steps;          /* loop iterations + calls + per-item filter work so far   */
+    int depth;           /* nested macro calls                                     */
+    int in_loop;         /* for loops around the current statement                 */
+    int brk;             /* 1: break pending, 2: continue pending                  */
+    struct jframe *root; /* globals and the caller's variables                     */
+} jrender;
+
+/* Call arguments: names[i] is NULL for a positional argument (names may be NULL). */
+typedef struct jargs {
+    int n;
+    jv *v;
+    const char **names;
+} jargs;
+
+static inline bool jv_is_int_like(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
+static inline int64_t jv_int_of(jv v) { return v.t == JV_INT ? v.i : v.t == JV_BOOL ? v.b : 0; }
+static inline bool jv_is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
+static inline double jv_num_of(jv v) { return v.t == JV_FLOAT ? v.f : (double)jv_int_of(v); }
+
+/* Records "line:col: message" (from node n, may be NULL) and returns code. */
+int jinja_eval_err(jrender *R, const jnode *n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int jinja_eval_oom(jrender *R, const jnode *n);            /* ERR_RANGE: memory cap */
+int jinja_eval_step(jrender *R, const jnode *n, long k);   /* counts k steps; ERR_RANGE past the cap */
+int jinja_eval_to_str(jrender *R, const jnode *n, jv v, jv *out);   /* str(v) in the arena */
+int jinja_eval_buf_to_str(jrender *R, const jnode *n, jbuf *b, jv *out); /* frees b */
+int jinja_eval_make_list(jrender *R, const jnode *n, size_t len, jv *out);
+int jinja_eval_cp_offsets(jrender *R, const jnode *n, jv s, size_t **off, size_t *n_cp);
+int jinja_eval_iter(jrender *R, const jnode *n, jv v, jlist **out); /* items of an iterable */
+const jv *jinja_eval_arg(const jargs *a, int pos, const char *name); /* by name, else pos-th positional */
+int jinja_eval_n_positional(const jargs *a);
+jv jinja_eval_attr(jv obj, const char *name);             /* obj.name, undefined if absent */
+jv jinja_eval_path(jv obj, jv path);                      /* "a.b.0" attribute path */
+int jinja_eval_slice(jrender *R, const jnode *n, jv obj, jv *parts, jv *out);
+int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out);
+int jinja_eval_compare(jrender *R, const jnode *n, int op, jv a, jv b, bool *res);
+int jinja_eval_order(jv a, jv b, bool case_sensitive);    /* sort order for sort/min/max */
+
+/* ---- builtins (jinja_builtins.c) -------------------------------------------- */
+int jinja_builtins_test(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, bool *res);
+int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, const jargs *a, jv *out);
+int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out);
+int jinja_builtins_call(jrender *R, const jnode *n, int fn, const jargs *a, jv *out); /* FN_* */
 
 #endif

@@ -1,0 +1,88 @@
+#!/bin/sh
+# cli_test.sh — the kvloom program as a user runs it:
+#  - `kvloom run --temp 0` on stories260K prints exactly the expected text of
+#    every case in ../shared/models/expected_greedy.json (independent numpy
+#    reference), prompt first, then the generation;
+#  - `kvloom run` with no -m uses the shipped model; sampling flags work and a
+#    seed makes sampling reproducible;
+#  - `kvloom quantize` of an F32 model gives byte-for-byte the model that
+#    `kvloom gen` quantises directly from the same random values;
+#  - `kvloom info` describes a model; bad input gets a clear error and a
+#    non-zero exit, never a crash.
+BIN=${KVLOOM_BIN:-build/kvloom}
+SHARED=${KVLOOM_SHARED:-../shared}
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+
+# expected greedy text, one case at a time
+"$PY" - "$SHARED/models/expected_greedy.json" "$T" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for i, c in enumerate(d["cases"]):
+    n_new = len(c["output_ids"]) - (len(c["prompt_ids"]) - 1)
+    open(f"{sys.argv[2]}/case{i}.prompt", "w").write(c["prompt"])
+    open(f"{sys.argv[2]}/case{i}.n", "w").write(str(n_new))
+    open(f"{sys.argv[2]}/case{i}.text", "w").write(c["text"] + "\n")
+PYEOF
+for p in "$T"/case*.prompt; do
+    c=${p%.prompt}
+    for threads in 1 2; do
+        "$BIN" run -m "$SHARED/models/stories260K.gguf" -p "$(cat "$p")" -n "$(cat "$c.n")" --temp 0 -t $threads \
+            > "$c.out" 2> "$c.err"
+        check 'cmp -s "$c.out" "$c.text"' "run on $(basename "$c") with $threads threads differs: $(head -c 200 "$c.out")"
+    done
+done
+
+# default model, sampling flags, seeds
+"$BIN" run -n 30 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1 --seed 7 -p "Tom" > "$T/s1" 2>/dev/null
+"$BIN" run -n 30 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1 --seed 7 -p "Tom" > "$T/s2" 2>/dev/null
+"$BIN" run -n 30 --temp 0.9 --top-k 20 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1 --seed 8 -p "Tom" > "$T/s3" 2>/dev/null
+check 'cmp -s "$T/s1" "$T/s2"' "same seed gave different text"
+check '! cmp -s "$T/s1" "$T/s3"' "different seeds gave the same text"
+check '[ "$(head -c 3 "$T/s1")" = "Tom" ] && [ $(wc -c < "$T/s1") -gt 40 ]' "run printed no generation"
+"$BIN" run -n 5 --temp -1 > /dev/null 2> "$T/err"; st=$?
+check '[ $st -eq 2 ] && grep -q temperature "$T/err"' "negative temperature not rejected clearly"
+"$BIN" run -n abc > /dev/null 2> "$T/err"; st=$?
+check '[ $st -eq 2 ] && grep -q "\-n" "$T/err"' "bad -n not rejected clearly"
+"$BIN" run -m /nonexistent.gguf > /dev/null 2> "$T/err"; st=$?
+check '[ $st -eq 1 ] && grep -q "/nonexistent.gguf" "$T/err"' "missing model not reported"
+head -c 1000 "$SHARED/models/stories260K.gguf" > "$T/trunc.gguf"
+"$BIN" run -m "$T/trunc.gguf" > /dev/null 2> "$T/err"; st=$?
+check '[ $st -eq 1 ] && grep -qi "gguf" "$T/err"' "truncated model not reported: $(cat "$T/err")"
+
+# quantize == gen's own quantisation, for every type
+SHAPE="--arch llama --n-embd 256 --n-layer 1 --n-head 4 --n-head-kv 2 --n-ff 256 --n-vocab 300 --seed 5"
+"$BIN" gen $SHAPE --type F32 -o "$T/f32.gguf" 2>/dev/null
+for ty in F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K; do
+    "$BIN" gen $SHAPE --type $ty -o "$T/gen.gguf" 2>/dev/null
+    "$BIN" quantize "$T/f32.gguf" "$T/q.gguf" $ty 2>/dev/null
+    check 'cmp -s "$T/gen.gguf" "$T/q.gguf"' "quantize to $ty differs from gen --type $ty"
+    "$BIN" info "$T/q.gguf" > "$T/info" 2>&1
+    check 'grep -q "blk.0.attn_q.weight *$ty" "$T/info"' "info does not show $ty weights"
+done
+"$BIN" quantize "$T/f32.gguf" "$T/q.gguf" Q3_K > /dev/null 2> "$T/err"; st=$?
+check '[ $st -eq 2 ] && grep -q Q3_K "$T/err"' "unsupported quantize type not rejected"
+
+# info
+"$BIN" info "$SHARED/models/stories260K.gguf" > "$T/info" 2>&1
+check 'grep -q "architecture: llama" "$T/info" && grep -q "n_layer 5" "$T/info" && grep -q "total weight bytes" "$T/info"' "info output incomplete"
+check 'grep -q "tokenizer: llama, 512 tokens" "$T/info"' "info misses the tokenizer"
+"$BIN" info "$SHARED/vocab/ggml-vocab-gpt-2.gguf" > "$T/info" 2>&1; st=$?
+check '[ $st -eq 0 ] && grep -q "0 tensors" "$T/info"' "info on a vocabulary-only file failed"
+"$BIN" frobnicate > /dev/null 2>&1; st=$?
+check '[ $st -eq 2 ]' "unknown command not rejected"
+
+# presets generate and run (smallest real shape, tiny prompt)
+"$BIN" gen --preset smollm2-135m --type Q4_0 --shared "$SHARED" -o "$T/smol.gguf" 2>/dev/null
+"$BIN" run -m "$T/smol.gguf" -p "Hello" -n 3 --temp 0 > "$T/out" 2>&1; st=$?
+check '[ $st -eq 0 ] && grep -q "^Hello" "$T/out"' "smollm2 preset model does not run: $(cat "$T/out")"
+"$BIN" info "$T/smol.gguf" > "$T/info" 2>&1
+check 'grep -q "n_vocab 49152, n_embd 576, n_layer 30, n_head 9, n_head_kv 3" "$T/info" && grep -q "tokenizer: gpt2, 49152" "$T/info"' "smollm2 preset shape or vocabulary wrong"
+
+echo "cli_test: $pass passed, $fail failed"
+[ $fail -eq 0 ]
