@@ -67,9 +67,13 @@ static int parse_exact(const uint8_t *p, size_t n, err_t *e) {
     return rc;
 }
 
+/* A per-process temp path; each name has its own static buffer slot so two
+ * paths can be live at once. */
 static const char *tmp_path(const char *name) {
-    static char path[256];
-    snprintf(path, sizeof path, "/tmp/test_gguf_%d_%s", (int)getpid(), name);
+    static char paths[4][256];
+    static int next;
+    char *path = paths[next++ % 4];
+    snprintf(path, 256, "/tmp/test_gguf_%d_%s", (int)getpid(), name);
     return path;
 }
 

@@ -123,6 +123,29 @@ static void test_limits(void) {
     for (size_t i = 0; i < 1000; i++) n += (size_t)sprintf(deep + n, "{%% if x %%}");
     CHECK(jinja_parse(deep, n, &t, &e) < 0);
     free(deep);
+    /* long operator/filter/attribute chains parse iteratively but nest at
+     * render time: the evaluator's recursion cap stops them */
+    static const char *const units[] = {"+1", "|trim", ".a", "[0]"};
+    for (size_t u = 0; u < ARRAY_LEN(units); u++) {
+        size_t reps = 20000, ul = strlen(units[u]);
+        char *chain = xmalloc(reps * ul + 16);
+        n = (size_t)sprintf(chain, "{{ 1");
+        for (size_t i = 0; i < reps; i++) {
+            memcpy(chain + n, units[u], ul);
+            n += ul;
+        }
+        n += (size_t)sprintf(chain + n, " }}");
+        char *o = NULL;
+        int rc = jinja_parse(chain, n, &t, &e);
+        CHECK_MSG(rc == 0, "chain %s: %s", units[u], e.msg);
+        if (!rc) {
+            CHECK_EQ_INT(jinja_render(t, NULL, &o, NULL, &e), ERR_RANGE);
+            CHECK_MSG(strstr(e.msg, "deep") != NULL, "%s", e.msg);
+            jinja_free(t);
+        }
+        free(o);
+        free(chain);
+    }
     /* many not-nested iterations within the cap are fine */
     char *out = NULL;
     CHECK_EQ_INT(render_str("{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(100) %}"

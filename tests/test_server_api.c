@@ -440,7 +440,7 @@ static void check_auth_and_queue(void) {
 int main(void) {
     su_watchdog(240);
     srv s;
-    const char *flags[] = {"--check", NULL};
+    const char *flags[] = {"--check", "--kv-mem", "32M", NULL};
     int rc = srv_start(&s, flags);
     CHECK_MSG(rc == 0, "server did not start");
     if (rc != 0) {

@@ -190,7 +190,7 @@ static void check_prefix_cache(int port) {
 
 /* Server with a slowed engine: joining a pending prefix, disconnects. */
 static void check_slow_engine(void) {
-    const char *flags[] = {"--check", "--step-delay-us", "3000", "--max-batch-tokens", "32", NULL};
+    const char *flags[] = {"--check", "--kv-mem", "32M", "--step-delay-us", "3000", "--max-batch-tokens", "32", NULL};
     srv s;
     CHECK(srv_start(&s, flags) == 0);
     if (!s.port) return;
@@ -309,7 +309,7 @@ static void check_pool_exhaustion(void) {
 int main(void) {
     su_watchdog(240);
     srv s;
-    const char *flags[] = {"--check", NULL};
+    const char *flags[] = {"--check", "--kv-mem", "32M", NULL};
     int rc = srv_start(&s, flags);
     CHECK_MSG(rc == 0, "server did not start");
     if (rc != 0) return test_summary("test_server_engine");

@@ -62,6 +62,10 @@ def main():
         line += item
     out.write(line + "\n};\n")
 
+    out.write("\n/* flags of U+0000..U+007F, for a lookup without search */\n")
+    out.write("const uint16_t unicode_flags_ascii[128] = {\n")
+    write_items(out, [" 0x%X," % flags_of(cp) for cp in range(128)])
+
     lower = []
     nfd = []  # (first, last, value)
     for cp in range(0x110000):

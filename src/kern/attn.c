@@ -1,36 +1,80 @@
 /*
- * attn.c — scalar paged attention (see attn.h). Two passes over the keys:
- * scores and their max, then exp-normalised weights applied to the values.
- * Sums run in position order so the result is independent of batching.
+ * attn.c — the scalar reference of chunked paged attention and the merge of
+ * chunk parts (see attn.h for the scheme and why it is batch-invariant).
+ *
+ * Place in the flow: kern/; model_forward calls kern->attn_part per (token,
+ * kv head, chunk) and attn_merge per (token, head).
+ *
+ * The reference part takes two passes over its chunk: scores and their max,
+ * then exp-weights summed and applied to the values, in position order. The
+ * merge adds parts in chunk order in float. Thread: pure functions.
  */
 #include "attn.h"
 
 #include <math.h>
 #include <string.h>
 
-void attn_head(const attn_view *v, int kv_head, const float *q, int n_pos, float scale, float *out, float *scores) {
-    const int hd = v->head_dim, bt = v->block_tokens;
+#include "kern.h"
+
+static inline const float *kv_at(const attn_view *v, const float *base, int p, int kv_head) {
+    return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
+           (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)kv_head * v->head_dim;
+}
+
+void attn_part_scalar(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale, float *m,
+                      float *l, float *o, float *scratch) {
+    const int hd = v->head_dim, n = p1 - p0;
+    for (int g = 0; g < n_q; g++) {
+        const float *qg = q + (size_t)g * hd;
+        float *sc = scratch + (size_t)g * ATTN_CHUNK, *og = o + (size_t)g * hd;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            const float *kr = kv_at(v, v->k, p0 + i, kv_head);
+            float s = 0;
+            for (int d = 0; d < hd; d++) s += qg[d] * kr[d];
+            sc[i] = s * scale;
+            mx = fmaxf(mx, sc[i]);
+        }
+        float sum = 0;
+        memset(og, 0, sizeof(float) * (size_t)hd);
+        for (int i = 0; i < n; i++) {
+            const float e = expf(sc[i] - mx);
+            const float *vr = kv_at(v, v->v, p0 + i, kv_head);
+            sum += e;
+            for (int d = 0; d < hd; d++) og[d] += e * vr[d];
+        }
+        m[g] = mx;
+        l[g] = sum;
+    }
+}
+
+void attn_merge(int n_parts, int head_dim, const float *m, const float *l, size_t m_stride, const float *o,
+                size_t o_stride, float *out) {
     float mx = -INFINITY;
-    for (int p = 0; p < n_pos; p++) {
-        const float *kr = v->k + (size_t)v->block_table[p / bt] * v->block_stride + (size_t)(p % bt) * v->kv_dim +
-                          (size_t)kv_head * hd;
-        float s = 0;
-        for (int i = 0; i < hd; i++) s += q[i] * kr[i];
-        s *= scale;
-        scores[p] = s;
-        if (s > mx) mx = s;
-    }
+    for (int c = 0; c < n_parts; c++) mx = fmaxf(mx, m[c * m_stride]);
     float sum = 0;
-    for (int p = 0; p < n_pos; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
+    for (int d = 0; d < head_dim; d++) out[d] = 0;
+    for (int c = 0; c < n_parts; c++) {
+        const float f = expf(m[c * m_stride] - mx);
+        const float *oc = o + c * o_stride;
+        sum += l[c * m_stride] * f;
+        for (int d = 0; d < head_dim; d++) out[d] += oc[d] * f;
     }
-    float inv = 1.0f / sum;
-    memset(out, 0, sizeof(float) * (size_t)hd);
-    for (int p = 0; p < n_pos; p++) {
-        const float *vr = v->v + (size_t)v->block_table[p / bt] * v->block_stride + (size_t)(p % bt) * v->kv_dim +
-                          (size_t)kv_head * hd;
-        float w = scores[p] * inv;
-        for (int i = 0; i < hd; i++) out[i] += w * vr[i];
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < head_dim; d++) out[d] *= inv;
+}
+
+size_t attn_scratch_floats(int n_pos, int head_dim) {
+    const size_t nc = (size_t)(n_pos + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    return ATTN_CHUNK + 2 * nc + nc * (size_t)head_dim;
+}
+
+void attn_head(const attn_view *v, int kv_head, const float *q, int n_pos, float scale, float *out, float *scratch) {
+    const int nc = (n_pos + ATTN_CHUNK - 1) / ATTN_CHUNK, hd = v->head_dim;
+    float *m = scratch + ATTN_CHUNK, *l = m + nc, *o = l + nc;
+    for (int c = 0; c < nc; c++) {
+        const int p0 = c * ATTN_CHUNK, p1 = p0 + ATTN_CHUNK < n_pos ? p0 + ATTN_CHUNK : n_pos;
+        kern->attn_part(v, kv_head, q, 1, p0, p1, scale, &m[c], &l[c], o + (size_t)c * hd, scratch);
     }
+    attn_merge(nc, hd, m, l, 1, o, (size_t)hd, out);
 }

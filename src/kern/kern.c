@@ -109,6 +109,7 @@ static void use_table(const kern_ops *t) {
         if (!active.dot[ty]) active.dot[ty] = kern_scalar_ops.dot[ty];
         if (!active.act[ty]) active.act[ty] = kern_scalar_ops.act[ty];
     }
+    if (!active.attn_part) active.attn_part = kern_scalar_ops.attn_part;
     kern = &active;
 }
 

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "../base/pool.h"
+#include "attn.h"
 #include "types.h"
 
 /* A weight matrix view into the mapped file. */
@@ -68,6 +69,7 @@ typedef struct kern_ops {
     kern_dot_fn dot[DT_COUNT];          /* by weight type                  */
     kern_act_fn act[DT_COUNT];          /* by weight type                  */
     kern_gemm_fn gemm[DT_COUNT];        /* by weight type, may be NULL     */
+    attn_part_fn attn_part;             /* one attention chunk (attn.h)    */
 } kern_ops;
 
 /* The table in use (set by kern_init; the scalar table before that). It is

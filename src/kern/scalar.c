@@ -209,6 +209,7 @@ const kern_ops kern_scalar_ops = {
             [DT_Q5_K] = act_q8_k,
             [DT_Q6_K] = act_q8_k,
         },
+    .attn_part = attn_part_scalar,
 };
 
 /* ---- small vector ops ------------------------------------------------------- */

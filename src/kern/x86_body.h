@@ -32,10 +32,12 @@
  * Thread: pure functions, called from pool workers.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "../base/base.h"
+#include "attn.h"
 #include "kern.h"
 #include "quant.h"
 
@@ -302,6 +304,108 @@ static void act_q8_k(const float *x, void *av, int64_t n) {
     }
 }
 
+/* ---- attention ------------------------------------------------------------- */
+
+/* e^x for x <= 0 (scores minus their max), 8 at a time: x = n ln2 + r with
+ * |r| <= ln2/2, e^r by a degree-6 polynomial (relative error ~2e-7), times
+ * 2^n through the exponent bits. Below -87 the result is 0 (e^-87 < 2^-125),
+ * which also covers -inf. */
+static inline __m256 kx_exp(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+static inline const float *kx_kv_at(const attn_view *v, const float *base, int p, int kv_head) {
+    return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
+           (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)kv_head * v->head_dim;
+}
+
+/* q.k over hd floats: 8-lane fma in order, zero-padded tail, hsum_ps. */
+static inline float kx_dot_row(const float *q, const float *k, int hd) {
+    __m256 s = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s);
+    if (d < hd) {
+        float qt[8] = {0}, kt[8] = {0};
+        memcpy(qt, q + d, sizeof(float) * (size_t)(hd - d));
+        memcpy(kt, k + d, sizeof(float) * (size_t)(hd - d));
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(qt), _mm256_loadu_ps(kt), s);
+    }
+    return hsum_ps(s);
+}
+
+/* The chunk kernel (attn.h): each K row is read once for all n_q queries,
+ * exp runs 8 scores at a time, and each V row is added into the n_q output
+ * rows. Sums run in position order; the result depends only on q and the
+ * chunk's rows. */
+static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale,
+                      float *m, float *l, float *o, float *scratch) {
+    const int hd = v->head_dim, n = p1 - p0;
+    for (int i = 0; i < n; i++) {
+        const float *kr = kx_kv_at(v, v->k, p0 + i, kv_head);
+        for (int g = 0; g < n_q; g++) scratch[(size_t)g * ATTN_CHUNK + i] = kx_dot_row(q + (size_t)g * hd, kr, hd) * scale;
+    }
+    for (int g = 0; g < n_q; g++) {
+        float *sc = scratch + (size_t)g * ATTN_CHUNK;
+        for (int i = n; i < ((n + 7) & ~7); i++) sc[i] = -INFINITY; /* pad to whole vectors */
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int i = 0; i < n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + i));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float mxs = _mm_cvtss_f32(m4);
+        const __m256 mv = _mm256_set1_ps(mxs);
+        __m256 sum = _mm256_setzero_ps();
+        for (int i = 0; i < n; i += 8) {
+            const __m256 e = kx_exp(_mm256_sub_ps(_mm256_loadu_ps(sc + i), mv));
+            _mm256_storeu_ps(sc + i, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        m[g] = mxs;
+        l[g] = hsum_ps(sum);
+    }
+    /* o[g] = sum_i e[g][i] v_i, 32 dims at a time in registers */
+    for (int g = 0; g < n_q; g++) {
+        const float *e = scratch + (size_t)g * ATTN_CHUNK;
+        float *og = o + (size_t)g * hd;
+        int d = 0;
+        for (; d + 32 <= hd; d += 32) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < n; i++) {
+                const float *vr = kx_kv_at(v, v->v, p0 + i, kv_head) + d;
+                const __m256 w = _mm256_set1_ps(e[i]);
+                a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr), a0);
+                a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8), a1);
+                a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 16), a2);
+                a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 24), a3);
+            }
+            _mm256_storeu_ps(og + d, a0);
+            _mm256_storeu_ps(og + d + 8, a1);
+            _mm256_storeu_ps(og + d + 16, a2);
+            _mm256_storeu_ps(og + d + 24, a3);
+        }
+        for (; d < hd; d++) {
+            float a = 0;
+            for (int i = 0; i < n; i++) a += e[i] * kx_kv_at(v, v->v, p0 + i, kv_head)[d];
+            og[d] = a;
+        }
+    }
+}
+
 const kern_ops KX_OPS_NAME = {
     .name = KX_NAME,
     .dot =
@@ -323,4 +427,5 @@ const kern_ops KX_OPS_NAME = {
             [DT_Q5_K] = act_q8_k,
             [DT_Q6_K] = act_q8_k,
         },
+    .attn_part = attn_part,
 };

@@ -26,6 +26,9 @@
 #include "../kern/quant.h"
 #include "model.h"
 
+/* Decode batches of at most this many tokens split attention over chunks. */
+#define ATTN_SPLIT_T 4
+
 struct model_state {
     int max_tokens, max_ctx, n_threads;
     pool *pool;
@@ -40,7 +43,13 @@ struct model_state {
     float *hb2;    /* (T, n_ff) up                                       */
     float *cosv;   /* (T, n_rot/2) rope cos per token                    */
     float *sinv;   /* (T, n_rot/2)                                       */
-    float *scores; /* (n_threads, max_ctx) attention scratch             */
+    float *scores; /* (n_threads, attn_share_floats) attention scratch:  */
+                   /* group*ATTN_CHUNK scores, then parts m, l, o        */
+    size_t attn_share_floats;
+    int max_chunks; /* ceil(max_ctx / ATTN_CHUNK)                        */
+    float *part;   /* (ATTN_SPLIT_T, max_chunks, n_head, hd + 2) parts   */
+                   /* of decode attention split over chunks              */
+    int32_t *unit0; /* (T+1) first attention unit of each token          */
     void *act;     /* activation conversion buffer for the matmuls       */
     int32_t *rows; /* (T) batch indices of tokens that want logits       */
 };
@@ -67,7 +76,12 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
     s->hb2 = xaligned_alloc(T * c->n_ff * sizeof(float));
     s->cosv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
     s->sinv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
-    s->scores = xaligned_alloc((size_t)s->n_threads * max_ctx * sizeof(float));
+    const size_t group = (size_t)(c->n_head / c->n_head_kv), hd = (size_t)c->head_dim;
+    s->max_chunks = (max_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK;
+    s->attn_share_floats = group * ATTN_CHUNK + (size_t)s->max_chunks * group * (hd + 2);
+    s->scores = xaligned_alloc((size_t)s->n_threads * s->attn_share_floats * sizeof(float));
+    s->part = xaligned_alloc((size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head * (hd + 2) * sizeof(float));
+    s->unit0 = xmalloc((T + 1) * sizeof(int32_t));
     s->rows = xmalloc(T * sizeof(int32_t));
     size_t act = act_bytes_for(&m->output, max_tokens);
     for (int l = 0; l < c->n_layer; l++) {
@@ -82,7 +96,7 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
 void model_state_free(model_state *s) {
     if (!s) return;
     pool_free(s->pool);
-    void *bufs[] = {s->x, s->xb, s->o, s->q, s->att, s->k, s->v, s->hb, s->hb2, s->cosv, s->sinv, s->scores, s->act, s->rows};
+    void *bufs[] = {s->x, s->xb, s->o, s->q, s->att, s->k, s->v, s->hb, s->hb2, s->cosv, s->sinv, s->scores, s->act, s->rows, s->part, s->unit0};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(s);
 }
@@ -123,7 +137,14 @@ static void rope_apply(const model_config *c, float *x, int n_heads, const float
     }
 }
 
-/* ---- attention over the pool ---- */
+/* ---- attention over the pool ----
+ *
+ * A unit of work is (token, kv head) — all chunks of that token's context,
+ * merged at once (prefill: there are many units) — or, in decode batches of
+ * at most ATTN_SPLIT_T tokens with more than one chunk of context, (token,
+ * kv head, chunk), whose parts go to s->part and are merged by a second
+ * dispatch. Either way each query head's result is attn_merge over the same
+ * parts in chunk order, so both give the same bits (see attn.h). */
 
 typedef struct attn_job {
     const model *m;
@@ -131,32 +152,93 @@ typedef struct attn_job {
     const model_kv *kv;
     const model_batch *b;
     int layer;
+    bool split; /* units are (token, kv head, chunk)                      */
 } attn_job;
+
+static attn_view attn_view_of(const attn_job *j, int t) {
+    const model_config *c = &j->m->cfg;
+    const int kv_dim = c->n_head_kv * c->head_dim;
+    attn_view v = {
+        .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
+        .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
+        .block_stride = j->kv->block_floats,
+        .kv_dim = kv_dim,
+        .head_dim = c->head_dim,
+        .block_tokens = j->kv->block_tokens,
+        .block_table = j->b->seqs[j->b->seq[t]].block_table,
+    };
+    return v;
+}
+
+static inline int n_chunks_of(int n_pos) { return (n_pos + ATTN_CHUNK - 1) / ATTN_CHUNK; }
 
 static void attn_worker(void *arg, int ith, int nth) {
     const attn_job *j = arg;
     const model_config *c = &j->m->cfg;
-    const int hd = c->head_dim, kv_dim = c->n_head_kv * hd, q_dim = c->n_head * hd;
-    const int group = c->n_head / c->n_head_kv;
+    model_state *s = j->s;
+    const int hd = c->head_dim, q_dim = c->n_head * hd, group = c->n_head / c->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
+    float *scratch = s->scores + (size_t)ith * s->attn_share_floats;
+    long begin, end;
+    pool_split(s->unit0[j->b->n_tokens], ith, nth, &begin, &end);
+    int t = 0;
+    for (long u = begin; u < end; u++) {
+        while (s->unit0[t + 1] <= u) t++;
+        const int n_pos = j->b->pos[t] + 1, nc = n_chunks_of(n_pos);
+        const attn_view v = attn_view_of(j, t);
+        const float *qt = s->q + (size_t)t * q_dim;
+        const long k = u - s->unit0[t];
+        if (j->split) { /* one chunk; parts at [t][chunk][head] */
+            const int h = (int)(k / nc), ch = (int)(k % nc);
+            const int p0 = ch * ATTN_CHUNK, p1 = MIN(n_pos, p0 + ATTN_CHUNK);
+            const size_t pi = ((size_t)t * s->max_chunks + ch) * c->n_head + (size_t)h * group;
+            float *pm = s->part, *pl = pm + (size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head;
+            float *po = pl + (size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head;
+            kern->attn_part(&v, h, qt + (size_t)h * group * hd, group, p0, p1, scale, pm + pi, pl + pi, po + pi * hd,
+                            scratch);
+        } else { /* every chunk here, parts at [chunk][g] in scratch */
+            const int h = (int)k;
+            float *pm = scratch + (size_t)group * ATTN_CHUNK, *pl = pm + (size_t)s->max_chunks * group;
+            float *po = pl + (size_t)s->max_chunks * group;
+            for (int ch = 0; ch < nc; ch++) {
+                const int p0 = ch * ATTN_CHUNK, p1 = MIN(n_pos, p0 + ATTN_CHUNK);
+                const size_t pi = (size_t)ch * group;
+                kern->attn_part(&v, h, qt + (size_t)h * group * hd, group, p0, p1, scale, pm + pi, pl + pi,
+                                po + pi * hd, scratch);
+            }
+            for (int g = 0; g < group; g++)
+                attn_merge(nc, hd, pm + g, pl + g, (size_t)group, po + (size_t)g * hd, (size_t)group * hd,
+                           s->att + (size_t)t * q_dim + (size_t)(h * group + g) * hd);
+        }
+    }
+}
+
+static void attn_merge_worker(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
+    const model_config *c = &j->m->cfg;
+    const model_state *s = j->s;
+    const int hd = c->head_dim, q_dim = c->n_head * hd;
+    const size_t n_part = (size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head;
+    const float *pm = s->part, *pl = pm + n_part, *po = pl + n_part;
     long begin, end;
     pool_split((long)j->b->n_tokens * c->n_head, ith, nth, &begin, &end);
-    float *scores = j->s->scores + (size_t)ith * j->s->max_ctx;
-    for (long w = begin; w < end; w++) {
-        int t = (int)(w / c->n_head), h = (int)(w % c->n_head);
-        const model_seq *sq = &j->b->seqs[j->b->seq[t]];
-        attn_view v = {
-            .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
-            .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
-            .block_stride = j->kv->block_floats,
-            .kv_dim = kv_dim,
-            .head_dim = hd,
-            .block_tokens = j->kv->block_tokens,
-            .block_table = sq->block_table,
-        };
-        attn_head(&v, h / group, j->s->q + (size_t)t * q_dim + (size_t)h * hd, j->b->pos[t] + 1, scale,
-                  j->s->att + (size_t)t * q_dim + (size_t)h * hd, scores);
+    for (long u = begin; u < end; u++) {
+        const int t = (int)(u / c->n_head), h = (int)(u % c->n_head);
+        const size_t pi = (size_t)t * s->max_chunks * c->n_head + (size_t)h;
+        attn_merge(n_chunks_of(j->b->pos[t] + 1), hd, pm + pi, pl + pi, (size_t)c->n_head, po + pi * hd,
+                   (size_t)c->n_head * hd, s->att + (size_t)t * q_dim + (size_t)h * hd);
     }
+}
+
+static void attention(const model *m, model_state *s, const model_kv *kv, const model_batch *b, int layer) {
+    const int n_kv = m->cfg.n_head_kv, T = b->n_tokens;
+    int max_nc = 1;
+    for (int t = 0; t < T; t++) max_nc = MAX(max_nc, n_chunks_of(b->pos[t] + 1));
+    attn_job job = {m, s, kv, b, layer, T <= ATTN_SPLIT_T && max_nc > 1};
+    s->unit0[0] = 0;
+    for (int t = 0; t < T; t++) s->unit0[t + 1] = s->unit0[t] + n_kv * (job.split ? n_chunks_of(b->pos[t] + 1) : 1);
+    pool_run(s->pool, attn_worker, &job);
+    if (job.split) pool_run(s->pool, attn_merge_worker, &job);
 }
 
 /* ---- validation ---- */
@@ -235,8 +317,7 @@ int model_forward(const model *m, model_state *s, model_kv *kv, const model_batc
             memcpy(kv_row(kv, kv->k, c, sq, l, b->pos[t]), k, sizeof(float) * kv_dim);
             memcpy(kv_row(kv, kv->v, c, sq, l, b->pos[t]), v, sizeof(float) * kv_dim);
         }
-        attn_job job = {m, s, kv, b, l};
-        pool_run(p, attn_worker, &job);
+        attention(m, s, kv, b, l);
         kern_matmul(p, &L->wo, s->att, T, s->o, s->act);
         for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->o[i];
 

@@ -269,10 +269,23 @@ void oai_params_free(oai_params *p) {
     p->n_logprobs = -1;
 }
 
+/* A JSON string of s; bytes that are not valid UTF-8 (a path or a value
+ * quoted from the request) become '?'. */
+static json_t *safe_string(const char *s) {
+    json_t *j = json_string(s ? s : "");
+    if (j) return j;
+    char *c = xstrdup(s);
+    for (char *p = c; *p; p++)
+        if ((unsigned char)*p >= 0x80) *p = '?';
+    j = json_string(c);
+    free(c);
+    return j ? j : json_string("");
+}
+
 char *oai_error_json(const char *msg, const char *type, const char *param, const char *code) {
-    json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg ? msg : "", "type", type ? type : "",
-                          "param", param ? json_string(param) : json_null(), "code",
-                          code ? json_string(code) : json_null());
+    json_t *o = json_pack("{s:{s:o, s:o, s:o, s:o}}", "error", "message", safe_string(msg), "type", safe_string(type),
+                          "param", param ? safe_string(param) : json_null(), "code",
+                          code ? safe_string(code) : json_null());
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     if (!s) s = xstrdup("{\"error\":{\"message\":\"internal error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");

@@ -231,11 +231,16 @@ void bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) 
     int nw = pretok_split(t->pre, cp, fl, n, ends, tmp);
     bscratch sc = {xmalloc((size_t)o * sizeof(bsym)), xmalloc((size_t)o * 2 + 4), {0}};
     int start = 0;
+    tok_wcache wc = {0};
     for (int k = 0; k < nw; k++) {
         int b0 = cpoff[start], b1 = cpoff[ends[k]];
-        encode_word(t, (const uint8_t *)utf + b0, b1 - b0, &sc, out);
         start = ends[k];
+        if (nw > 64 && tok_wcache_get(&wc, utf + b0, (size_t)(b1 - b0), out)) continue;
+        int first = out->n;
+        encode_word(t, (const uint8_t *)utf + b0, b1 - b0, &sc, out);
+        if (nw > 64) tok_wcache_put(&wc, utf + b0, (size_t)(b1 - b0), first, out->n - first);
     }
+    tok_wcache_free(&wc);
     free(sc.sym);
     free(sc.bl);
     free(sc.heap.v);

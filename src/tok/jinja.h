@@ -20,9 +20,9 @@
  * naming the construct and its line:column, so a model whose template we
  * cannot run is detected at load time, not on the first request.
  *
- * Rendering is bounded: loop iterations, macro recursion, memory and output
- * bytes are all capped (JINJA_MAX_*); going past a cap is an error, never a
- * hang or a crash. A template's raise_exception("...") is an error whose
+ * Rendering is bounded: loop iterations, macro recursion, evaluator
+ * recursion (C stack), memory and output bytes are all capped (JINJA_MAX_*);
+ * going past a cap is an error, never a hang or a crash. A template's raise_exception("...") is an error whose
  * message is the template's text.
  *
  * Thread safety: a parsed jinja_tmpl is read-only, so any number of threads
@@ -42,6 +42,7 @@
 #define JINJA_MAX_OUTPUT (16u << 20)     /* output bytes                                */
 #define JINJA_MAX_MEMORY (128u << 20)    /* bytes of values built while rendering       */
 #define JINJA_MAX_NESTING 200            /* parser nesting of blocks and expressions    */
+#define JINJA_MAX_RECURSION 2000         /* evaluator recursion (expression chains too) */
 
 typedef struct jinja_tmpl jinja_tmpl;
 

@@ -181,40 +181,50 @@ static int str_replace(jrender *R, const jnode *n, jv s, jv old, jv rep, int64_t
 }
 
 static int str_split(jrender *R, const jnode *n, jv s, const jv *sep, int64_t maxsplit, jv *out) {
-    /* at most s.n + 1 pieces */
-    jlist *l = jlist_new(&R->a, s.s.n + 1);
-    if (!l) return jinja_eval_oom(R, n);
-    size_t k = 0;
+    bool ws = !sep || sep->t == JV_NONE || sep->t == JV_UNDEF;
+    if (!ws && sep->t != JV_STR) return jinja_eval_err(R, n, ERR_INVALID, "split separator must be a string");
+    if (!ws && sep->s.n == 0) return jinja_eval_err(R, n, ERR_INVALID, "empty split separator");
     const char *p = s.s.p;
-    size_t len = s.s.n, i = 0;
-    if (!sep || sep->t == JV_NONE || sep->t == JV_UNDEF) {
-        for (;;) {
-            while (i < len && py_space((unsigned char)p[i])) i++;
-            if (i >= len) break;
-            if (maxsplit >= 0 && (int64_t)k == maxsplit) {
-                size_t e = len;
-                while (e > i && py_space((unsigned char)p[e - 1])) e--;
-                l->v[k++] = jv_str(p + i, e - i);
-                break;
+    size_t len = s.s.n;
+    jlist *l = NULL;
+    size_t k = 0;
+    /* pass 0 counts the pieces, pass 1 stores them */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !(l = jlist_new(&R->a, k))) return jinja_eval_oom(R, n);
+        size_t i = 0;
+        k = 0;
+#define EMIT(ptr, cnt)                                   \
+    do {                                                 \
+        if (l) l->v[k] = jv_str((ptr), (cnt));           \
+        k++;                                             \
+    } while (0)
+        if (ws) {
+            for (;;) {
+                while (i < len && py_space((unsigned char)p[i])) i++;
+                if (i >= len) break;
+                if (maxsplit >= 0 && (int64_t)k == maxsplit) {
+                    size_t e = len;
+                    while (e > i && py_space((unsigned char)p[e - 1])) e--;
+                    EMIT(p + i, e - i);
+                    break;
+                }
+                size_t st = i;
+                while (i < len && !py_space((unsigned char)p[i])) i++;
+                EMIT(p + st, i - st);
             }
-            size_t st = i;
-            while (i < len && !py_space((unsigned char)p[i])) i++;
-            l->v[k++] = jv_str(p + st, i - st);
-        }
-    } else {
-        if (sep->t != JV_STR) return jinja_eval_err(R, n, ERR_INVALID, "split separator must be a string");
-        if (sep->s.n == 0) return jinja_eval_err(R, n, ERR_INVALID, "empty split separator");
-        for (;;) {
-            const char *hit = (maxsplit < 0 || (int64_t)k < maxsplit) ? memmem(p + i, len - i, sep->s.p, sep->s.n) : NULL;
-            if (!hit) {
-                l->v[k++] = jv_str(p + i, len - i);
-                break;
+        } else {
+            for (;;) {
+                const char *hit = (maxsplit < 0 || (int64_t)k < maxsplit) ? memmem(p + i, len - i, sep->s.p, sep->s.n) : NULL;
+                if (!hit) {
+                    EMIT(p + i, len - i);
+                    break;
+                }
+                EMIT(p + i, (size_t)(hit - (p + i)));
+                i = (size_t)(hit - p) + sep->s.n;
             }
-            l->v[k++] = jv_str(p + i, (size_t)(hit - (p + i)));
-            i = (size_t)(hit - p) + sep->s.n;
         }
+#undef EMIT
     }
-    l->n = k;
     out->t = JV_LIST;
     out->l = l;
     return 0;
@@ -279,7 +289,9 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
             return str_split(R, n, obj, sep, maxsplit, out);
         }
         if (!strcmp(m, "splitlines")) {
-            jlist *l = jlist_new(&R->a, obj.s.n + 1);
+            size_t lines = 1;
+            for (size_t i = 0; i < obj.s.n; i++) lines += obj.s.p[i] == '\n' || obj.s.p[i] == '\r';
+            jlist *l = jlist_new(&R->a, lines);
             if (!l) return jinja_eval_oom(R, n);
             size_t k = 0, st = 0;
             for (size_t i = 0; i < obj.s.n; i++) {

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "tok/jinja_internal.h"
 
@@ -56,8 +55,31 @@ int jinja_eval_step(jrender *R, const jnode *n, long k) {
     return 0;
 }
 
-static int eval(jrender *R, frame *f, const jnode *n, jv *out);
-static int exec(jrender *R, frame *f, const jnode *n, jbuf *out);
+
+/* eval/exec recurse over the AST (and through macro calls); the C stack
+ * they use is bounded by counting the nesting of these calls. */
+static int eval_node(jrender *R, frame *f, const jnode *n, jv *out);
+static int exec_node(jrender *R, frame *f, const jnode *n, jbuf *out);
+
+static int eval(jrender *R, frame *f, const jnode *n, jv *out) {
+    if (++R->rec > JINJA_MAX_RECURSION) {
+        R->rec--;
+        return jinja_eval_err(R, n, ERR_RANGE, "template nests expressions/calls more than %d deep", JINJA_MAX_RECURSION);
+    }
+    int rc = eval_node(R, f, n, out);
+    R->rec--;
+    return rc;
+}
+
+static int exec(jrender *R, frame *f, const jnode *n, jbuf *out) {
+    if (++R->rec > JINJA_MAX_RECURSION) {
+        R->rec--;
+        return jinja_eval_err(R, n, ERR_RANGE, "template nests statements/calls more than %d deep", JINJA_MAX_RECURSION);
+    }
+    int rc = exec_node(R, f, n, out);
+    R->rec--;
+    return rc;
+}
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -545,7 +567,7 @@ static int call_macro(jrender *R, const jnode *n, const jnode *m, const jargs *a
 
 /* ---- expressions ------------------------------------------------------------------ */
 
-static int eval(jrender *R, frame *f, const jnode *n, jv *out) {
+static int eval_node(jrender *R, frame *f, const jnode *n, jv *out) {
     int rc;
     jv a, b;
     switch (n->kind) {
@@ -648,6 +670,8 @@ static int eval(jrender *R, frame *f, const jnode *n, jv *out) {
         if (!d) return jinja_eval_oom(R, n);
         for (int i = 0; i + 1 < n->n_list; i += 2) {
             if ((rc = eval(R, f, n->list[i], &a)) || (rc = eval(R, f, n->list[i + 1], &b))) return rc;
+            if (a.t != JV_STR && a.t != JV_INT && a.t != JV_FLOAT && a.t != JV_BOOL && a.t != JV_NONE)
+                return jinja_eval_err(R, n->list[i], ERR_INVALID, "unhashable dict key of type %s", jv_type_name(a));
             if (!jdict_set(&R->a, d, a, b)) return jinja_eval_oom(R, n);
         }
         out->t = JV_DICT;
@@ -723,7 +747,7 @@ static int exec_for(jrender *R, frame *f, const jnode *n, jbuf *out) {
     return 0;
 }
 
-static int exec(jrender *R, frame *f, const jnode *n, jbuf *out) {
+static int exec_node(jrender *R, frame *f, const jnode *n, jbuf *out) {
     int rc;
     jv v;
     switch (n->kind) {

@@ -220,6 +220,7 @@ typedef struct jrender {
     err_t *e;
     long steps;          /* loop iterations + calls + per-item filter work so far   */
     int depth;           /* nested macro calls                                     */
+    int rec;             /* nested eval/exec calls (C stack use)                   */
     int in_loop;         /* for loops around the current statement                 */
     int brk;             /* 1: break pending, 2: continue pending                  */
     struct jframe *root; /* globals and the caller's variables                     */

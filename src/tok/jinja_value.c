@@ -434,7 +434,15 @@ bool jv_truthy(jv v) {
 static bool is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static double num_f(jv v) { return v.t == JV_FLOAT ? v.f : v.t == JV_INT ? (double)v.i : (double)v.b; }
 
-bool jv_eq(jv a, jv b) {
+/* Nesting deeper than this compares unequal rather than recursing on. */
+#define EQ_MAX_DEPTH 200
+
+static bool eq_depth(jv a, jv b, int depth);
+
+bool jv_eq(jv a, jv b) { return eq_depth(a, b, 0); }
+
+static bool eq_depth(jv a, jv b, int depth) {
+    if (depth > EQ_MAX_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) {
             int64_t x = a.t == JV_INT ? a.i : a.b, y = b.t == JV_INT ? b.i : b.b;
@@ -449,13 +457,13 @@ bool jv_eq(jv a, jv b) {
     case JV_LIST:
         if (a.l->n != b.l->n) return false;
         for (size_t i = 0; i < a.l->n; i++)
-            if (!jv_eq(a.l->v[i], b.l->v[i])) return false;
+            if (!eq_depth(a.l->v[i], b.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.d->n != b.d->n) return false;
         for (size_t i = 0; i < a.d->n; i++) {
             jv *o = jdict_get(b.d, a.d->k[i]);
-            if (!o || !jv_eq(a.d->v[i], *o)) return false;
+            if (!o || !eq_depth(a.d->v[i], *o, depth + 1)) return false;
         }
         return true;
     case JV_NS: return a.d == b.d;

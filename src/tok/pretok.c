@@ -189,18 +189,19 @@ static const cprange k_ds_letters[] = {
 };
 /* [!-/:-~！-／：-～‘-‟　-。] */
 static const cprange k_ds_punct[] = {
-    {0x21, 0x2F}, {0x3A, 0x7E}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E}, {0x2018, 0x201F}, {0x3000, 0x3002},
+    {0x21, 0x2F}, {0x3A, 0x7E}, {0x2018, 0x201F}, {0x3000, 0x3002}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF5E},
 };
 /* [一-龥ࠀ-一가-퟿] */
-static const cprange k_cjk[] = {{0x4E00, 0x9FA5}, {0x800, 0x4E00}, {0xAC00, 0xD7FF}};
+static const cprange k_cjk[] = {{0x800, 0x4E00}, {0x4E00, 0x9FA5}, {0xAC00, 0xD7FF}};
 
-/* Membership in a literal class; non-ASCII whitespace never matches (the
- * reference replaces it by U+000B before matching literal classes). */
+/* Membership in a literal class (ranges sorted by lo); non-ASCII whitespace
+ * never matches (the reference replaces it by U+000B before matching literal
+ * classes). */
 static bool in_ranges(const pctx *c, int i, const cprange *r, size_t n) {
     uint32_t x = c->cp[i];
     if (x > 0x7F && (c->fl[i] & UCF_SPACE)) return false;
-    for (size_t k = 0; k < n; k++)
-        if (x >= r[k].lo && x <= r[k].hi) return true;
+    for (size_t k = 0; k < n && x >= r[k].lo; k++)
+        if (x <= r[k].hi) return true;
     return false;
 }
 

@@ -137,16 +137,24 @@ void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) 
         off += l;
     }
     heap h = {0};
+    tok_wcache wc = {0};
     int a = 0;
     for (int i = 1; i <= ns; i++) {
         bool cut = i == ns;
         if (!cut && t->spm_word_split && is_space_sym(text, &s[i]) && !is_space_sym(text, &s[i - 1])) cut = true;
         if (!cut) continue;
-        s[a].prev = -1;
-        s[i - 1].next = -1;
-        merge_run(t, text, s, a, i, &h, out);
+        const char *wp = text + s[a].off;
+        size_t wn = (size_t)(s[i - 1].off + s[i - 1].n - s[a].off);
+        if (!tok_wcache_get(&wc, wp, wn, out)) {
+            int first = out->n;
+            s[a].prev = -1;
+            s[i - 1].next = -1;
+            merge_run(t, text, s, a, i, &h, out);
+            tok_wcache_put(&wc, wp, wn, first, out->n - first);
+        }
         a = i;
     }
+    tok_wcache_free(&wc);
     free(h.v);
     free(s);
 }

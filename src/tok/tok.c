@@ -31,6 +31,60 @@ void tok_vec_push(tok_vec *v, int32_t id) {
     v->v[v->n++] = id;
 }
 
+/* ---- per-call word cache -------------------------------------------------- */
+
+#define WCACHE_MAX_WORD 128
+
+static uint32_t wc_hash(const char *p, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)p[i]) * 16777619u;
+    return h ? h : 1;
+}
+
+bool tok_wcache_get(tok_wcache *c, const char *p, size_t n, tok_vec *out) {
+    if (!c->s || n > WCACHE_MAX_WORD) return false;
+    uint32_t h = wc_hash(p, n);
+    for (uint32_t i = h & c->mask;; i = (i + 1) & c->mask) {
+        tok_wslot *sl = &c->s[i];
+        if (!sl->p) return false;
+        if (sl->hash == h && sl->n == n && memcmp(sl->p, p, n) == 0) {
+            for (int k = 0; k < sl->count; k++) tok_vec_push(out, out->v[sl->start + k]);
+            return true;
+        }
+    }
+}
+
+void tok_wcache_put(tok_wcache *c, const char *p, size_t n, int start, int count) {
+    if (n > WCACHE_MAX_WORD) return;
+    if (!c->s || (uint32_t)(c->used + 1) * 2 > c->mask + 1) {
+        uint32_t cap = c->s ? (c->mask + 1) * 2 : 256;
+        tok_wslot *old = c->s;
+        uint32_t old_cap = old ? c->mask + 1 : 0;
+        c->s = xcalloc(cap, sizeof(tok_wslot));
+        c->mask = cap - 1;
+        for (uint32_t i = 0; i < old_cap; i++) {
+            if (!old[i].p) continue;
+            uint32_t j = old[i].hash & c->mask;
+            while (c->s[j].p) j = (j + 1) & c->mask;
+            c->s[j] = old[i];
+        }
+        free(old);
+    }
+    uint32_t h = wc_hash(p, n);
+    uint32_t i = h & c->mask;
+    while (c->s[i].p) {
+        if (c->s[i].hash == h && c->s[i].n == n && memcmp(c->s[i].p, p, n) == 0) return;
+        i = (i + 1) & c->mask;
+    }
+    c->s[i] = (tok_wslot){p, (uint32_t)n, h, start, count};
+    c->used++;
+}
+
+void tok_wcache_free(tok_wcache *c) {
+    free(c->s);
+    c->s = NULL;
+}
+
 /* ---- string pool and hash ---------------------------------------------- */
 
 static uint32_t str_hash(const char *s, size_t n) { return (uint32_t)hash_bytes(s, n, 0x746f6b); }

@@ -81,6 +81,25 @@ typedef struct tok_vec {
 
 void tok_vec_push(tok_vec *v, int32_t id);
 
+/* A per-call cache of word -> ids, for long texts where words repeat: the
+ * ids live in the output vector (by index), the word bytes in the caller's
+ * buffer, both of which outlive the cache. */
+typedef struct tok_wslot {
+    const char *p; /* NULL = empty */
+    uint32_t n, hash;
+    int start, count; /* ids out->v[start .. start+count) */
+} tok_wslot;
+typedef struct tok_wcache {
+    tok_wslot *s;
+    uint32_t mask;
+    int used;
+} tok_wcache;
+/* Appends the cached ids of word p[0..n) to out and returns true on a hit. */
+bool tok_wcache_get(tok_wcache *c, const char *p, size_t n, tok_vec *out);
+/* Records that out->v[start..start+count) are the ids of p[0..n). */
+void tok_wcache_put(tok_wcache *c, const char *p, size_t n, int start, int count);
+void tok_wcache_free(tok_wcache *c);
+
 /* String id of s[0..n), -1 if absent (vocabulary and extras). */
 int32_t tok__find_n(const tokenizer *t, const char *s, size_t n);
 /* Text of string id i. */

@@ -9,6 +9,7 @@
 #include "unicode.h"
 
 unsigned unicode_flags(uint32_t cp) {
+    if (cp < 128) return unicode_flags_ascii[cp];
     if (cp > 0x10FFFF) return 0;
     int lo = 0, hi = unicode_n_runs - 1;
     while (lo < hi) { /* last run with first <= cp */

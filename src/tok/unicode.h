@@ -39,6 +39,7 @@ extern const char unicode_data_version[];
 extern const int unicode_n_runs;
 extern const unicode_run unicode_runs[];
 
+extern const uint16_t unicode_flags_ascii[128];
 extern const int unicode_n_lower;
 extern const uint32_t unicode_lower[][2]; /* (code point, lowercase), sorted */
 extern const int unicode_n_nfd;

@@ -1,0 +1,458 @@
+/* test_kernels.c — kern/: every fast kernel table against the scalar
+ * reference and against double-precision references.
+ *
+ *   - activation converters: bitwise equal to the scalar ones (same rounding
+ *     rule), on Gaussian, zero, tiny, huge and exactly-half inputs;
+ *   - dot products of every weight type: within a per-type bound of the
+ *     scalar dot and of a double dot over the dequantised rows, on odd sizes
+ *     and tails, with weights from the quantiser and from raw random bytes;
+ *   - kern_matmul_multi == kern_matmul bitwise (each table, 1 and 3 threads);
+ *   - attention chunk kernel against the scalar part and against a double
+ *     softmax, odd head sizes and chunk lengths; attn_head over several
+ *     chunks == parts computed out of order and merged;
+ *   - the thread pool runs every share exactly once, many times over;
+ *   - the forward pass of stories260K at > 2 attention chunks of context:
+ *     a decode step alone (attention split over chunks) gives the same
+ *     logits bits as inside a batch (unsplit), for every table.
+ */
+#include "base/base.h"
+#include "base/pool.h"
+#include "kern/attn.h"
+#include "kern/kern.h"
+#include "kern/quant.h"
+#include "model/model.h"
+#include "test.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t rng_u64(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static double rng_unif(void) { return ((rng_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static float rng_gauss(void) {
+    double u = rng_unif(), v = rng_unif();
+    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static const char *tables[8];
+static int n_tables;
+
+/* ---- activation converters --------------------------------------------------- */
+
+/* Fills x[n] with one of several patterns per 32-element block. */
+static void fill_act(float *x, int64_t n, int pattern) {
+    for (int64_t i = 0; i < n; i++) {
+        const int blk = (int)(i / 32);
+        switch ((pattern + blk) % 6) {
+        case 0: x[i] = rng_gauss(); break;
+        case 1: x[i] = 0; break;
+        case 2: x[i] = rng_gauss() * 1e-30f; break;
+        case 3: x[i] = rng_gauss() * 1e20f; break;
+        case 4: x[i] = (float)((int)(rng_u64() % 255) - 127) * 0.5f; break; /* many exact .5 after scaling */
+        default: x[i] = rng_gauss() + 3.0f; break;
+        }
+    }
+}
+
+static void test_act(void) {
+    const uint32_t wtypes[2] = {DT_Q8_0, DT_Q4_K};
+    for (int tb = 1; tb < n_tables; tb++) {
+        CHECK_EQ_INT(kern_select(tables[tb]), 0);
+        for (int wi = 0; wi < 2; wi++) {
+            const uint32_t wt = wtypes[wi];
+            for (int nb = 1; nb <= 9; nb += 4) {
+                const int64_t n = nb * (wt == DT_Q8_0 ? 32 : 256);
+                const size_t bytes = kern_act_row_bytes(wt, n);
+                float *x = xmalloc(sizeof(float) * n);
+                uint8_t *a = xmalloc(bytes), *r = xmalloc(bytes);
+                for (int pat = 0; pat < 6; pat++) {
+                    fill_act(x, n, pat);
+                    kern->act[wt](x, a, n);
+                    kern_scalar_ops.act[wt](x, r, n);
+                    CHECK_MSG(memcmp(a, r, bytes) == 0, "%s act for %s n=%lld pattern %d differs from scalar",
+                              tables[tb], dtype_name(wt), (long long)n, pat);
+                }
+                free(x), free(a), free(r);
+            }
+        }
+    }
+    kern_select("scalar");
+}
+
+/* ---- dot products ---------------------------------------------------------------- */
+
+typedef struct dcase {
+    uint32_t type;
+    int blck; /* elements per weight block (1 for float types) */
+} dcase;
+
+static const dcase dcases[] = {{DT_F32, 1},   {DT_F16, 1},    {DT_BF16, 1},   {DT_Q8_0, 32},
+                               {DT_Q4_0, 32}, {DT_Q4_K, 256}, {DT_Q5_K, 256}, {DT_Q6_K, 256}};
+
+/* Random bytes for a weight row, with every f16 scale replaced by a sane
+ * value so the row decodes to finite numbers (any other bit pattern goes). */
+static void random_row(uint32_t type, uint8_t *w, int64_t n) {
+    const size_t rb = dtype_row_bytes(type, n);
+    for (size_t i = 0; i < rb; i++) w[i] = (uint8_t)rng_u64();
+    const uint16_t d1 = f32_to_fp16(0.01f + 0.02f * (float)rng_unif()), d2 = f32_to_fp16(0.005f);
+    if (type == DT_Q8_0)
+        for (int64_t b = 0; b < n / 32; b++) memcpy(w + b * 34, &d1, 2);
+    if (type == DT_Q4_0)
+        for (int64_t b = 0; b < n / 32; b++) memcpy(w + b * 18, &d1, 2);
+    if (type == DT_Q4_K || type == DT_Q5_K) {
+        const size_t bs = type == DT_Q4_K ? 144 : 176;
+        for (int64_t b = 0; b < n / 256; b++) memcpy(w + b * bs, &d1, 2), memcpy(w + b * bs + 2, &d2, 2);
+    }
+    if (type == DT_Q6_K)
+        for (int64_t b = 0; b < n / 256; b++) memcpy(w + b * 210 + 208, &d1, 2);
+    if (type == DT_F16 || type == DT_BF16)
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = type == DT_F16 ? f32_to_fp16(rng_gauss()) : f32_to_bf16(rng_gauss());
+            memcpy(w + 2 * i, &h, 2);
+        }
+    if (type == DT_F32)
+        for (int64_t i = 0; i < n; i++) {
+            float f = rng_gauss();
+            memcpy(w + 4 * i, &f, 4);
+        }
+}
+
+/* Dequantised activation row (the exact values the integer dot multiplies). */
+static void act_values(uint32_t wtype, const void *a, const float *x, int64_t n, double *out) {
+    const uint32_t at = kern_act_type(wtype);
+    if (at == DT_F32) {
+        for (int64_t i = 0; i < n; i++) out[i] = x[i];
+        return;
+    }
+    float *f = xmalloc(sizeof(float) * n);
+    quant_dequant_row(at, a, f, n);
+    for (int64_t i = 0; i < n; i++) out[i] = f[i];
+    free(f);
+}
+
+static void test_dot_case(const dcase *c, int64_t n, bool raw) {
+    const size_t rb = dtype_row_bytes(c->type, n), arb = kern_act_row_bytes(c->type, n);
+    uint8_t *w = xmalloc(rb), *a = xmalloc(arb ? arb : 4);
+    float *x = xmalloc(sizeof(float) * n), *wf = xmalloc(sizeof(float) * n);
+    double *av = xmalloc(sizeof(double) * n);
+    if (raw) {
+        random_row(c->type, w, n);
+    } else {
+        for (int64_t i = 0; i < n; i++) wf[i] = rng_gauss() * 0.3f + (n % 3 ? 0.2f : 0.0f);
+        quant_quantize_row(c->type, wf, w, n);
+    }
+    quant_dequant_row(c->type, w, wf, n);
+    for (int64_t i = 0; i < n; i++) x[i] = rng_gauss() * 2.0f;
+    const void *arow = x;
+    if (kern_scalar_ops.act[c->type]) {
+        kern_scalar_ops.act[c->type](x, a, n);
+        arow = a;
+    }
+    act_values(c->type, arow, x, n, av);
+    double exact = 0, mag = 0;
+    for (int64_t i = 0; i < n; i++) exact += wf[i] * av[i], mag += fabs(wf[i] * av[i]);
+    float ref = NAN;
+    kern_scalar_ops.dot[c->type](n, &ref, w, arow);
+    /* float summation over at most n/blck terms plus scale products: a few
+     * ulps per term, relative to the sum of magnitudes */
+    const double nterm = (double)(c->blck == 1 ? n : n / c->blck * 3);
+    const double tol = 4 * 6e-8 * (8 + nterm) * mag + 1e-30;
+    for (int tb = 1; tb < n_tables; tb++) {
+        CHECK_EQ_INT(kern_select(tables[tb]), 0);
+        float got = NAN;
+        kern->dot[c->type](n, &got, w, arow);
+        CHECK_MSG(fabs(got - ref) <= tol && fabs(got - exact) <= tol, "%s %s n=%lld %s: %.9g scalar %.9g exact %.9g tol %g",
+                  tables[tb], dtype_name(c->type), (long long)n, raw ? "raw" : "quantised", got, ref, exact, tol);
+        /* the table's own converter feeds its dot the same bytes */
+        if (kern->act[c->type]) {
+            uint8_t *a2 = xmalloc(arb);
+            kern->act[c->type](x, a2, n);
+            float got2 = NAN;
+            kern->dot[c->type](n, &got2, w, a2);
+            CHECK(memcmp(&got, &got2, sizeof got) == 0);
+            free(a2);
+        }
+    }
+    kern_select("scalar");
+    free(w), free(a), free(x), free(wf), free(av);
+}
+
+static void test_dots(void) {
+    static const int64_t float_sizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 100, 257, 1000, 2049};
+    static const int64_t blocks[] = {1, 2, 3, 5, 8, 13, 24};
+    for (size_t ci = 0; ci < ARRAY_LEN(dcases); ci++) {
+        const dcase *c = &dcases[ci];
+        if (c->blck == 1) {
+            for (size_t s = 0; s < ARRAY_LEN(float_sizes); s++) test_dot_case(c, float_sizes[s], s % 2);
+        } else {
+            for (size_t s = 0; s < ARRAY_LEN(blocks); s++) {
+                if (c->blck == 32 && blocks[s] > 13) continue;
+                test_dot_case(c, blocks[s] * c->blck, false);
+                test_dot_case(c, blocks[s] * c->blck, true);
+            }
+        }
+    }
+}
+
+/* ---- matmul_multi == matmul ------------------------------------------------------ */
+
+static void test_multi(pool *pools[2]) {
+    const int n_in = 512, n_tok = 5;
+    const int n_out[3] = {37, 8, 77};
+    const uint32_t types[3][3] = {{DT_Q8_0, DT_Q4_0, DT_Q8_0}, {DT_Q4_K, DT_Q6_K, DT_Q5_K}, {DT_Q4_K, DT_Q8_0, DT_F16}};
+    float *x = xmalloc(sizeof(float) * n_in * n_tok);
+    for (int i = 0; i < n_in * n_tok; i++) x[i] = rng_gauss();
+    void *act = xmalloc(kern_act_row_bytes(DT_Q4_K, n_in) * n_tok + kern_act_row_bytes(DT_Q8_0, n_in) * n_tok);
+    for (int tc = 0; tc < 3; tc++) {
+        kern_mat w[3];
+        uint8_t *data[3];
+        float *y1[3], *y2[3];
+        for (int m = 0; m < 3; m++) {
+            const size_t rb = dtype_row_bytes(types[tc][m], n_in);
+            data[m] = xmalloc(rb * n_out[m]);
+            for (int r = 0; r < n_out[m]; r++) random_row(types[tc][m], data[m] + r * rb, n_in);
+            w[m] = (kern_mat){.type = types[tc][m], .n_in = n_in, .n_out = n_out[m], .row_bytes = rb, .data = data[m]};
+            y1[m] = xmalloc(sizeof(float) * n_out[m] * n_tok);
+            y2[m] = xmalloc(sizeof(float) * n_out[m] * n_tok);
+        }
+        const kern_mat *ws[3] = {&w[0], &w[1], &w[2]};
+        for (int tb = 0; tb < n_tables; tb++) {
+            CHECK_EQ_INT(kern_select(tables[tb]), 0);
+            for (int pi = 0; pi < 2; pi++) {
+                for (int m = 0; m < 3; m++) kern_matmul(pools[0], &w[m], x, n_tok, y1[m], act);
+                kern_matmul_multi(pools[pi], ws, 3, x, n_tok, y2, act);
+                int diff = 0;
+                for (int m = 0; m < 3; m++) diff += memcmp(y1[m], y2[m], sizeof(float) * n_out[m] * n_tok) != 0;
+                CHECK_MSG(diff == 0, "%s: matmul_multi case %d (pool %d) differs from matmul", tables[tb], tc, pi);
+            }
+        }
+        for (int m = 0; m < 3; m++) free(data[m]), free(y1[m]), free(y2[m]);
+    }
+    kern_select("scalar");
+    free(x), free(act);
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+typedef struct kvfix {
+    float *k, *v;
+    int32_t table[64];
+    attn_view view;
+} kvfix;
+
+/* A paged K/V of n_blocks blocks with a shuffled block table. */
+static void kvfix_init(kvfix *f, int n_kv, int hd, int bt, int n_blocks) {
+    const int kv_dim = n_kv * hd;
+    const size_t stride = (size_t)bt * kv_dim + 5; /* an odd block stride: rows may be unaligned */
+    f->k = xmalloc(sizeof(float) * stride * n_blocks);
+    f->v = xmalloc(sizeof(float) * stride * n_blocks);
+    for (size_t i = 0; i < stride * (size_t)n_blocks; i++) f->k[i] = rng_gauss(), f->v[i] = rng_gauss();
+    for (int i = 0; i < n_blocks; i++) f->table[i] = (int32_t)((i * 7 + 3) % n_blocks);
+    f->view = (attn_view){.k = f->k, .v = f->v, .block_stride = stride, .kv_dim = kv_dim, .head_dim = hd,
+                          .block_tokens = bt, .block_table = f->table};
+}
+
+static const float *kvfix_row(const kvfix *f, const float *base, int p, int h) {
+    const attn_view *v = &f->view;
+    return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
+           (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)h * v->head_dim;
+}
+
+static void test_attn(void) {
+    static const int hds[] = {64, 128, 80, 40, 7};
+    for (size_t hi = 0; hi < ARRAY_LEN(hds); hi++) {
+        const int hd = hds[hi], n_kv = 2, bt = 16, n_blocks = 48; /* 768 positions */
+        kvfix f;
+        kvfix_init(&f, n_kv, hd, bt, n_blocks);
+        const int n_q = 4;
+        float *q = xmalloc(sizeof(float) * n_q * hd);
+        for (int i = 0; i < n_q * hd; i++) q[i] = rng_gauss() * 2;
+        const float scale = 1.0f / sqrtf((float)hd);
+        float *scratch = xmalloc(sizeof(float) * (n_q * ATTN_CHUNK + attn_scratch_floats(768, hd)));
+        float m0[4], l0[4], m1[4], l1[4];
+        float *o0 = xmalloc(sizeof(float) * n_q * hd), *o1 = xmalloc(sizeof(float) * n_q * hd);
+        static const int spans[][2] = {{0, 1}, {0, 7}, {5, 21}, {256, 512}, {512, 767}, {3, 259}};
+        /* parts: fast vs scalar */
+        for (size_t si = 0; si < ARRAY_LEN(spans); si++) {
+            const int p0 = spans[si][0], p1 = spans[si][1];
+            attn_part_scalar(&f.view, 1, q, n_q, p0, p1, scale, m0, l0, o0, scratch);
+            for (int tb = 1; tb < n_tables; tb++) {
+                CHECK_EQ_INT(kern_select(tables[tb]), 0);
+                kern->attn_part(&f.view, 1, q, n_q, p0, p1, scale, m1, l1, o1, scratch);
+                int bad = 0;
+                for (int g = 0; g < n_q; g++) {
+                    bad += !(fabsf(m1[g] - m0[g]) <= 1e-5f * (1 + fabsf(m0[g])));
+                    bad += !(fabsf(l1[g] - l0[g]) <= 1e-5f * l0[g]);
+                    double omag = 0;
+                    for (int i = p0; i < p1; i++) omag += fabs(kvfix_row(&f, f.v, i, 1)[0]);
+                    for (int d = 0; d < hd; d++)
+                        bad += !(fabsf(o1[g * hd + d] - o0[g * hd + d]) <= 2e-5f * (float)(p1 - p0) + 1e-5f * fabsf(o0[g * hd + d]));
+                }
+                CHECK_MSG(bad == 0, "%s attn_part hd=%d [%d,%d): %d values out of bounds", tables[tb], hd, p0, p1, bad);
+            }
+            kern_select("scalar");
+        }
+        /* whole heads against a double softmax; split parts merged == attn_head */
+        static const int n_pos_list[] = {1, 255, 256, 257, 700, 768};
+        for (size_t ni = 0; ni < ARRAY_LEN(n_pos_list); ni++) {
+            const int n_pos = n_pos_list[ni];
+            double *sc = xmalloc(sizeof(double) * n_pos), ref[128] = {0}, mx = -INFINITY, sum = 0;
+            for (int p = 0; p < n_pos; p++) {
+                const float *kr = kvfix_row(&f, f.k, p, 0);
+                double s = 0;
+                for (int d = 0; d < hd; d++) s += (double)q[d] * kr[d];
+                sc[p] = s * scale;
+                mx = fmax(mx, sc[p]);
+            }
+            for (int p = 0; p < n_pos; p++) {
+                const double e = exp(sc[p] - mx);
+                sum += e;
+                const float *vr = kvfix_row(&f, f.v, p, 0);
+                for (int d = 0; d < hd; d++) ref[d] += e * vr[d];
+            }
+            for (int d = 0; d < hd; d++) ref[d] /= sum;
+            for (int tb = 0; tb < n_tables; tb++) {
+                CHECK_EQ_INT(kern_select(tables[tb]), 0);
+                float out[128], out2[128];
+                attn_head(&f.view, 0, q, n_pos, scale, out, scratch);
+                int bad = 0;
+                for (int d = 0; d < hd; d++) bad += !(fabs(out[d] - ref[d]) <= 2e-5);
+                CHECK_MSG(bad == 0, "%s attn_head hd=%d n_pos=%d: %d values off the double reference", tables[tb], hd,
+                          n_pos, bad);
+                /* the chunks computed last-first, each as one query of a group of 1, then merged */
+                const int nc = (n_pos + ATTN_CHUNK - 1) / ATTN_CHUNK;
+                float pm[4], pl[4], *po = xmalloc(sizeof(float) * 4 * hd);
+                for (int c = nc - 1; c >= 0; c--)
+                    kern->attn_part(&f.view, 0, q, 1, c * ATTN_CHUNK, MIN(n_pos, (c + 1) * ATTN_CHUNK), scale, &pm[c],
+                                    &pl[c], po + c * hd, scratch);
+                attn_merge(nc, hd, pm, pl, 1, po, (size_t)hd, out2);
+                CHECK_MSG(memcmp(out, out2, sizeof(float) * hd) == 0, "%s attn split/merge differs", tables[tb]);
+                /* the same query inside a group of 4: same bits for query 0 */
+                float gm[4], gl[4], *go = xmalloc(sizeof(float) * 4 * hd);
+                for (int c = 0; c < nc; c++) {
+                    kern->attn_part(&f.view, 0, q, 4, c * ATTN_CHUNK, MIN(n_pos, (c + 1) * ATTN_CHUNK), scale, gm, gl,
+                                    go, scratch);
+                    CHECK(memcmp(&gm[0], &pm[c], 4) == 0 && memcmp(&gl[0], &pl[c], 4) == 0 &&
+                          memcmp(go, po + c * hd, sizeof(float) * hd) == 0);
+                }
+                free(po), free(go);
+            }
+            kern_select("scalar");
+            free(sc);
+        }
+        free(q), free(scratch), free(o0), free(o1), free(f.k), free(f.v);
+    }
+}
+
+/* ---- pool ------------------------------------------------------------------------ */
+
+typedef struct pool_probe {
+    _Atomic int hits[8];
+    _Atomic long total;
+    int nth_seen;
+} pool_probe;
+
+static void probe_fn(void *arg, int ith, int nth) {
+    pool_probe *pp = arg;
+    atomic_fetch_add(&pp->hits[ith], 1);
+    atomic_fetch_add(&pp->total, ith + 1);
+    pp->nth_seen = nth;
+}
+
+static void test_pool(void) {
+    for (int nt = 1; nt <= 4; nt++) {
+        pool *p = pool_new(nt);
+        CHECK_EQ_INT(pool_size(p), nt);
+        int bad = 0;
+        for (int rep = 0; rep < 20000; rep++) {
+            pool_probe pp = {0};
+            pool_run(p, probe_fn, &pp);
+            for (int i = 0; i < nt; i++) bad += atomic_load(&pp.hits[i]) != 1;
+            bad += atomic_load(&pp.total) != (long)nt * (nt + 1) / 2;
+            bad += pp.nth_seen != nt;
+            if (rep == 10000) { /* let the workers fall asleep, then wake them */
+                struct timespec ts = {0, 5 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        CHECK_MSG(bad == 0, "pool of %d: %d runs went wrong", nt, bad);
+        pool_free(p);
+    }
+    pool_free(NULL);
+}
+
+/* ---- forward: split decode attention is batch-invariant ------------------------ */
+
+static void test_forward_split(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    model *m = NULL;
+    err_t e = {0};
+    CHECK_MSG(model_load(path, &m, &e) == 0, "%s", e.msg);
+    if (!m) return;
+    const int V = m->cfg.n_vocab, bt = 16, L = 600; /* 3 chunks of context */
+    const int nb = (L + 8 + bt - 1) / bt;
+    int32_t *toks = xmalloc(sizeof(int32_t) * (L + 8)), *pos = xmalloc(sizeof(int32_t) * (L + 8));
+    int32_t *sid = xcalloc(L + 8, sizeof(int32_t));
+    for (int i = 0; i < L + 8; i++) toks[i] = (int32_t)(1 + (i * 37) % (V - 1)), pos[i] = i;
+    float *lg = xmalloc(sizeof(float) * V * 8), *alone = xmalloc(sizeof(float) * V * 2);
+    for (int tb = 0; tb < n_tables; tb++) {
+        CHECK_EQ_INT(kern_select(tables[tb]), 0);
+        /* two identical sequences in one pool */
+        model_kv *kv = model_kv_new(m, 2 * nb, bt);
+        model_state *st = model_state_new(m, 256, L + 8, 2);
+        int32_t *t0 = xmalloc(sizeof(int32_t) * nb), *t1 = xmalloc(sizeof(int32_t) * nb);
+        for (int i = 0; i < nb; i++) t0[i] = 2 * i, t1[i] = 2 * (nb - 1 - i) + 1;
+        model_seq seqs[2] = {{t0, nb}, {t1, nb}};
+        for (int s = 0; s < 2; s++)
+            for (int done = 0; done < L;) {
+                int32_t ss[256];
+                const int n = MIN(256, L - done);
+                for (int i = 0; i < n; i++) ss[i] = s;
+                model_batch b = {.n_tokens = n, .token = toks + done, .pos = pos + done, .seq = ss, .n_seqs = 2, .seqs = seqs};
+                CHECK(model_forward(m, st, kv, &b, lg, &e) >= 0);
+                done += n;
+            }
+        /* sequence 0 decodes alone (split attention, T=1) */
+        model_batch d = {.n_tokens = 1, .token = toks + L, .pos = pos + L, .seq = sid, .n_seqs = 2, .seqs = seqs};
+        CHECK_EQ_INT(model_forward(m, st, kv, &d, alone, &e), 1);
+        /* sequence 1 decodes the same token inside a batch of 6 (unsplit) */
+        int32_t bt6[6], bp6[6], bs6[6];
+        uint8_t want[6] = {0, 0, 1, 0, 0, 0};
+        for (int i = 0; i < 6; i++) bt6[i] = toks[L + (i == 2 ? 0 : 1 + i)], bp6[i] = i == 2 ? L : L - 6 + i, bs6[i] = i == 2;
+        model_batch d6 = {.n_tokens = 6, .token = bt6, .pos = bp6, .seq = bs6, .logits = want, .n_seqs = 2, .seqs = seqs};
+        CHECK_EQ_INT(model_forward(m, st, kv, &d6, lg, &e), 1);
+        CHECK_MSG(memcmp(lg, alone, sizeof(float) * V) == 0, "%s: decode at %d positions differs alone vs batched",
+                  tables[tb], L);
+        model_state_free(st);
+        model_kv_free(kv);
+        free(t0), free(t1);
+    }
+    kern_select("scalar");
+    free(toks), free(pos), free(sid), free(lg), free(alone);
+    model_free(m);
+}
+
+int main(void) {
+    n_tables = kern_available(tables, 8);
+    printf("kernel tables on this CPU:");
+    for (int i = 0; i < n_tables; i++) printf(" %s", tables[i]);
+    printf("\n");
+    CHECK(n_tables >= 1);
+    pool *pools[2] = {pool_new(1), pool_new(3)};
+    test_act();
+    test_dots();
+    test_multi(pools);
+    test_attn();
+    test_pool();
+    test_forward_split();
+    pool_free(pools[0]);
+    pool_free(pools[1]);
+    return test_summary("test_kernels");
+}
