@@ -171,7 +171,10 @@ static int srv_stop(srv *s) {
     for (int i = 0; i < 8; i++)
         if (su_live[i] == s) su_live[i] = NULL;
     s->pid = 0;
-    if (rc != 0) srv_print_log(s);
+    if (rc != 0)
+        srv_print_log(s);
+    else
+        unlink(s->log_path);
     unlink(s->ready_path);
     return rc;
 }

@@ -153,6 +153,7 @@ static void test_validation(void) {
     } bad[] = {
         {"{\"role\": \"user\"}", ERR_INVALID, "messages: must be an array"},
         {"[1]", ERR_INVALID, "messages[0]: must be an object"},
+        {"[]", ERR_INVALID, "messages: must not be empty"},
         {"[{\"content\": \"hi\"}]", ERR_INVALID, "messages[0].role: missing"},
         {"[{\"role\": 7, \"content\": \"hi\"}]", ERR_INVALID, "messages[0].role: must be a string"},
         {"[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"wizard\", \"content\": \"b\"}]", ERR_INVALID,
@@ -194,6 +195,23 @@ static void test_validation(void) {
                  0);
     CHECK_STR(out, "[system:d][assistant:]");
     free(out);
+
+    /* null assistant content reaches the template as none (as in
+     * transformers), unless the template fails on that: then as "" */
+    const char *nulls = "[{\"role\": \"user\", \"content\": \"u\"}, {\"role\": \"assistant\", \"content\": null, "
+                        "\"tool_calls\": [{\"id\": \"1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}]}]";
+    CHECK_EQ_INT(render_json("{% for m in messages %}{% if m.content is not none %}[{{ m.content }}]{% else %}<null>{% endif %}{% endfor %}",
+                             nulls, &g, &out, &e),
+                 0);
+    CHECK_STR(out, "[u]<null>");
+    free(out);
+    CHECK_EQ_INT(render_json("{% for m in messages %}[{{ m.content + '!' }}]{% endfor %}", nulls, &g, &out, &e), 0);
+    CHECK_STR(out, "[u!][!]");
+    free(out);
+    /* a template error that has nothing to do with null content is reported */
+    CHECK_EQ_INT(render_json("{% for m in messages %}{{ m.content + 1 }}{% endfor %}", nulls, &g, &out, &e), ERR_INVALID);
+    CHECK(out == NULL);
+    CHECK_MSG(strstr(e.msg, "unsupported operand types for +: string and int") != NULL, "%s", e.msg);
 
     /* the caller's JSON is not modified by normalisation */
     json_error_t je;

@@ -163,10 +163,17 @@ static void test_dot_case(const dcase *c, int64_t n, bool raw) {
      * ulps per term, relative to the sum of magnitudes */
     const double nterm = (double)(c->blck == 1 ? n : n / c->blck * 3);
     const double tol = 4 * 6e-8 * (8 + nterm) * mag + 1e-30;
+    float prev = NAN;
     for (int tb = 1; tb < n_tables; tb++) {
         CHECK_EQ_INT(kern_select(tables[tb]), 0);
         float got = NAN;
         kern->dot[c->type](n, &got, w, arow);
+        /* avx2 and avx512 compute the same integers and follow the same
+         * float order (x86_body.h), so they agree to the bit */
+        if (tb > 1 && strcmp(tables[tb], "avx512") == 0 && strcmp(tables[tb - 1], "avx2") == 0)
+            CHECK_MSG(memcmp(&got, &prev, sizeof got) == 0, "avx512 %s n=%lld: %.9g, avx2 %.9g", dtype_name(c->type),
+                      (long long)n, got, prev);
+        prev = got;
         CHECK_MSG(fabs(got - ref) <= tol && fabs(got - exact) <= tol, "%s %s n=%lld %s: %.9g scalar %.9g exact %.9g tol %g",
                   tables[tb], dtype_name(c->type), (long long)n, raw ? "raw" : "quantised", got, ref, exact, tol);
         /* the table's own converter feeds its dot the same bytes */
@@ -439,6 +446,15 @@ static void test_forward_split(void) {
     model_free(m);
 }
 
+/* KVLOOM_KERNELS picks the table kern_init uses (kernels_test.sh relies on it). */
+static void test_env(void) {
+    const char *want = getenv("KVLOOM_KERNELS");
+    CHECK_EQ_INT(kern_init(NULL), 0);
+    if (want && *want && strcmp(want, "auto") != 0) CHECK_STR(kern->name, want);
+    else CHECK_STR(kern->name, tables[n_tables - 1]);
+    kern_select("scalar");
+}
+
 int main(void) {
     n_tables = kern_available(tables, 8);
     printf("kernel tables on this CPU:");
@@ -446,6 +462,7 @@ int main(void) {
     printf("\n");
     CHECK(n_tables >= 1);
     pool *pools[2] = {pool_new(1), pool_new(3)};
+    test_env();
     test_act();
     test_dots();
     test_multi(pools);

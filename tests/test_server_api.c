@@ -267,6 +267,47 @@ static void check_errors(void) {
     free(huge);
 }
 
+/* Bytes that are not HTTP at all, a header block larger than any buffer, a
+ * client that sends half a body and vanishes: MHD answers or closes, and the
+ * server keeps serving. */
+static void check_raw_http(void) {
+    const char *junk[] = {"GARBAGE\r\n\r\n", "GET /health HTTP/9.9\r\n\r\n", "\x01\x02\x03\x04\r\n\r\n",
+                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":"};
+    for (size_t i = 0; i < ARRAY_LEN(junk); i++) {
+        int fd = su_connect(g_port, 5);
+        CHECK(fd >= 0);
+        if (fd < 0) continue;
+        su_send_all(fd, junk[i], strlen(junk[i]));
+        shutdown(fd, SHUT_WR);
+        char buf[512];
+        while (recv(fd, buf, sizeof buf, 0) > 0) {
+        }
+        close(fd);
+    }
+    int fd = su_connect(g_port, 5);
+    if (fd >= 0) {
+        size_t n = 200000;
+        char *h = xmalloc(n + 64);
+        strcpy(h, "GET /health HTTP/1.1\r\nX-Big: ");
+        size_t k = strlen(h);
+        memset(h + k, 'a', n);
+        strcpy(h + k + n, "\r\n\r\n");
+        su_send_all(fd, h, strlen(h));
+        char buf[512];
+        ssize_t got = recv(fd, buf, sizeof buf - 1, 0);
+        if (got > 0) {
+            buf[got] = 0;
+            CHECK_MSG(strstr(buf, " 200 ") == NULL, "a 200 KB header was accepted");
+        }
+        free(h);
+        close(fd);
+    }
+    int st;
+    json_t *o = get_json(g_port, "/health", &st);
+    CHECK_EQ_INT(st, 200);
+    json_decref(o);
+}
+
 static void check_routes(void) {
     int st;
     json_t *o = get_json(g_port, "/health", &st);
@@ -456,6 +497,7 @@ int main(void) {
     check_stop_strings();
     check_logprobs_and_seed();
     check_errors();
+    check_raw_http();
     check_curl();
     check_metrics();
     check_auth_and_queue();

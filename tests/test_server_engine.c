@@ -190,7 +190,7 @@ static void check_prefix_cache(int port) {
 
 /* Server with a slowed engine: joining a pending prefix, disconnects. */
 static void check_slow_engine(void) {
-    const char *flags[] = {"--check", "--kv-mem", "32M", "--step-delay-us", "3000", "--max-batch-tokens", "32", NULL};
+    const char *flags[] = {"--check", "--kv-mem", "32M", "--step-delay-us", "5000", "--max-batch-tokens", "32", NULL};
     srv s;
     CHECK(srv_start(&s, flags) == 0);
     if (!s.port) return;
@@ -205,7 +205,7 @@ static void check_slow_engine(void) {
                    {.port = port, .prompt = P, .max_tokens = 4, .stream = false}};
     pthread_t t0;
     pthread_create(&t0, NULL, job_thread, &jobs[0]);
-    usleep(15000); /* the first is prefilling (about 10 steps of 3 ms) */
+    usleep(15000); /* the first is prefilling (about 18 steps of 5 ms) */
     run_job(&jobs[1]);
     pthread_join(t0, NULL);
     CHECK_EQ_INT(jobs[0].status, 200);

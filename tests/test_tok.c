@@ -8,6 +8,7 @@
  * with a separator); .out has one line of space-separated ids per input,
  * encoded without BOS and without parsing special tokens.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,7 +332,255 @@ static void check_units_bpe(tokenizer *l3, tokenizer *q3) {
     }
 }
 
+/* Writes w to a temporary file, opens it and runs tok_load; returns its
+ * code (the tokenizer in *out on success). */
+static int load_written(gguf_writer *w, tokenizer **out, err_t *e) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/kvloom_test_tokm_%d.gguf", (int)getpid());
+    *out = NULL;
+    int rc = gguf_writer_write(w, path, e);
+    gguf_writer_free(w);
+    if (rc < 0) return 1000 + rc; /* writer failure: not what the test is about */
+    gguf_ctx *g = NULL;
+    rc = gguf_open(path, &g, e);
+    unlink(path);
+    if (rc < 0) return 2000 + rc;
+    rc = tok_load(g, out, e);
+    gguf_free(g);
+    return rc;
+}
+
+/* Malformed tokenizer metadata is rejected with a message; a tiny
+ * hand-made byte-level vocabulary checks merges through a string that is
+ * not itself a token, duplicate strings and out-of-range special ids. */
+static void check_metadata(void) {
+    static const char *toks[] = {"a", "b", "c", "abc", "<|end|>", "b"};
+    int32_t types[] = {1, 1, 1, 1, 3, 1};
+    err_t e = {0};
+    tokenizer *t;
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 6);
+    CHECK_EQ_INT(load_written(w, &t, &e), ERR_NOTFOUND);
+    CHECK(strstr(e.msg, "tokenizer.ggml.model") != NULL);
+
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "rwkv");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 6);
+    CHECK_EQ_INT(load_written(w, &t, &e), ERR_UNSUPPORTED);
+
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_arr(w, "tokenizer.ggml.tokens", GGUF_INT32, types, 6);
+    CHECK_EQ_INT(load_written(w, &t, &e), ERR_NOTFOUND);
+    CHECK(strstr(e.msg, "tokenizer.ggml.tokens") != NULL);
+
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 6);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_FLOAT32, (float[]){0, 0, 0}, 3);
+    CHECK_EQ_INT(load_written(w, &t, &e), ERR_FORMAT);
+    CHECK(strstr(e.msg, "tokenizer.ggml.scores") != NULL);
+
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 6);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *[]){"a b", "abc"}, NULL, 2);
+    CHECK_EQ_INT(load_written(w, &t, &e), ERR_FORMAT);
+    CHECK(strstr(e.msg, "merges[1]") != NULL);
+
+    /* "ab" is only a merge step: "abc" becomes one token, "ab" falls back to
+     * the tokens of its bytes; "b" is duplicated, the last id wins; the bos
+     * id is out of range, so there is none. */
+    w = gguf_writer_new();
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, NULL, 6);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, types, 6);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *[]){"a b", "ab c"}, NULL, 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 99);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 4);
+    int rc = load_written(w, &t, &e);
+    CHECK_MSG(rc == 0, "tiny vocab: %s", e.msg);
+    if (rc == 0) {
+        int32_t ids[16];
+        CHECK_EQ_INT(tok_bos(t), -1);
+        CHECK(!tok_add_bos(t));
+        CHECK_EQ_INT(tok_eos(t), 4);
+        CHECK(tok_is_eog(t, 4));
+        CHECK_EQ_INT(tok_find(t, "b"), 5);
+        CHECK_EQ_INT(tok_find(t, "ab"), -1);
+        CHECK_EQ_INT(encode(t, "abc", true, false, ids, 16), 1);
+        CHECK_EQ_INT(ids[0], 3);
+        CHECK_EQ_INT(encode(t, "ab", false, false, ids, 16), 2);
+        CHECK(ids[0] == 0 && ids[1] == 5);
+        CHECK_EQ_INT(encode(t, "a<|end|>c", false, true, ids, 16), 3);
+        CHECK(ids[0] == 0 && ids[1] == 4 && ids[2] == 2);
+        CHECK_EQ_INT(encode(t, "", true, true, ids, 16), 0);
+        CHECK_EQ_INT(tok_encode(t, NULL, 0, false, false, NULL, 0), 0);
+        CHECK_EQ_INT(tok_encode(NULL, "x", 1, false, false, NULL, 0), ERR_INVALID);
+        tok_free(t);
+    }
+    tok_free(NULL);
+
+    /* importer rejections name the problem and leave the writer empty */
+    static const struct {
+        const char *json;
+        int rc;
+        const char *msg;
+    } bad[] = {
+        {"{\"model\": ", ERR_FORMAT, "JSON error"},
+        {"[1]", ERR_FORMAT, "not an object"},
+        {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", ERR_UNSUPPORTED, "WordPiece"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}}}", ERR_FORMAT, "model.vocab['a']"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"Split\","
+         " \"pattern\": {\"Regex\": \"x+\"}}, \"decoder\": {\"type\": \"ByteLevel\"}}",
+         ERR_UNSUPPORTED, "regex not recognised"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"ab\"]}, \"decoder\": "
+         "{\"type\": \"ByteLevel\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"use_regex\": true}}",
+         ERR_FORMAT, "merges[0]"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        gguf_writer *wi = gguf_writer_new();
+        err_t ei = {0};
+        int r = tok_import_hf_mem(bad[i].json, strlen(bad[i].json), NULL, 0, wi, &ei);
+        CHECK_MSG(r == bad[i].rc && strstr(ei.msg, bad[i].msg), "import case %zu: %d '%s'", i, r, ei.msg);
+        gguf_writer_free(wi);
+    }
+}
+
+/* ---- special-token split against a naive reference ------------------------
+ * The reference splits the text with one memmem pass per special token,
+ * longest first (ties by id), then encodes each remaining piece on its own
+ * (a piece holds no special text any more, and for SentencePiece every piece
+ * follows the start or a special token, so it gets the dummy prefix either
+ * way). Texts are random mixes of special tokens, their prefixes and text. */
+typedef struct rfrag {
+    size_t off, len;
+    int32_t tok;
+} rfrag;
+
+static int cmp_len_desc(const void *a, const void *b, void *arg) {
+    const tokenizer *t = arg;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    size_t lx = strlen(tok_piece_str(t, x)), ly = strlen(tok_piece_str(t, y));
+    if (lx != ly) return lx > ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* phi-3's rule (reference): spaces after its special tokens are dropped,
+ * except after <unk>, <s> and <|endoftext|>. */
+static bool naive_rstrip(const tokenizer *t, bool phi3, int32_t id) {
+    const char *s = tok_piece_str(t, id);
+    return phi3 && strcmp(s, "<unk>") && strcmp(s, "<s>") && strcmp(s, "<|endoftext|>");
+}
+
+static int naive_encode(const tokenizer *t, const int32_t *sp, int n_sp, const char *text, size_t len, bool special,
+                        bool phi3, int32_t *ids, int cap) {
+    rfrag cur[4096], nxt[4096];
+    int nc = 1, n = 0;
+    cur[0] = (rfrag){0, len, -1};
+    for (int k = 0; k < n_sp; k++) {
+        int32_t id = sp[k];
+        if (!special && tok_type(t, id) != TOK_TYPE_USER_DEFINED) continue;
+        const char *s = tok_piece_str(t, id);
+        size_t sl = strlen(s);
+        int nn = 0;
+        for (int f = 0; f < nc; f++) {
+            if (cur[f].tok >= 0) {
+                nxt[nn++] = cur[f];
+                continue;
+            }
+            size_t base = cur[f].off, blen = cur[f].len;
+            while (blen > 0) {
+                const char *m = memmem(text + base, blen, s, sl);
+                if (!m) break;
+                size_t mp = (size_t)(m - text);
+                if (mp > base) nxt[nn++] = (rfrag){base, mp - base, -1};
+                nxt[nn++] = (rfrag){mp, sl, id};
+                blen -= mp + sl - base;
+                base = mp + sl;
+                if (naive_rstrip(t, phi3, id))
+                    while (blen > 0 && isspace((unsigned char)text[base])) {
+                        base++;
+                        blen--;
+                    }
+            }
+            if (blen > 0) nxt[nn++] = (rfrag){base, blen, -1};
+        }
+        memcpy(cur, nxt, sizeof(rfrag) * (size_t)nn);
+        nc = nn;
+    }
+    for (int f = 0; f < nc; f++) {
+        if (cur[f].tok >= 0) {
+            ids[n++] = cur[f].tok;
+        } else {
+            int k = tok_encode(t, text + cur[f].off, cur[f].len, false, false, ids + n, cap - n);
+            n += k;
+        }
+    }
+    return n;
+}
+
+static void check_special_split(const char *name, const tokenizer *t) {
+    int32_t *sp = malloc(sizeof(int32_t) * (size_t)tok_n_vocab(t));
+    int n_sp = 0;
+    for (int32_t i = 0; i < tok_n_vocab(t); i++) {
+        int ty = tok_type(t, i);
+        if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED || ty == TOK_TYPE_UNKNOWN) && tok_piece_str(t, i)[0])
+            sp[n_sp++] = i;
+    }
+    qsort_r(sp, (size_t)n_sp, sizeof(int32_t), cmp_len_desc, (void *)t);
+    uint64_t rng = 0x1234567;
+    int ok = 0, total = 0;
+    for (int it = 0; it < 300; it++) {
+        char text[2048];
+        size_t len = 0;
+        int parts = 1 + (int)(rng % 12);
+        for (int k = 0; k < parts && len < 1800; k++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            uint32_t r = (uint32_t)(rng >> 33);
+            const char *s = tok_piece_str(t, sp[r % (uint32_t)n_sp]);
+            size_t sl = strlen(s);
+            switch ((r >> 8) % 5) {
+            case 0: /* a whole special token */
+            case 1:
+                if (sl < 100) {
+                    memcpy(text + len, s, sl);
+                    len += sl;
+                }
+                break;
+            case 2: /* a prefix of one */
+                if (sl > 1 && sl < 100) {
+                    memcpy(text + len, s, sl - 1 - (r >> 12) % (sl - 1));
+                    len += sl - 1 - (r >> 12) % (sl - 1);
+                }
+                break;
+            case 3:
+                text[len++] = " <|>ab\n"[(r >> 12) % 7];
+                break;
+            default:
+                memcpy(text + len, " hello", 6);
+                len += 6;
+            }
+        }
+        for (int special = 0; special < 2; special++) {
+            int32_t a[4096], b[4096];
+            int na = tok_encode(t, text, len, false, special, a, 4096);
+            int nb = naive_encode(t, sp, n_sp, text, len, special, strcmp(name, "phi-3") == 0, b, 4096);
+            bool same = na == nb && memcmp(a, b, sizeof(int32_t) * (size_t)na) == 0;
+            if (!same) fprintf(stderr, "special split %s: '%.*s' (parse_special %d)\n", name, (int)len, text, special);
+            CHECK(same);
+            ok += same;
+            total++;
+        }
+    }
+    printf("  %-16s %d/%d special-split texts (%d special tokens)\n", name, ok, total, n_sp);
+    free(sp);
+}
+
 int main(void) {
+    log_level = LOG_ERROR;
+    check_metadata();
     check_stories();
     static const char *vocabs[] = {"llama-spm", "phi-3", "gpt-2", "deepseek-llm", "deepseek-coder",
                                    "falcon", "mpt", "starcoder", "refact", "bert-bge"};
@@ -343,6 +592,7 @@ int main(void) {
         run_vectors(vocabs[i], t);
         printf("  (load %.0f ms, vectors %.0f ms)\n", t1 - t0, clock_ms() - t1);
         if (i == 0) check_units_spm(t);
+        if (i <= 4) check_special_split(vocabs[i], t);
         if (strcmp(vocabs[i], "bert-bge") == 0) {
             /* WordPiece: [CLS] ... [SEP] with add_bos, pieces joined by spaces */
             int32_t ids[16];
@@ -361,6 +611,8 @@ int main(void) {
     tokenizer *q3 = load_hf("qwen3", "tokenizer_config.json");
     if (q3) run_vectors("qwen2", q3);
     check_units_bpe(l3, q3);
+    if (l3) check_special_split("llama3", l3);
+    if (q3) check_special_split("qwen3", q3);
     tok_free(l3);
     tok_free(q3);
     tokenizer *sm = load_hf("smollm2-135m-instruct", "config.json");

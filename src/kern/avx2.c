@@ -27,12 +27,14 @@ static inline __m256i mm_dot_i8(__m256i w, __m256i a) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* lane k = c * sum_{j<4} u[4k+j]*s[4k+j]; c = c0 for lanes 0..3, c1 after. */
-static inline __m256i mm_dot_u8_sc2(__m256i u, __m256i s, int c0, int c1) {
-    const __m256i c = _mm256_set_m128i(_mm_set1_epi16((short)c1), _mm_set1_epi16((short)c0));
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), c);
+/* acc + scaled byte products (see x86_body.h): maddubs gives the i16 pair
+ * sums (at most 63*127*2, no saturation), madd scales and adds pairs. */
+static inline __m256i mm_dot_u8_sc2(__m256i acc, __m256i u, __m256i s, __m256i c) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), c));
 }
 
+#define KX_KT_R 2
+#define KX_KT_T 2
 #define KX_OPS_NAME kern_avx2_ops
 #define KX_NAME "avx2"
 #include "x86_body.h"

@@ -11,18 +11,21 @@
  *   KX_NAME           its name string ("avx2" / "avx512")
  *   mm_dot_i8(w, a)   8 x i32: lane k = sum of w[4k+j]*a[4k+j], j<4, both
  *                     signed bytes, a in -127..127 (so no lane saturates)
- *   mm_dot_u8_sc2(u, s, c0, c1)
- *                     8 x i32: lane k = c * sum of u[4k+j]*s[4k+j], u
- *                     unsigned in 0..63, s signed in -127..127, c = c0 for
- *                     lanes 0..3 (bytes 0..15) and c1 for lanes 4..7; |c| <= 128
- * Both must be exact integer arithmetic, so the two tables compute the same
+ *   mm_dot_u8_sc2(acc, u, s, c)
+ *                     acc + 8 x i32: lane k = c[2k]*(u[4k]s[4k] + u[4k+1]s[4k+1])
+ *                     + c[2k+1]*(u[4k+2]s[4k+2] + u[4k+3]s[4k+3]), u unsigned
+ *                     in 0..63, s signed in -127..127, c 16 x i16 scales
+ *                     (|c| <= 128; each pair of lanes of c holds one scale)
+ *   KX_KT_R, KX_KT_T  the K-quant gemm tile: rows (1..2) x tokens (1..4)
+ * Both primitives must be exact integer arithmetic, so the two tables compute the same
  * integers and differ only in how fast they get there.
  *
  * Order of summation (kern.h's batch-invariance contract): every dot product
  * accumulates per-block float terms into one 8-lane vector in block order and
  * reduces it with hsum_ps at the end, so the result depends on n and the two
- * rows only. Neither table defines a gemm: kern_matmul's driver calls the
- * dot product for each (row, token), so gemm == dot holds by construction.
+ * rows only. Where a gemm exists (tiles of several rows x several tokens),
+ * the dot product is its 1x1 tile, so gemm == dot holds by construction;
+ * other types use kern_matmul's one-dot-per-(row, token) driver.
  *
  * Integer ranges: a lane of a Q8_0/Q4_0 block sums 4 products (< 2^16); a
  * Q4_K/Q5_K lane sums 32 products times a 6-bit scale (< 2^22); a Q6_K lane
@@ -33,6 +36,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -100,28 +104,30 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
 
 /* ---- 32-element blocks against Q8_0 ----------------------------------------- */
 
-/* Blocks go in pairs: p = lanes0*s0, p = lanes1*s1 + p, acc += p; an odd last
- * block is fused into acc directly. Two blocks per dependent add keeps the
- * accumulator's latency off the critical path. */
+/* Blocks go in pairs: even blocks accumulate into one vector, odd blocks
+ * into another (acc = fma(lanes, scale, acc)), and the two vectors are added
+ * at the end; an odd last block leaves the odd accumulator at acc + 0*0. This is the order avx512.c's
+ * 512-bit gemm (block pair per register) follows, so its dot can be its 1x1
+ * tile and still equal this one. */
 #define KX_Q0_DOT(NAME, BT, WLOAD)                                                                  \
-    static void NAME(int64_t n, float *out, const void *wv, const void *av) {                       \
+    static __attribute__((unused)) void NAME(int64_t n, float *out, const void *wv, const void *av) { \
         const BT *w = wv;                                                                           \
         const block_q8_0 *a = av;                                                                   \
         const int64_t nb = n / QK8_0;                                                               \
-        __m256 acc = _mm256_setzero_ps();                                                           \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                             \
         int64_t i = 0;                                                                              \
         for (; i + 2 <= nb; i += 2) {                                                               \
             const __m256i l0 = mm_dot_i8(WLOAD(&w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs));       \
             const __m256i l1 = mm_dot_i8(WLOAD(&w[i + 1]), _mm256_loadu_si256((const __m256i *)a[i + 1].qs)); \
-            __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)));   \
-            p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_set1_ps(f16s(w[i + 1].d) * f16s(a[i + 1].d)), p); \
-            acc = _mm256_add_ps(acc, p);                                                            \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_set1_ps(f16s(w[i + 1].d) * f16s(a[i + 1].d)), acc1); \
         }                                                                                           \
         if (i < nb) {                                                                               \
             const __m256i l0 = mm_dot_i8(WLOAD(&w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs));       \
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)), acc); \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), acc1);                \
         }                                                                                           \
-        *out = hsum_ps(acc);                                                                        \
+        *out = hsum_ps(_mm256_add_ps(acc0, acc1));                                                  \
     }
 
 static inline __m256i wload_q8_0(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
@@ -130,19 +136,35 @@ static inline __m256i wload_q4_0(const block_q4_0 *b) { return q4_0_unpack(b->qs
 KX_Q0_DOT(dot_q8_0, block_q8_0, wload_q8_0)
 KX_Q0_DOT(dot_q4_0, block_q4_0, wload_q4_0)
 
+#ifndef KX_Q0_GEMM /* a table may bring its own Q8_0/Q4_0 dot and gemm */
+#define KX_DOT_Q8_0 dot_q8_0
+#define KX_DOT_Q4_0 dot_q4_0
+#define KX_GEMM_Q8_0 NULL
+#define KX_GEMM_Q4_0 NULL
+#endif
+
 /* ---- 256-element super-blocks against Q8_K --------------------------------- */
 
-/* The 8 sub-block scales of a Q4_K/Q5_K block, and their mins widened to 16
- * bits, each twice: (m0,m0,m1,m1,...) to pair with the activation's 16 bsums. */
-static inline __m256i k_unpack(const uint8_t *scales, uint8_t sc[8]) {
-    uint8_t m[16];
-    for (int k = 0; k < 8; k++) {
-        uint8_t s, mm;
-        quant_k_scale_min(scales, k, &s, &mm);
-        sc[k] = s;
-        m[2 * k] = m[2 * k + 1] = mm;
-    }
-    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)m));
+/* The 8 six-bit sub-block scales of a Q4_K/Q5_K block as 8 bytes of *sc (in
+ * the order of quant_k_scale_min), and the mins widened to 16 bits, each
+ * twice: (m0,m0,m1,m1,...) to pair with the activation's 16 bsums. Three
+ * 32-bit words hold the 12 packed bytes; the masks below are
+ * quant_k_scale_min applied to four bytes at once. */
+static inline __m256i k_unpack(const uint8_t *scales, uint64_t *sc) {
+    uint32_t w[3];
+    memcpy(w, scales, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const uint32_t sc_lo = w[0] & lo6, m_lo = w[1] & lo6;
+    const uint32_t sc_hi = (w[2] & lo4) | (((w[0] >> 6) & lo2) << 4);
+    const uint32_t m_hi = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & lo2) << 4);
+    *sc = (uint64_t)sc_lo | (uint64_t)sc_hi << 32;
+    const __m128i m8 = _mm_cvtsi64_si128((long long)((uint64_t)m_lo | (uint64_t)m_hi << 32));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+}
+
+/* 16 x i16: scale c0 in the low 128 bits, c1 in the high. */
+static inline __m256i kx_sc2(int c0, int c1) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)c1), _mm_set1_epi16((short)c0));
 }
 
 /* acc += a.d*d * sumi - a.d*dmin * summ, with the integer sums as 8 lanes. */
@@ -153,53 +175,123 @@ static inline __m256 k_finish(__m256 acc, __m256i isum, __m256i mins16, const bl
     return _mm256_fmadd_ps(_mm256_set1_ps(-(a->d * f16s(dmin))), _mm256_cvtepi32_ps(summ), acc);
 }
 
-static void dot_q4_k(int64_t n, float *out, const void *wv, const void *av) {
-    const block_q4_k *w = wv;
-    const block_q8_k *a = av;
-    const __m256i m4 = _mm256_set1_epi8(15);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8];
-        const __m256i mins16 = k_unpack(w[i].scales, sc);
-        __m256i isum = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j));
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32));
-            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(lo, a0, sc[2 * j], sc[2 * j]));
-            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(hi, a1, sc[2 * j + 1], sc[2 * j + 1]));
+/* Q4_K and Q5_K, R rows x T tokens (the dot product is the 1x1 tile, so the
+ * gemm gives the same bits for every (row, token)). Per super-block: the
+ * rows' scales are unpacked once, each 32-byte quant load serves T tokens
+ * and each activation load R rows; the integer sums of a (row, token) are
+ * exact whatever the order, and its float accumulation (k_finish, once per
+ * super-block) is the same sequence in every tile shape. */
+#define KX_KT_MAX 4
+static inline __attribute__((always_inline)) void k45_tile(const int R, const int T, const int q5, int64_t nsb,
+                                                           const uint8_t *w, size_t wrb, const uint8_t *a,
+                                                           size_t arb, float *y, int64_t ldy) {
+    const size_t bs = q5 ? sizeof(block_q5_k) : sizeof(block_q4_k);
+    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+    __m256 acc[KX_KT_MAX][KX_KT_MAX];
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        uint64_t sc[KX_KT_MAX];
+        __m256i mins16[KX_KT_MAX], isum[KX_KT_MAX][KX_KT_MAX], qh[KX_KT_MAX];
+        const uint8_t *qs[KX_KT_MAX];
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * wrb + (size_t)i * bs;
+            mins16[r] = k_unpack(blk + 4, &sc[r]);
+            qs[r] = blk + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
+            if (q5) qh[r] = _mm256_loadu_si256((const __m256i *)(blk + offsetof(block_q5_k, qh)));
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
         }
-        acc = k_finish(acc, isum, mins16, &a[i], w[i].d, w[i].dmin);
+        for (int j = 0; j < 4; j++) {
+            __m256i lo[KX_KT_MAX], hi[KX_KT_MAX], cl[KX_KT_MAX], ch[KX_KT_MAX];
+            _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(qs[r] + 32 * j));
+                lo[r] = _mm256_and_si256(q, m4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (q5) {
+                    const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * j)));
+                    const __m256i bh = _mm256_set1_epi8((char)(2 << (2 * j)));
+                    lo[r] = _mm256_or_si256(lo[r], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh[r], bl), bl), b4));
+                    hi[r] = _mm256_or_si256(hi[r], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh[r], bh), bh), b4));
+                }
+                cl[r] = _mm256_set1_epi16((short)((sc[r] >> (16 * j)) & 0xff));
+                ch[r] = _mm256_set1_epi16((short)((sc[r] >> (16 * j + 8)) & 0xff));
+            }
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+                const block_q8_k *at = (const block_q8_k *)(a + t * arb) + i;
+                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(at->qs + 64 * j));
+                const __m256i a1 = _mm256_loadu_si256((const __m256i *)(at->qs + 64 * j + 32));
+                _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+                    isum[r][t] = mm_dot_u8_sc2(isum[r][t], lo[r], a0, cl[r]);
+                    isum[r][t] = mm_dot_u8_sc2(isum[r][t], hi[r], a1, ch[r]);
+                }
+            }
+        }
+        _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w + r * wrb + (size_t)i * bs;
+            uint16_t d, dmin;
+            memcpy(&d, blk, 2);
+            memcpy(&dmin, blk + 2, 2);
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++)
+                acc[r][t] = k_finish(acc[r][t], isum[r][t], mins16[r], (const block_q8_k *)(a + t * arb) + i, d, dmin);
+        }
     }
-    *out = hsum_ps(acc);
+    _Pragma("GCC unroll 4") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[t * ldy + r] = hsum_ps(acc[r][t]);
 }
 
-static void dot_q5_k(int64_t n, float *out, const void *wv, const void *av) {
-    const block_q5_k *w = wv;
-    const block_q8_k *a = av;
-    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        uint8_t sc[8];
-        const __m256i mins16 = k_unpack(w[i].scales, sc);
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)w[i].qh);
-        __m256i isum = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w[i].qs + 32 * j));
-            const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * j))), bh = _mm256_set1_epi8((char)(2 << (2 * j)));
-            const __m256i hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl), b4);
-            const __m256i hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), b4);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
-            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j));
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 64 * j + 32));
-            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(lo, a0, sc[2 * j], sc[2 * j]));
-            isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(hi, a1, sc[2 * j + 1], sc[2 * j + 1]));
-        }
-        acc = k_finish(acc, isum, mins16, &a[i], w[i].d, w[i].dmin);
+#define KX_TILE_CASE(FN, R, T, ...) \
+    case (R - 1) * KX_KT_MAX + (T - 1): FN(R, T, __VA_ARGS__); break;
+
+/* A tile of R x T (each in 1..KX_KT_R / KX_KT_T) dispatched to its unrolled instance. */
+static inline __attribute__((always_inline)) void k45_tile_any(int R, int T, const int q5, int64_t nsb,
+                                                               const uint8_t *w, size_t wrb, const uint8_t *a,
+                                                               size_t arb, float *y, int64_t ldy) {
+    switch ((R - 1) * KX_KT_MAX + (T - 1)) {
+        KX_TILE_CASE(k45_tile, 1, 1, q5, nsb, w, wrb, a, arb, y, ldy)
+        KX_TILE_CASE(k45_tile, 1, 2, q5, nsb, w, wrb, a, arb, y, ldy)
+        KX_TILE_CASE(k45_tile, 1, 3, q5, nsb, w, wrb, a, arb, y, ldy)
+        KX_TILE_CASE(k45_tile, 1, 4, q5, nsb, w, wrb, a, arb, y, ldy)
+        KX_TILE_CASE(k45_tile, 2, 1, q5, nsb, w, wrb, a, arb, y, ldy)
+        KX_TILE_CASE(k45_tile, 2, 2, q5, nsb, w, wrb, a, arb, y, ldy)
+        KX_TILE_CASE(k45_tile, 2, 3, q5, nsb, w, wrb, a, arb, y, ldy)
+        KX_TILE_CASE(k45_tile, 2, 4, q5, nsb, w, wrb, a, arb, y, ldy)
     }
-    *out = hsum_ps(acc);
+}
+
+/* Tokens in chunks that keep their activations in L2; tiles of KX_KT_R rows
+ * x KX_KT_T tokens within a chunk. */
+#define KX_TOK_CHUNK 64
+static inline __attribute__((always_inline)) void k45_gemm(const int q5, const kern_mat *wm, int64_t r0, int64_t r1,
+                                                           const void *act, size_t arb, int n_tok, float *y,
+                                                           int64_t ldy) {
+    const int64_t nsb = wm->n_in / QK_K;
+    const uint8_t *wd = wm->data;
+    for (int t0 = 0; t0 < n_tok; t0 += KX_TOK_CHUNK) {
+        const int t1 = MIN(n_tok, t0 + KX_TOK_CHUNK);
+        for (int64_t r = r0; r < r1; r += KX_KT_R) {
+            const int R = (int)MIN(KX_KT_R, r1 - r);
+            for (int t = t0; t < t1; t += KX_KT_T) {
+                const int T = MIN(KX_KT_T, t1 - t);
+                k45_tile_any(R, T, q5, nsb, wd + (size_t)r * wm->row_bytes, wm->row_bytes,
+                             (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy);
+            }
+        }
+    }
+}
+
+static void gemm_q4_k(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes, int n_tok,
+                      float *y, int64_t ldy) {
+    k45_gemm(0, w, r0, r1, act, act_row_bytes, n_tok, y, ldy);
+}
+static void gemm_q5_k(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes, int n_tok,
+                      float *y, int64_t ldy) {
+    k45_gemm(1, w, r0, r1, act, act_row_bytes, n_tok, y, ldy);
+}
+static void dot_q4_k(int64_t n, float *out, const void *w, const void *a) {
+    k45_tile(1, 1, 0, n / QK_K, w, 0, a, 0, out, 0);
+}
+static void dot_q5_k(int64_t n, float *out, const void *w, const void *a) {
+    k45_tile(1, 1, 1, n / QK_K, w, 0, a, 0, out, 0);
 }
 
 /* Q6_K: q = 6-bit unsigned value; the -32 offset is taken out once per
@@ -224,7 +316,7 @@ static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
             for (int s = 0; s < 4; s++) {
                 const __m256i av8 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * s));
-                isum = _mm256_add_epi32(isum, mm_dot_u8_sc2(q[s], av8, sc[8 * h + 2 * s], sc[8 * h + 2 * s + 1]));
+                isum = mm_dot_u8_sc2(isum, q[s], av8, kx_sc2(sc[8 * h + 2 * s], sc[8 * h + 2 * s + 1]));
             }
         }
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
@@ -329,11 +421,6 @@ static inline __m256 kx_exp(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-static inline const float *kx_kv_at(const attn_view *v, const float *base, int p, int kv_head) {
-    return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
-           (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)kv_head * v->head_dim;
-}
-
 /* q.k over hd floats: 8-lane fma in order, zero-padded tail, hsum_ps. */
 static inline float kx_dot_row(const float *q, const float *k, int hd) {
     __m256 s = _mm256_setzero_ps();
@@ -348,16 +435,42 @@ static inline float kx_dot_row(const float *q, const float *k, int hd) {
     return hsum_ps(s);
 }
 
-/* The chunk kernel (attn.h): each K row is read once for all n_q queries,
- * exp runs 8 scores at a time, and each V row is added into the n_q output
+/* Prefetches the `bytes` bytes at p (one hint per cache line) into L1. */
+static inline void kx_prefetch(const float *p, int bytes) {
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+#define KX_PREFETCH_ROWS 8
+
+/* The chunk kernel (attn.h): row addresses are resolved once per block of
+ * the table, each K row is read once for all n_q queries while the K and V
+ * rows a few positions ahead are prefetched (a block table scatters the
+ * rows, so the hardware prefetcher loses the stream at every block), exp
+ * runs 8 scores at a time, and each V row is added into the n_q output
  * rows. Sums run in position order; the result depends only on q and the
  * chunk's rows. */
 static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale,
                       float *m, float *l, float *o, float *scratch) {
-    const int hd = v->head_dim, n = p1 - p0;
+    const int hd = v->head_dim, n = p1 - p0, row_bytes = hd * (int)sizeof(float);
+    const float *krow[ATTN_CHUNK], *vrow[ATTN_CHUNK];
+    for (int i = 0; i < n;) {
+        const int p = p0 + i, in_blk = p % v->block_tokens, cnt = MIN(n - i, v->block_tokens - in_blk);
+        const size_t off = (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
+                           (size_t)in_blk * v->kv_dim + (size_t)kv_head * hd;
+        for (int j = 0; j < cnt; j++) {
+            krow[i + j] = v->k + off + (size_t)j * v->kv_dim;
+            vrow[i + j] = v->v + off + (size_t)j * v->kv_dim;
+        }
+        i += cnt;
+    }
+    for (int i = 0; i < MIN(n, KX_PREFETCH_ROWS); i++) kx_prefetch(krow[i], row_bytes);
     for (int i = 0; i < n; i++) {
-        const float *kr = kx_kv_at(v, v->k, p0 + i, kv_head);
-        for (int g = 0; g < n_q; g++) scratch[(size_t)g * ATTN_CHUNK + i] = kx_dot_row(q + (size_t)g * hd, kr, hd) * scale;
+        if (i + KX_PREFETCH_ROWS < n) {
+            kx_prefetch(krow[i + KX_PREFETCH_ROWS], row_bytes);
+            kx_prefetch(vrow[i + KX_PREFETCH_ROWS], row_bytes);
+        }
+        for (int g = 0; g < n_q; g++)
+            scratch[(size_t)g * ATTN_CHUNK + i] = kx_dot_row(q + (size_t)g * hd, krow[i], hd) * scale;
     }
     for (int g = 0; g < n_q; g++) {
         float *sc = scratch + (size_t)g * ATTN_CHUNK;
@@ -386,7 +499,7 @@ static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, 
         for (; d + 32 <= hd; d += 32) {
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < n; i++) {
-                const float *vr = kx_kv_at(v, v->v, p0 + i, kv_head) + d;
+                const float *vr = vrow[i] + d;
                 const __m256 w = _mm256_set1_ps(e[i]);
                 a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr), a0);
                 a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8), a1);
@@ -400,7 +513,7 @@ static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, 
         }
         for (; d < hd; d++) {
             float a = 0;
-            for (int i = 0; i < n; i++) a += e[i] * kx_kv_at(v, v->v, p0 + i, kv_head)[d];
+            for (int i = 0; i < n; i++) a += e[i] * vrow[i][d];
             og[d] = a;
         }
     }
@@ -413,8 +526,8 @@ const kern_ops KX_OPS_NAME = {
             [DT_F32] = dot_f32,
             [DT_F16] = dot_f16,
             [DT_BF16] = dot_bf16,
-            [DT_Q8_0] = dot_q8_0,
-            [DT_Q4_0] = dot_q4_0,
+            [DT_Q8_0] = KX_DOT_Q8_0,
+            [DT_Q4_0] = KX_DOT_Q4_0,
             [DT_Q4_K] = dot_q4_k,
             [DT_Q5_K] = dot_q5_k,
             [DT_Q6_K] = dot_q6_k,
@@ -426,6 +539,13 @@ const kern_ops KX_OPS_NAME = {
             [DT_Q4_K] = act_q8_k,
             [DT_Q5_K] = act_q8_k,
             [DT_Q6_K] = act_q8_k,
+        },
+    .gemm =
+        {
+            [DT_Q8_0] = KX_GEMM_Q8_0,
+            [DT_Q4_0] = KX_GEMM_Q4_0,
+            [DT_Q4_K] = gemm_q4_k,
+            [DT_Q5_K] = gemm_q5_k,
         },
     .attn_part = attn_part,
 };

@@ -179,10 +179,11 @@ static void attn_worker(void *arg, int ith, int nth) {
     const int hd = c->head_dim, q_dim = c->n_head * hd, group = c->n_head / c->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scratch = s->scores + (size_t)ith * s->attn_share_floats;
-    long begin, end;
-    pool_split(s->unit0[j->b->n_tokens], ith, nth, &begin, &end);
+    /* units are strided over the shares: a token late in a prefill chunk
+     * attends over more positions, so contiguous ranges would be unequal */
+    const long n_units = s->unit0[j->b->n_tokens];
     int t = 0;
-    for (long u = begin; u < end; u++) {
+    for (long u = ith; u < n_units; u += nth) {
         while (s->unit0[t + 1] <= u) t++;
         const int n_pos = j->b->pos[t] + 1, nc = n_chunks_of(n_pos);
         const attn_view v = attn_view_of(j, t);

@@ -28,7 +28,10 @@
  *      computing (PENDING: it waits rather than recomputes), allocate all
  *      blocks for its known tokens at once, index its full prompt blocks as
  *      PENDING so later requests join instead of recomputing;
- *   5. build one ragged batch (decodes first, then prefill chunks), forward;
+ *   5. build one ragged batch under the token budget: one decode token per
+ *      running sequence, then short remaining prefills (a cache hit's new
+ *      turn), then the admissions of step 4, then chunks of long prefills;
+ *      forward;
  *   6. sample, post tokens, index newly completed blocks READY, finish.
  *
  * Reference invariant: each entry of a sequence's block table holds exactly
@@ -51,6 +54,10 @@
 #include "../kv/radix.h"
 #include "../sample/sample.h"
 
+/* Remaining prefills up to this many tokens go before admissions and long
+ * prefills (a cache hit's new turn should not wait behind a cold prompt). */
+#define ENGINE_SHORT_PREFILL 64
+
 typedef struct seq {
     req *r;
     uint64_t order;      /* arrival number: lower is older                     */
@@ -65,6 +72,7 @@ typedef struct seq {
     int n_indexed;       /* leading full blocks the tree holds READY for us    */
     sampler *smp;
     bool admitted_once;  /* prompt metrics and cached count recorded           */
+    uint64_t sched_step; /* the step that last put it in a batch               */
     bool running;
 } seq;
 
@@ -94,6 +102,7 @@ struct engine {
     seq_list running;    /* in arrival order                                    */
     seq_list waiting;    /* in arrival order (preempted ones keep theirs)       */
     uint64_t next_order;
+    uint64_t step_no;
 
     pthread_t thread;
     pthread_mutex_t mu;  /* guards submitq, stop, stats, n_waiting_shared       */
@@ -102,9 +111,10 @@ struct engine {
     int n_submitq, cap_submitq;
     bool stop;
     bool preempted_this_step; /* no admission right after a preemption (thrash) */
-    bool admitted_this_step;
     int n_waiting_shared;
-    engine_stats stats;
+    engine_stats stats;  /* published copy (under mu)                         */
+    engine_stats cnt;    /* the engine thread's own counters                  */
+    int n_blocks;        /* pool size, constant                                */
 };
 
 static const double ttft_le[ENGINE_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -245,16 +255,24 @@ static void seq_index_computed(engine *en, seq *s) {
 
 /* ---- finishing ---- */
 
-static void stats_lock(engine *en) { pthread_mutex_lock(&en->mu); }
-static void stats_unlock(engine *en) { pthread_mutex_unlock(&en->mu); }
+/* The engine thread counts into en->cnt without locking and publishes a copy
+ * (en->stats, under the mutex) once per step. */
+static void stats_publish(engine *en) {
+    en->cnt.n_running = en->running.n;
+    en->cnt.n_waiting = en->waiting.n;
+    en->cnt.kv_blocks_used = kvpool_n_used(en->pool);
+    en->cnt.kv_blocks_cached = radix_n_cached(en->tree);
+    pthread_mutex_lock(&en->mu);
+    en->stats = en->cnt;
+    en->n_waiting_shared = en->waiting.n;
+    pthread_mutex_unlock(&en->mu);
+}
 
 static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     if (s->n_blocks) seq_release_blocks(en, s);
     if (why != REQ_FINISH_CANCEL && s->n_generated > 1 && s->r->t_first_ns) {
         double per = (double)(clock_ns() - s->r->t_first_ns) / 1e9 / (s->n_generated - 1);
-        stats_lock(en);
-        hist_observe(&en->stats.tpot, per);
-        stats_unlock(en);
+        hist_observe(&en->cnt.tpot, per);
     }
     req_post_finish(s->r, why, msg);
     req_unref(s->r);
@@ -271,9 +289,7 @@ static void preempt(engine *en, seq *s) {
     list_remove(&en->running, s);
     list_insert_ordered(&en->waiting, s);
     en->preempted_this_step = true;
-    stats_lock(en);
-    en->stats.preemptions_total++;
-    stats_unlock(en);
+    en->cnt.preemptions_total++;
     log_debug("engine: preempted request %llu (%d tokens)", (unsigned long long)s->order, s->n_tokens);
 }
 
@@ -309,7 +325,6 @@ static int try_admit(engine *en, seq *s) {
     s->n_computed = n_ready * B;
     s->n_indexed = n_ready;
     s->n_prefill_end = s->n_tokens;
-    en->admitted_this_step = true;
     /* Index the full blocks still to compute as PENDING: later requests with
      * the same prefix join them instead of recomputing. */
     int n_full = s->n_tokens / B;
@@ -322,10 +337,8 @@ static int try_admit(engine *en, seq *s) {
     if (!s->admitted_once) {
         s->admitted_once = true;
         req_set_cached(s->r, s->n_computed);
-        stats_lock(en);
-        en->stats.prompt_tokens_total += (uint64_t)s->r->n_prompt;
-        en->stats.prompt_tokens_cached_total += (uint64_t)s->n_computed;
-        stats_unlock(en);
+        en->cnt.prompt_tokens_total += (uint64_t)s->r->n_prompt;
+        en->cnt.prompt_tokens_cached_total += (uint64_t)s->n_computed;
     }
     s->running = true;
     return 1;
@@ -412,17 +425,25 @@ static void post_token(engine *en, seq *s, const float *row) {
     if (!eog) {
         if (s->n_generated == 0) {
             double ttft = (double)(clock_ns() - r->t_submit_ns) / 1e9;
-            stats_lock(en);
-            hist_observe(&en->stats.ttft, ttft);
-            stats_unlock(en);
+            hist_observe(&en->cnt.ttft, ttft);
         }
         req_post_token(r, &t);
         s->n_generated++;
         seq_push_token(s, t.id);
-        stats_lock(en);
-        en->stats.generation_tokens_total++;
-        stats_unlock(en);
+        en->cnt.generation_tokens_total++;
     }
+}
+
+/* Puts the next chunk of s (as much of its pending tokens as the budget
+ * allows) into this step's batch. */
+static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
+    int c = MIN(s->n_tokens - s->n_computed, budget - *n_tok);
+    if (c <= 0) return;
+    en->b_owner[*n_bs] = s;
+    en->b_chunk[*n_bs] = c;
+    s->sched_step = en->step_no;
+    (*n_bs)++;
+    *n_tok += c;
 }
 
 /* Returns true when something ran (or changed). */
@@ -431,57 +452,53 @@ static bool engine_step(engine *en) {
     take_submitted(en);
     drop_finished_controls(en);
     en->preempted_this_step = false;
-    en->admitted_this_step = false;
     reserve_decode_slots(en);
 
     int budget = en->o.max_batch_tokens;
     int n_tok = 0, n_bs = 0;
 
-    /* Running sequences: decodes (one pending token) first, then chunks. */
-    for (int pass = 0; pass < 2; pass++) {
+    /* The budget goes, in order, to: one decode token per running sequence;
+     * short remaining prefills (typically a cache hit's new turn), so they
+     * never wait behind a long cold prompt; newly admitted requests; then the
+     * chunks of long running prefills, oldest first. */
+    en->step_no++;
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 2) {
+            /* Admit waiting sequences (FCFS) into what is left. */
+            for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_tok < budget &&
+                            en->running.n < en->o.max_running;) {
+                seq *s = en->waiting.v[i];
+                int need = (s->n_tokens + B - 1) / B;
+                if (need + 1 > kvpool_n_blocks(en->pool)) {
+                    list_remove_at(&en->waiting, i);
+                    seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
+                    continue;
+                }
+                int rc = try_admit(en, s);
+                if (rc == 0) {
+                    i++;
+                    continue;
+                }
+                if (rc < 0) break;
+                list_remove_at(&en->waiting, i);
+                list_insert_ordered(&en->running, s);
+                schedule(en, s, budget, &n_tok, &n_bs);
+            }
+        }
         for (int i = 0; i < en->running.n && n_tok < budget; i++) {
             seq *s = en->running.v[i];
             int pend = s->n_tokens - s->n_computed;
-            if ((pass == 0) != (pend == 1)) continue;
-            int c = MIN(pend, budget - n_tok);
-            en->b_owner[n_bs] = s;
-            en->b_chunk[n_bs] = c;
-            n_bs++;
-            n_tok += c;
+            if (s->sched_step == en->step_no) continue;
+            if (pass == 0 && pend != 1) continue;
+            if (pass == 1 && (pend == 1 || pend > ENGINE_SHORT_PREFILL)) continue;
+            schedule(en, s, budget, &n_tok, &n_bs);
         }
-    }
-    /* Admit waiting sequences into what is left of the budget. */
-    for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_tok < budget &&
-                    en->running.n < en->o.max_running;) {
-        seq *s = en->waiting.v[i];
-        int need = (s->n_tokens + B - 1) / B;
-        if (need + 1 > kvpool_n_blocks(en->pool)) {
-            list_remove_at(&en->waiting, i);
-            seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
-            continue;
-        }
-        int rc = try_admit(en, s);
-        if (rc == 0) {
-            i++;
-            continue;
-        }
-        if (rc < 0) break;
-        list_remove_at(&en->waiting, i);
-        list_insert_ordered(&en->running, s);
-        int pend = s->n_tokens - s->n_computed;
-        int c = MIN(pend, budget - n_tok);
-        en->b_owner[n_bs] = s;
-        en->b_chunk[n_bs] = c;
-        n_bs++;
-        n_tok += c;
     }
 
-    stats_lock(en);
-    en->stats.n_running = en->running.n;
-    en->stats.n_waiting = en->waiting.n;
-    en->n_waiting_shared = en->waiting.n;
-    stats_unlock(en);
-    if (n_bs == 0) return false;
+    if (n_bs == 0) {
+        stats_publish(en);
+        return false;
+    }
 
     /* Build the ragged batch. */
     int k = 0, n_logits = 0;
@@ -543,12 +560,9 @@ static bool engine_step(engine *en) {
             seq_finish(en, s, why, NULL);
         }
     }
-    stats_lock(en);
-    en->stats.prompt_tokens_computed_total += n_prompt_work;
-    en->stats.steps_total++;
-    en->stats.n_running = en->running.n;
-    en->stats.n_waiting = en->waiting.n;
-    stats_unlock(en);
+    en->cnt.prompt_tokens_computed_total += n_prompt_work;
+    en->cnt.steps_total++;
+    stats_publish(en);
     return true;
 }
 
@@ -590,10 +604,6 @@ static void *engine_thread(void *arg) {
             struct timespec d = {en->o.step_delay_us / 1000000, (long)(en->o.step_delay_us % 1000000) * 1000L};
             nanosleep(&d, NULL);
         }
-        pthread_mutex_lock(&en->mu);
-        en->stats.kv_blocks_used = kvpool_n_used(en->pool);
-        en->stats.kv_blocks_cached = radix_n_cached(en->tree);
-        pthread_mutex_unlock(&en->mu);
     }
     /* Shutdown: every request still known ends as cancelled. */
     take_submitted(en);
@@ -657,9 +667,11 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&en->cv, &ca);
     pthread_condattr_destroy(&ca);
-    en->stats.kv_blocks_total = (int)n_blocks;
-    memcpy(en->stats.ttft.le, ttft_le, sizeof ttft_le);
-    memcpy(en->stats.tpot.le, tpot_le, sizeof tpot_le);
+    en->cnt.kv_blocks_total = (int)n_blocks;
+    memcpy(en->cnt.ttft.le, ttft_le, sizeof ttft_le);
+    memcpy(en->cnt.tpot.le, tpot_le, sizeof tpot_le);
+    en->stats = en->cnt;
+    en->n_blocks = (int)n_blocks;
     if (pthread_create(&en->thread, NULL, engine_thread, en) != 0) {
         engine_free(en);
         return err_set(e, ERR_NOMEM, "cannot start the engine thread");
@@ -708,7 +720,7 @@ void engine_free(engine *en) {
 
 int engine_n_ctx(const engine *en) { return en->n_ctx; }
 
-int engine_capacity_tokens(const engine *en) { return en->stats.kv_blocks_total * en->o.block_tokens; }
+int engine_capacity_tokens(const engine *en) { return en->n_blocks * en->o.block_tokens; }
 
 int engine_submit(engine *en, req *r, err_t *e) {
     if (r->n_prompt < 1) return err_set(e, ERR_INVALID, "the prompt is empty");
@@ -716,9 +728,9 @@ int engine_submit(engine *en, req *r, err_t *e) {
         return err_set(e, ERR_INVALID, "the prompt has %d tokens; the context holds %d (prompt + at least 1 generated)",
                        r->n_prompt, en->n_ctx);
     int B = en->o.block_tokens;
-    if ((r->n_prompt + B - 1) / B + 1 > en->stats.kv_blocks_total)
+    if ((r->n_prompt + B - 1) / B + 1 > en->n_blocks)
         return err_set(e, ERR_INVALID, "the prompt has %d tokens; the KV cache holds %d (raise --kv-mem)", r->n_prompt,
-                       (en->stats.kv_blocks_total - 1) * B);
+                       (en->n_blocks - 1) * B);
     pthread_mutex_lock(&en->mu);
     if (en->stop || en->n_submitq + en->n_waiting_shared >= en->o.max_queue) {
         pthread_mutex_unlock(&en->mu);

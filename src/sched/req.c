@@ -120,7 +120,7 @@ void req_copy_tokens(req *r, int from, int n, req_token *out) {
     req_sync *s = r->sync;
     pthread_mutex_lock(&s->mu);
     ASSERT(from >= 0 && n >= 0 && from + n <= r->n_tokens);
-    memcpy(out, r->tokens + from, (size_t)n * sizeof *out);
+    if (n) memcpy(out, r->tokens + from, (size_t)n * sizeof *out);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -51,9 +51,11 @@ static void emit(stop_matcher *m, size_t n, const char **out, size_t *out_n) {
         m->cap_out = n + 64;
         m->out = xrealloc(m->out, m->cap_out);
     }
-    memcpy(m->out, m->held, n);
+    if (n) {
+        memcpy(m->out, m->held, n);
+        memmove(m->held, m->held + n, m->n_held - n);
+    }
     m->out[n] = 0;
-    memmove(m->held, m->held + n, m->n_held - n);
     m->n_held -= n;
     *out = m->out;
     *out_n = n;
@@ -67,7 +69,7 @@ bool stop_feed(stop_matcher *m, const char *text, size_t n, const char **out, si
         m->cap_held = (m->n_held + n + 1) * 2;
         m->held = xrealloc(m->held, m->cap_held);
     }
-    memcpy(m->held + m->n_held, text, n);
+    if (n) memcpy(m->held + m->n_held, text, n);
     m->n_held += n;
     if (m->n == 0) {
         emit(m, m->n_held, out, out_n);

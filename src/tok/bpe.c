@@ -16,7 +16,8 @@
  * Symbols carry string ids. A merge side or result the vocabulary lacks gets
  * an "extra" id >= n_vocab at load time (tok__intern), so the loop never
  * builds strings; an extra left at the end is emitted as the tokens of its
- * single bytes, as the reference does.
+ * single bytes, as the reference does. Long texts reuse the ids of words
+ * already seen in the same call (a word's ids depend only on its bytes).
  */
 #include <stdlib.h>
 #include <string.h>

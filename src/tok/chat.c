@@ -6,8 +6,9 @@
  * Place in the flow: tok/, per /v1/chat/completions request.
  *
  * Context given to the template (as transformers builds it):
- *   messages               the validated messages; content normalised to a
- *                          string (text parts joined with "\n", null → "")
+ *   messages               the validated messages; content parts joined
+ *                          into a string with "\n"; a null assistant content
+ *                          kept, or "" on a retry when the template fails
  *   tools                  the tools array, or none when absent
  *   add_generation_prompt  bool
  *   bos_token, eos_token   when the caller gives them (else undefined)
@@ -88,11 +89,13 @@ void chat_tmpl_free(chat_tmpl *t) {
     free(t);
 }
 
-/* Content → a string, or an error naming messages[i].content. */
-static int normalize_content(json_t *content, size_t i, bool may_be_null, json_t **out, err_t *e) {
+/* Content → a string, or an error naming messages[i].content. A null or
+ * missing content (allowed when may_be_null) gives *out = NULL when
+ * keep_null, else "". */
+static int normalize_content(json_t *content, size_t i, bool may_be_null, bool keep_null, json_t **out, err_t *e) {
     if (!content || json_is_null(content)) {
         if (!may_be_null) return err_set(e, ERR_INVALID, "messages[%zu].content: missing", i);
-        *out = json_string("");
+        *out = keep_null ? NULL : json_string("");
         return 0;
     }
     if (json_is_string(content)) {
@@ -148,9 +151,13 @@ static int check_tool_calls(json_t *calls, size_t i, err_t *e) {
     return 0;
 }
 
-/* Validates the messages and returns a normalised deep copy in *out. */
-static int normalize_messages(json_t *messages, json_t **out, err_t *e) {
+/* Validates the messages and returns a normalised deep copy in *out;
+ * *n_null counts assistant messages whose content is null or missing (kept
+ * as given when keep_null, else made ""). */
+static int normalize_messages(json_t *messages, bool keep_null, json_t **out, size_t *n_null, err_t *e) {
+    *n_null = 0;
     if (!json_is_array(messages)) return err_set(e, ERR_INVALID, "messages: must be an array");
+    if (json_array_size(messages) == 0) return err_set(e, ERR_INVALID, "messages: must not be empty");
     json_t *res = json_array();
     size_t i;
     json_t *m;
@@ -175,9 +182,11 @@ static int normalize_messages(json_t *messages, json_t **out, err_t *e) {
         json_t *tcid = json_object_get(m, "tool_call_id");
         if (tcid && !json_is_string(tcid)) { rc = err_set(e, ERR_INVALID, "messages[%zu].tool_call_id: must be a string", i); break; }
         json_t *content = NULL;
-        if ((rc = normalize_content(json_object_get(m, "content"), i, is_asst, &content, e))) break;
+        if ((rc = normalize_content(json_object_get(m, "content"), i, is_asst, keep_null, &content, e))) break;
         json_t *copy = json_deep_copy(m);
-        json_object_set_new(copy, "content", content);
+        if (content) json_object_set_new(copy, "content", content);
+        json_t *given = json_object_get(m, "content");
+        *n_null += !given || json_is_null(given);
         if (is_dev) json_object_set_new(copy, "role", json_string("system"));
         json_array_append_new(res, copy);
     }
@@ -196,21 +205,35 @@ int chat_render(const chat_tmpl *t, json_t *messages, const chat_opts *o, char *
     if (!o) o = &none;
     if (o->tools && !json_is_null(o->tools) && !json_is_array(o->tools)) return err_set(e, ERR_INVALID, "tools: must be an array");
     if (o->extra && !json_is_object(o->extra)) return err_set(e, ERR_INVALID, "chat template extra variables must be a JSON object");
-    json_t *msgs = NULL;
-    int rc = normalize_messages(messages, &msgs, e);
-    if (rc) return rc;
-    json_t *ctx = json_object();
-    if (o->extra) json_object_update(ctx, o->extra);
-    json_object_set_new(ctx, "messages", msgs);
-    json_object_set(ctx, "tools", o->tools ? o->tools : json_null());
-    json_object_set_new(ctx, "add_generation_prompt", json_boolean(o->add_generation_prompt));
-    if (o->bos_token) json_object_set_new(ctx, "bos_token", json_string(o->bos_token));
-    else json_object_del(ctx, "bos_token");
-    if (o->eos_token) json_object_set_new(ctx, "eos_token", json_string(o->eos_token));
-    else json_object_del(ctx, "eos_token");
-    size_t len;
-    rc = jinja_render(t->tmpl, ctx, out, &len, e);
-    json_decref(ctx);
+    /* First as transformers does: a null content stays null. Templates that
+     * treat content as a string (Qwen3: '</think>' in message.content) fail
+     * on that; then the render is retried with null content as "". */
+    int rc = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        json_t *msgs = NULL;
+        size_t n_null;
+        err_t pe = {0};
+        int prc = normalize_messages(messages, pass == 0, &msgs, &n_null, pass == 0 ? e : &pe);
+        if (prc) return prc;
+        json_t *ctx = json_object();
+        if (o->extra) json_object_update(ctx, o->extra);
+        json_object_set_new(ctx, "messages", msgs);
+        json_object_set(ctx, "tools", o->tools ? o->tools : json_null());
+        json_object_set_new(ctx, "add_generation_prompt", json_boolean(o->add_generation_prompt));
+        if (o->bos_token) json_object_set_new(ctx, "bos_token", json_string(o->bos_token));
+        else json_object_del(ctx, "bos_token");
+        if (o->eos_token) json_object_set_new(ctx, "eos_token", json_string(o->eos_token));
+        else json_object_del(ctx, "eos_token");
+        size_t len;
+        prc = jinja_render(t->tmpl, ctx, out, &len, pass == 0 ? e : &pe);
+        json_decref(ctx);
+        if (pass == 0) {
+            rc = prc;
+            if (!rc || n_null == 0 || rc != ERR_INVALID) break;
+        } else if (prc == 0) {
+            rc = 0; /* the retry worked: forget the first error */
+        }
+    }
     if (rc) err_prefix(e, "chat template");
     return rc;
 }

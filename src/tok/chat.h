@@ -17,12 +17,15 @@
  * ("<|im_start|>role\ncontent<|im_end|>\n"..., see docs/chat-templates.md);
  * chat_tmpl_fallback_reason() says why, so the server can log it at load.
  *
- * Messages (validated, errors name the field: "messages[2].role: ..."):
+ * Messages (a non-empty array, validated; errors name the field:
+ * "messages[2].role: ..."):
  *   role     "system" | "developer" (rendered as system) | "user" |
  *            "assistant" | "tool"
  *   content  a string; an array of {"type":"text","text":...} parts (joined
  *            with "\n"; other part types are ERR_UNSUPPORTED); null or
- *            missing only for an assistant message (rendered as "")
+ *            missing only for an assistant message: passed as given (as
+ *            transformers does), and if the template then fails, rendered
+ *            again with "" (templates such as Qwen3's need a string)
  *   assistant tool_calls  [{"id", "type":"function", "function":{"name",
  *            "arguments"}}] — arguments passed to the template as given (a
  *            JSON string, or an object), exactly as transformers does

@@ -42,7 +42,7 @@
 #define JINJA_MAX_OUTPUT (16u << 20)     /* output bytes                                */
 #define JINJA_MAX_MEMORY (128u << 20)    /* bytes of values built while rendering       */
 #define JINJA_MAX_NESTING 200            /* parser nesting of blocks and expressions    */
-#define JINJA_MAX_RECURSION 2000         /* evaluator recursion (expression chains too) */
+#define JINJA_MAX_RECURSION 1000         /* evaluator recursion; needs ~0.5 MiB of stack */
 
 typedef struct jinja_tmpl jinja_tmpl;
 

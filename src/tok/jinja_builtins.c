@@ -34,7 +34,7 @@ int jinja_builtins_test(jrender *R, const jnode *n, const char *name, jv v, cons
     else if (!strcmp(name, "string")) *res = v.t == JV_STR;
     else if (!strcmp(name, "mapping")) *res = v.t == JV_DICT;
     else if (!strcmp(name, "iterable")) *res = v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR || v.t == JV_UNDEF;
-    else if (!strcmp(name, "sequence")) *res = v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR;
+    else if (!strcmp(name, "sequence")) *res = v.t == JV_LIST || v.t == JV_DICT || v.t == JV_STR || v.t == JV_UNDEF;
     else if (!strcmp(name, "number")) *res = jv_is_num(v);
     else if (!strcmp(name, "integer")) *res = v.t == JV_INT;
     else if (!strcmp(name, "float")) *res = v.t == JV_FLOAT;
@@ -44,13 +44,18 @@ int jinja_builtins_test(jrender *R, const jnode *n, const char *name, jv v, cons
     else if (!strcmp(name, "callable")) *res = v.t == JV_MACRO || v.t == JV_FUNC;
     else if (!strcmp(name, "escaped")) *res = false;
     else if (!strcmp(name, "even") || !strcmp(name, "odd") || !strcmp(name, "divisibleby")) {
-        if (!jv_is_int_like(v)) return jinja_eval_err(R, n, ERR_INVALID, "test '%s' needs an integer, got %s", name, jv_type_name(v));
-        int64_t d = name[0] == 'd' ? jv_int_of(x) : 2;
-        if (name[0] == 'd' && (!jv_is_int_like(x) || d == 0)) return jinja_eval_err(R, n, ERR_INVALID, "divisibleby needs a non-zero integer");
-        int64_t m = d == -1 ? 0 : jv_int_of(v) % d;
-        *res = name[0] == 'o' ? m != 0 : m == 0;
-    } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        bool lower = name[0] == 'l', ok = v.t == JV_STR, cased = false;
+        /* Python: value % 2 == 0 / value % 2 == 1 / value % num == 0 */
+        if (!jv_is_num(v)) return jinja_eval_err(R, n, ERR_INVALID, "test '%s' needs a number, got %s", name, jinja_value_type(v));
+        jv d = name[0] == 'd' ? x : jv_int(2);
+        if (!jv_is_num(d) || jv_num_of(d) == 0) return jinja_eval_err(R, n, ERR_INVALID, "divisibleby needs a non-zero number");
+        jv m;
+        int rc = jinja_eval_binop(R, n, OP_MOD, v, d, &m);
+        if (rc) return rc;
+        *res = name[0] == 'o' ? jv_num_of(m) == 1 : jv_num_of(m) == 0;
+    } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) { /* str(v).islower() */
+        int rc = jinja_eval_to_str(R, n, v, &v);
+        if (rc) return rc;
+        bool lower = name[0] == 'l', ok = true, cased = false;
         for (size_t i = 0; ok && i < v.s.n; i++) {
             char c = v.s.p[i];
             if (c >= 'a' && c <= 'z') { cased = true; if (!lower) ok = false; }
@@ -58,7 +63,7 @@ int jinja_builtins_test(jrender *R, const jnode *n, const char *name, jv v, cons
         }
         *res = ok && cased;
     } else if (!strcmp(name, "sameas")) {
-        *res = v.t == x.t && (v.t == JV_NONE || v.t == JV_UNDEF || (v.t == JV_BOOL && v.b == x.b) || jv_eq(v, x));
+        *res = v.t == x.t && (v.t == JV_NONE || v.t == JV_UNDEF || (v.t == JV_BOOL && v.b == x.b) || jinja_value_eq(v, x));
     } else if (!strcmp(name, "in")) {
         return jinja_eval_compare(R, n, OP_IN, v, x, res);
     } else {
@@ -122,7 +127,7 @@ static jv do_strip(jv s, const jv *chars, bool left, bool right) {
 
 static int case_map(jrender *R, const jnode *n, jv s, int mode, jv *out) {
     /* mode 0 upper, 1 lower, 2 capitalize, 3 Python title, 4 Jinja title filter */
-    char *p = jarena_alloc(&R->a, s.s.n + 1);
+    char *p = jinja_arena_alloc(&R->a, s.s.n + 1);
     if (!p) return jinja_eval_oom(R, n);
     bool prev_cased = false;
     for (size_t i = 0; i < s.s.n; i++) {
@@ -154,12 +159,12 @@ static int str_replace(jrender *R, const jnode *n, jv s, jv old, jv rep, int64_t
         int64_t done = 0;
         for (size_t i = 0; i <= s.s.n;) {
             if (count < 0 || done < count) {
-                jbuf_put(&b, rep.s.p, rep.s.n);
+                jinja_buf_put(&b, rep.s.p, rep.s.n);
                 done++;
             }
             if (i == s.s.n) break;
             size_t l = cp_len_at(s.s.p + i, s.s.n - i);
-            jbuf_put(&b, s.s.p + i, l);
+            jinja_buf_put(&b, s.s.p + i, l);
             i += l;
         }
     } else {
@@ -168,11 +173,11 @@ static int str_replace(jrender *R, const jnode *n, jv s, jv old, jv rep, int64_t
         while (i < s.s.n && !b.over) {
             const char *hit = (count < 0 || done < count) ? memmem(s.s.p + i, s.s.n - i, old.s.p, old.s.n) : NULL;
             if (!hit) {
-                jbuf_put(&b, s.s.p + i, s.s.n - i);
+                jinja_buf_put(&b, s.s.p + i, s.s.n - i);
                 break;
             }
-            jbuf_put(&b, s.s.p + i, (size_t)(hit - (s.s.p + i)));
-            jbuf_put(&b, rep.s.p, rep.s.n);
+            jinja_buf_put(&b, s.s.p + i, (size_t)(hit - (s.s.p + i)));
+            jinja_buf_put(&b, rep.s.p, rep.s.n);
             i = (size_t)(hit - s.s.p) + old.s.n;
             done++;
         }
@@ -190,7 +195,7 @@ static int str_split(jrender *R, const jnode *n, jv s, const jv *sep, int64_t ma
     size_t k = 0;
     /* pass 0 counts the pieces, pass 1 stores them */
     for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1 && !(l = jlist_new(&R->a, k))) return jinja_eval_oom(R, n);
+        if (pass == 1 && !(l = jinja_list_new(&R->a, k))) return jinja_eval_oom(R, n);
         size_t i = 0;
         k = 0;
 #define EMIT(ptr, cnt)                                   \
@@ -233,9 +238,9 @@ static int str_split(jrender *R, const jnode *n, jv s, const jv *sep, int64_t ma
 static int join_items(jrender *R, const jnode *n, jlist *items, jv sep, const jv *attr, jv *out) {
     jbuf b = {.limit = JINJA_MAX_OUTPUT};
     for (size_t i = 0; i < items->n && !b.over; i++) {
-        if (i) jbuf_put(&b, sep.s.p, sep.s.n);
+        if (i) jinja_buf_put(&b, sep.s.p, sep.s.n);
         jv x = attr ? jinja_eval_path(items->v[i], *attr) : items->v[i];
-        jv_to_str(&b, x);
+        jinja_value_str(&b, x);
     }
     return jinja_eval_buf_to_str(R, n, &b, out);
 }
@@ -246,9 +251,9 @@ static int str_format(jrender *R, const jnode *n, jv fmt, const jargs *a, jv *ou
     int auto_idx = 0;
     for (size_t i = 0; i < fmt.s.n && !b.over; i++) {
         char c = fmt.s.p[i];
-        if (c == '{' && i + 1 < fmt.s.n && fmt.s.p[i + 1] == '{') { jbuf_putc(&b, '{'); i++; continue; }
-        if (c == '}' && i + 1 < fmt.s.n && fmt.s.p[i + 1] == '}') { jbuf_putc(&b, '}'); i++; continue; }
-        if (c != '{') { jbuf_putc(&b, c); continue; }
+        if (c == '{' && i + 1 < fmt.s.n && fmt.s.p[i + 1] == '{') { jinja_buf_putc(&b, '{'); i++; continue; }
+        if (c == '}' && i + 1 < fmt.s.n && fmt.s.p[i + 1] == '}') { jinja_buf_putc(&b, '}'); i++; continue; }
+        if (c != '{') { jinja_buf_putc(&b, c); continue; }
         const char *close = memchr(fmt.s.p + i, '}', fmt.s.n - i);
         if (!close) { free(b.p); return jinja_eval_err(R, n, ERR_INVALID, "format: unmatched '{'"); }
         size_t fl = (size_t)(close - (fmt.s.p + i + 1));
@@ -264,7 +269,7 @@ static int str_format(jrender *R, const jnode *n, jv fmt, const jargs *a, jv *ou
         else if (field[0] >= '0' && field[0] <= '9') v = jinja_eval_arg(a, atoi(field), NULL);
         else v = jinja_eval_arg(a, 1 << 30, field);
         if (!v) { free(b.p); return jinja_eval_err(R, n, ERR_INVALID, "format: no argument for '{%s}'", field); }
-        jv_to_str(&b, *v);
+        jinja_value_str(&b, *v);
         i += fl + 1;
     }
     return jinja_eval_buf_to_str(R, n, &b, out);
@@ -291,7 +296,7 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
         if (!strcmp(m, "splitlines")) {
             size_t lines = 1;
             for (size_t i = 0; i < obj.s.n; i++) lines += obj.s.p[i] == '\n' || obj.s.p[i] == '\r';
-            jlist *l = jlist_new(&R->a, lines);
+            jlist *l = jinja_list_new(&R->a, lines);
             if (!l) return jinja_eval_oom(R, n);
             size_t k = 0, st = 0;
             for (size_t i = 0; i < obj.s.n; i++) {
@@ -310,7 +315,7 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
         if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
             bool start = m[0] == 's', hit = false;
             if (!a0) return jinja_eval_err(R, n, ERR_INVALID, "%s needs an argument", m);
-            jlist one = {1, (jv *)a0};
+            jlist one = {1, (jv *)a0, false};
             const jlist *cands = a0->t == JV_LIST ? a0->l : &one;
             for (size_t i = 0; i < cands->n && !hit; i++) {
                 jv c = cands->v[i];
@@ -331,14 +336,14 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
             int64_t pos = -1, cnt = 0;
             for (size_t i = 0; i + a0->s.n <= obj.s.n;) {
                 if (memcmp(obj.s.p + i, a0->s.p, a0->s.n) == 0) {
-                    if (pos < 0 || m[0] == 'r') pos = (int64_t)jutf8_len(obj.s.p, i);
+                    if (pos < 0 || m[0] == 'r') pos = (int64_t)jinja_utf8_len(obj.s.p, i);
                     cnt++;
                     if (m[0] == 'c') { i += a0->s.n ? a0->s.n : 1; continue; }
                     if (m[0] != 'r') break;
                 }
                 i++;
             }
-            if (m[0] == 'c') { *out = jv_int(a0->s.n ? cnt : (int64_t)jutf8_len(obj.s.p, obj.s.n) + 1); return 0; }
+            if (m[0] == 'c') { *out = jv_int(a0->s.n ? cnt : (int64_t)jinja_utf8_len(obj.s.p, obj.s.n) + 1); return 0; }
             if (m[0] == 'i' && pos < 0) return jinja_eval_err(R, n, ERR_INVALID, "substring not found");
             *out = jv_int(pos);
             return 0;
@@ -370,7 +375,7 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
         const jdict *d = obj.d;
         if (!strcmp(m, "get")) {
             if (!a0) return jinja_eval_err(R, n, ERR_INVALID, "get needs a key");
-            jv *v = jdict_get(d, *a0);
+            jv *v = jinja_dict_get(d, *a0);
             *out = v ? *v : a1 ? *a1 : jv_none();
             return 0;
         }
@@ -383,6 +388,7 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
                 else {
                     jv pair;
                     if ((rc = jinja_eval_make_list(R, n, 2, &pair))) return rc;
+                    pair.l->tuple = true;
                     pair.l->v[0] = d->k[i];
                     pair.l->v[1] = d->v[i];
                     out->l->v[i] = pair;
@@ -399,7 +405,7 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
         if (!a0) return jinja_eval_err(R, n, ERR_INVALID, "%s needs an argument", m);
         int64_t cnt = 0, pos = -1;
         for (size_t i = 0; i < obj.l->n; i++)
-            if (jv_eq(obj.l->v[i], *a0)) {
+            if (jinja_value_eq(obj.l->v[i], *a0)) {
                 if (pos < 0) pos = (int64_t)i;
                 cnt++;
             }
@@ -407,7 +413,7 @@ int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, con
         *out = jv_int(m[0] == 'c' ? cnt : pos);
         return 0;
     }
-    return jinja_eval_err(R, n, ERR_INVALID, "a %s value has no method '%s'", jv_type_name(obj), m);
+    return jinja_eval_err(R, n, ERR_INVALID, "a %s value has no method '%s'", jinja_value_type(obj), m);
 }
 
 /* ---- filters ------------------------------------------------------------------ */
@@ -417,12 +423,12 @@ static int html_escape(jrender *R, const jnode *n, jv s, jv *out) {
     for (size_t i = 0; i < s.s.n; i++) {
         char c = s.s.p[i];
         switch (c) {
-        case '&': jbuf_put(&b, "&amp;", 5); break;
-        case '<': jbuf_put(&b, "&lt;", 4); break;
-        case '>': jbuf_put(&b, "&gt;", 4); break;
-        case '"': jbuf_put(&b, "&#34;", 5); break;
-        case '\'': jbuf_put(&b, "&#39;", 5); break;
-        default: jbuf_putc(&b, c);
+        case '&': jinja_buf_put(&b, "&amp;", 5); break;
+        case '<': jinja_buf_put(&b, "&lt;", 4); break;
+        case '>': jinja_buf_put(&b, "&gt;", 4); break;
+        case '"': jinja_buf_put(&b, "&#34;", 5); break;
+        case '\'': jinja_buf_put(&b, "&#39;", 5); break;
+        default: jinja_buf_putc(&b, c);
         }
     }
     return jinja_eval_buf_to_str(R, n, &b, out);
@@ -463,9 +469,9 @@ static int tojson_filter(jrender *R, const jnode *n, jv v, const jargs *a, jv *o
         key_sep[sep->l->v[1].s.n] = 0;
     }
     jbuf b = {.limit = JINJA_MAX_OUTPUT};
-    if (!jv_to_json(&b, v, indent, item_sep, key_sep, sk && jv_truthy(*sk), 0)) {
+    if (!jinja_value_json(&b, v, indent, item_sep, key_sep, sk && jinja_value_truthy(*sk), 0)) {
         free(b.p);
-        return jinja_eval_err(R, n, ERR_INVALID, "tojson: a %s value (or one inside it) is not JSON serializable", jv_type_name(v));
+        return jinja_eval_err(R, n, ERR_INVALID, "tojson: a %s value (or one inside it) is not JSON serializable", jinja_value_type(v));
     }
     return jinja_eval_buf_to_str(R, n, &b, out);
 }
@@ -473,6 +479,7 @@ static int tojson_filter(jrender *R, const jnode *n, jv v, const jargs *a, jv *o
 /* selectattr/rejectattr/select/reject */
 static int select_items(jrender *R, const jnode *n, jv v, const jargs *a, bool by_attr, bool keep, jv *out) {
     jlist *items;
+    if (!jinja_value_truthy(v)) return jinja_eval_make_list(R, n, 0, out); /* Jinja: `if seq:` */
     int rc = jinja_eval_iter(R, n, v, &items);
     if (rc) return rc;
     if ((rc = jinja_eval_step(R, n, (long)items->n))) return rc;
@@ -492,12 +499,12 @@ static int select_items(jrender *R, const jnode *n, jv v, const jargs *a, bool b
     int np = jinja_eval_n_positional(a);
     if (np > ti + 1) {
         targs.n = np - ti - 1;
-        targs.v = jarena_alloc(&R->a, (size_t)targs.n * sizeof(jv));
-        targs.names = jarena_alloc(&R->a, (size_t)targs.n * sizeof(char *));
+        targs.v = jinja_arena_alloc(&R->a, (size_t)targs.n * sizeof(jv));
+        targs.names = jinja_arena_alloc(&R->a, (size_t)targs.n * sizeof(char *));
         if (!targs.v || !targs.names) return jinja_eval_oom(R, n);
         for (int i = 0; i < targs.n; i++) targs.v[i] = *jinja_eval_arg(a, ti + 1 + i, NULL);
     }
-    jlist *res = jlist_new(&R->a, items->n);
+    jlist *res = jinja_list_new(&R->a, items->n);
     if (!res) return jinja_eval_oom(R, n);
     size_t k = 0;
     for (size_t i = 0; i < items->n; i++) {
@@ -506,7 +513,7 @@ static int select_items(jrender *R, const jnode *n, jv v, const jargs *a, bool b
         if (test) {
             if ((rc = jinja_builtins_test(R, n, tname, x, &targs, &t))) return rc;
         } else {
-            t = jv_truthy(x);
+            t = jinja_value_truthy(x);
         }
         if (t == keep) res->v[k++] = items->v[i];
     }
@@ -522,8 +529,8 @@ static int sort_items(jrender *R, const jnode *n, jlist *items, const jv *attr, 
     if ((rc = jinja_eval_step(R, n, (long)items->n))) return rc;
     /* insertion sort on indices (stable, no global state); lists in chat templates are small */
     size_t len = items->n;
-    jv *keys = jarena_alloc(&R->a, (len + 1) * sizeof(jv));
-    size_t *idx = jarena_alloc(&R->a, (len + 1) * sizeof(size_t));
+    jv *keys = jinja_arena_alloc(&R->a, (len + 1) * sizeof(jv));
+    size_t *idx = jinja_arena_alloc(&R->a, (len + 1) * sizeof(size_t));
     if (!keys || !idx) return jinja_eval_oom(R, n);
     if (len > 4096) return jinja_eval_err(R, n, ERR_RANGE, "sort of more than 4096 items");
     for (size_t i = 0; i < len; i++) {
@@ -562,11 +569,11 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
     if (!strcmp(name, "tojson")) return tojson_filter(R, n, v, a, out);
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         switch (v.t) {
-        case JV_STR: *out = jv_int((int64_t)jutf8_len(v.s.p, v.s.n)); return 0;
+        case JV_STR: *out = jv_int((int64_t)jinja_utf8_len(v.s.p, v.s.n)); return 0;
         case JV_LIST: *out = jv_int((int64_t)v.l->n); return 0;
         case JV_DICT: case JV_NS: *out = jv_int((int64_t)v.d->n); return 0;
         case JV_UNDEF: *out = jv_int(0); return 0;
-        default: return jinja_eval_err(R, n, ERR_INVALID, "object of type %s has no length", jv_type_name(v));
+        default: return jinja_eval_err(R, n, ERR_INVALID, "object of type %s has no length", jinja_value_type(v));
         }
     }
     if (!strcmp(name, "upper")) { AS_STR(); return case_map(R, n, s, 0, out); }
@@ -593,14 +600,13 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         jlist *items;
-        if (v.t == JV_DICT) return jinja_eval_err(R, n, ERR_UNSUPPORTED, "%s of a dict", name);
         if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
         *out = items->n == 0 ? jv_undef() : items->v[name[0] == 'f' ? 0 : items->n - 1];
         return 0;
     }
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         const jv *dv = jinja_eval_arg(a, 0, "default_value"), *bo = jinja_eval_arg(a, 1, "boolean");
-        bool use = bo && jv_truthy(*bo) ? !jv_truthy(v) : v.t == JV_UNDEF;
+        bool use = bo && jinja_value_truthy(*bo) ? !jinja_value_truthy(v) : v.t == JV_UNDEF;
         *out = use ? (dv ? *dv : jv_str("", 0)) : v;
         return 0;
     }
@@ -633,13 +639,18 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
     if (!strcmp(name, "list")) {
         jlist *items;
         if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+        if (items->tuple) { /* list(a_tuple) is a list */
+            if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
+            if (items->n) memcpy(out->l->v, items->v, items->n * sizeof(jv));
+            return 0;
+        }
         out->t = JV_LIST;
         out->l = items;
         return 0;
     }
     if (!strcmp(name, "items")) {
         if (v.t == JV_UNDEF) return jinja_eval_make_list(R, n, 0, out);
-        if (v.t != JV_DICT) return jinja_eval_err(R, n, ERR_INVALID, "items filter needs a mapping, got %s", jv_type_name(v));
+        if (v.t != JV_DICT) return jinja_eval_err(R, n, ERR_INVALID, "items filter needs a mapping, got %s", jinja_value_type(v));
         jargs none = {0};
         return jinja_builtins_method(R, n, v, "items", &none, out);
     }
@@ -650,7 +661,7 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         if ((rc = jinja_builtins_method(R, n, v, "items", &none, &pairs))) return rc;
         const jv *cs = jinja_eval_arg(a, 0, "case_sensitive"), *by = jinja_eval_arg(a, 1, "by"), *rev = jinja_eval_arg(a, 2, "reverse");
         jv key = jv_int(by && by->t == JV_STR && by->s.n == 5 && !memcmp(by->s.p, "value", 5) ? 1 : 0);
-        return sort_items(R, n, pairs.l, &key, rev && jv_truthy(*rev), cs && jv_truthy(*cs), out);
+        return sort_items(R, n, pairs.l, &key, rev && jinja_value_truthy(*rev), cs && jinja_value_truthy(*cs), out);
     }
     if (!strcmp(name, "selectattr")) return select_items(R, n, v, a, true, true, out);
     if (!strcmp(name, "rejectattr")) return select_items(R, n, v, a, true, false, out);
@@ -658,6 +669,7 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
     if (!strcmp(name, "reject")) return select_items(R, n, v, a, false, false, out);
     if (!strcmp(name, "map")) {
         jlist *items;
+        if (!jinja_value_truthy(v)) return jinja_eval_make_list(R, n, 0, out); /* Jinja: `if value:` */
         if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
         if ((rc = jinja_eval_step(R, n, (long)items->n))) return rc;
         const jv *attr = jinja_eval_arg(a, 99, "attribute"), *dv = jinja_eval_arg(a, 99, "default");
@@ -679,8 +691,8 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         int np = jinja_eval_n_positional(a);
         if (np > 1) {
             rest.n = np - 1;
-            rest.v = jarena_alloc(&R->a, (size_t)rest.n * sizeof(jv));
-            rest.names = jarena_alloc(&R->a, (size_t)rest.n * sizeof(char *));
+            rest.v = jinja_arena_alloc(&R->a, (size_t)rest.n * sizeof(jv));
+            rest.names = jinja_arena_alloc(&R->a, (size_t)rest.n * sizeof(char *));
             if (!rest.v || !rest.names) return jinja_eval_oom(R, n);
             for (int i = 0; i < rest.n; i++) rest.v[i] = *jinja_eval_arg(a, 1 + i, NULL);
         }
@@ -692,18 +704,31 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         if (v.t == JV_INT) *out = v.i == INT64_MIN ? jv_float(9223372036854775808.0) : jv_int(v.i < 0 ? -v.i : v.i);
         else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.f));
         else if (v.t == JV_BOOL) *out = jv_int(v.b);
-        else return jinja_eval_err(R, n, ERR_INVALID, "abs of a %s value", jv_type_name(v));
+        else return jinja_eval_err(R, n, ERR_INVALID, "abs of a %s value", jinja_value_type(v));
         return 0;
     }
     if (!strcmp(name, "round")) {
-        if (!jv_is_num(v)) return jinja_eval_err(R, n, ERR_INVALID, "round of a %s value", jv_type_name(v));
+        if (!jv_is_num(v)) return jinja_eval_err(R, n, ERR_INVALID, "round of a %s value", jinja_value_type(v));
         const jv *pr = jinja_eval_arg(a, 0, "precision"), *me = jinja_eval_arg(a, 1, "method");
         int p = pr && jv_is_int_like(*pr) ? (int)MAX(MIN(jv_int_of(*pr), 15), -15) : 0;
         double x = jv_num_of(v), m = pow(10, p), r;
         char how = me && me->t == JV_STR && me->s.n ? me->s.p[0] : 'c';
+        bool common = how != 'f' && !(how == 'c' && me && me->s.n > 1 && me->s.p[1] == 'e');
+        if (common && jv_is_int_like(v)) { /* Python round(int, p) stays an int */
+            int64_t i = jv_int_of(v), unit = 1;
+            for (int k = 0; k < -p && unit < INT64_MAX / 10; k++) unit *= 10;
+            if (unit > 1) {
+                int64_t q = i / unit, rem = i % unit;
+                if (rem < 0) { q -= 1; rem += unit; }
+                if (2 * rem > unit || (2 * rem == unit && (q & 1))) q += 1; /* half to even */
+                i = q * unit;
+            }
+            *out = jv_int(i);
+            return 0;
+        }
         if (how == 'f') r = floor(x * m) / m;
         else if (how == 'c' && me && me->s.n > 1 && me->s.p[1] == 'e') r = ceil(x * m) / m;
-        else r = round(x * m) / m;
+        else r = nearbyint(x * m) / m; /* half to even, like Python round() */
         *out = jv_float(r);
         return 0;
     }
@@ -722,7 +747,7 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         jlist *items;
         if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
         const jv *rev = jinja_eval_arg(a, 0, "reverse"), *cs = jinja_eval_arg(a, 1, "case_sensitive"), *at = jinja_eval_arg(a, 2, "attribute");
-        return sort_items(R, n, items, at, rev && jv_truthy(*rev), cs && jv_truthy(*cs), out);
+        return sort_items(R, n, items, at, rev && jinja_value_truthy(*rev), cs && jinja_value_truthy(*cs), out);
     }
     if (!strcmp(name, "unique")) {
         jlist *items;
@@ -733,7 +758,7 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         size_t k = 0;
         for (size_t i = 0; i < items->n; i++) {
             bool dup = false;
-            for (size_t j = 0; j < k && !dup; j++) dup = jv_eq(out->l->v[j], items->v[i]);
+            for (size_t j = 0; j < k && !dup; j++) dup = jinja_value_eq(out->l->v[j], items->v[i]);
             if (!dup) out->l->v[k++] = items->v[i];
         }
         out->l->n = k;
@@ -747,7 +772,7 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         for (size_t i = 0; i < items->n; i++) {
             if (i == 0) { *out = items->v[0]; continue; }
             jv x = at ? jinja_eval_path(items->v[i], *at) : items->v[i], y = at ? jinja_eval_path(*out, *at) : *out;
-            int c = jinja_eval_order(x, y, cs && jv_truthy(*cs));
+            int c = jinja_eval_order(x, y, cs && jinja_value_truthy(*cs));
             if (name[1] == 'i' ? c < 0 : c > 0) *out = items->v[i];
         }
         return 0;
@@ -767,11 +792,17 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         *out = jinja_eval_path(v, *a0);
         return 0;
     }
-    if (!strcmp(name, "wordcount")) {
+    if (!strcmp(name, "wordcount")) { /* Jinja counts runs of \w */
         AS_STR();
-        jv words;
-        if ((rc = str_split(R, n, s, NULL, -1, &words))) return rc;
-        *out = jv_int((int64_t)words.l->n);
+        int64_t words = 0;
+        bool in_word = false;
+        for (size_t i = 0; i < s.s.n; i++) {
+            unsigned char ch = (unsigned char)s.s.p[i];
+            bool w = ch >= 0x80 || ch == '_' || (ch >= '0' && ch <= '9') || ((ch | 32) >= 'a' && (ch | 32) <= 'z');
+            if (w && !in_word) words++;
+            in_word = w;
+        }
+        *out = jv_int(words);
         return 0;
     }
     if (!strcmp(name, "indent")) {
@@ -781,7 +812,7 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
         if (w && w->t == JV_STR) pad = *w;
         else if (w && jv_is_int_like(*w)) {
             int64_t k = MAX(MIN(jv_int_of(*w), 256), 0);
-            char *p = jarena_alloc(&R->a, (size_t)k + 1);
+            char *p = jinja_arena_alloc(&R->a, (size_t)k + 1);
             if (!p) return jinja_eval_oom(R, n);
             memset(p, ' ', (size_t)k);
             pad = jv_str(p, (size_t)k);
@@ -794,17 +825,17 @@ int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, co
                 size_t e = i;
                 while (e < s.s.n && s.s.p[e] != '\n') e++;
                 bool is_blank = e == i;
-                if ((!first_line || (first && jv_truthy(*first))) && (!is_blank || (blank && jv_truthy(*blank))))
-                    jbuf_put(&b, pad.s.p, pad.s.n);
+                if ((!first_line || (first && jinja_value_truthy(*first))) && (!is_blank || (blank && jinja_value_truthy(*blank))))
+                    jinja_buf_put(&b, pad.s.p, pad.s.n);
                 at_start = false;
             }
-            jbuf_putc(&b, s.s.p[i]);
+            jinja_buf_putc(&b, s.s.p[i]);
             if (s.s.p[i] == '\n') {
                 at_start = true;
                 first_line = false;
             }
         }
-        if (s.s.n == 0 && first && jv_truthy(*first) && blank && jv_truthy(*blank)) jbuf_put(&b, pad.s.p, pad.s.n);
+        if (s.s.n == 0 && first && jinja_value_truthy(*first) && blank && jinja_value_truthy(*blank)) jinja_buf_put(&b, pad.s.p, pad.s.n);
         return jinja_eval_buf_to_str(R, n, &b, out);
     }
 #undef AS_STR
@@ -838,14 +869,14 @@ int jinja_builtins_call(jrender *R, const jnode *n, int fn, const jargs *a, jv *
     }
     case FN_NAMESPACE:
     case FN_DICT: {
-        jdict *d = jdict_new(&R->a, 0);
+        jdict *d = jinja_dict_new(&R->a, 0);
         if (!d) return jinja_eval_oom(R, n);
         for (int i = 0; i < a->n; i++) {
             if (a->names[i]) {
-                if (!jdict_set(&R->a, d, jv_str(a->names[i], strlen(a->names[i])), a->v[i])) return jinja_eval_oom(R, n);
+                if (!jinja_dict_set(&R->a, d, jv_str(a->names[i], strlen(a->names[i])), a->v[i])) return jinja_eval_oom(R, n);
             } else if (a->v[i].t == JV_DICT || a->v[i].t == JV_NS) {
                 for (size_t k = 0; k < a->v[i].d->n; k++)
-                    if (!jdict_set(&R->a, d, a->v[i].d->k[k], a->v[i].d->v[k])) return jinja_eval_oom(R, n);
+                    if (!jinja_dict_set(&R->a, d, a->v[i].d->k[k], a->v[i].d->v[k])) return jinja_eval_oom(R, n);
             } else {
                 return jinja_eval_err(R, n, ERR_INVALID, "%s() takes keyword arguments or a mapping", fn == FN_DICT ? "dict" : "namespace");
             }
@@ -857,7 +888,7 @@ int jinja_builtins_call(jrender *R, const jnode *n, int fn, const jargs *a, jv *
     case FN_RAISE: {
         const jv *m = jinja_eval_arg(a, 0, NULL);
         jbuf b = {.limit = 300};
-        if (m) jv_to_str(&b, *m);
+        if (m) jinja_value_str(&b, *m);
         rc = err_set(R->e, ERR_INVALID, "raise_exception: %.*s", (int)b.n, b.p ? b.p : "");
         free(b.p);
         return rc;
@@ -884,7 +915,7 @@ int jinja_builtins_call(jrender *R, const jnode *n, int fn, const jargs *a, jv *
             localtime_r(&t, &tm);
         }
         size_t len = strftime(res, sizeof res, f, &tm);
-        return jv_str_dup(&R->a, res, len, out) ? 0 : jinja_eval_oom(R, n);
+        return jinja_str_dup(&R->a, res, len, out) ? 0 : jinja_eval_oom(R, n);
     }
     }
     return jinja_eval_err(R, n, ERR_INVALID, "not callable");

@@ -90,12 +90,12 @@ int jinja_eval_to_str(jrender *R, const jnode *n, jv v, jv *out) {
         return 0;
     }
     jbuf b = {.limit = JINJA_MAX_OUTPUT};
-    jv_to_str(&b, v);
+    jinja_value_str(&b, v);
     if (b.over) {
         free(b.p);
         return jinja_eval_err(R, n, ERR_RANGE, "string longer than %u bytes", (unsigned)JINJA_MAX_OUTPUT);
     }
-    bool ok = jv_str_dup(&R->a, b.p ? b.p : "", b.n, out);
+    bool ok = jinja_str_dup(&R->a, b.p ? b.p : "", b.n, out);
     free(b.p);
     return ok ? 0 : jinja_eval_oom(R, n);
 }
@@ -105,13 +105,13 @@ int jinja_eval_buf_to_str(jrender *R, const jnode *n, jbuf *b, jv *out) {
         free(b->p);
         return jinja_eval_err(R, n, ERR_RANGE, "string longer than %u bytes", (unsigned)JINJA_MAX_OUTPUT);
     }
-    bool ok = jv_str_dup(&R->a, b->p ? b->p : "", b->n, out);
+    bool ok = jinja_str_dup(&R->a, b->p ? b->p : "", b->n, out);
     free(b->p);
     return ok ? 0 : jinja_eval_oom(R, n);
 }
 
 int jinja_eval_make_list(jrender *R, const jnode *n, size_t len, jv *out) {
-    jlist *l = jlist_new(&R->a, len);
+    jlist *l = jinja_list_new(&R->a, len);
     if (!l) return jinja_eval_oom(R, n);
     out->t = JV_LIST;
     out->l = l;
@@ -120,8 +120,8 @@ int jinja_eval_make_list(jrender *R, const jnode *n, size_t len, jv *out) {
 
 /* Byte offsets of the code points of a UTF-8 string: off[i]..off[i+1]. */
 int jinja_eval_cp_offsets(jrender *R, const jnode *n, jv s, size_t **off, size_t *n_cp) {
-    size_t c = jutf8_len(s.s.p, s.s.n);
-    size_t *o = jarena_alloc(&R->a, (c + 1) * sizeof *o);
+    size_t c = jinja_utf8_len(s.s.p, s.s.n);
+    size_t *o = jinja_arena_alloc(&R->a, (c + 1) * sizeof *o);
     if (!o) return jinja_eval_oom(R, n);
     size_t k = 0;
     for (size_t i = 0; i < s.s.n; i++)
@@ -135,11 +135,11 @@ int jinja_eval_cp_offsets(jrender *R, const jnode *n, jv s, size_t **off, size_t
 /* Iterable → list of items: a list itself, a dict's keys, a string's
  * characters, nothing for undefined. */
 int jinja_eval_iter(jrender *R, const jnode *n, jv v, jlist **out) {
-    static jlist empty = {0, NULL};
+    static jlist empty = {0, NULL, false};
     if (v.t == JV_LIST) { *out = v.l; return 0; }
     if (v.t == JV_UNDEF) { *out = &empty; return 0; }
     if (v.t == JV_DICT) {
-        jlist *l = jlist_new(&R->a, v.d->n);
+        jlist *l = jinja_list_new(&R->a, v.d->n);
         if (!l) return jinja_eval_oom(R, n);
         for (size_t i = 0; i < v.d->n; i++) l->v[i] = v.d->k[i];
         *out = l;
@@ -149,32 +149,32 @@ int jinja_eval_iter(jrender *R, const jnode *n, jv v, jlist **out) {
         size_t *off, c;
         int rc = jinja_eval_cp_offsets(R, n, v, &off, &c);
         if (rc) return rc;
-        jlist *l = jlist_new(&R->a, c);
+        jlist *l = jinja_list_new(&R->a, c);
         if (!l) return jinja_eval_oom(R, n);
         for (size_t i = 0; i < c; i++) l->v[i] = jv_str(v.s.p + off[i], off[i + 1] - off[i]);
         *out = l;
         return 0;
     }
-    return jinja_eval_err(R, n, ERR_INVALID, "cannot iterate over a %s value", jv_type_name(v));
+    return jinja_eval_err(R, n, ERR_INVALID, "cannot iterate over a %s value", jinja_value_type(v));
 }
 
 static jv *lookup(frame *f, const char *name) {
     size_t n = strlen(name);
     for (; f; f = f->parent) {
-        jv *v = jdict_get_str(f->vars, name, n);
+        jv *v = jinja_dict_get_str(f->vars, name, n);
         if (v) return v;
     }
     return NULL;
 }
 
 static int set_var(jrender *R, const jnode *n, frame *f, const char *name, jv v) {
-    if (!jdict_set(&R->a, f->vars, jv_str(name, strlen(name)), v)) return jinja_eval_oom(R, n);
+    if (!jinja_dict_set(&R->a, f->vars, jv_str(name, strlen(name)), v)) return jinja_eval_oom(R, n);
     return 0;
 }
 
 static int new_frame(jrender *R, const jnode *n, frame *parent, frame **out) {
-    frame *f = jarena_alloc(&R->a, sizeof *f);
-    if (!f || !(f->vars = jdict_new(&R->a, 0))) return jinja_eval_oom(R, n);
+    frame *f = jinja_arena_alloc(&R->a, sizeof *f);
+    if (!f || !(f->vars = jinja_dict_new(&R->a, 0))) return jinja_eval_oom(R, n);
     f->parent = parent;
     *out = f;
     return 0;
@@ -202,7 +202,7 @@ static int eval_args(jrender *R, frame *f, const jnode *call, jargs *out) {
     out->v = NULL;
     out->names = call->names;
     if (!call->n_list) return 0;
-    out->v = jarena_alloc(&R->a, (size_t)call->n_list * sizeof(jv));
+    out->v = jinja_arena_alloc(&R->a, (size_t)call->n_list * sizeof(jv));
     if (!out->v) return jinja_eval_oom(R, call);
     for (int i = 0; i < call->n_list; i++) {
         int rc = eval(R, f, call->list[i], &out->v[i]);
@@ -214,7 +214,7 @@ static int eval_args(jrender *R, frame *f, const jnode *call, jargs *out) {
 /* Attribute lookup: dict keys, namespace attributes, loop fields. */
 jv jinja_eval_attr(jv obj, const char *name) {
     if (obj.t == JV_DICT || obj.t == JV_NS) {
-        jv *v = jdict_get_str(obj.d, name, strlen(name));
+        jv *v = jinja_dict_get_str(obj.d, name, strlen(name));
         return v ? *v : jv_undef();
     }
     if (obj.t == JV_LOOP) {
@@ -264,7 +264,7 @@ jv jinja_eval_path(jv obj, jv path) {
 static int get_item(jrender *R, const jnode *n, jv obj, jv key, jv *out) {
     *out = jv_undef();
     if (obj.t == JV_DICT || obj.t == JV_NS) {
-        jv *v = jdict_get(obj.d, key);
+        jv *v = jinja_dict_get(obj.d, key);
         if (v) *out = *v;
         return 0;
     }
@@ -308,7 +308,7 @@ int jinja_eval_slice(jrender *R, const jnode *n, jv obj, jv *parts, jv *out) {
         *out = jv_undef();
         return 0;
     } else {
-        return jinja_eval_err(R, n, ERR_INVALID, "cannot slice a %s value", jv_type_name(obj));
+        return jinja_eval_err(R, n, ERR_INVALID, "cannot slice a %s value", jinja_value_type(obj));
     }
     for (int k = 0; k < 3; k++)
         if (parts[k].t != JV_UNDEF && parts[k].t != JV_NONE && !jv_is_int_like(parts[k]))
@@ -337,16 +337,116 @@ int jinja_eval_slice(jrender *R, const jnode *n, jv obj, jv *parts, jv *out) {
     for (int64_t i = a; st > 0 ? i < b : i > b; i += st) count++;
     if (obj.t == JV_LIST) {
         if ((rc = jinja_eval_make_list(R, n, count, out))) return rc;
+        out->l->tuple = obj.l->tuple;
         size_t k = 0;
         for (int64_t i = a; st > 0 ? i < b : i > b; i += st) out->l->v[k++] = obj.l->v[i];
         return 0;
     }
     jbuf bb = {.limit = JINJA_MAX_OUTPUT};
-    for (int64_t i = a; st > 0 ? i < b : i > b; i += st) jbuf_put(&bb, obj.s.p + off[i], off[i + 1] - off[i]);
+    for (int64_t i = a; st > 0 ? i < b : i > b; i += st) jinja_buf_put(&bb, obj.s.p + off[i], off[i + 1] - off[i]);
     return jinja_eval_buf_to_str(R, n, &bb, out);
 }
 
 /* ---- operators ------------------------------------------------------------------ */
+
+/* Python's "fmt % args": %s %r %d %i %f %e %g %x %o %c %% with flags, width
+ * and precision; args a tuple, a single value, or a mapping for %(key)s. */
+static int str_percent(jrender *R, const jnode *n, jv fmt, jv args, jv *out) {
+    jbuf b = {.limit = JINJA_MAX_OUTPUT};
+    bool tuple = args.t == JV_LIST && args.l->tuple;
+    size_t next = 0;
+    const char *p = fmt.s.p, *end = p + fmt.s.n;
+    while (p < end && !b.over) {
+        const char *pc = memchr(p, '%', (size_t)(end - p));
+        if (!pc) {
+            jinja_buf_put(&b, p, (size_t)(end - p));
+            break;
+        }
+        jinja_buf_put(&b, p, (size_t)(pc - p));
+        p = pc + 1;
+        if (p < end && *p == '%') {
+            jinja_buf_putc(&b, '%');
+            p++;
+            continue;
+        }
+        jv v;
+        if (p < end && *p == '(') { /* %(key)s */
+            const char *close = memchr(p, ')', (size_t)(end - p));
+            if (!close || (args.t != JV_DICT && args.t != JV_NS)) goto bad;
+            jv *x = jinja_dict_get_str(args.d, p + 1, (size_t)(close - p - 1));
+            if (!x) goto bad;
+            v = *x;
+            p = close + 1;
+        } else if (tuple) {
+            if (next >= args.l->n) goto bad;
+            v = args.l->v[next++];
+        } else {
+            if (next++ > 0) goto bad;
+            v = args;
+        }
+        char spec[32];
+        size_t k = 0;
+        spec[k++] = '%';
+        while (p < end && strchr("-+ #0", *p) && k < 8) spec[k++] = *p++;
+        while (p < end && *p >= '0' && *p <= '9' && k < 16) spec[k++] = *p++;
+        if (p < end && *p == '.') {
+            spec[k++] = *p++;
+            while (p < end && *p >= '0' && *p <= '9' && k < 24) spec[k++] = *p++;
+        }
+        if (p >= end) goto bad;
+        char conv = *p++;
+        char tmp[512];
+        if (conv == 's' || conv == 'r') {
+            jbuf sb = {.limit = JINJA_MAX_OUTPUT};
+            if (conv == 's') jinja_value_str(&sb, v);
+            else jinja_value_repr(&sb, v);
+            spec[k++] = '*';
+            spec[k] = 0;
+            /* width/precision apply to the whole string: pad by hand */
+            int width = 0, prec = -1;
+            const char *q = spec + 1;
+            bool left = false;
+            while (*q && strchr("-+ #0", *q)) left |= *q++ == '-';
+            width = atoi(q);
+            const char *dot = strchr(spec, '.');
+            if (dot) prec = atoi(dot + 1);
+            size_t len = sb.n;
+            if (prec >= 0 && (size_t)prec < len) len = (size_t)prec;
+            size_t chars = jinja_utf8_len(sb.p ? sb.p : "", len);
+            if (!left)
+                for (size_t i = chars; (int)i < width; i++) jinja_buf_putc(&b, ' ');
+            jinja_buf_put(&b, sb.p ? sb.p : "", len);
+            if (left)
+                for (size_t i = chars; (int)i < width; i++) jinja_buf_putc(&b, ' ');
+            free(sb.p);
+            continue;
+        }
+        if (!jv_is_num(v)) goto bad;
+        if (strchr("dioxXc", conv)) {
+            spec[k++] = 'l';
+            spec[k++] = 'l';
+            spec[k++] = conv == 'i' ? 'd' : conv;
+            spec[k] = 0;
+            long long iv = v.t == JV_FLOAT ? (long long)v.f : (long long)jv_int_of(v);
+            snprintf(tmp, sizeof tmp, spec, iv);
+        } else if (strchr("eEfFgG", conv)) {
+            spec[k++] = conv;
+            spec[k] = 0;
+            snprintf(tmp, sizeof tmp, spec, jv_num_of(v));
+        } else {
+            goto bad;
+        }
+        jinja_buf_put(&b, tmp, strlen(tmp));
+    }
+    if (tuple ? next != args.l->n : (next == 0 && args.t != JV_DICT && args.t != JV_NS && args.t != JV_LIST)) {
+        free(b.p);
+        return jinja_eval_err(R, n, ERR_INVALID, "not all arguments converted during string formatting");
+    }
+    return jinja_eval_buf_to_str(R, n, &b, out);
+bad:
+    free(b.p);
+    return jinja_eval_err(R, n, ERR_INVALID, "bad '%%' string formatting");
+}
 
 int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out) {
     static const char *const opname[] = {"", "+", "-", "*", "/", "//", "%", "**", "~"};
@@ -356,7 +456,7 @@ int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out) {
         if ((rc = jinja_eval_to_str(R, n, a, &sa)) || (rc = jinja_eval_to_str(R, n, b, &sb))) return rc;
         size_t len;
         if (!add_ok(sa.s.n, sb.s.n, &len)) return jinja_eval_oom(R, n);
-        char *p = jarena_alloc(&R->a, len + 1);
+        char *p = jinja_arena_alloc(&R->a, len + 1);
         if (!p) return jinja_eval_oom(R, n);
         memcpy(p, sa.s.p, sa.s.n);
         memcpy(p + sa.s.n, sb.s.p, sb.s.n);
@@ -424,10 +524,11 @@ int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out) {
             return 0;
         }
     }
+    if (op == OP_MOD && a.t == JV_STR) return str_percent(R, n, a, b, out);
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
         size_t len;
         if (!add_ok(a.s.n, b.s.n, &len)) return jinja_eval_oom(R, n);
-        char *p = jarena_alloc(&R->a, len + 1);
+        char *p = jinja_arena_alloc(&R->a, len + 1);
         if (!p) return jinja_eval_oom(R, n);
         memcpy(p, a.s.p, a.s.n);
         memcpy(p + a.s.n, b.s.p, b.s.n);
@@ -436,6 +537,7 @@ int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out) {
     }
     if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST) {
         if ((rc = jinja_eval_make_list(R, n, a.l->n + b.l->n, out))) return rc;
+        out->l->tuple = a.l->tuple && b.l->tuple;
         if (a.l->n) memcpy(out->l->v, a.l->v, a.l->n * sizeof(jv));
         if (b.l->n) memcpy(out->l->v + a.l->n, b.l->v, b.l->n * sizeof(jv));
         return 0;
@@ -451,7 +553,7 @@ int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out) {
         size_t unit = b.t == JV_STR ? b.s.n : b.l->n * sizeof(jv), total;
         if (!mul_ok(unit, (size_t)k, &total) || total > JINJA_MAX_MEMORY) return jinja_eval_oom(R, n);
         if (b.t == JV_STR) {
-            char *p = jarena_alloc(&R->a, total + 1);
+            char *p = jinja_arena_alloc(&R->a, total + 1);
             if (!p) return jinja_eval_oom(R, n);
             for (int64_t i = 0; i < k; i++) memcpy(p + (size_t)i * b.s.n, b.s.p, b.s.n);
             *out = jv_str(p, total);
@@ -462,31 +564,42 @@ int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out) {
         }
         return 0;
     }
-    return jinja_eval_err(R, n, ERR_INVALID, "unsupported operand types for %s: %s and %s", opname[op], jv_type_name(a),
-                jv_type_name(b));
+    return jinja_eval_err(R, n, ERR_INVALID, "unsupported operand types for %s: %s and %s", opname[op], jinja_value_type(a),
+                jinja_value_type(b));
 }
 
 int jinja_eval_compare(jrender *R, const jnode *n, int op, jv a, jv b, bool *res) {
-    if (op == OP_EQ) { *res = jv_eq(a, b); return 0; }
-    if (op == OP_NE) { *res = !jv_eq(a, b); return 0; }
+    if (op == OP_EQ) { *res = jinja_value_eq(a, b); return 0; }
+    if (op == OP_NE) { *res = !jinja_value_eq(a, b); return 0; }
     if (op == OP_IN || op == OP_NOTIN) {
         bool found = false;
         if (b.t == JV_STR) {
             if (a.t != JV_STR)
-                return jinja_eval_err(R, n, ERR_INVALID, "'in <string>' requires a string on the left, not %s", jv_type_name(a));
+                return jinja_eval_err(R, n, ERR_INVALID, "'in <string>' requires a string on the left, not %s", jinja_value_type(a));
             found = a.s.n == 0 || (a.s.n <= b.s.n && memmem(b.s.p, b.s.n, a.s.p, a.s.n) != NULL);
         } else if (b.t == JV_LIST) {
-            for (size_t i = 0; i < b.l->n && !found; i++) found = jv_eq(a, b.l->v[i]);
+            for (size_t i = 0; i < b.l->n && !found; i++) found = jinja_value_eq(a, b.l->v[i]);
         } else if (b.t == JV_DICT || b.t == JV_NS) {
-            found = jdict_get(b.d, a) != NULL;
+            found = jinja_dict_get(b.d, a) != NULL;
         } else if (b.t != JV_UNDEF) {
-            return jinja_eval_err(R, n, ERR_INVALID, "argument of type %s is not iterable", jv_type_name(b));
+            return jinja_eval_err(R, n, ERR_INVALID, "argument of type %s is not iterable", jinja_value_type(b));
         }
         *res = op == OP_IN ? found : !found;
         return 0;
     }
     int c;
-    if (jv_is_num(a) && jv_is_num(b)) {
+    if (a.t == JV_LIST && b.t == JV_LIST) { /* lexicographic, as Python */
+        size_t i = 0;
+        while (i < a.l->n && i < b.l->n && jinja_value_eq(a.l->v[i], b.l->v[i])) i++;
+        if (i < a.l->n && i < b.l->n) {
+            if (R->rec > JINJA_MAX_RECURSION) return jinja_eval_err(R, n, ERR_RANGE, "lists nested too deeply to compare");
+            R->rec++;
+            int rc = jinja_eval_compare(R, n, op, a.l->v[i], b.l->v[i], res);
+            R->rec--;
+            return rc;
+        }
+        c = a.l->n < b.l->n ? -1 : a.l->n > b.l->n;
+    } else if (jv_is_num(a) && jv_is_num(b)) {
         double x = jv_num_of(a), y = jv_num_of(b);
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) c = jv_int_of(a) < jv_int_of(b) ? -1 : jv_int_of(a) > jv_int_of(b);
         else c = x < y ? -1 : x > y;
@@ -494,7 +607,7 @@ int jinja_eval_compare(jrender *R, const jnode *n, int op, jv a, jv b, bool *res
         int m = memcmp(a.s.p, b.s.p, MIN(a.s.n, b.s.n));
         c = m ? m : a.s.n < b.s.n ? -1 : a.s.n > b.s.n;
     } else {
-        return jinja_eval_err(R, n, ERR_INVALID, "cannot compare %s with %s", jv_type_name(a), jv_type_name(b));
+        return jinja_eval_err(R, n, ERR_INVALID, "cannot compare %s with %s", jinja_value_type(a), jinja_value_type(b));
     }
     switch (op) {
     case OP_LT: *res = c < 0; break;
@@ -607,8 +720,8 @@ static int eval_node(jrender *R, frame *f, const jnode *n, jv *out) {
         if ((rc = eval_args(R, f, n, &ar))) return rc;
         if (a.t == JV_MACRO) return call_macro(R, n, a.m, &ar, out);
         if (a.t == JV_FUNC) return jinja_builtins_call(R, n, a.fn, &ar, out);
-        if (n->a->kind == E_NAME) return jinja_eval_err(R, n, ERR_INVALID, "'%s' is not callable (%s)", n->a->name, jv_type_name(a));
-        return jinja_eval_err(R, n, ERR_INVALID, "a %s value is not callable", jv_type_name(a));
+        if (n->a->kind == E_NAME) return jinja_eval_err(R, n, ERR_INVALID, "'%s' is not callable (%s)", n->a->name, jinja_value_type(a));
+        return jinja_eval_err(R, n, ERR_INVALID, "a %s value is not callable", jinja_value_type(a));
     }
     case E_FILTER: {
         jargs ar;
@@ -635,20 +748,20 @@ static int eval_node(jrender *R, frame *f, const jnode *n, jv *out) {
     }
     case E_AND:
         if ((rc = eval(R, f, n->a, &a))) return rc;
-        if (!jv_truthy(a)) { *out = a; return 0; }
+        if (!jinja_value_truthy(a)) { *out = a; return 0; }
         return eval(R, f, n->b, out);
     case E_OR:
         if ((rc = eval(R, f, n->a, &a))) return rc;
-        if (jv_truthy(a)) { *out = a; return 0; }
+        if (jinja_value_truthy(a)) { *out = a; return 0; }
         return eval(R, f, n->b, out);
     case E_NOT:
         if ((rc = eval(R, f, n->a, &a))) return rc;
-        *out = jv_bool(!jv_truthy(a));
+        *out = jv_bool(!jinja_value_truthy(a));
         return 0;
     case E_NEG:
     case E_POS:
         if ((rc = eval(R, f, n->a, &a))) return rc;
-        if (!jv_is_num(a)) return jinja_eval_err(R, n, ERR_INVALID, "bad operand type for unary %c: %s", n->kind == E_NEG ? '-' : '+', jv_type_name(a));
+        if (!jv_is_num(a)) return jinja_eval_err(R, n, ERR_INVALID, "bad operand type for unary %c: %s", n->kind == E_NEG ? '-' : '+', jinja_value_type(a));
         if (n->kind == E_POS) *out = a.t == JV_BOOL ? jv_int(a.b) : a;
         else if (a.t == JV_FLOAT) *out = jv_float(-a.f);
         else if (jv_int_of(a) == INT64_MIN) return jinja_eval_err(R, n, ERR_RANGE, "integer overflow");
@@ -656,23 +769,24 @@ static int eval_node(jrender *R, frame *f, const jnode *n, jv *out) {
         return 0;
     case E_COND:
         if ((rc = eval(R, f, n->a, &a))) return rc;
-        if (jv_truthy(a)) return eval(R, f, n->b, out);
+        if (jinja_value_truthy(a)) return eval(R, f, n->b, out);
         if (n->c) return eval(R, f, n->c, out);
         *out = jv_undef();
         return 0;
     case E_LIST:
         if ((rc = jinja_eval_make_list(R, n, (size_t)n->n_list, out))) return rc;
+        out->l->tuple = n->op == 1;
         for (int i = 0; i < n->n_list; i++)
             if ((rc = eval(R, f, n->list[i], &out->l->v[i]))) return rc;
         return 0;
     case E_DICT: {
-        jdict *d = jdict_new(&R->a, (size_t)n->n_list / 2);
+        jdict *d = jinja_dict_new(&R->a, (size_t)n->n_list / 2);
         if (!d) return jinja_eval_oom(R, n);
         for (int i = 0; i + 1 < n->n_list; i += 2) {
             if ((rc = eval(R, f, n->list[i], &a)) || (rc = eval(R, f, n->list[i + 1], &b))) return rc;
             if (a.t != JV_STR && a.t != JV_INT && a.t != JV_FLOAT && a.t != JV_BOOL && a.t != JV_NONE)
-                return jinja_eval_err(R, n->list[i], ERR_INVALID, "unhashable dict key of type %s", jv_type_name(a));
-            if (!jdict_set(&R->a, d, a, b)) return jinja_eval_oom(R, n);
+                return jinja_eval_err(R, n->list[i], ERR_INVALID, "unhashable dict key of type %s", jinja_value_type(a));
+            if (!jinja_dict_set(&R->a, d, a, b)) return jinja_eval_oom(R, n);
         }
         out->t = JV_DICT;
         out->d = d;
@@ -709,7 +823,7 @@ static int exec_for(jrender *R, frame *f, const jnode *n, jbuf *out) {
     if (it.t == JV_NONE) return jinja_eval_err(R, n, ERR_INVALID, "cannot iterate over none");
     if ((rc = jinja_eval_iter(R, n, it, &items))) return rc;
     if (n->d) { /* loop filter: `for x in xs if cond` */
-        jlist *kept = jlist_new(&R->a, items->n);
+        jlist *kept = jinja_list_new(&R->a, items->n);
         if (!kept) return jinja_eval_oom(R, n);
         size_t k = 0;
         for (size_t i = 0; i < items->n; i++) {
@@ -718,12 +832,12 @@ static int exec_for(jrender *R, frame *f, const jnode *n, jbuf *out) {
             if ((rc = jinja_eval_step(R, n, 1)) || (rc = new_frame(R, n, f, &lf)) || (rc = bind_targets(R, n, lf, items->v[i])) ||
                 (rc = eval(R, lf, n->d, &c)))
                 return rc;
-            if (jv_truthy(c)) kept->v[k++] = items->v[i];
+            if (jinja_value_truthy(c)) kept->v[k++] = items->v[i];
         }
         kept->n = k;
         items = kept;
     }
-    jloop *L = jarena_alloc(&R->a, sizeof *L);
+    jloop *L = jinja_arena_alloc(&R->a, sizeof *L);
     if (!L) return jinja_eval_oom(R, n);
     L->length = items->n;
     L->items = items;
@@ -756,15 +870,15 @@ static int exec_node(jrender *R, frame *f, const jnode *n, jbuf *out) {
             if ((rc = exec(R, f, n->list[i], out))) return rc;
         return 0;
     case N_TEXT:
-        jbuf_put(out, n->val.s.p, n->val.s.n);
+        jinja_buf_put(out, n->val.s.p, n->val.s.n);
         return out->over ? output_over(R, n) : 0;
     case N_OUTPUT:
         if ((rc = eval(R, f, n->a, &v))) return rc;
-        jv_to_str(out, v);
+        jinja_value_str(out, v);
         return out->over ? output_over(R, n) : 0;
     case N_IF:
         if ((rc = eval(R, f, n->a, &v))) return rc;
-        if (jv_truthy(v)) return exec(R, f, n->b, out);
+        if (jinja_value_truthy(v)) return exec(R, f, n->b, out);
         return n->c ? exec(R, f, n->c, out) : 0;
     case N_FOR: return exec_for(R, f, n, out);
     case N_SET:
@@ -782,7 +896,7 @@ static int exec_node(jrender *R, frame *f, const jnode *n, jbuf *out) {
             jv *ns = lookup(f, n->name);
             if (!ns || ns->t != JV_NS)
                 return jinja_eval_err(R, n, ERR_INVALID, "cannot set attribute '%s' of '%s': not a namespace", n->attr, n->name);
-            if (!jdict_set(&R->a, ns->d, jv_str(n->attr, strlen(n->attr)), v)) return jinja_eval_oom(R, n);
+            if (!jinja_dict_set(&R->a, ns->d, jv_str(n->attr, strlen(n->attr)), v)) return jinja_eval_oom(R, n);
             return 0;
         }
         return set_var(R, n, f, n->name, v);
@@ -823,7 +937,7 @@ int jinja_render(const jinja_tmpl *t, json_t *ctx, char **out, size_t *out_len, 
         json_t *v;
         json_object_foreach(ctx, k, v) {
             jv x;
-            if (!jv_from_json(&R.a, v, &x, 0)) {
+            if (!jinja_value_from_json(&R.a, v, &x, 0)) {
                 rc = err_set(e, ERR_RANGE, "context value '%s' too large or too deeply nested", k);
                 goto done;
             }
@@ -840,6 +954,6 @@ int jinja_render(const jinja_tmpl *t, json_t *ctx, char **out, size_t *out_len, 
     *out = b.p;
     if (out_len) *out_len = b.n;
 done:
-    jarena_free(&R.a);
+    jinja_arena_free(&R.a);
     return rc;
 }

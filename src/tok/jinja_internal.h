@@ -25,7 +25,7 @@
 #include "tok/jinja.h"
 
 /* ---- arena ----------------------------------------------------------------
- * Bump allocator over malloc'd chunks. jarena_alloc returns zeroed memory or
+ * Bump allocator over malloc'd chunks. jinja_arena_alloc returns zeroed memory or
  * NULL when the cap (`limit`, 0 = none) would be passed or malloc fails.   */
 typedef struct jchunk jchunk;
 typedef struct jarena {
@@ -33,8 +33,8 @@ typedef struct jarena {
     size_t used;  /* bytes handed out plus chunk overheads */
     size_t limit; /* 0: unlimited */
 } jarena;
-void *jarena_alloc(jarena *a, size_t n);
-void jarena_free(jarena *a);
+void *jinja_arena_alloc(jarena *a, size_t n);
+void jinja_arena_free(jarena *a);
 
 /* ---- tokens ---------------------------------------------------------------- */
 enum {
@@ -105,6 +105,7 @@ typedef struct jv {
 struct jlist {
     size_t n;
     jv *v;
+    bool tuple; /* prints as (a, b); otherwise a list */
 };
 struct jdict {
     size_t n, cap;
@@ -128,32 +129,32 @@ typedef struct jbuf {
     size_t n, cap, limit;
     bool over; /* an append was refused because of the cap or malloc */
 } jbuf;
-void jbuf_put(jbuf *b, const char *s, size_t n);
-void jbuf_putc(jbuf *b, char c);
-void jbuf_printf(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void jinja_buf_put(jbuf *b, const char *s, size_t n);
+void jinja_buf_putc(jbuf *b, char c);
+void jinja_buf_printf(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Arena-backed containers; NULL / false when the arena cap is hit. */
-jlist *jlist_new(jarena *a, size_t n);
-jdict *jdict_new(jarena *a, size_t cap);
-bool jdict_set(jarena *a, jdict *d, jv key, jv val);
-jv *jdict_get(const jdict *d, jv key);         /* NULL when absent */
-jv *jdict_get_str(const jdict *d, const char *k, size_t n);
-bool jv_str_dup(jarena *a, const char *p, size_t n, jv *out);
+jlist *jinja_list_new(jarena *a, size_t n);
+jdict *jinja_dict_new(jarena *a, size_t cap);
+bool jinja_dict_set(jarena *a, jdict *d, jv key, jv val);
+jv *jinja_dict_get(const jdict *d, jv key);         /* NULL when absent */
+jv *jinja_dict_get_str(const jdict *d, const char *k, size_t n);
+bool jinja_str_dup(jarena *a, const char *p, size_t n, jv *out);
 
 /* Conversions. Returns false only when the buffer overflowed. */
-void jv_to_str(jbuf *b, jv v);   /* Python str(): what {{ v }} prints */
-void jv_to_repr(jbuf *b, jv v);  /* Python repr(): used inside lists/dicts */
+void jinja_value_str(jbuf *b, jv v);   /* Python str(): what {{ v }} prints */
+void jinja_value_repr(jbuf *b, jv v);  /* Python repr(): used inside lists/dicts */
 /* Python json.dumps(v, ensure_ascii=False, indent=indent (<0: none),
  * separators=(item_sep, key_sep), sort_keys). Returns false when `v` holds
  * something JSON cannot express (undefined, a macro...). */
-bool jv_to_json(jbuf *b, jv v, int indent, const char *item_sep, const char *key_sep, bool sort_keys, int depth);
-bool jv_truthy(jv v);
-bool jv_eq(jv a, jv b);
-const char *jv_type_name(jv v);
+bool jinja_value_json(jbuf *b, jv v, int indent, const char *item_sep, const char *key_sep, bool sort_keys, int depth);
+bool jinja_value_truthy(jv v);
+bool jinja_value_eq(jv a, jv b);
+const char *jinja_value_type(jv v);
 /* Converts a jansson value into an arena value; false on cap. */
-bool jv_from_json(jarena *a, json_t *j, jv *out, int depth);
+bool jinja_value_from_json(jarena *a, json_t *j, jv *out, int depth);
 /* UTF-8 helpers */
-size_t jutf8_len(const char *p, size_t n); /* number of code points */
+size_t jinja_utf8_len(const char *p, size_t n); /* number of code points */
 
 /* ---- AST --------------------------------------------------------------------
  * Statements and expressions share one node type; `kind` says which fields

@@ -107,7 +107,7 @@ static int unsupported(parser *P, jtok *t, const char *kind, const char *name) {
 static int nomem(parser *P) { return err_set(P->e, ERR_NOMEM, "template too large"); }
 
 static jnode *node(parser *P, int kind, jtok *at) {
-    jnode *n = jarena_alloc(P->a, sizeof *n);
+    jnode *n = jinja_arena_alloc(P->a, sizeof *n);
     if (!n) return NULL;
     n->kind = kind;
     n->line = at->line;
@@ -116,7 +116,7 @@ static jnode *node(parser *P, int kind, jtok *at) {
 }
 
 static char *tok_str(parser *P, jtok *t) {
-    char *s = jarena_alloc(P->a, t->n + 1);
+    char *s = jinja_arena_alloc(P->a, t->n + 1);
     if (s) memcpy(s, t->s, t->n);
     return s;
 }
@@ -131,8 +131,8 @@ typedef struct nlist {
 static bool nlist_push(parser *P, nlist *l, jnode *x, const char *name) {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
-        jnode **v = jarena_alloc(P->a, (size_t)cap * sizeof *v);
-        const char **nm = jarena_alloc(P->a, (size_t)cap * sizeof *nm);
+        jnode **v = jinja_arena_alloc(P->a, (size_t)cap * sizeof *v);
+        const char **nm = jinja_arena_alloc(P->a, (size_t)cap * sizeof *nm);
         if (!v || !nm) return false;
         if (l->n) {
             memcpy(v, l->v, (size_t)l->n * sizeof *v);
@@ -196,7 +196,7 @@ static int parse_args(parser *P, nlist *args) {
 static int note_call(parser *P, jnode *call) {
     if (P->n_calls == P->cap_calls) {
         size_t cap = P->cap_calls ? P->cap_calls * 2 : 16;
-        jnode **v = jarena_alloc(P->a, cap * sizeof *v);
+        jnode **v = jinja_arena_alloc(P->a, cap * sizeof *v);
         if (!v) return nomem(P);
         if (P->n_calls) memcpy(v, P->calls, P->n_calls * sizeof *v);
         P->calls = v;
@@ -242,7 +242,7 @@ static int parse_primary(parser *P, jnode **out) {
         /* adjacent string literals are concatenated */
         size_t total = 0, k = 0;
         while (peek(P, k)->kind == TK_STRING) total += peek(P, k++)->n;
-        char *s = jarena_alloc(P->a, total + 1);
+        char *s = jinja_arena_alloc(P->a, total + 1);
         if (!s) return nomem(P);
         size_t o = 0;
         while (cur(P)->kind == TK_STRING) {
@@ -264,6 +264,7 @@ static int parse_primary(parser *P, jnode **out) {
             next(P);
             n = node(P, E_LIST, t);
             if (!n) return nomem(P);
+            n->op = 1; /* tuple */
         } else {
             if ((rc = parse_expr(P, &n))) return rc;
             if (is_op(cur(P), ",")) { /* tuple */
@@ -280,6 +281,7 @@ static int parse_primary(parser *P, jnode **out) {
                 if (!n) return nomem(P);
                 n->list = items.v;
                 n->n_list = items.n;
+                n->op = 1; /* tuple */
             }
             if ((rc = expect_op(P, ")"))) return rc;
         }
@@ -430,8 +432,8 @@ static int parse_filters(parser *P, jnode **io) {
                 jnode *arg;
                 if ((rc = parse_primary(P, &arg))) return rc;
                 if ((rc = parse_postfix(P, &arg))) return rc;
-                n->list = jarena_alloc(P->a, sizeof(jnode *));
-                n->names = jarena_alloc(P->a, sizeof(char *));
+                n->list = jinja_arena_alloc(P->a, sizeof(jnode *));
+                n->names = jinja_arena_alloc(P->a, sizeof(char *));
                 if (!n->list || !n->names) return nomem(P);
                 n->list[0] = arg;
                 n->n_list = 1;
@@ -644,6 +646,7 @@ static int parse_tuple(parser *P, jnode **out, bool condexpr) {
     if (!n) return nomem(P);
     n->list = items.v;
     n->n_list = items.n;
+    n->op = 1; /* tuple */
     *out = n;
     return 0;
 }
@@ -808,7 +811,7 @@ static int parse_macro(parser *P, jtok *at, jnode **out) {
     if ((rc = parse_body(P, ends, 1, &n->b)) || (rc = end_tag(P, "endmacro"))) return rc;
     if (P->n_macros == P->cap_macros) {
         size_t cap = P->cap_macros ? P->cap_macros * 2 : 8;
-        const char **v = jarena_alloc(P->a, cap * sizeof *v);
+        const char **v = jinja_arena_alloc(P->a, cap * sizeof *v);
         if (!v) return nomem(P);
         if (P->n_macros) memcpy(v, P->macros, P->n_macros * sizeof *v);
         P->macros = v;
@@ -925,6 +928,6 @@ fail:
 
 void jinja_free(jinja_tmpl *t) {
     if (!t) return;
-    jarena_free(&t->arena);
+    jinja_arena_free(&t->arena);
     free(t);
 }

@@ -124,7 +124,8 @@ static void merge_run(const tokenizer *t, const char *text, sym *s, int a, int b
 /* When no vocabulary string has ▁ right after another character
  * (t->spm_word_split, checked at load), no merge can join a symbol with a
  * following "▁" symbol that starts a word, so the text is cut there and each
- * word merged on its own: same result, much smaller heaps. */
+ * word merged on its own: same result, much smaller heaps, and a repeated
+ * word reuses the ids computed for its first occurrence. */
 void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
     if (len == 0) return;
     sym *s = xmalloc(len * sizeof(sym));

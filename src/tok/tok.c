@@ -88,6 +88,7 @@ void tok_wcache_free(tok_wcache *c) {
 /* ---- string pool and hash ---------------------------------------------- */
 
 static uint32_t str_hash(const char *s, size_t n) { return (uint32_t)hash_bytes(s, n, 0x746f6b); }
+static int32_t special_rank(const tokenizer *t, const char *s, size_t n);
 
 int32_t tok__find_n(const tokenizer *t, const char *s, size_t n) {
     if (!t->hslots) return -1;
@@ -418,6 +419,32 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
             t->special[t->n_special++] = i;
     }
     qsort_r(t->special, (size_t)t->n_special, sizeof(int32_t), cmp_special, t);
+    /* lookup tables of the special-token split: string -> rank (the first
+     * rank wins for a duplicated string), first bytes, first byte pairs and
+     * the distinct lengths, longest first */
+    uint32_t sp_cap = 64;
+    while (sp_cap < (uint32_t)t->n_special * 2 + 2) sp_cap *= 2;
+    t->sp_slots = xmalloc(sp_cap * sizeof(int32_t));
+    memset(t->sp_slots, 0xff, sp_cap * sizeof(int32_t));
+    t->sp_mask = sp_cap - 1;
+    t->sp_lens = xmalloc((size_t)(t->n_special + 1) * sizeof(int));
+    for (int k = 0; k < t->n_special; k++) {
+        int32_t id = t->special[k];
+        const char *s = tok__str(t, id);
+        uint32_t l = t->slen[id];
+        if (special_rank(t, s, l) < 0) {
+            uint32_t h = str_hash(s, l) & t->sp_mask;
+            while (t->sp_slots[h] >= 0) h = (h + 1) & t->sp_mask;
+            t->sp_slots[h] = k;
+        }
+        uint8_t b0 = (uint8_t)s[0];
+        t->sp_first[b0 >> 6] |= 1ULL << (b0 & 63);
+        if (l >= 2) {
+            unsigned pr = (unsigned)b0 << 8 | (uint8_t)s[1];
+            t->sp_pair[pr >> 6] |= 1ULL << (pr & 63);
+        }
+        if (t->n_sp_lens == 0 || t->sp_lens[t->n_sp_lens - 1] != (int)l) t->sp_lens[t->n_sp_lens++] = (int)l;
+    }
 
     /* phi-3 strips the spaces after its special tokens (reference rule) */
     gguf_str gname;
@@ -483,6 +510,8 @@ void tok_free(tokenizer *t) {
     free(t->plen);
     free(t->mslots);
     free(t->special);
+    free(t->sp_slots);
+    free(t->sp_lens);
     free(t->chat_template);
     free(t);
 }
@@ -548,76 +577,108 @@ static void frag_push(frag_vec *f, size_t off, size_t len, int32_t tok) {
     f->v[f->n++] = (frag){off, len, tok};
 }
 
-/* Splits raw fragments at every occurrence of each special token, trying the
- * tokens longest first; with !parse_special only user-defined tokens split.
- * Returns the fragment list in *out (caller frees out->v). */
+/* An occurrence of a special token in the text. */
+typedef struct occ {
+    int32_t rank; /* index in t->special: the order tokens claim text in */
+    uint32_t pos;
+} occ;
+
+static int cmp_occ_rank(const void *a, const void *b) {
+    const occ *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int cmp_occ_pos(const void *a, const void *b) {
+    const occ *x = a, *y = b;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Rank of the special token spelled s[0..n), -1 if none. */
+static int32_t special_rank(const tokenizer *t, const char *s, size_t n) {
+    uint32_t h = str_hash(s, n) & t->sp_mask;
+    for (;;) {
+        int32_t r = t->sp_slots[h];
+        if (r < 0) return -1;
+        int32_t id = t->special[r];
+        if (t->slen[id] == n && memcmp(tok__str(t, id), s, n) == 0) return r;
+        h = (h + 1) & t->sp_mask;
+    }
+}
+
+/* The special-token split, with the reference's semantics: tokens are tried
+ * longest first (then by id); each claims, left to right, its occurrences
+ * that lie wholly in text no earlier token claimed; LSTRIP/RSTRIP tokens also
+ * remove the whitespace next to them. Without parse_special only
+ * user-defined tokens take part.
+ *
+ * Rather than searching the text once per special token (vocabularies carry
+ * thousands), every occurrence of every special token is found in one pass
+ * (a lookup per distinct token length at the positions whose first two bytes
+ * start some special token), then occurrences are replayed in claim order
+ * over a per-byte state: 0 raw, 1 token, 2 removed. */
 static void split_special(const tokenizer *t, const char *text, size_t len, bool parse_special, frag_vec *out) {
-    frag_vec cur = {0}, nxt = {0};
-    frag_push(&cur, 0, len, -1);
-    /* Which bytes and adjacent byte pairs occur: most special tokens can be
-     * ruled out without a search (vocabularies carry thousands of them). */
-    bool present[256] = {false};
-    uint64_t *pairs = xcalloc(1024, sizeof(uint64_t));
-    for (size_t i = 0; i < len; i++) {
-        present[(uint8_t)text[i]] = true;
-        if (i + 1 < len) {
-            unsigned pr = (unsigned)(uint8_t)text[i] << 8 | (uint8_t)text[i + 1];
-            pairs[pr >> 6] |= 1ULL << (pr & 63);
-        }
-    }
-    for (int k = 0; k < t->n_special; k++) {
-        int32_t id = t->special[k];
-        int ty = t->type[id];
-        if (!parse_special && ty != TOK_TYPE_USER_DEFINED) continue;
-        const char *s = tok__str(t, id);
-        size_t sl = t->slen[id];
-        if (sl > len || !present[(uint8_t)s[0]]) continue;
-        if (sl >= 2) {
-            unsigned pr = (unsigned)(uint8_t)s[0] << 8 | (uint8_t)s[1];
-            if (!(pairs[pr >> 6] >> (pr & 63) & 1)) continue;
-        }
-        bool any = false;
-        nxt.n = 0;
-        for (int f = 0; f < cur.n; f++) {
-            frag fr = cur.v[f];
-            if (fr.tok >= 0 || fr.len < sl) {
-                frag_push(&nxt, fr.off, fr.len, fr.tok);
-                continue;
-            }
-            size_t base = fr.off, blen = fr.len;
-            for (;;) {
-                const char *m = memmem(text + base, blen, s, sl);
-                if (!m) {
-                    if (blen > 0) frag_push(&nxt, base, blen, -1);
-                    break;
+    out->v = NULL;
+    out->n = out->cap = 0;
+    occ *oc = NULL;
+    size_t n_oc = 0, cap_oc = 0;
+    if (t->n_special > 0 && len <= UINT32_MAX) {
+        for (size_t p = 0; p < len; p++) {
+            uint8_t b0 = (uint8_t)text[p];
+            if (!(t->sp_first[b0 >> 6] >> (b0 & 63) & 1)) continue;
+            unsigned pr = p + 1 < len ? ((unsigned)b0 << 8 | (uint8_t)text[p + 1]) : 0;
+            bool pair_ok = p + 1 < len && (t->sp_pair[pr >> 6] >> (pr & 63) & 1);
+            for (int k = 0; k < t->n_sp_lens; k++) {
+                size_t l = (size_t)t->sp_lens[k];
+                if (l > len - p || (l >= 2 && !pair_ok)) continue;
+                int32_t r = special_rank(t, text + p, l);
+                if (r < 0) continue;
+                if (!parse_special && t->type[t->special[r]] != TOK_TYPE_USER_DEFINED) continue;
+                if (n_oc == cap_oc) {
+                    cap_oc = cap_oc ? cap_oc * 2 : 16;
+                    oc = xrealloc(oc, cap_oc * sizeof(occ));
                 }
-                any = true;
-                size_t mpos = (size_t)(m - text);
-                size_t llen = mpos - base;
-                if (t->flags[id] & TOKF_LSTRIP)
-                    while (llen > 0 && isspace((unsigned char)text[base + llen - 1])) llen--;
-                if (llen > 0) frag_push(&nxt, base, llen, -1);
-                frag_push(&nxt, mpos, sl, id);
-                size_t roff = mpos + sl, rlen = base + blen - roff;
-                if (t->flags[id] & TOKF_RSTRIP)
-                    while (rlen > 0 && isspace((unsigned char)text[roff])) {
-                        roff++;
-                        rlen--;
-                    }
-                base = roff;
-                blen = rlen;
-                if (blen == 0) break;
+                oc[n_oc++] = (occ){r, (uint32_t)p};
             }
         }
-        if (any) {
-            frag_vec tmp = cur;
-            cur = nxt;
-            nxt = tmp;
+    }
+    if (n_oc == 0) {
+        frag_push(out, 0, len, -1);
+        return;
+    }
+    qsort(oc, n_oc, sizeof(occ), cmp_occ_rank);
+    uint8_t *st = xcalloc(len, 1);
+    size_t n_acc = 0;
+    for (size_t i = 0; i < n_oc; i++) {
+        int32_t id = t->special[oc[i].rank];
+        size_t p = oc[i].pos, l = t->slen[id], q;
+        for (q = p; q < p + l && st[q] == 0; q++) {}
+        if (q < p + l) continue; /* overlaps text already claimed */
+        memset(st + p, 1, l);
+        if (t->flags[id] & TOKF_LSTRIP)
+            for (q = p; q > 0 && st[q - 1] == 0 && isspace((unsigned char)text[q - 1]); q--) st[q - 1] = 2;
+        if (t->flags[id] & TOKF_RSTRIP)
+            for (q = p + l; q < len && st[q] == 0 && isspace((unsigned char)text[q]); q++) st[q] = 2;
+        oc[n_acc++] = oc[i]; /* accepted occurrences, reusing the array */
+    }
+    qsort(oc, n_acc, sizeof(occ), cmp_occ_pos);
+    size_t a = 0;
+    for (size_t p = 0; p < len;) {
+        if (st[p] == 1) {
+            int32_t id = t->special[oc[a++].rank];
+            frag_push(out, p, t->slen[id], id);
+            p += t->slen[id];
+        } else if (st[p] == 2) {
+            p++;
+        } else {
+            size_t q = p;
+            while (q < len && st[q] == 0) q++;
+            frag_push(out, p, q - p, -1);
+            p = q;
         }
     }
-    free(nxt.v);
-    free(pairs);
-    *out = cur;
+    free(st);
+    free(oc);
 }
 
 /* SentencePiece fragment: optional dummy prefix, spaces to ▁. */

@@ -1,7 +1,7 @@
 /*
  * tok_internal.h — the tokenizer object shared by tok.c (loading, special
- * tokens, decoding), spm.c and bpe.c (the merge loops) and pretok.c (the
- * byte-level BPE pre-splitters). Not for use outside src/tok/.
+ * tokens, decoding), spm.c, bpe.c and wpm.c (the merge loops) and pretok.c
+ * (the byte-level BPE pre-splitters). Not for use outside src/tok/.
  *
  * Strings: every vocabulary string, plus strings that byte-level merges
  * produce but the vocabulary lacks ("extras", ids >= n_vocab), lives in one
@@ -63,6 +63,12 @@ struct tokenizer {
     bool spm_word_split; /* no string has ▁ after another character (spm.c) */
     int32_t *special; /* control/user-defined/unknown ids, longest text first */
     int n_special;
+    int32_t *sp_slots;       /* hash: special string -> index in special[] */
+    uint32_t sp_mask;
+    int *sp_lens;            /* distinct special lengths, longest first */
+    int n_sp_lens;
+    uint64_t sp_first[4];    /* bitset: first bytes of special strings */
+    uint64_t sp_pair[1024];  /* bitset: first two bytes of special strings */
     char *chat_template;
     char model_name[32];
     char pre_name[64];

@@ -1,0 +1,47 @@
+#!/bin/sh
+# kernels_test.sh — the engine's reference tests on every kernel path: runs
+# the build's test_model (stories260K greedy outputs, ragged-batch bitwise
+# invariance), test_matmul and test_kernels once per kernel table, forcing
+# the table with KVLOOM_KERNELS. Tables this CPU cannot run are skipped and
+# named (the list comes from kern_available, printed by test_kernels).
+# Last line: "N passed, N failed" (one check per test binary and table).
+# Env: KVLOOM_BIN (default build/kvloom; its directory holds tests/),
+#      KVLOOM_SHARED (default ../shared).
+cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
+BIN=${KVLOOM_BIN:-build/kvloom}
+B=$(dirname "$BIN")
+export KVLOOM_SHARED="${KVLOOM_SHARED:-$(cd .. && pwd)/shared}"
+pass=0; fail=0
+for t in test_model test_matmul test_kernels; do
+    if [ ! -x "$B/tests/$t" ]; then
+        echo "FAIL: $B/tests/$t is not built"
+        fail=$((fail + 1))
+    fi
+done
+[ "$fail" -eq 0 ] || { echo "$pass passed, $fail failed"; exit 1; }
+avail=$(KVLOOM_KERNELS=scalar "$B/tests/test_kernels" 2>/dev/null | sed -n 's/^kernel tables on this CPU: //p')
+[ -n "$avail" ] || { echo "FAIL: cannot list the kernel tables"; echo "0 passed, 1 failed"; exit 1; }
+echo "kernel tables on this CPU: $avail"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+for k in scalar avx2 avx512 neon; do
+    case " $avail " in
+    *" $k "*) ;;
+    *)
+        echo "skip $k: not available on this CPU or not compiled for this architecture"
+        continue ;;
+    esac
+    for t in test_model test_matmul test_kernels; do
+        if KVLOOM_KERNELS=$k timeout 600 "$B/tests/$t" > "$tmp/out" 2>&1 &&
+            tail -n 1 "$tmp/out" | grep -q ' 0 failed$'; then
+            echo "ok   $k $t: $(tail -n 1 "$tmp/out")"
+            pass=$((pass + 1))
+        else
+            echo "FAIL $k $t:"
+            tail -n 20 "$tmp/out" | sed 's/^/    /'
+            fail=$((fail + 1))
+        fi
+    done
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,211 @@
+/*
+ * test_server_sched.c — the engine (sched/engine.h) without HTTP, under
+ * stress: many requests with shared prefixes (so blocks are shared, joined
+ * while PENDING, evicted and recomputed), a tiny KV pool (so sequences are
+ * preempted), small token budgets (so prefills are chunked), random
+ * cancellations at random times, and the pool/tree checker after every step.
+ *
+ * Reference: each request run alone on a roomy engine. Every request that is
+ * not cancelled must produce exactly the reference tokens — greedy and also
+ * seeded sampling (the sampler's RNG survives preemption) — and when all is
+ * done no block may be held outside the prefix cache.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "sched/engine.h"
+#include "sched/req.h"
+#include "test.h"
+
+enum { N_REQ = 24, MAX_GEN = 40 };
+
+static uint64_t rs = 0x1234567ull;
+static unsigned rnd(unsigned n) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (unsigned)(rs % n);
+}
+
+typedef struct spec {
+    int32_t prompt[400];
+    int n_prompt;
+    int max_tokens;
+    float temperature;
+    uint64_t seed;
+    int32_t ref[MAX_GEN];
+    int n_ref;
+} spec;
+
+static req *make_req(const spec *s) {
+    int32_t *p = xmalloc((size_t)s->n_prompt * sizeof *p);
+    memcpy(p, s->prompt, (size_t)s->n_prompt * sizeof *p);
+    req *r = req_new(p, s->n_prompt);
+    r->max_tokens = s->max_tokens;
+    r->ignore_eos = true;
+    r->sp.temperature = s->temperature;
+    r->sp.top_k = 40;
+    r->sp.seed = s->seed;
+    return r;
+}
+
+/* Waits for the end; copies up to MAX_GEN tokens. Returns the finish. */
+static req_finish collect(req *r, int32_t *out, int *n_out) {
+    req_finish f = REQ_RUNNING;
+    int n = 0;
+    for (int spins = 0; spins < 60000; spins++) {
+        n = req_wait(r, n, 100, &f);
+        if (f != REQ_RUNNING) break;
+    }
+    n = req_wait(r, 0, 0, &f);
+    req_token *t = xmalloc((size_t)(n ? n : 1) * sizeof *t);
+    req_copy_tokens(r, 0, n, t);
+    for (int i = 0; i < n && i < MAX_GEN; i++) out[i] = t[i].id;
+    *n_out = n;
+    free(t);
+    return f;
+}
+
+int main(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    model *m = NULL;
+    err_t e = {0};
+    if (model_load(path, &m, &e) < 0) {
+        CHECK_MSG(0, "model_load: %s", e.msg);
+        return test_summary("test_server_sched");
+    }
+    int nv = m->cfg.n_vocab;
+
+    /* Three shared "system prompts" and per-request suffixes. */
+    int32_t fam[3][300];
+    int fam_n[3] = {150, 230, 97};
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < fam_n[f]; i++) fam[f][i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
+    static spec specs[N_REQ];
+    for (int k = 0; k < N_REQ; k++) {
+        spec *s = &specs[k];
+        int f = (int)rnd(3);
+        memcpy(s->prompt, fam[f], (size_t)fam_n[f] * sizeof(int32_t));
+        s->n_prompt = fam_n[f];
+        int extra = k % 5 == 0 ? 0 : (int)rnd(60); /* some are exactly the shared prefix */
+        for (int i = 0; i < extra; i++) s->prompt[s->n_prompt++] = (int32_t)(3 + rnd((unsigned)nv - 3));
+        s->max_tokens = 8 + (int)rnd(MAX_GEN - 8);
+        s->temperature = k % 3 == 0 ? 0.8f : 0.0f;
+        s->seed = 1000 + (uint64_t)k;
+    }
+
+    /* References: one at a time on a roomy engine. */
+    engine_opts o = engine_defaults();
+    o.n_threads = 2;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 512;
+    o.check = true;
+    engine *ref = NULL;
+    CHECK(engine_new(m, &o, &ref, &e) == 0);
+    if (!ref) {
+        model_free(m);
+        return test_summary("test_server_sched");
+    }
+    for (int k = 0; k < N_REQ; k++) {
+        req *r = make_req(&specs[k]);
+        CHECK(engine_submit(ref, r, &e) == 0);
+        req_finish f = collect(r, specs[k].ref, &specs[k].n_ref);
+        CHECK_EQ_INT(f, REQ_FINISH_LENGTH);
+        CHECK_EQ_INT(specs[k].n_ref, specs[k].max_tokens);
+        req_unref(r);
+    }
+    engine_free(ref);
+
+    /* Stress rounds: a pool of 40 blocks (640 tokens) for 24 requests of up
+     * to ~330 tokens each, small budgets, random cancellations. */
+    int budgets[3] = {48, 100, 16};
+    for (int round = 0; round < 3; round++) {
+        engine_opts so = engine_defaults();
+        so.n_threads = 2;
+        so.kv_mem_bytes = model_kv_block_bytes(m, 16) * 40;
+        so.max_batch_tokens = budgets[round];
+        so.max_running = 6;
+        so.max_queue = 1000;
+        so.check = true;
+        engine *en = NULL;
+        CHECK(engine_new(m, &so, &en, &e) == 0);
+        if (!en) break;
+        req *rs_[N_REQ];
+        bool cancel[N_REQ];
+        for (int k = 0; k < N_REQ; k++) {
+            rs_[k] = make_req(&specs[k]);
+            cancel[k] = rnd(4) == 0;
+            CHECK(engine_submit(en, rs_[k], &e) == 0);
+        }
+        /* Cancel some at random moments while the others run. */
+        for (int k = 0; k < N_REQ; k++)
+            if (cancel[k]) {
+                usleep(rnd(3000));
+                req_cancel(rs_[k]);
+            }
+        int n_ok = 0;
+        for (int k = 0; k < N_REQ; k++) {
+            int32_t got[MAX_GEN];
+            int n_got = 0;
+            req_finish f = collect(rs_[k], got, &n_got);
+            if (cancel[k]) {
+                CHECK(f == REQ_FINISH_CANCEL || f == REQ_FINISH_LENGTH);
+            } else {
+                CHECK_EQ_INT(f, REQ_FINISH_LENGTH);
+                CHECK_MSG(n_got == specs[k].n_ref && !memcmp(got, specs[k].ref, (size_t)n_got * sizeof *got),
+                          "round %d request %d (T=%.1f): output differs from the reference", round, k,
+                          specs[k].temperature);
+                n_ok++;
+            }
+            /* Whatever was produced before a cancel is a prefix of the reference. */
+            if (cancel[k] && n_got <= specs[k].n_ref)
+                CHECK(!memcmp(got, specs[k].ref, (size_t)n_got * sizeof *got));
+            req_unref(rs_[k]);
+        }
+        engine_stats st;
+        for (int w = 0; w < 200; w++) {
+            engine_get_stats(en, &st);
+            if (st.n_running == 0 && st.n_waiting == 0) break;
+            usleep(10000);
+        }
+        CHECK_EQ_INT(st.n_running, 0);
+        CHECK_EQ_INT(st.n_waiting, 0);
+        CHECK_MSG(st.kv_blocks_used == st.kv_blocks_cached, "round %d: %d blocks used, %d cached", round,
+                  st.kv_blocks_used, st.kv_blocks_cached);
+        CHECK_MSG(st.preemptions_total > 0, "round %d: no preemption", round);
+        CHECK(st.prompt_tokens_cached_total > 0);
+        CHECK(n_ok > 0);
+        engine_free(en);
+    }
+
+    /* Refusals: a prompt longer than the context or the pool; a full queue. */
+    engine_opts qo = engine_defaults();
+    qo.n_threads = 1;
+    qo.kv_mem_bytes = model_kv_block_bytes(m, 16) * 8;
+    qo.max_queue = 0;
+    engine *q = NULL;
+    CHECK(engine_new(m, &qo, &q, &e) == 0);
+    if (q) {
+        req *r = make_req(&specs[0]); /* >= 97 tokens: more than 7 blocks of 16? */
+        int32_t *big = xcalloc(200, sizeof *big);
+        req *rb = req_new(big, 200);
+        CHECK_EQ_INT(engine_submit(q, rb, &e), ERR_INVALID); /* 13 blocks > 8 */
+        int32_t *one = xcalloc(1, sizeof *one);
+        req *r1 = req_new(one, 1);
+        CHECK_EQ_INT(engine_submit(q, r1, &e), ERR_RANGE); /* max_queue 0 */
+        req_unref(r);
+        req_unref(rb);
+        req_unref(r1);
+        engine_free(q);
+    }
+    engine_opts bad = engine_defaults();
+    bad.kv_mem_bytes = 10;
+    engine *nb = NULL;
+    CHECK(engine_new(m, &bad, &nb, &e) == ERR_RANGE && nb == NULL);
+    bad = engine_defaults();
+    bad.max_batch_tokens = 0;
+    CHECK(engine_new(m, &bad, &nb, &e) == ERR_INVALID && nb == NULL);
+    model_free(m);
+    return test_summary("test_server_sched");
+}
