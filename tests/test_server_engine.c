@@ -234,8 +234,8 @@ static void check_slow_engine(void) {
     CHECK_MSG(g1 - g0 >= 1 && g1 - g0 < 500, "generated %.0f tokens after disconnect", g1 - g0);
     CHECK_EQ_INT((long)(metric(port, "kvloom_requests_total{status=\"499\"}") - (e0 < 0 ? 0 : e0)), 1);
 
-    /* Disconnect mid-prefill (non-streaming): a 1500-token prompt takes ~47
-     * steps of 32 tokens; the client leaves after a few. */
+    /* Disconnect mid-prefill (non-streaming): a ~1400-token prompt takes ~45
+     * steps of 32 tokens (5 ms each); the client leaves after the first. */
     char *L = make_text(33, 600, "Far away, ");
     int nL = n_tokens(port, L);
     CHECK(nL > 1000 && nL < 2000);
@@ -244,7 +244,9 @@ static void check_slow_engine(void) {
     body = completion_body(L, 10, false);
     fd = su_send_request(port, "POST", "/v1/completions", NULL, body, strlen(body), 30);
     CHECK(fd >= 0);
-    usleep(40000);
+    /* Leave once the prefill has started (the engine computed some of it). */
+    double tw = su_now();
+    while (metric(port, "kvloom_prompt_tokens_computed_total") == p0 && su_now() - tw < 20) usleep(2000);
     if (fd >= 0) close(fd);
     CHECK(wait_idle(port, 20));
     double p1 = metric(port, "kvloom_prompt_tokens_computed_total");

@@ -167,10 +167,11 @@ static int cmd_run(int argc, char **argv) {
     sampler *smp = sampler_new(&sp, c->n_vocab);
     tok_stream ts;
     tok_stream_init(&ts, tk, true);
-    char buf[512];
+    int buf_cap = tok_stream_max_out(tk);
+    char *buf = xmalloc((size_t)buf_cap);
     for (int i = 0; i < n_prompt; i++) {
         sampler_accept(smp, ids[i]);
-        tok_stream_push(&ts, ids[i], buf, sizeof buf); /* prompt already printed as given */
+        tok_stream_push(&ts, ids[i], buf, buf_cap); /* prompt already printed as given */
     }
     fputs(prompt, stdout);
     fflush(stdout);
@@ -191,16 +192,17 @@ static int cmd_run(int argc, char **argv) {
         if (tok_is_eog(tk, tok)) break;
         sampler_accept(smp, tok);
         n_gen++;
-        int nb = tok_stream_push(&ts, tok, buf, sizeof buf);
-        fwrite(buf, 1, (size_t)nb, stdout);
+        int nb = tok_stream_push(&ts, tok, buf, buf_cap);
+        if (nb > 0) fwrite(buf, 1, (size_t)nb, stdout);
         fflush(stdout);
         if (n_gen == n_predict || p + 1 >= n_ctx) break;
         int32_t pp = p;
         model_batch b = {.n_tokens = 1, .token = &tok, .pos = &pp, .seq = sid, .n_seqs = 1, .seqs = &seq};
         r = model_forward(m, st, kv, &b, logits, &e) < 0;
     }
-    int nb = tok_stream_flush(&ts, buf, sizeof buf);
-    fwrite(buf, 1, (size_t)nb, stdout);
+    int nb = tok_stream_flush(&ts, buf, buf_cap);
+    if (nb > 0) fwrite(buf, 1, (size_t)nb, stdout);
+    free(buf);
     fputc('\n', stdout);
     double t2 = clock_ms();
     if (r) fprintf(stderr, "kvloom: %s\n", e.msg);
