@@ -84,5 +84,32 @@ check '[ $st -eq 0 ] && grep -q "^Hello" "$T/out"' "smollm2 preset model does no
 "$BIN" info "$T/smol.gguf" > "$T/info" 2>&1
 check 'grep -q "n_vocab 49152, n_embd 576, n_layer 30, n_head 9, n_head_kv 3" "$T/info" && grep -q "tokenizer: gpt2, 49152" "$T/info"' "smollm2 preset shape or vocabulary wrong"
 
+# tokenize: every test vector of two vocabularies through the command line
+for v in gpt-2 llama-spm; do
+    "$PY" - "$SHARED/vocab/ggml-vocab-$v.gguf.inp" "$SHARED/vocab/ggml-vocab-$v.gguf.out" "$T/tv" <<'PYEOF'
+import os, sys
+inp = open(sys.argv[1], encoding="utf-8", newline="").read().split("\n__ggml_vocab_test__\n")
+out = open(sys.argv[2]).read().split("\n")
+os.makedirs(sys.argv[3], exist_ok=True)
+for i, (text, ids) in enumerate(zip(inp, out)):
+    if text == "" and i == len(inp) - 1: break
+    open(f"{sys.argv[3]}/{i}.txt", "w", encoding="utf-8", newline="").write(text)
+    open(f"{sys.argv[3]}/{i}.ids", "w").write(" ".join(ids.split()) + "\n")
+PYEOF
+    n_ok=0; n_all=0
+    for f in "$T"/tv/*.txt; do
+        n_all=$((n_all + 1))
+        "$BIN" tokenize -m "$SHARED/vocab/ggml-vocab-$v.gguf" --no-bos --stdin < "$f" > "$T/got" 2>/dev/null
+        cmp -s "$T/got" "${f%.txt}.ids" && n_ok=$((n_ok + 1))
+    done
+    check '[ $n_all -gt 30 ] && [ $n_ok -eq $n_all ]' "tokenize --stdin on $v: $n_ok of $n_all vectors match"
+    rm -rf "$T/tv"
+done
+"$BIN" tokenize -m "$SHARED/models/stories260K.gguf" "Once upon a time" > "$T/got"
+check '[ "$(cat "$T/got")" = "1 403 407 261 378" ]' "tokenize with BOS: $(cat "$T/got")"
+"$BIN" tokenize -m "$SHARED/vocab/ggml-vocab-phi-3.gguf" --no-bos --special "<|user|>hi" > "$T/got"
+"$BIN" tokenize -m "$SHARED/vocab/ggml-vocab-phi-3.gguf" --no-bos "<|user|>hi" > "$T/got2"
+check '[ $(wc -w < "$T/got") -lt $(wc -w < "$T/got2") ]' "--special does not match control tokens"
+
 echo "cli_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]
