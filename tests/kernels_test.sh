@@ -2,7 +2,9 @@
 # kernels_test.sh — the engine's reference tests on every kernel path: runs
 # the build's test_model (stories260K greedy outputs, ragged-batch bitwise
 # invariance), test_matmul and test_kernels once per kernel table, forcing
-# the table with KVLOOM_KERNELS. Tables this CPU cannot run are skipped and
+# the table with KVLOOM_KERNELS; also test_model_ref (the numpy reference's
+# logits for every architecture x weight type) when it is built and its
+# fixture models exist ($KVLOOM_FIXTURES, default $B/fixtures/models). Tables this CPU cannot run are skipped and
 # named (the list comes from kern_available, printed by test_kernels).
 # Last line: "N passed, N failed" (one check per test binary and table).
 # Env: KVLOOM_BIN (default build/kvloom; its directory holds tests/),
@@ -22,6 +24,13 @@ done
 avail=$(KVLOOM_KERNELS=scalar "$B/tests/test_kernels" 2>/dev/null | sed -n 's/^kernel tables on this CPU: //p')
 [ -n "$avail" ] || { echo "FAIL: cannot list the kernel tables"; echo "0 passed, 1 failed"; exit 1; }
 echo "kernel tables on this CPU: $avail"
+export KVLOOM_FIXTURES="${KVLOOM_FIXTURES:-$B/fixtures/models}"
+extra=
+if [ -x "$B/tests/test_model_ref" ] && [ -d "$KVLOOM_FIXTURES" ]; then
+    extra=test_model_ref
+else
+    echo "skip test_model_ref: not built or no fixtures in $KVLOOM_FIXTURES"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 for k in scalar avx2 avx512 neon; do
@@ -31,7 +40,7 @@ for k in scalar avx2 avx512 neon; do
         echo "skip $k: not available on this CPU or not compiled for this architecture"
         continue ;;
     esac
-    for t in test_model test_matmul test_kernels; do
+    for t in test_model test_matmul test_kernels $extra; do
         if KVLOOM_KERNELS=$k timeout 600 "$B/tests/$t" > "$tmp/out" 2>&1 &&
             tail -n 1 "$tmp/out" | grep -q ' 0 failed$'; then
             echo "ok   $k $t: $(tail -n 1 "$tmp/out")"

@@ -291,6 +291,22 @@ static int su_read_response(int fd, resp *r) {
     return 0;
 }
 
+/* Reads from fd until `needle` has been seen (true) or timeout_s passed,
+ * the peer closed, or 64 KB were read (false). */
+static inline bool su_read_until(int fd, const char *needle, double timeout_s) {
+    static char buf[65536];
+    size_t got = 0;
+    double t0 = su_now();
+    while (fd >= 0 && got < sizeof buf - 1 && su_now() - t0 < timeout_s) {
+        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+        buf[got] = 0;
+        if (strstr(buf, needle)) return true;
+    }
+    return false;
+}
+
 static int http_do(int port, const char *method, const char *path, const char *headers, const char *body, resp *r) {
     memset(r, 0, sizeof *r);
     int fd = su_send_request(port, method, path, headers, body, body ? strlen(body) : 0, 120);

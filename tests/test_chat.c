@@ -234,6 +234,11 @@ static void test_validation(void) {
     json_decref(m);
     chat_tmpl_free(t);
 
+    /* a NUL inside a string would truncate the prompt: refused */
+    CHECK_EQ_INT(render_json(NULL, "[{\"role\": \"user\", \"content\": \"a\\u0000b\"}]", NULL, &out, &e), ERR_INVALID);
+    CHECK(out == NULL);
+    CHECK(strstr(e.msg, "NUL") != NULL);
+
     /* a runtime template error is reported, not a crash */
     CHECK_EQ_INT(render_json("{{ messages[0].content + 1 }}", "[{\"role\": \"user\", \"content\": \"a\"}]", NULL, &out, &e),
                  ERR_INVALID);

@@ -362,14 +362,14 @@ static void test_attn(void) {
 typedef struct pool_probe {
     _Atomic int hits[8];
     _Atomic long total;
-    int nth_seen;
+    _Atomic int nth_seen;
 } pool_probe;
 
 static void probe_fn(void *arg, int ith, int nth) {
     pool_probe *pp = arg;
     atomic_fetch_add(&pp->hits[ith], 1);
     atomic_fetch_add(&pp->total, ith + 1);
-    pp->nth_seen = nth;
+    atomic_store(&pp->nth_seen, nth);
 }
 
 static void test_pool(void) {
@@ -382,7 +382,7 @@ static void test_pool(void) {
             pool_run(p, probe_fn, &pp);
             for (int i = 0; i < nt; i++) bad += atomic_load(&pp.hits[i]) != 1;
             bad += atomic_load(&pp.total) != (long)nt * (nt + 1) / 2;
-            bad += pp.nth_seen != nt;
+            bad += atomic_load(&pp.nth_seen) != nt;
             if (rep == 10000) { /* let the workers fall asleep, then wake them */
                 struct timespec ts = {0, 5 * 1000 * 1000};
                 nanosleep(&ts, NULL);

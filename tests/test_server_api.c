@@ -161,6 +161,24 @@ static void check_logprobs_and_seed(void) {
     CHECK_EQ_INT(json_array_size(json_object_get(json_array_get(content, 0), "top_logprobs")), 2);
     json_decref(o);
 
+    /* Tools and a tool-call round trip reach the chat template. */
+    const char *conv = "\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":null,"
+                       "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                       "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}]";
+    char b2[1024];
+    snprintf(b2, sizeof b2, "{%s,\"max_tokens\":2}", conv);
+    json_t *plain = post_json(g_port, "/v1/chat/completions", b2, &st);
+    CHECK_EQ_INT(st, 200);
+    snprintf(b2, sizeof b2,
+             "{%s,\"max_tokens\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+             "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}",
+             conv);
+    json_t *with = post_json(g_port, "/v1/chat/completions", b2, &st);
+    CHECK_EQ_INT(st, 200);
+    CHECK_MSG(usage_int(with, "prompt_tokens") > usage_int(plain, "prompt_tokens"), "tools did not reach the template");
+    json_decref(plain);
+    json_decref(with);
+
     /* A seed makes sampling reproducible; different seeds differ. */
     const char *b1 = "{\"prompt\":\"Once\",\"max_tokens\":24,\"temperature\":1.0,\"seed\":1234}";
     json_t *a = post_json(g_port, "/v1/completions", b1, &st);
@@ -240,6 +258,9 @@ static void check_errors(void) {
                  "top_logprobs");
     expect_error("POST", H, NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 1}", 400,
                  "logprobs");
+    expect_error("POST", H, NULL, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", 400, "messages");
+    expect_error("POST", H, NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": 3}", 400,
+                 "tools");
     expect_error("POST", "/tokenize", NULL, "{\"content\": 1}", 400, "content");
     expect_error("POST", "/detokenize", NULL, "{\"tokens\": [1, 100000]}", 400, "tokens");
     expect_error("POST", "/detokenize", NULL, "{\"tokens\": \"x\"}", 400, "tokens");
@@ -318,6 +339,13 @@ static void check_routes(void) {
     CHECK_EQ_INT(st, 200);
     CHECK_STR(json_string_value(json_object_get(o, "object")), "list");
     CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(o, "data"), 0), "id")), "stories260K");
+    json_decref(o);
+    o = get_json(g_port, "/v1/models/stories260K", &st);
+    CHECK_EQ_INT(st, 200);
+    CHECK_STR(json_string_value(json_object_get(o, "id")), "stories260K");
+    json_decref(o);
+    o = get_json(g_port, "/v1/models/gpt-4", &st);
+    CHECK_EQ_INT(st, 404);
     json_decref(o);
     /* tokenize -> detokenize round trip, with pieces. */
     o = post_json(g_port, "/tokenize", "{\"content\":\"Hello world, héllo\",\"with_pieces\":true}", &st);
@@ -428,7 +456,8 @@ static void check_openai_node(const srv *s, const char *key) {
 }
 
 static void check_auth_and_queue(void) {
-    const char *flags[] = {"--api-key", "sekrit-key", "--max-queue", "1", "--max-running", "1", "--step-delay-us", "2000", NULL};
+    const char *flags[] = {"--api-key",       "sekrit-key", "--max-queue", "1",   "--max-running", "1",
+                           "--step-delay-us", "2000",       "--max-body",  "64K", NULL};
     srv s;
     CHECK(srv_start(&s, flags) == 0);
     if (!s.port) return;
@@ -447,14 +476,54 @@ static void check_auth_and_queue(void) {
     CHECK_EQ_INT(r.status, 200);
     resp_free(&r);
 
+    /* --max-body 64K: a 100 KB body gets 413; a chunked upload that goes on
+     * far past the limit is cut off; the server keeps serving. */
+    {
+        size_t n = 100000;
+        char *b = xmalloc(n + 1);
+        memset(b, ' ', n);
+        b[0] = '{';
+        b[n - 1] = '}';
+        b[n] = 0;
+        http_do(s.port, "POST", "/v1/completions", "Authorization: Bearer sekrit-key\r\n", b, &r);
+        CHECK_EQ_INT(r.status, 413);
+        resp_free(&r);
+        free(b);
+        int fd = su_connect(s.port, 10);
+        const char *h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+        su_send_all(fd, h, strlen(h));
+        char chunk[8192 + 16];
+        int k = snprintf(chunk, sizeof chunk, "2000\r\n");
+        memset(chunk + k, 'x', 8192);
+        memcpy(chunk + k + 8192, "\r\n", 2);
+        int sent = 0;
+        for (int i = 0; i < 2000; i++, sent++) /* 16 MB, 250x the limit */
+            if (su_send_all(fd, chunk, (size_t)k + 8194) < 0) break;
+        CHECK_MSG(sent < 2000, "a chunked body 250x over the limit was read to the end");
+        close(fd);
+        json_t *hh = get_json(s.port, "/health", &k);
+        CHECK_EQ_INT(k, 200);
+        json_decref(hh);
+    }
+
     /* 429: one running (max-running 1), one waiting (max-queue 1), the next refused. */
     const char *auth = "Authorization: Bearer sekrit-key\r\n";
     su_metrics_headers = auth;
     const char *longreq = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true}";
     int fd1 = su_send_request(s.port, "POST", "/v1/completions", auth, longreq, strlen(longreq), 30);
-    char buf[4096];
-    ssize_t k = fd1 >= 0 ? recv(fd1, buf, sizeof buf, 0) : -1; /* the first chunk: it is running */
-    CHECK(k > 0);
+    /* Read until the first token event: then it is running (the headers
+     * alone come before admission). */
+    char buf[8192];
+    size_t got = 0;
+    double tr = su_now();
+    while (fd1 >= 0 && got < sizeof buf - 1 && su_now() - tr < 20) {
+        ssize_t k = recv(fd1, buf + got, sizeof buf - 1 - got, 0);
+        if (k <= 0) break;
+        got += (size_t)k;
+        buf[got] = 0;
+        if (strstr(buf, "data: ")) break;
+    }
+    CHECK(got > 0 && strstr(buf, "data: "));
     int fd2 = su_send_request(s.port, "POST", "/v1/completions", auth, longreq, strlen(longreq), 30);
     CHECK(fd2 >= 0);
     double t0 = su_now();

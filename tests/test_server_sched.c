@@ -204,6 +204,9 @@ int main(void) {
     engine *nb = NULL;
     CHECK(engine_new(m, &bad, &nb, &e) == ERR_RANGE && nb == NULL);
     bad = engine_defaults();
+    bad.kv_mem_bytes = (size_t)1 << 50; /* more than any test machine holds */
+    CHECK(engine_new(m, &bad, &nb, &e) == ERR_RANGE && nb == NULL);
+    bad = engine_defaults();
     bad.max_batch_tokens = 0;
     CHECK(engine_new(m, &bad, &nb, &e) == ERR_INVALID && nb == NULL);
     model_free(m);

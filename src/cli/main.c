@@ -21,6 +21,7 @@
 #include "../kern/kern.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
+#include "../server/server.h"
 #include "../tok/tok.h"
 #include "cli.h"
 
@@ -356,6 +357,19 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(sub_argc, sub_argv);
     if (strcmp(cmd, "gen") == 0) return cli_gen(sub_argc, sub_argv);
     if (strcmp(cmd, "quantize") == 0) return cli_quantize(sub_argc, sub_argv);
+    if (strcmp(cmd, "serve") == 0) {
+        server_opts o;
+        server_opts_default(&o);
+        err_t e = {0};
+        int rc = server_parse_args(sub_argc, sub_argv, &o, &e);
+        if (rc < 0) {
+            fprintf(stderr, "kvloom serve: %s\n", e.msg);
+            return 2;
+        }
+        if (rc > 0) return 0; /* --help was printed */
+        if (!o.model_path) o.model_path = default_model();
+        return server_main(&o) < 0 ? 1 : 0;
+    }
     if (strcmp(cmd, "bench") == 0) return cli_bench(sub_argc, sub_argv);
     fprintf(stderr, "kvloom: unknown command '%s'\n", cmd);
     usage();

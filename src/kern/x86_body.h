@@ -435,6 +435,30 @@ static inline float kx_dot_row(const float *q, const float *k, int hd) {
     return hsum_ps(s);
 }
 
+/* q.k for 8 rows at once (hd a multiple of 8): 8 lane-vectors of partial
+ * sums, then a fixed transpose-and-add tree that leaves score j in lane j. */
+static inline __m256 kx_dot8(const float *q, const float *const *kr, int hd) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < hd; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + d);
+        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[0] + d), a0);
+        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[1] + d), a1);
+        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[2] + d), a2);
+        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[3] + d), a3);
+        a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[4] + d), a4);
+        a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[5] + d), a5);
+        a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[6] + d), a6);
+        a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[7] + d), a7);
+    }
+    const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* A row of zeros standing in for K rows past the end of a chunk. */
+#define KX_ZERO_ROW 512
+static const float kx_zero_row[KX_ZERO_ROW];
+
 /* Prefetches the `bytes` bytes at p (one hint per cache line) into L1. */
 static inline void kx_prefetch(const float *p, int bytes) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
@@ -452,7 +476,7 @@ static inline void kx_prefetch(const float *p, int bytes) {
 static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale,
                       float *m, float *l, float *o, float *scratch) {
     const int hd = v->head_dim, n = p1 - p0, row_bytes = hd * (int)sizeof(float);
-    const float *krow[ATTN_CHUNK], *vrow[ATTN_CHUNK];
+    const float *krow[ATTN_CHUNK + 8], *vrow[ATTN_CHUNK];
     for (int i = 0; i < n;) {
         const int p = p0 + i, in_blk = p % v->block_tokens, cnt = MIN(n - i, v->block_tokens - in_blk);
         const size_t off = (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
@@ -464,13 +488,28 @@ static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, 
         i += cnt;
     }
     for (int i = 0; i < MIN(n, KX_PREFETCH_ROWS); i++) kx_prefetch(krow[i], row_bytes);
-    for (int i = 0; i < n; i++) {
-        if (i + KX_PREFETCH_ROWS < n) {
-            kx_prefetch(krow[i + KX_PREFETCH_ROWS], row_bytes);
-            kx_prefetch(vrow[i + KX_PREFETCH_ROWS], row_bytes);
+    if (hd % 8 == 0 && hd <= KX_ZERO_ROW) {
+        /* 8 positions at a time (a short last group reads zero rows) */
+        const int n8 = (n + 7) & ~7;
+        for (int i = n; i < n8; i++) krow[i] = kx_zero_row;
+        for (int i = 0; i < n8; i += 8) {
+            for (int j = i + KX_PREFETCH_ROWS; j < MIN(n, i + 8 + KX_PREFETCH_ROWS); j++) {
+                kx_prefetch(krow[j], row_bytes);
+                kx_prefetch(vrow[j], row_bytes);
+            }
+            for (int g = 0; g < n_q; g++)
+                _mm256_storeu_ps(scratch + (size_t)g * ATTN_CHUNK + i,
+                                 _mm256_mul_ps(kx_dot8(q + (size_t)g * hd, krow + i, hd), _mm256_set1_ps(scale)));
         }
-        for (int g = 0; g < n_q; g++)
-            scratch[(size_t)g * ATTN_CHUNK + i] = kx_dot_row(q + (size_t)g * hd, krow[i], hd) * scale;
+    } else {
+        for (int i = 0; i < n; i++) {
+            if (i + KX_PREFETCH_ROWS < n) {
+                kx_prefetch(krow[i + KX_PREFETCH_ROWS], row_bytes);
+                kx_prefetch(vrow[i + KX_PREFETCH_ROWS], row_bytes);
+            }
+            for (int g = 0; g < n_q; g++)
+                scratch[(size_t)g * ATTN_CHUNK + i] = kx_dot_row(q + (size_t)g * hd, krow[i], hd) * scale;
+        }
     }
     for (int g = 0; g < n_q; g++) {
         float *sc = scratch + (size_t)g * ATTN_CHUNK;
@@ -491,11 +530,21 @@ static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, 
         m[g] = mxs;
         l[g] = hsum_ps(sum);
     }
-    /* o[g] = sum_i e[g][i] v_i, 32 dims at a time in registers */
+    /* o[g] = sum_i e[g][i] v_i, 64 (or 32) dims at a time in registers */
     for (int g = 0; g < n_q; g++) {
         const float *e = scratch + (size_t)g * ATTN_CHUNK;
         float *og = o + (size_t)g * hd;
         int d = 0;
+        for (; d + 64 <= hd; d += 64) { /* 8 independent chains hide the fma latency */
+            __m256 a[8];
+            for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+            for (int i = 0; i < n; i++) {
+                const float *vr = vrow[i] + d;
+                const __m256 w = _mm256_set1_ps(e[i]);
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * k), a[k]);
+            }
+            for (int k = 0; k < 8; k++) _mm256_storeu_ps(og + d + 8 * k, a[k]);
+        }
         for (; d + 32 <= hd; d += 32) {
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < n; i++) {

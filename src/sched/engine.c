@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../kv/kvpool.h"
 #include "../kv/radix.h"
@@ -638,6 +639,12 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
         return err_set(e, ERR_RANGE, "kv-mem %zu bytes holds %zu blocks of %zu bytes; need at least 2", o->kv_mem_bytes,
                        n_blocks, bb);
     if (n_blocks > (1u << 30)) n_blocks = 1u << 30;
+    /* The pool is allocated (and zeroed) at once: refuse sizes the machine
+     * cannot hold instead of dying in the allocator. */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (double)n_blocks * (double)bb > 0.9 * (double)pages * (double)page)
+        return err_set(e, ERR_RANGE, "kv-mem %zu bytes is more than 90%% of this machine's %.1f GiB of memory",
+                       o->kv_mem_bytes, (double)pages * (double)page / (1 << 30));
 
     engine *en = xcalloc(1, sizeof *en);
     en->m = m;

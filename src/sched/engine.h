@@ -83,7 +83,7 @@ typedef struct engine engine;
 /* Creates the KV pool (kv_mem_bytes / model_kv_block_bytes blocks), the radix
  * tree and the model state, and starts the engine thread. `m` must outlive
  * the engine. Errors: ERR_INVALID for bad options (named), ERR_RANGE when the
- * KV memory holds less than one block. */
+ * KV memory holds fewer than 2 blocks or exceeds 90% of physical memory. */
 int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e);
 /* Stops the thread: every request still known finishes as cancelled and
  * engine_submit refuses from then on (ERR_RANGE). Idempotent; the object

@@ -40,6 +40,7 @@ struct http_exchange {
     char *path;
     http_buf body;
     bool too_large;
+    size_t n_dropped;  /* body bytes discarded after the limit */
     bool answered;
     bool gone;
     int status;
@@ -257,7 +258,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                 http_buf_add(&x->body, upload_data, *upload_data_size);
             }
         }
+        x->n_dropped += x->too_large ? *upload_data_size : 0;
         *upload_data_size = 0;
+        /* A client that keeps sending far past the limit (a chunked body
+         * without Content-Length) is disconnected. */
+        if (x->n_dropped / 4 > srv->c.max_body_bytes) return MHD_NO;
         return MHD_YES;
     }
     if (x->answered) return MHD_YES;
@@ -322,11 +327,11 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     s->fn = fn;
     s->ctx = ctx;
     s->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_access, s,                        //
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                                   //
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,                              //
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->max_connections > 0 ? c->max_connections : 256),
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(c->timeout_s > 0 ? c->timeout_s : 600), //
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                               //
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                                   //
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, 256u,                                        //
                             MHD_OPTION_END);
     if (!s->d) {

@@ -535,11 +535,18 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
 
 /* ---- other routes ---- */
 
-static void handle_models(routes_ctx *rc, http_exchange *x) {
-    json_t *o = json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:I}}]}", "object", "list", "data", "id",
-                          rc->model_id, "object", "model", "created", (json_int_t)rc->created, "owned_by", "kvloom",
-                          "meta", "n_vocab", rc->m->cfg.n_vocab, "n_ctx", engine_n_ctx(rc->en), "n_params",
-                          (json_int_t)rc->m->weight_bytes);
+/* GET /v1/models (id NULL) or /v1/models/{id}. */
+static void handle_models(routes_ctx *rc, http_exchange *x, const char *id) {
+    if (id && strcmp(id, rc->model_id) != 0) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.256s'", id, rc->model_id);
+        reply_error(x, 404, msg, "model", "model_not_found");
+        return;
+    }
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:I}}", "id", rc->model_id, "object", "model", "created",
+                          (json_int_t)rc->created, "owned_by", "kvloom", "meta", "n_vocab", rc->m->cfg.n_vocab, "n_ctx",
+                          engine_n_ctx(rc->en), "weight_bytes", (json_int_t)rc->m->weight_bytes);
+    json_t *o = id ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
     reply_json(rc, x, 200, o);
     json_decref(o);
 }
@@ -657,7 +664,7 @@ typedef struct route {
     int id;
 } route;
 
-enum { R_COMPL, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE };
+enum { R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE };
 
 static const route routes[] = {
     {"/v1/completions", "POST", R_COMPL},     {"/completions", "POST", R_COMPL},
@@ -679,6 +686,11 @@ void routes_handle(void *ctx, http_exchange *x) {
         if (strcmp(routes[i].method, method) == 0 || (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0))
             rt = &routes[i];
     }
+    /* GET /v1/models/{id} */
+    if (!rt && !strncmp(path, "/v1/models/", 11) && (!strcmp(method, "GET") || !strcmp(method, "HEAD"))) {
+        static const route model_route = {"/v1/models/", "GET", R_MODEL};
+        rt = &model_route;
+    }
     bool generation = false;
     if (rc->o->api_key && rc->o->api_key[0] && !(rt && rt->id == R_HEALTH) &&
         !key_ok(rc->o->api_key, http_header(x, "Authorization"))) {
@@ -694,7 +706,8 @@ void routes_handle(void *ctx, http_exchange *x) {
         switch (rt->id) {
         case R_COMPL: generation = handle_generate(rc, x, OAI_COMPLETION); break;
         case R_CHAT: generation = handle_generate(rc, x, OAI_CHAT); break;
-        case R_MODELS: handle_models(rc, x); break;
+        case R_MODELS: handle_models(rc, x, NULL); break;
+        case R_MODEL: handle_models(rc, x, path + 11); break;
         case R_HEALTH: http_reply(x, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL); break;
         case R_METRICS: handle_metrics(rc, x); break;
         case R_TOKENIZE: handle_tokenize(rc, x); break;

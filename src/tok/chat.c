@@ -209,6 +209,7 @@ int chat_render(const chat_tmpl *t, json_t *messages, const chat_opts *o, char *
      * treat content as a string (Qwen3: '</think>' in message.content) fail
      * on that; then the render is retried with null content as "". */
     int rc = 0;
+    size_t out_len = 0;
     for (int pass = 0; pass < 2; pass++) {
         json_t *msgs = NULL;
         size_t n_null;
@@ -224,8 +225,7 @@ int chat_render(const chat_tmpl *t, json_t *messages, const chat_opts *o, char *
         else json_object_del(ctx, "bos_token");
         if (o->eos_token) json_object_set_new(ctx, "eos_token", json_string(o->eos_token));
         else json_object_del(ctx, "eos_token");
-        size_t len;
-        prc = jinja_render(t->tmpl, ctx, out, &len, pass == 0 ? e : &pe);
+        prc = jinja_render(t->tmpl, ctx, out, &out_len, pass == 0 ? e : &pe);
         json_decref(ctx);
         if (pass == 0) {
             rc = prc;
@@ -234,6 +234,14 @@ int chat_render(const chat_tmpl *t, json_t *messages, const chat_opts *o, char *
             rc = 0; /* the retry worked: forget the first error */
         }
     }
-    if (rc) err_prefix(e, "chat template");
-    return rc;
+    if (rc) {
+        err_prefix(e, "chat template");
+        return rc;
+    }
+    if (strlen(*out) != out_len) { /* the prompt is a C string: no NUL inside */
+        free(*out);
+        *out = NULL;
+        return err_set(e, ERR_INVALID, "messages: a string contains a NUL character (\\u0000)");
+    }
+    return 0;
 }

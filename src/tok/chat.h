@@ -75,7 +75,8 @@ void chat_tmpl_free(chat_tmpl *t);
  * malloc'd NUL-terminated prompt the caller frees, and 0 is returned. On
  * failure *out is NULL and a negative code is returned: ERR_INVALID for a
  * malformed message (e names the field: "messages[1].content: must be a
- * string or an array of parts") or a template error such as
+ * string or an array of parts"), a string with a NUL character (the prompt
+ * is a C string), or a template error such as
  * raise_exception ("raise_exception: Conversation roles must alternate..."),
  * ERR_UNSUPPORTED for content parts other than text, ERR_RANGE when the
  * template hit a rendering cap. */

@@ -22,8 +22,10 @@
  *
  * Rendering is bounded: loop iterations, macro recursion, evaluator
  * recursion (C stack), memory and output bytes are all capped (JINJA_MAX_*);
- * going past a cap is an error, never a hang or a crash. A template's raise_exception("...") is an error whose
- * message is the template's text.
+ * going past a cap is an error, never a hang or a crash. A template's
+ * raise_exception("...") is an error whose message is the template's text.
+ * The output may contain NUL bytes when the context's strings do (use
+ * out_len).
  *
  * Thread safety: a parsed jinja_tmpl is read-only, so any number of threads
  * may render it at the same time.

@@ -125,29 +125,70 @@ static jv do_strip(jv s, const jv *chars, bool left, bool right) {
     return jv_str(p + a, b - a);
 }
 
+/* Simple case mapping of the two-byte UTF-8 letters Python maps one to one
+ * within that range (Latin-1, Latin Extended-A, Greek, Cyrillic); 0 when c
+ * is not a cased letter there. Others (ß → SS, ı, ...) stay unchanged. */
+static uint32_t cp_to_upper(uint32_t c) {
+    if (c == 0x131) return 0; /* dotless i: Python gives ASCII I, leave it */
+    if ((c >= 0xE0 && c <= 0xFE && c != 0xF7) || (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) || (c >= 0x430 && c <= 0x44F)) return c - 0x20;
+    if (c == 0xFF) return 0x178;
+    if (c == 0x3C2) return 0x3A3;
+    if (c >= 0x450 && c <= 0x45F) return c - 0x50;
+    if ((c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) return c & 1 ? c - 1 : 0;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return c & 1 ? 0 : c - 1;
+    return 0;
+}
+static uint32_t cp_to_lower(uint32_t c) {
+    if (c == 0x130) return 0; /* dotted I lowers to two code points in Python */
+    if ((c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) || (c >= 0x410 && c <= 0x42F)) return c + 0x20;
+    if (c == 0x178) return 0xFF;
+    if (c >= 0x400 && c <= 0x40F) return c + 0x50;
+    if ((c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177)) return c & 1 ? 0 : c + 1;
+    if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return c & 1 ? c + 1 : 0;
+    return 0;
+}
+
 static int case_map(jrender *R, const jnode *n, jv s, int mode, jv *out) {
     /* mode 0 upper, 1 lower, 2 capitalize, 3 Python title, 4 Jinja title filter */
     char *p = jinja_arena_alloc(&R->a, s.s.n + 1);
     if (!p) return jinja_eval_oom(R, n);
-    bool prev_cased = false;
-    for (size_t i = 0; i < s.s.n; i++) {
-        char c = s.s.p[i];
-        bool up = c >= 'A' && c <= 'Z', lo = c >= 'a' && c <= 'z';
+    bool prev_cased = false, first = true;
+    for (size_t i = 0; i < s.s.n;) {
+        unsigned char c = (unsigned char)s.s.p[i];
+        size_t l = 1;
+        uint32_t cp = c;
+        if (c >= 0xC0 && c < 0xE0 && i + 1 < s.s.n && ((unsigned char)s.s.p[i + 1] & 0xC0) == 0x80) {
+            l = 2;
+            cp = ((uint32_t)(c & 0x1F) << 6) | ((unsigned char)s.s.p[i + 1] & 0x3F);
+        } else if (c >= 0x80) {
+            l = cp_len_at(s.s.p + i, s.s.n - i);
+        }
+        uint32_t up_cp = cp < 0x80 ? (cp >= 'a' && cp <= 'z' ? cp - 32 : 0) : l == 2 ? cp_to_upper(cp) : 0;
+        uint32_t lo_cp = cp < 0x80 ? (cp >= 'A' && cp <= 'Z' ? cp + 32 : 0) : l == 2 ? cp_to_lower(cp) : 0;
+        bool is_lo = up_cp != 0, is_up = lo_cp != 0;
         bool upper;
         switch (mode) {
         case 0: upper = true; break;
         case 1: upper = false; break;
-        case 2: upper = i == 0; break;
+        case 2: upper = first; break;
         case 3: upper = !prev_cased; break;
         default: {
             char pc = i ? s.s.p[i - 1] : ' ';
             upper = i == 0 || py_space((unsigned char)pc) || pc == '-' || pc == '(' || pc == '{' || pc == '[' || pc == '<';
         }
         }
-        if (upper && lo) c = (char)(c - 32);
-        else if (!upper && up) c = (char)(c + 32);
-        p[i] = c;
-        if (mode == 3) prev_cased = up || lo || ((unsigned char)c >= 0x80 && prev_cased);
+        uint32_t to = upper && is_lo ? up_cp : !upper && is_up ? lo_cp : 0;
+        if (!to) {
+            memcpy(p + i, s.s.p + i, l);
+        } else if (to < 0x80) {
+            p[i] = (char)to;
+        } else { /* both in the two-byte range */
+            p[i] = (char)(0xC0 | (to >> 6));
+            p[i + 1] = (char)(0x80 | (to & 0x3F));
+        }
+        if (mode == 3) prev_cased = is_lo || is_up;
+        first = false;
+        i += l;
     }
     *out = jv_str(p, s.s.n);
     return 0;
