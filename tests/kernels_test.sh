@@ -52,5 +52,16 @@ for k in scalar avx2 avx512 neon; do
         fi
     done
 done
+# kvloom bench end to end on the shipped model (decode past two attention chunks)
+if [ -x "$BIN" ] && "$BIN" bench -m "$KVLOOM_SHARED/models/stories260K.gguf" --pp 32 --tg 8 --depth 600 -r 1 \
+        > "$tmp/bench" 2>&1 && grep -q '^pp32 ' "$tmp/bench" && grep -q '^tg8 @ depth 600 ' "$tmp/bench" &&
+        grep -q '^bandwidth' "$tmp/bench" && grep -q 'roofline' "$tmp/bench"; then
+    echo "ok   kvloom bench"
+    pass=$((pass + 1))
+else
+    echo "FAIL kvloom bench:"
+    sed 's/^/    /' "$tmp/bench" 2>/dev/null | tail -n 20
+    fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

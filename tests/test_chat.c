@@ -235,9 +235,17 @@ static void test_validation(void) {
     chat_tmpl_free(t);
 
     /* a NUL inside a string would truncate the prompt: refused */
-    CHECK_EQ_INT(render_json(NULL, "[{\"role\": \"user\", \"content\": \"a\\u0000b\"}]", NULL, &out, &e), ERR_INVALID);
-    CHECK(out == NULL);
-    CHECK(strstr(e.msg, "NUL") != NULL);
+    {
+        json_t *nm = json_pack("[{s:s, s:s%}]", "role", "user", "content", "a\0b", (size_t)3);
+        chat_tmpl *nt;
+        chat_tmpl_new(NULL, &nt, &e);
+        out = (char *)1;
+        CHECK_EQ_INT(chat_render(nt, nm, NULL, &out, &e), ERR_INVALID);
+        CHECK(out == NULL);
+        CHECK(strstr(e.msg, "NUL") != NULL);
+        chat_tmpl_free(nt);
+        json_decref(nm);
+    }
 
     /* a runtime template error is reported, not a crash */
     CHECK_EQ_INT(render_json("{{ messages[0].content + 1 }}", "[{\"role\": \"user\", \"content\": \"a\"}]", NULL, &out, &e),

@@ -296,8 +296,6 @@ static void test_attn(void) {
                 for (int g = 0; g < n_q; g++) {
                     bad += !(fabsf(m1[g] - m0[g]) <= 1e-5f * (1 + fabsf(m0[g])));
                     bad += !(fabsf(l1[g] - l0[g]) <= 1e-5f * l0[g]);
-                    double omag = 0;
-                    for (int i = p0; i < p1; i++) omag += fabs(kvfix_row(&f, f.v, i, 1)[0]);
                     for (int d = 0; d < hd; d++)
                         bad += !(fabsf(o1[g * hd + d] - o0[g * hd + d]) <= 2e-5f * (float)(p1 - p0) + 1e-5f * fabsf(o0[g * hd + d]));
                 }

@@ -3,6 +3,7 @@
  * machine, next to the memory bandwidth measured in the same run.
  *
  *   kvloom bench -m MODEL [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]
+ *   kvloom bench -m MODEL --tokenizer [--text FILE] [-r REPS]
  *
  * Place in the flow: cli/, beside run; it drives model_forward directly
  * (no scheduler, no tokenizer): token ids are drawn from a fixed-seed
@@ -21,6 +22,10 @@
  * weight matrices, plus the KV rows at the given depth); the report gives
  * decode as a percentage of it.
  *
+ * --tokenizer measures the model's tokenizer instead: encoding MB/s of FILE
+ * (default: a built-in mixed English/code/number/Unicode text repeated to
+ * 1 MB), median over REPS runs of tok_bench_mb_per_s.
+ *
  * Thread: the CLI's main thread; the model's pool runs the kernels and the
  * bandwidth probe.
  */
@@ -33,12 +38,14 @@
 #include "../base/base.h"
 #include "../base/pool.h"
 #include "../model/model.h"
+#include "../tok/tok.h"
 #include "cli.h"
 
 #define BENCH_BW_BYTES ((size_t)512 << 20) /* 16x the L3 of these machines */
 
 static int bench_usage(void) {
-    fprintf(stderr, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n");
+    fprintf(stderr, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n"
+                    "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n");
     return 2;
 }
 
@@ -64,6 +71,10 @@ static stats stats_of(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     stats s = {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v[0], v[n - 1]};
     return s;
+}
+
+static void print_stats(const char *what, stats s, const char *unit) {
+    printf("%-22s %9.2f %s   [%.2f .. %.2f]\n", what, s.med, unit, s.min, s.max);
 }
 
 /* ---- memory bandwidth ------------------------------------------------------ */
@@ -95,6 +106,44 @@ static double bw_measure(pool *p, bw_job *j) {
     pool_run(p, bw_task, j);
     const double ms = clock_ms() - t0;
     return (double)(j->n_words * 8) / (ms * 1e6);
+}
+
+/* ---- tokenizer throughput ------------------------------------------------------ */
+
+static int bench_tokenizer(const model *m, const char *text_path, long reps) {
+    err_t e = {0};
+    tokenizer *tk;
+    if (tok_load(m->gguf, &tk, &e)) {
+        fprintf(stderr, "kvloom bench: %s\n", e.msg);
+        return 1;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (text_path) {
+        if (file_read_all(text_path, &text, &len, &e)) {
+            fprintf(stderr, "kvloom bench: %s\n", e.msg);
+            tok_free(tk);
+            return 1;
+        }
+    } else {
+        static const char piece[] =
+            "The quick brown fox jumps over the lazy dog. def add(a, b):\n    return a + b  # 12345 67.89\n"
+            "Agents call tools: {\"name\": \"search\", \"args\": [1, 2, 3]} \xc3\xa9t\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac "
+            "\xf0\x9f\x99\x82\n";
+        const size_t n = sizeof piece - 1, want = (size_t)1 << 20;
+        text = xmalloc(want + n + 1);
+        while (len < want) memcpy(text + len, piece, n), len += n;
+        text[len] = 0;
+    }
+    double *v = xmalloc(sizeof(double) * (size_t)reps);
+    tok_bench_mb_per_s(tk, text, len, 1); /* warm-up */
+    for (long r = 0; r < reps; r++) v[r] = tok_bench_mb_per_s(tk, text, len, 1);
+    printf("tokenizer %s (pre %s), %.2f MB of text\n", tok_model_name(tk), tok_pre_name(tk), len / 1e6);
+    print_stats("encode", stats_of(v, (int)reps), "MB/s");
+    free(v);
+    free(text);
+    tok_free(tk);
+    return 0;
 }
 
 /* ---- model runs ------------------------------------------------------------- */
@@ -140,17 +189,20 @@ static int bench_decode(bench_ctx *b, int p0, int n, err_t *e) {
 
 static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_bytes; }
 
-static void print_stats(const char *what, stats s, const char *unit) {
-    printf("%-22s %9.2f %s   [%.2f .. %.2f]\n", what, s.med, unit, s.min, s.max);
-}
 
 int cli_bench(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *text_path = NULL;
+    bool tokenizer_mode = false;
     long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
+        if (strcmp(a, "--tokenizer") == 0) {
+            tokenizer_mode = true;
+            continue;
+        }
         if (strcmp(a, "-m") == 0) path = v;
+        else if (strcmp(a, "--text") == 0) text_path = v;
         else if (strcmp(a, "-t") == 0) ok = bench_parse_int(v, 1, 256, &threads);
         else if (strcmp(a, "--pp") == 0) ok = bench_parse_int(v, 0, 1 << 16, &pp);
         else if (strcmp(a, "--tg") == 0) ok = bench_parse_int(v, 0, 1 << 16, &tg);
@@ -174,6 +226,11 @@ int cli_bench(int argc, char **argv) {
     if (model_load(path, &m, &e)) {
         fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
         return 1;
+    }
+    if (tokenizer_mode) {
+        int rc = bench_tokenizer(m, text_path, reps);
+        model_free(m);
+        return rc;
     }
     const model_config *c = &m->cfg;
     const long n_ctx = MAX(pp, depth + tg) + 1;

@@ -17,15 +17,22 @@
  *                     in 0..63, s signed in -127..127, c 16 x i16 scales
  *                     (|c| <= 128; each pair of lanes of c holds one scale)
  *   KX_KT_R, KX_KT_T  the K-quant gemm tile: rows (1..2) x tokens (1..4)
- * Both primitives must be exact integer arithmetic, so the two tables compute the same
- * integers and differ only in how fast they get there.
+ * Both primitives must be exact integer arithmetic, so the two tables
+ * compute the same integers and differ only in how fast they get there.
  *
  * Order of summation (kern.h's batch-invariance contract): every dot product
- * accumulates per-block float terms into one 8-lane vector in block order and
- * reduces it with hsum_ps at the end, so the result depends on n and the two
- * rows only. Where a gemm exists (tiles of several rows x several tokens),
- * the dot product is its 1x1 tile, so gemm == dot holds by construction;
- * other types use kern_matmul's one-dot-per-(row, token) driver.
+ * accumulates per-block float terms into 8-lane vectors in block order (Q8_0
+ * and Q4_0: even blocks into one vector, odd blocks into another, added at
+ * the end) and reduces with hsum_ps, so the result depends on n and the two
+ * rows only. Where a gemm exists (tiles of several rows x several tokens:
+ * Q4_K/Q5_K here, Q8_0/Q4_0 in avx512.c, which brings its own 512-bit
+ * versions through KX_Q0_GEMM), the dot product is the gemm's 1x1 tile, so
+ * gemm == dot holds by construction; other types use kern_matmul's
+ * one-dot-per-(row, token) driver. avx512.c's Q8_0/Q4_0 code follows the
+ * same float operations as KX_Q0_DOT, so the two tables agree to the bit
+ * (test_kernels checks it).
+ *
+ * Attention (attn_part, attn.h): the chunk kernel with exp in SIMD.
  *
  * Integer ranges: a lane of a Q8_0/Q4_0 block sums 4 products (< 2^16); a
  * Q4_K/Q5_K lane sums 32 products times a 6-bit scale (< 2^22); a Q6_K lane

@@ -96,7 +96,7 @@ static int parse_bytes(const char *flag, const char *v, size_t *out, err_t *e) {
     return 0;
 }
 
-static int read_key_file(const char *path, const char **out, err_t *e) {
+static int read_key_file(const char *path, server_opts *o, err_t *e) {
     char *buf = NULL;
     size_t n = 0;
     if (file_read_all(path, &buf, &n, e) < 0) {
@@ -110,7 +110,14 @@ static int read_key_file(const char *path, const char **out, err_t *e) {
         free(buf);
         return err_set(e, ERR_INVALID, "--api-key-file: '%s' holds no key on its first line", path);
     }
-    *out = buf; /* kept for the life of the process */
+    if (k >= sizeof o->api_key_file_buf) {
+        free(buf);
+        return err_set(e, ERR_INVALID, "--api-key-file: the key in '%s' is longer than %zu bytes", path,
+                       sizeof o->api_key_file_buf - 1);
+    }
+    memcpy(o->api_key_file_buf, buf, k + 1);
+    o->api_key = o->api_key_file_buf;
+    free(buf);
     return 0;
 }
 
@@ -156,7 +163,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             o->api_key = v;
         } else if (!strcmp(a, "--api-key-file")) {
             NEED_VALUE;
-            rc = read_key_file(v, &o->api_key, e);
+            rc = read_key_file(v, o, e);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 1024, &o->n_threads, e);

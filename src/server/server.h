@@ -30,6 +30,7 @@ typedef struct server_opts {
     int max_running;          /* --max-running sequences per batch; default 64        */
     int max_queue;            /* --max-queue waiting requests before 429; default 256 */
     const char *api_key;      /* --api-key, or the first line of --api-key-file       */
+    char api_key_file_buf[512]; /* holds the key read from --api-key-file            */
     int n_threads;            /* -t; default: online CPUs                             */
     int n_ctx;                /* --ctx positions per sequence; 0 = model's training   */
     int block_tokens;         /* --block-tokens KV block size; default 16             */
@@ -47,8 +48,8 @@ typedef struct server_opts {
 void server_opts_default(server_opts *o);
 
 /* Parses the arguments after "serve" (argv[0] is the first flag). Strings in
- * *o point into argv, except api_key read from a file (malloc'd, kept for the
- * life of the process). Returns 0, 1 when --help was printed, or ERR_INVALID
+ * *o point into argv, except api_key read from a file (copied into
+ * o->api_key_file_buf). Returns 0, 1 when --help was printed, or ERR_INVALID
  * with a message naming the flag. */
 int server_parse_args(int argc, char **argv, server_opts *o, err_t *e);
 

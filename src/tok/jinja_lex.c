@@ -318,7 +318,6 @@ int jinja_lex(const char *src, size_t len, jarena *a, jtok **out, size_t *n_out,
         advance_to(&L, t0);
         int tline = L.line, tcol = L.col;
         advance_to(&L, t0 + 2 + (ctl ? 1 : 0));
-        size_t match_start = L.pos;
         char end_ctl = 0;
         if (kind == '#') {
             size_t k = L.pos;
@@ -332,7 +331,6 @@ int jinja_lex(const char *src, size_t len, jarena *a, jtok **out, size_t *n_out,
             int rc = lex_tag(&L, kind == '%', &end_ctl);
             if (rc) return rc;
         }
-        (void)match_start;
         /* whitespace after the tag */
         line_starting = false;
         if (end_ctl == '-') {
