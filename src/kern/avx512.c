@@ -118,6 +118,9 @@ static inline __attribute__((always_inline)) void q0_step(const int R, const int
     __m512 dw[4];
     _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
         const uint8_t *b0 = w + r * wrb + (size_t)i * wbs;
+#ifdef Q0_PF_ROWS
+        _mm_prefetch((const char *)(b0 + Q0_PF_ROWS * wrb), _MM_HINT_T0);
+#endif
         wv[r] = q0_pair_quants(b0, two ? b0 + wbs : NULL, is_q4);
         cv[r] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, wv[r]));
         dw[r] = q0_pair_scale(q0_half(b0), two ? q0_half(b0 + wbs) : 0);
