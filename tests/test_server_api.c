@@ -261,6 +261,9 @@ static void check_errors(void) {
     expect_error("POST", H, NULL, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", 400, "messages");
     expect_error("POST", H, NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": 3}", 400,
                  "tools");
+    expect_error("POST", H, NULL,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": [1]}", 400,
+                 "chat_template_kwargs");
     expect_error("POST", "/tokenize", NULL, "{\"content\": 1}", 400, "content");
     expect_error("POST", "/detokenize", NULL, "{\"tokens\": [1, 100000]}", 400, "tokens");
     expect_error("POST", "/detokenize", NULL, "{\"tokens\": \"x\"}", 400, "tokens");

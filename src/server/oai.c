@@ -148,6 +148,13 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
         if (!json_is_array(tools)) return bad(param, "tools", e, "must be an array");
         p->tools = json_incref(tools);
     }
+    /* extension (vLLM, llama.cpp): extra variables for the chat template,
+     * e.g. {"enable_thinking": false} for Qwen3 */
+    json_t *kw = field(body, "chat_template_kwargs");
+    if (kw) {
+        if (!json_is_object(kw)) return bad(param, "chat_template_kwargs", e, "must be an object");
+        p->template_kwargs = json_incref(kw);
+    }
     return 0;
 }
 
@@ -263,6 +270,7 @@ void oai_params_free(oai_params *p) {
     free(p->prompt_tokens);
     if (p->messages) json_decref(p->messages);
     if (p->tools) json_decref(p->tools);
+    if (p->template_kwargs) json_decref(p->template_kwargs);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
     p->max_tokens = -1;

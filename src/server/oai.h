@@ -39,6 +39,7 @@ typedef struct oai_params {
     int n_prompt_tokens;
     json_t *messages;        /* chat: the messages array (a reference is held)   */
     json_t *tools;           /* chat: tools array or NULL (reference held)       */
+    json_t *template_kwargs; /* chat: chat_template_kwargs object or NULL (held)  */
     int max_tokens;          /* -1 when absent                                   */
     sampler_params sp;
     bool seed_set;

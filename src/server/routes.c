@@ -447,6 +447,7 @@ static int render_chat(routes_ctx *rc, const oai_params *p, char **out, err_t *e
     co.eos_token = tok_eos(t) >= 0 ? tok_piece_str(t, tok_eos(t)) : NULL;
     co.add_generation_prompt = true;
     co.tools = p->tools;
+    co.extra = p->template_kwargs;
     return chat_render(rc->chat, p->messages, &co, out, e);
 }
 
