@@ -13,7 +13,9 @@
  *   - the thread pool runs every share exactly once, many times over;
  *   - the forward pass of stories260K at > 2 attention chunks of context:
  *     a decode step alone (attention split over chunks) gives the same
- *     logits bits as inside a batch (unsplit), for every table.
+ *     logits bits as inside a batch (unsplit), for every table; and a
+ *     48-token prefill (per-token work spread over the pool) gives the same
+ *     bits as decoding the tokens one by one.
  */
 #include "base/base.h"
 #include "base/pool.h"
@@ -438,6 +440,33 @@ static void test_forward_split(void) {
         model_state_free(st);
         model_kv_free(kv);
         free(t0), free(t1);
+    }
+    /* a prefill batch large enough for the per-token work to be spread over
+     * the pool gives the same logits bits as decoding token by token */
+    {
+        enum { N = 48 };
+        float *all = xmalloc(sizeof(float) * V * N), *one = xmalloc(sizeof(float) * V);
+        uint8_t want[N];
+        memset(want, 1, sizeof want);
+        for (int tb = 0; tb < n_tables; tb++) {
+            CHECK_EQ_INT(kern_select(tables[tb]), 0);
+            model_kv *kv = model_kv_new(m, 4, bt);
+            model_state *st = model_state_new(m, N, N, 2);
+            int32_t table[4] = {3, 1, 0, 2};
+            model_seq seq = {table, 4};
+            model_batch pb = {.n_tokens = N, .token = toks, .pos = pos, .seq = sid, .logits = want, .n_seqs = 1, .seqs = &seq};
+            CHECK_EQ_INT(model_forward(m, st, kv, &pb, all, &e), N);
+            int diff = 0;
+            for (int i = 0; i < N; i++) {
+                model_batch d = {.n_tokens = 1, .token = toks + i, .pos = pos + i, .seq = sid, .n_seqs = 1, .seqs = &seq};
+                CHECK_EQ_INT(model_forward(m, st, kv, &d, one, &e), 1);
+                diff += memcmp(one, all + (size_t)i * V, sizeof(float) * V) != 0;
+            }
+            CHECK_MSG(diff == 0, "%s: %d of %d prefill rows differ from token-by-token decode", tables[tb], diff, N);
+            model_state_free(st);
+            model_kv_free(kv);
+        }
+        free(all), free(one);
     }
     kern_select("scalar");
     free(toks), free(pos), free(sid), free(lg), free(alone);

@@ -64,6 +64,19 @@ static inline float hsum_ps(__m256 v) {
 
 static inline float f16s(uint16_t h) { return _cvtsh_ss(h); }
 
+/* Weight rows are read once per decode step, front to back; prefetching this
+ * far ahead (a few dozen rows of a small model, a dozen of a large one)
+ * keeps enough misses in flight that one core streams near DRAM speed — the
+ * hardware prefetcher alone gets about half (measured: SmolLM2-135M Q4_0
+ * decode on one core went from 157 to 290 tokens/s). Prefetches never
+ * fault, so running past the end of a matrix is harmless. */
+#define KX_PF_BYTES 16384
+/* always_inline: left out of line, GCC finds a function that only
+ * prefetches side-effect free and drops the calls. */
+static inline __attribute__((always_inline)) void kx_pf_lines(const void *p, int n_lines) {
+    for (int k = 0; k < n_lines; k++) _mm_prefetch((const char *)p + KX_PF_BYTES + 64 * k, _MM_HINT_T0);
+}
+
 /* 32 bytes of Q4_0 nibbles as signed values -8..7, in element order. */
 static inline __m256i q4_0_unpack(const uint8_t *qs) {
     const __m128i x = _mm_loadu_si128((const __m128i *)qs);
@@ -83,6 +96,7 @@ static inline __m256i q4_0_unpack(const uint8_t *qs) {
         __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                                 \
         int64_t i = 0;                                                                              \
         for (; i + 32 <= n; i += 32) {                                                              \
+            kx_pf_lines(w + i, (int)(32 * sizeof(WT) / 64));                                        \
             s0 = _mm256_fmadd_ps(LOAD8(w + i), _mm256_loadu_ps(a + i), s0);                         \
             s1 = _mm256_fmadd_ps(LOAD8(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);                 \
             s2 = _mm256_fmadd_ps(LOAD8(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);               \
@@ -124,6 +138,7 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
         __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                             \
         int64_t i = 0;                                                                              \
         for (; i + 2 <= nb; i += 2) {                                                               \
+            kx_pf_lines(&w[i], (int)(2 * sizeof(BT) + 63) / 64);                                    \
             const __m256i l0 = mm_dot_i8(WLOAD(&w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs));       \
             const __m256i l1 = mm_dot_i8(WLOAD(&w[i + 1]), _mm256_loadu_si256((const __m256i *)a[i + 1].qs)); \
             acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)), acc0); \
@@ -203,6 +218,7 @@ static inline __attribute__((always_inline)) void k45_tile(const int R, const in
         const uint8_t *qs[KX_KT_MAX];
         _Pragma("GCC unroll 4") for (int r = 0; r < R; r++) {
             const uint8_t *blk = w + r * wrb + (size_t)i * bs;
+            kx_pf_lines(blk, 3);
             mins16[r] = k_unpack(blk + 4, &sc[r]);
             qs[r] = blk + (q5 ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs));
             if (q5) qh[r] = _mm256_loadu_si256((const __m256i *)(blk + offsetof(block_q5_k, qh)));
@@ -309,6 +325,7 @@ static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        kx_pf_lines(&w[i], 4);
         const int8_t *sc = w[i].scales;
         __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
@@ -467,7 +484,7 @@ static inline __m256 kx_dot8(const float *q, const float *const *kr, int hd) {
 static const float kx_zero_row[KX_ZERO_ROW];
 
 /* Prefetches the `bytes` bytes at p (one hint per cache line) into L1. */
-static inline void kx_prefetch(const float *p, int bytes) {
+static inline __attribute__((always_inline)) void kx_prefetch(const float *p, int bytes) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 

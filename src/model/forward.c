@@ -280,29 +280,39 @@ static inline float *kv_row(const model_kv *kv, float *base, const model_config 
            ((size_t)layer * kv->block_tokens + (size_t)(pos % kv->block_tokens)) * kv_dim;
 }
 
-int model_forward(const model *m, model_state *s, model_kv *kv, const model_batch *b, float *logits, err_t *e) {
-    const model_config *c = &m->cfg;
-    int r = check_batch(m, s, kv, b, e);
-    if (r) return r;
-    const int T = b->n_tokens, D = c->n_embd, hd = c->head_dim;
-    const int q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd, half = c->n_rot / 2;
-    pool *p = s->pool;
+/* ---- per-token work between the matmuls ----
+ *
+ * The norms, rope, KV writes, residual adds and SwiGLU touch each token's
+ * rows only, so a prefill batch spreads them over the pool by token; a small
+ * batch (decode) runs them on the caller, which is cheaper than a dispatch.
+ * Each token's arithmetic is the same either way. */
 
-    for (int t = 0; t < T; t++)
-        quant_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes,
-                          s->x + (size_t)t * D, D);
-    rope_tables(m, s, b);
+#define TOK_PAR_MIN 32 /* tokens from which the per-token work is dispatched */
 
-    for (int l = 0; l < c->n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        /* attention block */
-        for (int t = 0; t < T; t++) kern_rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, L->attn_norm, D, c->rms_eps);
-        {
-            const kern_mat *ws[3] = {&L->wq, &L->wk, &L->wv};
-            float *ys[3] = {s->q, s->k, s->v};
-            kern_matmul_multi(p, ws, 3, s->xb, T, ys, s->act);
-        }
-        for (int t = 0; t < T; t++) {
+typedef enum tok_phase { PH_NORM_ATTN, PH_QKV_POST, PH_RESID_NORM_FFN, PH_SWIGLU, PH_RESID } tok_phase;
+
+typedef struct tok_job {
+    const model *m;
+    model_state *s;
+    model_kv *kv;
+    const model_batch *b;
+    int layer;
+    tok_phase phase;
+} tok_job;
+
+static void token_ops(const tok_job *j, int t0, int t1) {
+    const model_config *c = &j->m->cfg;
+    const model_layer *L = &j->m->layers[j->layer];
+    model_state *s = j->s;
+    const int D = c->n_embd, hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
+    const int half = c->n_rot / 2;
+    for (int t = t0; t < t1; t++) {
+        float *x = s->x + (size_t)t * D, *xb = s->xb + (size_t)t * D, *o = s->o + (size_t)t * D;
+        switch (j->phase) {
+        case PH_NORM_ATTN:
+            kern_rmsnorm(xb, x, L->attn_norm, D, c->rms_eps);
+            break;
+        case PH_QKV_POST: {
             float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim, *v = s->v + (size_t)t * kv_dim;
             if (L->bq) {
                 for (int i = 0; i < q_dim; i++) q[i] += L->bq[i];
@@ -314,24 +324,76 @@ int model_forward(const model *m, model_state *s, model_kv *kv, const model_batc
             }
             rope_apply(c, q, c->n_head, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
             rope_apply(c, k, c->n_head_kv, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
-            const model_seq *sq = &b->seqs[b->seq[t]];
-            memcpy(kv_row(kv, kv->k, c, sq, l, b->pos[t]), k, sizeof(float) * kv_dim);
-            memcpy(kv_row(kv, kv->v, c, sq, l, b->pos[t]), v, sizeof(float) * kv_dim);
+            const model_seq *sq = &j->b->seqs[j->b->seq[t]];
+            memcpy(kv_row(j->kv, j->kv->k, c, sq, j->layer, j->b->pos[t]), k, sizeof(float) * kv_dim);
+            memcpy(kv_row(j->kv, j->kv->v, c, sq, j->layer, j->b->pos[t]), v, sizeof(float) * kv_dim);
+            break;
         }
+        case PH_RESID_NORM_FFN:
+            for (int i = 0; i < D; i++) x[i] += o[i];
+            kern_rmsnorm(xb, x, L->ffn_norm, D, c->rms_eps);
+            break;
+        case PH_SWIGLU:
+            kern_swiglu(s->hb + (size_t)t * c->n_ff, s->hb2 + (size_t)t * c->n_ff, c->n_ff);
+            break;
+        case PH_RESID:
+            for (int i = 0; i < D; i++) x[i] += o[i];
+            break;
+        }
+    }
+}
+
+static void token_task(void *arg, int ith, int nth) {
+    const tok_job *j = arg;
+    long b, e;
+    pool_split(j->b->n_tokens, ith, nth, &b, &e);
+    token_ops(j, (int)b, (int)e);
+}
+
+static void run_tokens(tok_job *j, tok_phase phase) {
+    j->phase = phase;
+    if (j->b->n_tokens < TOK_PAR_MIN)
+        token_ops(j, 0, j->b->n_tokens);
+    else
+        pool_run(j->s->pool, token_task, j);
+}
+
+int model_forward(const model *m, model_state *s, model_kv *kv, const model_batch *b, float *logits, err_t *e) {
+    const model_config *c = &m->cfg;
+    int r = check_batch(m, s, kv, b, e);
+    if (r) return r;
+    const int T = b->n_tokens, D = c->n_embd;
+    pool *p = s->pool;
+
+    for (int t = 0; t < T; t++)
+        quant_dequant_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[t] * m->tok_embd.row_bytes,
+                          s->x + (size_t)t * D, D);
+    rope_tables(m, s, b);
+
+    for (int l = 0; l < c->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        tok_job tj = {m, s, kv, b, l, PH_NORM_ATTN};
+        /* attention block */
+        run_tokens(&tj, PH_NORM_ATTN);
+        {
+            const kern_mat *ws[3] = {&L->wq, &L->wk, &L->wv};
+            float *ys[3] = {s->q, s->k, s->v};
+            kern_matmul_multi(p, ws, 3, s->xb, T, ys, s->act);
+        }
+        run_tokens(&tj, PH_QKV_POST); /* bias, qk-norm, rope, K/V into the cache */
         attention(m, s, kv, b, l);
         kern_matmul(p, &L->wo, s->att, T, s->o, s->act);
-        for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->o[i];
 
         /* feed-forward block */
-        for (int t = 0; t < T; t++) kern_rmsnorm(s->xb + (size_t)t * D, s->x + (size_t)t * D, L->ffn_norm, D, c->rms_eps);
+        run_tokens(&tj, PH_RESID_NORM_FFN);
         {
             const kern_mat *ws[2] = {&L->w_gate, &L->w_up};
             float *ys[2] = {s->hb, s->hb2};
             kern_matmul_multi(p, ws, 2, s->xb, T, ys, s->act);
         }
-        kern_swiglu(s->hb, s->hb2, T * c->n_ff);
+        run_tokens(&tj, PH_SWIGLU);
         kern_matmul(p, &L->w_down, s->hb, T, s->o, s->act);
-        for (size_t i = 0; i < (size_t)T * D; i++) s->x[i] += s->o[i];
+        run_tokens(&tj, PH_RESID);
     }
 
     /* logits for the rows that asked for them, gathered contiguously */
