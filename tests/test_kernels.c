@@ -247,6 +247,45 @@ static void test_multi(pool *pools[2]) {
     free(x), free(act);
 }
 
+/* Larger batches than test_matmul uses (whose 7 tokens stay below the
+ * gemm paths that prepare activations per token chunk): every output of a
+ * 37-token matmul is bitwise its row's dot product, for widths where the
+ * prepared chunk holds all tokens and where it holds fewer (n_in 8224). */
+static void test_gemm_large(pool *p) {
+    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K};
+    static const int64_t widths[] = {288, 8224, 2304};
+    enum { NT = 37, NO = 13 };
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
+        for (size_t wi = 0; wi < ARRAY_LEN(widths); wi++) {
+            const uint32_t type = types[ti];
+            const int64_t n_in = widths[wi];
+            if (n_in % dtype_get(type)->blck) continue;
+            const size_t rb = dtype_row_bytes(type, n_in), arb = kern_act_row_bytes(type, n_in);
+            uint8_t *w = xmalloc(rb * NO), *act = xmalloc(arb * NT);
+            float *x = xmalloc(sizeof(float) * n_in * NT), *y = xmalloc(sizeof(float) * NO * NT);
+            for (int r = 0; r < NO; r++) random_row(type, w + r * rb, n_in);
+            for (int64_t i = 0; i < n_in * NT; i++) x[i] = rng_gauss();
+            kern_mat m = {.type = type, .n_in = n_in, .n_out = NO, .row_bytes = rb, .data = w};
+            for (int tb = 0; tb < n_tables; tb++) {
+                CHECK_EQ_INT(kern_select(tables[tb]), 0);
+                kern_matmul(p, &m, x, NT, y, act);
+                int diff = 0;
+                for (int t = 0; t < NT; t++) {
+                    kern->act[type](x + t * n_in, act, n_in);
+                    for (int r = 0; r < NO; r++) {
+                        float d = NAN;
+                        kern->dot[type](n_in, &d, w + r * rb, act);
+                        diff += memcmp(&d, &y[t * NO + r], sizeof d) != 0;
+                    }
+                }
+                CHECK_MSG(diff == 0, "%s %s n_in=%lld: %d of %d outputs of a %d-token matmul differ from dot",
+                          tables[tb], dtype_name(type), (long long)n_in, diff, NT * NO, NT);
+            }
+            kern_select("scalar");
+            free(w), free(act), free(x), free(y);
+        }
+}
+
 /* ---- attention ------------------------------------------------------------------- */
 
 typedef struct kvfix {
@@ -493,6 +532,7 @@ int main(void) {
     test_act();
     test_dots();
     test_multi(pools);
+    test_gemm_large(pools[1]);
     test_attn();
     test_pool();
     test_forward_split();
