@@ -40,7 +40,8 @@ run_bench() { # label url
     for w in agents flat; do
         # shellcheck disable=SC2086
         "$PY" "$SHARED/bench/agentbench.py" --url "$2" --workload $w --label "$1" --json "$OUT/$1-$w.json" $EXTRA \
-            > "$OUT/$1-$w.log" 2>&1 || { cat "$OUT/$1-$w.log" >&2; exit 1; }
+            > "$OUT/$1-$w.log" 2>&1 || echo "[$1 $w] agentbench reported errors (counted in the table)" >&2
+        [ -f "$OUT/$1-$w.json" ] || { cat "$OUT/$1-$w.log" >&2; exit 1; }
         tail -n 2 "$OUT/$1-$w.log" | sed "s/^/[$1 $w] /" >&2
     done
 }
