@@ -205,6 +205,7 @@ static int cmd_run(int argc, char **argv) {
     if (nb > 0) fwrite(buf, 1, (size_t)nb, stdout);
     free(buf);
     fputc('\n', stdout);
+    fflush(stdout); /* before the stderr summary */
     double t2 = clock_ms();
     if (r) fprintf(stderr, "kvloom: %s\n", e.msg);
     fprintf(stderr, "kvloom: prompt %d tokens in %.1f ms (%.1f t/s), generated %d tokens in %.1f ms (%.1f t/s), %s kernels, %ld threads\n",
