@@ -10,6 +10,7 @@
 #define KVLOOM_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,23 @@ static int test_n_pass, test_n_fail;
         CHECK_MSG(fabs(test_a_ - test_b_) <= (tol), "(%.9g vs %.9g, tol %g)",    \
                   test_a_, test_b_, (double)(tol));                              \
     } while (0)
+
+/* Deterministic random numbers (xorshift64), so every run sees the same
+ * inputs; a test may set rng_state for its own sequence. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static inline uint64_t rng_u64(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+/* uniform in (0, 1) */
+static inline double rng_unif(void) { return ((rng_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+/* standard normal (Box-Muller) */
+static inline float rng_gauss(void) {
+    double u = rng_unif(), v = rng_unif();
+    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
+}
 
 /* Path of the shared data folder: $KVLOOM_SHARED or ../shared. */
 static inline const char *test_shared_dir(void) {

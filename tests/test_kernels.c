@@ -29,18 +29,6 @@
 #include <stdint.h>
 #include <time.h>
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng_u64(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static double rng_unif(void) { return ((rng_u64() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-static float rng_gauss(void) {
-    double u = rng_unif(), v = rng_unif();
-    return (float)(sqrt(-2 * log(u)) * cos(6.283185307179586 * v));
-}
 
 static const char *tables[8];
 static int n_tables;

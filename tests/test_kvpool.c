@@ -49,14 +49,8 @@ static void do_ref_oob(kvpool *p) { kvpool_ref(p, 8); }
 static void do_unref_neg(kvpool *p) { kvpool_unref(p, -1); }
 static void do_unref_watched0(kvpool *p) { kvpool_unref(p, 0); }
 
-/* xorshift for reproducible randomness */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static uint32_t rnd(uint32_t n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)((rng_state >> 11) % n);
-}
+/* uniform in [0, n), from test.h's reproducible xorshift */
+static uint32_t rnd(uint32_t n) { return (uint32_t)((rng_u64() >> 11) % n); }
 
 static void test_basic(void) {
     kvpool *p = kvpool_new(4);

@@ -18,13 +18,8 @@ static int checks_ok(const radix *t, const kvpool *p) {
     return rc ? rc : rc2;
 }
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
-static uint32_t rnd(uint32_t n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)((rng_state >> 11) % n);
-}
+/* uniform in [0, n), from test.h's reproducible xorshift */
+static uint32_t rnd(uint32_t n) { return (uint32_t)((rng_u64() >> 11) % n); }
 
 /* ---- directed tests ------------------------------------------------------- */
 
@@ -747,6 +742,7 @@ static void test_differential(int n_blocks, int bt, int alpha, int n_ops, uint64
 }
 
 int main(void) {
+    rng_state = 0x2545f4914f6cdd1dULL; /* this file's own sequence */
     test_lru_order();
     test_referenced_and_parents();
     test_pending();

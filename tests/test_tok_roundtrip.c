@@ -20,13 +20,7 @@
 #include "tok/tok.h"
 #include "tok/unicode.h"
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
+static uint32_t rnd(void) { return (uint32_t)(rng_u64() >> 16); } /* test.h's xorshift */
 static uint32_t pick(uint32_t n) { return rnd() % n; }
 
 static void put_cp(char *buf, int *n, uint32_t cp) { *n += unicode_encode(cp, buf + *n); }
