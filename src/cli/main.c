@@ -93,7 +93,7 @@ static int cmd_run(int argc, char **argv) {
     sp.top_p = 0.95f;
     sp.min_p = 0.05f;
     sp.seed = (uint64_t)clock_ns();
-    for (int i = 0; i < argc; i++) {
+    for (int i = 0; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long iv;
         if (!v && a[0] == '-') die("option %s needs a value", a);
@@ -118,7 +118,6 @@ static int cmd_run(int argc, char **argv) {
             if (!parse_int(v, 0, LONG_MAX, &iv)) die("--seed: expected a non-negative integer, got '%s'", v);
             sp.seed = (uint64_t)iv;
         } else die("run: unknown option '%s' (see kvloom --help)", a);
-        i++;
     }
     err_t e = {0};
     if (sampler_params_check(&sp, &e)) die("%s", e.msg);
