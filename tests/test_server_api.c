@@ -460,7 +460,7 @@ static void check_openai_node(const srv *s, const char *key) {
 
 static void check_auth_and_queue(void) {
     const char *flags[] = {"--api-key",       "sekrit-key", "--max-queue", "1",   "--max-running", "1",
-                           "--step-delay-us", "2000",       "--max-body",  "64K", NULL};
+                           "--step-delay-us", "10000",      "--max-body",  "64K", NULL};
     srv s;
     CHECK(srv_start(&s, flags) == 0);
     if (!s.port) return;
@@ -509,7 +509,10 @@ static void check_auth_and_queue(void) {
         json_decref(hh);
     }
 
-    /* 429: one running (max-running 1), one waiting (max-queue 1), the next refused. */
+    /* 429: one running (max-running 1), one waiting (max-queue 1), the next refused.
+     * With --step-delay-us 10000 the first request needs >= 20 s for its 2000
+     * tokens, so it is still running when the probe goes out (the wait for the
+     * second one to queue gives up after 10 s), even on a loaded machine. */
     const char *auth = "Authorization: Bearer sekrit-key\r\n";
     su_metrics_headers = auth;
     const char *longreq = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true}";
