@@ -277,7 +277,7 @@ static void test_gemm_large(pool *p) {
 /* ---- attention ------------------------------------------------------------------- */
 
 typedef struct kvfix {
-    float *k, *v;
+    uint16_t *k, *v; /* f16, as the model's KV cache */
     int32_t table[64];
     attn_view view;
 } kvfix;
@@ -286,15 +286,16 @@ typedef struct kvfix {
 static void kvfix_init(kvfix *f, int n_kv, int hd, int bt, int n_blocks) {
     const int kv_dim = n_kv * hd;
     const size_t stride = (size_t)bt * kv_dim + 5; /* an odd block stride: rows may be unaligned */
-    f->k = xmalloc(sizeof(float) * stride * n_blocks);
-    f->v = xmalloc(sizeof(float) * stride * n_blocks);
-    for (size_t i = 0; i < stride * (size_t)n_blocks; i++) f->k[i] = rng_gauss(), f->v[i] = rng_gauss();
+    f->k = xmalloc(sizeof(uint16_t) * stride * n_blocks);
+    f->v = xmalloc(sizeof(uint16_t) * stride * n_blocks);
+    for (size_t i = 0; i < stride * (size_t)n_blocks; i++)
+        f->k[i] = f32_to_fp16(rng_gauss()), f->v[i] = f32_to_fp16(rng_gauss());
     for (int i = 0; i < n_blocks; i++) f->table[i] = (int32_t)((i * 7 + 3) % n_blocks);
     f->view = (attn_view){.k = f->k, .v = f->v, .block_stride = stride, .kv_dim = kv_dim, .head_dim = hd,
                           .block_tokens = bt, .block_table = f->table};
 }
 
-static const float *kvfix_row(const kvfix *f, const float *base, int p, int h) {
+static const uint16_t *kvfix_row(const kvfix *f, const uint16_t *base, int p, int h) {
     const attn_view *v = &f->view;
     return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
            (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)h * v->head_dim;
@@ -338,17 +339,17 @@ static void test_attn(void) {
             const int n_pos = n_pos_list[ni];
             double *sc = xmalloc(sizeof(double) * n_pos), ref[128] = {0}, mx = -INFINITY, sum = 0;
             for (int p = 0; p < n_pos; p++) {
-                const float *kr = kvfix_row(&f, f.k, p, 0);
+                const uint16_t *kr = kvfix_row(&f, f.k, p, 0);
                 double s = 0;
-                for (int d = 0; d < hd; d++) s += (double)q[d] * kr[d];
+                for (int d = 0; d < hd; d++) s += (double)q[d] * fp16_to_f32(kr[d]);
                 sc[p] = s * scale;
                 mx = fmax(mx, sc[p]);
             }
             for (int p = 0; p < n_pos; p++) {
                 const double e = exp(sc[p] - mx);
                 sum += e;
-                const float *vr = kvfix_row(&f, f.v, p, 0);
-                for (int d = 0; d < hd; d++) ref[d] += e * vr[d];
+                const uint16_t *vr = kvfix_row(&f, f.v, p, 0);
+                for (int d = 0; d < hd; d++) ref[d] += e * fp16_to_f32(vr[d]);
             }
             for (int d = 0; d < hd; d++) ref[d] /= sum;
             for (int tb = 0; tb < n_tables; tb++) {

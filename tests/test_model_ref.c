@@ -5,8 +5,11 @@
  *
  * For each fixture: logits of every position of the prompt, computed as one
  * prefill batch, must be within a relative tolerance of the reference
- * (1e-5 for F32/F16/BF16 weights; 5e-2 for quantised weights, whose
- * activations are quantised to 8 bits as in ggml), and the greedy token
+ * (3e-4 for F32/F16/BF16 weights: the reference models the f16 KV cache,
+ * but a few K/V values sit so close to an f16 rounding midpoint that f32 and
+ * f64 round them to neighbouring halves, which moves logits by up to ~1e-4 —
+ * see docs/perf.md; 5e-2 for quantised weights, whose activations are
+ * quantised to 8 bits as in ggml), and the greedy token
  * (argmax) must agree wherever the reference's top two are not a near tie.
  * Token-by-token decoding must give bitwise the same logits as the prefill
  * (batch invariance), on 1 and 2 threads.
@@ -57,7 +60,7 @@ static void check_fixture(const char *name, const char *model_dir) {
     }
     CHECK_EQ_INT(m->cfg.n_vocab, V);
     bool quantised = strstr(name, "-q") != NULL;
-    double tol = quantised ? 5e-2 : 1e-5;
+    double tol = quantised ? 5e-2 : 3e-4;
     float *prefill = xmalloc(sizeof(float) * (size_t)T * V), *step = xmalloc(sizeof(float) * V);
     for (int threads = 1; threads <= 2; threads++) {
         model_kv *kv = model_kv_new(m, 4, 4);

@@ -266,7 +266,7 @@ static void check_slow_engine(void) {
 
 /* A pool of 40 blocks (640 tokens) and 8 requests needing ~10 blocks each. */
 static void check_pool_exhaustion(void) {
-    const char *flags[] = {"--check", "--kv-mem", "800K", "--max-batch-tokens", "64", NULL};
+    const char *flags[] = {"--check", "--kv-mem", "400K", "--max-batch-tokens", "64", NULL};
     srv s;
     CHECK(srv_start(&s, flags) == 0);
     if (!s.port) return;

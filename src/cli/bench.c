@@ -260,7 +260,7 @@ int cli_bench(int argc, char **argv) {
         wbytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
                   mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
     }
-    const double kv_per_pos = 2.0 * c->n_layer * c->n_head_kv * c->head_dim * sizeof(float);
+    const double kv_per_pos = 2.0 * c->n_layer * c->n_head_kv * c->head_dim * sizeof(uint16_t); /* f16 K and V */
 
     bw_job bj = {.n_words = BENCH_BW_BYTES / 8};
     uint64_t *bwbuf = xaligned_alloc(BENCH_BW_BYTES);

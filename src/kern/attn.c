@@ -14,9 +14,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "../base/base.h"
 #include "kern.h"
 
-static inline const float *kv_at(const attn_view *v, const float *base, int p, int kv_head) {
+static inline const uint16_t *kv_at(const attn_view *v, const uint16_t *base, int p, int kv_head) {
     return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
            (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)kv_head * v->head_dim;
 }
@@ -29,9 +30,9 @@ void attn_part_scalar(const attn_view *v, int kv_head, const float *q, int n_q, 
         float *sc = scratch + (size_t)g * ATTN_CHUNK, *og = o + (size_t)g * hd;
         float mx = -INFINITY;
         for (int i = 0; i < n; i++) {
-            const float *kr = kv_at(v, v->k, p0 + i, kv_head);
+            const uint16_t *kr = kv_at(v, v->k, p0 + i, kv_head);
             float s = 0;
-            for (int d = 0; d < hd; d++) s += qg[d] * kr[d];
+            for (int d = 0; d < hd; d++) s += qg[d] * fp16_to_f32(kr[d]);
             sc[i] = s * scale;
             mx = fmaxf(mx, sc[i]);
         }
@@ -39,9 +40,9 @@ void attn_part_scalar(const attn_view *v, int kv_head, const float *q, int n_q, 
         memset(og, 0, sizeof(float) * (size_t)hd);
         for (int i = 0; i < n; i++) {
             const float e = expf(sc[i] - mx);
-            const float *vr = kv_at(v, v->v, p0 + i, kv_head);
+            const uint16_t *vr = kv_at(v, v->v, p0 + i, kv_head);
             sum += e;
-            for (int d = 0; d < hd; d++) og[d] += e * vr[d];
+            for (int d = 0; d < hd; d++) og[d] += e * fp16_to_f32(vr[d]);
         }
         m[g] = mx;
         l[g] = sum;

@@ -7,7 +7,7 @@
  * scalar here, SIMD in avx2.c/avx512.c); the merge is here.
  *
  * The KV rows of a sequence live in fixed-size blocks listed by its block
- * table; this layer's K row of position p and kv head h is at
+ * table, as IEEE half values (uint16_t, widened exactly to f32 when read); this layer's K row of position p and kv head h is at
  *
  *   k + table[p / block_tokens] * block_stride + (p % block_tokens) * kv_dim + h * head_dim
  *
@@ -32,9 +32,9 @@
 #define ATTN_CHUNK 256
 
 typedef struct attn_view {
-    const float *k, *v;         /* this layer's rows in block 0             */
-    size_t block_stride;        /* floats from a block to the next          */
-    int kv_dim;                 /* floats per token row (n_head_kv*head_dim) */
+    const uint16_t *k, *v;      /* this layer's f16 rows in block 0         */
+    size_t block_stride;        /* elements from a block to the next        */
+    int kv_dim;                 /* elements per token row (n_head_kv*head_dim) */
     int head_dim;
     int block_tokens;
     const int32_t *block_table; /* the sequence's blocks                    */

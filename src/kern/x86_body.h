@@ -445,34 +445,36 @@ static inline __m256 kx_exp(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/* q.k over hd floats: 8-lane fma in order, zero-padded tail, hsum_ps. */
-static inline float kx_dot_row(const float *q, const float *k, int hd) {
+/* q.k over hd values (k in f16): 8-lane fma in order, zero-padded tail,
+ * hsum_ps. */
+static inline float kx_dot_row(const float *q, const uint16_t *k, int hd) {
     __m256 s = _mm256_setzero_ps();
     int d = 0;
-    for (; d + 8 <= hd; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), s);
+    for (; d + 8 <= hd; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8_f16(k + d), s);
     if (d < hd) {
-        float qt[8] = {0}, kt[8] = {0};
+        float qt[8] = {0};
+        uint16_t kt[8] = {0};
         memcpy(qt, q + d, sizeof(float) * (size_t)(hd - d));
-        memcpy(kt, k + d, sizeof(float) * (size_t)(hd - d));
-        s = _mm256_fmadd_ps(_mm256_loadu_ps(qt), _mm256_loadu_ps(kt), s);
+        memcpy(kt, k + d, sizeof(uint16_t) * (size_t)(hd - d));
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(qt), load8_f16(kt), s);
     }
     return hsum_ps(s);
 }
 
 /* q.k for 8 rows at once (hd a multiple of 8): 8 lane-vectors of partial
  * sums, then a fixed transpose-and-add tree that leaves score j in lane j. */
-static inline __m256 kx_dot8(const float *q, const float *const *kr, int hd) {
+static inline __m256 kx_dot8(const float *q, const uint16_t *const *kr, int hd) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int d = 0; d < hd; d += 8) {
         const __m256 qv = _mm256_loadu_ps(q + d);
-        a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[0] + d), a0);
-        a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[1] + d), a1);
-        a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[2] + d), a2);
-        a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[3] + d), a3);
-        a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[4] + d), a4);
-        a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[5] + d), a5);
-        a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[6] + d), a6);
-        a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[7] + d), a7);
+        a0 = _mm256_fmadd_ps(qv, load8_f16(kr[0] + d), a0);
+        a1 = _mm256_fmadd_ps(qv, load8_f16(kr[1] + d), a1);
+        a2 = _mm256_fmadd_ps(qv, load8_f16(kr[2] + d), a2);
+        a3 = _mm256_fmadd_ps(qv, load8_f16(kr[3] + d), a3);
+        a4 = _mm256_fmadd_ps(qv, load8_f16(kr[4] + d), a4);
+        a5 = _mm256_fmadd_ps(qv, load8_f16(kr[5] + d), a5);
+        a6 = _mm256_fmadd_ps(qv, load8_f16(kr[6] + d), a6);
+        a7 = _mm256_fmadd_ps(qv, load8_f16(kr[7] + d), a7);
     }
     const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
     const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
@@ -481,10 +483,10 @@ static inline __m256 kx_dot8(const float *q, const float *const *kr, int hd) {
 
 /* A row of zeros standing in for K rows past the end of a chunk. */
 #define KX_ZERO_ROW 512
-static const float kx_zero_row[KX_ZERO_ROW];
+static const uint16_t kx_zero_row[KX_ZERO_ROW];
 
 /* Prefetches the `bytes` bytes at p (one hint per cache line) into L1. */
-static inline __attribute__((always_inline)) void kx_prefetch(const float *p, int bytes) {
+static inline __attribute__((always_inline)) void kx_prefetch(const void *p, int bytes) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
@@ -495,12 +497,13 @@ static inline __attribute__((always_inline)) void kx_prefetch(const float *p, in
  * rows a few positions ahead are prefetched (a block table scatters the
  * rows, so the hardware prefetcher loses the stream at every block), exp
  * runs 8 scores at a time, and each V row is added into the n_q output
- * rows. Sums run in position order; the result depends only on q and the
- * chunk's rows. */
+ * rows. K and V rows are f16, widened with F16C (exact, so every table
+ * sees the same values as the scalar part). Sums run in position order; the
+ * result depends only on q and the chunk's rows. */
 static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale,
                       float *m, float *l, float *o, float *scratch) {
-    const int hd = v->head_dim, n = p1 - p0, row_bytes = hd * (int)sizeof(float);
-    const float *krow[ATTN_CHUNK + 8], *vrow[ATTN_CHUNK];
+    const int hd = v->head_dim, n = p1 - p0, row_bytes = hd * (int)sizeof(uint16_t);
+    const uint16_t *krow[ATTN_CHUNK + 8], *vrow[ATTN_CHUNK];
     for (int i = 0; i < n;) {
         const int p = p0 + i, in_blk = p % v->block_tokens, cnt = MIN(n - i, v->block_tokens - in_blk);
         const size_t off = (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
@@ -563,21 +566,21 @@ static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, 
             __m256 a[8];
             for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
             for (int i = 0; i < n; i++) {
-                const float *vr = vrow[i] + d;
+                const uint16_t *vr = vrow[i] + d;
                 const __m256 w = _mm256_set1_ps(e[i]);
-                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * k), a[k]);
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(w, load8_f16(vr + 8 * k), a[k]);
             }
             for (int k = 0; k < 8; k++) _mm256_storeu_ps(og + d + 8 * k, a[k]);
         }
         for (; d + 32 <= hd; d += 32) {
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < n; i++) {
-                const float *vr = vrow[i] + d;
+                const uint16_t *vr = vrow[i] + d;
                 const __m256 w = _mm256_set1_ps(e[i]);
-                a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr), a0);
-                a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8), a1);
-                a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 16), a2);
-                a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 24), a3);
+                a0 = _mm256_fmadd_ps(w, load8_f16(vr), a0);
+                a1 = _mm256_fmadd_ps(w, load8_f16(vr + 8), a1);
+                a2 = _mm256_fmadd_ps(w, load8_f16(vr + 16), a2);
+                a3 = _mm256_fmadd_ps(w, load8_f16(vr + 24), a3);
             }
             _mm256_storeu_ps(og + d, a0);
             _mm256_storeu_ps(og + d + 8, a1);
@@ -586,7 +589,7 @@ static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, 
         }
         for (; d < hd; d++) {
             float a = 0;
-            for (int i = 0; i < n; i++) a += e[i] * vrow[i][d];
+            for (int i = 0; i < n; i++) a += e[i] * f16s(vrow[i][d]);
             og[d] = a;
         }
     }

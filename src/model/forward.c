@@ -161,7 +161,7 @@ static attn_view attn_view_of(const attn_job *j, int t) {
     attn_view v = {
         .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
         .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
-        .block_stride = j->kv->block_floats,
+        .block_stride = j->kv->block_elems,
         .kv_dim = kv_dim,
         .head_dim = c->head_dim,
         .block_tokens = j->kv->block_tokens,
@@ -273,10 +273,10 @@ static int check_batch(const model *m, const model_state *s, const model_kv *kv,
 
 /* ---- the pass ---- */
 
-static inline float *kv_row(const model_kv *kv, float *base, const model_config *c, const model_seq *sq, int layer,
-                            int pos) {
+static inline uint16_t *kv_row(const model_kv *kv, uint16_t *base, const model_config *c, const model_seq *sq,
+                               int layer, int pos) {
     size_t kv_dim = (size_t)c->n_head_kv * c->head_dim;
-    return base + (size_t)sq->block_table[pos / kv->block_tokens] * kv->block_floats +
+    return base + (size_t)sq->block_table[pos / kv->block_tokens] * kv->block_elems +
            ((size_t)layer * kv->block_tokens + (size_t)(pos % kv->block_tokens)) * kv_dim;
 }
 
@@ -325,8 +325,11 @@ static void token_ops(const tok_job *j, int t0, int t1) {
             rope_apply(c, q, c->n_head, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
             rope_apply(c, k, c->n_head_kv, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
             const model_seq *sq = &j->b->seqs[j->b->seq[t]];
-            memcpy(kv_row(j->kv, j->kv->k, c, sq, j->layer, j->b->pos[t]), k, sizeof(float) * kv_dim);
-            memcpy(kv_row(j->kv, j->kv->v, c, sq, j->layer, j->b->pos[t]), v, sizeof(float) * kv_dim);
+            /* the cache is f16: one rounding rule (nearest-even, f32_to_fp16)
+             * whichever kernel table reads it back */
+            uint16_t *kr = kv_row(j->kv, j->kv->k, c, sq, j->layer, j->b->pos[t]);
+            uint16_t *vr = kv_row(j->kv, j->kv->v, c, sq, j->layer, j->b->pos[t]);
+            for (int i = 0; i < kv_dim; i++) kr[i] = f32_to_fp16(k[i]), vr[i] = f32_to_fp16(v[i]);
             break;
         }
         case PH_RESID_NORM_FFN:

@@ -261,7 +261,7 @@ void model_free(model *m) {
 
 size_t model_kv_block_bytes(const model *m, int block_tokens) {
     const model_config *c = &m->cfg;
-    return 2 * sizeof(float) * (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    return 2 * sizeof(uint16_t) * (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
 }
 
 model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens) {
@@ -270,9 +270,9 @@ model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens) {
     model_kv *kv = xcalloc(1, sizeof *kv);
     kv->n_blocks = n_blocks;
     kv->block_tokens = block_tokens;
-    kv->block_floats = (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
-    kv->k = xaligned_alloc(kv->block_floats * (size_t)n_blocks * sizeof(float));
-    kv->v = xaligned_alloc(kv->block_floats * (size_t)n_blocks * sizeof(float));
+    kv->block_elems = (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    kv->k = xaligned_alloc(kv->block_elems * (size_t)n_blocks * sizeof(uint16_t));
+    kv->v = xaligned_alloc(kv->block_elems * (size_t)n_blocks * sizeof(uint16_t));
     return kv;
 }
 
@@ -285,8 +285,8 @@ void model_kv_free(model_kv *kv) {
 
 void model_kv_copy_block(model_kv *kv, int dst, int src) {
     ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
-    memcpy(kv->k + (size_t)dst * kv->block_floats, kv->k + (size_t)src * kv->block_floats,
-           kv->block_floats * sizeof(float));
-    memcpy(kv->v + (size_t)dst * kv->block_floats, kv->v + (size_t)src * kv->block_floats,
-           kv->block_floats * sizeof(float));
+    memcpy(kv->k + (size_t)dst * kv->block_elems, kv->k + (size_t)src * kv->block_elems,
+           kv->block_elems * sizeof(uint16_t));
+    memcpy(kv->v + (size_t)dst * kv->block_elems, kv->v + (size_t)src * kv->block_elems,
+           kv->block_elems * sizeof(uint16_t));
 }

@@ -11,7 +11,12 @@
  * block holds which tokens; the model only reads and writes through block
  * tables:
  *
- *   k, v : (n_blocks, n_layer, block_tokens, n_head_kv * head_dim) floats
+ *   k, v : (n_blocks, n_layer, block_tokens, n_head_kv * head_dim) f16
+ *
+ * stored as IEEE half (uint16_t): forward rounds each K row (after bias,
+ * k-norm and RoPE) and each V row to nearest-even with f32_to_fp16 when it
+ * writes them, and attention widens them exactly to f32. Half the bytes of
+ * f32 per position, which is what decode attention at depth streams.
  *
  *   sequence s, position p  ->  block  seqs[s].block_table[p / block_tokens]
  *                               row    p % block_tokens
@@ -93,9 +98,9 @@ void model_free(model *m);
 typedef struct model_kv {
     int n_blocks;
     int block_tokens;
-    size_t block_floats; /* n_layer * block_tokens * n_head_kv * head_dim */
-    float *k;            /* (n_blocks, n_layer, block_tokens, kv_dim)     */
-    float *v;
+    size_t block_elems; /* n_layer * block_tokens * n_head_kv * head_dim  */
+    uint16_t *k;        /* (n_blocks, n_layer, block_tokens, kv_dim) f16 */
+    uint16_t *v;
 } model_kv;
 
 /* Bytes of KV storage for one block of `block_tokens` tokens (K and V). */

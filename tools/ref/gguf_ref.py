@@ -12,8 +12,13 @@ Run with /usr/bin/python3 (Debian's python3-numpy); only numpy and the
 standard library are used.
 
     gguf_ref.py info   MODEL.gguf
-    gguf_ref.py logits MODEL.gguf --tokens "1 5 9" --out FILE
-    gguf_ref.py greedy MODEL.gguf --tokens "1 5 9" -n N
+    gguf_ref.py logits MODEL.gguf --tokens "1 5 9" --out FILE [--kv-f16]
+    gguf_ref.py greedy MODEL.gguf --tokens "1 5 9" -n N [--kv-f16]
+
+--kv-f16 models an engine whose KV cache holds IEEE half values (kvloom's
+does): every K row (after biases, q/k-norm and rope) and every V row is
+rounded to float16 (numpy's round-to-nearest-even) before attention uses
+it. Without it the forward pass is float64 throughout.
 
 Conventions and invariants:
   * A weight with GGUF dims {n_in, n_out} becomes a numpy array of shape
@@ -555,11 +560,14 @@ class Config:
 
 
 class Model:
-    """Weights dequantised to float64 and a forward pass with a KV cache."""
+    """Weights dequantised to float64 and a forward pass with a KV cache.
+    kv_f16: round K and V to float16 (nearest-even) as they enter the cache,
+    as an engine with an f16 KV cache does; otherwise float64 throughout."""
 
-    def __init__(self, path_or_gguf):
+    def __init__(self, path_or_gguf, kv_f16=False):
         g = path_or_gguf if isinstance(path_or_gguf, GGUFFile) else GGUFFile(path_or_gguf)
         self.g = g
+        self.kv_f16 = bool(kv_f16)
         c = self.cfg = Config(g)
 
         def w(name, shape):
@@ -680,6 +688,9 @@ class Model:
                 k = self.rmsnorm(k, L["k_norm"])
             q = self.rope(q, pos)
             k = self.rope(k, pos)
+            if self.kv_f16:  # the cache stores IEEE half, round-to-nearest-even
+                k = k.astype(np.float16).astype(np.float64)
+                v = v.astype(np.float16).astype(np.float64)
             K = cache["k"][li] = np.concatenate([cache["k"][li], k], axis=0)  # (T, n_kv, hd)
             V = cache["v"][li] = np.concatenate([cache["v"][li], v], axis=0)
             # query head hh uses kv head hh // group
@@ -795,7 +806,7 @@ def _parse_tokens(s):
 
 
 def cmd_logits(args):
-    m = Model(args.model)
+    m = Model(args.model, kv_f16=args.kv_f16)
     toks = _parse_tokens(args.tokens)
     logits = m.forward(toks)
     write_logits(args.out, toks, logits)
@@ -803,7 +814,7 @@ def cmd_logits(args):
 
 
 def cmd_greedy(args):
-    m = Model(args.model)
+    m = Model(args.model, kv_f16=args.kv_f16)
     toks = _parse_tokens(args.tokens)
     stop = () if m.cfg.eos_id is None else (m.cfg.eos_id,)
     gen = m.greedy(toks, args.n, stop)
@@ -820,10 +831,14 @@ def main(argv=None):
     p.add_argument("model")
     p.add_argument("--tokens", required=True, help='token ids, e.g. "1 5 9"')
     p.add_argument("--out", required=True)
+    p.add_argument("--kv-f16", action="store_true",
+                   help="round K and V to float16 as they enter the KV cache")
     p = sub.add_parser("greedy", help="print prompt ids + N greedy ids (stops before EOS)")
     p.add_argument("model")
     p.add_argument("--tokens", required=True)
     p.add_argument("-n", type=int, required=True)
+    p.add_argument("--kv-f16", action="store_true",
+                   help="round K and V to float16 as they enter the KV cache")
     args = ap.parse_args(argv)
     try:
         return {"info": cmd_info, "logits": cmd_logits, "greedy": cmd_greedy}[args.cmd](args)

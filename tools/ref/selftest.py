@@ -519,6 +519,22 @@ def test_models(quick):
                         tag + ": cached vs full")
             check(np.all(np.isfinite(logits)) and float(np.std(logits)) > 1e-3,
                   tag + ": logits finite and non-trivial")
+            if t == R.T_F32:
+                # kv_f16 (an f16 KV cache): the cache holds half values, full
+                # and cached runs agree, and the rounding moves the logits by
+                # about half-precision error, not more.
+                mh = R.Model(m.g, kv_f16=True)
+                ch = mh.new_cache()
+                inc = np.concatenate([mh.forward(toks[:3], ch)] +
+                                     [mh.forward([tk], ch) for tk in toks[3:]])
+                full = mh.forward(toks)
+                check_close(inc, full, 1e-10 * max(1.0, float(np.abs(full).max())),
+                            tag + ": kv_f16 cached vs full")
+                kk = np.concatenate([ch["k"][0].ravel(), ch["v"][-1].ravel()])
+                check(np.array_equal(kk, kk.astype(np.float16).astype(np.float64)),
+                      tag + ": kv_f16 cache holds half values")
+                d = float(np.abs(full - logits).max()) / float(np.abs(logits).max())
+                check(0 < d < 1e-2, tag + ": kv_f16 changes logits by %.3g relative" % d)
 
 
 def test_rope_equivalence():
@@ -588,20 +604,24 @@ def test_stories():
     exp = json.load(open(ep))
     bos = m.cfg.bos_id if m.cfg.bos_id is not None else 1
     eos = m.cfg.eos_id if m.cfg.eos_id is not None else 2
-    for case in exp["cases"]:
-        prompt = case["prompt_ids"]
-        # output_ids = every token fed after BOS (prompt tokens after BOS, then
-        # greedy tokens); steps counts positions including BOS, so at most
-        # steps - len(prompt) + 1 tokens are generated; BOS/EOS stops it.
-        n_new = case["steps"] - len(prompt) + 1
-        gen = m.greedy(prompt, n_new, stop_ids=(bos, eos))
-        got = prompt[1:] + gen
-        ok = got == case["output_ids"]
-        if not ok:
-            k = next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b),
-                     min(len(got), len(case["output_ids"])))
-            print("  prompt %r: first difference at output %d" % (case["prompt"], k))
-        check(ok, "stories260K greedy, prompt %r" % case["prompt"])
+    # The float64 path, and the same with an f16 KV cache (kvloom's): the
+    # rounding of K and V must not change any greedy token.
+    mh = R.Model(m.g, kv_f16=True)
+    for mm, label in ((m, ""), (mh, " (kv_f16)")):
+        for case in exp["cases"]:
+            prompt = case["prompt_ids"]
+            # output_ids = every token fed after BOS (prompt tokens after BOS, then
+            # greedy tokens); steps counts positions including BOS, so at most
+            # steps - len(prompt) + 1 tokens are generated; BOS/EOS stops it.
+            n_new = case["steps"] - len(prompt) + 1
+            gen = mm.greedy(prompt, n_new, stop_ids=(bos, eos))
+            got = prompt[1:] + gen
+            ok = got == case["output_ids"]
+            if not ok:
+                k = next((i for i, (a, b) in enumerate(zip(got, case["output_ids"])) if a != b),
+                         min(len(got), len(case["output_ids"])))
+                print("  prompt %r%s: first difference at output %d" % (case["prompt"], label, k))
+            check(ok, "stories260K greedy%s, prompt %r" % (label, case["prompt"]))
     # The logits fixture format round-trips.
     toks = [1, 403, 407, 261]
     lg = m.forward(toks)
@@ -703,6 +723,18 @@ def test_cli():
         check(rc == 1 and "out of range" in err.getvalue(), "cli error on a bad token id")
 
 
+def test_f16_rounding():
+    """--kv-f16 relies on numpy's float64 -> float16 cast rounding to nearest,
+    ties to even (as kvloom's f32_to_fp16)."""
+    x = np.array([1 + 1 / 2048, 1 + 3 / 2048, -(1 + 1 / 2048), 65519.0, 65520.0,
+                  2.0 ** -25, 3 * 2.0 ** -25, 2.0 ** -14 * (1 + 1 / 2048)])
+    want = np.array([1.0, 1 + 2 / 1024, -1.0, 65504.0, np.inf,
+                     0.0, 2 * 2.0 ** -24, 2.0 ** -14])
+    with np.errstate(over="ignore"):  # 65520 -> inf is the point
+        got = x.astype(np.float16).astype(np.float64)
+    check(np.array_equal(got, want), "float16 cast rounds to nearest even: %r" % (got,))
+
+
 def test_fixtures(model_dir):
     """The committed tests/fixtures/ref/*.logits are what this reference
     computes for the regenerated fixture models (whose bytes the caller has
@@ -717,7 +749,7 @@ def test_fixtures(model_dir):
         if not check(os.path.exists(mp), "fixture model %s missing" % mp):
             continue
         toks, want = R.read_logits(os.path.join(ref_dir, n + ".logits"))
-        got = R.Model(mp).forward(toks)
+        got = R.Model(mp, kv_f16=True).forward(toks)  # as tools/gen_fixtures.sh
         check_close(got, want, 1e-7 * float(np.abs(want).max()), "fixture %s" % n)
 
 
@@ -732,7 +764,7 @@ def main():
     rng = np.random.default_rng(12345)
     for fn in (test_deq_literal, lambda: test_deq_packed(rng), test_parser,
                lambda: test_models(quick), test_rope_equivalence, test_rope_scaling,
-               test_stories, test_stories_bin, test_cli):
+               test_f16_rounding, test_stories, test_stories_bin, test_cli):
         try:
             fn()
         except Exception as e:  # a crash in one group is a failure, not an abort
