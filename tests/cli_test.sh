@@ -111,5 +111,9 @@ check '[ "$(cat "$T/got")" = "1 403 407 261 378" ]' "tokenize with BOS: $(cat "$
 "$BIN" tokenize -m "$SHARED/vocab/ggml-vocab-phi-3.gguf" --no-bos "<|user|>hi" > "$T/got2"
 check '[ $(wc -w < "$T/got") -lt $(wc -w < "$T/got2") ]' "--special does not match control tokens"
 
+# tokenizer throughput benchmark works on a vocabulary-only file
+"$BIN" bench -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" --tokenizer -r 1 > "$T/tb" 2>&1; st=$?
+check '[ $st -eq 0 ] && grep -q "^tokenizer gpt2" "$T/tb" && grep -qE "^encode +[0-9.]+ MB/s" "$T/tb"' "bench --tokenizer: $(cat "$T/tb")"
+
 echo "cli_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]

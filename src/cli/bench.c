@@ -110,13 +110,16 @@ static double bw_measure(pool *p, bw_job *j) {
 
 /* ---- tokenizer throughput ------------------------------------------------------ */
 
-static int bench_tokenizer(const model *m, const char *text_path, long reps) {
+/* Needs only the tokenizer, so vocabulary-only GGUFs work too. */
+static int bench_tokenizer(const char *path, const char *text_path, long reps) {
     err_t e = {0};
+    gguf_ctx *g;
     tokenizer *tk;
-    if (tok_load(m->gguf, &tk, &e)) {
-        fprintf(stderr, "kvloom bench: %s\n", e.msg);
+    if (gguf_open(path, &g, &e) || tok_load(g, &tk, &e)) {
+        fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
         return 1;
     }
+    gguf_free(g); /* the tokenizer copies what it needs */
     char *text = NULL;
     size_t len = 0;
     if (text_path) {
@@ -221,16 +224,12 @@ int cli_bench(int argc, char **argv) {
     if (!path) return bench_usage();
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 64);
 
+    if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);
     err_t e = {0};
     model *m;
     if (model_load(path, &m, &e)) {
         fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
         return 1;
-    }
-    if (tokenizer_mode) {
-        int rc = bench_tokenizer(m, text_path, reps);
-        model_free(m);
-        return rc;
     }
     const model_config *c = &m->cfg;
     const long n_ctx = MAX(pp, depth + tg) + 1;
