@@ -67,6 +67,82 @@ static req_finish collect(req *r, int32_t *out, int *n_out) {
     return f;
 }
 
+/* A request of n random tokens (after BOS) that generates 2 tokens. */
+static req *order_req(int n, int nv) {
+    int32_t *p = xmalloc((size_t)n * sizeof *p);
+    for (int i = 0; i < n; i++) p[i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
+    req *r = req_new(p, n);
+    r->max_tokens = 2;
+    r->ignore_eos = true;
+    r->sp.temperature = 0;
+    return r;
+}
+
+static int64_t first_token_ns(req *r) {
+    req_finish f = REQ_RUNNING;
+    int n = 0;
+    for (int spins = 0; spins < 60000 && f == REQ_RUNNING; spins++) n = req_wait(r, n, 100, &f);
+    return r->t_first_ns;
+}
+
+/* Prefill order (engine.c, ENGINE_PREFILL_*): the shortest remaining prefill
+ * goes first, so turns that arrive while a long prompt is prefilling get
+ * their first tokens before it and in order of size; and a long prompt under
+ * a steady stream of turns still advances (it finishes before the stream
+ * does). Steps are slowed down so that requests submitted back to back land
+ * in the same step. */
+static void check_prefill_order(const model *m) {
+    const int nv = m->cfg.n_vocab;
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 1024;
+    o.max_batch_tokens = 64;
+    o.step_delay_us = 3000;
+    o.check = true;
+    err_t e = {0};
+    engine *en = NULL;
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+    if (!en) return;
+    req *lng = order_req(400, nv);
+    CHECK(engine_submit(en, lng, &e) == 0);
+    usleep(8000); /* the long prompt is under way */
+    const int sizes[3] = {90, 20, 50};
+    req *sh[3];
+    for (int i = 0; i < 3; i++) {
+        sh[i] = order_req(sizes[i], nv);
+        CHECK(engine_submit(en, sh[i], &e) == 0);
+    }
+    const int64_t t90 = first_token_ns(sh[0]), t20 = first_token_ns(sh[1]), t50 = first_token_ns(sh[2]);
+    const int64_t tl = first_token_ns(lng);
+    CHECK(t20 > 0 && t50 > 0 && t90 > 0 && tl > 0);
+    CHECK_MSG(t20 <= t50 && t50 <= t90, "first tokens not in order of prompt size: 20 at %lld, 50 at %lld, 90 at %lld",
+              (long long)t20, (long long)t50, (long long)t90);
+    CHECK_MSG(t90 < tl, "a 90-token prompt waited behind a 400-token one");
+    for (int i = 0; i < 3; i++) req_unref(sh[i]);
+    req_unref(lng);
+
+    /* Starvation: 100 turns of 70 tokens (more than a step's 64) queued
+     * together with a long prompt; the long one must not wait for all. */
+    enum { N_STREAM = 100 };
+    lng = order_req(400, nv);
+    CHECK(engine_submit(en, lng, &e) == 0);
+    req *st[N_STREAM];
+    for (int i = 0; i < N_STREAM; i++) {
+        st[i] = order_req(70, nv);
+        CHECK(engine_submit(en, st[i], &e) == 0);
+    }
+    const int64_t t_long = first_token_ns(lng);
+    int64_t t_last = 0;
+    for (int i = 0; i < N_STREAM; i++) {
+        const int64_t t = first_token_ns(st[i]);
+        t_last = t > t_last ? t : t_last;
+        req_unref(st[i]);
+    }
+    CHECK_MSG(t_long > 0 && t_long < t_last, "a long prompt starved behind a stream of short ones");
+    req_unref(lng);
+    engine_free(en);
+}
+
 int main(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -178,6 +254,8 @@ int main(void) {
         CHECK(n_ok > 0);
         engine_free(en);
     }
+
+    check_prefill_order(m);
 
     /* Refusals: a prompt longer than the context or the pool; a full queue. */
     engine_opts qo = engine_defaults();

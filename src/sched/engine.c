@@ -22,16 +22,17 @@
  *   3. reserve a KV slot for every running sequence's chunk, oldest first;
  *      when the pool is empty: evict LRU cached blocks, then preempt the
  *      newest running sequence;
- *   4. admit waiting sequences while budget, slots and blocks allow:
+ *   4. admit waiting sequences (FCFS) while fewer than
+ *      ENGINE_MAX_PREFILLING sequences are prefilling and slots and blocks
+ *      allow:
  *      radix_match the known tokens (all but the last one, whose logits we
  *      need), skip a sequence whose next blocks another sequence is still
  *      computing (PENDING: it waits rather than recomputes), allocate all
  *      blocks for its known tokens at once, index its full prompt blocks as
  *      PENDING so later requests join instead of recomputing;
  *   5. build one ragged batch under the token budget: one decode token per
- *      running sequence, then short remaining prefills (a cache hit's new
- *      turn), then the admissions of step 4, then chunks of long prefills;
- *      forward;
+ *      running sequence, then prefill chunks, shortest remaining prefill
+ *      first (ENGINE_PREFILL_STEP_MIN below); forward;
  *   6. sample, post tokens, index newly completed blocks READY, finish.
  *
  * Reference invariant: each entry of a sequence's block table holds exactly
@@ -55,9 +56,25 @@
 #include "../kv/radix.h"
 #include "../sample/sample.h"
 
-/* Remaining prefills up to this many tokens go before admissions and long
- * prefills (a cache hit's new turn should not wait behind a cold prompt). */
-#define ENGINE_SHORT_PREFILL 64
+/* Prefill order (LAPS, shortest remaining first). When several prefills
+ * wait, the one with the fewest tokens left goes first, so a cache hit's new
+ * turn never waits behind a cold prompt, and of k turns that arrive together
+ * the i-th gets its first token after i turns' worth of work instead of all
+ * of them: one step of prefill costs a fixed part (reading the weights once)
+ * plus a part per token, and a turn of a few dozen tokens is already many
+ * times the fixed part, so batching turns together only delays the first of
+ * them. Further prefills join a step only while it has fewer than
+ * ENGINE_PREFILL_STEP_MIN prefill tokens (tiny ones still share steps).
+ * A prefill that has not run for ENGINE_PREFILL_STARVE_STEPS steps goes
+ * first, oldest first, so a long prompt under a stream of short turns still
+ * advances by a chunk at least that often. */
+#define ENGINE_PREFILL_STEP_MIN 64
+#define ENGINE_PREFILL_STARVE_STEPS 16
+/* Waiting sequences are admitted (FCFS) while fewer than this many running
+ * sequences are still prefilling, so the shortest-first choice sees a
+ * whole burst of turns at once while the blocks of a flood of cold prompts
+ * are not all taken before they can run. */
+#define ENGINE_MAX_PREFILLING 16
 
 typedef struct seq {
     req *r;
@@ -74,6 +91,7 @@ typedef struct seq {
     sampler *smp;
     bool admitted_once;  /* prompt metrics and cached count recorded           */
     uint64_t sched_step; /* the step that last put it in a batch               */
+    uint64_t wait_from;  /* step of admission or of its last prefill chunk     */
     bool running;
 } seq;
 
@@ -458,42 +476,56 @@ static bool engine_step(engine *en) {
     int budget = en->o.max_batch_tokens;
     int n_tok = 0, n_bs = 0;
 
-    /* The budget goes, in order, to: one decode token per running sequence;
-     * short remaining prefills (typically a cache hit's new turn), so they
-     * never wait behind a long cold prompt; newly admitted requests; then the
-     * chunks of long running prefills, oldest first. */
+    /* The budget goes first to one decode token per running sequence. Then
+     * waiting sequences are admitted (FCFS, ENGINE_MAX_PREFILLING), and the
+     * prefill tokens go shortest-remaining-first (ENGINE_PREFILL_STEP_MIN). */
     en->step_no++;
-    for (int pass = 0; pass < 3; pass++) {
-        if (pass == 2) {
-            /* Admit waiting sequences (FCFS) into what is left. */
-            for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_tok < budget &&
-                            en->running.n < en->o.max_running;) {
-                seq *s = en->waiting.v[i];
-                int need = (s->n_tokens + B - 1) / B;
-                if (need + 1 > kvpool_n_blocks(en->pool)) {
-                    list_remove_at(&en->waiting, i);
-                    seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
-                    continue;
-                }
-                int rc = try_admit(en, s);
-                if (rc == 0) {
-                    i++;
-                    continue;
-                }
-                if (rc < 0) break;
-                list_remove_at(&en->waiting, i);
-                list_insert_ordered(&en->running, s);
-                schedule(en, s, budget, &n_tok, &n_bs);
-            }
+    for (int i = 0; i < en->running.n && n_tok < budget; i++) {
+        seq *s = en->running.v[i];
+        if (s->n_tokens - s->n_computed == 1) schedule(en, s, budget, &n_tok, &n_bs);
+    }
+    int n_prefilling = 0;
+    for (int i = 0; i < en->running.n; i++) n_prefilling += en->running.v[i]->n_tokens - en->running.v[i]->n_computed > 1;
+    for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_prefilling < ENGINE_MAX_PREFILLING &&
+                    en->running.n < en->o.max_running;) {
+        seq *s = en->waiting.v[i];
+        int need = (s->n_tokens + B - 1) / B;
+        if (need + 1 > kvpool_n_blocks(en->pool)) {
+            list_remove_at(&en->waiting, i);
+            seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
+            continue;
         }
-        for (int i = 0; i < en->running.n && n_tok < budget; i++) {
+        int rc = try_admit(en, s);
+        if (rc == 0) {
+            i++;
+            continue;
+        }
+        if (rc < 0) break;
+        list_remove_at(&en->waiting, i);
+        list_insert_ordered(&en->running, s);
+        s->wait_from = en->step_no;
+        n_prefilling += s->n_tokens - s->n_computed > 1;
+    }
+    int prefill_tok = 0;
+    while (n_tok < budget && prefill_tok < ENGINE_PREFILL_STEP_MIN) {
+        seq *best = NULL;
+        bool best_starved = false;
+        for (int i = 0; i < en->running.n; i++) {
             seq *s = en->running.v[i];
             int pend = s->n_tokens - s->n_computed;
-            if (s->sched_step == en->step_no) continue;
-            if (pass == 0 && pend != 1) continue;
-            if (pass == 1 && (pend == 1 || pend > ENGINE_SHORT_PREFILL)) continue;
-            schedule(en, s, budget, &n_tok, &n_bs);
+            if (pend < 1 || s->sched_step == en->step_no) continue;
+            bool starved = en->step_no - s->wait_from > ENGINE_PREFILL_STARVE_STEPS;
+            if (!best || (starved && !best_starved) ||
+                (starved == best_starved && !starved && pend < best->n_tokens - best->n_computed)) {
+                best = s; /* running is in arrival order: ties go to the oldest */
+                best_starved = starved;
+            }
         }
+        if (!best) break;
+        int before = n_tok;
+        schedule(en, best, budget, &n_tok, &n_bs);
+        best->wait_from = en->step_no;
+        prefill_tok += n_tok - before;
     }
 
     if (n_bs == 0) {
