@@ -140,6 +140,89 @@ static void test_type(const wcase *c, pool *pools[4]) {
     free(wq), free(wf), free(wd), free(x), free(ref), free(bound), free(y), free(y0), free(y1), free(act);
 }
 
+/* Every table's gemm called directly, as the driver calls it: row ranges
+ * [r0, r1) with r0 a multiple of 8 (a thread's share), n_tok around the
+ * tile sizes (4) and the point where the AVX-512 gemms start preparing the
+ * weight side (8 tokens), widths whose block count leaves every tail of a
+ * 4-block group (Q4_0: 1, 2, 3), k-blocks (Q4_K: 8 super-blocks) and
+ * widths whose prepared activations do not fit one token chunk (Q4_0 8224,
+ * Q4_K 12288). Each output must be bitwise the table's
+ * dot product, within rounding of the exact product of the dequantised
+ * rows, and nothing outside [r0, r1) x n_tok may be written. */
+static void test_gemm_ranges(void) {
+    static const struct {
+        uint32_t type;
+        int64_t n_in;
+    } gcases[] = {
+        {DT_Q4_0, 32},   {DT_Q4_0, 64},   {DT_Q4_0, 96},   {DT_Q4_0, 160}, {DT_Q4_0, 224}, {DT_Q4_0, 576},
+        {DT_Q4_0, 8224}, {DT_Q8_0, 96},   {DT_Q8_0, 8224}, {DT_Q4_K, 256}, {DT_Q4_K, 768}, {DT_Q4_K, 2304},
+        {DT_Q4_K, 12288}, {DT_Q5_K, 768},   {DT_Q6_K, 256},  {DT_Q6_K, 2304}, {DT_Q6_K, 12288},
+    };
+    static const int n_toks[] = {1, 3, 4, 7, 8, 9, 13, 37};
+    static const int ranges[][2] = {{0, 21}, {8, 21}, {8, 16}, {16, 19}, {0, 1}};
+    enum { NO = 21, MAXT = 37 };
+    const char *names[8];
+    const int n_tables = kern_available(names, 8);
+    for (size_t ci = 0; ci < ARRAY_LEN(gcases); ci++) {
+        const uint32_t type = gcases[ci].type, at = kern_act_type(type);
+        const int64_t n_in = gcases[ci].n_in;
+        const size_t rb = dtype_row_bytes(type, n_in), arb = kern_act_row_bytes(type, n_in);
+        uint8_t *wq = xmalloc(rb * NO), *act = xmalloc(arb * MAXT);
+        float *f = xmalloc(sizeof(float) * n_in), *x = xmalloc(sizeof(float) * n_in * MAXT);
+        double *wd = xmalloc(sizeof(double) * n_in * NO), *ad = xmalloc(sizeof(double) * n_in * MAXT);
+        float *y = xmalloc(sizeof(float) * NO * MAXT);
+        for (int r = 0; r < NO; r++) {
+            for (int64_t i = 0; i < n_in; i++) f[i] = rng_gauss() * 0.3f + (r % 3 == 0 ? 0.2f : 0.0f);
+            CHECK_EQ_INT(quant_quantize_row(type, f, wq + r * rb, n_in), 0);
+            quant_dequant_row(type, wq + r * rb, f, n_in);
+            for (int64_t i = 0; i < n_in; i++) wd[r * n_in + i] = f[i];
+        }
+        for (int64_t i = 0; i < n_in * MAXT; i++) x[i] = rng_gauss() * (i % 97 == 0 ? 8.0f : 1.0f);
+        for (int tb = 0; tb < n_tables; tb++) {
+            CHECK_EQ_INT(kern_select(names[tb]), 0);
+            if (!kern->gemm[type]) continue;
+            for (int t = 0; t < MAXT; t++) {
+                kern->act[type](x + t * n_in, act + t * arb, n_in);
+                quant_dequant_row(at, act + t * arb, f, n_in);
+                for (int64_t i = 0; i < n_in; i++) ad[t * n_in + i] = f[i];
+            }
+            int bad_dot = 0, bad_ref = 0, bad_write = 0;
+            for (size_t ni = 0; ni < ARRAY_LEN(n_toks); ni++)
+                for (size_t ri = 0; ri < ARRAY_LEN(ranges); ri++) {
+                    const int nt = n_toks[ni], r0 = ranges[ri][0], r1 = ranges[ri][1];
+                    for (int i = 0; i < NO * MAXT; i++) y[i] = NAN;
+                    kern->gemm[type](&(kern_mat){.type = type, .n_in = n_in, .n_out = NO, .row_bytes = rb, .data = wq},
+                                     r0, r1, act, arb, nt, y, NO);
+                    for (int t = 0; t < MAXT; t++)
+                        for (int r = 0; r < NO; r++) {
+                            const float got = y[t * NO + r];
+                            if (t >= nt || r < r0 || r >= r1) {
+                                bad_write += !isnan(got);
+                                continue;
+                            }
+                            float d = NAN;
+                            kern->dot[type](n_in, &d, wq + r * rb, act + t * arb);
+                            bad_dot += memcmp(&d, &got, sizeof d) != 0;
+                            double exact = 0, mag = 0;
+                            for (int64_t i = 0; i < n_in; i++) {
+                                const double p = wd[r * n_in + i] * ad[t * n_in + i];
+                                exact += p, mag += fabs(p);
+                            }
+                            bad_ref += !(fabs(got - exact) <= 4 * 6e-8 * (8 + 3.0 * n_in / 32) * mag + 1e-30);
+                        }
+                }
+            CHECK_MSG(bad_dot == 0, "%s %s n_in=%lld: %d gemm outputs differ from dot", names[tb], dtype_name(type),
+                      (long long)n_in, bad_dot);
+            CHECK_MSG(bad_ref == 0, "%s %s n_in=%lld: %d gemm outputs off the exact product", names[tb],
+                      dtype_name(type), (long long)n_in, bad_ref);
+            CHECK_MSG(bad_write == 0, "%s %s n_in=%lld: %d writes outside the range", names[tb], dtype_name(type),
+                      (long long)n_in, bad_write);
+        }
+        kern_select("scalar");
+        free(wq), free(act), free(f), free(x), free(wd), free(ad), free(y);
+    }
+}
+
 static void test_dispatch(void) {
     const char *names[8];
     int n = kern_available(names, 8);
@@ -237,6 +320,7 @@ int main(void) {
     for (size_t c = 0; c < ARRAY_LEN(cases); c++) test_type(&cases[c], pools);
     CHECK(n_checked_tables >= (int)ARRAY_LEN(cases));
     test_vector_ops();
+    test_gemm_ranges();
     for (int i = 0; i < 4; i++) pool_free(pools[i]);
     return test_summary("test_matmul");
 }

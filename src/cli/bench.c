@@ -15,6 +15,14 @@
  *     last one (as llama-bench's ppN);
  *   - tg: --tg single-token steps from an empty context (llama-bench's tgN),
  *     and again after a --depth prefill (not timed) when --depth > 0;
+ *   - pp @ depth: when --depth > 0, a batch of --pp tokens prefilled on top
+ *     of the --depth cached ones (positions depth..depth+pp-1, rewritten by
+ *     every repetition): an agent's next turn over its cached context;
+ *   - tg @ depth x S: with --seqs S > 1 (and --depth, --tg), S sequences
+ *     whose block tables share the blocks of the --depth prefix (as the
+ *     radix cache shares a common prompt; the last partial block is each
+ *     sequence's own copy) decode --tg steps together, one token each per
+ *     batch; reported as the batch's total tokens per second;
  *   - bandwidth: every thread of the model's pool sums its share of a
  *     buffer much larger than the caches; measured before each repetition,
  *     so drift shows up in the spread.
@@ -44,7 +52,7 @@
 #define BENCH_BW_BYTES ((size_t)512 << 20) /* 16x the L3 of these machines */
 
 static int bench_usage(void) {
-    fprintf(stderr, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n"
+    fprintf(stderr, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
                     "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n");
     return 2;
 }
@@ -190,13 +198,38 @@ static int bench_decode(bench_ctx *b, int p0, int n, err_t *e) {
     return 0;
 }
 
+/* S sequences sharing the blocks of positions [0, depth / bt * bt) with
+ * b->seq (already computed) run positions [p_begin, p_end) together, one
+ * token each per batch (their own blocks follow first_own_block); 0 or <0. */
+static int bench_decode_shared(bench_ctx *b, int S, int depth, int p_begin, int p_end, int tg, int bt,
+                               int first_own_block, err_t *e) {
+    const int shared = depth / bt, n_tab = (depth + tg + bt - 1) / bt + 1;
+    int32_t *tables = xmalloc(sizeof(int32_t) * (size_t)S * n_tab);
+    model_seq *seqs = xmalloc(sizeof(model_seq) * (size_t)S);
+    for (int s = 0; s < S; s++) {
+        for (int i = 0; i < n_tab; i++)
+            tables[s * n_tab + i] = i < shared ? b->seq.block_table[i] : first_own_block + s * (n_tab - shared) + (i - shared);
+        seqs[s] = (model_seq){tables + s * n_tab, n_tab};
+    }
+    int r = 0;
+    for (int p = p_begin; p < p_end && !r; p++) {
+        for (int s = 0; s < S; s++) b->tok[s] = bench_token(b), b->pos[s] = p, b->sid[s] = s;
+        model_batch batch = {.n_tokens = S, .token = b->tok, .pos = b->pos, .seq = b->sid, .n_seqs = S, .seqs = seqs};
+        r = model_forward(b->m, b->st, b->kv, &batch, b->logits, e); /* logits of the last token only */
+        r = r < 0 ? r : 0;
+    }
+    for (int s = 0; s < S; s++) b->sid[s] = 0;
+    free(tables), free(seqs);
+    return r;
+}
+
 static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_bytes; }
 
 
 int cli_bench(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL;
     bool tokenizer_mode = false;
-    long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3;
+    long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3, n_seqs = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -211,6 +244,7 @@ int cli_bench(int argc, char **argv) {
         else if (strcmp(a, "--tg") == 0) ok = bench_parse_int(v, 0, 1 << 16, &tg);
         else if (strcmp(a, "--depth") == 0) ok = bench_parse_int(v, 0, 1 << 20, &depth);
         else if (strcmp(a, "-r") == 0) ok = bench_parse_int(v, 1, 1000, &reps);
+        else if (strcmp(a, "--seqs") == 0) ok = bench_parse_int(v, 1, 256, &n_seqs);
         else {
             fprintf(stderr, "kvloom bench: unknown option '%s'\n", a);
             return bench_usage();
@@ -232,23 +266,25 @@ int cli_bench(int argc, char **argv) {
         return 1;
     }
     const model_config *c = &m->cfg;
-    const long n_ctx = MAX(pp, depth + tg) + 1;
+    const long n_ctx = MAX(pp, depth + MAX(tg, pp)) + 1;
     if (n_ctx > INT_MAX / 2) {
         fprintf(stderr, "kvloom bench: context of %ld positions is too large\n", n_ctx);
         model_free(m);
         return 2;
     }
     const int bt = 16, n_blocks = (int)((n_ctx + bt - 1) / bt);
+    const bool shared_run = n_seqs > 1 && depth > 0 && tg > 0;
+    const int own_blocks = shared_run ? (int)n_seqs * (int)((depth % bt + tg + bt - 1) / bt + 1) : 0;
     bench_ctx b = {.m = m, .rng = 0x9e3779b97f4a7c15ull};
     b.max_tokens = (int)MAX(1, MIN(pp, 512));
-    b.kv = model_kv_new(m, n_blocks, bt);
-    b.st = model_state_new(m, b.max_tokens, (int)n_ctx, (int)threads);
+    b.kv = model_kv_new(m, n_blocks + own_blocks, bt);
+    b.st = model_state_new(m, (int)MAX(b.max_tokens, n_seqs), (int)n_ctx, (int)threads);
     int32_t *table = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
     for (int i = 0; i < n_blocks; i++) table[i] = i;
     b.seq = (model_seq){table, n_blocks};
-    b.tok = xmalloc(sizeof(int32_t) * (size_t)b.max_tokens);
-    b.pos = xmalloc(sizeof(int32_t) * (size_t)b.max_tokens);
-    b.sid = xcalloc((size_t)b.max_tokens, sizeof(int32_t));
+    b.tok = xmalloc(sizeof(int32_t) * (size_t)MAX(b.max_tokens, n_seqs));
+    b.pos = xmalloc(sizeof(int32_t) * (size_t)MAX(b.max_tokens, n_seqs));
+    b.sid = xcalloc((size_t)MAX(b.max_tokens, n_seqs), sizeof(int32_t));
     b.logits = xmalloc(sizeof(float) * (size_t)c->n_vocab);
     pool *p = model_state_pool(b.st);
 
@@ -274,6 +310,7 @@ int cli_bench(int argc, char **argv) {
 
     double *v_bw = xmalloc(sizeof(double) * (size_t)reps * 3), *v_pp = xmalloc(sizeof(double) * (size_t)reps);
     double *v_tg = xmalloc(sizeof(double) * (size_t)reps), *v_tgd = xmalloc(sizeof(double) * (size_t)reps);
+    double *v_ppd = xmalloc(sizeof(double) * (size_t)reps), *v_tgs = xmalloc(sizeof(double) * (size_t)reps);
     int n_bw = 0, r = 0;
     bw_measure(p, &bj); /* warm-up: page in the buffer */
     if (pp > 0) r = bench_prefill(&b, 0, (int)pp, &e); /* warm-up runs */
@@ -291,12 +328,26 @@ int cli_bench(int argc, char **argv) {
             v_tg[rep] = tg / ((clock_ms() - t0) / 1000);
         }
     }
-    if (!r && depth > 0 && tg > 0) {
+    if (!r && depth > 0 && (tg > 0 || pp > 0)) {
         r = bench_prefill(&b, 0, (int)depth, &e);
-        for (long rep = 0; rep < reps && !r; rep++) {
+        for (long rep = 0; rep < reps && !r && tg > 0; rep++) {
             const double t0 = clock_ms();
             r = bench_decode(&b, (int)depth, (int)tg, &e);
             v_tgd[rep] = tg / ((clock_ms() - t0) / 1000);
+        }
+        if (!r && pp > 0) r = bench_prefill(&b, (int)depth, (int)pp, &e); /* warm-up */
+        for (long rep = 0; rep < reps && !r && pp > 0; rep++) {
+            const double t0 = clock_ms();
+            r = bench_prefill(&b, (int)depth, (int)pp, &e);
+            v_ppd[rep] = pp / ((clock_ms() - t0) / 1000);
+        }
+        const int D = (int)depth, T = (int)tg, S = (int)n_seqs;
+        if (!r && shared_run) /* each sequence's own tail of the prefix, and a warm-up */
+            r = bench_decode_shared(&b, S, D, D / bt * bt, D + MIN(T, 4), T, bt, n_blocks, &e);
+        for (long rep = 0; rep < reps && !r && shared_run; rep++) {
+            const double t0 = clock_ms();
+            r = bench_decode_shared(&b, S, D, D, D + T, T, bt, n_blocks, &e);
+            v_tgs[rep] = n_seqs * tg / ((clock_ms() - t0) / 1000);
         }
     }
     if (r) {
@@ -328,8 +379,16 @@ int cli_bench(int argc, char **argv) {
                    t.med * bytes / 1e9, 100 * t.med * bytes / (bw.med * 1e9), bw.med * 1e9 / bytes,
                    100 * t.med * bytes / (bw.max * 1e9));
         }
+        if (depth > 0 && pp > 0) {
+            snprintf(what, sizeof what, "pp%ld @ depth %ld", pp, depth);
+            print_stats(what, stats_of(v_ppd, (int)reps), "t/s");
+        }
+        if (shared_run) {
+            snprintf(what, sizeof what, "tg%ld @ depth %ld x %ld", tg, depth, n_seqs);
+            print_stats(what, stats_of(v_tgs, (int)reps), "t/s");
+        }
     }
-    free(v_bw), free(v_pp), free(v_tg), free(v_tgd), free(bwbuf);
+    free(v_bw), free(v_pp), free(v_tg), free(v_tgd), free(v_ppd), free(v_tgs), free(bwbuf);
     free(table), free(b.tok), free(b.pos), free(b.sid), free(b.logits);
     model_state_free(b.st);
     model_kv_free(b.kv);

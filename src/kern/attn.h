@@ -7,7 +7,8 @@
  * scalar here, SIMD in avx2.c/avx512.c); the merge is here.
  *
  * The KV rows of a sequence live in fixed-size blocks listed by its block
- * table, as IEEE half values (uint16_t, widened exactly to f32 when read); this layer's K row of position p and kv head h is at
+ * table, as IEEE half values (uint16_t, widened exactly to f32 when read);
+ * this layer's K row of position p and kv head h is at
  *
  *   k + table[p / block_tokens] * block_stride + (p % block_tokens) * kv_dim + h * head_dim
  *
@@ -22,6 +23,16 @@
  * every part depends only on q and the chunk's KV rows, so a result does
  * not depend on what else is in the batch, on which thread computes which
  * chunk, or on whether the chunks of one query ran on one thread or many.
+ *
+ * Groups. Many queries read the same chunk: the heads of a token that share
+ * a kv head, every token of a prefill batch that sees the whole chunk (an
+ * agent's new turn over its cached context), and decode tokens of
+ * sequences whose block tables map the chunk to the same physical blocks (a
+ * shared cached prefix). attn_part takes such a group and reads and widens
+ * each K and V row once for all of its queries. Every query's arithmetic is
+ * fixed by its own inputs (see attn_part), so grouping changes the speed,
+ * never the bits: model_forward may group a token's chunks differently from
+ * one batch to the next and still produce the same logits.
  */
 #ifndef KVLOOM_KERN_ATTN_H
 #define KVLOOM_KERN_ATTN_H
@@ -40,17 +51,42 @@ typedef struct attn_view {
     const int32_t *block_table; /* the sequence's blocks                    */
 } attn_view;
 
-/* Part of attention for n_q query heads that share kv head `kv_head`, over
- * positions [p0, p1) (p1 - p0 <= ATTN_CHUNK, p0 < p1): q holds the n_q query
- * rows back to back (n_q * head_dim floats, already rotated); writes m[g],
- * l[g] and o[g*head_dim ...] as described above; scratch holds at least
- * n_q * ATTN_CHUNK floats. Scores are q.k * scale. */
-typedef void (*attn_part_fn)(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale,
-                             float *m, float *l, float *o, float *scratch);
+/* The queries of one token in a part: n_head query heads (all reading the
+ * same kv head), their outputs, and how far this token sees. */
+typedef struct attn_query {
+    const float *q; /* n_head rows of head_dim floats, back to back (rotated) */
+    float *m, *l;   /* n_head values each                                  */
+    float *o;       /* n_head rows of head_dim floats                      */
+    int p1;         /* the token sees positions < p1: p0 < p1 <= p0 + ATTN_CHUNK */
+} attn_query;
+
+/* Floats of scratch an attn_part call needs (per thread). */
+#define ATTN_QBLOCK 48 /* queries whose scores are held at once */
+static inline size_t attn_part_scratch_floats(int head_dim) {
+    return (size_t)ATTN_CHUNK * ((size_t)head_dim + ATTN_QBLOCK) + 64;
+}
+
+/* Part of attention over the chunk that starts at p0 (model_forward: a
+ * multiple of ATTN_CHUNK; any p0 >= 0 works) for a group of n_tok >= 1
+ * tokens whose rows in that chunk are the rows `v` addresses (the same
+ * sequence, or sequences sharing the chunk's physical blocks); `v` must
+ * address every position below the largest p1. For token i and head g <
+ * n_head, over positions
+ * [p0, qs[i].p1), writes qs[i].m[g], qs[i].l[g] and qs[i].o + g*head_dim as
+ * described above; scores are q.k * scale. Each query's results depend only
+ * on its q row, p0, its p1 and the rows — never on n_tok, n_head or the
+ * other queries of the group — so a group computes, bit for bit, what each
+ * token would get alone (the caller groups tokens only to read and widen
+ * the chunk's K and V rows once for all of them). Rows past a query's p1 do
+ * not influence it, even when other queries of the group read them.
+ * scratch: attn_part_scratch_floats(head_dim) floats, 64-byte aligned.
+ * Thread: pure; any number of calls may run at once on different scratch. */
+typedef void (*attn_part_fn)(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
+                             float scale, float *scratch);
 
 /* The scalar reference part (the kernel table's default). */
-void attn_part_scalar(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale, float *m,
-                      float *l, float *o, float *scratch);
+void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
+                      float scale, float *scratch);
 
 /* Merges n_parts parts of one query head, given in chunk order: part c has
  * m[c * m_stride], l[c * m_stride] and o + c * o_stride; writes out[head_dim].
@@ -61,8 +97,8 @@ void attn_merge(int n_parts, int head_dim, const float *m, const float *l, size_
 
 /* Whole attention of one query head over positions 0..n_pos-1 using the
  * current kernel table (chunks computed here one after another, then
- * merged). scratch holds ATTN_CHUNK + 2*n_chunks + n_chunks*head_dim floats
- * (attn_scratch_floats). For tests and simple callers. */
+ * merged). scratch holds attn_scratch_floats(n_pos, head_dim) floats,
+ * 64-byte aligned. For tests and simple callers. */
 void attn_head(const attn_view *v, int kv_head, const float *q, int n_pos, float scale, float *out, float *scratch);
 size_t attn_scratch_floats(int n_pos, int head_dim);
 

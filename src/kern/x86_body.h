@@ -25,14 +25,17 @@
  * and Q4_0: even blocks into one vector, odd blocks into another, added at
  * the end) and reduces with hsum_ps, so the result depends on n and the two
  * rows only. Where a gemm exists (tiles of several rows x several tokens:
- * Q4_K/Q5_K here, Q8_0/Q4_0 in avx512.c, which brings its own 512-bit
- * versions through KX_Q0_GEMM), the dot product is the gemm's 1x1 tile, so
- * gemm == dot holds by construction; other types use kern_matmul's
- * one-dot-per-(row, token) driver. avx512.c's Q8_0/Q4_0 code follows the
- * same float operations as KX_Q0_DOT, so the two tables agree to the bit
- * (test_kernels checks it).
+ * Q4_K/Q5_K here; Q8_0, Q4_0 and Q4_K in avx512.c, which brings its own
+ * 512-bit versions through KX_Q0_GEMM and KX_K4_GEMM), the dot product is
+ * the gemm's 1x1 tile or computes the same integers with the same float
+ * steps, so gemm == dot bitwise; other types use kern_matmul's
+ * one-dot-per-(row, token) driver. avx512.c's Q8_0 and Q4_K code follows
+ * the same float operations as KX_Q0_DOT and k45_tile, so the two tables
+ * agree to the bit (test_kernels checks it); its Q4_0 sums lanes of 8
+ * elements, 4 blocks per register, and may differ in the last bits.
  *
- * Attention (attn_part, attn.h): the chunk kernel with exp in SIMD.
+ * Attention (attn_part, attn.h): the grouped chunk kernel, at the end of
+ * this file (its comment gives the order of every sum).
  *
  * Integer ranges: a lane of a Q8_0/Q4_0 block sums 4 products (< 2^16); a
  * Q4_K/Q5_K lane sums 32 products times a 6-bit scale (< 2^22); a Q6_K lane
@@ -302,20 +305,27 @@ static inline __attribute__((always_inline)) void k45_gemm(const int q5, const k
     }
 }
 
-static void gemm_q4_k(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes, int n_tok,
-                      float *y, int64_t ldy) {
+static __attribute__((unused)) void gemm_q4_k(const kern_mat *w, int64_t r0, int64_t r1, const void *act,
+                                              size_t act_row_bytes, int n_tok, float *y, int64_t ldy) {
     k45_gemm(0, w, r0, r1, act, act_row_bytes, n_tok, y, ldy);
 }
 static void gemm_q5_k(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes, int n_tok,
                       float *y, int64_t ldy) {
     k45_gemm(1, w, r0, r1, act, act_row_bytes, n_tok, y, ldy);
 }
-static void dot_q4_k(int64_t n, float *out, const void *w, const void *a) {
+static __attribute__((unused)) void dot_q4_k(int64_t n, float *out, const void *w, const void *a) {
     k45_tile(1, 1, 0, n / QK_K, w, 0, a, 0, out, 0);
 }
 static void dot_q5_k(int64_t n, float *out, const void *w, const void *a) {
     k45_tile(1, 1, 1, n / QK_K, w, 0, a, 0, out, 0);
 }
+#ifndef KX_K4_GEMM /* a table may bring its own Q4_K dot and gemm (same bits) */
+#define KX_DOT_Q4_K dot_q4_k
+#define KX_GEMM_Q4_K gemm_q4_k
+#endif
+#ifndef KX_K6_GEMM /* a table may bring a Q6_K gemm (dot_q6_k's bits) */
+#define KX_K6_GEMM NULL
+#endif
 
 /* Q6_K: q = 6-bit unsigned value; the -32 offset is taken out once per
  * super-block as 32 * sum over groups of scale * bsum. */
@@ -445,67 +455,320 @@ static inline __m256 kx_exp(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-/* q.k over hd values (k in f16): 8-lane fma in order, zero-padded tail,
- * hsum_ps. */
-static inline float kx_dot_row(const float *q, const uint16_t *k, int hd) {
-    __m256 s = _mm256_setzero_ps();
-    int d = 0;
-    for (; d + 8 <= hd; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8_f16(k + d), s);
-    if (d < hd) {
-        float qt[8] = {0};
-        uint16_t kt[8] = {0};
-        memcpy(qt, q + d, sizeof(float) * (size_t)(hd - d));
-        memcpy(kt, k + d, sizeof(uint16_t) * (size_t)(hd - d));
-        s = _mm256_fmadd_ps(_mm256_loadu_ps(qt), load8_f16(kt), s);
-    }
-    return hsum_ps(s);
-}
+/* ---- attention: the grouped chunk kernel (attn.h) ---------------------------
+ *
+ * One call serves a group of queries (n_tok tokens x n_head heads) over one
+ * chunk of at most ATTN_CHUNK positions. Work per chunk and kv head:
+ *
+ *   1. K^T: the chunk's K rows, widened from f16 once, transposed into
+ *      blocks of W keys (W = vector lanes: 16 with AVX-512, 8 with AVX2):
+ *      kt[j][d][0..W) = K[jW .. jW+W)[d], keys past the group's end zero;
+ *   2. for up to ATTN_QBLOCK queries at a time: S = Q K^T as a small f32
+ *      matmul, register tiles of KXA_QK_Q queries x KXA_QK_V key vectors
+ *      (each K^T element loaded once per tile, each q element broadcast);
+ *   3. per query: keys at or past its p1 set to -inf, max, e = exp(s - max)
+ *      in place, l = sum of e;
+ *   4. O = E V, register tiles of KXA_PV_Q queries x KXA_PV_V vectors of
+ *      dims, each V row widened once per tile.
+ * A group of G queries reads and widens every K and V row once instead of
+ * G/n_head times, and the tiles do several FMAs per load, so a prefill turn
+ * over a long cached context runs at FMA speed from L1/L2 instead of
+ * re-streaming the context for every token.
+ *
+ * Bits. Every query's result is fixed by its own inputs, whatever the group:
+ *   - score(q, key) = (fma chain over d = 0..hd-1 in order, from 0) * scale:
+ *     one lane of one accumulator, the same chain in every tile shape;
+ *   - max over its keys < p1 (exact, order-free);
+ *   - exp lane by lane (kx_exp / kx_exp512: the same float operations);
+ *   - l: e added in 16-key blocks from p0 into 16 lanes (lane = key mod
+ *     16), blocks in order, up to its own last block (padding lanes hold
+ *     +0), then lanes 0-7 + 8-15 and hsum_ps — the AVX2 table keeps the 16
+ *     lanes in two vectors, so both tables give the same l;
+ *   - o[d] = fma chain over its keys 0..p1-1 in order, from 0; a tile runs
+ *     the keys all its queries see together, then each query's remaining
+ *     keys on its own accumulators (the same chain continued); a dim tail
+ *     shorter than a vector uses fmaf, which rounds exactly as the vector
+ *     fma does.
+ * So the two x86 tables agree to the bit with each other, and a query alone
+ * (decode: n_tok = 1) gets the same bits as inside any group. The scalar
+ * reference differs in the last bits (plain sums, expf).
+ */
 
-/* q.k for 8 rows at once (hd a multiple of 8): 8 lane-vectors of partial
- * sums, then a fixed transpose-and-add tree that leaves score j in lane j. */
-static inline __m256 kx_dot8(const float *q, const uint16_t *const *kr, int hd) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (int d = 0; d < hd; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + d);
-        a0 = _mm256_fmadd_ps(qv, load8_f16(kr[0] + d), a0);
-        a1 = _mm256_fmadd_ps(qv, load8_f16(kr[1] + d), a1);
-        a2 = _mm256_fmadd_ps(qv, load8_f16(kr[2] + d), a2);
-        a3 = _mm256_fmadd_ps(qv, load8_f16(kr[3] + d), a3);
-        a4 = _mm256_fmadd_ps(qv, load8_f16(kr[4] + d), a4);
-        a5 = _mm256_fmadd_ps(qv, load8_f16(kr[5] + d), a5);
-        a6 = _mm256_fmadd_ps(qv, load8_f16(kr[6] + d), a6);
-        a7 = _mm256_fmadd_ps(qv, load8_f16(kr[7] + d), a7);
-    }
-    const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
-    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+#if defined(__AVX512F__)
+static inline __m512 kx_exp512(__m512 x) { /* kx_exp, 16 lanes, the same operations */
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lo);
+    const __m512 n =
+        _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~tiny, p, _mm512_castsi512_ps(e));
 }
-
-/* A row of zeros standing in for K rows past the end of a chunk. */
-#define KX_ZERO_ROW 512
-static const uint16_t kx_zero_row[KX_ZERO_ROW];
+typedef __m512 kxa_v;
+#define KXA_W 16
+#define kxa_zero() _mm512_setzero_ps()
+#define kxa_load(p) _mm512_loadu_ps(p)
+#define kxa_store(p, x) _mm512_storeu_ps(p, x)
+#define kxa_set1(x) _mm512_set1_ps(x)
+#define kxa_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define kxa_mul(a, b) _mm512_mul_ps(a, b)
+#define kxa_sub(a, b) _mm512_sub_ps(a, b)
+#define kxa_max(a, b) _mm512_max_ps(a, b)
+#define kxa_exp(x) kx_exp512(x)
+#define kxa_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define KXA_QK_Q 4 /* 16 accumulators + 4 K^T vectors + a broadcast */
+#define KXA_QK_V 4
+#define KXA_PV_Q 6 /* 24 accumulators + 4 V vectors + a broadcast */
+#define KXA_PV_V 4
+static inline float kxa_hmax(__m512 v) { return _mm512_reduce_max_ps(v); }
+/* l of one query: e[0 .. 16*n16) in 16-key blocks (see the order above). */
+static inline float kxa_sum16(const float *e, int n16) {
+    __m512 s = _mm512_setzero_ps();
+    for (int b = 0; b < n16; b++) s = _mm512_add_ps(s, _mm512_loadu_ps(e + 16 * b));
+    return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1)));
+}
+#else
+typedef __m256 kxa_v;
+#define KXA_W 8
+#define kxa_zero() _mm256_setzero_ps()
+#define kxa_load(p) _mm256_loadu_ps(p)
+#define kxa_store(p, x) _mm256_storeu_ps(p, x)
+#define kxa_set1(x) _mm256_set1_ps(x)
+#define kxa_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define kxa_mul(a, b) _mm256_mul_ps(a, b)
+#define kxa_sub(a, b) _mm256_sub_ps(a, b)
+#define kxa_max(a, b) _mm256_max_ps(a, b)
+#define kxa_exp(x) kx_exp(x)
+#define kxa_f16(p) load8_f16(p)
+#define KXA_QK_Q 4 /* 8 accumulators + 2 K^T vectors + a broadcast (16 registers) */
+#define KXA_QK_V 2
+#define KXA_PV_Q 2 /* 8 accumulators + 4 V vectors + a broadcast */
+#define KXA_PV_V 4
+static inline float kxa_hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+static inline float kxa_sum16(const float *e, int n16) {
+    __m256 a = _mm256_setzero_ps(), b = a;
+    for (int k = 0; k < n16; k++) a = _mm256_add_ps(a, _mm256_loadu_ps(e + 16 * k)), b = _mm256_add_ps(b, _mm256_loadu_ps(e + 16 * k + 8));
+    return hsum_ps(_mm256_add_ps(a, b));
+}
+#endif
 
 /* Prefetches the `bytes` bytes at p (one hint per cache line) into L1. */
 static inline __attribute__((always_inline)) void kx_prefetch(const void *p, int bytes) {
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
-#define KX_PREFETCH_ROWS 8
+/* How far ahead (in positions) the transpose prefetches K rows (V rows: half
+ * as far). Decode reads a layer's K and V from DRAM, and one 8-key step of
+ * the transpose is short, so the hints must run several steps ahead
+ * (measured: 8 rows ahead made decode at depth 2048 ~40% slower than the
+ * old kernel on a cold cache). */
+#ifndef KXA_PF_ROWS
+#define KXA_PF_ROWS 32
+#endif
 
-/* The chunk kernel (attn.h): row addresses are resolved once per block of
- * the table, each K row is read once for all n_q queries while the K and V
- * rows a few positions ahead are prefetched (a block table scatters the
- * rows, so the hardware prefetcher loses the stream at every block), exp
- * runs 8 scores at a time, and each V row is added into the n_q output
- * rows. K and V rows are f16, widened with F16C (exact, so every table
- * sees the same values as the scalar part). Sums run in position order; the
- * result depends only on q and the chunk's rows. */
-static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, int p0, int p1, float scale,
-                      float *m, float *l, float *o, float *scratch) {
-    const int hd = v->head_dim, n = p1 - p0, row_bytes = hd * (int)sizeof(uint16_t);
-    const uint16_t *krow[ATTN_CHUNK + 8], *vrow[ATTN_CHUNK];
-    for (int i = 0; i < n;) {
-        const int p = p0 + i, in_blk = p % v->block_tokens, cnt = MIN(n - i, v->block_tokens - in_blk);
+/* 8 halfs at p widened; only the first n (1..8) are read, the rest are 0. */
+static inline __m256 kxa_load8_f16_part(const uint16_t *p, int n) {
+    uint16_t t[8] = {0};
+    memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+    return load8_f16(t);
+}
+
+/* 8x8 transpose: c[d] = (r[0][d], ..., r[7][d]). */
+static inline __attribute__((always_inline)) void kxa_tr8(const __m256 *r, __m256 *c) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    c[0] = _mm256_permute2f128_ps(u0, u4, 0x20), c[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    c[1] = _mm256_permute2f128_ps(u1, u5, 0x20), c[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    c[2] = _mm256_permute2f128_ps(u2, u6, 0x20), c[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    c[3] = _mm256_permute2f128_ps(u3, u7, 0x20), c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* 8 keys x 16 dims of f16 (r[j]: key j, dims 0-7 in the low lane, 8-15 in
+ * the high one) transposed in the f16 domain with in-lane unpacks, then
+ * widened: dst row d gets the 8 keys' dim d (row stride KXA_W floats).
+ * Half the shuffles of widening first and transposing floats. */
+static inline __attribute__((always_inline)) void kxa_tr8x16_f16(const __m256i *r, float *dst) {
+    const __m256i a0 = _mm256_unpacklo_epi16(r[0], r[1]), a1 = _mm256_unpackhi_epi16(r[0], r[1]);
+    const __m256i a2 = _mm256_unpacklo_epi16(r[2], r[3]), a3 = _mm256_unpackhi_epi16(r[2], r[3]);
+    const __m256i a4 = _mm256_unpacklo_epi16(r[4], r[5]), a5 = _mm256_unpackhi_epi16(r[4], r[5]);
+    const __m256i a6 = _mm256_unpacklo_epi16(r[6], r[7]), a7 = _mm256_unpackhi_epi16(r[6], r[7]);
+    const __m256i b0 = _mm256_unpacklo_epi32(a0, a2), b1 = _mm256_unpackhi_epi32(a0, a2); /* dims 0,1 / 2,3 */
+    const __m256i b2 = _mm256_unpacklo_epi32(a1, a3), b3 = _mm256_unpackhi_epi32(a1, a3); /* dims 4,5 / 6,7 */
+    const __m256i b4 = _mm256_unpacklo_epi32(a4, a6), b5 = _mm256_unpackhi_epi32(a4, a6);
+    const __m256i b6 = _mm256_unpacklo_epi32(a5, a7), b7 = _mm256_unpackhi_epi32(a5, a7);
+    __m256i c[8];
+    c[0] = _mm256_unpacklo_epi64(b0, b4), c[1] = _mm256_unpackhi_epi64(b0, b4);
+    c[2] = _mm256_unpacklo_epi64(b1, b5), c[3] = _mm256_unpackhi_epi64(b1, b5);
+    c[4] = _mm256_unpacklo_epi64(b2, b6), c[5] = _mm256_unpackhi_epi64(b2, b6);
+    c[6] = _mm256_unpacklo_epi64(b3, b7), c[7] = _mm256_unpackhi_epi64(b3, b7);
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        _mm256_storeu_ps(dst + (size_t)i * KXA_W, _mm256_cvtph_ps(_mm256_castsi256_si128(c[i])));
+        _mm256_storeu_ps(dst + (size_t)(i + 8) * KXA_W, _mm256_cvtph_ps(_mm256_extracti128_si256(c[i], 1)));
+    }
+}
+
+/* Step 1 for keys [k_begin, k_end) (multiples of 8): kt = K^T of those
+ * keys from the row pointers krow, keys at or past nk zero; 8 keys x 16
+ * dims per transpose where whole, else 8 x 8 after widening. K rows
+ * further on and these keys' V rows (step 4 reads them) are prefetched on
+ * the way. attn_part interleaves this with step 2 block by block, so the
+ * loads of a chunk's rows (from DRAM in decode) overlap the score FMAs
+ * instead of running as a phase of their own. */
+static void kxa_transpose_k(const uint16_t *const *krow, const uint16_t *const *vrow, int k_begin, int k_end, int nk,
+                            int hd, float *kt) {
+    const int row_bytes = hd * (int)sizeof(uint16_t), hd8 = hd & ~7;
+    for (int k0 = k_begin; k0 < k_end; k0 += 8) {
+        for (int j = k0 + KXA_PF_ROWS; j < MIN(nk, k0 + KXA_PF_ROWS + 8); j++) kx_prefetch(krow[j], row_bytes);
+        for (int j = k0 + KXA_PF_ROWS / 2; j < MIN(nk, k0 + KXA_PF_ROWS / 2 + 8); j++) kx_prefetch(vrow[j], row_bytes);
+        float *dst = kt + (size_t)(k0 / KXA_W) * hd * KXA_W + k0 % KXA_W;
+        const int nj = MAX(0, MIN(8, nk - k0));
+        __m256 r[8], c[8];
+        int d0 = 0;
+        if (nj == 8)
+            for (; d0 + 16 <= hd; d0 += 16) {
+                __m256i r16[8];
+                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+                    r16[j] = _mm256_loadu_si256((const __m256i *)(krow[k0 + j] + d0));
+                kxa_tr8x16_f16(r16, dst + (size_t)d0 * KXA_W);
+            }
+        if (nj == 8)
+            for (; d0 < hd8; d0 += 8) {
+                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) r[j] = load8_f16(krow[k0 + j] + d0);
+                kxa_tr8(r, c);
+                _Pragma("GCC unroll 8") for (int dd = 0; dd < 8; dd++) _mm256_storeu_ps(dst + (size_t)(d0 + dd) * KXA_W, c[dd]);
+            }
+        for (; d0 < hd; d0 += 8) { /* the last keys of the group, or a dim tail */
+            const int nd = MIN(8, hd - d0);
+            for (int j = 0; j < 8; j++) r[j] = j < nj ? kxa_load8_f16_part(krow[k0 + j] + d0, nd) : _mm256_setzero_ps();
+            kxa_tr8(r, c);
+            for (int dd = 0; dd < nd; dd++) _mm256_storeu_ps(dst + (size_t)(d0 + dd) * KXA_W, c[dd]);
+        }
+    }
+}
+
+/* Step 2 for one tile: S[q][keys of NV vectors] for NQ queries. kt points at
+ * the tile's first key block; s[q] at the tile's first score of query q. */
+static inline __attribute__((always_inline)) void kxa_qk_tile(const float *const *q, const float *kt, int hd, float scale,
+                                                              float *const *s, const int NQ, const int NV) {
+    kxa_v acc[KXA_QK_Q][KXA_QK_V];
+    _Pragma("GCC unroll 4") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_zero();
+    for (int d = 0; d < hd; d++) {
+        kxa_v k[KXA_QK_V];
+        _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) k[b] = kxa_load(kt + ((size_t)b * hd + d) * KXA_W);
+        _Pragma("GCC unroll 4") for (int a = 0; a < NQ; a++) {
+            const kxa_v qa = kxa_set1(q[a][d]);
+            _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(qa, k[b], acc[a][b]);
+        }
+    }
+    const kxa_v sc = kxa_set1(scale);
+    _Pragma("GCC unroll 4") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++)
+        kxa_store(s[a] + b * KXA_W, kxa_mul(acc[a][b], sc));
+}
+
+static void kxa_qk_tile_any(const float *const *q, const float *kt, int hd, float scale, float *const *s, int nq, int nv) {
+    if (nv == KXA_QK_V) {
+        switch (nq) {
+        case 1: kxa_qk_tile(q, kt, hd, scale, s, 1, KXA_QK_V); return;
+        case 2: kxa_qk_tile(q, kt, hd, scale, s, 2, KXA_QK_V); return;
+        case 3: kxa_qk_tile(q, kt, hd, scale, s, 3, KXA_QK_V); return;
+        default: kxa_qk_tile(q, kt, hd, scale, s, 4, KXA_QK_V); return;
+        }
+    }
+    for (int b = 0; b < nv; b++) { /* a short last tile: one key vector at a time */
+        float *sb[KXA_QK_Q];
+        for (int a = 0; a < nq; a++) sb[a] = s[a] + b * KXA_W;
+        const float *ktb = kt + (size_t)b * hd * KXA_W;
+        switch (nq) {
+        case 1: kxa_qk_tile(q, ktb, hd, scale, sb, 1, 1); break;
+        case 2: kxa_qk_tile(q, ktb, hd, scale, sb, 2, 1); break;
+        case 3: kxa_qk_tile(q, ktb, hd, scale, sb, 3, 1); break;
+        default: kxa_qk_tile(q, ktb, hd, scale, sb, 4, 1); break;
+        }
+    }
+}
+
+/* Step 4 for one tile: o[q][d0 .. d0 + NV*W) for NQ queries; query a sees
+ * keys [0, n[a]) with weights e[a][i]; every query's keys [0, n_min) run
+ * together, then each query's own remaining keys. */
+static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *const *vrow, int d0, const float *const *e,
+                                                              const int *n, int n_min, float *const *o, const int NQ,
+                                                              const int NV) {
+    kxa_v acc[KXA_PV_Q][KXA_PV_V];
+    _Pragma("GCC unroll 6") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_zero();
+    for (int i = 0; i < n_min; i++) {
+        kxa_v vv[KXA_PV_V];
+        const uint16_t *vr = vrow[i] + d0;
+        _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) vv[b] = kxa_f16(vr + b * KXA_W);
+        _Pragma("GCC unroll 6") for (int a = 0; a < NQ; a++) {
+            const kxa_v w = kxa_set1(e[a][i]);
+            _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, vv[b], acc[a][b]);
+        }
+    }
+    _Pragma("GCC unroll 6") for (int a = 0; a < NQ; a++) {
+        for (int i = n_min; i < n[a]; i++) {
+            const kxa_v w = kxa_set1(e[a][i]);
+            _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, kxa_f16(vrow[i] + d0 + b * KXA_W), acc[a][b]);
+        }
+        _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) kxa_store(o[a] + d0 + b * KXA_W, acc[a][b]);
+    }
+}
+
+/* nq (1..KXA_PV_Q) as a constant; cases above KXA_PV_Q never run (they are
+ * clamped only so that both tables compile). */
+#define KXA_PV_CASE(nv)                                                                                                \
+    switch (nq) {                                                                                                      \
+    case 1: kxa_pv_tile(vrow, d0, e, n, n_min, o, 1, nv); break;                                                       \
+    case 2: kxa_pv_tile(vrow, d0, e, n, n_min, o, 2, nv); break;                                                       \
+    case 3: kxa_pv_tile(vrow, d0, e, n, n_min, o, 3 < KXA_PV_Q ? 3 : KXA_PV_Q, nv); break;                            \
+    case 4: kxa_pv_tile(vrow, d0, e, n, n_min, o, 4 < KXA_PV_Q ? 4 : KXA_PV_Q, nv); break;                            \
+    case 5: kxa_pv_tile(vrow, d0, e, n, n_min, o, 5 < KXA_PV_Q ? 5 : KXA_PV_Q, nv); break;                            \
+    default: kxa_pv_tile(vrow, d0, e, n, n_min, o, KXA_PV_Q, nv); break;                                               \
+    }
+
+/* All of step 4 for nq <= KXA_PV_Q queries: whole tiles of dims, single
+ * vectors, then the last dims (fewer than W) with fmaf in the same order. */
+static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *const *e, const int *n, float *const *o, int nq) {
+    int n_min = n[0];
+    for (int a = 1; a < nq; a++) n_min = MIN(n_min, n[a]);
+    int d0 = 0;
+    for (; d0 + KXA_PV_V * KXA_W <= hd; d0 += KXA_PV_V * KXA_W) KXA_PV_CASE(KXA_PV_V)
+    for (; d0 + KXA_W <= hd; d0 += KXA_W) KXA_PV_CASE(1)
+    for (; d0 < hd; d0++)
+        for (int a = 0; a < nq; a++) {
+            float acc = 0;
+            for (int i = 0; i < n[a]; i++) acc = fmaf(e[a][i], f16s(vrow[i][d0]), acc);
+            o[a][d0] = acc;
+        }
+}
+
+static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0, float scale,
+                      float *scratch) {
+    const int hd = v->head_dim, n_q = n_tok * n_head;
+    int nk = 0; /* keys any query of the group sees */
+    for (int t = 0; t < n_tok; t++) nk = MAX(nk, qs[t].p1 - p0);
+    const uint16_t *krow[ATTN_CHUNK], *vrow[ATTN_CHUNK];
+    for (int i = 0; i < nk;) { /* row addresses, resolved once per block */
+        const int p = p0 + i, in_blk = p % v->block_tokens, cnt = MIN(nk - i, v->block_tokens - in_blk);
         const size_t off = (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
                            (size_t)in_blk * v->kv_dim + (size_t)kv_head * hd;
         for (int j = 0; j < cnt; j++) {
@@ -514,83 +777,63 @@ static void attn_part(const attn_view *v, int kv_head, const float *q, int n_q, 
         }
         i += cnt;
     }
-    for (int i = 0; i < MIN(n, KX_PREFETCH_ROWS); i++) kx_prefetch(krow[i], row_bytes);
-    if (hd % 8 == 0 && hd <= KX_ZERO_ROW) {
-        /* 8 positions at a time (a short last group reads zero rows) */
-        const int n8 = (n + 7) & ~7;
-        for (int i = n; i < n8; i++) krow[i] = kx_zero_row;
-        for (int i = 0; i < n8; i += 8) {
-            for (int j = i + KX_PREFETCH_ROWS; j < MIN(n, i + 8 + KX_PREFETCH_ROWS); j++) {
-                kx_prefetch(krow[j], row_bytes);
-                kx_prefetch(vrow[j], row_bytes);
+    for (int j = 0; j < MIN(nk, KXA_PF_ROWS); j++) kx_prefetch(krow[j], hd * (int)sizeof(uint16_t));
+    for (int j = 0; j < MIN(nk, KXA_PF_ROWS / 2); j++) kx_prefetch(vrow[j], hd * (int)sizeof(uint16_t));
+    float *kt = scratch, *S = scratch + (size_t)ATTN_CHUNK * hd;
+    const int nvec_all = (nk + 15) / 16 * (16 / KXA_W); /* key vectors of K^T */
+
+    for (int r0 = 0; r0 < n_q; r0 += ATTN_QBLOCK) { /* query r is token r / n_head, head r % n_head */
+        const int nr = MIN(ATTN_QBLOCK, n_q - r0);
+        const float *qr[ATTN_QBLOCK];
+        float *sr[ATTN_QBLOCK];
+        int nr_keys[ATTN_QBLOCK], nkb = 0;
+        for (int r = 0; r < nr; r++) {
+            const attn_query *aq = &qs[(r0 + r) / n_head];
+            const int g = (r0 + r) % n_head;
+            qr[r] = aq->q + (size_t)g * hd;
+            sr[r] = S + (size_t)r * ATTN_CHUNK;
+            nr_keys[r] = aq->p1 - p0;
+            nkb = MAX(nkb, nr_keys[r]);
+        }
+        /* 1. (with the first block of queries) K^T, a tile of keys at a
+         * time; 2. scores of the keys this block of queries sees */
+        const int nvec = (nkb + 15) / 16 * (16 / KXA_W);
+        for (int j = 0; j < (r0 == 0 ? nvec_all : nvec); j += KXA_QK_V) {
+            if (r0 == 0) kxa_transpose_k(krow, vrow, j * KXA_W, MIN(j + KXA_QK_V, nvec_all) * KXA_W, nk, hd, kt);
+            if (j >= nvec) continue;
+            const int nv = MIN(KXA_QK_V, nvec - j);
+            const float *ktj = kt + (size_t)j * hd * KXA_W;
+            for (int a = 0; a < nr; a += KXA_QK_Q) {
+                float *sa[KXA_QK_Q];
+                const int nq = MIN(KXA_QK_Q, nr - a);
+                for (int b = 0; b < nq; b++) sa[b] = sr[a + b] + j * KXA_W;
+                kxa_qk_tile_any(qr + a, ktj, hd, scale, sa, nq, nv);
             }
-            for (int g = 0; g < n_q; g++)
-                _mm256_storeu_ps(scratch + (size_t)g * ATTN_CHUNK + i,
-                                 _mm256_mul_ps(kx_dot8(q + (size_t)g * hd, krow + i, hd), _mm256_set1_ps(scale)));
         }
-    } else {
-        for (int i = 0; i < n; i++) {
-            if (i + KX_PREFETCH_ROWS < n) {
-                kx_prefetch(krow[i + KX_PREFETCH_ROWS], row_bytes);
-                kx_prefetch(vrow[i + KX_PREFETCH_ROWS], row_bytes);
+        /* 3. softmax weights of each query over its own keys */
+        for (int r = 0; r < nr; r++) {
+            float *s = sr[r];
+            const int n = nr_keys[r], n16 = (n + 15) / 16;
+            for (int i = n; i < 16 * n16; i++) s[i] = -INFINITY;
+            kxa_v mx = kxa_set1(-INFINITY);
+            for (int i = 0; i < 16 * n16; i += KXA_W) mx = kxa_max(mx, kxa_load(s + i));
+            const float mxs = kxa_hmax(mx);
+            const kxa_v mv = kxa_set1(mxs);
+            for (int i = 0; i < 16 * n16; i += KXA_W) kxa_store(s + i, kxa_exp(kxa_sub(kxa_load(s + i), mv)));
+            const attn_query *aq = &qs[(r0 + r) / n_head];
+            const int g = (r0 + r) % n_head;
+            aq->m[g] = mxs;
+            aq->l[g] = kxa_sum16(s, n16);
+        }
+        /* 4. weighted sums of the V rows */
+        for (int a = 0; a < nr; a += KXA_PV_Q) {
+            const int nq = MIN(KXA_PV_Q, nr - a);
+            float *o[KXA_PV_Q];
+            for (int b = 0; b < nq; b++) {
+                const attn_query *aq = &qs[(r0 + a + b) / n_head];
+                o[b] = aq->o + (size_t)((r0 + a + b) % n_head) * hd;
             }
-            for (int g = 0; g < n_q; g++)
-                scratch[(size_t)g * ATTN_CHUNK + i] = kx_dot_row(q + (size_t)g * hd, krow[i], hd) * scale;
-        }
-    }
-    for (int g = 0; g < n_q; g++) {
-        float *sc = scratch + (size_t)g * ATTN_CHUNK;
-        for (int i = n; i < ((n + 7) & ~7); i++) sc[i] = -INFINITY; /* pad to whole vectors */
-        __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int i = 0; i < n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sc + i));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float mxs = _mm_cvtss_f32(m4);
-        const __m256 mv = _mm256_set1_ps(mxs);
-        __m256 sum = _mm256_setzero_ps();
-        for (int i = 0; i < n; i += 8) {
-            const __m256 e = kx_exp(_mm256_sub_ps(_mm256_loadu_ps(sc + i), mv));
-            _mm256_storeu_ps(sc + i, e);
-            sum = _mm256_add_ps(sum, e);
-        }
-        m[g] = mxs;
-        l[g] = hsum_ps(sum);
-    }
-    /* o[g] = sum_i e[g][i] v_i, 64 (or 32) dims at a time in registers */
-    for (int g = 0; g < n_q; g++) {
-        const float *e = scratch + (size_t)g * ATTN_CHUNK;
-        float *og = o + (size_t)g * hd;
-        int d = 0;
-        for (; d + 64 <= hd; d += 64) { /* 8 independent chains hide the fma latency */
-            __m256 a[8];
-            for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
-            for (int i = 0; i < n; i++) {
-                const uint16_t *vr = vrow[i] + d;
-                const __m256 w = _mm256_set1_ps(e[i]);
-                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) a[k] = _mm256_fmadd_ps(w, load8_f16(vr + 8 * k), a[k]);
-            }
-            for (int k = 0; k < 8; k++) _mm256_storeu_ps(og + d + 8 * k, a[k]);
-        }
-        for (; d + 32 <= hd; d += 32) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < n; i++) {
-                const uint16_t *vr = vrow[i] + d;
-                const __m256 w = _mm256_set1_ps(e[i]);
-                a0 = _mm256_fmadd_ps(w, load8_f16(vr), a0);
-                a1 = _mm256_fmadd_ps(w, load8_f16(vr + 8), a1);
-                a2 = _mm256_fmadd_ps(w, load8_f16(vr + 16), a2);
-                a3 = _mm256_fmadd_ps(w, load8_f16(vr + 24), a3);
-            }
-            _mm256_storeu_ps(og + d, a0);
-            _mm256_storeu_ps(og + d + 8, a1);
-            _mm256_storeu_ps(og + d + 16, a2);
-            _mm256_storeu_ps(og + d + 24, a3);
-        }
-        for (; d < hd; d++) {
-            float a = 0;
-            for (int i = 0; i < n; i++) a += e[i] * f16s(vrow[i][d]);
-            og[d] = a;
+            kxa_pv_rows(vrow, hd, (const float *const *)(sr + a), nr_keys + a, o, nq);
         }
     }
 }
@@ -604,7 +847,7 @@ const kern_ops KX_OPS_NAME = {
             [DT_BF16] = dot_bf16,
             [DT_Q8_0] = KX_DOT_Q8_0,
             [DT_Q4_0] = KX_DOT_Q4_0,
-            [DT_Q4_K] = dot_q4_k,
+            [DT_Q4_K] = KX_DOT_Q4_K,
             [DT_Q5_K] = dot_q5_k,
             [DT_Q6_K] = dot_q6_k,
         },
@@ -620,7 +863,8 @@ const kern_ops KX_OPS_NAME = {
         {
             [DT_Q8_0] = KX_GEMM_Q8_0,
             [DT_Q4_0] = KX_GEMM_Q4_0,
-            [DT_Q4_K] = gemm_q4_k,
+            [DT_Q4_K] = KX_GEMM_Q4_K,
+            [DT_Q6_K] = KX_K6_GEMM,
             [DT_Q5_K] = gemm_q5_k,
         },
     .attn_part = attn_part,

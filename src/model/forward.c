@@ -19,6 +19,7 @@
  * max_tokens and max_ctx when it was created.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +27,19 @@
 #include "../kern/quant.h"
 #include "model.h"
 
-/* Decode batches of at most this many tokens split attention over chunks. */
-#define ATTN_SPLIT_T 4
+/* Attention parts are held for at most this many bytes per batch; larger
+ * batches at long contexts run attention in waves of tokens (tests force
+ * small waves with KVLOOM_ATTN_PARTS=pairs). */
+#define ATTN_PART_BYTES ((size_t)16 << 20)
+
+/* A group of tokens that attend to chunk c of the same rows (attention()). */
+typedef struct attn_grp {
+    int32_t c;    /* chunk: positions [c*ATTN_CHUNK, (c+1)*ATTN_CHUNK)          */
+    int32_t seq;  /* batch sequence whose block table addresses the rows        */
+    int32_t off;  /* first of its tokens in attn_tok                            */
+    int32_t n;    /* tokens                                                     */
+    int64_t cost; /* sum over its tokens of the positions each sees in chunk c  */
+} attn_grp;
 
 struct model_state {
     int max_tokens, max_ctx, n_threads;
@@ -43,13 +55,24 @@ struct model_state {
     float *hb2;    /* (T, n_ff) up                                       */
     float *cosv;   /* (T, n_rot/2) rope cos per token                    */
     float *sinv;   /* (T, n_rot/2)                                       */
-    float *scores; /* (n_threads, attn_share_floats) attention scratch:  */
-                   /* group*ATTN_CHUNK scores, then parts m, l, o        */
-    size_t attn_share_floats;
-    int max_chunks; /* ceil(max_ctx / ATTN_CHUNK)                        */
-    float *part;   /* (ATTN_SPLIT_T, max_chunks, n_head, hd + 2) parts   */
-                   /* of decode attention split over chunks              */
-    int32_t *unit0; /* (T+1) first attention unit of each token          */
+    /* attention (see "attention over the pool" below) */
+    int max_chunks;     /* ceil(max_ctx / ATTN_CHUNK)                      */
+    int part_cap;       /* (token, chunk) pairs one wave may hold          */
+    float *part_m;      /* (part_cap, n_head) parts: max score             */
+    float *part_l;      /* (part_cap, n_head) exp sum                      */
+    float *part_o;      /* (part_cap, n_head, hd) weighted values          */
+    int32_t *pbase;     /* (T+1) first part pair of each token of a wave   */
+    attn_grp *grp;      /* (part_cap) the wave's groups, largest first     */
+    attn_grp *grp_raw;  /* (part_cap) groups before splitting              */
+    int32_t *attn_tok;  /* (part_cap) tokens of the groups                 */
+    int32_t *tok_d;     /* (T) distinct-sequence index of each token       */
+    int32_t *dseq;      /* (T) distinct sequences of the wave              */
+    int32_t *dmax;      /* (T) last position of each distinct sequence     */
+    int32_t *dcls;      /* (3T) classes and group numbers, per distinct seq */
+    int n_grp;          /* groups in grp                                   */
+    float *attn_scratch; /* (n_threads, attn_scratch_floats) kernel scratch */
+    size_t attn_scratch_floats;
+    attn_query *aq;     /* (n_threads, T) query lists of a group           */
     void *act;     /* activation conversion buffer for the matmuls       */
     int32_t *rows; /* (T) batch indices of tokens that want logits       */
 };
@@ -76,12 +99,27 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
     s->hb2 = xaligned_alloc(T * c->n_ff * sizeof(float));
     s->cosv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
     s->sinv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
-    const size_t group = (size_t)(c->n_head / c->n_head_kv), hd = (size_t)c->head_dim;
+    const size_t hd = (size_t)c->head_dim;
     s->max_chunks = (max_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK;
-    s->attn_share_floats = group * ATTN_CHUNK + (size_t)s->max_chunks * group * (hd + 2);
-    s->scores = xaligned_alloc((size_t)s->n_threads * s->attn_share_floats * sizeof(float));
-    s->part = xaligned_alloc((size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head * (hd + 2) * sizeof(float));
-    s->unit0 = xmalloc((T + 1) * sizeof(int32_t));
+    const size_t pair_bytes = (size_t)c->n_head * (hd + 2) * sizeof(float);
+    s->part_cap = (int)MIN(T * (size_t)s->max_chunks, MAX((size_t)s->max_chunks, ATTN_PART_BYTES / pair_bytes));
+    const char *cap = getenv("KVLOOM_ATTN_PARTS"); /* tests: force waves of few tokens */
+    if (cap && atoi(cap) > 0) s->part_cap = MAX(s->max_chunks, MIN(s->part_cap, atoi(cap)));
+    const size_t n_pair = (size_t)s->part_cap;
+    s->part_m = xaligned_alloc(n_pair * c->n_head * sizeof(float));
+    s->part_l = xaligned_alloc(n_pair * c->n_head * sizeof(float));
+    s->part_o = xaligned_alloc(n_pair * c->n_head * hd * sizeof(float));
+    s->pbase = xmalloc((T + 1) * sizeof(int32_t));
+    s->grp = xmalloc(n_pair * sizeof(attn_grp));
+    s->grp_raw = xmalloc(n_pair * sizeof(attn_grp));
+    s->attn_tok = xmalloc(n_pair * sizeof(int32_t));
+    s->tok_d = xmalloc(T * sizeof(int32_t));
+    s->dseq = xmalloc(T * sizeof(int32_t));
+    s->dmax = xmalloc(T * sizeof(int32_t));
+    s->dcls = xmalloc(3 * T * sizeof(int32_t));
+    s->attn_scratch_floats = (attn_part_scratch_floats((int)hd) + 15) & ~(size_t)15; /* 64-byte aligned shares */
+    s->attn_scratch = xaligned_alloc((size_t)s->n_threads * s->attn_scratch_floats * sizeof(float));
+    s->aq = xmalloc((size_t)s->n_threads * T * sizeof(attn_query));
     s->rows = xmalloc(T * sizeof(int32_t));
     size_t act = act_bytes_for(&m->output, max_tokens);
     for (int l = 0; l < c->n_layer; l++) {
@@ -96,7 +134,10 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
 void model_state_free(model_state *s) {
     if (!s) return;
     pool_free(s->pool);
-    void *bufs[] = {s->x, s->xb, s->o, s->q, s->att, s->k, s->v, s->hb, s->hb2, s->cosv, s->sinv, s->scores, s->act, s->rows, s->part, s->unit0};
+    void *bufs[] = {s->x,      s->xb,     s->o,       s->q,     s->att,    s->k,      s->v,
+                    s->hb,     s->hb2,    s->cosv,    s->sinv,  s->act,    s->rows,   s->part_m,
+                    s->part_l, s->part_o, s->pbase,   s->grp,   s->grp_raw, s->attn_tok, s->tok_d,
+                    s->dseq,   s->dmax,   s->dcls,    s->attn_scratch, s->aq};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(s);
 }
@@ -139,12 +180,34 @@ static void rope_apply(const model_config *c, float *x, int n_heads, const float
 
 /* ---- attention over the pool ----
  *
- * A unit of work is (token, kv head) — all chunks of that token's context,
- * merged at once (prefill: there are many units) — or, in decode batches of
- * at most ATTN_SPLIT_T tokens with more than one chunk of context, (token,
- * kv head, chunk), whose parts go to s->part and are merged by a second
- * dispatch. Either way each query head's result is attn_merge over the same
- * parts in chunk order, so both give the same bits (see attn.h). */
+ * Token t (position pos) attends to chunks 0 .. pos/ATTN_CHUNK of its
+ * sequence; each chunk gives one part per query head (attn.h) and the parts
+ * are merged in chunk order. The work is planned once per batch (at layer
+ * 0; the plan holds for every layer):
+ *
+ *   - groups: for each chunk c, the tokens that read the same rows of it
+ *     become one group — every token that sees all of chunk c and whose
+ *     sequence maps the chunk's positions to the same physical blocks (the
+ *     tokens of one prefill; decode tokens of sequences that share a cached
+ *     prefix through the radix tree), and, for the chunk a token sees only
+ *     in part (the diagonal of a prefill), the tokens of its sequence that
+ *     end in it. kern->attn_part then reads and widens every K and V row of
+ *     the chunk once per group and kv head instead of once per token.
+ *   - units: (group, kv head), largest first; groups much larger than an
+ *     even share of the work are cut into runs of tokens first. The pool's
+ *     threads claim units from an atomic counter, so the threads finish
+ *     together whatever the mix of sizes.
+ *   - parts go to part_m/part_l/part_o at [pbase[t] + c][head]; a second
+ *     dispatch merges each (token, head) in chunk order into att. When every
+ *     token has one chunk the unit merges its own tokens (no second
+ *     dispatch: decode at a short context).
+ *
+ * Bits: attn_part gives each query the same part whatever group it is in,
+ * the parts of a (token, head) are merged by attn_merge in chunk order, and
+ * which thread runs which unit changes nothing — so a token's attention is
+ * the same alone, in any batch, prefilled at once or in pieces, or over a
+ * prefix computed by another sequence. A batch whose parts would not fit in
+ * part_cap runs in waves of whole tokens, each planned on its own. */
 
 typedef struct attn_job {
     const model *m;
@@ -152,65 +215,141 @@ typedef struct attn_job {
     const model_kv *kv;
     const model_batch *b;
     int layer;
-    bool split; /* units are (token, kv head, chunk)                      */
+    int t0, t1;        /* the wave's tokens                              */
+    int n_units;       /* n_grp * n_head_kv                              */
+    bool merge_inline; /* every token of the wave has one chunk          */
+    _Atomic int next;  /* next unit to claim                             */
 } attn_job;
-
-static attn_view attn_view_of(const attn_job *j, int t) {
-    const model_config *c = &j->m->cfg;
-    const int kv_dim = c->n_head_kv * c->head_dim;
-    attn_view v = {
-        .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
-        .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
-        .block_stride = j->kv->block_elems,
-        .kv_dim = kv_dim,
-        .head_dim = c->head_dim,
-        .block_tokens = j->kv->block_tokens,
-        .block_table = j->b->seqs[j->b->seq[t]].block_table,
-    };
-    return v;
-}
 
 static inline int n_chunks_of(int n_pos) { return (n_pos + ATTN_CHUNK - 1) / ATTN_CHUNK; }
 
+/* Do sequences a and b map the positions of chunk c to the same blocks?
+ * (Both hold the whole chunk: a token of each sees all of it.) */
+static bool same_chunk_rows(const model_batch *b, int bt, int sa, int sb, int c) {
+    if (sa == sb) return true;
+    const int32_t *ta = b->seqs[sa].block_table, *tb = b->seqs[sb].block_table;
+    for (int i = c * ATTN_CHUNK / bt; i <= ((c + 1) * ATTN_CHUNK - 1) / bt; i++)
+        if (ta[i] != tb[i]) return false;
+    return true;
+}
+
+static int grp_cmp(const void *pa, const void *pb) {
+    const attn_grp *a = pa, *b = pb;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    if (a->c != b->c) return a->c - b->c;
+    return a->off - b->off;
+}
+
+/* Plans tokens [t0, t1) of the batch: pbase, groups (see above). */
+static void attn_plan(const model *m, model_state *s, const model_kv *kv, const model_batch *b, int t0, int t1) {
+    const int bt = kv->block_tokens;
+    int n_d = 0, max_nc = 0;
+    s->pbase[0] = 0;
+    for (int t = t0; t < t1; t++) { /* distinct sequences, in order of first appearance */
+        int d = 0;
+        while (d < n_d && s->dseq[d] != b->seq[t]) d++;
+        if (d == n_d) s->dseq[n_d] = b->seq[t], s->dmax[n_d++] = -1;
+        s->tok_d[t - t0] = d;
+        s->dmax[d] = MAX(s->dmax[d], b->pos[t]);
+        const int nc = n_chunks_of(b->pos[t] + 1);
+        max_nc = MAX(max_nc, nc);
+        s->pbase[t - t0 + 1] = s->pbase[t - t0] + nc;
+    }
+    int n_raw = 0, n_tok = 0;
+    /* per distinct sequence: its class in chunk c, the group of its class
+     * (whole chunk) and its own group (part of the chunk) */
+    int32_t *cls = s->dcls, *full = s->dcls + n_d, *diag = s->dcls + 2 * n_d;
+    for (int c = 0; c < max_nc; c++) {
+        const int cbeg = c * ATTN_CHUNK, cend = cbeg + ATTN_CHUNK;
+        /* classes of the sequences that hold the whole chunk: the first
+         * earlier sequence with the same blocks, else themselves */
+        for (int d = 0; d < n_d; d++) {
+            cls[d] = -1, full[d] = -1, diag[d] = -1;
+            if (s->dmax[d] + 1 < cend) continue;
+            for (int r = 0; r < d && cls[d] < 0; r++)
+                if (cls[r] == r && same_chunk_rows(b, bt, s->dseq[r], s->dseq[d], c)) cls[d] = r;
+            if (cls[d] < 0) cls[d] = d;
+        }
+        /* count each group's tokens (groups numbered in order of their
+         * first token), then give out offsets and fill in batch order */
+        const int g0 = n_raw;
+        for (int fill = 0; fill < 2; fill++) {
+            for (int t = t0; t < t1; t++) {
+                const int pos = b->pos[t], d = s->tok_d[t - t0];
+                if (pos < cbeg) continue;
+                int32_t *gi = pos + 1 >= cend ? &full[cls[d]] : &diag[d];
+                if (*gi < 0) {
+                    *gi = n_raw++;
+                    s->grp_raw[*gi] = (attn_grp){c, b->seq[t], 0, 0, 0};
+                }
+                attn_grp *g = &s->grp_raw[*gi];
+                if (fill) s->attn_tok[g->off + g->n] = t;
+                g->n++;
+            }
+            if (!fill)
+                for (int k = g0; k < n_raw; k++) s->grp_raw[k].off = n_tok, n_tok += s->grp_raw[k].n, s->grp_raw[k].n = 0;
+        }
+        for (int k = g0; k < n_raw; k++) {
+            attn_grp *g = &s->grp_raw[k];
+            g->cost = 0;
+            for (int i = 0; i < g->n; i++) g->cost += MIN(b->pos[s->attn_tok[g->off + i]] + 1, cend) - cbeg;
+        }
+    }
+    /* cut groups larger than 1/8 of a thread's share into runs of tokens */
+    int64_t total = 0;
+    for (int k = 0; k < n_raw; k++) total += s->grp_raw[k].cost;
+    const int64_t target = MAX(1, total * m->cfg.n_head_kv / (8 * s->n_threads));
+    s->n_grp = 0;
+    for (int k = 0; k < n_raw; k++) {
+        const attn_grp g = s->grp_raw[k];
+        int pieces = s->n_threads > 1 ? (int)MIN((int64_t)g.n, (g.cost + target - 1) / target) : 1;
+        pieces = MAX(1, MIN(pieces, g.n / 8)); /* runs of at least 8 tokens */
+        for (int i = 0; i < pieces; i++) {
+            const int a = (int)((int64_t)g.n * i / pieces), e = (int)((int64_t)g.n * (i + 1) / pieces);
+            attn_grp p = {g.c, g.seq, g.off + a, e - a, 0};
+            for (int j = a; j < e; j++) p.cost += MIN(b->pos[s->attn_tok[g.off + j]] + 1, (g.c + 1) * ATTN_CHUNK) - g.c * ATTN_CHUNK;
+            s->grp[s->n_grp++] = p;
+        }
+    }
+    qsort(s->grp, (size_t)s->n_grp, sizeof(attn_grp), grp_cmp);
+}
+
 static void attn_worker(void *arg, int ith, int nth) {
-    const attn_job *j = arg;
+    (void)nth;
+    attn_job *j = arg;
     const model_config *c = &j->m->cfg;
     model_state *s = j->s;
     const int hd = c->head_dim, q_dim = c->n_head * hd, group = c->n_head / c->n_head_kv;
+    const int kv_dim = c->n_head_kv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *scratch = s->scores + (size_t)ith * s->attn_share_floats;
-    /* units are strided over the shares: a token late in a prefill chunk
-     * attends over more positions, so contiguous ranges would be unequal */
-    const long n_units = s->unit0[j->b->n_tokens];
-    int t = 0;
-    for (long u = ith; u < n_units; u += nth) {
-        while (s->unit0[t + 1] <= u) t++;
-        const int n_pos = j->b->pos[t] + 1, nc = n_chunks_of(n_pos);
-        const attn_view v = attn_view_of(j, t);
-        const float *qt = s->q + (size_t)t * q_dim;
-        const long k = u - s->unit0[t];
-        if (j->split) { /* one chunk; parts at [t][chunk][head] */
-            const int h = (int)(k / nc), ch = (int)(k % nc);
-            const int p0 = ch * ATTN_CHUNK, p1 = MIN(n_pos, p0 + ATTN_CHUNK);
-            const size_t pi = ((size_t)t * s->max_chunks + ch) * c->n_head + (size_t)h * group;
-            float *pm = s->part, *pl = pm + (size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head;
-            float *po = pl + (size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head;
-            kern->attn_part(&v, h, qt + (size_t)h * group * hd, group, p0, p1, scale, pm + pi, pl + pi, po + pi * hd,
-                            scratch);
-        } else { /* every chunk here, parts at [chunk][g] in scratch */
-            const int h = (int)k;
-            float *pm = scratch + (size_t)group * ATTN_CHUNK, *pl = pm + (size_t)s->max_chunks * group;
-            float *po = pl + (size_t)s->max_chunks * group;
-            for (int ch = 0; ch < nc; ch++) {
-                const int p0 = ch * ATTN_CHUNK, p1 = MIN(n_pos, p0 + ATTN_CHUNK);
-                const size_t pi = (size_t)ch * group;
-                kern->attn_part(&v, h, qt + (size_t)h * group * hd, group, p0, p1, scale, pm + pi, pl + pi,
-                                po + pi * hd, scratch);
-            }
-            for (int g = 0; g < group; g++)
-                attn_merge(nc, hd, pm + g, pl + g, (size_t)group, po + (size_t)g * hd, (size_t)group * hd,
-                           s->att + (size_t)t * q_dim + (size_t)(h * group + g) * hd);
+    float *scratch = s->attn_scratch + (size_t)ith * s->attn_scratch_floats;
+    attn_query *aq = s->aq + (size_t)ith * s->max_tokens;
+    for (;;) {
+        const int u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (u >= j->n_units) break;
+        const attn_grp *g = &s->grp[u / c->n_head_kv];
+        const int h = u % c->n_head_kv, p0 = g->c * ATTN_CHUNK;
+        const attn_view v = {
+            .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
+            .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
+            .block_stride = j->kv->block_elems,
+            .kv_dim = kv_dim,
+            .head_dim = hd,
+            .block_tokens = j->kv->block_tokens,
+            .block_table = j->b->seqs[g->seq].block_table,
+        };
+        for (int i = 0; i < g->n; i++) {
+            const int t = s->attn_tok[g->off + i];
+            const size_t pr = ((size_t)s->pbase[t - j->t0] + g->c) * c->n_head + (size_t)h * group;
+            aq[i] = (attn_query){s->q + (size_t)t * q_dim + (size_t)h * group * hd, s->part_m + pr, s->part_l + pr,
+                                 s->part_o + pr * hd, MIN(j->b->pos[t] + 1, p0 + ATTN_CHUNK)};
         }
+        kern->attn_part(&v, h, group, aq, g->n, p0, scale, scratch);
+        if (j->merge_inline)
+            for (int i = 0; i < g->n; i++)
+                for (int k = 0; k < group; k++)
+                    attn_merge(1, hd, aq[i].m + k, aq[i].l + k, 1, aq[i].o + (size_t)k * hd, (size_t)hd,
+                               s->att + (size_t)s->attn_tok[g->off + i] * q_dim + (size_t)(h * group + k) * hd);
     }
 }
 
@@ -219,27 +358,33 @@ static void attn_merge_worker(void *arg, int ith, int nth) {
     const model_config *c = &j->m->cfg;
     const model_state *s = j->s;
     const int hd = c->head_dim, q_dim = c->n_head * hd;
-    const size_t n_part = (size_t)ATTN_SPLIT_T * s->max_chunks * c->n_head;
-    const float *pm = s->part, *pl = pm + n_part, *po = pl + n_part;
     long begin, end;
-    pool_split((long)j->b->n_tokens * c->n_head, ith, nth, &begin, &end);
+    pool_split((long)(j->t1 - j->t0) * c->n_head, ith, nth, &begin, &end);
     for (long u = begin; u < end; u++) {
-        const int t = (int)(u / c->n_head), h = (int)(u % c->n_head);
-        const size_t pi = (size_t)t * s->max_chunks * c->n_head + (size_t)h;
-        attn_merge(n_chunks_of(j->b->pos[t] + 1), hd, pm + pi, pl + pi, (size_t)c->n_head, po + pi * hd,
-                   (size_t)c->n_head * hd, s->att + (size_t)t * q_dim + (size_t)h * hd);
+        const int t = j->t0 + (int)(u / c->n_head), h = (int)(u % c->n_head);
+        const size_t pi = (size_t)s->pbase[t - j->t0] * c->n_head + (size_t)h;
+        attn_merge(n_chunks_of(j->b->pos[t] + 1), hd, s->part_m + pi, s->part_l + pi, (size_t)c->n_head,
+                   s->part_o + pi * hd, (size_t)c->n_head * hd, s->att + (size_t)t * q_dim + (size_t)h * hd);
     }
 }
 
 static void attention(const model *m, model_state *s, const model_kv *kv, const model_batch *b, int layer) {
-    const int n_kv = m->cfg.n_head_kv, T = b->n_tokens;
-    int max_nc = 1;
-    for (int t = 0; t < T; t++) max_nc = MAX(max_nc, n_chunks_of(b->pos[t] + 1));
-    attn_job job = {m, s, kv, b, layer, T <= ATTN_SPLIT_T && max_nc > 1};
-    s->unit0[0] = 0;
-    for (int t = 0; t < T; t++) s->unit0[t + 1] = s->unit0[t] + n_kv * (job.split ? n_chunks_of(b->pos[t] + 1) : 1);
-    pool_run(s->pool, attn_worker, &job);
-    if (job.split) pool_run(s->pool, attn_merge_worker, &job);
+    const int T = b->n_tokens;
+    long pairs = 0;
+    for (int t = 0; t < T; t++) pairs += n_chunks_of(b->pos[t] + 1);
+    const bool one_wave = pairs <= s->part_cap;
+    for (int t0 = 0; t0 < T;) {
+        int t1 = t0, n_pairs = 0, max_nc = 0;
+        while (t1 < T && n_pairs + n_chunks_of(b->pos[t1] + 1) <= s->part_cap) {
+            max_nc = MAX(max_nc, n_chunks_of(b->pos[t1] + 1));
+            n_pairs += n_chunks_of(b->pos[t1++] + 1);
+        }
+        if (layer == 0 || !one_wave) attn_plan(m, s, kv, b, t0, t1);
+        attn_job job = {m, s, kv, b, layer, t0, t1, s->n_grp * m->cfg.n_head_kv, max_nc == 1, 0};
+        pool_run(s->pool, attn_worker, &job);
+        if (!job.merge_inline) pool_run(s->pool, attn_merge_worker, &job);
+        t0 = t1;
+    }
 }
 
 /* ---- validation ---- */
