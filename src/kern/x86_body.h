@@ -572,13 +572,11 @@ static inline __attribute__((always_inline)) void kx_prefetch(const void *p, int
 }
 
 /* How far ahead (in positions) the transpose prefetches K rows (V rows: half
- * as far). Decode reads a layer's K and V from DRAM, and one 8-key step of
- * the transpose is short, so the hints must run several steps ahead
- * (measured: 8 rows ahead made decode at depth 2048 ~40% slower than the
- * old kernel on a cold cache). */
-#ifndef KXA_PF_ROWS
+ * as far). Decode reads a layer's K and V from DRAM and an 8-key step of
+ * the transpose is short, so the hints run several steps ahead; they are
+ * issued between score tiles (attn_part), so the reads are in flight
+ * while the FMAs run. */
 #define KXA_PF_ROWS 32
-#endif
 
 /* 8 halfs at p widened; only the first n (1..8) are read, the rest are 0. */
 static inline __m256 kxa_load8_f16_part(const uint16_t *p, int n) {
