@@ -111,6 +111,14 @@ check '[ "$(cat "$T/got")" = "1 403 407 261 378" ]' "tokenize with BOS: $(cat "$
 "$BIN" tokenize -m "$SHARED/vocab/ggml-vocab-phi-3.gguf" --no-bos "<|user|>hi" > "$T/got2"
 check '[ $(wc -w < "$T/got") -lt $(wc -w < "$T/got2") ]' "--special does not match control tokens"
 
+# model benchmark: every figure is reported (prefill at depth and shared-prefix decode too)
+"$BIN" bench -m "$SHARED/models/stories260K.gguf" -t 2 --pp 16 --tg 4 --depth 40 --seqs 3 -r 1 > "$T/mb" 2>&1; st=$?
+check '[ $st -eq 0 ] && grep -qE "^pp16 +[0-9.]+ t/s" "$T/mb" && grep -qE "^tg4 @ depth 40 +[0-9.]+ t/s" "$T/mb" &&
+       grep -qE "^pp16 @ depth 40 +[0-9.]+ t/s" "$T/mb" && grep -qE "^tg4 @ depth 40 x 3 +[0-9.]+ t/s" "$T/mb" &&
+       grep -qE "^bandwidth" "$T/mb"' "bench figures missing: $(cat "$T/mb")"
+"$BIN" bench -m "$SHARED/models/stories260K.gguf" --seqs 0 -r 1 > "$T/mbe" 2>&1; st=$?
+check '[ $st -eq 2 ] && grep -q -- "--seqs" "$T/mbe"' "bad --seqs not rejected clearly: $(cat "$T/mbe")"
+
 # tokenizer throughput benchmark works on a vocabulary-only file
 "$BIN" bench -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" --tokenizer -r 1 > "$T/tb" 2>&1; st=$?
 check '[ $st -eq 0 ] && grep -q "^tokenizer gpt2" "$T/tb" && grep -qE "^encode +[0-9.]+ MB/s" "$T/tb"' "bench --tokenizer: $(cat "$T/tb")"
