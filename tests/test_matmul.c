@@ -313,6 +313,38 @@ static void test_vector_ops(void) {
     CHECK(one[0] == 1.0f);
 }
 
+/* kern_swiglu on every table against a double reference: random gates over
+ * a wide range, every tail length, and the saturated ends (silu(-200) = -0
+ * or 0, silu(200) = 200, silu(0) = 0). */
+static void test_swiglu_tables(void) {
+    enum { N = 203 };
+    const char *names[8];
+    const int n_tables = kern_available(names, 8);
+    float g[N], u[N];
+    for (int i = 0; i < N; i++) g[i] = rng_gauss() * (i % 3 == 0 ? 30 : 4), u[i] = rng_gauss();
+    for (int tb = 0; tb < n_tables; tb++) {
+        CHECK_EQ_INT(kern_select(names[tb]), 0);
+        for (int n = 1; n <= N; n += (n < 20 ? 1 : 37)) {
+            float gg[N];
+            memcpy(gg, g, sizeof g);
+            kern_swiglu(gg, u, n);
+            int bad = 0;
+            for (int i = 0; i < n; i++) {
+                const double e = g[i] / (1 + exp(-(double)g[i])) * u[i];
+                bad += !(fabs(gg[i] - e) <= 2e-6 * fabs(e) + 1e-30);
+            }
+            CHECK_MSG(bad == 0, "table %s, n %d: %d values off", names[tb], n, bad);
+            CHECK(!memcmp(gg + n, g + n, sizeof(float) * (size_t)(N - n))); /* nothing past n */
+        }
+        float e[5] = {-200.0f, 200.0f, 0.0f, -1e-20f, 88.5f};
+        kern_swiglu(e, (float[]){1, 1, 1, 1, 2}, 5);
+        CHECK_MSG(fabsf(e[0]) < 1e-30f && e[1] == 200.0f && e[2] == 0.0f && fabsf(e[3] + 5e-21f) < 1e-26f &&
+                      e[4] == 177.0f,
+                  "table %s: swiglu ends %g %g %g %g %g", names[tb], e[0], e[1], e[2], e[3], e[4]);
+    }
+    kern_select("scalar");
+}
+
 int main(void) {
     rng_state = 0x243f6a8885a308d3ull; /* this file's own sequence */
     pool *pools[4] = {NULL, pool_new(1), pool_new(2), pool_new(3)};
@@ -320,6 +352,7 @@ int main(void) {
     for (size_t c = 0; c < ARRAY_LEN(cases); c++) test_type(&cases[c], pools);
     CHECK(n_checked_tables >= (int)ARRAY_LEN(cases));
     test_vector_ops();
+    test_swiglu_tables();
     test_gemm_ranges();
     for (int i = 0; i < 4; i++) pool_free(pools[i]);
     return test_summary("test_matmul");

@@ -119,8 +119,11 @@ static void use_table(const kern_ops *t) {
         if (!active.act[ty]) active.act[ty] = kern_scalar_ops.act[ty];
     }
     if (!active.attn_part) active.attn_part = kern_scalar_ops.attn_part;
+    if (!active.swiglu) active.swiglu = kern_scalar_ops.swiglu;
     kern = &active;
 }
+
+void kern_swiglu(float *gate, const float *up, int n) { kern->swiglu(gate, up, n); }
 
 int kern_available(const char **names, int cap) {
     int n = 0;

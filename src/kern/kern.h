@@ -70,6 +70,7 @@ typedef struct kern_ops {
     kern_act_fn act[DT_COUNT];          /* by weight type                  */
     kern_gemm_fn gemm[DT_COUNT];        /* by weight type, may be NULL     */
     attn_part_fn attn_part;             /* one attention chunk (attn.h)    */
+    void (*swiglu)(float *gate, const float *up, int n); /* kern_swiglu     */
 } kern_ops;
 
 /* The table in use (set by kern_init; the scalar table before that). It is
@@ -118,7 +119,9 @@ void kern_matmul_multi(pool *p, const kern_mat *const *ws, int n_w, const float 
 /* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL for no weight); out
  * may equal x. The sum of squares is taken in double, in index order. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
-/* In place: x = silu(gate) * up, n elements, written into gate. */
+/* In place: x = silu(gate) * up, n elements, written into gate (through the
+ * table: the SIMD tables use a polynomial e^x, relative error ~1e-6; each
+ * element depends only on its own gate and up, so batch invariance holds). */
 void kern_swiglu(float *gate, const float *up, int n);
 /* In place, max-subtracted; the normaliser is summed in double, in order. */
 void kern_softmax(float *x, int n);

@@ -188,6 +188,8 @@ static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
 static void act_q8_0(const float *x, void *a, int64_t n) { quant_row_q8_0(x, a, n); }
 static void act_q8_k(const float *x, void *a, int64_t n) { quant_row_q8_k(x, a, n); }
 
+static void swiglu_scalar(float *gate, const float *up, int n);
+
 const kern_ops kern_scalar_ops = {
     .name = "scalar",
     .dot =
@@ -210,6 +212,7 @@ const kern_ops kern_scalar_ops = {
             [DT_Q6_K] = act_q8_k,
         },
     .attn_part = attn_part_scalar,
+    .swiglu = swiglu_scalar,
 };
 
 /* ---- small vector ops ------------------------------------------------------- */
@@ -226,7 +229,7 @@ void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps) 
         for (int i = 0; i < n; i++) out[i] = x[i] * scale;
 }
 
-void kern_swiglu(float *gate, const float *up, int n) {
+static void swiglu_scalar(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         const float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];

@@ -455,6 +455,30 @@ static inline __m256 kx_exp(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+/* silu(g) * u, 8 at a time: with z = e^-|g| (<= 1, so kx_exp's range),
+ * sigmoid(g) = 1 / (1 + z) for g >= 0 and z / (1 + z) below; a scalar tail
+ * runs the same formula on a zero-padded vector. */
+static inline __m256 kx_swiglu8(__m256 g, __m256 u) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 z = kx_exp(_mm256_or_ps(g, sign)); /* e^-|g| */
+    const __m256 neg = _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ);
+    const __m256 num = _mm256_blendv_ps(one, z, neg);
+    return _mm256_mul_ps(_mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, z))), u);
+}
+
+static void swiglu(float *gate, const float *up, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(gate + i, kx_swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, sizeof(float) * (size_t)(n - i));
+        memcpy(u, up + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(g, kx_swiglu8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+        memcpy(gate + i, g, sizeof(float) * (size_t)(n - i));
+    }
+}
+
 /* ---- attention: the grouped chunk kernel (attn.h) ---------------------------
  *
  * One call serves a group of queries (n_tok tokens x n_head heads) over one
@@ -866,4 +890,5 @@ const kern_ops KX_OPS_NAME = {
             [DT_Q5_K] = gemm_q5_k,
         },
     .attn_part = attn_part,
+    .swiglu = swiglu,
 };
