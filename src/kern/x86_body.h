@@ -327,27 +327,32 @@ static void dot_q5_k(int64_t n, float *out, const void *w, const void *a) {
 #define KX_K6_GEMM NULL
 #endif
 
+/* The 6-bit values of half h (elements 128h..128h+127) of a Q6_K block, as
+ * unsigned bytes: q[k] holds elements 128h + 32k .. 128h + 32k + 31. */
+static inline void q6k_unpack(const block_q6_k *b, int h, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
+    const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+    const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+}
+
 /* Q6_K: q = 6-bit unsigned value; the -32 offset is taken out once per
  * super-block as 32 * sum over groups of scale * bsum. */
 static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
     const block_q6_k *w = wv;
     const block_q8_k *a = av;
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         kx_pf_lines(&w[i], 4);
         const int8_t *sc = w[i].scales;
         __m256i isum = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w[i].ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w[i].qh + 32 * h));
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m2));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2));
+            q6k_unpack(&w[i], h, q);
             for (int s = 0; s < 4; s++) {
                 const __m256i av8 = _mm256_loadu_si256((const __m256i *)(a[i].qs + 128 * h + 32 * s));
                 isum = mm_dot_u8_sc2(isum, q[s], av8, kx_sc2(sc[8 * h + 2 * s], sc[8 * h + 2 * s + 1]));
