@@ -298,10 +298,17 @@ static void kvfix_init(kvfix *f, int n_kv, int hd, int bt, int n_blocks) {
                           .block_tokens = bt, .block_table = f->table};
 }
 
-static const uint16_t *kvfix_row(const kvfix *f, const uint16_t *base, int p, int h) {
+/* V row of position p, kv head h (row-major in its block, attn.h). */
+static const uint16_t *kvfix_vrow(const kvfix *f, int p, int h) {
     const attn_view *v = &f->view;
-    return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
+    return f->v + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
            (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)h * v->head_dim;
+}
+/* Element d of position p's key, kv head h (K^T in its block, attn.h). */
+static float kvfix_k(const kvfix *f, int p, int h, int d) {
+    const attn_view *v = &f->view;
+    const int B = v->block_tokens;
+    return fp16_to_f32(f->k[(size_t)v->block_table[p / B] * v->block_stride + ((size_t)h * v->head_dim + d) * B + p % B]);
 }
 
 static void test_attn(void) {
@@ -343,16 +350,15 @@ static void test_attn(void) {
             const int n_pos = n_pos_list[ni];
             double *sc = xmalloc(sizeof(double) * n_pos), ref[128] = {0}, mx = -INFINITY, sum = 0;
             for (int p = 0; p < n_pos; p++) {
-                const uint16_t *kr = kvfix_row(&f, f.k, p, 0);
                 double s = 0;
-                for (int d = 0; d < hd; d++) s += (double)q[d] * fp16_to_f32(kr[d]);
+                for (int d = 0; d < hd; d++) s += (double)q[d] * kvfix_k(&f, p, 0, d);
                 sc[p] = s * scale;
                 mx = fmax(mx, sc[p]);
             }
             for (int p = 0; p < n_pos; p++) {
                 const double e = exp(sc[p] - mx);
                 sum += e;
-                const uint16_t *vr = kvfix_row(&f, f.v, p, 0);
+                const uint16_t *vr = kvfix_vrow(&f, p, 0);
                 for (int d = 0; d < hd; d++) ref[d] += e * fp16_to_f32(vr[d]);
             }
             for (int d = 0; d < hd; d++) ref[d] /= sum;

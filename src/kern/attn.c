@@ -18,9 +18,15 @@
 #include "../base/base.h"
 #include "kern.h"
 
-static inline const uint16_t *kv_at(const attn_view *v, const uint16_t *base, int p, int kv_head) {
-    return base + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
+/* V row of position p (row-major). */
+static inline const uint16_t *v_at(const attn_view *v, int p, int kv_head) {
+    return v->v + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
            (size_t)(p % v->block_tokens) * v->kv_dim + (size_t)kv_head * v->head_dim;
+}
+/* Element 0 of position p's key (K^T: element d is block_tokens * d further). */
+static inline const uint16_t *k_at(const attn_view *v, int p, int kv_head) {
+    return v->k + (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
+           (size_t)kv_head * v->head_dim * v->block_tokens + (size_t)(p % v->block_tokens);
 }
 
 void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
@@ -33,9 +39,9 @@ void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_qu
             float *sc = scratch, *og = qs[t].o + (size_t)g * hd;
             float mx = -INFINITY;
             for (int i = 0; i < n; i++) {
-                const uint16_t *kr = kv_at(v, v->k, p0 + i, kv_head);
+                const uint16_t *kr = k_at(v, p0 + i, kv_head);
                 float s = 0;
-                for (int d = 0; d < hd; d++) s += qg[d] * fp16_to_f32(kr[d]);
+                for (int d = 0; d < hd; d++) s += qg[d] * fp16_to_f32(kr[(size_t)d * v->block_tokens]);
                 sc[i] = s * scale;
                 mx = fmaxf(mx, sc[i]);
             }
@@ -43,7 +49,7 @@ void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_qu
             memset(og, 0, sizeof(float) * (size_t)hd);
             for (int i = 0; i < n; i++) {
                 const float e = expf(sc[i] - mx);
-                const uint16_t *vr = kv_at(v, v->v, p0 + i, kv_head);
+                const uint16_t *vr = v_at(v, p0 + i, kv_head);
                 sum += e;
                 for (int d = 0; d < hd; d++) og[d] += e * fp16_to_f32(vr[d]);
             }

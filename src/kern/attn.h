@@ -6,11 +6,22 @@
  * head). The per-chunk kernel is in the kernel table (kern_ops.attn_part:
  * scalar here, SIMD in avx2.c/avx512.c); the merge is here.
  *
- * The KV rows of a sequence live in fixed-size blocks listed by its block
- * table, as IEEE half values (uint16_t, widened exactly to f32 when read);
- * this layer's K row of position p and kv head h is at
+ * The KV of a sequence lives in fixed-size blocks listed by its block
+ * table, as IEEE half values (uint16_t, widened exactly to f32 when read).
+ * With B = block_tokens, j = p % B and blk = table[p / B], this layer's
+ * V row of position p and kv head h is at
  *
- *   k + table[p / block_tokens] * block_stride + (p % block_tokens) * kv_dim + h * head_dim
+ *   v + blk * block_stride + j * kv_dim + h * head_dim           (row-major)
+ *
+ * and K is stored transposed within the block: element d of that key is at
+ *
+ *   k + blk * block_stride + (h * head_dim + d) * B + j           (K^T)
+ *
+ * so the B keys of a block are contiguous for every dimension: attention
+ * widens them W at a time straight into the K^T tiles its score products
+ * run on (a conversion, not a transpose), which is most of what decode at
+ * a long context costs. A block stays a self-contained run of bytes
+ * (copied, shared and spilled whole).
  *
  * Chunks. Positions 0..n_pos-1 are cut at multiples of ATTN_CHUNK. For each
  * chunk c and query head g a part is (m, l, o):
@@ -43,7 +54,7 @@
 #define ATTN_CHUNK 256
 
 typedef struct attn_view {
-    const uint16_t *k, *v;      /* this layer's f16 rows in block 0         */
+    const uint16_t *k, *v;      /* this layer's f16 K^T / V rows in block 0 */
     size_t block_stride;        /* elements from a block to the next        */
     int kv_dim;                 /* elements per token row (n_head_kv*head_dim) */
     int head_dim;

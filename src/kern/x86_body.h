@@ -600,108 +600,73 @@ static inline __attribute__((always_inline)) void kx_prefetch(const void *p, int
     for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
-/* How far ahead (in positions) the transpose prefetches K rows (V rows: half
- * as far). Decode reads a layer's K and V from DRAM and an 8-key step of
- * the transpose is short, so the hints run several steps ahead; they are
- * issued between score tiles (attn_part), so the reads are in flight
- * while the FMAs run. */
+/* How far ahead (in positions) step 1 prefetches K (V rows: half as far).
+ * Decode reads a layer's K and V from DRAM and a W-key step of step 1 is
+ * short, so the hints run several steps ahead; they are issued between
+ * score tiles (attn_part), so the reads are in flight while the FMAs run. */
 #define KXA_PF_ROWS 32
+/* Queries per call up to which step 2 reads K straight from the cache. */
+#define KXA_DIRECT_Q 8
 
-/* 8 halfs at p widened; only the first n (1..8) are read, the rest are 0. */
-static inline __m256 kxa_load8_f16_part(const uint16_t *p, int n) {
-    uint16_t t[8] = {0};
-    memcpy(t, p, sizeof(uint16_t) * (size_t)n);
-    return load8_f16(t);
+/* Prefetches what key j's dims occupy in K^T (one hint per cache line:
+ * with B >= 32 every dim is a line of its own, with smaller blocks a line
+ * holds 32 / B dims of the same keys). */
+static inline __attribute__((always_inline)) void kxa_prefetch_kcol(const uint16_t *kc, int hd, int B) {
+    const int step = B >= 32 ? 1 : 32 / B;
+    for (int d = 0; d < hd; d += step) _mm_prefetch((const char *)(kc + (size_t)d * B), _MM_HINT_T0);
 }
 
-/* 8x8 transpose: c[d] = (r[0][d], ..., r[7][d]). */
-static inline __attribute__((always_inline)) void kxa_tr8(const __m256 *r, __m256 *c) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    c[0] = _mm256_permute2f128_ps(u0, u4, 0x20), c[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    c[1] = _mm256_permute2f128_ps(u1, u5, 0x20), c[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    c[2] = _mm256_permute2f128_ps(u2, u6, 0x20), c[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    c[3] = _mm256_permute2f128_ps(u3, u7, 0x20), c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+/* Prefetch hints for the W-key step at k0: K of the keys KXA_PF_ROWS
+ * further on (a whole block's dims where a block starts; the pointer test
+ * is only a hint) and the V rows of the keys half as far on. */
+static inline __attribute__((always_inline)) void kxa_prefetch_ahead(const uint16_t *const *kcol,
+                                                                     const uint16_t *const *vrow, int k0, int nk, int hd,
+                                                                     int B) {
+    if (k0 + KXA_PF_ROWS < nk) kxa_prefetch_kcol(kcol[k0 + KXA_PF_ROWS], hd, B);
+    for (int j = k0 + KXA_PF_ROWS / 2; j < MIN(nk, k0 + KXA_PF_ROWS / 2 + KXA_W); j++)
+        kx_prefetch(vrow[j], hd * (int)sizeof(uint16_t));
 }
 
-/* 8 keys x 16 dims of f16 (r[j]: key j, dims 0-7 in the low lane, 8-15 in
- * the high one) transposed in the f16 domain with in-lane unpacks, then
- * widened: dst row d gets the 8 keys' dim d (row stride KXA_W floats).
- * Half the shuffles of widening first and transposing floats. */
-static inline __attribute__((always_inline)) void kxa_tr8x16_f16(const __m256i *r, float *dst) {
-    const __m256i a0 = _mm256_unpacklo_epi16(r[0], r[1]), a1 = _mm256_unpackhi_epi16(r[0], r[1]);
-    const __m256i a2 = _mm256_unpacklo_epi16(r[2], r[3]), a3 = _mm256_unpackhi_epi16(r[2], r[3]);
-    const __m256i a4 = _mm256_unpacklo_epi16(r[4], r[5]), a5 = _mm256_unpackhi_epi16(r[4], r[5]);
-    const __m256i a6 = _mm256_unpacklo_epi16(r[6], r[7]), a7 = _mm256_unpackhi_epi16(r[6], r[7]);
-    const __m256i b0 = _mm256_unpacklo_epi32(a0, a2), b1 = _mm256_unpackhi_epi32(a0, a2); /* dims 0,1 / 2,3 */
-    const __m256i b2 = _mm256_unpacklo_epi32(a1, a3), b3 = _mm256_unpackhi_epi32(a1, a3); /* dims 4,5 / 6,7 */
-    const __m256i b4 = _mm256_unpacklo_epi32(a4, a6), b5 = _mm256_unpackhi_epi32(a4, a6);
-    const __m256i b6 = _mm256_unpacklo_epi32(a5, a7), b7 = _mm256_unpackhi_epi32(a5, a7);
-    __m256i c[8];
-    c[0] = _mm256_unpacklo_epi64(b0, b4), c[1] = _mm256_unpackhi_epi64(b0, b4);
-    c[2] = _mm256_unpacklo_epi64(b1, b5), c[3] = _mm256_unpackhi_epi64(b1, b5);
-    c[4] = _mm256_unpacklo_epi64(b2, b6), c[5] = _mm256_unpackhi_epi64(b2, b6);
-    c[6] = _mm256_unpacklo_epi64(b3, b7), c[7] = _mm256_unpackhi_epi64(b3, b7);
-    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
-        _mm256_storeu_ps(dst + (size_t)i * KXA_W, _mm256_cvtph_ps(_mm256_castsi256_si128(c[i])));
-        _mm256_storeu_ps(dst + (size_t)(i + 8) * KXA_W, _mm256_cvtph_ps(_mm256_extracti128_si256(c[i], 1)));
-    }
-}
-
-/* Step 1 for keys [k_begin, k_end) (multiples of 8): kt = K^T of those
- * keys from the row pointers krow, keys at or past nk zero; 8 keys x 16
- * dims per transpose where whole, else 8 x 8 after widening. K rows
- * further on and these keys' V rows (step 4 reads them) are prefetched on
- * the way. attn_part interleaves this with step 2 block by block, so the
- * loads of a chunk's rows (from DRAM in decode) overlap the score FMAs
- * instead of running as a phase of their own. */
-static void kxa_transpose_k(const uint16_t *const *krow, const uint16_t *const *vrow, int k_begin, int k_end, int nk,
-                            int hd, float *kt) {
-    const int row_bytes = hd * (int)sizeof(uint16_t), hd8 = hd & ~7;
-    for (int k0 = k_begin; k0 < k_end; k0 += 8) {
-        for (int j = k0 + KXA_PF_ROWS; j < MIN(nk, k0 + KXA_PF_ROWS + 8); j++) kx_prefetch(krow[j], row_bytes);
-        for (int j = k0 + KXA_PF_ROWS / 2; j < MIN(nk, k0 + KXA_PF_ROWS / 2 + 8); j++) kx_prefetch(vrow[j], row_bytes);
-        float *dst = kt + (size_t)(k0 / KXA_W) * hd * KXA_W + k0 % KXA_W;
-        const int nj = MAX(0, MIN(8, nk - k0));
-        __m256 r[8], c[8];
-        int d0 = 0;
-        if (nj == 8)
-            for (; d0 + 16 <= hd; d0 += 16) {
-                __m256i r16[8];
-                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
-                    r16[j] = _mm256_loadu_si256((const __m256i *)(krow[k0 + j] + d0));
-                kxa_tr8x16_f16(r16, dst + (size_t)d0 * KXA_W);
-            }
-        if (nj == 8)
-            for (; d0 < hd8; d0 += 8) {
-                _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) r[j] = load8_f16(krow[k0 + j] + d0);
-                kxa_tr8(r, c);
-                _Pragma("GCC unroll 8") for (int dd = 0; dd < 8; dd++) _mm256_storeu_ps(dst + (size_t)(d0 + dd) * KXA_W, c[dd]);
-            }
-        for (; d0 < hd; d0 += 8) { /* the last keys of the group, or a dim tail */
-            const int nd = MIN(8, hd - d0);
-            for (int j = 0; j < 8; j++) r[j] = j < nj ? kxa_load8_f16_part(krow[k0 + j] + d0, nd) : _mm256_setzero_ps();
-            kxa_tr8(r, c);
-            for (int dd = 0; dd < nd; dd++) _mm256_storeu_ps(dst + (size_t)(d0 + dd) * KXA_W, c[dd]);
+/* Step 1 for keys [k_begin, k_end) (multiples of W): kt = K^T of those
+ * keys, widened, keys at or past nk zero. kcol[i] is key i's element 0 in
+ * the cache's K^T (attn.h), B the block's keys, so dim d of W keys that
+ * sit in one block is W contiguous halfs: one load and one widening per
+ * (d, W keys). Keys that straddle blocks (B not a multiple of W, or a
+ * chunk that starts inside a block) and the last keys take the lane-wise
+ * path. attn_part interleaves this with step 2 tile by tile, so the loads
+ * of a chunk's keys overlap the score FMAs instead of running as a phase
+ * of their own. */
+static void kxa_widen_k(const uint16_t *const *kcol, const uint16_t *const *vrow, int p0, int k_begin, int k_end, int nk,
+                        int hd, int B, float *kt) {
+    for (int k0 = k_begin; k0 < k_end; k0 += KXA_W) {
+        kxa_prefetch_ahead(kcol, vrow, k0, nk, hd, B);
+        float *dst = kt + (size_t)(k0 / KXA_W) * hd * KXA_W;
+        const int nj = MAX(0, MIN(KXA_W, nk - k0));
+        if (nj == KXA_W && (p0 + k0) % B + KXA_W <= B) { /* W keys of one block */
+            const uint16_t *kc = kcol[k0];
+            _Pragma("GCC unroll 4") for (int d = 0; d < hd; d++) kxa_store(dst + (size_t)d * KXA_W, kxa_f16(kc + (size_t)d * B));
+            continue;
         }
+        for (int d = 0; d < hd; d++)
+            for (int j = 0; j < KXA_W; j++) dst[(size_t)d * KXA_W + j] = j < nj ? f16s(kcol[k0 + j][(size_t)d * B]) : 0.0f;
     }
 }
 
-/* Step 2 for one tile: S[q][keys of NV vectors] for NQ queries. kt points at
- * the tile's first key block; s[q] at the tile's first score of query q. */
-static inline __attribute__((always_inline)) void kxa_qk_tile(const float *const *q, const float *kt, int hd, float scale,
-                                                              float *const *s, const int NQ, const int NV) {
+/* Step 2 for one tile: S[q][keys of NV vectors] for NQ queries; s[q]
+ * points at the tile's first score of query q. The keys come widened from
+ * kt (the tile's first key vector), or (DIRECT) straight from the cache:
+ * vector b is the W contiguous halfs of dim d at kd[b] + d * B. Either way
+ * every score is the same fma chain over d. */
+static inline __attribute__((always_inline)) void kxa_qk_tile(const float *const *q, const float *kt,
+                                                              const uint16_t *const *kd, int B, int hd, float scale,
+                                                              float *const *s, const int NQ, const int NV,
+                                                              const int DIRECT) {
     kxa_v acc[KXA_QK_Q][KXA_QK_V];
     _Pragma("GCC unroll 4") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_zero();
     for (int d = 0; d < hd; d++) {
         kxa_v k[KXA_QK_V];
-        _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) k[b] = kxa_load(kt + ((size_t)b * hd + d) * KXA_W);
+        _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++)
+            k[b] = DIRECT ? kxa_f16(kd[b] + (size_t)d * B) : kxa_load(kt + ((size_t)b * hd + d) * KXA_W);
         _Pragma("GCC unroll 4") for (int a = 0; a < NQ; a++) {
             const kxa_v qa = kxa_set1(q[a][d]);
             _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(qa, k[b], acc[a][b]);
@@ -712,25 +677,32 @@ static inline __attribute__((always_inline)) void kxa_qk_tile(const float *const
         kxa_store(s[a] + b * KXA_W, kxa_mul(acc[a][b], sc));
 }
 
-static void kxa_qk_tile_any(const float *const *q, const float *kt, int hd, float scale, float *const *s, int nq, int nv) {
+#define KXA_QK_CASES(KT, KD, S, NV, DIRECT)                                                                            \
+    switch (nq) {                                                                                                      \
+    case 1: kxa_qk_tile(q, KT, KD, B, hd, scale, S, 1, NV, DIRECT); break;                                             \
+    case 2: kxa_qk_tile(q, KT, KD, B, hd, scale, S, 2, NV, DIRECT); break;                                             \
+    case 3: kxa_qk_tile(q, KT, KD, B, hd, scale, S, 3, NV, DIRECT); break;                                             \
+    default: kxa_qk_tile(q, KT, KD, B, hd, scale, S, 4, NV, DIRECT); break;                                            \
+    }
+/* A tile of nq <= KXA_QK_Q queries x nv <= KXA_QK_V key vectors, keys from
+ * kt or (kd != NULL) from the cache. */
+static void kxa_qk_tile_any(const float *const *q, const float *kt, const uint16_t *const *kd, int B, int hd,
+                            float scale, float *const *s, int nq, int nv) {
     if (nv == KXA_QK_V) {
-        switch (nq) {
-        case 1: kxa_qk_tile(q, kt, hd, scale, s, 1, KXA_QK_V); return;
-        case 2: kxa_qk_tile(q, kt, hd, scale, s, 2, KXA_QK_V); return;
-        case 3: kxa_qk_tile(q, kt, hd, scale, s, 3, KXA_QK_V); return;
-        default: kxa_qk_tile(q, kt, hd, scale, s, 4, KXA_QK_V); return;
-        }
+        if (kd)
+            KXA_QK_CASES(kt, kd, s, KXA_QK_V, 1)
+        else
+            KXA_QK_CASES(kt, kd, s, KXA_QK_V, 0)
+        return;
     }
     for (int b = 0; b < nv; b++) { /* a short last tile: one key vector at a time */
         float *sb[KXA_QK_Q];
         for (int a = 0; a < nq; a++) sb[a] = s[a] + b * KXA_W;
         const float *ktb = kt + (size_t)b * hd * KXA_W;
-        switch (nq) {
-        case 1: kxa_qk_tile(q, ktb, hd, scale, sb, 1, 1); break;
-        case 2: kxa_qk_tile(q, ktb, hd, scale, sb, 2, 1); break;
-        case 3: kxa_qk_tile(q, ktb, hd, scale, sb, 3, 1); break;
-        default: kxa_qk_tile(q, ktb, hd, scale, sb, 4, 1); break;
-        }
+        if (kd)
+            KXA_QK_CASES(ktb, kd + b, sb, 1, 1)
+        else
+            KXA_QK_CASES(ktb, kd, sb, 1, 0)
     }
 }
 
@@ -793,21 +765,28 @@ static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_qu
     const int hd = v->head_dim, n_q = n_tok * n_head;
     int nk = 0; /* keys any query of the group sees */
     for (int t = 0; t < n_tok; t++) nk = MAX(nk, qs[t].p1 - p0);
-    const uint16_t *krow[ATTN_CHUNK], *vrow[ATTN_CHUNK];
-    for (int i = 0; i < nk;) { /* row addresses, resolved once per block */
-        const int p = p0 + i, in_blk = p % v->block_tokens, cnt = MIN(nk - i, v->block_tokens - in_blk);
-        const size_t off = (size_t)v->block_table[p / v->block_tokens] * v->block_stride +
-                           (size_t)in_blk * v->kv_dim + (size_t)kv_head * hd;
+    const int B = v->block_tokens;
+    const uint16_t *kcol[ATTN_CHUNK], *vrow[ATTN_CHUNK];
+    for (int i = 0; i < nk;) { /* key addresses, resolved once per block */
+        const int p = p0 + i, in_blk = p % B, cnt = MIN(nk - i, B - in_blk);
+        const size_t blk = (size_t)v->block_table[p / B] * v->block_stride;
+        const uint16_t *kc = v->k + blk + (size_t)kv_head * hd * B + in_blk;
+        const uint16_t *vr = v->v + blk + (size_t)in_blk * v->kv_dim + (size_t)kv_head * hd;
         for (int j = 0; j < cnt; j++) {
-            krow[i + j] = v->k + off + (size_t)j * v->kv_dim;
-            vrow[i + j] = v->v + off + (size_t)j * v->kv_dim;
+            kcol[i + j] = kc + j;
+            vrow[i + j] = vr + (size_t)j * v->kv_dim;
         }
         i += cnt;
     }
-    for (int j = 0; j < MIN(nk, KXA_PF_ROWS); j++) kx_prefetch(krow[j], hd * (int)sizeof(uint16_t));
+    for (int j = 0; j < MIN(nk, KXA_PF_ROWS); j++)
+        if (j == 0 || kcol[j] != kcol[j - 1] + 1) kxa_prefetch_kcol(kcol[j], hd, B);
     for (int j = 0; j < MIN(nk, KXA_PF_ROWS / 2); j++) kx_prefetch(vrow[j], hd * (int)sizeof(uint16_t));
     float *kt = scratch, *S = scratch + (size_t)ATTN_CHUNK * hd;
     const int nvec_all = (nk + 15) / 16 * (16 / KXA_W); /* key vectors of K^T */
+    /* A few queries (decode: one token's heads) read the keys straight
+     * from the cache when every W keys sit in one block: widening them into
+     * kt would cost more than the few times the tiles widen them again. */
+    const int direct = n_q <= KXA_DIRECT_Q && B % KXA_W == 0 && p0 % KXA_W == 0;
 
     for (int r0 = 0; r0 < n_q; r0 += ATTN_QBLOCK) { /* query r is token r / n_head, head r % n_head */
         const int nr = MIN(ATTN_QBLOCK, n_q - r0);
@@ -826,7 +805,14 @@ static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_qu
          * time; 2. scores of the keys this block of queries sees */
         const int nvec = (nkb + 15) / 16 * (16 / KXA_W);
         for (int j = 0; j < (r0 == 0 ? nvec_all : nvec); j += KXA_QK_V) {
-            if (r0 == 0) kxa_transpose_k(krow, vrow, j * KXA_W, MIN(j + KXA_QK_V, nvec_all) * KXA_W, nk, hd, kt);
+            const uint16_t *kd[KXA_QK_V] = {0};
+            if (direct) { /* keys past nk: any W keys of a block (scores masked in step 3) */
+                for (int k0 = j * KXA_W; k0 < MIN(j + KXA_QK_V, nvec_all) * KXA_W; k0 += KXA_W)
+                    kxa_prefetch_ahead(kcol, vrow, k0, nk, hd, B);
+                for (int b = 0; b < KXA_QK_V; b++) kd[b] = (j + b) * KXA_W < nk ? kcol[(j + b) * KXA_W] : kcol[0];
+            } else if (r0 == 0) {
+                kxa_widen_k(kcol, vrow, p0, j * KXA_W, MIN(j + KXA_QK_V, nvec_all) * KXA_W, nk, hd, B, kt);
+            }
             if (j >= nvec) continue;
             const int nv = MIN(KXA_QK_V, nvec - j);
             const float *ktj = kt + (size_t)j * hd * KXA_W;
@@ -834,7 +820,7 @@ static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_qu
                 float *sa[KXA_QK_Q];
                 const int nq = MIN(KXA_QK_Q, nr - a);
                 for (int b = 0; b < nq; b++) sa[b] = sr[a + b] + j * KXA_W;
-                kxa_qk_tile_any(qr + a, ktj, hd, scale, sa, nq, nv);
+                kxa_qk_tile_any(qr + a, ktj, direct ? kd : NULL, B, hd, scale, sa, nq, nv);
             }
         }
         /* 3. softmax weights of each query over its own keys */

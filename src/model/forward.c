@@ -472,9 +472,12 @@ static void token_ops(const tok_job *j, int t0, int t1) {
             const model_seq *sq = &j->b->seqs[j->b->seq[t]];
             /* the cache is f16: one rounding rule (nearest-even, f32_to_fp16)
              * whichever kernel table reads it back */
-            uint16_t *kr = kv_row(j->kv, j->kv->k, c, sq, j->layer, j->b->pos[t]);
-            uint16_t *vr = kv_row(j->kv, j->kv->v, c, sq, j->layer, j->b->pos[t]);
-            for (int i = 0; i < kv_dim; i++) kr[i] = f32_to_fp16(k[i]), vr[i] = f32_to_fp16(v[i]);
+            const int pos = j->b->pos[t], bt = j->kv->block_tokens;
+            uint16_t *vr = kv_row(j->kv, j->kv->v, c, sq, j->layer, pos);
+            /* K is stored transposed in its block (attn.h): element i of
+             * this key is bt further than element i-1 */
+            uint16_t *kc = kv_row(j->kv, j->kv->k, c, sq, j->layer, pos - pos % bt) + pos % bt;
+            for (int i = 0; i < kv_dim; i++) kc[(size_t)i * bt] = f32_to_fp16(k[i]), vr[i] = f32_to_fp16(v[i]);
             break;
         }
         case PH_RESID_NORM_FFN:

@@ -11,8 +11,11 @@
  * block holds which tokens; the model only reads and writes through block
  * tables:
  *
- *   k, v : (n_blocks, n_layer, block_tokens, n_head_kv * head_dim) f16
+ *   v : (n_blocks, n_layer, block_tokens, n_head_kv * head_dim) f16
+ *   k : (n_blocks, n_layer, n_head_kv * head_dim, block_tokens) f16
  *
+ * (K transposed within each block-layer slab, so a block's keys are
+ * contiguous per dimension: see kern/attn.h),
  * stored as IEEE half (uint16_t): forward rounds each K row (after bias,
  * k-norm and RoPE) and each V row to nearest-even with f32_to_fp16 when it
  * writes them, and attention widens them exactly to f32. Half the bytes of
@@ -99,7 +102,7 @@ typedef struct model_kv {
     int n_blocks;
     int block_tokens;
     size_t block_elems; /* n_layer * block_tokens * n_head_kv * head_dim  */
-    uint16_t *k;        /* (n_blocks, n_layer, block_tokens, kv_dim) f16 */
+    uint16_t *k;        /* (n_blocks, n_layer, kv_dim, block_tokens) f16 */
     uint16_t *v;
 } model_kv;
 
