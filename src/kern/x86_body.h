@@ -489,9 +489,12 @@ static void swiglu(float *gate, const float *up, int n) {
  * One call serves a group of queries (n_tok tokens x n_head heads) over one
  * chunk of at most ATTN_CHUNK positions. Work per chunk and kv head:
  *
- *   1. K^T: the chunk's K rows, widened from f16 once, transposed into
- *      blocks of W keys (W = vector lanes: 16 with AVX-512, 8 with AVX2):
- *      kt[j][d][0..W) = K[jW .. jW+W)[d], keys past the group's end zero;
+ *   1. K^T: the cache holds K transposed per block (attn.h), so W keys of
+ *      a block (W = vector lanes: 16 with AVX-512, 8 with AVX2) are W
+ *      contiguous halfs per dimension; they are widened once into
+ *      kt[j][d][0..W) = K[jW .. jW+W)[d], keys past the group's end zero —
+ *      or, for a group of at most KXA_DIRECT_Q queries (decode), not at
+ *      all: step 2 widens them straight from the cache;
  *   2. for up to ATTN_QBLOCK queries at a time: S = Q K^T as a small f32
  *      matmul, register tiles of KXA_QK_Q queries x KXA_QK_V key vectors
  *      (each K^T element loaded once per tile, each q element broadcast);
@@ -616,9 +619,10 @@ static inline __attribute__((always_inline)) void kxa_prefetch_kcol(const uint16
     for (int d = 0; d < hd; d += step) _mm_prefetch((const char *)(kc + (size_t)d * B), _MM_HINT_T0);
 }
 
-/* Prefetch hints for the W-key step at k0: K of the keys KXA_PF_ROWS
- * further on (a whole block's dims where a block starts; the pointer test
- * is only a hint) and the V rows of the keys half as far on. */
+/* Prefetch hints for the W-key step at k0: the K^T lines of the key
+ * KXA_PF_ROWS further on (every dim of the W keys that start there when
+ * steps are block-aligned, as in decode) and the V rows of the keys half as
+ * far on. */
 static inline __attribute__((always_inline)) void kxa_prefetch_ahead(const uint16_t *const *kcol,
                                                                      const uint16_t *const *vrow, int k0, int nk, int hd,
                                                                      int B) {
