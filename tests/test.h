@@ -71,6 +71,19 @@ static inline const char *test_shared_dir(void) {
     return s && *s ? s : "../shared";
 }
 
+#ifdef KVLOOM_MODEL_H
+/* The shared trained model (stories260K), or NULL after a failed check
+ * naming why. For test files that include model/model.h first. */
+static inline model *test_load_stories(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    model *m = NULL;
+    err_t e = {0};
+    CHECK_MSG(model_load(path, &m, &e) == 0, "%s: %s", path, e.msg);
+    return m;
+}
+#endif
+
 static inline int test_summary(const char *name) {
     printf("%s: %d passed, %d failed\n", name, test_n_pass, test_n_fail);
     fflush(stdout);

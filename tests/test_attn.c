@@ -226,12 +226,21 @@ static void fwd_run(fwd *f, int s, int a, int b, int step, float *out) {
     }
 }
 
+/* On a fresh cache: sequence 0's context in batches of ctx_step, then its
+ * turn in batches of turn_step (attention in waves of at most `parts`
+ * (token, chunk) pairs when parts is set), the turn's logits into out. */
+static void fwd_turn(const model *m, int ctx_step, int turn_step, const char *parts, float *out) {
+    fwd f;
+    if (parts) setenv("KVLOOM_ATTN_PARTS", parts, 1);
+    fwd_init(&f, m);
+    if (parts) unsetenv("KVLOOM_ATTN_PARTS");
+    fwd_run(&f, 0, 0, CTX, ctx_step, NULL);
+    fwd_run(&f, 0, CTX, CTX + TURN, turn_step, out);
+    fwd_free(&f);
+}
+
 static void test_forward_groups(void) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
-    model *m = NULL;
-    err_t e = {0};
-    CHECK_MSG(model_load(path, &m, &e) == 0, "%s", e.msg);
+    model *m = test_load_stories();
     if (!m) return;
     const int V = m->cfg.n_vocab;
     const int32_t *toks = fwd_tokens();
@@ -240,34 +249,20 @@ static void test_forward_groups(void) {
         CHECK_EQ_INT(kern_select(tables[tb]), 0);
         fwd f;
         /* the reference: context in one batch, then the turn in one batch */
-        fwd_init(&f, m);
-        fwd_run(&f, 0, 0, CTX, CTX, NULL);
-        fwd_run(&f, 0, CTX, CTX + TURN, TURN, one);
-        fwd_free(&f);
+        fwd_turn(m, CTX, TURN, NULL, one);
         /* context in pieces of 13, turn token by token */
-        fwd_init(&f, m);
-        fwd_run(&f, 0, 0, CTX, 13, NULL);
-        fwd_run(&f, 0, CTX, CTX + TURN, 1, x);
+        fwd_turn(m, 13, 1, NULL, x);
         CHECK_MSG(memcmp(one, x, sizeof(float) * V * TURN) == 0, "%s: turn logits differ (pieces / one by one)",
                   tables[tb]);
-        fwd_free(&f);
         /* the same batches with attention forced into waves of a few
          * tokens (parts for at most 7 (token, chunk) pairs at once) */
-        setenv("KVLOOM_ATTN_PARTS", "7", 1);
-        fwd_init(&f, m);
-        unsetenv("KVLOOM_ATTN_PARTS");
-        fwd_run(&f, 0, 0, CTX, CTX, NULL);
-        fwd_run(&f, 0, CTX, CTX + TURN, TURN, x);
+        fwd_turn(m, CTX, TURN, "7", x);
         CHECK_MSG(memcmp(one, x, sizeof(float) * V * TURN) == 0, "%s: turn logits differ (attention in waves)",
                   tables[tb]);
-        fwd_free(&f);
         /* context token by token, turn in one batch */
-        fwd_init(&f, m);
-        fwd_run(&f, 0, 0, CTX, 1, NULL);
-        fwd_run(&f, 0, CTX, CTX + TURN, TURN, x);
+        fwd_turn(m, 1, TURN, NULL, x);
         CHECK_MSG(memcmp(one, x, sizeof(float) * V * TURN) == 0, "%s: turn logits differ (context one by one)",
                   tables[tb]);
-        fwd_free(&f);
         /* a sibling sharing the context's whole blocks: sequence 1 computes
          * its tail of the context and its turn in the batch of sequence 0's
          * turn (its chunks 0 and 1 are grouped with sequence 0's) */
@@ -283,6 +278,7 @@ static void test_forward_groups(void) {
                 tok[n1 + i] = toks[CTX + i], pos[n1 + i] = CTX + i, sid[n1 + i] = 0, want[n1 + i] = 1;
             model_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq = sid, .logits = want, .n_seqs = 2,
                              .seqs = f.seqs};
+            err_t e = {0};
             CHECK_EQ_INT(model_forward(m, f.st, f.kv, &b, f.logits, &e), 2 * TURN);
             CHECK_MSG(memcmp(one, f.logits, sizeof(float) * V * TURN) == 0, "%s: sibling's turn differs", tables[tb]);
             CHECK_MSG(memcmp(one, f.logits + (size_t)TURN * V, sizeof(float) * V * TURN) == 0,

@@ -436,12 +436,9 @@ static void test_pool(void) {
 /* ---- forward: split decode attention is batch-invariant ------------------------ */
 
 static void test_forward_split(void) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
-    model *m = NULL;
-    err_t e = {0};
-    CHECK_MSG(model_load(path, &m, &e) == 0, "%s", e.msg);
+    model *m = test_load_stories();
     if (!m) return;
+    err_t e = {0};
     const int V = m->cfg.n_vocab, bt = 16, L = 600; /* 3 chunks of context */
     const int nb = (L + 8 + bt - 1) / bt;
     int32_t *toks = xmalloc(sizeof(int32_t) * (L + 8)), *pos = xmalloc(sizeof(int32_t) * (L + 8));
