@@ -84,6 +84,41 @@ static inline model *test_load_stories(void) {
 }
 #endif
 
+#if defined(KVLOOM_TOK_H) && defined(KVLOOM_TOK_HFIMPORT_H)
+#include <unistd.h>
+/* A tokenizer from ../shared/tokenizers/DIR/tokenizer.json (and cfg_name, a
+ * file beside it such as "tokenizer_config.json", or NULL), or NULL after a
+ * failed check naming why. For test files that include tok/tok.h and
+ * tok/hfimport.h first. */
+static inline tokenizer *test_load_hf_tokenizer(const char *dir, const char *cfg_name) {
+    char tj[512], cj[512], out[256];
+    snprintf(tj, sizeof tj, "%s/tokenizers/%s/tokenizer.json", test_shared_dir(), dir);
+    snprintf(cj, sizeof cj, "%s/tokenizers/%s/%s", test_shared_dir(), dir, cfg_name ? cfg_name : "");
+    snprintf(out, sizeof out, "/tmp/kvloom_test_hf_%d.gguf", (int)getpid());
+    gguf_writer *w = gguf_writer_new();
+    err_t e = {0};
+    int rc = tok_import_hf(tj, cfg_name ? cj : NULL, w, &e);
+    CHECK_MSG(rc == 0, "import %s: %s", dir, e.msg);
+    if (rc == 0) {
+        rc = gguf_writer_write(w, out, &e);
+        CHECK_MSG(rc == 0, "write %s: %s", out, e.msg);
+    }
+    gguf_writer_free(w);
+    if (rc) return NULL;
+    gguf_ctx *g = NULL;
+    rc = gguf_open(out, &g, &e);
+    CHECK_MSG(rc == 0, "open %s: %s", out, e.msg);
+    tokenizer *t = NULL;
+    if (rc == 0) {
+        rc = tok_load(g, &t, &e);
+        CHECK_MSG(rc == 0, "tok_load %s: %s", dir, e.msg);
+    }
+    gguf_free(g);
+    unlink(out);
+    return t;
+}
+#endif
+
 static inline int test_summary(const char *name) {
     printf("%s: %d passed, %d failed\n", name, test_n_pass, test_n_fail);
     fflush(stdout);

@@ -16,9 +16,9 @@
 
 #include <jansson.h>
 
-#include "test.h"
 #include "tok/hfimport.h"
 #include "tok/tok.h"
+#include "test.h"
 
 static char *slurp(const char *path, size_t *n) {
     char *buf = NULL;
@@ -108,34 +108,6 @@ static tokenizer *load_vocab(const char *name) {
 
 /* Imports tokenizers/<dir>/tokenizer.json (+ config) into a temporary GGUF
  * and loads it. */
-static tokenizer *load_hf(const char *dir, const char *cfg_name) {
-    char tj[512], cj[512], out[256];
-    snprintf(tj, sizeof tj, "%s/tokenizers/%s/tokenizer.json", test_shared_dir(), dir);
-    snprintf(cj, sizeof cj, "%s/tokenizers/%s/%s", test_shared_dir(), dir, cfg_name);
-    snprintf(out, sizeof out, "/tmp/kvloom_test_tok_%d.gguf", (int)getpid());
-    gguf_writer *w = gguf_writer_new();
-    err_t e = {0};
-    int rc = tok_import_hf(tj, cfg_name ? cj : NULL, w, &e);
-    CHECK_MSG(rc == 0, "import %s: %s", dir, e.msg);
-    if (rc == 0) {
-        rc = gguf_writer_write(w, out, &e);
-        CHECK_MSG(rc == 0, "write %s: %s", out, e.msg);
-    }
-    gguf_writer_free(w);
-    if (rc) return NULL;
-    gguf_ctx *g = NULL;
-    rc = gguf_open(out, &g, &e);
-    CHECK_MSG(rc == 0, "open %s: %s", out, e.msg);
-    tokenizer *t = NULL;
-    if (rc == 0) {
-        rc = tok_load(g, &t, &e);
-        CHECK_MSG(rc == 0, "tok_load %s: %s", dir, e.msg);
-    }
-    gguf_free(g);
-    unlink(out);
-    return t;
-}
-
 static int encode(const tokenizer *t, const char *s, bool bos, bool special, int32_t *ids, int cap) {
     return tok_encode(t, s, strlen(s), bos, special, ids, cap);
 }
@@ -606,16 +578,16 @@ int main(void) {
         }
         tok_free(t);
     }
-    tokenizer *l3 = load_hf("llama3", "tokenizer_config.json");
+    tokenizer *l3 = test_load_hf_tokenizer("llama3", "tokenizer_config.json");
     if (l3) run_vectors("llama-bpe", l3);
-    tokenizer *q3 = load_hf("qwen3", "tokenizer_config.json");
+    tokenizer *q3 = test_load_hf_tokenizer("qwen3", "tokenizer_config.json");
     if (q3) run_vectors("qwen2", q3);
     check_units_bpe(l3, q3);
     if (l3) check_special_split("llama3", l3);
     if (q3) check_special_split("qwen3", q3);
     tok_free(l3);
     tok_free(q3);
-    tokenizer *sm = load_hf("smollm2-135m-instruct", "config.json");
+    tokenizer *sm = test_load_hf_tokenizer("smollm2-135m-instruct", "config.json");
     if (sm) {
         int32_t ids[64];
         CHECK_STR(tok_pre_name(sm), "smollm");
@@ -626,7 +598,7 @@ int main(void) {
         CHECK_EQ_INT(n, 5);
         tok_free(sm);
     }
-    tokenizer *l2 = load_hf("llama2", "tokenizer_config.json");
+    tokenizer *l2 = test_load_hf_tokenizer("llama2", "tokenizer_config.json");
     if (l2) {
         int32_t ids[64];
         char out[256];
