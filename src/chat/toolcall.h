@@ -52,6 +52,7 @@ int tc_format_from_name(const char *name, tc_format *out, err_t *e);
  * object schema, "strict"?: bool}}; names unique. Errors name the element
  * ("tools[2].function.name must be ..."), ERR_INVALID. */
 int tc_check_tools(json_t *tools, err_t *e);
+#define TC_MAX_TOOLS 128 /* OpenAI's limit on the length of `tools` */
 
 /* The GBNF (grammar.h) of one or more calls in format f to the tools in
  * `tools` (checked), or only to the one named `only` when not NULL; with
@@ -118,7 +119,11 @@ void tc_parser_feed(tc_parser *p, const char *text, size_t n, tc_events *out);
  * held is given as content. Returns the number of complete calls parsed so
  * far (so the caller sets finish_reason "tool_calls" when > 0 and the output
  * was not truncated). A malformed call (its JSON does not parse, or has no
- * string name) is returned as content, never as an invented call. */
+ * string name) is returned as content, never as an invented call.
+ * An incomplete or malformed call whose CALL_START was already emitted keeps
+ * the events streamed for it (its raw text then also comes as content, and
+ * the rest of the output is content); it is always the last index, so the
+ * complete calls are exactly those with index < the returned count. */
 int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out);
 
 #endif
