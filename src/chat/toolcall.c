@@ -662,8 +662,11 @@ static void to_text(tc_parser *p, size_t at, bool skip_ws) {
 }
 
 /* The syntax broke at byte `at` (not part of the call). */
+static void emit_args(tc_parser *p, tc_events *out, bool all);
+
 static void fail_at(tc_parser *p, tc_events *out, size_t at) {
     if (p->started) {
+        emit_args(p, out, true); /* all that was scanned, whatever the pieces */
         p->st = S_BROKEN; /* emit_pos is the call's start: the rest is content */
         p->started = false;
         return;
@@ -1056,6 +1059,9 @@ int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out) {
     case S_L_SEP: break; /* the rest of a complete block's syntax */
     case S_ARR_ELEM:
         if (p->calls_in_block > 0) break;
+        /* fall through */
+    case S_CALL:
+        emit_args(p, out, true);
         /* fall through */
     default:
         /* held text; an incomplete call's raw text (emit_pos is its start) */
