@@ -64,6 +64,22 @@ typedef struct gmatch gmatch;
  * that can match nothing at all; ERR_RANGE for the limits above. */
 int grammar_from_gbnf(const char *src, size_t len, grammar **out, err_t *e);
 void grammar_ref(grammar *g);
+/* Number of automaton states (its size: linear in the text, with
+ * repetitions counted by their bounds). */
+int grammar_n_states(const grammar *g);
+/* Memory budget of the grammar's caches (masks, the lazy DFA), default
+ * 64 MiB: least recently used masks are evicted, the DFA is rebuilt when it
+ * outgrows its share. Interned stacks are not counted (they are kept for the
+ * grammar's life, up to a fixed cap). Engine thread, like gmatch_*. */
+void grammar_set_cache_bytes(grammar *g, size_t bytes);
+typedef struct grammar_stats {
+    size_t n_stacks;    /* interned stacks                                */
+    size_t n_sets;      /* distinct stack sets (lazy DFA states) cached    */
+    size_t n_masks;     /* masks cached                                   */
+    size_t cache_bytes; /* memory held by all of the above                */
+    uint64_t mask_hits, mask_misses;
+} grammar_stats;
+void grammar_cache_stats(const grammar *g, grammar_stats *s);
 /* Drops a reference; the last one frees the grammar. NULL is a no-op. */
 void grammar_unref(grammar *g);
 
@@ -85,8 +101,12 @@ int gvocab_n_vocab(const gvocab *v);
 
 /* ---- matching ---- */
 
-/* A matcher at the start of g (takes a reference on g). `v` must outlive it.
- * Every grammar used with masks must be used with one vocabulary only. */
+/* A matcher at the start of g (takes a reference on g). `v` must outlive it;
+ * it may be NULL for a matcher fed only with gmatch_accept_bytes. Every
+ * grammar used with masks should be used with one vocabulary only (a change
+ * of vocabulary drops the cache). gmatch_new, gmatch_clone, gmatch_free and
+ * the can_end/must_end queries touch no shared cache and may run on any
+ * thread; mask, accept, accept_bytes and forced run on the engine thread. */
 gmatch *gmatch_new(grammar *g, const gvocab *v);
 void gmatch_free(gmatch *m); /* NULL is a no-op */
 

@@ -1,0 +1,695 @@
+/*
+ * gmatch.c — running a compiled grammar (grammar.c) over bytes: stacks,
+ * stack sets, the vocabulary trie, token masks and their cache, accept and
+ * jump-forward.
+ *
+ * Stacks. A matcher is inside several rules at once; a stack records where:
+ * its top is an automaton state, below it the return states of the calls
+ * that led there. Stacks are interned (hash-consed) in the grammar as
+ * (state, parent stack id) nodes, id 0 being the empty stack, so a stack is
+ * one 32-bit id, equal stacks have equal ids and pushing shares the rest:
+ *
+ *     id 7 = (s12, 3) ──▶ id 3 = (s40, 0) ──▶ empty      "in `value`, which
+ *     id 9 = (s15, 3) ──┘                                  returns to s40"
+ *
+ * Stack sets. Grammars are nondeterministic ([0-9]+ ("." [0-9]+)?, anyOf),
+ * so the matcher's state is a set of stacks, kept canonical: only stacks
+ * whose top has byte edges ("kernel" stacks), sorted by id, plus a flag
+ * can_end (some path reached the end of root). After a byte, the closure
+ * follows ε edges, calls (push the return state; a tail call pushes nothing)
+ * and rule ends (pop to the parent) until only kernel stacks remain; a mark
+ * per stack id makes each closure visit a stack once.
+ *
+ * Lazy DFA. Each distinct stack set is interned once more as a gdstate with
+ * a 256-entry transition table filled on demand (0 unknown, 1 dead, k+2
+ * state k), a bitmap of the bytes that may come next, and its cached token
+ * mask. After the first visit, stepping by a byte is one array load. This
+ * is what makes the trie walk of a mask cheap:
+ *
+ * Masks. The vocabulary's tokens (except end-of-generation and never-allowed
+ * ones) are a byte trie laid out in preorder; node i has a byte, a depth and
+ * `end`, the index just past its subtree. gmatch_mask walks it from the
+ * matcher's gdstate keeping one gdstate per depth; a dead transition skips
+ * the subtree (i = end). Tokens at live nodes are allowed; EOG tokens are
+ * allowed when can_end. The result is cached in the gdstate, so a state
+ * seen before costs a memcpy of n_vocab/8 bytes.
+ *
+ * Memory. Interned stacks live as long as the grammar (a cap makes paths
+ * that would need more stacks dead). Everything else is a cache, bounded by
+ * the grammar's cache budget: masks are evicted least recently used; when
+ * the gdstates and their tables pass their share, they are all dropped at the
+ * start of the next gmatch_* call (generation counter; matchers keep their
+ * stack ids and re-intern their set when the generation changed).
+ *
+ * Threads: everything here that touches g->c runs on the engine thread only
+ * (grammar.h); gmatch_new reads only the grammar's immutable start set.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar_internal.h"
+
+#define GM_MAX_STACKS (1u << 23) /* interned stacks per grammar               */
+#define GM_MAX_SET 4096          /* stacks in one set (ambiguous grammars)     */
+#define GM_DEFAULT_CACHE_BYTES ((size_t)64 << 20)
+#define DEAD UINT32_MAX
+
+struct gvocab {
+    int n_vocab;
+    uint8_t *kind;     /* GV_*, empty normal tokens already GV_NEVER       */
+    uint32_t *tok_off; /* n_vocab + 1, into bytes                          */
+    uint8_t *bytes;
+    int32_t *eog;
+    int n_eog;
+    /* the trie, preorder; node 0 is the root */
+    struct tnode {
+        uint32_t end;
+        uint16_t depth;
+        uint8_t byte;
+    } *nodes;
+    uint32_t n_nodes;
+    uint32_t *node_tok; /* n_nodes + 1 offsets into toks */
+    int32_t *toks;
+    uint32_t max_len;
+};
+
+struct gmatch {
+    grammar *g;
+    const gvocab *v;
+    uint32_t *stacks; /* kernel stack ids, sorted */
+    uint32_t n, cap;
+    bool can_end, ended;
+    uint32_t ds;  /* its gdstate when gen matches */
+    uint64_t gen;
+};
+
+/* ---- interned stacks ------------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+static void cache_init(gcache *c) {
+    if (c->cap_st) return;
+    c->cap_st = 1024;
+    c->st = xmalloc(c->cap_st * sizeof(gstack));
+    c->mark = xcalloc(c->cap_st, sizeof(uint32_t));
+    c->st[0] = (gstack){UINT32_MAX, 0}; /* the empty stack */
+    c->n_st = 1;
+    c->st_tab_cap = 2048;
+    c->st_tab = xcalloc(c->st_tab_cap, sizeof(uint32_t));
+    c->epoch = 1;
+    c->gen = 1;
+    c->cap_pool = 1024;
+    c->pool = xmalloc(c->cap_pool * sizeof(uint32_t));
+    if (!c->budget_bytes) c->budget_bytes = GM_DEFAULT_CACHE_BYTES;
+}
+
+static uint32_t stack_intern(gcache *c, uint32_t state, uint32_t parent) {
+    uint64_t key = ((uint64_t)state << 32) | parent;
+    uint32_t mask = c->st_tab_cap - 1;
+    uint32_t k = (uint32_t)mix64(key) & mask;
+    while (c->st_tab[k]) {
+        uint32_t id = c->st_tab[k] - 1;
+        if (c->st[id].state == state && c->st[id].parent == parent) return id;
+        k = (k + 1) & mask;
+    }
+    if (c->n_st >= GM_MAX_STACKS) return DEAD;
+    if (c->n_st == c->cap_st) {
+        c->cap_st *= 2;
+        c->st = xrealloc(c->st, c->cap_st * sizeof(gstack));
+        c->mark = xrealloc(c->mark, c->cap_st * sizeof(uint32_t));
+        memset(c->mark + c->n_st, 0, (c->cap_st - c->n_st) * sizeof(uint32_t));
+    }
+    uint32_t id = c->n_st++;
+    c->st[id] = (gstack){state, parent};
+    c->st_tab[k] = id + 1;
+    if (2 * c->n_st > c->st_tab_cap) { /* rehash */
+        uint32_t nc = c->st_tab_cap * 2;
+        uint32_t *t = xcalloc(nc, sizeof(uint32_t));
+        for (uint32_t i = 1; i < c->n_st; i++) {
+            uint32_t j = (uint32_t)mix64(((uint64_t)c->st[i].state << 32) | c->st[i].parent) & (nc - 1);
+            while (t[j]) j = (j + 1) & (nc - 1);
+            t[j] = i + 1;
+        }
+        free(c->st_tab);
+        c->st_tab = t;
+        c->st_tab_cap = nc;
+    }
+    return id;
+}
+
+/* ---- closure ----------------------------------------------------------------
+ * c->work holds the stacks to expand (each marked with the current epoch);
+ * the kernel ones go to c->res. */
+
+typedef struct clos {
+    uint32_t n_work, n_res;
+    bool can_end, overflow;
+} clos;
+
+static void clos_begin(gcache *c, clos *k) {
+    memset(k, 0, sizeof *k);
+    if (++c->epoch == 0) { /* wrapped: forget old marks */
+        memset(c->mark, 0, c->cap_st * sizeof(uint32_t));
+        c->epoch = 1;
+    }
+}
+
+static inline void visit(gcache *c, clos *k, uint32_t id) {
+    if (c->mark[id] == c->epoch) return;
+    c->mark[id] = c->epoch;
+    if (k->n_work == c->cap_work) {
+        c->cap_work = c->cap_work ? 2 * c->cap_work : 256;
+        c->work = xrealloc(c->work, c->cap_work * sizeof(uint32_t));
+    }
+    c->work[k->n_work++] = id;
+}
+
+static inline void push_item(gcache *c, clos *k, uint32_t state, uint32_t parent) {
+    uint32_t id = stack_intern(c, state, parent);
+    if (id == DEAD) {
+        k->overflow = true;
+        return;
+    }
+    visit(c, k, id);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void clos_run(const grammar *g, gcache *c, clos *k) {
+    for (uint32_t i = 0; i < k->n_work && !k->overflow; i++) {
+        uint32_t id = c->work[i];
+        uint32_t s = c->st[id].state, p = c->st[id].parent;
+        uint8_t fl = g->sflags[s];
+        if (fl & SF_BYTES) {
+            if (k->n_res == c->cap_res) {
+                c->cap_res = c->cap_res ? 2 * c->cap_res : 256;
+                c->res = xrealloc(c->res, c->cap_res * sizeof(uint32_t));
+            }
+            c->res[k->n_res++] = id;
+            if (k->n_res > GM_MAX_SET) k->overflow = true;
+        }
+        for (uint32_t e = g->eps_off[s]; e < g->eps_off[s + 1]; e++) push_item(c, k, g->eps[e], p);
+        for (uint32_t e = g->call_off[s]; e < g->call_off[s + 1]; e++) {
+            gcall cl = g->calls[e];
+            uint32_t parent = p;
+            if (!(g->sflags[cl.ret] & SF_PURE)) {
+                parent = stack_intern(c, cl.ret, p);
+                if (parent == DEAD) {
+                    k->overflow = true;
+                    break;
+                }
+            }
+            push_item(c, k, g->rule_start[cl.rule], parent);
+        }
+        if (fl & SF_FINAL) {
+            if (p == 0)
+                k->can_end = true;
+            else
+                visit(c, k, p);
+        }
+    }
+    if (k->n_res < 16) {
+        for (uint32_t i = 1; i < k->n_res; i++) {
+            uint32_t x = c->res[i], j = i;
+            while (j && c->res[j - 1] > x) c->res[j] = c->res[j - 1], j--;
+            c->res[j] = x;
+        }
+    } else {
+        qsort(c->res, k->n_res, sizeof(uint32_t), cmp_u32);
+    }
+}
+
+static void overflow_warn(gcache *c) {
+    if (!c->warned) log_warn("grammar: a stack set passed its limit (%u stacks in a set, %u in all); that path is refused",
+                             GM_MAX_SET, GM_MAX_STACKS);
+    c->warned = true;
+}
+
+int gmatch_init_start(grammar *g, err_t *e) {
+    gcache *c = &g->c;
+    cache_init(c);
+    clos k;
+    clos_begin(c, &k);
+    push_item(c, &k, g->root_start, 0);
+    clos_run(g, c, &k);
+    if (k.overflow) return err_set(e, ERR_RANGE, "1:1: grammar too ambiguous at its start (more than %u stacks)", GM_MAX_SET);
+    g->init = xmalloc(MAX(k.n_res, 1) * sizeof(uint32_t));
+    if (k.n_res) memcpy(g->init, c->res, k.n_res * sizeof(uint32_t));
+    g->n_init = k.n_res;
+    g->init_end = k.can_end;
+    return 0;
+}
+
+/* ---- stack sets (lazy DFA states) -------------------------------------------- */
+
+static uint64_t set_hash(const uint32_t *ids, uint32_t n, bool can_end) {
+    return hash_bytes(ids, n * sizeof(uint32_t), can_end ? 0x51 : 0x17);
+}
+
+static void ds_flush(gcache *c) {
+    for (uint32_t i = 0; i < c->n_ds; i++) {
+        free(c->ds[i].next);
+        free(c->ds[i].mask);
+    }
+    c->n_ds = 0;
+    c->n_pool = 0;
+    c->n_masked = 0;
+    c->next_bytes = c->mask_bytes = 0;
+    if (c->ds_tab) memset(c->ds_tab, 0, c->ds_tab_cap * sizeof(uint32_t));
+    c->gen++;
+}
+
+static size_t ds_bytes(const gcache *c) { return c->n_pool * 4 + (size_t)c->n_ds * (sizeof(gdstate) + 8) + c->next_bytes; }
+
+/* At the start of a public call: drop the lazy DFA if it outgrew its share. */
+static void cache_check(gcache *c) {
+    if (ds_bytes(c) > c->budget_bytes / 2) ds_flush(c);
+}
+
+static uint32_t ds_intern(const grammar *g, gcache *c, const uint32_t *ids, uint32_t n, bool can_end) {
+    uint64_t h = set_hash(ids, n, can_end);
+    if (2 * (c->n_ds + 1) > c->ds_tab_cap) {
+        uint32_t nc = c->ds_tab_cap ? 2 * c->ds_tab_cap : 1024;
+        uint32_t *t = xcalloc(nc, sizeof(uint32_t));
+        for (uint32_t i = 0; i < c->n_ds; i++) {
+            uint32_t j = (uint32_t)c->ds[i].hash & (nc - 1);
+            while (t[j]) j = (j + 1) & (nc - 1);
+            t[j] = i + 1;
+        }
+        free(c->ds_tab);
+        c->ds_tab = t;
+        c->ds_tab_cap = nc;
+    }
+    uint32_t mask = c->ds_tab_cap - 1, j = (uint32_t)h & mask;
+    while (c->ds_tab[j]) {
+        const gdstate *d = &c->ds[c->ds_tab[j] - 1];
+        if (d->hash == h && d->n == n && d->can_end == can_end &&
+            (!n || !memcmp(c->pool + d->off, ids, n * sizeof(uint32_t))))
+            return c->ds_tab[j] - 1;
+        j = (j + 1) & mask;
+    }
+    if (c->n_ds == c->cap_ds) {
+        c->cap_ds = c->cap_ds ? 2 * c->cap_ds : 256;
+        c->ds = xrealloc(c->ds, c->cap_ds * sizeof(gdstate));
+    }
+    if (c->n_pool + n > c->cap_pool) {
+        size_t nc = c->cap_pool ? c->cap_pool : 1024;
+        while (nc < c->n_pool + n) nc *= 2;
+        c->pool = xrealloc(c->pool, nc * sizeof(uint32_t));
+        c->cap_pool = nc;
+    }
+    uint32_t id = c->n_ds++;
+    gdstate *d = &c->ds[id];
+    memset(d, 0, sizeof *d);
+    d->off = (uint32_t)c->n_pool;
+    d->n = n;
+    d->hash = h;
+    d->can_end = can_end;
+    if (n) memcpy(c->pool + c->n_pool, ids, n * sizeof(uint32_t));
+    c->n_pool += n;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t s = c->st[ids[i]].state;
+        for (uint32_t e = g->edge_off[s]; e < g->edge_off[s + 1]; e++)
+            for (unsigned b = g->edges[e].lo; b <= g->edges[e].hi; b++) d->bytes[b >> 6] |= 1ull << (b & 63);
+    }
+    c->ds_tab[j] = id + 1;
+    return id;
+}
+
+/* The state after byte b from state d (DEAD when b cannot come next). */
+static uint32_t ds_step_slow(const grammar *g, gcache *c, uint32_t d, uint8_t b) {
+    uint32_t r = DEAD;
+    if (c->ds[d].bytes[b >> 6] >> (b & 63) & 1) {
+        clos k;
+        clos_begin(c, &k);
+        uint32_t off = c->ds[d].off, n = c->ds[d].n;
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t id = c->pool[off + i];
+            uint32_t s = c->st[id].state, p = c->st[id].parent;
+            for (uint32_t e = g->edge_off[s]; e < g->edge_off[s + 1]; e++)
+                if (g->edges[e].lo <= b && b <= g->edges[e].hi) push_item(c, &k, g->edges[e].to, p);
+        }
+        clos_run(g, c, &k);
+        if (k.overflow)
+            overflow_warn(c);
+        else if (k.n_res || k.can_end)
+            r = ds_intern(g, c, c->res, k.n_res, k.can_end);
+    }
+    gdstate *ds = &c->ds[d];
+    if (!ds->next && c->next_bytes + 1024 <= c->budget_bytes / 4) {
+        ds->next = xcalloc(256, sizeof(uint32_t));
+        c->next_bytes += 256 * sizeof(uint32_t);
+    }
+    if (ds->next) ds->next[b] = r == DEAD ? 1 : r + 2;
+    return r;
+}
+
+static inline uint32_t ds_step(const grammar *g, gcache *c, uint32_t d, uint8_t b) {
+    const uint32_t *nt = c->ds[d].next;
+    if (nt && nt[b]) return nt[b] == 1 ? DEAD : nt[b] - 2;
+    return ds_step_slow(g, c, d, b);
+}
+
+static uint32_t m_state(gmatch *m) {
+    gcache *c = &m->g->c;
+    if (m->gen != c->gen) {
+        m->ds = ds_intern(m->g, c, m->stacks, m->n, m->can_end);
+        m->gen = c->gen;
+    }
+    return m->ds;
+}
+
+static void m_set(gmatch *m, uint32_t d) {
+    gcache *c = &m->g->c;
+    const gdstate *s = &c->ds[d];
+    if (s->n > m->cap) {
+        m->cap = s->n;
+        m->stacks = xrealloc(m->stacks, m->cap * sizeof(uint32_t));
+    }
+    if (s->n) memcpy(m->stacks, c->pool + s->off, s->n * sizeof(uint32_t));
+    m->n = s->n;
+    m->can_end = s->can_end;
+    m->ds = d;
+    m->gen = c->gen;
+}
+
+void gcache_free(gcache *c) {
+    ds_flush(c);
+    free(c->st), free(c->mark), free(c->st_tab), free(c->ds), free(c->ds_tab), free(c->pool);
+    free(c->masked), free(c->work), free(c->res), free(c->walk);
+    memset(c, 0, sizeof *c);
+}
+
+void grammar_set_cache_bytes(grammar *g, size_t bytes) {
+    if (g) g->c.budget_bytes = MAX(bytes, (size_t)1 << 16);
+}
+
+void grammar_cache_stats(const grammar *g, grammar_stats *s) {
+    memset(s, 0, sizeof *s);
+    if (!g) return;
+    const gcache *c = &g->c;
+    s->n_stacks = c->n_st;
+    s->n_sets = c->n_ds;
+    s->n_masks = c->n_masked;
+    s->cache_bytes = ds_bytes(c) + c->mask_bytes + (size_t)c->cap_st * 12 + (size_t)c->st_tab_cap * 4;
+    s->mask_hits = c->mask_hits;
+    s->mask_misses = c->mask_misses;
+}
+
+/* ---- vocabulary ------------------------------------------------------------------ */
+
+static int cmp_tok(const void *a, const void *b, void *ctx) {
+    const gvocab *v = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint32_t lx = v->tok_off[x + 1] - v->tok_off[x], ly = v->tok_off[y + 1] - v->tok_off[y];
+    int c = memcmp(v->bytes + v->tok_off[x], v->bytes + v->tok_off[y], MIN(lx, ly));
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t *kind) {
+    if (n_vocab < 0 || !piece) return NULL;
+    gvocab *v = xcalloc(1, sizeof *v);
+    v->n_vocab = n_vocab;
+    v->kind = xcalloc((size_t)n_vocab + 1, 1);
+    v->tok_off = xmalloc(((size_t)n_vocab + 1) * sizeof(uint32_t));
+    size_t cap = 1 << 16, n = 0;
+    v->bytes = xmalloc(cap);
+    int buf_cap = 256;
+    char *buf = xmalloc((size_t)buf_cap);
+    int n_norm = 0;
+    for (int id = 0; id < n_vocab; id++) {
+        v->tok_off[id] = (uint32_t)n;
+        uint8_t k = kind ? kind[id] : GV_NORMAL;
+        if (k > GV_NEVER) k = GV_NEVER;
+        int len = piece(ctx, id, buf, buf_cap);
+        if (len > buf_cap && len <= 65535) {
+            buf_cap = len;
+            buf = xrealloc(buf, (size_t)buf_cap);
+            len = piece(ctx, id, buf, buf_cap);
+        }
+        if (len < 0 || len > 65535 || len > buf_cap) len = 0, k = k == GV_EOG ? GV_EOG : GV_NEVER;
+        if (len == 0 && k == GV_NORMAL) k = GV_NEVER;
+        v->kind[id] = k;
+        if (k == GV_EOG) v->n_eog++;
+        if (k != GV_NORMAL) continue;
+        if (n + (size_t)len > cap || n + (size_t)len > UINT32_MAX) {
+            if (n + (size_t)len > UINT32_MAX) { /* absurd vocabulary: token unusable */
+                v->kind[id] = GV_NEVER;
+                continue;
+            }
+            while (n + (size_t)len > cap) cap *= 2;
+            v->bytes = xrealloc(v->bytes, cap);
+        }
+        memcpy(v->bytes + n, buf, (size_t)len);
+        n += (size_t)len;
+        n_norm++;
+        v->max_len = MAX(v->max_len, (uint32_t)len);
+    }
+    v->tok_off[n_vocab] = (uint32_t)n;
+    free(buf);
+    v->eog = xmalloc(((size_t)v->n_eog + 1) * sizeof(int32_t));
+    v->n_eog = 0;
+    int32_t *order = xmalloc(((size_t)n_norm + 1) * sizeof(int32_t));
+    int m = 0;
+    for (int id = 0; id < n_vocab; id++) {
+        if (v->kind[id] == GV_EOG) v->eog[v->n_eog++] = id;
+        if (v->kind[id] == GV_NORMAL) order[m++] = id;
+    }
+    qsort_r(order, (size_t)m, sizeof(int32_t), cmp_tok, v);
+    /* preorder trie from the sorted pieces */
+    v->nodes = xmalloc((n + 1) * sizeof(struct tnode));
+    v->node_tok = xmalloc((n + 2) * sizeof(uint32_t));
+    v->toks = xmalloc(((size_t)m + 1) * sizeof(int32_t));
+    uint32_t *path = xmalloc(((size_t)v->max_len + 1) * sizeof(uint32_t));
+    uint32_t nn = 1, nt = 0, plen = 0;
+    v->nodes[0] = (struct tnode){0, 0, 0};
+    v->node_tok[0] = 0;
+    path[0] = 0;
+    const uint8_t *prev = NULL;
+    uint32_t prev_len = 0;
+    for (int i = 0; i < m; i++) {
+        int32_t id = order[i];
+        const uint8_t *s = v->bytes + v->tok_off[id];
+        uint32_t len = v->tok_off[id + 1] - v->tok_off[id], l = 0;
+        while (l < len && l < prev_len && prev[l] == s[l]) l++;
+        for (uint32_t d = plen; d > l; d--) v->nodes[path[d]].end = nn;
+        plen = l;
+        for (uint32_t d = l + 1; d <= len; d++) {
+            v->nodes[nn] = (struct tnode){0, (uint16_t)d, s[d - 1]};
+            v->node_tok[nn] = nt;
+            path[d] = nn++;
+        }
+        plen = len;
+        v->toks[nt++] = id;
+        prev = s;
+        prev_len = len;
+    }
+    for (uint32_t d = plen; d > 0; d--) v->nodes[path[d]].end = nn;
+    v->nodes[0].end = nn;
+    v->node_tok[nn] = nt;
+    v->n_nodes = nn;
+    v->nodes = xrealloc(v->nodes, (size_t)nn * sizeof(struct tnode));
+    v->node_tok = xrealloc(v->node_tok, ((size_t)nn + 1) * sizeof(uint32_t));
+    free(path);
+    free(order);
+    return v;
+}
+
+void gvocab_free(gvocab *v) {
+    if (!v) return;
+    free(v->kind), free(v->tok_off), free(v->bytes), free(v->eog);
+    free(v->nodes), free(v->node_tok), free(v->toks);
+    free(v);
+}
+
+int gvocab_n_vocab(const gvocab *v) { return v ? v->n_vocab : 0; }
+
+/* ---- matchers ------------------------------------------------------------------- */
+
+gmatch *gmatch_new(grammar *g, const gvocab *v) {
+    if (!g) return NULL;
+    gmatch *m = xcalloc(1, sizeof *m);
+    grammar_ref(g);
+    m->g = g;
+    m->v = v;
+    m->cap = MAX(g->n_init, 1);
+    m->stacks = xmalloc(m->cap * sizeof(uint32_t));
+    if (g->n_init) memcpy(m->stacks, g->init, g->n_init * sizeof(uint32_t));
+    m->n = g->n_init;
+    m->can_end = g->init_end;
+    m->gen = 0; /* no gdstate yet: the cache belongs to the engine thread */
+    return m;
+}
+
+void gmatch_free(gmatch *m) {
+    if (!m) return;
+    grammar_unref(m->g);
+    free(m->stacks);
+    free(m);
+}
+
+gmatch *gmatch_clone(const gmatch *m) {
+    if (!m) return NULL;
+    gmatch *c = xmalloc(sizeof *c);
+    *c = *m;
+    c->cap = MAX(m->n, 1);
+    c->stacks = xmalloc(c->cap * sizeof(uint32_t));
+    if (m->n) memcpy(c->stacks, m->stacks, m->n * sizeof(uint32_t));
+    grammar_ref(m->g);
+    return c;
+}
+
+bool gmatch_can_end(const gmatch *m) { return m && m->can_end; }
+bool gmatch_must_end(const gmatch *m) { return m && m->can_end && (m->n == 0 || m->ended); }
+
+int gmatch_accept_bytes(gmatch *m, const char *bytes, size_t n) {
+    if (!m || m->ended || (n && !bytes)) return ERR_INVALID;
+    if (!n) return 0;
+    grammar *g = m->g;
+    gcache *c = &g->c;
+    cache_check(c);
+    uint32_t d = m_state(m);
+    for (size_t i = 0; i < n; i++) {
+        d = ds_step(g, c, d, (uint8_t)bytes[i]);
+        if (d == DEAD) return ERR_INVALID;
+    }
+    m_set(m, d);
+    return 0;
+}
+
+int gmatch_accept(gmatch *m, int32_t token) {
+    if (!m || !m->v || m->ended || token < 0 || token >= m->v->n_vocab) return ERR_INVALID;
+    const gvocab *v = m->v;
+    switch (v->kind[token]) {
+    case GV_NEVER: return ERR_INVALID;
+    case GV_EOG:
+        if (!m->can_end) return ERR_INVALID;
+        m->ended = true;
+        return 0;
+    default:
+        return gmatch_accept_bytes(m, (const char *)v->bytes + v->tok_off[token],
+                                   v->tok_off[token + 1] - v->tok_off[token]);
+    }
+}
+
+int gmatch_forced(gmatch *m, char *buf, int cap) {
+    if (!m || m->ended || cap <= 0) return 0;
+    grammar *g = m->g;
+    gcache *c = &g->c;
+    cache_check(c);
+    uint32_t d = m_state(m);
+    int n = 0;
+    while (n < cap) {
+        const gdstate *s = &c->ds[d];
+        if (s->can_end) break;
+        int count = 0, b = -1;
+        for (int w = 0; w < 4 && count < 2; w++) {
+            uint64_t x = s->bytes[w];
+            if (!x) continue;
+            count += __builtin_popcountll(x);
+            b = w * 64 + __builtin_ctzll(x);
+        }
+        if (count != 1) break;
+        uint32_t nd = ds_step(g, c, d, (uint8_t)b);
+        if (nd == DEAD) break;
+        buf[n++] = (char)b;
+        d = nd;
+    }
+    return n;
+}
+
+/* Frees the least recently used masks until `need` more bytes fit. */
+static void masks_make_room(gcache *c, size_t need) {
+    size_t budget = c->budget_bytes / 2;
+    while (c->n_masked && c->mask_bytes + need > budget) {
+        uint32_t best = 0;
+        for (uint32_t i = 1; i < c->n_masked; i++)
+            if (c->ds[c->masked[i]].lru < c->ds[c->masked[best]].lru) best = i;
+        gdstate *d = &c->ds[c->masked[best]];
+        free(d->mask);
+        d->mask = NULL;
+        c->mask_bytes -= need; /* all masks have the same size */
+        c->masked[best] = c->masked[--c->n_masked];
+    }
+}
+
+int gmatch_mask(gmatch *m, uint64_t *mask) {
+    if (!m || !m->v) return 0;
+    const gvocab *v = m->v;
+    size_t words = ((size_t)v->n_vocab + 63) / 64, bytes = words * sizeof(uint64_t);
+    memset(mask, 0, bytes);
+    if (m->ended) return 0;
+    grammar *g = m->g;
+    gcache *c = &g->c;
+    cache_check(c);
+    if (c->vocab != v) { /* masks of another vocabulary mean nothing here */
+        ds_flush(c);
+        c->vocab = v;
+    }
+    uint32_t d0 = m_state(m);
+    if (c->ds[d0].mask) {
+        c->mask_hits++;
+        c->ds[d0].lru = ++c->tick;
+        memcpy(mask, c->ds[d0].mask, bytes);
+        return c->ds[d0].n_allowed;
+    }
+    c->mask_misses++;
+    if (c->cap_walk < v->max_len + 1) {
+        c->cap_walk = v->max_len + 1;
+        c->walk = xrealloc(c->walk, c->cap_walk * sizeof(uint32_t));
+    }
+    uint32_t *walk = c->walk;
+    walk[0] = d0;
+    int count = 0;
+    const struct tnode *nodes = v->nodes;
+    for (uint32_t i = 1; i < v->n_nodes;) {
+        struct tnode t = nodes[i];
+        uint32_t d = ds_step(g, c, walk[t.depth - 1], t.byte);
+        if (d == DEAD) {
+            i = t.end;
+            continue;
+        }
+        walk[t.depth] = d;
+        for (uint32_t k = v->node_tok[i]; k < v->node_tok[i + 1]; k++) {
+            int32_t id = v->toks[k];
+            mask[id >> 6] |= 1ull << (id & 63);
+            count++;
+        }
+        i++;
+    }
+    if (c->ds[d0].can_end) {
+        for (int k = 0; k < v->n_eog; k++) {
+            int32_t id = v->eog[k];
+            mask[id >> 6] |= 1ull << (id & 63);
+            count++;
+        }
+    }
+    if (bytes <= c->budget_bytes / 2) {
+        masks_make_room(c, bytes);
+        gdstate *s = &c->ds[d0];
+        s->mask = xmalloc(bytes);
+        memcpy(s->mask, mask, bytes);
+        s->n_allowed = count;
+        s->lru = ++c->tick;
+        if (c->n_masked == c->cap_masked) {
+            c->cap_masked = c->cap_masked ? 2 * c->cap_masked : 64;
+            c->masked = xrealloc(c->masked, c->cap_masked * sizeof(uint32_t));
+        }
+        c->masked[c->n_masked++] = d0;
+        c->mask_bytes += bytes;
+    }
+    return count;
+}
