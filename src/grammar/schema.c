@@ -1320,11 +1320,13 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (addl && !json_is_object(addl) && !json_is_boolean(addl))
         return invalid_kw(g, ptr, "additionalProperties", "must be a schema");
     json_t *req_set = json_object(); /* the required names, for lookups */
+    json_t *banned = json_array();   /* properties whose schema is false */
     for (size_t i = 0; req && i < json_array_size(req); i++) {
         json_t *r = json_array_get(req, i);
         int bad = !json_is_string(r) ? 1 : json_object_get(req_set, json_string_value(r)) ? 2 : 0;
         if (bad) {
             json_decref(req_set);
+            json_decref(banned);
             return invalid_kw(g, ptr, "required", bad == 1 ? "must be an array of strings" : "has duplicates");
         }
         json_object_set_new(req_set, json_string_value(r), json_true());
@@ -1342,6 +1344,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (props) json_object_foreach(props, k, v) {
         bool is_req = json_object_get(req_set, k) != NULL;
         if (json_is_false(v)) {
+            json_array_append_new(banned, json_string(k)); /* never written, and not an extra key either */
             if (is_req) {
                 rc = err_set(g->e, ERR_INVALID, "%s/required: property '%.64s' is required but its schema is false",
                              ptr, k);
@@ -1401,10 +1404,12 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
     char *xkv = NULL;
     if (extra) {
         sbuf body = {0};
-        if (n == 0) prim(g, P_STRING, &body);
+        if (n == 0 && json_array_size(banned) == 0) prim(g, P_STRING, &body);
         else {
             tnode root = {0};
             for (int i = 0; i < n; i++) trie_add(&root, m[i].key);
+            for (size_t i = 0; i < json_array_size(banned); i++)
+                trie_add(&root, json_string_value(json_array_get(banned, i)));
             sb_puts(&body, "\"\\\"\" ");
             rc = trie_emit(g, &root, &body);
             trie_free(root.kids);
@@ -1497,6 +1502,7 @@ done:
     free(m);
     free(pp);
     json_decref(req_set);
+    json_decref(banned);
     return rc;
 }
 
