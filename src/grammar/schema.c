@@ -703,6 +703,7 @@ typedef struct {
     const char *s;
     size_t i, n;
     int depth;
+    bool top_alt; /* a '|' outside every group */
     gen *g;
     const char *ptr;
     int rc;
@@ -1003,6 +1004,7 @@ static rx *rx_cat(rxp *p) {
 static rx *rx_alt(rxp *p) {
     rx *r = rx_cat(p);
     while (r && p->i < p->n && p->s[p->i] == '|') {
+        if (p->depth == 0) p->top_alt = true;
         p->i++;
         rx *x = rx_cat(p);
         if (!x) {
@@ -1137,7 +1139,7 @@ static int gen_pattern(gen *g, json_t *v, const char *ptr, sbuf *out) {
         rx_free(r);
         return err_set(g->e, ERR_INVALID, "%s/pattern: unexpected '%c' at offset %zu", ptr, s[p.i], p.i);
     }
-    if ((start || end) && r->kind == RX_ALT) {
+    if ((start || end) && p.top_alt) {
         rx_free(r);
         return err_set(g->e, ERR_UNSUPPORTED,
                        "%s/pattern: an anchor beside a top-level '|' (write ^(a|b)$ for a whole-string choice)",
