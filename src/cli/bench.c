@@ -4,6 +4,7 @@
  *
  *   kvloom bench -m MODEL [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]
  *   kvloom bench -m MODEL --tokenizer [--text FILE] [-r REPS]
+ *   kvloom bench -m MODEL --grammar [--tools FILE] [-n OBJECTS] (bench_grammar.c)
  *
  * Place in the flow: cli/, beside run; it drives model_forward directly
  * (no scheduler, no tokenizer): token ids are drawn from a fixed-seed
@@ -53,7 +54,8 @@
 
 static int bench_usage(void) {
     fprintf(stderr, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
-                    "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n");
+                    "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
+                    "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n");
     return 2;
 }
 
@@ -228,17 +230,22 @@ static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_by
 
 int cli_bench(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL;
-    bool tokenizer_mode = false;
+    const char *tools_path = NULL;
+    bool tokenizer_mode = false, grammar_mode = false;
+    long n_objects = 20;
     long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3, n_seqs = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
-        if (strcmp(a, "--tokenizer") == 0) {
-            tokenizer_mode = true;
+        if (strcmp(a, "--tokenizer") == 0 || strcmp(a, "--grammar") == 0) {
+            tokenizer_mode |= a[2] == 't';
+            grammar_mode |= a[2] == 'g';
             continue;
         }
         if (strcmp(a, "-m") == 0) path = v;
         else if (strcmp(a, "--text") == 0) text_path = v;
+        else if (strcmp(a, "--tools") == 0) tools_path = v;
+        else if (strcmp(a, "-n") == 0) ok = bench_parse_int(v, 1, 100000, &n_objects);
         else if (strcmp(a, "-t") == 0) ok = bench_parse_int(v, 1, 256, &threads);
         else if (strcmp(a, "--pp") == 0) ok = bench_parse_int(v, 0, 1 << 16, &pp);
         else if (strcmp(a, "--tg") == 0) ok = bench_parse_int(v, 0, 1 << 16, &tg);
@@ -259,6 +266,7 @@ int cli_bench(int argc, char **argv) {
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 64);
 
     if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);
+    if (grammar_mode) return bench_grammar(path, tools_path, n_objects, threads);
     err_t e = {0};
     model *m;
     if (model_load(path, &m, &e)) {

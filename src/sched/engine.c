@@ -45,6 +45,7 @@
  */
 #include "engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -75,6 +76,8 @@
  * whole burst of turns at once while the blocks of a flood of cold prompts
  * are not all taken before they can run. */
 #define ENGINE_MAX_PREFILLING 16
+/* Jump-forward: at most this many bytes of a forced run are appended at once. */
+#define ENGINE_FORCED_MAX 1024
 
 typedef struct seq {
     req *r;
@@ -89,6 +92,10 @@ typedef struct seq {
     int n_blocks, cap_blocks;
     int n_indexed;       /* leading full blocks the tree holds READY for us    */
     sampler *smp;
+    gmatch *gm;          /* the grammar's state after `tokens`, or NULL        */
+    bool gm_failed;      /* a lazy grammar's trigger came with text it refuses  */
+    char *trig;          /* lazy grammar: the newest output bytes (trigger scan) */
+    int n_trig;
     bool admitted_once;  /* prompt metrics and cached count recorded           */
     uint64_t sched_step; /* the step that last put it in a batch               */
     uint64_t wait_from;  /* step of admission or of its last prefill chunk     */
@@ -117,6 +124,9 @@ struct engine {
     int *b_chunk;        /* tokens of that sequence in the batch               */
     int32_t *scratch;    /* block ids for radix_insert                          */
     int scratch_cap;
+    uint64_t *mask;      /* (n_vocab/64 rounded up) allowed tokens of a grammar  */
+    char *forced;        /* (ENGINE_FORCED_MAX) a forced run's bytes            */
+    int32_t *forced_ids; /* (ENGINE_FORCED_MAX) and its tokens                  */
 
     seq_list running;    /* in arrival order                                    */
     seq_list waiting;    /* in arrival order (preempted ones keep theirs)       */
@@ -296,6 +306,8 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     req_post_finish(s->r, why, msg);
     req_unref(s->r);
     sampler_free(s->smp);
+    gmatch_free(s->gm);
+    free(s->trig);
     free(s->tokens);
     free(s->blocks);
     free(s->pending);
@@ -374,6 +386,7 @@ static void take_submitted(engine *en) {
         s->order = en->next_order++;
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
         s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
+        if (r->grammar && !r->grammar_trigger) s->gm = gmatch_new(r->grammar, en->o.gvocab);
         list_push(&en->waiting, s);
     }
     en->n_submitq = 0;
@@ -431,26 +444,126 @@ static void reserve_decode_slots(engine *en) {
     }
 }
 
-static void post_token(engine *en, seq *s, const float *row) {
+/* Sets the logits of the tokens the grammar refuses to -inf. Returns how
+ * many are allowed. */
+static int apply_mask(engine *en, seq *s, float *lg) {
+    int64_t t0 = clock_ns();
+    int n_ok = gmatch_mask(s->gm, en->mask);
+    en->cnt.mask_ns_total += (uint64_t)(clock_ns() - t0);
+    en->cnt.constrained_tokens_total++;
+    int n_vocab = en->m->cfg.n_vocab;
+    for (int w = 0; w * 64 < n_vocab; w++) {
+        uint64_t m = en->mask[w];
+        if (m == ~0ull) continue;
+        int end = MIN(64, n_vocab - w * 64);
+        for (int i = 0; i < end; i++)
+            if (!(m >> i & 1)) lg[w * 64 + i] = -INFINITY;
+    }
+    return n_ok;
+}
+
+/* A lazy grammar starts at its trigger: scans the newest bytes of the
+ * output for it and, once found, starts the matcher on the bytes after it. */
+static void grammar_watch(engine *en, seq *s, int32_t id) {
+    req *r = s->r;
+    if (!r->grammar || s->gm || s->gm_failed) return;
+    int tlen = (int)strlen(r->grammar_trigger);
+    char piece[512];
+    int n = en->o.piece(en->o.tok_ctx, id, piece, (int)sizeof piece);
+    if (n <= 0) return;
+    if (n > (int)sizeof piece) n = (int)sizeof piece;
+    /* keep the last tlen - 1 bytes before this piece: a trigger may span tokens */
+    int keep = MIN(s->n_trig, tlen - 1);
+    char *w = xmalloc((size_t)(keep + n) + 1);
+    memcpy(w, s->trig + s->n_trig - keep, (size_t)keep);
+    memcpy(w + keep, piece, (size_t)n);
+    free(s->trig);
+    s->trig = w;
+    s->n_trig = keep + n;
+    char *hit = memmem(w, (size_t)s->n_trig, r->grammar_trigger, (size_t)tlen);
+    if (!hit) return;
+    s->gm = gmatch_new(r->grammar, en->o.gvocab);
+    size_t rest = (size_t)(w + s->n_trig - (hit + tlen));
+    if (rest && gmatch_accept_bytes(s->gm, hit + tlen, rest) < 0) {
+        /* The token that completed the trigger went on with text the grammar
+         * refuses: the output cannot be constrained any more. */
+        log_debug("engine: request %llu: the text after the trigger does not fit the grammar",
+                  (unsigned long long)s->order);
+        gmatch_free(s->gm);
+        s->gm = NULL;
+        s->gm_failed = true;
+    }
+}
+
+/* Appends one generated token (not end-of-generation) to s and its req. */
+static void push_generated(engine *en, seq *s, const req_token *t) {
+    if (s->n_generated == 0) {
+        double ttft = (double)(clock_ns() - s->r->t_submit_ns) / 1e9;
+        hist_observe(&en->cnt.ttft, ttft);
+    }
+    req_post_token(s->r, t);
+    s->n_generated++;
+    seq_push_token(s, t->id);
+    en->cnt.generation_tokens_total++;
+}
+
+/* Jump-forward: where the grammar admits a single continuation, its tokens
+ * are appended at once (they run through the model together in the next
+ * step, like a prompt chunk) instead of being sampled one per step. The run
+ * is tokenized as the tokenizer would have written it; its last token is left
+ * to the model (it may merge with what follows) unless the output ends
+ * there. Not for requests that want logprobs: forced tokens have none. */
+static void jump_forward(engine *en, seq *s) {
+    req *r = s->r;
+    if (!s->gm || r->no_jump_forward || r->n_logprobs >= 0) return;
+    int n = gmatch_forced(s->gm, en->forced, ENGINE_FORCED_MAX);
+    if (n <= 0) return;
+    int nt = en->o.tokenize(en->o.tok_ctx, en->forced, (size_t)n, en->forced_ids, ENGINE_FORCED_MAX);
+    if (nt <= 0) return;
+    bool whole = nt <= ENGINE_FORCED_MAX;
+    if (!whole) nt = ENGINE_FORCED_MAX;
+    bool ends = false;
+    if (whole) {
+        gmatch *probe = gmatch_clone(s->gm);
+        ends = gmatch_accept_bytes(probe, en->forced, (size_t)n) == 0 && gmatch_must_end(probe);
+        gmatch_free(probe);
+    }
+    int keep = ends ? nt : nt - 1;
+    for (int i = 0; i < keep; i++) {
+        if (s->n_generated >= r->max_tokens || s->n_tokens >= en->n_ctx) break;
+        if (gmatch_accept(s->gm, en->forced_ids[i]) < 0) break; /* a token split the grammar does not take */
+        req_token t = {.id = en->forced_ids[i]};
+        push_generated(en, s, &t);
+        r->n_forced++;
+        en->cnt.forced_tokens_total++;
+    }
+}
+
+/* Samples the next token of s from its logits row (masked by its grammar),
+ * posts it, and appends a forced run after it. Returns REQ_RUNNING, or how
+ * the request ends: REQ_FINISH_STOP (end of generation, or the grammar's
+ * output is complete), REQ_FINISH_ERROR (the grammar allows nothing). */
+static req_finish post_token(engine *en, seq *s, const float *row) {
     req *r = s->r;
     req_token t = {0};
     float *lg = (float *)row;
+    if (s->gm) {
+        if (gmatch_must_end(s->gm)) return REQ_FINISH_STOP;
+        if (apply_mask(en, s, lg) == 0) return REQ_FINISH_ERROR;
+    }
     int top_n = r->n_logprobs;
     if (top_n > REQ_MAX_TOP_LOGPROBS) top_n = REQ_MAX_TOP_LOGPROBS;
     t.id = sampler_sample(s->smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);
     t.n_top = top_n > 0 ? top_n : 0;
     sampler_accept(s->smp, t.id);
+    if (s->gm && gmatch_accept(s->gm, t.id) < 0) return REQ_FINISH_ERROR;
     bool eog = !r->ignore_eos && en->o.is_eog && en->o.is_eog(en->o.eog_ctx, t.id);
-    if (!eog) {
-        if (s->n_generated == 0) {
-            double ttft = (double)(clock_ns() - r->t_submit_ns) / 1e9;
-            hist_observe(&en->cnt.ttft, ttft);
-        }
-        req_post_token(r, &t);
-        s->n_generated++;
-        seq_push_token(s, t.id);
-        en->cnt.generation_tokens_total++;
-    }
+    if (eog) return REQ_FINISH_STOP;
+    push_generated(en, s, &t);
+    grammar_watch(en, s, t.id);
+    jump_forward(en, s);
+    if (s->gm && gmatch_must_end(s->gm)) return REQ_FINISH_STOP;
+    return REQ_RUNNING;
 }
 
 /* Puts the next chunk of s (as much of its pending tokens as the budget
@@ -579,15 +692,18 @@ static bool engine_step(engine *en) {
     for (int j = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
         s->n_computed += en->b_chunk[j];
+        s->r->n_forward_steps++;
         seq_index_computed(en, s);
         if (s->n_computed < s->n_tokens) continue;
-        int before = s->n_generated;
-        post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab);
+        req_finish why = post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab);
         row++;
-        req_finish why = REQ_RUNNING;
-        if (s->n_generated == before) why = REQ_FINISH_STOP; /* end of generation */
-        else if (s->n_generated >= s->r->max_tokens) why = REQ_FINISH_LENGTH;
-        else if (s->n_tokens > en->n_ctx) why = REQ_FINISH_LENGTH; /* cannot feed it */
+        if (why == REQ_FINISH_ERROR) {
+            list_remove(&en->running, s);
+            seq_finish(en, s, why, "the grammar allows no token here (an internal error in the grammar engine)");
+            continue;
+        }
+        if (why == REQ_RUNNING && (s->n_generated >= s->r->max_tokens || s->n_tokens > en->n_ctx))
+            why = REQ_FINISH_LENGTH; /* max_tokens, or the context cannot take the next token */
         if (why != REQ_RUNNING) {
             list_remove(&en->running, s);
             seq_finish(en, s, why, NULL);
@@ -700,6 +816,9 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->b_seqs = xcalloc((size_t)mr, sizeof *en->b_seqs);
     en->b_owner = xcalloc((size_t)mr, sizeof *en->b_owner);
     en->b_chunk = xcalloc((size_t)mr, sizeof *en->b_chunk);
+    en->mask = xmalloc(((size_t)m->cfg.n_vocab + 63) / 64 * sizeof *en->mask);
+    en->forced = xmalloc(ENGINE_FORCED_MAX);
+    en->forced_ids = xmalloc(ENGINE_FORCED_MAX * sizeof *en->forced_ids);
     pthread_mutex_init(&en->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -752,6 +871,9 @@ void engine_free(engine *en) {
     free(en->b_owner);
     free(en->b_chunk);
     free(en->scratch);
+    free(en->mask);
+    free(en->forced);
+    free(en->forced_ids);
     pthread_mutex_destroy(&en->mu);
     pthread_cond_destroy(&en->cv);
     free(en);
@@ -763,6 +885,10 @@ int engine_capacity_tokens(const engine *en) { return en->n_blocks * en->o.block
 
 int engine_submit(engine *en, req *r, err_t *e) {
     if (r->n_prompt < 1) return err_set(e, ERR_INVALID, "the prompt is empty");
+    if (r->grammar && (!en->o.gvocab || !en->o.tokenize || !en->o.piece))
+        return err_set(e, ERR_UNSUPPORTED, "constrained output is not available on this engine");
+    if (r->grammar && gvocab_n_vocab(en->o.gvocab) != en->m->cfg.n_vocab)
+        return err_set(e, ERR_UNSUPPORTED, "the grammar vocabulary does not match the model");
     if (r->n_prompt >= en->n_ctx)
         return err_set(e, ERR_INVALID, "the prompt has %d tokens; the context holds %d (prompt + at least 1 generated)",
                        r->n_prompt, en->n_ctx);

@@ -33,6 +33,11 @@
 #include "req.h"
 
 typedef bool (*engine_eog_fn)(void *ctx, int32_t token);
+/* Tokenizes `n` bytes of generated text (no BOS, special tokens parsed) into
+ * at most cap ids; returns the full count (like tok_encode). */
+typedef int (*engine_tokenize_fn)(void *ctx, const char *text, size_t n, int32_t *out, int cap);
+/* A token's bytes (like tok_piece). */
+typedef int (*engine_piece_fn)(void *ctx, int32_t token, char *buf, int cap);
 
 typedef struct engine_opts {
     int n_threads;          /* kernel worker threads (>= 1)                       */
@@ -44,6 +49,14 @@ typedef struct engine_opts {
     int n_ctx;              /* positions per sequence (prompt + generated)        */
     engine_eog_fn is_eog;   /* end-of-generation test (NULL: none)                */
     void *eog_ctx;
+    /* Constrained decoding (req.grammar): the vocabulary's byte trie for the
+     * masks, and the tokenizer for jump-forward and lazy-grammar triggers.
+     * A request with a grammar needs all three (engine_submit refuses it
+     * otherwise). */
+    const gvocab *gvocab;
+    engine_tokenize_fn tokenize;
+    engine_piece_fn piece;
+    void *tok_ctx;
     bool check;             /* run kvpool_check/radix_check after every step      */
     int step_delay_us;      /* testing: sleep this long after every step          */
 } engine_opts;
@@ -70,6 +83,9 @@ typedef struct engine_stats {
     uint64_t prompt_tokens_computed_total; /* prompt tokens run through the model */
     uint64_t generation_tokens_total;
     uint64_t preemptions_total;
+    uint64_t constrained_tokens_total;  /* tokens sampled under a grammar mask   */
+    uint64_t forced_tokens_total;       /* tokens appended by jump-forward       */
+    uint64_t mask_ns_total;             /* time spent computing masks            */
     uint64_t steps_total;
     int kv_blocks_total;
     int kv_blocks_used;             /* blocks with a reference (tree or request)  */

@@ -51,6 +51,8 @@ void req_unref(req *r) {
     free(s);
     free(r->prompt);
     free(r->tokens);
+    grammar_unref(r->grammar);
+    free(r->grammar_trigger);
     free(r);
 }
 

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
+#include "../grammar/grammar.h"
 #include "../sample/sample.h"
 
 #define REQ_MAX_TOP_LOGPROBS 20
@@ -61,6 +62,11 @@ typedef struct req {
     int max_tokens;        /* >= 1; the engine also stops at its context limit   */
     bool ignore_eos;       /* do not stop at end-of-generation tokens            */
     int n_logprobs;        /* -1: none; 0..REQ_MAX_TOP_LOGPROBS: chosen + top-n  */
+    grammar *grammar;      /* output constraint (one reference, owned) or NULL   */
+    char *grammar_trigger; /* NULL: the grammar holds from the first token; else
+                              it holds from the first occurrence of this text in
+                              the output on (a lazy grammar; owned)             */
+    bool no_jump_forward;  /* sample forced runs token by token (benchmarks)     */
     int64_t t_submit_ns;   /* clock_ns() at submission (set by engine_submit)    */
 
     /* ---- control: any thread ---- */
@@ -75,6 +81,10 @@ typedef struct req {
     req_finish finish;     /* REQ_RUNNING until req_post_finish                  */
     int n_cached;          /* prompt tokens served from the prefix cache         */
     int64_t t_first_ns;    /* clock_ns() of the first generated token (0: none)  */
+    /* written by the engine thread before the finish record (read them after
+     * req_wait reports the finish): */
+    int n_forced;          /* generated tokens appended by jump-forward          */
+    int n_forward_steps;   /* forward passes that ran this request's tokens      */
     char error[256];       /* message when finish == REQ_FINISH_ERROR            */
 } req;
 

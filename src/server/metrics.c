@@ -5,6 +5,8 @@
  * kvloom_prompt_tokens_total, kvloom_prompt_tokens_cached_total,
  * kvloom_prompt_tokens_computed_total, kvloom_generation_tokens_total,
  * kvloom_preemptions_total, kvloom_kv_blocks_{used,total,cached},
+ * kvloom_constrained_tokens_total, kvloom_forced_tokens_total,
+ * kvloom_grammar_mask_seconds_total,
  * kvloom_time_to_first_token_seconds, kvloom_time_per_output_token_seconds
  * (histograms) and kvloom_requests_total{status}.
  */
@@ -73,6 +75,12 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
     gauge(b, "kvloom_preemptions_total", "Sequences preempted because the KV pool was full.", "counter",
           (double)st->preemptions_total);
     gauge(b, "kvloom_engine_steps_total", "Batches run by the engine.", "counter", (double)st->steps_total);
+    gauge(b, "kvloom_constrained_tokens_total", "Tokens sampled under a grammar mask (tools, JSON schemas).", "counter",
+          (double)st->constrained_tokens_total);
+    gauge(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",
+          (double)st->forced_tokens_total);
+    gauge(b, "kvloom_grammar_mask_seconds_total", "Time spent computing grammar masks.", "counter",
+          (double)st->mask_ns_total / 1e9);
     gauge(b, "kvloom_kv_blocks_total", "KV blocks in the pool.", "gauge", st->kv_blocks_total);
     gauge(b, "kvloom_kv_blocks_used", "KV blocks holding a reference (requests or the prefix cache).", "gauge",
           st->kv_blocks_used);

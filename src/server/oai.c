@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../chat/toolcall.h"
+
 /* A field's value, or NULL when absent or null. */
 static json_t *field(json_t *o, const char *name) {
     json_t *v = json_object_get(o, name);
@@ -115,6 +117,59 @@ static int parse_prompt(json_t *body, int n_vocab, oai_params *p, const char **p
     return bad(param, "prompt", e, "must be a string or an array of strings or token ids");
 }
 
+/* Whether an assistant message before messages[upto] holds a tool call with
+ * this id. */
+static bool tool_call_id_known(json_t *msgs, size_t upto, const char *id) {
+    for (size_t i = 0; i < upto; i++) {
+        json_t *m = json_array_get(msgs, i);
+        json_t *calls = json_object_get(m, "tool_calls");
+        for (size_t j = 0; j < json_array_size(calls); j++) {
+            json_t *cid = json_object_get(json_array_get(calls, j), "id");
+            if (json_is_string(cid) && strcmp(json_string_value(cid), id) == 0) return true;
+        }
+    }
+    return false;
+}
+
+/* messages[i] (m): an assistant message's tool_calls, a tool message's
+ * tool_call_id. */
+static int check_tool_messages(json_t *msgs, size_t i, json_t *m, err_t *e) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    json_t *calls = field(m, "tool_calls");
+    if (calls) {
+        if (strcmp(role, "assistant") != 0)
+            return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
+        if (!json_is_array(calls)) return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls' must be an array", i);
+        for (size_t j = 0; j < json_array_size(calls); j++) {
+            json_t *c = json_array_get(calls, j);
+            json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
+            json_t *type = json_is_object(c) ? field(c, "type") : NULL;
+            if (!json_is_object(c) || !json_is_string(json_object_get(c, "id")))
+                return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
+            if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
+                return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls[%zu].type' must be \"function\"", i, j);
+            if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+                return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, j);
+            json_t *args = json_object_get(fn, "arguments");
+            if (!json_is_string(args) && !json_is_object(args))
+                return err_set(e, ERR_INVALID,
+                               "'messages[%zu].tool_calls[%zu].function.arguments' must be a string or an object", i,
+                               j);
+        }
+    }
+    if (strcmp(role, "tool") == 0) {
+        json_t *id = json_object_get(m, "tool_call_id");
+        if (!json_is_string(id))
+            return err_set(e, ERR_INVALID, "'messages[%zu].tool_call_id' must be a string (the id of the call it answers)",
+                           i);
+        if (!tool_call_id_known(msgs, i, json_string_value(id)))
+            return err_set(e, ERR_INVALID,
+                           "'messages[%zu].tool_call_id' '%.100s' matches no tool call of an earlier assistant message",
+                           i, json_string_value(id));
+    }
+    return 0;
+}
+
 static int parse_messages(json_t *body, oai_params *p, const char **param, err_t *e) {
     json_t *v = field(body, "messages");
     if (!v) return bad(param, "messages", e, "is required");
@@ -141,12 +196,18 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
                     return err_set(e, ERR_INVALID, "'messages[%zu].content[%zu].text' must be a string", i, j);
             }
         }
+        int rc = check_tool_messages(v, i, m, e);
+        if (rc < 0) return rc;
     }
     p->messages = json_incref(v);
     json_t *tools = field(body, "tools");
     if (tools) {
         if (!json_is_array(tools)) return bad(param, "tools", e, "must be an array");
-        p->tools = json_incref(tools);
+        if (tc_check_tools(tools, e) < 0) {
+            *param = "tools";
+            return ERR_INVALID;
+        }
+        if (json_array_size(tools)) p->tools = json_incref(tools);
     }
     /* extension (vLLM, llama.cpp): extra variables for the chat template,
      * e.g. {"enable_thinking": false} for Qwen3 */
@@ -181,6 +242,109 @@ static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e)
     return 0;
 }
 
+/* tool_choice and parallel_tool_calls (after tools). */
+static int parse_tool_choice(json_t *body, oai_params *p, const char **param, err_t *e) {
+    if (get_bool(body, "parallel_tool_calls", &p->parallel_tool_calls, param, e) < 0) return ERR_INVALID;
+    json_t *v = field(body, "tool_choice");
+    if (!v) return 0;
+    *param = "tool_choice";
+    if (json_is_string(v)) {
+        const char *c = json_string_value(v);
+        if (!strcmp(c, "auto")) p->tool_choice = OAI_TOOLS_AUTO;
+        else if (!strcmp(c, "none")) p->tool_choice = OAI_TOOLS_NONE;
+        else if (!strcmp(c, "required")) p->tool_choice = OAI_TOOLS_REQUIRED;
+        else
+            return err_set(e, ERR_INVALID, "'tool_choice' must be \"auto\", \"none\", \"required\" or a function; got \"%.64s\"",
+                           c);
+    } else if (json_is_object(v)) {
+        json_t *type = field(v, "type"), *fn = field(v, "function");
+        json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
+            return err_set(e, ERR_INVALID, "'tool_choice.type' must be \"function\"");
+        if (!json_is_string(name)) return err_set(e, ERR_INVALID, "'tool_choice.function.name' must be a string");
+        p->tool_choice = OAI_TOOLS_NAMED;
+        p->tool_name = xstrdup(json_string_value(name));
+    } else {
+        return err_set(e, ERR_INVALID, "'tool_choice' must be a string or an object");
+    }
+    if ((p->tool_choice == OAI_TOOLS_REQUIRED || p->tool_choice == OAI_TOOLS_NAMED) && !p->tools)
+        return err_set(e, ERR_INVALID, "'tool_choice' asks for a tool call but 'tools' is empty or missing");
+    if (p->tool_choice == OAI_TOOLS_NAMED) {
+        bool found = false;
+        for (size_t i = 0; i < json_array_size(p->tools); i++) {
+            json_t *n = json_object_get(json_object_get(json_array_get(p->tools, i), "function"), "name");
+            if (json_is_string(n) && strcmp(json_string_value(n), p->tool_name) == 0) found = true;
+        }
+        if (!found)
+            return err_set(e, ERR_INVALID, "'tool_choice' names the function '%.64s', which is not in 'tools'",
+                           p->tool_name);
+    }
+    *param = NULL;
+    return 0;
+}
+
+/* response_format, json_schema, grammar, jump_forward. */
+static int parse_format(json_t *body, oai_params *p, const char **param, err_t *e) {
+    if (get_bool(body, "jump_forward", &p->jump_forward, param, e) < 0) return ERR_INVALID;
+    int n_set = 0;
+    json_t *rf = field(body, "response_format");
+    if (rf) {
+        *param = "response_format";
+        json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(type))
+            return err_set(e, ERR_INVALID, "'response_format' must be an object with a string 'type'");
+        const char *t = json_string_value(type);
+        if (!strcmp(t, "text")) {
+        } else if (!strcmp(t, "json_object")) {
+            p->format = OAI_FORMAT_JSON_OBJECT;
+            n_set++;
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *js = field(rf, "json_schema");
+            if (!json_is_object(js)) return err_set(e, ERR_INVALID, "'response_format.json_schema' must be an object");
+            json_t *name = field(js, "name"), *strict = field(js, "strict");
+            if (name && !json_is_string(name))
+                return err_set(e, ERR_INVALID, "'response_format.json_schema.name' must be a string");
+            if (strict && !json_is_boolean(strict))
+                return err_set(e, ERR_INVALID, "'response_format.json_schema.strict' must be a boolean");
+            json_t *schema = field(js, "schema");
+            if (!schema) schema = json_true(); /* no schema: any JSON value */
+            else json_incref(schema);
+            if (!json_is_object(schema) && !json_is_boolean(schema)) {
+                json_decref(schema);
+                return err_set(e, ERR_INVALID, "'response_format.json_schema.schema' must be an object");
+            }
+            p->format = OAI_FORMAT_SCHEMA;
+            p->schema = schema;
+            p->schema_param = "response_format";
+            n_set++;
+        } else {
+            return err_set(e, ERR_INVALID,
+                           "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"", t);
+        }
+    }
+    json_t *js = field(body, "json_schema");
+    if (js) {
+        *param = "json_schema";
+        if (!json_is_object(js) && !json_is_boolean(js)) return err_set(e, ERR_INVALID, "'json_schema' must be an object");
+        if (n_set) return err_set(e, ERR_INVALID, "give either 'json_schema' or a JSON 'response_format', not both");
+        p->format = OAI_FORMAT_SCHEMA;
+        p->schema = json_incref(js);
+        p->schema_param = "json_schema";
+        n_set++;
+    }
+    json_t *g = field(body, "grammar");
+    if (g) {
+        *param = "grammar";
+        if (!json_is_string(g)) return err_set(e, ERR_INVALID, "'grammar' must be a string (GBNF)");
+        if (n_set) return err_set(e, ERR_INVALID, "give only one of 'grammar', 'json_schema' and a JSON 'response_format'");
+        if (json_string_length(g) == 0) return err_set(e, ERR_INVALID, "'grammar' is empty");
+        p->format = OAI_FORMAT_GRAMMAR;
+        p->grammar = xstrndup(json_string_value(g), json_string_length(g));
+    }
+    *param = NULL;
+    return 0;
+}
+
 int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e) {
     memset(p, 0, sizeof *p);
     p->kind = kind;
@@ -188,6 +352,8 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
     p->n_logprobs = -1;
     p->sp = sampler_defaults();
     p->sp.repeat_last_n = -1; /* OpenAI penalties count the whole output */
+    p->parallel_tool_calls = true;
+    p->jump_forward = true;
     *param = NULL;
     int rc;
     if (!json_is_object(body)) {
@@ -206,6 +372,8 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
     }
     rc = kind == OAI_COMPLETION ? parse_prompt(body, n_vocab, p, param, e) : parse_messages(body, p, param, e);
     if (rc < 0) goto fail;
+    if (kind == OAI_CHAT && (rc = parse_tool_choice(body, p, param, e)) < 0) goto fail;
+    if ((rc = parse_format(body, p, param, e)) < 0) goto fail;
 
     long long x;
     bool present;
@@ -271,6 +439,9 @@ void oai_params_free(oai_params *p) {
     if (p->messages) json_decref(p->messages);
     if (p->tools) json_decref(p->tools);
     if (p->template_kwargs) json_decref(p->template_kwargs);
+    if (p->schema) json_decref(p->schema);
+    free(p->tool_name);
+    free(p->grammar);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
     p->max_tokens = -1;

@@ -17,6 +17,22 @@
  *   (completions) or bool (chat) with top_logprobs int [0, 20] · n == 1 ·
  *   user string · ignore_eos bool. A null value counts as absent; unknown
  *   fields are ignored.
+ *
+ * Tools and structured output:
+ *   tools (chat) an array checked by tc_check_tools · tool_choice "auto" |
+ *   "none" | "required" | {"type":"function","function":{"name":N}} with N
+ *   one of the tools ("required" and a name need tools) ·
+ *   parallel_tool_calls bool · messages: role "tool" needs a string
+ *   tool_call_id that an earlier assistant message's tool_calls holds;
+ *   assistant tool_calls entries need id, type "function", function.name
+ *   (string) and function.arguments (string or object) · response_format
+ *   {"type":"text"} | {"type":"json_object"} | {"type":"json_schema",
+ *   "json_schema":{"name":S,"schema":object|bool,"strict":bool}} ·
+ *   json_schema (llama-server) object|bool · grammar (llama-server) GBNF
+ *   string · jump_forward bool (extension; default true). At most one of
+ *   grammar, json_schema and a JSON response_format. The schema and the
+ *   grammar themselves are compiled later (routes.c), where their errors
+ *   are named too.
  */
 #ifndef KVLOOM_OAI_H
 #define KVLOOM_OAI_H
@@ -30,6 +46,20 @@
 
 typedef enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 } oai_kind;
 
+typedef enum oai_tool_choice {
+    OAI_TOOLS_AUTO = 0, /* the model may answer or call (the default)          */
+    OAI_TOOLS_NONE,     /* no calls                                           */
+    OAI_TOOLS_REQUIRED, /* one call or more, to any tool                      */
+    OAI_TOOLS_NAMED,    /* a call to tool_name                                */
+} oai_tool_choice;
+
+typedef enum oai_format {
+    OAI_FORMAT_TEXT = 0,   /* unconstrained                                    */
+    OAI_FORMAT_JSON_OBJECT,/* response_format json_object                      */
+    OAI_FORMAT_SCHEMA,     /* response_format json_schema, or json_schema       */
+    OAI_FORMAT_GRAMMAR,    /* grammar (GBNF)                                    */
+} oai_format;
+
 #define OAI_MAX_STOP 16
 
 typedef struct oai_params {
@@ -39,6 +69,14 @@ typedef struct oai_params {
     int n_prompt_tokens;
     json_t *messages;        /* chat: the messages array (a reference is held)   */
     json_t *tools;           /* chat: tools array or NULL (reference held)       */
+    oai_tool_choice tool_choice;
+    char *tool_name;         /* OAI_TOOLS_NAMED: the function (owned)            */
+    bool parallel_tool_calls;/* default true                                     */
+    oai_format format;
+    json_t *schema;          /* OAI_FORMAT_SCHEMA: the schema (reference held)   */
+    const char *schema_param;/* "response_format" or "json_schema"               */
+    char *grammar;           /* OAI_FORMAT_GRAMMAR: GBNF text (owned)            */
+    bool jump_forward;       /* default true                                     */
     json_t *template_kwargs; /* chat: chat_template_kwargs object or NULL (held)  */
     int max_tokens;          /* -1 when absent                                   */
     sampler_params sp;

@@ -17,9 +17,11 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
+#include "../chat/toolcall.h"
 #include "../sched/req.h"
 #include "oai.h"
 #include "stop.h"
@@ -123,6 +125,10 @@ static json_t *piece_json(const tokenizer *t, int32_t id, json_t **bytes) {
     return json_stringn(out, k);
 }
 
+/* A log-probability as JSON: -inf (a token the grammar refused) as -9999,
+ * the value OpenAI uses for "impossible". */
+static json_t *lp_json(float x) { return json_real(isfinite(x) ? (double)x : -9999.0); }
+
 static const char *finish_name(req_finish f) {
     switch (f) {
     case REQ_FINISH_STOP: return "stop";
@@ -156,6 +162,10 @@ typedef struct gen {
     bool sent_role;
     bool client_gone;
     const char *path;
+    /* chat with tools or reasoning: the text goes through a tool-call parser */
+    tc_parser *tp;
+    tc_events ev;
+    int n_calls;          /* complete calls parsed (finish "tool_calls")     */
 } gen;
 
 static gen *gen_new(routes_ctx *rc, req *r, const oai_params *p, const char *path, int64_t t0_ns) {
@@ -185,6 +195,8 @@ static gen *gen_new(routes_ctx *rc, req *r, const oai_params *p, const char *pat
 
 static void gen_free(gen *g) {
     if (!g) return;
+    tc_parser_free(g->tp);
+    tc_events_free(&g->ev);
     stop_free(g->sm);
     free(g->piece);
     req_unref(g->r);
@@ -198,12 +210,12 @@ static void add_logprob(gen *g, json_t *lp, const req_token *t, size_t offset) {
     const tokenizer *tk = g->rc->tok;
     if (g->kind == OAI_COMPLETION) {
         json_array_append_new(json_object_get(lp, "tokens"), piece_json(tk, t->id, NULL));
-        json_array_append_new(json_object_get(lp, "token_logprobs"), json_real(t->logprob));
+        json_array_append_new(json_object_get(lp, "token_logprobs"), lp_json(t->logprob));
         json_t *top = json_object();
         for (int i = 0; i < t->n_top; i++) {
             json_t *k = piece_json(tk, t->top_ids[i], NULL);
             if (k && !json_object_get(top, json_string_value(k)))
-                json_object_set_new(top, json_string_value(k), json_real(t->top_lps[i]));
+                json_object_set_new(top, json_string_value(k), lp_json(t->top_lps[i]));
             json_decref(k);
         }
         json_array_append_new(json_object_get(lp, "top_logprobs"), top);
@@ -215,10 +227,10 @@ static void add_logprob(gen *g, json_t *lp, const req_token *t, size_t offset) {
         for (int i = 0; i < t->n_top; i++) {
             json_t *tb;
             json_t *ts = piece_json(tk, t->top_ids[i], &tb);
-            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob", (double)t->top_lps[i], "bytes", tb));
+            json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", ts, "logprob", lp_json(t->top_lps[i]), "bytes", tb));
         }
         json_array_append_new(json_object_get(lp, "content"),
-                              json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)t->logprob, "bytes",
+                              json_pack("{s:o, s:o, s:o, s:o}", "token", tok, "logprob", lp_json(t->logprob), "bytes",
                                         bytes, "top_logprobs", top));
     }
 }
@@ -296,6 +308,70 @@ static void log_request(gen *g, const char *method, int status) {
              g->n_completion, (double)(clock_ns() - g->t0_ns) / 1e6, g->stream ? " stream" : "");
 }
 
+/* ---- tool calls and reasoning ---- */
+
+static const char *gen_finish_name(gen *g) {
+    if (g->n_calls > 0 && g->finish == REQ_FINISH_STOP) return "tool_calls";
+    return finish_name(g->finish);
+}
+
+/* The whole message of a chat answer whose text went through the parser. */
+static json_t *parsed_message(gen *g, const http_buf *text) {
+    tc_parser_feed(g->tp, text->p ? text->p : "", text->n, &g->ev);
+    g->n_calls = tc_parser_finish(g->tp, g->finish == REQ_FINISH_LENGTH, &g->ev);
+    http_buf content = {0}, reasoning = {0};
+    json_t *calls = json_array();
+    http_buf *args = NULL;
+    int n_args = 0;
+    for (int i = 0; i < g->ev.n; i++) {
+        tc_event *ev = &g->ev.v[i];
+        if (ev->kind == TC_EV_CONTENT) http_buf_add(&content, ev->text, ev->n);
+        else if (ev->kind == TC_EV_REASONING) http_buf_add(&reasoning, ev->text, ev->n);
+        else if (ev->index >= 0 && ev->index < g->n_calls) {
+            if (ev->index >= n_args) {
+                args = xrealloc(args, (size_t)(ev->index + 1) * sizeof *args);
+                memset(args + n_args, 0, (size_t)(ev->index + 1 - n_args) * sizeof *args);
+                n_args = ev->index + 1;
+            }
+            if (ev->kind == TC_EV_CALL_START) {
+                while ((int)json_array_size(calls) <= ev->index) json_array_append_new(calls, json_object());
+                json_t *c = json_array_get(calls, (size_t)ev->index);
+                json_object_set_new(c, "id", json_string(ev->id));
+                json_object_set_new(c, "type", json_string("function"));
+                json_object_set_new(c, "function", json_pack("{s:s}", "name", ev->name));
+            } else {
+                http_buf_add(&args[ev->index], ev->text, ev->n);
+            }
+        }
+    }
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        json_t *fn = json_object_get(json_array_get(calls, i), "function");
+        json_t *a = (int)i < n_args ? json_stringn(args[i].p ? args[i].p : "", args[i].n) : NULL;
+        if (fn) json_object_set_new(fn, "arguments", a ? a : json_string("{}"));
+    }
+    for (int i = 0; i < n_args; i++) http_buf_free(&args[i]);
+    free(args);
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    json_t *c = json_stringn(content.p ? content.p : "", content.n);
+    if (json_array_size(calls) && content.n == 0) {
+        json_decref(c);
+        c = json_null();
+    }
+    json_object_set_new(msg, "content", c ? c : json_string(""));
+    if (reasoning.n) {
+        json_t *r = json_stringn(reasoning.p, reasoning.n);
+        json_object_set_new(msg, "reasoning_content", r ? r : json_string(""));
+    }
+    if (json_array_size(calls))
+        json_object_set_new(msg, "tool_calls", calls);
+    else
+        json_decref(calls);
+    http_buf_free(&content);
+    http_buf_free(&reasoning);
+    tc_events_clear(&g->ev);
+    return msg;
+}
+
 /* ---- non-streaming ---- */
 
 static void answer_whole(gen *g, http_exchange *x) {
@@ -327,8 +403,15 @@ static void answer_whole(gen *g, http_exchange *x) {
             choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", content, "logprobs", lp ? lp : json_null(),
                                "finish_reason", finish_name(g->finish));
         } else {
-            choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
-                               content, "logprobs", lp ? lp : json_null(), "finish_reason", finish_name(g->finish));
+            json_t *msg;
+            if (g->tp) {
+                json_decref(content);
+                msg = parsed_message(g, &text);
+            } else {
+                msg = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
+            }
+            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp ? lp : json_null(),
+                               "finish_reason", gen_finish_name(g));
         }
         lp = NULL;
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->id, "object",
@@ -379,6 +462,51 @@ static json_t *choice_delta(gen *g, const char *text, size_t n, json_t *lp, cons
                      "finish_reason", fr);
 }
 
+/* A chat chunk whose delta is `delta` (taken). */
+static void sse_delta(gen *g, http_buf *out, json_t *delta, json_t *lp) {
+    json_t *c = chunk_new(g, json_pack("{s:i, s:o, s:o, s:n}", "index", 0, "delta", delta, "logprobs",
+                                       lp ? lp : json_null(), "finish_reason"));
+    sse_event(out, c);
+    json_decref(c);
+}
+
+/* Streams the parser's events for the new text: content and reasoning
+ * deltas, and OpenAI tool_calls deltas (index, id, type and name first, then
+ * argument fragments). Consecutive events of one kind share a chunk. */
+static void stream_parsed(gen *g, http_buf *out, const http_buf *text, json_t *lp) {
+    if (text->n) tc_parser_feed(g->tp, text->p, text->n, &g->ev);
+    if (g->finished) g->n_calls = tc_parser_finish(g->tp, g->finish == REQ_FINISH_LENGTH, &g->ev);
+    for (int i = 0; i < g->ev.n;) {
+        tc_event *ev = &g->ev.v[i];
+        json_t *delta;
+        if (ev->kind == TC_EV_CONTENT || ev->kind == TC_EV_REASONING || ev->kind == TC_EV_CALL_ARGS) {
+            http_buf b = {0};
+            int j = i;
+            while (j < g->ev.n && g->ev.v[j].kind == ev->kind && g->ev.v[j].index == ev->index) {
+                http_buf_add(&b, g->ev.v[j].text, g->ev.v[j].n);
+                j++;
+            }
+            json_t *str = json_stringn(b.p ? b.p : "", b.n);
+            if (!str) str = json_string("");
+            http_buf_free(&b);
+            if (ev->kind == TC_EV_CALL_ARGS)
+                delta = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", ev->index, "function", "arguments",
+                                  str);
+            else
+                delta = json_pack("{s:o}", ev->kind == TC_EV_CONTENT ? "content" : "reasoning_content", str);
+            i = j;
+        } else {
+            delta = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", ev->index, "id", ev->id,
+                              "type", "function", "function", "name", ev->name, "arguments", "");
+            i++;
+        }
+        sse_delta(g, out, delta, lp);
+        lp = NULL;
+    }
+    if (lp) sse_delta(g, out, json_object(), lp);
+    tc_events_clear(&g->ev);
+}
+
 static int stream_next(void *sctx, http_buf *out) {
     gen *g = sctx;
     if (g->kind == OAI_CHAT && !g->sent_role) {
@@ -393,7 +521,10 @@ static int stream_next(void *sctx, http_buf *out) {
     gen_pump(g, 20, &text, lp);
     bool has_lp = lp && (g->kind == OAI_COMPLETION ? json_array_size(json_object_get(lp, "tokens"))
                                                    : json_array_size(json_object_get(lp, "content")));
-    if (text.n || has_lp) {
+    if (g->tp) {
+        stream_parsed(g, out, &text, has_lp ? lp : NULL);
+        if (has_lp) lp = NULL;
+    } else if (text.n || has_lp) {
         json_t *c = chunk_new(g, choice_delta(g, text.p, text.n, has_lp ? lp : NULL, NULL, false));
         if (has_lp) lp = NULL;
         sse_event(out, c);
@@ -410,7 +541,7 @@ static int stream_next(void *sctx, http_buf *out) {
         http_buf_printf(out, "data: %s\n\n", s);
         free(s);
     } else {
-        json_t *c = chunk_new(g, choice_delta(g, "", 0, NULL, fr, false));
+        json_t *c = chunk_new(g, choice_delta(g, "", 0, NULL, gen_finish_name(g), false));
         sse_event(out, c);
         json_decref(c);
         if (g->include_usage) {
@@ -439,6 +570,47 @@ static void stream_done(void *sctx, bool completed) {
 
 /* ---- generation routes ---- */
 
+/* The messages as the template should see them: tool-call arguments sent as
+ * JSON text become objects (templates such as Llama 3's write them with
+ * tojson, and ours writes the same canonical text the grammar produced, so
+ * the next turn's prompt still matches the cached one); for templates
+ * without a tool syntax of their own, the tools and the call format go into
+ * the system message. A new reference. */
+static json_t *template_messages(routes_ctx *rc, const oai_params *p) {
+    json_t *msgs = json_deep_copy(p->messages);
+    if (!msgs) return NULL;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        for (size_t j = 0; j < json_array_size(calls); j++) {
+            json_t *fn = json_object_get(json_array_get(calls, j), "function");
+            json_t *a = json_object_get(fn, "arguments");
+            if (!json_is_string(a)) continue;
+            json_t *obj = json_loadb(json_string_value(a), json_string_length(a), 0, NULL);
+            if (json_is_object(obj))
+                json_object_set_new(fn, "arguments", obj);
+            else
+                json_decref(obj);
+        }
+    }
+    if (rc->tool_format == TC_GENERIC && p->tools && p->tool_choice != OAI_TOOLS_NONE) {
+        char *sys = tc_generic_system_prompt(p->tools);
+        json_t *first = json_array_get(msgs, 0);
+        json_t *role = json_object_get(first, "role");
+        json_t *c = json_object_get(first, "content");
+        if (json_is_string(role) && !strcmp(json_string_value(role), "system") && json_is_string(c)) {
+            size_t n = json_string_length(c) + strlen(sys) + 3;
+            char *joined = xmalloc(n);
+            snprintf(joined, n, "%s\n\n%s", json_string_value(c), sys);
+            json_object_set_new(first, "content", json_string(joined));
+            free(joined);
+        } else {
+            json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", sys));
+        }
+        free(sys);
+    }
+    return msgs;
+}
+
 /* Renders the messages with the model's chat template (or ChatML). */
 static int render_chat(routes_ctx *rc, const oai_params *p, char **out, err_t *e) {
     const tokenizer *t = rc->tok;
@@ -448,7 +620,19 @@ static int render_chat(routes_ctx *rc, const oai_params *p, char **out, err_t *e
     co.add_generation_prompt = true;
     co.tools = p->tools;
     co.extra = p->template_kwargs;
-    return chat_render(rc->chat, p->messages, &co, out, e);
+    json_t *msgs = template_messages(rc, p);
+    if (!msgs) return err_set(e, ERR_NOMEM, "out of memory copying the messages");
+    int r = chat_render(rc->chat, msgs, &co, out, e);
+    json_decref(msgs);
+    return r;
+}
+
+/* The rendered prompt leaves the model inside <think> (its answer starts
+ * with reasoning). */
+static bool ends_in_think(const char *text) {
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
+    return n >= 7 && memcmp(text + n - 7, "<think>", 7) == 0;
 }
 
 /* Returns true when the request reached the engine (it then counts and logs
@@ -466,8 +650,17 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         reply_error(x, 400, e.msg, param, NULL);
         return false;
     }
+    const char *prompt_param = kind == OAI_COMPLETION ? "prompt" : "messages";
+    grammar *gr = NULL;
+    char *trigger = NULL;
+    bool think_open = false;
     int32_t *ids = NULL;
     int n_ids = 0;
+    req *r = NULL;
+    if (constrain_request(rc->cons, &p, rc->tool_format, &gr, &trigger, &param, &e) < 0) {
+        reply_error(x, 400, e.msg, param, NULL);
+        goto fail;
+    }
     if (kind == OAI_COMPLETION && p.prompt_tokens) {
         ids = p.prompt_tokens;
         n_ids = p.n_prompt_tokens;
@@ -478,9 +671,9 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         char *text = NULL;
         if (render_chat(rc, &p, &text, &e) < 0) {
             reply_error(x, 400, e.msg, "messages", NULL);
-            oai_params_free(&p);
-            return false;
+            goto fail;
         }
+        think_open = rc->reasoning && ends_in_think(text);
         /* Templates that want BOS write it themselves; otherwise add it as
          * plain completions do. */
         const char *bos = tok_bos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_bos(rc->tok)) : NULL;
@@ -489,27 +682,27 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         free(text);
     }
     if (!ids) {
-        reply_error(x, 400, e.msg, kind == OAI_COMPLETION ? "prompt" : "messages", NULL);
-        oai_params_free(&p);
-        return false;
+        reply_error(x, 400, e.msg, prompt_param, NULL);
+        goto fail;
     }
     if (n_ids == 0) {
-        free(ids);
-        reply_error(x, 400, "the prompt is empty after tokenization", kind == OAI_COMPLETION ? "prompt" : "messages",
-                    NULL);
-        oai_params_free(&p);
-        return false;
+        reply_error(x, 400, "the prompt is empty after tokenization", prompt_param, NULL);
+        goto fail;
     }
     int n_ctx = engine_n_ctx(rc->en);
     if (n_ids >= n_ctx) {
         char msg[200];
         snprintf(msg, sizeof msg, "the prompt has %d tokens; this model's context is %d tokens", n_ids, n_ctx);
-        free(ids);
-        reply_error(x, 400, msg, kind == OAI_COMPLETION ? "prompt" : "messages", "context_length_exceeded");
-        oai_params_free(&p);
-        return false;
+        reply_error(x, 400, msg, prompt_param, "context_length_exceeded");
+        goto fail;
     }
-    req *r = req_new(ids, n_ids);
+    r = req_new(ids, n_ids);
+    ids = NULL;
+    r->grammar = gr;
+    r->grammar_trigger = trigger;
+    gr = NULL;
+    trigger = NULL;
+    r->no_jump_forward = !p.jump_forward;
     r->sp = p.sp;
     if (!p.seed_set) r->sp.seed = (uint64_t)clock_ns() ^ (atomic_fetch_add(&rc->next_id, 1) * 0x9E3779B97F4A7C15ull);
     r->max_tokens = p.max_tokens > 0 ? p.max_tokens : INT32_MAX;
@@ -520,18 +713,27 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         if (src == ERR_RANGE)
             reply_error(x, 429, e.msg, NULL, "queue_full");
         else
-            reply_error(x, 400, e.msg, kind == OAI_COMPLETION ? "prompt" : "messages", "context_length_exceeded");
-        req_unref(r);
-        oai_params_free(&p);
-        return false;
+            reply_error(x, 400, e.msg, prompt_param, src == ERR_INVALID ? "context_length_exceeded" : NULL);
+        goto fail;
     }
     gen *g = gen_new(rc, r, &p, kind == OAI_COMPLETION ? "/v1/completions" : "/v1/chat/completions", t0);
+    bool tools_on = p.tools && p.tool_choice != OAI_TOOLS_NONE;
+    if (kind == OAI_CHAT && (tools_on || rc->reasoning))
+        g->tp = tc_parser_new(rc->tool_format, tools_on, rc->reasoning, think_open,
+                              (unsigned long long)rc->created * 1000003ull + atomic_fetch_add(&rc->next_id, 1));
     oai_params_free(&p);
     if (g->stream)
         http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, g);
     else
         answer_whole(g, x);
     return true;
+fail:
+    req_unref(r);
+    free(ids);
+    grammar_unref(gr);
+    free(trigger);
+    oai_params_free(&p);
+    return false;
 }
 
 /* ---- other routes ---- */

@@ -13,10 +13,12 @@
 #include <stdatomic.h>
 
 #include "../model/model.h"
+#include "../chat/toolcall.h"
 #include "../sched/engine.h"
 #include "../tok/tok.h"
 #include "http.h"
 #include "metrics.h"
+#include "constrain.h"
 #include "server.h"
 
 typedef struct routes_ctx {
@@ -24,6 +26,9 @@ typedef struct routes_ctx {
     const model *m;
     const tokenizer *tok;
     void *chat;              /* chat template (tok/chat.h) or NULL             */
+    tc_format tool_format;   /* the template's tool-call syntax                */
+    bool reasoning;          /* the template writes <think>...</think>         */
+    constrainer *cons;       /* request fields -> grammars, with a cache       */
     engine *en;
     metrics *met;
     char model_id[256];

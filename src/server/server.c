@@ -57,6 +57,9 @@ const char *server_usage(void) {
            "  --max-body BYTES         request body limit (default 8M)\n"
            "  --max-connections N      simultaneous connections (default 256)\n"
            "  --ready-file PATH        write the bound port to PATH once listening\n"
+           "  --chat-template-file F   use the Jinja chat template in F instead of the model's\n"
+           "  --tool-format NAME       tool-call syntax: auto (from the chat template), hermes,\n"
+           "                           llama3, mistral, generic\n"
            "  --check                  verify KV pool and prefix tree after every step (debug)\n"
            "  --step-delay-us N        sleep N us after every engine step (testing)\n"
            "  -v, --verbose            debug logging\n";
@@ -185,6 +188,14 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--step-delay-us")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 10000000, &o->step_delay_us, e);
+        } else if (!strcmp(a, "--chat-template-file")) {
+            NEED_VALUE;
+            o->chat_template_file = v;
+        } else if (!strcmp(a, "--tool-format")) {
+            NEED_VALUE;
+            tc_format f;
+            if (strcmp(v, "auto") != 0 && (rc = tc_format_from_name(v, &f, e)) < 0) err_prefix(e, "--tool-format");
+            o->tool_format = v;
         } else if (!strcmp(a, "--check")) {
             o->check = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -206,6 +217,12 @@ static void on_signal(int sig) {
 
 static bool eog_cb(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
 
+static int piece_cb(void *ctx, int32_t id, char *buf, int cap) { return tok_piece((const tokenizer *)ctx, id, buf, cap); }
+
+static int tokenize_cb(void *ctx, const char *text, size_t n, int32_t *out, int cap) {
+    return tok_encode((const tokenizer *)ctx, text, n, false, true, out, cap);
+}
+
 static void model_id_from_path(const char *path, char *out, size_t cap) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
@@ -223,6 +240,8 @@ int server_main(const server_opts *o) {
     http_server *hs = NULL;
     metrics *met = NULL;
     void *chat = NULL;
+    char *tmpl_file = NULL;
+    gvocab *gv = NULL;
     routes_ctx *rc = NULL;
     int rcode = 0;
 
@@ -234,11 +253,33 @@ int server_main(const server_opts *o) {
         log_error("serve: cannot load the tokenizer of '%s': %s", path, e.msg);
         goto out;
     }
-    if ((rcode = chat_tmpl_new(tok_chat_template(tk), (chat_tmpl **)&chat, &e)) < 0) {
+    const char *tmpl_src = tok_chat_template(tk);
+    if (o->chat_template_file) {
+        size_t n;
+        if ((rcode = file_read_all(o->chat_template_file, &tmpl_file, &n, &e)) < 0) {
+            log_error("serve: --chat-template-file: %s", e.msg);
+            goto out;
+        }
+        tmpl_src = tmpl_file;
+    }
+    if ((rcode = chat_tmpl_new(tmpl_src, (chat_tmpl **)&chat, &e)) < 0) {
         log_error("serve: chat template: %s", e.msg);
         goto out;
     }
     if (chat_tmpl_fallback_reason(chat)) log_info("serve: chat: ChatML fallback (%s)", chat_tmpl_fallback_reason(chat));
+    tc_format tool_format = chat_tmpl_fallback_reason(chat) ? TC_GENERIC : tc_detect(tmpl_src);
+    if (o->tool_format && strcmp(o->tool_format, "auto") != 0 && tc_format_from_name(o->tool_format, &tool_format, &e) < 0) {
+        log_error("serve: --tool-format: %s", e.msg);
+        rcode = ERR_INVALID;
+        goto out;
+    }
+    bool reasoning = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "<think>");
+    log_info("serve: tool calls in the %s format (%s)%s", tc_format_name(tool_format),
+             o->tool_format && strcmp(o->tool_format, "auto") ? "--tool-format" : "from the chat template",
+             reasoning ? "; reasoning split at <think>" : "");
+    int64_t t_gv = clock_ns();
+    gv = constrain_vocab_new(tk);
+    log_info("serve: grammar vocabulary of %d tokens in %.1f ms", tok_n_vocab(tk), (double)(clock_ns() - t_gv) / 1e6);
     engine_opts eo = engine_defaults();
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? ncpu : 1);
@@ -252,6 +293,10 @@ int server_main(const server_opts *o) {
     eo.eog_ctx = tk;
     eo.check = o->check;
     eo.step_delay_us = o->step_delay_us;
+    eo.gvocab = gv;
+    eo.tokenize = tokenize_cb;
+    eo.piece = piece_cb;
+    eo.tok_ctx = tk;
     if ((rcode = engine_new(m, &eo, &en, &e)) < 0) {
         log_error("serve: %s", e.msg);
         goto out;
@@ -262,6 +307,9 @@ int server_main(const server_opts *o) {
     rc->m = m;
     rc->tok = tk;
     rc->chat = chat;
+    rc->tool_format = tool_format;
+    rc->reasoning = reasoning;
+    rc->cons = constrainer_new(32);
     rc->en = en;
     rc->met = met;
     rc->created = (long long)time(NULL);
@@ -315,8 +363,11 @@ out:
     if (hs) http_stop(hs);
     engine_free(en);
     metrics_free(met);
+    if (rc) constrainer_free(rc->cons);
     free(rc);
     chat_tmpl_free(chat);
+    free(tmpl_file);
+    gvocab_free(gv);
     tok_free(tk);
     model_free(m);
     return rcode;

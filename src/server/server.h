@@ -39,6 +39,8 @@ typedef struct server_opts {
     bool check;               /* --check: verify pool and tree after every step       */
     const char *ready_file;   /* --ready-file: write the bound port here once serving */
     int step_delay_us;        /* --step-delay-us: testing, slows every engine step     */
+    const char *chat_template_file; /* --chat-template-file: overrides the model's   */
+    const char *tool_format;  /* --tool-format: "auto" (from the template) or a name   */
 } server_opts;
 
 /* Used when no -m is given (relative to the working directory). */

@@ -1,0 +1,236 @@
+/*
+ * bench_grammar.c — `kvloom bench -m MODEL --grammar`: the cost of
+ * constrained decoding on a model's real vocabulary.
+ *
+ *   kvloom bench -m MODEL --grammar [--tools FILE.json] [-n OBJECTS] [-t N]
+ *
+ * The constraint is a tool call (Hermes syntax, tc_grammar) to the tools in
+ * FILE (an OpenAI `tools` array; default: a nested flight-booking tool whose
+ * arguments have fixed keys, enums, bounded strings, integers with ranges,
+ * an array of objects). Three measurements:
+ *
+ *   1. mask time per token: OBJECTS random walks through the grammar (each
+ *      step: gmatch_mask, then a random allowed token, then the forced run
+ *      as jump-forward appends it), every gmatch_mask timed; median, p99 and
+ *      max over all tokens, and how many masks came from the cache;
+ *   2. decode speed: greedy generation through the engine (the serving path)
+ *      of OBJECTS calls constrained without jump-forward, and as many tokens
+ *      unconstrained, one request at a time: tokens/s after the first token;
+ *   3. forward passes per generated call, with and without jump-forward.
+ *
+ * Random weights are fine: the grammar decides the shape of the output, the
+ * model's shape decides the speed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../base/base.h"
+#include "../chat/toolcall.h"
+#include "../grammar/grammar.h"
+#include "../model/model.h"
+#include "../sched/engine.h"
+#include "../server/constrain.h"
+#include "../tok/tok.h"
+#include "cli.h"
+
+static const char *default_tools =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"book_flight\",\"description\":\"Book a flight\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{"
+    "\"from\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":16},"
+    "\"date\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"city\",\"date\"]},"
+    "\"to\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":16},"
+    "\"date\":{\"type\":\"string\",\"format\":\"date\"}},\"required\":[\"city\",\"date\"]},"
+    "\"passengers\":{\"type\":\"array\",\"minItems\":1,\"maxItems\":3,\"items\":{\"type\":\"object\","
+    "\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":20},\"age\":{\"type\":\"integer\",\"minimum\":0,"
+    "\"maximum\":120},\"seat\":{\"enum\":[\"window\",\"aisle\",\"middle\"]}},\"required\":[\"name\",\"age\",\"seat\"]}},"
+    "\"cabin\":{\"enum\":[\"economy\",\"premium\",\"business\",\"first\"]},"
+    "\"refundable\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"from\",\"to\",\"passengers\",\"cabin\",\"refundable\"]}}}]";
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int piece_fn(void *ctx, int32_t id, char *buf, int cap) { return tok_piece((const tokenizer *)ctx, id, buf, cap); }
+static int tokenize_fn(void *ctx, const char *text, size_t n, int32_t *out, int cap) {
+    return tok_encode((const tokenizer *)ctx, text, n, false, true, out, cap);
+}
+static bool eog_fn(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
+
+/* 1: random walks; returns 0 or 1 on a grammar failure. */
+static int walk_masks(grammar *g, const gvocab *gv, int n_vocab, long n_objects) {
+    uint64_t *mask = xmalloc(((size_t)n_vocab + 63) / 64 * sizeof *mask);
+    int32_t *allowed = xmalloc((size_t)n_vocab * sizeof *allowed);
+    size_t cap = 4096, n_t = 0;
+    int64_t *t = xmalloc(cap * sizeof *t);
+    uint64_t rng = 0x2545F4914F6CDD1Dull;
+    char forced[1024];
+    long n_done = 0, n_bytes = 0;
+    for (long o = 0; o < n_objects; o++) {
+        gmatch *m = gmatch_new(g, gv);
+        for (int step = 0; step < 4096 && !gmatch_must_end(m); step++) {
+            int64_t t0 = clock_ns();
+            int n_ok = gmatch_mask(m, mask);
+            int64_t dt = clock_ns() - t0;
+            if (n_t == cap) t = xrealloc(t, (cap *= 2) * sizeof *t);
+            t[n_t++] = dt;
+            int k = 0;
+            for (int i = 0; i < n_vocab; i++)
+                if (mask[i / 64] >> (i % 64) & 1) allowed[k++] = i;
+            if (n_ok == 0 || k == 0) {
+                fprintf(stderr, "kvloom bench: the grammar allows no token (walk %ld, step %d)\n", o, step);
+                gmatch_free(m);
+                free(mask), free(allowed), free(t);
+                return 1;
+            }
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            int32_t tok = allowed[rng % (uint64_t)k];
+            if (gmatch_accept(m, tok) < 0) break;
+            int nf = gmatch_forced(m, forced, (int)sizeof forced);
+            if (nf > 0 && gmatch_accept_bytes(m, forced, (size_t)nf) == 0) n_bytes += nf;
+        }
+        n_done += gmatch_can_end(m);
+        gmatch_free(m);
+    }
+    qsort(t, n_t, sizeof *t, cmp_i64);
+    printf("mask time per token    median %.1f us   p99 %.1f us   max %.1f us   (%zu masks, %ld/%ld walks complete)\n",
+           (double)t[n_t / 2] / 1e3, (double)t[(size_t)((double)n_t * 0.99)] / 1e3, (double)t[n_t - 1] / 1e3, n_t,
+           n_done, n_objects);
+    (void)n_bytes;
+    free(mask), free(allowed), free(t);
+    return 0;
+}
+
+typedef struct run_result {
+    long tokens, forced, passes, objects;
+    long decode_tokens; /* tokens after each request's first                */
+    double decode_s;    /* from each request's first token to its finish    */
+} run_result;
+
+/* One request at a time through the engine. */
+static int run_requests(engine *en, const int32_t *prompt, int n_prompt, grammar *g, bool jump, int max_tokens,
+                        long n, run_result *out) {
+    memset(out, 0, sizeof *out);
+    for (long i = 0; i < n; i++) {
+        int32_t *p = xmalloc((size_t)n_prompt * sizeof *p);
+        memcpy(p, prompt, (size_t)n_prompt * sizeof *p);
+        req *r = req_new(p, n_prompt);
+        r->sp.temperature = 0;
+        r->max_tokens = max_tokens;
+        r->ignore_eos = g == NULL;
+        if (g) {
+            grammar_ref(g);
+            r->grammar = g;
+        }
+        r->no_jump_forward = !jump;
+        err_t e = {0};
+        if (engine_submit(en, r, &e) < 0) {
+            fprintf(stderr, "kvloom bench: %s\n", e.msg);
+            req_unref(r);
+            return 1;
+        }
+        req_finish fin = REQ_RUNNING;
+        int seen = 0;
+        while (fin == REQ_RUNNING) seen = req_wait(r, seen, 1000, &fin);
+        int64_t t_end = clock_ns();
+        if (fin == REQ_FINISH_ERROR) {
+            fprintf(stderr, "kvloom bench: generation failed: %s\n", r->error);
+            req_unref(r);
+            return 1;
+        }
+        out->tokens += seen;
+        out->forced += r->n_forced;
+        out->passes += r->n_forward_steps;
+        out->objects += fin == REQ_FINISH_STOP;
+        if (seen > 1) {
+            out->decode_tokens += seen - 1;
+            out->decode_s += (double)(t_end - r->t_first_ns) / 1e9;
+        }
+        req_unref(r);
+    }
+    return 0;
+}
+
+int bench_grammar(const char *path, const char *tools_path, long n_objects, long threads) {
+    err_t e = {0};
+    model *m = NULL;
+    tokenizer *tk = NULL;
+    gvocab *gv = NULL;
+    grammar *g = NULL;
+    engine *en = NULL;
+    json_t *tools = NULL;
+    char *gbnf = NULL, *trigger = NULL;
+    int rc = 1;
+    if (model_load(path, &m, &e) < 0 || tok_load(m->gguf, &tk, &e) < 0) {
+        fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
+        goto out;
+    }
+    json_error_t je;
+    tools = tools_path ? json_load_file(tools_path, 0, &je) : json_loads(default_tools, 0, &je);
+    if (!tools) {
+        fprintf(stderr, "kvloom bench: %s: %s (line %d)\n", tools_path ? tools_path : "built-in tools", je.text, je.line);
+        goto out;
+    }
+    if (tc_check_tools(tools, &e) < 0 || tc_grammar(TC_HERMES, tools, NULL, false, false, &gbnf, &trigger, &e) < 0 ||
+        grammar_from_gbnf(gbnf, strlen(gbnf), &g, &e) < 0) {
+        fprintf(stderr, "kvloom bench: tools: %s\n", e.msg);
+        goto out;
+    }
+    int64_t t0 = clock_ns();
+    gv = constrain_vocab_new(tk);
+    printf("model %s, vocabulary %d tokens (trie built in %.1f ms), %ld objects\n", path, tok_n_vocab(tk),
+           (double)(clock_ns() - t0) / 1e6, n_objects);
+    if (walk_masks(g, gv, tok_n_vocab(tk), n_objects)) goto out;
+
+    engine_opts eo = engine_defaults();
+    eo.n_threads = (int)threads;
+    eo.kv_mem_bytes = (size_t)256 << 20;
+    eo.n_ctx = 4096;
+    eo.is_eog = eog_fn;
+    eo.eog_ctx = tk;
+    eo.gvocab = gv;
+    eo.tokenize = tokenize_fn;
+    eo.piece = piece_fn;
+    eo.tok_ctx = tk;
+    if (engine_new(m, &eo, &en, &e) < 0) {
+        fprintf(stderr, "kvloom bench: %s\n", e.msg);
+        goto out;
+    }
+    const char *prompt_text = "<|im_start|>user\nBook me a flight.<|im_end|>\n<|im_start|>assistant\n";
+    int32_t prompt[256];
+    int n_prompt = tok_encode(tk, prompt_text, strlen(prompt_text), tok_add_bos(tk), true, prompt, 256);
+    if (n_prompt <= 0 || n_prompt > 256) {
+        fprintf(stderr, "kvloom bench: cannot tokenize the prompt\n");
+        goto out;
+    }
+    run_result slow, fast, free_run;
+    if (run_requests(en, prompt, n_prompt, g, false, 1024, n_objects, &slow) ||
+        run_requests(en, prompt, n_prompt, g, true, 1024, n_objects, &fast))
+        goto out;
+    long per = slow.tokens / (n_objects > 0 ? n_objects : 1);
+    if (run_requests(en, prompt, n_prompt, NULL, false, (int)MAX(per, 2), n_objects, &free_run)) goto out;
+    double tps_c = slow.decode_s > 0 ? (double)slow.decode_tokens / slow.decode_s : 0;
+    double tps_u = free_run.decode_s > 0 ? (double)free_run.decode_tokens / free_run.decode_s : 0;
+    printf("decode, unconstrained  %.2f tokens/s (%ld tokens)\n", tps_u, free_run.tokens);
+    printf("decode, constrained    %.2f tokens/s (%ld tokens, no jump-forward)   ratio %.3f\n", tps_c, slow.tokens,
+           tps_u > 0 ? tps_c / tps_u : 0);
+    printf("forward passes / call  %.1f without jump-forward, %.1f with (%.2fx fewer; %ld of %ld tokens forced), "
+           "%ld/%ld and %ld/%ld calls complete\n",
+           (double)slow.passes / (double)n_objects, (double)fast.passes / (double)n_objects,
+           fast.passes ? (double)slow.passes / (double)fast.passes : 0, fast.forced, fast.tokens, slow.objects,
+           n_objects, fast.objects, n_objects);
+    rc = 0;
+out:
+    engine_free(en);
+    grammar_unref(g);
+    gvocab_free(gv);
+    free(gbnf);
+    free(trigger);
+    if (tools) json_decref(tools);
+    tok_free(tk);
+    model_free(m);
+    return rc;
+}

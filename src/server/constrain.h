@@ -1,0 +1,51 @@
+/*
+ * constrain.h — from a request's tools, tool_choice and output format to the
+ * grammar the engine enforces (grammar/grammar.h), with a cache of compiled
+ * grammars so that an agent that sends the same tools every turn compiles
+ * them once and keeps their mask cache warm.
+ *
+ * Place in the flow: server/, on HTTP threads, after oai_parse and before
+ * engine_submit.
+ *
+ *   tool_choice required / named ─▶ tc_grammar (whole output)        ┐
+ *   tool_choice auto (tools)     ─▶ tc_grammar (lazy, after trigger) ├─▶ GBNF
+ *   response_format / json_schema ─▶ schema_to_gbnf                   │   ─▶ cache
+ *   grammar (GBNF)               ─────────────────────────────────────┘   ─▶ grammar
+ *
+ * With tools on auto and a JSON response_format, the output is either the
+ * calls or the JSON answer (one grammar with both, from the first token).
+ *
+ * Thread safety: a constrainer is shared by all HTTP threads (its cache has a
+ * mutex); the grammars it hands out are refcounted.
+ */
+#ifndef KVLOOM_CONSTRAIN_H
+#define KVLOOM_CONSTRAIN_H
+
+#include "../chat/toolcall.h"
+#include "../grammar/grammar.h"
+#include "../tok/tok.h"
+#include "oai.h"
+
+/* The byte trie of a tokenizer's vocabulary for grammar masks: control and
+ * unused tokens never appear inside constrained text, except the
+ * end-of-generation ones, which end it. */
+gvocab *constrain_vocab_new(const tokenizer *tk);
+
+typedef struct constrainer constrainer;
+
+/* `n_cache` compiled grammars are kept (least recently used go first). */
+constrainer *constrainer_new(int n_cache);
+void constrainer_free(constrainer *c);
+
+/* The grammar for request p in tool-call format f: *g gets a reference (the
+ * caller owns it) or NULL when the output is free; *trigger a malloc'd lazy
+ * trigger or NULL. On a bad schema or grammar returns ERR_INVALID /
+ * ERR_UNSUPPORTED with a message naming the field and *param the request
+ * field ("response_format", "json_schema", "grammar", "tools"). */
+int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar **g, char **trigger,
+                      const char **param, err_t *e);
+
+/* Cache counters (for /metrics and tests). */
+void constrainer_stats(constrainer *c, unsigned long long *hits, unsigned long long *misses);
+
+#endif
