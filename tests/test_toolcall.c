@@ -411,6 +411,11 @@ static const pcase cases[] = {
     {TC_HERMES, true, false, false, "<tool_call>\n{\"name\": \"f\", \"id\": 7, \"arguments\": {}}\n</tool_call>", "",
      NULL, 1, {{"f", "{}"}}},
     {TC_HERMES, true, false, false, "<tool_call>{\"name\": \"f\"}</tool_call>", "", NULL, 1, {{"f", "{}"}}},
+    /* two objects in one block */
+    {TC_HERMES, true, false, false, "<tool_call>\n" WEATHER "\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", "",
+     NULL, 2, {{"get_weather", WEATHER_ARGS}, {"g", "{}"}}},
+    {TC_HERMES, true, false, false, "<tool_call>\n" WEATHER "\n{\"nam</tool_call>", "{\"nam</tool_call>", NULL, 1,
+     {{"get_weather", WEATHER_ARGS}}},
     /* no closing tag at the end; text after the calls */
     {TC_HERMES, true, false, false, "<tool_call>\n" WEATHER, "", NULL, 1, {{"get_weather", WEATHER_ARGS}}},
     {TC_HERMES, true, false, false, "<tool_call>\n" WEATHER "\n</tool_call>\n\nDone.", "Done.", NULL, 1,
@@ -458,6 +463,12 @@ static const pcase cases[] = {
     {TC_LLAMA3, true, false, false, "{\"name\": \"f\", \"parameters\": {\"a\": 1}} and then", "and then", NULL, 1,
      {{"f", "{\"a\": 1}"}}},
 
+    {TC_LLAMA3, true, true, false, "<think>\nweather\n</think>\n\n{\"name\": \"f\", \"parameters\": {}}", "", "weather", 1,
+     {{"f", "{}"}}},
+    {TC_LLAMA3, true, false, false, "{\"name\": \"f\", \"parameters\": {\"a\": }}",
+     "{\"name\": \"f\", \"parameters\": {\"a\": }}", NULL, 0, {{0}}},
+    {TC_LLAMA3, true, false, false, "{\"parameters\": {\"a\": 1}, \"name\": \"f\"}", "", NULL, 1, {{"f", "{\"a\": 1}"}}},
+
     /* ---- mistral ---- */
     {TC_MISTRAL, true, false, false, "[TOOL_CALLS] [" WEATHER "]", "", NULL, 1, {{"get_weather", WEATHER_ARGS}}},
     {TC_MISTRAL, true, false, false,
@@ -469,6 +480,12 @@ static const pcase cases[] = {
     {TC_MISTRAL, true, false, false, "[TOOL_CALLS] []", "[TOOL_CALLS] []", NULL, 0, {{0}}},
     {TC_MISTRAL, true, false, false, "[TOOL_ CALLS] [x]", "[TOOL_ CALLS] [x]", NULL, 0, {{0}}},
 
+    {TC_MISTRAL, true, true, false, "<think>ok</think>[TOOL_CALLS] [" WEATHER "]", "", "ok", 1,
+     {{"get_weather", WEATHER_ARGS}}},
+    {TC_MISTRAL, true, false, false, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\" 1}}]",
+     "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\" 1}}]", NULL, 0, {{0}}},
+    {TC_MISTRAL, true, false, false, "[TOOL_CALLS] [" WEATHER ", 3]", ", 3]", NULL, 1, {{"get_weather", WEATHER_ARGS}}},
+
     /* ---- generic ---- */
     {TC_GENERIC, true, false, false, "{\"tool_calls\": [" WEATHER "]}", "", NULL, 1, {{"get_weather", WEATHER_ARGS}}},
     {TC_GENERIC, true, false, false,
@@ -478,12 +495,45 @@ static const pcase cases[] = {
      {{"get_weather", WEATHER_ARGS}}},
     {TC_GENERIC, true, false, false, "x {\"a\": {\"tool_calls\": 1}} y", "x {\"a\": {\"tool_calls\": 1}} y", NULL, 0,
      {{0}}},
+    {TC_GENERIC, true, false, false, "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"a\": 1]}]}",
+     "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"a\": 1]}]}", NULL, 0, {{0}}},
     {TC_GENERIC, true, true, false, "<think>\nhm\n\n</think>\n{\"tool_calls\": [" WEATHER "]}", "", "hm", 1,
      {{"get_weather", WEATHER_ARGS}}},
 };
 
 static void test_parser(void) {
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) check_case((int)i, &cases[i]);
+}
+
+/* Truncated outputs, spelled out: an incomplete call is not a call and its
+ * raw text is content; held text is content; a complete call whose closing
+ * tag was cut still counts. */
+static void test_truncated(void) {
+    static const struct {
+        tc_format f;
+        const char *text, *content;
+        int count, started;
+        const char *args0;
+    } t[] = {
+        {TC_HERMES, "Hello <tool_ca", "Hello <tool_ca", 0, 0, NULL},
+        {TC_HERMES, "Hello\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa",
+         "Hello<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", 0, 1, "{\"city\": \"Pa"},
+        {TC_HERMES, "<tool_call>\n{\"name\": \"get_wea", "<tool_call>\n{\"name\": \"get_wea", 0, 0, NULL},
+        {TC_HERMES, "<tool_call>\n" WEATHER "\n</tool_", "", 1, 1, WEATHER_ARGS},
+        {TC_MISTRAL, "[TOOL_CALLS] [" WEATHER ", {\"name\": \"g\", ", "{\"name\": \"g\", ", 1, 1, WEATHER_ARGS},
+        {TC_LLAMA3, "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3", "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3",
+         0, 1, "{\"q\": \"\xc3"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(t); i++) {
+        pcase c = {t[i].f, true, false, false, t[i].text, NULL, NULL, 0, {{0}}};
+        folded r;
+        run_pieces(&c, NULL, 0, strlen(t[i].text), true, &r, NULL);
+        CHECK_MSG(!r.bad && r.count == t[i].count && r.n_started == t[i].started && strcmp(nz(r.content), t[i].content) == 0 &&
+                      (!t[i].args0 || strcmp(nz(r.args[0]), t[i].args0) == 0),
+                  "truncated case %zu", i);
+        if (r.bad || r.count != t[i].count || strcmp(nz(r.content), t[i].content) != 0) show("got", &r);
+        folded_free(&r);
+    }
 }
 
 /* Ids: "call_" + 24 alphanumerics, stable per (seed, index), distinct. */
@@ -637,6 +687,7 @@ int main(void) {
     test_detect();
     test_check_tools();
     test_parser();
+    test_truncated();
     test_ids();
     test_grammar();
     return test_summary("test_toolcall");

@@ -439,7 +439,8 @@ static int jskip_byte(jskip *j, char c) {
  *        └──(anything else)──────────────────────────────────────────────▶ TEXT ◀─┘
  *
  *   TEXT ──marker──▶ OPEN ─▶ CALL ─▶ AFTER_CALL ─▶ TEXT (whitespace dropped)
- *   hermes   "<tool_call>" OPEN '{' CALL, AFTER_CALL "</tool_call>" (H_CLOSE)
+ *   hermes   "<tool_call>" OPEN '{' CALL (AFTER_CALL CALL)* AFTER_CALL
+ *            "</tool_call>" (H_CLOSE)
  *   mistral  "[TOOL_CALLS]" OPEN '[' (ARR_ELEM CALL AFTER_CALL ',')* ']'
  *            or OPEN '{' CALL (one call without the list)
  *   llama3   "<|python_tag|>" OPEN, or '{' straight into CALL;
@@ -994,6 +995,8 @@ static void run(tc_parser *p, tc_events *out) {
                 p->lit_from = p->pos;
                 p->lit_i = 0;
                 p->st = S_H_CLOSE;
+            } else if (p->fmt == TC_HERMES && c == '{') {
+                begin_call(p, p->pos); /* several objects in one block */
             } else if (p->fmt == TC_LLAMA3 && c == ';') {
                 p->pos++;
                 p->st = S_L_SEP;
