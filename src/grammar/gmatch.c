@@ -501,6 +501,7 @@ gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t 
     v->nodes[0].end = nn;
     v->node_tok[nn] = nt;
     v->n_nodes = nn;
+    log_debug("gvocab: %d tokens, trie of %u nodes over %zu bytes", n_vocab, nn, n);
     v->nodes = xrealloc(v->nodes, (size_t)nn * sizeof(struct tnode));
     v->node_tok = xrealloc(v->node_tok, ((size_t)nn + 1) * sizeof(uint32_t));
     free(path);
