@@ -505,6 +505,69 @@ static void test_parser(void) {
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) check_case((int)i, &cases[i]);
 }
 
+/* Random outputs glued from fragments of every format (markers, call JSON,
+ * broken JSON, text, UTF-8, think tags): pieces never change the result,
+ * what a prefix streams is a prefix of the whole result, and every complete
+ * call has a name and arguments that parse as JSON. */
+static void test_random_outputs(void) {
+    static const char *frag[] = {
+        "<tool_call>", "\n</tool_call>", "</tool_call>", "[TOOL_CALLS]", " [", "]", ", ", "; ", "<|python_tag|>",
+        "{\"tool_calls\": [", "]}", "{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}",
+        "{\"name\": \"g\", \"parameters\": {}}", "{\"arguments\": \"{}\", \"name\": \"h\"}", "{\"name\": ",
+        "\"x\"", "{", "}", "\"", "\\", ":", "\n", "  ", "text", " é", "你好", "🙂", "<think>", "</think>", "\n\n",
+        "<tool", "_call>", "{\"a\": 1}", "null", "[1, 2]", "{\"name\": \"f\", \"arguments\": {\"b\": ",
+    };
+    int n_bad = 0, n_with_calls = 0, n_broken = 0;
+    for (int round = 0; round < 1200; round++) {
+        char text[1024];
+        size_t len = 0;
+        int n_frag = 1 + (int)(rng_u64() % 14);
+        for (int k = 0; k < n_frag; k++) {
+            const char *f = frag[rng_u64() % ARRAY_LEN(frag)];
+            size_t fl = strlen(f);
+            if (len + fl >= sizeof text) break;
+            memcpy(text + len, f, fl);
+            len += fl;
+        }
+        text[len] = 0;
+        uint64_t m = rng_u64();
+        pcase c = {(tc_format)(1 + m % 4), (m >> 3) % 4 != 0, (m >> 5) & 1, (m >> 6) % 4 == 0, text, NULL, NULL, 0, {{0}}};
+        folded whole;
+        run_pieces(&c, NULL, 0, len, false, &whole, NULL);
+        bool ok = !whole.bad && whole.count <= whole.n_started;
+        n_with_calls += whole.count > 0;
+        n_broken += whole.n_started > whole.count;
+        for (int i = 0; ok && i < whole.count; i++) {
+            json_error_t je;
+            json_t *a = json_loadb(nz(whole.args[i]), strlen(nz(whole.args[i])), JSON_DECODE_ANY, &je);
+            ok = whole.name[i] && whole.name[i][0] && a;
+            json_decref(a);
+        }
+        size_t cuts[64];
+        int n = 0;
+        for (size_t at = 1 + rng_u64() % 5; at < len && n < 64; at += 1 + rng_u64() % 7) cuts[n++] = at;
+        folded r;
+        run_pieces(&c, cuts, n, len, false, &r, NULL);
+        ok = ok && same(&r, &whole);
+        folded_free(&r);
+        folded s0, s1;
+        size_t t = len ? rng_u64() % len : 0;
+        run_pieces(&c, NULL, 0, t, true, &s1, &s0);
+        ok = ok && streams_prefix(&s0, &whole) && !s1.bad;
+        folded_free(&s0);
+        folded_free(&s1);
+        if (!ok && n_bad++ < 3) {
+            fprintf(stderr, "  random output (%s, tools %d, reasoning %d, open %d): \"%s\"\n", tc_format_name(c.f),
+                    c.tools_on, c.reasoning, c.think_open, text);
+            show("whole", &whole);
+        }
+        folded_free(&whole);
+    }
+    CHECK_MSG(n_bad == 0, "%d random outputs misbehave", n_bad);
+    /* the fragments do make calls, and broken ones */
+    CHECK_MSG(n_with_calls > 50 && n_broken > 20, "%d with calls, %d broken", n_with_calls, n_broken);
+}
+
 /* Truncated outputs, spelled out: an incomplete call is not a call and its
  * raw text is content; held text is content; a complete call whose closing
  * tag was cut still counts. */
@@ -687,6 +750,7 @@ int main(void) {
     test_detect();
     test_check_tools();
     test_parser();
+    test_random_outputs();
     test_truncated();
     test_ids();
     test_grammar();

@@ -57,10 +57,12 @@ int tc_check_tools(json_t *tools, err_t *e);
 /* The GBNF (grammar.h) of one or more calls in format f to the tools in
  * `tools` (checked), or only to the one named `only` when not NULL; with
  * `parallel` several calls may follow each other. With lazy, the grammar
- * starts right after the call marker (*trigger, a malloc'd string: e.g.
- * "<tool_call>" for hermes, "{\"name\"" ... see toolcall.c) and the model
- * may write free text before it; without, the grammar covers the whole
- * output (*trigger = NULL). The grammar's output ends with the call(s):
+ * starts right after the call marker (*trigger, a malloc'd string:
+ * "<tool_call>" for hermes, "[TOOL_CALLS]" for mistral, "{\"tool_calls\""
+ * for generic, "{\"" for llama3, whose calls are bare JSON: see toolcall.c)
+ * and the model may write free text before it; without, the grammar covers
+ * the whole output (*trigger = NULL). A tool without "parameters" takes
+ * exactly {} as its arguments. The grammar's output ends with the call(s):
  * nothing may follow but end-of-generation. Errors (ERR_UNSUPPORTED /
  * ERR_INVALID) name the tool and the schema keyword
  * ("tools[0].function.parameters: unsupported JSON Schema keyword ..."). */
