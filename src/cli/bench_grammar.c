@@ -56,7 +56,7 @@ static int cmp_i64(const void *a, const void *b) {
 
 static int piece_fn(void *ctx, int32_t id, char *buf, int cap) { return tok_piece((const tokenizer *)ctx, id, buf, cap); }
 static int tokenize_fn(void *ctx, const char *text, size_t n, int32_t *out, int cap) {
-    return tok_encode((const tokenizer *)ctx, text, n, false, true, out, cap);
+    return tok_encode_continuation((const tokenizer *)ctx, text, n, out, cap);
 }
 static bool eog_fn(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
 

@@ -377,6 +377,8 @@ static int try_admit(engine *en, seq *s) {
 
 /* ---- the step ---- */
 
+static void jump_forward(engine *en, seq *s);
+
 static void take_submitted(engine *en) {
     pthread_mutex_lock(&en->mu);
     for (int i = 0; i < en->n_submitq; i++) {
@@ -386,8 +388,13 @@ static void take_submitted(engine *en) {
         s->order = en->next_order++;
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
         s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
-        if (r->grammar && !r->grammar_trigger) s->gm = gmatch_new(r->grammar, en->o.gvocab);
         list_push(&en->waiting, s);
+        if (r->grammar && !r->grammar_trigger) {
+            /* A forced start (a call's opening syntax, "{\"" of a schema's
+             * object...) joins the prompt's prefill. */
+            s->gm = gmatch_new(r->grammar, en->o.gvocab);
+            jump_forward(en, s);
+        }
     }
     en->n_submitq = 0;
     pthread_mutex_unlock(&en->mu);
@@ -695,7 +702,10 @@ static bool engine_step(engine *en) {
         s->r->n_forward_steps++;
         seq_index_computed(en, s);
         if (s->n_computed < s->n_tokens) continue;
-        req_finish why = post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab);
+        /* (a forced run at admission may already have reached max_tokens) */
+        req_finish why = s->n_generated >= s->r->max_tokens
+                             ? REQ_FINISH_LENGTH
+                             : post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab);
         row++;
         if (why == REQ_FINISH_ERROR) {
             list_remove(&en->running, s);

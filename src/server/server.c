@@ -220,7 +220,7 @@ static bool eog_cb(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *
 static int piece_cb(void *ctx, int32_t id, char *buf, int cap) { return tok_piece((const tokenizer *)ctx, id, buf, cap); }
 
 static int tokenize_cb(void *ctx, const char *text, size_t n, int32_t *out, int cap) {
-    return tok_encode((const tokenizer *)ctx, text, n, false, true, out, cap);
+    return tok_encode_continuation((const tokenizer *)ctx, text, n, out, cap);
 }
 
 static void model_id_from_path(const char *path, char *out, size_t cap) {

@@ -703,8 +703,10 @@ static void spm_fragment(const tokenizer *t, const char *s, size_t n, bool prefi
     free(buf);
 }
 
-int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
-               int cap) {
+/* continuation: the text continues earlier text (no SentencePiece dummy
+ * prefix before its first fragment). */
+static int encode(const tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
+                  bool continuation, int32_t *out, int cap) {
     if (!t || (!text && len > 0)) return ERR_INVALID;
     if (len > TOK_MAX_TEXT) return ERR_RANGE;
     tok_vec v = {0};
@@ -712,7 +714,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, b
     if (len > 0) {
         frag_vec fr;
         split_special(t, text, len, parse_special, &fr);
-        bool prev_special = true;
+        bool prev_special = !continuation;
         for (int i = 0; i < fr.n; i++) {
             if (fr.v[i].tok >= 0) {
                 tok_vec_push(&v, fr.v[i].tok);
@@ -735,6 +737,15 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, b
     if (out && cap > 0 && n > 0) memcpy(out, v.v, (size_t)MIN(n, cap) * sizeof(int32_t));
     free(v.v);
     return n;
+}
+
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special, int32_t *out,
+               int cap) {
+    return encode(t, text, len, add_bos, parse_special, false, out, cap);
+}
+
+int tok_encode_continuation(const tokenizer *t, const char *text, size_t len, int32_t *out, int cap) {
+    return encode(t, text, len, false, true, true, out, cap);
 }
 
 double tok_bench_mb_per_s(const tokenizer *t, const char *text, size_t len, int reps) {

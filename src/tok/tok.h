@@ -82,6 +82,11 @@ bool tok_is_eog(const tokenizer *t, int32_t id);
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, bool parse_special,
                int32_t *out, int cap);
 
+/* Encodes text that continues generated output, as the model would have
+ * written it: special tokens parsed, no BOS, and no SentencePiece dummy
+ * prefix (the text does not start a sequence). Returns like tok_encode. */
+int tok_encode_continuation(const tokenizer *t, const char *text, size_t len, int32_t *out, int cap);
+
 /* The bytes of one token: byte tokens <0xNN> give the byte, byte-level BPE
  * characters are mapped back to bytes, SPM ▁ becomes a space, control and
  * user-defined tokens give their text, unused tokens give nothing. Writes at

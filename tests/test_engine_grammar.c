@@ -1,0 +1,148 @@
+/*
+ * test_engine_grammar.c — constrained decoding inside the engine, on the
+ * shared stories260K model and its real tokenizer:
+ *   - a lazy grammar starts at its trigger: the text before it is what the
+ *     model writes unconstrained, the text after it follows the grammar;
+ *     a trigger that never appears leaves the output untouched;
+ *   - jump-forward appends a forced run as the tokenizer writes it (a fixed
+ *     text comes out as exactly tok_encode of it, with no sampling at all);
+ *   - every constrained output is in the grammar's language, with and without
+ *     jump-forward, and jump-forward needs fewer forward passes;
+ *   - max_tokens is kept when a forced run reaches it.
+ */
+#include <string.h>
+
+#include "model/model.h"
+#include "sched/engine.h"
+#include "server/constrain.h"
+#include "tok/tok.h"
+#include "test.h"
+
+static tokenizer *g_tok;
+
+static bool eog_fn(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
+static int piece_fn(void *ctx, int32_t id, char *buf, int cap) { return tok_piece((const tokenizer *)ctx, id, buf, cap); }
+static int tokenize_fn(void *ctx, const char *text, size_t n, int32_t *out, int cap) {
+    return tok_encode_continuation((const tokenizer *)ctx, text, n, out, cap);
+}
+
+typedef struct result {
+    char text[2048];
+    int32_t ids[512];
+    int n_ids;
+    req_finish finish;
+    int n_forced, n_passes;
+} result;
+
+/* Runs one greedy request; grammar may be NULL. */
+static void run(engine *en, const char *prompt, const char *gbnf, const char *trigger, bool jump, int max_tokens,
+                result *out) {
+    memset(out, 0, sizeof *out);
+    int32_t *ids = xmalloc(256 * sizeof *ids);
+    int n = tok_encode(g_tok, prompt, strlen(prompt), true, false, ids, 256);
+    req *r = req_new(ids, n);
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    r->no_jump_forward = !jump;
+    if (gbnf) {
+        err_t e = {0};
+        CHECK_MSG(grammar_from_gbnf(gbnf, strlen(gbnf), &r->grammar, &e) == 0, "%s: %s", gbnf, e.msg);
+        if (trigger) r->grammar_trigger = xstrdup(trigger);
+    }
+    err_t e = {0};
+    CHECK(engine_submit(en, r, &e) == 0);
+    req_finish fin = REQ_RUNNING;
+    int seen = 0;
+    while (fin == REQ_RUNNING) seen = req_wait(r, seen, 5000, &fin);
+    out->finish = fin;
+    out->n_ids = MIN(seen, 512);
+    for (int i = 0; i < out->n_ids; i++) out->ids[i] = r->tokens[i].id;
+    tok_decode(g_tok, out->ids, out->n_ids, true, out->text, (int)sizeof out->text);
+    out->n_forced = r->n_forced;
+    out->n_passes = r->n_forward_steps;
+    req_unref(r);
+}
+
+int main(void) {
+    model *m = test_load_stories();
+    if (!m) return test_summary("test_engine_grammar");
+    err_t e = {0};
+    CHECK(tok_load(m->gguf, &g_tok, &e) == 0);
+    gvocab *gv = constrain_vocab_new(g_tok);
+    engine_opts o = engine_defaults();
+    o.kv_mem_bytes = 16u << 20;
+    o.is_eog = eog_fn;
+    o.eog_ctx = g_tok;
+    o.gvocab = gv;
+    o.tokenize = tokenize_fn;
+    o.piece = piece_fn;
+    o.tok_ctx = g_tok;
+    o.check = true;
+    engine *en;
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+
+    /* The unconstrained reference: ", there was a little girl named ..." */
+    result free_run, lazy, never;
+    run(en, "Once upon a time", NULL, NULL, true, 12, &free_run);
+    CHECK_MSG(strncmp(free_run.text, ", there was", 11) == 0, "reference: %s", free_run.text);
+
+    /* A lazy grammar: free text up to " there", then " was a cat." or
+     * " was a dog." and the end. */
+    run(en, "Once upon a time", "root ::= \" was a \" (\"cat\" | \"dog\") \".\"", " there", true, 40, &lazy);
+    CHECK_MSG(!strcmp(lazy.text, ", there was a cat.") || !strcmp(lazy.text, ", there was a dog."), "lazy: '%s'",
+              lazy.text);
+    CHECK_EQ_INT(lazy.finish, REQ_FINISH_STOP);
+    CHECK(lazy.n_forced > 0);
+
+    /* A trigger that never comes: the same text as unconstrained. */
+    run(en, "Once upon a time", "root ::= \"x\"", "<never>", true, 12, &never);
+    CHECK_STR(never.text, free_run.text);
+    CHECK_EQ_INT(never.finish, REQ_FINISH_LENGTH);
+
+    /* A fixed text is appended whole, as the tokenizer writes it, before any
+     * sampling: the ids are exactly tok_encode's. */
+    const char *fixed = " The end of the story is near.";
+    result fx;
+    run(en, "Once upon a time", "root ::= \" The end of the story is near.\"", NULL, true, 100, &fx);
+    CHECK_STR(fx.text, fixed);
+    int32_t want[64];
+    int n_want = tok_encode_continuation(g_tok, fixed, strlen(fixed), want, 64);
+    CHECK_EQ_INT(fx.n_ids, n_want);
+    CHECK(fx.n_ids == n_want && memcmp(fx.ids, want, (size_t)n_want * sizeof *want) == 0);
+    CHECK_EQ_INT(fx.n_forced, n_want);
+    CHECK_EQ_INT(fx.finish, REQ_FINISH_STOP);
+
+    /* max_tokens holds even when the forced run is longer */
+    result cut;
+    run(en, "Once upon a time", "root ::= \" The end of the story is near.\"", NULL, true, 3, &cut);
+    CHECK_EQ_INT(cut.n_ids, 3);
+    CHECK_EQ_INT(cut.finish, REQ_FINISH_LENGTH);
+
+    /* A JSON-like grammar with fixed keys: valid with and without
+     * jump-forward, and fewer forward passes with it. */
+    const char *obj = "root ::= \"{\\\"name\\\": \\\"\" [a-z]{1,8} \"\\\", \\\"kind\\\": \\\"\" (\"cat\" | \"dog\") "
+                      "\"\\\", \\\"age\\\": \" [1-9] [0-9]? \"}\"";
+    result with_jf, without_jf;
+    run(en, "The cat", obj, NULL, true, 100, &with_jf);
+    run(en, "The cat", obj, NULL, false, 100, &without_jf);
+    for (int k = 0; k < 2; k++) {
+        result *r = k ? &without_jf : &with_jf;
+        grammar *g = NULL;
+        CHECK(grammar_from_gbnf(obj, strlen(obj), &g, &e) == 0);
+        gmatch *gm = gmatch_new(g, gv);
+        CHECK_MSG(gmatch_accept_bytes(gm, r->text, strlen(r->text)) == 0 && gmatch_can_end(gm), "output %d: %s", k,
+                  r->text);
+        gmatch_free(gm);
+        grammar_unref(g);
+        CHECK_EQ_INT(r->finish, REQ_FINISH_STOP);
+    }
+    CHECK_EQ_INT(without_jf.n_forced, 0);
+    CHECK_MSG(with_jf.n_passes * 3 / 2 <= without_jf.n_passes, "forward passes %d with jump-forward, %d without",
+              with_jf.n_passes, without_jf.n_passes);
+
+    engine_free(en);
+    gvocab_free(gv);
+    tok_free(g_tok);
+    model_free(m);
+    return test_summary("test_engine_grammar");
+}
