@@ -49,6 +49,8 @@ typedef struct {
     bool *closer;     /* holds '"', ']' or '}'            */
     FILE *cases;      /* NULL in unit mode                */
     int32_t *allowed; /* scratch                          */
+    int32_t short_ids[128]; /* the printable ASCII one-byte tokens */
+    int n_short;
     uint64_t *mask;
     long n_cases;
 } walker;
@@ -78,6 +80,8 @@ static bool walker_init(walker *w) {
         w->piece[i] = xmalloc((size_t)n + 1);
         memcpy(w->piece[i], buf, (size_t)n);
         w->piece_len[i] = n;
+        if (n == 1 && buf[0] >= 0x20 && buf[0] < 0x7f && w->kind[i] == GV_NORMAL && w->n_short < 128)
+            w->short_ids[w->n_short++] = i;
         w->closer[i] = memchr(buf, '"', (size_t)n) || memchr(buf, ']', (size_t)n) || memchr(buf, '}', (size_t)n);
     }
     w->v = gvocab_new(w->n_vocab, vocab_piece, w->tk, w->kind);
@@ -221,6 +225,11 @@ static bool walk(walker *w, grammar *g, int sid, const char *what) {
             gmatch_free(c);
             if (rng_u64() % 3 == 0) emit_case(w, sid, "refused", out, n, w->piece[id], (size_t)w->piece_len[id]);
         }
+        /* and the structural bytes, where a wrongly refused '}' or ']' would show */
+        if (rng_u64() % 2 == 0)
+            for (int k = 0; k < w->n_short; k++)
+                if (strchr("}],\" :0", w->piece[w->short_ids[k]][0]) && !mask_has(w->mask, w->short_ids[k]))
+                    emit_case(w, sid, "refused", out, n, w->piece[w->short_ids[k]], 1);
         /* pick: toward closers as the walk grows */
         int id;
         bool want_close = n_closers > 0 && rng_u64() % 100 < (uint64_t)MIN(90, 20 + step);

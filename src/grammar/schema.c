@@ -1454,10 +1454,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
     /* S_i chain: s_expr for S_0 built from the end. S_n: extra (first without comma) */
     sbuf s_expr = {0};
     bool s_nullable = true;
-    if (!rc && extra) {
-        sb_printf(&s_expr, "%s %s", xkv, t_names[n]);
-        s_nullable = false;
-    }
+    if (!rc && extra) sb_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
     for (int i = n - 1; i >= 0 && !rc; i--) {
         sbuf e2 = {0};
         sb_puts(&e2, m[i].kv);
@@ -1784,7 +1781,7 @@ static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
         return err_set(g->e, ERR_UNSUPPORTED, "%s: the schema false admits no value", ptr_show(ptr));
     if (!json_is_object(s)) return err_set(g->e, ERR_INVALID, "%s must be a schema (an object or a boolean)", ptr_show(ptr));
     if (g->depth >= SCHEMA_MAX_DEPTH)
-        return err_set(g->e, ERR_RANGE, "%s: schema nests deeper than %d", ptr_show(ptr), SCHEMA_MAX_DEPTH);
+        return err_set(g->e, ERR_RANGE, "schema nests deeper than %d at %s", SCHEMA_MAX_DEPTH, ptr_show(ptr));
     if (TOO_BIG(g) || out->n > GRAMMAR_MAX_SRC_BYTES)
         return err_set(g->e, ERR_RANGE, "schema grammar exceeds %u bytes", GRAMMAR_MAX_SRC_BYTES);
 

@@ -1,0 +1,452 @@
+/*
+ * test_schema.c — JSON Schema to GBNF (src/grammar/schema.c): tables of
+ * schemas with JSON texts the compiled grammar must accept and refuse (run
+ * through grammar_from_gbnf and gmatch_accept_bytes / gmatch_can_end), the
+ * errors that name unsupported and invalid keywords, exhaustive integer
+ * ranges, and hostile schemas that must be refused cleanly.
+ * The random differential test is tests/grammar_diff_test.sh.
+ */
+#include <jansson.h>
+
+#include "grammar/grammar.h"
+#include "grammar/schema.h"
+#include "test.h"
+
+/* Compiles schema text; NULL (and a failed check) when it does not compile. */
+static grammar *compile(const char *schema_text) {
+    json_error_t je;
+    json_t *s = json_loads(schema_text, JSON_DECODE_ANY, &je);
+    CHECK_MSG(s != NULL, "bad test schema %s: %s", schema_text, je.text);
+    if (!s) return NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    err_t e = {0};
+    int rc = schema_to_gbnf(s, "root", &buf, &len, &e);
+    json_decref(s);
+    CHECK_MSG(rc == 0, "schema %s: %s", schema_text, e.msg);
+    grammar *g = NULL;
+    if (rc == 0) {
+        rc = grammar_from_gbnf(buf, len, &g, &e);
+        CHECK_MSG(rc == 0, "GBNF of %s: %s\n%s", schema_text, e.msg, buf);
+    }
+    free(buf);
+    return g;
+}
+
+/* A vocabulary of the 256 single bytes (the matcher needs one). */
+static int byte_piece(void *ctx, int32_t id, char *buf, int cap) {
+    if (cap > 0) buf[0] = (char)id;
+    return 1;
+}
+static gvocab *bytes_vocab;
+
+static grammar *compile_text_ok(const char *buf, size_t len) {
+    grammar *g = NULL;
+    err_t e = {0};
+    int rc = grammar_from_gbnf(buf, len, &g, &e);
+    CHECK_MSG(rc == 0, "GBNF: %s", e.msg);
+    return g;
+}
+
+/* 1 when text is a complete string of g, 0 when only a prefix, -1 refused. */
+static int run(grammar *g, const char *text) {
+    gmatch *m = gmatch_new(g, bytes_vocab);
+    int r = gmatch_accept_bytes(m, text, strlen(text)) ? -1 : gmatch_can_end(m) ? 1 : 0;
+    gmatch_free(m);
+    return r;
+}
+
+typedef struct {
+    const char *schema;
+    const char *ok[10];  /* complete documents */
+    const char *bad[10]; /* neither complete nor (where marked by a leading '!') even a prefix */
+} table_row;
+
+static const table_row rows[] = {
+    {"{\"type\":\"string\"}",
+     {"\"\"", "\"abc\"", "\"a\\\"b\"", "\"\\u00e9\\n\"", "\"日本\"", "\"\\/\""},
+     {"!abc", "\"abc", "!\"a\nb\"", "!\"\\x\"", "!\"\\ud800\"", "!\"a\" "}},
+    {"{\"type\":\"integer\"}",
+     {"0", "-1", "123456789012345", "-7"},
+     {"!-0", "!01", "1.0", "!1234567890123456", "!+1", "!1e3"}},
+    {"{\"type\":\"number\"}",
+     {"0", "-0.5", "1e10", "2.25E-3", "123456789012345.123456789012345", "-0"},
+     {"!.5", "1.", "!1.2.3", "!01", "!1e1234", "1e"}},
+    {"{\"type\":\"boolean\"}", {"true", "false"}, {"!null", "tru", "!True"}},
+    {"{\"type\":\"null\"}", {"null"}, {"!nil", "nul"}},
+    {"{\"type\":[\"string\",\"null\"]}", {"null", "\"x\""}, {"!1", "!true"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}",
+     {"{\"b\": \"x\"}", "{\"a\": 1, \"b\": \"x\"}"},
+     {"!{\"b\": \"x\", \"a\": 1}", "!{\"a\":1,\"b\":\"x\"}", "{\"a\": 1}", "!{}", "!{\"b\": \"x\", \"c\": 1}",
+      "!{ \"b\": \"x\"}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"boolean\"}}",
+     {"{}", "{\"a\": 1}", "{\"a\": 1, \"c\": true}", "{\"zz\": false, \"y\": true}", "{\"ab\": true}", "{\"\": true}"},
+     {"!{\"a\": true}", "!{\"c\": 1}", "!{\"c\": true, \"a\": 1}", "!{\"\\u0061\": true}"}},
+    {"{\"type\":\"object\"}", {"{}", "{\"x\": [1, {\"y\": null}]}", "{\"a\": 1, \"a\": 2}"}, {"!{\"x\":1}", "!{,}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}},\"additionalProperties\":false}",
+     {"{}", "{\"a\": null}"},
+     {"!{\"b\": null}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},\"b\":false},\"additionalProperties\":true}",
+     {"{}", "{\"c\": 1}", "{\"bb\": 1}"},
+     {"!{\"b\": 1}", "!{\"a\": 1}"}},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":3}",
+     {"[1]", "[1, 2, 3]"},
+     {"[]", "![1, 2, 3, 4]", "![1,2]", "![\"a\"]", "![1, ]"}},
+    {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],\"items\":false}",
+     {"[]", "[\"a\"]", "[\"a\", 1]"},
+     {"![1]", "![\"a\", 1, 2]"}},
+    {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"minItems\":2}",
+     {"[\"a\", true]", "[\"a\", true, false]"},
+     {"[\"a\"]", "![true]", "![\"a\", \"b\"]"}},
+    {"{\"enum\":[\"red\",1,null,[1,{\"a\":\"é\"}],1.5]}",
+     {"\"red\"", "1", "null", "[1, {\"a\": \"é\"}]", "1.5"},
+     {"!\"blue\"", "!2", "![1,{\"a\":\"é\"}]", "!1.50"}},
+    {"{\"const\":{\"k\":\"q\\\"\\n\"}}", {"{\"k\": \"q\\\"\\n\"}"}, {"!{\"k\": \"q\\u0022\\n\"}"}},
+    {"{\"type\":\"string\",\"enum\":[\"a\",1,\"b\"]}", {"\"a\"", "\"b\""}, {"!1"}},
+    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+     {"\"ab\"", "\"abc\"", "\"\\u00e9\\n\"", "\"日本\""},
+     {"\"a\"", "!\"abcd\"", "!\"\\n\\n\\n\\n\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^[a-z]+-\\\\d{2}$\"}",
+     {"\"ab-12\"", "\"x-00\""},
+     {"!\"AB-12\"", "!\"ab-123\"", "\"ab-1\"", "!\"-12\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^(foo|ba[rz])(?:\\\\.x)?$\"}",
+     {"\"foo\"", "\"baz\"", "\"bar.x\""},
+     {"!\"fob\"", "!\"foo.y\""}},
+    {"{\"type\":\"string\",\"pattern\":\"a\\\"b\"}",
+     {"\"a\\\"b\"", "\"xxa\\\"byy\""},
+     {"\"ab\"", "!\"a\\u0022b\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^.$\"}", {"\"x\"", "\"é\"", "\"\\t\"", "\"\\\"\""}, {"!\"\\n\"", "!\"ab\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^[^a]\\\\s\\\\w?$\"}",
+     {"\"b \"", "\"\\n\\t_\"", "\"\\u0001 \""},
+     {"!\"a \"", "!\"bb\""}},
+    {"{\"type\":\"string\",\"format\":\"date\"}",
+     {"\"2024-02-29\"", "\"0000-12-31\""},
+     {"!\"2024-13-01\"", "!\"2024-00-10\"", "!\"2024-01-32\"", "!\"24-01-01\""}},
+    {"{\"type\":\"string\",\"format\":\"time\"}",
+     {"\"23:59:59Z\"", "\"00:00:00.123+05:30\""},
+     {"!\"24:00:00Z\"", "\"12:00:00\"", "!\"12:60:00Z\""}},
+    {"{\"type\":\"string\",\"format\":\"date-time\"}", {"\"2024-01-02T03:04:05-01:00\""}, {"!\"2024-01-02 03:04:05Z\""}},
+    {"{\"type\":\"string\",\"format\":\"uuid\"}",
+     {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"ABCDEF00-0000-0000-0000-000000000000\""},
+     {"!\"123e4567e89b12d3a456426614174000\"", "!\"123e4567-e89b-12d3-a456-42661417400g\""}},
+    {"{\"anyOf\":[{\"type\":\"integer\",\"minimum\":0,\"maximum\":9},{\"type\":\"string\",\"maxLength\":1}]}",
+     {"5", "\"\"", "\"x\""},
+     {"!10", "!\"xy\""}},
+    {"{\"oneOf\":[{\"type\":\"null\"},{\"type\":\"boolean\"}],\"title\":\"t\"}", {"null", "true"}, {"!0"}},
+    {"{\"allOf\":[{\"type\":\"boolean\"}],\"description\":\"d\"}", {"false"}, {"!null"}},
+    {"{\"$defs\":{\"pos\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":9}},\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/pos\"}}",
+     {"[]", "[1, 9]"},
+     {"![0]", "![10]"}},
+    {"{\"definitions\":{\"t\":{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/t\"}}},\"required\":[\"k\"]}},\"$ref\":\"#/definitions/t\"}",
+     {"{\"k\": []}", "{\"k\": [{\"k\": []}, {\"k\": [{\"k\": []}]}]}"},
+     {"!{\"k\": [1]}", "{\"k\": [{\"k\": []}"}},
+    {"{\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#\"}}}",
+     {"{}", "{\"next\": {\"next\": {}}}"},
+     {"!{\"next\": 1}"}},
+    {"{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"description\":\"d\",\"default\":\"a\",\"examples\":[\"b\"]}},\"required\":[\"x\"],\"additionalProperties\":false}",
+     {"{\"x\": \"\"}"},
+     {"!{\"x\": 1}"}},
+    {"true", {"1", "\"a\"", "[1, [2, {}]]", "{\"a\": null}"}, {"![1,2]", "!{\"a\":1}", "! 1"}},
+    {"{\"properties\":{\"a\":{\"type\":\"integer\"}}}", {"{\"a\": 1}", "{}"}, {"!1", "!\"a\""}},
+    {"{\"minLength\":1}", {"\"a\""}, {"!1", "\"\""}},
+};
+
+static void check_rows(void) {
+    for (size_t i = 0; i < ARRAY_LEN(rows); i++) {
+        grammar *g = compile(rows[i].schema);
+        if (!g) continue;
+        for (int k = 0; k < 10 && rows[i].ok[k]; k++)
+            CHECK_MSG(run(g, rows[i].ok[k]) == 1, "schema %s should accept %s (got %d)", rows[i].schema,
+                      rows[i].ok[k], run(g, rows[i].ok[k]));
+        for (int k = 0; k < 10 && rows[i].bad[k]; k++) {
+            const char *t = rows[i].bad[k];
+            bool not_prefix = t[0] == '!';
+            if (not_prefix) t++;
+            int r = run(g, t);
+            CHECK_MSG(not_prefix ? r == -1 : r != 1, "schema %s should refuse %s%s (got %d)", rows[i].schema, t,
+                      not_prefix ? " as a prefix" : "", r);
+        }
+        grammar_unref(g);
+    }
+}
+
+/* Integer ranges: every integer near the bounds, exactly. */
+static void check_int_ranges(void) {
+    static const long long b[][2] = {{0, 255},    {-5, 100},  {-100, -5}, {1, 1},     {-1, 0},      {7, 1234},
+                                     {10, 99},    {19, 21},   {0, 0},     {-999, 999}, {100, 1000}, {-1000, -1},
+                                     {123, 4567}, {-77, -70}, {9, 10},    {0, 9},     {99, 101},    {-10, 10}};
+    for (size_t i = 0; i < ARRAY_LEN(b); i++) {
+        char schema[160];
+        snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"minimum\":%lld,\"maximum\":%lld}", b[i][0], b[i][1]);
+        grammar *g = compile(schema);
+        if (!g) continue;
+        int bad = 0;
+        for (long long x = b[i][0] - 120; x <= b[i][1] + 120; x++) {
+            char t[32];
+            snprintf(t, sizeof t, "%lld", x);
+            bool in = x >= b[i][0] && x <= b[i][1];
+            if ((run(g, t) == 1) != in) {
+                if (bad++ < 3) CHECK_MSG(0, "%s: %s %s", schema, t, in ? "refused" : "accepted");
+            }
+        }
+        CHECK_MSG(bad == 0, "%s: %d wrong", schema, bad);
+        CHECK_MSG(run(g, "-0") != 1 && run(g, "00") != 1, "%s: -0 or 00 accepted", schema);
+        grammar_unref(g);
+    }
+    /* exclusive bounds, real bounds, draft-4 booleans, one-sided bounds */
+    struct {
+        const char *schema;
+        long long lo, hi;
+    } ex[] = {
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":0,\"exclusiveMaximum\":10}", 1, 9},
+        {"{\"type\":\"integer\",\"minimum\":0.5,\"maximum\":9.5}", 1, 9},
+        {"{\"type\":\"integer\",\"minimum\":0,\"exclusiveMinimum\":true,\"maximum\":5,\"exclusiveMaximum\":true}", 1, 4},
+        {"{\"type\":\"integer\",\"minimum\":-3}", -3, 999999999999999LL},
+        {"{\"type\":\"integer\",\"maximum\":3}", -999999999999999LL, 3},
+        {"{\"type\":\"integer\",\"minimum\":9223372036854775800}", 9223372036854775800LL, 9223372036854775807LL},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(ex); i++) {
+        grammar *g = compile(ex[i].schema);
+        if (!g) continue;
+        long long probe[] = {ex[i].lo - 1, ex[i].lo, ex[i].lo + 1, ex[i].hi - 1, ex[i].hi, ex[i].hi + 1};
+        for (size_t k = 0; k < ARRAY_LEN(probe); k++) {
+            long long x = probe[k];
+            if ((k == 0 && ex[i].lo == INT64_MIN) || (k == 5 && ex[i].hi == INT64_MAX)) continue;
+            char t[32];
+            snprintf(t, sizeof t, "%lld", x);
+            bool in = x >= ex[i].lo && x <= ex[i].hi;
+            CHECK_MSG((run(g, t) == 1) == in, "%s: %s should be %s", ex[i].schema, t, in ? "accepted" : "refused");
+        }
+        grammar_unref(g);
+    }
+}
+
+typedef struct {
+    const char *schema;
+    int code;
+    const char *msg; /* a substring of the message */
+} err_row;
+
+static const err_row errs[] = {
+    {"{\"type\":\"object\",\"patternProperties\":{}}", ERR_UNSUPPORTED,
+     "unsupported JSON Schema keyword 'patternProperties' at /"},
+    {"{\"properties\":{\"x\":{\"type\":\"string\",\"contentMediaType\":\"a\"}}}", ERR_UNSUPPORTED,
+     "'contentMediaType' at /properties/x"},
+    {"{\"properties\":{\"a/b\":{\"multipleOf\":2}}}", ERR_UNSUPPORTED, "'multipleOf' at /properties/a~1b"},
+    {"{\"type\":\"number\",\"minimum\":0}", ERR_UNSUPPORTED, "'minimum'"},
+    {"{\"type\":\"string\",\"format\":\"email\"}", ERR_UNSUPPORTED, "format 'email'"},
+    {"{\"allOf\":[{},{}]}", ERR_UNSUPPORTED, "allOf"},
+    {"{\"type\":\"string\",\"pattern\":\"(?=a)\"}", ERR_UNSUPPORTED, "/pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", ERR_UNSUPPORTED, "/pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"^a|b$\"}", ERR_UNSUPPORTED, "/pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"(a*)*\"}", ERR_UNSUPPORTED, "/pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"[b-a]\"}", ERR_INVALID, "/pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"(ab\"}", ERR_INVALID, "/pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", ERR_UNSUPPORTED, "pattern"},
+    {"{\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":-1}}}", ERR_INVALID,
+     "/properties/city/maxLength must be a non-negative integer"},
+    {"{\"type\":\"strin\"}", ERR_INVALID, "/type"},
+    {"{\"type\":[]}", ERR_INVALID, "/type"},
+    {"{\"required\":\"a\"}", ERR_INVALID, "/required"},
+    {"{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", ERR_INVALID, "no integer"},
+    {"{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", ERR_INVALID, "minItems"},
+    {"{\"enum\":[]}", ERR_INVALID, "enum"},
+    {"{\"type\":\"string\",\"enum\":[1,2]}", ERR_INVALID, "enum"},
+    {"{\"$ref\":\"#/$defs/nope\"}", ERR_INVALID, "/$ref"},
+    {"{\"$ref\":\"http://example.com/s.json\"}", ERR_UNSUPPORTED, "/$ref"},
+    {"{\"$ref\":\"#\"}", ERR_INVALID, "refers back to itself"},
+    {"{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", ERR_INVALID, "refers back to itself"},
+    {"{\"$ref\":\"#/$defs/a\",\"type\":\"object\"}", ERR_UNSUPPORTED, "'type' beside '$ref'"},
+    {"{\"anyOf\":[{}],\"type\":\"object\"}", ERR_UNSUPPORTED, "beside 'anyOf'"},
+    {"false", ERR_UNSUPPORTED, "false"},
+    {"[1]", ERR_INVALID, "must be a schema"},
+    {"{\"properties\":{\"a\":false},\"required\":[\"a\"]}", ERR_INVALID, "/required"},
+    {"{\"properties\":{},\"required\":[\"a\"],\"additionalProperties\":false}", ERR_INVALID, "/required"},
+    {"{\"type\":\"array\",\"items\":[{}]}", ERR_UNSUPPORTED, "/items"},
+    {"{\"type\":\"string\",\"maxLength\":100000}", ERR_UNSUPPORTED, "maxLength"},
+};
+
+static void check_errors(void) {
+    for (size_t i = 0; i < ARRAY_LEN(errs); i++) {
+        json_error_t je;
+        json_t *s = json_loads(errs[i].schema, JSON_DECODE_ANY, &je);
+        CHECK_MSG(s != NULL, "bad test schema %s", errs[i].schema);
+        if (!s) continue;
+        char *buf = xstrdup("keep ::= \"x\"\n");
+        size_t len = strlen(buf);
+        err_t e = {0};
+        int rc = schema_to_gbnf(s, "root", &buf, &len, &e);
+        CHECK_MSG(rc == errs[i].code, "%s: code %d (%s), want %d", errs[i].schema, rc, e.msg, errs[i].code);
+        CHECK_MSG(strstr(e.msg, errs[i].msg) != NULL, "%s: message '%s' lacks '%s'", errs[i].schema, e.msg,
+                  errs[i].msg);
+        CHECK_MSG(len == strlen("keep ::= \"x\"\n") && !strcmp(buf, "keep ::= \"x\"\n"), "%s: buffer changed",
+                  errs[i].schema);
+        free(buf);
+        json_decref(s);
+    }
+}
+
+/* Hostile inputs: refused with an error, never a crash or a huge grammar. */
+static void check_hostile(void) {
+    /* deep nesting */
+    {
+        char *t = xmalloc(40 * 200 + 16);
+        size_t n = 0;
+        for (int i = 0; i < 200; i++) n += (size_t)sprintf(t + n, "{\"type\":\"array\",\"items\":");
+        n += (size_t)sprintf(t + n, "{}");
+        for (int i = 0; i < 200; i++) t[n++] = '}';
+        t[n] = 0;
+        json_t *s = json_loads(t, 0, NULL);
+        CHECK(s != NULL);
+        char *buf = NULL;
+        size_t len = 0;
+        err_t e = {0};
+        CHECK_EQ_INT(schema_to_gbnf(s, "root", &buf, &len, &e), ERR_RANGE);
+        CHECK_MSG(strstr(e.msg, "deeper") != NULL, "%s", e.msg);
+        free(buf);
+        json_decref(s);
+        free(t);
+    }
+    /* huge enum, and an enum whose text is too large */
+    {
+        json_t *en = json_array();
+        for (int i = 0; i < 5000; i++) json_array_append_new(en, json_integer(i));
+        json_t *s = json_pack("{s:o}", "enum", en);
+        char *buf = NULL;
+        size_t len = 0;
+        err_t e = {0};
+        CHECK_EQ_INT(schema_to_gbnf(s, "root", &buf, &len, &e), ERR_RANGE);
+        json_decref(s);
+        en = json_array();
+        char *big = xmalloc(300001);
+        memset(big, 'a', 300000);
+        big[300000] = 0;
+        for (int i = 0; i < 5; i++) {
+            big[0] = (char)('a' + i);
+            json_array_append_new(en, json_string(big));
+        }
+        s = json_pack("{s:o}", "enum", en);
+        CHECK_EQ_INT(schema_to_gbnf(s, "root", &buf, &len, &e), ERR_RANGE);
+        CHECK(buf == NULL);
+        json_decref(s);
+        free(big);
+    }
+    /* many properties with long names: bounded by the size and rule limits */
+    {
+        json_t *props = json_object();
+        char name[80];
+        for (int i = 0; i < 3000; i++) {
+            snprintf(name, sizeof name, "property_number_%d_with_a_long_name_to_make_the_trie_big", i);
+            json_object_set_new(props, name, json_pack("{s:s}", "type", "string"));
+        }
+        json_t *s = json_pack("{s:o,s:b}", "properties", props, "additionalProperties", 1);
+        char *buf = NULL;
+        size_t len = 0;
+        err_t e = {0};
+        int rc = schema_to_gbnf(s, "root", &buf, &len, &e);
+        CHECK_MSG(rc == 0 || rc == ERR_RANGE, "rc %d %s", rc, e.msg);
+        if (rc == 0) {
+            CHECK(len <= GRAMMAR_MAX_SRC_BYTES);
+            grammar *g = NULL;
+            int rc2 = grammar_from_gbnf(buf, len, &g, &e);
+            CHECK_MSG(rc2 == 0 || rc2 == ERR_RANGE, "rc %d %s", rc2, e.msg);
+            grammar_unref(g);
+        }
+        free(buf);
+        json_decref(s);
+    }
+    /* a long property name, a long pattern, nested groups */
+    {
+        char *nm = xmalloc(5001);
+        memset(nm, 'k', 5000);
+        nm[5000] = 0;
+        json_t *s = json_pack("{s:{s:{}}}", "properties", nm);
+        char *buf = NULL;
+        size_t len = 0;
+        err_t e = {0};
+        CHECK_EQ_INT(schema_to_gbnf(s, "root", &buf, &len, &e), ERR_RANGE);
+        json_decref(s);
+        memset(nm, '(', 5000);
+        s = json_pack("{s:s,s:s}", "type", "string", "pattern", nm);
+        CHECK_MSG(schema_to_gbnf(s, "root", &buf, &len, &e) < 0, "a pattern of 5000 '(' compiled");
+        json_decref(s);
+        for (int i = 0; i < 200; i++) nm[i] = '(';
+        nm[200] = 'a';
+        for (int i = 0; i < 200; i++) nm[201 + i] = ')';
+        nm[401] = 0;
+        s = json_pack("{s:s,s:s}", "type", "string", "pattern", nm);
+        CHECK_EQ_INT(schema_to_gbnf(s, "root", &buf, &len, &e), ERR_RANGE);
+        json_decref(s);
+        free(nm);
+        free(buf);
+    }
+    /* a $ref chain that doubles at each level stays linear (each definition is one rule) */
+    {
+        json_t *defs = json_object();
+        char nm[16], ref[32];
+        json_object_set_new(defs, "d0", json_pack("{s:s}", "type", "integer"));
+        for (int i = 1; i < 25; i++) {
+            snprintf(nm, sizeof nm, "d%d", i);
+            snprintf(ref, sizeof ref, "#/$defs/d%d", i - 1);
+            json_object_set_new(defs, nm,
+                                json_pack("{s:s,s:[{s:s},{s:s}]}", "type", "array", "prefixItems", "$ref", ref, "$ref", ref));
+        }
+        json_t *s = json_pack("{s:o,s:s}", "$defs", defs, "$ref", "#/$defs/d24");
+        char *buf = NULL;
+        size_t len = 0;
+        err_t e = {0};
+        CHECK_EQ_INT(schema_to_gbnf(s, "root", &buf, &len, &e), 0);
+        CHECK_MSG(len < 20000, "grammar of %zu bytes", len);
+        grammar *g = compile_text_ok(buf, len);
+        grammar_unref(g);
+        free(buf);
+        json_decref(s);
+    }
+}
+
+/* Several schemas in one grammar under different names; the any-object grammar. */
+static void check_append(void) {
+    char *buf = NULL;
+    size_t len = 0;
+    err_t e = {0};
+    json_t *a = json_pack("{s:s}", "type", "integer"), *b = json_pack("{s:s,s:i}", "type", "string", "maxLength", 2);
+    CHECK_EQ_INT(schema_to_gbnf(a, "tool-a", &buf, &len, &e), 0);
+    CHECK_EQ_INT(schema_to_gbnf(b, "tool-b", &buf, &len, &e), 0);
+    CHECK_EQ_INT(schema_to_gbnf(a, "bad name", &buf, &len, &e), ERR_INVALID);
+    CHECK(len == strlen(buf));
+    char *full = xmalloc(len + 64);
+    snprintf(full, len + 64, "root ::= tool-a | tool-b\n%s", buf);
+    grammar *g = compile_text_ok(full, strlen(full));
+    if (g) {
+        CHECK_EQ_INT(run(g, "12"), 1);
+        CHECK_EQ_INT(run(g, "\"ab\""), 1);
+        CHECK_EQ_INT(run(g, "\"abc\""), -1);
+        grammar_unref(g);
+    }
+    free(full);
+    free(buf);
+    json_decref(a);
+    json_decref(b);
+    buf = NULL;
+    CHECK_EQ_INT(schema_any_object_gbnf("root", &buf, &len, &e), 0);
+    g = buf ? compile_text_ok(buf, len) : NULL;
+    if (g) {
+        CHECK_EQ_INT(run(g, "{}"), 1);
+        CHECK_EQ_INT(run(g, "{\"a\": [1, {\"b\": null}], \"c\": \"x\"}"), 1);
+        CHECK_EQ_INT(run(g, "[]"), -1);
+        CHECK_EQ_INT(run(g, "1"), -1);
+        grammar_unref(g);
+    }
+    free(buf);
+}
+
+int main(void) {
+    bytes_vocab = gvocab_new(256, byte_piece, NULL, NULL);
+    check_append();
+    check_rows();
+    check_int_ranges();
+    check_errors();
+    check_hostile();
+    gvocab_free(bytes_vocab);
+    return test_summary("test_schema");
+}
