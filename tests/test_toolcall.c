@@ -582,8 +582,11 @@ static void test_truncated(void) {
         {TC_HERMES, "Hello\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa",
          "Hello<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", 0, 1, "{\"city\": \"Pa"},
         {TC_HERMES, "<tool_call>\n{\"name\": \"get_wea", "<tool_call>\n{\"name\": \"get_wea", 0, 0, NULL},
+        {TC_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"argu", "<tool_call>\n{\"name\": \"get_weather\", \"argu", 0, 1,
+         NULL},
+        {TC_LLAMA3, "{\"name\": \"get_weather\", \"param", "{\"name\": \"get_weather\", \"param", 0, 0, NULL},
         {TC_HERMES, "<tool_call>\n" WEATHER "\n</tool_", "", 1, 1, WEATHER_ARGS},
-        {TC_MISTRAL, "[TOOL_CALLS] [" WEATHER ", {\"name\": \"g\", ", "{\"name\": \"g\", ", 1, 1, WEATHER_ARGS},
+        {TC_MISTRAL, "[TOOL_CALLS] [" WEATHER ", {\"name\": \"g\", ", "{\"name\": \"g\", ", 1, 2, WEATHER_ARGS},
         {TC_LLAMA3, "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3", "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3",
          0, 1, "{\"q\": \"\xc3"},
     };
@@ -597,6 +600,53 @@ static void test_truncated(void) {
         if (r.bad || r.count != t[i].count || strcmp(nz(r.content), t[i].content) != 0) show("got", &r);
         folded_free(&r);
     }
+}
+
+/* Streaming: the call starts as soon as its name is parsed, arguments flow
+ * as they come, a half marker is never content, UTF-8 is never split. */
+static void test_streaming(void) {
+    tc_parser *p = tc_parser_new(TC_HERMES, true, false, false, 3);
+    tc_events ev = {0};
+    const char *s1 = "Sure \xc3";
+    tc_parser_feed(p, s1, strlen(s1), &ev);
+    CHECK(ev.n == 1 && ev.v[0].kind == TC_EV_CONTENT && strcmp(ev.v[0].text, "Sure ") == 0);
+    tc_events_clear(&ev);
+    const char *s2 = "\xa9!\n<tool";
+    tc_parser_feed(p, s2, strlen(s2), &ev);
+    CHECK(ev.n == 1 && ev.v[0].kind == TC_EV_CONTENT && strcmp(ev.v[0].text, "é!") == 0);
+    tc_events_clear(&ev);
+    const char *s3 = "_call>\n{\"name\": \"get_weather\"";
+    tc_parser_feed(p, s3, strlen(s3), &ev);
+    CHECK(ev.n == 1 && ev.v[0].kind == TC_EV_CALL_START && ev.v[0].index == 0 &&
+          strcmp(ev.v[0].name, "get_weather") == 0);
+    tc_events_clear(&ev);
+    const char *s4 = ", \"arguments\": {\"city\": \"Pa";
+    tc_parser_feed(p, s4, strlen(s4), &ev);
+    CHECK(ev.n == 1 && ev.v[0].kind == TC_EV_CALL_ARGS && strcmp(ev.v[0].text, "{\"city\": \"Pa") == 0);
+    tc_events_clear(&ev);
+    const char *s5 = "ris\"}}\n</tool_call>";
+    tc_parser_feed(p, s5, strlen(s5), &ev);
+    CHECK(ev.n == 1 && ev.v[0].kind == TC_EV_CALL_ARGS && strcmp(ev.v[0].text, "ris\"}") == 0);
+    tc_events_clear(&ev);
+    CHECK_EQ_INT(tc_parser_finish(p, false, &ev), 1);
+    CHECK_EQ_INT(ev.n, 0);
+    tc_parser_feed(p, "x", 1, &ev); /* after finish: ignored */
+    CHECK_EQ_INT(ev.n, 0);
+    tc_events_free(&ev);
+    tc_parser_free(p);
+
+    /* reasoning streams too, without the tags and the newlines around */
+    p = tc_parser_new(TC_HERMES, true, true, false, 3);
+    const char *r1 = "<think>\nStep one.\n</thi";
+    tc_parser_feed(p, r1, strlen(r1), &ev);
+    CHECK(ev.n == 1 && ev.v[0].kind == TC_EV_REASONING && strcmp(ev.v[0].text, "Step one.") == 0);
+    tc_events_clear(&ev);
+    const char *r2 = "nk>\n\nAnswer.";
+    tc_parser_feed(p, r2, strlen(r2), &ev);
+    CHECK(ev.n == 1 && ev.v[0].kind == TC_EV_CONTENT && strcmp(ev.v[0].text, "Answer.") == 0);
+    CHECK_EQ_INT(tc_parser_finish(p, false, &ev), 0);
+    tc_events_free(&ev);
+    tc_parser_free(p);
 }
 
 /* Ids: "call_" + 24 alphanumerics, stable per (seed, index), distinct. */
@@ -752,6 +802,7 @@ int main(void) {
     test_parser();
     test_random_outputs();
     test_truncated();
+    test_streaming();
     test_ids();
     test_grammar();
     return test_summary("test_toolcall");

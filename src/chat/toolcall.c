@@ -663,8 +663,6 @@ static void to_text(tc_parser *p, size_t at, bool skip_ws) {
 }
 
 /* The syntax broke at byte `at` (not part of the call). */
-static void emit_args(tc_parser *p, tc_events *out, bool all);
-
 static void fail_at(tc_parser *p, tc_events *out, size_t at) {
     if (p->started) {
         emit_args(p, out, true); /* all that was scanned, whatever the pieces */
@@ -730,10 +728,22 @@ static void key_classify(tc_parser *p, size_t end) {
     }
 }
 
-static void value_end(tc_parser *p, size_t end) {
+/* Starts the call (CALL_START) when its name is known: with a call marker
+ * as soon as the name is parsed; for llama3, whose calls are bare JSON, once
+ * the "parameters" value begins too (before that it may be any JSON). */
+static void try_start(tc_parser *p, tc_events *out) {
+    if (p->started || !p->have_name) return;
+    if (p->fmt == TC_LLAMA3 && !(p->have_args && (p->args_type == '{' || p->args_type == '"'))) return;
+    char *nm = decode_name(p->buf + p->name_start, p->name_end - p->name_start);
+    if (nm) call_start(p, out, nm);
+    free(nm);
+}
+
+static void value_end(tc_parser *p, tc_events *out, size_t end) {
     if (p->key_kind == K_NAME) {
         p->have_name = true;
         p->name_end = end;
+        try_start(p, out);
     } else if (p->key_kind == K_ARGS) {
         p->args_done = true;
         p->args_end = end;
@@ -789,11 +799,7 @@ static bool call_byte(tc_parser *p, tc_events *out) {
                 p->have_args = true;
                 p->args_type = c;
                 p->args_start = p->args_emitted = p->pos;
-                if ((c == '{' || c == '"') && p->have_name && !p->started) {
-                    char *nm = decode_name(p->buf + p->name_start, p->name_end - p->name_start);
-                    if (nm) call_start(p, out, nm);
-                    free(nm);
-                }
+                try_start(p, out);
             }
         }
         memset(&p->js, 0, offsetof(jskip, stack));
@@ -803,9 +809,9 @@ static bool call_byte(tc_parser *p, tc_events *out) {
     case C_VAL: {
         int r = jskip_byte(&p->js, c);
         if (r == JR_ERROR) return fail_at(p, out, p->pos), false;
-        if (r == JR_DONE) value_end(p, p->pos + 1);
+        if (r == JR_DONE) value_end(p, out, p->pos + 1);
         if (r == JR_DONE_BEFORE) {
-            value_end(p, p->pos);
+            value_end(p, out, p->pos);
             return call_byte(p, out); /* this byte is the object's */
         }
         break;
