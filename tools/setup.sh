@@ -17,8 +17,25 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
-# The openai npm client for the server tests (from the npm registry), kept in
-# tests/node_modules; installed only when package.json asks for it.
-if [ -f tests/package.json ] && [ ! -d tests/node_modules/openai ]; then
-    (cd tests && npm install --no-audit --no-fund --silent)
+# The npm packages of the server tests (tests/package.json: the openai client,
+# @openai/agents, ai, @ai-sdk/openai-compatible, zod; from the npm registry),
+# kept in tests/node_modules. Installed exactly as tests/package-lock.json
+# pins them (npm ci) whenever package.json or the lock changed since the last
+# install (a stamp of both in tests/node_modules), or a dependency is missing.
+if [ -f tests/package.json ]; then
+    stamp=$(cat tests/package.json tests/package-lock.json 2>/dev/null | sha256sum | cut -c1-64)
+    have=$(cat tests/node_modules/.kvloom-stamp 2>/dev/null || true)
+    missing_dep=$(cd tests && node -e '
+        const fs = require("fs");
+        for (const d of Object.keys(require("./package.json").dependencies || {}))
+            if (!fs.existsSync("node_modules/" + d + "/package.json")) console.log(d);' 2>/dev/null || echo "?")
+    if [ "$stamp" != "$have" ] || [ -n "$missing_dep" ]; then
+        echo "setup: npm packages for tests/ (${missing_dep:-package.json or lock changed})" | tr '\n' ' '; echo
+        if [ -f tests/package-lock.json ]; then
+            (cd tests && npm ci --no-audit --no-fund --silent)
+        else
+            (cd tests && npm install --no-audit --no-fund --silent)
+        fi
+        echo "$stamp" > tests/node_modules/.kvloom-stamp
+    fi
 fi

@@ -1,0 +1,188 @@
+// tools_vercel.mjs — the Vercel AI SDK (`ai` + @ai-sdk/openai-compatible)
+// against a kvloom server: generateObject / streamObject with zod schemas
+// (structured outputs: response_format json_schema; the SDK throws when the
+// object does not validate), and generateText / streamText with a tool and
+// toolChoice 'required' / a named tool (the call's input validated by zod),
+// and a two-step tool loop.
+//   node tests/node/tools_vercel.mjs BASE_URL LABEL [DEADLINE_MS]
+// Ends with "tools_vercel[LABEL]: N passed, N failed".
+import { z } from "zod";
+import { generateObject, streamObject, generateText, streamText, tool, stepCountIs } from "ai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { harness, recordingFetch, validate, selfTestValidator } from "./tools_common.mjs";
+
+const [baseURL, label = "model", deadline = "150000"] = process.argv.slice(2);
+const h = harness(`tools_vercel[${label}]`, Number(deadline));
+const { check } = h;
+
+const log = [];
+const provider = createOpenAICompatible({
+  name: "kvloom", baseURL, apiKey: "none", supportsStructuredOutputs: true, includeUsage: true,
+  fetch: recordingFetch(log),
+});
+const model = provider.chatModel("kvloom");
+const signal = () => AbortSignal.timeout(60000);
+
+// zod schemas and the same constraints as JSON Schema (independent check).
+const Record = z.object({
+  kind: z.enum(["alpha", "beta", "gamma"]),
+  count: z.number().int().min(0).max(100),
+  tags: z.array(z.string().max(8)).min(1).max(3),
+  owner: z.object({ name: z.string().max(20), active: z.boolean() }),
+  note: z.string().max(20),
+});
+const RECORD_SCHEMA = {
+  type: "object", additionalProperties: false, required: ["kind", "count", "tags", "owner", "note"],
+  properties: {
+    kind: { type: "string", enum: ["alpha", "beta", "gamma"] },
+    count: { type: "integer", minimum: 0, maximum: 100 },
+    tags: { type: "array", items: { type: "string", maxLength: 8 }, minItems: 1, maxItems: 3 },
+    owner: {
+      type: "object", additionalProperties: false, required: ["name", "active"],
+      properties: { name: { type: "string", maxLength: 20 }, active: { type: "boolean" } },
+    },
+    note: { type: "string", maxLength: 20 },
+  },
+};
+const Lookup = z.object({ city: z.string().min(1).max(20), unit: z.enum(["celsius", "fahrenheit"]) });
+const LOOKUP_SCHEMA = {
+  type: "object", additionalProperties: false, required: ["city", "unit"],
+  properties: { city: { type: "string", minLength: 1, maxLength: 20 }, unit: { type: "string", enum: ["celsius", "fahrenheit"] } },
+};
+const Convert = z.object({ amount: z.number().int().min(1).max(1000), currency: z.enum(["EUR", "USD", "JPY"]) });
+
+function makeTools(executed) {
+  return {
+    get_weather: tool({
+      description: "Current weather of a city",
+      inputSchema: Lookup,
+      execute: async (input) => { executed.push(["get_weather", input]); return { city: input.city, sky: "sunny", degrees: 21 }; },
+    }),
+    convert: tool({
+      description: "Convert an amount of money",
+      inputSchema: Convert,
+      execute: async (input) => { executed.push(["convert", input]); return { result: input.amount * 2 }; },
+    }),
+  };
+}
+// One call per step: with random weights nothing bounds how many parallel
+// calls the model would chain (the extra body field goes through
+// providerOptions).
+const ONE_CALL = { kvloom: { parallel_tool_calls: false } };
+const SCHEMAS = { get_weather: [Lookup, LOOKUP_SCHEMA], convert: [Convert, null] };
+
+function checkToolCalls(what, toolCalls, { only = null } = {}) {
+  if (!check(Array.isArray(toolCalls) && toolCalls.length >= 1, `${what}: tool calls`, toolCalls)) return;
+  for (const [i, tc] of toolCalls.entries()) {
+    check(Object.hasOwn(SCHEMAS, tc.toolName), `${what}: call ${i}: a known tool`, tc);
+    if (only) check(tc.toolName === only, `${what}: call ${i}: the named tool`, tc.toolName);
+    check(!tc.invalid && !tc.error, `${what}: call ${i}: not marked invalid by the SDK`, tc);
+    if (!Object.hasOwn(SCHEMAS, tc.toolName)) continue;
+    const [zs, js] = SCHEMAS[tc.toolName];
+    check(zs.safeParse(tc.input).success, `${what}: call ${i}: input validates (zod)`, tc.input);
+    if (js) check(validate(js, tc.input).length === 0, `${what}: call ${i}: input validates (JSON Schema)`, validate(js, tc.input ?? null));
+  }
+}
+
+async function main() {
+  selfTestValidator(h);
+
+  await h.section("generateObject", async () => {
+    const n0 = log.length;
+    const { object, finishReason } = await generateObject({
+      model, schema: Record, schemaName: "record", prompt: "Make up a record.", temperature: 0, seed: 1,
+      maxOutputTokens: 400, maxRetries: 0, abortSignal: signal(),
+    });
+    check(Record.safeParse(object).success, "generateObject: the object validates (zod)", object);
+    check(validate(RECORD_SCHEMA, object).length === 0, "generateObject: the object validates (JSON Schema)", validate(RECORD_SCHEMA, object ?? null));
+    check(finishReason === "stop", "generateObject: finishReason stop", finishReason);
+    const body = log[n0] && log[n0].body;
+    check(body && body.response_format && body.response_format.type === "json_schema" && body.response_format.json_schema.strict === true,
+          "generateObject: sent response_format json_schema strict", body && body.response_format);
+  });
+  for (const seed of [2, 3]) {
+    await h.section(`generateObject sampled seed ${seed}`, async () => {
+      const { object } = await generateObject({
+        model, schema: Record, prompt: "Another record.", temperature: 1, seed, maxOutputTokens: 400, maxRetries: 0, abortSignal: signal(),
+      });
+      check(Record.safeParse(object).success && validate(RECORD_SCHEMA, object).length === 0, `generateObject seed ${seed}: validates`, object);
+    });
+  }
+  await h.section("streamObject", async () => {
+    const r = streamObject({
+      model, schema: Record, prompt: "Make up a record.", temperature: 0, seed: 1, maxOutputTokens: 400, maxRetries: 0, abortSignal: signal(),
+      onError: ({ error }) => check(false, "streamObject: error", String(error)),
+    });
+    let partials = 0;
+    for await (const _p of r.partialObjectStream) partials++;
+    const object = await r.object;
+    check(partials >= 2, "streamObject: partial objects arrive", partials);
+    check(Record.safeParse(object).success, "streamObject: the object validates", object);
+    const again = await generateObject({
+      model, schema: Record, prompt: "Make up a record.", temperature: 0, seed: 1, maxOutputTokens: 400, maxRetries: 0, abortSignal: signal(),
+    });
+    check(JSON.stringify(again.object) === JSON.stringify(object), "streamObject equals generateObject (temperature 0)", { stream: object, gen: again.object });
+  });
+
+  await h.section("generateText toolChoice required", async () => {
+    const executed = [];
+    const n0 = log.length;
+    const r = await generateText({
+      model, tools: makeTools(executed), toolChoice: "required", prompt: "What is the weather in Paris?",
+      temperature: 0, seed: 1, maxOutputTokens: 200, providerOptions: ONE_CALL, stopWhen: stepCountIs(1), maxRetries: 0, abortSignal: signal(),
+    });
+    check(log[n0] && log[n0].body.tool_choice === "required" && log[n0].body.parallel_tool_calls === false,
+          "generateText required: sent tool_choice required, parallel_tool_calls false", log[n0] && log[n0].body);
+    checkToolCalls("generateText required", r.toolCalls);
+    check(r.finishReason === "tool-calls", "generateText required: finishReason tool-calls", r.finishReason);
+    check(executed.length === r.toolCalls.length && r.toolResults.length === r.toolCalls.length,
+          "generateText required: every call executed", { executed, results: r.toolResults });
+  });
+  await h.section("generateText named tool", async () => {
+    const executed = [];
+    const r = await generateText({
+      model, tools: makeTools(executed), toolChoice: { type: "tool", toolName: "convert" }, prompt: "Convert 20 euros.",
+      temperature: 1, seed: 5, maxOutputTokens: 200, providerOptions: ONE_CALL, stopWhen: stepCountIs(1), maxRetries: 0, abortSignal: signal(),
+    });
+    checkToolCalls("generateText named", r.toolCalls, { only: "convert" });
+    check(executed.length >= 1 && executed.every(([n]) => n === "convert"), "generateText named: convert executed", executed);
+  });
+  await h.section("streamText toolChoice required", async () => {
+    const executed = [];
+    const r = streamText({
+      model, tools: makeTools(executed), toolChoice: "required", prompt: "Weather in Oslo?",
+      temperature: 0, seed: 2, maxOutputTokens: 200, providerOptions: ONE_CALL, stopWhen: stepCountIs(1), maxRetries: 0, abortSignal: signal(),
+      onError: ({ error }) => check(false, "streamText: error", String(error)),
+    });
+    let deltas = 0;
+    for await (const part of r.fullStream) if (part.type === "tool-input-delta") deltas++;
+    const calls = await r.toolCalls;
+    checkToolCalls("streamText required", calls);
+    check(deltas >= 2, "streamText required: tool input arrives in deltas", deltas);
+    check((await r.finishReason) === "tool-calls", "streamText required: finishReason tool-calls", await r.finishReason);
+  });
+
+  // Two steps: a forced call, its result back to the model, then text.
+  await h.section("generateText two steps", async () => {
+    const executed = [];
+    const n0 = log.length;
+    const r = await generateText({
+      model, tools: makeTools(executed), prompt: "What is the weather in Rome?",
+      prepareStep: ({ stepNumber }) => (stepNumber === 0 ? { toolChoice: "required" } : { toolChoice: "none" }),
+      temperature: 0, seed: 3, maxOutputTokens: 200, providerOptions: ONE_CALL, stopWhen: stepCountIs(2), maxRetries: 0, abortSignal: signal(),
+    });
+    await Promise.all(log.map((e) => e.done));
+    check(r.steps.length === 2, "two steps: two steps ran", r.steps.map((s) => s.finishReason));
+    checkToolCalls("two steps", r.steps[0] && r.steps[0].toolCalls);
+    check(executed.length >= 1, "two steps: the tool executed", executed);
+    const second = log.slice(n0).filter((e) => e.url.endsWith("/chat/completions"))[1];
+    const msgs = (second && second.body.messages) || [];
+    const toolMsg = msgs.find((m) => m.role === "tool");
+    check(toolMsg && second.status === 200, "two steps: the tool result went back and the server took it", second && [second.status, msgs, second.response]);
+    check(second && second.body.tool_choice === "none", "two steps: second step tool_choice none", second && second.body.tool_choice);
+    check(typeof r.text === "string" && r.steps[1] && r.steps[1].toolCalls.length === 0, "two steps: a text answer last", r.steps[1]);
+  });
+}
+
+await h.section("main", main);
+h.finish();

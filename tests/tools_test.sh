@@ -1,0 +1,136 @@
+#!/bin/sh
+# tools_test.sh — tool calling and structured output end to end, through real
+# agent frameworks from npm (tests/package.json): the `openai` client
+# (tests/node/tools_openai.mjs), the OpenAI Agents SDK (tools_agents.mjs) and
+# the Vercel AI SDK (tools_vercel.mjs), against `kvloom serve` with two tiny
+# RANDOM-weight models that have real tokenizers and tool-capable chat
+# templates: Qwen3 (hermes <tool_call>) and Llama 3.2 (JSON calls, served
+# with tests/fixtures/templates/llama32.jinja). With random weights only
+# constrained decoding makes the outputs parse and validate, and the scripts
+# validate every output against its schema themselves.
+# Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
+# models are cached), KVLOOM_SHARED (../shared). Ends with "N passed, N failed".
+BIN=${KVLOOM_BIN:-build/kvloom}
+B=${KVLOOM_BUILD:-build}
+SHARED=${KVLOOM_SHARED:-../shared}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# Deadline of one node script in seconds (its own deadline is 10 s shorter);
+# the two models run side by side, each its three scripts one after another.
+T_OPENAI=${TOOLS_TEST_T_OPENAI:-110}
+T_AGENTS=${TOOLS_TEST_T_AGENTS:-50}
+T_VERCEL=${TOOLS_TEST_T_VERCEL:-50}
+pass=0; fail=0
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+finish() {
+    echo "tools_test: $pass passed, $fail failed"
+    [ $fail -eq 0 ]
+    exit $?
+}
+
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+    for p in $pids; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Node and the packages: missing ones are failures, never a silent skip.
+if ! command -v node >/dev/null 2>&1; then
+    bad "node is missing (tools/setup.sh installs it)"
+    finish
+fi
+for pkg in $(node -e 'for (const d of Object.keys(require(process.argv[1]).dependencies)) console.log(d)' "$ROOT/tests/package.json"); do
+    [ -f "$ROOT/tests/node_modules/$pkg/package.json" ] || bad "tests/node_modules/$pkg is missing: run tools/setup.sh (npm ci in tests/)"
+done
+[ $fail -ne 0 ] && finish
+
+# The models: random weights, real vocabularies; generated once per build
+# directory (again when the kvloom binary is newer).
+M="$B/tools-models"
+mkdir -p "$M"
+gen_model() { # preset, file name
+    f="$M/$2.gguf"
+    if [ -s "$f" ] && [ ! "$BIN" -nt "$f" ]; then return 0; fi
+    if timeout 180 "$BIN" gen --preset "$1" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
+            --n-ff 256 --type Q8_0 --shared "$SHARED" -o "$f.tmp" > "$tmp/gen-$2.log" 2>&1 && [ -s "$f.tmp" ]; then
+        mv "$f.tmp" "$f"
+    else
+        rm -f "$f.tmp"
+        bad "kvloom gen --preset $1"; cat "$tmp/gen-$2.log"
+        return 1
+    fi
+}
+gen_model qwen3-0.6b qwen3-tiny
+gen_model llama-3.2-1b llama32-tiny
+[ $fail -ne 0 ] && finish
+
+# One server per model, each on a free port.
+start_server() { # name, model file, extra flags...
+    name=$1; model=$2; shift 2
+    "$BIN" serve -m "$model" --port 0 --ready-file "$tmp/$name.port" -t 1 --kv-mem 64M "$@" 2> "$tmp/$name.log" &
+    echo $! > "$tmp/$name.pid"
+    pids="$pids $!"
+}
+start_server qwen3 "$M/qwen3-tiny.gguf"
+start_server llama32 "$M/llama32-tiny.gguf" --chat-template-file "$ROOT/tests/fixtures/templates/llama32.jinja"
+wait_port() { # name -> prints the port, or nothing
+    i=0
+    while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do
+        sleep 0.1; i=$((i + 1))
+    done
+    cat "$tmp/$1.port" 2>/dev/null
+}
+
+# The three scripts against one server, one after another; each prints
+# "NAME: N passed, N failed" last.
+run_model() { # name
+    port=$(wait_port "$1")
+    if [ -z "$port" ]; then
+        echo "server $1 did not start" > "$tmp/$1.nostart"
+        return
+    fi
+    U="http://127.0.0.1:$port/v1"
+    for s in openai:$T_OPENAI agents:$T_AGENTS vercel:$T_VERCEL; do
+        n=${s%%:*}; t=${s#*:}
+        (cd "$ROOT/tests" && timeout -k 5 "$t" node "node/tools_$n.mjs" "$U" "$1" $(( (t - 10) * 1000 ))) \
+            > "$tmp/$1.$n.out" 2>&1
+        echo $? > "$tmp/$1.$n.status"
+    done
+}
+run_model qwen3 & r1=$!
+run_model llama32 & r2=$!
+wait $r1 $r2
+
+for m in qwen3 llama32; do
+    if [ -f "$tmp/$m.nostart" ]; then
+        bad "server $m did not start"
+        echo "--- server log ($m)"; tail -n 40 "$tmp/$m.log"
+        continue
+    fi
+    mfail=0
+    for n in openai agents vercel; do
+        out="$tmp/$m.$n.out"; st=$(cat "$tmp/$m.$n.status" 2>/dev/null || echo 1)
+        grep -v -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed$' "$out"
+        line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
+        if [ -z "$line" ]; then
+            bad "tools_$n.mjs ($m): no result (exit $st; 124 = timed out)"; mfail=1; continue
+        fi
+        p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
+        echo "tools_$n.mjs ($m): $p passed, $f failed"
+        pass=$((pass + p)); fail=$((fail + f))
+        [ "$f" -ne 0 ] && mfail=1
+        if [ "$st" -ne 0 ] && [ "$f" -eq 0 ]; then bad "tools_$n.mjs ($m): exit status $st"; mfail=1; fi
+    done
+    # A clean exit on SIGTERM (under ASan this also catches leaks).
+    pid=$(cat "$tmp/$m.pid")
+    kill -TERM "$pid" 2>/dev/null
+    i=0
+    while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid"; st=$?
+    if [ $st -eq 0 ]; then pass=$((pass + 1)); else bad "server $m: exit status $st on SIGTERM"; mfail=1; fi
+    if [ $mfail -ne 0 ]; then echo "--- server log ($m), last 40 lines"; tail -n 40 "$tmp/$m.log"; fi
+done
+finish
