@@ -208,10 +208,10 @@ static void check_int_ranges(void) {
     for (size_t i = 0; i < ARRAY_LEN(ex); i++) {
         grammar *g = compile(ex[i].schema);
         if (!g) continue;
-        long long probe[] = {ex[i].lo - 1, ex[i].lo, ex[i].lo + 1, ex[i].hi - 1, ex[i].hi, ex[i].hi + 1};
-        for (size_t k = 0; k < ARRAY_LEN(probe); k++) {
-            long long x = probe[k];
-            if ((k == 0 && ex[i].lo == INT64_MIN) || (k == 5 && ex[i].hi == INT64_MAX)) continue;
+        static const int d[] = {-1, 0, 1, -1, 0, 1};
+        for (size_t k = 0; k < ARRAY_LEN(d); k++) {
+            long long x;
+            if (__builtin_add_overflow(k < 3 ? ex[i].lo : ex[i].hi, d[k], &x)) continue;
             char t[32];
             snprintf(t, sizeof t, "%lld", x);
             bool in = x >= ex[i].lo && x <= ex[i].hi;
