@@ -108,4 +108,4 @@ fmt:
 clean:
 	rm -rf build build-*
 
--include $(LIB_OBJ:.o=.d) $(B)/src/cli/main.d
+-include $(LIB_OBJ:.o=.d) $(B)/src/cli/main.d $(TEST_BIN:=.d)

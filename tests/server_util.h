@@ -96,6 +96,7 @@ static int srv_start(srv *s, const char *const *flags) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         FILE *f = freopen(s->log_path, "w", stderr);
         (void)f;
+        setvbuf(stderr, NULL, _IONBF, 0); /* freopen made it fully buffered: keep the log readable while serving */
         alarm(0);
         signal(SIGALRM, SIG_DFL);
         server_opts o;

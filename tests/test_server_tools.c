@@ -15,10 +15,15 @@
  *     identical; jump-forward on and off both valid, and on appends forced
  *     tokens (kvloom_forced_tokens_total);
  *   - a tool round trip (assistant tool_calls + tool message) is accepted;
- *   - bad input: each a 400 naming the field, the server still serving.
+ *   - bad input: each a 400 naming the field, the server still serving;
+ *   - on a tiny random-weight model with the Qwen3 vocabulary and template
+ *     (made by `kvloom gen`): the hermes format is chosen at load, a required
+ *     call comes back as tool_calls, and <think>...</think> goes to
+ *     reasoning_content (JSON and streamed).
  */
 #include <pthread.h>
 
+#include "server/http.h"
 #include "server_util.h"
 
 static int g_port;
@@ -412,6 +417,91 @@ static void check_bad_input(void) {
 #undef U
 }
 
+/* Reasoning and hermes calls on a Qwen3-vocabulary model. */
+static void check_qwen3(void) {
+    const char *bin = getenv("KVLOOM_BIN") && *getenv("KVLOOM_BIN") ? getenv("KVLOOM_BIN") : "build/kvloom";
+    char path[256], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/kvloom_tools_qwen3_%d.gguf", (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "%s gen --preset qwen3-0.6b --n-layer 1 --n-embd 64 --n-head 2 --n-head-kv 1 --head-dim 32 --n-ff 128 "
+             "--type Q8_0 --shared %s -o %s 2>/dev/null",
+             bin, test_shared_dir(), path);
+    CHECK_MSG(system(cmd) == 0, "%s", cmd);
+    srv s;
+    const char *flags[] = {"-m", path, "--check", "--kv-mem", "64M", NULL};
+    int rc = srv_start(&s, flags);
+    CHECK_MSG(rc == 0, "qwen3 server did not start");
+    if (rc) {
+        srv_print_log(&s);
+        unlink(path);
+        return;
+    }
+    int saved = g_port;
+    g_port = s.port;
+    int st;
+    char extra[4096];
+    snprintf(extra, sizeof extra, "\"tools\":[%s,%s],\"tool_choice\":\"required\",\"parallel_tool_calls\":false",
+             weather_tool, time_tool);
+    json_t *o = chat(extra, &st);
+    CHECK_EQ_INT(st, 200);
+    check_calls(o, NULL);
+    json_decref(o);
+
+    /* reasoning: a grammar makes the random model think, then answer */
+    const char *g = "\"grammar\":\"root ::= \\\"<think>\\\\n\\\" [a-z]{3,8} \\\"\\\\n</think>\\\\n\\\\n\\\" "
+                    "[A-Z]{2,6}\",\"max_tokens\":64";
+    o = chat(g, &st);
+    CHECK_EQ_INT(st, 200);
+    const char *rs = json_string_value(json_object_get(message(o), "reasoning_content"));
+    const char *ct = json_string_value(json_object_get(message(o), "content"));
+    CHECK_MSG(rs && strlen(rs) >= 3 && strspn(rs, "abcdefghijklmnopqrstuvwxyz") == strlen(rs), "reasoning '%s'",
+              rs ? rs : "(null)");
+    CHECK_MSG(ct && strlen(ct) >= 2 && strspn(ct, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") == strlen(ct), "content '%s'",
+              ct ? ct : "(null)");
+    /* streamed: the same split */
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}],\"temperature\":0,"
+             "\"stream\":true,%s}",
+             g);
+    resp r;
+    CHECK(http_do(g_port, "POST", "/v1/chat/completions", NULL, body, &r) == 0);
+    http_buf srs = {0}, sct = {0};
+    for (const char *p = r.body ? r.body : ""; (p = strstr(p, "data: "));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        if (!end || !strncmp(p, "[DONE]", 6)) break;
+        json_t *c = json_loadb(p, (size_t)(end - p), 0, NULL);
+        json_t *d = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "delta");
+        json_t *a = json_object_get(d, "reasoning_content"), *b = json_object_get(d, "content");
+        if (json_is_string(a)) http_buf_add(&srs, json_string_value(a), json_string_length(a));
+        if (json_is_string(b)) http_buf_add(&sct, json_string_value(b), json_string_length(b));
+        json_decref(c);
+        p = end;
+    }
+    CHECK_MSG(rs && srs.n == strlen(rs) && !memcmp(srs.p, rs, srs.n), "streamed reasoning '%.*s'", (int)srs.n,
+              srs.p ? srs.p : "");
+    CHECK_MSG(ct && sct.n == strlen(ct) && !memcmp(sct.p, ct, sct.n), "streamed content '%.*s'", (int)sct.n,
+              sct.p ? sct.p : "");
+    http_buf_free(&srs);
+    http_buf_free(&sct);
+    resp_free(&r);
+    json_decref(o);
+
+    /* the format chosen at load is logged */
+    FILE *f = fopen(s.log_path, "r");
+    char line[512];
+    bool logged = false;
+    while (f && fgets(line, sizeof line, f)) logged |= strstr(line, "tool calls in the hermes format") != NULL;
+    if (f) fclose(f);
+    CHECK(logged);
+    CHECK(wait_idle(s.port, 10));
+    if (test_n_fail) srv_print_log(&s);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    g_port = saved;
+    unlink(path);
+}
+
 int main(void) {
     su_watchdog(300);
     srv s;
@@ -427,6 +517,7 @@ int main(void) {
     check_tool_calls();
     check_concurrency_and_jump();
     check_bad_input();
+    check_qwen3();
     CHECK(wait_idle(s.port, 10));
     if (test_n_fail) srv_print_log(&s);
     CHECK_EQ_INT(srv_stop(&s), 0);
