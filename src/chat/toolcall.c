@@ -18,6 +18,12 @@
  *   - A tool without "parameters" takes no arguments: its grammar admits
  *     exactly "arguments": {} (OpenAI: omitting parameters defines a function
  *     with an empty parameter list).
+ *   - CALL_START goes out as soon as the name is parsed (llama3: once the
+ *     "parameters" value begins, since bare JSON with a "name" need not be
+ *     a call); a call whose arguments come before its name starts when its
+ *     object closes. Arguments given as a JSON string are passed on as the
+ *     string's content (in one piece, when the object closes); a call
+ *     without arguments gets "{}" (llama3: no "parameters", no call).
  *   - Ids: "call_" + 24 characters of [A-Za-z0-9] from a splitmix64 stream
  *     seeded by id_seed and the call index (the same seed and index always
  *     give the same id).
