@@ -502,6 +502,45 @@ static void check_qwen3(void) {
     unlink(path);
 }
 
+/* Mistral's template takes only 9-character tool-call ids: a round trip
+ * with OpenAI-style ids still renders (they are mapped), and a required call
+ * comes back in the mistral syntax, parsed. */
+static void check_mistral(void) {
+    srv s;
+    const char *flags[] = {"--chat-template-file", "tests/fixtures/templates/mistral-v03.jinja", "--kv-mem", "32M", NULL};
+    int rc = srv_start(&s, flags);
+    CHECK_MSG(rc == 0, "mistral server did not start");
+    if (rc) {
+        srv_print_log(&s);
+        return;
+    }
+    int saved = g_port;
+    g_port = s.port;
+    char body[8192];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_Xy12\",\"type\":\"function\","
+             "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\", \\\"unit\\\": "
+             "\\\"celsius\\\", \\\"days\\\": 1}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"call_Xy12\",\"content\":\"21 C\"}],"
+             "\"tools\":[%s],\"max_tokens\":4,\"temperature\":0}",
+             weather_tool);
+    int st;
+    json_t *o = post_json(g_port, "/v1/chat/completions", body, &st);
+    CHECK_MSG(st == 200, "mistral round trip: %d %s", st, json_dumps(o, 0));
+    json_decref(o);
+    char extra[4096];
+    snprintf(extra, sizeof extra, "\"tools\":[%s],\"tool_choice\":\"required\",\"parallel_tool_calls\":false",
+             weather_tool);
+    o = chat(extra, &st);
+    CHECK_EQ_INT(st, 200);
+    CHECK_EQ_INT(check_calls(o, "get_weather"), 1);
+    json_decref(o);
+    CHECK(wait_idle(s.port, 10));
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    g_port = saved;
+}
+
 int main(void) {
     su_watchdog(300);
     srv s;
@@ -518,6 +557,7 @@ int main(void) {
     check_concurrency_and_jump();
     check_bad_input();
     check_qwen3();
+    check_mistral();
     CHECK(wait_idle(s.port, 10));
     if (test_n_fail) srv_print_log(&s);
     CHECK_EQ_INT(srv_stop(&s), 0);

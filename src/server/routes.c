@@ -576,12 +576,32 @@ static void stream_done(void *sctx, bool completed) {
  * the next turn's prompt still matches the cached one); for templates
  * without a tool syntax of their own, the tools and the call format go into
  * the system message. A new reference. */
+/* Mistral's template accepts only tool-call ids of 9 letters and digits:
+ * other ids are mapped to 9 characters derived from them (a call and the
+ * tool message answering it map alike). */
+static void mistral_id(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_string(v)) return;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 9 && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == 9) return;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    static const char an[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    char id[10];
+    for (int i = 0; i < 9; i++, h /= 62) id[i] = an[h % 62];
+    id[9] = 0;
+    json_object_set_new(o, key, json_string(id));
+}
+
 static json_t *template_messages(routes_ctx *rc, const oai_params *p) {
     json_t *msgs = json_deep_copy(p->messages);
     if (!msgs) return NULL;
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        if (rc->tool_format == TC_MISTRAL) mistral_id(json_array_get(msgs, i), "tool_call_id");
         for (size_t j = 0; j < json_array_size(calls); j++) {
+            if (rc->tool_format == TC_MISTRAL) mistral_id(json_array_get(calls, j), "id");
             json_t *fn = json_object_get(json_array_get(calls, j), "function");
             json_t *a = json_object_get(fn, "arguments");
             if (!json_is_string(a)) continue;
