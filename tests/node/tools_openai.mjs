@@ -343,6 +343,79 @@ async function main() {
       }
     }
   });
+  // Text that needs escaping in the grammar: quotes, backslashes, control
+  // characters and non-ASCII in enum values, const and property names; a
+  // tool name with '.' and '-'; exclusive integer bounds.
+  await h.section("escapes and unicode", async () => {
+    const schema = {
+      type: "object", additionalProperties: false, required: ["we\"ird key", "ключ", "e", "c", "n"],
+      properties: {
+        "we\"ird key": { type: "string", enum: ["a\"b", "c\\d", "tab\there", "new\nline"] },
+        "ключ": { type: "string", enum: ["日本語", "é", "😀 emoji", "/slash"] },
+        e: { type: "array", minItems: 2, maxItems: 2, items: { type: "string", maxLength: 6 } },
+        c: { const: "quote\"and\\back" },
+        n: { type: "integer", exclusiveMinimum: -3, exclusiveMaximum: 3 },
+      },
+    };
+    const rf = { type: "json_schema", json_schema: { name: "esc", schema, strict: true } };
+    for (const [temperature, seed] of [[0, 1], [1, 1], [1, 2], [1, 3], [1, 4]]) {
+      const r = await client.chat.completions.create({
+        model: MODEL, messages: [{ role: "user", content: "Escape this." }], response_format: rf, max_tokens: 300, temperature, seed,
+      });
+      checkStructured(`escapes, temperature ${temperature} seed ${seed}`, r, schema);
+    }
+    // patterns over characters that JSON must escape (the pattern applies to
+    // the decoded string): quotes, backslashes, control characters.
+    const pat = {
+      type: "object", additionalProperties: false, required: ["a", "b", "c", "d"],
+      properties: {
+        a: { type: "string", pattern: '^["\\\\/]{2,4}$' },
+        b: { type: "string", pattern: "^(\\n|\\t|é|\u00e8){1,3}x$" },
+        c: { type: "string", pattern: "^[\u0001-\u0003\u001f]{2}$" },
+        d: { type: "string", minLength: 3, maxLength: 3 },
+      },
+    };
+    for (const seed of [1, 2, 3, 4]) {
+      const r = await client.chat.completions.create({
+        model: MODEL, messages: [{ role: "user", content: "Go." }], max_tokens: 120, temperature: 1, seed,
+        response_format: { type: "json_schema", json_schema: { name: "pat", schema: pat, strict: true } },
+      });
+      checkStructured(`escaped patterns, seed ${seed}`, r, pat);
+    }
+    const odd = {
+      type: "function",
+      function: {
+        name: "ns.tool-v2_x", description: "A tool with dots and dashes in its name",
+        parameters: {
+          type: "object", additionalProperties: false, required: ["q"],
+          properties: { q: { type: "string", enum: ["x\"y", "\\", "ü"] } },
+        },
+      },
+    };
+    SCHEMA_OF[odd.function.name] = odd.function.parameters;
+    for (const seed of [1, 2]) {
+      const r = await client.chat.completions.create({
+        model: MODEL, messages: ASK, tools: [odd, WEATHER], tool_choice: { type: "function", function: { name: odd.function.name } },
+        parallel_tool_calls: false, max_tokens: 100, temperature: 1, seed,
+      });
+      checkCalls(`tool named ${odd.function.name}, seed ${seed}`, r, { only: odd.function.name, exactlyOne: true });
+    }
+  });
+  // A forced call cut by max_tokens: no call is reported (toolcall.h), the
+  // finish_reason is "length".
+  await h.section("truncated call", async () => {
+    const r = await client.chat.completions.create(req({ tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: 4 }));
+    const c = r.choices[0];
+    check(c.finish_reason === "length", "truncated call: finish_reason length", c);
+    check(!c.message.tool_calls || c.message.tool_calls.length === 0, "truncated call: no call reported", c.message);
+    check(r.usage.completion_tokens === 4, "truncated call: 4 tokens", r.usage);
+  });
+  await h.section("response_format text", async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: [{ role: "user", content: "Hi" }], response_format: { type: "text" }, max_tokens: 8, temperature: 0,
+    });
+    check(typeof r.choices[0].message.content === "string" && r.usage.completion_tokens > 0, "response_format text: a plain answer", r);
+  });
   // llama-server's fields: json_schema and grammar (GBNF).
   await h.section("llama-server json_schema", async () => {
     const schema = {
@@ -465,7 +538,8 @@ async function main() {
     checkCalls("after the bad requests", r);
   });
 
-  // Temperature 0: a constrained request alone, then 4 at once: identical.
+  // Temperature 0 (and sampled with a seed): a constrained request alone,
+  // then 4 at once: identical.
   await h.section("alone vs concurrent", async () => {
     const rf = { type: "json_schema", json_schema: { name: "record", schema: NESTED, strict: true } };
     const js = { model: MODEL, messages: [{ role: "user", content: "Another record, please." }], response_format: rf, max_tokens: 400, temperature: 0 };
@@ -474,19 +548,27 @@ async function main() {
     const aloneT = await client.chat.completions.create(tc);
     checkStructured("alone json_schema", alone, NESTED);
     const aloneCalls = checkCalls("alone tool calls", aloneT);
-    const many = await Promise.all([0, 1, 2, 3].map((i) => client.chat.completions.create(i % 2 ? tc : js)));
-    const many2 = await Promise.all([0, 1, 2, 3].map((i) => client.chat.completions.create(i % 2 ? js : tc)));
-    for (const [i, r] of [...many, ...many2].entries()) {
-      if (r.choices[0].message.tool_calls) {
-        const got = r.choices[0].message.tool_calls.map((t) => ({ name: t.function.name, arguments: t.function.arguments }));
-        check(JSON.stringify(got) === JSON.stringify(aloneCalls), `concurrent ${i}: tool calls equal the alone ones`, { got, alone: aloneCalls });
-      } else {
-        check(r.choices[0].message.content === alone.choices[0].message.content, `concurrent ${i}: json equals the alone one`,
-              { got: r.choices[0].message.content, alone: alone.choices[0].message.content });
+    // sampled with a seed: reproducible too, whatever runs beside it
+    const jsS = { ...js, temperature: 1, seed: 7 };
+    const aloneS = await client.chat.completions.create(jsS);
+    checkStructured("alone json_schema sampled", aloneS, NESTED);
+    // 4 copies of each at once, then the two mixed (2 + 2)
+    const batches = [[js, js, js, js], [tc, tc, tc, tc], [js, tc, js, tc], [jsS, tc, jsS, js]];
+    for (const [b, batch] of batches.entries()) {
+      const rs = await Promise.all(batch.map((q) => client.chat.completions.create(q)));
+      for (const [i, r] of rs.entries()) {
+        const w = `concurrent batch ${b} request ${i}`;
+        if (batch[i] === tc) {
+          const got = (r.choices[0].message.tool_calls || []).map((t) => ({ name: t.function.name, arguments: t.function.arguments }));
+          check(aloneCalls && JSON.stringify(got) === JSON.stringify(aloneCalls), `${w}: tool calls equal the alone ones`, { got, alone: aloneCalls });
+          check(r.choices[0].finish_reason === aloneT.choices[0].finish_reason, `${w}: finish_reason equals the alone one`, r.choices[0].finish_reason);
+        } else {
+          const a = batch[i] === jsS ? aloneS : alone;
+          check(r.choices[0].message.content === a.choices[0].message.content, `${w}: json equals the alone one`,
+                { got: r.choices[0].message.content, alone: a.choices[0].message.content });
+        }
       }
     }
-    check([...many, ...many2].filter((r) => r.choices[0].message.tool_calls).length === 4, "concurrent: 4 answers with tool calls",
-          [...many, ...many2].map((r) => r.choices[0].message));
   });
 }
 
