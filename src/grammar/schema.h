@@ -42,9 +42,8 @@
  * reallocated). */
 int schema_to_gbnf(json_t *schema, const char *name, char **buf, size_t *len, err_t *e);
 
-/* GBNF for any JSON value in the canonical layout, top rule `name`
- * (response_format {"type":"json_object"} uses it with an object at the top:
- * see schema_object_gbnf). */
+/* GBNF for any JSON object in the canonical layout, top rule `name`
+ * (response_format {"type":"json_object"}). */
 int schema_any_object_gbnf(const char *name, char **buf, size_t *len, err_t *e);
 
 #endif

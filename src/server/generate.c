@@ -1,0 +1,509 @@
+/*
+ * generate.c — a generation request from oai_params to output events (see
+ * generate.h): prompt rendering and tokenization, the constraint, submission,
+ * and the reading side (detokenizer, stop strings, tool-call parser).
+ *
+ * Thread: the HTTP thread that owns the request; the engine fills the req.
+ */
+#include "generate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../tok/chat.h"
+#include "constrain.h"
+#include "stop.h"
+
+/* Encodes text; returns a malloc'd array and its length, or NULL (ERR set). */
+int32_t *gen_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, int *n_out, err_t *e) {
+    int cap = (int)MIN(len + 8, (size_t)1 << 20);
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) return err_set(e, ERR_NOMEM, "out of memory"), NULL;
+    int n = tok_encode(t, text, len, add_bos, true, ids, cap);
+    if (n > cap) {
+        int32_t *ids2 = realloc(ids, (size_t)n * sizeof *ids);
+        if (!ids2) {
+            free(ids);
+            return err_set(e, ERR_NOMEM, "out of memory"), NULL;
+        }
+        ids = ids2;
+        n = tok_encode(t, text, len, add_bos, true, ids, n);
+    }
+    if (n < 0) {
+        free(ids);
+        err_set(e, ERR_INVALID, "the text cannot be tokenized (too long?)");
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}
+
+json_t *gen_piece_json(const tokenizer *t, int32_t id, json_t **bytes) {
+    char buf[256];
+    int n = tok_piece(t, id, buf, (int)sizeof buf);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof buf) n = (int)sizeof buf;
+    if (bytes) {
+        *bytes = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
+    }
+    json_t *s = json_stringn(buf, (size_t)n);
+    if (s) return s;
+    /* Not valid UTF-8 (a byte token): replace what does not decode. */
+    char out[256 * 3 + 1];
+    size_t k = 0;
+    for (int i = 0; i < n;) {
+        unsigned char c = (unsigned char)buf[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (len && i + len <= n) {
+            json_t *probe = json_stringn(buf + i, (size_t)len);
+            if (probe) {
+                json_decref(probe);
+                memcpy(out + k, buf + i, (size_t)len);
+                k += (size_t)len;
+                i += len;
+                continue;
+            }
+        }
+        memcpy(out + k, "\xEF\xBF\xBD", 3);
+        k += 3;
+        i++;
+    }
+    return json_stringn(out, k);
+}
+
+/* A log-probability as JSON: -inf (a token the grammar refused) as -9999,
+ * the value OpenAI uses for "impossible". */
+static json_t *lp_json(float x) { return json_real(isfinite(x) ? (double)x : -9999.0); }
+
+/* ---- the request's state on the HTTP side ---- */
+
+struct gen {
+    routes_ctx *rc;
+    req *r;
+    oai_kind kind;
+    int n_logprobs;
+    unsigned long long serial;
+    long long created;
+    int64_t t0_ns;
+    const char *path;
+    tok_stream ts;
+    char *piece;          /* tok_stream output scratch                      */
+    int piece_cap;
+    stop_matcher *sm;
+    int n_seen;           /* tokens consumed from the req                   */
+    int n_completion;     /* tokens reported in usage                       */
+    size_t text_offset;   /* bytes of detokenized text so far (logprobs)     */
+    bool stop_hit;        /* a stop string ended the text                   */
+    bool finished;        /* nothing more will come                         */
+    req_finish finish;
+    char error[256];
+    tc_parser *tp;        /* chat with tools or reasoning, else NULL         */
+    int n_calls;          /* complete calls (finish "tool_calls")           */
+};
+
+/* One logprobs entry for token t (appended to lp, whose shape depends on the
+ * API: completions {tokens, token_logprobs, top_logprobs, text_offset},
+ * chat {content: [...]}). */
+static void add_logprob(gen *g, json_t *lp, const req_token *t, size_t offset) {
+    const tokenizer *tk = g->rc->tok;
+    if (g->kind == OAI_COMPLETION) {
+        json_array_append_new(json_object_get(lp, "tokens"), gen_piece_json(tk, t->id, NULL));
+        json_array_append_new(json_object_get(lp, "token_logprobs"), lp_json(t->logprob));
+        json_t *top = json_object();
+        for (int i = 0; i < t->n_top; i++) {
+            json_t *k = gen_piece_json(tk, t->top_ids[i], NULL);
+            if (k && !json_object_get(top, json_string_value(k)))
+                json_object_set_new(top, json_string_value(k), lp_json(t->top_lps[i]));
+            json_decref(k);
+        }
+        json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+        json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
+    } else {
+        json_t *bytes;
+        json_t *tok = gen_piece_json(tk, t->id, &bytes);
+        json_t *top = json_array();
+        for (int i = 0; i < t->n_top; i++) {
+            json_t *tb;
+            json_t *ts = gen_piece_json(tk, t->top_ids[i], &tb);
+            json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", ts, "logprob", lp_json(t->top_lps[i]), "bytes", tb));
+        }
+        json_array_append_new(json_object_get(lp, "content"),
+                              json_pack("{s:o, s:o, s:o, s:o}", "token", tok, "logprob", lp_json(t->logprob), "bytes",
+                                        bytes, "top_logprobs", top));
+    }
+}
+
+json_t *gen_logprobs_new(oai_kind kind) {
+    if (kind == OAI_COMPLETION)
+        return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+    return json_pack("{s:[]}", "content");
+}
+
+/* Waits up to timeout_ms for output; appends new text to `text` and, when lp
+ * is not NULL, logprobs entries. Sets g->finished at the end. */
+static void gen_pump(gen *g, int timeout_ms, http_buf *text, json_t *lp) {
+    if (g->finished) return;
+    req_finish fin;
+    int n = req_wait(g->r, g->n_seen, timeout_ms, &fin);
+    if (n > g->n_seen && !g->stop_hit) {
+        int k = n - g->n_seen;
+        req_token *toks = xmalloc((size_t)k * sizeof *toks);
+        req_copy_tokens(g->r, g->n_seen, k, toks);
+        for (int i = 0; i < k && !g->stop_hit; i++) {
+            int m = tok_stream_push(&g->ts, toks[i].id, g->piece, g->piece_cap);
+            if (m < 0) m = 0;
+            g->n_completion++;
+            if (lp && g->n_logprobs >= 0) add_logprob(g, lp, &toks[i], g->text_offset);
+            g->text_offset += (size_t)m;
+            const char *out;
+            size_t out_n;
+            if (stop_feed(g->sm, g->piece, (size_t)m, &out, &out_n)) {
+                g->stop_hit = true;
+                req_stop(g->r);
+            }
+            http_buf_add(text, out, out_n);
+        }
+        free(toks);
+    }
+    g->n_seen = n;
+    if (g->stop_hit) {
+        g->finished = true;
+        g->finish = REQ_FINISH_STOP;
+        return;
+    }
+    if (fin != REQ_RUNNING && req_wait(g->r, g->n_seen, 0, &fin) == g->n_seen) {
+        /* Everything consumed: flush the held bytes and the held stop prefix. */
+        int m = tok_stream_flush(&g->ts, g->piece, g->piece_cap);
+        const char *out;
+        size_t out_n;
+        if (m > 0 && stop_feed(g->sm, g->piece, (size_t)m, &out, &out_n)) {
+            http_buf_add(text, out, out_n);
+            g->stop_hit = true;
+            fin = REQ_FINISH_STOP;
+        } else {
+            if (m > 0) http_buf_add(text, out, out_n);
+            stop_flush(g->sm, &out, &out_n);
+            http_buf_add(text, out, out_n);
+        }
+        g->finished = true;
+        g->finish = fin;
+        req_get_finish(g->r, NULL, g->error, sizeof g->error);
+    }
+}
+
+/* ---- the prompt ---- */
+
+/* Mistral's template accepts only tool-call ids of 9 letters and digits:
+ * other ids are mapped to 9 characters derived from them (a call and the
+ * tool message answering it map alike). */
+static void mistral_id(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_string(v)) return;
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (n == 9 && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == 9) return;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    static const char an[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    char id[10];
+    for (int i = 0; i < 9; i++, h /= 62) id[i] = an[h % 62];
+    id[9] = 0;
+    json_object_set_new(o, key, json_string(id));
+}
+
+/* The messages as the template should see them: tool-call arguments sent as
+ * JSON text become objects (templates such as Llama 3's write them with
+ * tojson, and ours writes the same canonical text the grammar produced, so
+ * the next turn's prompt still matches the cached one); for templates
+ * without a tool syntax of their own, the tools and the call format go into
+ * the system message. A new reference. */
+static json_t *template_messages(routes_ctx *rc, const oai_params *p) {
+    json_t *msgs = json_deep_copy(p->messages);
+    if (!msgs) return NULL;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+        if (rc->tool_format == TC_MISTRAL) mistral_id(json_array_get(msgs, i), "tool_call_id");
+        for (size_t j = 0; j < json_array_size(calls); j++) {
+            if (rc->tool_format == TC_MISTRAL) mistral_id(json_array_get(calls, j), "id");
+            json_t *fn = json_object_get(json_array_get(calls, j), "function");
+            json_t *a = json_object_get(fn, "arguments");
+            if (!json_is_string(a)) continue;
+            json_t *obj = json_loadb(json_string_value(a), json_string_length(a), 0, NULL);
+            if (json_is_object(obj))
+                json_object_set_new(fn, "arguments", obj);
+            else
+                json_decref(obj);
+        }
+    }
+    if (rc->tool_format == TC_GENERIC && p->tools && p->tool_choice != OAI_TOOLS_NONE) {
+        char *sys = tc_generic_system_prompt(p->tools);
+        json_t *first = json_array_get(msgs, 0);
+        json_t *role = json_object_get(first, "role");
+        json_t *c = json_object_get(first, "content");
+        if (json_is_string(role) && !strcmp(json_string_value(role), "system") && json_is_string(c)) {
+            size_t n = json_string_length(c) + strlen(sys) + 3;
+            char *joined = xmalloc(n);
+            snprintf(joined, n, "%s\n\n%s", json_string_value(c), sys);
+            json_object_set_new(first, "content", json_string(joined));
+            free(joined);
+        } else {
+            json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", sys));
+        }
+        free(sys);
+    }
+    return msgs;
+}
+
+/* Renders the messages with the model's chat template (or ChatML). */
+static int render_chat(routes_ctx *rc, const oai_params *p, char **out, err_t *e) {
+    const tokenizer *t = rc->tok;
+    chat_opts co = {0};
+    co.bos_token = tok_bos(t) >= 0 ? tok_piece_str(t, tok_bos(t)) : NULL;
+    co.eos_token = tok_eos(t) >= 0 ? tok_piece_str(t, tok_eos(t)) : NULL;
+    co.add_generation_prompt = true;
+    co.tools = p->tools;
+    co.extra = p->template_kwargs;
+    json_t *msgs = template_messages(rc, p);
+    if (!msgs) return err_set(e, ERR_NOMEM, "out of memory copying the messages");
+    int r = chat_render(rc->chat, msgs, &co, out, e);
+    json_decref(msgs);
+    return r;
+}
+
+/* The rendered prompt leaves the model inside <think> (its answer starts
+ * with reasoning). */
+static bool ends_in_think(const char *text) {
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
+    return n >= 7 && memcmp(text + n - 7, "<think>", 7) == 0;
+}
+
+
+/* ---- starting ---- */
+
+gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
+    memset(f, 0, sizeof *f);
+    const char *prompt_param = p->kind == OAI_COMPLETION ? "prompt" : "messages";
+    grammar *gr = NULL;
+    char *trigger = NULL;
+    bool think_open = false;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    req *r = NULL;
+    f->status = 400;
+    if (constrain_request(rc->cons, p, rc->tool_format, &gr, &trigger, &f->param, &f->e) < 0) goto fail;
+    if (p->kind == OAI_COMPLETION && p->prompt_tokens) {
+        ids = xmalloc((size_t)p->n_prompt_tokens * sizeof *ids);
+        memcpy(ids, p->prompt_tokens, (size_t)p->n_prompt_tokens * sizeof *ids);
+        n_ids = p->n_prompt_tokens;
+    } else if (p->kind == OAI_COMPLETION) {
+        ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->e);
+    } else {
+        char *text = NULL;
+        if (render_chat(rc, p, &text, &f->e) < 0) {
+            f->param = "messages";
+            goto fail;
+        }
+        think_open = rc->reasoning && ends_in_think(text);
+        /* Templates that want BOS write it themselves; otherwise add it as
+         * plain completions do. */
+        const char *bos = tok_bos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_bos(rc->tok)) : NULL;
+        bool add_bos = tok_add_bos(rc->tok) && !(bos && *bos && strncmp(text, bos, strlen(bos)) == 0);
+        ids = gen_encode(rc->tok, text, strlen(text), add_bos, &n_ids, &f->e);
+        free(text);
+    }
+    f->param = prompt_param;
+    if (!ids) goto fail;
+    if (n_ids == 0) {
+        err_set(&f->e, ERR_INVALID, "the prompt is empty after tokenization");
+        goto fail;
+    }
+    int n_ctx = engine_n_ctx(rc->en);
+    if (n_ids >= n_ctx) {
+        err_set(&f->e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens", n_ids, n_ctx);
+        f->code = "context_length_exceeded";
+        goto fail;
+    }
+    r = req_new(ids, n_ids);
+    ids = NULL;
+    r->grammar = gr;
+    r->grammar_trigger = trigger;
+    gr = NULL;
+    trigger = NULL;
+    r->no_jump_forward = !p->jump_forward;
+    r->sp = p->sp;
+    if (!p->seed_set) r->sp.seed = (uint64_t)clock_ns() ^ (atomic_fetch_add(&rc->next_id, 1) * 0x9E3779B97F4A7C15ull);
+    r->max_tokens = p->max_tokens > 0 ? p->max_tokens : INT32_MAX;
+    r->ignore_eos = p->ignore_eos;
+    r->n_logprobs = p->n_logprobs;
+    int src = engine_submit(rc->en, r, &f->e);
+    if (src < 0) {
+        if (src == ERR_RANGE) {
+            f->status = 429;
+            f->param = NULL;
+            f->code = "queue_full";
+        } else if (src == ERR_INVALID) {
+            f->code = "context_length_exceeded";
+        }
+        goto fail;
+    }
+
+    gen *g = xcalloc(1, sizeof *g);
+    g->rc = rc;
+    g->r = r;
+    g->kind = p->kind;
+    g->n_logprobs = p->n_logprobs;
+    g->serial = atomic_fetch_add(&rc->next_id, 1);
+    g->created = (long long)time(NULL);
+    g->t0_ns = t0_ns;
+    g->path = path;
+    tok_stream_init(&g->ts, rc->tok, true);
+    g->piece_cap = tok_stream_max_out(rc->tok) + 8;
+    g->piece = xmalloc((size_t)g->piece_cap);
+    /* A prompt that ends with BOS (an empty text prompt) starts a fresh text:
+     * the SentencePiece leading space of the first piece is dropped. */
+    if (r->n_prompt > 0 && r->prompt[r->n_prompt - 1] == tok_bos(rc->tok))
+        tok_stream_push(&g->ts, r->prompt[r->n_prompt - 1], g->piece, g->piece_cap);
+    g->sm = stop_new(p->stop, p->n_stop);
+    bool tools_on = p->tools && p->tool_choice != OAI_TOOLS_NONE;
+    if (p->kind == OAI_CHAT && (tools_on || rc->reasoning))
+        g->tp = tc_parser_new(rc->tool_format, tools_on, rc->reasoning, think_open,
+                              (unsigned long long)rc->created * 1000003ull + g->serial);
+    return g;
+fail:
+    req_unref(r);
+    free(ids);
+    grammar_unref(gr);
+    free(trigger);
+    return NULL;
+}
+
+/* ---- reading ---- */
+
+bool gen_poll(gen *g, int timeout_ms, tc_events *ev, json_t *lp) {
+    if (g->finished) return true;
+    http_buf text = {0};
+    gen_pump(g, timeout_ms, &text, lp);
+    if (g->tp) {
+        if (text.n) tc_parser_feed(g->tp, text.p, text.n, ev);
+        if (g->finished) g->n_calls = tc_parser_finish(g->tp, g->finish == REQ_FINISH_LENGTH, ev);
+    } else if (text.n) {
+        if (ev->n == ev->cap) {
+            ev->cap = ev->cap ? ev->cap * 2 : 8;
+            ev->v = xrealloc(ev->v, (size_t)ev->cap * sizeof *ev->v);
+        }
+        tc_event *e = &ev->v[ev->n++];
+        memset(e, 0, sizeof *e);
+        e->kind = TC_EV_CONTENT;
+        e->text = text.p; /* taken */
+        e->n = text.n;
+        text.p = NULL;
+    }
+    http_buf_free(&text);
+    return g->finished;
+}
+
+const char *gen_finish_reason(const gen *g) {
+    if (!g->finished) return NULL;
+    if (g->n_calls > 0 && g->finish == REQ_FINISH_STOP) return "tool_calls";
+    switch (g->finish) {
+    case REQ_FINISH_STOP: return "stop";
+    case REQ_FINISH_LENGTH: return "length";
+    default: return NULL;
+    }
+}
+
+int gen_n_calls(const gen *g) { return g->n_calls; }
+
+const char *gen_error(const gen *g, int *status) {
+    if (status) *status = g->finish == REQ_FINISH_CANCEL ? 503 : 500;
+    return g->error[0] ? g->error : "the server is shutting down";
+}
+
+void gen_usage(const gen *g, int *n_prompt, int *n_completion, int *n_cached) {
+    int c = 0;
+    req_get_finish(g->r, &c, NULL, 0);
+    if (n_prompt) *n_prompt = g->r->n_prompt;
+    if (n_completion) *n_completion = g->n_completion;
+    if (n_cached) *n_cached = c;
+}
+
+unsigned long long gen_serial(const gen *g) { return g->serial; }
+long long gen_created(const gen *g) { return g->created; }
+
+void gen_cancel(gen *g) { req_cancel(g->r); }
+
+void gen_done(gen *g, const char *method, int status, bool stream) {
+    if (!g) return;
+    metrics_count(g->rc->met, status);
+    int n_cached = 0;
+    req_get_finish(g->r, &n_cached, NULL, 0);
+    log_info("%s %s %d prompt=%d cached=%d generated=%d %.1fms%s", method, g->path, status, g->r->n_prompt, n_cached,
+             g->n_completion, (double)(clock_ns() - g->t0_ns) / 1e6, stream ? " stream" : "");
+    tc_parser_free(g->tp);
+    stop_free(g->sm);
+    free(g->piece);
+    req_unref(g->r);
+    free(g);
+}
+
+/* ---- whole answers ---- */
+
+bool gen_collect(gen *g, http_exchange *x, gen_result *out, json_t *lp) {
+    memset(out, 0, sizeof *out);
+    tc_events ev = {0};
+    int n_started = 0;
+    bool done = false;
+    while (!done) {
+        done = gen_poll(g, 20, &ev, lp);
+        for (int i = 0; i < ev.n; i++) {
+            tc_event *e = &ev.v[i];
+            if (e->kind == TC_EV_CONTENT) {
+                http_buf_add(&out->content, e->text, e->n);
+            } else if (e->kind == TC_EV_REASONING) {
+                http_buf_add(&out->reasoning, e->text, e->n);
+            } else if (e->kind == TC_EV_CALL_START && e->index == n_started) {
+                out->calls = xrealloc(out->calls, (size_t)(n_started + 1) * sizeof *out->calls);
+                gen_call *c = &out->calls[n_started++];
+                memset(c, 0, sizeof *c);
+                c->id = xstrdup(e->id);
+                c->name = xstrdup(e->name);
+            } else if (e->kind == TC_EV_CALL_ARGS && e->index < n_started) {
+                http_buf_add(&out->calls[e->index].args, e->text, e->n);
+            }
+        }
+        tc_events_clear(&ev);
+        if (!done && http_client_gone(x)) {
+            gen_cancel(g);
+            tc_events_free(&ev);
+            out->n_calls = n_started;
+            return false;
+        }
+    }
+    tc_events_free(&ev);
+    /* only complete calls count */
+    out->n_calls = n_started;
+    while (out->n_calls > g->n_calls) {
+        gen_call *c = &out->calls[--out->n_calls];
+        free(c->id);
+        free(c->name);
+        http_buf_free(&c->args);
+    }
+    return true;
+}
+
+void gen_result_free(gen_result *r) {
+    http_buf_free(&r->content);
+    http_buf_free(&r->reasoning);
+    for (int i = 0; i < r->n_calls; i++) {
+        free(r->calls[i].id);
+        free(r->calls[i].name);
+        http_buf_free(&r->calls[i].args);
+    }
+    free(r->calls);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,105 @@
+/*
+ * generate.h — one generation request from validated parameters to output
+ * events, shared by every API the server speaks (OpenAI chat and completions
+ * in routes.c; other APIs translate their requests into oai_params and their
+ * answers from these events).
+ *
+ * Place in the flow: server/, on the HTTP thread that owns the request.
+ *
+ *   oai_params ─gen_start─▶ chat template (tools, mistral ids, generic
+ *   tool prompt) or prompt ─▶ tokens ─▶ constraint (constrain.h) ─▶
+ *   engine_submit ─▶ ... ─gen_poll─▶ tok_stream (UTF-8) ─▶ stop strings ─▶
+ *   tool-call / reasoning parser (chat) ─▶ events
+ *
+ * Events are tc_event records (chat/toolcall.h): CONTENT text, REASONING
+ * text, CALL_START (index, id, name) and CALL_ARGS fragments. Without tools
+ * or reasoning, all text is CONTENT. Only calls with index < gen_n_calls()
+ * (known once finished) are complete: a call cut by max_tokens has streamed
+ * its start, but is not a call.
+ *
+ * Lifetime: gen_start → gen_poll ... → gen_done (logs the request line,
+ * counts the status in /metrics, frees). gen_cancel when the client left.
+ */
+#ifndef KVLOOM_GENERATE_H
+#define KVLOOM_GENERATE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "../chat/toolcall.h"
+#include "../sched/req.h"
+#include "http.h"
+#include "oai.h"
+#include "routes.h"
+
+typedef struct gen gen;
+
+/* Why gen_start refused: the HTTP status (400, 429), the request field at
+ * fault (or NULL), an error code (e.g. "context_length_exceeded", or NULL)
+ * and the message in e. */
+typedef struct gen_fail {
+    int status;
+    const char *param;
+    const char *code;
+    err_t e;
+} gen_fail;
+
+/* Starts generating for p (validated by oai_parse; only read). `path` names
+ * the route in the log line (a static string); t0_ns is when the request
+ * arrived. Returns NULL and fills *f when the request cannot run. */
+gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f);
+
+/* Waits up to timeout_ms for output and appends the new events to ev; with
+ * lp (an OpenAI logprobs object of the request's kind, logprobs_new), its
+ * per-token entries too. Returns true once everything is out (then
+ * gen_finish_reason and gen_usage are final). */
+bool gen_poll(gen *g, int timeout_ms, tc_events *ev, json_t *lp);
+
+/* "stop", "length", "tool_calls", or NULL when the generation failed or was
+ * cancelled (see gen_error). */
+const char *gen_finish_reason(const gen *g);
+/* Complete tool calls (valid once finished). */
+int gen_n_calls(const gen *g);
+/* Why it failed ("the server is shutting down" when cancelled), and the HTTP
+ * status to report it with (500 or 503). */
+const char *gen_error(const gen *g, int *status);
+void gen_usage(const gen *g, int *n_prompt, int *n_completion, int *n_cached);
+/* A number unique to this request (for response ids) and its creation time. */
+unsigned long long gen_serial(const gen *g);
+long long gen_created(const gen *g);
+
+/* The client went away: the engine drops the request. */
+void gen_cancel(gen *g);
+/* Logs "METHOD path status prompt=... cached=... generated=... ms", counts
+ * the status, frees. NULL is a no-op. */
+void gen_done(gen *g, const char *method, int status, bool stream);
+
+/* ---- whole answers ---- */
+
+typedef struct gen_call {
+    char *id, *name;
+    http_buf args;
+} gen_call;
+
+typedef struct gen_result {
+    http_buf content, reasoning;
+    gen_call *calls; /* complete calls only */
+    int n_calls;
+} gen_result;
+
+/* Polls until finished, gathering the events into *out (and lp entries);
+ * returns false (after gen_cancel) if the client of x went away first. */
+bool gen_collect(gen *g, http_exchange *x, gen_result *out, json_t *lp);
+void gen_result_free(gen_result *r);
+
+/* ---- helpers shared by the routes ---- */
+
+/* Encodes text (special tokens parsed); a malloc'd array, or NULL (e set). */
+int32_t *gen_encode(const tokenizer *t, const char *text, size_t len, bool add_bos, int *n_out, err_t *e);
+/* A token's text as a JSON string (invalid UTF-8 bytes become U+FFFD) and,
+ * when bytes is not NULL, its raw bytes as an array of integers. */
+json_t *gen_piece_json(const tokenizer *t, int32_t id, json_t **bytes);
+/* An empty OpenAI logprobs object for the kind of request. */
+json_t *gen_logprobs_new(oai_kind kind);
+
+#endif
