@@ -2,10 +2,11 @@
 # tools_test.sh — tool calling and structured output end to end, through real
 # agent frameworks from npm (tests/package.json): the `openai` client
 # (tests/node/tools_openai.mjs), the OpenAI Agents SDK (tools_agents.mjs) and
-# the Vercel AI SDK (tools_vercel.mjs), against `kvloom serve` with two tiny
-# RANDOM-weight models that have real tokenizers and tool-capable chat
-# templates: Qwen3 (hermes <tool_call>) and Llama 3.2 (JSON calls, served
-# with tests/fixtures/templates/llama32.jinja). With random weights only
+# the Vercel AI SDK (tools_vercel.mjs), against `kvloom serve` with three tiny
+# RANDOM-weight models that have real tokenizers and chat templates: Qwen3
+# (hermes <tool_call>, its own template), Llama 3.2 (JSON calls, served with
+# tests/fixtures/templates/llama32.jinja) and SmolLM2 (a template without a
+# call syntax: smollm2.jinja with --tool-format generic). With random weights only
 # constrained decoding makes the outputs parse and validate, and the scripts
 # validate every output against its schema themselves.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
@@ -15,7 +16,7 @@ B=${KVLOOM_BUILD:-build}
 SHARED=${KVLOOM_SHARED:-../shared}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Deadline of one node script in seconds (its own deadline is 10 s shorter);
-# the two models run side by side, each its three scripts one after another.
+# the models run side by side, each its three scripts one after another.
 T_OPENAI=${TOOLS_TEST_T_OPENAI:-110}
 T_AGENTS=${TOOLS_TEST_T_AGENTS:-50}
 T_VERCEL=${TOOLS_TEST_T_VERCEL:-50}
@@ -64,6 +65,7 @@ gen_model() { # preset, file name
 }
 gen_model qwen3-0.6b qwen3-tiny
 gen_model llama-3.2-1b llama32-tiny
+gen_model smollm2-135m smollm2-tiny
 [ $fail -ne 0 ] && finish
 
 # One server per model, each on a free port.
@@ -75,6 +77,7 @@ start_server() { # name, model file, extra flags...
 }
 start_server qwen3 "$M/qwen3-tiny.gguf"
 start_server llama32 "$M/llama32-tiny.gguf" --chat-template-file "$ROOT/tests/fixtures/templates/llama32.jinja"
+start_server smollm2 "$M/smollm2-tiny.gguf" --chat-template-file "$ROOT/tests/fixtures/templates/smollm2.jinja" --tool-format generic
 wait_port() { # name -> prints the port, or nothing
     i=0
     while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do
@@ -101,9 +104,10 @@ run_model() { # name
 }
 run_model qwen3 & r1=$!
 run_model llama32 & r2=$!
-wait $r1 $r2
+run_model smollm2 & r3=$!
+wait $r1 $r2 $r3
 
-for m in qwen3 llama32; do
+for m in qwen3 llama32 smollm2; do
     if [ -f "$tmp/$m.nostart" ]; then
         bad "server $m did not start"
         echo "--- server log ($m)"; tail -n 40 "$tmp/$m.log"
