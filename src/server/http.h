@@ -15,6 +15,18 @@
  * Client disconnects are detected by polling the socket (http_client_gone)
  * while a handler or a stream producer waits, and by MHD's completion
  * callback; both reach the handler's cancel hook.
+ *
+ * Also here, because they hold for every route alike:
+ *  - CORS (http_config.cors_origins): an OPTIONS request is a preflight and is
+ *    answered here (204, never reaches the handler, so never needs an API
+ *    key); every response to an allowed Origin, streams and errors included,
+ *    carries Access-Control-Allow-Origin and Vary: Origin. With no origins
+ *    configured no CORS header is ever sent (same-origin pages need none).
+ *  - Draining (http_drain): the listening socket is closed, requests that
+ *    still arrive on open connections get 503 here, and http_wait_idle waits
+ *    for the requests that were already in the handler (or streaming).
+ *
+ *   running ──http_drain──▶ draining (new: 503; old: run on) ──http_stop──▶ gone
  */
 #ifndef KVLOOM_HTTP_H
 #define KVLOOM_HTTP_H
@@ -54,12 +66,36 @@ typedef struct http_config {
     size_t max_body_bytes;  /* larger bodies get 413                             */
     int max_connections;    /* simultaneous connections (threads)                */
     int timeout_s;          /* idle connection timeout                           */
+    int listen_fd;          /* > 0: a socket from http_listen, owned by the server
+                               from http_start on; otherwise http_start binds
+                               host:port itself                                  */
+    /* Origins allowed to call from a browser page of another origin: each
+     * entry an origin ("http://localhost:3000"), a comma list of them, or
+     * "*" (any). Copied by http_start. NULL / 0: no CORS headers at all. */
+    const char *const *cors_origins;
+    int n_cors_origins;
 } http_config;
 
-/* Starts listening and serving. Errors: ERR_IO (bind failed, named). */
+/* Binds host:port (numeric IPv4/IPv6; port 0 = any free port) and listens.
+ * Meant to run before slow start-up work, so that a taken port fails at once.
+ * Errors: ERR_INVALID (bad host or port), ERR_IO whose message names the
+ * cause, e.g. "port 8080 is in use". */
+int http_listen(const char *host, int port, int *fd_out, err_t *e);
+
+/* Starts serving (binding first unless c->listen_fd is set). Errors: ERR_IO
+ * (bind failed, named); a given listen_fd is closed on failure too. */
 int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server **out, err_t *e);
 /* The port actually bound. */
 int http_port(const http_server *s);
+/* Begins a graceful stop (main thread): closes the listening socket (new
+ * connections are refused), and from now on every request that reaches the
+ * end of its upload is answered 503 "the server is shutting down" with
+ * Connection: close, without calling the handler. Returns the number of
+ * requests in flight (in the handler or streaming). Idempotent. */
+int http_drain(http_server *s);
+/* Waits until none of the requests dispatched before http_drain is still in
+ * flight, or timeout_ms passed; returns how many still are. */
+int http_wait_idle(http_server *s, int timeout_ms);
 /* Stops accepting, closes connections and waits for their threads. */
 void http_stop(http_server *s);
 
@@ -72,8 +108,15 @@ const char *http_body(const http_exchange *x, size_t *n);
 /* True once the peer has closed its end or the socket failed. Cheap (poll). */
 bool http_client_gone(http_exchange *x);
 
+/* Adds a header to the answer that follows (before http_reply*); both
+ * strings are copied. At most HTTP_MAX_EXTRA_HEADERS; more are dropped
+ * (logged). */
+#define HTTP_MAX_EXTRA_HEADERS 8
+void http_add_header(http_exchange *x, const char *name, const char *value);
+
 /* Answers with a complete body (copied). `extra_header`/`extra_value` may be
- * NULL (used for Retry-After). */
+ * NULL (used for Retry-After); headers from http_add_header and the CORS
+ * headers are added as well. */
 void http_reply(http_exchange *x, int status, const char *content_type, const char *body, size_t n,
                 const char *extra_header, const char *extra_value);
 /* Answers with a stream: fn is called until it returns 0 or -1; free_fn runs

@@ -22,6 +22,7 @@
 
 #include "../chat/toolcall.h"
 #include "../sched/req.h"
+#include "apis.h"
 #include "generate.h"
 #include "oai.h"
 #include "stop.h"
@@ -411,11 +412,14 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
 
 /* ---- dispatch ---- */
 
-/* Constant-time comparison of the bearer token. */
-static bool key_ok(const char *want, const char *auth) {
-    if (!auth) return false;
-    if (strncasecmp(auth, "Bearer ", 7) != 0) return false;
-    const char *got = auth + 7;
+/* Constant-time comparison of the key: "Authorization: Bearer KEY", or
+ * Anthropic clients' "x-api-key: KEY". */
+static bool key_ok(const char *want, const char *auth, const char *x_api_key) {
+    const char *got = x_api_key;
+    if (!got) {
+        if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return false;
+        got = auth + 7;
+    }
     while (*got == ' ') got++;
     size_t a = strlen(want), b = strlen(got);
     unsigned diff = (unsigned)(a ^ b);
@@ -429,7 +433,10 @@ typedef struct route {
     int id;
 } route;
 
-enum { R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE };
+enum {
+    R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
+    R_ANTHROPIC, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA
+};
 
 static const route routes[] = {
     {"/v1/completions", "POST", R_COMPL},     {"/completions", "POST", R_COMPL},
@@ -437,6 +444,10 @@ static const route routes[] = {
     {"/v1/models", "GET", R_MODELS},          {"/models", "GET", R_MODELS},
     {"/health", "GET", R_HEALTH},             {"/metrics", "GET", R_METRICS},
     {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE},
+    {"/v1/messages", "POST", R_ANTHROPIC},    {"/v1/responses", "POST", R_RESPONSES},
+    {"/api/chat", "POST", R_OLLAMA},          {"/api/generate", "POST", R_OLLAMA},
+    {"/api/tags", "GET", R_OLLAMA},           {"/api/show", "POST", R_OLLAMA},
+    {"/api/version", "GET", R_OLLAMA},
 };
 
 void routes_handle(void *ctx, http_exchange *x) {
@@ -456,11 +467,18 @@ void routes_handle(void *ctx, http_exchange *x) {
         static const route model_route = {"/v1/models/", "GET", R_MODEL};
         rt = &model_route;
     }
+    /* GET|DELETE /v1/responses/{id} */
+    if (!rt && !strncmp(path, "/v1/responses/", 14) && (!strcmp(method, "GET") || !strcmp(method, "DELETE"))) {
+        static const route item_route = {"/v1/responses/", "GET", R_RESPONSE_ITEM};
+        rt = &item_route;
+    }
     bool generation = false;
     if (rc->o->api_key && rc->o->api_key[0] && !(rt && rt->id == R_HEALTH) &&
-        !key_ok(rc->o->api_key, http_header(x, "Authorization"))) {
+        !key_ok(rc->o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
         reply_error(x, 401,
-                    http_header(x, "Authorization") ? "invalid API key" : "missing API key (Authorization: Bearer KEY)",
+                    http_header(x, "Authorization") || http_header(x, "x-api-key")
+                        ? "invalid API key"
+                        : "missing API key (Authorization: Bearer KEY)",
                     NULL, "invalid_api_key");
     } else if (!rt) {
         char msg[300];
@@ -477,6 +495,10 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_METRICS: handle_metrics(rc, x); break;
         case R_TOKENIZE: handle_tokenize(rc, x); break;
         case R_DETOKENIZE: handle_detokenize(rc, x); break;
+        case R_ANTHROPIC: generation = api_anthropic_messages(rc, x); break;
+        case R_RESPONSES: generation = api_responses_create(rc, x); break;
+        case R_RESPONSE_ITEM: api_responses_item(rc, x, path + 14); break;
+        case R_OLLAMA: generation = api_ollama(rc, x, path); break;
         }
     }
     /* Generation requests that reached the engine count and log themselves

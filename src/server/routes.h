@@ -29,6 +29,7 @@ typedef struct routes_ctx {
     tc_format tool_format;   /* the template's tool-call syntax                */
     bool reasoning;          /* the template writes <think>...</think>         */
     constrainer *cons;       /* request fields -> grammars, with a cache       */
+    struct resp_store *responses; /* stored Responses-API answers (apis.h)      */
     engine *en;
     metrics *met;
     char model_id[256];

@@ -23,6 +23,7 @@
 #include "../tok/tok.h"
 #include "http.h"
 #include "metrics.h"
+#include "apis.h"
 #include "routes.h"
 #include "../tok/chat.h"
 
@@ -310,6 +311,7 @@ int server_main(const server_opts *o) {
     rc->tool_format = tool_format;
     rc->reasoning = reasoning;
     rc->cons = constrainer_new(32);
+    rc->responses = resp_store_new();
     rc->en = en;
     rc->met = met;
     rc->created = (long long)time(NULL);
@@ -363,7 +365,10 @@ out:
     if (hs) http_stop(hs);
     engine_free(en);
     metrics_free(met);
-    if (rc) constrainer_free(rc->cons);
+    if (rc) {
+        constrainer_free(rc->cons);
+        resp_store_free(rc->responses);
+    }
     free(rc);
     chat_tmpl_free(chat);
     free(tmpl_file);

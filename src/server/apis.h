@@ -1,0 +1,38 @@
+/*
+ * apis.h — the other HTTP APIs the server speaks on the same engine, each in
+ * its own file, each translating its request into oai_params and its answer
+ * from the events of generate.h:
+ *
+ *   POST /v1/messages            Anthropic Messages        (api_anthropic.c)
+ *   POST /v1/responses           OpenAI Responses          (api_responses.c)
+ *   GET|DELETE /v1/responses/ID  a stored response
+ *   /api/chat, /api/generate, /api/tags, /api/show, /api/version
+ *                                Ollama                    (api_ollama.c)
+ *
+ * Place in the flow: server/, on HTTP threads, dispatched by routes.c after
+ * the API key check. Each handler answers exactly once, in its API's own
+ * error shape, and returns true when the request reached the engine (it then
+ * counts and logs itself through gen_done when it ends).
+ */
+#ifndef KVLOOM_APIS_H
+#define KVLOOM_APIS_H
+
+#include <stdbool.h>
+
+#include "http.h"
+#include "routes.h"
+
+bool api_anthropic_messages(routes_ctx *rc, http_exchange *x);
+
+/* Responses kept for previous_response_id (bounded in count and time). */
+typedef struct resp_store resp_store;
+resp_store *resp_store_new(void);
+void resp_store_free(resp_store *s); /* NULL is a no-op */
+bool api_responses_create(routes_ctx *rc, http_exchange *x);
+/* GET or DELETE /v1/responses/{id}. */
+void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id);
+
+/* Any /api/... route (path as requested). */
+bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path);
+
+#endif
