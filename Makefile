@@ -41,7 +41,10 @@ FLAGS_avx512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -m
 FLAGS_neon =
 
 LIB_SRC := $(filter-out src/cli/main.c $(SIMD_SKIP),$(wildcard src/*/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/webui_assets.o
+# The web chat page (src/server/webui/*) is compiled into the binary:
+# tools/embed.c, built with the host compiler, writes it out as C arrays.
+WEBUI_FILES := $(sort $(wildcard src/server/webui/*))
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
@@ -53,6 +56,17 @@ all: $(B)/kvloom
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(FLAGS_$(basename $(notdir $<))) -c $< -o $@
+
+$(B)/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -Wall -Wextra -o $@ $<
+
+$(B)/gen/webui_assets.c: $(WEBUI_FILES) $(B)/tools/embed
+	@mkdir -p $(dir $@)
+	$(B)/tools/embed $@ $(WEBUI_FILES)
+
+$(B)/gen/webui_assets.o: $(B)/gen/webui_assets.c
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(B)/libkvloom.a: $(LIB_OBJ)
 	@rm -f $@
@@ -71,11 +85,11 @@ $(B)/fuzz/%_replay: fuzz/%.c fuzz/replay.c $(B)/libkvloom.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -o $@ $< fuzz/replay.c $(B)/libkvloom.a $(LDLIBS)
 
-fuzz:
+fuzz: $(B)/gen/webui_assets.c
 	@mkdir -p build-fuzz
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -g -O1 -D_GNU_SOURCE -pthread -fsanitize=fuzzer,address,undefined -Isrc -o build-fuzz/$$n $$f \
-	    $(filter-out src/cli/main.c $(SIMD_SKIP),$(wildcard src/*/*.c)) $(LDLIBS) || exit 1; done
+	    $(filter-out src/cli/main.c $(SIMD_SKIP),$(wildcard src/*/*.c)) $(B)/gen/webui_assets.c $(LDLIBS) || exit 1; done
 
 deps:
 	@sh tools/setup.sh

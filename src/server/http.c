@@ -221,7 +221,7 @@ void http_reply(http_exchange *x, int status, const char *content_type, const ch
     x->status = status;
     struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return;
-    add_common_headers(x, r, n || status != 204 ? content_type : NULL);
+    add_common_headers(x, r, content_type);
     if (extra_header && extra_value) MHD_add_response_header(r, extra_header, extra_value);
     MHD_queue_response(x->conn, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -297,9 +297,9 @@ static void reply_413(http_exchange *x) {
 /* A preflight (or any OPTIONS): 204 with what the server allows; the CORS
  * grant only for an allowed Origin. */
 static void reply_options(http_exchange *x) {
-    http_add_header(x, "Allow", "GET, HEAD, POST, OPTIONS");
+    http_add_header(x, "Allow", "GET, HEAD, POST, DELETE, OPTIONS");
     if (cors_allowed(x->srv, http_header(x, "Origin"))) {
-        http_add_header(x, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        http_add_header(x, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
         const char *want = http_header(x, "Access-Control-Request-Headers");
         char allow[600];
         snprintf(allow, sizeof allow, "Authorization, Content-Type%s%s", want && *want && header_list_ok(want) ? ", " : "",

@@ -26,6 +26,7 @@
 #include "generate.h"
 #include "oai.h"
 #include "stop.h"
+#include "webui.h"
 #include "../tok/chat.h"
 
 /* ---- small helpers ---- */
@@ -473,7 +474,9 @@ void routes_handle(void *ctx, http_exchange *x) {
         rt = &item_route;
     }
     bool generation = false;
-    if (rc->o->api_key && rc->o->api_key[0] && !(rt && rt->id == R_HEALTH) &&
+    if (!rt && webui_serve(x)) {
+        /* the chat page and its assets: public, no API key (webui.h) */
+    } else if (rc->o->api_key && rc->o->api_key[0] && !(rt && rt->id == R_HEALTH) &&
         !key_ok(rc->o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
         reply_error(x, 401,
                     http_header(x, "Authorization") || http_header(x, "x-api-key")
