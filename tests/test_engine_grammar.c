@@ -35,6 +35,8 @@ typedef struct result {
 } result;
 
 /* Runs one greedy request; grammar may be NULL. */
+static const char *g_skip_open, *g_skip_close; /* set around one run */
+
 static void run(engine *en, const char *prompt, const char *gbnf, const char *trigger, bool jump, int max_tokens,
                 result *out) {
     memset(out, 0, sizeof *out);
@@ -48,6 +50,8 @@ static void run(engine *en, const char *prompt, const char *gbnf, const char *tr
         err_t e = {0};
         CHECK_MSG(grammar_from_gbnf(gbnf, strlen(gbnf), &r->grammar, &e) == 0, "%s: %s", gbnf, e.msg);
         if (trigger) r->grammar_trigger = xstrdup(trigger);
+        r->trigger_skip_open = g_skip_open;
+        r->trigger_skip_close = g_skip_close;
     }
     err_t e = {0};
     CHECK(engine_submit(en, r, &e) == 0);
@@ -98,6 +102,17 @@ int main(void) {
     run(en, "Once upon a time", "root ::= \"x\"", "<never>", true, 12, &never);
     CHECK_STR(never.text, free_run.text);
     CHECK_EQ_INT(never.finish, REQ_FINISH_LENGTH);
+
+    /* A trigger between the skip markers does not count (reasoning): " was"
+     * comes between " there" and " little", so the output stays free. */
+    result skipped, not_skipped;
+    g_skip_open = " there";
+    g_skip_close = " little";
+    run(en, "Once upon a time", "root ::= \" a cat.\"", " was", true, 12, &skipped);
+    g_skip_open = g_skip_close = NULL;
+    CHECK_STR(skipped.text, free_run.text);
+    run(en, "Once upon a time", "root ::= \" a cat.\"", " was", true, 12, &not_skipped);
+    CHECK_STR(not_skipped.text, ", there was a cat.");
 
     /* A fixed text is appended whole, as the tokenizer writes it, before any
      * sampling: the ids are exactly tok_encode's. */

@@ -96,6 +96,7 @@ typedef struct seq {
     bool gm_failed;      /* a lazy grammar's trigger came with text it refuses  */
     char *trig;          /* lazy grammar: the newest output bytes (trigger scan) */
     int n_trig;
+    bool in_skip;        /* between trigger_skip_open and _close               */
     bool admitted_once;  /* prompt metrics and cached count recorded           */
     uint64_t sched_step; /* the step that last put it in a batch               */
     uint64_t wait_from;  /* step of admission or of its last prefill chunk     */
@@ -389,6 +390,7 @@ static void take_submitted(engine *en) {
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
         s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
         list_push(&en->waiting, s);
+        s->in_skip = r->trigger_skip_now;
         if (r->grammar && !r->grammar_trigger) {
             /* A forced start (a call's opening syntax, "{\"" of a schema's
              * object...) joins the prompt's prefill. */
@@ -469,36 +471,65 @@ static int apply_mask(engine *en, seq *s, float *lg) {
     return n_ok;
 }
 
+/* Where `what` first occurs in w[0, n), or NULL (what may be NULL). */
+static char *find_in(char *w, int n, const char *what) {
+    return what && *what ? memmem(w, (size_t)n, what, strlen(what)) : NULL;
+}
+
 /* A lazy grammar starts at its trigger: scans the newest bytes of the
- * output for it and, once found, starts the matcher on the bytes after it. */
+ * output for it and, once found, starts the matcher on the bytes after it.
+ * A trigger between trigger_skip_open and trigger_skip_close (reasoning) does
+ * not count, so engine and output parser agree on what is a call. */
 static void grammar_watch(engine *en, seq *s, int32_t id) {
     req *r = s->r;
     if (!r->grammar || s->gm || s->gm_failed) return;
-    int tlen = (int)strlen(r->grammar_trigger);
     char piece[512];
     int n = en->o.piece(en->o.tok_ctx, id, piece, (int)sizeof piece);
     if (n <= 0) return;
     if (n > (int)sizeof piece) n = (int)sizeof piece;
-    /* keep the last tlen - 1 bytes before this piece: a trigger may span tokens */
-    int keep = MIN(s->n_trig, tlen - 1);
+    /* keep the bytes before this piece that a marker may span */
+    int span = (int)strlen(r->grammar_trigger);
+    if (r->trigger_skip_open) span = MAX(span, (int)MAX(strlen(r->trigger_skip_open), strlen(r->trigger_skip_close)));
+    int keep = MIN(s->n_trig, span - 1);
     char *w = xmalloc((size_t)(keep + n) + 1);
     memcpy(w, s->trig + s->n_trig - keep, (size_t)keep);
     memcpy(w + keep, piece, (size_t)n);
     free(s->trig);
     s->trig = w;
     s->n_trig = keep + n;
-    char *hit = memmem(w, (size_t)s->n_trig, r->grammar_trigger, (size_t)tlen);
-    if (!hit) return;
-    s->gm = gmatch_new(r->grammar, en->o.gvocab);
-    size_t rest = (size_t)(w + s->n_trig - (hit + tlen));
-    if (rest && gmatch_accept_bytes(s->gm, hit + tlen, rest) < 0) {
-        /* The token that completed the trigger went on with text the grammar
-         * refuses: the output cannot be constrained any more. */
-        log_debug("engine: request %llu: the text after the trigger does not fit the grammar",
-                  (unsigned long long)s->order);
-        gmatch_free(s->gm);
-        s->gm = NULL;
-        s->gm_failed = true;
+    for (;;) {
+        if (s->in_skip) {
+            char *end = find_in(w, s->n_trig, r->trigger_skip_close);
+            if (!end) return;
+            end += strlen(r->trigger_skip_close);
+            s->in_skip = false;
+            s->n_trig -= (int)(end - w);
+            memmove(w, end, (size_t)s->n_trig);
+            continue;
+        }
+        char *hit = find_in(w, s->n_trig, r->grammar_trigger);
+        char *open = find_in(w, s->n_trig, r->trigger_skip_open);
+        if (open && (!hit || open < hit)) {
+            char *after = open + strlen(r->trigger_skip_open);
+            s->in_skip = true;
+            s->n_trig -= (int)(after - w);
+            memmove(w, after, (size_t)s->n_trig);
+            continue;
+        }
+        if (!hit) return;
+        s->gm = gmatch_new(r->grammar, en->o.gvocab);
+        size_t tlen = strlen(r->grammar_trigger);
+        size_t rest = (size_t)(w + s->n_trig - (hit + tlen));
+        if (rest && gmatch_accept_bytes(s->gm, hit + tlen, rest) < 0) {
+            /* The token that completed the trigger went on with text the
+             * grammar refuses: the output cannot be constrained any more. */
+            log_debug("engine: request %llu: the text after the trigger does not fit the grammar",
+                      (unsigned long long)s->order);
+            gmatch_free(s->gm);
+            s->gm = NULL;
+            s->gm_failed = true;
+        }
+        return;
     }
 }
 

@@ -67,6 +67,10 @@ typedef struct req {
                               it holds from the first occurrence of this text in
                               the output on (a lazy grammar; owned)             */
     bool no_jump_forward;  /* sample forced runs token by token (benchmarks)     */
+    const char *trigger_skip_open;  /* a lazy grammar's trigger does not count  */
+    const char *trigger_skip_close; /* between these (static strings, e.g. the
+                                       reasoning of "<think>" ... "</think>")  */
+    bool trigger_skip_now; /* the output starts between them (prompt opened it) */
     int64_t t_submit_ns;   /* clock_ns() at submission (set by engine_submit)    */
 
     /* ---- control: any thread ---- */

@@ -335,6 +335,13 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
     gr = NULL;
     trigger = NULL;
     r->no_jump_forward = !p->jump_forward;
+    if (r->grammar_trigger && rc->reasoning) {
+        /* a call marker inside the reasoning is not a call (the parser
+         * agrees) */
+        r->trigger_skip_open = "<think>";
+        r->trigger_skip_close = "</think>";
+        r->trigger_skip_now = think_open;
+    }
     r->sp = p->sp;
     if (!p->seed_set) r->sp.seed = (uint64_t)clock_ns() ^ (atomic_fetch_add(&rc->next_id, 1) * 0x9E3779B97F4A7C15ull);
     r->max_tokens = p->max_tokens > 0 ? p->max_tokens : INT32_MAX;
