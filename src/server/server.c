@@ -2,8 +2,11 @@
  * server.c — `kvloom serve`: flag parsing and the server's life cycle
  * (contract in server.h).
  *
- *   load model + tokenizer (+ chat template) ─▶ engine thread ─▶ HTTP threads
- *   ─▶ wait for SIGINT/SIGTERM ─▶ stop HTTP (connections end) ─▶ stop engine
+ *   bind the port (fail fast) ─▶ load model + tokenizer (+ chat template)
+ *   ─▶ engine thread ─▶ HTTP threads ─▶ wait for SIGINT/SIGTERM
+ *   ─▶ drain: close the listening socket, new requests 503, running ones
+ *      get --shutdown-timeout seconds ─▶ stop the engine (what remains ends
+ *      cancelled: error event + [DONE], or 503) ─▶ stop HTTP ─▶ free
  *
  * Nothing here exits the process: errors are logged and returned to the CLI.
  */
@@ -38,6 +41,7 @@ void server_opts_default(server_opts *o) {
     o->block_tokens = 16;
     o->max_body_bytes = (size_t)8 << 20;
     o->max_connections = 256;
+    o->shutdown_timeout_s = 10;
 }
 
 const char *server_usage(void) {
@@ -61,6 +65,10 @@ const char *server_usage(void) {
            "  --chat-template-file F   use the Jinja chat template in F instead of the model's\n"
            "  --tool-format NAME       tool-call syntax: auto (from the chat template), hermes,\n"
            "                           llama3, mistral, generic\n"
+           "  --cors-origin ORIGIN     let pages of ORIGIN call the API from a browser (repeatable,\n"
+           "                           or a comma list; * for any); default: none (same origin only)\n"
+           "  --shutdown-timeout S     on SIGINT/SIGTERM, let running requests finish for S seconds\n"
+           "                           before cancelling them (default 10)\n"
            "  --check                  verify KV pool and prefix tree after every step (debug)\n"
            "  --step-delay-us N        sleep N us after every engine step (testing)\n"
            "  -v, --verbose            debug logging\n";
@@ -122,6 +130,35 @@ static int read_key_file(const char *path, server_opts *o, err_t *e) {
     memcpy(o->api_key_file_buf, buf, k + 1);
     o->api_key = o->api_key_file_buf;
     free(buf);
+    return 0;
+}
+
+/* --cors-origin: "*", or origins "http[s]://host[:port]" separated by commas
+ * (a trailing '/' is tolerated; http.c compares them with the Origin header). */
+static int parse_cors(const char *v, server_opts *o, err_t *e) {
+    if (o->n_cors_origins >= SERVER_MAX_CORS)
+        return err_set(e, ERR_INVALID, "--cors-origin: at most %d flags (use a comma list)", SERVER_MAX_CORS);
+    const char *p = v;
+    int n = 0;
+    while (*p) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t k = strcspn(p, ",");
+        size_t len = k;
+        while (len && p[len - 1] == ' ') len--;
+        if (len) {
+            bool star = len == 1 && p[0] == '*';
+            bool scheme = (len > 7 && !strncmp(p, "http://", 7)) || (len > 8 && !strncmp(p, "https://", 8));
+            const char *host = scheme ? strstr(p, "//") + 2 : NULL;
+            const char *slash = host ? memchr(host, '/', len - (size_t)(host - p)) : NULL;
+            if (!star && (!scheme || (slash && slash != p + len - 1)))
+                return err_set(e, ERR_INVALID,
+                               "--cors-origin: '%.*s' is not an origin such as http://localhost:3000 (or *)", (int)len, p);
+            n++;
+        }
+        p += k;
+    }
+    if (!n) return err_set(e, ERR_INVALID, "--cors-origin: no origin in '%s'", v);
+    o->cors_origins[o->n_cors_origins++] = v;
     return 0;
 }
 
@@ -197,6 +234,12 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             tc_format f;
             if (strcmp(v, "auto") != 0 && (rc = tc_format_from_name(v, &f, e)) < 0) err_prefix(e, "--tool-format");
             o->tool_format = v;
+        } else if (!strcmp(a, "--cors-origin")) {
+            NEED_VALUE;
+            rc = parse_cors(v, o, e);
+        } else if (!strcmp(a, "--shutdown-timeout")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 86400, &o->shutdown_timeout_s, e);
         } else if (!strcmp(a, "--check")) {
             o->check = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -210,10 +253,32 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
     return 0;
 }
 
+/* Counts SIGINT/SIGTERM: 1 starts the drain, 2 cuts it short. */
 static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_signal;
 static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
+    g_signal = sig;
+    if (g_stop < 2) g_stop++;
+}
+
+/* Waits up to timeout_s for the requests in flight to finish, waking up to
+ * notice a second signal. Returns how many are still running. */
+static int drain_wait(http_server *hs, int timeout_s) {
+    int64_t end = clock_ns() + (int64_t)timeout_s * 1000000000LL;
+    int left = http_wait_idle(hs, 0);
+    while (left > 0 && g_stop < 2) {
+        int64_t ms = (end - clock_ns()) / 1000000;
+        if (ms <= 0) break;
+        left = http_wait_idle(hs, (int)MIN(ms, 100));
+    }
+    return left;
+}
+
+/* The address a person types: a wildcard bind is reached at localhost. */
+static void print_url(char *out, size_t cap, const char *host, int port) {
+    if (!host || !*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "localhost")) host = "127.0.0.1";
+    if (!strcmp(host, "::")) host = "::1";
+    snprintf(out, cap, strchr(host, ':') ? "http://[%s]:%d/" : "http://%s:%d/", host, port);
 }
 
 static bool eog_cb(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
@@ -245,10 +310,20 @@ int server_main(const server_opts *o) {
     gvocab *gv = NULL;
     routes_ctx *rc = NULL;
     int rcode = 0;
+    int listen_fd = -1;
 
+    /* The port first: a taken port is a one-line error before seconds of
+     * model loading. */
+    if ((rcode = http_listen(o->host, o->port, &listen_fd, &e)) < 0) {
+        if (strstr(e.msg, "is in use"))
+            log_error("serve: port %d is in use (--port to choose another)", o->port);
+        else
+            log_error("serve: %s", e.msg);
+        return rcode;
+    }
     if ((rcode = model_load(path, &m, &e)) < 0) {
         log_error("serve: cannot load model '%s': %s", path, e.msg);
-        return rcode;
+        goto out;
     }
     if ((rcode = tok_load(m->gguf, &tk, &e)) < 0) {
         log_error("serve: cannot load the tokenizer of '%s': %s", path, e.msg);
@@ -325,7 +400,11 @@ int server_main(const server_opts *o) {
                       .port = o->port,
                       .max_body_bytes = o->max_body_bytes,
                       .max_connections = o->max_connections,
-                      .timeout_s = 600};
+                      .timeout_s = 600,
+                      .listen_fd = listen_fd,
+                      .cors_origins = o->cors_origins,
+                      .n_cors_origins = o->n_cors_origins};
+    listen_fd = -1; /* http_start owns it now, also when it fails */
     if ((rcode = http_start(&hc, routes_handle, rc, &hs, &e)) < 0) {
         log_error("serve: %s", e.msg);
         goto out;
@@ -352,11 +431,24 @@ int server_main(const server_opts *o) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    char url[300];
+    print_url(url, sizeof url, o->host, http_port(hs));
+    log_info("serve: chat at %s  (API: %sv1, Ctrl-C stops)", url, url);
     while (!g_stop) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    log_info("serve: shutting down");
+    int n_running = http_drain(hs);
+    log_info("serve: %s: shutting down; %d request%s running, up to %d s to finish (again to cancel now)",
+             g_signal == SIGINT ? "SIGINT" : "SIGTERM", n_running, n_running == 1 ? "" : "s", o->shutdown_timeout_s);
+    int n_left = drain_wait(hs, o->shutdown_timeout_s);
+    /* Stopping the engine ends every request it still holds as cancelled:
+     * the handlers answer 503 or end their streams with an error event and
+     * [DONE]; give them a moment to write that out. */
+    engine_stop(en);
+    if (n_left > 0 && http_wait_idle(hs, 3000) > 0) log_warn("serve: %d connections did not finish writing", http_wait_idle(hs, 0));
+    log_info("shutdown: %d request%s finished, %d cancelled", n_running - n_left < 0 ? 0 : n_running - n_left,
+             n_running - n_left == 1 ? "" : "s", n_left);
     rcode = 0;
 out:
     /* The engine stops first so that waiting handlers see their requests
@@ -375,5 +467,6 @@ out:
     gvocab_free(gv);
     tok_free(tk);
     model_free(m);
+    if (listen_fd >= 0) close(listen_fd);
     return rcode;
 }

@@ -7,6 +7,7 @@
  *
  *   POST /v1/completions, /v1/chat/completions   (JSON or SSE)
  *   GET  /v1/models, /health, /metrics
+ *   GET  /  (the chat page, webui.h)
  *   POST /tokenize, /detokenize
  *
  * The CLI only calls server_parse_args and server_main; see docs/server.md
@@ -19,6 +20,8 @@
 #include <stddef.h>
 
 #include "../base/base.h"
+
+#define SERVER_MAX_CORS 16
 
 typedef struct server_opts {
     const char *model_path;   /* -m; NULL: SERVER_DEFAULT_MODEL                       */
@@ -41,6 +44,11 @@ typedef struct server_opts {
     int step_delay_us;        /* --step-delay-us: testing, slows every engine step     */
     const char *chat_template_file; /* --chat-template-file: overrides the model's   */
     const char *tool_format;  /* --tool-format: "auto" (from the template) or a name   */
+    /* --cors-origin, repeatable: each an origin, a comma list of them, or "*"
+     * (strings in argv); none: no CORS headers (http.h) */
+    const char *cors_origins[SERVER_MAX_CORS];
+    int n_cors_origins;
+    int shutdown_timeout_s;   /* --shutdown-timeout: drain time on SIGINT/SIGTERM; 10 */
 } server_opts;
 
 /* Used when no -m is given (relative to the working directory). */
@@ -58,9 +66,13 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e);
 /* Usage text of the serve flags. */
 const char *server_usage(void);
 
-/* Runs the server until SIGINT or SIGTERM. Returns 0 after a clean shutdown,
- * or a negative ERR_* (model load failure, port in use ...) with the reason
- * logged. */
+/* Runs the server until SIGINT or SIGTERM, then shuts down gracefully: no
+ * new connections, new requests on open ones get 503, running requests have
+ * --shutdown-timeout seconds to finish, what remains is cancelled (a stream
+ * gets an error event and its end, a whole answer a 503); a second signal
+ * cancels at once. Returns 0 after the shutdown, or a negative ERR_* (port in
+ * use -- checked before the model loads --, model load failure ...) with the
+ * reason logged in one line. */
 int server_main(const server_opts *o);
 
 #endif
