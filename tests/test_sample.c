@@ -183,5 +183,34 @@ int main(void) {
     CHECK(sampler_params_check(&p, &e) == ERR_RANGE);
     p = sampler_defaults();
     CHECK(sampler_params_check(&p, &e) == 0);
+
+    /* NaN / +inf logits are refused (-1), never crash the selection, on
+     * every path: greedy, top-k, logprobs; -inf (masked) tokens are never
+     * picked. A large vocabulary takes the quickselect path. */
+    enum { NV = 5000 };
+    float *big = malloc(NV * sizeof *big), *top_lps = malloc(20 * sizeof *top_lps);
+    int32_t *top_ids = malloc(20 * sizeof *top_ids);
+    for (int mode = 0; mode < 3; mode++) {
+        sampler_params q = sampler_defaults();
+        q.temperature = mode == 0 ? 0.0f : 0.8f;
+        q.top_k = mode == 2 ? 40 : 0;
+        q.seed = 7;
+        sampler *sb = sampler_new(&q, NV);
+        for (int bad = 0; bad < 2; bad++) {
+            for (int i = 0; i < NV; i++) big[i] = (float)((i * 37) % 101) / 10.0f;
+            big[NV / 3] = bad ? INFINITY : NAN;
+            float lp;
+            CHECK_EQ_INT(sampler_sample(sb, big, 20, &lp, top_ids, top_lps), -1);
+        }
+        for (int i = 0; i < NV; i++) big[i] = i % 7 == 3 ? (float)(i % 13) : -INFINITY;
+        for (int r = 0; r < 20; r++) {
+            float lp, tmp[NV];
+            memcpy(tmp, big, sizeof tmp);
+            int32_t t = sampler_sample(sb, tmp, 5, &lp, top_ids, top_lps);
+            CHECK_MSG(t >= 0 && t % 7 == 3, "mode %d picked %d", mode, t);
+        }
+        sampler_free(sb);
+    }
+    free(big), free(top_lps), free(top_ids);
     return test_summary("test_sample");
 }

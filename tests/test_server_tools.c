@@ -23,6 +23,7 @@
  */
 #include <pthread.h>
 
+#include "model/gguf.h"
 #include "server/http.h"
 #include "server_util.h"
 
@@ -541,6 +542,62 @@ static void check_mistral(void) {
     g_port = saved;
 }
 
+/* A model whose logits are NaN (one weight set to NaN, as a flipped byte
+ * does): every sampling path answers 500 naming the cause, and the server
+ * keeps serving. */
+static void check_nan_model(void) {
+    char src[512], path[256];
+    snprintf(src, sizeof src, "%s/models/stories260K.gguf", test_shared_dir());
+    snprintf(path, sizeof path, "/tmp/kvloom_nan_%d.gguf", (int)getpid());
+    char *buf = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    CHECK(file_read_all(src, &buf, &n, &e) == 0);
+    gguf_ctx *g = NULL;
+    CHECK(gguf_open(src, &g, &e) == 0);
+    const gguf_tensor *t = g ? gguf_find_tensor(g, "output_norm.weight") : NULL;
+    CHECK(t != NULL);
+    if (!t || !buf) {
+        gguf_free(g);
+        free(buf);
+        return;
+    }
+    size_t off = gguf_data_offset(g) + t->offset;
+    float nan = NAN;
+    memcpy(buf + off, &nan, sizeof nan);
+    gguf_free(g);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(buf, 1, n, f) == n);
+    if (f) fclose(f);
+    free(buf);
+    srv s;
+    const char *flags[] = {"-m", path, "--kv-mem", "16M", NULL};
+    if (srv_start(&s, flags) != 0) {
+        CHECK_MSG(0, "NaN server did not start");
+        unlink(path);
+        return;
+    }
+    const char *bodies[] = {
+        "{\"prompt\":\"Once\",\"max_tokens\":4,\"temperature\":0}",
+        "{\"prompt\":\"Once\",\"max_tokens\":4,\"temperature\":0.8,\"top_k\":40}",
+        "{\"prompt\":\"Once\",\"max_tokens\":4,\"temperature\":0.8,\"logprobs\":5}",
+        "{\"prompt\":\"Once\",\"max_tokens\":4,\"json_schema\":{\"type\":\"integer\"}}",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bodies); i++) {
+        resp r;
+        CHECK(http_do(s.port, "POST", "/v1/completions", NULL, bodies[i], &r) == 0);
+        CHECK_MSG(r.status == 500 && r.body && strstr(r.body, "NaN"), "NaN model, body %zu: %d %s", i, r.status,
+                  r.body ? r.body : "");
+        resp_free(&r);
+        int st;
+        json_t *h = get_json(s.port, "/health", &st);
+        CHECK_EQ_INT(st, 200);
+        json_decref(h);
+    }
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    unlink(path);
+}
+
 int main(void) {
     su_watchdog(300);
     srv s;
@@ -558,6 +615,7 @@ int main(void) {
     check_bad_input();
     check_qwen3();
     check_mistral();
+    check_nan_model();
     CHECK(wait_idle(s.port, 10));
     if (test_n_fail) srv_print_log(&s);
     CHECK_EQ_INT(srv_stop(&s), 0);

@@ -194,6 +194,11 @@ int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *cho
     const sampler_params *p = &s->p;
     int n = s->n_vocab;
     apply_penalties(s, logits);
+    /* NaN or +inf logits (a broken model) order nothing: refuse them rather
+     * than walk the selection off its array */
+    bool broken = false;
+    for (int i = 0; i < n; i++) broken |= isnan(logits[i]) || logits[i] == INFINITY;
+    if (broken) return -1;
     cand *cands = s->cands;
     int32_t chosen;
     if (p->temperature <= 0) {

@@ -48,8 +48,10 @@ sampler *sampler_new(const sampler_params *p, int n_vocab);
 void sampler_free(sampler *s);
 /* Adds a token to the history (prompt tokens too, for the repeat penalty). */
 void sampler_accept(sampler *s, int32_t token);
-/* Picks a token. `logits` (n_vocab) is modified in place (penalties).
- * When top_n_logprobs >= 0, writes the chosen token's logprob to
+/* Picks a token; returns -1 when a logit is NaN or +inf (a broken model:
+ * the caller fails the request). `logits` (n_vocab) is modified in place
+ * (penalties); -inf logits (tokens a grammar refuses) are never picked
+ * unless all are. When top_n_logprobs >= 0, writes the chosen token's logprob to
  * *chosen_logprob and the top_n most likely tokens (ids, logprobs, in
  * decreasing order) to top_ids/top_lps (arrays of at least top_n). */
 int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *chosen_logprob, int32_t *top_ids,

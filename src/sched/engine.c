@@ -580,7 +580,8 @@ static void jump_forward(engine *en, seq *s) {
 /* Samples the next token of s from its logits row (masked by its grammar),
  * posts it, and appends a forced run after it. Returns REQ_RUNNING, or how
  * the request ends: REQ_FINISH_STOP (end of generation, or the grammar's
- * output is complete), REQ_FINISH_ERROR (the grammar allows nothing). */
+ * output is complete), REQ_FINISH_ERROR (NaN/inf logits, or a grammar that
+ * allows nothing). */
 static req_finish post_token(engine *en, seq *s, const float *row) {
     req *r = s->r;
     req_token t = {0};
@@ -592,6 +593,7 @@ static req_finish post_token(engine *en, seq *s, const float *row) {
     int top_n = r->n_logprobs;
     if (top_n > REQ_MAX_TOP_LOGPROBS) top_n = REQ_MAX_TOP_LOGPROBS;
     t.id = sampler_sample(s->smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);
+    if (t.id < 0) return REQ_FINISH_ERROR;
     t.n_top = top_n > 0 ? top_n : 0;
     sampler_accept(s->smp, t.id);
     if (s->gm && gmatch_accept(s->gm, t.id) < 0) return REQ_FINISH_ERROR;
@@ -740,7 +742,9 @@ static bool engine_step(engine *en) {
         row++;
         if (why == REQ_FINISH_ERROR) {
             list_remove(&en->running, s);
-            seq_finish(en, s, why, "the grammar allows no token here (an internal error in the grammar engine)");
+            seq_finish(en, s, why,
+                       s->gm ? "no token can be sampled: the model's logits hold NaN/inf, or the grammar allows none"
+                             : "the model's logits hold NaN or inf (a broken model file?)");
             continue;
         }
         if (why == REQ_RUNNING && (s->n_generated >= s->r->max_tokens || s->n_tokens > en->n_ctx))
