@@ -2,7 +2,8 @@
 # Installs the Debian packages kvloom needs, only those missing. Needs root
 # (or sudo) only when something is missing.
 set -e
-PKGS="build-essential clang libmicrohttpd-dev libjansson-dev python3-numpy curl nodejs npm"
+# chromium: the web chat page test drives it headless (tests/webui_test.sh).
+PKGS="build-essential clang libmicrohttpd-dev libjansson-dev python3-numpy curl nodejs npm chromium"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
