@@ -134,6 +134,40 @@ async function main() {
           "agent run: the final output is the last answer's text", { final: result.finalOutput, last: last.response });
   });
 
+  // The next turn of the same conversation (the history with the call and
+  // its result, then a new question): the server takes it, and its prefix
+  // cache serves what the previous turn already computed (the earlier call
+  // is rendered from the same canonical arguments text).
+  await h.section("next turn", async () => {
+    const calls = [], invalid = [];
+    const agent = new Agent({
+      name: "Forecaster",
+      instructions: "You answer weather questions. Use the get_forecast tool.",
+      model,
+      tools: [weatherTool(calls, invalid)],
+      modelSettings: { toolChoice: "required", parallelToolCalls: false, temperature: 0, maxTokens: 200, providerData: { seed: 5 } },
+    });
+    const n0 = log.length;
+    const first = await run(agent, "What will the weather be in Madrid?", { maxTurns: 4 });
+    await settle();
+    const reqs1 = requestsSince(n0);
+    const n1 = log.length;
+    const second = await run(agent, [...first.history, { role: "user", content: "And in Lisbon?" }], { maxTurns: 4 });
+    await settle();
+    const reqs2 = requestsSince(n1);
+    checkToolArgs("next turn", calls, invalid);
+    check(calls.length >= 2, "next turn: the tool ran in both runs", calls);
+    check(typeof second.finalOutput === "string", "next turn: a final output", second.finalOutput);
+    const last1 = reqs1[reqs1.length - 1], first2 = reqs2[0];
+    let u1 = null, u2 = null;
+    try { u1 = JSON.parse(last1.response).usage; u2 = JSON.parse(first2.response).usage; } catch { /* */ }
+    check(u1 && u2 && first2.body.messages.length > last1.body.messages.length, "next turn: the history grew", { m1: last1 && last1.body.messages.length, m2: first2 && first2.body.messages.length });
+    // everything the last request of run 1 computed, but at most the last
+    // partial block (16 tokens) and one more block, comes from the cache
+    check(u1 && u2 && u2.prompt_tokens_details.cached_tokens >= u1.prompt_tokens - 32,
+          "next turn: the previous turn's prompt comes from the prefix cache", { previous: u1, next: u2 });
+  });
+
   // Without the reset, "required" forces a call on every turn: the run
   // cannot end, and the SDK stops it at maxTurns.
   await h.section("no resetToolChoice", async () => {
