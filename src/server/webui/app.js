@@ -1,0 +1,552 @@
+// kvloom chat page. Plain JavaScript, no framework, no network beyond this
+// server: /v1/models (model id), /v1/chat/completions (streamed, SSE read from
+// fetch), /metrics (KV blocks). The API key, when the server wants one, is
+// asked for on the first 401, kept in localStorage and sent as
+// "Authorization: Bearer". All model text goes into the page as text, never
+// as HTML.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+
+const store = {
+  get(key, fallback) {
+    try {
+      const v = localStorage.getItem('kvloom.' + key);
+      return v === null ? fallback : JSON.parse(v);
+    } catch (e) {
+      return fallback;
+    }
+  },
+  set(key, value) {
+    try {
+      if (value === null) localStorage.removeItem('kvloom.' + key);
+      else localStorage.setItem('kvloom.' + key, JSON.stringify(value));
+    } catch (e) { /* private mode: settings last for the page only */ }
+  },
+};
+
+const DEFAULTS = { system: '', temperature: 0.8, maxTokens: 512, tools: '', toolChoice: 'auto', parallel: true };
+
+const state = {
+  messages: [],      // {role, content, reasoning, toolCalls, finish, error, stopped, el}
+  controller: null,  // AbortController of the running request
+  settings: Object.assign({}, DEFAULTS, store.get('settings', {})),
+  apiKey: store.get('apiKey', ''),
+  keyDeclined: false, // the person cancelled the key dialog: background polls stop asking
+  modelId: '',
+};
+
+// ---------------------------------------------------------------- API key
+
+let keyPromise = null;
+
+// Shows the key dialog once for every caller waiting on it; resolves true
+// when a key was entered, false when cancelled.
+function askKey(refused) {
+  if (keyPromise) return keyPromise;
+  keyPromise = new Promise((resolve) => {
+    const dlg = $('key-dialog');
+    $('key-error').hidden = !refused;
+    $('key-input').value = '';
+    const done = (ok) => {
+      if (dlg.open) dlg.close();
+      keyPromise = null;
+      if (!ok) state.keyDeclined = true;
+      resolve(ok);
+    };
+    $('key-form').onsubmit = (ev) => {
+      ev.preventDefault();
+      const key = $('key-input').value.trim();
+      if (!key) {
+        $('key-input').focus();
+        return;
+      }
+      state.apiKey = key;
+      state.keyDeclined = false;
+      store.set('apiKey', key);
+      showKeyState();
+      done(true);
+    };
+    $('key-cancel').onclick = () => done(false);
+    dlg.oncancel = (ev) => {
+      ev.preventDefault();
+      done(false);
+    };
+    dlg.showModal();
+    $('key-input').focus();
+  });
+  return keyPromise;
+}
+
+function showKeyState() {
+  $('key-state').textContent = state.apiKey ? 'saved in this browser' : 'none';
+  $('btn-forget-key').hidden = !state.apiKey;
+}
+
+// fetch with the key; on 401 asks for a key (unless `background` and the
+// person already declined) and tries again.
+async function apiFetch(path, opts = {}, background = false) {
+  for (;;) {
+    const headers = Object.assign({}, opts.headers || {});
+    if (state.apiKey) headers.Authorization = 'Bearer ' + state.apiKey;
+    const res = await fetch(path, Object.assign({}, opts, { headers }));
+    if (res.status !== 401 || (background && state.keyDeclined)) return res;
+    if (!(await askKey(Boolean(state.apiKey)))) return res;
+  }
+}
+
+// The message of an OpenAI error body, or the status line.
+async function errorText(res) {
+  let text = '';
+  try {
+    text = await res.text();
+    const o = JSON.parse(text);
+    if (o && o.error) return `${res.status}: ${o.error.message || JSON.stringify(o.error)}`;
+  } catch (e) { /* not JSON */ }
+  return `${res.status} ${res.statusText}${text ? ': ' + text.slice(0, 300) : ''}`;
+}
+
+// ---------------------------------------------------------------- SSE
+
+// Calls onEvent with every JSON event of an SSE response until [DONE] or the
+// end of the body.
+async function readSSE(res, onEvent) {
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf = (buf + decoder.decode(value, { stream: true })).replace(/\r\n?/g, '\n');
+    let cut;
+    while ((cut = buf.indexOf('\n\n')) >= 0) {
+      const block = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      const data = block.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
+      if (!data) continue;
+      if (data === '[DONE]') return;
+      let ev;
+      try {
+        ev = JSON.parse(data);
+      } catch (e) {
+        continue;
+      }
+      onEvent(ev);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- rendering
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function nearBottom() {
+  const s = $('scroller');
+  return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+}
+
+function scrollDown() {
+  const s = $('scroller');
+  s.scrollTop = s.scrollHeight;
+}
+
+function addMessage(m) {
+  $('empty').hidden = true;
+  m.el = el('div', 'msg ' + m.role);
+  m.el.append(el('div', 'role', m.role === 'user' ? 'you' : 'assistant'));
+  if (m.role === 'user') {
+    m.el.append(el('div', 'content', m.content));
+  } else {
+    const body = el('div', 'body');
+    m.el.append(body);
+  }
+  state.messages.push(m);
+  $('messages').append(m.el);
+  scrollDown();
+  if (m.role === 'assistant') renderAssistant(m);
+}
+
+// Rebuilds an assistant message's body from its fields (cheap: a handful of
+// nodes; called at most once per animation frame while streaming).
+function renderAssistant(m) {
+  const follow = nearBottom();
+  const body = m.el.querySelector('.body');
+  m.el.dataset.state = m.error ? 'error' : m.stopped ? 'stopped' : m.done ? 'done' : 'streaming';
+  if (m.reasoning) {
+    let det = body.querySelector('details.reasoning');
+    if (!det) {
+      det = el('details', 'reasoning');
+      det.append(el('summary'), el('div', 'reasoning-text'));
+      body.prepend(det);
+    }
+    const thinking = !m.done && !m.content && !m.toolCalls.length;
+    det.querySelector('summary').textContent = thinking ? 'Thinking…' : `Reasoning (${m.reasoning.length} characters)`;
+    det.querySelector('.reasoning-text').textContent = m.reasoning;
+  }
+  let content = body.querySelector('.content');
+  if (!content) {
+    content = el('div', 'content');
+    body.append(content);
+  }
+  content.textContent = m.content;
+  let calls = body.querySelector('.tool-calls');
+  if (m.toolCalls.length) {
+    if (!calls) {
+      calls = el('div', 'tool-calls');
+      content.after(calls);
+    }
+    calls.replaceChildren(...m.toolCalls.map((c) => {
+      const box = el('div', 'tool-call');
+      const head = el('div', 'tc-head');
+      let args = c.args;
+      let cut = false;
+      if (m.done) {
+        try {
+          args = JSON.stringify(JSON.parse(c.args), null, 2);
+        } catch (e) {
+          cut = true; // ended by max tokens or Stop: not a call (the server says so too)
+        }
+      }
+      box.classList.toggle('cut', cut);
+      head.append(el('span', 'tc-label', cut ? 'tool call, cut short' : 'tool call'), el('span', 'tc-name', c.name || '…'),
+        el('span', 'tc-id', c.id));
+      box.append(head, el('pre', 'tc-args', args));
+      return box;
+    }));
+  }
+  let meta = body.querySelector('.meta');
+  const bits = [];
+  if (m.stopped) bits.push('stopped');
+  if (m.finish && m.finish !== 'stop') bits.push(m.finish === 'length' ? 'cut at max tokens' : m.finish.replace('_', ' '));
+  if (m.nTokens) bits.push(`${m.nTokens} tokens`);
+  if (m.tps) bits.push(`${m.tps.toFixed(1)} tokens/s`);
+  if (bits.length) {
+    if (!meta) {
+      meta = el('div', 'meta');
+      body.append(meta);
+    }
+    meta.textContent = bits.join(' · ');
+  }
+  if (m.error) {
+    let err = body.querySelector('.error');
+    if (!err) {
+      err = el('div', 'error');
+      body.append(err);
+    }
+    err.textContent = m.error;
+  }
+  if (follow) scrollDown();
+}
+
+let renderQueued = new Set();
+function scheduleRender(m) {
+  if (renderQueued.has(m)) return;
+  renderQueued.add(m);
+  requestAnimationFrame(() => {
+    renderQueued.delete(m);
+    renderAssistant(m);
+  });
+}
+
+// ---------------------------------------------------------------- status strip
+
+function setState(text, dot) {
+  $('st-state').textContent = text;
+  $('st-dot').className = 'dot ' + (dot || '');
+}
+
+async function loadModel() {
+  try {
+    const res = await apiFetch('/v1/models', {}, false);
+    if (!res.ok) {
+      setState(res.status === 401 ? 'API key needed' : 'server error ' + res.status, 'bad');
+      return;
+    }
+    const o = await res.json();
+    state.modelId = (o.data && o.data[0] && o.data[0].id) || '';
+    $('st-model').textContent = state.modelId || '–';
+    $('top-model').textContent = state.modelId;
+    document.title = state.modelId ? `${state.modelId} · kvloom` : 'kvloom';
+    if (!state.controller) setState('ready', 'ok');
+  } catch (e) {
+    setState('server unreachable', 'bad');
+  }
+}
+
+function metricValue(text, name) {
+  const m = text.match(new RegExp('^' + name + ' ([0-9.eE+-]+)$', 'm'));
+  return m ? Number(m[1]) : NaN;
+}
+
+async function loadMetrics() {
+  try {
+    const res = await apiFetch('/metrics', {}, true);
+    if (!res.ok) return;
+    const text = await res.text();
+    const used = metricValue(text, 'kvloom_kv_blocks_used');
+    const total = metricValue(text, 'kvloom_kv_blocks_total');
+    if (Number.isFinite(used) && Number.isFinite(total) && total > 0) {
+      $('st-kv').textContent = `${used} / ${total} blocks`;
+      $('st-kv-bar').style.width = `${Math.min(100, (100 * used) / total).toFixed(1)}%`;
+    }
+    if (!state.controller && $('st-state').textContent !== 'ready') {
+      if (state.modelId) setState('ready', 'ok');
+      else loadModel();
+    }
+  } catch (e) {
+    if (!state.controller) setState('server unreachable', 'bad');
+  }
+}
+
+// ---------------------------------------------------------------- settings
+
+function readSettings() {
+  const s = state.settings;
+  s.system = $('set-system').value;
+  s.temperature = Number($('set-temp').value);
+  const max = parseInt($('set-max').value, 10);
+  s.maxTokens = Number.isFinite(max) && max > 0 ? max : DEFAULTS.maxTokens;
+  s.tools = $('set-tools').value;
+  s.toolChoice = $('set-tool-choice').value;
+  s.parallel = $('set-parallel').checked;
+  $('temp-val').textContent = s.temperature.toFixed(2);
+  store.set('settings', s);
+}
+
+function showSettings() {
+  const s = state.settings;
+  $('set-system').value = s.system;
+  $('set-temp').value = String(s.temperature);
+  $('set-max').value = String(s.maxTokens);
+  $('set-tools').value = s.tools;
+  $('set-tool-choice').value = s.toolChoice;
+  $('set-parallel').checked = s.parallel;
+  $('temp-val').textContent = Number(s.temperature).toFixed(2);
+}
+
+// The tools array, null for none; throws with a readable message.
+function parseTools() {
+  const t = state.settings.tools.trim();
+  if (!t) return null;
+  let v;
+  try {
+    v = JSON.parse(t);
+  } catch (e) {
+    throw new Error('Tools: not valid JSON (' + e.message + ')');
+  }
+  if (!Array.isArray(v)) throw new Error('Tools: expected a JSON array of tools');
+  return v.length ? v : null;
+}
+
+// ---------------------------------------------------------------- chat
+
+// The conversation as the API wants it.
+function apiMessages() {
+  const out = [];
+  if (state.settings.system.trim()) out.push({ role: 'system', content: state.settings.system });
+  for (const m of state.messages) {
+    if (m.role === 'user') {
+      out.push({ role: 'user', content: m.content });
+    } else if (m.content || m.toolCalls.length) {
+      const a = { role: 'assistant', content: m.content || null };
+      if (m.toolCalls.length && !m.stopped)
+        a.tool_calls = m.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.args } }));
+      out.push(a);
+    }
+  }
+  return out;
+}
+
+function setBusy(busy) {
+  $('btn-send').hidden = busy;
+  $('btn-stop').hidden = !busy;
+  if (busy) setState('generating', 'busy');
+}
+
+async function send(text) {
+  if (state.controller) return;
+  readSettings();
+  let tools;
+  try {
+    tools = parseTools();
+    $('tools-error').hidden = true;
+  } catch (e) {
+    $('tools-error').textContent = e.message;
+    $('tools-error').hidden = false;
+    $('settings').hidden = false;
+    $('btn-settings').setAttribute('aria-expanded', 'true');
+    return;
+  }
+  addMessage({ role: 'user', content: text });
+  const body = {
+    messages: apiMessages(),
+    stream: true,
+    stream_options: { include_usage: true },
+    temperature: state.settings.temperature,
+    max_tokens: state.settings.maxTokens,
+  };
+  if (state.modelId) body.model = state.modelId;
+  if (tools) {
+    body.tools = tools;
+    body.tool_choice = state.settings.toolChoice;
+    body.parallel_tool_calls = state.settings.parallel;
+  }
+  const m = { role: 'assistant', content: '', reasoning: '', toolCalls: [], finish: '', error: '', done: false };
+  addMessage(m);
+  const controller = new AbortController();
+  state.controller = controller;
+  setBusy(true);
+  const t0 = performance.now();
+  let tFirst = 0;
+  let nChunks = 0;
+  let usage = null;
+  const liveSpeed = () => {
+    const s = (performance.now() - tFirst) / 1000;
+    if (nChunks > 1 && s > 0) $('st-tps').textContent = `${((nChunks - 1) / s).toFixed(1)} tok/s`;
+  };
+  const metricsTimer = setInterval(loadMetrics, 1000);
+  try {
+    const res = await apiFetch('/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: controller.signal,
+    });
+    if (!res.ok) {
+      m.error = await errorText(res);
+    } else {
+      await readSSE(res, (ev) => {
+        if (ev.error) {
+          m.error = ev.error.message || JSON.stringify(ev.error);
+          return;
+        }
+        if (ev.usage) usage = ev.usage;
+        const ch = ev.choices && ev.choices[0];
+        if (!ch) return;
+        const d = ch.delta || {};
+        let token = false;
+        if (d.content) {
+          m.content += d.content;
+          token = true;
+        }
+        if (d.reasoning_content) {
+          m.reasoning += d.reasoning_content;
+          token = true;
+        }
+        for (const tc of d.tool_calls || []) {
+          const i = tc.index || 0;
+          const c = m.toolCalls[i] || (m.toolCalls[i] = { id: '', name: '', args: '' });
+          if (tc.id) c.id = tc.id;
+          if (tc.function && tc.function.name) c.name += tc.function.name;
+          if (tc.function && tc.function.arguments) c.args += tc.function.arguments;
+          token = true;
+        }
+        if (ch.finish_reason) m.finish = ch.finish_reason;
+        if (token) {
+          nChunks++;
+          if (!tFirst) tFirst = performance.now();
+          liveSpeed();
+        }
+        scheduleRender(m);
+      });
+      if (!m.finish && !m.error) m.error = 'the stream ended early';
+    }
+  } catch (e) {
+    if (e.name === 'AbortError') m.stopped = true;
+    else m.error = String(e.message || e);
+  } finally {
+    clearInterval(metricsTimer);
+    const tEnd = performance.now();
+    m.done = true;
+    // Speed: generated tokens over the time since the first one (the first
+    // token's wait is prefill); the server's count when it sent usage.
+    const n = usage ? usage.completion_tokens : nChunks;
+    const secs = (tEnd - (tFirst || t0)) / 1000;
+    if (n > 1 && secs > 0) {
+      m.tps = (n - 1) / secs;
+      $('st-tps').textContent = `${m.tps.toFixed(1)} tok/s`;
+    }
+    m.nTokens = n;
+    if (usage) {
+      const cached = (usage.prompt_tokens_details && usage.prompt_tokens_details.cached_tokens) || 0;
+      $('st-cached').textContent = `${cached} / ${usage.prompt_tokens} tokens`;
+    }
+    renderQueued.delete(m);
+    renderAssistant(m);
+    state.controller = null;
+    setBusy(false);
+    setState(m.error ? 'error' : m.stopped ? 'stopped' : 'ready', m.error ? 'bad' : 'ok');
+    loadMetrics();
+    $('input').focus();
+  }
+}
+
+function stop() {
+  if (state.controller) state.controller.abort();
+}
+
+function newChat() {
+  stop();
+  state.messages = [];
+  $('messages').replaceChildren($('empty'));
+  $('empty').hidden = false;
+  $('st-cached').textContent = '–';
+  $('input').focus();
+}
+
+// ---------------------------------------------------------------- wiring
+
+function autoGrow() {
+  const t = $('input');
+  t.style.height = 'auto';
+  t.style.height = Math.min(t.scrollHeight + 2, window.innerHeight * 0.4) + 'px';
+}
+
+function init() {
+  showSettings();
+  showKeyState();
+  $('composer').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const text = $('input').value;
+    if (!text.trim() || state.controller) return;
+    $('input').value = '';
+    autoGrow();
+    send(text);
+  });
+  $('input').addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
+      ev.preventDefault();
+      $('composer').requestSubmit();
+    }
+  });
+  $('input').addEventListener('input', autoGrow);
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Escape' && state.controller && !$('key-dialog').open) stop();
+  });
+  $('btn-stop').addEventListener('click', stop);
+  $('btn-new').addEventListener('click', newChat);
+  $('btn-settings').addEventListener('click', () => {
+    const open = $('settings').hidden;
+    $('settings').hidden = !open;
+    $('btn-settings').setAttribute('aria-expanded', String(open));
+  });
+  for (const id of ['set-system', 'set-temp', 'set-max', 'set-tools', 'set-tool-choice', 'set-parallel'])
+    $(id).addEventListener('input', readSettings);
+  $('btn-forget-key').addEventListener('click', () => {
+    state.apiKey = '';
+    store.set('apiKey', null);
+    showKeyState();
+  });
+  $('input').focus();
+  loadModel().then(loadMetrics);
+  setInterval(() => {
+    if (!document.hidden && !state.controller) loadMetrics();
+  }, 3000);
+}
+
+init();

@@ -1,0 +1,242 @@
+// webui.mjs — the chat page at GET / in a real browser (Debian's chromium,
+// headless, driven by puppeteer-core), against two kvloom servers started by
+// tests/webui_test.sh:
+//   A: no API key, --step-delay-us (a long answer takes seconds, so it can be
+//      stopped), no CORS;
+//   B: --api-key KEY, --cors-origin <A's origin>.
+// Checks: the page loads and shows the model id; a message streams in (seen
+// growing) and equals the non-streamed answer at temperature 0; the status
+// strip shows tokens/s, cached-prefix tokens (> 0 on the second turn) and KV
+// blocks; Stop aborts a long answer and the server counts a 499 in /metrics;
+// forced tool calls are shown as calls; on B the page asks for the key on the
+// 401, refuses a wrong one, keeps the right one across a reload; CORS works
+// from A's origin to B and is refused from B's origin to A.
+//   node webui.mjs URL_A URL_B KEY SCREENSHOT.png
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import puppeteer from 'puppeteer-core';
+
+const [urlA, urlB, key, shot] = process.argv.slice(2);
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+let pass = 0;
+let fail = 0;
+function check(ok, what) {
+  if (ok) pass++;
+  else {
+    fail++;
+    console.log('FAIL: ' + what);
+  }
+}
+const watchdog = setTimeout(() => {
+  console.log('FAIL: watchdog (150 s)');
+  console.log(`webui: ${pass} passed, ${fail + 1} failed`);
+  process.exit(1);
+}, 150000);
+
+const profile = mkdtempSync(join(tmpdir(), 'kvloom-chromium-'));
+const browser = await puppeteer.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  userDataDir: profile,
+  args: [
+    '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    '--disable-dev-shm-usage',
+  ],
+  protocolTimeout: 60000,
+});
+
+async function metric(page, base, name, auth) {
+  return page.evaluate(async (base, name, auth) => {
+    const r = await fetch(base + '/metrics', { headers: auth ? { Authorization: 'Bearer ' + auth } : {} });
+    const t = await r.text();
+    const esc = name.replace(/[{}"=]/g, (c) => '\\' + c);
+    const m = t.match(new RegExp('^' + esc + ' ([0-9.]+)$', 'm'));
+    return m ? Number(m[1]) : 0;
+  }, base, name, auth || '');
+}
+
+// Types a message, sends it with Enter and waits for the answer to end.
+// Returns the last assistant message's state, text and the lengths of its
+// text seen while it streamed.
+async function ask(page, text, timeout = 30000) {
+  const before = await page.$$eval('.msg.assistant', (l) => l.length);
+  await page.evaluate(() => {
+    window.__seen = [];
+    window.__obs = new MutationObserver(() => {
+      const l = document.querySelectorAll('.msg.assistant');
+      const m = l[l.length - 1];
+      if (m && m.dataset.state === 'streaming') window.__seen.push(m.querySelector('.content').textContent.length);
+    });
+    window.__obs.observe(document.getElementById('messages'), { childList: true, subtree: true, characterData: true, attributes: true });
+  });
+  await page.click('#input');
+  await page.type('#input', text);
+  await page.keyboard.press('Enter');
+  await page.waitForFunction((n) => document.querySelectorAll('.msg.assistant').length > n, { timeout: 5000 }, before);
+  await page.waitForFunction(() => {
+    const l = document.querySelectorAll('.msg.assistant');
+    return l[l.length - 1].dataset.state !== 'streaming';
+  }, { timeout });
+  return page.evaluate(() => {
+    window.__obs.disconnect();
+    const l = document.querySelectorAll('.msg.assistant');
+    const m = l[l.length - 1];
+    return {
+      state: m.dataset.state,
+      text: m.querySelector('.content').textContent,
+      meta: (m.querySelector('.meta') || {}).textContent || '',
+      error: (m.querySelector('.error') || {}).textContent || '',
+      seen: window.__seen,
+    };
+  });
+}
+
+async function setField(page, id, value) {
+  await page.evaluate((id, value) => {
+    const e = document.getElementById(id);
+    e.value = value;
+    e.dispatchEvent(new Event('input', { bubbles: true }));
+  }, id, value);
+}
+
+const text = (page, sel) => page.$eval(sel, (e) => e.textContent);
+
+try {
+  // ---- A: no key ----
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1200, height: 800 });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  const resp = await page.goto(urlA + '/', { waitUntil: 'load', timeout: 20000 });
+  check(resp.status() === 200 && /text\/html/.test(resp.headers()['content-type']), 'GET / is an HTML page');
+  await page.waitForFunction(() => document.getElementById('st-model').textContent !== '–', { timeout: 10000 });
+  check((await text(page, '#st-model')) === 'stories260K', 'model id in the status strip: ' + (await text(page, '#st-model')));
+  await page.waitForFunction(() => /blocks/.test(document.getElementById('st-kv').textContent), { timeout: 10000 });
+  check(/^\d+ \/ \d+ blocks$/.test(await text(page, '#st-kv')), 'KV use in the status strip: ' + (await text(page, '#st-kv')));
+
+  await page.click('#btn-settings');
+  await setField(page, 'set-temp', '0');
+  await setField(page, 'set-max', '48');
+  const r1 = await ask(page, 'Once upon a time');
+  check(r1.state === 'done' && r1.text.length > 10, `first answer: ${JSON.stringify(r1)}`);
+  check(new Set(r1.seen).size >= 3, `the answer streamed in (lengths seen: ${r1.seen.slice(0, 20)})`);
+  const direct = await page.evaluate(async () => {
+    const r = await fetch('/v1/chat/completions', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'Once upon a time' }], temperature: 0, max_tokens: 48 }),
+    });
+    return (await r.json()).choices[0].message.content;
+  });
+  check(direct === r1.text, `streamed text == the API's non-streamed answer:\n  page: ${JSON.stringify(r1.text)}\n  api:  ${JSON.stringify(direct)}`);
+  check(/tok\/s$/.test(await text(page, '#st-tps')), 'tokens/s shown: ' + (await text(page, '#st-tps')));
+  check(/^\d+ \/ \d+ tokens$/.test(await text(page, '#st-cached')), 'cached prefix shown: ' + (await text(page, '#st-cached')));
+
+  const r2 = await ask(page, 'What happened next?');
+  check(r2.state === 'done' && r2.text.length > 0, `second answer: ${JSON.stringify(r2)}`);
+  const cached = Number((await text(page, '#st-cached')).split(' ')[0]);
+  check(cached > 0, 'the second turn reuses the first turn\'s prefix: cached ' + (await text(page, '#st-cached')));
+
+  // Stop a long answer: the server sees the client leave (499).
+  const n499 = await metric(page, '', 'kvloom_requests_total{status="499"}');
+  await setField(page, 'set-temp', '0.8');
+  await setField(page, 'set-max', '100000');
+  await page.click('#input');
+  await page.type('#input', 'Tell me a very long story.');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => {
+    const l = document.querySelectorAll('.msg.assistant');
+    return l.length === 3 && l[2].querySelector('.content').textContent.length > 30;
+  }, { timeout: 20000 });
+  check(await page.$eval('#btn-stop', (b) => !b.hidden), 'Stop button shown while generating');
+  await page.click('#btn-stop');
+  await page.waitForFunction(() => document.querySelectorAll('.msg.assistant')[2].dataset.state === 'stopped', { timeout: 5000 });
+  check(/stopped/.test(await page.$eval('.msg.assistant:nth-last-child(1) .meta', (e) => e.textContent)), 'the message says stopped');
+  let counted = false;
+  for (let i = 0; i < 50 && !counted; i++) {
+    counted = (await metric(page, '', 'kvloom_requests_total{status="499"}')) > n499;
+    if (!counted) await new Promise((r) => setTimeout(r, 100));
+  }
+  check(counted, 'the server counted the stopped request as cancelled (499)');
+  check(await page.$eval('#btn-send', (b) => !b.hidden), 'Send button back after Stop');
+
+  // Forced tool calls are shown as calls.
+  await setField(page, 'set-max', '200');
+  await setField(page, 'set-temp', '0');
+  await page.$eval('details.advanced', (d) => { d.open = true; });
+  await setField(page, 'set-tools', JSON.stringify([{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'] } } }]));
+  await setField(page, 'set-tool-choice', 'required');
+  await page.$eval('#set-parallel', (e) => { e.checked = false; e.dispatchEvent(new Event('input', { bubbles: true })); });
+  const r3 = await ask(page, 'What is the weather in Paris?');
+  const call = await page.evaluate(() => {
+    const l = document.querySelectorAll('.msg.assistant');
+    const c = l[l.length - 1].querySelector('.tool-call');
+    return c ? { name: c.querySelector('.tc-name').textContent, args: c.querySelector('.tc-args').textContent } : null;
+  });
+  let args = null;
+  try { args = JSON.parse(call.args); } catch (e) { /* checked below */ }
+  check(r3.state === 'done' && /tool calls/.test(r3.meta) && call && call.name === 'get_weather' && args && typeof args.city === 'string',
+    `tool call shown: ${JSON.stringify(call)} (${JSON.stringify(r3)})`);
+  await setField(page, 'set-tools', '');
+  await setField(page, 'set-tool-choice', 'auto');
+  await page.$eval('details.advanced', (d) => { d.open = false; });
+  await page.$eval('#scroller', (e) => { e.scrollTop = e.scrollHeight; });
+  check(errors.length === 0, 'no JavaScript errors: ' + errors.join('; '));
+  await page.screenshot({ path: shot });
+
+  // CORS, from documents without the page's Content-Security-Policy (which
+  // keeps the chat page's own connections to its server): B allows A's
+  // origin; A allows no other origin.
+  const plainA = await browser.newPage();
+  await plainA.goto(urlA + '/health', { waitUntil: 'load', timeout: 10000 });
+  const cors = await plainA.evaluate(async (urlB, key) => {
+    const r = await fetch(urlB + '/v1/models', { headers: { Authorization: 'Bearer ' + key } });
+    return r.status;
+  }, urlB, key);
+  check(cors === 200, 'a page of an allowed origin calls the API with a key (preflight + request): ' + cors);
+
+  // ---- B: API key ----
+  const pb = await browser.newPage();
+  await pb.setViewport({ width: 1200, height: 800 });
+  const resB = await pb.goto(urlB + '/', { waitUntil: 'load', timeout: 20000 });
+  check(resB.status() === 200, 'the page itself needs no key');
+  await pb.waitForFunction(() => document.getElementById('key-dialog').open, { timeout: 10000 });
+  check(true, 'key dialog');
+  await pb.screenshot({ path: shot.replace(/\.png$/, '-key.png') });
+  await pb.type('#key-input', 'wrong-key');
+  await pb.click('#key-ok');
+  await pb.waitForFunction(() => document.getElementById('key-dialog').open && !document.getElementById('key-error').hidden, { timeout: 10000 });
+  check(true, 'a wrong key is refused and asked again');
+  await pb.$eval('#key-input', (e) => { e.value = ''; });
+  await pb.type('#key-input', key);
+  await pb.keyboard.press('Enter');
+  await pb.waitForFunction(() => document.getElementById('st-model').textContent === 'tiny', { timeout: 10000 });
+  check(!(await pb.$eval('#key-dialog', (d) => d.open)), 'dialog closed once the key works');
+  const rb = await ask(pb, 'Hello');
+  check(rb.state === 'done' && rb.text.length > 0, `answer with the key: ${JSON.stringify(rb)}`);
+  check((await pb.evaluate(() => localStorage.getItem('kvloom.apiKey'))) === JSON.stringify(key), 'key kept in localStorage');
+  await pb.reload({ waitUntil: 'load' });
+  await pb.waitForFunction(() => document.getElementById('st-model').textContent === 'tiny', { timeout: 10000 });
+  check(!(await pb.$eval('#key-dialog', (d) => d.open)), 'no key dialog after a reload');
+  await pb.goto(urlB + '/health', { waitUntil: 'load', timeout: 10000 });
+  const blocked = await pb.evaluate(async (urlA) => {
+    try {
+      await fetch(urlA + '/v1/models');
+      return 'allowed';
+    } catch (e) {
+      return 'blocked';
+    }
+  }, urlA);
+  check(blocked === 'blocked', 'a server without --cors-origin is not readable from another origin: ' + blocked);
+} catch (e) {
+  fail++;
+  console.log('FAIL: ' + (e && e.stack ? e.stack : e));
+} finally {
+  await browser.close().catch(() => {});
+  rmSync(profile, { recursive: true, force: true });
+  clearTimeout(watchdog);
+}
+console.log(`webui: ${pass} passed, ${fail} failed`);
+process.exit(fail ? 1 : 0);
