@@ -400,6 +400,35 @@ async function main() {
     checkCalls("round trip, next turn required", f, { only: "get_weather", exactlyOne: true });
   });
 
+  // Two calls in one assistant message, each answered (one answer as text
+  // parts), then a call of an earlier turn answered after a later one. A
+  // template may refuse several calls in one message (Llama 3.2's raises):
+  // then the 400 carries the template's own message.
+  await h.section("round trip, several calls", async () => {
+    const call = (id, city) => ({ id, type: "function", function: { name: "get_weather", arguments: JSON.stringify({ city, unit: "celsius" }) } });
+    const msgs = [
+      { role: "user", content: "Weather in Paris and Oslo?" },
+      { role: "assistant", content: null, tool_calls: [call("call_a", "Paris"), call("call_b", "Oslo")] },
+      { role: "tool", tool_call_id: "call_a", content: "Sunny" },
+      { role: "tool", tool_call_id: "call_b", content: [{ type: "text", text: "Rain" }] },
+    ];
+    const r = await postJSON(baseURL + "/chat/completions", { model: MODEL, tools: [WEATHER], messages: msgs, max_tokens: 8, temperature: 0 });
+    const refused = r.status === 400 && r.json && r.json.error && /raise_exception/.test(r.json.error.message) && r.json.error.param === "messages";
+    check(r.status === 200 || refused, "two calls in one message: answered (or refused by the template itself)", { status: r.status, body: r.text.slice(0, 600) });
+    if (r.status === 200) check(r.json.choices[0].message && r.json.usage.prompt_tokens > 20, "two calls in one message: an answer", r.json);
+    const later = [
+      { role: "user", content: "Weather in Paris?" },
+      { role: "assistant", content: null, tool_calls: [call("call_1", "Paris")] },
+      { role: "tool", tool_call_id: "call_1", content: "Sunny" },
+      { role: "user", content: "And Oslo?" },
+      { role: "assistant", content: null, tool_calls: [call("call_2", "Oslo")] },
+      { role: "tool", tool_call_id: "call_2", content: "Rain" },
+      { role: "tool", tool_call_id: "call_1", content: "Update: cloudy in Paris" },
+    ];
+    const l = await postJSON(baseURL + "/chat/completions", { model: MODEL, tools: [WEATHER], messages: later, max_tokens: 8, temperature: 0 });
+    check(l.status === 200, "a tool message answering a call of an earlier turn is accepted", { status: l.status, body: l.text.slice(0, 600) });
+  });
+
   // developer role (rendered as system) and content as text parts (joined
   // with "\n", docs/chat-templates.md): the same prompt as the plain form.
   await h.section("developer role and content parts", async () => {
