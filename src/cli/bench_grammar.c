@@ -14,8 +14,9 @@
  *      as jump-forward appends it), every gmatch_mask timed; median, p99 and
  *      max over all tokens, and how many masks came from the cache;
  *   2. decode speed: greedy generation through the engine (the serving path)
- *      of OBJECTS calls constrained without jump-forward, and as many tokens
- *      unconstrained, one request at a time: tokens/s after the first token;
+ *      of OBJECTS calls constrained without jump-forward, each followed by
+ *      as many tokens unconstrained, one request at a time (interleaved, so
+ *      load drift hits both alike): tokens/s after the first token;
  *   3. forward passes per generated call, with and without jump-forward.
  *
  * Random weights are fine: the grammar decides the shape of the output, the
@@ -110,48 +111,45 @@ typedef struct run_result {
     double decode_s;    /* from each request's first token to its finish    */
 } run_result;
 
-/* One request at a time through the engine. */
-static int run_requests(engine *en, const int32_t *prompt, int n_prompt, grammar *g, bool jump, int max_tokens,
-                        long n, run_result *out) {
-    memset(out, 0, sizeof *out);
-    for (long i = 0; i < n; i++) {
-        int32_t *p = xmalloc((size_t)n_prompt * sizeof *p);
-        memcpy(p, prompt, (size_t)n_prompt * sizeof *p);
-        req *r = req_new(p, n_prompt);
-        r->sp.temperature = 0;
-        r->max_tokens = max_tokens;
-        r->ignore_eos = g == NULL;
-        if (g) {
-            grammar_ref(g);
-            r->grammar = g;
-        }
-        r->no_jump_forward = !jump;
-        err_t e = {0};
-        if (engine_submit(en, r, &e) < 0) {
-            fprintf(stderr, "kvloom bench: %s\n", e.msg);
-            req_unref(r);
-            return 1;
-        }
-        req_finish fin = REQ_RUNNING;
-        int seen = 0;
-        while (fin == REQ_RUNNING) seen = req_wait(r, seen, 1000, &fin);
-        int64_t t_end = clock_ns();
-        if (fin == REQ_FINISH_ERROR) {
-            fprintf(stderr, "kvloom bench: generation failed: %s\n", r->error);
-            req_unref(r);
-            return 1;
-        }
-        out->tokens += seen;
-        out->forced += r->n_forced;
-        out->passes += r->n_forward_steps;
-        out->objects += fin == REQ_FINISH_STOP;
-        if (seen > 1) {
-            out->decode_tokens += seen - 1;
-            out->decode_s += (double)(t_end - r->t_first_ns) / 1e9;
-        }
-        req_unref(r);
+/* One request through the engine (nothing else running), added to *out. */
+static int run_request(engine *en, const int32_t *prompt, int n_prompt, grammar *g, bool jump, int max_tokens,
+                       run_result *out) {
+    int32_t *p = xmalloc((size_t)n_prompt * sizeof *p);
+    memcpy(p, prompt, (size_t)n_prompt * sizeof *p);
+    req *r = req_new(p, n_prompt);
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    r->ignore_eos = g == NULL;
+    if (g) {
+        grammar_ref(g);
+        r->grammar = g;
     }
-    return 0;
+    r->no_jump_forward = !jump;
+    err_t e = {0};
+    if (engine_submit(en, r, &e) < 0) {
+        fprintf(stderr, "kvloom bench: %s\n", e.msg);
+        req_unref(r);
+        return -1;
+    }
+    req_finish fin = REQ_RUNNING;
+    int seen = 0;
+    while (fin == REQ_RUNNING) seen = req_wait(r, seen, 1000, &fin);
+    int64_t t_end = clock_ns();
+    if (fin == REQ_FINISH_ERROR) {
+        fprintf(stderr, "kvloom bench: generation failed: %s\n", r->error);
+        req_unref(r);
+        return -1;
+    }
+    out->tokens += seen;
+    out->forced += r->n_forced;
+    out->passes += r->n_forward_steps;
+    out->objects += fin == REQ_FINISH_STOP;
+    if (seen > 1) {
+        out->decode_tokens += seen - 1;
+        out->decode_s += (double)(t_end - r->t_first_ns) / 1e9;
+    }
+    req_unref(r);
+    return seen;
 }
 
 int bench_grammar(const char *path, const char *tools_path, long n_objects, long threads) {
@@ -206,17 +204,25 @@ int bench_grammar(const char *path, const char *tools_path, long n_objects, long
         fprintf(stderr, "kvloom bench: cannot tokenize the prompt\n");
         goto out;
     }
-    run_result slow, fast, free_run;
-    if (run_requests(en, prompt, n_prompt, g, false, 1024, n_objects, &slow) ||
-        run_requests(en, prompt, n_prompt, g, true, 1024, n_objects, &fast))
-        goto out;
-    long per = slow.tokens / (n_objects > 0 ? n_objects : 1);
-    if (run_requests(en, prompt, n_prompt, NULL, false, (int)MAX(per, 2), n_objects, &free_run)) goto out;
+    /* Interleaved, so that the machine's drift hits the three alike: a call
+     * without jump-forward, as many tokens unconstrained, a call with it. */
+    run_result slow = {0}, fast = {0}, free_run = {0};
+    for (long i = 0; i < n_objects; i++) {
+        int n = run_request(en, prompt, n_prompt, g, false, 1024, &slow);
+        if (n < 0 || run_request(en, prompt, n_prompt, NULL, false, MAX(n, 2), &free_run) < 0 ||
+            run_request(en, prompt, n_prompt, g, true, 1024, &fast) < 0)
+            goto out;
+    }
     double tps_c = slow.decode_s > 0 ? (double)slow.decode_tokens / slow.decode_s : 0;
     double tps_u = free_run.decode_s > 0 ? (double)free_run.decode_tokens / free_run.decode_s : 0;
     printf("decode, unconstrained  %.2f tokens/s (%ld tokens)\n", tps_u, free_run.tokens);
     printf("decode, constrained    %.2f tokens/s (%ld tokens, no jump-forward)   ratio %.3f\n", tps_c, slow.tokens,
            tps_u > 0 ? tps_c / tps_u : 0);
+    engine_stats st;
+    engine_get_stats(en, &st);
+    printf("masks in the engine    %.1f us per constrained token on average (%llu tokens)\n",
+           st.constrained_tokens_total ? (double)st.mask_ns_total / 1e3 / (double)st.constrained_tokens_total : 0.0,
+           (unsigned long long)st.constrained_tokens_total);
     printf("forward passes / call  %.1f without jump-forward, %.1f with (%.2fx fewer; %ld of %ld tokens forced), "
            "%ld/%ld and %ld/%ld calls complete\n",
            (double)slow.passes / (double)n_objects, (double)fast.passes / (double)n_objects,
