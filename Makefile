@@ -2,7 +2,9 @@
 # build-$(SANITIZER)/ for sanitizer builds: make SANITIZER=address).
 #
 #   make            build build/kvloom
-#   make run        install missing Debian packages, build, run the default model
+#   make run        install missing Debian packages, build, serve the default model
+#                   (chat page at http://127.0.0.1:8080/, Ctrl-C stops;
+#                   make run SERVE_ARGS="--port 8081 -m other.gguf")
 #   make test       install missing packages, build, run every test (unit, reference,
 #                   fuzz-corpus replay, ASan+UBSan build of the unit tests)
 #   make ci         the same with -Werror
@@ -96,7 +98,7 @@ deps:
 
 run: deps
 	$(MAKE) --no-print-directory $(B)/kvloom
-	./$(B)/kvloom run
+	./$(B)/kvloom serve $(SERVE_ARGS)
 
 test: deps
 	$(MAKE) --no-print-directory test-unit
