@@ -292,7 +292,20 @@ static void check_tool_calls(void) {
     o = post_json(g_port, "/v1/chat/completions", body, &st);
     CHECK_EQ_INT(st, 200);
     CHECK(json_is_object(message(o)));
+    long n1 = usage_int(o, "prompt_tokens");
     json_decref(o);
+    /* The fallback template does not write tool calls itself: the call is in
+     * the prompt all the same (longer arguments, longer prompt). */
+    char *longer = strstr(body, "Paris");
+    CHECK(longer != NULL);
+    if (longer) {
+        char body2[8192];
+        snprintf(body2, sizeof body2, "%.*sRio de Janeiro do Sul%s", (int)(longer - body), body, longer + 5);
+        o = post_json(g_port, "/v1/chat/completions", body2, &st);
+        CHECK_EQ_INT(st, 200);
+        CHECK_MSG(usage_int(o, "prompt_tokens") > n1, "prompt %ld vs %ld tokens", usage_int(o, "prompt_tokens"), n1);
+        json_decref(o);
+    }
 }
 
 typedef struct par_job {

@@ -492,7 +492,7 @@ static void grammar_watch(engine *en, seq *s, int32_t id) {
     if (r->trigger_skip_open) span = MAX(span, (int)MAX(strlen(r->trigger_skip_open), strlen(r->trigger_skip_close)));
     int keep = MIN(s->n_trig, span - 1);
     char *w = xmalloc((size_t)(keep + n) + 1);
-    memcpy(w, s->trig + s->n_trig - keep, (size_t)keep);
+    if (keep) memcpy(w, s->trig + s->n_trig - keep, (size_t)keep);
     memcpy(w + keep, piece, (size_t)n);
     free(s->trig);
     s->trig = w;

@@ -239,6 +239,34 @@ static json_t *template_messages(routes_ctx *rc, const oai_params *p) {
                 json_decref(obj);
         }
     }
+    if (!rc->template_calls) {
+        /* A template that does not write assistant tool calls (ChatML
+         * fallback, SmolLM2...) would drop them: write them into the content
+         * in the generic syntax, as the model produced them. */
+        for (size_t i = 0; i < json_array_size(msgs); i++) {
+            json_t *m = json_array_get(msgs, i);
+            json_t *calls = json_object_get(m, "tool_calls");
+            if (!json_array_size(calls)) continue;
+            json_t *list = json_array();
+            for (size_t j = 0; j < json_array_size(calls); j++) {
+                json_t *fn = json_object_get(json_array_get(calls, j), "function");
+                json_array_append_new(list, json_pack("{s:O, s:O}", "name", json_object_get(fn, "name"), "arguments",
+                                                      json_object_get(fn, "arguments")));
+            }
+            json_t *wrap = json_pack("{s:o}", "tool_calls", list);
+            char *text = json_dumps(wrap, JSON_PRESERVE_ORDER); /* ", " and ": ", as the grammar writes */
+            json_decref(wrap);
+            json_t *c = json_object_get(m, "content");
+            size_t n = (json_is_string(c) ? json_string_length(c) : 0) + strlen(text) + 2;
+            char *joined = xmalloc(n);
+            snprintf(joined, n, "%s%s%s", json_is_string(c) ? json_string_value(c) : "",
+                     json_is_string(c) && json_string_length(c) ? "\n" : "", text);
+            json_object_set_new(m, "content", json_string(joined));
+            json_object_del(m, "tool_calls");
+            free(joined);
+            free(text);
+        }
+    }
     if (rc->tool_format == TC_GENERIC && p->tools && p->tool_choice != OAI_TOOLS_NONE) {
         char *sys = tc_generic_system_prompt(p->tools);
         json_t *first = json_array_get(msgs, 0);

@@ -28,6 +28,7 @@ typedef struct routes_ctx {
     void *chat;              /* chat template (tok/chat.h) or NULL             */
     tc_format tool_format;   /* the template's tool-call syntax                */
     bool reasoning;          /* the template writes <think>...</think>         */
+    bool template_calls;     /* the template writes assistant tool_calls       */
     constrainer *cons;       /* request fields -> grammars, with a cache       */
     struct resp_store *responses; /* stored Responses-API answers (apis.h)      */
     engine *en;

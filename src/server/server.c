@@ -385,6 +385,7 @@ int server_main(const server_opts *o) {
     rc->chat = chat;
     rc->tool_format = tool_format;
     rc->reasoning = reasoning;
+    rc->template_calls = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "tool_calls");
     rc->cons = constrainer_new(32);
     rc->responses = resp_store_new();
     rc->en = en;
