@@ -205,6 +205,26 @@ int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *cho
         chosen = 0;
         for (int i = 1; i < n; i++)
             if (logits[i] > logits[chosen]) chosen = i;
+    } else if ((p->top_k <= 0 || p->top_k >= n) && p->top_p >= 1.0f) {
+        /* No top-k, no top-p: nothing needs the tokens in order (a sort of a
+         * 150k vocabulary would cost more than the draw, ~30 ms). Min-p keeps
+         * the tokens within a logit gap of the best; draw over the rest in id
+         * order. */
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+        double lim = p->min_p > 0 ? log(p->min_p) * p->temperature : -INFINITY;
+        double total = 0;
+        for (int i = 0; i < n; i++)
+            if ((double)logits[i] - mx >= lim) total += exp(((double)logits[i] - mx) / p->temperature);
+        double u = rng_uniform(&s->r) * total, acc = 0;
+        chosen = -1;
+        for (int i = 0; i < n; i++) {
+            if (!((double)logits[i] - mx >= lim) || logits[i] == -INFINITY) continue;
+            chosen = i; /* the last kept token, should rounding leave u beyond acc */
+            acc += exp(((double)logits[i] - mx) / p->temperature);
+            if (u < acc) break;
+        }
+        if (chosen < 0) return -1; /* every logit -inf */
     } else {
         for (int i = 0; i < n; i++) cands[i] = (cand){logits[i], i};
         int m = n;
