@@ -23,7 +23,7 @@
 static uint32_t rnd(void) { return (uint32_t)(rng_u64() >> 16); } /* test.h's xorshift */
 static uint32_t pick(uint32_t n) { return rnd() % n; }
 
-static void put_cp(char *buf, int *n, uint32_t cp) { *n += unicode_encode(cp, buf + *n); }
+static void put_cp(char *buf, int *n, uint32_t cp) { *n += utf8_encode(cp, buf + *n); }
 
 /* Appends one random chunk; keeps total under cap-64. */
 static void random_chunk(char *buf, int *n, bool lookalikes) {
@@ -143,7 +143,7 @@ static bool representable(const tokenizer *t, bool spm, const char *s, int n) {
     if (spm) return true;
     for (int i = 0; i < n; i++) {
         char u[5] = {0};
-        unicode_encode(unicode_byte_to_cp((uint8_t)s[i]), u);
+        utf8_encode(unicode_byte_to_cp((uint8_t)s[i]), u);
         if (tok_find(t, u) < 0) return false;
     }
     return true;

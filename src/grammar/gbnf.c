@@ -90,29 +90,6 @@ static uint32_t node_new(cur *c, uint8_t kind, size_t pos) {
     return (uint32_t)a->n_nodes++;
 }
 
-int gbnf_utf8_put(uint32_t cp, uint8_t *o) {
-    if (cp < 0x80) {
-        o[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (uint8_t)(0xC0 | (cp >> 6));
-        o[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (cp >> 12));
-        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | (cp >> 18));
-    o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* ---- whitespace and names ------------------------------------------------ */
 
 static void skip_ws(cur *c) {
@@ -288,7 +265,7 @@ static int parse_literal(cur *c, uint32_t *out) {
             uint32_t cp;
             int rc = read_char(c, &cp, false);
             if (rc) return rc;
-            a->n_lit += (size_t)gbnf_utf8_put(cp, a->lit + a->n_lit);
+            a->n_lit += (size_t)utf8_encode(cp, (char *)a->lit + a->n_lit);
         } else {
             a->lit[a->n_lit++] = (uint8_t)ch; /* bytes as written */
             c->i++;

@@ -174,8 +174,8 @@ static void split_same(cls_ctx *x, uint32_t lo, uint32_t hi, int n) {
         }
     }
     uint8_t a[4], z[4];
-    gbnf_utf8_put(lo, a);
-    gbnf_utf8_put(hi, z);
+    utf8_encode(lo, (char *)a);
+    utf8_encode(hi, (char *)z);
     /* the longest tail of full continuation ranges shares states */
     int j = n;
     while (j > 1 && a[j - 1] == 0x80 && z[j - 1] == 0xBF) j--;

@@ -62,9 +62,6 @@ int gbnf_parse(const char *src, size_t len, gast *a, err_t *e);
 void gast_free(gast *a);
 /* "line:col" of a byte offset, for messages. */
 void gbnf_linecol(const char *src, size_t len, size_t off, uint32_t *line, uint32_t *col);
-/* Appends to *n the UTF-8 bytes of code point cp (<= 0x10FFFF); returns the
- * number of bytes (1..4). */
-int gbnf_utf8_put(uint32_t cp, uint8_t *out);
 
 /* ---- the automaton (grammar.c) --------------------------------------------
  * States are numbered over the whole grammar; each belongs to one rule. A

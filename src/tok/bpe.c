@@ -50,7 +50,7 @@ int bpe_load_merges(tokenizer *t, const gguf_ctx *g, err_t *e) {
     /* byte-level alphabet first, so every byte has a symbol id */
     for (int b = 0; b < 256; b++) {
         char u[4];
-        int n = unicode_encode(unicode_byte_to_cp((uint8_t)b), u);
+        int n = utf8_encode(unicode_byte_to_cp((uint8_t)b), u);
         t->byte_tok[b] = tok__intern(t, u, (size_t)n);
     }
     int64_t km = gguf_find_key(g, "tokenizer.ggml.merges");
@@ -184,7 +184,7 @@ typedef struct bscratch {
 static void encode_word(const tokenizer *t, const uint8_t *w, int n, bscratch *sc, tok_vec *out) {
     if (t->ignore_merges) {
         int o = 0;
-        for (int i = 0; i < n; i++) o += unicode_encode(unicode_byte_to_cp(w[i]), sc->bl + o);
+        for (int i = 0; i < n; i++) o += utf8_encode(unicode_byte_to_cp(w[i]), sc->bl + o);
         int32_t id = tok__find_n(t, sc->bl, (size_t)o);
         if (id >= 0 && id < t->n_vocab) {
             tok_vec_push(out, id);
@@ -223,7 +223,7 @@ void bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) 
         cp[n] = c;
         fl[n] = (uint16_t)unicode_flags(c);
         cpoff[n] = o;
-        o += unicode_encode(c, utf + o);
+        o += utf8_encode(c, utf + o);
         n++;
     }
     cpoff[n] = o;

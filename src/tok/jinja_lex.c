@@ -72,22 +72,6 @@ static jtok *push(lexer *L, int kind, int line, int col) {
 
 static int nomem(lexer *L) { return err_set(L->e, ERR_NOMEM, "template too large"); }
 
-static int put_utf8(char *d, uint32_t cp) {
-    if (cp < 0x80) { d[0] = (char)cp; return 1; }
-    if (cp < 0x800) { d[0] = (char)(0xC0 | (cp >> 6)); d[1] = (char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) {
-        d[0] = (char)(0xE0 | (cp >> 12)); d[1] = (char)(0x80 | ((cp >> 6) & 63)); d[2] = (char)(0x80 | (cp & 63));
-        return 3;
-    }
-    if (cp > 0x10FFFF) cp = 0xFFFD;
-    if (cp >= 0x10000) {
-        d[0] = (char)(0xF0 | (cp >> 18)); d[1] = (char)(0x80 | ((cp >> 12) & 63));
-        d[2] = (char)(0x80 | ((cp >> 6) & 63)); d[3] = (char)(0x80 | (cp & 63));
-        return 4;
-    }
-    return put_utf8(d, 0xFFFD);
-}
-
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -136,7 +120,7 @@ static int lex_string(lexer *L, jtok *t) {
             if (got != nd)
                 return err_set(L->e, ERR_FORMAT, "%d:%d: bad \\%c escape in string literal", t->line, t->col, x);
             /* an escape never grows the text: \xhh is 4 source bytes → ≤ 2 out */
-            o += (size_t)put_utf8(d + o, cp);
+            o += (size_t)utf8_encode(cp, d + o);
             break;
         }
         default:
@@ -144,7 +128,7 @@ static int lex_string(lexer *L, jtok *t) {
                 uint32_t cp = (uint32_t)(x - '0');
                 for (int m = 0; m < 2 && k + 1 < len && p[k + 1] >= '0' && p[k + 1] <= '7'; m++)
                     cp = cp * 8 + (uint32_t)(p[++k] - '0');
-                o += (size_t)put_utf8(d + o, cp);
+                o += (size_t)utf8_encode(cp, d + o);
             } else {
                 d[o++] = '\\';
                 d[o++] = x;

@@ -58,9 +58,6 @@ unsigned unicode_flags(uint32_t cp);
  * exactly one byte and yields U+FFFD. */
 int unicode_decode(const char *s, size_t n, uint32_t *cp);
 
-/* Writes the UTF-8 of `cp` (<= U+10FFFF) to out (4 bytes of room); returns
- * its length. */
-int unicode_encode(uint32_t cp, char *out);
 
 /* Looks at the start of a byte sequence for the streaming detokenizer:
  * returns L > 0 when s[0..L) is one complete valid character, 0 when s[0..n)

@@ -75,7 +75,7 @@ void wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) 
             wpm_word(t, w, n, out);
             n = 3;
         }
-        n += unicode_encode(unicode_tolower(c), w + n);
+        n += utf8_encode(unicode_tolower(c), w + n);
         if (single) FLUSH();
     }
     FLUSH();
