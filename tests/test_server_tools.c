@@ -352,6 +352,16 @@ static void check_concurrency_and_jump(void) {
     }
     free(alone.out);
 
+    /* the same request again: its prompt comes from the cache, and the
+     * forced start of the output (cached too) is not counted as prompt */
+    {
+        int st2;
+        json_t *o2 = post_json(g_port, "/v1/chat/completions", body, &st2);
+        long np = usage_int(o2, "prompt_tokens"), nc = usage_int(o2, "cached_tokens");
+        CHECK_MSG(nc > 0 && nc <= np, "cached %ld of %ld prompt tokens", nc, np);
+        json_decref(o2);
+    }
+
     /* jump-forward appends forced tokens; without it the output is valid too */
     double forced0 = metric(g_port, "kvloom_forced_tokens_total");
     char extra[4096];

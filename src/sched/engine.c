@@ -368,9 +368,11 @@ static int try_admit(engine *en, seq *s) {
     }
     if (!s->admitted_once) {
         s->admitted_once = true;
-        req_set_cached(s->r, s->n_computed);
+        /* (a forced run appended at submission is output, not prompt) */
+        int cached = MIN(s->n_computed, s->r->n_prompt);
+        req_set_cached(s->r, cached);
         en->cnt.prompt_tokens_total += (uint64_t)s->r->n_prompt;
-        en->cnt.prompt_tokens_cached_total += (uint64_t)s->n_computed;
+        en->cnt.prompt_tokens_cached_total += (uint64_t)cached;
     }
     s->running = true;
     return 1;
