@@ -3,7 +3,7 @@
 # (or sudo) only when something is missing.
 set -e
 # chromium: the web chat page test drives it headless (tests/webui_test.sh).
-PKGS="build-essential clang libmicrohttpd-dev libjansson-dev python3-numpy curl nodejs npm chromium"
+PKGS="build-essential clang libmicrohttpd-dev libjansson-dev python3-numpy python3-jinja2 curl nodejs npm chromium"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
