@@ -469,6 +469,7 @@ void gen_usage(const gen *g, int *n_prompt, int *n_completion, int *n_cached) {
 
 unsigned long long gen_serial(const gen *g) { return g->serial; }
 long long gen_created(const gen *g) { return g->created; }
+int64_t gen_first_token_ns(const gen *g) { return g->finished ? g->r->t_first_ns : 0; }
 
 void gen_cancel(gen *g) { req_cancel(g->r); }
 

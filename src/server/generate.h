@@ -67,6 +67,9 @@ void gen_usage(const gen *g, int *n_prompt, int *n_completion, int *n_cached);
 /* A number unique to this request (for response ids) and its creation time. */
 unsigned long long gen_serial(const gen *g);
 long long gen_created(const gen *g);
+/* clock_ns() when the engine produced the first token (0: none); read it
+ * once finished. */
+int64_t gen_first_token_ns(const gen *g);
 
 /* The client went away: the engine drops the request. */
 void gen_cancel(gen *g);
