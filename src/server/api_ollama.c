@@ -1,16 +1,868 @@
 /*
- * api_ollama.c — the Ollama API (/api/chat, /api/generate, /api/tags,
- * /api/show, /api/version; apis.h). Placeholder until the implementation
- * lands: answers 501 in Ollama's error shape.
+ * api_ollama.c — the Ollama API (apis.h; docs/server.md "Ollama API"):
+ *
+ *   POST /api/chat       messages ─▶ OpenAI chat body ─▶ oai_parse ─▶ gen_start
+ *   POST /api/generate   prompt (+ system) as a chat, or raw as a completion
+ *   GET  /api/tags       the one model, with size, digest and details
+ *   POST /api/show       its template, details, metadata and capabilities
+ *   GET  /api/version    {"version": OLLAMA_VERSION}
+ *
+ * Place in the flow: server/, on the HTTP thread of the request, dispatched
+ * by routes.c after the API key check. The generation routes translate the
+ * Ollama request into an OpenAI-shaped JSON body and hand it to oai_parse, so
+ * every rule of the OpenAI routes (ranges, tools, schemas, grammars) holds
+ * here too, and gen_start runs it (tools and structured output constrained
+ * alike). The events of generate.h come back in Ollama's shapes:
+ *
+ *   streaming (the default): application/x-ndjson, one object per line
+ *     {"model","created_at","message":{"role","content"[,"thinking"]},"done":false}
+ *     ...
+ *     {"model","created_at","message":{"role","content":""[,"tool_calls"]},
+ *      "done":true,"done_reason","total_duration",...,"eval_duration"}
+ *   whole: the last line's shape with the whole text.
+ *   /api/generate: "response" (and "thinking") instead of "message".
+ *
+ * Tool calls are sent once complete (a call is only known to be complete
+ * when the generation ends), so in a stream they ride on the last line.
+ *
+ * Errors are {"error": "message naming the field"} with 400 (bad input), 404
+ * (a model this server does not serve), 429/500/503 (from the engine). A
+ * failure after a stream started is an {"error": ...} line, as Ollama does.
  */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
+#include "../kern/types.h"
+#include "../tok/chat.h"
 #include "apis.h"
+#include "generate.h"
+#include "oai.h"
+
+/* The Ollama version we answer /api/version with: 0.9.0 is the first whose
+ * API has everything implemented here (format schemas 0.5, tool calls in
+ * streams 0.8, "think" 0.9), so a client that gates a feature on the
+ * server's version finds these enabled. */
+#define OLLAMA_VERSION "0.9.0"
+
+/* Sampling defaults of Ollama (its api.DefaultOptions) used when the request
+ * does not set them, so that clients tuned for Ollama sample alike. */
+#define OLLAMA_TEMPERATURE 0.8
+#define OLLAMA_TOP_K 40
+#define OLLAMA_TOP_P 0.9
+
+/* ---- replies ---- */
+
+static void reply_json(http_exchange *x, int status, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (!s) s = xstrdup("{}");
+    http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+    free(s);
+}
+
+static void reply_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
+    char msg[640];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *o = json_pack("{s:s}", "error", msg);
+    if (!o) o = json_pack("{s:s}", "error", "invalid request"); /* msg was not UTF-8 */
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
+               status == 429 ? "1" : NULL);
+    free(s);
+}
+
+/* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
+static json_t *body_object(http_exchange *x) {
+    size_t n;
+    const char *b = http_body(x, &n);
+    json_error_t je;
+    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        reply_error(x, 400, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line, je.column,
+                    je.position, je.text);
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        reply_error(x, 400, "the request body must be a JSON object");
+        return NULL;
+    }
+    return o;
+}
+
+/* A field's value, or NULL when absent or null (as in oai.c). */
+static json_t *field(json_t *o, const char *name) {
+    json_t *v = json_object_get(o, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* RFC 3339 in UTC with nanoseconds, as Go writes time.Time. */
+static void rfc3339(const struct timespec *ts, char *buf, size_t cap) {
+    struct tm tm;
+    time_t t = ts->tv_sec;
+    gmtime_r(&t, &tm);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, cap, "%s.%09ldZ", day, (long)ts->tv_nsec);
+}
+
+static json_t *now_json(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char buf[64];
+    rfc3339(&ts, buf, sizeof buf);
+    return json_string(buf);
+}
+
+/* ---- the model ---- */
+
+/* Ollama names carry a tag ("x:latest"); ours is the model id, with or
+ * without ":latest". */
+static bool model_name_ok(const routes_ctx *rc, const char *name) {
+    size_t n = strlen(rc->model_id);
+    return !strcmp(name, rc->model_id) || (!strncmp(name, rc->model_id, n) && !strcmp(name + n, ":latest"));
+}
+
+/* The "model" field (or Ollama's older "name"): answers 400 or 404 and
+ * returns NULL when it is missing or names another model. */
+static const char *check_model(routes_ctx *rc, http_exchange *x, json_t *body) {
+    json_t *m = field(body, "model");
+    if (!m) m = field(body, "name");
+    if (!m) {
+        reply_error(x, 400, "'model' is required");
+        return NULL;
+    }
+    if (!json_is_string(m)) {
+        reply_error(x, 400, "'model' must be a string");
+        return NULL;
+    }
+    if (!model_name_ok(rc, json_string_value(m))) {
+        reply_error(x, 404, "model '%.200s' not found", json_string_value(m));
+        return NULL;
+    }
+    return json_string_value(m);
+}
+
+static const char *model_path(const routes_ctx *rc) {
+    return rc->o->model_path ? rc->o->model_path : SERVER_DEFAULT_MODEL;
+}
+
+static int64_t n_params(const model *m) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) n += gguf_tensor_at(m->gguf, i)->n_elems;
+    return n;
+}
+
+/* "260.1K", "596M", "7.6B": three significant digits, as Ollama shows. */
+static void human_count(int64_t n, char *buf, size_t cap) {
+    static const char units[] = "KMBT";
+    double v = (double)n;
+    int u = -1;
+    while (v >= 1000 && u < 3) v /= 1000, u++;
+    if (u < 0) {
+        snprintf(buf, cap, "%lld", (long long)n);
+        return;
+    }
+    snprintf(buf, cap, v >= 100 ? "%.0f%c" : v >= 10 ? "%.1f%c" : "%.2f%c", v, units[u]);
+}
+
+/* The weights' type: llama.cpp's general.file_type when the file has it
+ * (it names mixes such as Q4_K_M), else the type holding most elements of
+ * the 2-D tensors. */
+static const char *quant_level(const model *m) {
+    static const char *const ftypes[] = {
+        [0] = "F32",      [1] = "F16",      [2] = "Q4_0",     [3] = "Q4_1",     [7] = "Q8_0",    [8] = "Q5_0",
+        [9] = "Q5_1",     [10] = "Q2_K",    [11] = "Q3_K_S",  [12] = "Q3_K_M",  [13] = "Q3_K_L", [14] = "Q4_K_S",
+        [15] = "Q4_K_M",  [16] = "Q5_K_S",  [17] = "Q5_K_M",  [18] = "Q6_K",    [19] = "IQ2_XXS", [20] = "IQ2_XS",
+        [21] = "Q2_K_S",  [22] = "IQ3_XS",  [23] = "IQ3_XXS", [24] = "IQ1_S",   [25] = "IQ4_NL", [26] = "IQ3_S",
+        [27] = "IQ3_M",   [28] = "IQ2_S",   [29] = "IQ2_M",   [30] = "IQ4_XS",  [31] = "IQ1_M",  [32] = "BF16",
+        [36] = "TQ1_0",   [37] = "TQ2_0",
+    };
+    int64_t ft;
+    if (gguf_get_i64(m->gguf, "general.file_type", &ft) && ft >= 0 && ft < (int64_t)ARRAY_LEN(ftypes) && ftypes[ft])
+        return ftypes[ft];
+    int64_t per_type[DT_COUNT] = {0};
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        if (t->n_dims >= 2 && t->type < DT_COUNT) per_type[t->type] += t->n_elems;
+    }
+    int best = 0;
+    for (int t = 1; t < DT_COUNT; t++)
+        if (per_type[t] > per_type[best]) best = t;
+    return dtype_name((uint32_t)best);
+}
+
+static json_t *details_json(const routes_ctx *rc) {
+    char size[32];
+    human_count(n_params(rc->m), size, sizeof size);
+    const char *arch = rc->m->cfg.arch_name;
+    return json_pack("{s:s, s:s, s:s, s:[s], s:s, s:s}", "parent_model", "", "format", "gguf", "family", arch,
+                     "families", arch, "parameter_size", size, "quantization_level", quant_level(rc->m));
+}
+
+static json_t *modified_at_json(const routes_ctx *rc) {
+    struct stat st;
+    struct timespec ts = {(time_t)rc->created, 0};
+    if (stat(model_path(rc), &st) == 0) ts = st.st_mtim;
+    char buf[64];
+    rfc3339(&ts, buf, sizeof buf);
+    return json_string(buf);
+}
+
+/* ---- SHA-256 (FIPS 180-4), for the digest in /api/tags ---- */
+
+static const uint32_t sha_k[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static uint32_t ror32(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+static void sha256_block(uint32_t h[8], const unsigned char *p) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ror32(w[i - 15], 7) ^ ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ror32(w[i - 2], 17) ^ ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = hh + (ror32(e, 6) ^ ror32(e, 11) ^ ror32(e, 25)) + ((e & f) ^ (~e & g)) + sha_k[i] + w[i];
+        uint32_t t2 = (ror32(a, 2) ^ ror32(a, 13) ^ ror32(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+        hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+}
+
+/* The SHA-256 of data as 64 lowercase hex digits (out: 65 bytes). */
+static void sha256_hex(const void *data, size_t n, char *out) {
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    const unsigned char *p = data;
+    size_t left = n;
+    for (; left >= 64; p += 64, left -= 64) sha256_block(h, p);
+    unsigned char tail[128] = {0};
+    memcpy(tail, p, left);
+    tail[left] = 0x80;
+    size_t len = left + 9 <= 64 ? 64 : 128;
+    uint64_t bits = (uint64_t)n * 8;
+    for (int i = 0; i < 8; i++) tail[len - 1 - i] = (unsigned char)(bits >> (8 * i));
+    for (size_t o = 0; o < len; o += 64) sha256_block(h, tail + o);
+    for (int i = 0; i < 8; i++) snprintf(out + 8 * i, 9, "%08x", h[i]);
+}
+
+/* ---- GET /api/tags, POST /api/show, GET /api/version ---- */
+
+static void handle_tags(routes_ctx *rc, http_exchange *x) {
+    size_t size = gguf_file_size(rc->m->gguf);
+    /* The digest names this model file: the SHA-256 of "<model id>\n<file
+     * bytes>" (hashing gigabytes of weights per listing would be slow; a
+     * new file under the same name almost always has another size). */
+    char text[320], digest[65];
+    int n = snprintf(text, sizeof text, "%s\n%zu", rc->model_id, size);
+    sha256_hex(text, (size_t)n, digest);
+    json_t *m = json_pack("{s:s, s:s, s:o, s:I, s:s, s:o}", "name", rc->model_id, "model", rc->model_id, "modified_at",
+                          modified_at_json(rc), "size", (json_int_t)size, "digest", digest, "details",
+                          details_json(rc));
+    json_t *o = json_pack("{s:[o]}", "models", m);
+    reply_json(x, 200, o);
+    json_decref(o);
+}
+
+/* The metadata of the GGUF file as Ollama's model_info: scalar keys with
+ * their values; arrays (the vocabulary...) and the chat template (given as
+ * "template") are left out. */
+static json_t *model_info_json(const routes_ctx *rc) {
+    const gguf_ctx *g = rc->m->gguf;
+    json_t *info = json_object();
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        gguf_str ks = gguf_key(g, i);
+        char key[256];
+        if (!ks.ptr || ks.len >= sizeof key) continue;
+        memcpy(key, ks.ptr, ks.len);
+        key[ks.len] = 0;
+        if (!strcmp(key, "tokenizer.chat_template")) continue;
+        json_t *v = NULL;
+        gguf_vtype t = gguf_kv_type(g, i);
+        int64_t iv;
+        float fv;
+        bool bv;
+        gguf_str sv;
+        if (t == GGUF_FLOAT32 || t == GGUF_FLOAT64) {
+            if (gguf_get_f32(g, key, &fv)) v = json_real((double)fv);
+        } else if (t == GGUF_BOOL) {
+            if (gguf_get_bool(g, key, &bv)) v = json_boolean(bv);
+        } else if (t == GGUF_STRING) {
+            if (gguf_get_str(g, key, &sv)) v = json_stringn(sv.ptr, (size_t)sv.len); /* NULL if not UTF-8 */
+        } else if (t != GGUF_ARRAY) {
+            if (gguf_get_i64(g, key, &iv)) v = json_integer((json_int_t)iv);
+        }
+        if (v) json_object_set_new(info, key, v);
+    }
+    const model_config *c = &rc->m->cfg;
+    char key[96];
+    if (!json_object_get(info, "general.architecture")) json_object_set_new(info, "general.architecture", json_string(c->arch_name));
+    json_object_set_new(info, "general.parameter_count", json_integer((json_int_t)n_params(rc->m)));
+    snprintf(key, sizeof key, "%s.context_length", c->arch_name);
+    if (!json_object_get(info, key)) json_object_set_new(info, key, json_integer(c->n_ctx_train));
+    return info;
+}
+
+/* A ChatML template in Jinja: what the server renders with when the model
+ * has no template it can run (tok/chat.h's fallback). */
+static const char chatml_template[] =
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+static void handle_show(routes_ctx *rc, http_exchange *x) {
+    json_t *body = body_object(x);
+    if (!body) return;
+    if (!check_model(rc, x, body)) {
+        json_decref(body);
+        return;
+    }
+    json_decref(body);
+    char *file = NULL;
+    const char *tmpl = tok_chat_template(rc->tok);
+    if (rc->o->chat_template_file) {
+        size_t n;
+        err_t e = {0};
+        if (file_read_all(rc->o->chat_template_file, &file, &n, &e) == 0) tmpl = file;
+    }
+    if (chat_tmpl_fallback_reason(rc->chat)) tmpl = chatml_template;
+    json_t *t = json_string(tmpl ? tmpl : "");
+    free(file);
+    json_t *caps = json_pack("[s, s]", "completion", "tools");
+    if (rc->reasoning) json_array_append_new(caps, json_string("thinking"));
+    json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
+                          t ? t : json_string(""), "details", details_json(rc), "model_info", model_info_json(rc),
+                          "capabilities", caps, "modified_at", modified_at_json(rc));
+    reply_json(x, 200, o);
+    json_decref(o);
+}
+
+/* ---- request translation: Ollama body -> OpenAI body ---- */
+
+typedef struct olla_fail {
+    int status;
+    char msg[512];
+} olla_fail;
+
+static int fail(olla_fail *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(olla_fail *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    va_end(ap);
+    f->status = 400;
+    return -1;
+}
+
+/* options: the sampling fields under their OpenAI names (oai_parse checks
+ * types and ranges; its messages are renamed back by ollama_param). Options
+ * that have no meaning here (num_ctx: the context is the server's;
+ * num_thread, num_gpu, mirostat...) are ignored, as Ollama ignores what a
+ * runner does not use. */
+static int map_options(json_t *opts, json_t *oai, olla_fail *f) {
+    static const char *const same[] = {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
+                                       "frequency_penalty", "stop"};
+    json_object_set_new(oai, "temperature", json_real(OLLAMA_TEMPERATURE));
+    json_object_set_new(oai, "top_k", json_integer(OLLAMA_TOP_K));
+    json_object_set_new(oai, "top_p", json_real(OLLAMA_TOP_P));
+    if (!opts) return 0;
+    if (!json_is_object(opts)) return fail(f, "'options' must be an object");
+    for (size_t i = 0; i < ARRAY_LEN(same); i++) {
+        json_t *v = field(opts, same[i]);
+        if (v) json_object_set(oai, same[i], v);
+    }
+    json_t *rp = field(opts, "repeat_penalty");
+    if (rp) json_object_set(oai, "repetition_penalty", rp);
+    /* num_predict: -1 (infinite) and -2 (fill the context) and 0 mean no
+     * limit but the context's */
+    json_t *np = field(opts, "num_predict");
+    if (np && !(json_is_number(np) && json_number_value(np) <= 0)) json_object_set(oai, "max_tokens", np);
+    return 0;
+}
+
+/* format: "json" -> json_object, a JSON Schema object -> json_schema, ""
+ * -> none. */
+static int map_format(json_t *fmt, json_t *oai, olla_fail *f) {
+    if (!fmt || (json_is_string(fmt) && json_string_length(fmt) == 0)) return 0;
+    if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) {
+        json_object_set_new(oai, "response_format", json_pack("{s:s}", "type", "json_object"));
+        return 0;
+    }
+    if (json_is_object(fmt)) {
+        json_object_set(oai, "json_schema", fmt);
+        return 0;
+    }
+    return fail(f, "'format' must be \"json\" or a JSON Schema object");
+}
+
+/* think: true / false, or a level ("high", "medium", "low": on). */
+static int map_think(routes_ctx *rc, json_t *think, json_t *oai, olla_fail *f) {
+    if (!think) return 0;
+    bool on;
+    if (json_is_boolean(think)) {
+        on = json_is_true(think);
+    } else if (json_is_string(think) && (!strcmp(json_string_value(think), "high") ||
+                                         !strcmp(json_string_value(think), "medium") ||
+                                         !strcmp(json_string_value(think), "low"))) {
+        on = true;
+    } else {
+        return fail(f, "'think' must be a boolean or \"high\", \"medium\", \"low\"");
+    }
+    if (on && !rc->reasoning) return fail(f, "'think': the model '%.200s' does not support thinking", rc->model_id);
+    json_object_set_new(oai, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", on));
+    return 0;
+}
+
+/* images (Ollama sends base64 pictures): refused, there is no vision
+ * encoder; an empty list is fine. */
+static int check_images(json_t *images, const char *where, olla_fail *f) {
+    if (!images || (json_is_array(images) && json_array_size(images) == 0)) return 0;
+    if (!json_is_array(images)) return fail(f, "'%s' must be an array of base64 images", where);
+    return fail(f, "'%s': images are not supported (the model has no vision encoder)", where);
+}
+
+/* A pending assistant tool call, for tool messages that do not name one. */
+typedef struct pending_call {
+    const char *id, *name;
+    bool answered;
+} pending_call;
+
+/* messages: Ollama's shape to OpenAI's. Assistant tool_calls get ids
+ * ("call_<message>_<call>" unless the client sent one) and each tool
+ * message the id of the call it answers: the one its tool_call_id names,
+ * else the first unanswered call of the latest assistant message named
+ * tool_name, else its first unanswered call, else its last. */
+static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
+    if (!json_is_array(msgs)) return fail(f, "'messages' must be an array");
+    json_t *out = json_array();
+    json_object_set_new(oai, "messages", out);
+    pending_call pend[TC_MAX_TOOLS * 2];
+    int n_pend = 0;
+    for (size_t i = 0; i < json_array_size(msgs); i++) {
+        json_t *m = json_array_get(msgs, i);
+        if (!json_is_object(m)) return fail(f, "'messages[%zu]' must be an object", i);
+        json_t *role = field(m, "role");
+        if (!json_is_string(role)) return fail(f, "'messages[%zu].role' must be a string", i);
+        const char *r = json_string_value(role);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+            return fail(f, "'messages[%zu].role' must be \"system\", \"user\", \"assistant\" or \"tool\"; got \"%.40s\"",
+                        i, r);
+        json_t *content = field(m, "content");
+        if (content && !json_is_string(content)) return fail(f, "'messages[%zu].content' must be a string", i);
+        char where[64];
+        snprintf(where, sizeof where, "messages[%zu].images", i);
+        if (check_images(field(m, "images"), where, f) < 0) return -1;
+        json_t *o = json_pack("{s:s}", "role", r);
+        json_object_set_new(o, "content", content ? json_incref(content) : json_string(""));
+        json_array_append_new(out, o);
+        json_t *thinking = field(m, "thinking");
+        if (thinking && !json_is_string(thinking)) return fail(f, "'messages[%zu].thinking' must be a string", i);
+        if (thinking && !strcmp(r, "assistant")) json_object_set(o, "reasoning_content", thinking);
+        json_t *calls = field(m, "tool_calls");
+        if (calls) {
+            if (strcmp(r, "assistant")) return fail(f, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
+            if (!json_is_array(calls)) return fail(f, "'messages[%zu].tool_calls' must be an array", i);
+            if (json_array_size(calls) > ARRAY_LEN(pend))
+                return fail(f, "'messages[%zu].tool_calls' holds more than %zu calls", i, ARRAY_LEN(pend));
+            json_t *oc = json_array();
+            json_object_set_new(o, "tool_calls", oc);
+            n_pend = 0;
+            for (size_t j = 0; j < json_array_size(calls); j++) {
+                json_t *c = json_array_get(calls, j);
+                json_t *fn = json_is_object(c) ? field(c, "function") : NULL;
+                json_t *name = json_is_object(fn) ? field(fn, "name") : NULL;
+                json_t *args = json_is_object(fn) ? field(fn, "arguments") : NULL;
+                if (!json_is_string(name))
+                    return fail(f, "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, j);
+                if (args && !json_is_object(args) && !json_is_string(args))
+                    return fail(f, "'messages[%zu].tool_calls[%zu].function.arguments' must be an object", i, j);
+                json_t *id = field(c, "id");
+                if (id && !json_is_string(id)) return fail(f, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
+                char made[48];
+                snprintf(made, sizeof made, "call_%zu_%zu", i, j);
+                json_t *call = json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", id ? json_string_value(id) : made, "type",
+                                         "function", "function", "name", name, "arguments",
+                                         args ? json_incref(args) : json_object());
+                json_array_append_new(oc, call);
+                pend[n_pend++] = (pending_call){json_string_value(json_object_get(call, "id")), json_string_value(name),
+                                                false};
+            }
+        }
+        if (!strcmp(r, "tool")) {
+            json_t *tname = field(m, "tool_name"), *tid = field(m, "tool_call_id");
+            if (tname && !json_is_string(tname)) return fail(f, "'messages[%zu].tool_name' must be a string", i);
+            if (tid && !json_is_string(tid)) return fail(f, "'messages[%zu].tool_call_id' must be a string", i);
+            int k = -1;
+            for (int j = 0; tid && j < n_pend && k < 0; j++)
+                if (!strcmp(pend[j].id, json_string_value(tid))) k = j;
+            for (int j = 0; tname && j < n_pend && k < 0; j++)
+                if (!pend[j].answered && !strcmp(pend[j].name, json_string_value(tname))) k = j;
+            for (int j = 0; j < n_pend && k < 0; j++)
+                if (!pend[j].answered) k = j;
+            if (k < 0 && n_pend) k = n_pend - 1;
+            if (k < 0)
+                return fail(f, "'messages[%zu]': a tool message must follow an assistant message with tool_calls", i);
+            pend[k].answered = true;
+            json_object_set_new(o, "tool_call_id", json_string(pend[k].id));
+            if (tname) json_object_set(o, "name", tname);
+        }
+    }
+    return 0;
+}
+
+/* The Ollama name of an OpenAI field named in an oai_parse or gen_start
+ * error. */
+static const char *ollama_param(const char *p) {
+    static const char *const map[][2] = {
+        {"temperature", "options.temperature"}, {"top_p", "options.top_p"}, {"top_k", "options.top_k"},
+        {"min_p", "options.min_p"}, {"seed", "options.seed"}, {"max_tokens", "options.num_predict"},
+        {"stop", "options.stop"}, {"repetition_penalty", "options.repeat_penalty"},
+        {"presence_penalty", "options.presence_penalty"}, {"frequency_penalty", "options.frequency_penalty"},
+        {"json_schema", "format"}, {"response_format", "format"}, {"chat_template_kwargs", "think"},
+    };
+    for (size_t i = 0; p && i < ARRAY_LEN(map); i++)
+        if (!strcmp(map[i][0], p)) return map[i][1];
+    return NULL;
+}
+
+/* ---- answers ---- */
+
+typedef struct olla_call {
+    char *name;
+    http_buf args;
+} olla_call;
+
+/* One generation's Ollama side. */
+typedef struct olla_out {
+    routes_ctx *rc;
+    gen *g;
+    bool chat;            /* /api/chat ("message") vs /api/generate ("response") */
+    char model[256];      /* the name as the client gave it                     */
+    int64_t t0_ns, t_end_ns; /* arrival, end of generation (clock_ns)         */
+    tc_events ev;
+    http_buf content, thinking; /* whole answers: everything; streams: the delta */
+    olla_call *calls;
+    int n_calls;          /* calls started                                      */
+} olla_out;
+
+static void out_free(olla_out *o) {
+    tc_events_free(&o->ev);
+    http_buf_free(&o->content);
+    http_buf_free(&o->thinking);
+    for (int i = 0; i < o->n_calls; i++) {
+        free(o->calls[i].name);
+        http_buf_free(&o->calls[i].args);
+    }
+    free(o->calls);
+    free(o);
+}
+
+/* Polls once; moves the new events into content / thinking / calls. Returns
+ * true once the generation is over. */
+static bool out_poll(olla_out *o, int timeout_ms) {
+    bool done = gen_poll(o->g, timeout_ms, &o->ev, NULL);
+    if (done) o->t_end_ns = clock_ns();
+    for (int i = 0; i < o->ev.n; i++) {
+        tc_event *e = &o->ev.v[i];
+        if (e->kind == TC_EV_CONTENT) {
+            http_buf_add(&o->content, e->text, e->n);
+        } else if (e->kind == TC_EV_REASONING) {
+            http_buf_add(&o->thinking, e->text, e->n);
+        } else if (e->kind == TC_EV_CALL_START && e->index == o->n_calls) {
+            o->calls = xrealloc(o->calls, (size_t)(o->n_calls + 1) * sizeof *o->calls);
+            olla_call *c = &o->calls[o->n_calls++];
+            memset(c, 0, sizeof *c);
+            c->name = xstrdup(e->name);
+        } else if (e->kind == TC_EV_CALL_ARGS && e->index < o->n_calls) {
+            http_buf_add(&o->calls[e->index].args, e->text, e->n);
+        }
+    }
+    tc_events_clear(&o->ev);
+    return done;
+}
+
+static json_t *text_json(const http_buf *b) {
+    json_t *s = json_stringn(b->p ? b->p : "", b->n);
+    return s ? s : json_string("");
+}
+
+/* {"model","created_at"} + "message" {role, content, thinking?} or
+ * "response" (+ "thinking"?), from the current buffers (then emptied). */
+static json_t *line_new(olla_out *o, bool with_calls) {
+    json_t *l = json_pack("{s:s, s:o}", "model", o->model, "created_at", now_json());
+    json_t *holder = l;
+    if (o->chat) {
+        holder = json_pack("{s:s}", "role", "assistant");
+        json_object_set_new(l, "message", holder);
+    }
+    json_object_set_new(holder, o->chat ? "content" : "response", text_json(&o->content));
+    if (o->thinking.n) json_object_set_new(holder, "thinking", text_json(&o->thinking));
+    o->content.n = o->thinking.n = 0;
+    /* complete calls only: those before gen_n_calls */
+    int n = with_calls ? gen_n_calls(o->g) : 0;
+    if (o->chat && n > 0) {
+        json_t *calls = json_array();
+        for (int i = 0; i < n && i < o->n_calls; i++) {
+            json_t *args = json_loadb(o->calls[i].args.p ? o->calls[i].args.p : "", o->calls[i].args.n, 0, NULL);
+            if (!json_is_object(args)) {
+                json_decref(args);
+                args = json_object(); /* the parser only completes calls whose arguments parse */
+            }
+            json_array_append_new(calls, json_pack("{s:{s:s, s:o}}", "function", "name", o->calls[i].name,
+                                                   "arguments", args));
+        }
+        json_object_set_new(holder, "tool_calls", calls);
+    }
+    return l;
+}
+
+/* The last line: done, the reason and the counts (durations in ns). */
+static json_t *final_new(olla_out *o) {
+    json_t *l = line_new(o, true);
+    const char *fr = gen_finish_reason(o->g);
+    int n_prompt = 0, n_gen = 0;
+    gen_usage(o->g, &n_prompt, &n_gen, NULL);
+    int64_t end = o->t_end_ns ? o->t_end_ns : clock_ns();
+    int64_t first = gen_first_token_ns(o->g) ? gen_first_token_ns(o->g) : end;
+    int64_t eval = end - first;
+    if (eval <= 0 && n_gen > 0) eval = 1; /* clients divide by it */
+    json_object_set_new(l, "done", json_true());
+    json_object_set_new(l, "done_reason", json_string(fr && !strcmp(fr, "length") ? "length" : "stop"));
+    json_object_set_new(l, "total_duration", json_integer((json_int_t)(clock_ns() - o->t0_ns)));
+    json_object_set_new(l, "load_duration", json_integer(0));
+    json_object_set_new(l, "prompt_eval_count", json_integer(n_prompt));
+    json_object_set_new(l, "prompt_eval_duration", json_integer((json_int_t)(first - o->t0_ns)));
+    json_object_set_new(l, "eval_count", json_integer(n_gen));
+    json_object_set_new(l, "eval_duration", json_integer((json_int_t)eval));
+    return l;
+}
+
+static void ndjson_line(http_buf *out, json_t *l) {
+    char *s = json_dumps(l, JSON_COMPACT);
+    json_decref(l);
+    if (!s) return;
+    http_buf_add(out, s, strlen(s));
+    http_buf_add(out, "\n", 1);
+    free(s);
+}
+
+static void answer_whole(olla_out *o, http_exchange *x) {
+    int status = 200;
+    bool done = false;
+    while (!done) {
+        done = out_poll(o, 20);
+        if (!done && http_client_gone(x)) break;
+    }
+    if (!done) {
+        gen_cancel(o->g);
+        status = 499;
+        reply_error(x, 499, "client closed the connection");
+    } else if (!gen_finish_reason(o->g)) {
+        const char *why = gen_error(o->g, &status);
+        reply_error(x, status, "generation failed: %s", why);
+    } else {
+        json_t *l = final_new(o);
+        reply_json(x, 200, l);
+        json_decref(l);
+    }
+    gen_done(o->g, "POST", status, false);
+    out_free(o);
+}
+
+static int stream_next(void *sctx, http_buf *out) {
+    olla_out *o = sctx;
+    bool done = out_poll(o, 20);
+    if (!done) {
+        if (o->content.n || o->thinking.n) {
+            json_t *l = line_new(o, false);
+            json_object_set_new(l, "done", json_false());
+            ndjson_line(out, l);
+        }
+        return 1;
+    }
+    if (!gen_finish_reason(o->g)) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, NULL));
+        ndjson_line(out, json_pack("{s:s}", "error", msg));
+        return 0;
+    }
+    /* text released at the end (held stop-string prefixes, a cut call) goes
+     * in a line of its own: the last line carries only the calls */
+    if (o->content.n || o->thinking.n) {
+        json_t *l = line_new(o, false);
+        json_object_set_new(l, "done", json_false());
+        ndjson_line(out, l);
+    }
+    ndjson_line(out, final_new(o));
+    return 0;
+}
+
+static void stream_done(void *sctx, bool completed) {
+    olla_out *o = sctx;
+    if (!completed) gen_cancel(o->g);
+    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    out_free(o);
+}
+
+/* An empty prompt (or no messages) loads the model in Ollama: answered at
+ * once with done_reason "load". */
+static void answer_load(http_exchange *x, bool chat, const char *model, bool stream) {
+    json_t *l = json_pack("{s:s, s:o}", "model", model, "created_at", now_json());
+    if (chat)
+        json_object_set_new(l, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
+    else
+        json_object_set_new(l, "response", json_string(""));
+    json_object_set_new(l, "done", json_true());
+    json_object_set_new(l, "done_reason", json_string("load"));
+    http_buf b = {0};
+    ndjson_line(&b, l);
+    http_reply(x, 200, stream ? "application/x-ndjson" : "application/json", b.p ? b.p : "", b.n, NULL, NULL);
+    http_buf_free(&b);
+}
+
+/* ---- POST /api/chat, POST /api/generate ---- */
+
+/* Builds the OpenAI body of a chat or generate request. Returns 1 when it
+ * should run, 0 for a load-only request, -1 on error (f). */
+static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_kind *kind, olla_fail *f) {
+    json_t *stream = field(body, "stream");
+    if (stream && !json_is_boolean(stream)) return fail(f, "'stream' must be a boolean");
+    json_object_set_new(oai, "stream", json_boolean(!stream || json_is_true(stream)));
+    if (map_options(field(body, "options"), oai, f) < 0) return -1;
+    if (map_format(field(body, "format"), oai, f) < 0) return -1;
+    *kind = OAI_CHAT;
+    if (chat) {
+        json_t *msgs = field(body, "messages");
+        if (check_images(field(body, "images"), "images", f) < 0) return -1;
+        if (!msgs || (json_is_array(msgs) && json_array_size(msgs) == 0)) return 0;
+        if (map_messages(msgs, oai, f) < 0) return -1;
+        json_t *tools = field(body, "tools");
+        if (tools) json_object_set(oai, "tools", tools);
+        /* extensions: Ollama has no tool_choice; the OpenAI values force a
+         * call ("required", a function) or forbid one ("none"), and
+         * parallel_tool_calls false allows one call only */
+        static const char *const ext[] = {"tool_choice", "parallel_tool_calls"};
+        for (size_t i = 0; i < ARRAY_LEN(ext); i++)
+            if (field(body, ext[i])) json_object_set(oai, ext[i], field(body, ext[i]));
+        return map_think(rc, field(body, "think"), oai, f) < 0 ? -1 : 1;
+    }
+    json_t *prompt = field(body, "prompt"), *system = field(body, "system"), *raw = field(body, "raw");
+    json_t *suffix = field(body, "suffix"), *tmpl = field(body, "template"), *ctx = field(body, "context");
+    if (prompt && !json_is_string(prompt)) return fail(f, "'prompt' must be a string");
+    if (system && !json_is_string(system)) return fail(f, "'system' must be a string");
+    if (raw && !json_is_boolean(raw)) return fail(f, "'raw' must be a boolean");
+    if (suffix && !json_is_string(suffix)) return fail(f, "'suffix' must be a string");
+    if (suffix && json_string_length(suffix))
+        return fail(f, "'suffix' (fill-in-the-middle) is not supported by this server");
+    if (tmpl && !json_is_string(tmpl)) return fail(f, "'template' must be a string");
+    if (tmpl && json_string_length(tmpl))
+        return fail(f, "'template' (a Go template) is not supported: the model's chat template is used, or raw");
+    if (ctx && !json_is_array(ctx)) return fail(f, "'context' must be an array");
+    if (ctx && json_array_size(ctx)) return fail(f, "'context' is not supported: send the history with /api/chat");
+    if (check_images(field(body, "images"), "images", f) < 0) return -1;
+    if (!prompt || json_string_length(prompt) == 0) return 0;
+    if (raw && json_is_true(raw)) {
+        *kind = OAI_COMPLETION;
+        json_object_set(oai, "prompt", prompt);
+        return 1;
+    }
+    json_t *msgs = json_array();
+    if (system && json_string_length(system))
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", system));
+    json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", prompt));
+    json_object_set_new(oai, "messages", msgs);
+    return map_think(rc, field(body, "think"), oai, f) < 0 ? -1 : 1;
+}
+
+static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
+    int64_t t0 = clock_ns();
+    json_t *body = body_object(x);
+    if (!body) return false;
+    const char *model = check_model(rc, x, body);
+    if (!model) {
+        json_decref(body);
+        return false;
+    }
+    char model_name[256];
+    snprintf(model_name, sizeof model_name, "%s", model);
+    json_t *oai = json_object();
+    oai_kind kind;
+    olla_fail f = {0};
+    int t = translate(rc, body, chat, oai, &kind, &f);
+    json_decref(body);
+    if (t <= 0) {
+        if (t == 0)
+            answer_load(x, chat, model_name, json_is_true(json_object_get(oai, "stream")));
+        else
+            reply_error(x, f.status, "%s", f.msg);
+        json_decref(oai);
+        return false;
+    }
+    oai_params p;
+    const char *param = NULL;
+    err_t e = {0};
+    int rc_ = oai_parse(oai, kind, tok_n_vocab(rc->tok), &p, &param, &e);
+    json_decref(oai);
+    const char *op = ollama_param(param);
+    if (rc_ < 0) {
+        reply_error(x, 400, "%s%s%s", op ? op : "", op ? ": " : "", e.msg);
+        return false;
+    }
+    gen_fail gf;
+    gen *g = gen_start(rc, &p, chat ? "/api/chat" : "/api/generate", t0, &gf);
+    if (!g) {
+        op = ollama_param(gf.param);
+        reply_error(x, gf.status, "%s%s%s", op ? op : "", op ? ": " : "", gf.e.msg);
+        oai_params_free(&p);
+        return false;
+    }
+    olla_out *o = xcalloc(1, sizeof *o);
+    o->rc = rc;
+    o->g = g;
+    o->chat = chat;
+    o->t0_ns = t0;
+    snprintf(o->model, sizeof o->model, "%s", model_name);
+    bool stream = p.stream;
+    oai_params_free(&p);
+    if (stream)
+        http_reply_stream(x, 200, "application/x-ndjson", stream_next, stream_done, o);
+    else
+        answer_whole(o, x);
+    return true;
+}
 
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path) {
-    (void)rc;
-    (void)path;
-    static const char body[] = "{\"error\":\"the Ollama API is not implemented yet\"}";
-    http_reply(x, 501, "application/json", body, strlen(body), NULL, NULL);
+    if (!strcmp(path, "/api/chat")) return handle_generation(rc, x, true);
+    if (!strcmp(path, "/api/generate")) return handle_generation(rc, x, false);
+    if (!strcmp(path, "/api/tags")) {
+        handle_tags(rc, x);
+    } else if (!strcmp(path, "/api/show")) {
+        handle_show(rc, x);
+    } else if (!strcmp(path, "/api/version")) {
+        static const char v[] = "{\"version\":\"" OLLAMA_VERSION "\"}";
+        http_reply(x, 200, "application/json", v, strlen(v), NULL, NULL);
+    } else {
+        reply_error(x, 404, "no route for %.200s", path);
+    }
     return false;
 }
