@@ -9,6 +9,7 @@
  *     has done, done_reason and the counts; the same text as the OpenAI
  *     routes for the same prompt (raw = /v1/completions, otherwise the chat
  *     template with the system and user messages);
+ *   - logprobs: entries whose tokens make the text, streamed alike;
  *   - format "json" and a JSON Schema: the output parses and validates;
  *   - tools with the tool_choice extension: message.tool_calls with object
  *     arguments satisfying the schema, the same calls streamed; tool round
@@ -283,6 +284,61 @@ static void check_chat(void) {
     json_decref(b);
 }
 
+/* logprobs entries: n of them, each with top alternatives; their tokens
+ * concatenate to text (greedy: the chosen token is the first alternative). */
+static void check_lp_entries(json_t *lp, size_t n, int n_top, const char *text, const char *what) {
+    CHECK_MSG(json_array_size(lp) == n, "%s: %zu logprobs entries, want %zu", what, json_array_size(lp), n);
+    http_buf cat = {0};
+    for (size_t i = 0; i < json_array_size(lp); i++) {
+        json_t *e = json_array_get(lp, i), *top = json_object_get(e, "top_logprobs");
+        const char *tok = jstr(e, "token");
+        CHECK(tok && json_is_number(json_object_get(e, "logprob")) && json_number_value(json_object_get(e, "logprob")) <= 0);
+        CHECK_EQ_INT(json_array_size(json_object_get(e, "bytes")), tok ? strlen(tok) : 0);
+        CHECK_EQ_INT(json_array_size(top), n_top);
+        if (n_top) CHECK_STR(jstr(json_array_get(top, 0), "token"), tok);
+        if (tok) http_buf_add(&cat, tok, strlen(tok));
+    }
+    http_buf_add(&cat, "", 1);
+    CHECK_MSG(text && !strcmp(cat.p, text), "%s: tokens '%s' vs text '%s'", what, cat.p, text ? text : "-");
+    http_buf_free(&cat);
+}
+
+static void check_logprobs(void) {
+    int st;
+    for (int raw = 0; raw < 2; raw++) {
+        const char *path = raw ? "/api/generate" : "/api/chat";
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"model\":\"stories260K\",%s,\"logprobs\":true,\"top_logprobs\":3,\"options\":{\"temperature\":0,"
+                 "\"num_predict\":6},\"stream\":false}",
+                 raw ? "\"prompt\":\"Once upon a time\",\"raw\":true" : chat_msgs);
+        json_t *o = post_json(g_port, path, body, &st);
+        CHECK_EQ_INT(st, 200);
+        const char *text = raw ? jstr(o, "response") : jstr(msg_of(o), "content");
+        check_lp_entries(json_object_get(o, "logprobs"), 6, 3, text, path);
+        /* streamed: each line's entries, all of them the same */
+        body[strlen(body) - strlen(",\"stream\":false}")] = 0;
+        strcat(body, "}");
+        char *t, *th;
+        json_t *lines = ndjson(path, body, &t, &th);
+        json_t *all = json_array();
+        for (size_t i = 0; i < json_array_size(lines); i++)
+            json_array_extend(all, json_object_get(json_array_get(lines, i), "logprobs"));
+        CHECK_MSG(json_equal(all, json_object_get(o, "logprobs")), "%s: streamed logprobs differ", path);
+        json_decref(all);
+        json_decref(lines);
+        free(t);
+        free(th);
+        json_decref(o);
+    }
+    /* without logprobs there are none */
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\":\"stories260K\",%s,\"options\":{\"num_predict\":2},\"stream\":false}", chat_msgs);
+    json_t *o = post_json(g_port, "/api/chat", body, &st);
+    CHECK(!json_object_get(o, "logprobs"));
+    json_decref(o);
+}
+
 static void check_generate(void) {
     char body[4096];
     int st;
@@ -466,6 +522,7 @@ static void check_tools(void) {
     }
     CHECK_MSG(n_prompt[1] > n_prompt[0] + 5, "tool result rendered: %ld vs %ld prompt tokens", n_prompt[1], n_prompt[0]);
     free(call);
+    json_decref(whole);
     /* two calls, two results without names (matched in order), string
      * arguments, a later turn; and a call id from the client */
     snprintf(body, sizeof body,
@@ -577,6 +634,12 @@ static void check_bad_input(void) {
         {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"options\":{\"repeat_penalty\":-1}}", 400,
          "options.repeat_penalty"},
         {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"options\":{\"min_p\":2}}", 400, "options.min_p"},
+        {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", 400,
+         "'logprobs'"},
+        {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+         400, "'top_logprobs'"},
+        {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"raw\":true,\"logprobs\":true,\"top_logprobs\":21}",
+         400, "'top_logprobs'"},
         {"/api/show", "{}", 400, "'model' is required"},
         {"/api/show", "{\"model\":\"other\"}", 404, "model 'other' not found"},
     };
@@ -706,6 +769,7 @@ int main(void) {
     check_info_routes();
     check_chat();
     check_generate();
+    check_logprobs();
     check_format();
     check_tools();
     check_bad_input();

@@ -22,6 +22,10 @@
  *   whole: the last line's shape with the whole text.
  *   /api/generate: "response" (and "thinking") instead of "message".
  *
+ * With "logprobs": true, each line (and a whole answer) carries the entries
+ * of its tokens at the top level, [{"token","logprob","bytes",
+ * "top_logprobs":[...]}], as Ollama does.
+ *
  * Tool calls are sent once complete (a call is only known to be complete
  * when the generation ends), so in a stream they ride on the last line.
  *
@@ -563,6 +567,9 @@ typedef struct olla_out {
     http_buf content, thinking; /* whole answers: everything; streams: the delta */
     olla_call *calls;
     int n_calls;          /* calls started                                      */
+    oai_kind kind;        /* the OpenAI shape of the logprobs gen_poll writes   */
+    bool logprobs;        /* the request asked for them                         */
+    json_t *lp;           /* Ollama logprobs entries not sent yet (array)       */
 } olla_out;
 
 static void out_free(olla_out *o) {
@@ -574,13 +581,47 @@ static void out_free(olla_out *o) {
         http_buf_free(&o->calls[i].args);
     }
     free(o->calls);
+    json_decref(o->lp);
     free(o);
+}
+
+/* A token's bytes as an array of integers. */
+static json_t *bytes_json(const char *s) {
+    json_t *a = json_array();
+    for (; s && *s; s++) json_array_append_new(a, json_integer((unsigned char)*s));
+    return a;
+}
+
+/* Moves the entries of an OpenAI logprobs object (lp, taken) to o->lp in
+ * Ollama's shape: [{"token","logprob","bytes","top_logprobs":[{"token",
+ * "logprob","bytes"}]}] — the chat shape already is; the completions shape
+ * (parallel arrays, alternatives as an object) is rebuilt. */
+static void lp_take(olla_out *o, json_t *lp) {
+    if (o->kind == OAI_CHAT) {
+        json_array_extend(o->lp, json_object_get(lp, "content"));
+    } else {
+        json_t *toks = json_object_get(lp, "tokens"), *lps = json_object_get(lp, "token_logprobs");
+        json_t *tops = json_object_get(lp, "top_logprobs");
+        for (size_t i = 0; i < json_array_size(toks); i++) {
+            const char *tok = json_string_value(json_array_get(toks, i));
+            json_t *alts = json_array(), *v;
+            const char *k;
+            json_object_foreach(json_array_get(tops, i), k, v)
+                json_array_append_new(alts, json_pack("{s:s, s:O, s:o}", "token", k, "logprob", v, "bytes", bytes_json(k)));
+            json_array_append_new(o->lp, json_pack("{s:s, s:O, s:o, s:o}", "token", tok ? tok : "", "logprob",
+                                                   json_array_get(lps, i), "bytes", bytes_json(tok), "top_logprobs",
+                                                   alts));
+        }
+    }
+    json_decref(lp);
 }
 
 /* Polls once; moves the new events into content / thinking / calls. Returns
  * true once the generation is over. */
 static bool out_poll(olla_out *o, int timeout_ms) {
-    bool done = gen_poll(o->g, timeout_ms, &o->ev, NULL);
+    json_t *lp = o->logprobs ? gen_logprobs_new(o->kind) : NULL;
+    bool done = gen_poll(o->g, timeout_ms, &o->ev, lp);
+    if (lp) lp_take(o, lp);
     if (done) o->t_end_ns = clock_ns();
     for (int i = 0; i < o->ev.n; i++) {
         tc_event *e = &o->ev.v[i];
@@ -618,6 +659,10 @@ static json_t *line_new(olla_out *o, bool with_calls) {
     json_object_set_new(holder, o->chat ? "content" : "response", text_json(&o->content));
     if (o->thinking.n) json_object_set_new(holder, "thinking", text_json(&o->thinking));
     o->content.n = o->thinking.n = 0;
+    if (o->logprobs && json_array_size(o->lp)) {
+        json_object_set_new(l, "logprobs", o->lp);
+        o->lp = json_array();
+    }
     /* complete calls only: those before gen_n_calls */
     int n = with_calls ? gen_n_calls(o->g) : 0;
     if (o->chat && n > 0) {
@@ -693,7 +738,7 @@ static int stream_next(void *sctx, http_buf *out) {
     olla_out *o = sctx;
     bool done = out_poll(o, 20);
     if (!done) {
-        if (o->content.n || o->thinking.n) {
+        if (o->content.n || o->thinking.n || json_array_size(o->lp)) {
             json_t *l = line_new(o, false);
             json_object_set_new(l, "done", json_false());
             ndjson_line(out, l);
@@ -708,7 +753,7 @@ static int stream_next(void *sctx, http_buf *out) {
     }
     /* text released at the end (held stop-string prefixes, a cut call) goes
      * in a line of its own: the last line carries only the calls */
-    if (o->content.n || o->thinking.n) {
+    if (o->content.n || o->thinking.n || json_array_size(o->lp)) {
         json_t *l = line_new(o, false);
         json_object_set_new(l, "done", json_false());
         ndjson_line(out, l);
@@ -750,12 +795,22 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
     json_object_set_new(oai, "stream", json_boolean(!stream || json_is_true(stream)));
     if (map_options(field(body, "options"), oai, f) < 0) return -1;
     if (map_format(field(body, "format"), oai, f) < 0) return -1;
+    json_t *lp = field(body, "logprobs"), *top = field(body, "top_logprobs");
+    if (lp && !json_is_boolean(lp)) return fail(f, "'logprobs' must be a boolean");
+    bool want_lp = json_is_true(lp);
+    if (top && !want_lp) return fail(f, "'top_logprobs' requires 'logprobs' to be true");
+    if (top && (!json_is_integer(top) || json_integer_value(top) < 0 || json_integer_value(top) > 20))
+        return fail(f, "'top_logprobs' must be an integer in [0, 20]");
     *kind = OAI_CHAT;
     if (chat) {
         json_t *msgs = field(body, "messages");
         if (check_images(field(body, "images"), "images", f) < 0) return -1;
         if (!msgs || (json_is_array(msgs) && json_array_size(msgs) == 0)) return 0;
         if (map_messages(msgs, oai, f) < 0) return -1;
+        if (want_lp) {
+            json_object_set_new(oai, "logprobs", json_true());
+            if (top) json_object_set(oai, "top_logprobs", top);
+        }
         json_t *tools = field(body, "tools");
         if (tools) json_object_set(oai, "tools", tools);
         /* extensions: Ollama has no tool_choice; the OpenAI values force a
@@ -784,7 +839,13 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
     if (raw && json_is_true(raw)) {
         *kind = OAI_COMPLETION;
         json_object_set(oai, "prompt", prompt);
+        /* completions take the number of alternatives as "logprobs" */
+        if (want_lp) json_object_set_new(oai, "logprobs", top ? json_incref(top) : json_integer(0));
         return 1;
+    }
+    if (want_lp) {
+        json_object_set_new(oai, "logprobs", json_true());
+        if (top) json_object_set(oai, "top_logprobs", top);
     }
     json_t *msgs = json_array();
     if (system && json_string_length(system))
@@ -842,6 +903,9 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     o->chat = chat;
     o->t0_ns = t0;
     snprintf(o->model, sizeof o->model, "%s", model_name);
+    o->kind = kind;
+    o->logprobs = p.n_logprobs >= 0;
+    o->lp = json_array();
     bool stream = p.stream;
     oai_params_free(&p);
     if (stream)

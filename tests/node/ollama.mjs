@@ -3,7 +3,7 @@
 // and generate (whole and streamed, raw and templated), structured output
 // with format (a JSON Schema, validated here by tools_common.mjs's own
 // validator, and "json"), tool calls (forced with the tool_choice extension)
-// and a tool round trip with role "tool" messages, think, errors as the
+// and a tool round trip with role "tool" messages, think, logprobs, errors as the
 // client's ResponseError, and an aborted stream.
 //   node tests/node/ollama.mjs HOST MODEL_ID MODEL_FILE DEADLINE_MS
 // e.g. HOST http://127.0.0.1:8080. Ends with "ollama (MODEL_ID): N passed, N failed".
@@ -152,6 +152,18 @@ async function main() {
       if (raw) check(r.prompt_eval_count <= 6, "generate raw: the prompt alone", r.prompt_eval_count);
       else check(r.prompt_eval_count > 10, "generate: the prompt in the chat template", r.prompt_eval_count);
     }
+  });
+
+  await section("logprobs", async () => {
+    const r = await ollama.chat({ model: modelId, messages, logprobs: true, top_logprobs: 2, options: { ...greedy, num_predict: 5 } });
+    const lp = r.logprobs ?? [];
+    check(lp.length === 5, "logprobs: one entry per token", lp.length);
+    check(lp.every((e) => typeof e.token === "string" && e.logprob <= 0 && e.top_logprobs.length === 2),
+      "logprobs: token, logprob, two alternatives", lp);
+    const s = await drain(await ollama.chat({ model: modelId, messages, logprobs: true, top_logprobs: 2,
+      options: { ...greedy, num_predict: 5 }, stream: true }), "message");
+    const slp = s.parts.flatMap((p) => p.logprobs ?? []);
+    check(JSON.stringify(slp) === JSON.stringify(lp), "logprobs: streamed the same", [slp, lp]);
   });
 
   await section("structured output", async () => {
