@@ -1,0 +1,816 @@
+/*
+ * disk.c — the disk tier's block store (contract, file format and recovery
+ * rules in disk.h).
+ *
+ * State, all under `mu`:
+ *
+ *   index    open-addressing table key -> entry (linear probing, backward
+ *            shift deletion), entries in one array with a free list;
+ *   LRU      a doubly linked list through the entries: head = least recently
+ *            used (deleted first past max_bytes), tail = most recent;
+ *   slots    the bounded job queue: each slot owns a buffer of one whole
+ *            file image (header, payload, checksum). FREE -> FILLING (the
+ *            engine copies a block in) -> QUEUED -> RUNNING (an I/O thread,
+ *            lock released) -> FREE (writes) or DONE (reads, until taken).
+ *
+ * I/O threads take queued reads before queued writes (a read is a request
+ * waiting; a write is insurance), each kind oldest first.
+ *
+ * Thread: any; the I/O threads are this file's own.
+ */
+#include "disk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HDR_FIXED 56
+#define MAGIC "KVLMBLK\0"
+#define NIL (-1)
+
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_QUEUED, SLOT_RUNNING, SLOT_DONE };
+enum { JOB_READ = 1, JOB_WRITE = 2 };
+
+typedef struct dentry {
+    uint64_t key;
+    uint64_t bytes;
+    int32_t prev, next; /* LRU list; next also links the free list           */
+} dentry;
+
+typedef struct dslot {
+    int state, kind;
+    bool dropped;   /* a read whose owner went away while it ran             */
+    int result;
+    uint64_t seq;   /* queue order                                          */
+    uint64_t key, parent;
+    int32_t *tokens; /* (block_tokens)                                      */
+    uint8_t *buf;    /* (file_bytes) the file image                         */
+} dslot;
+
+struct kvdisk {
+    kvdisk_opts o;
+    char *dir;
+    size_t hdr_bytes, file_bytes;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_idle;
+    bool stop;
+    /* index */
+    dentry *ents;
+    int n_ents, cap_ents, free_ent;
+    int32_t *table;
+    uint32_t mask;
+    int32_t lru_head, lru_tail;
+    /* jobs */
+    dslot *slots;
+    int n_slots;
+    uint64_t next_seq;
+    pthread_t *threads;
+    int n_threads;
+    uint64_t tmp_counter;
+    kvdisk_stats st;
+};
+
+/* ---- little-endian fields and hashing ------------------------------------- */
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t mix64(uint64_t h) {
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return h;
+}
+
+static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+/* Four independent lanes over 8-byte words (so the multiplies overlap), the
+ * tail byte by byte, the length, and a final avalanche. */
+uint64_t kvdisk_checksum(const void *p, size_t n) {
+    const uint8_t *b = p;
+    const uint64_t P1 = 0x9e3779b97f4a7c15ULL, P2 = 0xc2b2ae3d27d4eb4fULL;
+    uint64_t h[4] = {P1, P2, P1 ^ 0x5bd1e995u, P2 ^ 0x27d4eb2du};
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        for (int l = 0; l < 4; l++) {
+            uint64_t w;
+            memcpy(&w, b + i + 8 * l, 8);
+            h[l] = rotl(h[l] ^ (w * P2), 31) * P1;
+        }
+    }
+    uint64_t x = rotl(h[0], 1) ^ rotl(h[1], 7) ^ rotl(h[2], 12) ^ rotl(h[3], 18);
+    for (; i < n; i++) x = (x ^ b[i]) * 0x100000001b3ULL;
+    return mix64(x ^ (uint64_t)n * P1);
+}
+
+uint64_t kvdisk_key_next(uint64_t prev, const int32_t *tokens, int block_tokens) {
+    return hash_bytes(tokens, (size_t)block_tokens * sizeof(int32_t), prev);
+}
+
+static uint64_t fp_u64(uint64_t h, uint64_t v) { return hash_bytes(&v, sizeof v, h); }
+static uint64_t fp_f32(uint64_t h, float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return fp_u64(h, u);
+}
+
+uint64_t kvdisk_model_fingerprint(const model *m, int block_tokens) {
+    const model_config *c = &m->cfg;
+    uint64_t h = hash_bytes("kvloom-kv-f16", 13, KVDISK_KEY_SEED);
+    h = hash_bytes(c->arch_name, strnlen(c->arch_name, sizeof c->arch_name), h);
+    int64_t ints[] = {c->arch,    c->n_vocab, c->n_embd, c->n_layer,          c->n_head,       c->n_head_kv,
+                      c->head_dim, c->n_ff,   c->n_rot,  c->rope,             c->has_rope_freqs, c->has_qkv_bias,
+                      c->has_qk_norm, c->tied_output, block_tokens, (int64_t)model_kv_block_bytes(m, block_tokens)};
+    for (size_t i = 0; i < ARRAY_LEN(ints); i++) h = fp_u64(h, (uint64_t)ints[i]);
+    h = fp_f32(h, c->rms_eps);
+    h = fp_f32(h, c->rope_theta);
+    h = fp_f32(h, c->rope_scale);
+    if (m->gguf) {
+        h = fp_u64(h, gguf_file_size(m->gguf));
+        int64_t nt = gguf_n_tensors(m->gguf);
+        for (int64_t i = 0; i < nt; i++) {
+            const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+            h = hash_bytes(t->name.ptr, (size_t)t->name.len, h);
+            h = fp_u64(h, t->type);
+            h = fp_u64(h, t->n_dims);
+            for (int d = 0; d < GGUF_MAX_DIMS; d++) h = fp_u64(h, (uint64_t)t->dims[d]);
+            h = fp_u64(h, t->offset);
+            h = fp_u64(h, t->n_bytes);
+            /* weights decide the K/V bytes: sample the start, middle and end */
+            const uint8_t *data = t->data;
+            size_t nb = (size_t)t->n_bytes, w = MIN(nb, (size_t)256);
+            if (data && nb) {
+                h = hash_bytes(data, w, h);
+                h = hash_bytes(data + (nb - w) / 2, w, h);
+                h = hash_bytes(data + nb - w, w, h);
+            }
+        }
+    }
+    return h ? h : 1;
+}
+
+/* ---- the index (under mu) ------------------------------------------------- */
+
+static uint32_t slot_of(uint64_t key) { return (uint32_t)mix64(key); }
+
+static int32_t idx_find(const kvdisk *d, uint64_t key) {
+    for (uint32_t i = slot_of(key) & d->mask;; i = (i + 1) & d->mask) {
+        int32_t x = d->table[i];
+        if (x == NIL) return NIL;
+        if (d->ents[x].key == key) return x;
+    }
+}
+
+static void idx_table_put(kvdisk *d, int32_t x) {
+    uint32_t i = slot_of(d->ents[x].key) & d->mask;
+    while (d->table[i] != NIL) i = (i + 1) & d->mask;
+    d->table[i] = x;
+}
+
+static void idx_rehash(kvdisk *d, uint32_t cap) {
+    free(d->table);
+    d->table = xmalloc((size_t)cap * sizeof *d->table);
+    d->mask = cap - 1;
+    for (uint32_t i = 0; i < cap; i++) d->table[i] = NIL;
+    for (int32_t x = d->lru_head; x != NIL; x = d->ents[x].next) idx_table_put(d, x);
+}
+
+static void lru_unlink(kvdisk *d, int32_t x) {
+    dentry *e = &d->ents[x];
+    if (e->prev != NIL) d->ents[e->prev].next = e->next;
+    else d->lru_head = e->next;
+    if (e->next != NIL) d->ents[e->next].prev = e->prev;
+    else d->lru_tail = e->prev;
+    e->prev = e->next = NIL;
+}
+
+static void lru_append(kvdisk *d, int32_t x) {
+    dentry *e = &d->ents[x];
+    e->prev = d->lru_tail;
+    e->next = NIL;
+    if (d->lru_tail != NIL) d->ents[d->lru_tail].next = x;
+    else d->lru_head = x;
+    d->lru_tail = x;
+}
+
+static void lru_touch(kvdisk *d, int32_t x) {
+    if (d->lru_tail == x) return;
+    lru_unlink(d, x);
+    lru_append(d, x);
+}
+
+/* Adds key (or updates its size) as the most recently used. */
+static void idx_put(kvdisk *d, uint64_t key, uint64_t bytes) {
+    int32_t x = idx_find(d, key);
+    if (x != NIL) {
+        d->st.n_bytes += bytes - d->ents[x].bytes;
+        d->ents[x].bytes = bytes;
+        lru_touch(d, x);
+        return;
+    }
+    if ((uint64_t)(d->n_ents + 1) * 2 > (uint64_t)d->mask + 1) idx_rehash(d, (d->mask + 1) * 2);
+    if (d->free_ent == NIL) {
+        int old = d->cap_ents;
+        d->cap_ents = old ? old * 2 : 256;
+        d->ents = xrealloc(d->ents, (size_t)d->cap_ents * sizeof *d->ents);
+        for (int i = d->cap_ents - 1; i >= old; i--) {
+            d->ents[i].next = d->free_ent;
+            d->free_ent = i;
+        }
+    }
+    x = d->free_ent;
+    d->free_ent = d->ents[x].next;
+    d->ents[x].key = key;
+    d->ents[x].bytes = bytes;
+    lru_append(d, x);
+    idx_table_put(d, x);
+    d->n_ents++;
+    d->st.n_files++;
+    d->st.n_bytes += bytes;
+}
+
+static void idx_remove(kvdisk *d, uint64_t key) {
+    uint32_t i = slot_of(key) & d->mask;
+    for (;; i = (i + 1) & d->mask) {
+        int32_t x = d->table[i];
+        if (x == NIL) return;
+        if (d->ents[x].key == key) break;
+    }
+    int32_t x = d->table[i];
+    uint32_t hole = i, j = i;
+    for (;;) {
+        j = (j + 1) & d->mask;
+        int32_t m = d->table[j];
+        if (m == NIL) break;
+        uint32_t home = slot_of(d->ents[m].key) & d->mask;
+        bool in_range = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!in_range) {
+            d->table[hole] = m;
+            hole = j;
+        }
+    }
+    d->table[hole] = NIL;
+    lru_unlink(d, x);
+    d->st.n_files--;
+    d->st.n_bytes -= d->ents[x].bytes;
+    d->ents[x].next = d->free_ent;
+    d->free_ent = x;
+    d->n_ents--;
+}
+
+static void file_path(const kvdisk *d, uint64_t key, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%016llx-%016llx.kvb", d->dir, (unsigned long long)d->o.fingerprint, (unsigned long long)key);
+}
+
+/* Deletes least recently used files until n_bytes <= max_bytes, keeping
+ * `keep`. Called with mu held; the unlinks run under it too (they are short
+ * and rare). */
+static void enforce_cap(kvdisk *d, uint64_t keep) {
+    if (!d->o.max_bytes) return;
+    int32_t x = d->lru_head;
+    while (d->st.n_bytes > d->o.max_bytes && x != NIL) {
+        int32_t next = d->ents[x].next;
+        uint64_t key = d->ents[x].key;
+        if (key != keep) {
+            char path[4096];
+            file_path(d, key, path, sizeof path);
+            idx_remove(d, key);
+            unlink(path);
+            d->st.evicted++;
+        }
+        x = next;
+    }
+}
+
+/* ---- files ---------------------------------------------------------------- */
+
+/* Fills the header, tokens and checksum around a payload already at
+ * buf + hdr_bytes. */
+static void image_seal(const kvdisk *d, uint8_t *buf, uint64_t key, uint64_t parent, const int32_t *tokens) {
+    memcpy(buf, MAGIC, 8);
+    put_u32(buf + 8, KVDISK_VERSION);
+    put_u32(buf + 12, (uint32_t)d->hdr_bytes);
+    put_u64(buf + 16, d->o.fingerprint);
+    put_u64(buf + 24, key);
+    put_u64(buf + 32, parent);
+    put_u32(buf + 40, (uint32_t)d->o.block_tokens);
+    put_u32(buf + 44, 0);
+    put_u64(buf + 48, d->o.payload_bytes);
+    for (int i = 0; i < d->o.block_tokens; i++) put_u32(buf + HDR_FIXED + 4 * (size_t)i, (uint32_t)tokens[i]);
+    size_t body = d->hdr_bytes + d->o.payload_bytes;
+    put_u64(buf + body, kvdisk_checksum(buf, body));
+}
+
+static bool write_all(int fd, const uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Writes a sealed image to a temporary and renames it into place, then
+ * indexes it. Any thread, mu not held. */
+static int image_store(kvdisk *d, const uint8_t *buf, uint64_t key) {
+    char tmp[4096], path[4096];
+    pthread_mutex_lock(&d->mu);
+    unsigned long long c = ++d->tmp_counter;
+    pthread_mutex_unlock(&d->mu);
+    snprintf(tmp, sizeof tmp, "%s/.tmp-%016llx-%d-%llu", d->dir, (unsigned long long)key, (int)getpid(), c);
+    file_path(d, key, path, sizeof path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && write_all(fd, buf, d->file_bytes);
+    if (fd >= 0 && close(fd) != 0) ok = false;
+    if (ok && rename(tmp, path) != 0) ok = false;
+    pthread_mutex_lock(&d->mu);
+    if (!ok) {
+        d->st.write_errors++;
+        pthread_mutex_unlock(&d->mu);
+        if (fd >= 0) unlink(tmp);
+        log_debug("kvdisk: writing block %016llx failed: %s (dropped)", (unsigned long long)key, strerror(errno));
+        return ERR_IO;
+    }
+    idx_put(d, key, d->file_bytes);
+    d->st.bytes_written += d->file_bytes;
+    d->st.blocks_written++;
+    enforce_cap(d, key);
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+static int reject(kvdisk *d, uint64_t key, const char *path, const char *why) {
+    log_warn("kvdisk: %s: %s (deleted)", path, why);
+    unlink(path);
+    pthread_mutex_lock(&d->mu);
+    idx_remove(d, key);
+    d->st.rejected_corrupt++;
+    pthread_mutex_unlock(&d->mu);
+    return ERR_FORMAT;
+}
+
+/* Reads and verifies block `key` into buf (file_bytes). Any thread. */
+static int image_load(kvdisk *d, uint8_t *buf, uint64_t key, uint64_t parent, const int32_t *tokens) {
+    char path[4096];
+    file_path(d, key, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        pthread_mutex_lock(&d->mu);
+        idx_remove(d, key);
+        pthread_mutex_unlock(&d->mu);
+        return ERR_NOTFOUND;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return ERR_NOTFOUND;
+    }
+    if ((uint64_t)sb.st_size != d->file_bytes) {
+        close(fd);
+        return reject(d, key, path, "wrong size (torn or truncated)");
+    }
+    size_t got = 0;
+    while (got < d->file_bytes) {
+        ssize_t r = read(fd, buf + got, d->file_bytes - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    if (got != d->file_bytes) {
+        close(fd);
+        return reject(d, key, path, "short read");
+    }
+    futimens(fd, NULL); /* recency survives restarts */
+    close(fd);
+    size_t body = d->hdr_bytes + d->o.payload_bytes;
+    if (get_u64(buf + body) != kvdisk_checksum(buf, body)) return reject(d, key, path, "checksum mismatch");
+    if (memcmp(buf, MAGIC, 8) != 0 || get_u32(buf + 8) != KVDISK_VERSION || get_u32(buf + 12) != d->hdr_bytes ||
+        get_u64(buf + 16) != d->o.fingerprint || get_u64(buf + 24) != key ||
+        get_u32(buf + 40) != (uint32_t)d->o.block_tokens || get_u64(buf + 48) != d->o.payload_bytes)
+        return reject(d, key, path, "header does not match");
+    if (get_u64(buf + 32) != parent) return reject(d, key, path, "parent prefix differs (hash collision?)");
+    for (int i = 0; i < d->o.block_tokens; i++)
+        if (get_u32(buf + HDR_FIXED + 4 * (size_t)i) != (uint32_t)tokens[i])
+            return reject(d, key, path, "tokens differ (hash collision?)");
+    pthread_mutex_lock(&d->mu);
+    int32_t x = idx_find(d, key);
+    if (x != NIL) lru_touch(d, x);
+    d->st.bytes_read += d->file_bytes;
+    d->st.blocks_read++;
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+/* ---- the scan at open ----------------------------------------------------- */
+
+typedef struct found {
+    uint64_t key;
+    int64_t mtime_ns;
+} found;
+
+static int cmp_found(const void *a, const void *b) {
+    const found *x = a, *y = b;
+    return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns ? 1 : (x->key > y->key) - (x->key < y->key);
+}
+
+static bool parse_hex16(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char ch = s[i];
+        int dv = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (dv < 0) return false;
+        v = v << 4 | (uint64_t)dv;
+    }
+    *out = v;
+    return true;
+}
+
+static int scan_dir(kvdisk *d, err_t *e) {
+    DIR *dp = opendir(d->dir);
+    if (!dp) return err_set(e, ERR_IO, "--kv-disk %s: %s", d->dir, strerror(errno));
+    found *fs = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    char path[4096];
+    uint8_t hdr[HDR_FIXED];
+    while ((de = readdir(dp))) {
+        const char *nm = de->d_name;
+        size_t len = strlen(nm);
+        snprintf(path, sizeof path, "%s/%s", d->dir, nm);
+        if (strncmp(nm, ".tmp-", 5) == 0) { /* a write cut short by a crash */
+            if (unlink(path) == 0) d->st.tmp_removed++;
+            continue;
+        }
+        uint64_t fp, key;
+        if (len != 37 || strcmp(nm + 33, ".kvb") != 0 || nm[16] != '-' || !parse_hex16(nm, &fp) ||
+            !parse_hex16(nm + 17, &key))
+            continue; /* not ours to judge */
+        if (fp != d->o.fingerprint) {
+            d->st.rejected_foreign++;
+            continue;
+        }
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        struct stat sb;
+        ssize_t r = fstat(fd, &sb) == 0 ? read(fd, hdr, sizeof hdr) : -1;
+        close(fd);
+        if (r == (ssize_t)sizeof hdr && memcmp(hdr, MAGIC, 8) == 0 && get_u32(hdr + 8) != KVDISK_VERSION) {
+            d->st.rejected_foreign++; /* another format version: leave it alone */
+            continue;
+        }
+        if (r != (ssize_t)sizeof hdr || memcmp(hdr, MAGIC, 8) != 0 || get_u32(hdr + 12) != d->hdr_bytes ||
+            get_u64(hdr + 16) != fp || get_u64(hdr + 24) != key || get_u32(hdr + 40) != (uint32_t)d->o.block_tokens ||
+            get_u64(hdr + 48) != d->o.payload_bytes || (uint64_t)sb.st_size != d->file_bytes) {
+            log_warn("kvdisk: %s: bad header or size (deleted)", path);
+            unlink(path);
+            d->st.rejected_corrupt++;
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            fs = xrealloc(fs, cap * sizeof *fs);
+        }
+        fs[n].key = key;
+        fs[n].mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        n++;
+    }
+    closedir(dp);
+    if (n) qsort(fs, n, sizeof *fs, cmp_found); /* oldest first: the LRU order */
+    for (size_t i = 0; i < n; i++) idx_put(d, fs[i].key, d->file_bytes);
+    free(fs);
+    enforce_cap(d, 0);
+    return 0;
+}
+
+static int mkdir_p(const char *dir) {
+    char buf[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof buf) return -1;
+    memcpy(buf, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != 0) continue;
+        char c = buf[i];
+        buf[i] = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        buf[i] = c;
+    }
+    struct stat sb;
+    return stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : -1;
+}
+
+/* ---- I/O threads ---------------------------------------------------------- */
+
+static int next_job(kvdisk *d) {
+    int best = -1;
+    for (int i = 0; i < d->n_slots; i++) {
+        dslot *s = &d->slots[i];
+        if (s->state != SLOT_QUEUED) continue;
+        if (best < 0) {
+            best = i;
+            continue;
+        }
+        dslot *b = &d->slots[best];
+        bool better = (s->kind == JOB_READ && b->kind != JOB_READ) || (s->kind == b->kind && s->seq < b->seq);
+        if (better) best = i;
+    }
+    return best;
+}
+
+static void *io_thread(void *arg) {
+    kvdisk *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        int j = next_job(d);
+        if (j < 0) {
+            if (d->stop) break;
+            pthread_cond_wait(&d->cv_work, &d->mu);
+            continue;
+        }
+        dslot *s = &d->slots[j];
+        s->state = SLOT_RUNNING;
+        pthread_mutex_unlock(&d->mu);
+        int rc;
+        if (s->kind == JOB_WRITE) {
+            image_seal(d, s->buf, s->key, s->parent, s->tokens);
+            rc = image_store(d, s->buf, s->key);
+        } else {
+            rc = image_load(d, s->buf, s->key, s->parent, s->tokens);
+        }
+        pthread_mutex_lock(&d->mu);
+        bool notify = false;
+        if (s->kind == JOB_WRITE || s->dropped) {
+            s->state = SLOT_FREE;
+            s->dropped = false;
+        } else {
+            s->state = SLOT_DONE;
+            s->result = rc;
+            notify = true;
+        }
+        pthread_cond_broadcast(&d->cv_idle);
+        if (notify && d->o.on_read_done) {
+            pthread_mutex_unlock(&d->mu);
+            d->o.on_read_done(d->o.on_read_done_ctx);
+            pthread_mutex_lock(&d->mu);
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* ---- public --------------------------------------------------------------- */
+
+int kvdisk_open(const kvdisk_opts *o, kvdisk **out, err_t *e) {
+    *out = NULL;
+    if (!o->dir || !*o->dir) return err_set(e, ERR_INVALID, "--kv-disk: no directory given");
+    if (o->block_tokens < 1 || o->payload_bytes == 0 || o->payload_bytes % 2 || o->n_threads < 0)
+        return err_set(e, ERR_INVALID, "kvdisk: bad options (block_tokens %d, payload %zu, threads %d)",
+                       o->block_tokens, o->payload_bytes, o->n_threads);
+    if (strlen(o->dir) > 3000) return err_set(e, ERR_INVALID, "--kv-disk: the path is too long");
+    if (mkdir_p(o->dir) != 0) return err_set(e, ERR_IO, "--kv-disk %s: cannot create the directory: %s", o->dir, strerror(errno));
+    kvdisk *d = xcalloc(1, sizeof *d);
+    d->o = *o;
+    d->dir = xstrdup(o->dir);
+    d->o.dir = d->dir;
+    d->hdr_bytes = HDR_FIXED + 4 * (size_t)o->block_tokens;
+    d->file_bytes = d->hdr_bytes + o->payload_bytes + 8;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv_work, NULL);
+    pthread_cond_init(&d->cv_idle, NULL);
+    d->free_ent = NIL;
+    d->lru_head = d->lru_tail = NIL;
+    d->mask = 255;
+    d->table = xmalloc(256 * sizeof *d->table);
+    for (int i = 0; i < 256; i++) d->table[i] = NIL;
+    int rc = scan_dir(d, e);
+    if (rc < 0) {
+        kvdisk_close(d);
+        return rc;
+    }
+    if (o->n_threads > 0) {
+        d->n_slots = o->n_slots > 0 ? o->n_slots : 64;
+        d->slots = xcalloc((size_t)d->n_slots, sizeof *d->slots);
+        for (int i = 0; i < d->n_slots; i++) {
+            d->slots[i].tokens = xmalloc((size_t)o->block_tokens * sizeof(int32_t));
+            d->slots[i].buf = xmalloc(d->file_bytes);
+        }
+        d->threads = xcalloc((size_t)o->n_threads, sizeof *d->threads);
+        for (int i = 0; i < o->n_threads; i++) {
+            if (pthread_create(&d->threads[i], NULL, io_thread, d) != 0) break;
+            d->n_threads++;
+        }
+    }
+    log_info("kvdisk: %s: %llu blocks (%.1f MiB) indexed; %llu corrupt, %llu foreign, %llu temporaries removed",
+             d->dir, (unsigned long long)d->st.n_files, (double)d->st.n_bytes / (1 << 20),
+             (unsigned long long)d->st.rejected_corrupt, (unsigned long long)d->st.rejected_foreign,
+             (unsigned long long)d->st.tmp_removed);
+    *out = d;
+    return 0;
+}
+
+void kvdisk_flush(kvdisk *d) {
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        bool busy = false;
+        for (int i = 0; i < d->n_slots && !busy; i++) {
+            dslot *s = &d->slots[i];
+            busy = s->kind == JOB_WRITE && (s->state == SLOT_QUEUED || s->state == SLOT_RUNNING);
+        }
+        if (!busy || d->n_threads == 0) break;
+        pthread_cond_wait(&d->cv_idle, &d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+void kvdisk_close(kvdisk *d) {
+    if (!d) return;
+    if (d->n_threads) kvdisk_flush(d);
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_broadcast(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+    for (int i = 0; i < d->n_threads; i++) pthread_join(d->threads[i], NULL);
+    for (int i = 0; i < d->n_slots; i++) {
+        free(d->slots[i].tokens);
+        free(d->slots[i].buf);
+    }
+    free(d->slots);
+    free(d->threads);
+    free(d->ents);
+    free(d->table);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv_work);
+    pthread_cond_destroy(&d->cv_idle);
+    free(d->dir);
+    free(d);
+}
+
+bool kvdisk_contains(kvdisk *d, uint64_t key) {
+    pthread_mutex_lock(&d->mu);
+    bool in = idx_find(d, key) != NIL;
+    pthread_mutex_unlock(&d->mu);
+    return in;
+}
+
+int kvdisk_write(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens, const void *k, const void *v) {
+    if (d->o.max_bytes && d->file_bytes > d->o.max_bytes) {
+        pthread_mutex_lock(&d->mu);
+        d->st.writes_dropped++;
+        pthread_mutex_unlock(&d->mu);
+        return ERR_RANGE;
+    }
+    uint8_t *buf = xmalloc(d->file_bytes);
+    size_t half = d->o.payload_bytes / 2;
+    memcpy(buf + d->hdr_bytes, k, half);
+    memcpy(buf + d->hdr_bytes + half, v, half);
+    image_seal(d, buf, key, parent, tokens);
+    int rc = image_store(d, buf, key);
+    free(buf);
+    return rc;
+}
+
+int kvdisk_read(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens, void *k, void *v) {
+    if (!kvdisk_contains(d, key)) return ERR_NOTFOUND;
+    uint8_t *buf = xmalloc(d->file_bytes);
+    int rc = image_load(d, buf, key, parent, tokens);
+    if (rc == 0) {
+        size_t half = d->o.payload_bytes / 2;
+        memcpy(k, buf + d->hdr_bytes, half);
+        memcpy(v, buf + d->hdr_bytes + half, half);
+    }
+    free(buf);
+    return rc;
+}
+
+static int free_slot(const kvdisk *d) {
+    for (int i = 0; i < d->n_slots; i++)
+        if (d->slots[i].state == SLOT_FREE) return i;
+    return -1;
+}
+
+int kvdisk_write_async(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens, const void *k,
+                       const void *v) {
+    pthread_mutex_lock(&d->mu);
+    int32_t x = idx_find(d, key);
+    if (x != NIL) {
+        lru_touch(d, x);
+        pthread_mutex_unlock(&d->mu);
+        return 1;
+    }
+    for (int i = 0; i < d->n_slots; i++) {
+        dslot *s = &d->slots[i];
+        if (s->kind == JOB_WRITE && s->state != SLOT_FREE && s->key == key) {
+            pthread_mutex_unlock(&d->mu);
+            return 1;
+        }
+    }
+    int j = d->n_threads ? free_slot(d) : -1;
+    if (j < 0 || (d->o.max_bytes && d->file_bytes > d->o.max_bytes)) {
+        d->st.writes_dropped++;
+        pthread_mutex_unlock(&d->mu);
+        return ERR_RANGE;
+    }
+    dslot *s = &d->slots[j];
+    s->state = SLOT_FILLING;
+    s->kind = JOB_WRITE;
+    s->key = key;
+    s->parent = parent;
+    pthread_mutex_unlock(&d->mu);
+    /* the copy runs on the caller's thread, outside the lock */
+    size_t half = d->o.payload_bytes / 2;
+    memcpy(s->tokens, tokens, (size_t)d->o.block_tokens * sizeof(int32_t));
+    memcpy(s->buf + d->hdr_bytes, k, half);
+    memcpy(s->buf + d->hdr_bytes + half, v, half);
+    pthread_mutex_lock(&d->mu);
+    s->state = SLOT_QUEUED;
+    s->seq = ++d->next_seq;
+    pthread_cond_signal(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+int kvdisk_read_async(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens) {
+    pthread_mutex_lock(&d->mu);
+    if (idx_find(d, key) == NIL) {
+        pthread_mutex_unlock(&d->mu);
+        return ERR_NOTFOUND;
+    }
+    int j = d->n_threads ? free_slot(d) : -1;
+    if (j < 0) {
+        pthread_mutex_unlock(&d->mu);
+        return ERR_RANGE;
+    }
+    dslot *s = &d->slots[j];
+    s->kind = JOB_READ;
+    s->key = key;
+    s->parent = parent;
+    s->dropped = false;
+    s->result = 0;
+    memcpy(s->tokens, tokens, (size_t)d->o.block_tokens * sizeof(int32_t));
+    s->state = SLOT_QUEUED;
+    s->seq = ++d->next_seq;
+    pthread_cond_signal(&d->cv_work);
+    pthread_mutex_unlock(&d->mu);
+    return j;
+}
+
+int kvdisk_read_poll(kvdisk *d, int slot) {
+    ASSERT(slot >= 0 && slot < d->n_slots);
+    pthread_mutex_lock(&d->mu);
+    dslot *s = &d->slots[slot];
+    ASSERT(s->kind == JOB_READ && s->state != SLOT_FREE);
+    int rc = s->state == SLOT_DONE ? s->result : 1;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+void kvdisk_read_take(kvdisk *d, int slot, void *k, void *v) {
+    ASSERT(slot >= 0 && slot < d->n_slots);
+    dslot *s = &d->slots[slot];
+    ASSERT(s->kind == JOB_READ && s->state == SLOT_DONE && s->result == 0);
+    size_t half = d->o.payload_bytes / 2;
+    memcpy(k, s->buf + d->hdr_bytes, half);
+    memcpy(v, s->buf + d->hdr_bytes + half, half);
+    pthread_mutex_lock(&d->mu);
+    s->state = SLOT_FREE;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void kvdisk_read_drop(kvdisk *d, int slot) {
+    ASSERT(slot >= 0 && slot < d->n_slots);
+    pthread_mutex_lock(&d->mu);
+    dslot *s = &d->slots[slot];
+    ASSERT(s->kind == JOB_READ);
+    if (s->state == SLOT_RUNNING) s->dropped = true;
+    else s->state = SLOT_FREE;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void kvdisk_get_stats(kvdisk *d, kvdisk_stats *out) {
+    pthread_mutex_lock(&d->mu);
+    *out = d->st;
+    pthread_mutex_unlock(&d->mu);
+}

@@ -1,0 +1,442 @@
+/*
+ * test_kvdisk.c — the disk tier (kv/disk.h):
+ *   - the store: write/read round trip; index rebuilt after reopen (LRU order
+ *     kept); truncated, corrupted, foreign-model and other-version files
+ *     rejected and counted (never served); leftover temporaries deleted; the
+ *     size cap deletes least recently used files; a failed write (the
+ *     directory vanished) is counted and dropped; the async queue (reads,
+ *     writes, a full queue, a dropped read);
+ *   - the model: KV blocks written to disk and read back into other pool
+ *     blocks give bitwise the same logits as the blocks computed in place
+ *     (stories260K);
+ *   - the engine (when built with the disk tier): see test_engine_disk below.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "kv/disk.h"
+#include "sched/engine.h"
+#include "test.h"
+
+enum { BT = 4, PAYLOAD = 64 }; /* tiny blocks for the store tests */
+
+static char g_dir[256];
+
+static void rm_rf(const char *dir) {
+    DIR *dp = opendir(dir);
+    if (!dp) return;
+    struct dirent *de;
+    char p[1024];
+    while ((de = readdir(dp))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        unlink(p);
+    }
+    closedir(dp);
+    rmdir(dir);
+}
+
+static int count_files(const char *dir, const char *suffix) {
+    DIR *dp = opendir(dir);
+    if (!dp) return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(dp))) {
+        size_t l = strlen(de->d_name), s = strlen(suffix);
+        if (l >= s && !strcmp(de->d_name + l - s, suffix)) n++;
+    }
+    closedir(dp);
+    return n;
+}
+
+static kvdisk *open_store(uint64_t fp, uint64_t max_bytes, int threads) {
+    kvdisk_opts o = {.dir = g_dir, .max_bytes = max_bytes, .fingerprint = fp, .block_tokens = BT,
+                     .payload_bytes = PAYLOAD, .n_threads = threads, .n_slots = 4};
+    kvdisk *d = NULL;
+    err_t e = {0};
+    int rc = kvdisk_open(&o, &d, &e);
+    CHECK_MSG(rc == 0 && d, "%s", e.msg);
+    return d;
+}
+
+/* Block i of a test chain: tokens, K and V derived from i. */
+static void block_data(int i, int32_t *tok, uint8_t *k, uint8_t *v) {
+    for (int t = 0; t < BT; t++) tok[t] = 100 * i + t;
+    for (int b = 0; b < PAYLOAD / 2; b++) {
+        k[b] = (uint8_t)(i * 7 + b);
+        v[b] = (uint8_t)(i * 13 + 3 * b);
+    }
+}
+
+/* keys[0..n) of the chain 0, 1, ... n-1 */
+static void chain_keys(int n, uint64_t *keys) {
+    uint64_t prev = KVDISK_KEY_SEED;
+    int32_t tok[BT];
+    uint8_t k[PAYLOAD / 2], v[PAYLOAD / 2];
+    for (int i = 0; i < n; i++) {
+        block_data(i, tok, k, v);
+        keys[i] = prev = kvdisk_key_next(prev, tok, BT);
+    }
+}
+
+static uint64_t parent_of(const uint64_t *keys, int i) { return i ? keys[i - 1] : 0; }
+
+static int write_block(kvdisk *d, const uint64_t *keys, int i) {
+    int32_t tok[BT];
+    uint8_t k[PAYLOAD / 2], v[PAYLOAD / 2];
+    block_data(i, tok, k, v);
+    return kvdisk_write(d, keys[i], parent_of(keys, i), tok, k, v);
+}
+
+/* 0 and the bytes match, or the read's error */
+static int read_block(kvdisk *d, const uint64_t *keys, int i) {
+    int32_t tok[BT];
+    uint8_t k[PAYLOAD / 2], v[PAYLOAD / 2], k2[PAYLOAD / 2], v2[PAYLOAD / 2];
+    block_data(i, tok, k, v);
+    int rc = kvdisk_read(d, keys[i], parent_of(keys, i), tok, k2, v2);
+    if (rc == 0 && (memcmp(k, k2, sizeof k) || memcmp(v, v2, sizeof v))) return -100;
+    return rc;
+}
+
+static void block_path(uint64_t fp, uint64_t key, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%016llx-%016llx.kvb", g_dir, (unsigned long long)fp, (unsigned long long)key);
+}
+
+static const uint64_t FP = 0x1234abcd5678ef01ull;
+static const size_t FILE_BYTES = 56 + 4 * BT + PAYLOAD + 8;
+
+static void test_roundtrip_and_reopen(void) {
+    rm_rf(g_dir);
+    uint64_t keys[8];
+    chain_keys(8, keys);
+    CHECK(keys[0] != keys[1] && keys[1] != keys[2]);
+    kvdisk *d = open_store(FP, 0, 0);
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(write_block(d, keys, i), 0);
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(read_block(d, keys, i), 0);
+    kvdisk_stats st;
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.n_files, 8);
+    CHECK_EQ_INT(st.n_bytes, 8 * FILE_BYTES);
+    CHECK_EQ_INT(st.bytes_written, 8 * FILE_BYTES);
+    CHECK_EQ_INT(st.bytes_read, 8 * FILE_BYTES);
+    /* asking with other tokens or another parent: rejected (and deleted) */
+    {
+        int32_t tok[BT];
+        uint8_t k[PAYLOAD / 2], v[PAYLOAD / 2];
+        block_data(3, tok, k, v);
+        tok[0]++;
+        CHECK_EQ_INT(kvdisk_read(d, keys[3], keys[2], tok, k, v), ERR_FORMAT);
+        CHECK(!kvdisk_contains(d, keys[3]));
+        CHECK_EQ_INT(write_block(d, keys, 3), 0);
+        block_data(4, tok, k, v);
+        CHECK_EQ_INT(kvdisk_read(d, keys[4], keys[1], tok, k, v), ERR_FORMAT);
+        CHECK_EQ_INT(write_block(d, keys, 4), 0);
+    }
+    CHECK_EQ_INT(kvdisk_read(d, 42, 0, (int32_t[BT]){0}, (uint8_t[PAYLOAD]){0}, (uint8_t[PAYLOAD]){0}),
+                 ERR_NOTFOUND);
+    kvdisk_close(d);
+    /* reopen: the index is rebuilt from the directory */
+    d = open_store(FP, 0, 0);
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.n_files, 8);
+    CHECK_EQ_INT(st.rejected_corrupt, 0);
+    for (int i = 0; i < 8; i++) CHECK(kvdisk_contains(d, keys[i]));
+    for (int i = 0; i < 8; i++) CHECK_EQ_INT(read_block(d, keys, i), 0);
+    kvdisk_close(d);
+}
+
+static void flip_byte(const char *path, long off) {
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    uint8_t c = 0;
+    CHECK(pread(fd, &c, 1, off) == 1);
+    c ^= 0x40;
+    CHECK(pwrite(fd, &c, 1, off) == 1);
+    close(fd);
+}
+
+static void test_rejections(void) {
+    rm_rf(g_dir);
+    uint64_t keys[6];
+    chain_keys(6, keys);
+    kvdisk *d = open_store(FP, 0, 0);
+    for (int i = 0; i < 6; i++) CHECK_EQ_INT(write_block(d, keys, i), 0);
+    char p[1024];
+    /* a corrupted payload byte: caught by the checksum when read */
+    block_path(FP, keys[1], p, sizeof p);
+    flip_byte(p, 56 + 4 * BT + 5);
+    CHECK_EQ_INT(read_block(d, keys, 1), ERR_FORMAT);
+    CHECK(!kvdisk_contains(d, keys[1]));
+    CHECK(access(p, F_OK) != 0); /* deleted */
+    /* a corrupted header byte (the token ids) */
+    block_path(FP, keys[2], p, sizeof p);
+    flip_byte(p, 56);
+    CHECK_EQ_INT(read_block(d, keys, 2), ERR_FORMAT);
+    /* the checksum itself */
+    block_path(FP, keys[5], p, sizeof p);
+    flip_byte(p, (long)FILE_BYTES - 1);
+    CHECK_EQ_INT(read_block(d, keys, 5), ERR_FORMAT);
+    /* truncated while the store is open */
+    block_path(FP, keys[3], p, sizeof p);
+    CHECK(truncate(p, (off_t)FILE_BYTES - 9) == 0);
+    CHECK_EQ_INT(read_block(d, keys, 3), ERR_FORMAT);
+    kvdisk_stats st;
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.rejected_corrupt, 4);
+    CHECK_EQ_INT(st.n_files, 2);
+    CHECK_EQ_INT(read_block(d, keys, 0), 0);
+    CHECK_EQ_INT(read_block(d, keys, 4), 0);
+    kvdisk_close(d);
+
+    /* at open: a truncated file (deleted), a torn temporary (deleted), a file
+     * of another model (kept, counted), one of another format version (kept,
+     * counted), a stray file (ignored) */
+    char q[1024];
+    FILE *f;
+    {
+        /* another model: the same bytes under another fingerprint */
+        kvdisk *o = open_store(FP ^ 1, 0, 0);
+        CHECK_EQ_INT(write_block(o, keys, 0), 0);
+        CHECK_EQ_INT(write_block(o, keys, 1), 0);
+        kvdisk_stats so;
+        kvdisk_get_stats(o, &so);
+        CHECK_EQ_INT(so.n_files, 2);
+        CHECK_EQ_INT(so.rejected_foreign, 2); /* ours (keys 0 and 4) */
+        kvdisk_close(o);
+    }
+    {
+        /* another version: block 2 rewritten, then its version field patched */
+        kvdisk *o = open_store(FP, 0, 0);
+        CHECK_EQ_INT(write_block(o, keys, 2), 0);
+        kvdisk_close(o);
+        block_path(FP, keys[2], p, sizeof p);
+        int fd = open(p, O_RDWR);
+        uint8_t ver[4] = {KVDISK_VERSION + 1, 0, 0, 0};
+        CHECK(pwrite(fd, ver, 4, 8) == 4);
+        close(fd);
+    }
+    block_path(FP, keys[4], p, sizeof p);
+    CHECK(truncate(p, 100) == 0);
+    snprintf(q, sizeof q, "%s/.tmp-%016llx-1-1", g_dir, (unsigned long long)keys[4]);
+    f = fopen(q, "w");
+    fputs("torn", f);
+    fclose(f);
+    snprintf(q, sizeof q, "%s/README", g_dir);
+    f = fopen(q, "w");
+    fputs("not a block", f);
+    fclose(f);
+    d = open_store(FP, 0, 0);
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.n_files, 1); /* block 0 */
+    CHECK_EQ_INT(st.rejected_corrupt, 1);
+    CHECK_EQ_INT(st.rejected_foreign, 3); /* two of FP^1, one of version 2 */
+    CHECK_EQ_INT(st.tmp_removed, 1);
+    CHECK(kvdisk_contains(d, keys[0]) && !kvdisk_contains(d, keys[2]) && !kvdisk_contains(d, keys[4]));
+    CHECK_EQ_INT(read_block(d, keys, 0), 0);
+    CHECK_EQ_INT(count_files(g_dir, ".kvb"), 4); /* ours, 2 foreign, 1 old version */
+    kvdisk_close(d);
+    /* garbage under a valid name: never crashes, deleted at open */
+    block_path(FP, keys[5], p, sizeof p);
+    f = fopen(p, "w");
+    for (size_t i = 0; i < FILE_BYTES; i++) fputc((int)(i * 31 % 251), f);
+    fclose(f);
+    d = open_store(FP, 0, 0);
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.rejected_corrupt, 1);
+    CHECK(!kvdisk_contains(d, keys[5]));
+    kvdisk_close(d);
+}
+
+static void test_size_cap(void) {
+    rm_rf(g_dir);
+    uint64_t keys[8];
+    chain_keys(8, keys);
+    kvdisk *d = open_store(FP, 3 * FILE_BYTES, 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(write_block(d, keys, i), 0);
+    kvdisk_stats st;
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.n_files, 3);
+    CHECK_EQ_INT(st.evicted, 2);
+    CHECK(!kvdisk_contains(d, keys[0]) && !kvdisk_contains(d, keys[1]));
+    CHECK_EQ_INT(count_files(g_dir, ".kvb"), 3);
+    /* a read refreshes: 2 is now the newest, so 3 goes next */
+    CHECK_EQ_INT(read_block(d, keys, 2), 0);
+    CHECK_EQ_INT(write_block(d, keys, 5), 0);
+    CHECK(kvdisk_contains(d, keys[2]) && !kvdisk_contains(d, keys[3]) && kvdisk_contains(d, keys[4]));
+    kvdisk_close(d);
+    /* the order survives a reopen (mtimes); a smaller cap trims at open */
+    usleep(20000);
+    d = open_store(FP, 3 * FILE_BYTES, 0);
+    CHECK_EQ_INT(read_block(d, keys, 4), 0); /* newest now: 2, 5, 4 */
+    kvdisk_close(d);
+    d = open_store(FP, 2 * FILE_BYTES, 0);
+    CHECK(!kvdisk_contains(d, keys[2]) && kvdisk_contains(d, keys[5]) && kvdisk_contains(d, keys[4]));
+    kvdisk_close(d);
+    /* a cap below one file: nothing is written, nothing fails */
+    rm_rf(g_dir);
+    d = open_store(FP, FILE_BYTES - 1, 0);
+    CHECK_EQ_INT(write_block(d, keys, 0), ERR_RANGE);
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.n_files, 0);
+    CHECK_EQ_INT(st.writes_dropped, 1);
+    CHECK_EQ_INT(count_files(g_dir, ".kvb"), 0);
+    kvdisk_close(d);
+    /* a write that fails (the directory is gone): counted, dropped */
+    rm_rf(g_dir);
+    d = open_store(FP, 0, 0);
+    rm_rf(g_dir);
+    CHECK_EQ_INT(write_block(d, keys, 0), ERR_IO);
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.write_errors, 1);
+    CHECK_EQ_INT(st.n_files, 0);
+    kvdisk_close(d);
+}
+
+static void test_async(void) {
+    rm_rf(g_dir);
+    uint64_t keys[16];
+    chain_keys(16, keys);
+    kvdisk *d = open_store(FP, 0, 2);
+    int32_t tok[BT];
+    uint8_t k[PAYLOAD / 2], v[PAYLOAD / 2], k2[PAYLOAD / 2], v2[PAYLOAD / 2];
+    int queued = 0, refused = 0;
+    for (int i = 0; i < 16; i++) {
+        block_data(i, tok, k, v);
+        int rc = kvdisk_write_async(d, keys[i], parent_of(keys, i), tok, k, v);
+        if (rc == 0) queued++;
+        else if (rc == ERR_RANGE) refused++, kvdisk_flush(d), i--; /* a full queue is a state: retry */
+    }
+    kvdisk_flush(d);
+    CHECK_EQ_INT(queued, 16);
+    block_data(3, tok, k, v);
+    CHECK_EQ_INT(kvdisk_write_async(d, keys[3], keys[2], tok, k, v), 1); /* already on disk */
+    kvdisk_stats st;
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.n_files, 16);
+    CHECK_EQ_INT(st.writes_dropped, (uint64_t)refused);
+    /* reads: 4 slots; a fifth is refused until one is taken */
+    int slots[4];
+    for (int i = 0; i < 4; i++) {
+        block_data(i, tok, k, v);
+        slots[i] = kvdisk_read_async(d, keys[i], parent_of(keys, i), tok);
+        CHECK(slots[i] >= 0);
+    }
+    block_data(4, tok, k, v);
+    CHECK_EQ_INT(kvdisk_read_async(d, keys[4], keys[3], tok), ERR_RANGE);
+    CHECK_EQ_INT(kvdisk_read_async(d, 777, 0, tok), ERR_NOTFOUND);
+    for (int i = 0; i < 4; i++) {
+        int rc;
+        for (int w = 0; (rc = kvdisk_read_poll(d, slots[i])) == 1 && w < 5000; w++) usleep(1000);
+        CHECK_EQ_INT(rc, 0);
+        if (i == 2) {
+            kvdisk_read_drop(d, slots[i]);
+            continue;
+        }
+        block_data(i, tok, k, v);
+        kvdisk_read_take(d, slots[i], k2, v2);
+        CHECK(!memcmp(k, k2, sizeof k) && !memcmp(v, v2, sizeof v));
+    }
+    /* a corrupt file through the async path */
+    char p[1024];
+    block_path(FP, keys[7], p, sizeof p);
+    flip_byte(p, 70);
+    block_data(7, tok, k, v);
+    int s = kvdisk_read_async(d, keys[7], keys[6], tok);
+    CHECK(s >= 0);
+    int rc;
+    for (int w = 0; (rc = kvdisk_read_poll(d, s)) == 1 && w < 5000; w++) usleep(1000);
+    CHECK_EQ_INT(rc, ERR_FORMAT);
+    kvdisk_read_drop(d, s);
+    /* a read dropped right away (queued or running) frees its slot */
+    for (int i = 0; i < 50; i++) {
+        block_data(8, tok, k, v);
+        s = kvdisk_read_async(d, keys[8], keys[7], tok);
+        if (s >= 0) kvdisk_read_drop(d, s);
+    }
+    kvdisk_get_stats(d, &st);
+    CHECK_EQ_INT(st.rejected_corrupt, 1);
+    kvdisk_close(d);
+}
+
+/* ---- the model: restored KV gives the same logits ---------------------- */
+
+static void forward_range(model *m, model_state *st, model_kv *kv, const int32_t *tok, int from, int to,
+                          const int32_t *table, int n_table, float *logits) {
+    int n = to - from;
+    int32_t pos[64], seqi[64];
+    for (int i = 0; i < n; i++) pos[i] = from + i, seqi[i] = 0;
+    model_seq s = {.block_table = table, .n_blocks = n_table};
+    model_batch b = {.n_tokens = n, .token = tok + from, .pos = pos, .seq = seqi, .n_seqs = 1, .seqs = &s};
+    err_t e = {0};
+    int rows = model_forward(m, st, kv, &b, logits, &e);
+    CHECK_MSG(rows == 1, "%s", e.msg);
+}
+
+static void test_model_restore(model *m) {
+    rm_rf(g_dir);
+    const int B = 16, N = 40;
+    model_kv *kv = model_kv_new(m, 8, B);
+    model_state *st = model_state_new(m, 64, 64, 1);
+    int nv = m->cfg.n_vocab;
+    float *l1 = xmalloc((size_t)nv * sizeof(float)), *l2 = xmalloc((size_t)nv * sizeof(float));
+    int32_t tok[40];
+    for (int i = 0; i < N; i++) tok[i] = 1 + (int32_t)(rng_u64() % (uint64_t)(nv - 1));
+    size_t bb = model_kv_block_bytes(m, B);
+    kvdisk_opts o = {.dir = g_dir, .fingerprint = kvdisk_model_fingerprint(m, B), .block_tokens = B,
+                     .payload_bytes = bb, .n_threads = 1};
+    CHECK(o.fingerprint == kvdisk_model_fingerprint(m, B));
+    CHECK(o.fingerprint != kvdisk_model_fingerprint(m, 32));
+    kvdisk *d = NULL;
+    err_t e = {0};
+    CHECK_MSG(kvdisk_open(&o, &d, &e) == 0, "%s", e.msg);
+    /* computed in place: blocks 0, 1 (prefix), then the tail in block 2 */
+    int32_t t1[3] = {0, 1, 2};
+    forward_range(m, st, kv, tok, 0, 32, t1, 3, l1);
+    forward_range(m, st, kv, tok, 32, N, t1, 3, l1);
+    /* the prefix blocks through the disk, into blocks 5 and 6 */
+    uint64_t key = KVDISK_KEY_SEED, keys[2];
+    for (int i = 0; i < 2; i++) {
+        keys[i] = key = kvdisk_key_next(key, tok + B * i, B);
+        CHECK_EQ_INT(kvdisk_write_async(d, keys[i], i ? keys[0] : 0, tok + B * i, kv->k + (size_t)i * kv->block_elems,
+                                        kv->v + (size_t)i * kv->block_elems),
+                     0);
+    }
+    kvdisk_flush(d);
+    kvdisk_close(d);
+    CHECK_MSG(kvdisk_open(&o, &d, &e) == 0, "%s", e.msg); /* as after a restart */
+    for (int i = 0; i < 2; i++) {
+        int s = kvdisk_read_async(d, keys[i], i ? keys[0] : 0, tok + B * i);
+        CHECK(s >= 0);
+        int rc;
+        for (int w = 0; (rc = kvdisk_read_poll(d, s)) == 1 && w < 5000; w++) usleep(1000);
+        CHECK_EQ_INT(rc, 0);
+        kvdisk_read_take(d, s, kv->k + (size_t)(5 + i) * kv->block_elems, kv->v + (size_t)(5 + i) * kv->block_elems);
+    }
+    CHECK(!memcmp(kv->k, kv->k + 5 * kv->block_elems, 2 * kv->block_elems * 2));
+    int32_t t2[3] = {5, 6, 7};
+    forward_range(m, st, kv, tok, 32, N, t2, 3, l2);
+    CHECK_MSG(!memcmp(l1, l2, (size_t)nv * sizeof(float)), "logits after a restore differ from the computed ones");
+    kvdisk_close(d);
+    free(l1);
+    free(l2);
+    model_state_free(st);
+    model_kv_free(kv);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/kvloom_test_kvdisk_%d", (int)getpid());
+    test_roundtrip_and_reopen();
+    test_rejections();
+    test_size_cap();
+    test_async();
+    model *m = test_load_stories();
+    if (m) {
+        test_model_restore(m);
+        model_free(m);
+    }
+    rm_rf(g_dir);
+    return test_summary("test_kvdisk");
+}
