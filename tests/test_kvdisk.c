@@ -426,6 +426,149 @@ static void test_model_restore(model *m) {
     model_kv_free(kv);
 }
 
+
+/* ---- the engine: spill, restore, restart, a full disk ------------------ */
+
+typedef struct answer {
+    int n;
+    req_token tok[16];
+    int cached;
+    req_finish fin;
+} answer;
+
+static void ask(engine *en, const int32_t *prompt, int n_prompt, answer *a) {
+    memset(a, 0, sizeof *a);
+    int32_t *ids = xmalloc((size_t)n_prompt * sizeof *ids);
+    memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
+    req *r = req_new(ids, n_prompt);
+    r->sp.temperature = 0;
+    r->max_tokens = 8;
+    r->ignore_eos = true;
+    r->n_logprobs = 5;
+    err_t e = {0};
+    CHECK_MSG(engine_submit(en, r, &e) == 0, "%s", e.msg);
+    req_finish fin = REQ_RUNNING;
+    int seen = 0;
+    while (fin == REQ_RUNNING) seen = req_wait(r, seen, 5000, &fin);
+    a->fin = fin;
+    a->n = MIN(seen, 16);
+    req_copy_tokens(r, 0, a->n, a->tok);
+    req_get_finish(r, &a->cached, NULL, 0);
+    req_unref(r);
+}
+
+/* Same tokens and bitwise the same log-probabilities (chosen and top 5). */
+static bool same_answer(const answer *a, const answer *b) {
+    if (a->n != b->n || a->n != 8 || a->fin != REQ_FINISH_LENGTH || b->fin != REQ_FINISH_LENGTH) return false;
+    for (int i = 0; i < a->n; i++) {
+        const req_token *x = &a->tok[i], *y = &b->tok[i];
+        if (x->id != y->id || memcmp(&x->logprob, &y->logprob, sizeof(float)) || x->n_top != y->n_top ||
+            memcmp(x->top_ids, y->top_ids, sizeof x->top_ids) || memcmp(x->top_lps, y->top_lps, sizeof x->top_lps))
+            return false;
+    }
+    return true;
+}
+
+enum { N_PROMPTS = 6, PROMPT_LEN = 100 };
+static int32_t g_prompts[N_PROMPTS][PROMPT_LEN];
+
+static engine *new_engine(model *m, size_t kv_blocks, const char *dir, uint64_t disk_max) {
+    engine_opts o = engine_defaults();
+    o.kv_mem_bytes = kv_blocks * model_kv_block_bytes(m, 16);
+    o.check = true;
+    o.kv_disk_dir = dir;
+    o.kv_disk_max_bytes = disk_max;
+    engine *en = NULL;
+    err_t e = {0};
+    CHECK_MSG(engine_new(m, &o, &en, &e) == 0, "%s", e.msg);
+    return en;
+}
+
+static void test_engine_disk(model *m) {
+    rm_rf(g_dir);
+    for (int p = 0; p < N_PROMPTS; p++)
+        for (int i = 0; i < PROMPT_LEN; i++) g_prompts[p][i] = i == 0 ? 1 : 3 + (int32_t)(rng_u64() % 500);
+    /* the recompute: a big pool, no disk; then the same prompts as RAM cache
+     * hits (the prefix computed in the same chunks as a restored one) */
+    answer ref[N_PROMPTS], a;
+    engine *en = new_engine(m, 256, NULL, 0);
+    for (int p = 0; p < N_PROMPTS; p++) ask(en, g_prompts[p], PROMPT_LEN, &ref[p]);
+    for (int p = 0; p < N_PROMPTS; p++) {
+        ask(en, g_prompts[p], PROMPT_LEN, &a);
+        CHECK_EQ_INT(a.cached, 96);
+        CHECK_MSG(same_answer(&a, &ref[p]), "prompt %d: a RAM cache hit differs from the recompute", p);
+    }
+    engine_free(en);
+
+    /* 20 blocks of RAM: every prompt (7 blocks + decode) evicts older ones */
+    en = new_engine(m, 20, g_dir, 0);
+    for (int p = 0; p < N_PROMPTS; p++) {
+        ask(en, g_prompts[p], PROMPT_LEN, &a);
+        CHECK_MSG(same_answer(&a, &ref[p]), "prompt %d with the disk tier", p);
+    }
+    engine_stats st;
+    engine_get_stats(en, &st);
+    CHECK(st.kv_disk_blocks >= 6 * N_PROMPTS);
+    CHECK(st.kv_disk_written_bytes_total > 0);
+    /* prompt 0 left RAM long ago: it comes back from disk */
+    ask(en, g_prompts[0], PROMPT_LEN, &a);
+    CHECK_EQ_INT(a.cached, 96);
+    CHECK_MSG(same_answer(&a, &ref[0]), "prompt 0 restored from disk differs from the recompute");
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT(st.kv_disk_restored_tokens_total, 96);
+    CHECK(st.kv_disk_read_bytes_total > 0);
+    engine_free(en);
+
+    /* a restart on the same directory: the first request is served from disk;
+     * a corrupted file is rejected and that block recomputed */
+    DIR *dp = opendir(g_dir);
+    struct dirent *de;
+    char victim[1024] = "";
+    while ((de = readdir(dp)))
+        if (!victim[0] && strstr(de->d_name, ".kvb")) snprintf(victim, sizeof victim, "%s/%s", g_dir, de->d_name);
+    closedir(dp);
+    flip_byte(victim, 200);
+    en = new_engine(m, 20, g_dir, 0);
+    int n_full_hits = 0;
+    for (int p = N_PROMPTS - 1; p >= 0; p--) {
+        ask(en, g_prompts[p], PROMPT_LEN, &a);
+        CHECK_MSG(same_answer(&a, &ref[p]), "prompt %d after a restart", p);
+        n_full_hits += a.cached == 96;
+    }
+    CHECK_MSG(n_full_hits >= N_PROMPTS - 1, "%d of %d prompts fully from disk", n_full_hits, N_PROMPTS);
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT(st.kv_disk_rejected_corrupt_total, 1);
+    CHECK(st.kv_disk_restored_tokens_total >= 96 * (N_PROMPTS - 1));
+    engine_free(en);
+
+    /* a disk that holds less than one block: everything is recomputed, the
+     * same answers, no error */
+    rm_rf(g_dir);
+    en = new_engine(m, 20, g_dir, 1000);
+    for (int r = 0; r < 2; r++)
+        for (int p = 0; p < N_PROMPTS; p++) {
+            ask(en, g_prompts[p], PROMPT_LEN, &a);
+            CHECK_MSG(same_answer(&a, &ref[p]), "prompt %d with a full disk", p);
+        }
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT(st.kv_disk_blocks, 0);
+    CHECK_EQ_INT(st.kv_disk_restored_tokens_total, 0);
+    CHECK(st.kv_disk_writes_dropped_total > 0);
+    engine_free(en);
+    /* a disk that holds 10 blocks: some prefixes restored, the rest recomputed */
+    rm_rf(g_dir);
+    size_t file = 56 + 4 * 16 + model_kv_block_bytes(m, 16) + 8;
+    en = new_engine(m, 20, g_dir, 10 * file);
+    for (int r = 0; r < 2; r++)
+        for (int p = 0; p < N_PROMPTS; p++) {
+            ask(en, g_prompts[p], PROMPT_LEN, &a);
+            CHECK_MSG(same_answer(&a, &ref[p]), "prompt %d with a small disk", p);
+        }
+    engine_get_stats(en, &st);
+    CHECK(st.kv_disk_blocks <= 10);
+    engine_free(en);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvloom_test_kvdisk_%d", (int)getpid());
     test_roundtrip_and_reopen();
@@ -435,6 +578,7 @@ int main(void) {
     model *m = test_load_stories();
     if (m) {
         test_model_restore(m);
+        test_engine_disk(m);
         model_free(m);
     }
     rm_rf(g_dir);

@@ -727,11 +727,12 @@ int kvdisk_write_async(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *
             return 1;
         }
     }
-    int j = d->n_threads ? free_slot(d) : -1;
-    if (j < 0 || (d->o.max_bytes && d->file_bytes > d->o.max_bytes)) {
+    bool too_big = d->o.max_bytes && d->file_bytes > d->o.max_bytes;
+    int j = d->n_threads && !too_big ? free_slot(d) : -1;
+    if (j < 0) {
         d->st.writes_dropped++;
         pthread_mutex_unlock(&d->mu);
-        return ERR_RANGE;
+        return too_big ? ERR_UNSUPPORTED : ERR_RANGE;
     }
     dslot *s = &d->slots[j];
     s->state = SLOT_FILLING;

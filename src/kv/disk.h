@@ -134,7 +134,8 @@ int kvdisk_read(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens,
 /* ---- asynchronous (the engine thread) ---- */
 /* Copies the block into a free slot and queues its write. Returns 0 queued,
  * 1 already on disk or queued (refreshed, nothing to do), ERR_RANGE no free
- * slot / no threads / larger than the cap (counted as dropped). */
+ * slot or no threads (counted as dropped; try again later), ERR_UNSUPPORTED
+ * when one file is larger than max_bytes (never worth retrying). */
 int kvdisk_write_async(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens, const void *k,
                        const void *v);
 /* Queues the read of an indexed block. Returns the slot id (>= 0) to poll,

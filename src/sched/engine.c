@@ -53,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../kv/disk.h"
 #include "../kv/kvpool.h"
 #include "../kv/radix.h"
 #include "../sample/sample.h"
@@ -101,6 +102,13 @@ typedef struct seq {
     uint64_t sched_step; /* the step that last put it in a batch               */
     uint64_t wait_from;  /* step of admission or of its last prefill chunk     */
     bool running;
+    /* disk tier */
+    uint64_t *keys;      /* (n_keys) prefix hash of each full block (kv/disk.h) */
+    int n_keys, cap_keys;
+    int n_disk_done;     /* leading indexed blocks offered to the disk         */
+    int *load_slot;      /* (n_loading) disk reads of blocks[n_load_from ..]   */
+    int n_loading, n_load_from;
+    bool disk_tried;     /* looked in the disk index since admission/preemption */
 } seq;
 
 typedef struct seq_list {
@@ -145,6 +153,7 @@ struct engine {
     engine_stats stats;  /* published copy (under mu)                         */
     engine_stats cnt;    /* the engine thread's own counters                  */
     int n_blocks;        /* pool size, constant                                */
+    kvdisk *disk;        /* the disk tier, or NULL                             */
 };
 
 static const double ttft_le[ENGINE_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -237,9 +246,12 @@ static void seq_release_blocks(engine *en, seq *s) {
         }
     }
     for (int i = 0; i < s->n_blocks; i++) kvpool_unref(en->pool, s->blocks[i]);
+    for (int i = 0; i < s->n_loading; i++) kvdisk_read_drop(en->disk, s->load_slot[i]);
+    s->n_loading = 0;
     s->n_blocks = 0;
     s->n_computed = 0;
     s->n_indexed = 0;
+    s->n_disk_done = 0;
 }
 
 /* A free block, evicting cached ones if needed; -1 when none can be had. */
@@ -283,6 +295,103 @@ static void seq_index_computed(engine *en, seq *s) {
     s->n_indexed = n_full;
 }
 
+/* ---- the disk tier ---- */
+
+/* Extends s->keys to the first n full blocks of s->tokens. */
+static void seq_keys(engine *en, seq *s, int n) {
+    int B = en->o.block_tokens;
+    if (n > s->cap_keys) {
+        s->cap_keys = MAX(n, 2 * s->cap_keys);
+        s->keys = xrealloc(s->keys, (size_t)s->cap_keys * sizeof *s->keys);
+    }
+    for (int i = s->n_keys; i < n; i++)
+        s->keys[i] = kvdisk_key_next(i ? s->keys[i - 1] : KVDISK_KEY_SEED, s->tokens + (size_t)i * B, B);
+    if (n > s->n_keys) s->n_keys = n;
+}
+
+/* Write-through: offers the indexed (READY, full) blocks of s to the disk.
+ * A full queue leaves the rest for the next step; blocks already on disk
+ * cost a lookup. */
+static void disk_write_through(engine *en, seq *s) {
+    if (!en->disk || s->n_disk_done >= s->n_indexed) return;
+    int B = en->o.block_tokens;
+    size_t E = en->kv->block_elems;
+    seq_keys(en, s, s->n_indexed);
+    while (s->n_disk_done < s->n_indexed) {
+        int i = s->n_disk_done;
+        int32_t b = s->blocks[i];
+        int rc = kvdisk_write_async(en->disk, s->keys[i], i ? s->keys[i - 1] : 0, s->tokens + (size_t)i * B,
+                                    en->kv->k + (size_t)b * E, en->kv->v + (size_t)b * E);
+        if (rc == ERR_RANGE) break; /* queue full: later */
+        s->n_disk_done++;
+    }
+}
+
+/* At admission, after the RAM match of n_ready blocks (their references are
+ * in en->scratch): queues reads of the blocks after them that are on disk,
+ * into fresh pool blocks. Returns the number of reads queued (s then holds
+ * the matched and the fresh blocks and waits), 0 when nothing is to load. */
+static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap) {
+    s->disk_tried = true;
+    seq_keys(en, s, n_match_cap);
+    int m = 0;
+    while (n_ready + m < n_match_cap && kvdisk_contains(en->disk, s->keys[n_ready + m])) m++;
+    if (m == 0) return 0;
+    ensure_free(en, m);
+    m = MIN(m, kvpool_n_free(en->pool));
+    if (m <= 0) return 0;
+    int B = en->o.block_tokens;
+    s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
+    int q = 0;
+    for (; q < m; q++) {
+        int i = n_ready + q;
+        int slot = kvdisk_read_async(en->disk, s->keys[i], i ? s->keys[i - 1] : 0, s->tokens + (size_t)i * B);
+        if (slot < 0) break;
+        s->load_slot[q] = slot;
+    }
+    if (q == 0) return 0;
+    s->n_blocks = 0;
+    for (int i = 0; i < n_ready; i++) seq_push_block(s, en->scratch[i], false);
+    for (int i = 0; i < q; i++) {
+        int32_t b = kvpool_alloc(en->pool);
+        ASSERT(b >= 0);
+        seq_push_block(s, b, false);
+    }
+    s->n_loading = q;
+    s->n_load_from = n_ready;
+    return q;
+}
+
+/* Returns false while reads of s are running. When all are done: copies the
+ * good leading run into its blocks, indexes the prefix READY (the tree takes
+ * its references) and releases s's blocks, so admission matches it all from
+ * RAM. */
+static bool disk_restore(engine *en, seq *s) {
+    for (int i = 0; i < s->n_loading; i++)
+        if (kvdisk_read_poll(en->disk, s->load_slot[i]) == 1) return false;
+    int n_ok = 0;
+    size_t E = en->kv->block_elems;
+    for (int i = 0; i < s->n_loading; i++) {
+        if (n_ok == i && kvdisk_read_poll(en->disk, s->load_slot[i]) == 0) {
+            int32_t b = s->blocks[s->n_load_from + i];
+            kvdisk_read_take(en->disk, s->load_slot[i], en->kv->k + (size_t)b * E, en->kv->v + (size_t)b * E);
+            n_ok++;
+        } else {
+            kvdisk_read_drop(en->disk, s->load_slot[i]);
+        }
+    }
+    s->n_loading = 0;
+    int n_full = s->n_load_from + n_ok;
+    if (n_ok > 0) {
+        scratch_reserve(en, n_full);
+        memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
+        if (radix_insert(en->tree, s->tokens, n_full, en->scratch, RADIX_READY) >= 0)
+            en->cnt.kv_disk_restored_tokens_total += (uint64_t)n_ok * (uint64_t)en->o.block_tokens;
+    }
+    seq_release_blocks(en, s);
+    return true;
+}
+
 /* ---- finishing ---- */
 
 /* The engine thread counts into en->cnt without locking and publishes a copy
@@ -292,6 +401,18 @@ static void stats_publish(engine *en) {
     en->cnt.n_waiting = en->waiting.n;
     en->cnt.kv_blocks_used = kvpool_n_used(en->pool);
     en->cnt.kv_blocks_cached = radix_n_cached(en->tree);
+    if (en->disk) {
+        kvdisk_stats ds;
+        kvdisk_get_stats(en->disk, &ds);
+        en->cnt.kv_disk_blocks = ds.n_files;
+        en->cnt.kv_disk_bytes = ds.n_bytes;
+        en->cnt.kv_disk_read_bytes_total = ds.bytes_read;
+        en->cnt.kv_disk_written_bytes_total = ds.bytes_written;
+        en->cnt.kv_disk_rejected_corrupt_total = ds.rejected_corrupt;
+        en->cnt.kv_disk_rejected_foreign_total = ds.rejected_foreign;
+        en->cnt.kv_disk_write_errors_total = ds.write_errors;
+        en->cnt.kv_disk_writes_dropped_total = ds.writes_dropped;
+    }
     pthread_mutex_lock(&en->mu);
     en->stats = en->cnt;
     en->n_waiting_shared = en->waiting.n;
@@ -299,6 +420,7 @@ static void stats_publish(engine *en) {
 }
 
 static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
+    if (why != REQ_FINISH_CANCEL) disk_write_through(en, s);
     if (s->n_blocks) seq_release_blocks(en, s);
     if (why != REQ_FINISH_CANCEL && s->n_generated > 1 && s->r->t_first_ns) {
         double per = (double)(clock_ns() - s->r->t_first_ns) / 1e9 / (s->n_generated - 1);
@@ -312,11 +434,14 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     free(s->tokens);
     free(s->blocks);
     free(s->pending);
+    free(s->keys);
+    free(s->load_slot);
     free(s);
 }
 
 static void preempt(engine *en, seq *s) {
     seq_release_blocks(en, s);
+    s->disk_tried = false; /* its blocks may be on disk by the time it returns */
     s->running = false;
     list_remove(&en->running, s);
     list_insert_ordered(&en->waiting, s);
@@ -333,6 +458,7 @@ static int try_admit(engine *en, seq *s) {
     int B = en->o.block_tokens;
     int n_need_blocks = (s->n_tokens + B - 1) / B;
     int n_match_cap = (s->n_tokens - 1) / B; /* keep the last token to compute */
+    if (s->n_loading > 0 && !disk_restore(en, s)) return 0; /* blocks coming from disk */
     scratch_reserve(en, n_need_blocks + 1);
     int n_pending = 0;
     int n_ready = radix_match(en->tree, s->tokens, s->n_tokens - 1, en->scratch, n_match_cap, &n_pending);
@@ -342,6 +468,7 @@ static int try_admit(engine *en, seq *s) {
         for (int i = 0; i < n_ready + n_pending; i++) kvpool_unref(en->pool, en->scratch[i]);
         return 0;
     }
+    if (en->disk && !s->disk_tried && disk_prefetch(en, s, n_ready, n_match_cap) > 0) return 0;
     int n_new = n_need_blocks - n_ready;
     if (!ensure_free(en, n_new)) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
@@ -736,6 +863,7 @@ static bool engine_step(engine *en) {
         s->n_computed += en->b_chunk[j];
         s->r->n_forward_steps++;
         seq_index_computed(en, s);
+        disk_write_through(en, s);
         if (s->n_computed < s->n_tokens) continue;
         /* (a forced run at admission may already have reached max_tokens) */
         req_finish why = s->n_generated >= s->r->max_tokens
@@ -818,6 +946,14 @@ static void *engine_thread(void *arg) {
 
 /* ---- public ---- */
 
+/* An I/O thread finished a disk read: wake an idle engine thread. */
+static void engine_wake(void *ctx) {
+    engine *en = ctx;
+    pthread_mutex_lock(&en->mu);
+    pthread_cond_broadcast(&en->cv);
+    pthread_mutex_unlock(&en->mu);
+}
+
 int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     *out = NULL;
     if (o->n_threads < 1) return err_set(e, ERR_INVALID, "threads must be >= 1 (got %d)", o->n_threads);
@@ -877,6 +1013,22 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     memcpy(en->cnt.tpot.le, tpot_le, sizeof tpot_le);
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;
+    if (o->kv_disk_dir) {
+        kvdisk_opts ko = {.dir = o->kv_disk_dir,
+                          .max_bytes = o->kv_disk_max_bytes,
+                          .fingerprint = kvdisk_model_fingerprint(m, o->block_tokens),
+                          .block_tokens = o->block_tokens,
+                          .payload_bytes = bb,
+                          .n_threads = 2,
+                          .n_slots = 64,
+                          .on_read_done = engine_wake,
+                          .on_read_done_ctx = en};
+        int rc = kvdisk_open(&ko, &en->disk, e);
+        if (rc < 0) {
+            engine_free(en);
+            return rc;
+        }
+    }
     if (pthread_create(&en->thread, NULL, engine_thread, en) != 0) {
         engine_free(en);
         return err_set(e, ERR_NOMEM, "cannot start the engine thread");
@@ -905,6 +1057,7 @@ void engine_free(engine *en) {
     free(en->submitq);
     free(en->running.v);
     free(en->waiting.v);
+    kvdisk_close(en->disk); /* finishes queued writes */
     radix_free(en->tree);
     kvpool_free(en->pool);
     model_kv_free(en->kv);

@@ -58,6 +58,11 @@ typedef struct engine_opts {
     engine_piece_fn piece;
     void *tok_ctx;
     bool check;             /* run kvpool_check/radix_check after every step      */
+    /* Disk tier (kv/disk.h): NULL = off. Every block that becomes READY is
+     * written through to DIR; a prompt's blocks beyond the RAM match that are
+     * on disk are read back at admission instead of recomputed. */
+    const char *kv_disk_dir;
+    uint64_t kv_disk_max_bytes; /* size cap of DIR's block files; 0 = none        */
     int step_delay_us;      /* testing: sleep this long after every step          */
 } engine_opts;
 
@@ -90,6 +95,14 @@ typedef struct engine_stats {
     int kv_blocks_total;
     int kv_blocks_used;             /* blocks with a reference (tree or request)  */
     int kv_blocks_cached;           /* blocks indexed by the radix tree           */
+    /* disk tier (all 0 without --kv-disk) */
+    uint64_t kv_disk_blocks;        /* blocks on disk (indexed)                   */
+    uint64_t kv_disk_bytes;         /* their bytes                                */
+    uint64_t kv_disk_read_bytes_total, kv_disk_written_bytes_total;
+    uint64_t kv_disk_restored_tokens_total; /* prompt tokens read back from disk  */
+    uint64_t kv_disk_rejected_corrupt_total, kv_disk_rejected_foreign_total;
+    uint64_t kv_disk_write_errors_total;    /* failed writes (full disk ...)      */
+    uint64_t kv_disk_writes_dropped_total;  /* not written: queue full or too big  */
     engine_hist ttft;               /* seconds, submit -> first token             */
     engine_hist tpot;               /* seconds per output token after the first   */
 } engine_stats;
