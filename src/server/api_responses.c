@@ -1,34 +1,1132 @@
 /*
- * api_responses.c — POST /v1/responses, the OpenAI Responses API (apis.h).
- * Placeholder until the implementation lands: answers 501.
+ * api_responses.c — the OpenAI Responses API (apis.h; docs/server.md
+ * "OpenAI Responses API"):
+ *
+ *   POST   /v1/responses       items ─▶ OpenAI chat body ─▶ oai_parse ─▶
+ *                              gen_start ─▶ events ─▶ output items (JSON or SSE)
+ *   GET    /v1/responses/ID    a stored response object
+ *   DELETE /v1/responses/ID    forgets it
+ *
+ * Place in the flow: server/, on the HTTP thread of the request, dispatched
+ * by routes.c after the API key check. The request is translated into a chat
+ * body and goes through oai_parse, so every rule of the chat route (ranges,
+ * tools, schemas, constrained decoding, reasoning) holds here too:
+ *
+ *   instructions                  ─▶ a system message, first
+ *   previous_response_id          ─▶ the stored conversation of that response
+ *                                    (its input and output items, and those
+ *                                    of the responses it chained to)
+ *   input: "text"                 ─▶ a user message
+ *     {role, content}             ─▶ a message (content parts joined)
+ *     reasoning                   ─▶ reasoning_content of the next assistant
+ *                                    message (templates such as Qwen3's
+ *                                    render it; the prefix cache then matches)
+ *     function_call               ─▶ tool_calls of an assistant message
+ *                                    (consecutive calls share one message)
+ *     function_call_output        ─▶ a tool message
+ *   tools [{type:"function",name,...}] ─▶ chat's {type, function:{...}}
+ *   tool_choice {type, name}      ─▶ {type, function:{name}}
+ *   text.format                   ─▶ response_format
+ *   max_output_tokens             ─▶ max_tokens
+ *   reasoning.effort              ─▶ chat_template_kwargs.enable_thinking
+ *                                    ("none": false, another effort: true;
+ *                                    ignored by models without reasoning)
+ *
+ * The answer is built by one state machine for both modes (so a stream and
+ * a whole answer agree by construction). The generate.h events open and
+ * fill output items; at most one item is open at a time:
+ *
+ *   REASONING ─▶ reasoning item   {type:"reasoning", content:[reasoning_text]}
+ *   CONTENT   ─▶ message item     {type:"message", content:[output_text]}
+ *   CALL_START, CALL_ARGS ─▶ function_call item {call_id, name, arguments}
+ *
+ * An event of another kind closes the open item. Content after a call means
+ * the call broke (toolcall.h: its raw text follows as content): the call item
+ * closes "incomplete"; at the end the open call is complete when its index is
+ * below gen_n_calls. A response with neither a message nor a complete call
+ * gets an empty message, so that clients always find the text. max_tokens
+ * reached: status "incomplete", reason "max_output_tokens".
+ *
+ * Streaming (SSE, "event: TYPE\ndata: {...}" with sequence_number from 0):
+ *   response.created, response.in_progress,
+ *   per item: response.output_item.added, [response.content_part.added],
+ *     response.output_text.delta | response.reasoning_text.delta |
+ *     response.function_call_arguments.delta ...,
+ *     response.output_text.done | response.reasoning_text.done |
+ *     response.function_call_arguments.done, [response.content_part.done],
+ *     response.output_item.done
+ *   response.completed | response.incomplete | response.failed
+ *
+ * The store keeps finished responses (unless "store": false) for
+ * previous_response_id and GET: at most RESP_STORE_MAX, each for
+ * RESP_STORE_TTL_S, least recently used out; one mutex, shared by the HTTP
+ * threads. An entry holds the response as sent (text) and the conversation
+ * as items; the item objects are shared between the entries of one chain
+ * (jansson's reference counts are atomic) and never modified once stored.
+ *
+ * Errors are OpenAI error objects naming the field
+ * ("input[2].type: unsupported item type 'web_search_call'"); an unknown
+ * previous_response_id is a 404.
  */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "apis.h"
+#include "generate.h"
 #include "oai.h"
 
+#define RESP_STORE_MAX 1000
+#define RESP_STORE_TTL_S 3600
+
+/* ---- the store ---- */
+
+typedef struct resp_entry {
+    struct resp_entry *prev, *next; /* most recently used first */
+    char *id;
+    int64_t t_ns;    /* clock_ns() when stored */
+    char *json;      /* the response object as it was sent */
+    json_t *history; /* the conversation: input items and output items */
+} resp_entry;
+
 struct resp_store {
-    int unused;
+    pthread_mutex_t mu;
+    resp_entry *head, *tail;
+    int n;
 };
 
-resp_store *resp_store_new(void) { return xcalloc(1, sizeof(resp_store)); }
-void resp_store_free(resp_store *s) { free(s); }
-
-static void not_yet(http_exchange *x) {
-    char *b = oai_error_json("/v1/responses is not implemented yet", "server_error", NULL, NULL);
-    http_reply(x, 501, "application/json", b, strlen(b), NULL, NULL);
-    free(b);
+resp_store *resp_store_new(void) {
+    resp_store *s = xcalloc(1, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    return s;
 }
 
+static void entry_free(resp_entry *e) {
+    free(e->id);
+    free(e->json);
+    json_decref(e->history);
+    free(e);
+}
+
+static void store_unlink(resp_store *s, resp_entry *e) {
+    if (e->prev) e->prev->next = e->next;
+    else s->head = e->next;
+    if (e->next) e->next->prev = e->prev;
+    else s->tail = e->prev;
+    e->prev = e->next = NULL;
+    s->n--;
+}
+
+static void store_push_front(resp_store *s, resp_entry *e) {
+    e->prev = NULL;
+    e->next = s->head;
+    if (s->head) s->head->prev = e;
+    s->head = e;
+    if (!s->tail) s->tail = e;
+    s->n++;
+}
+
+/* Drops the entries older than the TTL (the list is in use order, not age
+ * order: all are looked at; there are at most RESP_STORE_MAX). */
+static void store_expire_locked(resp_store *s) {
+    int64_t now = clock_ns();
+    for (resp_entry *e = s->head, *next; e; e = next) {
+        next = e->next;
+        if (now - e->t_ns > (int64_t)RESP_STORE_TTL_S * 1000000000LL) {
+            store_unlink(s, e);
+            entry_free(e);
+        }
+    }
+}
+
+static resp_entry *store_find_locked(resp_store *s, const char *id) {
+    for (resp_entry *e = s->head; e; e = e->next)
+        if (!strcmp(e->id, id)) return e;
+    return NULL;
+}
+
+/* Keeps a response (json and history taken). */
+static void store_put(resp_store *s, const char *id, char *json, json_t *history) {
+    resp_entry *e = xcalloc(1, sizeof *e);
+    e->id = xstrdup(id);
+    e->t_ns = clock_ns();
+    e->json = json;
+    e->history = history;
+    pthread_mutex_lock(&s->mu);
+    store_expire_locked(s);
+    while (s->n >= RESP_STORE_MAX) {
+        resp_entry *old = s->tail;
+        store_unlink(s, old);
+        entry_free(old);
+    }
+    store_push_front(s, e);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Looks a response up (and marks it used): a copy of its JSON text and/or a
+ * new reference to its history. False when unknown or expired. */
+static bool store_get(resp_store *s, const char *id, char **json, json_t **history) {
+    pthread_mutex_lock(&s->mu);
+    store_expire_locked(s);
+    resp_entry *e = store_find_locked(s, id);
+    if (e) {
+        store_unlink(s, e);
+        store_push_front(s, e);
+        if (json) *json = xstrdup(e->json);
+        if (history) *history = json_incref(e->history);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e != NULL;
+}
+
+static bool store_delete(resp_store *s, const char *id) {
+    pthread_mutex_lock(&s->mu);
+    store_expire_locked(s);
+    resp_entry *e = store_find_locked(s, id);
+    if (e) {
+        store_unlink(s, e);
+        entry_free(e);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e != NULL;
+}
+
+void resp_store_free(resp_store *s) {
+    if (!s) return;
+    for (resp_entry *e = s->head, *next; e; e = next) {
+        next = e->next;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* ---- replies ---- */
+
+static void reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
+    char *s = oai_error_json(msg, oai_error_type(status), param, code);
+    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
+               status == 429 ? "1" : NULL);
+    free(s);
+}
+
+static void reply_json(http_exchange *x, int status, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (!s) s = xstrdup("{}");
+    http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+    free(s);
+}
+
+/* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
+static json_t *body_json(http_exchange *x) {
+    size_t n;
+    const char *b = http_body(x, &n);
+    json_error_t je;
+    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line,
+                 je.column, je.position, je.text);
+        reply_error(x, 400, msg, NULL, "invalid_json");
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        reply_error(x, 400, "the request body must be a JSON object", NULL, "invalid_json");
+        return NULL;
+    }
+    return o;
+}
+
+/* A field's value, or NULL when absent or null (as in oai.c). */
+static json_t *field(json_t *o, const char *name) {
+    json_t *v = json_object_get(o, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+static json_t *text_json(const char *p, size_t n) {
+    json_t *s = json_stringn(p ? p : "", n);
+    return s ? s : json_string("");
+}
+
+/* ---- request translation: Responses body -> OpenAI chat body ---- */
+
+/* Why a request was refused: the HTTP status, the field (a static string),
+ * an error code, the message. */
+typedef struct rfail {
+    int status;
+    const char *param;
+    const char *code;
+    char msg[640];
+} rfail;
+
+static int rbad(rfail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int rbad(rfail *f, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    va_end(ap);
+    f->status = 400;
+    f->param = param;
+    return -1;
+}
+
+/* What the translation keeps for the answer. */
+typedef struct resp_req {
+    json_t *chat;     /* the chat body for oai_parse                          */
+    json_t *history;  /* the conversation so far as items: the previous
+                         response's, then this request's input (normalized) */
+    /* echoed in the response object (new references) */
+    json_t *tools, *tool_choice, *text, *reasoning, *metadata;
+    char *instructions, *previous_id, *user;
+    long long max_output_tokens; /* -1: none */
+    bool store, parallel;
+} resp_req;
+
+static void resp_req_free(resp_req *rq) {
+    json_decref(rq->chat);
+    json_decref(rq->history);
+    json_decref(rq->tools);
+    json_decref(rq->tool_choice);
+    json_decref(rq->text);
+    json_decref(rq->reasoning);
+    json_decref(rq->metadata);
+    free(rq->instructions);
+    free(rq->previous_id);
+    free(rq->user);
+    memset(rq, 0, sizeof *rq);
+}
+
+/* The chat messages being built from items. */
+typedef struct conv {
+    json_t *msgs;       /* chat messages                                      */
+    json_t *asst;       /* the last message, when it is an assistant message
+                           that following calls join (borrowed), else NULL   */
+    json_t *call_ids;   /* the call_ids seen so far (an object used as a set) */
+    http_buf reasoning; /* reasoning waiting for the next assistant message   */
+} conv;
+
+/* The text of a content: a string, or the text of its parts joined. */
+static int content_text(json_t *c, const char *where, http_buf *out, rfail *f) {
+    if (json_is_string(c)) {
+        http_buf_add(out, json_string_value(c), json_string_length(c));
+        return 0;
+    }
+    if (!json_is_array(c)) return rbad(f, "input", "%s.content: must be a string or an array of content parts", where);
+    for (size_t j = 0; j < json_array_size(c); j++) {
+        json_t *part = json_array_get(c, j);
+        json_t *type = json_is_object(part) ? field(part, "type") : NULL;
+        if (!json_is_string(type))
+            return rbad(f, "input", "%s.content[%zu]: must be an object with a string 'type'", where, j);
+        const char *t = json_string_value(type);
+        const char *key = !strcmp(t, "refusal") ? "refusal" : "text";
+        if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal"))
+            return rbad(f, "input", "%s.content[%zu].type: '%.64s' is not supported (this server takes text only)", where,
+                        j, t);
+        json_t *text = field(part, key);
+        if (!json_is_string(text)) return rbad(f, "input", "%s.content[%zu].%s: must be a string", where, j, key);
+        http_buf_add(out, json_string_value(text), json_string_length(text));
+    }
+    return 0;
+}
+
+static json_t *buf_json(const http_buf *b) { return text_json(b->p, b->n); }
+
+/* A new assistant message (with the reasoning waiting for it). */
+static json_t *conv_assistant(conv *c, json_t *content) {
+    json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
+    if (c->reasoning.n) json_object_set_new(m, "reasoning_content", buf_json(&c->reasoning));
+    c->reasoning.n = 0;
+    json_array_append_new(c->msgs, m);
+    c->asst = m;
+    return m;
+}
+
+static int conv_message(conv *c, json_t *it, const char *where, rfail *f) {
+    json_t *role = field(it, "role");
+    if (!json_is_string(role)) return rbad(f, "input", "%s.role: must be a string", where);
+    const char *r = json_string_value(role);
+    if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
+        return rbad(f, "input", "%s.role: must be \"user\", \"system\", \"developer\" or \"assistant\"; got \"%.40s\"",
+                    where, r);
+    json_t *content = field(it, "content");
+    if (!content) return rbad(f, "input", "%s.content: is required", where);
+    http_buf text = {0};
+    if (content_text(content, where, &text, f) < 0) {
+        http_buf_free(&text);
+        return -1;
+    }
+    if (!strcmp(r, "assistant")) {
+        conv_assistant(c, buf_json(&text));
+    } else {
+        json_array_append_new(c->msgs, json_pack("{s:s, s:o}", "role", r, "content", buf_json(&text)));
+        c->asst = NULL;
+        c->reasoning.n = 0;
+    }
+    http_buf_free(&text);
+    return 0;
+}
+
+static int conv_call(conv *c, json_t *it, const char *where, rfail *f) {
+    json_t *status = field(it, "status");
+    /* a call cut by max_output_tokens (or broken) was never a call */
+    if (json_is_string(status) && !strcmp(json_string_value(status), "incomplete")) return 0;
+    json_t *id = field(it, "call_id"), *name = field(it, "name"), *args = field(it, "arguments");
+    if (!json_is_string(id) || json_string_length(id) == 0)
+        return rbad(f, "input", "%s.call_id: must be a non-empty string", where);
+    if (!json_is_string(name)) return rbad(f, "input", "%s.name: must be a string", where);
+    if (!json_is_string(args) && !json_is_object(args))
+        return rbad(f, "input", "%s.arguments: must be a string (the arguments as JSON text)", where);
+    json_t *m = c->asst ? c->asst : conv_assistant(c, json_null());
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!calls) {
+        calls = json_array();
+        json_object_set_new(m, "tool_calls", calls);
+    }
+    json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name",
+                                           name, "arguments", args));
+    json_object_set_new(c->call_ids, json_string_value(id), json_true());
+    return 0;
+}
+
+static int conv_call_output(conv *c, json_t *it, const char *where, rfail *f) {
+    json_t *id = field(it, "call_id"), *output = field(it, "output");
+    if (!json_is_string(id)) return rbad(f, "input", "%s.call_id: must be a string (the call_id of the call it answers)", where);
+    if (!json_object_get(c->call_ids, json_string_value(id)))
+        return rbad(f, "input", "%s.call_id: '%.100s' matches no function_call before it", where, json_string_value(id));
+    if (!output) return rbad(f, "input", "%s.output: is required", where);
+    http_buf text = {0};
+    char w[96];
+    snprintf(w, sizeof w, "%s.output", where);
+    if (json_is_array(output)) {
+        /* parts, as content parts are named */
+        json_t *wrap = json_pack("{s:O}", "content", output);
+        int r = content_text(json_object_get(wrap, "content"), where, &text, f);
+        json_decref(wrap);
+        if (r < 0) {
+            /* name the field "output", not "content" */
+            char *p = strstr(f->msg, ".content");
+            if (p) memmove(p + 7, p + 8, strlen(p + 8) + 1), memcpy(p, ".output", 7);
+            http_buf_free(&text);
+            return -1;
+        }
+    } else if (json_is_string(output)) {
+        http_buf_add(&text, json_string_value(output), json_string_length(output));
+    } else {
+        return rbad(f, "input", "%s: must be a string or an array of content parts", w);
+    }
+    json_array_append_new(c->msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
+                                             buf_json(&text)));
+    http_buf_free(&text);
+    c->asst = NULL;
+    return 0;
+}
+
+/* A reasoning item: its reasoning_text parts, else its summary. */
+static void conv_reasoning(conv *c, json_t *it) {
+    json_t *content = field(it, "content");
+    const char *want = "reasoning_text";
+    if (!json_array_size(content)) content = field(it, "summary"), want = "summary_text";
+    for (size_t j = 0; j < json_array_size(content); j++) {
+        json_t *part = json_array_get(content, j);
+        json_t *type = field(part, "type"), *text = field(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), want) || !json_is_string(text)) continue;
+        if (c->reasoning.n) http_buf_add(&c->reasoning, "\n", 1);
+        http_buf_add(&c->reasoning, json_string_value(text), json_string_length(text));
+    }
+}
+
+static int conv_item(conv *c, json_t *it, const char *where, rfail *f) {
+    if (!json_is_object(it)) return rbad(f, "input", "%s: must be an object (an input item)", where);
+    json_t *type = field(it, "type");
+    const char *t;
+    if (!type) {
+        if (!field(it, "role")) return rbad(f, "input", "%s.type: is required (or a 'role' for a message)", where);
+        t = "message";
+    } else if (!json_is_string(type)) {
+        return rbad(f, "input", "%s.type: must be a string", where);
+    } else {
+        t = json_string_value(type);
+    }
+    if (!strcmp(t, "message")) return conv_message(c, it, where, f);
+    if (!strcmp(t, "function_call")) return conv_call(c, it, where, f);
+    if (!strcmp(t, "function_call_output")) return conv_call_output(c, it, where, f);
+    if (!strcmp(t, "reasoning")) {
+        conv_reasoning(c, it);
+        return 0;
+    }
+    return rbad(f, "input",
+                "%s.type: unsupported item type '%.64s' (supported: message, function_call, function_call_output, "
+                "reasoning)",
+                where, t);
+}
+
+/* tools: the flat Responses shape to chat's. */
+static int map_tools(json_t *tools, json_t *chat, rfail *f) {
+    if (!json_is_array(tools)) return rbad(f, "tools", "tools: must be an array");
+    json_t *out = json_array();
+    json_object_set_new(chat, "tools", out);
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *t = json_array_get(tools, i);
+        json_t *type = json_is_object(t) ? field(t, "type") : NULL;
+        if (!json_is_string(type)) return rbad(f, "tools", "tools[%zu]: must be an object with a string 'type'", i);
+        if (strcmp(json_string_value(type), "function"))
+            return rbad(f, "tools", "tools[%zu].type: unsupported tool type '%.64s' (only function tools run on this server)",
+                        i, json_string_value(type));
+        json_t *fn = json_object();
+        static const char *const keys[] = {"name", "description", "parameters", "strict"};
+        for (size_t k = 0; k < ARRAY_LEN(keys); k++)
+            if (field(t, keys[k])) json_object_set(fn, keys[k], field(t, keys[k]));
+        json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+    }
+    return 0;
+}
+
+static int map_tool_choice(json_t *tc, json_t *chat, rfail *f) {
+    if (json_is_string(tc)) {
+        json_object_set(chat, "tool_choice", tc);
+        return 0;
+    }
+    if (!json_is_object(tc)) return rbad(f, "tool_choice", "tool_choice: must be a string or an object");
+    json_t *type = field(tc, "type"), *name = field(tc, "name");
+    if (!json_is_string(type)) return rbad(f, "tool_choice", "tool_choice.type: must be a string");
+    if (strcmp(json_string_value(type), "function"))
+        return rbad(f, "tool_choice", "tool_choice.type: '%.64s' is not supported (\"function\" only)",
+                    json_string_value(type));
+    if (!json_is_string(name)) return rbad(f, "tool_choice", "tool_choice.name: must be a string");
+    json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
+    return 0;
+}
+
+/* text: {format: {type: text | json_object | json_schema}, verbosity}. */
+static int map_text(json_t *text, json_t *chat, resp_req *rq, rfail *f) {
+    json_t *fmt = NULL;
+    if (text) {
+        if (!json_is_object(text)) return rbad(f, "text", "text: must be an object");
+        json_t *verb = field(text, "verbosity");
+        if (verb && !json_is_string(verb)) return rbad(f, "text", "text.verbosity: must be a string");
+        fmt = field(text, "format");
+    }
+    if (fmt) {
+        json_t *type = json_is_object(fmt) ? field(fmt, "type") : NULL;
+        if (!json_is_string(type)) return rbad(f, "text.format", "text.format: must be an object with a string 'type'");
+        const char *t = json_string_value(type);
+        if (!strcmp(t, "json_object")) {
+            json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
+        } else if (!strcmp(t, "json_schema")) {
+            json_t *name = field(fmt, "name"), *schema = field(fmt, "schema"), *strict = field(fmt, "strict");
+            if (name && !json_is_string(name)) return rbad(f, "text.format", "text.format.name: must be a string");
+            if (!json_is_object(schema) && !json_is_boolean(schema))
+                return rbad(f, "text.format", "text.format.schema: must be a JSON Schema object");
+            if (strict && !json_is_boolean(strict)) return rbad(f, "text.format", "text.format.strict: must be a boolean");
+            json_t *js = json_pack("{s:O}", "schema", schema);
+            if (name) json_object_set(js, "name", name);
+            if (strict) json_object_set(js, "strict", strict);
+            json_object_set_new(chat, "response_format", json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+        } else if (strcmp(t, "text")) {
+            return rbad(f, "text.format", "text.format.type: must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"",
+                        t);
+        }
+    }
+    rq->text = json_pack("{s:o}", "format", fmt ? json_incref(fmt) : json_pack("{s:s}", "type", "text"));
+    if (text && field(text, "verbosity")) json_object_set(rq->text, "verbosity", field(text, "verbosity"));
+    return 0;
+}
+
+/* reasoning: {effort, summary}; effort switches a reasoning template's
+ * thinking on or off (unless chat_template_kwargs already does). */
+static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq, rfail *f) {
+    json_t *effort = NULL;
+    if (rs) {
+        if (!json_is_object(rs)) return rbad(f, "reasoning", "reasoning: must be an object");
+        effort = field(rs, "effort");
+        static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+        bool ok = false;
+        for (size_t i = 0; effort && json_is_string(effort) && i < ARRAY_LEN(efforts); i++)
+            ok |= !strcmp(json_string_value(effort), efforts[i]);
+        if (effort && !ok)
+            return rbad(f, "reasoning", "reasoning.effort: must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or "
+                                        "\"xhigh\"");
+    }
+    rq->reasoning = json_pack("{s:O?, s:n}", "effort", effort, "summary");
+    if (!effort || !rc->reasoning) return 0;
+    json_t *kw = json_object_get(chat, "chat_template_kwargs");
+    if (!json_is_object(kw)) return 0; /* oai_parse names it */
+    if (!json_object_get(kw, "enable_thinking"))
+        json_object_set_new(kw, "enable_thinking", json_boolean(strcmp(json_string_value(effort), "none") != 0));
+    return 0;
+}
+
+/* Fields refused because what they ask for does not exist here. */
+static int check_unsupported(json_t *body, rfail *f) {
+    json_t *v;
+    if ((v = field(body, "background")) && !json_is_false(v))
+        return rbad(f, "background", "background: background responses are not supported by this server");
+    if (field(body, "conversation"))
+        return rbad(f, "conversation", "conversation: conversations are not supported; chain responses with "
+                                       "previous_response_id");
+    if (field(body, "prompt"))
+        return rbad(f, "prompt", "prompt: stored prompt templates are not supported; send instructions and input");
+    if ((v = field(body, "truncation")) &&
+        !(json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "disabled"))))
+        return rbad(f, "truncation", "truncation: must be \"auto\" or \"disabled\"");
+    if ((v = field(body, "include")) && !json_is_array(v)) return rbad(f, "include", "include: must be an array");
+    return 0;
+}
+
+static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
+    memset(rq, 0, sizeof *rq);
+    rq->max_output_tokens = -1;
+    rq->store = rq->parallel = true;
+    json_t *chat = rq->chat = json_object();
+    rq->history = json_array();
+    conv c = {json_array(), NULL, json_object(), {0}};
+    int r = -1;
+    json_t *v;
+    if (check_unsupported(body, f) < 0) goto out;
+
+    /* fields of the same name and meaning; kvloom's sampling extensions */
+    static const char *const same[] = {"model",    "temperature",      "top_p",     "parallel_tool_calls", "stream",
+                                       "user",     "seed",             "top_k",     "min_p",               "stop",
+                                       "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos",
+                                       "jump_forward", "grammar"};
+    for (size_t i = 0; i < ARRAY_LEN(same); i++)
+        if ((v = field(body, same[i]))) json_object_set(chat, same[i], v);
+    if ((v = field(body, "chat_template_kwargs"))) json_object_set_new(chat, "chat_template_kwargs", json_deep_copy(v));
+    else if (rc->reasoning) json_object_set_new(chat, "chat_template_kwargs", json_object());
+    if ((v = field(body, "parallel_tool_calls")) && json_is_boolean(v)) rq->parallel = json_is_true(v);
+    if ((v = field(body, "user")) && json_is_string(v)) rq->user = xstrdup(json_string_value(v));
+
+    if ((v = field(body, "max_output_tokens"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX) {
+            rbad(f, "max_output_tokens", "max_output_tokens: must be an integer >= 1");
+            goto out;
+        }
+        rq->max_output_tokens = json_integer_value(v);
+        json_object_set(chat, "max_tokens", v);
+    }
+    if ((v = field(body, "store"))) {
+        if (!json_is_boolean(v)) {
+            rbad(f, "store", "store: must be a boolean");
+            goto out;
+        }
+        rq->store = json_is_true(v);
+    }
+    if ((v = field(body, "metadata"))) {
+        const char *k;
+        json_t *mv;
+        if (!json_is_object(v)) {
+            rbad(f, "metadata", "metadata: must be an object of strings");
+            goto out;
+        }
+        json_object_foreach(v, k, mv) if (!json_is_string(mv)) {
+            rbad(f, "metadata", "metadata.%.64s: must be a string", k);
+            goto out;
+        }
+        rq->metadata = json_incref(v);
+    }
+    if ((v = field(body, "tools"))) {
+        if (map_tools(v, chat, f) < 0) goto out;
+        rq->tools = json_incref(v);
+    }
+    if ((v = field(body, "tool_choice"))) {
+        if (map_tool_choice(v, chat, f) < 0) goto out;
+        rq->tool_choice = json_incref(v);
+    }
+    if (map_text(field(body, "text"), chat, rq, f) < 0) goto out;
+    if (map_reasoning(rc, field(body, "reasoning"), chat, rq, f) < 0) goto out;
+
+    /* the conversation: the previous response's, then the input */
+    if ((v = field(body, "previous_response_id"))) {
+        if (!json_is_string(v)) {
+            rbad(f, "previous_response_id", "previous_response_id: must be a string");
+            goto out;
+        }
+        rq->previous_id = xstrdup(json_string_value(v));
+        json_t *prev = NULL;
+        if (!store_get(rc->responses, rq->previous_id, NULL, &prev)) {
+            rbad(f, "previous_response_id",
+                 "previous_response_id: no stored response with id '%.100s' (unknown, deleted, expired, or created with "
+                 "store: false)",
+                 rq->previous_id);
+            f->status = 404;
+            f->code = "previous_response_not_found";
+            goto out;
+        }
+        json_array_extend(rq->history, prev);
+        json_decref(prev);
+        for (size_t i = 0; i < json_array_size(rq->history); i++)
+            if (conv_item(&c, json_array_get(rq->history, i), "previous_response_id", f) < 0) goto out;
+    }
+    json_t *input = field(body, "input");
+    if (json_is_string(input)) {
+        json_t *it = json_pack("{s:s, s:s, s:O}", "type", "message", "role", "user", "content", input);
+        json_array_append_new(rq->history, it);
+        if (conv_item(&c, it, "input", f) < 0) goto out;
+    } else if (json_is_array(input) && json_array_size(input)) {
+        for (size_t i = 0; i < json_array_size(input); i++) {
+            char where[48];
+            snprintf(where, sizeof where, "input[%zu]", i);
+            json_t *it = json_array_get(input, i);
+            if (conv_item(&c, it, where, f) < 0) goto out;
+            json_array_append(rq->history, it);
+        }
+    } else {
+        rbad(f, "input", input ? "input: must be a string or a non-empty array of items" : "input: is required");
+        goto out;
+    }
+    if ((v = field(body, "instructions"))) {
+        if (!json_is_string(v)) {
+            rbad(f, "instructions", "instructions: must be a string");
+            goto out;
+        }
+        rq->instructions = xstrdup(json_string_value(v));
+        json_array_insert_new(c.msgs, 0, json_pack("{s:s, s:O}", "role", "system", "content", v));
+    }
+    json_object_set(chat, "messages", c.msgs);
+    r = 0;
+out:
+    json_decref(c.msgs);
+    json_decref(c.call_ids);
+    http_buf_free(&c.reasoning);
+    return r;
+}
+
+/* Replaces every `from` in buf (NUL-terminated, capacity cap) with `to`. */
+static void replace_all(char *buf, size_t cap, const char *from, const char *to) {
+    size_t nf = strlen(from), nt = strlen(to);
+    for (char *p = strstr(buf, from); p; p = strstr(p + nt, from)) {
+        size_t tail = strlen(p + nf);
+        if ((size_t)(p - buf) + nt + tail + 1 > cap) return;
+        memmove(p + nt, p + nf, tail + 1);
+        memcpy(p, to, nt);
+    }
+}
+
+/* An error of oai_parse or gen_start, about the chat body, in terms of the
+ * Responses request. */
+static const char *rename_error(const char *param, char *msg, size_t cap) {
+    replace_all(msg, cap, "response_format.json_schema.schema", "text.format.schema");
+    replace_all(msg, cap, "response_format.json_schema", "text.format");
+    replace_all(msg, cap, "response_format", "text.format");
+    replace_all(msg, cap, "'max_tokens'", "'max_output_tokens'");
+    replace_all(msg, cap, "].function.", "].");
+    replace_all(msg, cap, "tool_choice.function.name", "tool_choice.name");
+    if (!param) return NULL;
+    if (!strcmp(param, "messages")) return "input";
+    if (!strcmp(param, "max_tokens")) return "max_output_tokens";
+    if (!strcmp(param, "response_format")) return "text.format";
+    return param;
+}
+
+/* ---- the answer: output items from generate.h events ---- */
+
+enum { IT_REASONING, IT_MESSAGE, IT_CALL };
+
+typedef struct out_item {
+    int kind;
+    char id[64];
+    http_buf text;      /* reasoning, message text or call arguments */
+    char *call_id, *name;
+    int call_index;     /* the tc_event index of a call */
+    const char *status; /* "in_progress", "completed", "incomplete" */
+} out_item;
+
+typedef struct resp_out {
+    routes_ctx *rc;
+    gen *g;
+    resp_req rq;
+    char id[64], base[48];
+    bool stream, started;
+    int seq;                /* the next sequence_number */
+    float temperature, top_p;
+    out_item *items;
+    int n_items;
+    int open;               /* the item receiving deltas, or -1 */
+    tc_events ev;
+    http_buf *sse;          /* where events go (streaming), or NULL */
+} resp_out;
+
+static void out_free(resp_out *o) {
+    for (int i = 0; i < o->n_items; i++) {
+        http_buf_free(&o->items[i].text);
+        free(o->items[i].call_id);
+        free(o->items[i].name);
+    }
+    free(o->items);
+    tc_events_free(&o->ev);
+    resp_req_free(&o->rq);
+    free(o);
+}
+
+/* One SSE event (ev taken); nothing when not streaming. */
+static void emit(resp_out *o, const char *type, json_t *ev) {
+    if (!o->sse) {
+        json_decref(ev);
+        return;
+    }
+    json_object_set_new(ev, "type", json_string(type));
+    json_object_set_new(ev, "sequence_number", json_integer(o->seq++));
+    char *s = json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    if (!s) return;
+    http_buf_add(o->sse, "event: ", 7);
+    http_buf_add(o->sse, type, strlen(type));
+    http_buf_add(o->sse, "\ndata: ", 7);
+    http_buf_add(o->sse, s, strlen(s));
+    http_buf_add(o->sse, "\n\n", 2);
+    free(s);
+}
+
+/* A content part of a message or reasoning item. */
+static json_t *part_json(const out_item *it) {
+    if (it->kind == IT_REASONING)
+        return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", buf_json(&it->text));
+    return json_pack("{s:s, s:o, s:[]}", "type", "output_text", "text", buf_json(&it->text), "annotations");
+}
+
+static json_t *item_json(const out_item *it) {
+    bool open = !strcmp(it->status, "in_progress");
+    switch (it->kind) {
+    case IT_REASONING:
+        return json_pack("{s:s, s:s, s:[], s:o, s:s}", "type", "reasoning", "id", it->id, "summary", "content",
+                         open ? json_array() : json_pack("[o]", part_json(it)), "status", it->status);
+    case IT_MESSAGE:
+        return json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", "message", "id", it->id, "status", it->status, "role",
+                         "assistant", "content", open ? json_array() : json_pack("[o]", part_json(it)));
+    default:
+        return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s}", "type", "function_call", "id", it->id, "call_id",
+                         it->call_id, "name", it->name, "arguments", buf_json(&it->text), "status", it->status);
+    }
+}
+
+/* {"item_id", "output_index"[, "content_index": 0]} of the open item. */
+static json_t *ev_at(resp_out *o, bool content_index) {
+    json_t *ev = json_pack("{s:s, s:i}", "item_id", o->items[o->open].id, "output_index", o->open);
+    if (content_index) json_object_set_new(ev, "content_index", json_integer(0));
+    return ev;
+}
+
+/* Opens an item (for a call: the CALL_START event `call`). */
+static void item_open(resp_out *o, int kind, const tc_event *call) {
+    o->items = xrealloc(o->items, (size_t)(o->n_items + 1) * sizeof *o->items);
+    out_item *it = &o->items[o->n_items];
+    memset(it, 0, sizeof *it);
+    it->kind = kind;
+    it->status = "in_progress";
+    if (call) {
+        it->call_id = xstrdup(call->id ? call->id : "");
+        it->name = xstrdup(call->name ? call->name : "");
+        it->call_index = call->index;
+    }
+    static const char *const prefix[] = {"rs", "msg", "fc"};
+    snprintf(it->id, sizeof it->id, "%s_%s%02x", prefix[kind], o->base, (unsigned)o->n_items & 0xff);
+    o->open = o->n_items++;
+    emit(o, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", o->open, "item", item_json(it)));
+    if (kind != IT_CALL) {
+        json_t *ev = ev_at(o, true);
+        json_object_set_new(ev, "part", part_json(it));
+        emit(o, "response.content_part.added", ev);
+    }
+}
+
+static void item_delta(resp_out *o, const char *text, size_t n) {
+    out_item *it = &o->items[o->open];
+    http_buf_add(&it->text, text, n);
+    json_t *ev = ev_at(o, it->kind != IT_CALL);
+    json_object_set_new(ev, "delta", text_json(text, n));
+    if (it->kind == IT_MESSAGE) json_object_set_new(ev, "logprobs", json_array());
+    emit(o, it->kind == IT_MESSAGE     ? "response.output_text.delta"
+            : it->kind == IT_REASONING ? "response.reasoning_text.delta"
+                                       : "response.function_call_arguments.delta",
+         ev);
+}
+
+static void item_close(resp_out *o, const char *status) {
+    if (o->open < 0) return;
+    out_item *it = &o->items[o->open];
+    it->status = status;
+    json_t *ev = ev_at(o, it->kind != IT_CALL);
+    if (it->kind == IT_CALL) {
+        json_object_set_new(ev, "name", json_string(it->name));
+        json_object_set_new(ev, "arguments", buf_json(&it->text));
+        emit(o, "response.function_call_arguments.done", ev);
+    } else {
+        json_object_set_new(ev, "text", buf_json(&it->text));
+        if (it->kind == IT_MESSAGE) json_object_set_new(ev, "logprobs", json_array());
+        emit(o, it->kind == IT_MESSAGE ? "response.output_text.done" : "response.reasoning_text.done", ev);
+        ev = ev_at(o, true);
+        json_object_set_new(ev, "part", part_json(it));
+        emit(o, "response.content_part.done", ev);
+    }
+    emit(o, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", o->open, "item", item_json(it)));
+    o->open = -1;
+}
+
+/* Closes the open item because an event of another kind came: a call that
+ * text follows broke (toolcall.h), anything else is complete. */
+static void item_close_for(resp_out *o, int next_kind) {
+    if (o->open < 0) return;
+    bool broken_call = o->items[o->open].kind == IT_CALL && next_kind != IT_CALL;
+    item_close(o, broken_call ? "incomplete" : "completed");
+}
+
+/* Text for a message or reasoning item (opened when another is open). */
+static void out_text(resp_out *o, int kind, const char *text, size_t n) {
+    if (n == 0) return;
+    if (o->open < 0 || o->items[o->open].kind != kind) {
+        item_close_for(o, kind);
+        item_open(o, kind, NULL);
+    }
+    item_delta(o, text, n);
+}
+
+/* The new events of the generation into items (consecutive fragments of one
+ * kind become one delta). */
+static void out_events(resp_out *o) {
+    tc_events *ev = &o->ev;
+    for (int i = 0; i < ev->n;) {
+        tc_event *e = &ev->v[i];
+        if (e->kind == TC_EV_CALL_START) {
+            item_close_for(o, IT_CALL);
+            item_open(o, IT_CALL, e);
+            i++;
+            continue;
+        }
+        http_buf b = {0};
+        int j = i;
+        for (; j < ev->n && ev->v[j].kind == e->kind && ev->v[j].index == e->index; j++)
+            http_buf_add(&b, ev->v[j].text, ev->v[j].n);
+        if (e->kind == TC_EV_CONTENT) {
+            out_text(o, IT_MESSAGE, b.p, b.n);
+        } else if (e->kind == TC_EV_REASONING) {
+            out_text(o, IT_REASONING, b.p, b.n);
+        } else if (o->open >= 0 && o->items[o->open].kind == IT_CALL && o->items[o->open].call_index == e->index &&
+                   b.n) {
+            item_delta(o, b.p, b.n);
+        }
+        http_buf_free(&b);
+        i = j;
+    }
+    tc_events_clear(ev);
+}
+
+static json_t *usage_json(const gen *g) {
+    int np, nc, cached;
+    gen_usage(g, &np, &nc, &cached);
+    return json_pack("{s:i, s:{s:i}, s:i, s:{s:i}, s:i}", "input_tokens", np, "input_tokens_details", "cached_tokens",
+                     cached, "output_tokens", nc, "output_tokens_details", "reasoning_tokens", 0, "total_tokens",
+                     np + nc);
+}
+
+/* The response object: status "in_progress" (no output yet), "completed",
+ * "incomplete" or "failed" (error: the message). */
+static json_t *response_json(resp_out *o, const char *status, const char *error) {
+    resp_req *rq = &o->rq;
+    bool final = strcmp(status, "in_progress") != 0;
+    json_t *output = json_array();
+    for (int i = 0; final && i < o->n_items; i++) json_array_append_new(output, item_json(&o->items[i]));
+    json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:b, s:o, s:o}", "id", o->id, "object", "response", "created_at",
+                          (json_int_t)gen_created(o->g), "status", status, "background", 0, "error",
+                          error ? json_pack("{s:s, s:s}", "code", "server_error", "message", error) : json_null(),
+                          "incomplete_details",
+                          strcmp(status, "incomplete") ? json_null()
+                                                        : json_pack("{s:s}", "reason", "max_output_tokens"));
+    json_object_set_new(r, "instructions", rq->instructions ? json_string(rq->instructions) : json_null());
+    json_object_set_new(r, "max_output_tokens",
+                        rq->max_output_tokens > 0 ? json_integer(rq->max_output_tokens) : json_null());
+    json_object_set_new(r, "metadata", rq->metadata ? json_incref(rq->metadata) : json_object());
+    json_object_set_new(r, "model", json_string(o->rc->model_id));
+    json_object_set_new(r, "output", output);
+    json_object_set_new(r, "parallel_tool_calls", json_boolean(rq->parallel));
+    json_object_set_new(r, "previous_response_id", rq->previous_id ? json_string(rq->previous_id) : json_null());
+    json_object_set_new(r, "reasoning", json_incref(rq->reasoning));
+    json_object_set_new(r, "store", json_boolean(rq->store));
+    json_object_set_new(r, "temperature", json_real(o->temperature));
+    json_object_set_new(r, "text", json_incref(rq->text));
+    json_object_set_new(r, "tool_choice", rq->tool_choice ? json_incref(rq->tool_choice) : json_string("auto"));
+    json_object_set_new(r, "tools", rq->tools ? json_incref(rq->tools) : json_array());
+    json_object_set_new(r, "top_p", json_real(o->top_p));
+    json_object_set_new(r, "truncation", json_string("disabled"));
+    json_object_set_new(r, "usage", final ? usage_json(o->g) : json_null());
+    if (rq->user) json_object_set_new(r, "user", json_string(rq->user));
+    if (final) json_object_set_new(r, "completed_at", json_integer((json_int_t)time(NULL)));
+    return r;
+}
+
+/* The end of a generation that finished: closes the items, and returns the
+ * final response (a new reference), stored unless "store": false. */
+static json_t *out_finish(resp_out *o) {
+    bool truncated = !strcmp(gen_finish_reason(o->g), "length");
+    int n_calls = gen_n_calls(o->g);
+    if (o->open >= 0) {
+        out_item *it = &o->items[o->open];
+        bool ok = it->kind == IT_CALL ? it->call_index < n_calls : !truncated;
+        item_close(o, ok ? "completed" : "incomplete");
+    }
+    bool answered = false;
+    for (int i = 0; i < o->n_items; i++)
+        answered |= o->items[i].kind == IT_MESSAGE ||
+                    (o->items[i].kind == IT_CALL && !strcmp(o->items[i].status, "completed"));
+    if (!answered) {
+        /* clients look for the text in a message: an empty answer is one */
+        item_open(o, IT_MESSAGE, NULL);
+        item_close(o, truncated ? "incomplete" : "completed");
+    }
+    json_t *r = response_json(o, truncated ? "incomplete" : "completed", NULL);
+    if (o->rq.store) {
+        char *text = json_dumps(r, JSON_COMPACT);
+        json_t *history = json_array();
+        json_array_extend(history, o->rq.history);
+        for (int i = 0; i < o->n_items; i++) json_array_append_new(history, item_json(&o->items[i]));
+        if (text) store_put(o->rc->responses, o->id, text, history);
+        else json_decref(history);
+    }
+    return r;
+}
+
+static void answer_whole(resp_out *o, http_exchange *x) {
+    bool done = false;
+    while (!done) {
+        done = gen_poll(o->g, 20, &o->ev, NULL);
+        out_events(o);
+        if (!done && http_client_gone(x)) break;
+    }
+    int status = 200;
+    if (!done) {
+        gen_cancel(o->g);
+        status = 499;
+        reply_error(x, 499, "client closed the connection", NULL, NULL);
+    } else if (!gen_finish_reason(o->g)) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
+        reply_error(x, status, msg, NULL, NULL);
+    } else {
+        json_t *r = out_finish(o);
+        reply_json(x, 200, r);
+        json_decref(r);
+    }
+    gen_done(o->g, "POST", status, false);
+    out_free(o);
+}
+
+static int stream_next(void *sctx, http_buf *out) {
+    resp_out *o = sctx;
+    o->sse = out;
+    if (!o->started) {
+        o->started = true;
+        emit(o, "response.created", json_pack("{s:o}", "response", response_json(o, "in_progress", NULL)));
+        emit(o, "response.in_progress", json_pack("{s:o}", "response", response_json(o, "in_progress", NULL)));
+        o->sse = NULL;
+        return 1;
+    }
+    bool done = gen_poll(o->g, 20, &o->ev, NULL);
+    out_events(o);
+    if (done) {
+        const char *fr = gen_finish_reason(o->g);
+        if (!fr) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, NULL));
+            item_close(o, "incomplete");
+            emit(o, "response.failed", json_pack("{s:o}", "response", response_json(o, "failed", msg)));
+        } else {
+            json_t *r = out_finish(o);
+            bool complete = !strcmp(json_string_value(json_object_get(r, "status")), "completed");
+            emit(o, complete ? "response.completed" : "response.incomplete", json_pack("{s:o}", "response", r));
+        }
+    }
+    o->sse = NULL;
+    return done ? 0 : 1;
+}
+
+static void stream_done(void *sctx, bool completed) {
+    resp_out *o = sctx;
+    if (!completed) gen_cancel(o->g);
+    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    out_free(o);
+}
+
+/* ---- routes ---- */
+
 bool api_responses_create(routes_ctx *rc, http_exchange *x) {
-    (void)rc;
-    not_yet(x);
-    return false;
+    int64_t t0 = clock_ns();
+    json_t *body = body_json(x);
+    if (!body) return false;
+    resp_req rq;
+    rfail f = {0};
+    int r = translate(rc, body, &rq, &f);
+    json_decref(body);
+    if (r < 0) {
+        reply_error(x, f.status, f.msg, f.param, f.code);
+        resp_req_free(&rq);
+        return false;
+    }
+    oai_params p;
+    const char *param = NULL;
+    err_t e = {0};
+    if (oai_parse(rq.chat, OAI_CHAT, tok_n_vocab(rc->tok), &p, &param, &e) < 0) {
+        param = rename_error(param, e.msg, sizeof e.msg);
+        reply_error(x, 400, e.msg, param, NULL);
+        resp_req_free(&rq);
+        return false;
+    }
+    gen_fail gf;
+    gen *g = gen_start(rc, &p, "/v1/responses", t0, &gf);
+    if (!g) {
+        const char *gp = rename_error(gf.param, gf.e.msg, sizeof gf.e.msg);
+        reply_error(x, gf.status, gf.e.msg, gp, gf.code);
+        oai_params_free(&p);
+        resp_req_free(&rq);
+        return false;
+    }
+    resp_out *o = xcalloc(1, sizeof *o);
+    o->rc = rc;
+    o->g = g;
+    o->rq = rq;
+    json_decref(o->rq.chat);
+    o->rq.chat = NULL;
+    o->open = -1;
+    o->stream = p.stream;
+    o->temperature = p.sp.temperature;
+    o->top_p = p.sp.top_p;
+    snprintf(o->base, sizeof o->base, "%llx%06llx", (unsigned long long)rc->created, gen_serial(g));
+    snprintf(o->id, sizeof o->id, "resp_%s", o->base);
+    oai_params_free(&p);
+    if (o->stream)
+        http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
+    else
+        answer_whole(o, x);
+    return true;
 }
 
 void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
-    (void)rc;
-    (void)id;
-    not_yet(x);
+    char msg[300];
+    if (!*id || strchr(id, '/')) {
+        snprintf(msg, sizeof msg, "no route for %s /v1/responses/%.200s", http_method(x), id);
+        reply_error(x, 404, msg, NULL, NULL);
+        return;
+    }
+    snprintf(msg, sizeof msg, "no stored response with id '%.200s'", id);
+    if (!strcmp(http_method(x), "DELETE")) {
+        if (!store_delete(rc->responses, id)) {
+            reply_error(x, 404, msg, NULL, "response_not_found");
+            return;
+        }
+        json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
+        if (!o) o = json_pack("{s:s, s:b}", "object", "response", "deleted", 1); /* id not UTF-8 */
+        reply_json(x, 200, o);
+        json_decref(o);
+        return;
+    }
+    char *json = NULL;
+    if (!store_get(rc->responses, id, &json, NULL)) {
+        reply_error(x, 404, msg, NULL, "response_not_found");
+        return;
+    }
+    http_reply(x, 200, "application/json", json, strlen(json), NULL, NULL);
+    free(json);
 }
