@@ -254,11 +254,15 @@ static void seq_release_blocks(engine *en, seq *s) {
     s->n_disk_done = 0;
 }
 
-/* A free block, evicting cached ones if needed; -1 when none can be had. */
+static bool disk_cancel_loads(engine *en);
+
+/* A free block, evicting cached ones if needed, then taking back the blocks
+ * of waiting sequences' disk reads; -1 when none can be had. */
 static int32_t alloc_block(engine *en) {
     int32_t b = kvpool_alloc(en->pool);
     if (b >= 0) return b;
     if (radix_evict(en->tree, 1) > 0) b = kvpool_alloc(en->pool);
+    if (b < 0 && disk_cancel_loads(en)) return alloc_block(en);
     return b;
 }
 
@@ -360,6 +364,21 @@ static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap) {
     s->n_loading = q;
     s->n_load_from = n_ready;
     return q;
+}
+
+/* A running sequence needs a block and none is left: the waiting sequences
+ * that hold blocks for disk reads let them go (they look again when next
+ * admitted). Returns whether any block was released. */
+static bool disk_cancel_loads(engine *en) {
+    bool any = false;
+    for (int i = 0; i < en->waiting.n; i++) {
+        seq *s = en->waiting.v[i];
+        if (s->n_loading == 0) continue;
+        seq_release_blocks(en, s);
+        s->disk_tried = false;
+        any = true;
+    }
+    return any;
 }
 
 /* Returns false while reads of s are running. When all are done: copies the

@@ -7,6 +7,10 @@
  * kvloom_preemptions_total, kvloom_kv_blocks_{used,total,cached},
  * kvloom_constrained_tokens_total, kvloom_forced_tokens_total,
  * kvloom_grammar_mask_seconds_total,
+ * kvloom_kv_disk_blocks, kvloom_kv_disk_bytes,
+ * kvloom_kv_disk_{read,written}_bytes_total, kvloom_kv_disk_restored_tokens_total,
+ * kvloom_kv_disk_rejected_total{reason="corrupt"|"foreign"},
+ * kvloom_kv_disk_write_errors_total, kvloom_kv_disk_writes_dropped_total,
  * kvloom_time_to_first_token_seconds, kvloom_time_per_output_token_seconds
  * (histograms) and kvloom_requests_total{status}.
  */
@@ -85,6 +89,26 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
     gauge(b, "kvloom_kv_blocks_used", "KV blocks holding a reference (requests or the prefix cache).", "gauge",
           st->kv_blocks_used);
     gauge(b, "kvloom_kv_blocks_cached", "KV blocks indexed by the prefix cache.", "gauge", st->kv_blocks_cached);
+    gauge(b, "kvloom_kv_disk_blocks", "KV blocks on disk (--kv-disk).", "gauge", (double)st->kv_disk_blocks);
+    gauge(b, "kvloom_kv_disk_bytes", "Bytes of the KV block files on disk.", "gauge", (double)st->kv_disk_bytes);
+    gauge(b, "kvloom_kv_disk_read_bytes_total", "Bytes of KV block files read back from disk.", "counter",
+          (double)st->kv_disk_read_bytes_total);
+    gauge(b, "kvloom_kv_disk_written_bytes_total", "Bytes of KV block files written to disk.", "counter",
+          (double)st->kv_disk_written_bytes_total);
+    gauge(b, "kvloom_kv_disk_restored_tokens_total",
+          "Prompt tokens whose KV was read back from disk instead of recomputed.", "counter",
+          (double)st->kv_disk_restored_tokens_total);
+    http_buf_printf(b, "# HELP kvloom_kv_disk_rejected_total KV block files never served: corrupt (deleted) or "
+                       "of another model or format version (ignored).\n"
+                       "# TYPE kvloom_kv_disk_rejected_total counter\n"
+                       "kvloom_kv_disk_rejected_total{reason=\"corrupt\"} %llu\n"
+                       "kvloom_kv_disk_rejected_total{reason=\"foreign\"} %llu\n",
+                    (unsigned long long)st->kv_disk_rejected_corrupt_total,
+                    (unsigned long long)st->kv_disk_rejected_foreign_total);
+    gauge(b, "kvloom_kv_disk_write_errors_total", "KV block writes that failed (a full disk): recomputed later.",
+          "counter", (double)st->kv_disk_write_errors_total);
+    gauge(b, "kvloom_kv_disk_writes_dropped_total", "KV blocks not written: the I/O queue was full or a file is "
+          "larger than --kv-disk-size.", "counter", (double)st->kv_disk_writes_dropped_total);
     hist(b, "kvloom_time_to_first_token_seconds", "Time from submission to the first generated token.", &st->ttft);
     hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &st->tpot);
     http_buf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"

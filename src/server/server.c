@@ -59,6 +59,9 @@ const char *server_usage(void) {
            "  -t, --threads N          compute threads (default: all CPUs)\n"
            "  -c, --ctx N              positions per sequence (default: the model's training context)\n"
            "  --block-tokens N         tokens per KV block (default 16)\n"
+           "  --kv-disk DIR            keep KV blocks on disk in DIR too (written through, read\n"
+           "                           back instead of recomputed; survives restarts)\n"
+           "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
            "  --max-body BYTES         request body limit (default 8M)\n"
            "  --max-connections N      simultaneous connections (default 256)\n"
            "  --ready-file PATH        write the bound port to PATH once listening\n"
@@ -240,6 +243,12 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--shutdown-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 86400, &o->shutdown_timeout_s, e);
+        } else if (!strcmp(a, "--kv-disk")) {
+            NEED_VALUE;
+            o->kv_disk_dir = v;
+        } else if (!strcmp(a, "--kv-disk-size")) {
+            NEED_VALUE;
+            rc = parse_bytes(a, v, &o->kv_disk_max_bytes, e);
         } else if (!strcmp(a, "--check")) {
             o->check = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -368,6 +377,8 @@ int server_main(const server_opts *o) {
     eo.is_eog = eog_cb;
     eo.eog_ctx = tk;
     eo.check = o->check;
+    eo.kv_disk_dir = o->kv_disk_dir;
+    eo.kv_disk_max_bytes = o->kv_disk_max_bytes;
     eo.step_delay_us = o->step_delay_us;
     eo.gvocab = gv;
     eo.tokenize = tokenize_cb;

@@ -49,6 +49,8 @@ typedef struct server_opts {
     const char *cors_origins[SERVER_MAX_CORS];
     int n_cors_origins;
     int shutdown_timeout_s;   /* --shutdown-timeout: drain time on SIGINT/SIGTERM; 10 */
+    const char *kv_disk_dir;  /* --kv-disk: the KV disk tier's directory; NULL = off  */
+    size_t kv_disk_max_bytes; /* --kv-disk-size: its size cap; 0 = none               */
 } server_opts;
 
 /* Used when no -m is given (relative to the working directory). */
