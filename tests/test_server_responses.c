@@ -643,7 +643,7 @@ static void check_bad_input(void) {
     int st;
     json_t *r = create("{\"input\":\"x\",\"max_output_tokens\":2,\"truncation\":\"auto\",\"include\":[],\"user\":\"u\","
                        "\"reasoning\":{\"effort\":\"low\",\"summary\":\"auto\"},\"text\":{\"verbosity\":\"low\"},"
-                       "\"parallel_tool_calls\":null,\"service_tier\":\"auto\",\"prompt_cache_key\":\"k\"}",
+                       "\"parallel_tool_calls\":null,\"service_tier\":\"auto\",\"prompt_cache_key\":\"k\",\"tools\":[]}",
                        &st);
     CHECK_MSG(st == 200, "client defaults: %d %s", st, r ? json_dumps(r, 0) : "");
     json_decref(r);

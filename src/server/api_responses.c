@@ -468,6 +468,7 @@ static int conv_item(conv *c, json_t *it, const char *where, rfail *f) {
 /* tools: the flat Responses shape to chat's. */
 static int map_tools(json_t *tools, json_t *chat, rfail *f) {
     if (!json_is_array(tools)) return rbad(f, "tools", "tools: must be an array");
+    if (json_array_size(tools) == 0) return 0; /* agents send [] for no tools */
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
     for (size_t i = 0; i < json_array_size(tools); i++) {
