@@ -491,6 +491,7 @@ static int try_admit(engine *en, seq *s) {
     int n_new = n_need_blocks - n_ready;
     if (!ensure_free(en, n_new)) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
+        s->disk_tried = false; /* what it restored may be evicted before it runs */
         return -1;
     }
     s->n_blocks = 0;
