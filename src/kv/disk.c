@@ -728,7 +728,11 @@ int kvdisk_write_async(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *
         }
     }
     bool too_big = d->o.max_bytes && d->file_bytes > d->o.max_bytes;
-    int j = d->n_threads && !too_big ? free_slot(d) : -1;
+    /* writes leave a quarter of the slots to reads (a request is waiting on
+     * those) */
+    int n_writes = 0;
+    for (int i = 0; i < d->n_slots; i++) n_writes += d->slots[i].kind == JOB_WRITE && d->slots[i].state != SLOT_FREE;
+    int j = d->n_threads && !too_big && n_writes < d->n_slots - d->n_slots / 4 ? free_slot(d) : -1;
     if (j < 0) {
         d->st.writes_dropped++;
         pthread_mutex_unlock(&d->mu);

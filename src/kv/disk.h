@@ -132,7 +132,8 @@ int kvdisk_write(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens
 int kvdisk_read(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens, void *k, void *v);
 
 /* ---- asynchronous (the engine thread) ---- */
-/* Copies the block into a free slot and queues its write. Returns 0 queued,
+/* Copies the block into a free slot and queues its write (writes may hold at
+ * most three quarters of the slots; the rest are for reads). Returns 0 queued,
  * 1 already on disk or queued (refreshed, nothing to do), ERR_RANGE no free
  * slot or no threads (counted as dropped; try again later), ERR_UNSUPPORTED
  * when one file is larger than max_bytes (never worth retrying). */

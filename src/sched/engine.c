@@ -333,17 +333,19 @@ static void disk_write_through(engine *en, seq *s) {
 
 /* At admission, after the RAM match of n_ready blocks (their references are
  * in en->scratch): queues reads of the blocks after them that are on disk,
- * into fresh pool blocks. Returns the number of reads queued (s then holds
- * the matched and the fresh blocks and waits), 0 when nothing is to load. */
-static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap) {
+ * into fresh pool blocks, as many as the queue takes (the rest follow after
+ * this batch is restored). Returns the number of reads queued (s then holds
+ * the matched and the fresh blocks and waits), 0 when nothing is to load or
+ * the sequence does not fit in the pool now. */
+static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n_need_blocks) {
     s->disk_tried = true;
     seq_keys(en, s, n_match_cap);
     int m = 0;
     while (n_ready + m < n_match_cap && kvdisk_contains(en->disk, s->keys[n_ready + m])) m++;
     if (m == 0) return 0;
-    ensure_free(en, m);
-    m = MIN(m, kvpool_n_free(en->pool));
-    if (m <= 0) return 0;
+    /* only when the whole sequence fits: restored blocks of a sequence that
+     * cannot run yet would just be evicted again */
+    if (!ensure_free(en, n_need_blocks - n_ready)) return 0;
     int B = en->o.block_tokens;
     s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
     int q = 0;
@@ -399,6 +401,7 @@ static bool disk_restore(engine *en, seq *s) {
             kvdisk_read_drop(en->disk, s->load_slot[i]);
         }
     }
+    s->disk_tried = n_ok < s->n_loading; /* all good: look for the next batch */
     s->n_loading = 0;
     int n_full = s->n_load_from + n_ok;
     if (n_ok > 0) {
@@ -487,7 +490,7 @@ static int try_admit(engine *en, seq *s) {
         for (int i = 0; i < n_ready + n_pending; i++) kvpool_unref(en->pool, en->scratch[i]);
         return 0;
     }
-    if (en->disk && !s->disk_tried && disk_prefetch(en, s, n_ready, n_match_cap) > 0) return 0;
+    if (en->disk && !s->disk_tried && disk_prefetch(en, s, n_ready, n_match_cap, n_need_blocks) > 0) return 0;
     int n_new = n_need_blocks - n_ready;
     if (!ensure_free(en, n_new)) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
