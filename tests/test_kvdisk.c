@@ -541,6 +541,31 @@ static void test_engine_disk(model *m) {
     CHECK(st.kv_disk_restored_tokens_total >= 96 * (N_PROMPTS - 1));
     engine_free(en);
 
+    /* a long prompt (93 full blocks, more than the I/O queue's slots) after
+     * a restart: restored in several batches, all of it */
+    {
+        enum { LONG = 1500 };
+        int32_t *lp = xmalloc(LONG * sizeof *lp);
+        for (int i = 0; i < LONG; i++) lp[i] = i == 0 ? 1 : 3 + (int32_t)(rng_u64() % 500);
+        answer lref;
+        en = new_engine(m, 128, NULL, 0);
+        ask(en, lp, LONG, &lref);
+        engine_free(en);
+        rm_rf(g_dir);
+        en = new_engine(m, 128, g_dir, 0);
+        ask(en, lp, LONG, &a);
+        CHECK_MSG(same_answer(&a, &lref), "a long prompt with the disk tier");
+        engine_free(en);
+        en = new_engine(m, 128, g_dir, 0);
+        ask(en, lp, LONG, &a);
+        CHECK_EQ_INT(a.cached, 93 * 16);
+        CHECK_MSG(same_answer(&a, &lref), "a long prompt restored from disk after a restart");
+        engine_get_stats(en, &st);
+        CHECK_EQ_INT(st.kv_disk_restored_tokens_total, 93 * 16);
+        engine_free(en);
+        free(lp);
+    }
+
     /* a disk that holds less than one block: everything is recomputed, the
      * same answers, no error */
     rm_rf(g_dir);
