@@ -336,7 +336,8 @@ static void disk_write_through(engine *en, seq *s) {
  * into fresh pool blocks, as many as the queue takes (the rest follow after
  * this batch is restored). Returns the number of reads queued (s then holds
  * the matched and the fresh blocks and waits), 0 when nothing is to load or
- * the sequence does not fit in the pool now. */
+ * the sequence does not fit in the pool now, -1 when blocks are on disk but
+ * the queue has no free slot (s waits for one rather than recompute). */
 static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n_need_blocks) {
     s->disk_tried = true;
     seq_keys(en, s, n_match_cap);
@@ -355,7 +356,10 @@ static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n
         if (slot < 0) break;
         s->load_slot[q] = slot;
     }
-    if (q == 0) return 0;
+    if (q == 0) {
+        s->disk_tried = false; /* the queue is busy with others' reads: next step */
+        return -1;
+    }
     s->n_blocks = 0;
     for (int i = 0; i < n_ready; i++) seq_push_block(s, en->scratch[i], false);
     for (int i = 0; i < q; i++) {
@@ -490,7 +494,14 @@ static int try_admit(engine *en, seq *s) {
         for (int i = 0; i < n_ready + n_pending; i++) kvpool_unref(en->pool, en->scratch[i]);
         return 0;
     }
-    if (en->disk && !s->disk_tried && disk_prefetch(en, s, n_ready, n_match_cap, n_need_blocks) > 0) return 0;
+    if (en->disk && !s->disk_tried) {
+        int q = disk_prefetch(en, s, n_ready, n_match_cap, n_need_blocks);
+        if (q > 0) return 0;
+        if (q < 0) {
+            for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
+            return 0;
+        }
+    }
     int n_new = n_need_blocks - n_ready;
     if (!ensure_free(en, n_new)) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
