@@ -377,7 +377,7 @@ static int reject(kvdisk *d, uint64_t key, const char *path, const char *why) {
 static int image_load(kvdisk *d, uint8_t *buf, uint64_t key, uint64_t parent, const int32_t *tokens) {
     char path[4096];
     file_path(d, key, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO never blocks us */
     if (fd < 0) {
         pthread_mutex_lock(&d->mu);
         idx_remove(d, key);
@@ -389,9 +389,9 @@ static int image_load(kvdisk *d, uint8_t *buf, uint64_t key, uint64_t parent, co
         close(fd);
         return ERR_NOTFOUND;
     }
-    if ((uint64_t)sb.st_size != d->file_bytes) {
+    if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != d->file_bytes) {
         close(fd);
-        return reject(d, key, path, "wrong size (torn or truncated)");
+        return reject(d, key, path, "not a regular file of the right size (torn or truncated)");
     }
     size_t got = 0;
     while (got < d->file_bytes) {
@@ -473,10 +473,10 @@ static int scan_dir(kvdisk *d, err_t *e) {
             d->st.rejected_foreign++;
             continue;
         }
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0) continue;
         struct stat sb;
-        ssize_t r = fstat(fd, &sb) == 0 ? read(fd, hdr, sizeof hdr) : -1;
+        ssize_t r = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, hdr, sizeof hdr) : -1;
         close(fd);
         if (r == (ssize_t)sizeof hdr && memcmp(hdr, MAGIC, 8) == 0 && get_u32(hdr + 8) != KVDISK_VERSION) {
             d->st.rejected_foreign++; /* another format version: leave it alone */

@@ -427,18 +427,6 @@ static void stats_publish(engine *en) {
     en->cnt.n_waiting = en->waiting.n;
     en->cnt.kv_blocks_used = kvpool_n_used(en->pool);
     en->cnt.kv_blocks_cached = radix_n_cached(en->tree);
-    if (en->disk) {
-        kvdisk_stats ds;
-        kvdisk_get_stats(en->disk, &ds);
-        en->cnt.kv_disk_blocks = ds.n_files;
-        en->cnt.kv_disk_bytes = ds.n_bytes;
-        en->cnt.kv_disk_read_bytes_total = ds.bytes_read;
-        en->cnt.kv_disk_written_bytes_total = ds.bytes_written;
-        en->cnt.kv_disk_rejected_corrupt_total = ds.rejected_corrupt;
-        en->cnt.kv_disk_rejected_foreign_total = ds.rejected_foreign;
-        en->cnt.kv_disk_write_errors_total = ds.write_errors;
-        en->cnt.kv_disk_writes_dropped_total = ds.writes_dropped;
-    }
     pthread_mutex_lock(&en->mu);
     en->stats = en->cnt;
     en->n_waiting_shared = en->waiting.n;
@@ -1153,4 +1141,16 @@ void engine_get_stats(engine *en, engine_stats *out) {
     *out = en->stats;
     out->n_waiting += en->n_submitq;
     pthread_mutex_unlock(&en->mu);
+    if (en->disk) { /* the store's own counters, current (its I/O threads move them) */
+        kvdisk_stats ds;
+        kvdisk_get_stats(en->disk, &ds);
+        out->kv_disk_blocks = ds.n_files;
+        out->kv_disk_bytes = ds.n_bytes;
+        out->kv_disk_read_bytes_total = ds.bytes_read;
+        out->kv_disk_written_bytes_total = ds.bytes_written;
+        out->kv_disk_rejected_corrupt_total = ds.rejected_corrupt;
+        out->kv_disk_rejected_foreign_total = ds.rejected_foreign;
+        out->kv_disk_write_errors_total = ds.write_errors;
+        out->kv_disk_writes_dropped_total = ds.writes_dropped;
+    }
 }
