@@ -552,6 +552,46 @@ static void test_engine_disk(model *m) {
     CHECK(st.kv_disk_restored_tokens_total >= 96 * (N_PROMPTS - 1));
     engine_free(en);
 
+    /* requests cancelled while their blocks come back from disk: nothing
+     * leaks (--check after every step), the others answer as the recompute */
+    en = new_engine(m, 20, g_dir, 0);
+    {
+        req *rs[N_PROMPTS];
+        for (int p = 0; p < N_PROMPTS; p++) {
+            int32_t *ids = xmalloc(PROMPT_LEN * sizeof *ids);
+            memcpy(ids, g_prompts[p], PROMPT_LEN * sizeof *ids);
+            rs[p] = req_new(ids, PROMPT_LEN);
+            rs[p]->sp.temperature = 0;
+            rs[p]->max_tokens = 8;
+            rs[p]->ignore_eos = true;
+            err_t e = {0};
+            CHECK_MSG(engine_submit(en, rs[p], &e) == 0, "%s", e.msg);
+            if (p % 2) req_cancel(rs[p]);
+        }
+        for (int p = 0; p < N_PROMPTS; p++) {
+            req_finish fin = REQ_RUNNING;
+            int seen = 0;
+            while (fin == REQ_RUNNING) seen = req_wait(rs[p], seen, 5000, &fin);
+            if (p % 2 == 0) {
+                CHECK_EQ_INT(fin, REQ_FINISH_LENGTH);
+                CHECK_EQ_INT(seen, 8);
+                for (int i = 0; i < MIN(seen, 8); i++) CHECK_EQ_INT(rs[p]->tokens[i].id, ref[p].tok[i].id);
+            }
+            req_unref(rs[p]);
+        }
+        for (int p = 0; p < N_PROMPTS; p++) {
+            ask(en, g_prompts[p], PROMPT_LEN, &a);
+            CHECK_MSG(same_answer(&a, &ref[p]), "prompt %d after cancellations", p);
+        }
+        engine_get_stats(en, &st);
+        for (int w = 0; w < 200 && st.kv_blocks_used != st.kv_blocks_cached; w++) { /* the last step's publish */
+            usleep(5000);
+            engine_get_stats(en, &st);
+        }
+        CHECK_EQ_INT(st.kv_blocks_used, st.kv_blocks_cached); /* only the tree holds blocks */
+    }
+    engine_free(en);
+
     /* a long prompt (93 full blocks, more than the I/O queue's slots) after
      * a restart: restored in several batches, all of it */
     {
