@@ -29,11 +29,14 @@
  *      need), skip a sequence whose next blocks another sequence is still
  *      computing (PENDING: it waits rather than recomputes), allocate all
  *      blocks for its known tokens at once, index its full prompt blocks as
- *      PENDING so later requests join instead of recomputing;
+ *      PENDING so later requests join instead of recomputing; with the disk
+ *      tier (--kv-disk), blocks past the RAM match that are on disk are read
+ *      back first (the sequence waits for its reads, then is matched again);
  *   5. build one ragged batch under the token budget: one decode token per
  *      running sequence, then prefill chunks, shortest remaining prefill
  *      first (ENGINE_PREFILL_STEP_MIN below); forward;
- *   6. sample, post tokens, index newly completed blocks READY, finish.
+ *   6. sample, post tokens, index newly completed blocks READY (and queue
+ *      their write to the disk tier), finish.
  *
  * Reference invariant: each entry of a sequence's block table holds exactly
  * one pool reference, dropped when the sequence finishes or is preempted;
