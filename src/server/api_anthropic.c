@@ -1,15 +1,806 @@
 /*
- * api_anthropic.c — POST /v1/messages, the Anthropic Messages API (apis.h).
- * Placeholder until the implementation lands: answers 501 in Anthropic's
- * error shape.
+ * api_anthropic.c — the Anthropic Messages API (apis.h; docs/server.md
+ * "Anthropic Messages API"):
+ *
+ *   POST /v1/messages               blocks ─▶ OpenAI chat body ─▶ oai_parse ─▶
+ *                                   gen_start ─▶ events ─▶ content blocks
+ *                                   (JSON or SSE)
+ *   POST /v1/messages/count_tokens  the same translation ─▶ {input_tokens}
+ *
+ * Place in the flow: server/, on the HTTP thread of the request, dispatched
+ * by routes.c after the API key check. The request becomes a chat body and
+ * goes through oai_parse, so every rule of the chat route (ranges, tools,
+ * schemas, constrained decoding, reasoning) holds here too:
+ *
+ *   system (string | text blocks)   ─▶ a system message, first
+ *   user content: text blocks       ─▶ a user message (texts joined)
+ *                 tool_result       ─▶ a tool message (tool_call_id =
+ *                                      tool_use_id), before the user's text
+ *   assistant content: text         ─▶ content
+ *                      tool_use     ─▶ tool_calls {id, function {name,
+ *                                      arguments = input}}
+ *                      thinking     ─▶ reasoning_content
+ *   a final assistant message       ─▶ a prefill: the answer continues it
+ *   tools [{name, description, input_schema}] ─▶ function tools
+ *   tool_choice auto | any | tool(name) | none ─▶ auto | required |
+ *                                      named function | none;
+ *                                      disable_parallel_tool_use ─▶
+ *                                      parallel_tool_calls false
+ *   stop_sequences ─▶ stop · max_tokens ─▶ max_tokens · metadata.user_id ─▶
+ *   user · thinking {type: enabled | disabled} ─▶ enable_thinking (models
+ *   with a reasoning template)
+ *
+ * The answer is built by one state machine for both modes: generate.h
+ * events open and fill content blocks, at most one open at a time:
+ *
+ *   REASONING ─▶ {type:"thinking", thinking, signature:""}
+ *   CONTENT   ─▶ {type:"text", text}
+ *   CALL_START, CALL_ARGS ─▶ {type:"tool_use", id:"toolu_...", name, input}
+ *
+ * stop_reason: "tool_use" (complete calls), "max_tokens", "stop_sequence"
+ * (stop_sequence names it) or "end_turn". A call that text follows broke
+ * (toolcall.h: its raw text comes as content): the whole answer leaves it
+ * out; a stream has already shown its block. usage: input_tokens are the
+ * prompt tokens computed, cache_read_input_tokens those served from the
+ * prefix cache (the two add up to the prompt, as Anthropic counts them).
+ *
+ * Streaming (SSE, "event: TYPE\ndata: {...}"): message_start, ping, per
+ * block content_block_start, content_block_delta (text_delta |
+ * thinking_delta | input_json_delta) ..., content_block_stop; then
+ * message_delta {stop_reason, stop_sequence, usage} and message_stop; a
+ * failure after the start is an "error" event.
+ *
+ * Errors: {"type":"error","error":{"type":..,"message":..}} with the type
+ * Anthropic gives the status (invalid_request_error, authentication_error,
+ * not_found_error, rate_limit_error, api_error, overloaded_error).
  */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "apis.h"
+#include "generate.h"
+#include "oai.h"
+
+/* ---- replies ---- */
+
+static const char *error_type(int status) {
+    switch (status) {
+    case 400: case 405: case 413: case 415: case 422: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
+    case 503: case 529: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+static char *error_json(int status, const char *msg) {
+    json_t *o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", error_type(status), "message", msg);
+    if (!o) o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", error_type(status), "message",
+                          "(the error message is not valid UTF-8)");
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+void api_anthropic_error(http_exchange *x, int status, const char *msg) {
+    char *s = error_json(status, msg);
+    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
+               status == 429 ? "1" : NULL);
+    free(s);
+}
+
+static void reply_json(http_exchange *x, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (!s) s = xstrdup("{}");
+    http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
+    free(s);
+}
+
+/* A field's value, or NULL when absent or null. */
+static json_t *field(json_t *o, const char *name) {
+    json_t *v = json_object_get(o, name);
+    return json_is_null(v) ? NULL : v;
+}
+
+static json_t *text_json(const char *p, size_t n) {
+    json_t *s = json_stringn(p ? p : "", n);
+    return s ? s : json_string("");
+}
+
+static json_t *buf_json(const http_buf *b) { return text_json(b->p, b->n); }
+
+/* ---- request translation: Messages body -> OpenAI chat body ---- */
+
+typedef struct afail {
+    int status;
+    char msg[640];
+} afail;
+
+static int abad(afail *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int abad(afail *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    va_end(ap);
+    f->status = 400;
+    return -1;
+}
+
+/* The text of a content given as a string or as text blocks (other block
+ * types refused, naming where). */
+static int text_of(json_t *c, const char *where, http_buf *out, afail *f) {
+    if (json_is_string(c)) {
+        http_buf_add(out, json_string_value(c), json_string_length(c));
+        return 0;
+    }
+    if (!json_is_array(c)) return abad(f, "%s: must be a string or an array of text blocks", where);
+    for (size_t j = 0; j < json_array_size(c); j++) {
+        json_t *b = json_array_get(c, j);
+        json_t *type = json_is_object(b) ? field(b, "type") : NULL;
+        if (!json_is_string(type)) return abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
+        if (strcmp(json_string_value(type), "text"))
+            return abad(f, "%s.%zu.type: '%.64s' blocks are not supported here (text only)", where, j,
+                        json_string_value(type));
+        json_t *text = field(b, "text");
+        if (!json_is_string(text)) return abad(f, "%s.%zu.text: must be a string", where, j);
+        http_buf_add(out, json_string_value(text), json_string_length(text));
+    }
+    return 0;
+}
+
+/* The tool_use ids seen so far (an object used as a set) live in `ids`. */
+static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, afail *f) {
+    char where[64];
+    snprintf(where, sizeof where, "messages.%zu.content", i);
+    if (json_is_string(content)) {
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", content));
+        return 0;
+    }
+    if (!json_is_array(content)) return abad(f, "%s: must be a string or an array of content blocks", where);
+    http_buf text = {0};
+    bool any_text = false;
+    int r = 0;
+    for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
+        json_t *b = json_array_get(content, j);
+        json_t *type = json_is_object(b) ? field(b, "type") : NULL;
+        if (!json_is_string(type)) {
+            r = abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
+            break;
+        }
+        const char *t = json_string_value(type);
+        if (!strcmp(t, "text")) {
+            json_t *s = field(b, "text");
+            if (!json_is_string(s)) {
+                r = abad(f, "%s.%zu.text: must be a string", where, j);
+                break;
+            }
+            if (any_text) http_buf_add(&text, "\n", 1);
+            http_buf_add(&text, json_string_value(s), json_string_length(s));
+            any_text = true;
+        } else if (!strcmp(t, "tool_result")) {
+            json_t *id = field(b, "tool_use_id"), *c = field(b, "content"), *err = field(b, "is_error");
+            if (!json_is_string(id) || !json_string_length(id)) {
+                r = abad(f, "%s.%zu.tool_use_id: must be a non-empty string", where, j);
+                break;
+            }
+            if (!json_object_get(ids, json_string_value(id))) {
+                r = abad(f, "%s.%zu.tool_use_id: '%.100s' matches no tool_use block of an earlier assistant message",
+                         where, j, json_string_value(id));
+                break;
+            }
+            if (err && !json_is_boolean(err)) {
+                r = abad(f, "%s.%zu.is_error: must be a boolean", where, j);
+                break;
+            }
+            http_buf out = {0};
+            char w[96];
+            snprintf(w, sizeof w, "%s.%zu.content", where, j);
+            if (c) r = text_of(c, w, &out, f);
+            if (r == 0) {
+                json_t *m = json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
+                                      json_is_true(err) && !out.n ? json_string("error") : buf_json(&out));
+                json_array_append_new(msgs, m);
+            }
+            http_buf_free(&out);
+        } else {
+            r = abad(f, "%s.%zu.type: '%.64s' blocks are not supported in user messages (text and tool_result only)",
+                     where, j, t);
+        }
+    }
+    if (r == 0 && any_text) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content", buf_json(&text)));
+    http_buf_free(&text);
+    return r;
+}
+
+static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t i, afail *f) {
+    char where[64];
+    snprintf(where, sizeof where, "messages.%zu.content", i);
+    if (json_is_string(content)) {
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "assistant", "content", content));
+        return 0;
+    }
+    if (!json_is_array(content)) return abad(f, "%s: must be a string or an array of content blocks", where);
+    http_buf text = {0}, thinking = {0};
+    json_t *calls = json_array();
+    int r = 0;
+    for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
+        json_t *b = json_array_get(content, j);
+        json_t *type = json_is_object(b) ? field(b, "type") : NULL;
+        if (!json_is_string(type)) {
+            r = abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
+            break;
+        }
+        const char *t = json_string_value(type);
+        if (!strcmp(t, "text")) {
+            json_t *s = field(b, "text");
+            if (!json_is_string(s)) {
+                r = abad(f, "%s.%zu.text: must be a string", where, j);
+                break;
+            }
+            http_buf_add(&text, json_string_value(s), json_string_length(s));
+        } else if (!strcmp(t, "thinking")) {
+            json_t *s = field(b, "thinking");
+            if (!json_is_string(s)) {
+                r = abad(f, "%s.%zu.thinking: must be a string", where, j);
+                break;
+            }
+            http_buf_add(&thinking, json_string_value(s), json_string_length(s));
+        } else if (!strcmp(t, "redacted_thinking")) {
+            /* nothing a local model can read */
+        } else if (!strcmp(t, "tool_use")) {
+            json_t *id = field(b, "id"), *name = field(b, "name"), *input = field(b, "input");
+            if (!json_is_string(id) || !json_string_length(id)) {
+                r = abad(f, "%s.%zu.id: must be a non-empty string", where, j);
+                break;
+            }
+            if (!json_is_string(name) || !json_string_length(name)) {
+                r = abad(f, "%s.%zu.name: must be a non-empty string", where, j);
+                break;
+            }
+            if (!json_is_object(input)) {
+                r = abad(f, "%s.%zu.input: must be an object", where, j);
+                break;
+            }
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function",
+                                                   "function", "name", name, "arguments", input));
+            json_object_set_new(ids, json_string_value(id), json_true());
+        } else {
+            r = abad(f, "%s.%zu.type: '%.64s' blocks are not supported in assistant messages (text, thinking and "
+                        "tool_use only)",
+                     where, j, t);
+        }
+    }
+    if (r == 0) {
+        json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                              text.n || !json_array_size(calls) ? buf_json(&text) : json_null());
+        if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
+        if (thinking.n) json_object_set_new(m, "reasoning_content", buf_json(&thinking));
+        json_array_append_new(msgs, m);
+    }
+    json_decref(calls);
+    http_buf_free(&text);
+    http_buf_free(&thinking);
+    return r;
+}
+
+static int map_messages(json_t *body, json_t *chat, bool *prefill, afail *f) {
+    json_t *messages = field(body, "messages");
+    if (!messages) return abad(f, "messages: Field required");
+    if (!json_is_array(messages) || !json_array_size(messages))
+        return abad(f, "messages: must be a non-empty array of messages");
+    json_t *msgs = json_array(), *ids = json_object();
+    int r = 0;
+    json_t *system = field(body, "system");
+    if (system) {
+        http_buf s = {0};
+        r = text_of(system, "system", &s, f);
+        if (r == 0) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", buf_json(&s)));
+        http_buf_free(&s);
+    }
+    const char *role_s = NULL;
+    for (size_t i = 0; i < json_array_size(messages) && r == 0; i++) {
+        json_t *m = json_array_get(messages, i);
+        if (!json_is_object(m)) {
+            r = abad(f, "messages.%zu: must be an object", i);
+            break;
+        }
+        json_t *role = field(m, "role"), *content = field(m, "content");
+        if (!json_is_string(role)) {
+            r = abad(f, "messages.%zu.role: must be \"user\" or \"assistant\"", i);
+            break;
+        }
+        role_s = json_string_value(role);
+        if (!content) {
+            r = abad(f, "messages.%zu.content: Field required", i);
+            break;
+        }
+        if (!strcmp(role_s, "user")) r = user_message(msgs, content, ids, i, f);
+        else if (!strcmp(role_s, "assistant")) r = assistant_message(msgs, content, ids, i, f);
+        else r = abad(f, "messages.%zu.role: must be \"user\" or \"assistant\"; got \"%.40s\"", i, role_s);
+    }
+    if (r == 0) {
+        /* A final assistant message (text only) is the answer's beginning. */
+        json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+        *prefill = role_s && !strcmp(role_s, "assistant") && !json_object_get(last, "tool_calls");
+        if (role_s && !strcmp(role_s, "assistant") && json_object_get(last, "tool_calls"))
+            r = abad(f, "messages: the last message is an assistant message with tool_use blocks; send their "
+                        "tool_result blocks in a user message");
+    }
+    if (r == 0) json_object_set(chat, "messages", msgs);
+    json_decref(msgs);
+    json_decref(ids);
+    return r;
+}
+
+static int map_tools(json_t *tools, json_t *chat, afail *f) {
+    if (!json_is_array(tools)) return abad(f, "tools: must be an array");
+    if (!json_array_size(tools)) return 0;
+    json_t *out = json_array();
+    json_object_set_new(chat, "tools", out);
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        json_t *t = json_array_get(tools, i);
+        if (!json_is_object(t)) return abad(f, "tools.%zu: must be an object", i);
+        json_t *type = field(t, "type"), *name = field(t, "name"), *desc = field(t, "description"),
+               *schema = field(t, "input_schema");
+        if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "custom")))
+            return abad(f, "tools.%zu.type: %s%.64s%s tools are not supported (custom tools with an input_schema only)",
+                        i, json_is_string(type) ? "'" : "", json_is_string(type) ? json_string_value(type) : "non-string",
+                        json_is_string(type) ? "'" : "");
+        if (!json_is_string(name) || !json_string_length(name)) return abad(f, "tools.%zu.name: must be a non-empty string", i);
+        if (desc && !json_is_string(desc)) return abad(f, "tools.%zu.description: must be a string", i);
+        if (!schema) return abad(f, "tools.%zu.input_schema: Field required", i);
+        if (!json_is_object(schema)) return abad(f, "tools.%zu.input_schema: must be a JSON Schema object", i);
+        json_t *fn = json_pack("{s:O, s:O}", "name", name, "parameters", schema);
+        if (desc) json_object_set(fn, "description", desc);
+        json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
+    }
+    return 0;
+}
+
+static int map_tool_choice(json_t *tc, json_t *chat, afail *f) {
+    if (!json_is_object(tc)) return abad(f, "tool_choice: must be an object {\"type\": ...}");
+    json_t *type = field(tc, "type"), *name = field(tc, "name"), *dp = field(tc, "disable_parallel_tool_use");
+    if (!json_is_string(type)) return abad(f, "tool_choice.type: must be a string");
+    if (dp && !json_is_boolean(dp)) return abad(f, "tool_choice.disable_parallel_tool_use: must be a boolean");
+    if (json_is_true(dp)) json_object_set_new(chat, "parallel_tool_calls", json_false());
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "auto")) json_object_set_new(chat, "tool_choice", json_string("auto"));
+    else if (!strcmp(t, "any")) json_object_set_new(chat, "tool_choice", json_string("required"));
+    else if (!strcmp(t, "none")) json_object_set_new(chat, "tool_choice", json_string("none"));
+    else if (!strcmp(t, "tool")) {
+        if (!json_is_string(name)) return abad(f, "tool_choice.name: must be a string (the tool to call)");
+        json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
+    } else {
+        return abad(f, "tool_choice.type: must be \"auto\", \"any\", \"tool\" or \"none\"; got \"%.40s\"", t);
+    }
+    return 0;
+}
+
+static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **chat_out, bool *prefill, afail *f) {
+    json_t *chat = *chat_out = json_object();
+    json_t *v;
+    *prefill = false;
+    if ((v = field(body, "model"))) {
+        if (!json_is_string(v)) return abad(f, "model: must be a string");
+        json_object_set(chat, "model", v);
+    }
+    if (!count_only) {
+        v = field(body, "max_tokens");
+        if (!v) return abad(f, "max_tokens: Field required");
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
+            return abad(f, "max_tokens: must be an integer >= 1");
+        json_object_set(chat, "max_tokens", v);
+    }
+    if ((v = field(body, "temperature"))) {
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
+            return abad(f, "temperature: must be a number in [0, 1]");
+        json_object_set(chat, "temperature", v);
+    }
+    if ((v = field(body, "top_p"))) json_object_set(chat, "top_p", v);
+    if ((v = field(body, "top_k"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0) return abad(f, "top_k: must be an integer >= 0");
+        json_object_set(chat, "top_k", v);
+    }
+    if ((v = field(body, "stream"))) json_object_set(chat, "stream", v);
+    if ((v = field(body, "stop_sequences"))) {
+        if (!json_is_array(v)) return abad(f, "stop_sequences: must be an array of strings");
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (!json_is_string(json_array_get(v, i)) || !json_string_length(json_array_get(v, i)))
+                return abad(f, "stop_sequences.%zu: must be a non-empty string", i);
+        if (json_array_size(v)) json_object_set(chat, "stop", v);
+    }
+    if ((v = field(body, "metadata"))) {
+        if (!json_is_object(v)) return abad(f, "metadata: must be an object");
+        json_t *u = field(v, "user_id");
+        if (u && !json_is_string(u)) return abad(f, "metadata.user_id: must be a string");
+        if (u) json_object_set(chat, "user", u);
+    }
+    /* kvloom's extensions, named as on the chat route */
+    static const char *const ext[] = {"seed", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                      "ignore_eos", "jump_forward"};
+    for (size_t i = 0; i < ARRAY_LEN(ext); i++)
+        if ((v = field(body, ext[i]))) json_object_set(chat, ext[i], v);
+    json_t *kw = field(body, "chat_template_kwargs");
+    if (kw && !json_is_object(kw)) return abad(f, "chat_template_kwargs: must be an object");
+    kw = kw ? json_deep_copy(kw) : json_object();
+    json_object_set_new(chat, "chat_template_kwargs", kw);
+    if ((v = field(body, "thinking"))) {
+        json_t *type = json_is_object(v) ? field(v, "type") : NULL;
+        if (!json_is_string(type) ||
+            (strcmp(json_string_value(type), "enabled") && strcmp(json_string_value(type), "disabled")))
+            return abad(f, "thinking.type: must be \"enabled\" or \"disabled\"");
+        json_t *budget = field(v, "budget_tokens");
+        if (budget && (!json_is_integer(budget) || json_integer_value(budget) < 0))
+            return abad(f, "thinking.budget_tokens: must be an integer >= 0");
+        if (rc->reasoning && !json_object_get(kw, "enable_thinking"))
+            json_object_set_new(kw, "enable_thinking", json_boolean(!strcmp(json_string_value(type), "enabled")));
+    }
+    if ((v = field(body, "tools")) && map_tools(v, chat, f) < 0) return -1;
+    if ((v = field(body, "tool_choice")) && map_tool_choice(v, chat, f) < 0) return -1;
+    return map_messages(body, chat, prefill, f);
+}
+
+/* Messages of oai_parse and gen_start about the chat body, in this API's
+ * terms (field paths are written with dots, as Anthropic does). */
+static void rename_error(char *msg, size_t cap) {
+    static const char *const from[] = {"'stop'", "'messages[", "'tools[", "].function.parameters", "].function.",
+                                       "tool_choice.function.name"};
+    static const char *const to[] = {"'stop_sequences'", "'messages.", "'tools.", "].input_schema", "].",
+                                     "tool_choice.name"};
+    for (size_t k = 0; k < ARRAY_LEN(from); k++) {
+        size_t nf = strlen(from[k]), nt = strlen(to[k]);
+        for (char *p = strstr(msg, from[k]); p; p = strstr(p + nt, from[k])) {
+            size_t tail = strlen(p + nf);
+            if ((size_t)(p - msg) + nt + tail + 1 > cap) break;
+            memmove(p + nt, p + nf, tail + 1);
+            memcpy(p, to[k], nt);
+        }
+    }
+}
+
+/* Parses the body and translates it; answers the error itself (NULL). */
+static json_t *request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai_params *p) {
+    size_t n;
+    const char *b = http_body(x, &n);
+    json_error_t je;
+    json_t *body = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
+    char msg[700];
+    if (!body || !json_is_object(body)) {
+        if (body) snprintf(msg, sizeof msg, "the request body must be a JSON object");
+        else
+            snprintf(msg, sizeof msg, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line,
+                     je.column, je.position, je.text);
+        json_decref(body);
+        api_anthropic_error(x, 400, msg);
+        return NULL;
+    }
+    json_t *chat = NULL;
+    bool prefill = false;
+    afail f = {0};
+    int r = translate(rc, body, count_only, &chat, &prefill, &f);
+    json_decref(body);
+    if (r < 0) {
+        json_decref(chat);
+        api_anthropic_error(x, f.status, f.msg);
+        return NULL;
+    }
+    const char *param = NULL;
+    err_t e = {0};
+    if (oai_parse(chat, OAI_CHAT, tok_n_vocab(rc->tok), p, &param, &e) < 0) {
+        rename_error(e.msg, sizeof e.msg);
+        api_anthropic_error(x, 400, e.msg);
+        json_decref(chat);
+        return NULL;
+    }
+    p->continue_final = prefill;
+    return chat;
+}
+
+/* ---- the answer: content blocks from generate.h events ---- */
+
+enum { BL_THINKING, BL_TEXT, BL_TOOL };
+
+typedef struct out_block {
+    int kind;
+    http_buf text; /* thinking, text, or the tool's input as JSON text */
+    char id[64];   /* tool_use                                         */
+    char *name;
+    int call_index;
+} out_block;
+
+typedef struct msg_out {
+    routes_ctx *rc;
+    gen *g;
+    char id[64];
+    bool started;
+    out_block *blocks;
+    int n_blocks;
+    int open;      /* the block receiving deltas, or -1 */
+    tc_events ev;
+    http_buf *sse; /* where events go (streaming), or NULL */
+} msg_out;
+
+static void out_free(msg_out *o) {
+    for (int i = 0; i < o->n_blocks; i++) {
+        http_buf_free(&o->blocks[i].text);
+        free(o->blocks[i].name);
+    }
+    free(o->blocks);
+    tc_events_free(&o->ev);
+    free(o);
+}
+
+/* One SSE event (ev taken); nothing when not streaming. */
+static void emit(msg_out *o, const char *type, json_t *ev) {
+    if (!o->sse) {
+        json_decref(ev);
+        return;
+    }
+    json_object_set_new(ev, "type", json_string(type));
+    char *s = json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    if (!s) return;
+    http_buf_add(o->sse, "event: ", 7);
+    http_buf_add(o->sse, type, strlen(type));
+    http_buf_add(o->sse, "\ndata: ", 7);
+    http_buf_add(o->sse, s, strlen(s));
+    http_buf_add(o->sse, "\n\n", 2);
+    free(s);
+}
+
+/* A block as the whole answer (final) or a stream's content_block_start
+ * shows it (empty). */
+static json_t *block_json(const out_block *b, bool final) {
+    switch (b->kind) {
+    case BL_THINKING:
+        return json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
+                         final ? buf_json(&b->text) : json_string(""), "signature", "");
+    case BL_TEXT: return json_pack("{s:s, s:o}", "type", "text", "text", final ? buf_json(&b->text) : json_string(""));
+    default: {
+        json_t *input = final ? json_loadb(b->text.p ? b->text.p : "", b->text.n, 0, NULL) : NULL;
+        if (!json_is_object(input)) {
+            json_decref(input);
+            input = json_object();
+        }
+        return json_pack("{s:s, s:s, s:s, s:o}", "type", "tool_use", "id", b->id, "name", b->name, "input", input);
+    }
+    }
+}
+
+static void block_open(msg_out *o, int kind, const tc_event *call) {
+    o->blocks = xrealloc(o->blocks, (size_t)(o->n_blocks + 1) * sizeof *o->blocks);
+    out_block *b = &o->blocks[o->n_blocks];
+    memset(b, 0, sizeof *b);
+    b->kind = kind;
+    if (call) {
+        /* The call's id from the parser, as an Anthropic id: the round
+         * trip sends it back in tool_result, whatever it looks like. */
+        snprintf(b->id, sizeof b->id, "toolu_%s", call->id ? call->id : "");
+        b->name = xstrdup(call->name ? call->name : "");
+        b->call_index = call->index;
+    }
+    o->open = o->n_blocks++;
+    emit(o, "content_block_start", json_pack("{s:i, s:o}", "index", o->open, "content_block", block_json(b, false)));
+}
+
+static void block_delta(msg_out *o, const char *text, size_t n) {
+    out_block *b = &o->blocks[o->open];
+    http_buf_add(&b->text, text, n);
+    json_t *d = b->kind == BL_TEXT       ? json_pack("{s:s, s:o}", "type", "text_delta", "text", text_json(text, n))
+                : b->kind == BL_THINKING ? json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking", text_json(text, n))
+                                         : json_pack("{s:s, s:o}", "type", "input_json_delta", "partial_json",
+                                                     text_json(text, n));
+    emit(o, "content_block_delta", json_pack("{s:i, s:o}", "index", o->open, "delta", d));
+}
+
+static void block_close(msg_out *o) {
+    if (o->open < 0) return;
+    if (o->blocks[o->open].kind == BL_THINKING)
+        emit(o, "content_block_delta",
+             json_pack("{s:i, s:{s:s, s:s}}", "index", o->open, "delta", "type", "signature_delta", "signature", ""));
+    emit(o, "content_block_stop", json_pack("{s:i}", "index", o->open));
+    o->open = -1;
+}
+
+static void out_text(msg_out *o, int kind, const char *text, size_t n) {
+    if (n == 0) return;
+    if (o->open < 0 || o->blocks[o->open].kind != kind) {
+        block_close(o);
+        block_open(o, kind, NULL);
+    }
+    block_delta(o, text, n);
+}
+
+/* The new events into blocks (consecutive fragments of one kind become one
+ * delta). */
+static void out_events(msg_out *o) {
+    tc_events *ev = &o->ev;
+    for (int i = 0; i < ev->n;) {
+        tc_event *e = &ev->v[i];
+        if (e->kind == TC_EV_CALL_START) {
+            block_close(o);
+            block_open(o, BL_TOOL, e);
+            i++;
+            continue;
+        }
+        http_buf b = {0};
+        int j = i;
+        for (; j < ev->n && ev->v[j].kind == e->kind && ev->v[j].index == e->index; j++)
+            http_buf_add(&b, ev->v[j].text, ev->v[j].n);
+        if (e->kind == TC_EV_CONTENT) {
+            out_text(o, BL_TEXT, b.p, b.n);
+        } else if (e->kind == TC_EV_REASONING) {
+            out_text(o, BL_THINKING, b.p, b.n);
+        } else if (o->open >= 0 && o->blocks[o->open].kind == BL_TOOL && o->blocks[o->open].call_index == e->index &&
+                   b.n) {
+            block_delta(o, b.p, b.n);
+        }
+        http_buf_free(&b);
+        i = j;
+    }
+    tc_events_clear(ev);
+}
+
+static const char *stop_reason(const gen *g) {
+    const char *fr = gen_finish_reason(g);
+    if (!strcmp(fr, "tool_calls")) return "tool_use";
+    if (!strcmp(fr, "length")) return "max_tokens";
+    return gen_stop_string(g) ? "stop_sequence" : "end_turn";
+}
+
+static json_t *usage_json(const gen *g, bool final) {
+    int np, nc, cached;
+    gen_usage(g, &np, &nc, &cached);
+    if (!final) cached = 0, nc = 0;
+    return json_pack("{s:i, s:i, s:i, s:i}", "input_tokens", np - cached, "output_tokens", nc,
+                     "cache_creation_input_tokens", 0, "cache_read_input_tokens", cached);
+}
+
+/* The message object: empty (a stream's message_start) or final. */
+static json_t *message_json(msg_out *o, bool final) {
+    json_t *content = json_array();
+    int n_calls = final ? gen_n_calls(o->g) : 0;
+    for (int i = 0; final && i < o->n_blocks; i++) {
+        const out_block *b = &o->blocks[i];
+        if (b->kind == BL_TOOL && b->call_index >= n_calls) continue; /* broken: its text follows */
+        json_array_append_new(content, block_json(b, true));
+    }
+    const char *sseq = final ? gen_stop_string(o->g) : NULL;
+    json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", o->id, "type", "message", "role", "assistant", "model",
+                          o->rc->model_id, "content", content);
+    json_object_set_new(m, "stop_reason", final ? json_string(stop_reason(o->g)) : json_null());
+    json_object_set_new(m, "stop_sequence", sseq ? text_json(sseq, strlen(sseq)) : json_null());
+    json_object_set_new(m, "usage", usage_json(o->g, final));
+    return m;
+}
+
+/* Closes the blocks of a finished generation (an answer with no block gets
+ * an empty text block: clients look for the text there). */
+static void out_finish(msg_out *o) {
+    block_close(o);
+    if (o->n_blocks == 0) {
+        block_open(o, BL_TEXT, NULL);
+        block_close(o);
+    }
+}
+
+static void answer_whole(msg_out *o, http_exchange *x) {
+    bool done = false;
+    while (!done) {
+        done = gen_poll(o->g, 20, &o->ev, NULL);
+        out_events(o);
+        if (!done && http_client_gone(x)) break;
+    }
+    int status = 200;
+    if (!done) {
+        gen_cancel(o->g);
+        status = 499;
+        api_anthropic_error(x, 499, "client closed the connection");
+    } else if (!gen_finish_reason(o->g)) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
+        api_anthropic_error(x, status, msg);
+    } else {
+        out_finish(o);
+        json_t *m = message_json(o, true);
+        reply_json(x, m);
+        json_decref(m);
+    }
+    gen_done(o->g, "POST", status, false);
+    out_free(o);
+}
+
+static int stream_next(void *sctx, http_buf *out) {
+    msg_out *o = sctx;
+    o->sse = out;
+    if (!o->started) {
+        o->started = true;
+        emit(o, "message_start", json_pack("{s:o}", "message", message_json(o, false)));
+        emit(o, "ping", json_object());
+        o->sse = NULL;
+        return 1;
+    }
+    bool done = gen_poll(o->g, 20, &o->ev, NULL);
+    out_events(o);
+    if (done) {
+        if (!gen_finish_reason(o->g)) {
+            char msg[320];
+            int status = 500;
+            snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
+            char *s = error_json(status, msg);
+            http_buf_add(out, "event: error\ndata: ", 19);
+            http_buf_add(out, s, strlen(s));
+            http_buf_add(out, "\n\n", 2);
+            free(s);
+        } else {
+            out_finish(o);
+            const char *sseq = gen_stop_string(o->g);
+            emit(o, "message_delta",
+                 json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(o->g), "stop_sequence",
+                           sseq ? text_json(sseq, strlen(sseq)) : json_null(), "usage", usage_json(o->g, true)));
+            emit(o, "message_stop", json_object());
+        }
+    }
+    o->sse = NULL;
+    return done ? 0 : 1;
+}
+
+static void stream_done(void *sctx, bool completed) {
+    msg_out *o = sctx;
+    if (!completed) gen_cancel(o->g);
+    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    out_free(o);
+}
+
+/* ---- routes ---- */
 
 bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
-    (void)rc;
-    static const char body[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"/v1/messages is not implemented yet\"}}";
-    http_reply(x, 501, "application/json", body, strlen(body), NULL, NULL);
-    return false;
+    int64_t t0 = clock_ns();
+    oai_params p;
+    json_t *chat = request_params(rc, x, false, &p);
+    if (!chat) return false;
+    gen_fail gf;
+    gen *g = gen_start(rc, &p, "/v1/messages", t0, &gf);
+    json_decref(chat);
+    if (!g) {
+        rename_error(gf.e.msg, sizeof gf.e.msg);
+        api_anthropic_error(x, gf.status, gf.e.msg);
+        oai_params_free(&p);
+        return false;
+    }
+    msg_out *o = xcalloc(1, sizeof *o);
+    o->rc = rc;
+    o->g = g;
+    o->open = -1;
+    snprintf(o->id, sizeof o->id, "msg_%llx%06llx", (unsigned long long)rc->created, gen_serial(g));
+    bool stream = p.stream;
+    oai_params_free(&p);
+    if (stream)
+        http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
+    else
+        answer_whole(o, x);
+    return true;
+}
+
+void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
+    oai_params p;
+    json_t *chat = request_params(rc, x, true, &p);
+    if (!chat) return;
+    json_decref(chat);
+    gen_fail gf;
+    int n = gen_count_prompt(rc, &p, &gf);
+    oai_params_free(&p);
+    if (n < 0) {
+        rename_error(gf.e.msg, sizeof gf.e.msg);
+        api_anthropic_error(x, gf.status ? gf.status : 400, gf.e.msg);
+        return;
+    }
+    json_t *o = json_pack("{s:i}", "input_tokens", n);
+    reply_json(x, o);
+    json_decref(o);
 }

@@ -4,6 +4,7 @@
  * from the events of generate.h:
  *
  *   POST /v1/messages            Anthropic Messages        (api_anthropic.c)
+ *   POST /v1/messages/count_tokens
  *   POST /v1/responses           OpenAI Responses          (api_responses.c)
  *   GET|DELETE /v1/responses/ID  a stored response
  *   /api/chat, /api/generate, /api/tags, /api/show, /api/version
@@ -23,6 +24,10 @@
 #include "routes.h"
 
 bool api_anthropic_messages(routes_ctx *rc, http_exchange *x);
+/* POST /v1/messages/count_tokens. */
+void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x);
+/* An error in Anthropic's shape, its type from the status. */
+void api_anthropic_error(http_exchange *x, int status, const char *msg);
 
 /* Responses kept for previous_response_id (bounded in count and time). */
 typedef struct resp_store resp_store;

@@ -297,8 +297,26 @@ static int render_chat(routes_ctx *rc, const oai_params *p, char **out, err_t *e
     co.extra = p->template_kwargs;
     json_t *msgs = template_messages(rc, p);
     if (!msgs) return err_set(e, ERR_NOMEM, "out of memory copying the messages");
+    /* A prefill: the conversation up to the answer's header, then its
+     * beginning as plain text (the answer continues it). */
+    json_t *prefill = NULL;
+    size_t n_msgs = json_array_size(msgs);
+    json_t *last = json_array_get(msgs, n_msgs ? n_msgs - 1 : 0);
+    json_t *role = json_object_get(last, "role"), *content = json_object_get(last, "content");
+    if (p->continue_final && n_msgs > 1 && json_is_string(role) && !strcmp(json_string_value(role), "assistant") &&
+        json_is_string(content) && !json_object_get(last, "tool_calls")) {
+        prefill = json_incref(content);
+        json_array_remove(msgs, n_msgs - 1);
+    }
     int r = chat_render(rc->chat, msgs, &co, out, e);
     json_decref(msgs);
+    if (r == 0 && prefill && json_string_length(prefill)) {
+        size_t n = strlen(*out), k = json_string_length(prefill);
+        *out = xrealloc(*out, n + k + 1);
+        memcpy(*out + n, json_string_value(prefill), k);
+        (*out)[n + k] = 0;
+    }
+    json_decref(prefill);
     return r;
 }
 
@@ -313,17 +331,14 @@ static bool ends_in_think(const char *text) {
 
 /* ---- starting ---- */
 
-gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
-    memset(f, 0, sizeof *f);
+/* The prompt's tokens for p (a malloc'd array; NULL and f filled on error);
+ * *think_open: the rendered chat prompt leaves the model inside <think>. */
+static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int *n_out, bool *think_open, gen_fail *f) {
     const char *prompt_param = p->kind == OAI_COMPLETION ? "prompt" : "messages";
-    grammar *gr = NULL;
-    char *trigger = NULL;
-    bool think_open = false;
     int32_t *ids = NULL;
     int n_ids = 0;
-    req *r = NULL;
+    *think_open = false;
     f->status = 400;
-    if (constrain_request(rc->cons, p, rc->tool_format, &gr, &trigger, &f->param, &f->e) < 0) goto fail;
     if (p->kind == OAI_COMPLETION && p->prompt_tokens) {
         ids = xmalloc((size_t)p->n_prompt_tokens * sizeof *ids);
         memcpy(ids, p->prompt_tokens, (size_t)p->n_prompt_tokens * sizeof *ids);
@@ -334,9 +349,9 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
         char *text = NULL;
         if (render_chat(rc, p, &text, &f->e) < 0) {
             f->param = "messages";
-            goto fail;
+            return NULL;
         }
-        think_open = rc->reasoning && ends_in_think(text);
+        *think_open = rc->reasoning && ends_in_think(text);
         /* Templates that want BOS write it themselves; otherwise add it as
          * plain completions do. */
         const char *bos = tok_bos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_bos(rc->tok)) : NULL;
@@ -345,11 +360,38 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
         free(text);
     }
     f->param = prompt_param;
-    if (!ids) goto fail;
+    if (!ids) return NULL;
     if (n_ids == 0) {
         err_set(&f->e, ERR_INVALID, "the prompt is empty after tokenization");
-        goto fail;
+        free(ids);
+        return NULL;
     }
+    *n_out = n_ids;
+    return ids;
+}
+
+int gen_count_prompt(routes_ctx *rc, const oai_params *p, gen_fail *f) {
+    memset(f, 0, sizeof *f);
+    bool think_open;
+    int n = 0;
+    int32_t *ids = prompt_ids(rc, p, &n, &think_open, f);
+    if (!ids) return -1;
+    free(ids);
+    return n;
+}
+
+gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
+    memset(f, 0, sizeof *f);
+    grammar *gr = NULL;
+    char *trigger = NULL;
+    bool think_open = false;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    req *r = NULL;
+    f->status = 400;
+    if (constrain_request(rc->cons, p, rc->tool_format, &gr, &trigger, &f->param, &f->e) < 0) goto fail;
+    ids = prompt_ids(rc, p, &n_ids, &think_open, f);
+    if (!ids) goto fail;
     int n_ctx = engine_n_ctx(rc->en);
     if (n_ids >= n_ctx) {
         err_set(&f->e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens", n_ids, n_ctx);
@@ -470,6 +512,7 @@ void gen_usage(const gen *g, int *n_prompt, int *n_completion, int *n_cached) {
 unsigned long long gen_serial(const gen *g) { return g->serial; }
 long long gen_created(const gen *g) { return g->created; }
 int64_t gen_first_token_ns(const gen *g) { return g->finished ? g->r->t_first_ns : 0; }
+const char *gen_stop_string(const gen *g) { return g->finished ? stop_which(g->sm) : NULL; }
 
 void gen_cancel(gen *g) { req_cancel(g->r); }
 

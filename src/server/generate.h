@@ -70,6 +70,8 @@ long long gen_created(const gen *g);
 /* clock_ns() when the engine produced the first token (0: none); read it
  * once finished. */
 int64_t gen_first_token_ns(const gen *g);
+/* The stop string that ended the text (owned by g), or NULL; once finished. */
+const char *gen_stop_string(const gen *g);
 
 /* The client went away: the engine drops the request. */
 void gen_cancel(gen *g);
@@ -89,6 +91,10 @@ typedef struct gen_result {
     gen_call *calls; /* complete calls only */
     int n_calls;
 } gen_result;
+
+/* The number of prompt tokens p would run with (rendered and tokenized as
+ * gen_start does, nothing submitted), or -1 with *f filled. */
+int gen_count_prompt(routes_ctx *rc, const oai_params *p, gen_fail *f);
 
 /* Polls until finished, gathering the events into *out (and lp entries);
  * returns false (after gen_cancel) if the client of x went away first. */

@@ -87,6 +87,8 @@ typedef struct oai_params {
     bool include_usage;      /* stream_options.include_usage                     */
     bool ignore_eos;
     int n_logprobs;          /* -1: none; else how many alternatives per token  */
+    bool continue_final;     /* chat: a final assistant message is a prefill the
+                                answer continues (set by the Anthropic route)  */
 } oai_params;
 
 /* Parses and validates a request body. `n_vocab` bounds token ids in a token

@@ -436,7 +436,7 @@ typedef struct route {
 
 enum {
     R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
-    R_ANTHROPIC, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA
+    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA
 };
 
 static const route routes[] = {
@@ -446,6 +446,7 @@ static const route routes[] = {
     {"/health", "GET", R_HEALTH},             {"/metrics", "GET", R_METRICS},
     {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE},
     {"/v1/messages", "POST", R_ANTHROPIC},    {"/v1/responses", "POST", R_RESPONSES},
+    {"/v1/messages/count_tokens", "POST", R_ANTHROPIC_COUNT},
     {"/api/chat", "POST", R_OLLAMA},          {"/api/generate", "POST", R_OLLAMA},
     {"/api/tags", "GET", R_OLLAMA},           {"/api/show", "POST", R_OLLAMA},
     {"/api/version", "GET", R_OLLAMA},
@@ -478,11 +479,11 @@ void routes_handle(void *ctx, http_exchange *x) {
         /* the chat page and its assets: public, no API key (webui.h) */
     } else if (rc->o->api_key && rc->o->api_key[0] && !(rt && rt->id == R_HEALTH) &&
         !key_ok(rc->o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
-        reply_error(x, 401,
-                    http_header(x, "Authorization") || http_header(x, "x-api-key")
-                        ? "invalid API key"
-                        : "missing API key (Authorization: Bearer KEY)",
-                    NULL, "invalid_api_key");
+        const char *msg = http_header(x, "Authorization") || http_header(x, "x-api-key")
+                              ? "invalid API key"
+                              : "missing API key (Authorization: Bearer KEY, or x-api-key: KEY)";
+        if (rt && (rt->id == R_ANTHROPIC || rt->id == R_ANTHROPIC_COUNT)) api_anthropic_error(x, 401, msg);
+        else reply_error(x, 401, msg, NULL, "invalid_api_key");
     } else if (!rt) {
         char msg[300];
         snprintf(msg, sizeof msg, path_known ? "method %s is not allowed on %s" : "no route %s %s", method, path);
@@ -499,6 +500,7 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_TOKENIZE: handle_tokenize(rc, x); break;
         case R_DETOKENIZE: handle_detokenize(rc, x); break;
         case R_ANTHROPIC: generation = api_anthropic_messages(rc, x); break;
+        case R_ANTHROPIC_COUNT: api_anthropic_count_tokens(rc, x); break;
         case R_RESPONSES: generation = api_responses_create(rc, x); break;
         case R_RESPONSE_ITEM: api_responses_item(rc, x, path + 14); break;
         case R_OLLAMA: generation = api_ollama(rc, x, path); break;

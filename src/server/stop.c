@@ -21,6 +21,7 @@ struct stop_matcher {
     char *out;      /* released text of the last call                 */
     size_t cap_out;
     bool matched;
+    int which;      /* the stop string that matched                    */
 };
 
 stop_matcher *stop_new(char *const *stops, int n) {
@@ -80,7 +81,10 @@ bool stop_feed(stop_matcher *m, const char *text, size_t n, const char **out, si
     for (int i = 0; i < m->n; i++) {
         if (m->lens[i] > m->n_held) continue;
         const char *p = memmem(m->held, m->n_held, m->stops[i], m->lens[i]);
-        if (p && (size_t)(p - m->held) < best) best = (size_t)(p - m->held);
+        if (p && (size_t)(p - m->held) < best) {
+            best = (size_t)(p - m->held);
+            m->which = i;
+        }
     }
     if (best != (size_t)-1) {
         emit(m, best, out, out_n);
@@ -113,3 +117,5 @@ void stop_flush(stop_matcher *m, const char **out, size_t *out_n) {
 }
 
 bool stop_matched(const stop_matcher *m) { return m->matched; }
+
+const char *stop_which(const stop_matcher *m) { return m->matched ? m->stops[m->which] : NULL; }

@@ -35,5 +35,7 @@ bool stop_feed(stop_matcher *m, const char *text, size_t n, const char **out, si
 /* End of generation without a match: releases everything held. */
 void stop_flush(stop_matcher *m, const char **out, size_t *out_n);
 bool stop_matched(const stop_matcher *m);
+/* The stop string that matched (owned by m), or NULL. */
+const char *stop_which(const stop_matcher *m);
 
 #endif
