@@ -26,9 +26,11 @@
  *                                      named function | none;
  *                                      disable_parallel_tool_use ─▶
  *                                      parallel_tool_calls false
+ *   output_format {type:"json_schema", schema} ─▶ response_format json_schema
  *   stop_sequences ─▶ stop · max_tokens ─▶ max_tokens · metadata.user_id ─▶
  *   user · thinking {type: enabled | disabled} ─▶ enable_thinking (models
- *   with a reasoning template)
+ *   with a reasoning template) · kvloom's extensions as on the chat route
+ *   (seed, min_p, penalties, ignore_eos, jump_forward, grammar, json_schema)
  *
  * The answer is built by one state machine for both modes: generate.h
  * events open and fill content blocks, at most one open at a time:
@@ -355,8 +357,11 @@ static int map_tools(json_t *tools, json_t *chat, afail *f) {
         if (desc && !json_is_string(desc)) return abad(f, "tools.%zu.description: must be a string", i);
         if (!schema) return abad(f, "tools.%zu.input_schema: Field required", i);
         if (!json_is_object(schema)) return abad(f, "tools.%zu.input_schema: must be a JSON Schema object", i);
-        json_t *fn = json_pack("{s:O, s:O}", "name", name, "parameters", schema);
+        /* in the order OpenAI clients send (the generic tool prompt writes
+         * the tools as given: the same tools give the same prompt) */
+        json_t *fn = json_pack("{s:O}", "name", name);
         if (desc) json_object_set(fn, "description", desc);
+        json_object_set(fn, "parameters", schema);
         json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
     }
     return 0;
@@ -422,7 +427,7 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     }
     /* kvloom's extensions, named as on the chat route */
     static const char *const ext[] = {"seed", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                      "ignore_eos", "jump_forward"};
+                                      "ignore_eos", "jump_forward", "grammar", "json_schema"};
     for (size_t i = 0; i < ARRAY_LEN(ext); i++)
         if ((v = field(body, ext[i]))) json_object_set(chat, ext[i], v);
     json_t *kw = field(body, "chat_template_kwargs");
@@ -439,6 +444,16 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
             return abad(f, "thinking.budget_tokens: must be an integer >= 0");
         if (rc->reasoning && !json_object_get(kw, "enable_thinking"))
             json_object_set_new(kw, "enable_thinking", json_boolean(!strcmp(json_string_value(type), "enabled")));
+    }
+    if ((v = field(body, "output_format"))) {
+        /* structured outputs: {type: "json_schema", schema} */
+        json_t *type = json_is_object(v) ? field(v, "type") : NULL, *schema = json_is_object(v) ? field(v, "schema") : NULL;
+        if (!json_is_string(type) || strcmp(json_string_value(type), "json_schema"))
+            return abad(f, "output_format.type: must be \"json_schema\"");
+        if (!json_is_object(schema)) return abad(f, "output_format.schema: must be a JSON Schema object");
+        json_object_set_new(chat, "response_format",
+                            json_pack("{s:s, s:{s:s, s:O, s:b}}", "type", "json_schema", "json_schema", "name", "output",
+                                      "schema", schema, "strict", 1));
     }
     if ((v = field(body, "tools")) && map_tools(v, chat, f) < 0) return -1;
     if ((v = field(body, "tool_choice")) && map_tool_choice(v, chat, f) < 0) return -1;
