@@ -28,7 +28,7 @@
  *                                      parallel_tool_calls false
  *   output_format {type:"json_schema", schema} ─▶ response_format json_schema
  *   stop_sequences ─▶ stop · max_tokens ─▶ max_tokens · metadata.user_id ─▶
- *   user · thinking {type: enabled | disabled} ─▶ enable_thinking (models
+ *   user · thinking {type: enabled | adaptive | disabled} ─▶ enable_thinking (models
  *   with a reasoning template) · kvloom's extensions as on the chat route
  *   (seed, min_p, penalties, ignore_eos, jump_forward, grammar, json_schema)
  *
@@ -436,14 +436,14 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     json_object_set_new(chat, "chat_template_kwargs", kw);
     if ((v = field(body, "thinking"))) {
         json_t *type = json_is_object(v) ? field(v, "type") : NULL;
-        if (!json_is_string(type) ||
-            (strcmp(json_string_value(type), "enabled") && strcmp(json_string_value(type), "disabled")))
-            return abad(f, "thinking.type: must be \"enabled\" or \"disabled\"");
+        const char *tt = json_is_string(type) ? json_string_value(type) : "";
+        if (strcmp(tt, "enabled") && strcmp(tt, "adaptive") && strcmp(tt, "disabled"))
+            return abad(f, "thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
         json_t *budget = field(v, "budget_tokens");
         if (budget && (!json_is_integer(budget) || json_integer_value(budget) < 0))
             return abad(f, "thinking.budget_tokens: must be an integer >= 0");
         if (rc->reasoning && !json_object_get(kw, "enable_thinking"))
-            json_object_set_new(kw, "enable_thinking", json_boolean(!strcmp(json_string_value(type), "enabled")));
+            json_object_set_new(kw, "enable_thinking", json_boolean(strcmp(tt, "disabled") != 0));
     }
     if ((v = field(body, "output_format"))) {
         /* structured outputs: {type: "json_schema", schema} */
