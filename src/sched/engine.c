@@ -51,6 +51,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -60,6 +61,7 @@
 #include "../kv/kvpool.h"
 #include "../kv/radix.h"
 #include "../sample/sample.h"
+#include "kvpolicy.h"
 
 /* Prefill order (LAPS, shortest remaining first). When several prefills
  * wait, the one with the fewest tokens left goes first, so a cache hit's new
@@ -157,6 +159,13 @@ struct engine {
     engine_stats cnt;    /* the engine thread's own counters                  */
     int n_blocks;        /* pool size, constant                                */
     kvdisk *disk;        /* the disk tier, or NULL                             */
+    kvpolicy *pol;       /* the agent KV policy's pins, or NULL (LRU)          */
+    uint64_t next_serial;/* req.serial (under mu)                              */
+    struct {
+        uint64_t serial;
+        char tool[64];
+    } toolq[64];         /* engine_turn_tool's news (under mu)                 */
+    int n_toolq;
 };
 
 static const double ttft_le[ENGINE_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -259,12 +268,23 @@ static void seq_release_blocks(engine *en, seq *s) {
 
 static bool disk_cancel_loads(engine *en);
 
+/* Frees up to n cached blocks: the radix tree's evictable ones (least
+ * recently used first); when those run out, pins yield (the furthest
+ * predicted return first) and their blocks are evicted in turn. Returns how
+ * many were freed. */
+static int evict(engine *en, int n) {
+    int got = radix_evict(en->tree, n);
+    while (got < n && en->pol && kvpolicy_yield(en->pol) > 0) got += radix_evict(en->tree, n - got);
+    en->cnt.kv_evicted_blocks_total += (uint64_t)got;
+    return got;
+}
+
 /* A free block, evicting cached ones if needed, then taking back the blocks
  * of waiting sequences' disk reads; -1 when none can be had. */
 static int32_t alloc_block(engine *en) {
     int32_t b = kvpool_alloc(en->pool);
     if (b >= 0) return b;
-    if (radix_evict(en->tree, 1) > 0) b = kvpool_alloc(en->pool);
+    if (evict(en, 1) > 0) b = kvpool_alloc(en->pool);
     if (b < 0 && disk_cancel_loads(en)) return alloc_block(en);
     return b;
 }
@@ -273,7 +293,7 @@ static int32_t alloc_block(engine *en) {
 static bool ensure_free(engine *en, int n) {
     int have = kvpool_n_free(en->pool);
     while (have < n) {
-        int got = radix_evict(en->tree, n - have);
+        int got = evict(en, n - have);
         if (got <= 0) return false;
         have = kvpool_n_free(en->pool);
     }
@@ -430,14 +450,43 @@ static void stats_publish(engine *en) {
     en->cnt.n_waiting = en->waiting.n;
     en->cnt.kv_blocks_used = kvpool_n_used(en->pool);
     en->cnt.kv_blocks_cached = radix_n_cached(en->tree);
+    if (en->pol) {
+        kvpolicy_stats ps;
+        kvpolicy_get_stats(en->pol, &ps);
+        en->cnt.kv_pins = ps.n_pins;
+        en->cnt.kv_pinned_blocks = ps.n_pinned_refs;
+        for (int i = 0; i < KVPOL_N_REASONS && i < 5; i++) en->cnt.kv_pins_released_total[i] = ps.released[i];
+        en->cnt.kv_ttl_error_seconds_sum = ps.ttl_error_sum_s;
+        en->cnt.kv_ttl_error_count = ps.ttl_error_count;
+    }
     pthread_mutex_lock(&en->mu);
     en->stats = en->cnt;
     en->n_waiting_shared = en->waiting.n;
     pthread_mutex_unlock(&en->mu);
 }
 
+/* The agent policy: a finished turn's indexed blocks stay pinned unless
+ * the request said otherwise. */
+static void seq_pin(engine *en, seq *s, req_finish why) {
+    req *r = s->r;
+    if (!en->pol) return;
+    if (r->kv_done || r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, r->kv_session);
+    if (why != REQ_FINISH_STOP && why != REQ_FINISH_LENGTH) return;
+    if (!(r->kv_pin || r->kv_ttl_s > 0 || r->kv_next_use_s >= 0) || r->kv_done || r->kv_ttl_s == 0) return;
+    /* The tree's blocks for the sequence's indexed prefix (its own may be
+     * duplicates of blocks another sequence indexed first): a match takes
+     * the references the pin keeps. */
+    int B = en->o.block_tokens, n = s->n_indexed;
+    if (n <= 0) return;
+    scratch_reserve(en, n);
+    int k = radix_match(en->tree, s->tokens, n * B, en->scratch, n, NULL);
+    if (k > 0)
+        kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, clock_ns());
+}
+
 static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     if (why != REQ_FINISH_CANCEL) disk_write_through(en, s);
+    seq_pin(en, s, why);
     if (s->n_blocks) seq_release_blocks(en, s);
     if (why != REQ_FINISH_CANCEL && s->n_generated > 1 && s->r->t_first_ns) {
         double per = (double)(clock_ns() - s->r->t_first_ns) / 1e9 / (s->n_generated - 1);
@@ -526,6 +575,8 @@ static int try_admit(engine *en, seq *s) {
         en->cnt.prompt_tokens_total += (uint64_t)s->r->n_prompt;
         en->cnt.prompt_tokens_cached_total += (uint64_t)cached;
     }
+    /* an agent back from its tool: its pin has done its work */
+    if (en->pol) kvpolicy_resume(en->pol, s->blocks, n_ready, s->r->kv_session, clock_ns());
     s->running = true;
     return 1;
 }
@@ -773,9 +824,21 @@ static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
 }
 
 /* Returns true when something ran (or changed). */
+/* Pins: tool names learnt since the last step, expiry. */
+static void pins_step(engine *en) {
+    if (!en->pol) return;
+    int64_t now = clock_ns();
+    pthread_mutex_lock(&en->mu);
+    for (int i = 0; i < en->n_toolq; i++) kvpolicy_set_tool(en->pol, en->toolq[i].serial, en->toolq[i].tool, now);
+    en->n_toolq = 0;
+    pthread_mutex_unlock(&en->mu);
+    kvpolicy_expire(en->pol, now);
+}
+
 static bool engine_step(engine *en) {
     int B = en->o.block_tokens;
     take_submitted(en);
+    pins_step(en);
     drop_finished_controls(en);
     en->preempted_this_step = false;
     reserve_decode_slots(en);
@@ -919,10 +982,15 @@ static void check_state(engine *en) {
     err_t e = {0};
     if (kvpool_check(en->pool, &e) < 0) PANIC("kvpool_check: %s", e.msg);
     if (radix_check(en->tree, &e) < 0) PANIC("radix_check: %s", e.msg);
-    /* Every reference is accounted for: sequences' tables plus the tree. */
+    /* Every reference is accounted for: sequences' tables, pins, the tree. */
     long refs = 0;
     for (int b = 0; b < kvpool_n_blocks(en->pool); b++) refs += kvpool_refcount(en->pool, b);
     long held = radix_n_cached(en->tree);
+    if (en->pol) {
+        kvpolicy_stats ps;
+        kvpolicy_get_stats(en->pol, &ps);
+        held += ps.n_pinned_refs;
+    }
     for (int i = 0; i < en->running.n; i++) held += en->running.v[i]->n_blocks;
     for (int i = 0; i < en->waiting.n; i++) held += en->waiting.v[i]->n_blocks;
     if (refs != held) PANIC("engine: %ld pool references but %ld held", refs, held);
@@ -1014,6 +1082,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     }
     en->pool = kvpool_new((int)n_blocks);
     en->tree = radix_new(en->pool, o->block_tokens);
+    if (o->kv_policy == ENGINE_KV_AGENT) en->pol = kvpolicy_new(en->pool, o->kv_ttl_max_s > 0 ? o->kv_ttl_max_s : 60, 0);
     en->st = model_state_new(m, o->max_batch_tokens, n_ctx, o->n_threads);
     int mr = en->o.max_running, mb = o->max_batch_tokens;
     en->logits = xmalloc((size_t)mr * (size_t)m->cfg.n_vocab * sizeof(float));
@@ -1083,6 +1152,7 @@ void engine_free(engine *en) {
     free(en->running.v);
     free(en->waiting.v);
     kvdisk_close(en->disk); /* finishes queued writes */
+    kvpolicy_free(en->pol);
     radix_free(en->tree);
     kvpool_free(en->pool);
     model_kv_free(en->kv);
@@ -1133,10 +1203,22 @@ int engine_submit(engine *en, req *r, err_t *e) {
     }
     req_ref(r);
     r->t_submit_ns = clock_ns();
+    r->serial = ++en->next_serial;
     en->submitq[en->n_submitq++] = r;
     pthread_cond_broadcast(&en->cv);
     pthread_mutex_unlock(&en->mu);
     return 0;
+}
+
+void engine_turn_tool(engine *en, const req *r, const char *tool) {
+    if (!en->pol || !tool || !*tool) return;
+    pthread_mutex_lock(&en->mu);
+    if (en->n_toolq < (int)ARRAY_LEN(en->toolq)) {
+        en->toolq[en->n_toolq].serial = r->serial;
+        snprintf(en->toolq[en->n_toolq].tool, sizeof en->toolq[0].tool, "%s", tool);
+        en->n_toolq++;
+    }
+    pthread_mutex_unlock(&en->mu);
 }
 
 void engine_get_stats(engine *en, engine_stats *out) {

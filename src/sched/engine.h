@@ -64,7 +64,14 @@ typedef struct engine_opts {
     const char *kv_disk_dir;
     uint64_t kv_disk_max_bytes; /* size cap of DIR's block files; 0 = none        */
     int step_delay_us;      /* testing: sleep this long after every step          */
+    /* KV lifetime (kvpolicy.h): ENGINE_KV_LRU keeps nothing beyond the radix
+     * tree's recency order; ENGINE_KV_AGENT pins a finished turn's blocks
+     * (req.kv_pin) for a predicted TTL, at most kv_ttl_max_s (> 0). */
+    int kv_policy;
+    double kv_ttl_max_s;
 } engine_opts;
+
+enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
 
 /* Defaults: 1 thread, 64 MiB, 16-token blocks, 512-token budget, 64 running,
  * 256 queued, n_ctx 0 (= the model's n_ctx_train), no EOG test, no checks. */
@@ -103,6 +110,13 @@ typedef struct engine_stats {
     uint64_t kv_disk_rejected_corrupt_total, kv_disk_rejected_foreign_total;
     uint64_t kv_disk_write_errors_total;    /* failed writes (full disk ...)      */
     uint64_t kv_disk_writes_dropped_total;  /* not written: queue full or too big  */
+    /* KV lifetime (the agent policy; kvpolicy.h) */
+    uint64_t kv_evicted_blocks_total; /* blocks the radix tree gave back          */
+    int kv_pins;                    /* live pins                                  */
+    int kv_pinned_blocks;           /* block references they hold                 */
+    uint64_t kv_pins_released_total[5]; /* by kvpolicy_reason                     */
+    double kv_ttl_error_seconds_sum; /* |predicted - observed| return gap         */
+    uint64_t kv_ttl_error_count;
     engine_hist ttft;               /* seconds, submit -> first token             */
     engine_hist tpot;               /* seconds per output token after the first   */
 } engine_stats;
@@ -131,6 +145,11 @@ int engine_capacity_tokens(const engine *en);
  * 429), or ERR_INVALID (named) when the request can never run (prompt longer
  * than the context or than the whole pool). */
 int engine_submit(engine *en, req *r, err_t *e);
+
+/* Any thread: the turn of r ended in a call to `tool` (the server parses
+ * calls after the engine finished): its pin's TTL is predicted for that
+ * tool from then on. A no-op without the agent policy. */
+void engine_turn_tool(engine *en, const req *r, const char *tool);
 
 /* A consistent snapshot of the counters. */
 void engine_get_stats(engine *en, engine_stats *out);

@@ -26,6 +26,8 @@ req *req_new(int32_t *prompt, int n_prompt) {
     r->sp = sampler_defaults();
     r->max_tokens = INT32_MAX;
     r->n_logprobs = -1;
+    r->kv_ttl_s = -1;
+    r->kv_next_use_s = -1;
     atomic_init(&r->cancel, false);
     atomic_init(&r->stop, false);
     atomic_init(&r->refs, 1);

@@ -72,6 +72,13 @@ typedef struct req {
                                        reasoning of "<think>" ... "</think>")  */
     bool trigger_skip_now; /* the output starts between them (prompt opened it) */
     int64_t t_submit_ns;   /* clock_ns() at submission (set by engine_submit)    */
+    uint64_t serial;       /* unique per engine (set by engine_submit)           */
+    /* KV lifetime (kvpolicy.h; the agent policy only) */
+    bool kv_pin;           /* pin the blocks when it ends (a turn to be extended) */
+    uint64_t kv_session;   /* hash of prompt_cache_key / user (0: none)          */
+    double kv_ttl_s;       /* < 0: predicted; 0: no pin (and drop the session's) */
+    double kv_next_use_s;  /* < 0: unknown; else the client's predicted return   */
+    bool kv_done;          /* kv_hint "done": no pin, the session's pin dropped  */
 
     /* ---- control: any thread ---- */
     atomic_bool cancel;    /* set by req_cancel                                  */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../sched/kvpolicy.h"
 #include "../tok/chat.h"
 #include "constrain.h"
 #include "stop.h"
@@ -103,6 +104,7 @@ struct gen {
     char error[256];
     tc_parser *tp;        /* chat with tools or reasoning, else NULL         */
     int n_calls;          /* complete calls (finish "tool_calls")           */
+    char call0[64];       /* the first call's tool name (KV pin prediction)  */
 };
 
 /* One logprobs entry for token t (appended to lp, whose shape depends on the
@@ -417,6 +419,14 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
     r->max_tokens = p->max_tokens > 0 ? p->max_tokens : INT32_MAX;
     r->ignore_eos = p->ignore_eos;
     r->n_logprobs = p->n_logprobs;
+    /* an agent's turn is extended by its next one (chat, or completions
+     * whose prompts grow, as agent loops on llama-server's API do): pin it
+     * (agent policy) unless the request says otherwise */
+    r->kv_pin = true;
+    r->kv_session = kvpolicy_session_hash(p->session_key);
+    r->kv_ttl_s = p->kv_ttl;
+    r->kv_next_use_s = p->kv_next_use;
+    r->kv_done = p->kv_done;
     int src = engine_submit(rc->en, r, &f->e);
     if (src < 0) {
         if (src == ERR_RANGE) {
@@ -466,8 +476,14 @@ bool gen_poll(gen *g, int timeout_ms, tc_events *ev, json_t *lp) {
     http_buf text = {0};
     gen_pump(g, timeout_ms, &text, lp);
     if (g->tp) {
+        int from = ev->n;
         if (text.n) tc_parser_feed(g->tp, text.p, text.n, ev);
         if (g->finished) g->n_calls = tc_parser_finish(g->tp, g->finish == REQ_FINISH_LENGTH, ev);
+        for (int i = from; i < ev->n && !g->call0[0]; i++)
+            if (ev->v[i].kind == TC_EV_CALL_START && ev->v[i].index == 0 && ev->v[i].name)
+                snprintf(g->call0, sizeof g->call0, "%s", ev->v[i].name);
+        /* the turn ended in a call: its KV pin is predicted for that tool */
+        if (g->finished && g->n_calls > 0 && g->call0[0]) engine_turn_tool(g->rc->en, g->r, g->call0);
     } else if (text.n) {
         if (ev->n == ev->cap) {
             ev->cap = ev->cap ? ev->cap * 2 : 8;

@@ -14,6 +14,7 @@
  * kvloom_time_to_first_token_seconds, kvloom_time_per_output_token_seconds
  * (histograms) and kvloom_requests_total{status}.
  */
+#include "../sched/kvpolicy.h"
 #include "metrics.h"
 
 #include <pthread.h>
@@ -109,6 +110,21 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
           "counter", (double)st->kv_disk_write_errors_total);
     gauge(b, "kvloom_kv_disk_writes_dropped_total", "KV blocks not written: the I/O queue was full or a file is "
           "larger than --kv-disk-size.", "counter", (double)st->kv_disk_writes_dropped_total);
+    gauge(b, "kvloom_kv_evicted_blocks_total", "Cached KV blocks given back to the pool (least recently used first).",
+          "counter", (double)st->kv_evicted_blocks_total);
+    gauge(b, "kvloom_kv_pins", "Finished turns whose KV blocks are pinned for the agent's return (--kv-policy agent).",
+          "gauge", st->kv_pins);
+    gauge(b, "kvloom_kv_pinned_blocks", "KV block references held by pins.", "gauge", st->kv_pinned_blocks);
+    http_buf_printf(b, "# HELP kvloom_kv_pins_released_total Pins ended, by reason: resumed (the agent came back), "
+                       "expired (TTL), yielded (the pool needed the blocks), superseded (a newer turn of the session), "
+                       "hint (kv_hint done / kv_ttl 0).\n# TYPE kvloom_kv_pins_released_total counter\n");
+    for (int i = 0; i < KVPOL_N_REASONS; i++)
+        http_buf_printf(b, "kvloom_kv_pins_released_total{reason=\"%s\"} %llu\n", kvpolicy_reason_names[i],
+                        (unsigned long long)st->kv_pins_released_total[i]);
+    gauge(b, "kvloom_kv_ttl_error_seconds_sum", "Sum over resumed pins of |predicted - observed| return gap.", "counter",
+          st->kv_ttl_error_seconds_sum);
+    gauge(b, "kvloom_kv_ttl_error_seconds_count", "Resumed pins whose return gap was predicted.", "counter",
+          (double)st->kv_ttl_error_count);
     hist(b, "kvloom_time_to_first_token_seconds", "Time from submission to the first generated token.", &st->ttft);
     hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &st->tpot);
     http_buf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"

@@ -73,6 +73,36 @@ static int get_bool(json_t *o, const char *name, bool *out, const char **param, 
     return 0;
 }
 
+/* KV lifetime: prompt_cache_key / user (the session), kv_ttl, kv_hint. */
+static int parse_kv(json_t *body, oai_params *p, const char **param, err_t *e) {
+    json_t *k = field(body, "prompt_cache_key");
+    if (k && !json_is_string(k)) return bad(param, "prompt_cache_key", e, "must be a string");
+    if (!k) k = field(body, "user");
+    if (k && json_is_string(k) && json_string_length(k)) p->session_key = xstrdup(json_string_value(k));
+    json_t *v = field(body, "kv_ttl");
+    if (v) {
+        double x = json_is_number(v) ? json_number_value(v) : -1;
+        if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 86400)
+            return bad(param, "kv_ttl", e, "must be a number of seconds in [0, 86400] (0: release the context now)");
+        p->kv_ttl = x;
+    }
+    v = field(body, "kv_hint");
+    if (v) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), "done")) {
+            p->kv_done = true;
+        } else if (json_is_object(v)) {
+            json_t *n = field(v, "next_use_s");
+            double x = json_is_number(n) ? json_number_value(n) : -1;
+            if (!json_is_number(n) || !isfinite(x) || x < 0 || x > 86400)
+                return bad(param, "kv_hint", e, "next_use_s must be a number of seconds in [0, 86400]");
+            p->kv_next_use = x;
+        } else {
+            return bad(param, "kv_hint", e, "must be \"done\" or an object {\"next_use_s\": seconds}");
+        }
+    }
+    return 0;
+}
+
 /* An array of token ids; `where` names it in messages ("prompt", "prompt[0]"). */
 static int parse_token_array(json_t *a, const char *where, int n_vocab, int32_t **out, int *n_out, const char **param,
                              err_t *e) {
@@ -354,6 +384,8 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
     p->sp.repeat_last_n = -1; /* OpenAI penalties count the whole output */
     p->parallel_tool_calls = true;
     p->jump_forward = true;
+    p->kv_ttl = -1;
+    p->kv_next_use = -1;
     *param = NULL;
     int rc;
     if (!json_is_object(body)) {
@@ -370,6 +402,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         rc = bad(param, "user", e, "must be a string");
         goto fail;
     }
+    if ((rc = parse_kv(body, p, param, e)) < 0) goto fail;
     rc = kind == OAI_COMPLETION ? parse_prompt(body, n_vocab, p, param, e) : parse_messages(body, p, param, e);
     if (rc < 0) goto fail;
     if (kind == OAI_CHAT && (rc = parse_tool_choice(body, p, param, e)) < 0) goto fail;
@@ -442,6 +475,7 @@ void oai_params_free(oai_params *p) {
     if (p->schema) json_decref(p->schema);
     free(p->tool_name);
     free(p->grammar);
+    free(p->session_key);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
     p->max_tokens = -1;

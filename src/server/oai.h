@@ -15,7 +15,8 @@
  *   seed integer · stop string | array of up to 16 strings · stream bool ·
  *   stream_options object {include_usage bool} · logprobs int [0, 20]
  *   (completions) or bool (chat) with top_logprobs int [0, 20] · n == 1 ·
- *   user string · ignore_eos bool. A null value counts as absent; unknown
+ *   user string · ignore_eos bool · prompt_cache_key string · kv_ttl number
+ *   [0, 86400] · kv_hint "done" | {"next_use_s": number [0, 86400]}. A null value counts as absent; unknown
  *   fields are ignored.
  *
  * Tools and structured output:
@@ -87,6 +88,11 @@ typedef struct oai_params {
     bool include_usage;      /* stream_options.include_usage                     */
     bool ignore_eos;
     int n_logprobs;          /* -1: none; else how many alternatives per token  */
+    /* KV lifetime (sched/kvpolicy.h) */
+    char *session_key;       /* prompt_cache_key, else user (owned) or NULL      */
+    double kv_ttl;           /* kv_ttl seconds; -1 when absent                   */
+    double kv_next_use;      /* kv_hint.next_use_s; -1 when absent               */
+    bool kv_done;            /* kv_hint "done"                                   */
     bool continue_final;     /* chat: a final assistant message is a prefill the
                                 answer continues (set by the Anthropic route)  */
 } oai_params;

@@ -35,6 +35,8 @@ void server_opts_default(server_opts *o) {
     o->host = "127.0.0.1";
     o->port = 8080;
     o->kv_mem_bytes = (size_t)256 << 20;
+    o->kv_policy = ENGINE_KV_AGENT;
+    o->kv_ttl_max_s = 60;
     o->max_batch_tokens = 512;
     o->max_running = 64;
     o->max_queue = 256;
@@ -59,6 +61,9 @@ const char *server_usage(void) {
            "  -t, --threads N          compute threads (default: all CPUs)\n"
            "  -c, --ctx N              positions per sequence (default: the model's training context)\n"
            "  --block-tokens N         tokens per KV block (default 16)\n"
+           "  --kv-policy agent|lru    KV lifetime: agent (default) pins a finished turn's blocks for\n"
+           "                           the client's predicted return; lru keeps recency order only\n"
+           "  --kv-ttl-max SECONDS     upper bound of a pin's time-to-live (default 60)\n"
            "  --kv-disk DIR            keep KV blocks on disk in DIR too (written through, read\n"
            "                           back instead of recomputed; survives restarts)\n"
            "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
@@ -243,6 +248,14 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--shutdown-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 86400, &o->shutdown_timeout_s, e);
+        } else if (!strcmp(a, "--kv-policy")) {
+            NEED_VALUE;
+            if (!strcmp(v, "agent")) o->kv_policy = ENGINE_KV_AGENT;
+            else if (!strcmp(v, "lru")) o->kv_policy = ENGINE_KV_LRU;
+            else rc = err_set(e, ERR_INVALID, "--kv-policy: '%s' is not a policy (agent or lru)", v);
+        } else if (!strcmp(a, "--kv-ttl-max")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 86400, &o->kv_ttl_max_s, e);
         } else if (!strcmp(a, "--kv-disk")) {
             NEED_VALUE;
             o->kv_disk_dir = v;
@@ -378,6 +391,8 @@ int server_main(const server_opts *o) {
     eo.eog_ctx = tk;
     eo.check = o->check;
     eo.kv_disk_dir = o->kv_disk_dir;
+    eo.kv_policy = o->kv_policy;
+    eo.kv_ttl_max_s = o->kv_ttl_max_s;
     eo.kv_disk_max_bytes = o->kv_disk_max_bytes;
     eo.step_delay_us = o->step_delay_us;
     eo.gvocab = gv;

@@ -1,0 +1,250 @@
+/*
+ * kvpolicy.c — pins with a predicted time-to-live (contract in kvpolicy.h).
+ *
+ * Pins live in one array (order of creation; released pins are removed by
+ * moving the last one into their place). Every operation is O(pins) at most,
+ * and there are at most KVPOLICY_MAX_PINS; the gap averages are in two
+ * direct-mapped tables.
+ */
+#include "kvpolicy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/base.h"
+
+#define KVPOL_TABLE 512
+#define KVPOL_EMA_ALPHA 0.3
+
+const char *const kvpolicy_reason_names[KVPOL_N_REASONS] = {"resumed", "expired", "yielded", "superseded", "hint"};
+
+typedef struct pin {
+    int32_t *blocks;
+    int n;
+    uint64_t session, tool;
+    uint64_t owner;
+    bool ttl_given;        /* kv_ttl or next_use_s: not re-predicted           */
+    double predicted_gap;  /* seconds; < 0: no prediction (the default TTL)    */
+    int64_t t_end_ns;      /* when the turn ended                              */
+    int64_t expires_ns;
+    int64_t return_ns;     /* predicted return (yield order)                   */
+} pin;
+
+typedef struct avg_slot {
+    uint64_t key; /* 0: empty */
+    double ema;
+} avg_slot;
+
+struct kvpolicy {
+    kvpool *pool;
+    double ttl_max, ttl_default;
+    pin *pins;
+    int n_pins;
+    avg_slot tools[KVPOL_TABLE], sessions[KVPOL_TABLE];
+    double all_ema;
+    bool all_seen;
+    kvpolicy_stats st;
+};
+
+uint64_t kvpolicy_session_hash(const char *key) {
+    if (!key || !*key) return 0;
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *s = (const unsigned char *)key; *s; s++) h = (h ^ *s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+kvpolicy *kvpolicy_new(kvpool *pool, double ttl_max_s, double ttl_default_s) {
+    kvpolicy *p = xcalloc(1, sizeof *p);
+    p->pool = pool;
+    p->ttl_max = ttl_max_s > 0 ? ttl_max_s : 60;
+    p->ttl_default = ttl_default_s > 0 ? MIN(ttl_default_s, p->ttl_max) : MIN(10.0, p->ttl_max);
+    p->pins = xcalloc(KVPOLICY_MAX_PINS, sizeof *p->pins);
+    return p;
+}
+
+static void release_at(kvpolicy *p, int i, kvpolicy_reason why) {
+    pin *q = &p->pins[i];
+    for (int k = 0; k < q->n; k++) kvpool_unref(p->pool, q->blocks[k]);
+    p->st.n_pinned_refs -= q->n;
+    p->st.released[why]++;
+    free(q->blocks);
+    p->pins[i] = p->pins[--p->n_pins];
+    p->st.n_pins = p->n_pins;
+}
+
+void kvpolicy_free(kvpolicy *p) {
+    if (!p) return;
+    while (p->n_pins) release_at(p, p->n_pins - 1, KVPOL_EXPIRED);
+    free(p->pins);
+    free(p);
+}
+
+static avg_slot *slot_of(avg_slot *table, uint64_t key) { return &table[key % KVPOL_TABLE]; }
+
+/* The average gap for a key, or -1. */
+static double avg_get(const avg_slot *table, uint64_t key) {
+    if (!key) return -1;
+    const avg_slot *s = &table[key % KVPOL_TABLE];
+    return s->key == key ? s->ema : -1;
+}
+
+static void avg_put(avg_slot *table, uint64_t key, double x) {
+    if (!key) return;
+    avg_slot *s = slot_of(table, key);
+    if (s->key != key) {
+        s->key = key;
+        s->ema = x;
+    } else {
+        s->ema += KVPOL_EMA_ALPHA * (x - s->ema);
+    }
+}
+
+/* The gap to expect for a turn of session/tool, or -1 when nothing is known. */
+static double predict_gap(const kvpolicy *p, uint64_t session, uint64_t tool) {
+    double g = avg_get(p->tools, tool);
+    if (g < 0) g = avg_get(p->sessions, session);
+    if (g < 0 && p->all_seen) g = p->all_ema;
+    return g;
+}
+
+static double ttl_of_gap(const kvpolicy *p, double gap) {
+    if (gap < 0) return p->ttl_default;
+    double t = KVPOLICY_TTL_FACTOR * gap + KVPOLICY_TTL_SLACK_S;
+    if (t < KVPOLICY_TTL_MIN_S) t = KVPOLICY_TTL_MIN_S;
+    return t > p->ttl_max ? p->ttl_max : t;
+}
+
+double kvpolicy_predict_ttl(const kvpolicy *p, uint64_t session, const char *tool) {
+    return ttl_of_gap(p, predict_gap(p, session, kvpolicy_session_hash(tool)));
+}
+
+/* Sets a pin's expiry and predicted return from its gap (or the default). */
+static double pin_schedule(kvpolicy *p, pin *q, double ttl) {
+    q->expires_ns = q->t_end_ns + (int64_t)(ttl * 1e9);
+    double ret = q->predicted_gap >= 0 ? q->predicted_gap : ttl;
+    q->return_ns = q->t_end_ns + (int64_t)(ret * 1e9);
+    (void)p;
+    return ttl;
+}
+
+double kvpolicy_pin(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, const char *tool, double ttl_s,
+                    double next_use_s, uint64_t owner, int64_t now_ns) {
+    if (session)
+        for (int i = 0; i < p->n_pins; i++)
+            if (p->pins[i].session == session) {
+                release_at(p, i, KVPOL_SUPERSEDED);
+                break; /* at most one pin per session */
+            }
+    if (p->n_pins == KVPOLICY_MAX_PINS) {
+        int oldest = 0;
+        for (int i = 1; i < p->n_pins; i++)
+            if (p->pins[i].t_end_ns < p->pins[oldest].t_end_ns) oldest = i;
+        release_at(p, oldest, KVPOL_YIELDED);
+    }
+    pin *q = &p->pins[p->n_pins++];
+    memset(q, 0, sizeof *q);
+    q->blocks = xmalloc((size_t)n * sizeof *q->blocks);
+    memcpy(q->blocks, blocks, (size_t)n * sizeof *blocks);
+    q->n = n;
+    q->session = session;
+    q->tool = kvpolicy_session_hash(tool);
+    q->owner = owner;
+    q->t_end_ns = now_ns;
+    p->st.n_pins = p->n_pins;
+    p->st.n_pinned_refs += n;
+    double ttl;
+    if (next_use_s >= 0) {
+        q->ttl_given = true;
+        q->predicted_gap = next_use_s;
+        ttl = ttl_of_gap(p, next_use_s);
+    } else {
+        q->predicted_gap = predict_gap(p, session, q->tool);
+        ttl = ttl_of_gap(p, q->predicted_gap);
+    }
+    if (ttl_s >= 0) {
+        q->ttl_given = true;
+        ttl = MIN(ttl_s, p->ttl_max);
+    }
+    return pin_schedule(p, q, ttl);
+}
+
+void kvpolicy_set_tool(kvpolicy *p, uint64_t owner, const char *tool, int64_t now_ns) {
+    (void)now_ns;
+    for (int i = 0; i < p->n_pins; i++) {
+        pin *q = &p->pins[i];
+        if (q->owner != owner) continue;
+        q->tool = kvpolicy_session_hash(tool);
+        if (!q->ttl_given) {
+            q->predicted_gap = predict_gap(p, q->session, q->tool);
+            pin_schedule(p, q, ttl_of_gap(p, q->predicted_gap));
+        }
+        return;
+    }
+}
+
+static void observe(kvpolicy *p, const pin *q, int64_t now_ns) {
+    double gap = (double)(now_ns - q->t_end_ns) / 1e9;
+    if (gap < 0) gap = 0;
+    if (q->predicted_gap >= 0) {
+        p->st.ttl_error_sum_s += fabs(gap - q->predicted_gap);
+        p->st.ttl_error_count++;
+    }
+    avg_put(p->tools, q->tool, gap);
+    avg_put(p->sessions, q->session, gap);
+    p->all_ema = p->all_seen ? p->all_ema + KVPOL_EMA_ALPHA * (gap - p->all_ema) : gap;
+    p->all_seen = true;
+    p->st.gaps_observed++;
+}
+
+bool kvpolicy_resume(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, int64_t now_ns) {
+    /* the deepest pin that the matched prefix covers is the turn resumed; the
+     * shallower ones it covers are earlier turns of the same conversation */
+    int best = -1;
+    for (int i = 0; i < p->n_pins; i++) {
+        const pin *q = &p->pins[i];
+        if (q->n <= n && blocks[q->n - 1] == q->blocks[q->n - 1] && (best < 0 || q->n > p->pins[best].n)) best = i;
+    }
+    if (best < 0 && session)
+        for (int i = 0; i < p->n_pins; i++)
+            if (p->pins[i].session == session) best = i;
+    if (best < 0) return false;
+    observe(p, &p->pins[best], now_ns);
+    release_at(p, best, KVPOL_RESUMED);
+    for (int i = 0; i < p->n_pins;) {
+        const pin *q = &p->pins[i];
+        if (q->n <= n && blocks[q->n - 1] == q->blocks[q->n - 1]) release_at(p, i, KVPOL_RESUMED);
+        else i++;
+    }
+    return true;
+}
+
+int kvpolicy_release_session(kvpolicy *p, uint64_t session) {
+    int k = 0;
+    for (int i = 0; session && i < p->n_pins;) {
+        if (p->pins[i].session == session) release_at(p, i, KVPOL_HINT), k++;
+        else i++;
+    }
+    return k;
+}
+
+int kvpolicy_expire(kvpolicy *p, int64_t now_ns) {
+    int k = 0;
+    for (int i = 0; i < p->n_pins;) {
+        if (p->pins[i].expires_ns <= now_ns) release_at(p, i, KVPOL_EXPIRED), k++;
+        else i++;
+    }
+    return k;
+}
+
+int kvpolicy_yield(kvpolicy *p) {
+    if (!p->n_pins) return 0;
+    int far = 0;
+    for (int i = 1; i < p->n_pins; i++)
+        if (p->pins[i].return_ns > p->pins[far].return_ns) far = i;
+    int n = p->pins[far].n;
+    release_at(p, far, KVPOL_YIELDED);
+    return n;
+}
+
+void kvpolicy_get_stats(const kvpolicy *p, kvpolicy_stats *out) { *out = p->st; }

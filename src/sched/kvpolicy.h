@@ -1,0 +1,118 @@
+/*
+ * kvpolicy.h — agent-aware KV lifetime: pins with a time-to-live on the
+ * blocks of a finished turn, so that an agent coming back from a tool call
+ * finds its context in the cache (Continuum), released furthest predicted
+ * return first when the pool needs the memory (KVFlow), with the TTL
+ * predicted from the gaps the server has observed.
+ *
+ * Place in the flow: sched/, on the engine thread only. The engine hands a
+ * finished sequence's indexed (READY) blocks to kvpolicy_pin together with
+ * their pool references; the pin keeps those references, so the radix tree
+ * never sees the blocks as evictable while the pin lives. A pin ends:
+ *
+ *   resumed    a request whose prompt extends the pinned sequence (or of
+ *              the same session) was admitted: the gap since the turn's end
+ *              is observed, the pin's references dropped (the request holds
+ *              its own by then);
+ *   expired    its TTL passed (kvpolicy_expire, every step);
+ *   yielded    the pool needs blocks and nothing unpinned is evictable
+ *              (kvpolicy_yield: the pin whose predicted return is furthest
+ *              away goes first) — pins never make a request wait or fail;
+ *   superseded the same session pinned a newer turn;
+ *   hint       the client said the context is done (kv_hint "done").
+ *
+ * TTL prediction: the gap between a turn's end and the request that resumes
+ * it is observed per tool name (the first call of a turn that ended in a
+ * tool call), per session (prompt_cache_key / user) and overall; each is an
+ * exponential moving average. A new pin's TTL is
+ *   clamp(TTL_FACTOR * gap + TTL_SLACK_S, TTL_MIN_S, ttl_max_s)
+ * with the gap of the tool if known, else of the session, else overall,
+ * else ttl_default_s. A request may set the TTL (kv_ttl, seconds) or the
+ * predicted return (kv_hint next_use_s) itself. A tool name known only after
+ * the pin (the server parses calls after the engine finished) re-predicts
+ * the pin's TTL from then on (kvpolicy_set_tool).
+ *
+ * Bounded storage: at most KVPOLICY_MAX_PINS pins (the oldest is released
+ * when one more comes), and fixed-size tables of gap averages (a new key
+ * takes over a slot when its hash collides).
+ */
+#ifndef KVLOOM_KVPOLICY_H
+#define KVLOOM_KVPOLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../kv/kvpool.h"
+
+#define KVPOLICY_MAX_PINS 1024
+#define KVPOLICY_TTL_FACTOR 1.5
+#define KVPOLICY_TTL_SLACK_S 1.0
+#define KVPOLICY_TTL_MIN_S 1.0
+
+typedef enum kvpolicy_reason {
+    KVPOL_RESUMED = 0,
+    KVPOL_EXPIRED,
+    KVPOL_YIELDED,
+    KVPOL_SUPERSEDED,
+    KVPOL_HINT,
+    KVPOL_N_REASONS
+} kvpolicy_reason;
+
+/* Names of the reasons (metrics labels). */
+extern const char *const kvpolicy_reason_names[KVPOL_N_REASONS];
+
+typedef struct kvpolicy_stats {
+    int n_pins;                      /* live pins                               */
+    int n_pinned_refs;               /* block references they hold              */
+    uint64_t released[KVPOL_N_REASONS];
+    double ttl_error_sum_s;          /* |predicted - observed| gap, resumed pins */
+    uint64_t ttl_error_count;
+    uint64_t gaps_observed;
+} kvpolicy_stats;
+
+typedef struct kvpolicy kvpolicy;
+
+/* A policy over pool (references are dropped there). ttl_max_s > 0 caps
+ * every TTL; ttl_default_s is the TTL before any gap was observed. */
+kvpolicy *kvpolicy_new(kvpool *pool, double ttl_max_s, double ttl_default_s);
+/* Releases every pin (drops its references) and frees. NULL is a no-op. */
+void kvpolicy_free(kvpolicy *p);
+
+/* Pins blocks[0..n) (n >= 1), taking over one pool reference on each, at
+ * time now_ns. session: a hash of the client's session key (0: none);
+ * tool: the turn's tool name or NULL; ttl_s >= 0 sets the TTL (< 0:
+ * predicted); next_use_s >= 0 says when the client expects to come back (<
+ * 0: unknown, the TTL is the prediction). owner: an opaque tag (e.g. the
+ * request) for kvpolicy_set_tool. A pin of the same session is superseded.
+ * Returns the TTL given, in seconds. */
+double kvpolicy_pin(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, const char *tool, double ttl_s,
+                    double next_use_s, uint64_t owner, int64_t now_ns);
+
+/* The tool of the turn `owner` pinned became known: the pin's TTL is
+ * predicted again for that tool (unless it was given). */
+void kvpolicy_set_tool(kvpolicy *p, uint64_t owner, const char *tool, int64_t now_ns);
+
+/* A request was admitted with blocks[0..n) matched from the cache: the pin
+ * whose last block is among them, or else of its session (if session != 0),
+ * is resumed (the gap observed, the pin released). Returns whether one was. */
+bool kvpolicy_resume(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, int64_t now_ns);
+
+/* Releases the pins of session (kv_hint "done"). Returns how many. */
+int kvpolicy_release_session(kvpolicy *p, uint64_t session);
+
+/* Releases the pins whose TTL has passed. Returns how many. */
+int kvpolicy_expire(kvpolicy *p, int64_t now_ns);
+
+/* The pool needs memory: releases the pin whose predicted return is
+ * furthest away. Returns the number of references it dropped (0: no pin). */
+int kvpolicy_yield(kvpolicy *p);
+
+/* The TTL a new pin would get now (tests, logs). */
+double kvpolicy_predict_ttl(const kvpolicy *p, uint64_t session, const char *tool);
+
+void kvpolicy_get_stats(const kvpolicy *p, kvpolicy_stats *out);
+
+/* A session key's hash (never 0 for a non-empty key; 0 for NULL/""). */
+uint64_t kvpolicy_session_hash(const char *key);
+
+#endif

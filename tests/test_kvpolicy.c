@@ -1,0 +1,255 @@
+/* test_kvpolicy.c — sched/kvpolicy: pins with a predicted time-to-live, on a
+ * real kvpool (the pins' references are checked there) and an injected clock
+ * (no sleeps): TTL expiry at the predicted instant, prediction from observed
+ * gaps (per tool, per session, overall, and the default before any), a tool
+ * learnt after the pin re-predicting it, explicit kv_ttl / next_use_s and the
+ * --kv-ttl-max clamp, yield order (furthest predicted return first), resume
+ * by the matched blocks or by the session, supersede, release by hint, the
+ * bound on the number of pins, the TTL-error statistics, and the reasons
+ * counted. The expected numbers are computed here from the documented
+ * formula (kvpolicy.h), not read back from the module. */
+#include <math.h>
+
+#include "kv/kvpool.h"
+#include "sched/kvpolicy.h"
+#include "test.h"
+
+#define S(x) ((int64_t)((x) * 1e9))
+
+/* n fresh blocks (refcount 1 each, handed to a pin). */
+static void fresh(kvpool *p, int32_t *b, int n) {
+    for (int i = 0; i < n; i++) b[i] = kvpool_alloc(p);
+}
+
+static double expected_ttl(double gap, double ttl_max) {
+    double t = KVPOLICY_TTL_FACTOR * gap + KVPOLICY_TTL_SLACK_S;
+    if (t < KVPOLICY_TTL_MIN_S) t = KVPOLICY_TTL_MIN_S;
+    return t > ttl_max ? ttl_max : t;
+}
+
+static void test_expiry_and_default(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t b[4];
+    fresh(p, b, 4);
+    CHECK_EQ_INT(kvpool_n_free(p), 12);
+    double ttl = kvpolicy_pin(k, b, 4, 0, NULL, -1, -1, 1, S(100));
+    CHECK_MSG(fabs(ttl - 10) < 1e-9, "default TTL %g", ttl); /* nothing observed yet: the default */
+    CHECK_EQ_INT(kvpool_n_free(p), 12);                      /* the pin holds the references */
+    CHECK_EQ_INT(kvpolicy_expire(k, S(109.999)), 0);
+    CHECK_EQ_INT(kvpool_n_free(p), 12);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(110)), 1);
+    CHECK_EQ_INT(kvpool_n_free(p), 16);
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT(st.n_pins, 0);
+    CHECK_EQ_INT(st.n_pinned_refs, 0);
+    CHECK_EQ_INT((int)st.released[KVPOL_EXPIRED], 1);
+    kvpolicy_free(k);
+    /* a cap below the default bounds it */
+    k = kvpolicy_new(p, 5, 0);
+    CHECK(fabs(kvpolicy_predict_ttl(k, 0, NULL) - 5) < 1e-9);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
+static void test_prediction(void) {
+    kvpool *p = kvpool_new(64);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    uint64_t sa = kvpolicy_session_hash("agent-a"), sb = kvpolicy_session_hash("agent-b");
+    CHECK(sa != 0 && sb != 0 && sa != sb && kvpolicy_session_hash("") == 0 && kvpolicy_session_hash(NULL) == 0);
+    int32_t b[3];
+    fresh(p, b, 3);
+    kvpolicy_pin(k, b, 3, sa, "search", -1, -1, 1, S(0));
+    /* agent a comes back 4 s later with the same prefix and more */
+    int32_t m[4] = {b[0], b[1], b[2], kvpool_alloc(p)};
+    CHECK(kvpolicy_resume(k, m, 4, sa, S(4)));
+    kvpool_unref(p, m[3]);
+    CHECK_EQ_INT(kvpool_n_free(p), 64); /* the pin's references are gone */
+    double t4 = expected_ttl(4, 60);
+    CHECK(fabs(kvpolicy_predict_ttl(k, sa, "search") - t4) < 1e-9);
+    CHECK(fabs(kvpolicy_predict_ttl(k, sb, "search") - t4) < 1e-9);   /* by the tool */
+    CHECK(fabs(kvpolicy_predict_ttl(k, sa, "other") - t4) < 1e-9);    /* by the session */
+    CHECK(fabs(kvpolicy_predict_ttl(k, sb, NULL) - t4) < 1e-9);       /* overall */
+    /* another tool with a long gap: its own prediction, the overall average moves */
+    fresh(p, b, 2);
+    kvpolicy_pin(k, b, 2, sb, "build", -1, -1, 2, S(10));
+    CHECK(kvpolicy_resume(k, b, 2, 0, S(30))); /* by the blocks: 20 s */
+    CHECK(fabs(kvpolicy_predict_ttl(k, 0, "build") - expected_ttl(20, 60)) < 1e-9);
+    CHECK(fabs(kvpolicy_predict_ttl(k, 0, "search") - t4) < 1e-9);
+    double overall = 4 + 0.3 * (20 - 4);
+    CHECK_MSG(fabs(kvpolicy_predict_ttl(k, 0, NULL) - expected_ttl(overall, 60)) < 1e-9, "overall %g",
+              kvpolicy_predict_ttl(k, 0, NULL));
+    /* a session's average follows its gaps (EMA) */
+    fresh(p, b, 1);
+    kvpolicy_pin(k, b, 1, sa, NULL, -1, -1, 3, S(100));
+    CHECK(kvpolicy_resume(k, NULL, 0, sa, S(106))); /* by the session: 6 s */
+    CHECK(fabs(kvpolicy_predict_ttl(k, sa, NULL) - expected_ttl(4 + 0.3 * 2, 60)) < 1e-9);
+    /* the clamp */
+    fresh(p, b, 1);
+    kvpolicy_pin(k, b, 1, 0, "slow", -1, -1, 4, S(200));
+    CHECK(kvpolicy_resume(k, b, 1, 0, S(500)));
+    CHECK(fabs(kvpolicy_predict_ttl(k, 0, "slow") - 60) < 1e-9);
+    /* the TTL error: |predicted gap - observed| of resumed pins with a prediction */
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT((int)st.gaps_observed, 4);
+    /* pin 1: no prediction (first); pin 2 (build, session b): overall 4 vs 20;
+     * pin 3 (session a): 4 vs 6; pin 4 (slow, no session): the overall
+     * average after three gaps vs 300 */
+    double overall3 = overall + 0.3 * (6 - overall);
+    CHECK_EQ_INT((int)st.ttl_error_count, 3);
+    CHECK_MSG(fabs(st.ttl_error_sum_s - (16 + 2 + (300 - overall3))) < 1e-6, "ttl error sum %g", st.ttl_error_sum_s);
+    CHECK_EQ_INT((int)st.released[KVPOL_RESUMED], 4);
+    CHECK_EQ_INT(kvpool_n_free(p), 64);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
+static void test_tool_learnt_later(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t b[2];
+    fresh(p, b, 2);
+    kvpolicy_pin(k, b, 2, 0, "grep", -1, -1, 1, S(0));
+    CHECK(kvpolicy_resume(k, b, 2, 0, S(2))); /* grep: 2 s */
+    fresh(p, b, 2);
+    kvpolicy_pin(k, b, 2, 0, "ls", -1, -1, 2, S(3));
+    CHECK(kvpolicy_resume(k, b, 2, 0, S(13))); /* ls: 10 s; overall 2 + 0.3 * 8 */
+    double overall = 2 + 0.3 * 8;
+    fresh(p, b, 2);
+    double t77 = kvpolicy_pin(k, b, 2, 0, NULL, -1, -1, 77, S(20));
+    CHECK_MSG(fabs(t77 - expected_ttl(overall, 60)) < 1e-9, "ttl %g", t77);
+    int32_t c[1];
+    fresh(p, c, 1);
+    kvpolicy_pin(k, c, 1, 0, NULL, -1, 30, 78, S(20)); /* a hint: given, never re-predicted */
+    /* the engine learns the tools after the fact: pin 77 is re-predicted */
+    kvpolicy_set_tool(k, 77, "grep", S(20.1));
+    kvpolicy_set_tool(k, 78, "grep", S(20.1));
+    kvpolicy_set_tool(k, 999, "grep", S(20.1)); /* no such pin: nothing */
+    double e = expected_ttl(2, 60); /* grep's, shorter than the overall one */
+    CHECK(e < t77);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(20) + S(e) - 1000), 0);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(20) + S(e)), 1);
+    /* the hinted pin keeps its own TTL: from next_use_s = 30 */
+    CHECK_EQ_INT(kvpolicy_expire(k, S(20) + S(expected_ttl(30, 60)) - 1000), 0);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(20) + S(expected_ttl(30, 60))), 1);
+    CHECK_EQ_INT(kvpool_n_free(p), 16);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
+static void test_explicit_ttl(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t b[2];
+    fresh(p, b, 1);
+    CHECK(fabs(kvpolicy_pin(k, b, 1, 0, NULL, 3, -1, 1, S(0)) - 3) < 1e-9);
+    fresh(p, b + 1, 1);
+    CHECK(fabs(kvpolicy_pin(k, b + 1, 1, 0, NULL, 1000, -1, 2, S(0)) - 60) < 1e-9); /* --kv-ttl-max */
+    CHECK_EQ_INT(kvpolicy_expire(k, S(2.9)), 0);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(3)), 1);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(59.9)), 0);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(60)), 1);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
+static void test_yield_order(void) {
+    kvpool *p = kvpool_new(32);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t a[2], b[3], c[4];
+    fresh(p, a, 2);
+    fresh(p, b, 3);
+    fresh(p, c, 4);
+    kvpolicy_pin(k, a, 2, 0, NULL, -1, 5, 1, S(0));   /* back in 5 s   */
+    kvpolicy_pin(k, b, 3, 0, NULL, -1, 50, 2, S(0));  /* back in 50 s  */
+    kvpolicy_pin(k, c, 4, 0, NULL, -1, 20, 3, S(1));  /* back at 21 s  */
+    CHECK_EQ_INT(kvpolicy_yield(k), 3); /* the furthest return first */
+    CHECK_EQ_INT(kvpool_refcount(p, b[0]), 0);
+    CHECK_EQ_INT(kvpool_refcount(p, c[0]), 1);
+    CHECK_EQ_INT(kvpolicy_yield(k), 4);
+    CHECK_EQ_INT(kvpolicy_yield(k), 2);
+    CHECK_EQ_INT(kvpolicy_yield(k), 0); /* nothing left: never blocks */
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT((int)st.released[KVPOL_YIELDED], 3);
+    CHECK_EQ_INT(kvpool_n_free(p), 32);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
+static void test_resume_supersede_hint(void) {
+    kvpool *p = kvpool_new(32);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    uint64_t s = kvpolicy_session_hash("s");
+    int32_t b[3];
+    fresh(p, b, 3);
+    kvpolicy_pin(k, b, 3, 0, NULL, -1, -1, 1, S(0));
+    /* a prompt covering only part of the pinned sequence is not its resumption */
+    CHECK(!kvpolicy_resume(k, b, 2, 0, S(1)));
+    /* other blocks at the pin's last position: not it either */
+    int32_t other[3] = {b[0], b[1], kvpool_alloc(p)};
+    CHECK(!kvpolicy_resume(k, other, 3, 0, S(1)));
+    kvpool_unref(p, other[2]);
+    /* turn 2 of the same conversation pins its longer sequence too; a request
+     * extending turn 2 resumes it, and turn 1's pin (covered) goes with it */
+    int32_t b2[5] = {b[0], b[1], b[2], kvpool_alloc(p), kvpool_alloc(p)};
+    kvpool_ref(p, b[0]);
+    kvpool_ref(p, b[1]);
+    kvpool_ref(p, b[2]);
+    kvpolicy_pin(k, b2, 5, 0, NULL, -1, -1, 2, S(2));
+    CHECK(kvpolicy_resume(k, b2, 5, 0, S(3)));
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT(st.n_pins, 0);
+    CHECK_EQ_INT((int)st.released[KVPOL_RESUMED], 2);
+    CHECK_EQ_INT((int)st.gaps_observed, 1); /* one return, observed once */
+    CHECK_EQ_INT(kvpool_n_free(p), 32);
+    /* one pin per session: a newer turn supersedes */
+    fresh(p, b, 2);
+    kvpolicy_pin(k, b, 2, s, NULL, -1, -1, 3, S(10));
+    fresh(p, b2, 3);
+    kvpolicy_pin(k, b2, 3, s, NULL, -1, -1, 4, S(11));
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT(st.n_pins, 1);
+    CHECK_EQ_INT(st.n_pinned_refs, 3);
+    CHECK_EQ_INT((int)st.released[KVPOL_SUPERSEDED], 1);
+    /* kv_hint "done" */
+    CHECK_EQ_INT(kvpolicy_release_session(k, s), 1);
+    CHECK_EQ_INT(kvpolicy_release_session(k, 0), 0);
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT((int)st.released[KVPOL_HINT], 1);
+    CHECK_EQ_INT(kvpool_n_free(p), 32);
+    CHECK(!strcmp(kvpolicy_reason_names[KVPOL_YIELDED], "yielded"));
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
+static void test_bounded(void) {
+    int n = KVPOLICY_MAX_PINS + 5;
+    kvpool *p = kvpool_new(n);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    for (int i = 0; i < n; i++) {
+        int32_t b = kvpool_alloc(p);
+        kvpolicy_pin(k, &b, 1, 0, NULL, -1, -1, (uint64_t)i, S(i));
+    }
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT(st.n_pins, KVPOLICY_MAX_PINS);
+    CHECK_EQ_INT(kvpool_n_free(p), 5); /* the 5 oldest went */
+    kvpolicy_free(k);                  /* releases the rest */
+    CHECK_EQ_INT(kvpool_n_free(p), n);
+    kvpool_free(p);
+}
+
+int main(void) {
+    test_expiry_and_default();
+    test_prediction();
+    test_tool_learnt_later();
+    test_explicit_ttl();
+    test_yield_order();
+    test_resume_supersede_hint();
+    test_bounded();
+    return test_summary("test_kvpolicy");
+}
