@@ -575,8 +575,12 @@ static int try_admit(engine *en, seq *s) {
         en->cnt.prompt_tokens_total += (uint64_t)s->r->n_prompt;
         en->cnt.prompt_tokens_cached_total += (uint64_t)cached;
     }
-    /* an agent back from its tool: its pin has done its work */
-    if (en->pol) kvpolicy_resume(en->pol, s->blocks, n_ready, s->r->kv_session, clock_ns());
+    /* an agent back from its tool: its pin has done its work (a client that
+     * says its context is done releases its session's pin as such) */
+    if (en->pol) {
+        if (s->r->kv_done || s->r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, s->r->kv_session);
+        kvpolicy_resume(en->pol, s->blocks, n_ready, s->r->kv_session, clock_ns());
+    }
     s->running = true;
     return 1;
 }

@@ -1,0 +1,162 @@
+/*
+ * test_server_kvpolicy.c — the agent KV policy end to end (`kvloom serve`
+ * over real sockets, stories260K, a small pool): an agent whose turn ended
+ * resumes after other agents have filled the pool several times over, and
+ * its prompt comes from its pinned blocks (cached_tokens), while the same
+ * sequence on `--kv-policy lru` recomputes it (so the assertion can fail);
+ * the fill itself runs with every block pinned (pins yield, every request
+ * answers 200, nothing deadlocks); kv_hint "done" releases a session's pin;
+ * bad kv_ttl / kv_hint / prompt_cache_key values are 400s naming the field.
+ * Everything is checked with --check (pool and tree consistency, pin
+ * references counted, after every step).
+ */
+#include "server/http.h"
+#include "server_util.h"
+
+#define BT 16 /* tokens per KV block (the server default) */
+
+/* A completions body: the token ids, then extra fields. */
+static char *body_of(const int32_t *ids, int n, int max_tokens, const char *extra) {
+    http_buf b = {0};
+    http_buf_printf(&b, "{\"prompt\":[");
+    for (int i = 0; i < n; i++) http_buf_printf(&b, "%s%d", i ? "," : "", ids[i]);
+    http_buf_printf(&b, "],\"max_tokens\":%d,\"temperature\":0%s%s}", max_tokens, *extra ? "," : "", extra);
+    http_buf_add(&b, "", 1);
+    return b.p;
+}
+
+static void random_ids(int32_t *ids, int n) {
+    for (int i = 0; i < n; i++) ids[i] = 3 + (int32_t)(rng_u64() % 500);
+}
+
+/* Runs the scenario on a server with `policy`; returns the resumed turn's
+ * cached prompt tokens (-1 on failure). */
+static long scenario(const char *policy, int *n_a_prompt) {
+    srv s;
+    const char *flags[] = {"--check", "--kv-mem", "1M", "--kv-policy", policy, NULL};
+    int rc = srv_start(&s, flags);
+    CHECK_MSG(rc == 0, "server (%s) did not start", policy);
+    if (rc) return -1;
+    long blocks = (long)metric(s.port, "kvloom_kv_blocks_total");
+    CHECK_MSG(blocks >= 30 && blocks <= 400, "pool of %ld blocks", blocks);
+    rng_state = 0x5eed5eed5eedull; /* the same prompts for both policies */
+    /* agent A: a turn, then its tool runs (it says it will be back soon) */
+    int na = 10 * BT;
+    int32_t a[10 * BT + 64];
+    random_ids(a, na);
+    int st;
+    char *b = body_of(a, na, 8, "\"kv_ttl\":300,\"kv_hint\":{\"next_use_s\":1}");
+    json_t *r = post_json(s.port, "/v1/completions", b, &st);
+    free(b);
+    CHECK_EQ_INT(st, 200);
+    json_decref(r);
+    /* other agents fill the pool three times over, each turn pinned too:
+     * the pins yield, furthest predicted return first, and every request runs */
+    int nb = 12 * BT, n_fill = (int)(3 * blocks * BT / nb) + 1;
+    int32_t *f = xmalloc((size_t)nb * sizeof *f);
+    int n_ok = 0;
+    for (int i = 0; i < n_fill; i++) {
+        random_ids(f, nb);
+        b = body_of(f, nb, 4, "");
+        r = post_json(s.port, "/v1/completions", b, &st);
+        free(b);
+        n_ok += st == 200;
+        json_decref(r);
+    }
+    free(f);
+    CHECK_MSG(n_ok == n_fill, "%s: %d of %d filling requests answered 200", policy, n_ok, n_fill);
+    if (!strcmp(policy, "agent")) {
+        CHECK_MSG(metric(s.port, "kvloom_kv_pins_released_total{reason=\"yielded\"}") > 0, "no pin yielded");
+        CHECK(metric(s.port, "kvloom_kv_pins") >= 1);
+    } else {
+        CHECK_EQ_INT((int)metric(s.port, "kvloom_kv_pins"), 0);
+    }
+    /* A resumes: its prompt, an answer, a tool result */
+    random_ids(a + na, 40);
+    b = body_of(a, na + 40, 4, "");
+    r = post_json(s.port, "/v1/completions", b, &st);
+    free(b);
+    CHECK_EQ_INT(st, 200);
+    long cached = usage_int(r, "cached_tokens");
+    json_decref(r);
+    if (!strcmp(policy, "agent")) {
+        CHECK_MSG(metric(s.port, "kvloom_kv_pins_released_total{reason=\"resumed\"}") >= 1, "A's pin not resumed");
+        /* kv_hint "done" drops the session's pin; kv_ttl 0 pins nothing */
+        int32_t z[3 * BT];
+        random_ids(z, 3 * BT);
+        b = body_of(z, 3 * BT, 2, "\"prompt_cache_key\":\"agent-z\"");
+        json_decref(post_json(s.port, "/v1/completions", b, &st));
+        free(b);
+        CHECK_EQ_INT(st, 200);
+        double hint0 = metric(s.port, "kvloom_kv_pins_released_total{reason=\"hint\"}");
+        b = body_of(z, BT, 2, "\"prompt_cache_key\":\"agent-z\",\"kv_hint\":\"done\"");
+        json_decref(post_json(s.port, "/v1/completions", b, &st));
+        free(b);
+        CHECK_EQ_INT(st, 200);
+        CHECK_MSG(metric(s.port, "kvloom_kv_pins_released_total{reason=\"hint\"}") == hint0 + 1, "hint done");
+        double pins = metric(s.port, "kvloom_kv_pins");
+        b = body_of(z, 2 * BT, 2, "\"kv_ttl\":0");
+        json_decref(post_json(s.port, "/v1/completions", b, &st));
+        free(b);
+        CHECK_EQ_INT(st, 200);
+        CHECK_MSG(metric(s.port, "kvloom_kv_pins") <= pins, "kv_ttl 0 pinned");
+    }
+    CHECK(wait_idle(s.port, 20));
+    if (test_n_fail) srv_print_log(&s);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    *n_a_prompt = na;
+    return cached;
+}
+
+static void check_bad_fields(void) {
+    srv s;
+    const char *flags[] = {"--kv-mem", "2M", NULL};
+    if (srv_start(&s, flags)) {
+        CHECK_MSG(0, "server did not start");
+        return;
+    }
+    static const struct {
+        const char *field, *param;
+    } cases[] = {
+        {"\"kv_ttl\":\"long\"", "kv_ttl"},   {"\"kv_ttl\":-1", "kv_ttl"},         {"\"kv_ttl\":1e9", "kv_ttl"},
+        {"\"kv_hint\":5", "kv_hint"},        {"\"kv_hint\":\"later\"", "kv_hint"}, {"\"kv_hint\":{}", "kv_hint"},
+        {"\"kv_hint\":{\"next_use_s\":\"soon\"}", "kv_hint"},                     {"\"kv_hint\":{\"next_use_s\":-2}", "kv_hint"},
+        {"\"prompt_cache_key\":5", "prompt_cache_key"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char b[256];
+        snprintf(b, sizeof b, "{\"prompt\":\"Once\",\"max_tokens\":2,%s}", cases[i].field);
+        int st;
+        json_t *r = post_json(s.port, "/v1/completions", b, &st);
+        json_t *err = json_object_get(r, "error");
+        CHECK_MSG(st == 400, "%s: status %d", cases[i].field, st);
+        CHECK_MSG(json_is_string(json_object_get(err, "param")) &&
+                      !strcmp(json_string_value(json_object_get(err, "param")), cases[i].param),
+                  "%s: param", cases[i].field);
+        json_decref(r);
+    }
+    /* the good forms */
+    int st;
+    json_decref(post_json(s.port, "/v1/chat/completions",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":2,\"kv_ttl\":5,"
+                          "\"kv_hint\":{\"next_use_s\":2.5},\"prompt_cache_key\":\"k\",\"user\":\"u\"}",
+                          &st));
+    CHECK_EQ_INT(st, 200);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+}
+
+int main(void) {
+    (void)sse_text;
+    (void)choice_text;
+    (void)choice_finish;
+    su_watchdog(300);
+    int na = 0;
+    long agent = scenario("agent", &na);
+    long lru = scenario("lru", &na);
+    /* A's whole first prompt (10 blocks) comes back from its pin; under LRU
+     * the other agents' prompts pushed it out */
+    CHECK_MSG(agent >= na, "agent policy: the resumed turn had %ld cached tokens of %d pinned", agent, na);
+    CHECK_MSG(lru >= 0 && lru < na / 2, "lru: the resumed turn had %ld cached tokens (expected it evicted)", lru);
+    check_bad_fields();
+    return test_summary("test_server_kvpolicy");
+}
