@@ -427,7 +427,7 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     }
     /* kvloom's extensions, named as on the chat route */
     static const char *const ext[] = {"seed", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                      "ignore_eos", "jump_forward", "grammar", "json_schema"};
+                                      "ignore_eos", "jump_forward", "grammar", "json_schema", "kv_ttl", "kv_hint"};
     for (size_t i = 0; i < ARRAY_LEN(ext); i++)
         if ((v = field(body, ext[i]))) json_object_set(chat, ext[i], v);
     json_t *kw = field(body, "chat_template_kwargs");
