@@ -226,6 +226,40 @@ static void test_resume_supersede_hint(void) {
     kvpool_free(p);
 }
 
+/* The agent's request arrives (returned) before it is admitted (resume): the
+ * gap is the time to arrival, the pin yields last meanwhile, and the resume
+ * releases it without observing twice. */
+static void test_returned(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t a[2], b[2];
+    fresh(p, a, 2);
+    fresh(p, b, 2);
+    kvpolicy_pin(k, a, 2, 0, NULL, -1, 2, 1, S(0));  /* back in 2 s: yields last...   */
+    kvpolicy_pin(k, b, 2, 0, NULL, -1, 50, 2, S(0)); /* ...but not after b returned   */
+    CHECK(!kvpolicy_returned(k, a, 1, 0, S(3)));      /* a prefix of it: not a return */
+    CHECK(kvpolicy_returned(k, b, 2, 0, S(3)));
+    CHECK(kvpolicy_returned(k, b, 2, 0, S(4)));       /* twice: observed once */
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT((int)st.gaps_observed, 1);
+    CHECK_MSG(fabs(st.ttl_error_sum_s - 47) < 1e-9, "error %g", st.ttl_error_sum_s); /* predicted 50, came at 3 */
+    /* a returned pin does not expire with its TTL while its request waits */
+    CHECK_EQ_INT(kvpolicy_expire(k, S(3) + S(expected_ttl(50, 60)) - 1000), 1); /* a's (1.5*2+1 = 4 s) only */
+    CHECK_EQ_INT(kvpool_refcount(p, b[0]), 1);
+    fresh(p, a, 2);
+    kvpolicy_pin(k, a, 2, 0, NULL, -1, 2, 3, S(10));
+    CHECK_EQ_INT(kvpolicy_yield(k), 2);               /* a's, though b's return was later */
+    CHECK_EQ_INT(kvpool_refcount(p, a[0]), 0);
+    CHECK(kvpolicy_resume(k, b, 2, 0, S(9)));
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT((int)st.gaps_observed, 1);
+    CHECK_EQ_INT(st.n_pins, 0);
+    CHECK_EQ_INT(kvpool_n_free(p), 16);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
 static void test_bounded(void) {
     int n = KVPOLICY_MAX_PINS + 5;
     kvpool *p = kvpool_new(n);
@@ -250,6 +284,7 @@ int main(void) {
     test_explicit_ttl();
     test_yield_order();
     test_resume_supersede_hint();
+    test_returned();
     test_bounded();
     return test_summary("test_kvpolicy");
 }

@@ -114,6 +114,7 @@ typedef struct seq {
     int *load_slot;      /* (n_loading) disk reads of blocks[n_load_from ..]   */
     int n_loading, n_load_from;
     bool disk_tried;     /* looked in the disk index since admission/preemption */
+    bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
 } seq;
 
 typedef struct seq_list {
@@ -272,9 +273,9 @@ static bool disk_cancel_loads(engine *en);
  * recently used first); when those run out, pins yield (the furthest
  * predicted return first) and their blocks are evicted in turn. Returns how
  * many were freed. */
-static int evict(engine *en, int n) {
+static int evict(engine *en, int n, bool may_yield) {
     int got = radix_evict(en->tree, n);
-    while (got < n && en->pol && kvpolicy_yield(en->pol) > 0) got += radix_evict(en->tree, n - got);
+    while (got < n && may_yield && en->pol && kvpolicy_yield(en->pol) > 0) got += radix_evict(en->tree, n - got);
     en->cnt.kv_evicted_blocks_total += (uint64_t)got;
     return got;
 }
@@ -284,16 +285,17 @@ static int evict(engine *en, int n) {
 static int32_t alloc_block(engine *en) {
     int32_t b = kvpool_alloc(en->pool);
     if (b >= 0) return b;
-    if (evict(en, 1) > 0) b = kvpool_alloc(en->pool);
+    if (evict(en, 1, true) > 0) b = kvpool_alloc(en->pool);
     if (b < 0 && disk_cancel_loads(en)) return alloc_block(en);
     return b;
 }
 
-/* Makes sure free >= n blocks by evicting; returns whether it worked. */
-static bool ensure_free(engine *en, int n) {
+/* Makes sure free >= n blocks by evicting (and, if may_yield, by pins
+ * yielding); returns whether it worked. */
+static bool ensure_free(engine *en, int n, bool may_yield) {
     int have = kvpool_n_free(en->pool);
     while (have < n) {
-        int got = evict(en, n - have);
+        int got = evict(en, n - have, may_yield);
         if (got <= 0) return false;
         have = kvpool_n_free(en->pool);
     }
@@ -369,7 +371,7 @@ static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n
     if (m == 0) return 0;
     /* only when the whole sequence fits: restored blocks of a sequence that
      * cannot run yet would just be evicted again */
-    if (!ensure_free(en, n_need_blocks - n_ready)) return 0;
+    if (!ensure_free(en, n_need_blocks - n_ready, !en->pol || s->resumes || s->admitted_once)) return 0;
     int B = en->o.block_tokens;
     s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
     int q = 0;
@@ -543,7 +545,11 @@ static int try_admit(engine *en, seq *s) {
         }
     }
     int n_new = n_need_blocks - n_ready;
-    if (!ensure_free(en, n_new)) {
+    /* Pins yield to running work and to agents coming back; a new
+     * conversation waits for unpinned memory (pins expire within their TTL)
+     * rather than take a paused agent's context (docs/kv-cache.md). */
+    bool may_yield = !en->pol || s->resumes || s->admitted_once;
+    if (!ensure_free(en, n_new, may_yield)) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
         s->disk_tried = false; /* what it restored may be evicted before it runs */
         return -1;
@@ -598,6 +604,14 @@ static void take_submitted(engine *en) {
         s->order = en->next_order++;
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
         s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
+        if (en->pol) {
+            /* an agent back from its tool: its pin yields last from now on */
+            int cap = (s->n_tokens - 1) / en->o.block_tokens;
+            scratch_reserve(en, cap + 1);
+            int n = radix_match(en->tree, s->tokens, s->n_tokens - 1, en->scratch, cap, NULL);
+            s->resumes = kvpolicy_returned(en->pol, en->scratch, n > 0 ? n : 0, r->kv_session, clock_ns());
+            for (int j = 0; j < n; j++) kvpool_unref(en->pool, en->scratch[j]);
+        }
         list_push(&en->waiting, s);
         s->in_skip = r->trigger_skip_now;
         if (r->grammar && !r->grammar_trigger) {
@@ -860,9 +874,16 @@ static bool engine_step(engine *en) {
     }
     int n_prefilling = 0;
     for (int i = 0; i < en->running.n; i++) n_prefilling += en->running.v[i]->n_tokens - en->running.v[i]->n_computed > 1;
+    /* Agents coming back (agent policy) are admitted first: their context
+     * is in the cache, so they cost little and free their pins. */
+    for (int pass = en->pol ? 0 : 1; pass < 2; pass++)
     for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_prefilling < ENGINE_MAX_PREFILLING &&
                     en->running.n < en->o.max_running;) {
         seq *s = en->waiting.v[i];
+        if (pass == 0 && !s->resumes) {
+            i++;
+            continue;
+        }
         int need = (s->n_tokens + B - 1) / B;
         if (need + 1 > kvpool_n_blocks(en->pool)) {
             list_remove_at(&en->waiting, i);

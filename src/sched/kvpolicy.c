@@ -9,6 +9,7 @@
 #include "kvpolicy.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ typedef struct pin {
     int64_t t_end_ns;      /* when the turn ended                              */
     int64_t expires_ns;
     int64_t return_ns;     /* predicted return (yield order)                   */
+    bool returned;         /* its agent's next request has arrived             */
 } pin;
 
 typedef struct avg_slot {
@@ -175,7 +177,7 @@ void kvpolicy_set_tool(kvpolicy *p, uint64_t owner, const char *tool, int64_t no
         pin *q = &p->pins[i];
         if (q->owner != owner) continue;
         q->tool = kvpolicy_session_hash(tool);
-        if (!q->ttl_given) {
+        if (!q->ttl_given && !q->returned) {
             q->predicted_gap = predict_gap(p, q->session, q->tool);
             pin_schedule(p, q, ttl_of_gap(p, q->predicted_gap));
         }
@@ -197,9 +199,10 @@ static void observe(kvpolicy *p, const pin *q, int64_t now_ns) {
     p->st.gaps_observed++;
 }
 
-bool kvpolicy_resume(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, int64_t now_ns) {
-    /* the deepest pin that the matched prefix covers is the turn resumed; the
-     * shallower ones it covers are earlier turns of the same conversation */
+/* The pin a request with these cached blocks / session resumes, or -1: the
+ * deepest pin that the matched prefix covers (the shallower ones it covers
+ * are earlier turns of the same conversation), else its session's. */
+static int find_resumed(const kvpolicy *p, const int32_t *blocks, int n, uint64_t session) {
     int best = -1;
     for (int i = 0; i < p->n_pins; i++) {
         const pin *q = &p->pins[i];
@@ -208,8 +211,28 @@ bool kvpolicy_resume(kvpolicy *p, const int32_t *blocks, int n, uint64_t session
     if (best < 0 && session)
         for (int i = 0; i < p->n_pins; i++)
             if (p->pins[i].session == session) best = i;
+    return best;
+}
+
+bool kvpolicy_returned(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, int64_t now_ns) {
+    int i = find_resumed(p, blocks, n, session);
+    if (i < 0) return false;
+    pin *q = &p->pins[i];
+    if (!q->returned) {
+        observe(p, q, now_ns);
+        q->returned = true;
+        q->return_ns = INT64_MIN; /* yields last */
+        /* it stays while its request waits for admission (bounded: a request
+         * cancelled in the queue does not hold it for ever) */
+        q->expires_ns = now_ns + (int64_t)(p->ttl_max * 1e9);
+    }
+    return true;
+}
+
+bool kvpolicy_resume(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, int64_t now_ns) {
+    int best = find_resumed(p, blocks, n, session);
     if (best < 0) return false;
-    observe(p, &p->pins[best], now_ns);
+    if (!p->pins[best].returned) observe(p, &p->pins[best], now_ns);
     release_at(p, best, KVPOL_RESUMED);
     for (int i = 0; i < p->n_pins;) {
         const pin *q = &p->pins[i];

@@ -97,6 +97,13 @@ void kvpolicy_set_tool(kvpolicy *p, uint64_t owner, const char *tool, int64_t no
  * is resumed (the gap observed, the pin released). Returns whether one was. */
 bool kvpolicy_resume(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, int64_t now_ns);
 
+/* A request arrived whose prompt extends a pin (blocks[0..n) are the
+ * prompt's blocks the cache holds, or a request of its session): its agent
+ * is back. The gap is observed now (queueing is not the tool's time) and the
+ * pin yields last from now on; it is released by kvpolicy_resume when the
+ * request is admitted. Returns whether a pin matched. */
+bool kvpolicy_returned(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, int64_t now_ns);
+
 /* Releases the pins of session (kv_hint "done"). Returns how many. */
 int kvpolicy_release_session(kvpolicy *p, uint64_t session);
 
