@@ -12,14 +12,15 @@ export KVLOOM_BIN=$B/kvloom
 export KVLOOM_BUILD=$B
 export KVLOOM_FIXTURES=${KVLOOM_FIXTURES:-$B/fixtures/models}
 pass=0; fail=0
-tally() { # name, output file, exit status
+tally() { # name, output file, exit status (the time since t0 is shown)
+    secs=$(( $(date +%s) - t0 ))
     line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
     if [ -n "$line" ]; then
         p=$(echo "$line" | awk '{print $1}')
         f=$(echo "$line" | awk '{print $3}')
         pass=$((pass + p)); fail=$((fail + f))
         [ "$3" -ne 0 ] && [ "$f" -eq 0 ] && { fail=$((fail + 1)); echo "$1: exit status $3"; }
-        echo "$1: $p passed, $f failed"
+        echo "$1: $p passed, $f failed (${secs} s)"
     else
         fail=$((fail + 1)); echo "$1: CRASHED or no result (exit $3)"
     fi
@@ -29,16 +30,19 @@ tmp=$(mktemp -d)
 for t in "$B"/tests/test_*; do
     [ -x "$t" ] || continue
     n=$(basename "$t")
+    t0=$(date +%s)
     timeout 600 "$t" > "$tmp/$n.out" 2>&1; tally "$n" "$tmp/$n.out" $?
 done
 for r in "$B"/fuzz/*_replay; do
     [ -x "$r" ] || continue
     n=$(basename "$r" _replay)
+    t0=$(date +%s)
     timeout 600 "$r" fuzz/corpus/"$n" > "$tmp/$n.out" 2>&1; tally "$n (corpus replay)" "$tmp/$n.out" $?
 done
 for s in tests/*_test.sh; do
     [ -f "$s" ] || continue
     n=$(basename "$s" .sh)
+    t0=$(date +%s)
     timeout 900 sh "$s" > "$tmp/$n.out" 2>&1; tally "$n" "$tmp/$n.out" $?
 done
 rm -rf "$tmp"
