@@ -165,12 +165,12 @@ static void test_yield_order(void) {
     kvpolicy_pin(k, a, 2, 0, NULL, -1, 5, 1, S(0));   /* back in 5 s   */
     kvpolicy_pin(k, b, 3, 0, NULL, -1, 50, 2, S(0));  /* back in 50 s  */
     kvpolicy_pin(k, c, 4, 0, NULL, -1, 20, 3, S(1));  /* back at 21 s  */
-    CHECK_EQ_INT(kvpolicy_yield(k), 3); /* the furthest return first */
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 3); /* the furthest return first */
     CHECK_EQ_INT(kvpool_refcount(p, b[0]), 0);
     CHECK_EQ_INT(kvpool_refcount(p, c[0]), 1);
-    CHECK_EQ_INT(kvpolicy_yield(k), 4);
-    CHECK_EQ_INT(kvpolicy_yield(k), 2);
-    CHECK_EQ_INT(kvpolicy_yield(k), 0); /* nothing left: never blocks */
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 4);
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 2);
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 0); /* nothing left: never blocks */
     kvpolicy_stats st;
     kvpolicy_get_stats(k, &st);
     CHECK_EQ_INT((int)st.released[KVPOL_YIELDED], 3);
@@ -249,12 +249,40 @@ static void test_returned(void) {
     CHECK_EQ_INT(kvpool_refcount(p, b[0]), 1);
     fresh(p, a, 2);
     kvpolicy_pin(k, a, 2, 0, NULL, -1, 2, 3, S(10));
-    CHECK_EQ_INT(kvpolicy_yield(k), 2);               /* a's, though b's return was later */
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 2);               /* a's, though b's return was later */
     CHECK_EQ_INT(kvpool_refcount(p, a[0]), 0);
     CHECK(kvpolicy_resume(k, b, 2, 0, S(9)));
     kvpolicy_get_stats(k, &st);
     CHECK_EQ_INT((int)st.gaps_observed, 1);
     CHECK_EQ_INT(st.n_pins, 0);
+    CHECK_EQ_INT(kvpool_n_free(p), 16);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
+/* For a new conversation (protect), pins yield only when nothing says their
+ * agent is coming: no prediction, or overdue past the slack; returned pins
+ * never. Running work (no protect) takes any. */
+static void test_protection(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t u[1], e[1], r[1];
+    fresh(p, u, 1);
+    fresh(p, e, 1);
+    fresh(p, r, 1);
+    kvpolicy_pin(k, u, 1, 0, NULL, -1, -1, 1, S(0));  /* nothing learnt: no prediction */
+    kvpolicy_pin(k, e, 1, 0, NULL, -1, 5, 2, S(0));   /* expected back at 5 s */
+    kvpolicy_pin(k, r, 1, 0, NULL, -1, 40, 3, S(0));
+    CHECK(kvpolicy_returned(k, r, 1, 0, S(1)));        /* r's agent is back */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 1);    /* u */
+    CHECK_EQ_INT(kvpool_refcount(p, u[0]), 0);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 0);    /* e is expected, r returned */
+    double slack = 5.0 / 2 > KVPOLICY_SLACK_MIN_S ? 5.0 / 2 : KVPOLICY_SLACK_MIN_S;
+    CHECK_EQ_INT(kvpolicy_yield(k, S(5 + slack) - 1000, true), 0);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(5 + slack), true), 1); /* e is overdue */
+    CHECK_EQ_INT(kvpool_refcount(p, e[0]), 0);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(100), true), 0);  /* r: never for a new conversation */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(100), false), 1); /* running work takes it */
     CHECK_EQ_INT(kvpool_n_free(p), 16);
     kvpolicy_free(k);
     kvpool_free(p);
@@ -285,6 +313,7 @@ int main(void) {
     test_yield_order();
     test_resume_supersede_hint();
     test_returned();
+    test_protection();
     test_bounded();
     return test_summary("test_kvpolicy");
 }

@@ -107,10 +107,12 @@ static long scenario(const char *policy, int *n_a_prompt) {
     return cached;
 }
 
-/* Every block pinned: a new conversation waits for pins to expire (it does
- * not take a paused agent's context), then runs; an agent coming back takes
- * what it needs from the others' pins (they yield, furthest return first),
- * and its own pinned prefix is served from the cache. Nothing fails. */
+/* Every block pinned: pins nothing predicts yield to new requests; pins of
+ * agents expected back make a new conversation wait until they expire (it
+ * does not take a paused agent's context), then it runs; an agent coming
+ * back takes what it needs from the others' pins (they yield, furthest
+ * return first), and its own pinned prefix is served from the cache.
+ * Nothing fails. */
 static void check_all_pinned(void) {
     srv s;
     const char *flags[] = {"--check", "--kv-mem", "1M", NULL};
@@ -121,20 +123,33 @@ static void check_all_pinned(void) {
     rng_state = 0xa11b1eedull;
     long blocks = (long)metric(s.port, "kvloom_kv_blocks_total");
     int st, n_ok = 0, n = 0;
-    /* short pins fill the pool twice: the later requests wait for the
-     * earlier pins to expire, and all answer */
+    /* pins nothing predicts (no agent ever came back) fill the pool twice:
+     * they yield to the new requests, which all answer */
     int32_t f[12 * BT];
     for (long used = 0; used < 2 * blocks; used += 13, n++) {
         random_ids(f, 12 * BT);
-        char *b = body_of(f, 12 * BT, 2, "\"kv_ttl\":1");
+        char *b = body_of(f, 12 * BT, 2, "\"kv_ttl\":30");
         json_decref(post_json(s.port, "/v1/completions", b, &st));
         free(b);
         n_ok += st == 200;
     }
-    CHECK_MSG(n_ok == n, "short pins: %d of %d answered", n_ok, n);
+    CHECK_MSG(n_ok == n, "unpredicted pins: %d of %d answered", n_ok, n);
+    CHECK_MSG(metric(s.port, "kvloom_kv_pins_released_total{reason=\"yielded\"}") > 0, "no pin yielded");
+    /* pins whose agents are expected back (kv_hint) fill it twice: a new
+     * conversation does not take them, it waits until they expire (kv_ttl
+     * 2 s), and all answer */
+    n_ok = n = 0;
+    for (long used = 0; used < 2 * blocks; used += 13, n++) {
+        random_ids(f, 12 * BT);
+        char *b = body_of(f, 12 * BT, 2, "\"kv_ttl\":2,\"kv_hint\":{\"next_use_s\":1}");
+        json_decref(post_json(s.port, "/v1/completions", b, &st));
+        free(b);
+        n_ok += st == 200;
+    }
+    CHECK_MSG(n_ok == n, "expected pins: %d of %d answered", n_ok, n);
     CHECK_MSG(metric(s.port, "kvloom_kv_pins_released_total{reason=\"expired\"}") > 0, "no pin expired");
     CHECK(wait_idle(s.port, 20));
-    usleep(1200 * 1000); /* the last short pins expire */
+    usleep(2200 * 1000); /* the last short pins expire */
     /* P: the agent that will come back (6 blocks pinned, back soon) */
     int32_t p[6 * BT + 60];
     random_ids(p, 6 * BT + 60);

@@ -275,7 +275,8 @@ static bool disk_cancel_loads(engine *en);
  * many were freed. */
 static int evict(engine *en, int n, bool may_yield) {
     int got = radix_evict(en->tree, n);
-    while (got < n && may_yield && en->pol && kvpolicy_yield(en->pol) > 0) got += radix_evict(en->tree, n - got);
+    int64_t now = en->pol && got < n ? clock_ns() : 0;
+    while (got < n && en->pol && kvpolicy_yield(en->pol, now, !may_yield) > 0) got += radix_evict(en->tree, n - got);
     en->cnt.kv_evicted_blocks_total += (uint64_t)got;
     return got;
 }
@@ -546,8 +547,9 @@ static int try_admit(engine *en, seq *s) {
     }
     int n_new = n_need_blocks - n_ready;
     /* Pins yield to running work and to agents coming back; a new
-     * conversation waits for unpinned memory (pins expire within their TTL)
-     * rather than take a paused agent's context (docs/kv-cache.md). */
+     * conversation takes only pins without a prediction or whose agent is
+     * overdue, and otherwise waits (a paused agent expected back keeps its
+     * context; pins expire within their TTL; docs/kv-cache.md). */
     bool may_yield = !en->pol || s->resumes || s->admitted_once;
     if (!ensure_free(en, n_new, may_yield)) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);

@@ -260,11 +260,20 @@ int kvpolicy_expire(kvpolicy *p, int64_t now_ns) {
     return k;
 }
 
-int kvpolicy_yield(kvpolicy *p) {
-    if (!p->n_pins) return 0;
-    int far = 0;
-    for (int i = 1; i < p->n_pins; i++)
-        if (p->pins[i].return_ns > p->pins[far].return_ns) far = i;
+static bool protected_pin(const pin *q, int64_t now_ns) {
+    if (q->returned) return true;
+    if (q->predicted_gap < 0) return false;
+    double slack = q->predicted_gap / 2 > KVPOLICY_SLACK_MIN_S ? q->predicted_gap / 2 : KVPOLICY_SLACK_MIN_S;
+    return now_ns < q->return_ns + (int64_t)(slack * 1e9);
+}
+
+int kvpolicy_yield(kvpolicy *p, int64_t now_ns, bool protect) {
+    int far = -1;
+    for (int i = 0; i < p->n_pins; i++) {
+        if (protect && protected_pin(&p->pins[i], now_ns)) continue;
+        if (far < 0 || p->pins[i].return_ns > p->pins[far].return_ns) far = i;
+    }
+    if (far < 0) return 0;
     int n = p->pins[far].n;
     release_at(p, far, KVPOL_YIELDED);
     return n;

@@ -111,8 +111,15 @@ int kvpolicy_release_session(kvpolicy *p, uint64_t session);
 int kvpolicy_expire(kvpolicy *p, int64_t now_ns);
 
 /* The pool needs memory: releases the pin whose predicted return is
- * furthest away. Returns the number of references it dropped (0: no pin). */
-int kvpolicy_yield(kvpolicy *p);
+ * furthest away. Returns the number of references it dropped (0: no pin).
+ * With protect (the memory is for a new conversation), protected pins are
+ * not released: those whose agent has returned, and those with a predicted
+ * return (a gap was observed for them) that has not passed by more than
+ * max(KVPOLICY_SLACK_MIN_S, half the gap). A pin without a prediction
+ * (nothing ever came back) protects nothing, so traffic that never resumes
+ * its turns gets the memory as under LRU. */
+int kvpolicy_yield(kvpolicy *p, int64_t now_ns, bool protect);
+#define KVPOLICY_SLACK_MIN_S 2.0
 
 /* The TTL a new pin would get now (tests, logs). */
 double kvpolicy_predict_ttl(const kvpolicy *p, uint64_t session, const char *tool);
