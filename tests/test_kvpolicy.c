@@ -274,6 +274,17 @@ static void test_protection(void) {
     kvpolicy_pin(k, e, 1, 0, NULL, -1, 5, 2, S(0));   /* expected back at 5 s */
     kvpolicy_pin(k, r, 1, 0, NULL, -1, 40, 3, S(0));
     CHECK(kvpolicy_returned(k, r, 1, 0, S(1)));        /* r's agent is back */
+    /* u: no prediction, but nothing has gone unused yet: kept until it expires */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 0);
+    /* three pins expire unused: the rate (0 + 1) / (3 + 2) is below 1/4,
+     * unpredicted pins protect nothing any more */
+    for (int i = 0; i < 3; i++) {
+        int32_t x;
+        fresh(p, &x, 1);
+        kvpolicy_pin(k, &x, 1, 0, NULL, 0.5, -1, 10 + (uint64_t)i, S(0));
+    }
+    CHECK_EQ_INT(kvpolicy_expire(k, S(1)), 3);
+    CHECK(0.2 < KVPOLICY_PROTECT_MIN_RATE);
     CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 1);    /* u */
     CHECK_EQ_INT(kvpool_refcount(p, u[0]), 0);
     CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 0);    /* e is expected, r returned */

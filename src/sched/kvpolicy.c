@@ -260,9 +260,15 @@ int kvpolicy_expire(kvpolicy *p, int64_t now_ns) {
     return k;
 }
 
-static bool protected_pin(const pin *q, int64_t now_ns) {
+static bool protected_pin(const kvpolicy *p, const pin *q, int64_t now_ns) {
     if (q->returned) return true;
-    if (q->predicted_gap < 0) return false;
+    if (q->predicted_gap < 0) {
+        /* nothing predicted yet: protected until it expires while pins
+         * have been coming back (or too few ended to tell) */
+        double resumed = (double)p->st.released[KVPOL_RESUMED];
+        double lost = (double)(p->st.released[KVPOL_EXPIRED] + p->st.released[KVPOL_YIELDED]);
+        return (resumed + 1) / (resumed + lost + 2) >= KVPOLICY_PROTECT_MIN_RATE && now_ns < q->expires_ns;
+    }
     double slack = q->predicted_gap / 2 > KVPOLICY_SLACK_MIN_S ? q->predicted_gap / 2 : KVPOLICY_SLACK_MIN_S;
     return now_ns < q->return_ns + (int64_t)(slack * 1e9);
 }
@@ -270,7 +276,7 @@ static bool protected_pin(const pin *q, int64_t now_ns) {
 int kvpolicy_yield(kvpolicy *p, int64_t now_ns, bool protect) {
     int far = -1;
     for (int i = 0; i < p->n_pins; i++) {
-        if (protect && protected_pin(&p->pins[i], now_ns)) continue;
+        if (protect && protected_pin(p, &p->pins[i], now_ns)) continue;
         if (far < 0 || p->pins[i].return_ns > p->pins[far].return_ns) far = i;
     }
     if (far < 0) return 0;
