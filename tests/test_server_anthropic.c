@@ -19,7 +19,10 @@
  *   - stop_sequences, max_tokens, a prefill (final assistant message),
  *     count_tokens;
  *   - bad input: each a 4xx in Anthropic's error shape naming the field;
+ *     unknown fields and cache_control marks are ignored (same answer);
  *     the API key (x-api-key) and a 401 in that shape;
+ *   - a client that leaves (streamed or not) cancels its request: a 499,
+ *     few tokens generated;
  *   - on a tiny random-weight Qwen3 (reasoning template): a thinking block
  *     before the text, streamed as thinking_delta.
  */
@@ -546,6 +549,75 @@ static void check_bad_input(void) {
     }
 }
 
+/* Accepted and ignored: what clients send that a local engine has no use
+ * for (unknown top-level fields, cache_control marks, service_tier,
+ * anthropic-version), and tool_choice none with tools. The answer is the
+ * same greedy text as without them. */
+static void check_ignored(void) {
+    int st;
+    json_t *a = create("{\"max_tokens\":6,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}]}", &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *b = create("{\"max_tokens\":6,\"temperature\":0,\"service_tier\":\"auto\",\"container\":null,"
+                       "\"some_future_field\":{\"x\":[1,2]},\"metadata\":{\"user_id\":\"u-1\"},\"top_k\":0,"
+                       "\"system\":[{\"type\":\"text\",\"text\":\"\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
+                       "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Once\","
+                       "\"cache_control\":{\"type\":\"ephemeral\"}}]}]}",
+                       &st);
+    CHECK_MSG(st == 200, "ignored fields: status %d", st);
+    char *ta = text_of(a), *tb = text_of(b);
+    CHECK_MSG(!strcmp(ta, tb), "with ignored fields '%s' vs '%s'", tb, ta);
+    free(ta);
+    free(tb);
+    json_decref(a);
+    json_decref(b);
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"max_tokens\":6,\"temperature\":0,\"tools\":[%s],\"tool_choice\":{\"type\":\"none\"},\"messages\":[{"
+             "\"role\":\"user\",\"content\":\"Once\"}]}",
+             weather_tool);
+    json_t *c = create(body, &st);
+    CHECK_EQ_INT(st, 200);
+    json_t *uses = blocks_of(c, "tool_use");
+    CHECK_EQ_INT((int)json_array_size(uses), 0);
+    CHECK_MSG(str(c, "stop_reason") && strcmp(str(c, "stop_reason"), "tool_use"), "tool_choice none: stop_reason %s",
+              str(c, "stop_reason") ? str(c, "stop_reason") : "-");
+    json_decref(uses);
+    json_decref(c);
+}
+
+/* A client that leaves cancels its request in the engine: streamed (gone
+ * after the first delta) and whole (gone while it generates). Each counts
+ * as a 499 and generates far fewer tokens than the whole context it asked
+ * for (max_tokens beyond the context, ignore_eos). */
+static void check_disconnect(void) {
+    const char *st_499 = "kvloom_requests_total{status=\"499\"}";
+    for (int streamed = 1; streamed >= 0; streamed--) {
+        CHECK(wait_idle(g_port, 20));
+        double n499 = metric(g_port, st_499), gen0 = metric(g_port, "kvloom_generation_tokens_total");
+        if (n499 < 0) n499 = 0;
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"max_tokens\":100000,\"ignore_eos\":true,\"stream\":%s,\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"Once\"}]}",
+                 streamed ? "true" : "false");
+        int fd = su_send_request(g_port, "POST", "/v1/messages", NULL, body, strlen(body), 30);
+        CHECK(fd >= 0);
+        if (fd < 0) continue;
+        if (streamed) {
+            CHECK(su_read_until(fd, "content_block_delta", 20));
+        } else {
+            double t0 = su_now();
+            while (metric(g_port, "kvloom_generation_tokens_total") <= gen0 && su_now() - t0 < 20) usleep(2000);
+        }
+        close(fd);
+        CHECK(wait_idle(g_port, 20));
+        double n = metric(g_port, st_499), gen = metric(g_port, "kvloom_generation_tokens_total") - gen0;
+        CHECK_MSG(n == n499 + 1, "%s: 499s %g -> %g", streamed ? "stream" : "whole", n499, n);
+        CHECK_MSG(gen > 0 && gen < 250, "%s: %g tokens generated after the client left", streamed ? "stream" : "whole",
+                  gen);
+    }
+}
+
 static void check_auth(void) {
     srv s;
     const char *flags[] = {"--api-key", "sk-ant-test", "--kv-mem", "16M", NULL};
@@ -645,6 +717,8 @@ int main(void) {
     check_text();
     check_tools();
     check_bad_input();
+    check_ignored();
+    check_disconnect();
     CHECK(wait_idle(s.port, 10));
     if (test_n_fail) srv_print_log(&s);
     CHECK_EQ_INT(srv_stop(&s), 0);
