@@ -20,6 +20,7 @@
  *     count_tokens;
  *   - bad input: each a 4xx in Anthropic's error shape naming the field;
  *     unknown fields and cache_control marks are ignored (same answer);
+ *     is_error adds nothing to the prompt (count_tokens);
  *     the API key (x-api-key) and a 401 in that shape;
  *   - a client that leaves (streamed or not) cancels its request: a 499,
  *     few tokens generated;
@@ -585,6 +586,30 @@ static void check_ignored(void) {
     json_decref(c);
 }
 
+/* is_error adds nothing to the prompt; an error result without content
+ * reads "error" (count_tokens of the same conversation). */
+static void check_is_error(void) {
+    static const char *fmt =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"},{\"role\":\"assistant\",\"content\":[{\"type\":"
+        "\"tool_use\",\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{\"city\":\"Paris\"}}]},{\"role\":\"user\","
+        "\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\"%s}]}]}";
+    const char *variants[] = {",\"content\":\"timeout\"", ",\"content\":\"timeout\",\"is_error\":true",
+                              ",\"content\":\"error\"", ",\"is_error\":true", ",\"content\":[],\"is_error\":true"};
+    long n[5];
+    for (int i = 0; i < 5; i++) {
+        char body[1024];
+        int st;
+        snprintf(body, sizeof body, fmt, variants[i]);
+        json_t *ct = post_json(g_port, "/v1/messages/count_tokens", body, &st);
+        CHECK_MSG(st == 200, "is_error variant %d: status %d", i, st);
+        n[i] = (long)json_integer_value(json_object_get(ct, "input_tokens"));
+        json_decref(ct);
+    }
+    CHECK_MSG(n[0] > 0 && n[0] == n[1], "is_error with content: %ld vs %ld tokens", n[1], n[0]);
+    CHECK_MSG(n[2] > 0 && n[2] == n[3] && n[2] == n[4], "error result without content: %ld, %ld vs %ld tokens", n[3], n[4],
+              n[2]);
+}
+
 /* A client that leaves cancels its request in the engine: streamed (gone
  * after the first delta) and whole (gone while it generates). Each counts
  * as a 499 and generates far fewer tokens than the whole context it asked
@@ -718,6 +743,7 @@ int main(void) {
     check_tools();
     check_bad_input();
     check_ignored();
+    check_is_error();
     check_disconnect();
     CHECK(wait_idle(s.port, 10));
     if (test_n_fail) srv_print_log(&s);
