@@ -103,18 +103,6 @@ static void reply_json(http_exchange *x, json_t *o) {
     free(s);
 }
 
-/* A field's value, or NULL when absent or null. */
-static json_t *field(json_t *o, const char *name) {
-    json_t *v = json_object_get(o, name);
-    return json_is_null(v) ? NULL : v;
-}
-
-static json_t *text_json(const char *p, size_t n) {
-    json_t *s = json_stringn(p ? p : "", n);
-    return s ? s : json_string("");
-}
-
-static json_t *buf_json(const http_buf *b) { return text_json(b->p, b->n); }
 
 /* ---- request translation: Messages body -> OpenAI chat body ---- */
 
@@ -143,12 +131,12 @@ static int text_of(json_t *c, const char *where, http_buf *out, afail *f) {
     if (!json_is_array(c)) return abad(f, "%s: must be a string or an array of text blocks", where);
     for (size_t j = 0; j < json_array_size(c); j++) {
         json_t *b = json_array_get(c, j);
-        json_t *type = json_is_object(b) ? field(b, "type") : NULL;
+        json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
         if (!json_is_string(type)) return abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
         if (strcmp(json_string_value(type), "text"))
             return abad(f, "%s.%zu.type: '%.64s' blocks are not supported here (text only)", where, j,
                         json_string_value(type));
-        json_t *text = field(b, "text");
+        json_t *text = oai_field(b, "text");
         if (!json_is_string(text)) return abad(f, "%s.%zu.text: must be a string", where, j);
         http_buf_add(out, json_string_value(text), json_string_length(text));
     }
@@ -169,14 +157,14 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
     int r = 0;
     for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
         json_t *b = json_array_get(content, j);
-        json_t *type = json_is_object(b) ? field(b, "type") : NULL;
+        json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
         if (!json_is_string(type)) {
             r = abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
             break;
         }
         const char *t = json_string_value(type);
         if (!strcmp(t, "text")) {
-            json_t *s = field(b, "text");
+            json_t *s = oai_field(b, "text");
             if (!json_is_string(s)) {
                 r = abad(f, "%s.%zu.text: must be a string", where, j);
                 break;
@@ -185,7 +173,7 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
             http_buf_add(&text, json_string_value(s), json_string_length(s));
             any_text = true;
         } else if (!strcmp(t, "tool_result")) {
-            json_t *id = field(b, "tool_use_id"), *c = field(b, "content"), *err = field(b, "is_error");
+            json_t *id = oai_field(b, "tool_use_id"), *c = oai_field(b, "content"), *err = oai_field(b, "is_error");
             if (!json_is_string(id) || !json_string_length(id)) {
                 r = abad(f, "%s.%zu.tool_use_id: must be a non-empty string", where, j);
                 break;
@@ -205,7 +193,7 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
             if (c) r = text_of(c, w, &out, f);
             if (r == 0) {
                 json_t *m = json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
-                                      json_is_true(err) && !out.n ? json_string("error") : buf_json(&out));
+                                      json_is_true(err) && !out.n ? json_string("error") : oai_buf_json(&out));
                 json_array_append_new(msgs, m);
             }
             http_buf_free(&out);
@@ -214,7 +202,7 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
                      where, j, t);
         }
     }
-    if (r == 0 && any_text) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content", buf_json(&text)));
+    if (r == 0 && any_text) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content", oai_buf_json(&text)));
     http_buf_free(&text);
     return r;
 }
@@ -232,21 +220,21 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
     int r = 0;
     for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
         json_t *b = json_array_get(content, j);
-        json_t *type = json_is_object(b) ? field(b, "type") : NULL;
+        json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
         if (!json_is_string(type)) {
             r = abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
             break;
         }
         const char *t = json_string_value(type);
         if (!strcmp(t, "text")) {
-            json_t *s = field(b, "text");
+            json_t *s = oai_field(b, "text");
             if (!json_is_string(s)) {
                 r = abad(f, "%s.%zu.text: must be a string", where, j);
                 break;
             }
             http_buf_add(&text, json_string_value(s), json_string_length(s));
         } else if (!strcmp(t, "thinking")) {
-            json_t *s = field(b, "thinking");
+            json_t *s = oai_field(b, "thinking");
             if (!json_is_string(s)) {
                 r = abad(f, "%s.%zu.thinking: must be a string", where, j);
                 break;
@@ -255,7 +243,7 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
         } else if (!strcmp(t, "redacted_thinking")) {
             /* nothing a local model can read */
         } else if (!strcmp(t, "tool_use")) {
-            json_t *id = field(b, "id"), *name = field(b, "name"), *input = field(b, "input");
+            json_t *id = oai_field(b, "id"), *name = oai_field(b, "name"), *input = oai_field(b, "input");
             if (!json_is_string(id) || !json_string_length(id)) {
                 r = abad(f, "%s.%zu.id: must be a non-empty string", where, j);
                 break;
@@ -279,9 +267,9 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
     }
     if (r == 0) {
         json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content",
-                              text.n || !json_array_size(calls) ? buf_json(&text) : json_null());
+                              text.n || !json_array_size(calls) ? oai_buf_json(&text) : json_null());
         if (json_array_size(calls)) json_object_set(m, "tool_calls", calls);
-        if (thinking.n) json_object_set_new(m, "reasoning_content", buf_json(&thinking));
+        if (thinking.n) json_object_set_new(m, "reasoning_content", oai_buf_json(&thinking));
         json_array_append_new(msgs, m);
     }
     json_decref(calls);
@@ -291,17 +279,17 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
 }
 
 static int map_messages(json_t *body, json_t *chat, bool *prefill, afail *f) {
-    json_t *messages = field(body, "messages");
+    json_t *messages = oai_field(body, "messages");
     if (!messages) return abad(f, "messages: Field required");
     if (!json_is_array(messages) || !json_array_size(messages))
         return abad(f, "messages: must be a non-empty array of messages");
     json_t *msgs = json_array(), *ids = json_object();
     int r = 0;
-    json_t *system = field(body, "system");
+    json_t *system = oai_field(body, "system");
     if (system) {
         http_buf s = {0};
         r = text_of(system, "system", &s, f);
-        if (r == 0) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", buf_json(&s)));
+        if (r == 0) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", oai_buf_json(&s)));
         http_buf_free(&s);
     }
     const char *role_s = NULL;
@@ -311,7 +299,7 @@ static int map_messages(json_t *body, json_t *chat, bool *prefill, afail *f) {
             r = abad(f, "messages.%zu: must be an object", i);
             break;
         }
-        json_t *role = field(m, "role"), *content = field(m, "content");
+        json_t *role = oai_field(m, "role"), *content = oai_field(m, "content");
         if (!json_is_string(role)) {
             r = abad(f, "messages.%zu.role: must be \"user\" or \"assistant\"", i);
             break;
@@ -347,8 +335,8 @@ static int map_tools(json_t *tools, json_t *chat, afail *f) {
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
         if (!json_is_object(t)) return abad(f, "tools.%zu: must be an object", i);
-        json_t *type = field(t, "type"), *name = field(t, "name"), *desc = field(t, "description"),
-               *schema = field(t, "input_schema");
+        json_t *type = oai_field(t, "type"), *name = oai_field(t, "name"), *desc = oai_field(t, "description"),
+               *schema = oai_field(t, "input_schema");
         if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "custom")))
             return abad(f, "tools.%zu.type: %s%.64s%s tools are not supported (custom tools with an input_schema only)",
                         i, json_is_string(type) ? "'" : "", json_is_string(type) ? json_string_value(type) : "non-string",
@@ -369,7 +357,7 @@ static int map_tools(json_t *tools, json_t *chat, afail *f) {
 
 static int map_tool_choice(json_t *tc, json_t *chat, afail *f) {
     if (!json_is_object(tc)) return abad(f, "tool_choice: must be an object {\"type\": ...}");
-    json_t *type = field(tc, "type"), *name = field(tc, "name"), *dp = field(tc, "disable_parallel_tool_use");
+    json_t *type = oai_field(tc, "type"), *name = oai_field(tc, "name"), *dp = oai_field(tc, "disable_parallel_tool_use");
     if (!json_is_string(type)) return abad(f, "tool_choice.type: must be a string");
     if (dp && !json_is_boolean(dp)) return abad(f, "tool_choice.disable_parallel_tool_use: must be a boolean");
     if (json_is_true(dp)) json_object_set_new(chat, "parallel_tool_calls", json_false());
@@ -390,38 +378,38 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     json_t *chat = *chat_out = json_object();
     json_t *v;
     *prefill = false;
-    if ((v = field(body, "model"))) {
+    if ((v = oai_field(body, "model"))) {
         if (!json_is_string(v)) return abad(f, "model: must be a string");
         json_object_set(chat, "model", v);
     }
     if (!count_only) {
-        v = field(body, "max_tokens");
+        v = oai_field(body, "max_tokens");
         if (!v) return abad(f, "max_tokens: Field required");
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
             return abad(f, "max_tokens: must be an integer >= 1");
         json_object_set(chat, "max_tokens", v);
     }
-    if ((v = field(body, "temperature"))) {
+    if ((v = oai_field(body, "temperature"))) {
         if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
             return abad(f, "temperature: must be a number in [0, 1]");
         json_object_set(chat, "temperature", v);
     }
-    if ((v = field(body, "top_p"))) json_object_set(chat, "top_p", v);
-    if ((v = field(body, "top_k"))) {
+    if ((v = oai_field(body, "top_p"))) json_object_set(chat, "top_p", v);
+    if ((v = oai_field(body, "top_k"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 0) return abad(f, "top_k: must be an integer >= 0");
         json_object_set(chat, "top_k", v);
     }
-    if ((v = field(body, "stream"))) json_object_set(chat, "stream", v);
-    if ((v = field(body, "stop_sequences"))) {
+    if ((v = oai_field(body, "stream"))) json_object_set(chat, "stream", v);
+    if ((v = oai_field(body, "stop_sequences"))) {
         if (!json_is_array(v)) return abad(f, "stop_sequences: must be an array of strings");
         for (size_t i = 0; i < json_array_size(v); i++)
             if (!json_is_string(json_array_get(v, i)) || !json_string_length(json_array_get(v, i)))
                 return abad(f, "stop_sequences.%zu: must be a non-empty string", i);
         if (json_array_size(v)) json_object_set(chat, "stop", v);
     }
-    if ((v = field(body, "metadata"))) {
+    if ((v = oai_field(body, "metadata"))) {
         if (!json_is_object(v)) return abad(f, "metadata: must be an object");
-        json_t *u = field(v, "user_id");
+        json_t *u = oai_field(v, "user_id");
         if (u && !json_is_string(u)) return abad(f, "metadata.user_id: must be a string");
         if (u) json_object_set(chat, "user", u);
     }
@@ -429,25 +417,25 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     static const char *const ext[] = {"seed", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
                                       "ignore_eos", "jump_forward", "grammar", "json_schema", "kv_ttl", "kv_hint"};
     for (size_t i = 0; i < ARRAY_LEN(ext); i++)
-        if ((v = field(body, ext[i]))) json_object_set(chat, ext[i], v);
-    json_t *kw = field(body, "chat_template_kwargs");
+        if ((v = oai_field(body, ext[i]))) json_object_set(chat, ext[i], v);
+    json_t *kw = oai_field(body, "chat_template_kwargs");
     if (kw && !json_is_object(kw)) return abad(f, "chat_template_kwargs: must be an object");
     kw = kw ? json_deep_copy(kw) : json_object();
     json_object_set_new(chat, "chat_template_kwargs", kw);
-    if ((v = field(body, "thinking"))) {
-        json_t *type = json_is_object(v) ? field(v, "type") : NULL;
+    if ((v = oai_field(body, "thinking"))) {
+        json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL;
         const char *tt = json_is_string(type) ? json_string_value(type) : "";
         if (strcmp(tt, "enabled") && strcmp(tt, "adaptive") && strcmp(tt, "disabled"))
             return abad(f, "thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
-        json_t *budget = field(v, "budget_tokens");
+        json_t *budget = oai_field(v, "budget_tokens");
         if (budget && (!json_is_integer(budget) || json_integer_value(budget) < 0))
             return abad(f, "thinking.budget_tokens: must be an integer >= 0");
         if (rc->reasoning && !json_object_get(kw, "enable_thinking"))
             json_object_set_new(kw, "enable_thinking", json_boolean(strcmp(tt, "disabled") != 0));
     }
-    if ((v = field(body, "output_format"))) {
+    if ((v = oai_field(body, "output_format"))) {
         /* structured outputs: {type: "json_schema", schema} */
-        json_t *type = json_is_object(v) ? field(v, "type") : NULL, *schema = json_is_object(v) ? field(v, "schema") : NULL;
+        json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL, *schema = json_is_object(v) ? oai_field(v, "schema") : NULL;
         if (!json_is_string(type) || strcmp(json_string_value(type), "json_schema"))
             return abad(f, "output_format.type: must be \"json_schema\"");
         if (!json_is_object(schema)) return abad(f, "output_format.schema: must be a JSON Schema object");
@@ -455,8 +443,8 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
                             json_pack("{s:s, s:{s:s, s:O, s:b}}", "type", "json_schema", "json_schema", "name", "output",
                                       "schema", schema, "strict", 1));
     }
-    if ((v = field(body, "tools")) && map_tools(v, chat, f) < 0) return -1;
-    if ((v = field(body, "tool_choice")) && map_tool_choice(v, chat, f) < 0) return -1;
+    if ((v = oai_field(body, "tools")) && map_tools(v, chat, f) < 0) return -1;
+    if ((v = oai_field(body, "tool_choice")) && map_tool_choice(v, chat, f) < 0) return -1;
     return map_messages(body, chat, prefill, f);
 }
 
@@ -574,8 +562,8 @@ static json_t *block_json(const out_block *b, bool final) {
     switch (b->kind) {
     case BL_THINKING:
         return json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
-                         final ? buf_json(&b->text) : json_string(""), "signature", "");
-    case BL_TEXT: return json_pack("{s:s, s:o}", "type", "text", "text", final ? buf_json(&b->text) : json_string(""));
+                         final ? oai_buf_json(&b->text) : json_string(""), "signature", "");
+    case BL_TEXT: return json_pack("{s:s, s:o}", "type", "text", "text", final ? oai_buf_json(&b->text) : json_string(""));
     default: {
         json_t *input = final ? json_loadb(b->text.p ? b->text.p : "", b->text.n, 0, NULL) : NULL;
         if (!json_is_object(input)) {
@@ -606,10 +594,10 @@ static void block_open(msg_out *o, int kind, const tc_event *call) {
 static void block_delta(msg_out *o, const char *text, size_t n) {
     out_block *b = &o->blocks[o->open];
     http_buf_add(&b->text, text, n);
-    json_t *d = b->kind == BL_TEXT       ? json_pack("{s:s, s:o}", "type", "text_delta", "text", text_json(text, n))
-                : b->kind == BL_THINKING ? json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking", text_json(text, n))
+    json_t *d = b->kind == BL_TEXT       ? json_pack("{s:s, s:o}", "type", "text_delta", "text", oai_text_json(text, n))
+                : b->kind == BL_THINKING ? json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking", oai_text_json(text, n))
                                          : json_pack("{s:s, s:o}", "type", "input_json_delta", "partial_json",
-                                                     text_json(text, n));
+                                                     oai_text_json(text, n));
     emit(o, "content_block_delta", json_pack("{s:i, s:o}", "index", o->open, "delta", d));
 }
 
@@ -689,7 +677,7 @@ static json_t *message_json(msg_out *o, bool final) {
     json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", o->id, "type", "message", "role", "assistant", "model",
                           o->rc->model_id, "content", content);
     json_object_set_new(m, "stop_reason", final ? json_string(stop_reason(o->g)) : json_null());
-    json_object_set_new(m, "stop_sequence", sseq ? text_json(sseq, strlen(sseq)) : json_null());
+    json_object_set_new(m, "stop_sequence", sseq ? oai_text_json(sseq, strlen(sseq)) : json_null());
     json_object_set_new(m, "usage", usage_json(o->g, final));
     return m;
 }
@@ -757,7 +745,7 @@ static int stream_next(void *sctx, http_buf *out) {
             const char *sseq = gen_stop_string(o->g);
             emit(o, "message_delta",
                  json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(o->g), "stop_sequence",
-                           sseq ? text_json(sseq, strlen(sseq)) : json_null(), "usage", usage_json(o->g, true)));
+                           sseq ? oai_text_json(sseq, strlen(sseq)) : json_null(), "usage", usage_json(o->g, true)));
             emit(o, "message_stop", json_object());
         }
     }

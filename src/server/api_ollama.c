@@ -103,12 +103,6 @@ static json_t *body_object(http_exchange *x) {
     return o;
 }
 
-/* A field's value, or NULL when absent or null (as in oai.c). */
-static json_t *field(json_t *o, const char *name) {
-    json_t *v = json_object_get(o, name);
-    return json_is_null(v) ? NULL : v;
-}
-
 /* RFC 3339 in UTC with nanoseconds, as Go writes time.Time. */
 static void rfc3339(const struct timespec *ts, char *buf, size_t cap) {
     struct tm tm;
@@ -139,8 +133,8 @@ static bool model_name_ok(const routes_ctx *rc, const char *name) {
 /* The "model" field (or Ollama's older "name"): answers 400 or 404 and
  * returns NULL when it is missing or names another model. */
 static const char *check_model(routes_ctx *rc, http_exchange *x, json_t *body) {
-    json_t *m = field(body, "model");
-    if (!m) m = field(body, "name");
+    json_t *m = oai_field(body, "model");
+    if (!m) m = oai_field(body, "name");
     if (!m) {
         reply_error(x, 400, "'model' is required");
         return NULL;
@@ -392,14 +386,14 @@ static int map_options(json_t *opts, json_t *oai, olla_fail *f) {
     if (!opts) return 0;
     if (!json_is_object(opts)) return fail(f, "'options' must be an object");
     for (size_t i = 0; i < ARRAY_LEN(same); i++) {
-        json_t *v = field(opts, same[i]);
+        json_t *v = oai_field(opts, same[i]);
         if (v) json_object_set(oai, same[i], v);
     }
-    json_t *rp = field(opts, "repeat_penalty");
+    json_t *rp = oai_field(opts, "repeat_penalty");
     if (rp) json_object_set(oai, "repetition_penalty", rp);
     /* num_predict: -1 (infinite) and -2 (fill the context) and 0 mean no
      * limit but the context's */
-    json_t *np = field(opts, "num_predict");
+    json_t *np = oai_field(opts, "num_predict");
     if (np && !(json_is_number(np) && json_number_value(np) <= 0)) json_object_set(oai, "max_tokens", np);
     return 0;
 }
@@ -465,24 +459,24 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i);
         if (!json_is_object(m)) return fail(f, "'messages[%zu]' must be an object", i);
-        json_t *role = field(m, "role");
+        json_t *role = oai_field(m, "role");
         if (!json_is_string(role)) return fail(f, "'messages[%zu].role' must be a string", i);
         const char *r = json_string_value(role);
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
             return fail(f, "'messages[%zu].role' must be \"system\", \"user\", \"assistant\" or \"tool\"; got \"%.40s\"",
                         i, r);
-        json_t *content = field(m, "content");
+        json_t *content = oai_field(m, "content");
         if (content && !json_is_string(content)) return fail(f, "'messages[%zu].content' must be a string", i);
         char where[64];
         snprintf(where, sizeof where, "messages[%zu].images", i);
-        if (check_images(field(m, "images"), where, f) < 0) return -1;
+        if (check_images(oai_field(m, "images"), where, f) < 0) return -1;
         json_t *o = json_pack("{s:s}", "role", r);
         json_object_set_new(o, "content", content ? json_incref(content) : json_string(""));
         json_array_append_new(out, o);
-        json_t *thinking = field(m, "thinking");
+        json_t *thinking = oai_field(m, "thinking");
         if (thinking && !json_is_string(thinking)) return fail(f, "'messages[%zu].thinking' must be a string", i);
         if (thinking && !strcmp(r, "assistant")) json_object_set(o, "reasoning_content", thinking);
-        json_t *calls = field(m, "tool_calls");
+        json_t *calls = oai_field(m, "tool_calls");
         if (calls) {
             if (strcmp(r, "assistant")) return fail(f, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
             if (!json_is_array(calls)) return fail(f, "'messages[%zu].tool_calls' must be an array", i);
@@ -493,14 +487,14 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
             n_pend = 0;
             for (size_t j = 0; j < json_array_size(calls); j++) {
                 json_t *c = json_array_get(calls, j);
-                json_t *fn = json_is_object(c) ? field(c, "function") : NULL;
-                json_t *name = json_is_object(fn) ? field(fn, "name") : NULL;
-                json_t *args = json_is_object(fn) ? field(fn, "arguments") : NULL;
+                json_t *fn = json_is_object(c) ? oai_field(c, "function") : NULL;
+                json_t *name = json_is_object(fn) ? oai_field(fn, "name") : NULL;
+                json_t *args = json_is_object(fn) ? oai_field(fn, "arguments") : NULL;
                 if (!json_is_string(name))
                     return fail(f, "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, j);
                 if (args && !json_is_object(args) && !json_is_string(args))
                     return fail(f, "'messages[%zu].tool_calls[%zu].function.arguments' must be an object", i, j);
-                json_t *id = field(c, "id");
+                json_t *id = oai_field(c, "id");
                 if (id && !json_is_string(id)) return fail(f, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
                 char made[48];
                 snprintf(made, sizeof made, "call_%zu_%zu", i, j);
@@ -513,7 +507,7 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
             }
         }
         if (!strcmp(r, "tool")) {
-            json_t *tname = field(m, "tool_name"), *tid = field(m, "tool_call_id");
+            json_t *tname = oai_field(m, "tool_name"), *tid = oai_field(m, "tool_call_id");
             if (tname && !json_is_string(tname)) return fail(f, "'messages[%zu].tool_name' must be a string", i);
             if (tid && !json_is_string(tid)) return fail(f, "'messages[%zu].tool_call_id' must be a string", i);
             int k = -1;
@@ -642,11 +636,6 @@ static bool out_poll(olla_out *o, int timeout_ms) {
     return done;
 }
 
-static json_t *text_json(const http_buf *b) {
-    json_t *s = json_stringn(b->p ? b->p : "", b->n);
-    return s ? s : json_string("");
-}
-
 /* {"model","created_at"} + "message" {role, content, thinking?} or
  * "response" (+ "thinking"?), from the current buffers (then emptied). */
 static json_t *line_new(olla_out *o, bool with_calls) {
@@ -656,8 +645,8 @@ static json_t *line_new(olla_out *o, bool with_calls) {
         holder = json_pack("{s:s}", "role", "assistant");
         json_object_set_new(l, "message", holder);
     }
-    json_object_set_new(holder, o->chat ? "content" : "response", text_json(&o->content));
-    if (o->thinking.n) json_object_set_new(holder, "thinking", text_json(&o->thinking));
+    json_object_set_new(holder, o->chat ? "content" : "response", oai_buf_json(&o->content));
+    if (o->thinking.n) json_object_set_new(holder, "thinking", oai_buf_json(&o->thinking));
     o->content.n = o->thinking.n = 0;
     if (o->logprobs && json_array_size(o->lp)) {
         json_object_set_new(l, "logprobs", o->lp);
@@ -790,12 +779,12 @@ static void answer_load(http_exchange *x, bool chat, const char *model, bool str
 /* Builds the OpenAI body of a chat or generate request. Returns 1 when it
  * should run, 0 for a load-only request, -1 on error (f). */
 static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_kind *kind, olla_fail *f) {
-    json_t *stream = field(body, "stream");
+    json_t *stream = oai_field(body, "stream");
     if (stream && !json_is_boolean(stream)) return fail(f, "'stream' must be a boolean");
     json_object_set_new(oai, "stream", json_boolean(!stream || json_is_true(stream)));
-    if (map_options(field(body, "options"), oai, f) < 0) return -1;
-    if (map_format(field(body, "format"), oai, f) < 0) return -1;
-    json_t *lp = field(body, "logprobs"), *top = field(body, "top_logprobs");
+    if (map_options(oai_field(body, "options"), oai, f) < 0) return -1;
+    if (map_format(oai_field(body, "format"), oai, f) < 0) return -1;
+    json_t *lp = oai_field(body, "logprobs"), *top = oai_field(body, "top_logprobs");
     if (lp && !json_is_boolean(lp)) return fail(f, "'logprobs' must be a boolean");
     bool want_lp = json_is_true(lp);
     if (top && !want_lp) return fail(f, "'top_logprobs' requires 'logprobs' to be true");
@@ -803,26 +792,26 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
         return fail(f, "'top_logprobs' must be an integer in [0, 20]");
     *kind = OAI_CHAT;
     if (chat) {
-        json_t *msgs = field(body, "messages");
-        if (check_images(field(body, "images"), "images", f) < 0) return -1;
+        json_t *msgs = oai_field(body, "messages");
+        if (check_images(oai_field(body, "images"), "images", f) < 0) return -1;
         if (!msgs || (json_is_array(msgs) && json_array_size(msgs) == 0)) return 0;
         if (map_messages(msgs, oai, f) < 0) return -1;
         if (want_lp) {
             json_object_set_new(oai, "logprobs", json_true());
             if (top) json_object_set(oai, "top_logprobs", top);
         }
-        json_t *tools = field(body, "tools");
+        json_t *tools = oai_field(body, "tools");
         if (tools) json_object_set(oai, "tools", tools);
         /* extensions: Ollama has no tool_choice; the OpenAI values force a
          * call ("required", a function) or forbid one ("none"), and
          * parallel_tool_calls false allows one call only */
         static const char *const ext[] = {"tool_choice", "parallel_tool_calls"};
         for (size_t i = 0; i < ARRAY_LEN(ext); i++)
-            if (field(body, ext[i])) json_object_set(oai, ext[i], field(body, ext[i]));
-        return map_think(rc, field(body, "think"), oai, f) < 0 ? -1 : 1;
+            if (oai_field(body, ext[i])) json_object_set(oai, ext[i], oai_field(body, ext[i]));
+        return map_think(rc, oai_field(body, "think"), oai, f) < 0 ? -1 : 1;
     }
-    json_t *prompt = field(body, "prompt"), *system = field(body, "system"), *raw = field(body, "raw");
-    json_t *suffix = field(body, "suffix"), *tmpl = field(body, "template"), *ctx = field(body, "context");
+    json_t *prompt = oai_field(body, "prompt"), *system = oai_field(body, "system"), *raw = oai_field(body, "raw");
+    json_t *suffix = oai_field(body, "suffix"), *tmpl = oai_field(body, "template"), *ctx = oai_field(body, "context");
     if (prompt && !json_is_string(prompt)) return fail(f, "'prompt' must be a string");
     if (system && !json_is_string(system)) return fail(f, "'system' must be a string");
     if (raw && !json_is_boolean(raw)) return fail(f, "'raw' must be a boolean");
@@ -834,7 +823,7 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
         return fail(f, "'template' (a Go template) is not supported: the model's chat template is used, or raw");
     if (ctx && !json_is_array(ctx)) return fail(f, "'context' must be an array");
     if (ctx && json_array_size(ctx)) return fail(f, "'context' is not supported: send the history with /api/chat");
-    if (check_images(field(body, "images"), "images", f) < 0) return -1;
+    if (check_images(oai_field(body, "images"), "images", f) < 0) return -1;
     if (!prompt || json_string_length(prompt) == 0) return 0;
     if (raw && json_is_true(raw)) {
         *kind = OAI_COMPLETION;
@@ -852,7 +841,7 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", system));
     json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", prompt));
     json_object_set_new(oai, "messages", msgs);
-    return map_think(rc, field(body, "think"), oai, f) < 0 ? -1 : 1;
+    return map_think(rc, oai_field(body, "think"), oai, f) < 0 ? -1 : 1;
 }
 
 static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {

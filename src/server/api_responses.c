@@ -242,17 +242,6 @@ static json_t *body_json(http_exchange *x) {
     return o;
 }
 
-/* A field's value, or NULL when absent or null (as in oai.c). */
-static json_t *field(json_t *o, const char *name) {
-    json_t *v = json_object_get(o, name);
-    return json_is_null(v) ? NULL : v;
-}
-
-static json_t *text_json(const char *p, size_t n) {
-    json_t *s = json_stringn(p ? p : "", n);
-    return s ? s : json_string("");
-}
-
 /* ---- request translation: Responses body -> OpenAI chat body ---- */
 
 /* Why a request was refused: the HTTP status, the field (a static string),
@@ -319,7 +308,7 @@ static int content_text(json_t *c, const char *where, http_buf *out, rfail *f) {
     if (!json_is_array(c)) return rbad(f, "input", "%s.content: must be a string or an array of content parts", where);
     for (size_t j = 0; j < json_array_size(c); j++) {
         json_t *part = json_array_get(c, j);
-        json_t *type = json_is_object(part) ? field(part, "type") : NULL;
+        json_t *type = json_is_object(part) ? oai_field(part, "type") : NULL;
         if (!json_is_string(type))
             return rbad(f, "input", "%s.content[%zu]: must be an object with a string 'type'", where, j);
         const char *t = json_string_value(type);
@@ -327,19 +316,18 @@ static int content_text(json_t *c, const char *where, http_buf *out, rfail *f) {
         if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal"))
             return rbad(f, "input", "%s.content[%zu].type: '%.64s' is not supported (this server takes text only)", where,
                         j, t);
-        json_t *text = field(part, key);
+        json_t *text = oai_field(part, key);
         if (!json_is_string(text)) return rbad(f, "input", "%s.content[%zu].%s: must be a string", where, j, key);
         http_buf_add(out, json_string_value(text), json_string_length(text));
     }
     return 0;
 }
 
-static json_t *buf_json(const http_buf *b) { return text_json(b->p, b->n); }
 
 /* A new assistant message (with the reasoning waiting for it). */
 static json_t *conv_assistant(conv *c, json_t *content) {
     json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
-    if (c->reasoning.n) json_object_set_new(m, "reasoning_content", buf_json(&c->reasoning));
+    if (c->reasoning.n) json_object_set_new(m, "reasoning_content", oai_buf_json(&c->reasoning));
     c->reasoning.n = 0;
     json_array_append_new(c->msgs, m);
     c->asst = m;
@@ -347,13 +335,13 @@ static json_t *conv_assistant(conv *c, json_t *content) {
 }
 
 static int conv_message(conv *c, json_t *it, const char *where, rfail *f) {
-    json_t *role = field(it, "role");
+    json_t *role = oai_field(it, "role");
     if (!json_is_string(role)) return rbad(f, "input", "%s.role: must be a string", where);
     const char *r = json_string_value(role);
     if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
         return rbad(f, "input", "%s.role: must be \"user\", \"system\", \"developer\" or \"assistant\"; got \"%.40s\"",
                     where, r);
-    json_t *content = field(it, "content");
+    json_t *content = oai_field(it, "content");
     if (!content) return rbad(f, "input", "%s.content: is required", where);
     http_buf text = {0};
     if (content_text(content, where, &text, f) < 0) {
@@ -361,9 +349,9 @@ static int conv_message(conv *c, json_t *it, const char *where, rfail *f) {
         return -1;
     }
     if (!strcmp(r, "assistant")) {
-        conv_assistant(c, buf_json(&text));
+        conv_assistant(c, oai_buf_json(&text));
     } else {
-        json_array_append_new(c->msgs, json_pack("{s:s, s:o}", "role", r, "content", buf_json(&text)));
+        json_array_append_new(c->msgs, json_pack("{s:s, s:o}", "role", r, "content", oai_buf_json(&text)));
         c->asst = NULL;
         c->reasoning.n = 0;
     }
@@ -372,10 +360,10 @@ static int conv_message(conv *c, json_t *it, const char *where, rfail *f) {
 }
 
 static int conv_call(conv *c, json_t *it, const char *where, rfail *f) {
-    json_t *status = field(it, "status");
+    json_t *status = oai_field(it, "status");
     /* a call cut by max_output_tokens (or broken) was never a call */
     if (json_is_string(status) && !strcmp(json_string_value(status), "incomplete")) return 0;
-    json_t *id = field(it, "call_id"), *name = field(it, "name"), *args = field(it, "arguments");
+    json_t *id = oai_field(it, "call_id"), *name = oai_field(it, "name"), *args = oai_field(it, "arguments");
     if (!json_is_string(id) || json_string_length(id) == 0)
         return rbad(f, "input", "%s.call_id: must be a non-empty string", where);
     if (!json_is_string(name)) return rbad(f, "input", "%s.name: must be a string", where);
@@ -394,7 +382,7 @@ static int conv_call(conv *c, json_t *it, const char *where, rfail *f) {
 }
 
 static int conv_call_output(conv *c, json_t *it, const char *where, rfail *f) {
-    json_t *id = field(it, "call_id"), *output = field(it, "output");
+    json_t *id = oai_field(it, "call_id"), *output = oai_field(it, "output");
     if (!json_is_string(id)) return rbad(f, "input", "%s.call_id: must be a string (the call_id of the call it answers)", where);
     if (!json_object_get(c->call_ids, json_string_value(id)))
         return rbad(f, "input", "%s.call_id: '%.100s' matches no function_call before it", where, json_string_value(id));
@@ -420,7 +408,7 @@ static int conv_call_output(conv *c, json_t *it, const char *where, rfail *f) {
         return rbad(f, "input", "%s: must be a string or an array of content parts", w);
     }
     json_array_append_new(c->msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
-                                             buf_json(&text)));
+                                             oai_buf_json(&text)));
     http_buf_free(&text);
     c->asst = NULL;
     return 0;
@@ -428,12 +416,12 @@ static int conv_call_output(conv *c, json_t *it, const char *where, rfail *f) {
 
 /* A reasoning item: its reasoning_text parts, else its summary. */
 static void conv_reasoning(conv *c, json_t *it) {
-    json_t *content = field(it, "content");
+    json_t *content = oai_field(it, "content");
     const char *want = "reasoning_text";
-    if (!json_array_size(content)) content = field(it, "summary"), want = "summary_text";
+    if (!json_array_size(content)) content = oai_field(it, "summary"), want = "summary_text";
     for (size_t j = 0; j < json_array_size(content); j++) {
         json_t *part = json_array_get(content, j);
-        json_t *type = field(part, "type"), *text = field(part, "text");
+        json_t *type = oai_field(part, "type"), *text = oai_field(part, "text");
         if (!json_is_string(type) || strcmp(json_string_value(type), want) || !json_is_string(text)) continue;
         if (c->reasoning.n) http_buf_add(&c->reasoning, "\n", 1);
         http_buf_add(&c->reasoning, json_string_value(text), json_string_length(text));
@@ -442,10 +430,10 @@ static void conv_reasoning(conv *c, json_t *it) {
 
 static int conv_item(conv *c, json_t *it, const char *where, rfail *f) {
     if (!json_is_object(it)) return rbad(f, "input", "%s: must be an object (an input item)", where);
-    json_t *type = field(it, "type");
+    json_t *type = oai_field(it, "type");
     const char *t;
     if (!type) {
-        if (!field(it, "role")) return rbad(f, "input", "%s.type: is required (or a 'role' for a message)", where);
+        if (!oai_field(it, "role")) return rbad(f, "input", "%s.type: is required (or a 'role' for a message)", where);
         t = "message";
     } else if (!json_is_string(type)) {
         return rbad(f, "input", "%s.type: must be a string", where);
@@ -473,7 +461,7 @@ static int map_tools(json_t *tools, json_t *chat, rfail *f) {
     json_object_set_new(chat, "tools", out);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
-        json_t *type = json_is_object(t) ? field(t, "type") : NULL;
+        json_t *type = json_is_object(t) ? oai_field(t, "type") : NULL;
         if (!json_is_string(type)) return rbad(f, "tools", "tools[%zu]: must be an object with a string 'type'", i);
         if (strcmp(json_string_value(type), "function"))
             return rbad(f, "tools", "tools[%zu].type: unsupported tool type '%.64s' (only function tools run on this server)",
@@ -481,7 +469,7 @@ static int map_tools(json_t *tools, json_t *chat, rfail *f) {
         json_t *fn = json_object();
         static const char *const keys[] = {"name", "description", "parameters", "strict"};
         for (size_t k = 0; k < ARRAY_LEN(keys); k++)
-            if (field(t, keys[k])) json_object_set(fn, keys[k], field(t, keys[k]));
+            if (oai_field(t, keys[k])) json_object_set(fn, keys[k], oai_field(t, keys[k]));
         json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
     }
     return 0;
@@ -493,7 +481,7 @@ static int map_tool_choice(json_t *tc, json_t *chat, rfail *f) {
         return 0;
     }
     if (!json_is_object(tc)) return rbad(f, "tool_choice", "tool_choice: must be a string or an object");
-    json_t *type = field(tc, "type"), *name = field(tc, "name");
+    json_t *type = oai_field(tc, "type"), *name = oai_field(tc, "name");
     if (!json_is_string(type)) return rbad(f, "tool_choice", "tool_choice.type: must be a string");
     if (strcmp(json_string_value(type), "function"))
         return rbad(f, "tool_choice", "tool_choice.type: '%.64s' is not supported (\"function\" only)",
@@ -508,18 +496,18 @@ static int map_text(json_t *text, json_t *chat, resp_req *rq, rfail *f) {
     json_t *fmt = NULL;
     if (text) {
         if (!json_is_object(text)) return rbad(f, "text", "text: must be an object");
-        json_t *verb = field(text, "verbosity");
+        json_t *verb = oai_field(text, "verbosity");
         if (verb && !json_is_string(verb)) return rbad(f, "text", "text.verbosity: must be a string");
-        fmt = field(text, "format");
+        fmt = oai_field(text, "format");
     }
     if (fmt) {
-        json_t *type = json_is_object(fmt) ? field(fmt, "type") : NULL;
+        json_t *type = json_is_object(fmt) ? oai_field(fmt, "type") : NULL;
         if (!json_is_string(type)) return rbad(f, "text.format", "text.format: must be an object with a string 'type'");
         const char *t = json_string_value(type);
         if (!strcmp(t, "json_object")) {
             json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
         } else if (!strcmp(t, "json_schema")) {
-            json_t *name = field(fmt, "name"), *schema = field(fmt, "schema"), *strict = field(fmt, "strict");
+            json_t *name = oai_field(fmt, "name"), *schema = oai_field(fmt, "schema"), *strict = oai_field(fmt, "strict");
             if (name && !json_is_string(name)) return rbad(f, "text.format", "text.format.name: must be a string");
             if (!json_is_object(schema) && !json_is_boolean(schema))
                 return rbad(f, "text.format", "text.format.schema: must be a JSON Schema object");
@@ -534,7 +522,7 @@ static int map_text(json_t *text, json_t *chat, resp_req *rq, rfail *f) {
         }
     }
     rq->text = json_pack("{s:o}", "format", fmt ? json_incref(fmt) : json_pack("{s:s}", "type", "text"));
-    if (text && field(text, "verbosity")) json_object_set(rq->text, "verbosity", field(text, "verbosity"));
+    if (text && oai_field(text, "verbosity")) json_object_set(rq->text, "verbosity", oai_field(text, "verbosity"));
     return 0;
 }
 
@@ -544,7 +532,7 @@ static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq,
     json_t *effort = NULL;
     if (rs) {
         if (!json_is_object(rs)) return rbad(f, "reasoning", "reasoning: must be an object");
-        effort = field(rs, "effort");
+        effort = oai_field(rs, "effort");
         static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
         bool ok = false;
         for (size_t i = 0; effort && json_is_string(effort) && i < ARRAY_LEN(efforts); i++)
@@ -565,17 +553,17 @@ static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq,
 /* Fields refused because what they ask for does not exist here. */
 static int check_unsupported(json_t *body, rfail *f) {
     json_t *v;
-    if ((v = field(body, "background")) && !json_is_false(v))
+    if ((v = oai_field(body, "background")) && !json_is_false(v))
         return rbad(f, "background", "background: background responses are not supported by this server");
-    if (field(body, "conversation"))
+    if (oai_field(body, "conversation"))
         return rbad(f, "conversation", "conversation: conversations are not supported; chain responses with "
                                        "previous_response_id");
-    if (field(body, "prompt"))
+    if (oai_field(body, "prompt"))
         return rbad(f, "prompt", "prompt: stored prompt templates are not supported; send instructions and input");
-    if ((v = field(body, "truncation")) &&
+    if ((v = oai_field(body, "truncation")) &&
         !(json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "disabled"))))
         return rbad(f, "truncation", "truncation: must be \"auto\" or \"disabled\"");
-    if ((v = field(body, "include")) && !json_is_array(v)) return rbad(f, "include", "include: must be an array");
+    if ((v = oai_field(body, "include")) && !json_is_array(v)) return rbad(f, "include", "include: must be an array");
     return 0;
 }
 
@@ -596,13 +584,13 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
                                        "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos",
                                        "jump_forward", "grammar", "prompt_cache_key", "kv_ttl", "kv_hint"};
     for (size_t i = 0; i < ARRAY_LEN(same); i++)
-        if ((v = field(body, same[i]))) json_object_set(chat, same[i], v);
-    if ((v = field(body, "chat_template_kwargs"))) json_object_set_new(chat, "chat_template_kwargs", json_deep_copy(v));
+        if ((v = oai_field(body, same[i]))) json_object_set(chat, same[i], v);
+    if ((v = oai_field(body, "chat_template_kwargs"))) json_object_set_new(chat, "chat_template_kwargs", json_deep_copy(v));
     else if (rc->reasoning) json_object_set_new(chat, "chat_template_kwargs", json_object());
-    if ((v = field(body, "parallel_tool_calls")) && json_is_boolean(v)) rq->parallel = json_is_true(v);
-    if ((v = field(body, "user")) && json_is_string(v)) rq->user = xstrdup(json_string_value(v));
+    if ((v = oai_field(body, "parallel_tool_calls")) && json_is_boolean(v)) rq->parallel = json_is_true(v);
+    if ((v = oai_field(body, "user")) && json_is_string(v)) rq->user = xstrdup(json_string_value(v));
 
-    if ((v = field(body, "max_output_tokens"))) {
+    if ((v = oai_field(body, "max_output_tokens"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX) {
             rbad(f, "max_output_tokens", "max_output_tokens: must be an integer >= 1");
             goto out;
@@ -610,14 +598,14 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
         rq->max_output_tokens = json_integer_value(v);
         json_object_set(chat, "max_tokens", v);
     }
-    if ((v = field(body, "store"))) {
+    if ((v = oai_field(body, "store"))) {
         if (!json_is_boolean(v)) {
             rbad(f, "store", "store: must be a boolean");
             goto out;
         }
         rq->store = json_is_true(v);
     }
-    if ((v = field(body, "metadata"))) {
+    if ((v = oai_field(body, "metadata"))) {
         const char *k;
         json_t *mv;
         if (!json_is_object(v)) {
@@ -630,19 +618,19 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
         }
         rq->metadata = json_incref(v);
     }
-    if ((v = field(body, "tools"))) {
+    if ((v = oai_field(body, "tools"))) {
         if (map_tools(v, chat, f) < 0) goto out;
         rq->tools = json_incref(v);
     }
-    if ((v = field(body, "tool_choice"))) {
+    if ((v = oai_field(body, "tool_choice"))) {
         if (map_tool_choice(v, chat, f) < 0) goto out;
         rq->tool_choice = json_incref(v);
     }
-    if (map_text(field(body, "text"), chat, rq, f) < 0) goto out;
-    if (map_reasoning(rc, field(body, "reasoning"), chat, rq, f) < 0) goto out;
+    if (map_text(oai_field(body, "text"), chat, rq, f) < 0) goto out;
+    if (map_reasoning(rc, oai_field(body, "reasoning"), chat, rq, f) < 0) goto out;
 
     /* the conversation: the previous response's, then the input */
-    if ((v = field(body, "previous_response_id"))) {
+    if ((v = oai_field(body, "previous_response_id"))) {
         if (!json_is_string(v)) {
             rbad(f, "previous_response_id", "previous_response_id: must be a string");
             goto out;
@@ -663,7 +651,7 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
         for (size_t i = 0; i < json_array_size(rq->history); i++)
             if (conv_item(&c, json_array_get(rq->history, i), "previous_response_id", f) < 0) goto out;
     }
-    json_t *input = field(body, "input");
+    json_t *input = oai_field(body, "input");
     if (json_is_string(input)) {
         json_t *it = json_pack("{s:s, s:s, s:O}", "type", "message", "role", "user", "content", input);
         json_array_append_new(rq->history, it);
@@ -680,7 +668,7 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
         rbad(f, "input", input ? "input: must be a string or a non-empty array of items" : "input: is required");
         goto out;
     }
-    if ((v = field(body, "instructions"))) {
+    if ((v = oai_field(body, "instructions"))) {
         if (!json_is_string(v)) {
             rbad(f, "instructions", "instructions: must be a string");
             goto out;
@@ -786,8 +774,8 @@ static void emit(resp_out *o, const char *type, json_t *ev) {
 /* A content part of a message or reasoning item. */
 static json_t *part_json(const out_item *it) {
     if (it->kind == IT_REASONING)
-        return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", buf_json(&it->text));
-    return json_pack("{s:s, s:o, s:[]}", "type", "output_text", "text", buf_json(&it->text), "annotations");
+        return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", oai_buf_json(&it->text));
+    return json_pack("{s:s, s:o, s:[]}", "type", "output_text", "text", oai_buf_json(&it->text), "annotations");
 }
 
 static json_t *item_json(const out_item *it) {
@@ -801,7 +789,7 @@ static json_t *item_json(const out_item *it) {
                          "assistant", "content", open ? json_array() : json_pack("[o]", part_json(it)));
     default:
         return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s}", "type", "function_call", "id", it->id, "call_id",
-                         it->call_id, "name", it->name, "arguments", buf_json(&it->text), "status", it->status);
+                         it->call_id, "name", it->name, "arguments", oai_buf_json(&it->text), "status", it->status);
     }
 }
 
@@ -839,7 +827,7 @@ static void item_delta(resp_out *o, const char *text, size_t n) {
     out_item *it = &o->items[o->open];
     http_buf_add(&it->text, text, n);
     json_t *ev = ev_at(o, it->kind != IT_CALL);
-    json_object_set_new(ev, "delta", text_json(text, n));
+    json_object_set_new(ev, "delta", oai_text_json(text, n));
     if (it->kind == IT_MESSAGE) json_object_set_new(ev, "logprobs", json_array());
     emit(o, it->kind == IT_MESSAGE     ? "response.output_text.delta"
             : it->kind == IT_REASONING ? "response.reasoning_text.delta"
@@ -854,10 +842,10 @@ static void item_close(resp_out *o, const char *status) {
     json_t *ev = ev_at(o, it->kind != IT_CALL);
     if (it->kind == IT_CALL) {
         json_object_set_new(ev, "name", json_string(it->name));
-        json_object_set_new(ev, "arguments", buf_json(&it->text));
+        json_object_set_new(ev, "arguments", oai_buf_json(&it->text));
         emit(o, "response.function_call_arguments.done", ev);
     } else {
-        json_object_set_new(ev, "text", buf_json(&it->text));
+        json_object_set_new(ev, "text", oai_buf_json(&it->text));
         if (it->kind == IT_MESSAGE) json_object_set_new(ev, "logprobs", json_array());
         emit(o, it->kind == IT_MESSAGE ? "response.output_text.done" : "response.reasoning_text.done", ev);
         ev = ev_at(o, true);

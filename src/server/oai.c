@@ -15,11 +15,17 @@
 
 #include "../chat/toolcall.h"
 
-/* A field's value, or NULL when absent or null. */
-static json_t *field(json_t *o, const char *name) {
+json_t *oai_field(json_t *o, const char *name) {
     json_t *v = json_object_get(o, name);
     return (v && !json_is_null(v)) ? v : NULL;
 }
+
+json_t *oai_text_json(const char *p, size_t n) {
+    json_t *s = json_stringn(p ? p : "", n);
+    return s ? s : json_string("");
+}
+
+json_t *oai_buf_json(const http_buf *b) { return oai_text_json(b->p, b->n); }
 
 static int bad(const char **param, const char *name, err_t *e, const char *msg) {
     *param = name;
@@ -29,7 +35,7 @@ static int bad(const char **param, const char *name, err_t *e, const char *msg) 
 /* Number field in [lo, hi] (open ends when lo_open / hi_open). */
 static int get_float(json_t *o, const char *name, double lo, bool lo_open, double hi, float *out, const char **param,
                      err_t *e) {
-    json_t *v = field(o, name);
+    json_t *v = oai_field(o, name);
     if (!v) return 0;
     if (!json_is_number(v)) return bad(param, name, e, "must be a number");
     double x = json_number_value(v);
@@ -45,7 +51,7 @@ static int get_float(json_t *o, const char *name, double lo, bool lo_open, doubl
  * *present when the field is there. */
 static int get_int(json_t *o, const char *name, long long lo, long long hi, long long *out, bool *present,
                    const char **param, err_t *e) {
-    json_t *v = field(o, name);
+    json_t *v = oai_field(o, name);
     if (present) *present = v != NULL;
     if (!v) return 0;
     long long x;
@@ -66,7 +72,7 @@ static int get_int(json_t *o, const char *name, long long lo, long long hi, long
 }
 
 static int get_bool(json_t *o, const char *name, bool *out, const char **param, err_t *e) {
-    json_t *v = field(o, name);
+    json_t *v = oai_field(o, name);
     if (!v) return 0;
     if (!json_is_boolean(v)) return bad(param, name, e, "must be a boolean");
     *out = json_is_true(v);
@@ -75,23 +81,23 @@ static int get_bool(json_t *o, const char *name, bool *out, const char **param, 
 
 /* KV lifetime: prompt_cache_key / user (the session), kv_ttl, kv_hint. */
 static int parse_kv(json_t *body, oai_params *p, const char **param, err_t *e) {
-    json_t *k = field(body, "prompt_cache_key");
+    json_t *k = oai_field(body, "prompt_cache_key");
     if (k && !json_is_string(k)) return bad(param, "prompt_cache_key", e, "must be a string");
-    if (!k) k = field(body, "user");
+    if (!k) k = oai_field(body, "user");
     if (k && json_is_string(k) && json_string_length(k)) p->session_key = xstrdup(json_string_value(k));
-    json_t *v = field(body, "kv_ttl");
+    json_t *v = oai_field(body, "kv_ttl");
     if (v) {
         double x = json_is_number(v) ? json_number_value(v) : -1;
         if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 86400)
             return bad(param, "kv_ttl", e, "must be a number of seconds in [0, 86400] (0: release the context now)");
         p->kv_ttl = x;
     }
-    v = field(body, "kv_hint");
+    v = oai_field(body, "kv_hint");
     if (v) {
         if (json_is_string(v) && !strcmp(json_string_value(v), "done")) {
             p->kv_done = true;
         } else if (json_is_object(v)) {
-            json_t *n = field(v, "next_use_s");
+            json_t *n = oai_field(v, "next_use_s");
             double x = json_is_number(n) ? json_number_value(n) : -1;
             if (!json_is_number(n) || !isfinite(x) || x < 0 || x > 86400)
                 return bad(param, "kv_hint", e, "next_use_s must be a number of seconds in [0, 86400]");
@@ -126,7 +132,7 @@ static int parse_token_array(json_t *a, const char *where, int n_vocab, int32_t 
 }
 
 static int parse_prompt(json_t *body, int n_vocab, oai_params *p, const char **param, err_t *e) {
-    json_t *v = field(body, "prompt");
+    json_t *v = oai_field(body, "prompt");
     if (!v) return bad(param, "prompt", e, "is required");
     if (json_is_string(v)) {
         p->prompt_text = xstrndup(json_string_value(v), json_string_length(v));
@@ -165,7 +171,7 @@ static bool tool_call_id_known(json_t *msgs, size_t upto, const char *id) {
  * tool_call_id. */
 static int check_tool_messages(json_t *msgs, size_t i, json_t *m, err_t *e) {
     const char *role = json_string_value(json_object_get(m, "role"));
-    json_t *calls = field(m, "tool_calls");
+    json_t *calls = oai_field(m, "tool_calls");
     if (calls) {
         if (strcmp(role, "assistant") != 0)
             return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
@@ -173,7 +179,7 @@ static int check_tool_messages(json_t *msgs, size_t i, json_t *m, err_t *e) {
         for (size_t j = 0; j < json_array_size(calls); j++) {
             json_t *c = json_array_get(calls, j);
             json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
-            json_t *type = json_is_object(c) ? field(c, "type") : NULL;
+            json_t *type = json_is_object(c) ? oai_field(c, "type") : NULL;
             if (!json_is_object(c) || !json_is_string(json_object_get(c, "id")))
                 return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
             if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
@@ -201,7 +207,7 @@ static int check_tool_messages(json_t *msgs, size_t i, json_t *m, err_t *e) {
 }
 
 static int parse_messages(json_t *body, oai_params *p, const char **param, err_t *e) {
-    json_t *v = field(body, "messages");
+    json_t *v = oai_field(body, "messages");
     if (!v) return bad(param, "messages", e, "is required");
     if (!json_is_array(v) || json_array_size(v) == 0) return bad(param, "messages", e, "must be a non-empty array");
     for (size_t i = 0; i < json_array_size(v); i++) {
@@ -230,7 +236,7 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
         if (rc < 0) return rc;
     }
     p->messages = json_incref(v);
-    json_t *tools = field(body, "tools");
+    json_t *tools = oai_field(body, "tools");
     if (tools) {
         if (!json_is_array(tools)) return bad(param, "tools", e, "must be an array");
         if (tc_check_tools(tools, e) < 0) {
@@ -241,7 +247,7 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
     }
     /* extension (vLLM, llama.cpp): extra variables for the chat template,
      * e.g. {"enable_thinking": false} for Qwen3 */
-    json_t *kw = field(body, "chat_template_kwargs");
+    json_t *kw = oai_field(body, "chat_template_kwargs");
     if (kw) {
         if (!json_is_object(kw)) return bad(param, "chat_template_kwargs", e, "must be an object");
         p->template_kwargs = json_incref(kw);
@@ -250,7 +256,7 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
 }
 
 static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e) {
-    json_t *v = field(body, "stop");
+    json_t *v = oai_field(body, "stop");
     if (!v) return 0;
     if (json_is_string(v)) {
         if (json_string_length(v) > 0) p->stop[p->n_stop++] = xstrndup(json_string_value(v), json_string_length(v));
@@ -275,7 +281,7 @@ static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e)
 /* tool_choice and parallel_tool_calls (after tools). */
 static int parse_tool_choice(json_t *body, oai_params *p, const char **param, err_t *e) {
     if (get_bool(body, "parallel_tool_calls", &p->parallel_tool_calls, param, e) < 0) return ERR_INVALID;
-    json_t *v = field(body, "tool_choice");
+    json_t *v = oai_field(body, "tool_choice");
     if (!v) return 0;
     *param = "tool_choice";
     if (json_is_string(v)) {
@@ -287,7 +293,7 @@ static int parse_tool_choice(json_t *body, oai_params *p, const char **param, er
             return err_set(e, ERR_INVALID, "'tool_choice' must be \"auto\", \"none\", \"required\" or a function; got \"%.64s\"",
                            c);
     } else if (json_is_object(v)) {
-        json_t *type = field(v, "type"), *fn = field(v, "function");
+        json_t *type = oai_field(v, "type"), *fn = oai_field(v, "function");
         json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
         if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
             return err_set(e, ERR_INVALID, "'tool_choice.type' must be \"function\"");
@@ -317,7 +323,7 @@ static int parse_tool_choice(json_t *body, oai_params *p, const char **param, er
 static int parse_format(json_t *body, oai_params *p, const char **param, err_t *e) {
     if (get_bool(body, "jump_forward", &p->jump_forward, param, e) < 0) return ERR_INVALID;
     int n_set = 0;
-    json_t *rf = field(body, "response_format");
+    json_t *rf = oai_field(body, "response_format");
     if (rf) {
         *param = "response_format";
         json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
@@ -329,14 +335,14 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
             p->format = OAI_FORMAT_JSON_OBJECT;
             n_set++;
         } else if (!strcmp(t, "json_schema")) {
-            json_t *js = field(rf, "json_schema");
+            json_t *js = oai_field(rf, "json_schema");
             if (!json_is_object(js)) return err_set(e, ERR_INVALID, "'response_format.json_schema' must be an object");
-            json_t *name = field(js, "name"), *strict = field(js, "strict");
+            json_t *name = oai_field(js, "name"), *strict = oai_field(js, "strict");
             if (name && !json_is_string(name))
                 return err_set(e, ERR_INVALID, "'response_format.json_schema.name' must be a string");
             if (strict && !json_is_boolean(strict))
                 return err_set(e, ERR_INVALID, "'response_format.json_schema.strict' must be a boolean");
-            json_t *schema = field(js, "schema");
+            json_t *schema = oai_field(js, "schema");
             if (!schema) schema = json_true(); /* no schema: any JSON value */
             else json_incref(schema);
             if (!json_is_object(schema) && !json_is_boolean(schema)) {
@@ -352,7 +358,7 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
                            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"", t);
         }
     }
-    json_t *js = field(body, "json_schema");
+    json_t *js = oai_field(body, "json_schema");
     if (js) {
         *param = "json_schema";
         if (!json_is_object(js) && !json_is_boolean(js)) return err_set(e, ERR_INVALID, "'json_schema' must be an object");
@@ -362,7 +368,7 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
         p->schema_param = "json_schema";
         n_set++;
     }
-    json_t *g = field(body, "grammar");
+    json_t *g = oai_field(body, "grammar");
     if (g) {
         *param = "grammar";
         if (!json_is_string(g)) return err_set(e, ERR_INVALID, "'grammar' must be a string (GBNF)");
@@ -394,11 +400,11 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         goto fail;
     }
     json_t *v;
-    if ((v = field(body, "model")) && !json_is_string(v)) {
+    if ((v = oai_field(body, "model")) && !json_is_string(v)) {
         rc = bad(param, "model", e, "must be a string");
         goto fail;
     }
-    if ((v = field(body, "user")) && !json_is_string(v)) {
+    if ((v = oai_field(body, "user")) && !json_is_string(v)) {
         rc = bad(param, "user", e, "must be a string");
         goto fail;
     }
@@ -410,7 +416,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
 
     long long x;
     bool present;
-    const char *mt_name = kind == OAI_CHAT && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const char *mt_name = kind == OAI_CHAT && oai_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if ((rc = get_int(body, mt_name, 1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
     if (present) p->max_tokens = (int)x;
     if ((rc = get_float(body, "temperature", 0, false, 2, &p->sp.temperature, param, e)) < 0) goto fail;
@@ -429,12 +435,12 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         goto fail;
     }
     if ((rc = get_bool(body, "stream", &p->stream, param, e)) < 0) goto fail;
-    if ((v = field(body, "stream_options"))) {
+    if ((v = oai_field(body, "stream_options"))) {
         if (!json_is_object(v)) {
             rc = bad(param, "stream_options", e, "must be an object");
             goto fail;
         }
-        json_t *iu = field(v, "include_usage");
+        json_t *iu = oai_field(v, "include_usage");
         if (iu && !json_is_boolean(iu)) {
             rc = bad(param, "stream_options.include_usage", e, "must be a boolean");
             goto fail;

@@ -44,6 +44,7 @@
 
 #include "../base/base.h"
 #include "../sample/sample.h"
+#include "http.h"
 
 typedef enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 } oai_kind;
 
@@ -112,5 +113,15 @@ char *oai_error_json(const char *msg, const char *type, const char *param, const
  * 401 -> authentication_error, 404 -> not_found_error, 429 ->
  * rate_limit_error, 5xx -> server_error ...). */
 const char *oai_error_type(int status);
+
+/* JSON helpers shared by the request readers and answer writers of every
+ * API (oai.c, api_*.c):
+ * a field's value, or NULL when absent or null (null counts as absent); */
+json_t *oai_field(json_t *o, const char *name);
+/* a JSON string of the n bytes at p ("" when they are not valid UTF-8,
+ * which generated text can be mid-character); */
+json_t *oai_text_json(const char *p, size_t n);
+/* the same for a buffer's bytes. */
+json_t *oai_buf_json(const http_buf *b);
 
 #endif
