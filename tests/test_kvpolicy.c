@@ -288,9 +288,9 @@ static void test_protection(void) {
     CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 1);    /* u */
     CHECK_EQ_INT(kvpool_refcount(p, u[0]), 0);
     CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 0);    /* e is expected, r returned */
-    double slack = 5.0 / 2 > KVPOLICY_SLACK_MIN_S ? 5.0 / 2 : KVPOLICY_SLACK_MIN_S;
-    CHECK_EQ_INT(kvpolicy_yield(k, S(5 + slack) - 1000, true), 0);
-    CHECK_EQ_INT(kvpolicy_yield(k, S(5 + slack), true), 1); /* e is overdue */
+    double ttl = expected_ttl(5, 60); /* e's TTL: its protection */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(ttl) - 1000, true), 0);
+    CHECK_EQ_INT(kvpolicy_expire(k, S(ttl)), 1);       /* e's TTL ends its protection and the pin */
     CHECK_EQ_INT(kvpool_refcount(p, e[0]), 0);
     CHECK_EQ_INT(kvpolicy_yield(k, S(100), true), 0);  /* r: never for a new conversation */
     CHECK_EQ_INT(kvpolicy_yield(k, S(100), false), 1); /* running work takes it */

@@ -269,8 +269,7 @@ static bool protected_pin(const kvpolicy *p, const pin *q, int64_t now_ns) {
         double lost = (double)(p->st.released[KVPOL_EXPIRED] + p->st.released[KVPOL_YIELDED]);
         return (resumed + 1) / (resumed + lost + 2) >= KVPOLICY_PROTECT_MIN_RATE && now_ns < q->expires_ns;
     }
-    double slack = q->predicted_gap / 2 > KVPOLICY_SLACK_MIN_S ? q->predicted_gap / 2 : KVPOLICY_SLACK_MIN_S;
-    return now_ns < q->return_ns + (int64_t)(slack * 1e9);
+    return now_ns < q->expires_ns; /* its TTL covers the predicted return with margin */
 }
 
 int kvpolicy_yield(kvpolicy *p, int64_t now_ns, bool protect) {

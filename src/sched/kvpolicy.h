@@ -114,14 +114,13 @@ int kvpolicy_expire(kvpolicy *p, int64_t now_ns);
  * furthest away. Returns the number of references it dropped (0: no pin).
  * With protect (the memory is for a new conversation), protected pins are
  * not released: those whose agent has returned, and those with a predicted
- * return (a gap was observed for them) that has not passed by more than
- * max(KVPOLICY_SLACK_MIN_S, half the gap). A pin without a prediction is
+ * return (a gap was observed for them) until they expire (the TTL is the
+ * gap with a margin: 1.5 x gap + 1 s). A pin without a prediction is
  * protected until it expires only while pins come back: while (resumed + 1)
  * / (resumed + expired + yielded + 2) >= KVPOLICY_PROTECT_MIN_RATE, so that
  * agents get their first gaps observed, and traffic that never resumes its
  * turns soon gets the memory as under LRU. */
 int kvpolicy_yield(kvpolicy *p, int64_t now_ns, bool protect);
-#define KVPOLICY_SLACK_MIN_S 2.0
 #define KVPOLICY_PROTECT_MIN_RATE 0.25
 
 /* The TTL a new pin would get now (tests, logs). */
