@@ -470,6 +470,10 @@ static void check_bad_input(void) {
         {"{\"max_tokens\":5,\"messages\":[{\"role\":7,\"content\":\"x\"}]}", 400, "messages.0.role"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\"}]}", 400, "messages.0.content"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages.0.content"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[]}]}", 400, "messages.0.content"},
+        {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\",\"content\":[]},"
+         "{\"role\":\"user\",\"content\":\"y\"}]}",
+         400, "messages.1.content"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}", 400,
          "'image'"},
         {"{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}", 400, "type"},
@@ -643,6 +647,34 @@ static void check_disconnect(void) {
     }
 }
 
+/* Errors on Anthropic's paths outside the handlers (no route, wrong method)
+ * in its shape too; an empty final assistant message is accepted. */
+static void check_route_errors(void) {
+    static const struct {
+        const char *method, *path;
+        int status;
+        const char *type;
+    } cases[] = {{"GET", "/v1/messages", 405, "invalid_request_error"},
+                 {"POST", "/v1/messages/batches", 404, "not_found_error"}};
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        resp r;
+        CHECK(http_do(g_port, cases[i].method, cases[i].path, NULL, !strcmp(cases[i].method, "POST") ? "{}" : NULL, &r) == 0);
+        CHECK_EQ_INT(r.status, cases[i].status);
+        json_t *o = json_loads(r.body ? r.body : "", 0, NULL);
+        CHECK_MSG(str(o, "type") && !strcmp(str(o, "type"), "error"), "%s %s: %s", cases[i].method, cases[i].path,
+                  r.body ? r.body : "");
+        CHECK_STR(str(json_object_get(o, "error"), "type"), cases[i].type);
+        json_decref(o);
+        resp_free(&r);
+    }
+    int st;
+    json_t *m = create("{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":"
+                       "\"assistant\",\"content\":[]}]}",
+                       &st);
+    CHECK_EQ_INT(st, 200);
+    json_decref(m);
+}
+
 static void check_auth(void) {
     srv s;
     const char *flags[] = {"--api-key", "sk-ant-test", "--kv-mem", "16M", NULL};
@@ -660,6 +692,11 @@ static void check_auth(void) {
     resp_free(&r);
     CHECK(http_do(s.port, "POST", "/v1/messages", "x-api-key: wrong\r\n", body, &r) == 0);
     CHECK_EQ_INT(r.status, 401);
+    resp_free(&r);
+    /* a path under /v1/messages that has no route: the 401 comes first, in Anthropic's shape */
+    CHECK(http_do(s.port, "POST", "/v1/messages/batches", NULL, "{}", &r) == 0);
+    CHECK_EQ_INT(r.status, 401);
+    CHECK(r.body && strstr(r.body, "\"authentication_error\""));
     resp_free(&r);
     CHECK(http_do(s.port, "POST", "/v1/messages", "x-api-key: sk-ant-test\r\nanthropic-version: 2023-06-01\r\n", body,
                   &r) == 0);
@@ -744,6 +781,7 @@ int main(void) {
     check_bad_input();
     check_ignored();
     check_is_error();
+    check_route_errors();
     check_disconnect();
     CHECK(wait_idle(s.port, 10));
     if (test_n_fail) srv_print_log(&s);

@@ -309,6 +309,12 @@ static int map_messages(json_t *body, json_t *chat, bool *prefill, afail *f) {
             r = abad(f, "messages.%zu.content: Field required", i);
             break;
         }
+        if (json_is_array(content) && !json_array_size(content) &&
+            !(i + 1 == json_array_size(messages) && !strcmp(role_s, "assistant"))) {
+            /* as Anthropic: only a final assistant message may be empty */
+            r = abad(f, "messages.%zu.content: must not be empty (only a final assistant message may be)", i);
+            break;
+        }
         if (!strcmp(role_s, "user")) r = user_message(msgs, content, ids, i, f);
         else if (!strcmp(role_s, "assistant")) r = assistant_message(msgs, content, ids, i, f);
         else r = abad(f, "messages.%zu.role: must be \"user\" or \"assistant\"; got \"%.40s\"", i, role_s);

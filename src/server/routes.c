@@ -474,6 +474,8 @@ void routes_handle(void *ctx, http_exchange *x) {
         static const route item_route = {"/v1/responses/", "GET", R_RESPONSE_ITEM};
         rt = &item_route;
     }
+    /* Anthropic's clients read errors on its paths in its shape */
+    bool anthropic = !strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13);
     bool generation = false;
     if (!rt && webui_serve(x)) {
         /* the chat page and its assets: public, no API key (webui.h) */
@@ -482,13 +484,14 @@ void routes_handle(void *ctx, http_exchange *x) {
         const char *msg = http_header(x, "Authorization") || http_header(x, "x-api-key")
                               ? "invalid API key"
                               : "missing API key (Authorization: Bearer KEY, or x-api-key: KEY)";
-        if (rt && (rt->id == R_ANTHROPIC || rt->id == R_ANTHROPIC_COUNT)) api_anthropic_error(x, 401, msg);
+        if (anthropic) api_anthropic_error(x, 401, msg);
         else reply_error(x, 401, msg, NULL, "invalid_api_key");
     } else if (!rt) {
         char msg[300];
         snprintf(msg, sizeof msg, path_known ? "method %s is not allowed on %s" : "no route %s %s", method, path);
         if (!path_known) snprintf(msg, sizeof msg, "no route for %s %.200s", method, path);
-        reply_error(x, path_known ? 405 : 404, msg, NULL, NULL);
+        if (anthropic) api_anthropic_error(x, path_known ? 405 : 404, msg);
+        else reply_error(x, path_known ? 405 : 404, msg, NULL, NULL);
     } else {
         switch (rt->id) {
         case R_COMPL: generation = handle_generate(rc, x, OAI_COMPLETION); break;
