@@ -20,7 +20,8 @@
  *     count_tokens;
  *   - bad input: each a 4xx in Anthropic's error shape naming the field;
  *     unknown fields and cache_control marks are ignored (same answer);
- *     is_error adds nothing to the prompt (count_tokens);
+ *     is_error adds nothing to the prompt (count_tokens); every value of a
+ *     full request replaced by each JSON type: a 200 or a 400 in that shape;
  *     the API key (x-api-key) and a 401 in that shape;
  *   - a client that leaves (streamed or not) cancels its request: a 499,
  *     few tokens generated;
@@ -647,6 +648,112 @@ static void check_disconnect(void) {
     }
 }
 
+/* The k-th value below v in pre-order (objects' members, arrays' items):
+ * its container and its key or index; false when there are fewer. */
+static bool nth_value(json_t *v, int *k, json_t **parent, const char **key, size_t *idx) {
+    if (json_is_object(v)) {
+        const char *kk;
+        json_t *c;
+        json_object_foreach(v, kk, c) {
+            if ((*k)-- == 0) {
+                *parent = v, *key = kk;
+                return true;
+            }
+            if (nth_value(c, k, parent, key, idx)) return true;
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if ((*k)-- == 0) {
+                *parent = v, *key = NULL, *idx = i;
+                return true;
+            }
+            if (nth_value(json_array_get(v, i), k, parent, key, idx)) return true;
+        }
+    }
+    return false;
+}
+
+/* One answer of check_wrong_types: a 200 (a message, a whole stream, or
+ * count_tokens' count) or a 400 in Anthropic's error shape with a message. */
+static bool wrong_type_answer(const char *path, const char *body, int *status) {
+    resp rs;
+    if (http_do(g_port, "POST", path, NULL, body, &rs) < 0) {
+        CHECK_MSG(0, "%s %s: no answer", path, body);
+        return false;
+    }
+    json_t *o = json_loads(rs.body ? rs.body : "", 0, NULL), *err = json_object_get(o, "error");
+    const char *t = str(o, "type");
+    bool count = strstr(path, "count_tokens") != NULL;
+    bool streamed = rs.body && !strncmp(rs.body, "event: message_start\n", 21) && strstr(rs.body, "event: message_stop\n");
+    bool good = (rs.status == 200 && (count ? json_is_integer(json_object_get(o, "input_tokens"))
+                                            : streamed || (t && !strcmp(t, "message")))) ||
+                (rs.status == 400 && t && !strcmp(t, "error") && str(err, "message") && *str(err, "message") &&
+                 str(err, "type") && !strcmp(str(err, "type"), "invalid_request_error"));
+    CHECK_MSG(good, "%s %s: status %d: %.300s", path, body, rs.status, rs.body ? rs.body : "");
+    *status = rs.status;
+    json_decref(o);
+    resp_free(&rs);
+    return good;
+}
+
+/* Every value of a request that uses every feature, replaced in turn by
+ * each JSON type (and out-of-range numbers): each answer is a 200 or a 400
+ * in Anthropic's error shape with a message, never a 5xx or a dropped
+ * connection, and the server stays up. The replacements go to count_tokens
+ * (the same translation and validation, without generating: a changed
+ * prompt is not prefilled); those of top-level fields (max_tokens, which
+ * count_tokens does not read, among them) to /v1/messages as well. */
+static void check_wrong_types(void) {
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"model\":\"m\",\"max_tokens\":2,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":5,\"stop_sequences\":[\"zz\"],"
+             "\"stream\":false,\"metadata\":{\"user_id\":\"u\"},\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024},"
+             "\"system\":[{\"type\":\"text\",\"text\":\"S\"}],\"tools\":[%s],\"tool_choice\":{\"type\":\"auto\","
+             "\"disable_parallel_tool_use\":false},\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+             "\"text\":\"Hi\"}]},{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"t\","
+             "\"signature\":\"\"},{\"type\":\"text\",\"text\":\"A\"},{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":"
+             "\"get_weather\",\"input\":{\"city\":\"Paris\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+             "\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":\"text\",\"text\":\"sunny\"}],\"is_error\":false},"
+             "{\"type\":\"text\",\"text\":\"And?\"}]}]}",
+             weather_tool);
+    json_t *base = json_loads(body, 0, NULL);
+    CHECK(base != NULL);
+    int st;
+    json_t *ok = create(body, &st);
+    CHECK_MSG(st == 200, "the full request: %d", st);
+    json_decref(ok);
+    static const char *repl[] = {"null", "7", "-1", "0.5", "1e300", "\"s\"", "\"\"", "[]", "[1]", "{}", "{\"a\":1}", "true"};
+    int n_req = 0, n_400 = 0, n_top = 0;
+    for (int k = 0;; k++) {
+        json_t *b = json_deep_copy(base), *parent = NULL;
+        const char *key = NULL;
+        size_t idx = 0;
+        int kk = k;
+        if (!nth_value(b, &kk, &parent, &key, &idx)) {
+            json_decref(b);
+            break;
+        }
+        for (size_t r = 0; r < ARRAY_LEN(repl); r++) {
+            json_t *v = json_loads(repl[r], JSON_DECODE_ANY, NULL);
+            if (key) json_object_set_new(parent, key, v);
+            else json_array_set_new(parent, idx, v);
+            char *s = json_dumps(b, JSON_COMPACT);
+            n_req++;
+            if (wrong_type_answer("/v1/messages/count_tokens", s, &st)) n_400 += st == 400;
+            if (parent == b) {
+                n_top++;
+                wrong_type_answer("/v1/messages", s, &st);
+            }
+            free(s);
+        }
+        json_decref(b);
+    }
+    /* every value was replaced, and most replacements are errors */
+    CHECK_MSG(n_req >= 12 * 60 && n_top == 12 * 13 && n_400 > n_req / 2, "%d requests (%d top-level), %d 400s", n_req,
+              n_top, n_400);
+    json_decref(base);
+}
+
 /* Errors on Anthropic's paths outside the handlers (no route, wrong method)
  * in its shape too; an empty final assistant message is accepted. */
 static void check_route_errors(void) {
@@ -782,6 +889,7 @@ int main(void) {
     check_ignored();
     check_is_error();
     check_route_errors();
+    check_wrong_types();
     check_disconnect();
     CHECK(wait_idle(s.port, 10));
     if (test_n_fail) srv_print_log(&s);
