@@ -24,7 +24,8 @@
  *     full request replaced by each JSON type: a 200 or a 400 in that shape;
  *     the API key (x-api-key) and a 401 in that shape;
  *   - a client that leaves (streamed or not) cancels its request: a 499,
- *     few tokens generated;
+ *     few tokens generated; a failure after a stream started (shutdown) is
+ *     an "error" event, a whole answer's a 503 overloaded_error;
  *   - on a tiny random-weight Qwen3 (reasoning template): a thinking block
  *     before the text, streamed as thinking_delta.
  */
@@ -812,6 +813,63 @@ static void check_auth(void) {
     CHECK_EQ_INT(srv_stop(&s), 0);
 }
 
+/* Everything left on fd until the peer closes (raw bytes: chunk sizes
+ * included), NUL-terminated. */
+static char *read_rest(int fd) {
+    http_buf b = {0};
+    char tmp[4096];
+    for (;;) {
+        ssize_t k = recv(fd, tmp, sizeof tmp, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        http_buf_add(&b, tmp, (size_t)k);
+    }
+    http_buf_add(&b, "", 1);
+    return b.p;
+}
+
+/* A failure after a stream started is an "error" event in Anthropic's
+ * shape (and no message_stop); a whole answer cut the same way is a 503
+ * overloaded_error. The failure: SIGTERM with --shutdown-timeout 1 while
+ * both generate (slowed by --step-delay-us). */
+static void check_stream_error(void) {
+    srv s;
+    const char *flags[] = {"--step-delay-us", "20000", "--shutdown-timeout", "1", "--kv-mem", "16M", NULL};
+    int rc = srv_start(&s, flags);
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc) return;
+    const char *sb = "{\"max_tokens\":100000,\"ignore_eos\":true,\"stream\":true,\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"Once\"}]}";
+    const char *wb = "{\"max_tokens\":100000,\"ignore_eos\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Once\"}]}";
+    int fs = su_send_request(s.port, "POST", "/v1/messages", NULL, sb, strlen(sb), 30);
+    CHECK(fs >= 0 && su_read_until(fs, "content_block_delta", 20));
+    int fw = su_send_request(s.port, "POST", "/v1/messages", NULL, wb, strlen(wb), 30);
+    CHECK(fw >= 0);
+    double t0 = su_now();
+    while (metric(s.port, "kvloom_requests_running") < 2 && su_now() - t0 < 20) usleep(10000);
+    kill(s.pid, SIGTERM);
+    if (fs >= 0) {
+        char *rest = read_rest(fs);
+        close(fs);
+        char *ev = strstr(rest, "event: error\ndata: ");
+        CHECK_MSG(ev && strstr(ev, "\"type\":\"overloaded_error\"") && strstr(ev, "shutting down") &&
+                      !strstr(rest, "message_stop"),
+                  "the stream's end: %s", rest + (strlen(rest) > 400 ? strlen(rest) - 400 : 0));
+        free(rest);
+    }
+    if (fw >= 0) {
+        resp r;
+        CHECK(su_read_response(fw, &r) == 0);
+        CHECK_EQ_INT(r.status, 503);
+        json_t *o = json_loads(r.body ? r.body : "", 0, NULL);
+        CHECK_STR(str(o, "type"), "error");
+        CHECK_STR(str(json_object_get(o, "error"), "type"), "overloaded_error");
+        json_decref(o);
+        resp_free(&r);
+    }
+    CHECK_EQ_INT(srv_stop(&s), 0);
+}
+
 static void check_qwen3(void) {
     const char *bin = getenv("KVLOOM_BIN") && *getenv("KVLOOM_BIN") ? getenv("KVLOOM_BIN") : "build/kvloom";
     char path[256], cmd[1024];
@@ -895,6 +953,7 @@ int main(void) {
     if (test_n_fail) srv_print_log(&s);
     CHECK_EQ_INT(srv_stop(&s), 0);
     check_auth();
+    check_stream_error();
     check_qwen3();
     return test_summary("test_server_anthropic");
 }
