@@ -165,12 +165,12 @@ static void test_yield_order(void) {
     kvpolicy_pin(k, a, 2, 0, NULL, -1, 5, 1, S(0));   /* back in 5 s   */
     kvpolicy_pin(k, b, 3, 0, NULL, -1, 50, 2, S(0));  /* back in 50 s  */
     kvpolicy_pin(k, c, 4, 0, NULL, -1, 20, 3, S(1));  /* back at 21 s  */
-    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 3); /* the furthest return first */
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, KVPOL_FOR_RUNNING), 3); /* the furthest return first */
     CHECK_EQ_INT(kvpool_refcount(p, b[0]), 0);
     CHECK_EQ_INT(kvpool_refcount(p, c[0]), 1);
-    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 4);
-    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 2);
-    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 0); /* nothing left: never blocks */
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, KVPOL_FOR_RUNNING), 4);
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, KVPOL_FOR_RUNNING), 2);
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, KVPOL_FOR_RUNNING), 0); /* nothing left: never blocks */
     kvpolicy_stats st;
     kvpolicy_get_stats(k, &st);
     CHECK_EQ_INT((int)st.released[KVPOL_YIELDED], 3);
@@ -249,7 +249,7 @@ static void test_returned(void) {
     CHECK_EQ_INT(kvpool_refcount(p, b[0]), 1);
     fresh(p, a, 2);
     kvpolicy_pin(k, a, 2, 0, NULL, -1, 2, 3, S(10));
-    CHECK_EQ_INT(kvpolicy_yield(k, 0, false), 2);               /* a's, though b's return was later */
+    CHECK_EQ_INT(kvpolicy_yield(k, 0, KVPOL_FOR_RUNNING), 2);               /* a's, though b's return was later */
     CHECK_EQ_INT(kvpool_refcount(p, a[0]), 0);
     CHECK(kvpolicy_resume(k, b, 2, 0, S(9)));
     kvpolicy_get_stats(k, &st);
@@ -275,7 +275,7 @@ static void test_protection(void) {
     kvpolicy_pin(k, r, 1, 0, NULL, -1, 40, 3, S(0));
     CHECK(kvpolicy_returned(k, r, 1, 0, S(1)));        /* r's agent is back */
     /* u: no prediction, but nothing has gone unused yet: kept until it expires */
-    CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 0);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(1), KVPOL_FOR_NEW), 0);
     /* three pins expire unused: the rate (0 + 1) / (3 + 2) is below 1/4,
      * unpredicted pins protect nothing any more */
     for (int i = 0; i < 3; i++) {
@@ -285,15 +285,15 @@ static void test_protection(void) {
     }
     CHECK_EQ_INT(kvpolicy_expire(k, S(1)), 3);
     CHECK(0.2 < KVPOLICY_PROTECT_MIN_RATE);
-    CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 1);    /* u */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(1), KVPOL_FOR_NEW), 1);    /* u */
     CHECK_EQ_INT(kvpool_refcount(p, u[0]), 0);
-    CHECK_EQ_INT(kvpolicy_yield(k, S(1), true), 0);    /* e is expected, r returned */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(1), KVPOL_FOR_NEW), 0);    /* e is expected, r returned */
     double ttl = expected_ttl(5, 60); /* e's TTL: its protection */
-    CHECK_EQ_INT(kvpolicy_yield(k, S(ttl) - 1000, true), 0);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(ttl) - 1000, KVPOL_FOR_NEW), 0);
     CHECK_EQ_INT(kvpolicy_expire(k, S(ttl)), 1);       /* e's TTL ends its protection and the pin */
     CHECK_EQ_INT(kvpool_refcount(p, e[0]), 0);
-    CHECK_EQ_INT(kvpolicy_yield(k, S(100), true), 0);  /* r: never for a new conversation */
-    CHECK_EQ_INT(kvpolicy_yield(k, S(100), false), 1); /* running work takes it */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(100), KVPOL_FOR_NEW), 0);  /* r: never for a new conversation */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(100), KVPOL_FOR_RUNNING), 1); /* running work takes it */
     CHECK_EQ_INT(kvpool_n_free(p), 16);
     kvpolicy_free(k);
     kvpool_free(p);
@@ -316,12 +316,42 @@ static void test_bounded(void) {
     kvpool_free(p);
 }
 
+/* While the engine has nothing to run (KVPOL_FOR_NEW_IDLE), a new
+ * conversation also takes a protected pin once its predicted return has
+ * passed, the most overdue first; a pin not yet due and a returned pin
+ * still wait. */
+static void test_idle_overdue(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t a[2], b[1], r[1];
+    fresh(p, a, 2);
+    fresh(p, b, 1);
+    fresh(p, r, 1);
+    kvpolicy_pin(k, a, 2, 0, NULL, -1, 3, 1, S(0)); /* due at 3 s */
+    kvpolicy_pin(k, b, 1, 0, NULL, -1, 5, 2, S(0)); /* due at 5 s */
+    kvpolicy_pin(k, r, 1, 0, NULL, -1, 1, 3, S(0)); /* due at 1 s, and back */
+    CHECK(kvpolicy_returned(k, r, 1, 0, S(2)));
+    CHECK_EQ_INT(kvpolicy_yield(k, S(2), KVPOL_FOR_NEW_IDLE), 0); /* a, b not due; r back */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(4), KVPOL_FOR_NEW), 0);      /* busy: a new conversation waits */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(6), KVPOL_FOR_NEW_IDLE), 2); /* a: the most overdue */
+    CHECK_EQ_INT(kvpool_refcount(p, a[0]), 0);
+    CHECK_EQ_INT(kvpool_refcount(p, b[0]), 1);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(6), KVPOL_FOR_NEW_IDLE), 1); /* then b */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(6), KVPOL_FOR_NEW_IDLE), 0); /* r: never for a new conversation */
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT((int)st.released[KVPOL_YIELDED], 2);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
 int main(void) {
     test_expiry_and_default();
     test_prediction();
     test_tool_learnt_later();
     test_explicit_ttl();
     test_yield_order();
+    test_idle_overdue();
     test_resume_supersede_hint();
     test_returned();
     test_protection();

@@ -270,13 +270,13 @@ static void seq_release_blocks(engine *en, seq *s) {
 static bool disk_cancel_loads(engine *en);
 
 /* Frees up to n cached blocks: the radix tree's evictable ones (least
- * recently used first); when those run out, pins yield (the furthest
- * predicted return first) and their blocks are evicted in turn. Returns how
- * many were freed. */
-static int evict(engine *en, int n, bool may_yield) {
+ * recently used first); when those run out, pins yield (which ones: `why`,
+ * kvpolicy_yield) and their blocks are evicted in turn. Returns how many
+ * were freed. */
+static int evict(engine *en, int n, kvpol_yield_for why) {
     int got = radix_evict(en->tree, n);
     int64_t now = en->pol && got < n ? clock_ns() : 0;
-    while (got < n && en->pol && kvpolicy_yield(en->pol, now, !may_yield) > 0) got += radix_evict(en->tree, n - got);
+    while (got < n && en->pol && kvpolicy_yield(en->pol, now, why) > 0) got += radix_evict(en->tree, n - got);
     en->cnt.kv_evicted_blocks_total += (uint64_t)got;
     return got;
 }
@@ -286,17 +286,28 @@ static int evict(engine *en, int n, bool may_yield) {
 static int32_t alloc_block(engine *en) {
     int32_t b = kvpool_alloc(en->pool);
     if (b >= 0) return b;
-    if (evict(en, 1, true) > 0) b = kvpool_alloc(en->pool);
+    if (evict(en, 1, KVPOL_FOR_RUNNING) > 0) b = kvpool_alloc(en->pool);
     if (b < 0 && disk_cancel_loads(en)) return alloc_block(en);
     return b;
 }
 
-/* Makes sure free >= n blocks by evicting (and, if may_yield, by pins
+/* Which pins may yield memory to s. Pins yield to running work and to
+ * agents coming back; a new conversation takes only pins without a
+ * prediction, and otherwise waits (a paused agent expected back keeps its
+ * context; pins expire within their TTL) — unless nothing runs: then
+ * waiting would leave the cores idle, and it also takes the pins whose
+ * agent is overdue (docs/kv-cache.md, "Who may take a pin's memory"). */
+static kvpol_yield_for yield_for(const engine *en, const seq *s) {
+    if (!en->pol || s->resumes || s->admitted_once) return KVPOL_FOR_RUNNING;
+    return en->running.n == 0 ? KVPOL_FOR_NEW_IDLE : KVPOL_FOR_NEW;
+}
+
+/* Makes sure free >= n blocks by evicting (and by the pins `why` allows
  * yielding); returns whether it worked. */
-static bool ensure_free(engine *en, int n, bool may_yield) {
+static bool ensure_free(engine *en, int n, kvpol_yield_for why) {
     int have = kvpool_n_free(en->pool);
     while (have < n) {
-        int got = evict(en, n - have, may_yield);
+        int got = evict(en, n - have, why);
         if (got <= 0) return false;
         have = kvpool_n_free(en->pool);
     }
@@ -372,7 +383,7 @@ static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n
     if (m == 0) return 0;
     /* only when the whole sequence fits: restored blocks of a sequence that
      * cannot run yet would just be evicted again */
-    if (!ensure_free(en, n_need_blocks - n_ready, !en->pol || s->resumes || s->admitted_once)) return 0;
+    if (!ensure_free(en, n_need_blocks - n_ready, yield_for(en, s))) return 0;
     int B = en->o.block_tokens;
     s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
     int q = 0;
@@ -546,12 +557,7 @@ static int try_admit(engine *en, seq *s) {
         }
     }
     int n_new = n_need_blocks - n_ready;
-    /* Pins yield to running work and to agents coming back; a new
-     * conversation takes only pins without a prediction or whose agent is
-     * overdue, and otherwise waits (a paused agent expected back keeps its
-     * context; pins expire within their TTL; docs/kv-cache.md). */
-    bool may_yield = !en->pol || s->resumes || s->admitted_once;
-    if (!ensure_free(en, n_new, may_yield)) {
+    if (!ensure_free(en, n_new, yield_for(en, s))) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
         s->disk_tried = false; /* what it restored may be evicted before it runs */
         return -1;

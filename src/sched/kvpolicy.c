@@ -272,12 +272,19 @@ static bool protected_pin(const kvpolicy *p, const pin *q, int64_t now_ns) {
     return now_ns < q->expires_ns; /* its TTL covers the predicted return with margin */
 }
 
-int kvpolicy_yield(kvpolicy *p, int64_t now_ns, bool protect) {
-    int far = -1;
+int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why) {
+    int far = -1, overdue = -1;
     for (int i = 0; i < p->n_pins; i++) {
-        if (protect && protected_pin(p, &p->pins[i], now_ns)) continue;
-        if (far < 0 || p->pins[i].return_ns > p->pins[far].return_ns) far = i;
+        const pin *q = &p->pins[i];
+        if (why != KVPOL_FOR_RUNNING && protected_pin(p, q, now_ns)) {
+            if (why == KVPOL_FOR_NEW_IDLE && !q->returned && q->return_ns < now_ns &&
+                (overdue < 0 || q->return_ns < p->pins[overdue].return_ns))
+                overdue = i;
+            continue;
+        }
+        if (far < 0 || q->return_ns > p->pins[far].return_ns) far = i;
     }
+    if (far < 0) far = overdue;
     if (far < 0) return 0;
     int n = p->pins[far].n;
     release_at(p, far, KVPOL_YIELDED);

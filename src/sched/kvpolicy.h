@@ -112,15 +112,25 @@ int kvpolicy_expire(kvpolicy *p, int64_t now_ns);
 
 /* The pool needs memory: releases the pin whose predicted return is
  * furthest away. Returns the number of references it dropped (0: no pin).
- * With protect (the memory is for a new conversation), protected pins are
- * not released: those whose agent has returned, and those with a predicted
+ * For a new conversation (KVPOL_FOR_NEW), protected pins are not released: those whose agent has returned, and those with a predicted
  * return (a gap was observed for them) until they expire (the TTL is the
  * gap with a margin: 1.5 x gap + 1 s). A pin without a prediction is
  * protected until it expires only while pins come back: while (resumed + 1)
  * / (resumed + expired + yielded + 2) >= KVPOLICY_PROTECT_MIN_RATE, so that
  * agents get their first gaps observed, and traffic that never resumes its
- * turns soon gets the memory as under LRU. */
-int kvpolicy_yield(kvpolicy *p, int64_t now_ns, bool protect);
+ * turns soon gets the memory as under LRU.
+ * KVPOL_FOR_NEW_IDLE (nothing runs: waiting for a pin would leave the cores
+ * idle) also takes a protected pin whose predicted return has passed, the
+ * most overdue first (an agent's last turn leaves a pin that nobody comes
+ * back for); a pin whose agent is not yet due, or has returned, still
+ * waits. */
+typedef enum {
+    KVPOL_FOR_RUNNING,  /* running work or a returning agent: any pin      */
+    KVPOL_FOR_NEW,      /* a new conversation: unprotected pins only       */
+    KVPOL_FOR_NEW_IDLE, /* the same while the engine has nothing to run:   */
+                        /* also a protected pin whose agent is overdue     */
+} kvpol_yield_for;
+int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why);
 #define KVPOLICY_PROTECT_MIN_RATE 0.25
 
 /* The TTL a new pin would get now (tests, logs). */
