@@ -100,18 +100,26 @@ run: deps
 	$(MAKE) --no-print-directory $(B)/kvloom
 	./$(B)/kvloom serve $(SERVE_ARGS)
 
+# Both phases always run, even when the first fails (a failed build or test
+# in one phase must not hide the other's results); the summary then reads
+# both results files and decides the exit status, so `make test` fails when
+# any test failed, a results file is missing (a phase that did not build) or a
+# phase exited non-zero. Old results files are removed first so that a phase
+# that fails to build is never summed from a previous run's file.
 test: deps
-	$(MAKE) --no-print-directory test-unit
-	$(MAKE) --no-print-directory SANITIZER=address test-asan
-	@sh tests/summary.sh build/test-results.txt build-address/test-results.txt
+	@rm -f build/test-results.txt build-address/test-results.txt; st=0; \
+	$(MAKE) --no-print-directory test-unit || st=1; \
+	$(MAKE) --no-print-directory SANITIZER=address test-asan || st=1; \
+	sh tests/summary.sh build/test-results.txt build-address/test-results.txt && exit $$st
 
 # Fixture models are regenerated deterministically and checked against the
 # committed sums (tests/fixtures/README.md); test_model_ref reads them.
 fixtures: $(B)/kvloom
 	@KVLOOM_BIN=$(B)/kvloom FIXTURE_DIR=$(B)/fixtures/models sh tools/gen_fixtures.sh --check
 
+# Exits with tests/run.sh's status: non-zero when any test failed.
 test-unit: $(B)/kvloom $(TEST_BIN) $(FUZZ_REPLAY) fixtures
-	@sh tests/run.sh $(B) > $(B)/test-results.txt 2>&1; st=$$?; cat $(B)/test-results.txt; exit 0
+	@sh tests/run.sh $(B) > $(B)/test-results.txt 2>&1; st=$$?; cat $(B)/test-results.txt; exit $$st
 
 test-asan: test-unit
 

@@ -5,7 +5,7 @@
 # Test binaries: BUILD_DIR/tests/test_*; fuzz replays: BUILD_DIR/fuzz/*_replay
 # over fuzz/corpus/<target>/; script tests: tests/*_test.sh (given KVLOOM_BIN).
 # A test that exits non-zero without printing counts, or times out, counts as
-# one failure.
+# one failure. Exits 1 when anything failed, else 0.
 B=${1:-build}
 export KVLOOM_SHARED=${KVLOOM_SHARED:-$(cd .. && pwd)/shared}
 export KVLOOM_BIN=$B/kvloom
@@ -47,3 +47,4 @@ for s in tests/*_test.sh; do
 done
 rm -rf "$tmp"
 echo "$B: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
