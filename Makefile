@@ -51,6 +51,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%_replay)
+FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/%.o) $(B)/fuzz/replay.o
 
 .PHONY: all run test ci deps clean fuzz test-unit test-asan fmt fixtures
 all: $(B)/kvloom
@@ -83,9 +84,12 @@ $(B)/tests/%: tests/%.c $(B)/libkvloom.a tests/test.h
 
 # Fuzz targets are replayed over their committed corpora by a plain driver
 # (no libFuzzer needed); `make fuzz` builds real libFuzzer binaries with clang.
-$(B)/fuzz/%_replay: fuzz/%.c fuzz/replay.c $(B)/libkvloom.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -o $@ $< fuzz/replay.c $(B)/libkvloom.a $(LDLIBS)
+# The target and the driver are compiled to objects of their own (the rule
+# above), each with its .d file: gcc compiling two sources into one binary
+# writes one .d for both, so the target's headers would not be tracked.
+$(B)/fuzz/%_replay: $(B)/fuzz/%.o $(B)/fuzz/replay.o $(B)/libkvloom.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+.SECONDARY: $(FUZZ_OBJ)
 
 fuzz: $(B)/gen/webui_assets.c
 	@mkdir -p build-fuzz
@@ -132,4 +136,6 @@ fmt:
 clean:
 	rm -rf build build-*
 
--include $(LIB_OBJ:.o=.d) $(B)/src/cli/main.d $(TEST_BIN:=.d)
+# Header dependencies (-MMD): library objects, main, test binaries (gcc
+# names a one-step binary's file $@.d) and fuzz replay objects.
+-include $(LIB_OBJ:.o=.d) $(B)/src/cli/main.d $(TEST_BIN:=.d) $(FUZZ_OBJ:.o=.d)
