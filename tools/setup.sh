@@ -3,6 +3,8 @@
 # (or sudo) only when something is missing.
 set -e
 # chromium: the web chat page test drives it headless (tests/webui_test.sh).
+# python3-jinja2: tests/chat_templates_test.sh cross-checks our chat template
+# renderer against it.
 PKGS="build-essential clang libmicrohttpd-dev libjansson-dev python3-numpy python3-jinja2 curl nodejs npm chromium"
 missing=""
 for p in $PKGS; do
