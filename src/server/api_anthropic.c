@@ -474,17 +474,9 @@ static void rename_error(char *msg, size_t cap) {
 
 /* Parses the body and translates it; answers the error itself (NULL). */
 static json_t *request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai_params *p) {
-    size_t n;
-    const char *b = http_body(x, &n);
-    json_error_t je;
-    json_t *body = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
     char msg[700];
-    if (!body || !json_is_object(body)) {
-        if (body) snprintf(msg, sizeof msg, "the request body must be a JSON object");
-        else
-            snprintf(msg, sizeof msg, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line,
-                     je.column, je.position, je.text);
-        json_decref(body);
+    json_t *body = oai_load_body(x, msg, sizeof msg);
+    if (!body) {
         api_anthropic_error(x, 400, msg);
         return NULL;
     }

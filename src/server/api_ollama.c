@@ -86,20 +86,9 @@ static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
 
 /* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
 static json_t *body_object(http_exchange *x) {
-    size_t n;
-    const char *b = http_body(x, &n);
-    json_error_t je;
-    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        reply_error(x, 400, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line, je.column,
-                    je.position, je.text);
-        return NULL;
-    }
-    if (!json_is_object(o)) {
-        json_decref(o);
-        reply_error(x, 400, "the request body must be a JSON object");
-        return NULL;
-    }
+    char msg[400];
+    json_t *o = oai_load_body(x, msg, sizeof msg);
+    if (!o) reply_error(x, 400, "%s", msg);
     return o;
 }
 

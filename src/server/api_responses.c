@@ -223,22 +223,9 @@ static void reply_json(http_exchange *x, int status, json_t *o) {
 
 /* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
 static json_t *body_json(http_exchange *x) {
-    size_t n;
-    const char *b = http_body(x, &n);
-    json_error_t je;
-    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line,
-                 je.column, je.position, je.text);
-        reply_error(x, 400, msg, NULL, "invalid_json");
-        return NULL;
-    }
-    if (!json_is_object(o)) {
-        json_decref(o);
-        reply_error(x, 400, "the request body must be a JSON object", NULL, "invalid_json");
-        return NULL;
-    }
+    char msg[400];
+    json_t *o = oai_load_body(x, msg, sizeof msg);
+    if (!o) reply_error(x, 400, msg, NULL, "invalid_json");
     return o;
 }
 

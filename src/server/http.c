@@ -6,7 +6,18 @@
  * Why thread per connection: a handler may block for seconds (waiting for
  * generated tokens) and a stream producer blocks between tokens; with one
  * thread per connection both are plain blocking code and a slow client only
- * holds its own thread. The connection limit bounds the thread count.
+ * holds its own thread. The connection limit bounds the thread count. The
+ * price is that an idle socket holds a thread too: so every connection has
+ * an absolute deadline for its next step (headers, body pace, keep-alive
+ * idle; none while a handler runs), kept in a list (conn_track, from MHD's
+ * connection notifications) that a reaper thread scans every 200 ms,
+ * shutting down the socket of a connection past it. MHD closes a socket only
+ * after its CLOSED notification, which removes it from the list under the
+ * same mutex: the reaper never shuts down a reused descriptor.
+ *
+ *   accepted ─(headers due)─▶ on_access #1 ─(body pace)─▶ handler (none)
+ *       ▲                                                    │
+ *       └── request line (headers due) ◀── idle (timeout_s) ◀┘ on_completed
  *
  * Invariants: a handler answers exactly once; a stream's free function runs
  * exactly once (from MHD's response free callback); nothing here exits or
@@ -37,6 +48,15 @@
 #include <time.h>
 #include <unistd.h>
 
+/* One open connection, for the reaper: its socket and the absolute time by
+ * which it must have made its next step (0: none, while a handler runs). */
+typedef struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    int64_t deadline_ns;
+    bool reaped;
+} conn_track;
+
 struct http_server {
     struct MHD_Daemon *d;
     http_config c;
@@ -44,10 +64,17 @@ struct http_server {
     void *ctx;
     int port;
     char *cors;          /* the allowed origins as one comma list, or NULL   */
-    pthread_mutex_t mu;  /* guards the three below                          */
+    pthread_mutex_t mu;  /* guards the four below                           */
     pthread_cond_t idle; /* signalled when n_inflight drops                 */
     bool draining;
     int n_inflight;      /* exchanges in the handler or streaming            */
+    size_t body_bytes;   /* bodies buffered now (max_body_total)             */
+    /* the reaper: every open connection and its deadline */
+    pthread_mutex_t track_mu; /* guards the list, the deadlines, reaper_stop */
+    pthread_cond_t track_cv;
+    conn_track *tracks;
+    bool reaper_stop, reaper_started;
+    pthread_t reaper;
 };
 
 struct http_exchange {
@@ -56,8 +83,17 @@ struct http_exchange {
     char method[16];
     char *path;
     http_buf body;
+    size_t body_reserved; /* of srv->body_bytes, held by this body          */
     bool too_large;
+    bool over_budget;     /* the max_body_total budget was full: 503        */
+    bool prechecked;      /* the precheck ran (and let it through)          */
+    bool closing;         /* answered before the body: Connection: close    */
+    int64_t t_headers;    /* when the headers were complete                 */
+    unsigned long long expect_bytes; /* Content-Length, or 0               */
+    size_t n_received;    /* body bytes received (kept or dropped)          */
     size_t n_dropped;  /* body bytes discarded after the limit */
+    char *path_log;       /* http_path_log's copy                           */
+    char method_log[80];
     bool answered;
     bool gone;
     bool inflight;       /* counted in srv->n_inflight                      */
@@ -130,6 +166,53 @@ const char *http_body(const http_exchange *x, size_t *n) {
     return x->body.p ? x->body.p : "";
 }
 
+/* Gives the body's reserved bytes back to the budget and frees it. */
+void http_body_release(http_exchange *x) {
+    if (x->body_reserved) {
+        pthread_mutex_lock(&x->srv->mu);
+        x->srv->body_bytes -= x->body_reserved;
+        pthread_mutex_unlock(&x->srv->mu);
+        x->body_reserved = 0;
+    }
+    http_buf_free(&x->body);
+}
+
+/* Takes n more bytes of the max_body_total budget for x's body; false when
+ * the budget is full (nothing taken). */
+static bool body_reserve(http_exchange *x, size_t n) {
+    http_server *s = x->srv;
+    pthread_mutex_lock(&s->mu);
+    bool ok = s->body_bytes + n <= s->c.max_body_total;
+    if (ok) s->body_bytes += n;
+    pthread_mutex_unlock(&s->mu);
+    if (ok) x->body_reserved += n;
+    return ok;
+}
+
+/* Escapes bytes that could forge or garble a log line (controls, ESC, DEL,
+ * non-ASCII, the backslash) as \xNN; at most max_in input bytes. */
+static void log_escape(char *out, size_t cap, const char *in, size_t max_in) {
+    size_t o = 0;
+    for (size_t i = 0; in[i] && i < max_in && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (c < 0x20 || c >= 0x7f || c == '\\')
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+        else
+            out[o++] = (char)c;
+    }
+    out[o] = 0;
+}
+
+const char *http_path_log(http_exchange *x) {
+    if (!x->path_log) {
+        x->path_log = xmalloc(200 * 4 + 1);
+        log_escape(x->path_log, 200 * 4 + 1, x->path, 200);
+    }
+    return x->path_log;
+}
+
+const char *http_method_log(http_exchange *x) { return x->method_log; }
+
 bool http_client_gone(http_exchange *x) {
     if (x->gone) return true;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -190,8 +273,8 @@ static void add_cors_headers(http_exchange *x, struct MHD_Response *r) {
 
 void http_add_header(http_exchange *x, const char *name, const char *value) {
     if (x->n_extra >= HTTP_MAX_EXTRA_HEADERS) {
-        log_warn("http: more than %d extra headers on %s %s; '%s' dropped", HTTP_MAX_EXTRA_HEADERS, x->method,
-                 x->path, name);
+        log_warn("http: more than %d extra headers on %s %s; '%s' dropped", HTTP_MAX_EXTRA_HEADERS, x->method_log,
+                 http_path_log(x), name);
         return;
     }
     x->extra[x->n_extra][0] = xstrdup(name);
@@ -208,13 +291,13 @@ static void add_common_headers(http_exchange *x, struct MHD_Response *r, const c
     bool draining = x->srv->draining;
     pthread_mutex_unlock(&x->srv->mu);
     /* While draining, a keep-alive connection is not offered for reuse. */
-    if (draining) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (draining || x->closing) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
 void http_reply(http_exchange *x, int status, const char *content_type, const char *body, size_t n,
                 const char *extra_header, const char *extra_value) {
     if (x->answered) {
-        log_error("http: handler answered twice (%s %s)", x->method, x->path);
+        log_error("http: handler answered twice (%s %s)", x->method_log, http_path_log(x));
         return;
     }
     x->answered = true;
@@ -263,7 +346,7 @@ static void stream_free(void *cls) {
 void http_reply_stream(http_exchange *x, int status, const char *content_type, http_stream_fn fn,
                        http_stream_free_fn free_fn, void *sctx) {
     if (x->answered) {
-        log_error("http: handler answered twice (%s %s)", x->method, x->path);
+        log_error("http: handler answered twice (%s %s)", x->method_log, http_path_log(x));
         free_fn(sctx, false);
         return;
     }
@@ -308,14 +391,174 @@ static void reply_options(http_exchange *x) {
         http_add_header(x, "Access-Control-Max-Age", "600");
     }
     http_reply(x, 204, NULL, "", 0, NULL, NULL);
-    log_debug("OPTIONS %.200s 204 (origin %.200s)", x->path, http_header(x, "Origin") ? http_header(x, "Origin") : "none");
+    char origin[200 * 4 + 1];
+    log_escape(origin, sizeof origin, http_header(x, "Origin") ? http_header(x, "Origin") : "none", 200);
+    log_debug("OPTIONS %s 204 (origin %s)", http_path_log(x), origin);
 }
 
 static void reply_draining(http_exchange *x) {
     static const char m[] = "{\"error\":{\"message\":\"the server is shutting down\",\"type\":\"server_error\","
                             "\"param\":null,\"code\":\"server_shutting_down\"}}";
     http_reply(x, 503, "application/json", m, sizeof m - 1, NULL, NULL);
-    log_info("%s %.200s 503 (shutting down)", x->method, x->path);
+    log_info("%s %s 503 (shutting down)", x->method_log, http_path_log(x));
+}
+
+/* ---- connection deadlines (the reaper) ---- */
+
+static conn_track *track_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Sets c's deadline to `at` (0: none); with `sooner`, only moves it closer. */
+static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at, bool sooner) {
+    conn_track *t = track_of(c);
+    if (!t) return;
+    pthread_mutex_lock(&s->track_mu);
+    if (!sooner || !t->deadline_ns || at < t->deadline_ns) t->deadline_ns = at;
+    pthread_mutex_unlock(&s->track_mu);
+}
+
+static int64_t secs_ns(int s) { return (int64_t)s * 1000000000LL; }
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    http_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn_track *t = xcalloc(1, sizeof *t);
+        t->fd = ci ? ci->connect_fd : -1;
+        t->deadline_ns = clock_ns() + secs_ns(s->c.header_timeout_s);
+        pthread_mutex_lock(&s->track_mu);
+        t->next = s->tracks;
+        if (s->tracks) s->tracks->prev = t;
+        s->tracks = t;
+        pthread_mutex_unlock(&s->track_mu);
+        *socket_context = t;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        /* MHD closes the socket only after this: the reaper never touches a
+         * reused descriptor. */
+        conn_track *t = *socket_context;
+        pthread_mutex_lock(&s->track_mu);
+        if (t->prev) t->prev->next = t->next;
+        else s->tracks = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&s->track_mu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+/* The request line of a new request arrived: its headers are due within
+ * header_timeout_s (a kept-alive connection was on its idle deadline). */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)uri;
+    http_server *s = cls;
+    track_deadline(s, c, clock_ns() + secs_ns(s->c.header_timeout_s), true);
+    return NULL;
+}
+
+/* Closes (shutdown) the sockets of connections past their deadline; the
+ * connection's thread then sees the end of its input and ends it. */
+static void *reaper_main(void *arg) {
+    http_server *s = arg;
+    pthread_mutex_lock(&s->track_mu);
+    while (!s->reaper_stop) {
+        int64_t now = clock_ns();
+        for (conn_track *t = s->tracks; t; t = t->next) {
+            if (t->reaped || !t->deadline_ns || now < t->deadline_ns || t->fd < 0) continue;
+            shutdown(t->fd, SHUT_RDWR);
+            t->reaped = true;
+            log_debug("http: closed a connection past its deadline (headers, body pace or keep-alive idle)");
+        }
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_nsec += 200 * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->track_cv, &s->track_mu, &dl);
+    }
+    pthread_mutex_unlock(&s->track_mu);
+    return NULL;
+}
+
+/* ---- framing checks (request smuggling) ---- */
+
+typedef struct framing {
+    int n_cl, n_te;
+    bool cl_differ, bad_name;
+    const char *cl, *te;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!key) return MHD_YES;
+    /* a name is a token (RFC 9110 5.1): "Content-Length : 5" is not
+     * Content-Length to MHD but may be to a proxy in front */
+    if (!*key || key[strspn(key, "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")])
+        f->bad_name = true;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (f->n_cl++ && strcmp(f->cl, value ? value : "") != 0) f->cl_differ = true;
+        if (!f->cl) f->cl = value ? value : "";
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->n_te++;
+        if (!f->te) f->te = value ? value : "";
+    }
+    return MHD_YES;
+}
+
+/* Answers and closes: an error object with `code`. */
+static void reply_close(http_exchange *x, int status, const char *msg, const char *code) {
+    char body[400];
+    snprintf(body, sizeof body,
+             "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"%s\"}}",
+             msg, code);
+    x->closing = true;
+    http_reply(x, status, "application/json", body, strlen(body), NULL, NULL);
+    log_info("%s %s %d (%s)", x->method_log, http_path_log(x), status, code);
+}
+
+/* Refuses framings that two parsers could read differently; true when
+ * answered. Messages are constant strings (no request bytes in them). */
+static bool framing_refused(http_exchange *x) {
+    framing f = {0};
+    MHD_get_connection_values(x->conn, MHD_HEADER_KIND, framing_header, &f);
+    if (f.bad_name) {
+        reply_close(x, 400, "a header name that is not a token (whitespace or a control character in it)", "bad_header");
+    } else if (f.cl_differ) {
+        reply_close(x, 400, "conflicting Content-Length headers", "bad_content_length");
+    } else if (f.n_te && f.n_cl) {
+        reply_close(x, 400, "Content-Length together with Transfer-Encoding", "bad_framing");
+    } else if (f.n_te > 1 || (f.n_te && strcasecmp(f.te, "chunked") != 0)) {
+        reply_close(x, 501, "unsupported Transfer-Encoding (only chunked)", "unsupported_transfer_encoding");
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static void reply_over_budget(http_exchange *x) {
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "{\"error\":{\"message\":\"the server holds too many request bodies at once (%zu bytes in all); retry "
+             "later\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_busy\"}}",
+             x->srv->c.max_body_total);
+    http_reply(x, 503, "application/json", msg, strlen(msg), "Retry-After", "1");
+    log_info("%s %s 503 (bodies over --max-body-total)", x->method_log, http_path_log(x));
+}
+
+/* The body's pace: a grace of header_timeout_s after the headers, then
+ * HTTP_MIN_BODY_RATE on average for the announced (or, chunked, the
+ * received) size. Content-Length is at most 4x max_body_bytes here. */
+static void body_deadline(http_exchange *x) {
+    unsigned long long due = MAX(x->expect_bytes, (unsigned long long)x->n_received);
+    due = MIN(due, 1ULL << 40); /* no overflow below; far past any limit */
+    int64_t pace = (int64_t)(due / HTTP_MIN_BODY_RATE) * 1000000000LL +
+                   (int64_t)(due % HTTP_MIN_BODY_RATE) * 1000000000LL / HTTP_MIN_BODY_RATE;
+    track_deadline(x->srv, x->conn, x->t_headers + secs_ns(x->srv->c.header_timeout_s) + pace, false);
 }
 
 /* ---- MHD callbacks ---- */
@@ -327,52 +570,86 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     http_server *srv = cls;
     http_exchange *x = *con_cls;
     if (!x) {
+        /* the headers are complete; no body byte has been read */
         x = xcalloc(1, sizeof *x);
         x->srv = srv;
         x->conn = conn;
         snprintf(x->method, sizeof x->method, "%s", method ? method : "");
+        log_escape(x->method_log, sizeof x->method_log, method ? method : "", 16);
         x->path = xstrdup(url ? url : "/");
+        x->t_headers = clock_ns();
         *con_cls = x;
+        if (framing_refused(x)) return MHD_YES;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        bool chunked = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
         if (cl) {
             char *end = NULL;
             unsigned long long v = strtoull(cl, &end, 10);
+            if (end != cl) x->expect_bytes = v;
             if (end != cl && v > srv->c.max_body_bytes) {
                 x->too_large = true;
                 /* A body up to a few times the limit is read and dropped so
                  * the client (still sending) reliably sees the 413; a much
                  * larger one is refused at once and the connection closed. */
                 if (v / 4 > srv->c.max_body_bytes) {
+                    x->closing = true;
                     reply_413(x);
                     return MHD_YES;
                 }
             }
         }
+        /* A big body (or one of unknown size) is not read for a request the
+         * precheck refuses: it answers now and the connection closes. */
+        if (srv->c.precheck && (chunked || x->expect_bytes > HTTP_EARLY_CHECK_BYTES) && strcmp(x->method, "OPTIONS")) {
+            x->closing = true;
+            if (!srv->c.precheck(srv->ctx, x)) {
+                if (!x->answered) reply_close(x, 400, "refused", "refused");
+                return MHD_YES;
+            }
+            x->prechecked = true;
+            x->closing = false;
+        }
+        body_deadline(x);
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (!x->answered && !x->too_large) {
-            if (x->body.n + *upload_data_size > srv->c.max_body_bytes) {
+        size_t n = *upload_data_size;
+        x->n_received += n;
+        if (!x->answered && !x->too_large && !x->over_budget) {
+            if (x->body.n + n > srv->c.max_body_bytes) {
                 x->too_large = true;
-                http_buf_free(&x->body);
+                http_body_release(x);
+            } else if (!body_reserve(x, n)) {
+                x->over_budget = true;
+                http_body_release(x);
             } else {
-                http_buf_add(&x->body, upload_data, *upload_data_size);
+                http_buf_add(&x->body, upload_data, n);
             }
         }
-        x->n_dropped += x->too_large ? *upload_data_size : 0;
+        x->n_dropped += x->too_large || x->over_budget ? n : 0;
         *upload_data_size = 0;
+        body_deadline(x);
         /* A client that keeps sending far past the limit (a chunked body
          * without Content-Length) is disconnected. */
         if (x->n_dropped / 4 > srv->c.max_body_bytes) return MHD_NO;
         return MHD_YES;
     }
     if (x->answered) return MHD_YES;
+    track_deadline(srv, conn, 0, false); /* the handler may take its time */
     if (x->too_large) {
         reply_413(x);
         return MHD_YES;
     }
+    if (x->over_budget) {
+        reply_over_budget(x);
+        return MHD_YES;
+    }
     if (strcmp(x->method, "OPTIONS") == 0) {
         reply_options(x);
+        return MHD_YES;
+    }
+    if (srv->c.precheck && !x->prechecked && !srv->c.precheck(srv->ctx, x)) {
+        if (!x->answered) reply_close(x, 400, "refused", "refused");
         return MHD_YES;
     }
     pthread_mutex_lock(&srv->mu);
@@ -387,6 +664,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         return MHD_YES;
     }
     srv->fn(srv->ctx, x);
+    http_body_release(x); /* handlers read the body only while they run */
     if (!x->answered) {
         const char *m = "{\"error\":{\"message\":\"no response\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
         http_reply(x, 500, "application/json", m, strlen(m), NULL, NULL);
@@ -396,10 +674,11 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls;
-    (void)conn;
     (void)toe;
     http_exchange *x = *con_cls;
     if (!x) return;
+    /* a kept-alive connection now waits for its next request */
+    track_deadline(x->srv, conn, clock_ns() + secs_ns(x->srv->c.timeout_s), false);
     if (x->inflight) {
         pthread_mutex_lock(&x->srv->mu);
         x->srv->n_inflight--;
@@ -410,8 +689,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         free(x->extra[i][0]);
         free(x->extra[i][1]);
     }
-    http_buf_free(&x->body);
+    http_body_release(x);
     free(x->path);
+    free(x->path_log);
     free(x);
     *con_cls = NULL;
 }
@@ -419,11 +699,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     if (log_level > LOG_DEBUG) return;
-    char buf[512];
+    char buf[512], esc[512 * 4 + 1];
     vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = 0;
-    log_debug("mhd: %s", buf);
+    log_escape(esc, sizeof esc, buf, sizeof buf); /* MHD quotes request bytes */
+    log_debug("mhd: %s", esc);
 }
 
 /* Fills *ss from a numeric host ("localhost" means 127.0.0.1). */
@@ -487,6 +768,16 @@ static char *cors_join(const http_config *c) {
     return b.p;
 }
 
+static void stop_reaper(http_server *s) {
+    if (!s->reaper_started) return;
+    pthread_mutex_lock(&s->track_mu);
+    s->reaper_stop = true;
+    pthread_cond_broadcast(&s->track_cv);
+    pthread_mutex_unlock(&s->track_mu);
+    pthread_join(s->reaper, NULL);
+    s->reaper_started = false;
+}
+
 int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server **out, err_t *e) {
     *out = NULL;
     int fd = c->listen_fd;
@@ -504,25 +795,38 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     s->c.cors_origins = NULL;
     s->c.n_cors_origins = 0;
     s->cors = cors_join(c);
+    if (!s->c.max_body_total) s->c.max_body_total = 4 * s->c.max_body_bytes;
+    if (s->c.timeout_s <= 0) s->c.timeout_s = 60;
+    if (s->c.header_timeout_s <= 0) s->c.header_timeout_s = 10;
     s->fn = fn;
     s->ctx = ctx;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->track_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->idle, &ca);
+    pthread_cond_init(&s->track_cv, &ca);
     pthread_condattr_destroy(&ca);
+    s->reaper_started = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,                                                  //
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                                         //
                             MHD_OPTION_LISTEN_SOCKET, fd,                                                      //
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->max_connections > 0 ? c->max_connections : 256),
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(c->timeout_s > 0 ? c->timeout_s : 600), //
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MAX(HTTP_STALL_TIMEOUT_S, s->c.timeout_s),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(c->max_conns_per_ip > 0 ? c->max_conns_per_ip : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                                     //
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,                                   //
+                            MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,                                  //
                             MHD_OPTION_END);
-    if (!s->d) {
-        close(fd);
+    if (!s->d || !s->reaper_started) {
+        if (s->d) MHD_stop_daemon(s->d);
+        else close(fd);
+        stop_reaper(s);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->idle);
+        pthread_mutex_destroy(&s->track_mu);
+        pthread_cond_destroy(&s->track_cv);
         free(s->cors);
         free(s);
         return err_set(e, ERR_IO, "cannot start the HTTP server on port %d", c->port);
@@ -569,9 +873,12 @@ int http_wait_idle(http_server *s, int timeout_ms) {
 
 void http_stop(http_server *s) {
     if (!s) return;
+    stop_reaper(s);
     MHD_stop_daemon(s->d);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->idle);
+    pthread_mutex_destroy(&s->track_mu);
+    pthread_cond_destroy(&s->track_cv);
     free(s->cors);
     free(s);
 }

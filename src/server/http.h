@@ -16,6 +16,28 @@
  * while a handler or a stream producer waits, and by MHD's completion
  * callback; both reach the handler's cancel hook.
  *
+ * Connection hygiene (an idle or slow socket costs a thread, so none may
+ * hold one for long; decisions in docs/server.md "Limits and security"):
+ *  - a request's headers must be complete header_timeout_s after the
+ *    connection opened, or after its request line arrived on a kept-alive
+ *    connection; its body must then arrive at HTTP_MIN_BODY_RATE on average
+ *    after a grace of header_timeout_s; a kept-alive connection idle for
+ *    timeout_s is closed. These deadlines are absolute (a byte every few
+ *    seconds does not extend them); a reaper thread closes the socket of a
+ *    connection past its deadline (no answer is sent);
+ *  - at most max_conns_per_ip connections per client address (more are
+ *    closed at once);
+ *  - request smuggling: conflicting Content-Length headers, Content-Length
+ *    with Transfer-Encoding, or a transfer coding other than chunked are
+ *    refused (400 / 501) from the headers, and the connection closed;
+ *  - body memory: the bodies being received and held across all connections
+ *    are bounded by max_body_total (503 beyond); a handler releases its body
+ *    once parsed (http_body_release);
+ *  - http_config.precheck may refuse a request from its headers alone (the
+ *    API key, the Host, the Content-Type): for a body above
+ *    HTTP_EARLY_CHECK_BYTES, or of unknown size, it runs before the body is
+ *    read, and the answer closes the connection without reading it.
+ *
  * Also here, because they hold for every route alike:
  *  - CORS (http_config.cors_origins): an OPTIONS request is a preflight and is
  *    answered here (204, never reaches the handler, so never needs an API
@@ -60,12 +82,34 @@ typedef int (*http_stream_fn)(void *sctx, http_buf *out);
  * or the connection failed before the end. */
 typedef void (*http_stream_free_fn)(void *sctx, bool completed);
 
+/* Called once a request's headers are complete (see the top of this file):
+ * returns true to go on, or false after answering with http_reply. Runs on
+ * the connection thread; the body is not available. */
+typedef bool (*http_precheck_fn)(void *ctx, http_exchange *x);
+
+/* The pace a body must keep on average after the grace period, bytes/s. */
+#define HTTP_MIN_BODY_RATE (64 * 1024)
+/* Bodies up to this size are read (and dropped) before a precheck answer,
+ * so that a client still sending reliably reads it. */
+#define HTTP_EARLY_CHECK_BYTES (64 * 1024)
+/* A connection on which nothing can be sent or received for this long is
+ * closed (a client that stopped reading; MHD's own timeout, reset by every
+ * byte). Not a limit on a handler's time. */
+#define HTTP_STALL_TIMEOUT_S 600
+
 typedef struct http_config {
     const char *host;       /* numeric IPv4/IPv6 address to bind ("127.0.0.1")  */
     int port;               /* 0: any free port (see http_port)                  */
     size_t max_body_bytes;  /* larger bodies get 413                             */
-    int max_connections;    /* simultaneous connections (threads)                */
-    int timeout_s;          /* idle connection timeout                           */
+    size_t max_body_total;  /* body bytes held across all connections; more get
+                               503 (0: 4 x max_body_bytes)                      */
+    int max_connections;    /* simultaneous connections (threads); more wait in
+                               the listen backlog                               */
+    int max_conns_per_ip;   /* per client address; 0: no cap of its own         */
+    int timeout_s;          /* a kept-alive connection idle this long is closed
+                               (0: 60)                                          */
+    int header_timeout_s;   /* headers complete within this; body grace (0: 10)  */
+    http_precheck_fn precheck; /* NULL: none; called with the handler's ctx      */
     int listen_fd;          /* > 0: a socket from http_listen, owned by the server
                                from http_start on; otherwise http_start binds
                                host:port itself                                  */
@@ -105,6 +149,14 @@ const char *http_path(const http_exchange *x);
 /* A request header (case-insensitive name) or NULL. */
 const char *http_header(const http_exchange *x, const char *name);
 const char *http_body(const http_exchange *x, size_t *n);
+/* Frees the body (after parsing it) and gives its bytes back to the
+ * max_body_total budget; http_body is "" afterwards. */
+void http_body_release(http_exchange *x);
+/* The path for a log line: bytes below 0x20, 0x7f and above, and '\\' as
+ * \xNN, at most 200 input bytes (valid until the exchange ends). */
+const char *http_path_log(http_exchange *x);
+/* The method, escaped the same way. */
+const char *http_method_log(http_exchange *x);
 /* True once the peer has closed its end or the socket failed. Cheap (poll). */
 bool http_client_gone(http_exchange *x);
 

@@ -239,6 +239,11 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
     json_t *tools = oai_field(body, "tools");
     if (tools) {
         if (!json_is_array(tools)) return bad(param, "tools", e, "must be an array");
+        for (size_t i = 0; i < json_array_size(tools); i++)
+            if (!json_is_object(json_array_get(tools, i))) {
+                *param = "tools";
+                return err_set(e, ERR_INVALID, "'tools[%zu]' must be an object {\"type\":\"function\",\"function\":{...}}", i);
+            }
         if (tc_check_tools(tools, e) < 0) {
             *param = "tools";
             return ERR_INVALID;
@@ -416,9 +421,12 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
 
     long long x;
     bool present;
-    const char *mt_name = kind == OAI_CHAT && oai_field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((rc = get_int(body, mt_name, 1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
+    /* both are checked; chat's max_completion_tokens wins when both are set */
+    if ((rc = get_int(body, "max_tokens", 1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
     if (present) p->max_tokens = (int)x;
+    if (kind == OAI_CHAT && (rc = get_int(body, "max_completion_tokens", 1, INT32_MAX, &x, &present, param, e)) < 0)
+        goto fail;
+    if (kind == OAI_CHAT && present) p->max_tokens = (int)x;
     if ((rc = get_float(body, "temperature", 0, false, 2, &p->sp.temperature, param, e)) < 0) goto fail;
     if ((rc = get_float(body, "top_p", 0, true, 1, &p->sp.top_p, param, e)) < 0) goto fail;
     if ((rc = get_int(body, "top_k", -1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
@@ -522,4 +530,47 @@ const char *oai_error_type(int status) {
     case 429: return "rate_limit_error";
     default: return status >= 500 ? "server_error" : "invalid_request_error";
     }
+}
+
+/* Counts the values of a JSON text without parsing it: every element and
+ * member starts after '[', '{', ',' or ':' outside strings (an upper bound,
+ * exact enough for a cap). Stops counting past `limit`. */
+static size_t json_count_values(const char *b, size_t n, size_t limit) {
+    size_t k = 1;
+    bool in_str = false;
+    for (size_t i = 0; i < n && k <= limit; i++) {
+        char c = b[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{' || c == ',' || c == ':') {
+            k++;
+        }
+    }
+    return k;
+}
+
+json_t *oai_load_body(http_exchange *x, char *msg, size_t cap) {
+    size_t n;
+    const char *b = http_body(x, &n);
+    json_t *o = NULL;
+    size_t k = json_count_values(b, n, OAI_MAX_JSON_VALUES);
+    if (k > OAI_MAX_JSON_VALUES) {
+        snprintf(msg, cap, "the request body holds more than %d JSON values", OAI_MAX_JSON_VALUES);
+    } else {
+        json_error_t je;
+        o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
+        if (!o)
+            snprintf(msg, cap, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line, je.column,
+                     je.position, je.text);
+        else if (!json_is_object(o)) {
+            json_decref(o);
+            o = NULL;
+            snprintf(msg, cap, "the request body must be a JSON object");
+        }
+    }
+    http_body_release(x);
+    return o;
 }

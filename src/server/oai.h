@@ -114,6 +114,16 @@ char *oai_error_json(const char *msg, const char *type, const char *param, const
  * rate_limit_error, 5xx -> server_error ...). */
 const char *oai_error_type(int status);
 
+/* A body may hold at most this many JSON values (elements, members): a
+ * small body of "[0,0,0,...]" becomes ~40 bytes per value once parsed. */
+#define OAI_MAX_JSON_VALUES (256 * 1024)
+
+/* Parses the request body as a JSON object (duplicate keys refused) and
+ * releases the body (http_body_release). On failure returns NULL with the
+ * message in msg (invalid JSON with line, column and byte; not an object;
+ * more than OAI_MAX_JSON_VALUES values, counted before parsing). */
+json_t *oai_load_body(http_exchange *x, char *msg, size_t cap);
+
 /* JSON helpers shared by the request readers and answer writers of every
  * API (oai.c, api_*.c):
  * a field's value, or NULL when absent or null (null counts as absent); */

@@ -13,11 +13,13 @@
  */
 #include "routes.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "../chat/toolcall.h"
@@ -48,22 +50,9 @@ static void reply_error(http_exchange *x, int status, const char *msg, const cha
 
 /* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
 static json_t *body_json(http_exchange *x) {
-    size_t n;
-    const char *b = http_body(x, &n);
-    json_error_t je;
-    json_t *o = json_loadb(b, n, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "invalid JSON in the request body at line %d column %d (byte %d): %s", je.line,
-                 je.column, je.position, je.text);
-        reply_error(x, 400, msg, NULL, "invalid_json");
-        return NULL;
-    }
-    if (!json_is_object(o)) {
-        json_decref(o);
-        reply_error(x, 400, "the request body must be a JSON object", NULL, "invalid_json");
-        return NULL;
-    }
+    char msg[400];
+    json_t *o = oai_load_body(x, msg, sizeof msg);
+    if (!o) reply_error(x, 400, msg, NULL, "invalid_json");
     return o;
 }
 
@@ -377,6 +366,14 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
         return;
     }
     size_t n = json_array_size(t);
+    size_t max_n = (size_t)MAX(engine_n_ctx(rc->en), ROUTES_MAX_DETOKENIZE);
+    if (n > max_n) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "'tokens' holds %zu ids, more than the limit of %zu", n, max_n);
+        reply_error(x, 400, msg, "tokens", NULL);
+        json_decref(body);
+        return;
+    }
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     for (size_t i = 0; ids && i < n; i++) {
         json_t *v = json_array_get(t, i);
@@ -396,6 +393,15 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
         return;
     }
     int need = tok_decode(rc->tok, ids, (int)n, true, NULL, 0);
+    if (need >= 0 && (size_t)need > rc->o->max_body_bytes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the decoded text would be %d bytes, more than the limit of %zu (--max-body)", need,
+                 rc->o->max_body_bytes);
+        reply_error(x, 400, msg, "tokens", NULL);
+        free(ids);
+        json_decref(body);
+        return;
+    }
     char *text = need >= 0 ? malloc((size_t)need + 1) : NULL;
     if (text) tok_decode(rc->tok, ids, (int)n, true, text, need + 1);
     if (!text) {
@@ -452,28 +458,147 @@ static const route routes[] = {
     {"/api/version", "GET", R_OLLAMA},
 };
 
+/* Paths with an id after a prefix: GET /v1/models/{id} (and /models/{id}),
+ * GET|DELETE /v1/responses/{id}. */
+static const route prefix_routes[] = {
+    {"/v1/models/", "GET", R_MODEL},
+    {"/models/", "GET", R_MODEL},
+    {"/v1/responses/", "GET", R_RESPONSE_ITEM},
+    {"/v1/responses/", "DELETE", R_RESPONSE_ITEM},
+};
+
+static bool method_fits(const route *r, const char *method) {
+    return !strcmp(r->method, method) || (!strcmp(method, "HEAD") && !strcmp(r->method, "GET"));
+}
+
+static bool path_fits(const route *r, const char *path, bool prefix) {
+    size_t k = strlen(r->path);
+    return prefix ? !strncmp(path, r->path, k) && path[k] : !strcmp(path, r->path);
+}
+
+/* The route for method + path (NULL if none); *path_known when some method
+ * is served on the path; *allow (if not NULL) gets the methods that are,
+ * for a 405's Allow header. */
+static const route *route_find(const char *method, const char *path, bool *path_known, char *allow, size_t cap) {
+    const route *rt = NULL;
+    *path_known = false;
+    if (allow) snprintf(allow, cap, "OPTIONS");
+    for (int pass = 0; pass < 2; pass++) {
+        const route *v = pass ? prefix_routes : routes;
+        size_t n = pass ? ARRAY_LEN(prefix_routes) : ARRAY_LEN(routes);
+        for (size_t i = 0; i < n; i++) {
+            if (!path_fits(&v[i], path, pass == 1)) continue;
+            *path_known = true;
+            if (!rt && method_fits(&v[i], method)) rt = &v[i];
+            if (allow && !strstr(allow, v[i].method)) {
+                size_t k = strlen(allow);
+                snprintf(allow + k, cap - k, ", %s%s", v[i].method, strcmp(v[i].method, "GET") ? "" : ", HEAD");
+            }
+        }
+        if (*path_known) break;
+    }
+    return rt;
+}
+
+/* Whether `host` (a Host header: name or [v6], maybe a port) names this
+ * server for a browser: localhost and its subdomains, a loopback or the
+ * bound address, or an --allowed-hosts entry ("*" allows any). */
+static bool host_allowed(const server_opts *o, const char *host) {
+    char name[256];
+    size_t k;
+    if (host[0] == '[') {
+        const char *end = strchr(host, ']');
+        k = end ? (size_t)(end - host - 1) : strlen(host + 1);
+        host++;
+    } else {
+        const char *colon = strrchr(host, ':');
+        k = colon && colon == strchr(host, ':') ? (size_t)(colon - host) : strlen(host);
+    }
+    if (k == 0 || k >= sizeof name) return false;
+    for (size_t i = 0; i < k; i++) name[i] = (char)tolower((unsigned char)host[i]);
+    name[k] = 0;
+    if (name[k - 1] == '.') name[--k] = 0;
+    if (!strcmp(name, "localhost") || (k > 10 && !strcmp(name + k - 10, ".localhost"))) return true;
+    if (server_host_is_loopback(name)) return true;
+    if (o->host && !strcasecmp(name, o->host)) return true;
+    for (const char *p = o->allowed_hosts; p && *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        size_t n = strcspn(p, ",");
+        size_t len = n;
+        while (len && p[len - 1] == ' ') len--;
+        if ((len == 1 && p[0] == '*') || (len && len == k && !strncasecmp(p, name, k))) return true;
+        p += n;
+    }
+    return false;
+}
+
+/* A media type that a cross-site HTML form (or a no-preflight fetch) can
+ * send: refused on the JSON routes (415). */
+static bool form_content_type(const char *ct) {
+    static const char *const forms[] = {"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"};
+    if (!ct) return false;
+    while (*ct == ' ') ct++;
+    size_t k = strcspn(ct, "; \t");
+    for (size_t i = 0; i < ARRAY_LEN(forms); i++)
+        if (k == strlen(forms[i]) && !strncasecmp(ct, forms[i], k)) return true;
+    return false;
+}
+
+/* Answers a refusal in the API's shape, counts and logs it. */
+static void refuse(routes_ctx *rc, http_exchange *x, int status, const char *msg, const char *code) {
+    const char *path = http_path(x);
+    if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) api_anthropic_error(x, status, msg);
+    else reply_error(x, status, msg, NULL, code);
+    metrics_count(rc->met, status);
+    log_info("%s %s %d (%s)", http_method_log(x), http_path_log(x), status, code);
+}
+
+bool routes_precheck(void *ctx, http_exchange *x) {
+    routes_ctx *rc = ctx;
+    const server_opts *o = rc->o;
+    const char *method = http_method(x), *host = http_header(x, "Host");
+    /* DNS rebinding: a page of another site whose name now resolves to
+     * 127.0.0.1 calls "its own" origin; its Host header gives it away. */
+    bool check_host = o->allowed_hosts || (server_host_is_loopback(o->host) && !(o->api_key && o->api_key[0]));
+    if (check_host && host && !host_allowed(o, host)) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "Host '%.120s' is not allowed: a server on a loopback address without an API key answers only "
+                 "localhost names and --allowed-hosts",
+                 host);
+        refuse(rc, x, 403, msg, "host_not_allowed");
+        return false;
+    }
+    /* requests with a body: the key before the body is read */
+    bool bodyless = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (!bodyless && o->api_key && o->api_key[0] && !key_ok(o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
+        refuse(rc, x, 401,
+               http_header(x, "Authorization") || http_header(x, "x-api-key")
+                   ? "invalid API key"
+                   : "missing API key (Authorization: Bearer KEY, or x-api-key: KEY)",
+               "invalid_api_key");
+        return false;
+    }
+    /* Cross-site form posts: only a browser sends Origin, and a form cannot
+     * send an API key; curl -d (urlencoded, no Origin) keeps working. */
+    const char *ct = http_header(x, "Content-Type");
+    if (!strcmp(method, "POST") && !(o->api_key && o->api_key[0]) && http_header(x, "Origin") && form_content_type(ct)) {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "Content-Type '%.60s' is not accepted: the body must be JSON (Content-Type: application/json)", ct);
+        refuse(rc, x, 415, msg, "unsupported_media_type");
+        return false;
+    }
+    return true;
+}
+
 void routes_handle(void *ctx, http_exchange *x) {
     routes_ctx *rc = ctx;
     int64_t t0 = clock_ns();
     const char *method = http_method(x), *path = http_path(x);
-    const route *rt = NULL;
-    bool path_known = false;
-    for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
-        if (strcmp(routes[i].path, path) != 0) continue;
-        path_known = true;
-        if (strcmp(routes[i].method, method) == 0 || (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0))
-            rt = &routes[i];
-    }
-    /* GET /v1/models/{id} */
-    if (!rt && !strncmp(path, "/v1/models/", 11) && (!strcmp(method, "GET") || !strcmp(method, "HEAD"))) {
-        static const route model_route = {"/v1/models/", "GET", R_MODEL};
-        rt = &model_route;
-    }
-    /* GET|DELETE /v1/responses/{id} */
-    if (!rt && !strncmp(path, "/v1/responses/", 14) && (!strcmp(method, "GET") || !strcmp(method, "DELETE"))) {
-        static const route item_route = {"/v1/responses/", "GET", R_RESPONSE_ITEM};
-        rt = &item_route;
-    }
+    bool path_known;
+    char allow[120];
+    const route *rt = route_find(method, path, &path_known, allow, sizeof allow);
     /* Anthropic's clients read errors on its paths in its shape */
     bool anthropic = !strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13);
     bool generation = false;
@@ -488,8 +613,12 @@ void routes_handle(void *ctx, http_exchange *x) {
         else reply_error(x, 401, msg, NULL, "invalid_api_key");
     } else if (!rt) {
         char msg[300];
-        snprintf(msg, sizeof msg, path_known ? "method %s is not allowed on %s" : "no route %s %s", method, path);
-        if (!path_known) snprintf(msg, sizeof msg, "no route for %s %.200s", method, path);
+        if (path_known) {
+            snprintf(msg, sizeof msg, "method %.16s is not allowed on %.200s (allowed: %s)", method, path, allow);
+            http_add_header(x, "Allow", allow);
+        } else {
+            snprintf(msg, sizeof msg, "no route for %.16s %.200s", method, path);
+        }
         if (anthropic) api_anthropic_error(x, path_known ? 405 : 404, msg);
         else reply_error(x, path_known ? 405 : 404, msg, NULL, NULL);
     } else {
@@ -497,7 +626,7 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_COMPL: generation = handle_generate(rc, x, OAI_COMPLETION); break;
         case R_CHAT: generation = handle_generate(rc, x, OAI_CHAT); break;
         case R_MODELS: handle_models(rc, x, NULL); break;
-        case R_MODEL: handle_models(rc, x, path + 11); break;
+        case R_MODEL: handle_models(rc, x, path + strlen(rt->path)); break;
         case R_HEALTH: http_reply(x, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL); break;
         case R_METRICS: handle_metrics(rc, x); break;
         case R_TOKENIZE: handle_tokenize(rc, x); break;
@@ -505,7 +634,7 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_ANTHROPIC: generation = api_anthropic_messages(rc, x); break;
         case R_ANTHROPIC_COUNT: api_anthropic_count_tokens(rc, x); break;
         case R_RESPONSES: generation = api_responses_create(rc, x); break;
-        case R_RESPONSE_ITEM: api_responses_item(rc, x, path + 14); break;
+        case R_RESPONSE_ITEM: api_responses_item(rc, x, path + strlen(rt->path)); break;
         case R_OLLAMA: generation = api_ollama(rc, x, path); break;
         }
     }
@@ -513,5 +642,5 @@ void routes_handle(void *ctx, http_exchange *x) {
      * when they end (a stream ends after this handler returns). */
     if (generation) return;
     metrics_count(rc->met, http_status(x));
-    log_info("%s %.200s %d %.1fms", method, path, http_status(x), (double)(clock_ns() - t0) / 1e6);
+    log_info("%s %s %d %.1fms", http_method_log(x), http_path_log(x), http_status(x), (double)(clock_ns() - t0) / 1e6);
 }

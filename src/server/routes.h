@@ -38,7 +38,20 @@ typedef struct routes_ctx {
     atomic_ullong next_id;   /* request ids and default seeds                  */
 } routes_ctx;
 
+/* /detokenize takes at most max(the context, this) ids. */
+#define ROUTES_MAX_DETOKENIZE 65536
+
 /* The http_handler_fn of the server: ctx is a routes_ctx. */
 void routes_handle(void *ctx, http_exchange *x);
+
+/* The http_precheck_fn (http.h): refuses from the headers alone, in the
+ * route's error shape, counted and logged: 403 a Host that is not this
+ * server's (DNS rebinding; on a loopback address without an API key, or
+ * with --allowed-hosts), 401 a missing or wrong API key on a request with
+ * a body (other methods than GET/HEAD: no route exempts them), 415 a POST
+ * from a browser (an Origin header) to a server without an API key whose
+ * Content-Type a cross-site form can send (urlencoded, multipart,
+ * text/plain). */
+bool routes_precheck(void *ctx, http_exchange *x);
 
 #endif

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,13 @@
 #include "apis.h"
 #include "routes.h"
 #include "../tok/chat.h"
+
+bool server_host_is_loopback(const char *host) {
+    if (!host || !*host || !strcasecmp(host, "localhost") || !strcmp(host, "::1")) return true;
+    unsigned a, b, c, d;
+    char end;
+    return sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &end) == 4 && a == 127 && b < 256 && c < 256 && d < 256;
+}
 
 void server_opts_default(server_opts *o) {
     memset(o, 0, sizeof *o);
@@ -43,6 +51,8 @@ void server_opts_default(server_opts *o) {
     o->block_tokens = 16;
     o->max_body_bytes = (size_t)8 << 20;
     o->max_connections = 256;
+    o->timeout_s = 60;
+    o->header_timeout_s = 10;
     o->shutdown_timeout_s = 10;
 }
 
@@ -69,6 +79,13 @@ const char *server_usage(void) {
            "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
            "  --max-body BYTES         request body limit (default 8M)\n"
            "  --max-connections N      simultaneous connections (default 256)\n"
+           "  --max-conns-per-ip N     connections per client address (default 64, none when --host\n"
+           "                           is a loopback address)\n"
+           "  --max-body-total BYTES   request bodies held at once, 503 beyond (default 4x --max-body)\n"
+           "  --header-timeout S       a request's headers must arrive within S seconds (default 10)\n"
+           "  --timeout S              close a keep-alive connection idle for S seconds (default 60)\n"
+           "  --allowed-hosts LIST     Host names accepted besides localhost and the bound address\n"
+           "                           (comma list; checked on loopback without --api-key)\n"
            "  --ready-file PATH        write the bound port to PATH once listening\n"
            "  --chat-template-file F   use the Jinja chat template in F instead of the model's\n"
            "  --tool-format NAME       tool-call syntax: auto (from the chat template), hermes,\n"
@@ -209,6 +226,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             rc = parse_int(a, v, 0, 1 << 20, &o->max_queue, e);
         } else if (!strcmp(a, "--api-key")) {
             NEED_VALUE;
+            if (!*v) return err_set(e, ERR_INVALID, "--api-key: the key is empty (omit --api-key to serve without one)");
             o->api_key = v;
         } else if (!strcmp(a, "--api-key-file")) {
             NEED_VALUE;
@@ -228,6 +246,22 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--max-connections")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 65536, &o->max_connections, e);
+        } else if (!strcmp(a, "--max-conns-per-ip")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 65536, &o->max_conns_per_ip, e);
+        } else if (!strcmp(a, "--max-body-total")) {
+            NEED_VALUE;
+            rc = parse_bytes(a, v, &o->max_body_total, e);
+        } else if (!strcmp(a, "--timeout")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 86400, &o->timeout_s, e);
+        } else if (!strcmp(a, "--header-timeout")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 3600, &o->header_timeout_s, e);
+        } else if (!strcmp(a, "--allowed-hosts")) {
+            NEED_VALUE;
+            if (!*v) return err_set(e, ERR_INVALID, "--allowed-hosts: empty list");
+            o->allowed_hosts = v;
         } else if (!strcmp(a, "--ready-file")) {
             NEED_VALUE;
             o->ready_file = v;
@@ -272,6 +306,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         if (rc < 0) return rc;
 #undef NEED_VALUE
     }
+    if (o->max_body_total && o->max_body_total < o->max_body_bytes)
+        return err_set(e, ERR_INVALID, "--max-body-total (%zu bytes) must be at least --max-body (%zu bytes)",
+                       o->max_body_total, o->max_body_bytes);
     return 0;
 }
 
@@ -426,8 +463,13 @@ int server_main(const server_opts *o) {
     http_config hc = {.host = o->host,
                       .port = o->port,
                       .max_body_bytes = o->max_body_bytes,
+                      .max_body_total = o->max_body_total,
                       .max_connections = o->max_connections,
-                      .timeout_s = 600,
+                      .max_conns_per_ip = o->max_conns_per_ip ? o->max_conns_per_ip
+                                          : server_host_is_loopback(o->host) ? 0 : 64,
+                      .timeout_s = o->timeout_s,
+                      .header_timeout_s = o->header_timeout_s,
+                      .precheck = routes_precheck,
                       .listen_fd = listen_fd,
                       .cors_origins = o->cors_origins,
                       .n_cors_origins = o->n_cors_origins};

@@ -39,6 +39,14 @@ typedef struct server_opts {
     int block_tokens;         /* --block-tokens KV block size; default 16             */
     size_t max_body_bytes;    /* --max-body request body limit; default 8 MiB         */
     int max_connections;      /* --max-connections; default 256                       */
+    int max_conns_per_ip;     /* --max-conns-per-ip; 0 (default): 64 when --host is not
+                                 a loopback address, no cap of its own on loopback   */
+    size_t max_body_total;    /* --max-body-total: bodies held at once; 0: 4 x max-body */
+    int timeout_s;            /* --timeout: keep-alive idle seconds; default 60       */
+    int header_timeout_s;     /* --header-timeout: seconds for a request's headers; 10 */
+    const char *allowed_hosts; /* --allowed-hosts: comma list of Host names accepted
+                                 besides localhost and the bound address (DNS
+                                 rebinding check, routes.c); NULL: none            */
     bool check;               /* --check: verify pool and tree after every step       */
     const char *ready_file;   /* --ready-file: write the bound port here once serving */
     int step_delay_us;        /* --step-delay-us: testing, slows every engine step     */
@@ -57,6 +65,10 @@ typedef struct server_opts {
 
 /* Used when no -m is given (relative to the working directory). */
 #define SERVER_DEFAULT_MODEL "models/stories260K.gguf"
+
+/* Whether a --host value is a loopback address (127.0.0.0/8, ::1,
+ * localhost; NULL or "" is the default 127.0.0.1). */
+bool server_host_is_loopback(const char *host);
 
 /* Fills *o with the defaults above. */
 void server_opts_default(server_opts *o);

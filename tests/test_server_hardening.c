@@ -1,0 +1,623 @@
+/*
+ * test_server_hardening.c — hostile HTTP against `kvloom serve` through raw
+ * sockets (docs/server.md "Limits and security"):
+ *  - connection exhaustion: 30 idle sockets and 10 that dribble a byte at a
+ *    time are all closed by the server (--header-timeout 2, keep-alive
+ *    --timeout 600: only the header deadline can close them); with 200 idle
+ *    and 50 dribbling against 64 slots a client that retries is served;
+ *    --max-conns-per-ip: a 9th socket from 127.0.0.1 is closed while
+ *    127.0.0.2 is served;
+ *  - bodies: an unauthenticated 8 MB upload is answered 401 from its headers
+ *    (no body byte sent), --max-body-total gives 503 while two big bodies
+ *    are held and not after, huge token arrays are 400s;
+ *  - smuggling: conflicting Content-Length, Content-Length with chunked, a
+ *    transfer coding other than chunked, a header name with a space: each
+ *    answered and closed at once, and the smuggled request never answered;
+ *  - an empty --api-key is refused, the Host check (DNS rebinding), 415 for
+ *    cross-site form posts, control bytes of a path escaped in the log;
+ *  - /models/{id}, 405 with Allow, max_tokens / tools validation;
+ *  - a table of malformed requests, each with its status (0: closed without
+ *    an answer), the server serving /health after each.
+ * No assertion is on time: a wait is "until it happens, or a generous limit".
+ */
+#include <fcntl.h>
+#include <pthread.h>
+
+#include "server/http.h"
+#include "server_util.h"
+
+static srv g_a, g_b; /* A: no key, tight limits; B: --api-key, per-IP cap */
+
+/* A socket connected (or connecting, when nonblock) to 127.0.0.1:port from
+ * the source address src (NULL: any). */
+static int connect_from(const char *src, int port, int timeout_s, bool nonblock) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {timeout_s, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (src) {
+        struct sockaddr_in b = {0};
+        b.sin_family = AF_INET;
+        inet_pton(AF_INET, src, &b.sin_addr);
+        if (bind(fd, (struct sockaddr *)&b, sizeof b) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    if (nonblock) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && !(nonblock && errno == EINPROGRESS)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* One raw exchange: status of the first answer (0: none), the whole bytes
+ * received, and whether the server closed the connection (EOF or reset)
+ * rather than the read timing out. */
+typedef struct raw {
+    int status;
+    char *text;
+    size_t n;
+    bool closed;
+} raw;
+
+static void raw_free(raw *r) {
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}
+
+static void raw_read(int fd, raw *r) {
+    size_t cap = 65536;
+    r->text = xmalloc(cap);
+    r->n = 0;
+    for (;;) {
+        if (r->n + 4096 > cap) r->text = xrealloc(r->text, cap *= 2);
+        ssize_t k = recv(fd, r->text + r->n, cap - r->n - 1, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) r->closed = true;
+        if (k <= 0) break;
+        r->n += (size_t)k;
+    }
+    r->text[r->n] = 0;
+    if (sscanf(r->text, "HTTP/1.%*d %d", &r->status) != 1) r->status = 0;
+}
+
+static void raw_send(int port, const char *src, const char *data, size_t n, int timeout_s, raw *r) {
+    memset(r, 0, sizeof *r);
+    int fd = connect_from(src, port, timeout_s, false);
+    if (fd < 0 || su_send_all(fd, data, n) < 0) {
+        r->closed = true;
+        r->text = xstrdup("");
+        if (fd >= 0) {
+            /* the server may have answered and closed already */
+            free(r->text);
+            raw_read(fd, r);
+            close(fd);
+        }
+        return;
+    }
+    raw_read(fd, r);
+    close(fd);
+}
+
+/* GET /health from src: the status, 0 when the connection was closed
+ * without an answer. */
+static int health_from(int port, const char *src, const char *host) {
+    char req[256];
+    snprintf(req, sizeof req, "GET /health HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host);
+    raw r;
+    raw_send(port, src, req, strlen(req), 30, &r);
+    int st = r.status == 200 && strstr(r.text, "{\"status\":\"ok\"}") ? 200 : r.status;
+    raw_free(&r);
+    return st;
+}
+
+/* A POST with a JSON body and extra header lines; Connection: close. */
+static void post_raw(int port, const char *path, const char *headers, const char *body, raw *r) {
+    size_t n = strlen(body);
+    char *req = xmalloc(n + 1024);
+    int k = snprintf(req, 1024, "POST %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%sContent-Length: %zu\r\n\r\n",
+                     path, headers ? headers : "Content-Type: application/json\r\n", n);
+    memcpy(req + k, body, n);
+    raw_send(port, NULL, req, (size_t)k + n, 30, r);
+    free(req);
+}
+
+static int count_str(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* ---- 1. connection exhaustion ---- */
+
+typedef struct dribble {
+    int *fds;
+    int n;
+    volatile bool stop;
+} dribble;
+
+/* Sends the next byte of a request line on every socket every 300 ms. */
+static void *dribble_main(void *arg) {
+    dribble *d = arg;
+    static const char line[] = "GET /health HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    for (size_t i = 0; !d->stop; i = (i + 1) % (sizeof line - 1)) {
+        for (int j = 0; j < d->n; j++) send(d->fds[j], line + i, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        usleep(300000);
+    }
+    return NULL;
+}
+
+/* True once the server has closed fd (EOF or reset). */
+static bool closed_by_server(int fd) {
+    char c;
+    ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN && errno != EINTR);
+}
+
+/* n_idle silent sockets and n_drib dribbling ones against A (64 slots,
+ * --header-timeout 2, keep-alive --timeout 600). Returns the fds. */
+static int *flood_open(int port, int n_idle, int n_drib, dribble *d, pthread_t *th) {
+    int n = n_idle + n_drib, n_open = 0;
+    int *fds = xmalloc((size_t)n * sizeof *fds);
+    for (int i = 0; i < n; i++) {
+        fds[i] = connect_from(NULL, port, 5, true);
+        n_open += fds[i] >= 0;
+    }
+    CHECK_EQ_INT(n_open, n);
+    d->fds = fds + n_idle;
+    d->n = n_drib;
+    d->stop = false;
+    pthread_create(th, NULL, dribble_main, d);
+    return fds;
+}
+
+static void flood_close(int *fds, int n, dribble *d, pthread_t th) {
+    d->stop = true;
+    pthread_join(th, NULL);
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(fds);
+}
+
+/* /health until it answers 200 or limit_s passed; the status. */
+static int health_retry(int port, double limit_s, int *n_tries) {
+    int st = 0;
+    *n_tries = 0;
+    for (double t0 = su_now(); st != 200 && su_now() - t0 < limit_s; usleep(100000), ++*n_tries)
+        st = health_from(port, NULL, "localhost");
+    return st;
+}
+
+static void check_flood(int port) {
+    /* 1. under the slot limit, nothing but the header deadline can close
+     * these: every one is closed, the dribblers while they still send */
+    enum { N_IDLE = 30, N_DRIB = 10, N = N_IDLE + N_DRIB };
+    dribble d;
+    pthread_t th;
+    double t0 = su_now();
+    int *fds = flood_open(port, N_IDLE, N_DRIB, &d, &th);
+    CHECK_EQ_INT(health_from(port, NULL, "localhost"), 200);
+    bool done[N] = {0};
+    int n_closed = 0;
+    while (n_closed < N && su_now() - t0 < 30) {
+        for (int i = 0; i < N; i++)
+            if (!done[i] && fds[i] >= 0 && closed_by_server(fds[i])) done[i] = true, n_closed++;
+        usleep(50000);
+    }
+    int n_drib_closed = 0;
+    for (int i = N_IDLE; i < N; i++) n_drib_closed += done[i];
+    CHECK_MSG(n_closed == N, "%d of %d idle/dribbling sockets closed by the server (%d of %d dribblers)", n_closed, N,
+              n_drib_closed, N_DRIB);
+    printf("  flood: %d idle and %d dribbling sockets closed by the server after %.1f s (--header-timeout 2)\n", N_IDLE,
+           N_DRIB, su_now() - t0);
+    flood_close(fds, N, &d, th);
+
+    /* 2. 250 sockets against 64 slots: MHD closes connections over the
+     * limit at once, and the header deadline frees the slots; a client that
+     * retries is served (with the old 600 s idle timeout it never was) */
+    enum { M_IDLE = 200, M_DRIB = 50 };
+    t0 = su_now();
+    fds = flood_open(port, M_IDLE, M_DRIB, &d, &th);
+    int n_tries;
+    CHECK_EQ_INT(health_retry(port, 30, &n_tries), 200);
+    printf("  flood: /health answered after %.1f s (%d tries) with %d idle and %d dribbling sockets opened (64 slots)\n",
+           su_now() - t0, n_tries, M_IDLE, M_DRIB);
+    flood_close(fds, M_IDLE + M_DRIB, &d, th);
+    CHECK_EQ_INT(health_retry(port, 10, &n_tries), 200);
+}
+
+/* B has --max-conns-per-ip 8 and a long header timeout. */
+static void check_per_ip(int port) {
+    int fds[12];
+    for (int i = 0; i < 12; i++) fds[i] = connect_from("127.0.0.1", port, 5, false);
+    /* 8 are held (waiting for headers), the rest and the next one from
+     * 127.0.0.1 are closed at once; 127.0.0.2 has its own 8 */
+    CHECK_MSG(health_from(port, "127.0.0.1", "localhost") != 200, "a 9th connection from 127.0.0.1 was served");
+    CHECK_EQ_INT(health_from(port, "127.0.0.2", "localhost"), 200);
+    for (int i = 0; i < 12; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    int st = 0;
+    for (double t0 = su_now(); st != 200 && su_now() - t0 < 15; usleep(50000)) st = health_from(port, "127.0.0.1", "localhost");
+    CHECK_MSG(st == 200, "127.0.0.1 not served again after its sockets closed (%d)", st);
+}
+
+/* ---- 2. bodies ---- */
+
+static void check_bodies(int port_a, int port_b) {
+    /* B: 8 MB announced without a key: 401 from the headers alone */
+    static const char head[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                               "Content-Length: 8388608\r\n\r\n";
+    raw r;
+    raw_send(port_b, NULL, head, sizeof head - 1, 20, &r);
+    CHECK_MSG(r.status == 401, "unauthenticated 8 MB upload: status %d, want 401 before the body", r.status);
+    CHECK_MSG(r.closed && strcasestr(r.text, "Connection: close"), "the 401 closes the connection: %.300s", r.text);
+    raw_free(&r);
+    /* the same with the key: the server waits for the body (no answer) */
+    static const char head_key[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekret\r\n"
+                                   "Content-Type: application/json\r\nContent-Length: 8388608\r\n\r\n";
+    int fd = connect_from(NULL, port_b, 1, false);
+    CHECK(fd >= 0 && su_send_all(fd, head_key, sizeof head_key - 1) == 0);
+    char c;
+    CHECK_MSG(recv(fd, &c, 1, 0) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "with the key the body is awaited");
+    close(fd);
+    /* a small unauthenticated body: 401 too, in Anthropic's shape on its path */
+    post_raw(port_b, "/v1/messages", NULL, "{\"model\":\"x\",\"max_tokens\":1,\"messages\":[]}", &r);
+    CHECK_EQ_INT(r.status, 401);
+    CHECK_MSG(strstr(r.text, "\"authentication_error\""), "%.300s", r.text);
+    raw_free(&r);
+
+    /* A: --max-body 1M --max-body-total 2M; two 900 KB partial bodies held */
+    char *big = xmalloc(900000);
+    memset(big, ' ', 900000);
+    int held[2];
+    for (int i = 0; i < 2; i++) {
+        static const char h[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                                "Content-Length: 1000000\r\n\r\n";
+        held[i] = connect_from(NULL, port_a, 10, false);
+        CHECK(held[i] >= 0 && su_send_all(held[i], h, sizeof h - 1) == 0 && su_send_all(held[i], big, 900000) == 0);
+    }
+    size_t nb = 300000;
+    char *body = xmalloc(nb + 1);
+    memset(body, ' ', nb);
+    memcpy(body, "{\"tokens\":[]}", 13);
+    body[nb] = 0;
+    int st = 0;
+    for (double t0 = su_now(); st != 503 && su_now() - t0 < 10; usleep(50000)) {
+        post_raw(port_a, "/detokenize", NULL, body, &r);
+        st = r.status;
+        if (st == 503) {
+            CHECK_MSG(strstr(r.text, "\"server_busy\"") && strcasestr(r.text, "Retry-After: 1"), "%.400s", r.text);
+        }
+        raw_free(&r);
+    }
+    CHECK_MSG(st == 503, "a third body while 1.8 MB of 2 MB are held: %d, want 503", st);
+    for (int i = 0; i < 2; i++) close(held[i]);
+    for (double t0 = su_now(); st != 200 && su_now() - t0 < 10; usleep(50000)) {
+        post_raw(port_a, "/detokenize", NULL, body, &r);
+        st = r.status;
+        raw_free(&r);
+    }
+    CHECK_MSG(st == 200, "the same body once the others are gone: %d, want 200", st);
+    free(body);
+    free(big);
+
+    /* token arrays that expand: /detokenize over its cap, a prompt of more
+     * JSON values than any request needs */
+    http_buf b = {0};
+    http_buf_add(&b, "{\"tokens\":[", 11);
+    for (int i = 0; i < 70000; i++) http_buf_add(&b, i ? ",0" : "0", i ? 2 : 1);
+    http_buf_add(&b, "]}", 2);
+    post_raw(port_a, "/detokenize", NULL, b.p, &r);
+    CHECK_EQ_INT(r.status, 400);
+    CHECK_MSG(strstr(r.text, "70000 ids, more than the limit of 65536"), "%.300s", r.text);
+    raw_free(&r);
+    http_buf_free(&b);
+    http_buf_add(&b, "{\"max_tokens\":1,\"prompt\":[", 26);
+    for (int i = 0; i < 300000; i++) http_buf_add(&b, i ? ",1" : "1", i ? 2 : 1);
+    http_buf_add(&b, "]}", 2);
+    post_raw(port_a, "/v1/completions", NULL, b.p, &r);
+    CHECK_EQ_INT(r.status, 400);
+    CHECK_MSG(strstr(r.text, "more than 262144 JSON values"), "%.300s", r.text);
+    raw_free(&r);
+    http_buf_free(&b);
+    CHECK_EQ_INT(health_from(port_a, NULL, "localhost"), 200);
+}
+
+/* ---- 3. smuggling ---- */
+
+static void check_smuggling(int port) {
+    static const struct {
+        const char *name, *req;
+        int want;
+    } cases[] = {
+        {"conflicting Content-Length",
+         "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 13\r\n"
+         "Content-Length: 0\r\n\r\n{\"content\":1}",
+         400},
+        {"Content-Length with chunked",
+         "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 45\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n",
+         400},
+        {"gzip transfer coding",
+         "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip\r\n\r\n"
+         "{\"content\":\"x\"}",
+         501},
+        {"gzip, chunked",
+         "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501},
+        {"space before the colon",
+         "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length : 45\r\n\r\n"
+         "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n",
+         400},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        raw r;
+        raw_send(port, NULL, cases[i].req, strlen(cases[i].req), 20, &r);
+        CHECK_MSG(r.status == cases[i].want, "%s: status %d, want %d", cases[i].name, r.status, cases[i].want);
+        CHECK_MSG(r.closed, "%s: the connection stays open", cases[i].name);
+        CHECK_MSG(count_str(r.text, "HTTP/1.1 ") == 1, "%s: %d answers (a smuggled request was served)", cases[i].name,
+                  count_str(r.text, "HTTP/1.1 "));
+        raw_free(&r);
+        CHECK_MSG(health_from(port, NULL, "localhost") == 200, "not serving after '%s'", cases[i].name);
+    }
+}
+
+/* ---- 4. keys, hosts, forms, logs ---- */
+
+static void check_security(srv *a, int port_b) {
+    server_opts o;
+    server_opts_default(&o);
+    err_t e = {0};
+    char *argv[] = {"--api-key", "", NULL};
+    CHECK_EQ_INT(server_parse_args(2, argv, &o, &e), ERR_INVALID);
+    CHECK_MSG(strstr(e.msg, "--api-key") && strstr(e.msg, "empty"), "%s", e.msg);
+
+    /* A: loopback, no key, --allowed-hosts myhost.lan */
+    int port = a->port;
+    CHECK_EQ_INT(health_from(port, NULL, "evil.example"), 403);
+    CHECK_EQ_INT(health_from(port, NULL, "evil.example:8080"), 403);
+    CHECK_EQ_INT(health_from(port, NULL, "localhost.evil.example"), 403);
+    CHECK_EQ_INT(health_from(port, NULL, "localhost:1234"), 200);
+    CHECK_EQ_INT(health_from(port, NULL, "app.localhost"), 200);
+    CHECK_EQ_INT(health_from(port, NULL, "127.0.0.1:80"), 200);
+    CHECK_EQ_INT(health_from(port, NULL, "[::1]:80"), 200);
+    CHECK_EQ_INT(health_from(port, NULL, "MyHost.lan:8080"), 200);
+    raw r;
+    static const char rebind[] = "POST /v1/completions HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\n"
+                                 "Connection: close\r\nContent-Length: 29\r\n\r\n{\"prompt\":\"a\",\"max_tokens\":1}";
+    raw_send(port, NULL, rebind, sizeof rebind - 1, 20, &r);
+    CHECK_EQ_INT(r.status, 403);
+    CHECK_MSG(strstr(r.text, "\"host_not_allowed\""), "%.300s", r.text);
+    raw_free(&r);
+    /* B has a key: no Host check */
+    CHECK_EQ_INT(health_from(port_b, "127.0.0.2", "evil.example"), 200);
+
+    /* cross-site form posts (a browser sends Origin) are 415; curl -d
+     * (urlencoded, no Origin) and JSON from a page are served */
+    static const char body[] = "{\"prompt\":\"a\",\"max_tokens\":1}";
+    static const struct {
+        const char *headers;
+        int want;
+    } forms[] = {
+        {"Origin: http://evil.example\r\nContent-Type: text/plain;charset=UTF-8\r\n", 415},
+        {"Origin: http://evil.example\r\nContent-Type: application/x-www-form-urlencoded\r\n", 415},
+        {"Origin: null\r\nContent-Type: multipart/form-data; boundary=x\r\n", 415},
+        {"Content-Type: application/x-www-form-urlencoded\r\n", 200},
+        {"Origin: http://127.0.0.1\r\nContent-Type: application/json\r\n", 200},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(forms); i++) {
+        post_raw(port, "/v1/completions", forms[i].headers, body, &r);
+        CHECK_MSG(r.status == forms[i].want, "%s: %d, want %d", forms[i].headers, r.status, forms[i].want);
+        if (forms[i].want == 200) {
+            json_t *o = json_loads(strstr(r.text, "\r\n\r\n") ? strstr(r.text, "\r\n\r\n") + 4 : "", 0, NULL);
+            CHECK_MSG(o && choice_text(o), "%s: no completion in %.300s", forms[i].headers, r.text);
+            json_decref(o);
+        }
+        raw_free(&r);
+    }
+
+    /* a percent-encoded ESC and newline in the path reach the log escaped */
+    static const char evil[] = "GET /%1b%5b31mEVIL%0aforged HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    raw_send(port, NULL, evil, sizeof evil - 1, 20, &r);
+    CHECK_EQ_INT(r.status, 404);
+    raw_free(&r);
+    char *log = NULL;
+    size_t n = 0;
+    err_t le = {0};
+    for (double t0 = su_now(); su_now() - t0 < 5; usleep(50000)) {
+        free(log);
+        log = NULL;
+        if (file_read_all(a->log_path, &log, &n, &le) == 0 && strstr(log, "EVIL")) break;
+    }
+    CHECK_MSG(log && strstr(log, "GET /\\x1b[31mEVIL\\x0aforged 404"), "the path is not escaped in the log");
+    CHECK_MSG(log && !memchr(log, 0x1b, n), "a raw ESC byte in the log");
+    free(log);
+}
+
+/* ---- 5. routes ---- */
+
+static void check_routes_minor(int port) {
+    int st;
+    json_t *o = get_json(port, "/models/stories260K", &st);
+    CHECK_EQ_INT(st, 200);
+    CHECK_STR(json_string_value(json_object_get(o, "id")), "stories260K");
+    json_decref(o);
+    o = get_json(port, "/models/other", &st);
+    CHECK_EQ_INT(st, 404);
+    json_decref(o);
+    static const struct {
+        const char *method, *path, *allow;
+    } m405[] = {
+        {"POST", "/v1/models/x", "GET"},      {"POST", "/health", "GET"},
+        {"GET", "/v1/chat/completions", "POST"}, {"PUT", "/v1/messages", "POST"},
+        {"DELETE", "/v1/models", "GET"},      {"POST", "/v1/responses/abc", "DELETE"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(m405); i++) {
+        resp r;
+        CHECK(http_do(port, m405[i].method, m405[i].path, NULL, NULL, &r) == 0);
+        CHECK_MSG(r.status == 405, "%s %s: %d, want 405", m405[i].method, m405[i].path, r.status);
+        const char *allow = r.head ? strcasestr(r.head, "\r\nAllow: ") : NULL;
+        CHECK_MSG(allow && strstr(allow, m405[i].allow), "%s %s: no Allow header with %s: %s", m405[i].method,
+                  m405[i].path, m405[i].allow, r.head ? r.head : "");
+        resp_free(&r);
+    }
+    o = post_json(port, "/v1/chat/completions",
+                  "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":-1,\"max_completion_tokens\":5}", &st);
+    CHECK_EQ_INT(st, 400);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(o, "error"), "param")), "max_tokens");
+    json_decref(o);
+    o = post_json(port, "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":[1]}", &st);
+    CHECK_EQ_INT(st, 400);
+    const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+    CHECK_MSG(msg && strstr(msg, "tools[0]"), "tools: [1]: %s", msg ? msg : "(none)");
+    json_decref(o);
+}
+
+/* ---- 6. the table ---- */
+
+static void check_table(int port) {
+#define H "Host: localhost\r\n"
+#define JSON_POST(path, body)                                                                                          \
+    "POST " path " HTTP/1.1\r\n" H "Connection: close\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n" body
+#define BODY(s) s, sizeof s - 1
+#define NUL_PATH "GET /he\0alth HTTP/1.1\r\n" H "Connection: close\r\n\r\n"
+    static const struct {
+        const char *name;
+        const char *req; /* "%zu" (if any) gets the length of `body` */
+        const char *body;
+        size_t n_body;
+        int want; /* 0: closed without an answer */
+    } cases[] = {
+        {"no spaces in the request line", "GARBAGE\r\n\r\n", NULL, 0, 0},
+        {"no HTTP version", "GET /health\r\n\r\n", NULL, 0, 400},
+        {"HTTP/9.9", "GET /health HTTP/9.9\r\n" H "\r\n", NULL, 0, 505},
+        {"a header line without a colon", "GET /health HTTP/1.1\r\n" H "NoColonHere\r\n\r\n", NULL, 0, 400},
+        {"a space in a header name", "GET /health HTTP/1.1\r\n" H "Bad Name: x\r\n\r\n", NULL, 0, 400},
+        {"Content-Length -1", "POST /tokenize HTTP/1.1\r\n" H "Content-Length: -1\r\n\r\n", NULL, 0, 400},
+        {"Content-Length 10^23", "POST /tokenize HTTP/1.1\r\n" H "Content-Length: 99999999999999999999999\r\n\r\n", NULL, 0,
+         413},
+        {"Content-Length abc", "POST /tokenize HTTP/1.1\r\n" H "Content-Length: abc\r\n\r\n", NULL, 0, 400},
+        {"Content-Length 1e3", "POST /tokenize HTTP/1.1\r\n" H "Content-Length: 1e3\r\n\r\n", NULL, 0, 400},
+        {"Content-Length over 4x --max-body", "POST /tokenize HTTP/1.1\r\n" H "Content-Length: 50000000\r\n\r\n", NULL, 0,
+         413},
+        {"chunk size zz", "POST /tokenize HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", NULL, 0,
+         400},
+        {"chunk size -2", "POST /tokenize HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\n-2\r\n{}\r\n0\r\n\r\n", NULL, 0,
+         400},
+        {"chunk size 2^80", "POST /tokenize HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\nffffffffffffffffffff\r\n{}\r\n",
+         NULL, 0, 413},
+        {"invalid UTF-8", JSON_POST("/tokenize", "%s"), BODY("{\"content\":\"\xff\xfe\"}"), 400},
+        {"a raw NUL in a string", JSON_POST("/tokenize", "%s"), BODY("{\"content\":\"a\0b\"}"), 400},
+        {"\\u0000", JSON_POST("/tokenize", "%s"), BODY("{\"content\":\"a\\u0000b\"}"), 400},
+        {"a NUL in the path", NUL_PATH, NULL, 0, 404},
+        {"not an object", JSON_POST("/v1/completions", "%s"), BODY("[]"), 400},
+        {"prompt: 5", JSON_POST("/v1/completions", "%s"), BODY("{\"prompt\":5}"), 400},
+        {"messages: \"x\"", JSON_POST("/v1/chat/completions", "%s"), BODY("{\"messages\":\"x\"}"), 400},
+        {"max_tokens: \"5\"", JSON_POST("/v1/completions", "%s"), BODY("{\"prompt\":\"a\",\"max_tokens\":\"5\"}"), 400},
+        {"temperature: \"hot\"", JSON_POST("/v1/completions", "%s"), BODY("{\"prompt\":\"a\",\"temperature\":\"hot\"}"), 400},
+        {"tokens: \"x\"", JSON_POST("/detokenize", "%s"), BODY("{\"tokens\":\"x\"}"), 400},
+        {"tokens: [-1]", JSON_POST("/detokenize", "%s"), BODY("{\"tokens\":[-1]}"), 400},
+        {"stream: 1", JSON_POST("/v1/completions", "%s"), BODY("{\"prompt\":\"a\",\"stream\":1}"), 400},
+        {"a truncated body", JSON_POST("/tokenize", "%s"), BODY("{\"content\":"), 400},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        /* the request: `req` up to "%zu", the body length, the rest, the body */
+        http_buf b = {0};
+        const char *req = cases[i].req;
+        size_t n_req = strlen(req);
+        if (!strcmp(cases[i].name, "a NUL in the path")) n_req = sizeof NUL_PATH - 1;
+        const char *fmt = cases[i].body ? strstr(req, "%zu") : NULL;
+        if (fmt) {
+            http_buf_add(&b, req, (size_t)(fmt - req));
+            http_buf_printf(&b, "%zu", cases[i].n_body);
+            const char *rest = fmt + 3;
+            const char *s = strstr(rest, "%s");
+            http_buf_add(&b, rest, (size_t)(s - rest));
+            http_buf_add(&b, cases[i].body, cases[i].n_body);
+        } else {
+            http_buf_add(&b, req, n_req);
+        }
+        raw r;
+        raw_send(port, NULL, b.p, b.n, 20, &r);
+        CHECK_MSG(r.status == cases[i].want, "%s: status %d, want %d (%.200s)", cases[i].name, r.status, cases[i].want,
+                  r.text);
+        CHECK_MSG(r.closed, "%s: the server kept the connection", cases[i].name);
+        raw_free(&r);
+        http_buf_free(&b);
+        CHECK_MSG(health_from(port, NULL, "localhost") == 200, "not serving after '%s'", cases[i].name);
+    }
+    /* generated ones: a 70 KB header, a 70 KB path, nesting 10000 deep */
+    http_buf b = {0};
+    http_buf_printf(&b, "GET /health HTTP/1.1\r\n" H "X-Big: ");
+    for (int i = 0; i < 70000; i++) http_buf_add(&b, "a", 1);
+    http_buf_printf(&b, "\r\n\r\n");
+    raw r;
+    raw_send(port, NULL, b.p, b.n, 20, &r);
+    CHECK_MSG(r.status == 431, "a 70 KB header: %d, want 431", r.status);
+    raw_free(&r);
+    http_buf_free(&b);
+    http_buf_printf(&b, "GET /");
+    for (int i = 0; i < 70000; i++) http_buf_add(&b, "a", 1);
+    http_buf_printf(&b, " HTTP/1.1\r\n" H "\r\n");
+    raw_send(port, NULL, b.p, b.n, 20, &r);
+    CHECK_MSG(r.status == 414, "a 70 KB path: %d, want 414", r.status);
+    raw_free(&r);
+    http_buf_free(&b);
+    for (int i = 0; i < 10000; i++) http_buf_add(&b, "[", 1);
+    for (int i = 0; i < 10000; i++) http_buf_add(&b, "]", 1);
+    char *deep = xstrndup(b.p, b.n);
+    char *obj = xmalloc(b.n + 64);
+    snprintf(obj, b.n + 64, "{\"prompt\":%s}", deep);
+    post_raw(port, "/v1/completions", NULL, obj, &r);
+    CHECK_MSG(r.status == 400 && strstr(r.text, "depth"), "nesting 10000: %d %.200s", r.status, r.text);
+    raw_free(&r);
+    free(obj);
+    free(deep);
+    http_buf_free(&b);
+    CHECK_EQ_INT(health_from(port, NULL, "localhost"), 200);
+#undef H
+#undef JSON_POST
+#undef BODY
+#undef NUL_PATH
+}
+
+int main(void) {
+    (void)sse_text; /* server_util.h helpers of the generation tests */
+    (void)choice_finish;
+    (void)usage_int;
+    su_watchdog(150);
+    const char *flags_a[] = {"--header-timeout", "2", "--timeout", "600", "--max-connections", "64", "--max-body", "1M",
+                             "--max-body-total", "2M", "--allowed-hosts", "myhost.lan", "-t", "1", NULL};
+    const char *flags_b[] = {"--api-key", "sekret", "--max-conns-per-ip", "8", "--header-timeout", "30", "-t", "1", NULL};
+    int rc = srv_start(&g_a, flags_a);
+    CHECK_MSG(rc == 0, "server A did not start");
+    int rc_b = srv_start(&g_b, flags_b);
+    CHECK_MSG(rc_b == 0, "server B did not start");
+    if (rc != 0 || rc_b != 0) {
+        srv_print_log(&g_a);
+        srv_print_log(&g_b);
+        su_kill_all();
+        return test_summary("test_server_hardening");
+    }
+    check_table(g_a.port);
+    check_smuggling(g_a.port);
+    check_security(&g_a, g_b.port);
+    check_routes_minor(g_a.port);
+    check_bodies(g_a.port, g_b.port);
+    check_per_ip(g_b.port);
+    check_flood(g_a.port);
+    CHECK(wait_idle(g_a.port, 10)); /* nothing left running or holding blocks */
+    if (test_n_fail) {
+        srv_print_log(&g_a);
+        srv_print_log(&g_b);
+    }
+    CHECK_EQ_INT(srv_stop(&g_a), 0);
+    CHECK_EQ_INT(srv_stop(&g_b), 0);
+    return test_summary("test_server_hardening");
+}
