@@ -8,7 +8,9 @@
 #  - `kvloom quantize` of an F32 model gives byte-for-byte the model that
 #    `kvloom gen` quantises directly from the same random values;
 #  - `kvloom info` describes a model; bad input gets a clear error and a
-#    non-zero exit, never a crash.
+#    non-zero exit, never a crash;
+#  - `kvloom --help` and every subcommand's -h/--help print that usage on
+#    stdout, nothing on stderr, and exit 0.
 BIN=${KVLOOM_BIN:-build/kvloom}
 SHARED=${KVLOOM_SHARED:-../shared}
 PY=/usr/bin/python3
@@ -76,6 +78,24 @@ check 'grep -q "tokenizer: llama, 512 tokens" "$T/info"' "info misses the tokeni
 check '[ $st -eq 0 ] && grep -q "0 tensors" "$T/info"' "info on a vocabulary-only file failed"
 "$BIN" frobnicate > /dev/null 2>&1; st=$?
 check '[ $st -eq 2 ]' "unknown command not rejected"
+
+# --help: the usage on stdout, nothing on stderr, exit 0 (with no command:
+# the usage on stderr, exit 2)
+for h in -h --help; do
+    "$BIN" $h > "$T/out" 2> "$T/err"; st=$?
+    check '[ $st -eq 0 ] && grep -q "^usage: kvloom COMMAND" "$T/out" && [ ! -s "$T/err" ]' "kvloom $h: exit $st, $(head -c 200 "$T/err")"
+    for cmd in run info tokenize gen quantize serve bench; do
+        "$BIN" $cmd $h > "$T/out" 2> "$T/err"; st=$?
+        check '[ $st -eq 0 ] && grep -q "^usage: kvloom $cmd " "$T/out" && [ ! -s "$T/err" ]' \
+            "kvloom $cmd $h: exit $st, stdout $(head -c 100 "$T/out"), stderr $(head -c 200 "$T/err")"
+    done
+done
+"$BIN" > "$T/out" 2> "$T/err"; st=$?
+check '[ $st -eq 2 ] && [ ! -s "$T/out" ] && grep -q "^usage: kvloom COMMAND" "$T/err"' "kvloom with no command: exit $st"
+"$BIN" gen --n-embd 64 -o "$T/x.gguf" > /dev/null 2> "$T/err"; st=$?
+check '[ $st -eq 2 ] && grep -q "^usage: kvloom gen" "$T/err" && [ ! -e "$T/x.gguf" ]' "gen without a shape not rejected with its usage"
+"$BIN" gen $SHAPE --type F32 -o "$T/g.gguf" > /dev/null 2> "$T/err"; st=$?
+check '[ $st -eq 0 ] && grep -q "^kvloom gen: wrote $T/g.gguf" "$T/err"' "gen does not label its message 'kvloom gen': $(cat "$T/err")"
 
 # presets generate and run (smallest real shape, tiny prompt)
 "$BIN" gen --preset smollm2-135m --type Q4_0 --shared "$SHARED" -o "$T/smol.gguf" 2>/dev/null

@@ -52,10 +52,11 @@
 
 #define BENCH_BW_BYTES ((size_t)512 << 20) /* 16x the L3 of these machines */
 
-static int bench_usage(void) {
-    fprintf(stderr, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
-                    "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
-                    "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n");
+/* Prints the usage on out; returns 2, the status of a usage error. */
+static int bench_usage(FILE *out) {
+    fprintf(out, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
+                 "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
+                 "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n");
     return 2;
 }
 
@@ -237,6 +238,10 @@ int cli_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            bench_usage(stdout);
+            return 0;
+        }
         if (strcmp(a, "--tokenizer") == 0 || strcmp(a, "--grammar") == 0) {
             tokenizer_mode |= a[2] == 't';
             grammar_mode |= a[2] == 'g';
@@ -254,15 +259,15 @@ int cli_bench(int argc, char **argv) {
         else if (strcmp(a, "--seqs") == 0) ok = bench_parse_int(v, 1, 256, &n_seqs);
         else {
             fprintf(stderr, "kvloom bench: unknown option '%s'\n", a);
-            return bench_usage();
+            return bench_usage(stderr);
         }
         if (!ok) {
             fprintf(stderr, "kvloom bench: bad or missing value for %s\n", a);
-            return bench_usage();
+            return bench_usage(stderr);
         }
         i++;
     }
-    if (!path) return bench_usage();
+    if (!path) return bench_usage(stderr);
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 64);
 
     if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);

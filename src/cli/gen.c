@@ -46,14 +46,14 @@ static const gen_shape presets[] = {
      "vocab/ggml-vocab-llama-spm.gguf"},
 };
 
-static void gen_usage(void) {
-    fprintf(stderr,
+static void gen_usage(FILE *out) {
+    fprintf(out,
             "usage: kvloom gen (--preset NAME | --arch ARCH --n-embd N --n-layer N --n-head N [--n-head-kv N]\n"
             "                  [--head-dim N] --n-ff N --n-vocab N) [--type TYPE] [--seed S] [--vocab FILE]\n"
             "                  [--rope-freqs] [--tied] [--untied] [--shared DIR] -o OUT.gguf\n"
             "  presets:");
-    for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(stderr, " %s", presets[i].name);
-    fprintf(stderr,
+    for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(out, " %s", presets[i].name);
+    fprintf(out,
             "\n  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K (default F16)\n"
             "  --vocab: a GGUF with tokenizer.* metadata or a Hugging Face tokenizer.json\n"
             "           (default: the preset's; none for custom shapes = a byte vocabulary)\n");
@@ -248,13 +248,17 @@ int cli_gen(int argc, char **argv) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define INTARG(flag, field) else if (strcmp(a, flag) == 0 && v) { s.field = atoi(v); i++; }
-        if (strcmp(a, "--preset") == 0 && v) {
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            gen_usage(stdout);
+            return 0;
+        }
+        else if (strcmp(a, "--preset") == 0 && v) {
             size_t k;
             for (k = 0; k < ARRAY_LEN(presets); k++)
                 if (strcmp(presets[k].name, v) == 0) break;
             if (k == ARRAY_LEN(presets)) {
                 fprintf(stderr, "kvloom gen: unknown preset '%s'\n", v);
-                gen_usage();
+                gen_usage(stderr);
                 return 2;
             }
             s = presets[k];
@@ -279,7 +283,7 @@ int cli_gen(int argc, char **argv) {
         else if (strcmp(a, "--untied") == 0) s.tied = false;
         else {
             fprintf(stderr, "kvloom gen: unknown or incomplete argument '%s'\n", a);
-            gen_usage();
+            gen_usage(stderr);
             return 2;
         }
 #undef INTARG
@@ -290,7 +294,7 @@ int cli_gen(int argc, char **argv) {
         return 2;
     }
     if (!out || !s.arch || s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_ff <= 0 || s.n_vocab <= 3) {
-        gen_usage();
+        gen_usage(stderr);
         return 2;
     }
     if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3")) {
@@ -380,7 +384,8 @@ int cli_gen(int argc, char **argv) {
     }
     r = gguf_writer_write(w, out, &e);
     if (r) fprintf(stderr, "kvloom gen: %s\n", e.msg);
-    else log_info("wrote %s (%s %s, %d layers, vocab %d)", out, s.name, dtype_name((uint32_t)type), s.n_layer, s.n_vocab);
+    else fprintf(stderr, "kvloom gen: wrote %s (%s %s, %d layers, vocab %d)\n", out, s.name, dtype_name((uint32_t)type),
+                 s.n_layer, s.n_vocab);
     gguf_writer_free(w);
     for (int i = 0; i < ol.n; i++) free(ol.p[i]);
     free(ol.p);
@@ -388,8 +393,14 @@ int cli_gen(int argc, char **argv) {
 }
 
 int cli_quantize(int argc, char **argv) {
+    const char *usage = "usage: kvloom quantize IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)\n"
+                        "  converts IN's F32/F16/BF16 weights to TYPE; other tensors are copied unchanged\n";
+    if (argc == 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: kvloom quantize IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)\n");
+        fputs(usage, stderr);
         return 2;
     }
     int type = dtype_from_name(argv[2]);

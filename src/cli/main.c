@@ -9,6 +9,8 @@
  *   kvloom quantize IN OUT TYPE
  *   kvloom serve    [-m MODEL] [--host H] [--port P] ...
  *   kvloom bench    -m MODEL [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]
+ * `kvloom --help` and `kvloom COMMAND -h|--help` print the usage on stdout
+ * and exit 0; usage errors print it on stderr and exit 2.
  */
 #include <errno.h>
 #include <limits.h>
@@ -25,9 +27,12 @@
 #include "../tok/tok.h"
 #include "cli.h"
 
-static void usage(void) {
-    fprintf(stderr,
-            "usage: kvloom COMMAND [options]\n"
+/* `kvloom --help` prints this on stdout (exit 0); a missing or unknown
+ * command prints it on stderr (exit 2). Every subcommand answers -h/--help
+ * with its own usage on stdout and exit status 0. */
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: kvloom COMMAND [options]   (kvloom COMMAND --help: that command's usage)\n"
             "  run       generate text:   kvloom run [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K]\n"
             "            [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
             "  info      describe a model: kvloom info MODEL.gguf\n"
@@ -38,6 +43,9 @@ static void usage(void) {
             "  bench     speed: kvloom bench -m MODEL.gguf [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n"
             "With no -m, run and serve use the model shipped in the repository (models/stories260K.gguf).\n");
 }
+
+/* True for the two spellings of the help flag. */
+static bool is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
 
 /* models/stories260K.gguf next to the binary's parent folder (build/..),
  * else relative to the working directory. */
@@ -93,9 +101,17 @@ static int cmd_run(int argc, char **argv) {
     sp.top_p = 0.95f;
     sp.min_p = 0.05f;
     sp.seed = (uint64_t)clock_ns();
-    for (int i = 0; i < argc; i += 2) { /* every option takes a value */
+    for (int i = 0; i < argc; i += 2) { /* every option but -h takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long iv;
+        if (is_help(a)) {
+            printf("usage: kvloom run [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+                   "                  [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
+                   "  generates text after PROMPT (printed first) with the model (default: the shipped\n"
+                   "  models/stories260K.gguf); -n: at most N new tokens (256); --temp 0: greedy;\n"
+                   "  defaults --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05, a random seed, up to 8 threads\n");
+            return 0;
+        }
         if (!v && a[0] == '-') die("option %s needs a value", a);
         if (strcmp(a, "-m") == 0) model_path = v;
         else if (strcmp(a, "-p") == 0) prompt = v;
@@ -226,8 +242,14 @@ static int cmd_run(int argc, char **argv) {
 /* ---- info ---- */
 
 static int cmd_info(int argc, char **argv) {
+    const char *info_usage = "usage: kvloom info MODEL.gguf\n"
+                             "  prints the model's shape, tokenizer, metadata and tensors\n";
+    if (argc == 1 && is_help(argv[0])) {
+        fputs(info_usage, stdout);
+        return 0;
+    }
     if (argc != 1) {
-        fprintf(stderr, "usage: kvloom info MODEL.gguf\n");
+        fputs(info_usage, stderr);
         return 2;
     }
     err_t e = {0};
@@ -293,6 +315,12 @@ static int cmd_tokenize(int argc, char **argv) {
     const char *model_path = NULL, *text = NULL;
     bool bos = true, special = false, from_stdin = false;
     for (int i = 0; i < argc; i++) {
+        if (is_help(argv[i])) {
+            printf("usage: kvloom tokenize [-m MODEL.gguf] [--no-bos] [--special] [--stdin | TEXT]\n"
+                   "  prints the token ids of TEXT (or of standard input) on one line;\n"
+                   "  --no-bos: no BOS even if the model adds one; --special: control tokens in the text match\n");
+            return 0;
+        }
         if (strcmp(argv[i], "-m") == 0 && i + 1 < argc) model_path = argv[++i];
         else if (strcmp(argv[i], "--no-bos") == 0) bos = false;
         else if (strcmp(argv[i], "--special") == 0) special = true;
@@ -339,8 +367,8 @@ static int cmd_tokenize(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        usage();
+    if (argc < 2 || is_help(argv[1])) {
+        usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     const char *lvl = getenv("KVLOOM_LOG");
@@ -372,6 +400,6 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "bench") == 0) return cli_bench(sub_argc, sub_argv);
     fprintf(stderr, "kvloom: unknown command '%s'\n", cmd);
-    usage();
+    usage(stderr);
     return 2;
 }
