@@ -569,9 +569,11 @@ bool routes_precheck(void *ctx, http_exchange *x) {
         refuse(rc, x, 403, msg, "host_not_allowed");
         return false;
     }
-    /* requests with a body: the key before the body is read */
-    bool bodyless = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (!bodyless && o->api_key && o->api_key[0] && !key_ok(o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
+    /* the key before the body is read; the same exemptions as
+     * routes_handle: GET /health and the chat page's files */
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    bool exempt = get && (!strcmp(http_path(x), "/health") || webui_find(http_path(x)));
+    if (!exempt && o->api_key && o->api_key[0] && !key_ok(o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
         refuse(rc, x, 401,
                http_header(x, "Authorization") || http_header(x, "x-api-key")
                    ? "invalid API key"
