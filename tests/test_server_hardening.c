@@ -7,6 +7,8 @@
  *    and 50 dribbling against 64 slots a client that retries is served;
  *    --max-conns-per-ip: a 9th socket from 127.0.0.1 is closed while
  *    127.0.0.2 is served;
+ *  - keep-alive: an idle kept-alive connection is closed after --timeout, a
+ *    second request dribbled after its request line after --header-timeout;
  *  - bodies: an unauthenticated 8 MB upload is answered 401 from its headers
  *    (no body byte sent), --max-body-total gives 503 while two big bodies
  *    are held and not after, huge token arrays are 400s;
@@ -231,6 +233,32 @@ static void check_flood(int port) {
            su_now() - t0, n_tries, M_IDLE, M_DRIB);
     flood_close(fds, M_IDLE + M_DRIB, &d, th);
     CHECK_EQ_INT(health_retry(port, 10, &n_tries), 200);
+}
+
+/* Keep-alive: on B (--timeout 3, --header-timeout 30) an idle kept-alive
+ * connection is closed; on A (--timeout 600, --header-timeout 2) a second
+ * request whose headers dribble after its request line is closed. */
+static void check_keepalive(int port_a, int port_b) {
+    static const char req[] = "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    for (int k = 0; k < 2; k++) {
+        int fd = connect_from(NULL, k ? port_a : port_b, 30, false);
+        CHECK(fd >= 0 && su_send_all(fd, req, sizeof req - 1) == 0);
+        CHECK_MSG(su_read_until(fd, "{\"status\":\"ok\"}", 30), "keep-alive: no first answer");
+        static const char line[] = "GET /health HTTP/1.1\r\nX-";
+        if (k) CHECK(su_send_all(fd, line, sizeof line - 1) == 0);
+        bool closed = false;
+        double t0 = su_now();
+        for (int i = 0; !closed && su_now() - t0 < 20; i++) {
+            if (k) send(fd, "a", 1, MSG_NOSIGNAL);
+            usleep(200000);
+            closed = closed_by_server(fd);
+        }
+        CHECK_MSG(closed, k ? "a dribbled second request on a kept-alive connection was not closed"
+                            : "an idle kept-alive connection was not closed (--timeout 3)");
+        printf("  keep-alive: %s closed after %.1f s\n", k ? "dribbled second request" : "idle connection",
+               su_now() - t0);
+        close(fd);
+    }
 }
 
 /* B has --max-conns-per-ip 8 and a long header timeout. */
@@ -594,7 +622,8 @@ int main(void) {
     su_watchdog(150);
     const char *flags_a[] = {"--header-timeout", "2", "--timeout", "600", "--max-connections", "64", "--max-body", "1M",
                              "--max-body-total", "2M", "--allowed-hosts", "myhost.lan", "-t", "1", NULL};
-    const char *flags_b[] = {"--api-key", "sekret", "--max-conns-per-ip", "8", "--header-timeout", "30", "-t", "1", NULL};
+    const char *flags_b[] = {"--api-key", "sekret", "--max-conns-per-ip", "8", "--header-timeout", "30", "--timeout", "3",
+                             "-t", "1", NULL};
     int rc = srv_start(&g_a, flags_a);
     CHECK_MSG(rc == 0, "server A did not start");
     int rc_b = srv_start(&g_b, flags_b);
@@ -611,6 +640,7 @@ int main(void) {
     check_routes_minor(g_a.port);
     check_bodies(g_a.port, g_b.port);
     check_per_ip(g_b.port);
+    check_keepalive(g_a.port, g_b.port);
     check_flood(g_a.port);
     CHECK(wait_idle(g_a.port, 10)); /* nothing left running or holding blocks */
     if (test_n_fail) {
