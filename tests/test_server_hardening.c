@@ -15,7 +15,7 @@
  *  - smuggling: conflicting Content-Length, Content-Length with chunked, a
  *    transfer coding other than chunked, a header name with a space: each
  *    answered and closed at once, and the smuggled request never answered;
- *  - an empty --api-key is refused, the Host check (DNS rebinding), 415 for
+ *  - an empty --api-key (or key file) is refused, the Host check (DNS rebinding), 415 for
  *    cross-site form posts, control bytes of a path escaped in the log;
  *  - /models/{id}, 405 with Allow, max_tokens / tools validation;
  *  - a table of malformed requests, each with its status (0: closed without
@@ -405,6 +405,19 @@ static void check_security(srv *a, int port_b) {
     char *argv[] = {"--api-key", "", NULL};
     CHECK_EQ_INT(server_parse_args(2, argv, &o, &e), ERR_INVALID);
     CHECK_MSG(strstr(e.msg, "--api-key") && strstr(e.msg, "empty"), "%s", e.msg);
+    char key_path[64];
+    snprintf(key_path, sizeof key_path, "/tmp/kvloom_emptykey_%d", (int)getpid());
+    FILE *kf = fopen(key_path, "w");
+    if (kf) {
+        fputs("\n", kf);
+        fclose(kf);
+    }
+    char *argv_file[] = {"--api-key-file", key_path, NULL};
+    server_opts_default(&o);
+    memset(&e, 0, sizeof e);
+    CHECK_EQ_INT(server_parse_args(2, argv_file, &o, &e), ERR_INVALID);
+    CHECK_MSG(strstr(e.msg, "holds no key"), "%s", e.msg);
+    unlink(key_path);
 
     /* A: loopback, no key, --allowed-hosts myhost.lan */
     int port = a->port;
