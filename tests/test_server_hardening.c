@@ -11,7 +11,8 @@
  *    second request dribbled after its request line after --header-timeout;
  *  - bodies: an unauthenticated 8 MB upload is answered 401 from its headers
  *    (no body byte sent), --max-body-total gives 503 while two big bodies
- *    are held and not after, huge token arrays are 400s;
+ *    are held and not after, huge token arrays and /detokenize text past
+ *    --max-body are 400s;
  *  - smuggling: conflicting Content-Length, Content-Length with chunked, a
  *    transfer coding other than chunked, a header name with a space: each
  *    answered and closed at once, and the smuggled request never answered;
@@ -279,7 +280,8 @@ static void check_per_ip(int port) {
 /* ---- 2. bodies ---- */
 
 static void check_bodies(int port_a, int port_b) {
-    /* B: 8 MB announced without a key: 401 from the headers alone */
+    /* B (--max-body 256K): 8 MB announced without a key: 401 from the
+     * headers alone (before the size limit) */
     static const char head[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                                "Content-Length: 8388608\r\n\r\n";
     raw r;
@@ -289,7 +291,7 @@ static void check_bodies(int port_a, int port_b) {
     raw_free(&r);
     /* the same with the key: the server waits for the body (no answer) */
     static const char head_key[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekret\r\n"
-                                   "Content-Type: application/json\r\nContent-Length: 8388608\r\n\r\n";
+                                   "Content-Type: application/json\r\nContent-Length: 200000\r\n\r\n";
     int fd = connect_from(NULL, port_b, 1, false);
     CHECK(fd >= 0 && su_send_all(fd, head_key, sizeof head_key - 1) == 0);
     char c;
@@ -356,6 +358,25 @@ static void check_bodies(int port_a, int port_b) {
     raw_free(&r);
     http_buf_free(&b);
     CHECK_EQ_INT(health_from(port_a, NULL, "localhost"), 200);
+
+    /* /detokenize text past --max-body (B: 256K): token 376 is " little",
+     * 7 bytes for 4 of body; 40000 of them would be ~280 KB of text */
+    for (int k = 0; k < 2; k++) {
+        int n = k ? 40000 : 30000;
+        http_buf_add(&b, "{\"tokens\":[", 11);
+        for (int i = 0; i < n; i++) http_buf_add(&b, i ? ",376" : "376", i ? 4 : 3);
+        http_buf_add(&b, "]}", 2);
+        post_raw(port_b, "/detokenize", "Authorization: Bearer sekret\r\nContent-Type: application/json\r\n", b.p, &r);
+        if (k) {
+            CHECK_EQ_INT(r.status, 400);
+            CHECK_MSG(strstr(r.text, "more than the limit of 262144"), "%.300s", r.text);
+        } else {
+            CHECK_EQ_INT(r.status, 200);
+            CHECK_MSG(r.n > 200000, "30000 ids gave %zu bytes", r.n);
+        }
+        raw_free(&r);
+        http_buf_free(&b);
+    }
 }
 
 /* ---- 3. smuggling ---- */
@@ -636,7 +657,7 @@ int main(void) {
     const char *flags_a[] = {"--header-timeout", "2", "--timeout", "600", "--max-connections", "64", "--max-body", "1M",
                              "--max-body-total", "2M", "--allowed-hosts", "myhost.lan", "-t", "1", NULL};
     const char *flags_b[] = {"--api-key", "sekret", "--max-conns-per-ip", "8", "--header-timeout", "30", "--timeout", "3",
-                             "-t", "1", NULL};
+                             "--max-body", "256K", "-t", "1", NULL};
     int rc = srv_start(&g_a, flags_a);
     CHECK_MSG(rc == 0, "server A did not start");
     int rc_b = srv_start(&g_b, flags_b);

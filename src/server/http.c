@@ -586,20 +586,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             char *end = NULL;
             unsigned long long v = strtoull(cl, &end, 10);
             if (end != cl) x->expect_bytes = v;
-            if (end != cl && v > srv->c.max_body_bytes) {
-                x->too_large = true;
-                /* A body up to a few times the limit is read and dropped so
-                 * the client (still sending) reliably sees the 413; a much
-                 * larger one is refused at once and the connection closed. */
-                if (v / 4 > srv->c.max_body_bytes) {
-                    x->closing = true;
-                    reply_413(x);
-                    return MHD_YES;
-                }
-            }
         }
         /* A big body (or one of unknown size) is not read for a request the
-         * precheck refuses: it answers now and the connection closes. */
+         * precheck refuses: it answers now (before any size limit: a client
+         * without the key learns nothing else) and the connection closes. */
         if (srv->c.precheck && (chunked || x->expect_bytes > HTTP_EARLY_CHECK_BYTES) && strcmp(x->method, "OPTIONS")) {
             x->closing = true;
             if (!srv->c.precheck(srv->ctx, x)) {
@@ -608,6 +598,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             }
             x->prechecked = true;
             x->closing = false;
+        }
+        if (x->expect_bytes > srv->c.max_body_bytes) {
+            x->too_large = true;
+            /* A body up to a few times the limit is read and dropped so
+             * the client (still sending) reliably sees the 413; a much
+             * larger one is refused at once and the connection closed. */
+            if (x->expect_bytes / 4 > srv->c.max_body_bytes) {
+                x->closing = true;
+                reply_413(x);
+                return MHD_YES;
+            }
         }
         body_deadline(x);
         return MHD_YES;
