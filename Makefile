@@ -22,7 +22,9 @@ ifeq ($(SANITIZER),)
 else
   B ?= build-$(SANITIZER)
   ifeq ($(SANITIZER),address)
-    SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+    # KVLOOM_KV_CHECK: src/kv/radix.c runs radix_check and kvpool_check after
+    # every public mutator of the tree (docs/kv-cache.md) in this build.
+    SANFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DKVLOOM_KV_CHECK
   else
     SANFLAGS = -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
   endif

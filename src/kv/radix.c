@@ -35,8 +35,12 @@
  * watches it and unwatches a block BEFORE dropping its reference, so the pool
  * hook only ever reports other holders' refs and unrefs.
  *
- * Debug builds: compiled with -DKVLOOM_KV_CHECK, every public mutator ends by
- * running radix_check and kvpool_check and PANICs on the first violation.
+ * Debug builds: compiled with -DKVLOOM_KV_CHECK (the Makefile's
+ * SANITIZER=address build, which `make test` runs), every public mutator
+ * ends by running radix_check and kvpool_check and PANICs on the first
+ * violation. Both are O(n_blocks) per call; measured under ASan this adds
+ * ~1.5 s to the kv/engine unit tests and nothing measurable to the server
+ * tests, so every mutation is checked (no sampling).
  *
  * Thread: the engine thread.
  */
