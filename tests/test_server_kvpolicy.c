@@ -6,7 +6,9 @@
  * sequence on `--kv-policy lru` recomputes it (so the assertion can fail);
  * the fill itself runs with every block pinned (pins yield, every request
  * answers 200, nothing deadlocks); kv_hint "done" releases a session's pin;
- * bad kv_ttl / kv_hint / prompt_cache_key values are 400s naming the field.
+ * bad kv_ttl / kv_hint / prompt_cache_key values are 400s naming the field;
+ * with --kv-disk, a context whose agent announced its return (kv_hint
+ * next_use_s) is read back from disk before it and found in RAM.
  * Everything is checked with --check (pool and tree consistency, pin
  * references counted, after every step).
  */
@@ -154,16 +156,18 @@ static void check_all_pinned(void) {
     CHECK_MSG(metric(s.port, "kvloom_kv_pins_released_total{reason=\"expired\"}") > e0, "no expected pin expired");
     CHECK(wait_idle(s.port, 20));
     usleep(2200 * 1000); /* the last short pins expire */
-    /* P: the agent that will come back (6 blocks pinned, back soon) */
+    /* P: the agent that will come back (6 blocks pinned, back in 15 s: it
+     * comes back early, before it would count as overdue) */
     int32_t p[6 * BT + 60];
     random_ids(p, 6 * BT + 60);
-    char *b = body_of(p, 6 * BT, 2, "\"kv_ttl\":30,\"kv_hint\":{\"next_use_s\":1}");
+    char *b = body_of(p, 6 * BT, 2, "\"kv_ttl\":30,\"kv_hint\":{\"next_use_s\":15}");
     json_decref(post_json(s.port, "/v1/completions", b, &st));
     free(b);
     CHECK_EQ_INT(st, 200);
     /* long pins of other agents take the rest of the pool but a block */
     for (int i = 0; i < 64; i++) {
-        long free_blocks = blocks - (long)metric(s.port, "kvloom_kv_pinned_blocks");
+        long pinned = (long)metric(s.port, "kvloom_kv_pinned_blocks");
+        long free_blocks = blocks - pinned;
         if (free_blocks <= 3) break;
         int k = free_blocks - 2 > 12 ? 12 : (int)free_blocks - 2;
         random_ids(f, k * BT);
@@ -171,6 +175,11 @@ static void check_all_pinned(void) {
         json_decref(post_json(s.port, "/v1/completions", b, &st));
         free(b);
         CHECK_EQ_INT(st, 200);
+        /* the metrics are published after the step that answered: wait for
+         * this pin to show, or the next request is sized on a stale count
+         * (and waits for a pin to expire) */
+        for (double t0 = su_now(); su_now() - t0 < 5 && (long)metric(s.port, "kvloom_kv_pinned_blocks") == pinned;)
+            usleep(10 * 1000);
     }
     CHECK_MSG(blocks - (long)metric(s.port, "kvloom_kv_pinned_blocks") <= 3, "the pool is not full of pins");
     double y0 = metric(s.port, "kvloom_kv_pins_released_total{reason=\"yielded\"}");
@@ -224,6 +233,73 @@ static void check_bad_fields(void) {
     CHECK_EQ_INT(srv_stop(&s), 0);
 }
 
+/* kv_hint prefetch (--kv-disk): agent A's turn asks for no pin (kv_ttl 0)
+ * but says it is back in 10 s; other clients push its blocks out of RAM
+ * (write-through put them on disk); ENGINE_HINT_LEAD_S (2 s) before its
+ * return the server reads them back (kvloom_kv_hint_prefetched_tokens_total)
+ * and pins them, so A's turn finds its prefix in RAM: no disk read at its
+ * admission, its whole first prompt cached. (The same code runs under lru,
+ * minus the pin.) */
+static void check_hint_prefetch(const char *policy) {
+    char dir[] = "/tmp/kvloom-hint-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK_MSG(0, "mkdtemp");
+        return;
+    }
+    srv s;
+    const char *flags[] = {"--check", "--kv-mem", "1M", "--kv-disk", dir, "--kv-policy", policy, NULL};
+    if (srv_start(&s, flags)) {
+        CHECK_MSG(0, "server (%s, --kv-disk) did not start", policy);
+        return;
+    }
+    rng_state = 0x41e7ull;
+    long blocks = (long)metric(s.port, "kvloom_kv_blocks_total");
+    int na = 10 * BT, st;
+    int32_t a[10 * BT + 40];
+    random_ids(a, na + 40);
+    double t_a = su_now();
+    char *b = body_of(a, na, 4, "\"kv_ttl\":0,\"kv_hint\":{\"next_use_s\":10},\"prompt_cache_key\":\"agent-a\"");
+    json_decref(post_json(s.port, "/v1/completions", b, &st));
+    free(b);
+    CHECK_EQ_INT(st, 200);
+    /* the others fill the pool three times over */
+    int nb = 12 * BT, n_fill = (int)(3 * blocks * BT / nb) + 1, n_ok = 0;
+    int32_t f[12 * BT];
+    for (int i = 0; i < n_fill; i++) {
+        random_ids(f, nb);
+        b = body_of(f, nb, 2, "\"kv_ttl\":0");
+        json_decref(post_json(s.port, "/v1/completions", b, &st));
+        free(b);
+        n_ok += st == 200;
+    }
+    CHECK_MSG(n_ok == n_fill, "%d of %d filling requests answered", n_ok, n_fill);
+    /* (the fill takes 1-3 s; the prefetch starts 8 s after A's turn) */
+    CHECK_MSG(metric(s.port, "kvloom_kv_hint_prefetched_tokens_total") == 0, "prefetched during the fill (%.1f s)",
+              su_now() - t_a);
+    /* the prefetch: 8 s after A's turn */
+    double pre = 0;
+    while (su_now() - t_a < 30 && (pre = metric(s.port, "kvloom_kv_hint_prefetched_tokens_total")) < na - BT)
+        usleep(50 * 1000);
+    CHECK_MSG(pre >= na - BT, "%s: %.0f tokens prefetched (A's prompt: %d)", policy, pre, na);
+    if (!strcmp(policy, "agent")) CHECK_MSG(metric(s.port, "kvloom_kv_pins") >= 1, "the prefetched prefix is not pinned");
+    double restored = metric(s.port, "kvloom_kv_disk_restored_tokens_total");
+    b = body_of(a, na + 40, 2, "\"prompt_cache_key\":\"agent-a\"");
+    json_t *r = post_json(s.port, "/v1/completions", b, &st);
+    free(b);
+    CHECK_EQ_INT(st, 200);
+    long cached = usage_int(r, "cached_tokens");
+    json_decref(r);
+    CHECK_MSG(cached >= na, "%s: A's turn had %ld cached tokens of %d", policy, cached, na);
+    CHECK_MSG(metric(s.port, "kvloom_kv_disk_restored_tokens_total") == restored,
+              "%s: A's admission read from disk (the prefetch did not hold)", policy);
+    CHECK(wait_idle(s.port, 20));
+    if (test_n_fail) srv_print_log(&s);
+    CHECK_EQ_INT(srv_stop(&s), 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_text;
@@ -238,5 +314,6 @@ int main(void) {
     CHECK_MSG(lru >= 0 && lru < na / 2, "lru: the resumed turn had %ld cached tokens (expected it evicted)", lru);
     check_all_pinned();
     check_bad_fields();
+    check_hint_prefetch("agent");
     return test_summary("test_server_kvpolicy");
 }

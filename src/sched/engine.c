@@ -82,6 +82,14 @@
  * whole burst of turns at once while the blocks of a flood of cold prompts
  * are not all taken before they can run. */
 #define ENGINE_MAX_PREFILLING 16
+/* A hinted context's spilled blocks are read back from disk this long
+ * before its agent says it returns (a few hundred MB take well under a
+ * second from the page cache or an SSD). Hints wait at most
+ * ENGINE_HINT_MAX; a late agent's hint is dropped ENGINE_HINT_GIVE_UP_S
+ * after its return. */
+#define ENGINE_HINT_LEAD_S 2.0
+#define ENGINE_HINT_MAX 256
+#define ENGINE_HINT_GIVE_UP_S 60.0
 /* Jump-forward: at most this many bytes of a forced run are appended at once. */
 #define ENGINE_FORCED_MAX 1024
 
@@ -167,6 +175,16 @@ struct engine {
         char tool[64];
     } toolq[64];         /* engine_turn_tool's news (under mu)                 */
     int n_toolq;
+    /* kv_hint prefetch (disk tier): contexts whose agent said when it is
+     * back; their spilled blocks are read back ENGINE_HINT_LEAD_S before */
+    struct hint {
+        uint64_t session;
+        int64_t start_ns;  /* start reading at                               */
+        int64_t return_ns; /* the agent's predicted return                   */
+        seq *s;            /* tokens (whole blocks) and the reads in flight  */
+        bool loaded;       /* some blocks were read back                     */
+    } *hints;
+    int n_hints;
 };
 
 static const double ttft_le[ENGINE_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -375,7 +393,7 @@ static void disk_write_through(engine *en, seq *s) {
  * the matched and the fresh blocks and waits), 0 when nothing is to load or
  * the sequence does not fit in the pool now, -1 when blocks are on disk but
  * the queue has no free slot (s waits for one rather than recompute). */
-static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n_need_blocks) {
+static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n_need_blocks, kvpol_yield_for why) {
     s->disk_tried = true;
     seq_keys(en, s, n_match_cap);
     int m = 0;
@@ -383,7 +401,7 @@ static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n
     if (m == 0) return 0;
     /* only when the whole sequence fits: restored blocks of a sequence that
      * cannot run yet would just be evicted again */
-    if (!ensure_free(en, n_need_blocks - n_ready, yield_for(en, s))) return 0;
+    if (!ensure_free(en, n_need_blocks - n_ready, why)) return 0;
     int B = en->o.block_tokens;
     s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
     int q = 0;
@@ -455,6 +473,125 @@ static bool disk_restore(engine *en, seq *s) {
     return true;
 }
 
+/* ---- kv_hint prefetch ---- */
+
+/* A context whose agent said when it comes back (kv_hint next_use_s): its
+ * blocks are on disk (write-through), and may leave RAM meanwhile (the pin
+ * expires or yields, or kv_ttl 0 asked for no pin). ENGINE_HINT_LEAD_S
+ * before the return, hints_step reads the spilled ones back into free or
+ * LRU-evictable blocks — never a protected pin's — and indexes them, and
+ * pins the whole prefix until the return (a pin with that prediction), so
+ * the agent's turn finds it in RAM. A hint of the same session replaces the
+ * older one; kv_hint "done" drops the session's. */
+static void hint_drop(engine *en, int i) {
+    seq *s = en->hints[i].s;
+    seq_release_blocks(en, s);
+    free(s->tokens);
+    free(s->blocks);
+    free(s->pending);
+    free(s->keys);
+    free(s->load_slot);
+    free(s);
+    en->hints[i] = en->hints[--en->n_hints];
+}
+
+static void hint_drop_session(engine *en, uint64_t session) {
+    if (!session) return;
+    for (int i = 0; i < en->n_hints;)
+        if (en->hints[i].session == session) hint_drop(en, i);
+        else i++;
+}
+
+static void hint_add(engine *en, const seq *src, uint64_t session, double next_use_s) {
+    int n = src->n_indexed;
+    if (!en->disk || n <= 0 || !(next_use_s > 0)) return;
+    hint_drop_session(en, session);
+    if (en->n_hints == ENGINE_HINT_MAX) {
+        int oldest = 0;
+        for (int i = 1; i < en->n_hints; i++)
+            if (en->hints[i].return_ns < en->hints[oldest].return_ns) oldest = i;
+        hint_drop(en, oldest);
+    }
+    if (!en->hints) en->hints = xcalloc(ENGINE_HINT_MAX, sizeof *en->hints);
+    struct hint *h = &en->hints[en->n_hints++];
+    int64_t now = clock_ns();
+    h->session = session;
+    h->return_ns = now + (int64_t)(next_use_s * 1e9);
+    h->start_ns = h->return_ns - (int64_t)(ENGINE_HINT_LEAD_S * 1e9);
+    h->s = xcalloc(1, sizeof *h->s);
+    size_t nt = (size_t)n * (size_t)en->o.block_tokens;
+    h->s->tokens = xmalloc(nt * sizeof *h->s->tokens);
+    memcpy(h->s->tokens, src->tokens, nt * sizeof *h->s->tokens);
+    h->s->n_tokens = h->s->cap_tokens = (int)nt;
+    h->loaded = false;
+}
+
+/* Starts, advances and finishes the prefetch of hinted contexts that are
+ * due. Returns whether any is in flight. */
+static bool hints_step(engine *en) {
+    if (!en->n_hints) return false;
+    int64_t now = clock_ns();
+    int B = en->o.block_tokens;
+    bool busy = false;
+    for (int i = 0; i < en->n_hints;) {
+        struct hint *h = &en->hints[i];
+        seq *s = h->s;
+        int n_full = s->n_tokens / B;
+        if (s->n_loading > 0) {
+            uint64_t before = en->cnt.kv_disk_restored_tokens_total;
+            if (!disk_restore(en, s)) {
+                busy = true;
+                i++;
+                continue;
+            }
+            uint64_t got = en->cnt.kv_disk_restored_tokens_total - before;
+            en->cnt.kv_hint_prefetched_tokens_total += got;
+            h->loaded |= got > 0;
+            /* then, below: the next batch if the queue did not take all, or
+             * the pin */
+        }
+        if (now > h->return_ns + (int64_t)(ENGINE_HINT_GIVE_UP_S * 1e9)) {
+            hint_drop(en, i);
+            continue;
+        }
+        if (now < h->start_ns) {
+            i++;
+            continue;
+        }
+        scratch_reserve(en, n_full + 1);
+        int n_pending = 0;
+        int n_ready = radix_match(en->tree, s->tokens, n_full * B, en->scratch, n_full, &n_pending);
+        if (n_ready < 0) n_ready = 0, n_pending = 0;
+        int q = 0;
+        if (n_ready < n_full && n_pending == 0) {
+            s->disk_tried = false;
+            q = disk_prefetch(en, s, n_ready, n_full, n_full, KVPOL_FOR_NEW);
+        }
+        if (q > 0) { /* s holds the matched blocks and the reads */
+            busy = true;
+            i++;
+            continue;
+        }
+        if (q < 0) { /* the I/O queue is busy: next step */
+            for (int j = 0; j < n_ready + n_pending; j++) kvpool_unref(en->pool, en->scratch[j]);
+            i++;
+            continue;
+        }
+        /* all in RAM now (or what is missing is not on disk, or does not
+         * fit without taking a protected pin): pin what is there until the
+         * agent is back, and forget the hint */
+        if (en->pol && n_ready > 0 && n_pending == 0 && (h->loaded || h->session)) {
+            double left = (double)(h->return_ns - now) / 1e9;
+            kvpolicy_pin(en->pol, en->scratch, n_ready, h->session, NULL, -1, left > 0 ? left : 0, 0, now);
+        } else {
+            for (int j = 0; j < n_ready; j++) kvpool_unref(en->pool, en->scratch[j]);
+        }
+        for (int j = n_ready; j < n_ready + n_pending; j++) kvpool_unref(en->pool, en->scratch[j]);
+        hint_drop(en, i);
+    }
+    return busy;
+}
+
 /* ---- finishing ---- */
 
 /* The engine thread counts into en->cnt without locking and publishes a copy
@@ -483,6 +620,9 @@ static void stats_publish(engine *en) {
  * the request said otherwise. */
 static void seq_pin(engine *en, seq *s, req_finish why) {
     req *r = s->r;
+    if (r->kv_done) hint_drop_session(en, r->kv_session);
+    if (!r->kv_done && (why == REQ_FINISH_STOP || why == REQ_FINISH_LENGTH))
+        hint_add(en, s, r->kv_session, r->kv_next_use_s);
     if (!en->pol) return;
     if (r->kv_done || r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, r->kv_session);
     if (why != REQ_FINISH_STOP && why != REQ_FINISH_LENGTH) return;
@@ -549,7 +689,7 @@ static int try_admit(engine *en, seq *s) {
         return 0;
     }
     if (en->disk && !s->disk_tried) {
-        int q = disk_prefetch(en, s, n_ready, n_match_cap, n_need_blocks);
+        int q = disk_prefetch(en, s, n_ready, n_match_cap, n_need_blocks, yield_for(en, s));
         if (q > 0) return 0;
         if (q < 0) {
             for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
@@ -620,6 +760,7 @@ static void take_submitted(engine *en) {
             s->resumes = kvpolicy_returned(en->pol, en->scratch, n > 0 ? n : 0, r->kv_session, clock_ns());
             for (int j = 0; j < n; j++) kvpool_unref(en->pool, en->scratch[j]);
         }
+        hint_drop_session(en, r->kv_session); /* its agent is back */
         list_push(&en->waiting, s);
         s->in_skip = r->trigger_skip_now;
         if (r->grammar && !r->grammar_trigger) {
@@ -865,6 +1006,7 @@ static bool engine_step(engine *en) {
     int B = en->o.block_tokens;
     take_submitted(en);
     pins_step(en);
+    hints_step(en);
     drop_finished_controls(en);
     en->preempted_this_step = false;
     reserve_decode_slots(en);
@@ -1026,6 +1168,7 @@ static void check_state(engine *en) {
     }
     for (int i = 0; i < en->running.n; i++) held += en->running.v[i]->n_blocks;
     for (int i = 0; i < en->waiting.n; i++) held += en->waiting.v[i]->n_blocks;
+    for (int i = 0; i < en->n_hints; i++) held += en->hints[i].s->n_blocks;
     if (refs != held) PANIC("engine: %ld pool references but %ld held", refs, held);
 }
 
@@ -1040,7 +1183,7 @@ static void *engine_thread(void *arg) {
             clock_gettime(CLOCK_MONOTONIC, &dl);
             dl.tv_nsec += 20 * 1000000L;
             if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-            if (en->waiting.n == 0)
+            if (en->waiting.n == 0 && en->n_hints == 0)
                 pthread_cond_wait(&en->cv, &en->mu);
             else
                 pthread_cond_timedwait(&en->cv, &en->mu, &dl);
@@ -1182,6 +1325,8 @@ void engine_free(engine *en) {
         req_unref(en->submitq[i]);
     }
     free(en->submitq);
+    while (en->n_hints) hint_drop(en, en->n_hints - 1);
+    free(en->hints);
     free(en->running.v);
     free(en->waiting.v);
     kvdisk_close(en->disk); /* finishes queued writes */

@@ -107,6 +107,7 @@ typedef struct engine_stats {
     uint64_t kv_disk_bytes;         /* their bytes                                */
     uint64_t kv_disk_read_bytes_total, kv_disk_written_bytes_total;
     uint64_t kv_disk_restored_tokens_total; /* prompt tokens read back from disk  */
+    uint64_t kv_hint_prefetched_tokens_total; /* of them, read ahead of a kv_hint */
     uint64_t kv_disk_rejected_corrupt_total, kv_disk_rejected_foreign_total;
     uint64_t kv_disk_write_errors_total;    /* failed writes (full disk ...)      */
     uint64_t kv_disk_writes_dropped_total;  /* not written: queue full or too big  */

@@ -274,10 +274,13 @@ static bool protected_pin(const kvpolicy *p, const pin *q, int64_t now_ns) {
 
 int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why) {
     int far = -1, overdue = -1;
+    /* overdue: later than predicted by more than predictions usually miss */
+    double err = p->st.ttl_error_count ? p->st.ttl_error_sum_s / (double)p->st.ttl_error_count : 0;
+    int64_t slack = (int64_t)((err > 1 ? err : 1) * 1e9);
     for (int i = 0; i < p->n_pins; i++) {
         const pin *q = &p->pins[i];
         if (why != KVPOL_FOR_RUNNING && protected_pin(p, q, now_ns)) {
-            if (why == KVPOL_FOR_NEW_IDLE && !q->returned && q->return_ns < now_ns &&
+            if (why == KVPOL_FOR_NEW_IDLE && !q->returned && q->return_ns + slack < now_ns &&
                 (overdue < 0 || q->return_ns < p->pins[overdue].return_ns))
                 overdue = i;
             continue;

@@ -120,8 +120,9 @@ int kvpolicy_expire(kvpolicy *p, int64_t now_ns);
  * agents get their first gaps observed, and traffic that never resumes its
  * turns soon gets the memory as under LRU.
  * KVPOL_FOR_NEW_IDLE (nothing runs: waiting for a pin would leave the cores
- * idle) also takes a protected pin whose predicted return has passed, the
- * most overdue first (an agent's last turn leaves a pin that nobody comes
+ * idle) also takes a protected pin whose agent is overdue — later than its
+ * predicted return by more than max(1 s, the mean prediction error so far)
+ * — the most overdue first (an agent's last turn leaves a pin that nobody comes
  * back for); a pin whose agent is not yet due, or has returned, still
  * waits. */
 typedef enum {

@@ -99,6 +99,9 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
     gauge(b, "kvloom_kv_disk_restored_tokens_total",
           "Prompt tokens whose KV was read back from disk instead of recomputed.", "counter",
           (double)st->kv_disk_restored_tokens_total);
+    gauge(b, "kvloom_kv_hint_prefetched_tokens_total",
+          "Of those, tokens read back ahead of an agent's return announced by kv_hint next_use_s.", "counter",
+          (double)st->kv_hint_prefetched_tokens_total);
     http_buf_printf(b, "# HELP kvloom_kv_disk_rejected_total KV block files never served: corrupt (deleted) or "
                        "of another model or format version (ignored).\n"
                        "# TYPE kvloom_kv_disk_rejected_total counter\n"
