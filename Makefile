@@ -32,17 +32,20 @@ endif
 CFLAGS = $(CFLAGS_BASE) $(SANFLAGS)
 
 # SIMD kernels live in their own files, each built with its own flags and
-# chosen at run time; files for another architecture are left out.
+# chosen at run time; files for another architecture are left out. KERN_DEFS
+# tells src/kern/kern.c which tables are compiled in (KVLOOM_KERN_<NAME>), so
+# it registers exactly the tables built here. Only x86-64 has SIMD tables so
+# far; another architecture gets the scalar table.
 ifeq ($(UNAME_M),x86_64)
-  SIMD_SKIP = src/kern/neon.c
-else ifeq ($(UNAME_M),aarch64)
-  SIMD_SKIP = src/kern/avx2.c src/kern/avx512.c
+  SIMD_SKIP =
+  KERN_DEFS = -DKVLOOM_KERN_AVX2 -DKVLOOM_KERN_AVX512
 else
-  SIMD_SKIP = src/kern/avx2.c src/kern/avx512.c src/kern/neon.c
+  SIMD_SKIP = src/kern/avx2.c src/kern/avx512.c
+  KERN_DEFS =
 endif
 FLAGS_avx2 = -mavx2 -mfma -mf16c
 FLAGS_avx512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
-FLAGS_neon =
+FLAGS_kern = $(KERN_DEFS)
 
 LIB_SRC := $(filter-out src/cli/main.c $(SIMD_SKIP),$(wildcard src/*/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o) $(B)/gen/webui_assets.o
@@ -96,7 +99,7 @@ $(B)/fuzz/%_replay: $(B)/fuzz/%.o $(B)/fuzz/replay.o $(B)/libkvloom.a
 fuzz: $(B)/gen/webui_assets.c
 	@mkdir -p build-fuzz
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -pthread -fsanitize=fuzzer,address,undefined -Isrc -o build-fuzz/$$n $$f \
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE $(KERN_DEFS) -pthread -fsanitize=fuzzer,address,undefined -Isrc -o build-fuzz/$$n $$f \
 	    $(filter-out src/cli/main.c $(SIMD_SKIP),$(wildcard src/*/*.c)) $(B)/gen/webui_assets.c $(LDLIBS) || exit 1; done
 
 deps:

@@ -33,7 +33,7 @@ else
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
-for k in scalar avx2 avx512 neon; do
+for k in scalar avx2 avx512; do
     case " $avail " in
     *" $k "*) ;;
     *)

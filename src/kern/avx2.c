@@ -37,6 +37,42 @@ static inline __m256i mm_dot_u8_sc2(__m256i acc, __m256i u, __m256i s, __m256i c
 #define KX_KT_T 2
 #define KX_OPS_NAME kern_avx2_ops
 #define KX_NAME "avx2"
+
+/* Attention vector primitives (x86_body.h's attention kernel): 8 f32 lanes;
+ * kx_exp and load8_f16 are x86_body.h's (macros, expanded where used). */
+typedef __m256 kxa_v;
+#define KXA_W 8
+#define kxa_zero() _mm256_setzero_ps()
+#define kxa_load(p) _mm256_loadu_ps(p)
+#define kxa_store(p, x) _mm256_storeu_ps(p, x)
+#define kxa_set1(x) _mm256_set1_ps(x)
+#define kxa_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define kxa_mul(a, b) _mm256_mul_ps(a, b)
+#define kxa_sub(a, b) _mm256_sub_ps(a, b)
+#define kxa_max(a, b) _mm256_max_ps(a, b)
+#define kxa_exp(x) kx_exp(x)
+#define kxa_f16(p) load8_f16(p)
+#define KXA_QK_Q 4 /* 8 accumulators + 2 K^T vectors + a broadcast (16 registers) */
+#define KXA_QK_V 2
+#define KXA_PV_Q 2 /* 8 accumulators + 4 V vectors + a broadcast */
+#define KXA_PV_V 4
+static inline float kxa_hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+/* l of one query before hsum_ps: the 16 lanes of avx512.c's kxa_sum16 kept
+ * in two vectors (lanes 0-7 in a, 8-15 in b), then a + b: the same sums. */
+static inline __m256 kxa_sum16(const float *e, int n16) {
+    __m256 a = _mm256_setzero_ps(), b = a;
+    for (int k = 0; k < n16; k++) {
+        a = _mm256_add_ps(a, _mm256_loadu_ps(e + 16 * k));
+        b = _mm256_add_ps(b, _mm256_loadu_ps(e + 16 * k + 8));
+    }
+    return _mm256_add_ps(a, b);
+}
+
 #include "x86_body.h"
 
 #if defined(__clang__)

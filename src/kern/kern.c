@@ -5,12 +5,12 @@
  * forward pass; uses base/pool for parallelism.
  *
  * Tables: the scalar table (scalar.c) is always present. A SIMD table lives in
- * its own file (avx2.c, avx512.c, neon.c) that defines `kern_<name>_ops`; the
- * Makefile compiles only the files for the host architecture, and this file
- * references a table only when its source file exists (__has_include) on
- * that architecture — so adding src/kern/avx2.c is all it takes to register
- * it. A table is usable when the CPU has its features (__builtin_cpu_supports
- * on x86; NEON is baseline on aarch64).
+ * its own file (avx2.c, avx512.c) that defines `kern_<name>_ops`; the
+ * Makefile compiles only the files for the host architecture and, for each
+ * one, passes -DKVLOOM_KERN_<NAME> to this file, which references exactly
+ * those tables (x86-64: AVX2 and AVX-512; other architectures have only the
+ * scalar table so far). A table is usable when the CPU has its features
+ * (__builtin_cpu_supports and CPUID).
  *
  * The table in use (`kern`) is a merged copy: every entry the chosen table
  * leaves NULL is taken from the scalar table. Activation formats are fixed
@@ -46,26 +46,17 @@
 
 #define KERN_ROW_TILE 8
 
-#if defined(__x86_64__) && defined(__has_include)
-#if __has_include("avx2.c")
-#define KERN_HAVE_AVX2 1
+/* Set by the Makefile (KERN_DEFS) for the table files it compiles. */
+#if defined(KVLOOM_KERN_AVX2)
 extern const kern_ops kern_avx2_ops;
 #endif
-#if __has_include("avx512.c")
-#define KERN_HAVE_AVX512 1
+#if defined(KVLOOM_KERN_AVX512)
 extern const kern_ops kern_avx512_ops;
-#endif
-#endif
-#if defined(__aarch64__) && defined(__has_include)
-#if __has_include("neon.c")
-#define KERN_HAVE_NEON 1
-extern const kern_ops kern_neon_ops;
-#endif
 #endif
 
 static bool cpu_any(void) { return true; }
 
-#if defined(KERN_HAVE_AVX2) || defined(KERN_HAVE_AVX512)
+#if defined(KVLOOM_KERN_AVX2) || defined(KVLOOM_KERN_AVX512)
 #include <cpuid.h>
 /* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does
  * not know the name. */
@@ -74,13 +65,13 @@ static bool cpu_f16c(void) {
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
 #endif
-#if defined(KERN_HAVE_AVX2)
+#if defined(KVLOOM_KERN_AVX2)
 static bool cpu_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c();
 }
 #endif
-#if defined(KERN_HAVE_AVX512)
+#if defined(KVLOOM_KERN_AVX512)
 static bool cpu_avx512(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_f16c() &&
@@ -98,13 +89,10 @@ typedef struct kern_entry {
 /* Worst first, best last. */
 static const kern_entry entries[] = {
     {&kern_scalar_ops, cpu_any},
-#if defined(KERN_HAVE_NEON)
-    {&kern_neon_ops, cpu_any},
-#endif
-#if defined(KERN_HAVE_AVX2)
+#if defined(KVLOOM_KERN_AVX2)
     {&kern_avx2_ops, cpu_avx2},
 #endif
-#if defined(KERN_HAVE_AVX512)
+#if defined(KVLOOM_KERN_AVX512)
     {&kern_avx512_ops, cpu_avx512},
 #endif
 };

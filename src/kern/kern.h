@@ -5,9 +5,9 @@
  * call nothing above base/.
  *
  * Every kernel has a scalar reference (kern/scalar.c, always compiled) and
- * may have SIMD versions in their own files (kern/avx2.c, kern/avx512.c,
- * kern/neon.c), chosen once at start by kern_init from the CPU's features, or
- * forced with KVLOOM_KERNELS=scalar|avx2|avx512|neon (tests run every path).
+ * may have SIMD versions in their own files (kern/avx2.c, kern/avx512.c),
+ * chosen once at start by kern_init from the CPU's features, or forced with
+ * KVLOOM_KERNELS=scalar|avx2|avx512 (tests run every path).
  *
  * Matrix products: a weight matrix W (n_out rows of n_in elements, type t) is
  * multiplied by a batch of activation rows X (n_tok x n_in, f32):

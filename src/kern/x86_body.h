@@ -17,6 +17,14 @@
  *                     in 0..63, s signed in -127..127, c 16 x i16 scales
  *                     (|c| <= 128; each pair of lanes of c holds one scale)
  *   KX_KT_R, KX_KT_T  the K-quant gemm tile: rows (1..2) x tokens (1..4)
+ *   kxa_v, KXA_W      the attention kernel's vector: KXA_W f32 lanes (16 in
+ *                     avx512.c, 8 in avx2.c), with kxa_zero, kxa_load,
+ *                     kxa_store, kxa_set1, kxa_fma, kxa_mul, kxa_sub,
+ *                     kxa_max, kxa_exp (kx_exp's operations lane by lane),
+ *                     kxa_f16 (KXA_W halfs widened), kxa_hmax (max of the
+ *                     lanes), kxa_sum16(e, n16) (8 lanes: e summed in 16-key
+ *                     blocks into 16 lanes, then lanes 0-7 + 8-15) and the
+ *                     register tiles KXA_QK_Q x KXA_QK_V, KXA_PV_Q x KXA_PV_V
  * Both primitives must be exact integer arithmetic, so the two tables
  * compute the same integers and differ only in how fast they get there.
  *
@@ -511,7 +519,7 @@ static void swiglu(float *gate, const float *up, int n) {
  *   - score(q, key) = (fma chain over d = 0..hd-1 in order, from 0) * scale:
  *     one lane of one accumulator, the same chain in every tile shape;
  *   - max over its keys < p1 (exact, order-free);
- *   - exp lane by lane (kx_exp / kx_exp512: the same float operations);
+ *   - exp lane by lane (kx_exp / avx512.c's kx_exp512: the same float operations);
  *   - l: e added in 16-key blocks from p0 into 16 lanes (lane = key mod
  *     16), blocks in order, up to its own last block (padding lanes hold
  *     +0), then lanes 0-7 + 8-15 and hsum_ps — the AVX2 table keeps the 16
@@ -526,77 +534,9 @@ static void swiglu(float *gate, const float *up, int n) {
  * reference differs in the last bits (plain sums, expf).
  */
 
-#if defined(__AVX512F__)
-static inline __m512 kx_exp512(__m512 x) { /* kx_exp, 16 lanes, the same operations */
-    const __m512 lo = _mm512_set1_ps(-87.0f);
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
-    const __m512 n =
-        _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~tiny, p, _mm512_castsi512_ps(e));
-}
-typedef __m512 kxa_v;
-#define KXA_W 16
-#define kxa_zero() _mm512_setzero_ps()
-#define kxa_load(p) _mm512_loadu_ps(p)
-#define kxa_store(p, x) _mm512_storeu_ps(p, x)
-#define kxa_set1(x) _mm512_set1_ps(x)
-#define kxa_fma(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define kxa_mul(a, b) _mm512_mul_ps(a, b)
-#define kxa_sub(a, b) _mm512_sub_ps(a, b)
-#define kxa_max(a, b) _mm512_max_ps(a, b)
-#define kxa_exp(x) kx_exp512(x)
-#define kxa_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define KXA_QK_Q 4 /* 16 accumulators + 4 K^T vectors + a broadcast */
-#define KXA_QK_V 4
-#define KXA_PV_Q 6 /* 24 accumulators + 4 V vectors + a broadcast */
-#define KXA_PV_V 4
-static inline float kxa_hmax(__m512 v) { return _mm512_reduce_max_ps(v); }
-/* l of one query: e[0 .. 16*n16) in 16-key blocks (see the order above). */
-static inline float kxa_sum16(const float *e, int n16) {
-    __m512 s = _mm512_setzero_ps();
-    for (int b = 0; b < n16; b++) s = _mm512_add_ps(s, _mm512_loadu_ps(e + 16 * b));
-    return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1)));
-}
-#else
-typedef __m256 kxa_v;
-#define KXA_W 8
-#define kxa_zero() _mm256_setzero_ps()
-#define kxa_load(p) _mm256_loadu_ps(p)
-#define kxa_store(p, x) _mm256_storeu_ps(p, x)
-#define kxa_set1(x) _mm256_set1_ps(x)
-#define kxa_fma(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define kxa_mul(a, b) _mm256_mul_ps(a, b)
-#define kxa_sub(a, b) _mm256_sub_ps(a, b)
-#define kxa_max(a, b) _mm256_max_ps(a, b)
-#define kxa_exp(x) kx_exp(x)
-#define kxa_f16(p) load8_f16(p)
-#define KXA_QK_Q 4 /* 8 accumulators + 2 K^T vectors + a broadcast (16 registers) */
-#define KXA_QK_V 2
-#define KXA_PV_Q 2 /* 8 accumulators + 4 V vectors + a broadcast */
-#define KXA_PV_V 4
-static inline float kxa_hmax(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-static inline float kxa_sum16(const float *e, int n16) {
-    __m256 a = _mm256_setzero_ps(), b = a;
-    for (int k = 0; k < n16; k++) a = _mm256_add_ps(a, _mm256_loadu_ps(e + 16 * k)), b = _mm256_add_ps(b, _mm256_loadu_ps(e + 16 * k + 8));
-    return hsum_ps(_mm256_add_ps(a, b));
-}
-#endif
+/* The vector primitives of the attention kernel (kxa_v, KXA_W, kxa_*,
+ * KXA_QK_*, KXA_PV_*) come from the including table file: 16 lanes in
+ * avx512.c, 8 in avx2.c (see the contract at the top of this file). */
 
 /* Prefetches the `bytes` bytes at p (one hint per cache line) into L1. */
 static inline __attribute__((always_inline)) void kx_prefetch(const void *p, int bytes) {
@@ -840,7 +780,7 @@ static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_qu
             const attn_query *aq = &qs[(r0 + r) / n_head];
             const int g = (r0 + r) % n_head;
             aq->m[g] = mxs;
-            aq->l[g] = kxa_sum16(s, n16);
+            aq->l[g] = hsum_ps(kxa_sum16(s, n16));
         }
         /* 4. weighted sums of the V rows */
         for (int a = 0; a < nr; a += KXA_PV_Q) {
