@@ -75,6 +75,7 @@ struct http_server {
     conn_track *tracks;
     bool reaper_stop, reaper_started;
     pthread_t reaper;
+    unsigned long long n_reaped; /* connections closed past a deadline     */
 };
 
 struct http_exchange {
@@ -212,6 +213,16 @@ const char *http_path_log(http_exchange *x) {
 }
 
 const char *http_method_log(http_exchange *x) { return x->method_log; }
+
+void http_get_stats(const http_exchange *x, http_stats *out) {
+    http_server *s = x->srv;
+    pthread_mutex_lock(&s->mu);
+    out->body_bytes = s->body_bytes;
+    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->track_mu);
+    out->n_deadline_closed = s->n_reaped;
+    pthread_mutex_unlock(&s->track_mu);
+}
 
 bool http_client_gone(http_exchange *x) {
     if (x->gone) return true;
@@ -469,6 +480,7 @@ static void *reaper_main(void *arg) {
             if (t->reaped || !t->deadline_ns || now < t->deadline_ns || t->fd < 0) continue;
             shutdown(t->fd, SHUT_RDWR);
             t->reaped = true;
+            s->n_reaped++;
             log_debug("http: closed a connection past its deadline (headers, body pace or keep-alive idle)");
         }
         struct timespec dl;

@@ -157,6 +157,13 @@ void http_body_release(http_exchange *x);
 const char *http_path_log(http_exchange *x);
 /* The method, escaped the same way. */
 const char *http_method_log(http_exchange *x);
+/* The HTTP layer's state for /metrics (any handler may read it). */
+typedef struct http_stats {
+    size_t body_bytes;                    /* request bodies held now       */
+    unsigned long long n_deadline_closed; /* connections closed past their
+                                             header / body / idle deadline */
+} http_stats;
+void http_get_stats(const http_exchange *x, http_stats *out);
 /* True once the peer has closed its end or the socket failed. Cheap (poll). */
 bool http_client_gone(http_exchange *x);
 

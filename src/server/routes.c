@@ -312,6 +312,15 @@ static void handle_metrics(routes_ctx *rc, http_exchange *x) {
     engine_get_stats(rc->en, &st);
     http_buf b = {0};
     metrics_render(rc->met, &st, &b);
+    http_stats hs;
+    http_get_stats(x, &hs);
+    http_buf_printf(&b,
+                    "# HELP kvloom_http_body_bytes Request body bytes held now (bounded by --max-body-total).\n"
+                    "# TYPE kvloom_http_body_bytes gauge\nkvloom_http_body_bytes %zu\n"
+                    "# HELP kvloom_http_deadline_closed_total Connections closed past their header, body or "
+                    "keep-alive deadline.\n"
+                    "# TYPE kvloom_http_deadline_closed_total counter\nkvloom_http_deadline_closed_total %llu\n",
+                    hs.body_bytes, hs.n_deadline_closed);
     http_reply(x, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n, NULL, NULL);
     http_buf_free(&b);
 }
