@@ -120,33 +120,6 @@ uint64_t hash_bytes(const void *p, size_t n, uint64_t seed) {
     return h;
 }
 
-float fp16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t mant = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do {
-                e++;
-                mant <<= 1;
-            } while (!(mant & 0x400));
-            mant &= 0x3ff;
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (mant << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (mant << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 uint16_t f32_to_fp16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -174,13 +147,6 @@ uint16_t f32_to_fp16(float f) {
     uint32_t rem = m & 0x1fff;
     if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* carry may bump exponent: correct */
     return (uint16_t)(sign | h);
-}
-
-float bf16_to_f32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
 }
 
 uint16_t f32_to_bf16(float f) {

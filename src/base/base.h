@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define PANIC(...) base_panic(__FILE__, __LINE__, __VA_ARGS__)
 #define ASSERT(cond)                                                           \
@@ -94,9 +95,30 @@ double clock_ms(void);  /* monotonic, milliseconds as double */
 uint64_t hash_bytes(const void *p, size_t n, uint64_t seed);
 
 /* ---- half precision ------------------------------------------------------ */
-float fp16_to_f32(uint16_t h);
+/* IEEE half bits -> float, exact for every input (NaN payloads kept). The
+ * one decoder of the program: inline because the kernels call it per
+ * element for F16 weights and KV, and branch-free so their loops vectorise. */
+static inline float fp16_to_f32(uint16_t h) {
+    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in place */
+    float f;
+    memcpy(&f, &em, 4);
+    f *= 0x1p112f; /* rebias the exponent; also normalises subnormals exactly */
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    /* inf/NaN: all-ones exponent, mantissa kept (a select, so loops vectorise) */
+    bits = (em >= (0x7c00u << 13)) ? (em | 0x7f800000u) : bits;
+    bits |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 uint16_t f32_to_fp16(float f);   /* round to nearest even */
-float bf16_to_f32(uint16_t h);
+/* bfloat16 bits -> float (exact). */
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 uint16_t f32_to_bf16(float f);   /* round to nearest even, NaN kept quiet */
 
 /* ---- files ----------------------------------------------------------------- */

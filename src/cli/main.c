@@ -41,14 +41,15 @@ static void usage(FILE *out) {
             "  quantize  kvloom quantize IN.gguf OUT.gguf TYPE\n"
             "  serve     OpenAI-compatible server (kvloom serve --help)\n"
             "  bench     speed: kvloom bench -m MODEL.gguf [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n"
-            "With no -m, run and serve use the model shipped in the repository (models/stories260K.gguf).\n");
+            "With no -m, run and serve use the model shipped in the repository (" SERVER_DEFAULT_MODEL ").\n");
 }
 
 /* True for the two spellings of the help flag. */
 static bool is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
 
-/* models/stories260K.gguf next to the binary's parent folder (build/..),
- * else relative to the working directory. */
+/* SERVER_DEFAULT_MODEL (server.h: the one definition of the shipped model's
+ * path) under the binary's parent folder (build/..), else relative to the
+ * working directory. */
 static const char *default_model(void) {
     static char path[PATH_MAX + 64];
     char exe[PATH_MAX];
@@ -58,11 +59,11 @@ static const char *default_model(void) {
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = 0;
-            snprintf(path, sizeof path, "%s/../models/stories260K.gguf", exe);
+            snprintf(path, sizeof path, "%s/../%s", exe, SERVER_DEFAULT_MODEL);
             if (access(path, R_OK) == 0) return path;
         }
     }
-    return "models/stories260K.gguf";
+    return SERVER_DEFAULT_MODEL;
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
@@ -108,7 +109,7 @@ static int cmd_run(int argc, char **argv) {
             printf("usage: kvloom run [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
                    "                  [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
                    "  generates text after PROMPT (printed first) with the model (default: the shipped\n"
-                   "  models/stories260K.gguf); -n: at most N new tokens (256); --temp 0: greedy;\n"
+                   "  " SERVER_DEFAULT_MODEL "); -n: at most N new tokens (256); --temp 0: greedy;\n"
                    "  defaults --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05, a random seed, up to 8 threads\n");
             return 0;
         }

@@ -51,14 +51,14 @@ bool quant_supported(uint32_t type) {
 
 static void dequant_q8_0(const block_q8_0 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK8_0) {
-        const float d = quant_f16(b[i].d);
+        const float d = fp16_to_f32(b[i].d);
         for (int j = 0; j < QK8_0; j++) y[j] = b[i].qs[j] * d;
     }
 }
 
 static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK4_0) {
-        const float d = quant_f16(b[i].d);
+        const float d = fp16_to_f32(b[i].d);
         for (int j = 0; j < QK4_0 / 2; j++) {
             y[j] = ((b[i].qs[j] & 15) - 8) * d;
             y[j + QK4_0 / 2] = ((b[i].qs[j] >> 4) - 8) * d;
@@ -68,7 +68,7 @@ static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
 
 static void dequant_q4_k(const block_q4_k *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        const float d = quant_f16(b[i].d), dmin = quant_f16(b[i].dmin);
+        const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         for (int k = 0; k < 8; k++, y += 32) {
             uint8_t sc, m;
             quant_k_scale_min(b[i].scales, k, &sc, &m);
@@ -82,7 +82,7 @@ static void dequant_q4_k(const block_q4_k *b, float *y, int64_t nb) {
 
 static void dequant_q5_k(const block_q5_k *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
-        const float d = quant_f16(b[i].d), dmin = quant_f16(b[i].dmin);
+        const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         for (int k = 0; k < 8; k++, y += 32) {
             uint8_t sc, m;
             quant_k_scale_min(b[i].scales, k, &sc, &m);
@@ -108,7 +108,7 @@ static inline int q6_k_get(const block_q6_k *b, int e) {
 
 static void dequant_q6_k(const block_q6_k *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, y += QK_K) {
-        const float d = quant_f16(b[i].d);
+        const float d = fp16_to_f32(b[i].d);
         for (int e = 0; e < QK_K; e++) y[e] = d * b[i].scales[e / 16] * (q6_k_get(&b[i], e) - 32);
     }
 }
@@ -137,14 +137,14 @@ int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, s + 2 * i, 2);
-            dst[i] = quant_f16(h);
+            dst[i] = fp16_to_f32(h);
         }
         break;
     case DT_BF16:
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, s + 2 * i, 2);
-            dst[i] = quant_bf16(h);
+            dst[i] = bf16_to_f32(h);
         }
         break;
     case DT_Q8_0: dequant_q8_0(src, dst, n / QK8_0); break;
@@ -291,7 +291,7 @@ static float quant_6bit(const float *v, int n, uint16_t *half_out, uint8_t *code
     float vmax = 0;
     for (int i = 0; i < n; i++) vmax = fmaxf(vmax, v[i]);
     *half_out = f32_to_fp16(vmax / 63);
-    const float s = quant_f16(*half_out), is = s > 0 ? 1.0f / s : 0.0f;
+    const float s = fp16_to_f32(*half_out), is = s > 0 ? 1.0f / s : 0.0f;
     for (int i = 0; i < n; i++) codes[i] = (uint8_t)round_clamp(v[i] * is, 0, 63);
     return s;
 }
@@ -356,7 +356,7 @@ static void quant_row_q6_k(const float *x, block_q6_k *y, int64_t n) {
             amax = fmaxf(amax, fabsf(sc[g]));
         }
         y[i].d = f32_to_fp16(amax / 127);
-        const float d = quant_f16(y[i].d), id = d > 0 ? 1.0f / d : 0.0f;
+        const float d = fp16_to_f32(y[i].d), id = d > 0 ? 1.0f / d : 0.0f;
         for (int g = 0; g < 16; g++) y[i].scales[g] = (int8_t)round_clamp(sc[g] * id, -127, 127);
         memset(y[i].ql, 0, sizeof y[i].ql);
         memset(y[i].qh, 0, sizeof y[i].qh);

@@ -11,7 +11,8 @@
  * Layouts are exactly those of ggml (ggml-common.h), byte for byte, because the
  * blocks are read straight out of GGUF files written by llama.cpp. Every
  * struct's size is pinned with a static_assert. Scales stored as IEEE half
- * are kept as raw uint16_t bits (ggml_half).
+ * are kept as raw uint16_t bits (ggml_half) and decoded with fp16_to_f32
+ * (base.h, the program's one half decoder).
  *
  *   Q8_0 (32 elements, 34 B)   d:f16 | qs[32]:i8                 x = d*q
  *   Q4_0 (32 elements, 18 B)   d:f16 | qs[16]:u8
@@ -100,30 +101,6 @@ typedef struct block_q8_k {
     int16_t bsums[QK_K / 16]; /* sums of groups of 16 quants */
 } block_q8_k;
 static_assert(sizeof(block_q8_k) == 292, "block_q8_k must be 292 bytes");
-
-/* IEEE half bits -> float, exact for every input (NaN payloads kept). Inline
- * because the kernels call it per element for F16 weights. */
-static inline float quant_f16(uint16_t h) {
-    const uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in place */
-    float f;
-    memcpy(&f, &em, 4);
-    f *= 0x1p112f; /* rebias the exponent; also normalises subnormals exactly */
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    /* inf/NaN: all-ones exponent, mantissa kept (a select, so loops vectorise) */
-    bits = (em >= (0x7c00u << 13)) ? (em | 0x7f800000u) : bits;
-    bits |= (uint32_t)(h & 0x8000u) << 16;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-/* bfloat16 bits -> float (exact). */
-static inline float quant_bf16(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
 
 /* Unpacks the 6-bit scale and min of sub-block k (0..7) of a Q4_K/Q5_K block
  * from its 12 packed bytes. */

@@ -52,8 +52,8 @@ static void dot_f16(int64_t n, float *out, const void *wv, const void *av) {
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += quant_f16(w[i + j]) * a[i + j];
-    for (int j = 0; i < n; i++, j++) s[j] += quant_f16(w[i]) * a[i];
+        for (int j = 0; j < 8; j++) s[j] += fp16_to_f32(w[i + j]) * a[i + j];
+    for (int j = 0; i < n; i++, j++) s[j] += fp16_to_f32(w[i]) * a[i];
     *out = sum8(s);
 }
 
@@ -63,8 +63,8 @@ static void dot_bf16(int64_t n, float *out, const void *wv, const void *av) {
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) s[j] += quant_bf16(w[i + j]) * a[i + j];
-    for (int j = 0; i < n; i++, j++) s[j] += quant_bf16(w[i]) * a[i];
+        for (int j = 0; j < 8; j++) s[j] += bf16_to_f32(w[i + j]) * a[i + j];
+    for (int j = 0; i < n; i++, j++) s[j] += bf16_to_f32(w[i]) * a[i];
     *out = sum8(s);
 }
 
@@ -76,7 +76,7 @@ static void dot_q8_0(int64_t n, float *out, const void *wv, const void *av) {
     for (int64_t i = 0; i < n / QK8_0; i++) {
         int s = 0;
         for (int j = 0; j < QK8_0; j++) s += w[i].qs[j] * a[i].qs[j];
-        sum += (float)s * (quant_f16(w[i].d) * quant_f16(a[i].d));
+        sum += (float)s * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d));
     }
     *out = sum;
 }
@@ -91,7 +91,7 @@ static void dot_q4_0(int64_t n, float *out, const void *wv, const void *av) {
             s += ((w[i].qs[j] & 15) - 8) * a[i].qs[j];
             s += ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + QK4_0 / 2];
         }
-        sum += (float)s * (quant_f16(w[i].d) * quant_f16(a[i].d));
+        sum += (float)s * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d));
     }
     *out = sum;
 }
@@ -125,7 +125,7 @@ static void dot_q4_k(int64_t n, float *out, const void *wv, const void *av) {
             sumi += sc[k] * s0 + sc[k + 1] * s1;
         }
         const int summ = k_min_sum(m, &a[i]);
-        sum += a[i].d * (quant_f16(w[i].d) * (float)sumi - quant_f16(w[i].dmin) * (float)summ);
+        sum += a[i].d * (fp16_to_f32(w[i].d) * (float)sumi - fp16_to_f32(w[i].dmin) * (float)summ);
     }
     *out = sum;
 }
@@ -149,7 +149,7 @@ static void dot_q5_k(int64_t n, float *out, const void *wv, const void *av) {
             sumi += sc[k] * s0 + sc[k + 1] * s1;
         }
         const int summ = k_min_sum(m, &a[i]);
-        sum += a[i].d * (quant_f16(w[i].d) * (float)sumi - quant_f16(w[i].dmin) * (float)summ);
+        sum += a[i].d * (fp16_to_f32(w[i].d) * (float)sumi - fp16_to_f32(w[i].dmin) * (float)summ);
     }
     *out = sum;
 }
@@ -178,7 +178,7 @@ static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
             }
             for (int j = 0; j < 8; j++) sumi += sc[j] * s[j];
         }
-        sum += a[i].d * quant_f16(w[i].d) * (float)sumi;
+        sum += a[i].d * fp16_to_f32(w[i].d) * (float)sumi;
     }
     *out = sum;
 }
