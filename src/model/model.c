@@ -282,11 +282,3 @@ void model_kv_free(model_kv *kv) {
     free(kv->v);
     free(kv);
 }
-
-void model_kv_copy_block(model_kv *kv, int dst, int src) {
-    ASSERT(dst >= 0 && dst < kv->n_blocks && src >= 0 && src < kv->n_blocks);
-    memcpy(kv->k + (size_t)dst * kv->block_elems, kv->k + (size_t)src * kv->block_elems,
-           kv->block_elems * sizeof(uint16_t));
-    memcpy(kv->v + (size_t)dst * kv->block_elems, kv->v + (size_t)src * kv->block_elems,
-           kv->block_elems * sizeof(uint16_t));
-}

@@ -111,8 +111,6 @@ size_t model_kv_block_bytes(const model *m, int block_tokens);
 /* Allocates storage for n_blocks (zeroed). */
 model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens);
 void model_kv_free(model_kv *kv);
-/* Copies one block's K/V (all layers) from src to dst (copy-on-write). */
-void model_kv_copy_block(model_kv *kv, int dst, int src);
 
 /* ---- ragged batch ---- */
 typedef struct model_seq {
