@@ -7,7 +7,14 @@
 #
 #   bench/kvpolicy_compare.sh MODEL.gguf [agentbench flags...]
 #   env: KVLOOM_BIN (build/kvloom), THREADS (2), KV_MEM (400M),
-#        POLICIES ("agent lru"), LABEL (a name for the rows)
+#        POLICIES ("agent lru"), LABEL (a name for the rows),
+#        LLAMA_SERVER (a llama-server binary built outside the repository:
+#        the policy name "llama" runs it), LLAMA_CTX (its -c: the same KV
+#        memory as KV_MEM, in tokens of the model's f16 KV), NP (4, its slots)
+# llama-server gets its best settings for this workload: cache_prompt (sent
+# by agentbench), as many slots as whole contexts fit in the same memory
+# (NP), continuous batching, and its prompt-similarity slot choice, so a
+# returning agent lands on the slot that still holds its context.
 # The workload is the default agentbench flags below; extra flags
 # are appended (a later flag wins).
 set -eu
@@ -24,7 +31,12 @@ pid=""
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$OUT"' EXIT
 
 for pol in ${POLICIES:-agent lru}; do
-    "$BIN" serve -m "$MODEL" --port $PORT -t "$THREADS" --kv-mem "$KV_MEM" --kv-policy "$pol" 2> "$OUT/server-$pol.log" &
+    if [ "$pol" = llama ]; then
+        "${LLAMA_SERVER:?LLAMA_SERVER: a llama-server binary}" -m "$MODEL" --host 127.0.0.1 --port $PORT -t "$THREADS" \
+            -c "${LLAMA_CTX:?LLAMA_CTX: llama-server context tokens for KV_MEM}" -np "${NP:-4}" > "$OUT/server-$pol.log" 2>&1 &
+    else
+        "$BIN" serve -m "$MODEL" --port $PORT -t "$THREADS" --kv-mem "$KV_MEM" --kv-policy "$pol" 2> "$OUT/server-$pol.log" &
+    fi
     pid=$!
     i=0
     until curl -s -m 2 "http://127.0.0.1:$PORT/health" | grep -q ok; do

@@ -112,7 +112,8 @@ static double predict_gap(const kvpolicy *p, uint64_t session, uint64_t tool) {
 
 static double ttl_of_gap(const kvpolicy *p, double gap) {
     if (gap < 0) return p->ttl_default;
-    double t = KVPOLICY_TTL_FACTOR * gap + KVPOLICY_TTL_SLACK_S;
+    double err = p->st.ttl_error_count ? p->st.ttl_error_sum_s / (double)p->st.ttl_error_count : 0;
+    double t = KVPOLICY_TTL_FACTOR * gap + KVPOLICY_TTL_SLACK_S + KVPOLICY_TTL_ERR_MULT * err;
     if (t < KVPOLICY_TTL_MIN_S) t = KVPOLICY_TTL_MIN_S;
     return t > p->ttl_max ? p->ttl_max : t;
 }

@@ -25,9 +25,13 @@
  * it is observed per tool name (the first call of a turn that ended in a
  * tool call), per session (prompt_cache_key / user) and overall; each is an
  * exponential moving average. A new pin's TTL is
- *   clamp(TTL_FACTOR * gap + TTL_SLACK_S, TTL_MIN_S, ttl_max_s)
+ *   clamp(TTL_FACTOR * gap + TTL_SLACK_S + TTL_ERR_MULT * err, TTL_MIN_S,
+ *         ttl_max_s)
  * with the gap of the tool if known, else of the session, else overall,
- * else ttl_default_s. A request may set the TTL (kv_ttl, seconds) or the
+ * else ttl_default_s; err is the mean |predicted - observed| gap of the
+ * pins resumed so far (0 before any): the margin widens when returns
+ * scatter around their average (an EMA of gaps drawn from 2-6 s predicts
+ * 3 s after a few short ones, and the 6 s agent would find its pin gone). A request may set the TTL (kv_ttl, seconds) or the
  * predicted return (kv_hint next_use_s) itself. A tool name known only after
  * the pin (the server parses calls after the engine finished) re-predicts
  * the pin's TTL from then on (kvpolicy_set_tool).
@@ -47,6 +51,7 @@
 #define KVPOLICY_MAX_PINS 1024
 #define KVPOLICY_TTL_FACTOR 1.5
 #define KVPOLICY_TTL_SLACK_S 1.0
+#define KVPOLICY_TTL_ERR_MULT 2.0
 #define KVPOLICY_TTL_MIN_S 1.0
 
 typedef enum kvpolicy_reason {
