@@ -234,7 +234,7 @@ static void check_bad_fields(void) {
 }
 
 /* kv_hint prefetch (--kv-disk): agent A's turn asks for no pin (kv_ttl 0)
- * but says it is back in 10 s; other clients push its blocks out of RAM
+ * but says when it is back (late enough for the fill to end first); other clients push its blocks out of RAM
  * (write-through put them on disk); ENGINE_HINT_LEAD_S (2 s) before its
  * return the server reads them back (kvloom_kv_hint_prefetched_tokens_total)
  * and pins them, so A's turn finds its prefix in RAM: no disk read at its
@@ -257,14 +257,27 @@ static void check_hint_prefetch(const char *policy) {
     int na = 10 * BT, st;
     int32_t a[10 * BT + 40];
     random_ids(a, na + 40);
+    /* the others will fill the pool three times over; one such request
+     * first, timed, so that A's return is announced late enough for the
+     * whole fill to end before its prefetch starts (sanitizer builds and a
+     * busy machine are many times slower) */
+    int nb = 12 * BT, n_fill = (int)(3 * blocks * BT / nb) + 1, n_ok = 0;
+    int32_t f[12 * BT];
+    random_ids(f, nb);
+    double t0 = su_now();
+    char *b = body_of(f, nb, 2, "\"kv_ttl\":0");
+    json_decref(post_json(s.port, "/v1/completions", b, &st));
+    free(b);
+    double next_use = 2 + 3 * (su_now() - t0) * n_fill;
+    if (next_use < 6) next_use = 6;
+    char extra[160];
+    snprintf(extra, sizeof extra, "\"kv_ttl\":0,\"kv_hint\":{\"next_use_s\":%.1f},\"prompt_cache_key\":\"agent-a\"",
+             next_use);
     double t_a = su_now();
-    char *b = body_of(a, na, 4, "\"kv_ttl\":0,\"kv_hint\":{\"next_use_s\":10},\"prompt_cache_key\":\"agent-a\"");
+    b = body_of(a, na, 4, extra);
     json_decref(post_json(s.port, "/v1/completions", b, &st));
     free(b);
     CHECK_EQ_INT(st, 200);
-    /* the others fill the pool three times over */
-    int nb = 12 * BT, n_fill = (int)(3 * blocks * BT / nb) + 1, n_ok = 0;
-    int32_t f[12 * BT];
     for (int i = 0; i < n_fill; i++) {
         random_ids(f, nb);
         b = body_of(f, nb, 2, "\"kv_ttl\":0");
@@ -273,12 +286,11 @@ static void check_hint_prefetch(const char *policy) {
         n_ok += st == 200;
     }
     CHECK_MSG(n_ok == n_fill, "%d of %d filling requests answered", n_ok, n_fill);
-    /* (the fill takes 1-3 s; the prefetch starts 8 s after A's turn) */
-    CHECK_MSG(metric(s.port, "kvloom_kv_hint_prefetched_tokens_total") == 0, "prefetched during the fill (%.1f s)",
-              su_now() - t_a);
-    /* the prefetch: 8 s after A's turn */
+    CHECK_MSG(metric(s.port, "kvloom_kv_hint_prefetched_tokens_total") == 0,
+              "prefetched during the fill (%.1f s, the return announced at %.1f s)", su_now() - t_a, next_use);
+    /* the prefetch: 2 s before A's announced return */
     double pre = 0;
-    while (su_now() - t_a < 30 && (pre = metric(s.port, "kvloom_kv_hint_prefetched_tokens_total")) < na - BT)
+    while (su_now() - t_a < next_use + 20 && (pre = metric(s.port, "kvloom_kv_hint_prefetched_tokens_total")) < na - BT)
         usleep(50 * 1000);
     CHECK_MSG(pre >= na - BT, "%s: %.0f tokens prefetched (A's prompt: %d)", policy, pre, na);
     if (!strcmp(policy, "agent")) CHECK_MSG(metric(s.port, "kvloom_kv_pins") >= 1, "the prefetched prefix is not pinned");
