@@ -646,6 +646,9 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
         double per = (double)(clock_ns() - s->r->t_first_ns) / 1e9 / (s->n_generated - 1);
         hist_observe(&en->cnt.tpot, per);
     }
+    /* a client that has its answer sees counters (/metrics) that include
+     * its request: publish before waking it, not only at the step's end */
+    stats_publish(en);
     req_post_finish(s->r, why, msg);
     req_unref(s->r);
     sampler_free(s->smp);
