@@ -9,5 +9,10 @@ for f in "$@"; do
     q=$(echo "$line" | awk '{print $4}')
     pass=$((pass + p)); fail=$((fail + q))
 done
+# the tests that failed again at the end, where a log's tail shows them
+for f in "$@"; do
+    grep -E ': [0-9]+ passed, [1-9][0-9]* failed|CRASHED|: exit status [1-9]' "$f" 2>/dev/null |
+        grep -vE '^[^ ]+: [0-9]+ passed, [0-9]+ failed$' | sed "s|^|failed in $f: |"
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
