@@ -993,7 +993,6 @@ static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
     *n_tok += c;
 }
 
-/* Returns true when something ran (or changed). */
 /* Pins: tool names learnt since the last step, expiry. */
 static void pins_step(engine *en) {
     if (!en->pol) return;
@@ -1005,7 +1004,19 @@ static void pins_step(engine *en) {
     kvpolicy_expire(en->pol, now);
 }
 
-static bool engine_step(engine *en) {
+/* The step, in four phases that read top to bottom:
+ *   step_plan     housekeeping (arrivals, pins, hints, cancellations), then
+ *                 the batch's contents: one decode token per running
+ *                 sequence, admission of waiting ones (returning agents
+ *                 first, then FCFS), prefill chunks shortest-remaining-first;
+ *   step_build    the ragged batch (tokens, positions, block tables);
+ *   step_forward  one model_forward over it;
+ *   step_advance  positions, indexing, write-through, sampling, finishing.
+ * Returns true when something ran (or changed). */
+
+/* Plans the step's batch (en->b_owner / b_chunk: n_bs sequences, n_tok
+ * tokens). */
+static void step_plan(engine *en, int *n_tok, int *n_bs) {
     int B = en->o.block_tokens;
     take_submitted(en);
     pins_step(en);
@@ -1015,15 +1026,16 @@ static bool engine_step(engine *en) {
     reserve_decode_slots(en);
 
     int budget = en->o.max_batch_tokens;
-    int n_tok = 0, n_bs = 0;
+    *n_tok = 0;
+    *n_bs = 0;
 
     /* The budget goes first to one decode token per running sequence. Then
      * waiting sequences are admitted (FCFS, ENGINE_MAX_PREFILLING), and the
      * prefill tokens go shortest-remaining-first (ENGINE_PREFILL_STEP_MIN). */
     en->step_no++;
-    for (int i = 0; i < en->running.n && n_tok < budget; i++) {
+    for (int i = 0; i < en->running.n && *n_tok < budget; i++) {
         seq *s = en->running.v[i];
-        if (s->n_tokens - s->n_computed == 1) schedule(en, s, budget, &n_tok, &n_bs);
+        if (s->n_tokens - s->n_computed == 1) schedule(en, s, budget, n_tok, n_bs);
     }
     int n_prefilling = 0;
     for (int i = 0; i < en->running.n; i++) n_prefilling += en->running.v[i]->n_tokens - en->running.v[i]->n_computed > 1;
@@ -1055,7 +1067,7 @@ static bool engine_step(engine *en) {
         n_prefilling += s->n_tokens - s->n_computed > 1;
     }
     int prefill_tok = 0;
-    while (n_tok < budget && prefill_tok < ENGINE_PREFILL_STEP_MIN) {
+    while (*n_tok < budget && prefill_tok < ENGINE_PREFILL_STEP_MIN) {
         seq *best = NULL;
         bool best_starved = false;
         for (int i = 0; i < en->running.n; i++) {
@@ -1070,20 +1082,19 @@ static bool engine_step(engine *en) {
             }
         }
         if (!best) break;
-        int before = n_tok;
-        schedule(en, best, budget, &n_tok, &n_bs);
+        int before = *n_tok;
+        schedule(en, best, budget, n_tok, n_bs);
         best->wait_from = en->step_no;
-        prefill_tok += n_tok - before;
+        prefill_tok += *n_tok - before;
     }
+}
 
-    if (n_bs == 0) {
-        stats_publish(en);
-        return false;
-    }
-
-    /* Build the ragged batch. */
-    int k = 0, n_logits = 0;
-    uint64_t n_prompt_work = 0;
+/* Lays the planned chunks out as one ragged batch; counts the rows of
+ * logits wanted and the prompt positions in it. */
+static model_batch step_build(engine *en, int n_tok, int n_bs, int *n_logits, uint64_t *n_prompt_work) {
+    int k = 0;
+    *n_logits = 0;
+    *n_prompt_work = 0;
     for (int j = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
         int c = en->b_chunk[j];
@@ -1093,36 +1104,45 @@ static bool engine_step(engine *en) {
             en->b_pos[k] = p;
             en->b_seq[k] = j;
             en->b_logits[k] = (p == s->n_tokens - 1);
-            n_logits += en->b_logits[k];
-            if (p < s->n_prefill_end) n_prompt_work++;
+            *n_logits += en->b_logits[k];
+            if (p < s->n_prefill_end) (*n_prompt_work)++;
             k++;
         }
         en->b_seqs[j].block_table = s->blocks;
         en->b_seqs[j].n_blocks = s->n_blocks;
     }
-    model_batch b = {.n_tokens = n_tok,
-                     .token = en->b_tok,
-                     .pos = en->b_pos,
-                     .seq = en->b_seq,
-                     .logits = en->b_logits,
-                     .n_seqs = n_bs,
-                     .seqs = en->b_seqs};
+    return (model_batch){.n_tokens = n_tok,
+                         .token = en->b_tok,
+                         .pos = en->b_pos,
+                         .seq = en->b_seq,
+                         .logits = en->b_logits,
+                         .n_seqs = n_bs,
+                         .seqs = en->b_seqs};
+}
+
+/* Runs the batch; false (its requests failed, the server lives) when the
+ * model rejects it. */
+static bool step_forward(engine *en, const model_batch *b, int n_logits) {
     err_t e = {0};
-    int rows = model_forward(en->m, en->st, en->kv, &b, en->logits, &e);
+    int rows = model_forward(en->m, en->st, en->kv, b, en->logits, &e);
     if (rows < 0) {
         /* A batch the model rejects is our bug or a bad token; fail the
          * requests in it rather than the server. */
         log_error("engine: model_forward failed: %s", e.msg);
-        for (int j = 0; j < n_bs; j++) {
+        for (int j = 0; j < b->n_seqs; j++) {
             seq *s = en->b_owner[j];
             list_remove(&en->running, s);
             seq_finish(en, s, REQ_FINISH_ERROR, e.msg);
         }
-        return true;
+        return false;
     }
     ASSERT(rows == n_logits);
+    return true;
+}
 
-    /* Advance, sample, finish. */
+/* Advances each sequence of the batch: computed positions, the prefix
+ * index and the disk, then a token for those at their end, and finishing. */
+static void step_advance(engine *en, int n_bs) {
     int row = 0;
     for (int j = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
@@ -1150,6 +1170,20 @@ static bool engine_step(engine *en) {
             seq_finish(en, s, why, NULL);
         }
     }
+}
+
+static bool engine_step(engine *en) {
+    int n_tok, n_bs;
+    step_plan(en, &n_tok, &n_bs);
+    if (n_bs == 0) {
+        stats_publish(en);
+        return false;
+    }
+    int n_logits;
+    uint64_t n_prompt_work;
+    model_batch b = step_build(en, n_tok, n_bs, &n_logits, &n_prompt_work);
+    if (!step_forward(en, &b, n_logits)) return true;
+    step_advance(en, n_bs);
     en->cnt.prompt_tokens_computed_total += n_prompt_work;
     en->cnt.steps_total++;
     stats_publish(en);
