@@ -45,6 +45,7 @@
 #include "../tok/chat.h"
 #include "apis.h"
 #include "generate.h"
+#include "server.h"
 #include "oai.h"
 
 /* The Ollama version we answer /api/version with: 0.9.0 is the first whose

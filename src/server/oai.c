@@ -574,3 +574,10 @@ json_t *oai_load_body(http_exchange *x, char *msg, size_t cap) {
     http_body_release(x);
     return o;
 }
+
+void oai_reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
+    char *s = oai_error_json(msg, oai_error_type(status), param, code);
+    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
+               status == 429 ? "1" : NULL);
+    free(s);
+}

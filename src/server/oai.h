@@ -109,6 +109,10 @@ void oai_params_free(oai_params *p);
  * as a malloc'd string. */
 char *oai_error_json(const char *msg, const char *type, const char *param, const char *code);
 
+/* Answers x with status and oai_error_json (its type from the status;
+ * a 429 carries Retry-After: 1). */
+void oai_reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code);
+
 /* The error "type" OpenAI uses for an HTTP status (400 -> invalid_request_error,
  * 401 -> authentication_error, 404 -> not_found_error, 429 ->
  * rate_limit_error, 5xx -> server_error ...). */

@@ -3,8 +3,8 @@
  *
  * A generation request goes:
  *   body ─json─▶ oai_parse ─▶ gen_start (generate.h: prompt, constraint,
- *   engine) ─▶ gen_poll events (text, reasoning, tool calls) ─▶ JSON
- *   (non-streaming, gen_collect) or SSE chunks (streaming) ─▶ usage.
+ *   engine) ─▶ oai_answer (oai_answer.c: the JSON answer or the SSE
+ *   chunks built from gen_poll's events) ─▶ usage.
  *
  * Every failure before submission is a 4xx with the OpenAI error object; after
  * submission the only errors are the engine's (500) or the client going away
@@ -27,6 +27,8 @@
 #include "apis.h"
 #include "generate.h"
 #include "oai.h"
+#include "oai_answer.h"
+#include "server.h"
 #include "stop.h"
 #include "webui.h"
 #include "../tok/chat.h"
@@ -42,10 +44,7 @@ static void reply_json(routes_ctx *rc, http_exchange *x, int status, json_t *o) 
 }
 
 static void reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
-    char *s = oai_error_json(msg, oai_error_type(status), param, code);
-    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
-               status == 429 ? "1" : NULL);
-    free(s);
+    oai_reply_error(x, status, msg, param, code);
 }
 
 /* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
@@ -54,198 +53,6 @@ static json_t *body_json(http_exchange *x) {
     json_t *o = oai_load_body(x, msg, sizeof msg);
     if (!o) reply_error(x, 400, msg, NULL, "invalid_json");
     return o;
-}
-
-/* ---- OpenAI answers ---- */
-
-/* The OpenAI side of one generation: ids, streaming state. */
-typedef struct oai_out {
-    routes_ctx *rc;
-    gen *g;
-    oai_kind kind;
-    bool stream, include_usage, sent_role;
-    int n_logprobs;
-    char id[64];
-    tc_events ev;
-} oai_out;
-
-static void oai_out_free(oai_out *o) {
-    tc_events_free(&o->ev);
-    free(o);
-}
-
-static json_t *usage_json(const gen *g) {
-    int np, nc, cached;
-    gen_usage(g, &np, &nc, &cached);
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", np, "completion_tokens", nc, "total_tokens", np + nc,
-                     "prompt_tokens_details", "cached_tokens", cached);
-}
-
-static json_t *json_text(const http_buf *b) {
-    json_t *s = json_stringn(b->p ? b->p : "", b->n);
-    return s ? s : json_string("");
-}
-
-/* The chat message of a whole answer. */
-static json_t *chat_message(const gen_result *res) {
-    json_t *msg = json_pack("{s:s}", "role", "assistant");
-    json_object_set_new(msg, "content", res->n_calls && res->content.n == 0 ? json_null() : json_text(&res->content));
-    if (res->reasoning.n) json_object_set_new(msg, "reasoning_content", json_text(&res->reasoning));
-    if (res->n_calls) {
-        json_t *calls = json_array();
-        for (int i = 0; i < res->n_calls; i++)
-            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", res->calls[i].id, "type", "function",
-                                                   "function", "name", res->calls[i].name, "arguments",
-                                                   json_text(&res->calls[i].args)));
-        json_object_set_new(msg, "tool_calls", calls);
-    }
-    return msg;
-}
-
-static void answer_whole(oai_out *o, http_exchange *x) {
-    gen *g = o->g;
-    json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
-    gen_result res;
-    bool ok = gen_collect(g, x, &res, lp);
-    int status = 200;
-    const char *fr = gen_finish_reason(g);
-    if (!ok) {
-        status = 499;
-        reply_error(x, 499, "client closed the connection", NULL, NULL);
-    } else if (!fr) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(g, &status));
-        reply_error(x, status, msg, NULL, NULL);
-    } else {
-        json_t *choice;
-        if (o->kind == OAI_COMPLETION)
-            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", json_text(&res.content), "logprobs",
-                               lp ? lp : json_null(), "finish_reason", fr);
-        else
-            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", chat_message(&res), "logprobs",
-                               lp ? lp : json_null(), "finish_reason", fr);
-        lp = NULL;
-        json_t *ans = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", o->id, "object",
-                                o->kind == OAI_COMPLETION ? "text_completion" : "chat.completion", "created",
-                                (json_int_t)gen_created(g), "model", o->rc->model_id, "choices", choice, "usage",
-                                usage_json(g));
-        reply_json(o->rc, x, 200, ans);
-        json_decref(ans);
-    }
-    if (lp) json_decref(lp);
-    gen_result_free(&res);
-    gen_done(g, "POST", status, false);
-    oai_out_free(o);
-}
-
-/* ---- streaming (SSE) ---- */
-
-static void sse_event(http_buf *out, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (!s) return;
-    http_buf_add(out, "data: ", 6);
-    http_buf_add(out, s, strlen(s));
-    http_buf_add(out, "\n\n", 2);
-    free(s);
-}
-
-static json_t *chunk_new(oai_out *o, json_t *choice) {
-    return json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", o->id, "object",
-                     o->kind == OAI_COMPLETION ? "text_completion" : "chat.completion.chunk", "created",
-                     (json_int_t)gen_created(o->g), "model", o->rc->model_id, "choices", choice);
-}
-
-/* One chunk: a completion's text, or a chat delta (taken), with logprobs
- * (taken, may be NULL) and a finish reason (may be NULL). */
-static void sse_choice(oai_out *o, http_buf *out, json_t *text_or_delta, json_t *lp, const char *finish) {
-    json_t *c = chunk_new(o, json_pack("{s:i, s:o, s:o, s:o}", "index", 0,
-                                       o->kind == OAI_COMPLETION ? "text" : "delta", text_or_delta, "logprobs",
-                                       lp ? lp : json_null(), "finish_reason", finish ? json_string(finish) : json_null()));
-    sse_event(out, c);
-    json_decref(c);
-}
-
-/* The events as chunks: text (completions), content and reasoning deltas,
- * and OpenAI tool_calls deltas (index, id, type and name first, then
- * argument fragments). Consecutive events of one kind share a chunk; lp
- * (taken) rides on the first. */
-static void stream_events(oai_out *o, http_buf *out, json_t *lp) {
-    tc_events *ev = &o->ev;
-    for (int i = 0; i < ev->n;) {
-        tc_event *e = &ev->v[i];
-        json_t *payload;
-        if (e->kind == TC_EV_CALL_START) {
-            payload = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", e->index, "id", e->id,
-                                "type", "function", "function", "name", e->name, "arguments", "");
-            i++;
-        } else {
-            http_buf b = {0};
-            int j = i;
-            for (; j < ev->n && ev->v[j].kind == e->kind && ev->v[j].index == e->index; j++)
-                http_buf_add(&b, ev->v[j].text, ev->v[j].n);
-            json_t *str = json_text(&b);
-            http_buf_free(&b);
-            if (o->kind == OAI_COMPLETION)
-                payload = str;
-            else if (e->kind == TC_EV_CALL_ARGS)
-                payload = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", e->index, "function", "arguments",
-                                    str);
-            else
-                payload = json_pack("{s:o}", e->kind == TC_EV_CONTENT ? "content" : "reasoning_content", str);
-            i = j;
-        }
-        sse_choice(o, out, payload, lp, NULL);
-        lp = NULL;
-    }
-    if (lp) sse_choice(o, out, o->kind == OAI_COMPLETION ? json_string("") : json_object(), lp, NULL);
-    tc_events_clear(ev);
-}
-
-static int stream_next(void *sctx, http_buf *out) {
-    oai_out *o = sctx;
-    gen *g = o->g;
-    if (o->kind == OAI_CHAT && !o->sent_role) {
-        o->sent_role = true;
-        sse_choice(o, out, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
-        return 1;
-    }
-    json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
-    bool done = gen_poll(g, 20, &o->ev, lp);
-    bool has_lp = lp && (o->kind == OAI_COMPLETION ? json_array_size(json_object_get(lp, "tokens"))
-                                                   : json_array_size(json_object_get(lp, "content")));
-    if (lp && !has_lp) {
-        json_decref(lp);
-        lp = NULL;
-    }
-    stream_events(o, out, lp);
-    if (!done) return 1;
-    const char *fr = gen_finish_reason(g);
-    if (!fr) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(g, NULL));
-        char *s = oai_error_json(msg, "server_error", NULL, NULL);
-        http_buf_printf(out, "data: %s\n\n", s);
-        free(s);
-    } else {
-        sse_choice(o, out, o->kind == OAI_COMPLETION ? json_string("") : json_object(), NULL, fr);
-        if (o->include_usage) {
-            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", o->id, "object",
-                                  o->kind == OAI_COMPLETION ? "text_completion" : "chat.completion.chunk", "created",
-                                  (json_int_t)gen_created(g), "model", o->rc->model_id, "choices", "usage",
-                                  usage_json(g));
-            sse_event(out, u);
-            json_decref(u);
-        }
-    }
-    http_buf_add(out, "data: [DONE]\n\n", 14);
-    return 0;
-}
-
-static void stream_done(void *sctx, bool completed) {
-    oai_out *o = sctx;
-    if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", completed ? 200 : 499, true);
-    oai_out_free(o);
 }
 
 /* ---- generation routes ---- */
@@ -272,20 +79,8 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         oai_params_free(&p);
         return false;
     }
-    oai_out *o = xcalloc(1, sizeof *o);
-    o->rc = rc;
-    o->g = g;
-    o->kind = kind;
-    o->stream = p.stream;
-    o->include_usage = p.include_usage;
-    o->n_logprobs = p.n_logprobs;
-    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)rc->created, gen_serial(g));
+    oai_answer(rc, g, &p, kind, x);
     oai_params_free(&p);
-    if (o->stream)
-        http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
-    else
-        answer_whole(o, x);
     return true;
 }
 

@@ -19,10 +19,9 @@
 #include "http.h"
 #include "metrics.h"
 #include "constrain.h"
-#include "server.h"
 
 typedef struct routes_ctx {
-    const server_opts *o;
+    const struct server_opts *o; /* server.h */
     const model *m;
     const tokenizer *tok;
     void *chat;              /* chat template (tok/chat.h) or NULL             */

@@ -1,0 +1,236 @@
+/*
+ * oai_answer.c — the output side of the OpenAI generation routes (contract
+ * in oai_answer.h): the whole JSON answer (gen_collect) or the SSE chunks
+ * (gen_poll's events: text, reasoning and content deltas, tool-call deltas
+ * with index, id and name first, then argument fragments), logprobs, the
+ * finish reason and usage; an engine failure after a stream started is an
+ * error chunk, then [DONE].
+ */
+#include "oai_answer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The OpenAI side of one generation: ids, streaming state. */
+typedef struct oai_out {
+    routes_ctx *rc;
+    gen *g;
+    oai_kind kind;
+    bool stream, include_usage, sent_role;
+    int n_logprobs;
+    char id[64];
+    tc_events ev;
+} oai_out;
+
+static void oai_out_free(oai_out *o) {
+    tc_events_free(&o->ev);
+    free(o);
+}
+
+static json_t *usage_json(const gen *g) {
+    int np, nc, cached;
+    gen_usage(g, &np, &nc, &cached);
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", np, "completion_tokens", nc, "total_tokens", np + nc,
+                     "prompt_tokens_details", "cached_tokens", cached);
+}
+
+static json_t *json_text(const http_buf *b) {
+    json_t *s = json_stringn(b->p ? b->p : "", b->n);
+    return s ? s : json_string("");
+}
+
+/* The fields every answer and chunk starts with: id, object, created,
+ * model. */
+static json_t *answer_head(oai_out *o, bool chunk) {
+    const char *object = o->kind == OAI_COMPLETION ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", o->id, "object", object, "created", (json_int_t)gen_created(o->g),
+                     "model", o->rc->model_id);
+}
+
+/* "generation failed: ..." (status: the HTTP status to answer, or NULL). */
+static void failed_msg(gen *g, char *msg, size_t cap, int *status) {
+    snprintf(msg, cap, "generation failed: %s", gen_error(g, status));
+}
+
+/* The chat message of a whole answer. */
+static json_t *chat_message(const gen_result *res) {
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    json_object_set_new(msg, "content", res->n_calls && res->content.n == 0 ? json_null() : json_text(&res->content));
+    if (res->reasoning.n) json_object_set_new(msg, "reasoning_content", json_text(&res->reasoning));
+    if (res->n_calls) {
+        json_t *calls = json_array();
+        for (int i = 0; i < res->n_calls; i++)
+            json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", res->calls[i].id, "type", "function",
+                                                   "function", "name", res->calls[i].name, "arguments",
+                                                   json_text(&res->calls[i].args)));
+        json_object_set_new(msg, "tool_calls", calls);
+    }
+    return msg;
+}
+
+static void answer_whole(oai_out *o, http_exchange *x) {
+    gen *g = o->g;
+    json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
+    gen_result res;
+    bool ok = gen_collect(g, x, &res, lp);
+    int status = 200;
+    const char *fr = gen_finish_reason(g);
+    if (!ok) {
+        status = 499;
+        oai_reply_error(x, 499, "client closed the connection", NULL, NULL);
+    } else if (!fr) {
+        char msg[320];
+        failed_msg(g, msg, sizeof msg, &status);
+        oai_reply_error(x, status, msg, NULL, NULL);
+    } else {
+        json_t *choice;
+        if (o->kind == OAI_COMPLETION)
+            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", json_text(&res.content), "logprobs",
+                               lp ? lp : json_null(), "finish_reason", fr);
+        else
+            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", chat_message(&res), "logprobs",
+                               lp ? lp : json_null(), "finish_reason", fr);
+        lp = NULL;
+        json_t *ans = answer_head(o, false);
+        json_object_set_new(ans, "choices", json_pack("[o]", choice));
+        json_object_set_new(ans, "usage", usage_json(g));
+        char *s = json_dumps(ans, JSON_COMPACT);
+        if (!s) s = xstrdup("{}");
+        http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
+        free(s);
+        json_decref(ans);
+    }
+    if (lp) json_decref(lp);
+    gen_result_free(&res);
+    gen_done(g, "POST", status, false);
+    oai_out_free(o);
+}
+
+/* ---- streaming (SSE) ---- */
+
+static void sse_event(http_buf *out, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (!s) return;
+    http_buf_add(out, "data: ", 6);
+    http_buf_add(out, s, strlen(s));
+    http_buf_add(out, "\n\n", 2);
+    free(s);
+}
+
+
+/* A chunk with one choice (taken). */
+static json_t *chunk_new(oai_out *o, json_t *choice) {
+    json_t *c = answer_head(o, true);
+    json_object_set_new(c, "choices", json_pack("[o]", choice));
+    return c;
+}
+
+/* One chunk: a completion's text, or a chat delta (taken), with logprobs
+ * (taken, may be NULL) and a finish reason (may be NULL). */
+static void sse_choice(oai_out *o, http_buf *out, json_t *text_or_delta, json_t *lp, const char *finish) {
+    json_t *c = chunk_new(o, json_pack("{s:i, s:o, s:o, s:o}", "index", 0,
+                                       o->kind == OAI_COMPLETION ? "text" : "delta", text_or_delta, "logprobs",
+                                       lp ? lp : json_null(), "finish_reason", finish ? json_string(finish) : json_null()));
+    sse_event(out, c);
+    json_decref(c);
+}
+
+/* The events as chunks: text (completions), content and reasoning deltas,
+ * and OpenAI tool_calls deltas (index, id, type and name first, then
+ * argument fragments). Consecutive events of one kind share a chunk; lp
+ * (taken) rides on the first. */
+static void stream_events(oai_out *o, http_buf *out, json_t *lp) {
+    tc_events *ev = &o->ev;
+    for (int i = 0; i < ev->n;) {
+        tc_event *e = &ev->v[i];
+        json_t *payload;
+        if (e->kind == TC_EV_CALL_START) {
+            payload = json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", e->index, "id", e->id,
+                                "type", "function", "function", "name", e->name, "arguments", "");
+            i++;
+        } else {
+            http_buf b = {0};
+            int j = i;
+            for (; j < ev->n && ev->v[j].kind == e->kind && ev->v[j].index == e->index; j++)
+                http_buf_add(&b, ev->v[j].text, ev->v[j].n);
+            json_t *str = json_text(&b);
+            http_buf_free(&b);
+            if (o->kind == OAI_COMPLETION)
+                payload = str;
+            else if (e->kind == TC_EV_CALL_ARGS)
+                payload = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", e->index, "function", "arguments",
+                                    str);
+            else
+                payload = json_pack("{s:o}", e->kind == TC_EV_CONTENT ? "content" : "reasoning_content", str);
+            i = j;
+        }
+        sse_choice(o, out, payload, lp, NULL);
+        lp = NULL;
+    }
+    if (lp) sse_choice(o, out, o->kind == OAI_COMPLETION ? json_string("") : json_object(), lp, NULL);
+    tc_events_clear(ev);
+}
+
+static int stream_next(void *sctx, http_buf *out) {
+    oai_out *o = sctx;
+    gen *g = o->g;
+    if (o->kind == OAI_CHAT && !o->sent_role) {
+        o->sent_role = true;
+        sse_choice(o, out, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
+        return 1;
+    }
+    json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
+    bool done = gen_poll(g, 20, &o->ev, lp);
+    bool has_lp = lp && (o->kind == OAI_COMPLETION ? json_array_size(json_object_get(lp, "tokens"))
+                                                   : json_array_size(json_object_get(lp, "content")));
+    if (lp && !has_lp) {
+        json_decref(lp);
+        lp = NULL;
+    }
+    stream_events(o, out, lp);
+    if (!done) return 1;
+    const char *fr = gen_finish_reason(g);
+    if (!fr) {
+        char msg[320];
+        failed_msg(g, msg, sizeof msg, NULL);
+        char *s = oai_error_json(msg, "server_error", NULL, NULL);
+        http_buf_printf(out, "data: %s\n\n", s);
+        free(s);
+    } else {
+        sse_choice(o, out, o->kind == OAI_COMPLETION ? json_string("") : json_object(), NULL, fr);
+        if (o->include_usage) {
+            json_t *u = answer_head(o, true);
+            json_object_set_new(u, "choices", json_array());
+            json_object_set_new(u, "usage", usage_json(g));
+            sse_event(out, u);
+            json_decref(u);
+        }
+    }
+    http_buf_add(out, "data: [DONE]\n\n", 14);
+    return 0;
+}
+
+static void stream_done(void *sctx, bool completed) {
+    oai_out *o = sctx;
+    if (!completed) gen_cancel(o->g);
+    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    oai_out_free(o);
+}
+
+void oai_answer(routes_ctx *rc, gen *g, const oai_params *p, oai_kind kind, http_exchange *x) {
+    oai_out *o = xcalloc(1, sizeof *o);
+    o->rc = rc;
+    o->g = g;
+    o->kind = kind;
+    o->stream = p->stream;
+    o->include_usage = p->include_usage;
+    o->n_logprobs = p->n_logprobs;
+    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)rc->created, gen_serial(g));
+    if (o->stream)
+        http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
+    else
+        answer_whole(o, x);
+}

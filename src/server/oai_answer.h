@@ -1,0 +1,23 @@
+/*
+ * oai_answer.h — answers a started OpenAI generation (/v1/completions,
+ * /v1/chat/completions): streamed as SSE chunks when the request asked for
+ * a stream, else one JSON answer; the generation is finished (gen_done:
+ * counted and logged) when the answer ends, and cancelled if the client
+ * leaves first.
+ *
+ * Place in the flow: server/, on the request's HTTP connection thread,
+ * after routes.c's handle_generate started the generation (generate.h).
+ */
+#ifndef KVLOOM_OAI_ANSWER_H
+#define KVLOOM_OAI_ANSWER_H
+
+#include "generate.h"
+#include "http.h"
+#include "oai.h"
+#include "routes.h"
+
+/* Answers x from g (taken: freed when the answer ends). p: the request's
+ * parsed fields (read here, not kept). */
+void oai_answer(routes_ctx *rc, gen *g, const oai_params *p, oai_kind kind, http_exchange *x);
+
+#endif
