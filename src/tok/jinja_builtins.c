@@ -592,294 +592,433 @@ static int sort_items(jrender *R, const jnode *n, jlist *items, const jv *attr, 
     return 0;
 }
 
-int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+/* ---- filters ------------------------------------------------------------------
+ * One function per filter (aliases share one), found by name in `filters`. */
+
+typedef int jinja_filter_fn(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out);
+
+static int filter_safe(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    *out = v;
+    return 0;
+}
+
+static int filter_trim(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    const jv *chars = jinja_eval_arg(a, 0, "chars");
+    *out = do_strip(s, chars, true, true);
+    return 0;
+}
+
+static int filter_tojson(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    return tojson_filter(R, n, v, a, out);
+}
+
+static int filter_length(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    switch (v.t) {
+    case JV_STR: *out = jv_int((int64_t)jinja_utf8_len(v.s.p, v.s.n)); return 0;
+    case JV_LIST: *out = jv_int((int64_t)v.l->n); return 0;
+    case JV_DICT: case JV_NS: *out = jv_int((int64_t)v.d->n); return 0;
+    case JV_UNDEF: *out = jv_int(0); return 0;
+    default: return jinja_eval_err(R, n, ERR_INVALID, "object of type %s has no length", jinja_value_type(v));
+    }
+}
+
+static int filter_upper(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    return case_map(R, n, s, 0, out);
+}
+
+static int filter_lower(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    return case_map(R, n, s, 1, out);
+}
+
+static int filter_capitalize(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    return case_map(R, n, s, 2, out);
+}
+
+static int filter_title(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    return case_map(R, n, s, 4, out);
+}
+
+static int filter_string(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    return jinja_eval_to_str(R, n, v, out);
+}
+
+static int filter_escape(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    return html_escape(R, n, s, out);
+}
+
+static int filter_replace(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
     const jv *a0 = jinja_eval_arg(a, 0, NULL);
     jv s;
     int rc;
-#define AS_STR()                                                     \
-    do {                                                             \
-        if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;                   \
-    } while (0)
-    if (!strcmp(name, "safe")) { *out = v; return 0; }
-    if (!strcmp(name, "trim")) {
-        AS_STR();
-        const jv *chars = jinja_eval_arg(a, 0, "chars");
-        *out = do_strip(s, chars, true, true);
-        return 0;
-    }
-    if (!strcmp(name, "tojson")) return tojson_filter(R, n, v, a, out);
-    if (!strcmp(name, "length") || !strcmp(name, "count")) {
-        switch (v.t) {
-        case JV_STR: *out = jv_int((int64_t)jinja_utf8_len(v.s.p, v.s.n)); return 0;
-        case JV_LIST: *out = jv_int((int64_t)v.l->n); return 0;
-        case JV_DICT: case JV_NS: *out = jv_int((int64_t)v.d->n); return 0;
-        case JV_UNDEF: *out = jv_int(0); return 0;
-        default: return jinja_eval_err(R, n, ERR_INVALID, "object of type %s has no length", jinja_value_type(v));
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    const jv *a1 = jinja_eval_arg(a, 1, NULL), *c = jinja_eval_arg(a, 2, "count");
+    jv o, r;
+    if (!a0 || !a1) return jinja_eval_err(R, n, ERR_INVALID, "replace needs two arguments");
+    if ((rc = jinja_eval_to_str(R, n, *a0, &o)) || (rc = jinja_eval_to_str(R, n, *a1, &r))) return rc;
+    return str_replace(R, n, s, o, r, c && jv_is_int_like(*c) ? jv_int_of(*c) : -1, out);
+}
+
+static int filter_join(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    const jv *sep = jinja_eval_arg(a, 0, "d");
+    jv sj = jv_str("", 0);
+    if (sep && (rc = jinja_eval_to_str(R, n, *sep, &sj))) return rc;
+    return join_items(R, n, items, sj, jinja_eval_arg(a, 1, "attribute"), out);
+}
+
+static int filter_first_last(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    *out = items->n == 0 ? jv_undef() : items->v[name[0] == 'f' ? 0 : items->n - 1];
+    return 0;
+}
+
+static int filter_default(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    const jv *dv = jinja_eval_arg(a, 0, "default_value"), *bo = jinja_eval_arg(a, 1, "boolean");
+    bool use = bo && jinja_value_truthy(*bo) ? !jinja_value_truthy(v) : v.t == JV_UNDEF;
+    *out = use ? (dv ? *dv : jv_str("", 0)) : v;
+    return 0;
+}
+
+static int filter_int(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    const jv *dv = jinja_eval_arg(a, 0, "default");
+    int64_t i;
+    if (jv_is_int_like(v)) *out = jv_int(jv_int_of(v));
+    else if (v.t == JV_FLOAT && isfinite(v.f) && fabs(v.f) < 9e18) *out = jv_int((int64_t)v.f);
+    else if (v.t == JV_STR && parse_int_str(v, &i) == 0) *out = jv_int(i);
+    else *out = dv ? *dv : jv_int(0);
+    return 0;
+}
+
+static int filter_float(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    const jv *dv = jinja_eval_arg(a, 0, "default");
+    if (jv_is_num(v)) { *out = jv_float(jv_num_of(v)); return 0; }
+    if (v.t == JV_STR) {
+        jv t = do_strip(v, NULL, true, true);
+        char tmp[64];
+        if (t.s.n && t.s.n < sizeof tmp) {
+            memcpy(tmp, t.s.p, t.s.n);
+            tmp[t.s.n] = 0;
+            char *end;
+            double d = strtod(tmp, &end);
+            if (!*end) { *out = jv_float(d); return 0; }
         }
     }
-    if (!strcmp(name, "upper")) { AS_STR(); return case_map(R, n, s, 0, out); }
-    if (!strcmp(name, "lower")) { AS_STR(); return case_map(R, n, s, 1, out); }
-    if (!strcmp(name, "capitalize")) { AS_STR(); return case_map(R, n, s, 2, out); }
-    if (!strcmp(name, "title")) { AS_STR(); return case_map(R, n, s, 4, out); }
-    if (!strcmp(name, "string")) return jinja_eval_to_str(R, n, v, out);
-    if (!strcmp(name, "escape") || !strcmp(name, "e")) { AS_STR(); return html_escape(R, n, s, out); }
-    if (!strcmp(name, "replace")) {
-        AS_STR();
-        const jv *a1 = jinja_eval_arg(a, 1, NULL), *c = jinja_eval_arg(a, 2, "count");
-        jv o, r;
-        if (!a0 || !a1) return jinja_eval_err(R, n, ERR_INVALID, "replace needs two arguments");
-        if ((rc = jinja_eval_to_str(R, n, *a0, &o)) || (rc = jinja_eval_to_str(R, n, *a1, &r))) return rc;
-        return str_replace(R, n, s, o, r, c && jv_is_int_like(*c) ? jv_int_of(*c) : -1, out);
-    }
-    if (!strcmp(name, "join")) {
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        const jv *sep = jinja_eval_arg(a, 0, "d");
-        jv sj = jv_str("", 0);
-        if (sep && (rc = jinja_eval_to_str(R, n, *sep, &sj))) return rc;
-        return join_items(R, n, items, sj, jinja_eval_arg(a, 1, "attribute"), out);
-    }
-    if (!strcmp(name, "first") || !strcmp(name, "last")) {
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        *out = items->n == 0 ? jv_undef() : items->v[name[0] == 'f' ? 0 : items->n - 1];
-        return 0;
-    }
-    if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        const jv *dv = jinja_eval_arg(a, 0, "default_value"), *bo = jinja_eval_arg(a, 1, "boolean");
-        bool use = bo && jinja_value_truthy(*bo) ? !jinja_value_truthy(v) : v.t == JV_UNDEF;
-        *out = use ? (dv ? *dv : jv_str("", 0)) : v;
-        return 0;
-    }
-    if (!strcmp(name, "int")) {
-        const jv *dv = jinja_eval_arg(a, 0, "default");
-        int64_t i;
-        if (jv_is_int_like(v)) *out = jv_int(jv_int_of(v));
-        else if (v.t == JV_FLOAT && isfinite(v.f) && fabs(v.f) < 9e18) *out = jv_int((int64_t)v.f);
-        else if (v.t == JV_STR && parse_int_str(v, &i) == 0) *out = jv_int(i);
-        else *out = dv ? *dv : jv_int(0);
-        return 0;
-    }
-    if (!strcmp(name, "float")) {
-        const jv *dv = jinja_eval_arg(a, 0, "default");
-        if (jv_is_num(v)) { *out = jv_float(jv_num_of(v)); return 0; }
-        if (v.t == JV_STR) {
-            jv t = do_strip(v, NULL, true, true);
-            char tmp[64];
-            if (t.s.n && t.s.n < sizeof tmp) {
-                memcpy(tmp, t.s.p, t.s.n);
-                tmp[t.s.n] = 0;
-                char *end;
-                double d = strtod(tmp, &end);
-                if (!*end) { *out = jv_float(d); return 0; }
-            }
-        }
-        *out = dv ? *dv : jv_float(0.0);
-        return 0;
-    }
-    if (!strcmp(name, "list")) {
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        if (items->tuple) { /* list(a_tuple) is a list */
-            if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
-            if (items->n) memcpy(out->l->v, items->v, items->n * sizeof(jv));
-            return 0;
-        }
-        out->t = JV_LIST;
-        out->l = items;
-        return 0;
-    }
-    if (!strcmp(name, "items")) {
-        if (v.t == JV_UNDEF) return jinja_eval_make_list(R, n, 0, out);
-        if (v.t != JV_DICT) return jinja_eval_err(R, n, ERR_INVALID, "items filter needs a mapping, got %s", jinja_value_type(v));
-        jargs none = {0};
-        return jinja_builtins_method(R, n, v, "items", &none, out);
-    }
-    if (!strcmp(name, "dictsort")) {
-        if (v.t != JV_DICT) return jinja_eval_err(R, n, ERR_INVALID, "dictsort needs a mapping");
-        jargs none = {0};
-        jv pairs;
-        if ((rc = jinja_builtins_method(R, n, v, "items", &none, &pairs))) return rc;
-        const jv *cs = jinja_eval_arg(a, 0, "case_sensitive"), *by = jinja_eval_arg(a, 1, "by"), *rev = jinja_eval_arg(a, 2, "reverse");
-        jv key = jv_int(by && by->t == JV_STR && by->s.n == 5 && !memcmp(by->s.p, "value", 5) ? 1 : 0);
-        return sort_items(R, n, pairs.l, &key, rev && jinja_value_truthy(*rev), cs && jinja_value_truthy(*cs), out);
-    }
-    if (!strcmp(name, "selectattr")) return select_items(R, n, v, a, true, true, out);
-    if (!strcmp(name, "rejectattr")) return select_items(R, n, v, a, true, false, out);
-    if (!strcmp(name, "select")) return select_items(R, n, v, a, false, true, out);
-    if (!strcmp(name, "reject")) return select_items(R, n, v, a, false, false, out);
-    if (!strcmp(name, "map")) {
-        jlist *items;
-        if (!jinja_value_truthy(v)) return jinja_eval_make_list(R, n, 0, out); /* Jinja: `if value:` */
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        if ((rc = jinja_eval_step(R, n, (long)items->n))) return rc;
-        const jv *attr = jinja_eval_arg(a, 99, "attribute"), *dv = jinja_eval_arg(a, 99, "default");
+    *out = dv ? *dv : jv_float(0.0);
+    return 0;
+}
+
+static int filter_list(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    if (items->tuple) { /* list(a_tuple) is a list */
         if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
-        if (attr) {
-            for (size_t i = 0; i < items->n; i++) {
-                jv x = jinja_eval_path(items->v[i], *attr);
-                out->l->v[i] = x.t == JV_UNDEF && dv ? *dv : x;
-            }
-            return 0;
-        }
-        if (!a0 || a0->t != JV_STR) return jinja_eval_err(R, n, ERR_INVALID, "map needs attribute= or a filter name");
-        char fname[32];
-        if (a0->s.n >= sizeof fname) return jinja_eval_err(R, n, ERR_UNSUPPORTED, "map: unknown filter");
-        memcpy(fname, a0->s.p, a0->s.n);
-        fname[a0->s.n] = 0;
-        if (!strcmp(fname, "map")) return jinja_eval_err(R, n, ERR_UNSUPPORTED, "map: nested map");
-        jargs rest = {0};
-        int np = jinja_eval_n_positional(a);
-        if (np > 1) {
-            rest.n = np - 1;
-            rest.v = jinja_arena_alloc(&R->a, (size_t)rest.n * sizeof(jv));
-            rest.names = jinja_arena_alloc(&R->a, (size_t)rest.n * sizeof(char *));
-            if (!rest.v || !rest.names) return jinja_eval_oom(R, n);
-            for (int i = 0; i < rest.n; i++) rest.v[i] = *jinja_eval_arg(a, 1 + i, NULL);
-        }
-        for (size_t i = 0; i < items->n; i++)
-            if ((rc = jinja_builtins_filter(R, n, fname, items->v[i], &rest, &out->l->v[i]))) return rc;
+        if (items->n) memcpy(out->l->v, items->v, items->n * sizeof(jv));
         return 0;
     }
-    if (!strcmp(name, "abs")) {
-        if (v.t == JV_INT) *out = v.i == INT64_MIN ? jv_float(9223372036854775808.0) : jv_int(v.i < 0 ? -v.i : v.i);
-        else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.f));
-        else if (v.t == JV_BOOL) *out = jv_int(v.b);
-        else return jinja_eval_err(R, n, ERR_INVALID, "abs of a %s value", jinja_value_type(v));
-        return 0;
-    }
-    if (!strcmp(name, "round")) {
-        if (!jv_is_num(v)) return jinja_eval_err(R, n, ERR_INVALID, "round of a %s value", jinja_value_type(v));
-        const jv *pr = jinja_eval_arg(a, 0, "precision"), *me = jinja_eval_arg(a, 1, "method");
-        int p = pr && jv_is_int_like(*pr) ? (int)MAX(MIN(jv_int_of(*pr), 15), -15) : 0;
-        double x = jv_num_of(v), m = pow(10, p), r;
-        char how = me && me->t == JV_STR && me->s.n ? me->s.p[0] : 'c';
-        bool common = how != 'f' && !(how == 'c' && me && me->s.n > 1 && me->s.p[1] == 'e');
-        if (common && jv_is_int_like(v)) { /* Python round(int, p) stays an int */
-            int64_t i = jv_int_of(v), unit = 1;
-            for (int k = 0; k < -p && unit < INT64_MAX / 10; k++) unit *= 10;
-            if (unit > 1) {
-                int64_t q = i / unit, rem = i % unit;
-                if (rem < 0) { q -= 1; rem += unit; }
-                if (2 * rem > unit || (2 * rem == unit && (q & 1))) q += 1; /* half to even */
-                i = q * unit;
-            }
-            *out = jv_int(i);
-            return 0;
-        }
-        if (how == 'f') r = floor(x * m) / m;
-        else if (how == 'c' && me && me->s.n > 1 && me->s.p[1] == 'e') r = ceil(x * m) / m;
-        else r = nearbyint(x * m) / m; /* half to even, like Python round() */
-        *out = jv_float(r);
-        return 0;
-    }
-    if (!strcmp(name, "reverse")) {
-        if (v.t == JV_STR) {
-            jv parts[3] = {jv_undef(), jv_undef(), jv_int(-1)};
-            return jinja_eval_slice(R, n, v, parts, out);
-        }
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
-        for (size_t i = 0; i < items->n; i++) out->l->v[i] = items->v[items->n - 1 - i];
-        return 0;
-    }
-    if (!strcmp(name, "sort")) {
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        const jv *rev = jinja_eval_arg(a, 0, "reverse"), *cs = jinja_eval_arg(a, 1, "case_sensitive"), *at = jinja_eval_arg(a, 2, "attribute");
-        return sort_items(R, n, items, at, rev && jinja_value_truthy(*rev), cs && jinja_value_truthy(*cs), out);
-    }
-    if (!strcmp(name, "unique")) {
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        if ((rc = jinja_eval_step(R, n, (long)items->n))) return rc;
-        if (items->n > 4096) return jinja_eval_err(R, n, ERR_RANGE, "unique of more than 4096 items");
-        if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
-        size_t k = 0;
+    out->t = JV_LIST;
+    out->l = items;
+    return 0;
+}
+
+static int filter_items(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    if (v.t == JV_UNDEF) return jinja_eval_make_list(R, n, 0, out);
+    if (v.t != JV_DICT) return jinja_eval_err(R, n, ERR_INVALID, "items filter needs a mapping, got %s", jinja_value_type(v));
+    jargs none = {0};
+    return jinja_builtins_method(R, n, v, "items", &none, out);
+}
+
+static int filter_dictsort(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    if (v.t != JV_DICT) return jinja_eval_err(R, n, ERR_INVALID, "dictsort needs a mapping");
+    jargs none = {0};
+    jv pairs;
+    if ((rc = jinja_builtins_method(R, n, v, "items", &none, &pairs))) return rc;
+    const jv *cs = jinja_eval_arg(a, 0, "case_sensitive"), *by = jinja_eval_arg(a, 1, "by"), *rev = jinja_eval_arg(a, 2, "reverse");
+    jv key = jv_int(by && by->t == JV_STR && by->s.n == 5 && !memcmp(by->s.p, "value", 5) ? 1 : 0);
+    return sort_items(R, n, pairs.l, &key, rev && jinja_value_truthy(*rev), cs && jinja_value_truthy(*cs), out);
+}
+
+static int filter_selectattr(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    return select_items(R, n, v, a, true, true, out);
+}
+
+static int filter_rejectattr(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    return select_items(R, n, v, a, true, false, out);
+}
+
+static int filter_select(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    return select_items(R, n, v, a, false, true, out);
+}
+
+static int filter_reject(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    return select_items(R, n, v, a, false, false, out);
+}
+
+static int filter_map(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    const jv *a0 = jinja_eval_arg(a, 0, NULL);
+    int rc;
+    jlist *items;
+    if (!jinja_value_truthy(v)) return jinja_eval_make_list(R, n, 0, out); /* Jinja: `if value:` */
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    if ((rc = jinja_eval_step(R, n, (long)items->n))) return rc;
+    const jv *attr = jinja_eval_arg(a, 99, "attribute"), *dv = jinja_eval_arg(a, 99, "default");
+    if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
+    if (attr) {
         for (size_t i = 0; i < items->n; i++) {
-            bool dup = false;
-            for (size_t j = 0; j < k && !dup; j++) dup = jinja_value_eq(out->l->v[j], items->v[i]);
-            if (!dup) out->l->v[k++] = items->v[i];
-        }
-        out->l->n = k;
-        return 0;
-    }
-    if (!strcmp(name, "min") || !strcmp(name, "max")) {
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        const jv *at = jinja_eval_arg(a, 1, "attribute"), *cs = jinja_eval_arg(a, 0, "case_sensitive");
-        *out = jv_undef();
-        for (size_t i = 0; i < items->n; i++) {
-            if (i == 0) { *out = items->v[0]; continue; }
-            jv x = at ? jinja_eval_path(items->v[i], *at) : items->v[i], y = at ? jinja_eval_path(*out, *at) : *out;
-            int c = jinja_eval_order(x, y, cs && jinja_value_truthy(*cs));
-            if (name[1] == 'i' ? c < 0 : c > 0) *out = items->v[i];
+            jv x = jinja_eval_path(items->v[i], *attr);
+            out->l->v[i] = x.t == JV_UNDEF && dv ? *dv : x;
         }
         return 0;
     }
-    if (!strcmp(name, "sum")) {
-        jlist *items;
-        if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
-        const jv *at = jinja_eval_arg(a, 0, "attribute"), *st = jinja_eval_arg(a, 1, "start");
-        jv acc = st ? *st : jv_int(0);
-        for (size_t i = 0; i < items->n; i++)
-            if ((rc = jinja_eval_binop(R, n, OP_ADD, acc, at ? jinja_eval_path(items->v[i], *at) : items->v[i], &acc))) return rc;
-        *out = acc;
+    if (!a0 || a0->t != JV_STR) return jinja_eval_err(R, n, ERR_INVALID, "map needs attribute= or a filter name");
+    char fname[32];
+    if (a0->s.n >= sizeof fname) return jinja_eval_err(R, n, ERR_UNSUPPORTED, "map: unknown filter");
+    memcpy(fname, a0->s.p, a0->s.n);
+    fname[a0->s.n] = 0;
+    if (!strcmp(fname, "map")) return jinja_eval_err(R, n, ERR_UNSUPPORTED, "map: nested map");
+    jargs rest = {0};
+    int np = jinja_eval_n_positional(a);
+    if (np > 1) {
+        rest.n = np - 1;
+        rest.v = jinja_arena_alloc(&R->a, (size_t)rest.n * sizeof(jv));
+        rest.names = jinja_arena_alloc(&R->a, (size_t)rest.n * sizeof(char *));
+        if (!rest.v || !rest.names) return jinja_eval_oom(R, n);
+        for (int i = 0; i < rest.n; i++) rest.v[i] = *jinja_eval_arg(a, 1 + i, NULL);
+    }
+    for (size_t i = 0; i < items->n; i++)
+        if ((rc = jinja_builtins_filter(R, n, fname, items->v[i], &rest, &out->l->v[i]))) return rc;
+    return 0;
+}
+
+static int filter_abs(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    if (v.t == JV_INT) *out = v.i == INT64_MIN ? jv_float(9223372036854775808.0) : jv_int(v.i < 0 ? -v.i : v.i);
+    else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.f));
+    else if (v.t == JV_BOOL) *out = jv_int(v.b);
+    else return jinja_eval_err(R, n, ERR_INVALID, "abs of a %s value", jinja_value_type(v));
+    return 0;
+}
+
+static int filter_round(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    if (!jv_is_num(v)) return jinja_eval_err(R, n, ERR_INVALID, "round of a %s value", jinja_value_type(v));
+    const jv *pr = jinja_eval_arg(a, 0, "precision"), *me = jinja_eval_arg(a, 1, "method");
+    int p = pr && jv_is_int_like(*pr) ? (int)MAX(MIN(jv_int_of(*pr), 15), -15) : 0;
+    double x = jv_num_of(v), m = pow(10, p), r;
+    char how = me && me->t == JV_STR && me->s.n ? me->s.p[0] : 'c';
+    bool common = how != 'f' && !(how == 'c' && me && me->s.n > 1 && me->s.p[1] == 'e');
+    if (common && jv_is_int_like(v)) { /* Python round(int, p) stays an int */
+        int64_t i = jv_int_of(v), unit = 1;
+        for (int k = 0; k < -p && unit < INT64_MAX / 10; k++) unit *= 10;
+        if (unit > 1) {
+            int64_t q = i / unit, rem = i % unit;
+            if (rem < 0) { q -= 1; rem += unit; }
+            if (2 * rem > unit || (2 * rem == unit && (q & 1))) q += 1; /* half to even */
+            i = q * unit;
+        }
+        *out = jv_int(i);
         return 0;
     }
-    if (!strcmp(name, "attr")) {
-        if (!a0 || a0->t != JV_STR) return jinja_eval_err(R, n, ERR_INVALID, "attr needs a name");
-        *out = jinja_eval_path(v, *a0);
-        return 0;
+    if (how == 'f') r = floor(x * m) / m;
+    else if (how == 'c' && me && me->s.n > 1 && me->s.p[1] == 'e') r = ceil(x * m) / m;
+    else r = nearbyint(x * m) / m; /* half to even, like Python round() */
+    *out = jv_float(r);
+    return 0;
+}
+
+static int filter_reverse(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    if (v.t == JV_STR) {
+        jv parts[3] = {jv_undef(), jv_undef(), jv_int(-1)};
+        return jinja_eval_slice(R, n, v, parts, out);
     }
-    if (!strcmp(name, "wordcount")) { /* Jinja counts runs of \w */
-        AS_STR();
-        int64_t words = 0;
-        bool in_word = false;
-        for (size_t i = 0; i < s.s.n; i++) {
-            unsigned char ch = (unsigned char)s.s.p[i];
-            bool w = ch >= 0x80 || ch == '_' || (ch >= '0' && ch <= '9') || ((ch | 32) >= 'a' && (ch | 32) <= 'z');
-            if (w && !in_word) words++;
-            in_word = w;
-        }
-        *out = jv_int(words);
-        return 0;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
+    for (size_t i = 0; i < items->n; i++) out->l->v[i] = items->v[items->n - 1 - i];
+    return 0;
+}
+
+static int filter_sort(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    const jv *rev = jinja_eval_arg(a, 0, "reverse"), *cs = jinja_eval_arg(a, 1, "case_sensitive"), *at = jinja_eval_arg(a, 2, "attribute");
+    return sort_items(R, n, items, at, rev && jinja_value_truthy(*rev), cs && jinja_value_truthy(*cs), out);
+}
+
+static int filter_unique(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    if ((rc = jinja_eval_step(R, n, (long)items->n))) return rc;
+    if (items->n > 4096) return jinja_eval_err(R, n, ERR_RANGE, "unique of more than 4096 items");
+    if ((rc = jinja_eval_make_list(R, n, items->n, out))) return rc;
+    size_t k = 0;
+    for (size_t i = 0; i < items->n; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < k && !dup; j++) dup = jinja_value_eq(out->l->v[j], items->v[i]);
+        if (!dup) out->l->v[k++] = items->v[i];
     }
-    if (!strcmp(name, "indent")) {
-        AS_STR();
-        const jv *w = jinja_eval_arg(a, 0, "width"), *first = jinja_eval_arg(a, 1, "first"), *blank = jinja_eval_arg(a, 2, "blank");
-        jv pad = jv_str("    ", 4);
-        if (w && w->t == JV_STR) pad = *w;
-        else if (w && jv_is_int_like(*w)) {
-            int64_t k = MAX(MIN(jv_int_of(*w), 256), 0);
-            char *p = jinja_arena_alloc(&R->a, (size_t)k + 1);
-            if (!p) return jinja_eval_oom(R, n);
-            memset(p, ' ', (size_t)k);
-            pad = jv_str(p, (size_t)k);
-        }
-        jbuf b = {.limit = JINJA_MAX_OUTPUT};
-        bool at_start = true, first_line = true;
-        for (size_t i = 0; i < s.s.n; i++) {
-            if (at_start) {
-                /* is this line blank? */
-                size_t e = i;
-                while (e < s.s.n && s.s.p[e] != '\n') e++;
-                bool is_blank = e == i;
-                if ((!first_line || (first && jinja_value_truthy(*first))) && (!is_blank || (blank && jinja_value_truthy(*blank))))
-                    jinja_buf_put(&b, pad.s.p, pad.s.n);
-                at_start = false;
-            }
-            jinja_buf_putc(&b, s.s.p[i]);
-            if (s.s.p[i] == '\n') {
-                at_start = true;
-                first_line = false;
-            }
-        }
-        if (s.s.n == 0 && first && jinja_value_truthy(*first) && blank && jinja_value_truthy(*blank)) jinja_buf_put(&b, pad.s.p, pad.s.n);
-        return jinja_eval_buf_to_str(R, n, &b, out);
+    out->l->n = k;
+    return 0;
+}
+
+static int filter_min_max(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    const jv *at = jinja_eval_arg(a, 1, "attribute"), *cs = jinja_eval_arg(a, 0, "case_sensitive");
+    *out = jv_undef();
+    for (size_t i = 0; i < items->n; i++) {
+        if (i == 0) { *out = items->v[0]; continue; }
+        jv x = at ? jinja_eval_path(items->v[i], *at) : items->v[i], y = at ? jinja_eval_path(*out, *at) : *out;
+        int c = jinja_eval_order(x, y, cs && jinja_value_truthy(*cs));
+        if (name[1] == 'i' ? c < 0 : c > 0) *out = items->v[i];
     }
-#undef AS_STR
+    return 0;
+}
+
+static int filter_sum(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    int rc;
+    jlist *items;
+    if ((rc = jinja_eval_iter(R, n, v, &items))) return rc;
+    const jv *at = jinja_eval_arg(a, 0, "attribute"), *st = jinja_eval_arg(a, 1, "start");
+    jv acc = st ? *st : jv_int(0);
+    for (size_t i = 0; i < items->n; i++)
+        if ((rc = jinja_eval_binop(R, n, OP_ADD, acc, at ? jinja_eval_path(items->v[i], *at) : items->v[i], &acc))) return rc;
+    *out = acc;
+    return 0;
+}
+
+static int filter_attr(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    const jv *a0 = jinja_eval_arg(a, 0, NULL);
+    if (!a0 || a0->t != JV_STR) return jinja_eval_err(R, n, ERR_INVALID, "attr needs a name");
+    *out = jinja_eval_path(v, *a0);
+    return 0;
+}
+
+static int filter_wordcount(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) { /* Jinja counts runs of \w */
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    int64_t words = 0;
+    bool in_word = false;
+    for (size_t i = 0; i < s.s.n; i++) {
+        unsigned char ch = (unsigned char)s.s.p[i];
+        bool w = ch >= 0x80 || ch == '_' || (ch >= '0' && ch <= '9') || ((ch | 32) >= 'a' && (ch | 32) <= 'z');
+        if (w && !in_word) words++;
+        in_word = w;
+    }
+    *out = jv_int(words);
+    return 0;
+}
+
+static int filter_indent(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    jv s;
+    int rc;
+    if ((rc = jinja_eval_to_str(R, n, v, &s))) return rc;
+    const jv *w = jinja_eval_arg(a, 0, "width"), *first = jinja_eval_arg(a, 1, "first"), *blank = jinja_eval_arg(a, 2, "blank");
+    jv pad = jv_str("    ", 4);
+    if (w && w->t == JV_STR) pad = *w;
+    else if (w && jv_is_int_like(*w)) {
+        int64_t k = MAX(MIN(jv_int_of(*w), 256), 0);
+        char *p = jinja_arena_alloc(&R->a, (size_t)k + 1);
+        if (!p) return jinja_eval_oom(R, n);
+        memset(p, ' ', (size_t)k);
+        pad = jv_str(p, (size_t)k);
+    }
+    jbuf b = {.limit = JINJA_MAX_OUTPUT};
+    bool at_start = true, first_line = true;
+    for (size_t i = 0; i < s.s.n; i++) {
+        if (at_start) {
+            /* is this line blank? */
+            size_t e = i;
+            while (e < s.s.n && s.s.p[e] != '\n') e++;
+            bool is_blank = e == i;
+            if ((!first_line || (first && jinja_value_truthy(*first))) && (!is_blank || (blank && jinja_value_truthy(*blank))))
+                jinja_buf_put(&b, pad.s.p, pad.s.n);
+            at_start = false;
+        }
+        jinja_buf_putc(&b, s.s.p[i]);
+        if (s.s.p[i] == '\n') {
+            at_start = true;
+            first_line = false;
+        }
+    }
+    if (s.s.n == 0 && first && jinja_value_truthy(*first) && blank && jinja_value_truthy(*blank)) jinja_buf_put(&b, pad.s.p, pad.s.n);
+    return jinja_eval_buf_to_str(R, n, &b, out);
+}
+
+static const struct {
+    const char *name;
+    jinja_filter_fn *fn;
+} filters[] = {
+    {"safe", filter_safe},
+    {"trim", filter_trim},
+    {"tojson", filter_tojson},
+    {"length", filter_length},
+    {"count", filter_length},
+    {"upper", filter_upper},
+    {"lower", filter_lower},
+    {"capitalize", filter_capitalize},
+    {"title", filter_title},
+    {"string", filter_string},
+    {"escape", filter_escape},
+    {"e", filter_escape},
+    {"replace", filter_replace},
+    {"join", filter_join},
+    {"first", filter_first_last},
+    {"last", filter_first_last},
+    {"default", filter_default},
+    {"d", filter_default},
+    {"int", filter_int},
+    {"float", filter_float},
+    {"list", filter_list},
+    {"items", filter_items},
+    {"dictsort", filter_dictsort},
+    {"selectattr", filter_selectattr},
+    {"rejectattr", filter_rejectattr},
+    {"select", filter_select},
+    {"reject", filter_reject},
+    {"map", filter_map},
+    {"abs", filter_abs},
+    {"round", filter_round},
+    {"reverse", filter_reverse},
+    {"sort", filter_sort},
+    {"unique", filter_unique},
+    {"min", filter_min_max},
+    {"max", filter_min_max},
+    {"sum", filter_sum},
+    {"attr", filter_attr},
+    {"wordcount", filter_wordcount},
+    {"indent", filter_indent},
+};
+
+int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
+        if (!strcmp(name, filters[i].name)) return filters[i].fn(R, n, name, v, a, out);
     return jinja_eval_err(R, n, ERR_UNSUPPORTED, "unknown filter '%s'", name);
 }
 
