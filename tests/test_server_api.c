@@ -385,6 +385,22 @@ static void check_metrics(void) {
     resp_free(&r);
     CHECK(metric(g_port, "kvloom_generation_tokens_total") > 100);
     CHECK(metric(g_port, "kvloom_kv_blocks_total") > 100);
+    /* the latency histograms count each finished generation once: TTFT
+     * every one with a token, TPOT those with more than one; a whole
+     * answer's observations are in place when it is answered */
+    double t0 = metric(g_port, "kvloom_time_to_first_token_seconds_count");
+    double p0 = metric(g_port, "kvloom_time_per_output_token_seconds_count");
+    double sum0 = metric(g_port, "kvloom_time_to_first_token_seconds_sum");
+    int st;
+    for (int i = 0; i < 3; i++)
+        json_decref(post_json(g_port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":5,\"ignore_eos\":true}", &st));
+    json_decref(post_json(g_port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":1}", &st));
+    CHECK_EQ_INT(st, 200);
+    CHECK_MSG(metric(g_port, "kvloom_time_to_first_token_seconds_count") == t0 + 4, "TTFT count %g -> %g", t0,
+              metric(g_port, "kvloom_time_to_first_token_seconds_count"));
+    CHECK_MSG(metric(g_port, "kvloom_time_per_output_token_seconds_count") == p0 + 3, "TPOT count %g -> %g", p0,
+              metric(g_port, "kvloom_time_per_output_token_seconds_count"));
+    CHECK(metric(g_port, "kvloom_time_to_first_token_seconds_sum") > sum0);
 }
 
 /* curl, a real client, against every route. */

@@ -187,11 +187,6 @@ struct engine {
     int n_hints;
 };
 
-static const double ttft_le[ENGINE_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                                     1,     2.5,  5,     10,   20,  40,  80};
-static const double tpot_le[ENGINE_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05,
-                                                     0.075, 0.1,    0.15,  0.2,  0.3,  0.5,  1};
-
 engine_opts engine_defaults(void) {
     engine_opts o = {0};
     o.n_threads = 1;
@@ -254,16 +249,6 @@ static void seq_push_block(seq *s, int32_t b, bool pending) {
     s->blocks[s->n_blocks] = b;
     s->pending[s->n_blocks] = pending;
     s->n_blocks++;
-}
-
-static void hist_observe(engine_hist *h, double x) {
-    for (int i = 0; i < ENGINE_HIST_BUCKETS; i++)
-        if (x <= h->le[i]) {
-            h->counts[i]++;
-            break;
-        }
-    h->sum += x;
-    h->count++;
 }
 
 /* ---- blocks ---- */
@@ -642,10 +627,6 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     if (why != REQ_FINISH_CANCEL) disk_write_through(en, s);
     seq_pin(en, s, why);
     if (s->n_blocks) seq_release_blocks(en, s);
-    if (why != REQ_FINISH_CANCEL && s->n_generated > 1 && s->r->t_first_ns) {
-        double per = (double)(clock_ns() - s->r->t_first_ns) / 1e9 / (s->n_generated - 1);
-        hist_observe(&en->cnt.tpot, per);
-    }
     /* a client that has its answer sees counters (/metrics) that include
      * its request: publish before waking it, not only at the step's end */
     stats_publish(en);
@@ -910,10 +891,6 @@ static void grammar_watch(engine *en, seq *s, int32_t id) {
 
 /* Appends one generated token (not end-of-generation) to s and its req. */
 static void push_generated(engine *en, seq *s, const req_token *t) {
-    if (s->n_generated == 0) {
-        double ttft = (double)(clock_ns() - s->r->t_submit_ns) / 1e9;
-        hist_observe(&en->cnt.ttft, ttft);
-    }
     req_post_token(s->r, t);
     s->n_generated++;
     seq_push_token(s, t->id);
@@ -1316,8 +1293,6 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     pthread_cond_init(&en->cv, &ca);
     pthread_condattr_destroy(&ca);
     en->cnt.kv_blocks_total = (int)n_blocks;
-    memcpy(en->cnt.ttft.le, ttft_le, sizeof ttft_le);
-    memcpy(en->cnt.tpot.le, tpot_le, sizeof tpot_le);
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;
     if (o->kv_disk_dir) {
@@ -1404,7 +1379,7 @@ int engine_submit(engine *en, req *r, err_t *e) {
                        r->n_prompt, en->n_ctx);
     int B = en->o.block_tokens;
     if ((r->n_prompt + B - 1) / B + 1 > en->n_blocks)
-        return err_set(e, ERR_INVALID, "the prompt has %d tokens; the KV cache holds %d (raise --kv-mem)", r->n_prompt,
+        return err_set(e, ERR_INVALID, "the prompt has %d tokens; the KV cache holds %d", r->n_prompt,
                        (en->n_blocks - 1) * B);
     pthread_mutex_lock(&en->mu);
     if (en->stop || en->n_submitq + en->n_waiting_shared >= en->o.max_queue) {

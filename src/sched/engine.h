@@ -77,15 +77,6 @@ enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
  * 256 queued, n_ctx 0 (= the model's n_ctx_train), no EOG test, no checks. */
 engine_opts engine_defaults(void);
 
-#define ENGINE_HIST_BUCKETS 14
-/* A Prometheus-style histogram: counts[i] = observations <= le[i] (not
- * cumulative here; the renderer accumulates); the +Inf bucket is `count`. */
-typedef struct engine_hist {
-    double le[ENGINE_HIST_BUCKETS];
-    uint64_t counts[ENGINE_HIST_BUCKETS];
-    double sum;
-    uint64_t count;
-} engine_hist;
 
 typedef struct engine_stats {
     int n_running;                  /* admitted and not finished                  */
@@ -118,8 +109,6 @@ typedef struct engine_stats {
     uint64_t kv_pins_released_total[5]; /* by kvpolicy_reason                     */
     double kv_ttl_error_seconds_sum; /* |predicted - observed| return gap         */
     uint64_t kv_ttl_error_count;
-    engine_hist ttft;               /* seconds, submit -> first token             */
-    engine_hist tpot;               /* seconds per output token after the first   */
 } engine_stats;
 
 typedef struct engine engine;

@@ -145,6 +145,18 @@ json_t *gen_logprobs_new(oai_kind kind) {
     return json_pack("{s:[]}", "content");
 }
 
+/* The generation has ended (g->finished just set): its latency goes to the
+ * histograms now, before the client has its last bytes (so /metrics read
+ * after an answer counts it). t_first_ns is the engine's, read after the
+ * tokens it came with. */
+static void observe_end(gen *g) {
+    const req *r = g->r;
+    if (!r->t_first_ns || g->n_completion < 1) return;
+    double tpot = -1;
+    if (g->n_completion > 1) tpot = (double)(clock_ns() - r->t_first_ns) / 1e9 / (g->n_completion - 1);
+    metrics_observe(g->rc->met, (double)(r->t_first_ns - r->t_submit_ns) / 1e9, tpot);
+}
+
 /* Waits up to timeout_ms for output; appends new text to `text` and, when lp
  * is not NULL, logprobs entries. Sets g->finished at the end. */
 static void gen_pump(gen *g, int timeout_ms, http_buf *text, json_t *lp) {
@@ -175,6 +187,7 @@ static void gen_pump(gen *g, int timeout_ms, http_buf *text, json_t *lp) {
     if (g->stop_hit) {
         g->finished = true;
         g->finish = REQ_FINISH_STOP;
+        observe_end(g);
         return;
     }
     if (fin != REQ_RUNNING && req_wait(g->r, g->n_seen, 0, &fin) == g->n_seen) {
@@ -194,6 +207,7 @@ static void gen_pump(gen *g, int timeout_ms, http_buf *text, json_t *lp) {
         g->finished = true;
         g->finish = fin;
         req_get_finish(g->r, NULL, g->error, sizeof g->error);
+        if (fin != REQ_FINISH_CANCEL) observe_end(g);
     }
 }
 

@@ -22,8 +22,24 @@
 
 #define METRICS_MAX_CODES 32
 
+#define METRICS_HIST_BUCKETS 14
+/* A Prometheus-style histogram: counts[i] = observations <= le[i] (not
+ * cumulative here; the renderer accumulates); the +Inf bucket is `count`. */
+typedef struct hist_t {
+    const double *le;
+    uint64_t counts[METRICS_HIST_BUCKETS];
+    double sum;
+    uint64_t count;
+} hist_t;
+
+static const double ttft_le[METRICS_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                     1,     2.5,  5,     10,   20,  40,  80};
+static const double tpot_le[METRICS_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05,
+                                                     0.075, 0.1,    0.15,  0.2,  0.3,  0.5,  1};
+
 struct metrics {
     pthread_mutex_t mu;
+    hist_t ttft, tpot;
     int codes[METRICS_MAX_CODES];
     unsigned long long counts[METRICS_MAX_CODES];
     int n_codes;
@@ -32,6 +48,8 @@ struct metrics {
 metrics *metrics_new(void) {
     metrics *m = xcalloc(1, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
+    m->ttft.le = ttft_le;
+    m->tpot.le = tpot_le;
     return m;
 }
 
@@ -54,10 +72,28 @@ static void gauge(http_buf *b, const char *name, const char *help, const char *t
     http_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-static void hist(http_buf *b, const char *name, const char *help, const engine_hist *h) {
+static void hist_observe(hist_t *h, double x) {
+    for (int i = 0; i < METRICS_HIST_BUCKETS; i++)
+        if (x <= h->le[i]) {
+            h->counts[i]++;
+            break;
+        }
+    h->sum += x;
+    h->count++;
+}
+
+void metrics_observe(metrics *m, double ttft_s, double tpot_s) {
+    pthread_mutex_lock(&m->mu);
+    if (ttft_s >= 0) hist_observe(&m->ttft, ttft_s);
+    if (tpot_s >= 0) hist_observe(&m->tpot, tpot_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* (called with m->mu held) */
+static void hist(http_buf *b, const char *name, const char *help, const hist_t *h) {
     http_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     unsigned long long acc = 0;
-    for (int i = 0; i < ENGINE_HIST_BUCKETS; i++) {
+    for (int i = 0; i < METRICS_HIST_BUCKETS; i++) {
         acc += h->counts[i];
         http_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], acc);
     }
@@ -128,8 +164,10 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
           st->kv_ttl_error_seconds_sum);
     gauge(b, "kvloom_kv_ttl_error_seconds_count", "Resumed pins whose return gap was predicted.", "counter",
           (double)st->kv_ttl_error_count);
-    hist(b, "kvloom_time_to_first_token_seconds", "Time from submission to the first generated token.", &st->ttft);
-    hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &st->tpot);
+    pthread_mutex_lock(&m->mu);
+    hist(b, "kvloom_time_to_first_token_seconds", "Time from submission to the first generated token.", &m->ttft);
+    hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &m->tpot);
+    pthread_mutex_unlock(&m->mu);
     http_buf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"
                        "# TYPE kvloom_requests_total counter\n");
     pthread_mutex_lock(&m->mu);

@@ -1,10 +1,11 @@
 /*
  * metrics.h — the Prometheus text exposition of /metrics: HTTP request
- * counters kept here, engine counters and histograms read from a snapshot
- * (sched/engine.h).
+ * counters and the latency histograms (time to first token, time per
+ * output token) kept here, observed from each finished generation's
+ * timings; engine counters read from a snapshot (sched/engine.h).
  *
- * Thread safety: metrics_count may be called from any HTTP thread; render
- * from any thread.
+ * Thread safety: metrics_count and metrics_observe may be called from any
+ * HTTP thread; render from any thread.
  */
 #ifndef KVLOOM_METRICS_H
 #define KVLOOM_METRICS_H
@@ -18,6 +19,9 @@ metrics *metrics_new(void);
 void metrics_free(metrics *m); /* NULL is a no-op */
 /* Counts one answered request by HTTP status (kvloom_requests_total{status}). */
 void metrics_count(metrics *m, int status);
+/* Observes one finished generation: seconds from submission to its first
+ * token, and per output token after the first (each < 0: none). */
+void metrics_observe(metrics *m, double ttft_s, double tpot_s);
 /* Appends the whole exposition (text/plain; version=0.0.4) to out. */
 void metrics_render(metrics *m, const engine_stats *st, http_buf *out);
 
