@@ -47,7 +47,8 @@ for pol in ${POLICIES:-agent lru}; do
         --agent-doc-words 1500 --tool-pause 2-6 --tool-result-words 60-120 --stagger 10 --seed 7 "$@" \
         --label "$pol" --json "$OUT/$pol.json" > "$OUT/$pol.txt" 2>&1 || true
     curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^kvloom_kv_(pins|pinned|evicted|ttl)' > "$OUT/metrics-$pol.txt" || true
-    kill $pid; wait $pid 2>/dev/null || true
+    kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
+    sleep 1 # (the port is free before the next server binds it)
     pid=""
 done
 
