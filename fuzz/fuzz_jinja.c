@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 static const char CONTEXT[] =
     "{\"messages\": ["

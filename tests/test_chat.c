@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "tok/chat.h"
+#include "chat/chat.h"
 
 #define FIX "tests/fixtures/templates/"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 static int render_str(const char *src, const char *ctx_json, char **out, err_t *e) {
     jinja_tmpl *t;

@@ -42,7 +42,7 @@
 #include <time.h>
 
 #include "../kern/types.h"
-#include "../tok/chat.h"
+#include "../chat/chat.h"
 #include "apis.h"
 #include "generate.h"
 #include "server.h"
@@ -313,7 +313,7 @@ static json_t *model_info_json(const routes_ctx *rc) {
 }
 
 /* A ChatML template in Jinja: what the server renders with when the model
- * has no template it can run (tok/chat.h's fallback). */
+ * has no template it can run (chat/chat.h's fallback). */
 static const char chatml_template[] =
     "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";

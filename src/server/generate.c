@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "../sched/kvpolicy.h"
-#include "../tok/chat.h"
+#include "../chat/chat.h"
 #include "constrain.h"
 #include "stop.h"
 

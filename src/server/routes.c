@@ -31,7 +31,7 @@
 #include "server.h"
 #include "stop.h"
 #include "webui.h"
-#include "../tok/chat.h"
+#include "../chat/chat.h"
 
 /* ---- small helpers ---- */
 

@@ -24,7 +24,7 @@ typedef struct routes_ctx {
     const struct server_opts *o; /* server.h */
     const model *m;
     const tokenizer *tok;
-    void *chat;              /* chat template (tok/chat.h) or NULL             */
+    void *chat;              /* chat template (chat/chat.h) or NULL             */
     tc_format tool_format;   /* the template's tool-call syntax                */
     bool reasoning;          /* the template writes <think>...</think>         */
     bool template_calls;     /* the template writes assistant tool_calls       */

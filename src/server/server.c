@@ -29,7 +29,7 @@
 #include "metrics.h"
 #include "apis.h"
 #include "routes.h"
-#include "../tok/chat.h"
+#include "../chat/chat.h"
 
 bool server_host_is_loopback(const char *host) {
     if (!host || !*host || !strcasecmp(host, "localhost") || !strcmp(host, "::1")) return true;

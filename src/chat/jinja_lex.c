@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_internal.h"
+#include "chat/jinja_internal.h"
 
 typedef struct lexer {
     const char *s;
@@ -56,7 +56,7 @@ static void advance_to(lexer *L, size_t to) {
 static jtok *push(lexer *L, int kind, int line, int col) {
     if (L->n_toks == L->cap_toks) {
         size_t cap = L->cap_toks ? L->cap_toks * 2 : 256;
-        jtok *t = jinja_arena_alloc(L->a, cap * sizeof *t);
+        jtok *t = jinja__arena_alloc(L->a, cap * sizeof *t);
         if (!t) return NULL;
         if (L->n_toks) memcpy(t, L->toks, L->n_toks * sizeof *t);
         L->toks = t;
@@ -90,7 +90,7 @@ static int lex_string(lexer *L, jtok *t) {
     if (i >= L->n) return err_set(L->e, ERR_FORMAT, "%d:%d: unterminated string literal", t->line, t->col);
     const char *p = L->s + L->pos + 1;
     size_t len = (size_t)(L->s + i - p);
-    char *d = jinja_arena_alloc(L->a, len + 1);
+    char *d = jinja__arena_alloc(L->a, len + 1);
     if (!d) return nomem(L);
     size_t o = 0;
     for (size_t k = 0; k < len; k++) {
@@ -250,9 +250,9 @@ static int lex_tag(lexer *L, bool block, char *end_ctl) {
     }
 }
 
-int jinja_lex(const char *src, size_t len, jarena *a, jtok **out, size_t *n_out, err_t *e) {
+int jinja__lex(const char *src, size_t len, jarena *a, jtok **out, size_t *n_out, err_t *e) {
     /* Normalise newlines (\r\n and \r → \n), drop one trailing newline. */
-    char *s = jinja_arena_alloc(a, len + 1);
+    char *s = jinja__arena_alloc(a, len + 1);
     if (!s) return err_set(e, ERR_NOMEM, "template too large (%zu bytes)", len);
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_internal.h"
+#include "chat/jinja_internal.h"
 
 typedef struct parser {
     jtok *t;
@@ -107,7 +107,7 @@ static int unsupported(parser *P, jtok *t, const char *kind, const char *name) {
 static int nomem(parser *P) { return err_set(P->e, ERR_NOMEM, "template too large"); }
 
 static jnode *node(parser *P, int kind, jtok *at) {
-    jnode *n = jinja_arena_alloc(P->a, sizeof *n);
+    jnode *n = jinja__arena_alloc(P->a, sizeof *n);
     if (!n) return NULL;
     n->kind = kind;
     n->line = at->line;
@@ -116,7 +116,7 @@ static jnode *node(parser *P, int kind, jtok *at) {
 }
 
 static char *tok_str(parser *P, jtok *t) {
-    char *s = jinja_arena_alloc(P->a, t->n + 1);
+    char *s = jinja__arena_alloc(P->a, t->n + 1);
     if (s) memcpy(s, t->s, t->n);
     return s;
 }
@@ -131,8 +131,8 @@ typedef struct nlist {
 static bool nlist_push(parser *P, nlist *l, jnode *x, const char *name) {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
-        jnode **v = jinja_arena_alloc(P->a, (size_t)cap * sizeof *v);
-        const char **nm = jinja_arena_alloc(P->a, (size_t)cap * sizeof *nm);
+        jnode **v = jinja__arena_alloc(P->a, (size_t)cap * sizeof *v);
+        const char **nm = jinja__arena_alloc(P->a, (size_t)cap * sizeof *nm);
         if (!v || !nm) return false;
         if (l->n) {
             memcpy(v, l->v, (size_t)l->n * sizeof *v);
@@ -196,7 +196,7 @@ static int parse_args(parser *P, nlist *args) {
 static int note_call(parser *P, jnode *call) {
     if (P->n_calls == P->cap_calls) {
         size_t cap = P->cap_calls ? P->cap_calls * 2 : 16;
-        jnode **v = jinja_arena_alloc(P->a, cap * sizeof *v);
+        jnode **v = jinja__arena_alloc(P->a, cap * sizeof *v);
         if (!v) return nomem(P);
         if (P->n_calls) memcpy(v, P->calls, P->n_calls * sizeof *v);
         P->calls = v;
@@ -242,7 +242,7 @@ static int parse_primary(parser *P, jnode **out) {
         /* adjacent string literals are concatenated */
         size_t total = 0, k = 0;
         while (peek(P, k)->kind == TK_STRING) total += peek(P, k++)->n;
-        char *s = jinja_arena_alloc(P->a, total + 1);
+        char *s = jinja__arena_alloc(P->a, total + 1);
         if (!s) return nomem(P);
         size_t o = 0;
         while (cur(P)->kind == TK_STRING) {
@@ -432,8 +432,8 @@ static int parse_filters(parser *P, jnode **io) {
                 jnode *arg;
                 if ((rc = parse_primary(P, &arg))) return rc;
                 if ((rc = parse_postfix(P, &arg))) return rc;
-                n->list = jinja_arena_alloc(P->a, sizeof(jnode *));
-                n->names = jinja_arena_alloc(P->a, sizeof(char *));
+                n->list = jinja__arena_alloc(P->a, sizeof(jnode *));
+                n->names = jinja__arena_alloc(P->a, sizeof(char *));
                 if (!n->list || !n->names) return nomem(P);
                 n->list[0] = arg;
                 n->n_list = 1;
@@ -811,7 +811,7 @@ static int parse_macro(parser *P, jtok *at, jnode **out) {
     if ((rc = parse_body(P, ends, 1, &n->b)) || (rc = end_tag(P, "endmacro"))) return rc;
     if (P->n_macros == P->cap_macros) {
         size_t cap = P->cap_macros ? P->cap_macros * 2 : 8;
-        const char **v = jinja_arena_alloc(P->a, cap * sizeof *v);
+        const char **v = jinja__arena_alloc(P->a, cap * sizeof *v);
         if (!v) return nomem(P);
         if (P->n_macros) memcpy(v, P->macros, P->n_macros * sizeof *v);
         P->macros = v;
@@ -906,7 +906,7 @@ int jinja_parse(const char *src, size_t len, jinja_tmpl **out, err_t *e) {
     t->arena.limit = 0;
     jtok *toks;
     size_t n_toks;
-    int rc = jinja_lex(src ? src : "", src ? len : 0, &t->arena, &toks, &n_toks, e);
+    int rc = jinja__lex(src ? src : "", src ? len : 0, &t->arena, &toks, &n_toks, e);
     if (rc) goto fail;
     parser P = {.t = toks, .n = n_toks, .a = &t->arena, .e = e};
     if ((rc = parse_body(&P, NULL, 0, &t->root))) goto fail;
@@ -928,6 +928,6 @@ fail:
 
 void jinja_free(jinja_tmpl *t) {
     if (!t) return;
-    jinja_arena_free(&t->arena);
+    jinja__arena_free(&t->arena);
     free(t);
 }

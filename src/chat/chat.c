@@ -16,13 +16,13 @@
  * Invariant: the caller's JSON is never modified; the normalised copy is
  * freed before chat_render returns.
  */
-#include "tok/chat.h"
+#include "chat/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 struct chat_tmpl {
     jinja_tmpl *tmpl;

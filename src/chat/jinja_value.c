@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_internal.h"
+#include "chat/jinja_internal.h"
 
 /* ---- arena ------------------------------------------------------------------ */
 struct jchunk {
@@ -30,7 +30,7 @@ struct jchunk {
     _Alignas(16) unsigned char data[];
 };
 
-void *jinja_arena_alloc(jarena *a, size_t n) {
+void *jinja__arena_alloc(jarena *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
     jchunk *c = a->head;
@@ -58,7 +58,7 @@ void *jinja_arena_alloc(jarena *a, size_t n) {
     return p;
 }
 
-void jinja_arena_free(jarena *a) {
+void jinja__arena_free(jarena *a) {
     jchunk *c = a->head;
     while (c) {
         jchunk *nx = c->next;
@@ -70,7 +70,7 @@ void jinja_arena_free(jarena *a) {
 }
 
 /* ---- byte buffer ---------------------------------------------------------------- */
-void jinja_buf_put(jbuf *b, const char *s, size_t n) {
+void jinja__buf_put(jbuf *b, const char *s, size_t n) {
     if (b->over || n == 0) return;
     size_t need;
     if (!add_ok(b->n, n + 1, &need) || (b->limit && need > b->limit)) {
@@ -94,63 +94,63 @@ void jinja_buf_put(jbuf *b, const char *s, size_t n) {
     b->p[b->n] = 0;
 }
 
-void jinja_buf_putc(jbuf *b, char c) { jinja_buf_put(b, &c, 1); }
+void jinja__buf_putc(jbuf *b, char c) { jinja__buf_put(b, &c, 1); }
 
-void jinja_buf_printf(jbuf *b, const char *fmt, ...) {
+void jinja__buf_printf(jbuf *b, const char *fmt, ...) {
     char tmp[256];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (n > 0) jinja_buf_put(b, tmp, (size_t)MIN((size_t)n, sizeof tmp - 1));
+    if (n > 0) jinja__buf_put(b, tmp, (size_t)MIN((size_t)n, sizeof tmp - 1));
 }
 
 /* ---- containers ---------------------------------------------------------------- */
-jlist *jinja_list_new(jarena *a, size_t n) {
+jlist *jinja__list_new(jarena *a, size_t n) {
     size_t bytes;
     if (!mul_ok(n, sizeof(jv), &bytes)) return NULL;
-    jlist *l = jinja_arena_alloc(a, sizeof *l);
+    jlist *l = jinja__arena_alloc(a, sizeof *l);
     if (!l) return NULL;
     l->n = n;
-    if (n && !(l->v = jinja_arena_alloc(a, bytes))) return NULL;
+    if (n && !(l->v = jinja__arena_alloc(a, bytes))) return NULL;
     return l;
 }
 
-jdict *jinja_dict_new(jarena *a, size_t cap) {
-    jdict *d = jinja_arena_alloc(a, sizeof *d);
+jdict *jinja__dict_new(jarena *a, size_t cap) {
+    jdict *d = jinja__arena_alloc(a, sizeof *d);
     if (!d) return NULL;
     if (cap) {
         size_t bytes;
         if (!mul_ok(cap, sizeof(jv), &bytes)) return NULL;
-        d->k = jinja_arena_alloc(a, bytes);
-        d->v = jinja_arena_alloc(a, bytes);
+        d->k = jinja__arena_alloc(a, bytes);
+        d->v = jinja__arena_alloc(a, bytes);
         if (!d->k || !d->v) return NULL;
         d->cap = cap;
     }
     return d;
 }
 
-jv *jinja_dict_get(const jdict *d, jv key) {
+jv *jinja__dict_get(const jdict *d, jv key) {
     for (size_t i = 0; i < d->n; i++)
-        if (jinja_value_eq(d->k[i], key)) return &d->v[i];
+        if (jinja__value_eq(d->k[i], key)) return &d->v[i];
     return NULL;
 }
 
-jv *jinja_dict_get_str(const jdict *d, const char *k, size_t n) {
+jv *jinja__dict_get_str(const jdict *d, const char *k, size_t n) {
     for (size_t i = 0; i < d->n; i++)
         if (d->k[i].t == JV_STR && d->k[i].s.n == n && memcmp(d->k[i].s.p, k, n) == 0) return &d->v[i];
     return NULL;
 }
 
-bool jinja_dict_set(jarena *a, jdict *d, jv key, jv val) {
-    jv *old = jinja_dict_get(d, key);
+bool jinja__dict_set(jarena *a, jdict *d, jv key, jv val) {
+    jv *old = jinja__dict_get(d, key);
     if (old) {
         *old = val;
         return true;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
-        jv *k = jinja_arena_alloc(a, cap * sizeof(jv)), *v = jinja_arena_alloc(a, cap * sizeof(jv));
+        jv *k = jinja__arena_alloc(a, cap * sizeof(jv)), *v = jinja__arena_alloc(a, cap * sizeof(jv));
         if (!k || !v) return false;
         if (d->n) {
             memcpy(k, d->k, d->n * sizeof(jv));
@@ -166,15 +166,15 @@ bool jinja_dict_set(jarena *a, jdict *d, jv key, jv val) {
     return true;
 }
 
-bool jinja_str_dup(jarena *a, const char *p, size_t n, jv *out) {
-    char *s = jinja_arena_alloc(a, n + 1);
+bool jinja__str_dup(jarena *a, const char *p, size_t n, jv *out) {
+    char *s = jinja__arena_alloc(a, n + 1);
     if (!s) return false;
     if (n) memcpy(s, p, n);
     *out = jv_str(s, n);
     return true;
 }
 
-size_t jinja_utf8_len(const char *p, size_t n) {
+size_t jinja__utf8_len(const char *p, size_t n) {
     size_t c = 0;
     for (size_t i = 0; i < n; i++)
         if (((unsigned char)p[i] & 0xC0) != 0x80) c++;
@@ -185,10 +185,10 @@ size_t jinja_utf8_len(const char *p, size_t n) {
 
 /* Python repr(float). */
 static void put_float(jbuf *b, double x, bool json) {
-    if (isnan(x)) { jinja_buf_put(b, json ? "NaN" : "nan", json ? 3 : 3); return; }
+    if (isnan(x)) { jinja__buf_put(b, json ? "NaN" : "nan", json ? 3 : 3); return; }
     if (isinf(x)) {
-        if (json) jinja_buf_put(b, x < 0 ? "-Infinity" : "Infinity", x < 0 ? 9 : 8);
-        else jinja_buf_put(b, x < 0 ? "-inf" : "inf", x < 0 ? 4 : 3);
+        if (json) jinja__buf_put(b, x < 0 ? "-Infinity" : "Infinity", x < 0 ? 9 : 8);
+        else jinja__buf_put(b, x < 0 ? "-inf" : "inf", x < 0 ? 4 : 3);
         return;
     }
     char tmp[64];
@@ -237,88 +237,88 @@ static void put_float(jbuf *b, double x, bool json) {
         }
         o += snprintf(out + o, sizeof out - (size_t)o, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
     }
-    jinja_buf_put(b, out, strlen(out));
+    jinja__buf_put(b, out, strlen(out));
 }
 
 static void put_repr_str(jbuf *b, const char *p, size_t n) {
     bool has_sq = memchr(p, '\'', n) != NULL, has_dq = memchr(p, '"', n) != NULL;
     char q = has_sq && !has_dq ? '"' : '\'';
-    jinja_buf_putc(b, q);
+    jinja__buf_putc(b, q);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
-        if (c == '\\') jinja_buf_put(b, "\\\\", 2);
-        else if (c == (unsigned char)q) { jinja_buf_putc(b, '\\'); jinja_buf_putc(b, (char)c); }
-        else if (c == '\n') jinja_buf_put(b, "\\n", 2);
-        else if (c == '\r') jinja_buf_put(b, "\\r", 2);
-        else if (c == '\t') jinja_buf_put(b, "\\t", 2);
-        else if (c < 0x20 || c == 0x7f) jinja_buf_printf(b, "\\x%02x", c);
-        else jinja_buf_putc(b, (char)c);
+        if (c == '\\') jinja__buf_put(b, "\\\\", 2);
+        else if (c == (unsigned char)q) { jinja__buf_putc(b, '\\'); jinja__buf_putc(b, (char)c); }
+        else if (c == '\n') jinja__buf_put(b, "\\n", 2);
+        else if (c == '\r') jinja__buf_put(b, "\\r", 2);
+        else if (c == '\t') jinja__buf_put(b, "\\t", 2);
+        else if (c < 0x20 || c == 0x7f) jinja__buf_printf(b, "\\x%02x", c);
+        else jinja__buf_putc(b, (char)c);
     }
-    jinja_buf_putc(b, q);
+    jinja__buf_putc(b, q);
 }
 
 static void put_seq_repr(jbuf *b, jv v, int depth);
 
-void jinja_value_repr(jbuf *b, jv v) {
-    if (v.t == JV_UNDEF) jinja_buf_put(b, "Undefined", 9);
+void jinja__value_repr(jbuf *b, jv v) {
+    if (v.t == JV_UNDEF) jinja__buf_put(b, "Undefined", 9);
     else if (v.t == JV_STR) put_repr_str(b, v.s.p, v.s.n);
     else if (v.t == JV_LIST || v.t == JV_DICT) put_seq_repr(b, v, 0);
-    else jinja_value_str(b, v);
+    else jinja__value_str(b, v);
 }
 
 static void put_seq_repr(jbuf *b, jv v, int depth) {
     if (depth > 100) { /* a self-containing namespace cannot exist, but be safe */
-        jinja_buf_put(b, "...", 3);
+        jinja__buf_put(b, "...", 3);
         return;
     }
     if (v.t == JV_LIST) {
-        jinja_buf_putc(b, v.l->tuple ? '(' : '[');
+        jinja__buf_putc(b, v.l->tuple ? '(' : '[');
         for (size_t i = 0; i < v.l->n && !b->over; i++) {
-            if (i) jinja_buf_put(b, ", ", 2);
+            if (i) jinja__buf_put(b, ", ", 2);
             jv x = v.l->v[i];
             if (x.t == JV_LIST || x.t == JV_DICT) put_seq_repr(b, x, depth + 1);
-            else jinja_value_repr(b, x);
+            else jinja__value_repr(b, x);
         }
-        if (v.l->tuple && v.l->n == 1) jinja_buf_putc(b, ',');
-        jinja_buf_putc(b, v.l->tuple ? ')' : ']');
+        if (v.l->tuple && v.l->n == 1) jinja__buf_putc(b, ',');
+        jinja__buf_putc(b, v.l->tuple ? ')' : ']');
     } else {
-        jinja_buf_putc(b, '{');
+        jinja__buf_putc(b, '{');
         for (size_t i = 0; i < v.d->n && !b->over; i++) {
-            if (i) jinja_buf_put(b, ", ", 2);
-            jinja_value_repr(b, v.d->k[i]);
-            jinja_buf_put(b, ": ", 2);
+            if (i) jinja__buf_put(b, ", ", 2);
+            jinja__value_repr(b, v.d->k[i]);
+            jinja__buf_put(b, ": ", 2);
             jv x = v.d->v[i];
             if (x.t == JV_LIST || x.t == JV_DICT) put_seq_repr(b, x, depth + 1);
-            else jinja_value_repr(b, x);
+            else jinja__value_repr(b, x);
         }
-        jinja_buf_putc(b, '}');
+        jinja__buf_putc(b, '}');
     }
 }
 
-void jinja_value_str(jbuf *b, jv v) {
+void jinja__value_str(jbuf *b, jv v) {
     switch (v.t) {
     case JV_UNDEF: break;
-    case JV_NONE: jinja_buf_put(b, "None", 4); break;
-    case JV_BOOL: v.b ? jinja_buf_put(b, "True", 4) : jinja_buf_put(b, "False", 5); break;
-    case JV_INT: jinja_buf_printf(b, "%lld", (long long)v.i); break;
+    case JV_NONE: jinja__buf_put(b, "None", 4); break;
+    case JV_BOOL: v.b ? jinja__buf_put(b, "True", 4) : jinja__buf_put(b, "False", 5); break;
+    case JV_INT: jinja__buf_printf(b, "%lld", (long long)v.i); break;
     case JV_FLOAT: put_float(b, v.f, false); break;
-    case JV_STR: jinja_buf_put(b, v.s.p, v.s.n); break;
+    case JV_STR: jinja__buf_put(b, v.s.p, v.s.n); break;
     case JV_LIST: case JV_DICT: put_seq_repr(b, v, 0); break;
     case JV_NS: {
         jv d = {.t = JV_DICT, .d = v.d};
-        jinja_buf_put(b, "<Namespace ", 11);
+        jinja__buf_put(b, "<Namespace ", 11);
         put_seq_repr(b, d, 0);
-        jinja_buf_putc(b, '>');
+        jinja__buf_putc(b, '>');
         break;
     }
-    case JV_MACRO: jinja_buf_put(b, "<Macro>", 7); break;
-    case JV_FUNC: jinja_buf_put(b, "<function>", 10); break;
-    case JV_LOOP: jinja_buf_put(b, "<LoopContext>", 13); break;
+    case JV_MACRO: jinja__buf_put(b, "<Macro>", 7); break;
+    case JV_FUNC: jinja__buf_put(b, "<function>", 10); break;
+    case JV_LOOP: jinja__buf_put(b, "<LoopContext>", 13); break;
     }
 }
 
 static void put_json_str(jbuf *b, const char *p, size_t n) {
-    jinja_buf_putc(b, '"');
+    jinja__buf_putc(b, '"');
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
@@ -339,18 +339,18 @@ static void put_json_str(jbuf *b, const char *p, size_t n) {
             }
         }
         if (esc) {
-            jinja_buf_put(b, p + run, i - run);
-            jinja_buf_put(b, esc, strlen(esc));
+            jinja__buf_put(b, p + run, i - run);
+            jinja__buf_put(b, esc, strlen(esc));
             run = i + 1;
         }
     }
-    jinja_buf_put(b, p + run, n - run);
-    jinja_buf_putc(b, '"');
+    jinja__buf_put(b, p + run, n - run);
+    jinja__buf_putc(b, '"');
 }
 
 static void newline_indent(jbuf *b, int indent, int level) {
-    jinja_buf_putc(b, '\n');
-    for (int i = 0; i < indent * level && !b->over; i++) jinja_buf_putc(b, ' ');
+    jinja__buf_putc(b, '\n');
+    for (int i = 0; i < indent * level && !b->over; i++) jinja__buf_putc(b, ' ');
 }
 
 static int cmp_keys(const void *x, const void *y) {
@@ -361,30 +361,30 @@ static int cmp_keys(const void *x, const void *y) {
     return a->s.n < b->s.n ? -1 : a->s.n > b->s.n;
 }
 
-bool jinja_value_json(jbuf *b, jv v, int indent, const char *item_sep, const char *key_sep, bool sort_keys, int depth) {
+bool jinja__value_json(jbuf *b, jv v, int indent, const char *item_sep, const char *key_sep, bool sort_keys, int depth) {
     if (depth > 200) return false;
     size_t isl = strlen(item_sep), ksl = strlen(key_sep);
     switch (v.t) {
-    case JV_NONE: jinja_buf_put(b, "null", 4); return true;
-    case JV_BOOL: v.b ? jinja_buf_put(b, "true", 4) : jinja_buf_put(b, "false", 5); return true;
-    case JV_INT: jinja_buf_printf(b, "%lld", (long long)v.i); return true;
+    case JV_NONE: jinja__buf_put(b, "null", 4); return true;
+    case JV_BOOL: v.b ? jinja__buf_put(b, "true", 4) : jinja__buf_put(b, "false", 5); return true;
+    case JV_INT: jinja__buf_printf(b, "%lld", (long long)v.i); return true;
     case JV_FLOAT: put_float(b, v.f, true); return true;
     case JV_STR: put_json_str(b, v.s.p, v.s.n); return true;
     case JV_LIST:
-        if (v.l->n == 0) { jinja_buf_put(b, "[]", 2); return true; }
-        jinja_buf_putc(b, '[');
+        if (v.l->n == 0) { jinja__buf_put(b, "[]", 2); return true; }
+        jinja__buf_putc(b, '[');
         for (size_t i = 0; i < v.l->n && !b->over; i++) {
-            if (i) jinja_buf_put(b, item_sep, isl);
+            if (i) jinja__buf_put(b, item_sep, isl);
             if (indent >= 0) newline_indent(b, indent, depth + 1);
-            if (!jinja_value_json(b, v.l->v[i], indent, item_sep, key_sep, sort_keys, depth + 1)) return false;
+            if (!jinja__value_json(b, v.l->v[i], indent, item_sep, key_sep, sort_keys, depth + 1)) return false;
         }
         if (indent >= 0) newline_indent(b, indent, depth);
-        jinja_buf_putc(b, ']');
+        jinja__buf_putc(b, ']');
         return true;
     case JV_DICT:
     case JV_NS: {
         const jdict *d = v.d;
-        if (d->n == 0) { jinja_buf_put(b, "{}", 2); return true; }
+        if (d->n == 0) { jinja__buf_put(b, "{}", 2); return true; }
         const jv **order = malloc(d->n * sizeof *order);
         if (!order) { b->over = true; return true; }
         bool all_str = true;
@@ -393,26 +393,26 @@ bool jinja_value_json(jbuf *b, jv v, int indent, const char *item_sep, const cha
             if (d->k[i].t != JV_STR) all_str = false;
         }
         if (sort_keys && all_str) qsort(order, d->n, sizeof *order, cmp_keys);
-        jinja_buf_putc(b, '{');
+        jinja__buf_putc(b, '{');
         bool ok = true;
         for (size_t i = 0; i < d->n && !b->over && ok; i++) {
             size_t idx = (size_t)(order[i] - d->k);
             jv k = d->k[idx];
-            if (i) jinja_buf_put(b, item_sep, isl);
+            if (i) jinja__buf_put(b, item_sep, isl);
             if (indent >= 0) newline_indent(b, indent, depth + 1);
             if (k.t == JV_STR) put_json_str(b, k.s.p, k.s.n);
-            else if (k.t == JV_INT) jinja_buf_printf(b, "\"%lld\"", (long long)k.i);
-            else if (k.t == JV_BOOL) jinja_buf_put(b, k.b ? "\"true\"" : "\"false\"", k.b ? 6 : 7);
-            else if (k.t == JV_NONE) jinja_buf_put(b, "\"null\"", 6);
-            else if (k.t == JV_FLOAT) { jinja_buf_putc(b, '"'); put_float(b, k.f, true); jinja_buf_putc(b, '"'); }
+            else if (k.t == JV_INT) jinja__buf_printf(b, "\"%lld\"", (long long)k.i);
+            else if (k.t == JV_BOOL) jinja__buf_put(b, k.b ? "\"true\"" : "\"false\"", k.b ? 6 : 7);
+            else if (k.t == JV_NONE) jinja__buf_put(b, "\"null\"", 6);
+            else if (k.t == JV_FLOAT) { jinja__buf_putc(b, '"'); put_float(b, k.f, true); jinja__buf_putc(b, '"'); }
             else ok = false;
-            jinja_buf_put(b, key_sep, ksl);
-            if (ok) ok = jinja_value_json(b, d->v[idx], indent, item_sep, key_sep, sort_keys, depth + 1);
+            jinja__buf_put(b, key_sep, ksl);
+            if (ok) ok = jinja__value_json(b, d->v[idx], indent, item_sep, key_sep, sort_keys, depth + 1);
         }
         free(order);
         if (!ok) return false;
         if (indent >= 0) newline_indent(b, indent, depth);
-        jinja_buf_putc(b, '}');
+        jinja__buf_putc(b, '}');
         return true;
     }
     default: return false;
@@ -420,7 +420,7 @@ bool jinja_value_json(jbuf *b, jv v, int indent, const char *item_sep, const cha
 }
 
 /* ---- semantics ---------------------------------------------------------------- */
-bool jinja_value_truthy(jv v) {
+bool jinja__value_truthy(jv v) {
     switch (v.t) {
     case JV_UNDEF: case JV_NONE: return false;
     case JV_BOOL: return v.b;
@@ -441,7 +441,7 @@ static double num_f(jv v) { return v.t == JV_FLOAT ? v.f : v.t == JV_INT ? (doub
 
 static bool eq_depth(jv a, jv b, int depth);
 
-bool jinja_value_eq(jv a, jv b) { return eq_depth(a, b, 0); }
+bool jinja__value_eq(jv a, jv b) { return eq_depth(a, b, 0); }
 
 static bool eq_depth(jv a, jv b, int depth) {
     if (depth > EQ_MAX_DEPTH) return false;
@@ -464,7 +464,7 @@ static bool eq_depth(jv a, jv b, int depth) {
     case JV_DICT:
         if (a.d->n != b.d->n) return false;
         for (size_t i = 0; i < a.d->n; i++) {
-            jv *o = jinja_dict_get(b.d, a.d->k[i]);
+            jv *o = jinja__dict_get(b.d, a.d->k[i]);
             if (!o || !eq_depth(a.d->v[i], *o, depth + 1)) return false;
         }
         return true;
@@ -476,23 +476,23 @@ static bool eq_depth(jv a, jv b, int depth) {
     }
 }
 
-const char *jinja_value_type(jv v) {
+const char *jinja__value_type(jv v) {
     static const char *const names[] = {"undefined", "none", "bool", "int", "float", "string", "list",
                                         "dict", "namespace", "macro", "function", "loop"};
     return v.t >= 0 && v.t < (int)ARRAY_LEN(names) ? names[v.t] : "?";
 }
 
-bool jinja_value_from_json(jarena *a, json_t *j, jv *out, int depth) {
+bool jinja__value_from_json(jarena *a, json_t *j, jv *out, int depth) {
     if (depth > 500) return false;
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
-        jdict *d = jinja_dict_new(a, json_object_size(j));
+        jdict *d = jinja__dict_new(a, json_object_size(j));
         if (!d) return false;
         const char *k;
         json_t *v;
         json_object_foreach(j, k, v) {
             jv kv = jv_str(k, strlen(k)), vv;
-            if (!jinja_value_from_json(a, v, &vv, depth + 1)) return false;
+            if (!jinja__value_from_json(a, v, &vv, depth + 1)) return false;
             /* keys of a JSON object are unique: append without a lookup */
             d->k[d->n] = kv;
             d->v[d->n] = vv;
@@ -503,10 +503,10 @@ bool jinja_value_from_json(jarena *a, json_t *j, jv *out, int depth) {
         return true;
     }
     case JSON_ARRAY: {
-        jlist *l = jinja_list_new(a, json_array_size(j));
+        jlist *l = jinja__list_new(a, json_array_size(j));
         if (!l) return false;
         for (size_t i = 0; i < l->n; i++)
-            if (!jinja_value_from_json(a, json_array_get(j, i), &l->v[i], depth + 1)) return false;
+            if (!jinja__value_from_json(a, json_array_get(j, i), &l->v[i], depth + 1)) return false;
         out->t = JV_LIST;
         out->l = l;
         return true;

@@ -1,7 +1,9 @@
 /*
  * jinja_internal.h — shared between the files of the Jinja engine only
  * (jinja_lex.c, jinja_parse.c, jinja_value.c, jinja_eval.c). Nothing
- * outside src/tok/jinja*.c may include it.
+ * outside src/chat/jinja*.c may include it. Its functions carry the
+ * `jinja__` prefix (cross-file private, as tok/'s `tok__`); the public
+ * ones (jinja.h) have one underscore.
  *
  *   jinja_lex.c    template bytes → tokens (text with whitespace control
  *                  already applied, tag delimiters, expression tokens)
@@ -22,10 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 /* ---- arena ----------------------------------------------------------------
- * Bump allocator over malloc'd chunks. jinja_arena_alloc returns zeroed memory or
+ * Bump allocator over malloc'd chunks. jinja__arena_alloc returns zeroed memory or
  * NULL when the cap (`limit`, 0 = none) would be passed or malloc fails.   */
 typedef struct jchunk jchunk;
 typedef struct jarena {
@@ -33,8 +35,8 @@ typedef struct jarena {
     size_t used;  /* bytes handed out plus chunk overheads */
     size_t limit; /* 0: unlimited */
 } jarena;
-void *jinja_arena_alloc(jarena *a, size_t n);
-void jinja_arena_free(jarena *a);
+void *jinja__arena_alloc(jarena *a, size_t n);
+void jinja__arena_free(jarena *a);
 
 /* ---- tokens ---------------------------------------------------------------- */
 enum {
@@ -61,7 +63,7 @@ typedef struct jtok {
 } jtok;
 
 /* Splits the template into tokens (array in the arena, ends with TK_EOF). */
-int jinja_lex(const char *src, size_t len, jarena *a, jtok **out, size_t *n_out, err_t *e);
+int jinja__lex(const char *src, size_t len, jarena *a, jtok **out, size_t *n_out, err_t *e);
 
 /* ---- values ---------------------------------------------------------------- */
 enum {
@@ -129,32 +131,32 @@ typedef struct jbuf {
     size_t n, cap, limit;
     bool over; /* an append was refused because of the cap or malloc */
 } jbuf;
-void jinja_buf_put(jbuf *b, const char *s, size_t n);
-void jinja_buf_putc(jbuf *b, char c);
-void jinja_buf_printf(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void jinja__buf_put(jbuf *b, const char *s, size_t n);
+void jinja__buf_putc(jbuf *b, char c);
+void jinja__buf_printf(jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Arena-backed containers; NULL / false when the arena cap is hit. */
-jlist *jinja_list_new(jarena *a, size_t n);
-jdict *jinja_dict_new(jarena *a, size_t cap);
-bool jinja_dict_set(jarena *a, jdict *d, jv key, jv val);
-jv *jinja_dict_get(const jdict *d, jv key);         /* NULL when absent */
-jv *jinja_dict_get_str(const jdict *d, const char *k, size_t n);
-bool jinja_str_dup(jarena *a, const char *p, size_t n, jv *out);
+jlist *jinja__list_new(jarena *a, size_t n);
+jdict *jinja__dict_new(jarena *a, size_t cap);
+bool jinja__dict_set(jarena *a, jdict *d, jv key, jv val);
+jv *jinja__dict_get(const jdict *d, jv key);         /* NULL when absent */
+jv *jinja__dict_get_str(const jdict *d, const char *k, size_t n);
+bool jinja__str_dup(jarena *a, const char *p, size_t n, jv *out);
 
 /* Conversions. Returns false only when the buffer overflowed. */
-void jinja_value_str(jbuf *b, jv v);   /* Python str(): what {{ v }} prints */
-void jinja_value_repr(jbuf *b, jv v);  /* Python repr(): used inside lists/dicts */
+void jinja__value_str(jbuf *b, jv v);   /* Python str(): what {{ v }} prints */
+void jinja__value_repr(jbuf *b, jv v);  /* Python repr(): used inside lists/dicts */
 /* Python json.dumps(v, ensure_ascii=False, indent=indent (<0: none),
  * separators=(item_sep, key_sep), sort_keys). Returns false when `v` holds
  * something JSON cannot express (undefined, a macro...). */
-bool jinja_value_json(jbuf *b, jv v, int indent, const char *item_sep, const char *key_sep, bool sort_keys, int depth);
-bool jinja_value_truthy(jv v);
-bool jinja_value_eq(jv a, jv b);
-const char *jinja_value_type(jv v);
+bool jinja__value_json(jbuf *b, jv v, int indent, const char *item_sep, const char *key_sep, bool sort_keys, int depth);
+bool jinja__value_truthy(jv v);
+bool jinja__value_eq(jv a, jv b);
+const char *jinja__value_type(jv v);
 /* Converts a jansson value into an arena value; false on cap. */
-bool jinja_value_from_json(jarena *a, json_t *j, jv *out, int depth);
+bool jinja__value_from_json(jarena *a, json_t *j, jv *out, int depth);
 /* UTF-8 helpers */
-size_t jinja_utf8_len(const char *p, size_t n); /* number of code points */
+size_t jinja__utf8_len(const char *p, size_t n); /* number of code points */
 
 /* ---- AST --------------------------------------------------------------------
  * Statements and expressions share one node type; `kind` says which fields
@@ -240,27 +242,27 @@ static inline bool jv_is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || 
 static inline double jv_num_of(jv v) { return v.t == JV_FLOAT ? v.f : (double)jv_int_of(v); }
 
 /* Records "line:col: message" (from node n, may be NULL) and returns code. */
-int jinja_eval_err(jrender *R, const jnode *n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-int jinja_eval_oom(jrender *R, const jnode *n);            /* ERR_RANGE: memory cap */
-int jinja_eval_step(jrender *R, const jnode *n, long k);   /* counts k steps; ERR_RANGE past the cap */
-int jinja_eval_to_str(jrender *R, const jnode *n, jv v, jv *out);   /* str(v) in the arena */
-int jinja_eval_buf_to_str(jrender *R, const jnode *n, jbuf *b, jv *out); /* frees b */
-int jinja_eval_make_list(jrender *R, const jnode *n, size_t len, jv *out);
-int jinja_eval_cp_offsets(jrender *R, const jnode *n, jv s, size_t **off, size_t *n_cp);
-int jinja_eval_iter(jrender *R, const jnode *n, jv v, jlist **out); /* items of an iterable */
-const jv *jinja_eval_arg(const jargs *a, int pos, const char *name); /* by name, else pos-th positional */
-int jinja_eval_n_positional(const jargs *a);
-jv jinja_eval_attr(jv obj, const char *name);             /* obj.name, undefined if absent */
-jv jinja_eval_path(jv obj, jv path);                      /* "a.b.0" attribute path */
-int jinja_eval_slice(jrender *R, const jnode *n, jv obj, jv *parts, jv *out);
-int jinja_eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out);
-int jinja_eval_compare(jrender *R, const jnode *n, int op, jv a, jv b, bool *res);
-int jinja_eval_order(jv a, jv b, bool case_sensitive);    /* sort order for sort/min/max */
+int jinja__eval_err(jrender *R, const jnode *n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int jinja__eval_oom(jrender *R, const jnode *n);            /* ERR_RANGE: memory cap */
+int jinja__eval_step(jrender *R, const jnode *n, long k);   /* counts k steps; ERR_RANGE past the cap */
+int jinja__eval_to_str(jrender *R, const jnode *n, jv v, jv *out);   /* str(v) in the arena */
+int jinja__eval_buf_to_str(jrender *R, const jnode *n, jbuf *b, jv *out); /* frees b */
+int jinja__eval_make_list(jrender *R, const jnode *n, size_t len, jv *out);
+int jinja__eval_cp_offsets(jrender *R, const jnode *n, jv s, size_t **off, size_t *n_cp);
+int jinja__eval_iter(jrender *R, const jnode *n, jv v, jlist **out); /* items of an iterable */
+const jv *jinja__eval_arg(const jargs *a, int pos, const char *name); /* by name, else pos-th positional */
+int jinja__eval_n_positional(const jargs *a);
+jv jinja__eval_attr(jv obj, const char *name);             /* obj.name, undefined if absent */
+jv jinja__eval_path(jv obj, jv path);                      /* "a.b.0" attribute path */
+int jinja__eval_slice(jrender *R, const jnode *n, jv obj, jv *parts, jv *out);
+int jinja__eval_binop(jrender *R, const jnode *n, int op, jv a, jv b, jv *out);
+int jinja__eval_compare(jrender *R, const jnode *n, int op, jv a, jv b, bool *res);
+int jinja__eval_order(jv a, jv b, bool case_sensitive);    /* sort order for sort/min/max */
 
 /* ---- builtins (jinja_builtins.c) -------------------------------------------- */
-int jinja_builtins_test(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, bool *res);
-int jinja_builtins_method(jrender *R, const jnode *n, jv obj, const char *m, const jargs *a, jv *out);
-int jinja_builtins_filter(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out);
-int jinja_builtins_call(jrender *R, const jnode *n, int fn, const jargs *a, jv *out); /* FN_* */
+int jinja__builtins_test(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, bool *res);
+int jinja__builtins_method(jrender *R, const jnode *n, jv obj, const char *m, const jargs *a, jv *out);
+int jinja__builtins_filter(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out);
+int jinja__builtins_call(jrender *R, const jnode *n, int fn, const jargs *a, jv *out); /* FN_* */
 
 #endif
