@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "base.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -203,4 +204,82 @@ int utf8_encode(uint32_t cp, char *out) {
     o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
     o[3] = (uint8_t)(0x80 | (cp & 0x3F));
     return 4;
+}
+
+/* ---- numbers from text ---- */
+
+bool parse_long(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool parse_float(const char *s, float *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+int parse_size(const char *flag, const char *v, size_t *out, err_t *e) {
+    char *end = NULL;
+    errno = 0;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || end == v || errno || !(x > 0))
+        return err_set(e, ERR_INVALID, "%s: expected a size such as 512M, got '%s'", flag, v ? v : "");
+    double mul = 1;
+    if (*end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'K': mul = 1024.0; break;
+        case 'M': mul = 1024.0 * 1024; break;
+        case 'G': mul = 1024.0 * 1024 * 1024; break;
+        default: return err_set(e, ERR_INVALID, "%s: unknown size suffix in '%s' (use K, M or G)", flag, v);
+        }
+        end++;
+        if (*end == 'i' || *end == 'I') end++;
+        if (*end == 'b' || *end == 'B') end++;
+        if (*end) return err_set(e, ERR_INVALID, "%s: trailing characters in '%s'", flag, v);
+    }
+    x *= mul;
+    if (x > 1e15) return err_set(e, ERR_INVALID, "%s: '%s' is too large", flag, v);
+    *out = (size_t)x;
+    return 0;
+}
+
+/* ---- random numbers ---- */
+
+void rng_seed(rng *r, uint64_t seed) {
+    /* splitmix64 to expand the seed into the xorshift128+ state */
+    for (int i = 0; i < 2; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        r->s[i] = z ^ (z >> 31);
+    }
+    if (!r->s[0] && !r->s[1]) r->s[0] = 1;
+}
+
+uint64_t rng_next(rng *r) {
+    uint64_t s1 = r->s[0];
+    const uint64_t s0 = r->s[1];
+    const uint64_t out = s0 + s1;
+    r->s[0] = s0;
+    s1 ^= s1 << 23;
+    r->s[1] = s1 ^ s0 ^ (s1 >> 18) ^ (s0 >> 5);
+    return out;
+}
+
+double rng_uniform(rng *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+float rng_normal(rng *r) {
+    double u1 = rng_uniform(r), u2 = rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }

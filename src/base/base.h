@@ -129,4 +129,27 @@ int utf8_encode(uint32_t cp, char *out);
 /* Reads a whole file into a malloc'd NUL-terminated buffer. */
 int file_read_all(const char *path, char **out, size_t *n_out, err_t *e);
 
+/* ---- numbers from text (command-line flags) -------------------------------- */
+/* The whole of s as a decimal integer in [lo, hi]; false on anything else
+ * (empty, trailing characters, overflow, out of range). */
+bool parse_long(const char *s, long lo, long hi, long *out);
+/* The whole of s as a finite or infinite float (strtof); false on anything
+ * else. */
+bool parse_float(const char *s, float *out);
+/* A byte size: a positive number with an optional K, M or G suffix (powers
+ * of 1024; "Mi", "MB", "MiB" accepted), at most 1e15. Returns 0, or -1 with
+ * a message naming flag in e. */
+int parse_size(const char *flag, const char *s, size_t *out, err_t *e);
+
+/* ---- random numbers -------------------------------------------------------- */
+/* Small seeded RNG (splitmix64 seeding, xorshift128+): sampling, random
+ * weights (kvloom gen), benchmark inputs, tests. */
+typedef struct rng {
+    uint64_t s[2];
+} rng;
+void rng_seed(rng *r, uint64_t seed);
+uint64_t rng_next(rng *r);
+double rng_uniform(rng *r); /* [0, 1) with 53 random bits */
+float rng_normal(rng *r);   /* standard normal */
+
 #endif

@@ -60,15 +60,6 @@ static int bench_usage(FILE *out) {
     return 2;
 }
 
-static bool bench_parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return false;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -170,12 +161,11 @@ typedef struct bench_ctx {
     int32_t *tok, *pos, *sid;
     int max_tokens;
     float *logits;
-    uint64_t rng;
+    rng rng;
 } bench_ctx;
 
 static int32_t bench_token(bench_ctx *b) {
-    b->rng = b->rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (int32_t)((b->rng >> 33) % (uint64_t)b->m->cfg.n_vocab);
+    return (int32_t)(rng_next(&b->rng) % (uint64_t)b->m->cfg.n_vocab);
 }
 
 /* Runs positions [p0, p0+n) in batches of at most max_tokens; 0 or <0. */
@@ -250,13 +240,13 @@ int cli_bench(int argc, char **argv) {
         if (strcmp(a, "-m") == 0) path = v;
         else if (strcmp(a, "--text") == 0) text_path = v;
         else if (strcmp(a, "--tools") == 0) tools_path = v;
-        else if (strcmp(a, "-n") == 0) ok = bench_parse_int(v, 1, 100000, &n_objects);
-        else if (strcmp(a, "-t") == 0) ok = bench_parse_int(v, 1, 256, &threads);
-        else if (strcmp(a, "--pp") == 0) ok = bench_parse_int(v, 0, 1 << 16, &pp);
-        else if (strcmp(a, "--tg") == 0) ok = bench_parse_int(v, 0, 1 << 16, &tg);
-        else if (strcmp(a, "--depth") == 0) ok = bench_parse_int(v, 0, 1 << 20, &depth);
-        else if (strcmp(a, "-r") == 0) ok = bench_parse_int(v, 1, 1000, &reps);
-        else if (strcmp(a, "--seqs") == 0) ok = bench_parse_int(v, 1, 256, &n_seqs);
+        else if (strcmp(a, "-n") == 0) ok = parse_long(v, 1, 100000, &n_objects);
+        else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 256, &threads);
+        else if (strcmp(a, "--pp") == 0) ok = parse_long(v, 0, 1 << 16, &pp);
+        else if (strcmp(a, "--tg") == 0) ok = parse_long(v, 0, 1 << 16, &tg);
+        else if (strcmp(a, "--depth") == 0) ok = parse_long(v, 0, 1 << 20, &depth);
+        else if (strcmp(a, "-r") == 0) ok = parse_long(v, 1, 1000, &reps);
+        else if (strcmp(a, "--seqs") == 0) ok = parse_long(v, 1, 256, &n_seqs);
         else {
             fprintf(stderr, "kvloom bench: unknown option '%s'\n", a);
             return bench_usage(stderr);
@@ -288,7 +278,8 @@ int cli_bench(int argc, char **argv) {
     const int bt = 16, n_blocks = (int)((n_ctx + bt - 1) / bt);
     const bool shared_run = n_seqs > 1 && depth > 0 && tg > 0;
     const int own_blocks = shared_run ? (int)n_seqs * (int)((depth % bt + tg + bt - 1) / bt + 1) : 0;
-    bench_ctx b = {.m = m, .rng = 0x9e3779b97f4a7c15ull};
+    bench_ctx b = {.m = m};
+    rng_seed(&b.rng, 0x9e3779b97f4a7c15ull);
     b.max_tokens = (int)MAX(1, MIN(pp, 512));
     b.kv = model_kv_new(m, n_blocks + own_blocks, bt);
     b.st = model_state_new(m, (int)MAX(b.max_tokens, n_seqs), (int)n_ctx, (int)threads);

@@ -67,7 +67,8 @@ static int walk_masks(grammar *g, const gvocab *gv, int n_vocab, long n_objects)
     int32_t *allowed = xmalloc((size_t)n_vocab * sizeof *allowed);
     size_t cap = 4096, n_t = 0;
     int64_t *t = xmalloc(cap * sizeof *t);
-    uint64_t rng = 0x2545F4914F6CDD1Dull;
+    rng rg;
+    rng_seed(&rg, 0x2545F4914F6CDD1Dull);
     char forced[1024];
     long n_done = 0, n_bytes = 0;
     for (long o = 0; o < n_objects; o++) {
@@ -87,8 +88,7 @@ static int walk_masks(grammar *g, const gvocab *gv, int n_vocab, long n_objects)
                 free(mask), free(allowed), free(t);
                 return 1;
             }
-            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-            int32_t tok = allowed[rng % (uint64_t)k];
+            int32_t tok = allowed[rng_next(&rg) % (uint64_t)k];
             if (gmatch_accept(m, tok) < 0) break;
             int nf = gmatch_forced(m, forced, (int)sizeof forced);
             if (nf > 0 && gmatch_accept_bytes(m, forced, (size_t)nf) == 0) n_bytes += nf;

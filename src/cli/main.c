@@ -66,24 +66,6 @@ static const char *default_model(void) {
     return SERVER_DEFAULT_MODEL;
 }
 
-static bool parse_int(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_float(const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end) return false;
-    *out = v;
-    return true;
-}
-
 _Noreturn static void die(const char *fmt, const char *arg) {
     fprintf(stderr, "kvloom: ");
     fprintf(stderr, fmt, arg);
@@ -117,13 +99,13 @@ static int cmd_run(int argc, char **argv) {
         if (strcmp(a, "-m") == 0) model_path = v;
         else if (strcmp(a, "-p") == 0) prompt = v;
         else if (strcmp(a, "-n") == 0) {
-            if (!parse_int(v, 0, 1 << 24, &n_predict)) die("-n: expected a count, got '%s'", v);
+            if (!parse_long(v, 0, 1 << 24, &n_predict)) die("-n: expected a count, got '%s'", v);
         } else if (strcmp(a, "-t") == 0) {
-            if (!parse_int(v, 1, 1024, &threads)) die("-t: expected a thread count, got '%s'", v);
+            if (!parse_long(v, 1, 1024, &threads)) die("-t: expected a thread count, got '%s'", v);
         } else if (strcmp(a, "--temp") == 0) {
             if (!parse_float(v, &sp.temperature)) die("--temp: expected a number, got '%s'", v);
         } else if (strcmp(a, "--top-k") == 0) {
-            if (!parse_int(v, 0, INT_MAX, &iv)) die("--top-k: expected an integer, got '%s'", v);
+            if (!parse_long(v, 0, INT_MAX, &iv)) die("--top-k: expected an integer, got '%s'", v);
             sp.top_k = (int)iv;
         } else if (strcmp(a, "--top-p") == 0) {
             if (!parse_float(v, &sp.top_p)) die("--top-p: expected a number, got '%s'", v);
@@ -132,7 +114,7 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--repeat-penalty") == 0) {
             if (!parse_float(v, &sp.repeat_penalty)) die("--repeat-penalty: expected a number, got '%s'", v);
         } else if (strcmp(a, "--seed") == 0) {
-            if (!parse_int(v, 0, LONG_MAX, &iv)) die("--seed: expected a non-negative integer, got '%s'", v);
+            if (!parse_long(v, 0, LONG_MAX, &iv)) die("--seed: expected a non-negative integer, got '%s'", v);
             sp.seed = (uint64_t)iv;
         } else die("run: unknown option '%s' (see kvloom --help)", a);
     }

@@ -50,35 +50,6 @@ int sampler_params_check(const sampler_params *p, err_t *e) {
     return 0;
 }
 
-void rng_seed(rng *r, uint64_t seed) {
-    /* splitmix64 to expand the seed into the xorshift128+ state */
-    for (int i = 0; i < 2; i++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        r->s[i] = z ^ (z >> 31);
-    }
-    if (!r->s[0] && !r->s[1]) r->s[0] = 1;
-}
-
-uint64_t rng_next(rng *r) {
-    uint64_t s1 = r->s[0];
-    const uint64_t s0 = r->s[1];
-    const uint64_t out = s0 + s1;
-    r->s[0] = s0;
-    s1 ^= s1 << 23;
-    r->s[1] = s1 ^ s0 ^ (s1 >> 18) ^ (s0 >> 5);
-    return out;
-}
-
-double rng_uniform(rng *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
-
-float rng_normal(rng *r) {
-    double u1 = rng_uniform(r), u2 = rng_uniform(r);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 sampler *sampler_new(const sampler_params *p, int n_vocab) {
     ASSERT(n_vocab > 0);
     sampler *s = xcalloc(1, sizeof *s);

@@ -57,13 +57,6 @@ void sampler_accept(sampler *s, int32_t token);
 int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *chosen_logprob, int32_t *top_ids,
                        float *top_lps);
 
-/* Small seeded RNG (splitmix64 / xorshift), exported for tests and tools. */
-typedef struct rng {
-    uint64_t s[2];
-} rng;
-void rng_seed(rng *r, uint64_t seed);
-uint64_t rng_next(rng *r);
-double rng_uniform(rng *r); /* [0, 1) with 53 random bits */
-float rng_normal(rng *r);   /* standard normal */
+/* (the RNG, rng_*, is base.h's) */
 
 #endif

@@ -100,36 +100,10 @@ const char *server_usage(void) {
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, int *out, err_t *e) {
-    char *end = NULL;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi)
+    long x;
+    if (!parse_long(v, lo, hi, &x))
         return err_set(e, ERR_INVALID, "%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, v ? v : "");
     *out = (int)x;
-    return 0;
-}
-
-static int parse_bytes(const char *flag, const char *v, size_t *out, err_t *e) {
-    char *end = NULL;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || end == v || errno || x <= 0) return err_set(e, ERR_INVALID, "%s: expected a size such as 512M, got '%s'", flag, v ? v : "");
-    double mul = 1;
-    if (*end) {
-        switch (toupper((unsigned char)*end)) {
-        case 'K': mul = 1024.0; break;
-        case 'M': mul = 1024.0 * 1024; break;
-        case 'G': mul = 1024.0 * 1024 * 1024; break;
-        default: return err_set(e, ERR_INVALID, "%s: unknown size suffix in '%s' (use K, M or G)", flag, v);
-        }
-        end++;
-        if (*end == 'i' || *end == 'I') end++;
-        if (*end == 'b' || *end == 'B') end++;
-        if (*end) return err_set(e, ERR_INVALID, "%s: trailing characters in '%s'", flag, v);
-    }
-    x *= mul;
-    if (x > 1e15) return err_set(e, ERR_INVALID, "%s: '%s' is too large", flag, v);
-    *out = (size_t)x;
     return 0;
 }
 
@@ -214,7 +188,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             rc = parse_int(a, v, 0, 65535, &o->port, e);
         } else if (!strcmp(a, "--kv-mem")) {
             NEED_VALUE;
-            rc = parse_bytes(a, v, &o->kv_mem_bytes, e);
+            rc = parse_size(a, v, &o->kv_mem_bytes, e);
         } else if (!strcmp(a, "--max-batch-tokens")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 1 << 20, &o->max_batch_tokens, e);
@@ -242,7 +216,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             rc = parse_int(a, v, 1, 1024, &o->block_tokens, e);
         } else if (!strcmp(a, "--max-body")) {
             NEED_VALUE;
-            rc = parse_bytes(a, v, &o->max_body_bytes, e);
+            rc = parse_size(a, v, &o->max_body_bytes, e);
         } else if (!strcmp(a, "--max-connections")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 65536, &o->max_connections, e);
@@ -251,7 +225,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             rc = parse_int(a, v, 1, 65536, &o->max_conns_per_ip, e);
         } else if (!strcmp(a, "--max-body-total")) {
             NEED_VALUE;
-            rc = parse_bytes(a, v, &o->max_body_total, e);
+            rc = parse_size(a, v, &o->max_body_total, e);
         } else if (!strcmp(a, "--timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 86400, &o->timeout_s, e);
@@ -295,7 +269,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             o->kv_disk_dir = v;
         } else if (!strcmp(a, "--kv-disk-size")) {
             NEED_VALUE;
-            rc = parse_bytes(a, v, &o->kv_disk_max_bytes, e);
+            rc = parse_size(a, v, &o->kv_disk_max_bytes, e);
         } else if (!strcmp(a, "--check")) {
             o->check = true;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
