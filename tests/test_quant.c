@@ -454,7 +454,37 @@ static void test_nonfinite(void) {
         }
 }
 
+/* The type table against the GGUF layouts written out here (bytes per
+ * block as the format defines them) and the pairing of weight and
+ * activation types the kernels use. */
+static void test_type_table(void) {
+    static const struct {
+        uint32_t t;
+        int blck, bytes;
+        bool load, convert;
+        uint32_t act;
+    } want[] = {
+        {DT_F32, 1, 4, true, true, DT_F32},        {DT_F16, 1, 2, true, true, DT_F32},
+        {DT_BF16, 1, 2, true, true, DT_F32},       {DT_Q4_0, 32, 2 + 16, true, true, DT_Q8_0},
+        {DT_Q8_0, 32, 2 + 32, true, true, DT_Q8_0}, {DT_Q4_K, 256, 4 + 12 + 128, true, true, DT_Q8_K},
+        {DT_Q5_K, 256, 4 + 12 + 32 + 128, true, true, DT_Q8_K},
+        {DT_Q6_K, 256, 128 + 64 + 16 + 2, true, true, DT_Q8_K},
+        {DT_Q8_K, 256, 4 + 256 + 32, false, true, DT_COUNT},
+        {DT_Q4_1, 32, 20, false, false, DT_COUNT},  {DT_Q3_K, 256, 110, false, false, DT_COUNT},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const dtype_info *d = dtype_get(want[i].t);
+        CHECK_MSG(d && d->blck == want[i].blck && d->type_size == want[i].bytes, "%s: block %d, %d bytes",
+                  dtype_name(want[i].t), d ? d->blck : -1, d ? d->type_size : -1);
+        CHECK_MSG(d && d->supported == want[i].load, "%s: loadable", dtype_name(want[i].t));
+        CHECK_MSG(quant_supported(want[i].t) == want[i].convert, "%s: convert", dtype_name(want[i].t));
+        CHECK_MSG(kern_act_type(want[i].t) == want[i].act, "%s: activation type", dtype_name(want[i].t));
+    }
+    CHECK(dtype_get(DT_COUNT) == NULL && kern_act_type(DT_COUNT) == DT_COUNT);
+}
+
 int main(void) {
+    test_type_table();
     test_q8_0_block();
     test_q4_0_block();
     test_q4_k_block();

@@ -150,16 +150,8 @@ int kern_init(const char *force) {
 }
 
 uint32_t kern_act_type(uint32_t wtype) {
-    switch (wtype) {
-    case DT_F32: case DT_F16: case DT_BF16:
-        return DT_F32;
-    case DT_Q8_0: case DT_Q4_0:
-        return DT_Q8_0;
-    case DT_Q4_K: case DT_Q5_K: case DT_Q6_K:
-        return DT_Q8_K;
-    default:
-        return DT_COUNT;
-    }
+    const dtype_info *d = dtype_get(wtype);
+    return d ? d->act_type : DT_COUNT;
 }
 
 size_t kern_act_row_bytes(uint32_t wtype, int64_t n) {

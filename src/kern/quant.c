@@ -38,13 +38,8 @@
 #include "../base/base.h"
 
 bool quant_supported(uint32_t type) {
-    switch (type) {
-    case DT_F32: case DT_F16: case DT_BF16: case DT_Q8_0: case DT_Q4_0:
-    case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_Q8_K:
-        return true;
-    default:
-        return false;
-    }
+    const dtype_info *d = dtype_get(type);
+    return d && d->convert;
 }
 
 /* ---- dequantisation -------------------------------------------------------- */

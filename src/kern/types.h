@@ -56,6 +56,9 @@ typedef struct dtype_info {
     int blck;         /* elements per block (1 for plain types)          */
     int type_size;    /* bytes per block                                 */
     bool supported;   /* kvloom can load weights of this type            */
+    bool convert;     /* quant.c converts rows to and from F32            */
+    uint32_t act_type;/* what its dot products take as the activation row
+                         (kern_act_type); DT_COUNT: not a weight type     */
 } dtype_info;
 
 /* Returns the row for `t`, or NULL when `t` is not a known GGUF type. */
