@@ -23,6 +23,8 @@
 #include "../kern/kern.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
+#include "../sched/engine.h"
+#include "../sched/req.h"
 #include "../server/server.h"
 #include "../tok/tok.h"
 #include "cli.h"
@@ -74,6 +76,8 @@ _Noreturn static void die(const char *fmt, const char *arg) {
 }
 
 /* ---- run ---- */
+
+static bool run_is_eog(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
 
 static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = "";
@@ -136,90 +140,96 @@ static int cmd_run(int argc, char **argv) {
     }
     const model_config *c = &m->cfg;
     size_t plen = strlen(prompt);
+    int rc = 1;
+    engine *en = NULL;
+    req *r = NULL;
     int n_prompt = tok_encode(tk, prompt, plen, tok_add_bos(tk), false, NULL, 0);
     if (n_prompt < 0) {
         fprintf(stderr, "kvloom: cannot tokenize the prompt\n");
-        return 1;
+        goto out;
     }
-    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(n_prompt + 1));
-    tok_encode(tk, prompt, plen, tok_add_bos(tk), false, ids, n_prompt);
-    if (n_prompt == 0) { /* a model without BOS and an empty prompt: start from BOS-less nothing */
+    if (n_prompt == 0) { /* a model without BOS and an empty prompt */
         fprintf(stderr, "kvloom: the prompt is empty and the model has no BOS token\n");
-        return 1;
+        goto out;
     }
-    int n_ctx = (int)MIN((long)c->n_ctx_train, (long)n_prompt + n_predict);
-    if (n_prompt >= n_ctx && n_prompt > c->n_ctx_train) {
+    if (n_prompt > c->n_ctx_train) {
         fprintf(stderr, "kvloom: the prompt has %d tokens, more than the model's context of %d\n", n_prompt,
                 c->n_ctx_train);
-        return 1;
+        goto out;
     }
-    n_ctx = MAX(n_ctx, n_prompt);
-    const int bt = 16, n_blocks = (n_ctx + bt - 1) / bt;
-    const int chunk = 256;
-    model_kv *kv = model_kv_new(m, n_blocks, bt);
-    model_state *st = model_state_new(m, MIN(chunk, n_ctx), n_ctx, (int)threads);
-    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
-    for (int i = 0; i < n_blocks; i++) table[i] = i;
-    model_seq seq = {table, n_blocks};
-    float *logits = xmalloc(sizeof(float) * (size_t)c->n_vocab);
-    int32_t *pos = xmalloc(sizeof(int32_t) * (size_t)chunk), *sid = xcalloc((size_t)chunk, sizeof(int32_t));
-    sampler *smp = sampler_new(&sp, c->n_vocab);
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)n_prompt);
+    tok_encode(tk, prompt, plen, tok_add_bos(tk), false, ids, n_prompt);
+    fputs(prompt, stdout);
+    fflush(stdout);
+    if (n_predict == 0) {
+        free(ids);
+        fputc('\n', stdout);
+        rc = 0;
+        goto out;
+    }
+
+    /* The serving engine (src/sched) runs the one request: the same
+     * prefill, decode and sampling path as `kvloom serve`, with a pool that
+     * holds exactly its context. */
+    int n_ctx = (int)MIN((long)c->n_ctx_train, (long)n_prompt + n_predict);
+    engine_opts eo = engine_defaults();
+    eo.n_threads = (int)threads;
+    eo.n_ctx = n_ctx;
+    eo.kv_mem_bytes = model_kv_block_bytes(m, eo.block_tokens) * (size_t)((n_ctx + eo.block_tokens - 1) / eo.block_tokens + 2);
+    eo.max_running = 1;
+    eo.is_eog = run_is_eog;
+    eo.eog_ctx = tk;
+    if (engine_new(m, &eo, &en, &e)) {
+        free(ids);
+        fprintf(stderr, "kvloom: %s\n", e.msg);
+        goto out;
+    }
+    r = req_new(ids, n_prompt); /* takes ids */
+    r->sp = sp;
+    r->max_tokens = (int)n_predict;
+    if (engine_submit(en, r, &e)) {
+        fprintf(stderr, "kvloom: %s\n", e.msg);
+        goto out;
+    }
     tok_stream ts;
     tok_stream_init(&ts, tk, true);
     int buf_cap = tok_stream_max_out(tk);
     char *buf = xmalloc((size_t)buf_cap);
-    for (int i = 0; i < n_prompt; i++) {
-        sampler_accept(smp, ids[i]);
-        tok_stream_push(&ts, ids[i], buf, buf_cap); /* prompt already printed as given */
-    }
-    fputs(prompt, stdout);
-    fflush(stdout);
-
-    double t0 = clock_ms();
-    int r = 0;
-    for (int done = 0; done < n_prompt && !r;) { /* prefill in chunks */
-        int n = MIN(chunk, n_prompt - done);
-        for (int i = 0; i < n; i++) pos[i] = done + i;
-        model_batch b = {.n_tokens = n, .token = ids + done, .pos = pos, .seq = sid, .n_seqs = 1, .seqs = &seq};
-        r = model_forward(m, st, kv, &b, logits, &e) < 0;
-        done += n;
-    }
-    double t1 = clock_ms();
-    int n_gen = 0;
-    for (int p = n_prompt; !r && n_gen < n_predict && p < n_ctx; p++) {
-        int32_t tok = sampler_sample(smp, logits, -1, NULL, NULL, NULL);
-        if (tok_is_eog(tk, tok)) break;
-        sampler_accept(smp, tok);
-        n_gen++;
-        int nb = tok_stream_push(&ts, tok, buf, buf_cap);
-        if (nb > 0) fwrite(buf, 1, (size_t)nb, stdout);
+    for (int i = 0; i < n_prompt; i++) tok_stream_push(&ts, r->prompt[i], buf, buf_cap); /* printed as given */
+    int n_seen = 0;
+    req_finish fin = REQ_RUNNING;
+    for (;;) {
+        int n = req_wait(r, n_seen, -1, &fin);
+        for (; n_seen < n; n_seen++) {
+            req_token t;
+            req_copy_tokens(r, n_seen, 1, &t);
+            int nb = tok_stream_push(&ts, t.id, buf, buf_cap);
+            if (nb > 0) fwrite(buf, 1, (size_t)nb, stdout);
+        }
         fflush(stdout);
-        if (n_gen == n_predict || p + 1 >= n_ctx) break;
-        int32_t pp = p;
-        model_batch b = {.n_tokens = 1, .token = &tok, .pos = &pp, .seq = sid, .n_seqs = 1, .seqs = &seq};
-        r = model_forward(m, st, kv, &b, logits, &e) < 0;
+        if (fin != REQ_RUNNING && req_wait(r, n_seen, 0, &fin) == n_seen) break;
     }
     int nb = tok_stream_flush(&ts, buf, buf_cap);
     if (nb > 0) fwrite(buf, 1, (size_t)nb, stdout);
     free(buf);
     fputc('\n', stdout);
     fflush(stdout); /* before the stderr summary */
-    double t2 = clock_ms();
-    if (r) fprintf(stderr, "kvloom: %s\n", e.msg);
+    /* the engine's timings: submission, first token (the prefill), end */
+    double t0 = (double)r->t_submit_ns / 1e6, t2 = (double)clock_ns() / 1e6;
+    double t1 = r->t_first_ns ? (double)r->t_first_ns / 1e6 : t2;
+    char msg[256] = "";
+    req_get_finish(r, NULL, msg, sizeof msg);
+    rc = fin == REQ_FINISH_ERROR;
+    if (rc) fprintf(stderr, "kvloom: %s\n", msg);
     fprintf(stderr, "kvloom: prompt %d tokens in %.1f ms (%.1f t/s), generated %d tokens in %.1f ms (%.1f t/s), %s kernels, %ld threads\n",
-            n_prompt, t1 - t0, n_prompt / ((t1 - t0) / 1000 + 1e-9), n_gen, t2 - t1, n_gen / ((t2 - t1) / 1000 + 1e-9),
-            kern->name, threads);
-    sampler_free(smp);
-    free(pos);
-    free(sid);
-    free(logits);
-    free(table);
-    free(ids);
-    model_state_free(st);
-    model_kv_free(kv);
+            n_prompt, t1 - t0, n_prompt / ((t1 - t0) / 1000 + 1e-9), n_seen, t2 - t1,
+            n_seen / ((t2 - t1) / 1000 + 1e-9), kern->name, threads);
+out:
+    req_unref(r);
+    engine_free(en);
     tok_free(tk);
     model_free(m);
-    return r ? 1 : 0;
+    return rc;
 }
 
 /* ---- info ---- */
