@@ -625,33 +625,17 @@ static int filter_length(jrender *R, const jnode *n, const char *name, jv v, con
     }
 }
 
-static int filter_upper(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
+/* upper, lower, capitalize, title: case_map's modes 0, 1, 2, 4 */
+static int filter_case(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
     jv s;
     int rc;
     if ((rc = jinja__eval_to_str(R, n, v, &s))) return rc;
-    return case_map(R, n, s, 0, out);
+    int mode = name[0] == 'u' ? 0 : name[0] == 'l' ? 1 : name[0] == 'c' ? 2 : 4;
+    return case_map(R, n, s, mode, out);
 }
 
-static int filter_lower(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
-    jv s;
-    int rc;
-    if ((rc = jinja__eval_to_str(R, n, v, &s))) return rc;
-    return case_map(R, n, s, 1, out);
-}
 
-static int filter_capitalize(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
-    jv s;
-    int rc;
-    if ((rc = jinja__eval_to_str(R, n, v, &s))) return rc;
-    return case_map(R, n, s, 2, out);
-}
 
-static int filter_title(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
-    jv s;
-    int rc;
-    if ((rc = jinja__eval_to_str(R, n, v, &s))) return rc;
-    return case_map(R, n, s, 4, out);
-}
 
 static int filter_string(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
     return jinja__eval_to_str(R, n, v, out);
@@ -980,10 +964,10 @@ static const struct {
     {"tojson", filter_tojson},
     {"length", filter_length},
     {"count", filter_length},
-    {"upper", filter_upper},
-    {"lower", filter_lower},
-    {"capitalize", filter_capitalize},
-    {"title", filter_title},
+    {"upper", filter_case},
+    {"lower", filter_case},
+    {"capitalize", filter_case},
+    {"title", filter_case},
     {"string", filter_string},
     {"escape", filter_escape},
     {"e", filter_escape},

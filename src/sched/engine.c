@@ -468,15 +468,12 @@ static bool disk_restore(engine *en, seq *s) {
  * pins the whole prefix until the return (a pin with that prediction), so
  * the agent's turn finds it in RAM. A hint of the same session replaces the
  * older one; kv_hint "done" drops the session's. */
+static void seq_free(seq *s);
+
 static void hint_drop(engine *en, int i) {
     seq *s = en->hints[i].s;
     seq_release_blocks(en, s);
-    free(s->tokens);
-    free(s->blocks);
-    free(s->pending);
-    free(s->keys);
-    free(s->load_slot);
-    free(s);
+    seq_free(s);
     en->hints[i] = en->hints[--en->n_hints];
 }
 
@@ -632,6 +629,11 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     stats_publish(en);
     req_post_finish(s->r, why, msg);
     req_unref(s->r);
+    seq_free(s);
+}
+
+/* Frees a sequence's memory (its blocks already released). */
+static void seq_free(seq *s) {
     sampler_free(s->smp);
     gmatch_free(s->gm);
     free(s->trig);
