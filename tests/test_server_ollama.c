@@ -241,7 +241,12 @@ static void check_chat(void) {
     json_t *lines = ndjson("/api/chat", body, &st_text, &st_think);
     CHECK_MSG(text && st_text && !strcmp(text, st_text), "streamed '%s' vs '%s'", st_text ? st_text : "-",
               text ? text : "-");
-    CHECK_MSG(json_array_size(lines) >= 3, "%zu lines", json_array_size(lines));
+    /* at least one content line and the final one; how many content lines
+     * depends on how many tokens the engine made between two reads (the
+     * prompt is cached by now: all 24 may come at once) */
+    CHECK_MSG(json_array_size(lines) >= 2, "%zu lines", json_array_size(lines));
+    for (size_t i = 0; i + 1 < json_array_size(lines); i++)
+        CHECK_MSG(json_is_false(json_object_get(json_array_get(lines, i), "done")), "line %zu is not done:false", i);
     check_final(last_line(lines), "length", 24);
     CHECK_STR(jstr(msg_of(last_line(lines)), "content"), "");
     CHECK_STR(st_think, "");
