@@ -105,8 +105,11 @@ fuzz: $(B)/gen/webui_assets.c
 deps:
 	@sh tools/setup.sh
 
+# The builds use every core (JOBS); the tests themselves run one at a time.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 run: deps
-	$(MAKE) --no-print-directory $(B)/kvloom
+	$(MAKE) -j$(JOBS) --no-print-directory $(B)/kvloom
 	./$(B)/kvloom serve $(SERVE_ARGS)
 
 # Both phases always run, even when the first fails (a failed build or test
@@ -117,8 +120,8 @@ run: deps
 # that fails to build is never summed from a previous run's file.
 test: deps
 	@rm -f build/test-results.txt build-address/test-results.txt; st=0; \
-	$(MAKE) --no-print-directory test-unit || st=1; \
-	$(MAKE) --no-print-directory SANITIZER=address test-asan || st=1; \
+	$(MAKE) -j$(JOBS) --no-print-directory test-unit || st=1; \
+	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=address test-asan || st=1; \
 	sh tests/summary.sh build/test-results.txt build-address/test-results.txt && exit $$st
 
 # Fixture models are regenerated deterministically and checked against the

@@ -549,9 +549,13 @@ static void check_auth_and_queue(void) {
     int fd2 = su_send_request(s.port, "POST", "/v1/completions", auth, longreq, strlen(longreq), 30);
     CHECK(fd2 >= 0);
     double t0 = su_now();
-    while (metric(s.port, "kvloom_requests_waiting") != 1 && su_now() - t0 < 10) usleep(5000);
+    while ((metric(s.port, "kvloom_requests_waiting") != 1 || metric(s.port, "kvloom_requests_running") != 1) &&
+           su_now() - t0 < 20)
+        usleep(5000);
+    double n_wait = metric(s.port, "kvloom_requests_waiting"), n_run = metric(s.port, "kvloom_requests_running");
+    CHECK_MSG(n_wait == 1 && n_run == 1, "before the probe: %g waiting, %g running (want 1 and 1)", n_wait, n_run);
     http_do(s.port, "POST", "/v1/completions", auth, "{\"prompt\":\"Once\",\"max_tokens\":2}", &r);
-    CHECK_EQ_INT(r.status, 429);
+    CHECK_MSG(r.status == 429, "the probe: %d with %g waiting, %g running before it", r.status, n_wait, n_run);
     CHECK(r.head && strcasestr(r.head, "Retry-After:"));
     CHECK(r.body && strstr(r.body, "rate_limit_error"));
     resp_free(&r);
