@@ -127,6 +127,10 @@ static json_t *chunk_new(oai_out *o, json_t *choice) {
     return c;
 }
 
+/* A chunk's payload with nothing new: a completion's "" or an empty chat
+ * delta. */
+static json_t *empty_payload(const oai_out *o) { return o->kind == OAI_COMPLETION ? json_string("") : json_object(); }
+
 /* One chunk: a completion's text, or a chat delta (taken), with logprobs
  * (taken, may be NULL) and a finish reason (may be NULL). */
 static void sse_choice(oai_out *o, http_buf *out, json_t *text_or_delta, json_t *lp, const char *finish) {
@@ -169,7 +173,7 @@ static void stream_events(oai_out *o, http_buf *out, json_t *lp) {
         sse_choice(o, out, payload, lp, NULL);
         lp = NULL;
     }
-    if (lp) sse_choice(o, out, o->kind == OAI_COMPLETION ? json_string("") : json_object(), lp, NULL);
+    if (lp) sse_choice(o, out, empty_payload(o), lp, NULL);
     tc_events_clear(ev);
 }
 
@@ -199,7 +203,7 @@ static int stream_next(void *sctx, http_buf *out) {
         http_buf_printf(out, "data: %s\n\n", s);
         free(s);
     } else {
-        sse_choice(o, out, o->kind == OAI_COMPLETION ? json_string("") : json_object(), NULL, fr);
+        sse_choice(o, out, empty_payload(o), NULL, fr);
         if (o->include_usage) {
             json_t *u = answer_head(o, true);
             json_object_set_new(u, "choices", json_array());
