@@ -509,12 +509,11 @@ static void hint_add(engine *en, const seq *src, uint64_t session, double next_u
 }
 
 /* Starts, advances and finishes the prefetch of hinted contexts that are
- * due. Returns whether any is in flight. */
-static bool hints_step(engine *en) {
-    if (!en->n_hints) return false;
+ * due. */
+static void hints_step(engine *en) {
+    if (!en->n_hints) return;
     int64_t now = clock_ns();
     int B = en->o.block_tokens;
-    bool busy = false;
     for (int i = 0; i < en->n_hints;) {
         struct hint *h = &en->hints[i];
         seq *s = h->s;
@@ -522,7 +521,6 @@ static bool hints_step(engine *en) {
         if (s->n_loading > 0) {
             uint64_t before = en->cnt.kv_disk_restored_tokens_total;
             if (!disk_restore(en, s)) {
-                busy = true;
                 i++;
                 continue;
             }
@@ -550,7 +548,6 @@ static bool hints_step(engine *en) {
             q = disk_prefetch(en, s, n_ready, n_full, n_full, KVPOL_FOR_NEW);
         }
         if (q > 0) { /* s holds the matched blocks and the reads */
-            busy = true;
             i++;
             continue;
         }
@@ -571,7 +568,7 @@ static bool hints_step(engine *en) {
         for (int j = n_ready; j < n_ready + n_pending; j++) kvpool_unref(en->pool, en->scratch[j]);
         hint_drop(en, i);
     }
-    return busy;
+
 }
 
 /* ---- finishing ---- */

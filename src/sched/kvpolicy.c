@@ -110,9 +110,14 @@ static double predict_gap(const kvpolicy *p, uint64_t session, uint64_t tool) {
     return g;
 }
 
+/* The mean |predicted - observed| gap of the pins resumed so far (0 before any). */
+static double mean_error(const kvpolicy *p) {
+    return p->st.ttl_error_count ? p->st.ttl_error_sum_s / (double)p->st.ttl_error_count : 0;
+}
+
 static double ttl_of_gap(const kvpolicy *p, double gap) {
     if (gap < 0) return p->ttl_default;
-    double err = p->st.ttl_error_count ? p->st.ttl_error_sum_s / (double)p->st.ttl_error_count : 0;
+    double err = mean_error(p);
     double t = KVPOLICY_TTL_FACTOR * gap + KVPOLICY_TTL_SLACK_S + KVPOLICY_TTL_ERR_MULT * err;
     if (t < KVPOLICY_TTL_MIN_S) t = KVPOLICY_TTL_MIN_S;
     return t > p->ttl_max ? p->ttl_max : t;
@@ -276,7 +281,7 @@ static bool protected_pin(const kvpolicy *p, const pin *q, int64_t now_ns) {
 int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why) {
     int far = -1, overdue = -1;
     /* overdue: later than predicted by more than predictions usually miss */
-    double err = p->st.ttl_error_count ? p->st.ttl_error_sum_s / (double)p->st.ttl_error_count : 0;
+    double err = mean_error(p);
     int64_t slack = (int64_t)((err > 1 ? err : 1) * 1e9);
     for (int i = 0; i < p->n_pins; i++) {
         const pin *q = &p->pins[i];
