@@ -10,7 +10,8 @@
 #        POLICIES ("agent lru"), LABEL (a name for the rows),
 #        LLAMA_SERVER (a llama-server binary built outside the repository:
 #        the policy name "llama" runs it), LLAMA_CTX (its -c: the same KV
-#        memory as KV_MEM, in tokens of the model's f16 KV), NP (4, its slots)
+#        memory as KV_MEM, in tokens of the model's f16 KV), NP (4, its slots),
+#        LLAMA_ARGS (more llama-server flags, e.g. "-fa")
 # llama-server gets its best settings for this workload: cache_prompt (sent
 # by agentbench), as many slots as whole contexts fit in the same memory
 # (NP), continuous batching, and its prompt-similarity slot choice, so a
@@ -33,7 +34,7 @@ trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$OUT"' EXIT
 for pol in ${POLICIES:-agent lru}; do
     if [ "$pol" = llama ]; then
         "${LLAMA_SERVER:?LLAMA_SERVER: a llama-server binary}" -m "$MODEL" --host 127.0.0.1 --port $PORT -t "$THREADS" \
-            -c "${LLAMA_CTX:?LLAMA_CTX: llama-server context tokens for KV_MEM}" -np "${NP:-4}" > "$OUT/server-$pol.log" 2>&1 &
+            -c "${LLAMA_CTX:?LLAMA_CTX: llama-server context tokens for KV_MEM}" -np "${NP:-4}" ${LLAMA_ARGS:-} > "$OUT/server-$pol.log" 2>&1 &
     else
         "$BIN" serve -m "$MODEL" --port $PORT -t "$THREADS" --kv-mem "$KV_MEM" --kv-policy "$pol" 2> "$OUT/server-$pol.log" &
     fi
