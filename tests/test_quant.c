@@ -481,6 +481,26 @@ static void test_type_table(void) {
         CHECK_MSG(kern_act_type(want[i].t) == want[i].act, "%s: activation type", dtype_name(want[i].t));
     }
     CHECK(dtype_get(DT_COUNT) == NULL && kern_act_type(DT_COUNT) == DT_COUNT);
+    /* Every row: both converters or neither; a loadable type converts (the
+     * loader dequantises its vectors), has an activation format, and has a
+     * scalar dot product (an activation converter unless it takes f32 rows);
+     * a type that does not load has no dot product. */
+    for (uint32_t t = 0; t < DT_COUNT; t++) {
+        const dtype_info *d = dtype_get(t);
+        if (!d) {
+            CHECK_MSG(!kern_scalar_ops.dot[t] && !kern_scalar_ops.act[t], "type %u: kernels for an unknown type", t);
+            continue;
+        }
+        CHECK_MSG((d->to_f32 == NULL) == (d->from_f32 == NULL), "%s: one converter without the other", d->name);
+        CHECK_MSG(quant_supported(t) == (d->to_f32 != NULL), "%s: quant_supported", d->name);
+        CHECK_MSG((kern_scalar_ops.dot[t] != NULL) == d->supported, "%s: scalar dot product", d->name);
+        if (!d->supported) continue;
+        CHECK_MSG(d->to_f32 && d->act_type != DT_COUNT, "%s: loadable but no converter or activation type", d->name);
+        CHECK_MSG((kern_scalar_ops.act[t] != NULL) == (d->act_type != DT_F32), "%s: scalar activation converter",
+                  d->name);
+        const dtype_info *a = dtype_get(d->act_type);
+        CHECK_MSG(a && a->from_f32, "%s: activation type %s converts", d->name, dtype_name(d->act_type));
+    }
 }
 
 int main(void) {

@@ -100,6 +100,23 @@ static const kern_entry entries[] = {
 static kern_ops active;
 const kern_ops *kern = &kern_scalar_ops;
 
+/* The type table says which types have kernels (types.h): a type loads
+ * (`supported`) exactly when the scalar table has its dot product, and has
+ * an activation converter exactly when its activation format is not the f32
+ * rows. A table that disagrees is a bug in the source, caught here. */
+static void check_against_types(const kern_ops *t) {
+    for (int ty = 0; ty < DT_COUNT; ty++) {
+        const dtype_info *d = dtype_get((uint32_t)ty);
+        const bool weight = d && d->supported;
+        if ((kern_scalar_ops.dot[ty] != NULL) != weight)
+            PANIC("kernels: type %s is %s in types.c but the scalar table %s a dot product", dtype_name((uint32_t)ty),
+                  weight ? "supported" : "not supported", weight ? "lacks" : "has");
+        if (weight && ((t->act[ty] != NULL) != (d->act_type != DT_F32)))
+            PANIC("kernels: table %s: type %s's activation converter disagrees with its act_type %s", t->name,
+                  d->name, dtype_name(d->act_type));
+    }
+}
+
 static void use_table(const kern_ops *t) {
     active = *t;
     for (int ty = 0; ty < DT_COUNT; ty++) {
@@ -108,6 +125,7 @@ static void use_table(const kern_ops *t) {
     }
     if (!active.attn_part) active.attn_part = kern_scalar_ops.attn_part;
     if (!active.swiglu) active.swiglu = kern_scalar_ops.swiglu;
+    check_against_types(&active);
     kern = &active;
 }
 

@@ -36,22 +36,22 @@
 #include <math.h>
 
 #include "../base/base.h"
-
-bool quant_supported(uint32_t type) {
-    const dtype_info *d = dtype_get(type);
-    return d && d->convert;
-}
+#include "kern_internal.h"
 
 /* ---- dequantisation -------------------------------------------------------- */
 
-static void dequant_q8_0(const block_q8_0 *b, float *y, int64_t nb) {
+void kern__dequant_row_q8_0(const void *src, float *y, int64_t n) {
+    const block_q8_0 *b = src;
+    const int64_t nb = n / QK8_0;
     for (int64_t i = 0; i < nb; i++, y += QK8_0) {
         const float d = fp16_to_f32(b[i].d);
         for (int j = 0; j < QK8_0; j++) y[j] = b[i].qs[j] * d;
     }
 }
 
-static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
+void kern__dequant_row_q4_0(const void *src, float *y, int64_t n) {
+    const block_q4_0 *b = src;
+    const int64_t nb = n / QK4_0;
     for (int64_t i = 0; i < nb; i++, y += QK4_0) {
         const float d = fp16_to_f32(b[i].d);
         for (int j = 0; j < QK4_0 / 2; j++) {
@@ -61,7 +61,9 @@ static void dequant_q4_0(const block_q4_0 *b, float *y, int64_t nb) {
     }
 }
 
-static void dequant_q4_k(const block_q4_k *b, float *y, int64_t nb) {
+void kern__dequant_row_q4_k(const void *src, float *y, int64_t n) {
+    const block_q4_k *b = src;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++) {
         const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         for (int k = 0; k < 8; k++, y += 32) {
@@ -75,7 +77,9 @@ static void dequant_q4_k(const block_q4_k *b, float *y, int64_t nb) {
     }
 }
 
-static void dequant_q5_k(const block_q5_k *b, float *y, int64_t nb) {
+void kern__dequant_row_q5_k(const void *src, float *y, int64_t n) {
+    const block_q5_k *b = src;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++) {
         const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
         for (int k = 0; k < 8; k++, y += 32) {
@@ -101,55 +105,96 @@ static inline int q6_k_get(const block_q6_k *b, int e) {
     return low4 | (high2 << 4);
 }
 
-static void dequant_q6_k(const block_q6_k *b, float *y, int64_t nb) {
+void kern__dequant_row_q6_k(const void *src, float *y, int64_t n) {
+    const block_q6_k *b = src;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, y += QK_K) {
         const float d = fp16_to_f32(b[i].d);
         for (int e = 0; e < QK_K; e++) y[e] = d * b[i].scales[e / 16] * (q6_k_get(&b[i], e) - 32);
     }
 }
 
-static void dequant_q8_k(const block_q8_k *b, float *y, int64_t nb) {
+void kern__dequant_row_q8_k(const void *src, float *y, int64_t n) {
+    const block_q8_k *b = src;
+    const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, y += QK_K)
         for (int j = 0; j < QK_K; j++) y[j] = b[i].d * b[i].qs[j];
 }
 
-static int check_args(uint32_t type, int64_t n) {
-    if (!quant_supported(type)) return ERR_UNSUPPORTED;
+/* ---- plain types ----------------------------------------------------------- */
+
+void kern__dequant_row_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+
+void kern__quant_row_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+
+void kern__dequant_row_f16(const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        dst[i] = fp16_to_f32(h);
+    }
+}
+
+void kern__quant_row_f16(const float *src, void *dst, int64_t n) {
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t h = f32_to_fp16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
+}
+
+void kern__dequant_row_bf16(const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        dst[i] = bf16_to_f32(h);
+    }
+}
+
+void kern__quant_row_bf16(const float *src, void *dst, int64_t n) {
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t h = f32_to_bf16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
+}
+
+/* ---- the entry points: the type table names each type's two functions ------ */
+
+/* The type's row of the table when quant.c converts it; NULL after setting
+ * *rc to ERR_UNSUPPORTED (no functions) or ERR_INVALID (bad n). */
+static const dtype_info *convertible(uint32_t type, int64_t n, int *rc) {
     const dtype_info *t = dtype_get(type);
-    if (n < 0 || n % t->blck) return ERR_INVALID;
-    return 0;
+    if (!t || !t->to_f32 || !t->from_f32) {
+        *rc = ERR_UNSUPPORTED;
+        return NULL;
+    }
+    if (n < 0 || n % t->blck) {
+        *rc = ERR_INVALID;
+        return NULL;
+    }
+    return t;
+}
+
+bool quant_supported(uint32_t type) {
+    int rc;
+    return convertible(type, 0, &rc) != NULL;
 }
 
 int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
-    int rc = check_args(type, n);
-    if (rc) return rc;
-    const uint8_t *s = src;
-    switch (type) {
-    case DT_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
-    case DT_F16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = fp16_to_f32(h);
-        }
-        break;
-    case DT_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = bf16_to_f32(h);
-        }
-        break;
-    case DT_Q8_0: dequant_q8_0(src, dst, n / QK8_0); break;
-    case DT_Q4_0: dequant_q4_0(src, dst, n / QK4_0); break;
-    case DT_Q4_K: dequant_q4_k(src, dst, n / QK_K); break;
-    case DT_Q5_K: dequant_q5_k(src, dst, n / QK_K); break;
-    case DT_Q6_K: dequant_q6_k(src, dst, n / QK_K); break;
-    case DT_Q8_K: dequant_q8_k(src, dst, n / QK_K); break;
-    }
-    return 0;
+    int rc = 0;
+    const dtype_info *t = convertible(type, n, &rc);
+    if (t) t->to_f32(src, dst, n);
+    return rc;
+}
+
+int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
+    int rc = 0;
+    const dtype_info *t = convertible(type, n, &rc);
+    if (t) t->from_f32(src, dst, n);
+    return rc;
 }
 
 /* ---- round-to-nearest formats --------------------------------------------- */
@@ -175,7 +220,8 @@ static inline float max_abs(const float *x, int n) {
     return m;
 }
 
-void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t n) {
+void quant_row_q8_0(const float *x, void *dst, int64_t n) {
+    block_q8_0 *y = dst;
     for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
         const float amax = max_abs(x, QK8_0);
         const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
@@ -184,7 +230,8 @@ void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t n) {
     }
 }
 
-static void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
+void kern__quant_row_q4_0(const float *x, void *dst, int64_t n) {
+    block_q4_0 *y = dst;
     for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
         float amax = 0, max = 0; /* max: the signed value of largest magnitude */
         for (int j = 0; j < QK4_0; j++)
@@ -199,7 +246,8 @@ static void quant_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
     }
 }
 
-void quant_row_q8_k(const float *x, block_q8_k *y, int64_t n) {
+void quant_row_q8_k(const float *x, void *dst, int64_t n) {
+    block_q8_k *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         const float amax = max_abs(x, QK_K);
         const float iscale = amax ? 127.0f / amax : 0.0f;
@@ -320,7 +368,8 @@ static void quant_k_super(const float *x, int nmax, uint16_t *d_out, uint16_t *d
     }
 }
 
-static void quant_row_q4_k(const float *x, block_q4_k *y, int64_t n) {
+void kern__quant_row_q4_k(const float *x, void *dst, int64_t n) {
+    block_q4_k *y = dst;
     uint8_t q[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         quant_k_super(x, 15, &y[i].d, &y[i].dmin, y[i].scales, q);
@@ -330,7 +379,8 @@ static void quant_row_q4_k(const float *x, block_q4_k *y, int64_t n) {
     }
 }
 
-static void quant_row_q5_k(const float *x, block_q5_k *y, int64_t n) {
+void kern__quant_row_q5_k(const float *x, void *dst, int64_t n) {
+    block_q5_k *y = dst;
     uint8_t q[QK_K];
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         quant_k_super(x, 31, &y[i].d, &y[i].dmin, y[i].scales, q);
@@ -343,7 +393,8 @@ static void quant_row_q5_k(const float *x, block_q5_k *y, int64_t n) {
     }
 }
 
-static void quant_row_q6_k(const float *x, block_q6_k *y, int64_t n) {
+void kern__quant_row_q6_k(const float *x, void *dst, int64_t n) {
+    block_q6_k *y = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         float sc[16], amax = 0;
         for (int g = 0; g < 16; g++) {
@@ -363,34 +414,4 @@ static void quant_row_q6_k(const float *x, block_q6_k *y, int64_t n) {
             y[i].qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * s));
         }
     }
-}
-
-int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
-    int rc = check_args(type, n);
-    if (rc) return rc;
-    uint8_t *d = dst;
-    switch (type) {
-    case DT_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
-    case DT_F16:
-        for (int64_t i = 0; i < n; i++) {
-            const uint16_t h = f32_to_fp16(src[i]);
-            memcpy(d + 2 * i, &h, 2);
-        }
-        break;
-    case DT_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            const uint16_t h = f32_to_bf16(src[i]);
-            memcpy(d + 2 * i, &h, 2);
-        }
-        break;
-    case DT_Q8_0: quant_row_q8_0(src, dst, n); break;
-    case DT_Q4_0: quant_row_q4_0(src, dst, n); break;
-    case DT_Q4_K: quant_row_q4_k(src, dst, n); break;
-    case DT_Q5_K: quant_row_q5_k(src, dst, n); break;
-    case DT_Q6_K: quant_row_q6_k(src, dst, n); break;
-    case DT_Q8_K: quant_row_q8_k(src, dst, n); break;
-    }
-    return 0;
 }

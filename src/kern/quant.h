@@ -114,8 +114,9 @@ static inline void quant_k_scale_min(const uint8_t *scales, int k, uint8_t *sc, 
     }
 }
 
-/* True when quant_dequant_row / quant_quantize_row handle `type`:
- * F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and Q8_K. */
+/* True when quant_dequant_row / quant_quantize_row handle `type`: its row of
+ * the type table (types.c) names both converters. Today F32, F16, BF16, Q8_0,
+ * Q4_0, Q4_K, Q5_K, Q6_K and Q8_K. */
 bool quant_supported(uint32_t type);
 
 /* Converts one row of n elements of `type` (dtype_row_bytes(type, n) bytes at
@@ -134,9 +135,11 @@ int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
  * quant_dequant_row. */
 int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 
-/* The activation quantisers, exported for the kernel tables. n must be a
- * multiple of the block size (the caller guarantees it; not checked). */
-void quant_row_q8_0(const float *x, block_q8_0 *y, int64_t n);
-void quant_row_q8_k(const float *x, block_q8_k *y, int64_t n);
+/* The activation quantisers (y: n/32 block_q8_0, or n/256 block_q8_k),
+ * exported for the kernel tables; they are also the Q8_0 and Q8_K rows'
+ * from_f32 in the type table, and have the kern_act_fn signature. n must be
+ * a multiple of the block size (the caller guarantees it; not checked). */
+void quant_row_q8_0(const float *x, void *y, int64_t n);
+void quant_row_q8_k(const float *x, void *y, int64_t n);
 
 #endif

@@ -183,13 +183,10 @@ static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
     *out = sum;
 }
 
-/* ---- activation converters -------------------------------------------------- */
-
-static void act_q8_0(const float *x, void *a, int64_t n) { quant_row_q8_0(x, a, n); }
-static void act_q8_k(const float *x, void *a, int64_t n) { quant_row_q8_k(x, a, n); }
-
 static void swiglu_scalar(float *gate, const float *up, int n);
 
+/* The types with a dot product here are exactly the `supported` rows of the
+ * type table (types.c); kern.c asserts it when it installs a table. */
 const kern_ops kern_scalar_ops = {
     .name = "scalar",
     .dot =
@@ -203,13 +200,13 @@ const kern_ops kern_scalar_ops = {
             [DT_Q5_K] = dot_q5_k,
             [DT_Q6_K] = dot_q6_k,
         },
-    .act =
+    .act = /* the reference activation quantisers of quant.c */
         {
-            [DT_Q8_0] = act_q8_0,
-            [DT_Q4_0] = act_q8_0,
-            [DT_Q4_K] = act_q8_k,
-            [DT_Q5_K] = act_q8_k,
-            [DT_Q6_K] = act_q8_k,
+            [DT_Q8_0] = quant_row_q8_0,
+            [DT_Q4_0] = quant_row_q8_0,
+            [DT_Q4_K] = quant_row_q8_k,
+            [DT_Q5_K] = quant_row_q8_k,
+            [DT_Q6_K] = quant_row_q8_k,
         },
     .attn_part = attn_part_scalar,
     .swiglu = swiglu_scalar,

@@ -1,0 +1,41 @@
+/*
+ * kern_internal.h — names shared by the files of src/kern/ and by no one
+ * else: the per-type row converters of quant.c that the type table (types.c)
+ * points at. Not for use outside src/kern/ (everyone else converts through
+ * quant_dequant_row / quant_quantize_row, which check their arguments).
+ *
+ * Cross-file private names of kern/ carry the kern__ prefix (as tok__ in
+ * src/tok/ and jinja__ in src/chat/); the public API (kern.h, quant.h,
+ * types.h, attn.h) has one underscore.
+ *
+ * Each converter takes n elements, n a multiple of the type's block size
+ * (the caller checked it), and the row of dtype_row_bytes(type, n) bytes.
+ * Pure, thread-safe.
+ */
+#ifndef KVLOOM_KERN_INTERNAL_H
+#define KVLOOM_KERN_INTERNAL_H
+
+#include <stdint.h>
+
+/* to_f32: a row of the type -> n floats (every bit pattern decodes). */
+void kern__dequant_row_f32(const void *src, float *dst, int64_t n);
+void kern__dequant_row_f16(const void *src, float *dst, int64_t n);
+void kern__dequant_row_bf16(const void *src, float *dst, int64_t n);
+void kern__dequant_row_q8_0(const void *src, float *dst, int64_t n);
+void kern__dequant_row_q4_0(const void *src, float *dst, int64_t n);
+void kern__dequant_row_q4_k(const void *src, float *dst, int64_t n);
+void kern__dequant_row_q5_k(const void *src, float *dst, int64_t n);
+void kern__dequant_row_q6_k(const void *src, float *dst, int64_t n);
+void kern__dequant_row_q8_k(const void *src, float *dst, int64_t n);
+
+/* from_f32: n floats -> a row of the type (Q8_0 and Q8_K use the public
+ * activation quantisers of quant.h, quant_row_q8_0 and quant_row_q8_k). */
+void kern__quant_row_f32(const float *src, void *dst, int64_t n);
+void kern__quant_row_f16(const float *src, void *dst, int64_t n);
+void kern__quant_row_bf16(const float *src, void *dst, int64_t n);
+void kern__quant_row_q4_0(const float *src, void *dst, int64_t n);
+void kern__quant_row_q4_k(const float *src, void *dst, int64_t n);
+void kern__quant_row_q5_k(const float *src, void *dst, int64_t n);
+void kern__quant_row_q6_k(const float *src, void *dst, int64_t n);
+
+#endif
