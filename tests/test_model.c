@@ -6,11 +6,15 @@
  *  - a ragged batch of several sequences at different positions gives
  *    bitwise the same logits as running each sequence alone;
  *  - invalid batches are rejected with an error, never a crash;
- *  - the loader rejects malformed models with errors naming the problem.
+ *  - the loader rejects malformed models with errors naming the problem
+ *    (including a weight matrix of a type that converts but has no dot
+ *    product, Q8_K, in a model made by `kvloom gen`).
  */
 #include <jansson.h>
 
+#include "cli/cli.h"
 #include "kern/kern.h"
+#include "kern/quant.h"
 #include "model/model.h"
 #include "tok/tok.h"
 #include "test.h"
@@ -202,8 +206,54 @@ static void expect_load_error(const char *src_path, const char *drop_tensor, con
     remove(tmp);
 }
 
+/* A Q8_K weight matrix dequantises (types.c names its converters) but no
+ * kernel table multiplies it: the loader refuses it by name instead of the
+ * matmul asserting later. The model is generated (F32, rows of 256 so they
+ * fit Q8_K's blocks) and one matrix rewritten as Q8_K. */
+static void test_unmultipliable_matrix(void) {
+    const char *f32 = "/tmp/kvloom-test-model-f32.gguf", *bad = "/tmp/kvloom-test-model-q8k.gguf";
+    char *argv[] = {"--arch", "llama", "--n-embd", "256", "--n-layer", "1", "--n-head", "4", "--n-ff", "256",
+                    "--n-vocab", "64", "--type", "F32", "-o", (char *)f32, NULL};
+    CHECK_EQ_INT(cli_gen((int)ARRAY_LEN(argv) - 1, argv), 0);
+    err_t e = {0};
+    gguf_ctx *g = NULL;
+    CHECK_MSG(gguf_open(f32, &g, &e) == 0, "%s", e.msg);
+    if (!g) return;
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) gguf_writer_copy_kv(w, g, i);
+    void *q8k = NULL;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        if (strcmp(name, "blk.0.ffn_up.weight") == 0 && t->type == DT_F32) {
+            q8k = xmalloc(dtype_row_bytes(DT_Q8_K, t->n_elems));
+            CHECK_EQ_INT(quant_quantize_row(DT_Q8_K, t->data, q8k, t->n_elems), 0);
+            gguf_writer_add_tensor(w, name, DT_Q8_K, (int)t->n_dims, t->dims, q8k);
+        } else {
+            gguf_writer_add_tensor(w, name, t->type, (int)t->n_dims, t->dims, t->data);
+        }
+    }
+    CHECK_MSG(q8k != NULL, "the generated model has no F32 blk.0.ffn_up.weight");
+    CHECK(gguf_writer_write(w, bad, &e) == 0);
+    gguf_writer_free(w);
+    free(q8k);
+    gguf_free(g);
+    model *m = NULL;
+    CHECK_MSG(model_load(f32, &m, &e) == 0, "the F32 model loads: %s", e.msg);
+    model_free(m);
+    m = NULL;
+    int r = model_load(bad, &m, &e);
+    CHECK_MSG(r == ERR_UNSUPPORTED && strstr(e.msg, "blk.0.ffn_up.weight") && strstr(e.msg, "Q8_K"),
+              "got %d '%s'", r, e.msg);
+    CHECK(m == NULL);
+    remove(f32);
+    remove(bad);
+}
+
 int main(void) {
     kern_init(NULL);
+    test_unmultipliable_matrix();
     char path[1024];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
     model *m = NULL;

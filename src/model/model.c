@@ -139,6 +139,9 @@ static int load_mat(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n
     const gguf_tensor *t;
     int r = find_tensor(g, name, n_in, n_out, false, &t, e);
     if (r) return r;
+    if (!dtype_get(t->type)->supported) /* converts (Q8_K) but has no dot product */
+        return err_set(e, ERR_UNSUPPORTED, "model: matrix '%s' has type %s, which kvloom cannot multiply", name,
+                       dtype_name(t->type));
     m->type = t->type;
     m->n_in = n_in;
     m->n_out = n_out;
