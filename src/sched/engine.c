@@ -1382,9 +1382,10 @@ int engine_submit(engine *en, req *r, err_t *e) {
                        (en->n_blocks - 1) * B);
     pthread_mutex_lock(&en->mu);
     if (en->stop || en->n_submitq + en->n_waiting_shared >= en->o.max_queue) {
+        int n_queued = en->n_submitq + en->n_waiting_shared; /* read under mu: the engine thread writes them */
         pthread_mutex_unlock(&en->mu);
-        return err_set(e, ERR_RANGE, "the server is busy: %d requests are waiting (max-queue %d)",
-                       en->n_submitq + en->n_waiting_shared, en->o.max_queue);
+        return err_set(e, ERR_RANGE, "the server is busy: %d requests are waiting (max-queue %d)", n_queued,
+                       en->o.max_queue);
     }
     if (en->n_submitq == en->cap_submitq) {
         en->cap_submitq = en->cap_submitq ? en->cap_submitq * 2 : 16;
