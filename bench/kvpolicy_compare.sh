@@ -11,7 +11,9 @@
 #        LLAMA_SERVER (a llama-server binary built outside the repository:
 #        the policy name "llama" runs it), LLAMA_CTX (its -c: the same KV
 #        memory as KV_MEM, in tokens of the model's f16 KV), NP (4, its slots),
-#        LLAMA_ARGS (more llama-server flags, e.g. "-fa")
+#        LLAMA_ARGS (more llama-server flags, e.g. "-fa"), PORT (18451)
+# A policy name ending in "+disk" (agent+disk, lru+disk) adds the disk tier
+# (--kv-disk in a fresh temporary directory): the same RAM for KV, plus disk.
 # llama-server gets its best settings for this workload: cache_prompt (sent
 # by agentbench), as many slots as whole contexts fit in the same memory
 # (NP), continuous batching, and its prompt-similarity slot choice, so a
@@ -27,7 +29,7 @@ KV_MEM=${KV_MEM:-400M}
 SHARED=${KVLOOM_SHARED:-../shared}
 LABEL=${LABEL:-default}
 OUT=$(mktemp -d)
-PORT=18451
+PORT=${PORT:-18451}
 pid=""
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$OUT"' EXIT
 
@@ -36,7 +38,9 @@ for pol in ${POLICIES:-agent lru}; do
         "${LLAMA_SERVER:?LLAMA_SERVER: a llama-server binary}" -m "$MODEL" --host 127.0.0.1 --port $PORT -t "$THREADS" \
             -c "${LLAMA_CTX:?LLAMA_CTX: llama-server context tokens for KV_MEM}" -np "${NP:-4}" ${LLAMA_ARGS:-} > "$OUT/server-$pol.log" 2>&1 &
     else
-        "$BIN" serve -m "$MODEL" --port $PORT -t "$THREADS" --kv-mem "$KV_MEM" --kv-policy "$pol" 2> "$OUT/server-$pol.log" &
+        DISK_ARGS=""
+        case $pol in *+disk) rm -rf "$OUT/kvdisk"; DISK_ARGS="--kv-disk $OUT/kvdisk";; esac
+        "$BIN" serve -m "$MODEL" --port $PORT -t "$THREADS" --kv-mem "$KV_MEM" --kv-policy "${pol%+disk}" $DISK_ARGS 2> "$OUT/server-$pol.log" &
     fi
     pid=$!
     i=0
@@ -47,7 +51,7 @@ for pol in ${POLICIES:-agent lru}; do
     python3 "$SHARED/bench/agentbench.py" --url "http://127.0.0.1:$PORT" --agents 16 --turns 4 --gen 48 \
         --agent-doc-words 1500 --tool-pause 2-6 --tool-result-words 60-120 --stagger 10 --seed 7 "$@" \
         --label "$pol" --json "$OUT/$pol.json" > "$OUT/$pol.txt" 2>&1 || true
-    curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^kvloom_kv_(pins|pinned|evicted|ttl)' > "$OUT/metrics-$pol.txt" || true
+    curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^kvloom_kv_(pins|pinned|evicted|ttl|disk|restored|recomputed)' > "$OUT/metrics-$pol.txt" || true
     kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true
     sleep 1 # (the port is free before the next server binds it)
     pid=""

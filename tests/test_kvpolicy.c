@@ -354,12 +354,40 @@ static void test_idle_overdue(void) {
     kvpool_free(p);
 }
 
+/* Running work takes an overdue pin (its agent later than predicted by
+ * more than the slack: an agent's last turn, say) before pins due back
+ * soon, the most overdue first; then the furthest predicted return. */
+static void test_running_overdue_first(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t a[1], b[2], c[3], d[4];
+    fresh(p, a, 1);
+    fresh(p, b, 2);
+    fresh(p, c, 3);
+    fresh(p, d, 4);
+    kvpolicy_pin(k, a, 1, 0, NULL, -1, 2, 1, S(0));  /* due at 2 s: overdue at 10 s   */
+    kvpolicy_pin(k, b, 2, 0, NULL, -1, 1, 2, S(0));  /* due at 1 s: the most overdue  */
+    kvpolicy_pin(k, c, 3, 0, NULL, -1, 3, 3, S(9));  /* due at 12 s                   */
+    kvpolicy_pin(k, d, 4, 0, NULL, -1, 30, 4, S(9)); /* due at 39 s                   */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(1.5), KVPOL_FOR_RUNNING), 4); /* none overdue yet: d, furthest */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(10), KVPOL_FOR_RUNNING), 2);  /* b, then a, before c */
+    CHECK_EQ_INT(kvpool_refcount(p, b[0]), 0);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(10), KVPOL_FOR_RUNNING), 1);
+    CHECK_EQ_INT(kvpool_refcount(p, c[0]), 1);
+    CHECK_EQ_INT(kvpolicy_yield(k, S(10), KVPOL_FOR_NEW), 0); /* c is protected from new work */
+    CHECK_EQ_INT(kvpolicy_yield(k, S(10), KVPOL_FOR_RUNNING), 3);
+    CHECK_EQ_INT(kvpool_n_free(p), 16);
+    kvpolicy_free(k);
+    kvpool_free(p);
+}
+
 int main(void) {
     test_expiry_and_default();
     test_prediction();
     test_tool_learnt_later();
     test_explicit_ttl();
     test_yield_order();
+    test_running_overdue_first();
     test_idle_overdue();
     test_resume_supersede_hint();
     test_returned();

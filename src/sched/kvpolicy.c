@@ -285,18 +285,20 @@ int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why) {
     int64_t slack = (int64_t)((err > 1 ? err : 1) * 1e9);
     for (int i = 0; i < p->n_pins; i++) {
         const pin *q = &p->pins[i];
-        if (why != KVPOL_FOR_RUNNING && protected_pin(p, q, now_ns)) {
-            if (why == KVPOL_FOR_NEW_IDLE && !q->returned && q->return_ns + slack < now_ns &&
-                (overdue < 0 || q->return_ns < p->pins[overdue].return_ns))
-                overdue = i;
-            continue;
-        }
+        bool late = !q->returned && q->return_ns + slack < now_ns;
+        if (late && why != KVPOL_FOR_NEW && (overdue < 0 || q->return_ns < p->pins[overdue].return_ns)) overdue = i;
+        if (why != KVPOL_FOR_RUNNING && protected_pin(p, q, now_ns)) continue;
+        if (why == KVPOL_FOR_RUNNING && late) continue; /* taken first, above */
         if (far < 0 || q->return_ns > p->pins[far].return_ns) far = i;
     }
-    if (far < 0) far = overdue;
-    if (far < 0) return 0;
-    int n = p->pins[far].n;
-    release_at(p, far, KVPOL_YIELDED);
+    /* Running work takes the most overdue pin first (its agent is late: the
+     * pin of an agent's last turn, that nobody comes back for, is the usual
+     * case), then the furthest predicted return. A new conversation takes
+     * unprotected pins only, and an overdue one when nothing runs. */
+    int take = why == KVPOL_FOR_RUNNING ? (overdue >= 0 ? overdue : far) : (far >= 0 ? far : overdue);
+    if (take < 0) return 0;
+    int n = p->pins[take].n;
+    release_at(p, take, KVPOL_YIELDED);
     return n;
 }
 

@@ -117,6 +117,12 @@ int kvpolicy_expire(kvpolicy *p, int64_t now_ns);
 
 /* The pool needs memory: releases the pin whose predicted return is
  * furthest away. Returns the number of references it dropped (0: no pin).
+ * For running work (KVPOL_FOR_RUNNING) an overdue pin goes first, the most
+ * overdue first (its agent is later than predicted by more than max(1 s,
+ * the mean prediction error): the pin of an agent's last turn, which nobody
+ * comes back for, is the usual case; ordering it by its predicted return,
+ * now past, would keep it until the last while contexts due back in seconds
+ * were taken).
  * For a new conversation (KVPOL_FOR_NEW), protected pins are not released: those whose agent has returned, and those with a predicted
  * return (a gap was observed for them) until they expire (the TTL is the
  * gap with a margin: 1.5 x gap + 1 s). A pin without a prediction is
@@ -131,7 +137,8 @@ int kvpolicy_expire(kvpolicy *p, int64_t now_ns);
  * back for); a pin whose agent is not yet due, or has returned, still
  * waits. */
 typedef enum {
-    KVPOL_FOR_RUNNING,  /* running work or a returning agent: any pin      */
+    KVPOL_FOR_RUNNING,  /* running work or a returning agent: any pin,     */
+                        /* overdue ones first                            */
     KVPOL_FOR_NEW,      /* a new conversation: unprotected pins only       */
     KVPOL_FOR_NEW_IDLE, /* the same while the engine has nothing to run:   */
                         /* also a protected pin whose agent is overdue     */
