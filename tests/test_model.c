@@ -214,7 +214,7 @@ static void test_unmultipliable_matrix(void) {
     const char *f32 = "/tmp/kvloom-test-model-f32.gguf", *bad = "/tmp/kvloom-test-model-q8k.gguf";
     char *argv[] = {"--arch", "llama", "--n-embd", "256", "--n-layer", "1", "--n-head", "4", "--n-ff", "256",
                     "--n-vocab", "64", "--type", "F32", "-o", (char *)f32, NULL};
-    CHECK_EQ_INT(cli_gen((int)ARRAY_LEN(argv) - 1, argv), 0);
+    CHECK_EQ_INT(cli__gen((int)ARRAY_LEN(argv) - 1, argv), 0);
     err_t e = {0};
     gguf_ctx *g = NULL;
     CHECK_MSG(gguf_open(f32, &g, &e) == 0, "%s", e.msg);

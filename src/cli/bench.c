@@ -219,7 +219,7 @@ static int bench_decode_shared(bench_ctx *b, int S, int depth, int p_begin, int 
 static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_bytes; }
 
 
-int cli_bench(int argc, char **argv) {
+int cli__bench(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL;
     const char *tools_path = NULL;
     bool tokenizer_mode = false, grammar_mode = false;
@@ -261,7 +261,7 @@ int cli_bench(int argc, char **argv) {
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 64);
 
     if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);
-    if (grammar_mode) return bench_grammar(path, tools_path, n_objects, threads);
+    if (grammar_mode) return cli__bench_grammar(path, tools_path, n_objects, threads);
     err_t e = {0};
     model *m;
     if (model_load(path, &m, &e)) {

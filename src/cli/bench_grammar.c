@@ -152,7 +152,7 @@ static int run_request(engine *en, const int32_t *prompt, int n_prompt, grammar 
     return seen;
 }
 
-int bench_grammar(const char *path, const char *tools_path, long n_objects, long threads) {
+int cli__bench_grammar(const char *path, const char *tools_path, long n_objects, long threads) {
     err_t e = {0};
     model *m = NULL;
     tokenizer *tk = NULL;

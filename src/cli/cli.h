@@ -2,14 +2,18 @@
  * cli.h — subcommands of the kvloom program other than main's dispatch:
  * the random-weight model generator and the quantizer (gen.c).
  * Each returns a process exit status and prints its own errors.
+ *
+ * Not a public header: it joins main.c to the subcommand files of src/cli/,
+ * so its names carry the cli__ prefix (cross-file private, as tok__ and
+ * jinja__); tests may call them as they call other modules' internals.
  */
 #ifndef KVLOOM_CLI_H
 #define KVLOOM_CLI_H
 
-int cli_gen(int argc, char **argv);      /* kvloom gen ...      */
-int cli_quantize(int argc, char **argv); /* kvloom quantize ... */
-int cli_bench(int argc, char **argv);    /* kvloom bench ... (bench.c) */
+int cli__gen(int argc, char **argv);      /* kvloom gen ...      */
+int cli__quantize(int argc, char **argv); /* kvloom quantize ... */
+int cli__bench(int argc, char **argv);    /* kvloom bench ... (bench.c) */
 /* kvloom bench -m MODEL --grammar (bench_grammar.c) */
-int bench_grammar(const char *path, const char *tools_path, long n_objects, long threads);
+int cli__bench_grammar(const char *path, const char *tools_path, long n_objects, long threads);
 
 #endif

@@ -235,7 +235,7 @@ static void llama3_rope_freqs(float *out, int n_rot, float base) {
     }
 }
 
-int cli_gen(int argc, char **argv) {
+int cli__gen(int argc, char **argv) {
     gen_shape s = {0};
     const char *out = NULL, *vocab = NULL, *type_name = "F16";
     const char *shared = getenv("KVLOOM_SHARED") ? getenv("KVLOOM_SHARED") : "../shared";
@@ -392,7 +392,7 @@ int cli_gen(int argc, char **argv) {
     return r ? 1 : 0;
 }
 
-int cli_quantize(int argc, char **argv) {
+int cli__quantize(int argc, char **argv) {
     const char *usage = "usage: kvloom quantize IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)\n"
                         "  converts IN's F32/F16/BF16 weights to TYPE; other tensors are copied unchanged\n";
     if (argc == 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {

@@ -376,8 +376,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(sub_argc, sub_argv);
     if (strcmp(cmd, "info") == 0) return cmd_info(sub_argc, sub_argv);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(sub_argc, sub_argv);
-    if (strcmp(cmd, "gen") == 0) return cli_gen(sub_argc, sub_argv);
-    if (strcmp(cmd, "quantize") == 0) return cli_quantize(sub_argc, sub_argv);
+    if (strcmp(cmd, "gen") == 0) return cli__gen(sub_argc, sub_argv);
+    if (strcmp(cmd, "quantize") == 0) return cli__quantize(sub_argc, sub_argv);
     if (strcmp(cmd, "serve") == 0) {
         server_opts o;
         server_opts_default(&o);
@@ -391,7 +391,7 @@ int main(int argc, char **argv) {
         if (!o.model_path) o.model_path = default_model();
         return server_main(&o) < 0 ? 1 : 0;
     }
-    if (strcmp(cmd, "bench") == 0) return cli_bench(sub_argc, sub_argv);
+    if (strcmp(cmd, "bench") == 0) return cli__bench(sub_argc, sub_argv);
     fprintf(stderr, "kvloom: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

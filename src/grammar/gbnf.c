@@ -36,7 +36,7 @@ typedef struct cur {
     int depth;
 } cur;
 
-void gbnf_linecol(const char *src, size_t len, size_t off, uint32_t *line, uint32_t *col) {
+void grammar__gbnf_linecol(const char *src, size_t len, size_t off, uint32_t *line, uint32_t *col) {
     uint32_t l = 1, c = 1;
     for (size_t i = 0; i < off && i < len; i++) {
         if (src[i] == '\n') {
@@ -58,7 +58,7 @@ static int fail_at(cur *c, size_t off, int code, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     uint32_t line, col;
-    gbnf_linecol(c->s, c->n, off, &line, &col);
+    grammar__gbnf_linecol(c->s, c->n, off, &line, &col);
     return err_set(c->e, code, "%u:%u: %s", line, col, msg);
 }
 
@@ -499,7 +499,7 @@ static int parse_alts(cur *c, uint32_t *out) {
     return 0;
 }
 
-int gbnf_parse(const char *src, size_t len, gast *a, err_t *e) {
+int grammar__gbnf_parse(const char *src, size_t len, gast *a, err_t *e) {
     a->src = src;
     a->src_len = len;
     cur c = {.s = src, .n = len, .i = 0, .a = a, .e = e};
@@ -521,7 +521,7 @@ int gbnf_parse(const char *src, size_t len, gast *a, err_t *e) {
         if (rc) return rc;
         if (a->rules[r].body) {
             uint32_t l0, c0;
-            gbnf_linecol(src, len, a->rules[r].def_pos, &l0, &c0);
+            grammar__gbnf_linecol(src, len, a->rules[r].def_pos, &l0, &c0);
             return fail_at(&c, at, ERR_FORMAT, "rule '%.*s' defined twice (first at %u:%u)", (int)MIN(j - at, 64),
                            src + at, l0, c0);
         }
@@ -547,7 +547,7 @@ int gbnf_parse(const char *src, size_t len, gast *a, err_t *e) {
     return 0;
 }
 
-void gast_free(gast *a) {
+void grammar__gast_free(gast *a) {
     if (!a) return;
     free(a->nodes);
     free(a->lit);

@@ -236,7 +236,7 @@ static void overflow_warn(gcache *c) {
     c->warned = true;
 }
 
-int gmatch_init_start(grammar *g, err_t *e) {
+int grammar__gmatch_init_start(grammar *g, err_t *e) {
     gcache *c = &g->c;
     cache_init(c);
     clos k;
@@ -384,7 +384,7 @@ static void m_set(gmatch *m, uint32_t d) {
     m->gen = c->gen;
 }
 
-void gcache_free(gcache *c) {
+void grammar__gcache_free(gcache *c) {
     ds_flush(c);
     free(c->st), free(c->mark), free(c->st_tab), free(c->ds), free(c->ds_tab), free(c->pool);
     free(c->masked), free(c->work), free(c->res), free(c->walk);

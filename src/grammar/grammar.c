@@ -99,7 +99,7 @@ static int fail_pos(builder *b, uint32_t pos, int code, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     uint32_t line, col;
-    gbnf_linecol(b->a->src, b->a->src_len, pos, &line, &col);
+    grammar__gbnf_linecol(b->a->src, b->a->src_len, pos, &line, &col);
     b->err = err_set(b->e, code, "%u:%u: %s", line, col, msg);
     return b->err;
 }
@@ -611,7 +611,7 @@ static void grammar_free(grammar *g) {
     if (!g) return;
     free(g->edge_off), free(g->edges), free(g->eps_off), free(g->eps), free(g->call_off), free(g->calls);
     free(g->sflags), free(g->rule_start), free(g->init);
-    gcache_free(&g->c);
+    grammar__gcache_free(&g->c);
     free(g);
 }
 
@@ -623,7 +623,7 @@ int grammar_from_gbnf(const char *src, size_t len, grammar **out, err_t *e) {
     grammar *g = NULL;
     uint8_t *flag = NULL, *reached = NULL, *prod = NULL;
     adj fw = {0};
-    int rc = gbnf_parse(src ? src : "", len, &a, e);
+    int rc = grammar__gbnf_parse(src ? src : "", len, &a, e);
     if (rc) goto done;
     b.lifted = calloc(a.n_nodes, sizeof(uint32_t));
     b.cost = calloc(a.n_nodes, sizeof(uint32_t));
@@ -686,12 +686,12 @@ int grammar_from_gbnf(const char *src, size_t len, grammar **out, err_t *e) {
     atomic_init(&g->refs, 1);
     if ((rc = finish(&b, g, prod))) goto done;
     g->root_start = g->rule_start[root];
-    rc = gmatch_init_start(g, e);
+    rc = grammar__gmatch_init_start(g, e);
 done:
     adj_free(&fw);
     free(flag), free(prod), free(reached);
     builder_free(&b);
-    gast_free(&a);
+    grammar__gast_free(&a);
     if (rc) {
         grammar_free(g);
         return rc;

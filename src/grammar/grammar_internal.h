@@ -8,7 +8,10 @@
  *   gmatch.c   stacks, stack sets (DFA states built lazily), the vocabulary
  *              trie, masks and their cache, accept, forced runs
  *
- * Not a public header: only the .c files of src/grammar include it.
+ * Not a public header: only the .c files of src/grammar include it. Its
+ * functions carry the grammar__ prefix (cross-file private, as tok__ and
+ * jinja__); its types keep their short g-names (no linkage, never seen
+ * outside src/grammar).
  */
 #ifndef KVLOOM_GRAMMAR_INTERNAL_H
 #define KVLOOM_GRAMMAR_INTERNAL_H
@@ -55,13 +58,13 @@ typedef struct gast {
     size_t name_cap;
 } gast;
 
-/* Parses src into *a (zeroed by the caller); on error *a still holds what it
- * allocated: free it with gast_free. Checks syntax, limits, duplicate and
- * undefined rules and the presence of root. */
-int gbnf_parse(const char *src, size_t len, gast *a, err_t *e);
-void gast_free(gast *a);
+/* Parses src into *a (zeroed by the caller); on error *a still holds what
+ * it allocated: free it with grammar__gast_free. Checks syntax, limits,
+ * duplicate and undefined rules and the presence of root. */
+int grammar__gbnf_parse(const char *src, size_t len, gast *a, err_t *e);
+void grammar__gast_free(gast *a);
 /* "line:col" of a byte offset, for messages. */
-void gbnf_linecol(const char *src, size_t len, size_t off, uint32_t *line, uint32_t *col);
+void grammar__gbnf_linecol(const char *src, size_t len, size_t off, uint32_t *line, uint32_t *col);
 
 /* ---- the automaton (grammar.c) --------------------------------------------
  * States are numbered over the whole grammar; each belongs to one rule. A
@@ -152,7 +155,7 @@ struct grammar {
 
 /* gmatch.c: the closure of the single stack (state, empty); fills g->init.
  * Called once by grammar_from_gbnf before the grammar is shared. */
-int gmatch_init_start(grammar *g, err_t *e);
-void gcache_free(gcache *c);
+int grammar__gmatch_init_start(grammar *g, err_t *e);
+void grammar__gcache_free(gcache *c);
 
 #endif

@@ -35,7 +35,7 @@ static inline __m256i mm_dot_u8_sc2(__m256i acc, __m256i u, __m256i s, __m256i c
 
 #define KX_KT_R 2
 #define KX_KT_T 2
-#define KX_OPS_NAME kern_avx2_ops
+#define KX_OPS_NAME kern__avx2_ops
 #define KX_NAME "avx2"
 
 /* Attention vector primitives (x86_body.h's attention kernel): 8 f32 lanes;

@@ -5,7 +5,7 @@
  * forward pass; uses base/pool for parallelism.
  *
  * Tables: the scalar table (scalar.c) is always present. A SIMD table lives in
- * its own file (avx2.c, avx512.c) that defines `kern_<name>_ops`; the
+ * its own file (avx2.c, avx512.c) that defines `kern__<name>_ops`; the
  * Makefile compiles only the files for the host architecture and, for each
  * one, passes -DKVLOOM_KERN_<NAME> to this file, which references exactly
  * those tables (x86-64: AVX2 and AVX-512; other architectures have only the
@@ -43,16 +43,12 @@
 #include <string.h>
 
 #include "../base/base.h"
+#include "kern_internal.h"
 
 #define KERN_ROW_TILE 8
 
-/* Set by the Makefile (KERN_DEFS) for the table files it compiles. */
-#if defined(KVLOOM_KERN_AVX2)
-extern const kern_ops kern_avx2_ops;
-#endif
-#if defined(KVLOOM_KERN_AVX512)
-extern const kern_ops kern_avx512_ops;
-#endif
+/* KVLOOM_KERN_AVX2 / KVLOOM_KERN_AVX512 are set by the Makefile (KERN_DEFS)
+ * for the table files it compiles; kern_internal.h declares the tables. */
 
 static bool cpu_any(void) { return true; }
 
@@ -90,10 +86,10 @@ typedef struct kern_entry {
 static const kern_entry entries[] = {
     {&kern_scalar_ops, cpu_any},
 #if defined(KVLOOM_KERN_AVX2)
-    {&kern_avx2_ops, cpu_avx2},
+    {&kern__avx2_ops, cpu_avx2},
 #endif
 #if defined(KVLOOM_KERN_AVX512)
-    {&kern_avx512_ops, cpu_avx512},
+    {&kern__avx512_ops, cpu_avx512},
 #endif
 };
 

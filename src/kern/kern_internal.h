@@ -1,8 +1,10 @@
 /*
  * kern_internal.h — names shared by the files of src/kern/ and by no one
  * else: the per-type row converters of quant.c that the type table (types.c)
- * points at. Not for use outside src/kern/ (everyone else converts through
- * quant_dequant_row / quant_quantize_row, which check their arguments).
+ * points at, and the SIMD tables that kern.c dispatches to. Not for use
+ * outside src/kern/ (everyone else converts through quant_dequant_row /
+ * quant_quantize_row, which check their arguments, and multiplies through
+ * kern_matmul).
  *
  * Cross-file private names of kern/ carry the kern__ prefix (as tok__ in
  * src/tok/ and jinja__ in src/chat/); the public API (kern.h, quant.h,
@@ -16,6 +18,13 @@
 #define KVLOOM_KERN_INTERNAL_H
 
 #include <stdint.h>
+
+#include "kern.h"
+
+/* The SIMD tables (avx2.c, avx512.c, built from x86_body.h), defined only
+ * when the Makefile compiles their files (KVLOOM_KERN_AVX2/AVX512). */
+extern const kern_ops kern__avx2_ops;
+extern const kern_ops kern__avx512_ops;
 
 /* to_f32: a row of the type -> n floats (every bit pattern decodes). */
 void kern__dequant_row_f32(const void *src, float *dst, int64_t n);

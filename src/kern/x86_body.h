@@ -2,12 +2,17 @@
  * x86_body.h — the body of the x86 SIMD kernel tables, shared by avx2.c and
  * avx512.c. Not a public header: each of those files defines the integer
  * primitives below for its instruction set, then includes this file once.
+ * Everything here is static (static inline), so each table file compiles its
+ * own copy with its own -m flags and no name leaves the file: no kern__
+ * prefix is needed. The one external name is the table itself, KX_OPS_NAME
+ * (kern__avx2_ops / kern__avx512_ops, kern/'s cross-file private prefix:
+ * only kern.c references them).
  *
  * Place in the flow: kern/, under kern.c's dispatch (kern_matmul calls the
  * dot products and activation converters through the table built here).
  *
  * The including file provides, before the #include:
- *   KX_OPS_NAME       the table's symbol (kern_avx2_ops / kern_avx512_ops)
+ *   KX_OPS_NAME       the table's symbol (kern__avx2_ops / kern__avx512_ops)
  *   KX_NAME           its name string ("avx2" / "avx512")
  *   mm_dot_i8(w, a)   8 x i32: lane k = sum of w[4k+j]*a[4k+j], j<4, both
  *                     signed bytes, a in -127..127 (so no lane saturates)
@@ -61,6 +66,7 @@
 #include "../base/base.h"
 #include "attn.h"
 #include "kern.h"
+#include "kern_internal.h"
 #include "quant.h"
 
 /* ---- helpers -------------------------------------------------------------- */

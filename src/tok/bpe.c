@@ -4,7 +4,7 @@
  *
  * Place in the flow: tok/, called by tok_encode for each raw text fragment:
  *
- *   bytes ─UTF-8 decode (bad bytes → U+FFFD)─▶ code points ─pretok_split─▶
+ *   bytes ─UTF-8 decode (bad bytes → U+FFFD)─▶ code points ─tok__pretok_split─▶
  *   words ─each byte → its byte-level character─▶ symbols ─merges by rank─▶ ids
  *
  * Merge loop (as the reference): symbols start as one per byte; every
@@ -46,7 +46,7 @@ static const tok_merge *merge_find(const tokenizer *t, int32_t l, int32_t r) {
     }
 }
 
-int bpe_load_merges(tokenizer *t, const gguf_ctx *g, err_t *e) {
+int tok__bpe_load_merges(tokenizer *t, const gguf_ctx *g, err_t *e) {
     /* byte-level alphabet first, so every byte has a symbol id */
     for (int b = 0; b < 256; b++) {
         char u[4];
@@ -164,17 +164,17 @@ static void add_pair(const tokenizer *t, const bsym *s, int l, int r, bheap *h) 
 
 static void emit(const tokenizer *t, int32_t id, tok_vec *out) {
     if (id < t->n_vocab) {
-        tok_vec_push(out, id);
+        tok__vec_push(out, id);
         return;
     }
     const char *s = tok__str(t, id);
     for (uint32_t k = 0; k < t->slen[id]; k++) {
         int32_t b = tok__find_n(t, s + k, 1);
-        if (b >= 0 && b < t->n_vocab) tok_vec_push(out, b);
+        if (b >= 0 && b < t->n_vocab) tok__vec_push(out, b);
     }
 }
 
-/* Scratch buffers of one bpe_encode call. */
+/* Scratch buffers of one tok__bpe_encode call. */
 typedef struct bscratch {
     bsym *sym;
     char *bl; /* byte-level string of a word (ignore_merges lookup) */
@@ -187,7 +187,7 @@ static void encode_word(const tokenizer *t, const uint8_t *w, int n, bscratch *s
         for (int i = 0; i < n; i++) o += utf8_encode(unicode_byte_to_cp(w[i]), sc->bl + o);
         int32_t id = tok__find_n(t, sc->bl, (size_t)o);
         if (id >= 0 && id < t->n_vocab) {
-            tok_vec_push(out, id);
+            tok__vec_push(out, id);
             return;
         }
     }
@@ -210,7 +210,7 @@ static void encode_word(const tokenizer *t, const uint8_t *w, int n, bscratch *s
     for (int i = 0; i != -1; i = s[i].next) emit(t, s[i].id, out);
 }
 
-void bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
+void tok__bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
     if (len == 0) return;
     uint32_t *cp = xmalloc(len * sizeof(uint32_t));
     uint16_t *fl = xmalloc(len * sizeof(uint16_t));
@@ -229,19 +229,19 @@ void bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) 
     cpoff[n] = o;
     int *ends = xmalloc((size_t)n * sizeof(int));
     int *tmp = xmalloc((size_t)n * sizeof(int));
-    int nw = pretok_split(t->pre, cp, fl, n, ends, tmp);
+    int nw = tok__pretok_split(t->pre, cp, fl, n, ends, tmp);
     bscratch sc = {xmalloc((size_t)o * sizeof(bsym)), xmalloc((size_t)o * 2 + 4), {0}};
     int start = 0;
     tok_wcache wc = {0};
     for (int k = 0; k < nw; k++) {
         int b0 = cpoff[start], b1 = cpoff[ends[k]];
         start = ends[k];
-        if (nw > 64 && tok_wcache_get(&wc, utf + b0, (size_t)(b1 - b0), out)) continue;
+        if (nw > 64 && tok__wcache_get(&wc, utf + b0, (size_t)(b1 - b0), out)) continue;
         int first = out->n;
         encode_word(t, (const uint8_t *)utf + b0, b1 - b0, &sc, out);
-        if (nw > 64) tok_wcache_put(&wc, utf + b0, (size_t)(b1 - b0), first, out->n - first);
+        if (nw > 64) tok__wcache_put(&wc, utf + b0, (size_t)(b1 - b0), first, out->n - first);
     }
-    tok_wcache_free(&wc);
+    tok__wcache_free(&wc);
     free(sc.sym);
     free(sc.bl);
     free(sc.heap.v);

@@ -2,7 +2,7 @@
  * pretok.c — the pre-tokenizers of byte-level BPE vocabularies: split text
  * (as code points) into words before merging.
  *
- * Place in the flow: tok/, called by bpe_encode for each raw text fragment.
+ * Place in the flow: tok/, called by tok__bpe_encode for each raw text fragment.
  *
  * The reference tokenizers describe each pre-tokenizer as a list of regular
  * expressions applied in turn: each one splits every current piece into its
@@ -287,7 +287,7 @@ static const pretok_def k_defs[] = {
     {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, PRE_STARCODER},
 };
 
-bool pretok_from_name(const char *name, pretok_kind *kind) {
+bool tok__pretok_from_name(const char *name, pretok_kind *kind) {
     for (size_t d = 0; d < ARRAY_LEN(k_defs); d++)
         for (size_t k = 0; k < ARRAY_LEN(k_defs[d].names) && k_defs[d].names[k]; k++)
             if (strcmp(name, k_defs[d].names[k]) == 0) {
@@ -297,7 +297,7 @@ bool pretok_from_name(const char *name, pretok_kind *kind) {
     return false;
 }
 
-int pretok_split(pretok_kind kind, const uint32_t *cp, const uint16_t *fl, int n, int *ends, int *tmp) {
+int tok__pretok_split(pretok_kind kind, const uint32_t *cp, const uint16_t *fl, int n, int *ends, int *tmp) {
     if (n <= 0) return 0;
     static const matcher k_default[] = {m_punct_default, m_gpt2, m_num_run, m_digits3, NULL};
     static const matcher k_gpt2[] = {m_gpt2, NULL};

@@ -14,7 +14,7 @@
  * <0xNN> per byte.
  *
  * Invariant: symbols form a doubly linked list in text order (per word when
- * the text is cut into words, see spm_encode); a merged-away symbol has
+ * the text is cut into words, see tok__spm_encode); a merged-away symbol has
  * n == 0. The heap holds (score, left) candidates.
  */
 #include <stdlib.h>
@@ -111,12 +111,12 @@ static void merge_run(const tokenizer *t, const char *text, sym *s, int a, int b
     for (int i = a; i != -1; i = s[i].next) {
         int32_t id = tok__find_n(t, text + s[i].off, s[i].n);
         if (id >= 0 && id < t->n_vocab) {
-            tok_vec_push(out, id);
+            tok__vec_push(out, id);
             continue;
         }
         for (uint32_t k = 0; k < s[i].n; k++) {
             int32_t bt = t->byte_tok[(uint8_t)text[s[i].off + k]];
-            if (bt >= 0) tok_vec_push(out, bt);
+            if (bt >= 0) tok__vec_push(out, bt);
         }
     }
 }
@@ -126,7 +126,7 @@ static void merge_run(const tokenizer *t, const char *text, sym *s, int a, int b
  * following "▁" symbol that starts a word, so the text is cut there and each
  * word merged on its own: same result, much smaller heaps, and a repeated
  * word reuses the ids computed for its first occurrence. */
-void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
+void tok__spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
     if (len == 0) return;
     sym *s = xmalloc(len * sizeof(sym));
     int ns = 0;
@@ -146,16 +146,16 @@ void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) 
         if (!cut) continue;
         const char *wp = text + s[a].off;
         size_t wn = (size_t)(s[i - 1].off + s[i - 1].n - s[a].off);
-        if (!tok_wcache_get(&wc, wp, wn, out)) {
+        if (!tok__wcache_get(&wc, wp, wn, out)) {
             int first = out->n;
             s[a].prev = -1;
             s[i - 1].next = -1;
             merge_run(t, text, s, a, i, &h, out);
-            tok_wcache_put(&wc, wp, wn, first, out->n - first);
+            tok__wcache_put(&wc, wp, wn, first, out->n - first);
         }
         a = i;
     }
-    tok_wcache_free(&wc);
+    tok__wcache_free(&wc);
     free(h.v);
     free(s);
 }

@@ -23,7 +23,7 @@
 #define TOK_MAX_TEXT (256u << 20)
 #define TOK_MAX_STR (1u << 20)
 
-void tok_vec_push(tok_vec *v, int32_t id) {
+void tok__vec_push(tok_vec *v, int32_t id) {
     if (v->n == v->cap) {
         v->cap = v->cap ? v->cap * 2 : 64;
         v->v = xrealloc(v->v, (size_t)v->cap * sizeof(int32_t));
@@ -41,20 +41,20 @@ static uint32_t wc_hash(const char *p, size_t n) {
     return h ? h : 1;
 }
 
-bool tok_wcache_get(tok_wcache *c, const char *p, size_t n, tok_vec *out) {
+bool tok__wcache_get(tok_wcache *c, const char *p, size_t n, tok_vec *out) {
     if (!c->s || n > WCACHE_MAX_WORD) return false;
     uint32_t h = wc_hash(p, n);
     for (uint32_t i = h & c->mask;; i = (i + 1) & c->mask) {
         tok_wslot *sl = &c->s[i];
         if (!sl->p) return false;
         if (sl->hash == h && sl->n == n && memcmp(sl->p, p, n) == 0) {
-            for (int k = 0; k < sl->count; k++) tok_vec_push(out, out->v[sl->start + k]);
+            for (int k = 0; k < sl->count; k++) tok__vec_push(out, out->v[sl->start + k]);
             return true;
         }
     }
 }
 
-void tok_wcache_put(tok_wcache *c, const char *p, size_t n, int start, int count) {
+void tok__wcache_put(tok_wcache *c, const char *p, size_t n, int start, int count) {
     if (n > WCACHE_MAX_WORD) return;
     if (!c->s || (uint32_t)(c->used + 1) * 2 > c->mask + 1) {
         uint32_t cap = c->s ? (c->mask + 1) * 2 : 256;
@@ -80,7 +80,7 @@ void tok_wcache_put(tok_wcache *c, const char *p, size_t n, int start, int count
     c->used++;
 }
 
-void tok_wcache_free(tok_wcache *c) {
+void tok__wcache_free(tok_wcache *c) {
     free(c->s);
     c->s = NULL;
 }
@@ -339,7 +339,7 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
         t->bos = t->eos = t->unk = -1;
         t->add_bos = false;
         t->add_space_prefix = false;
-        if (!pretok_from_name(t->pre_name, &t->pre)) {
+        if (!tok__pretok_from_name(t->pre_name, &t->pre)) {
             log_warn("tokenizer.ggml.pre: unknown pre-tokenizer '%s', using 'default'", t->pre_name);
             t->pre = PRE_DEFAULT;
         }
@@ -407,7 +407,7 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
             t->byte_tok[b2] = id >= 0 ? id : t->unk;
         }
     } else if (t->kind == TOK_KIND_BPE) {
-        int rc = bpe_load_merges(t, g, e);
+        int rc = tok__bpe_load_merges(t, g, e);
         if (rc < 0) return rc;
     }
 
@@ -699,7 +699,7 @@ static void spm_fragment(const tokenizer *t, const char *s, size_t n, bool prefi
             buf[o++] = s[i];
         }
     }
-    spm_encode(t, buf, o, out);
+    tok__spm_encode(t, buf, o, out);
     free(buf);
 }
 
@@ -710,29 +710,29 @@ static int encode(const tokenizer *t, const char *text, size_t len, bool add_bos
     if (!t || (!text && len > 0)) return ERR_INVALID;
     if (len > TOK_MAX_TEXT) return ERR_RANGE;
     tok_vec v = {0};
-    if (add_bos && t->bos >= 0) tok_vec_push(&v, t->bos);
+    if (add_bos && t->bos >= 0) tok__vec_push(&v, t->bos);
     if (len > 0) {
         frag_vec fr;
         split_special(t, text, len, parse_special, &fr);
         bool prev_special = !continuation;
         for (int i = 0; i < fr.n; i++) {
             if (fr.v[i].tok >= 0) {
-                tok_vec_push(&v, fr.v[i].tok);
+                tok__vec_push(&v, fr.v[i].tok);
                 prev_special = true;
                 continue;
             }
             if (t->kind == TOK_KIND_SPM) {
                 spm_fragment(t, text + fr.v[i].off, fr.v[i].len, t->add_space_prefix && prev_special, &v);
             } else if (t->kind == TOK_KIND_WPM) {
-                wpm_encode(t, text + fr.v[i].off, fr.v[i].len, &v);
+                tok__wpm_encode(t, text + fr.v[i].off, fr.v[i].len, &v);
             } else {
-                bpe_encode(t, text + fr.v[i].off, fr.v[i].len, &v);
+                tok__bpe_encode(t, text + fr.v[i].off, fr.v[i].len, &v);
             }
             prev_special = false;
         }
         free(fr.v);
     }
-    if (add_bos && t->add_eos && t->eos >= 0) tok_vec_push(&v, t->eos);
+    if (add_bos && t->add_eos && t->eos >= 0) tok__vec_push(&v, t->eos);
     int n = v.n;
     if (out && cap > 0 && n > 0) memcpy(out, v.v, (size_t)MIN(n, cap) * sizeof(int32_t));
     free(v.v);

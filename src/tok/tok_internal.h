@@ -3,6 +3,13 @@
  * tokens, decoding), spm.c, bpe.c and wpm.c (the merge loops) and pretok.c
  * (the byte-level BPE pre-splitters). Not for use outside src/tok/.
  *
+ * Its functions carry the tok__ prefix (cross-file private; the public API,
+ * tok.h, has one underscore); its types keep their names (tok_vec,
+ * tok_wcache: no linkage, nothing to collide with). unicode.h is not
+ * internal: it is tok/'s Unicode library, used by tests and the fuzzers, and
+ * its tables keep the unicode_ names that tools/gen_unicode.py writes into
+ * unicode_data.c.
+ *
  * Strings: every vocabulary string, plus strings that byte-level merges
  * produce but the vocabulary lacks ("extras", ids >= n_vocab), lives in one
  * pool; `find` maps a string to its id through an open-addressing table.
@@ -85,7 +92,7 @@ typedef struct tok_vec {
     int n, cap;
 } tok_vec;
 
-void tok_vec_push(tok_vec *v, int32_t id);
+void tok__vec_push(tok_vec *v, int32_t id);
 
 /* A per-call cache of word -> ids, for long texts where words repeat: the
  * ids live in the output vector (by index), the word bytes in the caller's
@@ -101,10 +108,10 @@ typedef struct tok_wcache {
     int used;
 } tok_wcache;
 /* Appends the cached ids of word p[0..n) to out and returns true on a hit. */
-bool tok_wcache_get(tok_wcache *c, const char *p, size_t n, tok_vec *out);
+bool tok__wcache_get(tok_wcache *c, const char *p, size_t n, tok_vec *out);
 /* Records that out->v[start..start+count) are the ids of p[0..n). */
-void tok_wcache_put(tok_wcache *c, const char *p, size_t n, int start, int count);
-void tok_wcache_free(tok_wcache *c);
+void tok__wcache_put(tok_wcache *c, const char *p, size_t n, int start, int count);
+void tok__wcache_free(tok_wcache *c);
 
 /* String id of s[0..n), -1 if absent (vocabulary and extras). */
 int32_t tok__find_n(const tokenizer *t, const char *s, size_t n);
@@ -113,17 +120,17 @@ static inline const char *tok__str(const tokenizer *t, int32_t i) { return t->sp
 
 /* SentencePiece merge loop over one text fragment (already escaped: spaces
  * are ▁, dummy prefix added). Appends ids. spm.c */
-void spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
+void tok__spm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
 
 /* WordPiece over one raw text fragment (normalise, split, longest match).
  * wpm.c */
-void wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
+void tok__wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
 
 /* Byte-level BPE over one raw text fragment: pre-split, byte-map, merge.
  * bpe.c */
-void bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
+void tok__bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
 /* Builds the merge table from tokenizer.ggml.merges. bpe.c */
-int bpe_load_merges(tokenizer *t, const gguf_ctx *g, err_t *e);
+int tok__bpe_load_merges(tokenizer *t, const gguf_ctx *g, err_t *e);
 /* Adds (or finds) a string, growing the pool and the hash. tok.c */
 int32_t tok__intern(tokenizer *t, const char *s, size_t n);
 
@@ -131,8 +138,8 @@ int32_t tok__intern(tokenizer *t, const char *s, size_t n);
  * unicode_flags(cp[i])) into words; writes the end offset of each word to
  * ends (room for n entries) and returns the number of words. tmp must have
  * room for n entries too. */
-int pretok_split(pretok_kind kind, const uint32_t *cp, const uint16_t *fl, int n, int *ends, int *tmp);
+int tok__pretok_split(pretok_kind kind, const uint32_t *cp, const uint16_t *fl, int n, int *ends, int *tmp);
 /* Maps a tokenizer.ggml.pre name to its kind; false if unknown. */
-bool pretok_from_name(const char *name, pretok_kind *kind);
+bool tok__pretok_from_name(const char *name, pretok_kind *kind);
 
 #endif

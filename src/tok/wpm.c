@@ -40,13 +40,13 @@ static void wpm_word(const tokenizer *t, const char *w, int n, tok_vec *out) {
             out->n = start; /* discard the whole word */
             break;
         }
-        tok_vec_push(out, id);
+        tok__vec_push(out, id);
         i = j;
     }
-    if (out->n == start && t->unk >= 0) tok_vec_push(out, t->unk);
+    if (out->n == start && t->unk >= 0) tok__vec_push(out, t->unk);
 }
 
-void wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
+void tok__wpm_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out) {
     char *w = xmalloc(len * 4 + 8); /* one word at a time: ▁ + lowercased chars */
     int n = 0;
     bool open = false; /* a word has content */
