@@ -123,6 +123,10 @@ typedef struct seq {
     int n_loading, n_load_from;
     bool disk_tried;     /* looked in the disk index since admission/preemption */
     bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
+    /* backpressure (stall_timeout_ms): the reader's n_read when last seen to
+     * move, and since when posted tokens have waited without it moving */
+    int stall_n_read;
+    int64_t stall_since_ns; /* 0: nothing waits for the reader              */
 } seq;
 
 typedef struct seq_list {
@@ -757,8 +761,24 @@ static void take_submitted(engine *en) {
     pthread_mutex_unlock(&en->mu);
 }
 
+/* Whether the sequence's reader has left posted tokens untaken for longer
+ * than stall_timeout_ms (the clock restarts whenever the reader takes some:
+ * a slow reader is not a stalled one). */
+static bool seq_stalled(engine *en, seq *s, int64_t now) {
+    if (en->o.stall_timeout_ms <= 0) return false;
+    int n_read = atomic_load(&s->r->n_read);
+    if (n_read >= s->n_generated) {
+        s->stall_since_ns = 0;
+    } else if (n_read != s->stall_n_read || !s->stall_since_ns) {
+        s->stall_since_ns = now;
+    }
+    s->stall_n_read = n_read;
+    return s->stall_since_ns && now - s->stall_since_ns > (int64_t)en->o.stall_timeout_ms * 1000000;
+}
+
 static void drop_finished_controls(engine *en) {
     seq_list *lists[2] = {&en->running, &en->waiting};
+    int64_t now = en->o.stall_timeout_ms > 0 ? clock_ns() : 0;
     for (int k = 0; k < 2; k++) {
         seq_list *l = lists[k];
         for (int i = 0; i < l->n;) {
@@ -766,6 +786,14 @@ static void drop_finished_controls(engine *en) {
             if (atomic_load(&s->r->cancel)) {
                 list_remove_at(l, i);
                 seq_finish(en, s, REQ_FINISH_CANCEL, NULL);
+            } else if (seq_stalled(en, s, now)) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "the client did not read its output for %.1f s",
+                         en->o.stall_timeout_ms / 1000.0);
+                log_info("engine: request %llu cancelled: %s", (unsigned long long)s->order, msg);
+                list_remove_at(l, i);
+                en->cnt.stalled_total++;
+                seq_finish(en, s, REQ_FINISH_CANCEL, msg);
             } else if (atomic_load(&s->r->stop)) {
                 list_remove_at(l, i);
                 seq_finish(en, s, REQ_FINISH_STOP, NULL);
@@ -1196,7 +1224,11 @@ static void *engine_thread(void *arg) {
             clock_gettime(CLOCK_MONOTONIC, &dl);
             dl.tv_nsec += 20 * 1000000L;
             if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-            if (en->waiting.n == 0 && en->n_hints == 0)
+            /* Live pins expire on time while nothing runs too (a second
+             * late at most): their blocks go back to the pool and /metrics
+             * shows them gone, not only at the next arrival. */
+            if (en->waiting.n == 0 && en->n_hints == 0 && en->cnt.kv_pins > 0) dl.tv_sec += 1;
+            if (en->waiting.n == 0 && en->n_hints == 0 && en->cnt.kv_pins == 0)
                 pthread_cond_wait(&en->cv, &en->mu);
             else
                 pthread_cond_timedwait(&en->cv, &en->mu, &dl);

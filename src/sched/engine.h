@@ -69,6 +69,12 @@ typedef struct engine_opts {
      * (req.kv_pin) for a predicted TTL, at most kv_ttl_max_s (> 0). */
     int kv_policy;
     double kv_ttl_max_s;
+    /* Backpressure: a request whose reader has taken none of its posted
+     * tokens for this long (req.n_read did not move while tokens waited) is
+     * cancelled, its blocks freed: a client that never reads its stream
+     * costs at most this much engine time and, because the request ends, at
+     * most its context's worth of posted tokens. 0: never. */
+    int stall_timeout_ms;
 } engine_opts;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
@@ -109,6 +115,7 @@ typedef struct engine_stats {
     uint64_t kv_pins_released_total[5]; /* by kvpolicy_reason                     */
     double kv_ttl_error_seconds_sum; /* |predicted - observed| return gap         */
     uint64_t kv_ttl_error_count;
+    uint64_t stalled_total;         /* cancelled: the reader did not take tokens */
 } engine_stats;
 
 typedef struct engine engine;

@@ -31,6 +31,7 @@ req *req_new(int32_t *prompt, int n_prompt) {
     atomic_init(&r->cancel, false);
     atomic_init(&r->stop, false);
     atomic_init(&r->refs, 1);
+    atomic_init(&r->n_read, 0);
     req_sync *s = xcalloc(1, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
@@ -96,6 +97,7 @@ void req_set_cached(req *r, int n_cached) {
 
 int req_wait(req *r, int n_seen, int timeout_ms, req_finish *finish) {
     req_sync *s = r->sync;
+    atomic_store(&r->n_read, n_seen);
     struct timespec dl;
     if (timeout_ms >= 0) {
         clock_gettime(CLOCK_MONOTONIC, &dl);

@@ -84,6 +84,9 @@ typedef struct req {
     atomic_bool cancel;    /* set by req_cancel                                  */
     atomic_bool stop;      /* set by req_stop                                    */
     atomic_int refs;
+    atomic_int n_read;     /* tokens the reader has taken: req_wait's n_seen (the
+                              engine cancels a request whose posted tokens stay
+                              untaken for engine_opts.stall_timeout_ms)         */
 
     /* ---- output: guarded by `mu`, written by the engine thread ---- */
     void *sync;            /* mutex + condvar (private to req.c)                 */
@@ -130,6 +133,11 @@ void req_set_cached(req *r, int n_cached);
  * the array may grow (realloc) under the mutex, copy what you need with
  * req_copy_tokens instead of keeping pointers. */
 int req_wait(req *r, int n_seen, int timeout_ms, req_finish *finish);
+/* A reader that takes tokens through req_wait tells the engine how far it has
+ * read with every call (n_seen, stored in r->n_read): a streaming reader
+ * that is pulled only when its client's socket takes bytes stops calling
+ * it when the client stops reading, and that is how a never-reading client
+ * is seen (engine_opts.stall_timeout_ms). */
 /* Copies tokens [from, from+n) into out (n entries). */
 void req_copy_tokens(req *r, int from, int n, req_token *out);
 /* Snapshot of the finish record (reason, cached count, error message). */

@@ -4,7 +4,8 @@
  * Names: kvloom_requests_running, kvloom_requests_waiting,
  * kvloom_prompt_tokens_total, kvloom_prompt_tokens_cached_total,
  * kvloom_prompt_tokens_computed_total, kvloom_generation_tokens_total,
- * kvloom_preemptions_total, kvloom_kv_blocks_{used,total,cached},
+ * kvloom_preemptions_total, kvloom_requests_stalled_total,
+ * kvloom_kv_blocks_{used,total,cached},
  * kvloom_constrained_tokens_total, kvloom_forced_tokens_total,
  * kvloom_grammar_mask_seconds_total,
  * kvloom_kv_disk_blocks, kvloom_kv_disk_bytes,
@@ -116,6 +117,9 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
     gauge(b, "kvloom_preemptions_total", "Sequences preempted because the KV pool was full.", "counter",
           (double)st->preemptions_total);
     gauge(b, "kvloom_engine_steps_total", "Batches run by the engine.", "counter", (double)st->steps_total);
+    gauge(b, "kvloom_requests_stalled_total",
+          "Requests cancelled because their client took none of their output for --stall-timeout seconds.",
+          "counter", (double)st->stalled_total);
     gauge(b, "kvloom_constrained_tokens_total", "Tokens sampled under a grammar mask (tools, JSON schemas).", "counter",
           (double)st->constrained_tokens_total);
     gauge(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",

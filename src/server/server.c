@@ -54,6 +54,7 @@ void server_opts_default(server_opts *o) {
     o->timeout_s = 60;
     o->header_timeout_s = 10;
     o->shutdown_timeout_s = 10;
+    o->stall_timeout_s = 30;
 }
 
 const char *server_usage(void) {
@@ -84,6 +85,8 @@ const char *server_usage(void) {
            "  --max-body-total BYTES   request bodies held at once, 503 beyond (default 4x --max-body)\n"
            "  --header-timeout S       a request's headers must arrive within S seconds (default 10)\n"
            "  --timeout S              close a keep-alive connection idle for S seconds (default 60)\n"
+           "  --stall-timeout S        cancel a request whose client has taken none of its generated\n"
+           "                           output for S seconds (a stream nobody reads; default 30, 0: never)\n"
            "  --allowed-hosts LIST     Host names accepted besides localhost and the bound address\n"
            "                           (comma list; checked on loopback without --api-key)\n"
            "  --ready-file PATH        write the bound port to PATH once listening\n"
@@ -256,6 +259,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--shutdown-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 86400, &o->shutdown_timeout_s, e);
+        } else if (!strcmp(a, "--stall-timeout")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 86400, &o->stall_timeout_s, e);
         } else if (!strcmp(a, "--kv-policy")) {
             NEED_VALUE;
             if (!strcmp(v, "agent")) o->kv_policy = ENGINE_KV_AGENT;
@@ -345,6 +351,8 @@ int server_main(const server_opts *o) {
     int rcode = 0;
     int listen_fd = -1;
 
+    oai_json_init(); /* jansson's allocations counted (oai.h): before any thread parses */
+
     /* The port first: a taken port is a one-line error before seconds of
      * model loading. */
     if ((rcode = http_listen(o->host, o->port, &listen_fd, &e)) < 0) {
@@ -406,6 +414,7 @@ int server_main(const server_opts *o) {
     eo.kv_ttl_max_s = o->kv_ttl_max_s;
     eo.kv_disk_max_bytes = o->kv_disk_max_bytes;
     eo.step_delay_us = o->step_delay_us;
+    eo.stall_timeout_ms = o->stall_timeout_s * 1000;
     eo.gvocab = gv;
     eo.tokenize = tokenize_cb;
     eo.piece = piece_cb;

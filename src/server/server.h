@@ -57,6 +57,8 @@ typedef struct server_opts {
     const char *cors_origins[SERVER_MAX_CORS];
     int n_cors_origins;
     int shutdown_timeout_s;   /* --shutdown-timeout: drain time on SIGINT/SIGTERM; 10 */
+    int stall_timeout_s;      /* --stall-timeout: cancel a request whose client reads
+                                 none of its output this long (engine_opts); 30     */
     int kv_policy;            /* --kv-policy: ENGINE_KV_AGENT (default) or _LRU       */
     int kv_ttl_max_s;         /* --kv-ttl-max: a pin's TTL cap in seconds (60)         */
     const char *kv_disk_dir;  /* --kv-disk: the KV disk tier's directory; NULL = off  */

@@ -1,0 +1,137 @@
+/*
+ * test_server_backpressure.c — clients that never read their streamed answer
+ * (issue 14; docs/server.md "Limits and security", --stall-timeout).
+ *
+ * Four clients send a streamed chat request with a long answer (16000
+ * tokens, 20 top logprobs per token: ~1 KB of SSE per token) and never read
+ * a byte, their receive buffers shrunk to 4 KB. The stream is pulled only
+ * when the socket takes bytes, so once the kernel buffers are full their
+ * readers stop taking tokens; the engine must
+ *  - keep serving others: a normal client gets its answers meanwhile;
+ *  - cancel each stuck request after --stall-timeout (1 s here), freeing its
+ *    KV blocks: kvloom_requests_stalled_total reaches 4, nothing is left
+ *    running or holding blocks, and far fewer than 4 x 16000 tokens were
+ *    generated;
+ *  - hold a bounded amount of memory meanwhile: RSS grows by less than 32 MB
+ *    (a server that rendered the whole answers into per-stream buffers would
+ *    hold ~64 MB of JSON for these four). Not checked under AddressSanitizer,
+ *    whose quarantine keeps freed memory resident.
+ * --step-delay-us 1000 makes a 16000-token answer take at least 16 s, so the
+ * stall (the socket buffers fill within ~2000 tokens) comes well before its
+ * end on any machine. No assertion is on time: waits are "until it happens,
+ * or a generous limit".
+ */
+#include "server_util.h"
+
+#define N_STUCK 4
+
+static long rss_kb(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1) break;
+    fclose(f);
+    return kb;
+}
+
+/* A connected socket whose receive buffer is small (set before connect, so
+ * the window is small from the start), the request sent, nothing read. */
+static int stuck_client(int port, int i) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(fd);
+        return -1;
+    }
+    char body[512], req[1024];
+    int nb = snprintf(body, sizeof body,
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a long story, number %d.\"}],"
+                      "\"max_tokens\":16000,\"ignore_eos\":true,\"stream\":true,\"logprobs\":true,\"top_logprobs\":20}",
+                      i);
+    int nr = snprintf(req, sizeof req,
+                      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %d\r\n\r\n%s",
+                      nb, body);
+    if (su_send_all(fd, req, (size_t)nr) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int main(void) {
+    (void)sse_text;
+    (void)choice_finish;
+    (void)choice_text;
+    (void)usage_int;
+    (void)post_json;
+    (void)get_json;
+    su_watchdog(240);
+    double t_start = su_now();
+    srv s;
+    const char *flags[] = {"-c", "16384", "--kv-mem", "48M", "--stall-timeout", "1", "--step-delay-us", "1000",
+                           "-t", "1", NULL};
+    if (srv_start(&s, flags) != 0) {
+        CHECK_MSG(false, "the server did not start");
+        srv_print_log(&s);
+        su_kill_all();
+        return test_summary("test_server_backpressure");
+    }
+    const char *normal = "{\"prompt\":\"Once upon a time\",\"max_tokens\":8}";
+    resp r;
+    CHECK(http_do(s.port, "POST", "/v1/completions", NULL, normal, &r) == 0 && r.status == 200); /* warm-up */
+    resp_free(&r);
+    long rss0 = rss_kb(s.pid);
+    CHECK(rss0 > 0);
+
+    int fds[N_STUCK];
+    for (int i = 0; i < N_STUCK; i++) {
+        fds[i] = stuck_client(s.port, i);
+        CHECK_MSG(fds[i] >= 0, "stuck client %d could not send its request", i);
+    }
+    /* all four admitted and generating */
+    double t0 = su_now();
+    while (su_now() - t0 < 60 && metric(s.port, "kvloom_requests_running") < N_STUCK) usleep(20000);
+    printf("  [%.1f s] %.0f requests running while the normal client asks\n", su_now() - t_start, metric(s.port, "kvloom_requests_running"));
+
+    /* the engine keeps serving others */
+    for (int i = 0; i < 3; i++) {
+        CHECK(http_do(s.port, "POST", "/v1/completions", NULL, normal, &r) == 0);
+        CHECK_MSG(r.status == 200 && r.body && strstr(r.body, "\"text\""), "normal request %d: %d %s", i, r.status,
+                  r.body ? r.body : "");
+        resp_free(&r);
+    }
+
+    /* the stuck ones are cancelled, their blocks freed */
+    t0 = su_now();
+    while (su_now() - t0 < 120 && metric(s.port, "kvloom_requests_stalled_total") < N_STUCK) usleep(50000);
+    CHECK_EQ_INT((int)metric(s.port, "kvloom_requests_stalled_total"), N_STUCK);
+    CHECK(wait_idle(s.port, 30));
+    double gen = metric(s.port, "kvloom_generation_tokens_total");
+    CHECK_MSG(gen > 0 && gen < 0.5 * N_STUCK * 16000, "%.0f tokens generated: the stuck answers ran on", gen);
+    long rss1 = rss_kb(s.pid);
+    printf("  [%.1f s] RSS %ld -> %ld kB with %d stuck streams; %.0f tokens generated\n", su_now() - t_start, rss0, rss1, N_STUCK, gen);
+#if !defined(__SANITIZE_ADDRESS__)
+    CHECK_MSG(rss1 > 0 && rss1 - rss0 < 32 * 1024, "RSS grew by %ld kB", rss1 - rss0);
+#endif
+    for (int i = 0; i < N_STUCK; i++)
+        if (fds[i] >= 0) close(fds[i]);
+
+    /* and it still serves */
+    CHECK(http_do(s.port, "POST", "/v1/completions", NULL, normal, &r) == 0 && r.status == 200);
+    resp_free(&r);
+    CHECK(srv_stop(&s) == 0);
+    if (test_n_fail) srv_print_log(&s);
+    return test_summary("test_server_backpressure");
+}
