@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""soak_clients.py — the client side of bench/soak.sh (standard library only).
+
+Two modes:
+
+  soak_clients.py load --url URL --seconds S [--api-key K] [--max-body BYTES]
+                       [--json OUT] [--seed N]
+      For S seconds, several threads send, each in a loop:
+        good_stream   chat completion, stream:true, read to [DONE]
+        good_plain    completion (not streamed), tokenize, GET /health, /v1/models
+        bad_json      malformed JSON bodies                         -> 400
+        bad_type      wrong types / values for request fields       -> 400
+        bad_big       a body one byte over --max-body               -> 413
+                      (the server may close before reading it all:
+                      a reset is accepted, a 2xx/5xx is not)
+        bad_auth      a wrong or missing API key (with --api-key)   -> 401
+        bad_route     unknown routes, wrong methods                 -> 404/405
+        disc_stream   a streamed request closed after a few bytes
+        disc_headers  a connection closed in the middle of its headers
+        disc_body     a connection closed in the middle of its body
+      A well-formed request that does not get its answer (status, shape,
+      [DONE]) is an error; a hostile request answered with anything but its
+      expected 4xx is an error too (a 5xx, a 200, no answer). Disconnects
+      have no expected answer; they are counted. Prints a JSON summary
+      (and writes it to --json); exits 1 if any error was seen.
+
+  soak_clients.py agentbench --api-key K -- AGENTBENCH_ARGS...
+      Runs ../shared/bench/agentbench.py with 'Authorization: Bearer K' added
+      to its requests (agentbench has no key option), so that the soak can
+      run the server with --api-key and still send agent traffic.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import runpy
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+
+
+class Stats:
+    def __init__(self):
+        self.mu = threading.Lock()
+        self.n = {}
+        self.errors = {}
+        self.samples = []
+
+    def ok(self, cls):
+        with self.mu:
+            self.n[cls] = self.n.get(cls, 0) + 1
+
+    def err(self, cls, what):
+        with self.mu:
+            self.n[cls] = self.n.get(cls, 0) + 1
+            self.errors[cls] = self.errors.get(cls, 0) + 1
+            if len(self.samples) < 20:
+                self.samples.append(f"{cls}: {what}"[:300])
+
+
+class Client:
+    def __init__(self, url, api_key, max_body, seed):
+        u = urllib.parse.urlparse(url)
+        self.host, self.port = u.hostname, u.port or 80
+        self.key = api_key
+        self.max_body = max_body
+        self.rng = random.Random(seed)
+
+    def headers(self, extra=None):
+        h = {"Content-Type": "application/json"}
+        if self.key:
+            h["Authorization"] = "Bearer " + self.key
+        if extra:
+            h.update(extra)
+        return h
+
+    def call(self, method, path, body=None, headers=None, timeout=120):
+        """(status, body bytes); raises on a connection error."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=body, headers=headers if headers is not None else self.headers())
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def raw(self, data, read=False, timeout=10):
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        try:
+            s.sendall(data)
+            if read:
+                return s.recv(4096)
+        finally:
+            s.close()
+        return b""
+
+    # ---- well-formed ----
+
+    def good_stream(self, st):
+        body = json.dumps({"messages": [{"role": "user", "content": "Tell me a story about %s." %
+                                         self.rng.choice(["a cat", "the sea", "a red ball", "Lily"])}],
+                           "max_tokens": self.rng.randint(4, 32), "stream": True,
+                           "stream_options": {"include_usage": True}})
+        c = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        try:
+            c.request("POST", "/v1/chat/completions", body=body, headers=self.headers())
+            r = c.getresponse()
+            if r.status != 200:
+                return st.err("good_stream", f"HTTP {r.status}: {r.read(300)!r}")
+            done = usage = False
+            for line in r:
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                d = line[5:].strip()
+                if d == b"[DONE]":
+                    done = True
+                    break
+                o = json.loads(d)
+                if "error" in o:
+                    return st.err("good_stream", f"error event {d[:200]!r}")
+                if o.get("usage"):
+                    usage = True
+            if not done or not usage:
+                return st.err("good_stream", f"stream ended without {'usage' if done else '[DONE]'}")
+            st.ok("good_stream")
+        except Exception as e:  # noqa: BLE001
+            st.err("good_stream", f"{type(e).__name__}: {e}")
+        finally:
+            c.close()
+
+    def good_plain(self, st):
+        which = self.rng.randrange(4)
+        try:
+            if which == 0:
+                s, b = self.call("POST", "/v1/completions",
+                                 json.dumps({"prompt": "Once upon a time", "max_tokens": self.rng.randint(1, 24),
+                                             "temperature": self.rng.choice([0, 0.8]), "logprobs": 2}))
+                ok = s == 200 and json.loads(b)["choices"][0]["finish_reason"] in ("stop", "length")
+            elif which == 1:
+                s, b = self.call("POST", "/tokenize", json.dumps({"content": "Lily saw a big dog."}))
+                ok = s == 200 and len(json.loads(b)["tokens"]) > 0
+            elif which == 2:
+                s, b = self.call("GET", "/health")
+                ok = s == 200
+            else:
+                s, b = self.call("GET", "/v1/models")
+                ok = s == 200 and json.loads(b)["data"]
+            if ok:
+                st.ok("good_plain")
+            else:
+                st.err("good_plain", f"#{which} HTTP {s}: {b[:200]!r}")
+        except Exception as e:  # noqa: BLE001
+            st.err("good_plain", f"#{which} {type(e).__name__}: {e}")
+
+    # ---- hostile ----
+
+    BAD_JSON = [b"{", b"{\"prompt\": \"x\",}", b"not json", b"[1,2", b"{\"prompt\": \"\\ud800\"",
+                b"\xff\xfe{}", b"{\"messages\": [}", b"", b"{\"a\":" * 50]
+    BAD_TYPE = [{"prompt": 5}, {"prompt": "x", "max_tokens": "ten"}, {"prompt": "x", "temperature": "hot"},
+                {"prompt": "x", "stream": "yes"}, {"prompt": "x", "stop": 7}, {"prompt": "x", "n": 3},
+                {"prompt": "x", "max_tokens": -1}, {"prompt": "x", "top_p": 9},
+                {"prompt": "x", "logprobs": 1000}, {"prompt": [["nested"]]}]
+    BAD_TYPE_CHAT = [{"messages": "hi"}, {"messages": []}, {"messages": [{"role": 5, "content": "x"}]},
+                     {"messages": [{"role": "user", "content": "x"}], "tools": [1]},
+                     {"messages": [{"role": "user"}], "max_tokens": 1.5}]
+
+    def expect(self, st, cls, want, fn):
+        try:
+            s, b = fn()
+            if s in want:
+                st.ok(cls)
+            else:
+                st.err(cls, f"HTTP {s} (want {want}): {b[:200]!r}")
+        except (ConnectionError, BrokenPipeError) as e:
+            if cls == "bad_big":
+                st.ok(cls)  # refused before the whole body was sent: allowed
+            else:
+                st.err(cls, f"{type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001
+            st.err(cls, f"{type(e).__name__}: {e}")
+
+    def bad(self, st):
+        k = self.rng.randrange(6 if self.key else 5)
+        if k == 0:
+            body = self.rng.choice(self.BAD_JSON)
+            self.expect(st, "bad_json", (400,), lambda: self.call("POST", "/v1/completions", body))
+        elif k == 1:
+            o = self.rng.choice(self.BAD_TYPE)
+            self.expect(st, "bad_type", (400,), lambda: self.call("POST", "/v1/completions", json.dumps(o)))
+        elif k == 2:
+            o = self.rng.choice(self.BAD_TYPE_CHAT)
+            self.expect(st, "bad_type", (400,), lambda: self.call("POST", "/v1/chat/completions", json.dumps(o)))
+        elif k == 3:
+            body = b"{\"prompt\": \"" + b"a" * (self.max_body + 1 - 14) + b"\"}"
+            self.expect(st, "bad_big", (413,), lambda: self.call("POST", "/v1/completions", body))
+        elif k == 4:
+            m, p, want = self.rng.choice([("GET", "/v2/nothing", (404,)), ("POST", "/v1/nothing", (404,)),
+                                          ("GET", "/v1/completions", (405,)), ("DELETE", "/health", (405,)),
+                                          ("GET", "/v1/models/no-such-model", (404,))])
+            self.expect(st, "bad_route", want, lambda: self.call(m, p, b"{}" if m == "POST" else None))
+        else:
+            h = self.rng.choice([{"Content-Type": "application/json"},
+                                 {"Content-Type": "application/json", "Authorization": "Bearer wrong"},
+                                 {"Content-Type": "application/json", "Authorization": "Basic " + self.key}])
+            self.expect(st, "bad_auth", (401,),
+                        lambda: self.call("POST", "/v1/completions", b"{\"prompt\":\"x\"}", headers=h))
+
+    # ---- disconnects ----
+
+    def disconnect(self, st):
+        k = self.rng.randrange(3)
+        auth = b"Authorization: Bearer " + self.key.encode() + b"\r\n" if self.key else b""
+        try:
+            if k == 0:
+                body = json.dumps({"prompt": "Once upon a time", "max_tokens": 200, "stream": True}).encode()
+                req = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+                       auth + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                s = socket.create_connection((self.host, self.port), timeout=120)
+                try:
+                    s.sendall(req)
+                    got = 0
+                    want = self.rng.randint(1, 3000)
+                    while got < want:
+                        d = s.recv(min(4096, want - got))
+                        if not d:
+                            break
+                        got += len(d)
+                finally:
+                    s.close()
+                st.ok("disc_stream")
+            elif k == 1:
+                req = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl"
+                self.raw(req[:self.rng.randint(5, len(req))])
+                st.ok("disc_headers")
+            else:
+                req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+                       auth + b"Content-Length: 5000\r\n\r\n{\"messages\": [{\"role\": \"user\", \"content\": \"")
+                self.raw(req + b"x" * self.rng.randint(0, 400))
+                st.ok("disc_body")
+        except OSError as e:  # the server must accept, read and answer
+            st.err(("disc_stream", "disc_headers", "disc_body")[k], f"{type(e).__name__}: {e}")
+
+
+def load(a):
+    st = Stats()
+    end = time.monotonic() + a.seconds
+    plan = [("good_stream", 2), ("good_plain", 1), ("bad", 1), ("disconnect", 1)]
+
+    def worker(name, i):
+        cl = Client(a.url, a.api_key, a.max_body, a.seed * 1000 + i)
+        fn = getattr(cl, name)
+        while time.monotonic() < end:
+            fn(st)
+            time.sleep(cl.rng.uniform(0.05, 0.5))
+
+    ts = []
+    i = 0
+    for name, n in plan:
+        for _ in range(n):
+            i += 1
+            t = threading.Thread(target=worker, args=(name, i), daemon=True)
+            t.start()
+            ts.append(t)
+    for t in ts:
+        t.join()
+    out = {"seconds": a.seconds, "requests": dict(sorted(st.n.items())), "errors": dict(sorted(st.errors.items())),
+           "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()), "error_samples": st.samples}
+    s = json.dumps(out, indent=1)
+    print(s)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(s + "\n")
+    return 1 if out["n_errors"] else 0
+
+
+def agentbench(a, rest):
+    orig = http.client.HTTPConnection.request
+
+    def request(self, method, url, body=None, headers=None, **kw):
+        headers = dict(headers or {})
+        headers["Authorization"] = "Bearer " + a.api_key
+        return orig(self, method, url, body=body, headers=headers, **kw)
+
+    http.client.HTTPConnection.request = request
+    path = a.agentbench or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "bench",
+                                        "agentbench.py")
+    sys.argv = [path] + rest
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    lp = sub.add_parser("load")
+    lp.add_argument("--url", required=True)
+    lp.add_argument("--seconds", type=float, required=True)
+    lp.add_argument("--api-key", default="")
+    lp.add_argument("--max-body", type=int, default=8 << 20)
+    lp.add_argument("--json", default="")
+    lp.add_argument("--seed", type=int, default=1)
+    bp = sub.add_parser("agentbench")
+    bp.add_argument("--api-key", required=True)
+    bp.add_argument("--agentbench", default="", help="path of agentbench.py (default ../shared/bench/)")
+    argv = sys.argv[1:]
+    rest = []
+    if "--" in argv:
+        rest = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    a = ap.parse_args(argv)
+    return load(a) if a.mode == "load" else agentbench(a, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
