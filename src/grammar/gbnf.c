@@ -316,7 +316,7 @@ static int parse_class(cur *c, uint32_t *out) {
     }
     c->i++;
     /* sort and merge */
-    uint32_t *r = a->ranges + off;
+    uint32_t *r = a->ranges ? a->ranges + off : NULL; /* "[]" first: nothing allocated yet */
     size_t n = (a->n_ranges - off) / 2, m = 0;
     if (n > 1) qsort(r, n, 2 * sizeof(uint32_t), cmp_range);
     for (size_t k = 0; k < n; k++) {

@@ -326,7 +326,8 @@ static uint32_t build(builder *b, uint32_t i, uint32_t from) {
         }
         return cur;
     }
-    case GN_CLASS: return build_class(b, b->a->ranges + n->a, n->b, n->neg, from);
+    case GN_CLASS: /* ranges is NULL when every class is empty ("[]") */
+        return build_class(b, b->a->ranges ? b->a->ranges + n->a : NULL, n->b, n->neg, from);
     case GN_ANY: {
         static const uint32_t all[2] = {0, 0x10FFFF};
         return build_class(b, all, 1, false, from);
