@@ -6,7 +6,10 @@
 #                   (chat page at http://127.0.0.1:8080/, Ctrl-C stops;
 #                   make run SERVE_ARGS="--port 8081 -m other.gguf")
 #   make test       install missing packages, build, run every test (unit, reference,
-#                   fuzz-corpus replay, ASan+UBSan build of the unit tests)
+#                   fuzz-corpus replay, ASan+UBSan build of the unit tests, and a
+#                   short ThreadSanitizer phase: the client load and a few server tests)
+#   make tsan       ThreadSanitizer build (build-thread/) of kvloom and the server
+#                   tests; runs them all and the concurrent client load
 #   make ci         the same with -Werror
 
 CC ?= cc
@@ -112,17 +115,20 @@ run: deps
 	$(MAKE) -j$(JOBS) --no-print-directory $(B)/kvloom
 	./$(B)/kvloom serve $(SERVE_ARGS)
 
-# Both phases always run, even when the first fails (a failed build or test
-# in one phase must not hide the other's results); the summary then reads
-# both results files and decides the exit status, so `make test` fails when
-# any test failed, a results file is missing (a phase that did not build) or a
-# phase exited non-zero. Old results files are removed first so that a phase
-# that fails to build is never summed from a previous run's file.
+# The three phases (plain, ASan+UBSan, the short TSan one) always run, even
+# when one fails (a failed build or test in one phase must not hide the
+# others' results); the summary then reads every results file and decides the
+# exit status, so `make test` fails when any test failed, a results file is
+# missing (a phase that did not build) or a phase exited non-zero. Old
+# results files are removed first so that a phase that fails to build is
+# never summed from a previous run's file.
 test: deps
-	@rm -f build/test-results.txt build-address/test-results.txt; st=0; \
+	@rm -f build/test-results.txt build-address/test-results.txt build-thread/test-results.txt; st=0; \
 	$(MAKE) -j$(JOBS) --no-print-directory test-unit || st=1; \
 	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=address test-asan || st=1; \
-	sh tests/summary.sh build/test-results.txt build-address/test-results.txt && exit $$st
+	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=thread TSAN_TESTS="$(TSAN_SHORT)" test-tsan || st=1; \
+	sh tests/summary.sh build/test-results.txt build-address/test-results.txt build-thread/test-results.txt \
+	  && exit $$st
 
 # Fixture models are regenerated deterministically and checked against the
 # committed sums (tests/fixtures/README.md); test_model_ref reads them.
@@ -134,6 +140,31 @@ test-unit: $(B)/kvloom $(TEST_BIN) $(FUZZ_REPLAY) fixtures
 	@sh tests/run.sh $(B) > $(B)/test-results.txt 2>&1; st=$$?; cat $(B)/test-results.txt; exit $$st
 
 test-asan: test-unit
+
+# ThreadSanitizer (docs/reliability.md "ThreadSanitizer"): kvloom and the
+# server tests built with -fsanitize=thread into build-thread/ (gcc's TSan;
+# libmicrohttpd, jansson and libc are not instrumented, TSan intercepts their
+# pthread calls). The first race report ends the process (halt_on_error), so
+# the test whose server or client raced fails. tests/tsan.supp holds
+# suppressions for reports inside uninstrumented system libraries only, each
+# saying why it is not ours. `make tsan` runs every server test and the
+# client load (tests/test_server_load.c); `make test`'s third phase runs
+# TSAN_SHORT (the load and a few server tests, ~2 min on 2 cores with the
+# build). Results: build-thread/test-results.txt.
+TSAN_ALL := $(sort $(basename $(notdir $(wildcard tests/test_server_*.c))))
+TSAN_SHORT = test_server_load test_server_api
+TSAN_TESTS ?= $(TSAN_ALL)
+TSAN_OPTS = halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
+.PHONY: tsan test-tsan
+
+tsan:
+	@rm -f build-thread/test-results.txt
+	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=thread test-tsan
+
+test-tsan: $(B)/kvloom $(TSAN_TESTS:%=$(B)/tests/%)
+	@[ "$(SANITIZER)" = thread ] || { echo "test-tsan needs SANITIZER=thread (make tsan)"; exit 2; }
+	@TSAN_OPTIONS="$(TSAN_OPTS)" KVLOOM_TESTS="$(TSAN_TESTS)" sh tests/run.sh $(B) > $(B)/test-results.txt 2>&1; \
+	st=$$?; cat $(B)/test-results.txt; exit $$st
 
 ci:
 	$(MAKE) WERROR=-Werror test
