@@ -90,6 +90,12 @@ $(B)/tests/%: tests/%.c $(B)/libkvloom.a tests/test.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -o $@ $< $(B)/libkvloom.a $(LDLIBS)
 
+# test_fault_alloc fails the Nth allocation of the server it forks: only that
+# binary is linked with the allocation functions wrapped (see its header).
+FAULT_WRAP = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=xmalloc,--wrap=xcalloc,--wrap=xrealloc \
+	-Wl,--wrap=xstrdup,--wrap=xstrndup,--wrap=xaligned_alloc
+$(B)/tests/test_fault_alloc: LDLIBS += $(FAULT_WRAP)
+
 # Fuzz targets are replayed over their committed corpora by a plain driver
 # (no libFuzzer needed); `make fuzz` builds real libFuzzer binaries with clang.
 # The target and the driver are compiled to objects of their own (the rule

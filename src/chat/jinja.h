@@ -64,7 +64,8 @@ void jinja_free(jinja_tmpl *t);
  * and 0 is returned. On failure returns a negative ERR_* code, *out is NULL,
  * and `e` says why: ERR_INVALID for a runtime error of the template (a type
  * error, raise_exception — whose message is passed through verbatim after
- * "raise_exception: "), ERR_RANGE when a cap was hit.
+ * "raise_exception: "), ERR_RANGE when a cap was hit, ERR_NOMEM when
+ * malloc refused memory below the caps.
  * Environment: KVLOOM_FIXED_DATE (e.g. "2024-07-26") fixes strftime_now's
  * date, for reproducible tests. */
 int jinja_render(const jinja_tmpl *t, json_t *ctx, char **out, size_t *out_len, err_t *e);

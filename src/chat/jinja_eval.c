@@ -918,6 +918,7 @@ int jinja_render(const jinja_tmpl *t, json_t *ctx, char **out, size_t *out_len, 
     if (out_len) *out_len = 0;
     if (!t) return err_set(e, ERR_INVALID, "no template");
     if (ctx && !json_is_object(ctx)) return err_set(e, ERR_INVALID, "render context must be a JSON object");
+    unsigned long nomem0 = jinja__n_nomem;
     jrender R = {.e = e};
     R.a.limit = JINJA_MAX_MEMORY;
     int rc = 0;
@@ -955,5 +956,11 @@ int jinja_render(const jinja_tmpl *t, json_t *ctx, char **out, size_t *out_len, 
     if (out_len) *out_len = b.n;
 done:
     jinja__arena_free(&R.a);
+    if (jinja__n_nomem != nomem0) { /* malloc refused: not the template's fault, and the output may lack a part */
+        free(*out);
+        *out = NULL;
+        if (out_len) *out_len = 0;
+        rc = err_set(e, ERR_NOMEM, "out of memory rendering the template");
+    }
     return rc;
 }

@@ -37,6 +37,11 @@ typedef struct jarena {
 } jarena;
 void *jinja__arena_alloc(jarena *a, size_t n);
 void jinja__arena_free(jarena *a);
+/* malloc/realloc failures of the arenas and buffers on this thread so far:
+ * the evaluator reports every refused allocation as "over the cap", and
+ * jinja_render tells a real out-of-memory (ERR_NOMEM) from a template past
+ * its caps (ERR_RANGE) by this count. */
+extern _Thread_local unsigned long jinja__n_nomem;
 
 /* ---- tokens ---------------------------------------------------------------- */
 enum {

@@ -30,6 +30,8 @@ struct jchunk {
     _Alignas(16) unsigned char data[];
 };
 
+_Thread_local unsigned long jinja__n_nomem;
+
 void *jinja__arena_alloc(jarena *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
@@ -40,7 +42,10 @@ void *jinja__arena_alloc(jarena *a, size_t n) {
         if (!add_ok(size, sizeof(jchunk), &total)) return NULL;
         if (a->limit && (a->used + total > a->limit || total > a->limit)) return NULL;
         c = malloc(total);
-        if (!c) return NULL;
+        if (!c) {
+            jinja__n_nomem++;
+            return NULL;
+        }
         c->size = size;
         c->used = 0;
         a->used += total;
@@ -83,6 +88,7 @@ void jinja__buf_put(jbuf *b, const char *s, size_t n) {
         if (b->limit && cap > b->limit + 1) cap = b->limit + 1;
         char *p = realloc(b->p, cap);
         if (!p) {
+            jinja__n_nomem++;
             b->over = true;
             return;
         }
@@ -386,7 +392,7 @@ bool jinja__value_json(jbuf *b, jv v, int indent, const char *item_sep, const ch
         const jdict *d = v.d;
         if (d->n == 0) { jinja__buf_put(b, "{}", 2); return true; }
         const jv **order = malloc(d->n * sizeof *order);
-        if (!order) { b->over = true; return true; }
+        if (!order) { jinja__n_nomem++; b->over = true; return true; }
         bool all_str = true;
         for (size_t i = 0; i < d->n; i++) {
             order[i] = &d->k[i];

@@ -15,6 +15,31 @@
 
 #include "../chat/toolcall.h"
 
+/* ---- jansson's allocations ---- */
+
+static _Thread_local unsigned long json_nomem;
+
+static void *json_alloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) json_nomem++;
+    return p;
+}
+
+void oai_json_init(void) { json_set_alloc_funcs(json_alloc, free); }
+
+unsigned long oai_json_nomem(void) { return json_nomem; }
+
+char *oai_json_dump(const json_t *o) {
+    if (!o) return NULL;
+    unsigned long f0 = json_nomem;
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s && json_nomem != f0) {
+        free(s);
+        s = NULL;
+    }
+    return s;
+}
+
 json_t *oai_field(json_t *o, const char *name) {
     json_t *v = json_object_get(o, name);
     return (v && !json_is_null(v)) ? v : NULL;
@@ -513,7 +538,7 @@ char *oai_error_json(const char *msg, const char *type, const char *param, const
     json_t *o = json_pack("{s:{s:o, s:o, s:o, s:o}}", "error", "message", safe_string(msg), "type", safe_string(type),
                           "param", param ? safe_string(param) : json_null(), "code",
                           code ? safe_string(code) : json_null());
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *s = oai_json_dump(o);
     json_decref(o);
     if (!s) s = xstrdup("{\"error\":{\"message\":\"internal error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
     return s;
@@ -572,6 +597,21 @@ json_t *oai_load_body(http_exchange *x, char *msg, size_t cap) {
         }
     }
     http_body_release(x);
+    return o;
+}
+
+json_t *oai_body_json(http_exchange *x) {
+    char msg[400];
+    unsigned long f0 = json_nomem;
+    json_t *o = oai_load_body(x, msg, sizeof msg);
+    if (o && json_nomem != f0) { /* a parse that succeeded but dropped something */
+        json_decref(o);
+        o = NULL;
+    }
+    if (!o && json_nomem != f0)
+        oai_reply_error(x, 503, "out of memory reading the request body", NULL, NULL);
+    else if (!o)
+        oai_reply_error(x, 400, msg, NULL, "invalid_json");
     return o;
 }
 

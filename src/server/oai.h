@@ -128,6 +128,26 @@ const char *oai_error_type(int status);
  * more than OAI_MAX_JSON_VALUES values, counted before parsing). */
 json_t *oai_load_body(http_exchange *x, char *msg, size_t cap);
 
+/* Out of memory inside jansson. jansson reports a failed allocation only
+ * sometimes: json_loadb may call it a syntax error, json_object_set_new
+ * drops the member, and json_dumps (2.14) may return a text with bytes
+ * missing. So the server routes jansson's allocations through
+ * oai_json_init's allocator, which counts failures per thread: a reader or
+ * builder compares oai_json_nomem() before and after its work on one
+ * thread, and treats any change as out of memory (503/500), never as a
+ * client's error or a whole answer. */
+/* Installs the counting allocator (malloc/free underneath). Call once
+ * before any other thread uses jansson (server_main does). */
+void oai_json_init(void);
+/* Failed jansson allocations on the calling thread so far. */
+unsigned long oai_json_nomem(void);
+/* json_dumps(o, JSON_COMPACT), or NULL when o is NULL or an allocation failed
+ * while dumping (the text would be incomplete). */
+char *oai_json_dump(const json_t *o);
+/* Like oai_load_body, but answers the failure itself: 400 with the message,
+ * or 503 when the parse ran out of memory. Returns the object or NULL. */
+json_t *oai_body_json(http_exchange *x);
+
 /* JSON helpers shared by the request readers and answer writers of every
  * API (oai.c, api_*.c):
  * a field's value, or NULL when absent or null (null counts as absent); */

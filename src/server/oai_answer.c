@@ -19,6 +19,7 @@ typedef struct oai_out {
     gen *g;
     oai_kind kind;
     bool stream, include_usage, sent_role;
+    bool failed; /* a stream cut short: out of memory building a chunk */
     int n_logprobs;
     char id[64];
     tc_events ev;
@@ -72,6 +73,7 @@ static json_t *chat_message(const gen_result *res) {
 
 static void answer_whole(oai_out *o, http_exchange *x) {
     gen *g = o->g;
+    unsigned long f0 = oai_json_nomem();
     json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
     gen_result res;
     bool ok = gen_collect(g, x, &res, lp);
@@ -96,9 +98,14 @@ static void answer_whole(oai_out *o, http_exchange *x) {
         json_t *ans = answer_head(o, false);
         json_object_set_new(ans, "choices", json_pack("[o]", choice));
         json_object_set_new(ans, "usage", usage_json(g));
-        char *s = json_dumps(ans, JSON_COMPACT);
-        if (!s) s = xstrdup("{}");
-        http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
+        /* an answer jansson could not build whole is never sent as one */
+        char *s = oai_json_nomem() == f0 ? oai_json_dump(ans) : NULL;
+        if (s) {
+            http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
+        } else {
+            status = 500;
+            oai_reply_error(x, status, "out of memory building the answer", NULL, NULL);
+        }
         free(s);
         json_decref(ans);
     }
@@ -111,7 +118,7 @@ static void answer_whole(oai_out *o, http_exchange *x) {
 /* ---- streaming (SSE) ---- */
 
 static void sse_event(http_buf *out, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = oai_json_dump(o);
     if (!s) return;
     http_buf_add(out, "data: ", 6);
     http_buf_add(out, s, strlen(s));
@@ -177,13 +184,29 @@ static void stream_events(oai_out *o, http_buf *out, json_t *lp) {
     tc_events_clear(ev);
 }
 
+/* Out of memory while building this call's chunks (some may lack a member,
+ * or be missing): they are dropped, the stream ends with an error event and
+ * [DONE], and the generation is cancelled. */
+static int stream_fail(oai_out *o, http_buf *out, size_t keep) {
+    out->n = keep;
+    char *s = oai_error_json("generation failed: out of memory building the answer", "server_error", NULL, NULL);
+    http_buf_printf(out, "data: %s\n\n", s);
+    free(s);
+    http_buf_add(out, "data: [DONE]\n\n", 14);
+    o->failed = true;
+    gen_cancel(o->g);
+    return 0;
+}
+
 static int stream_next(void *sctx, http_buf *out) {
     oai_out *o = sctx;
     gen *g = o->g;
+    unsigned long f0 = oai_json_nomem();
+    size_t keep = out->n;
     if (o->kind == OAI_CHAT && !o->sent_role) {
         o->sent_role = true;
         sse_choice(o, out, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
-        return 1;
+        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
     }
     json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
     bool done = gen_poll(g, 20, &o->ev, lp);
@@ -194,6 +217,7 @@ static int stream_next(void *sctx, http_buf *out) {
         lp = NULL;
     }
     stream_events(o, out, lp);
+    if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
     if (!done) return 1;
     const char *fr = gen_finish_reason(g);
     if (!fr) {
@@ -211,6 +235,7 @@ static int stream_next(void *sctx, http_buf *out) {
             sse_event(out, u);
             json_decref(u);
         }
+        if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
     }
     http_buf_add(out, "data: [DONE]\n\n", 14);
     return 0;
@@ -219,7 +244,7 @@ static int stream_next(void *sctx, http_buf *out) {
 static void stream_done(void *sctx, bool completed) {
     oai_out *o = sctx;
     if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
     oai_out_free(o);
 }
 

@@ -35,25 +35,26 @@
 
 /* ---- small helpers ---- */
 
-static void reply_json(routes_ctx *rc, http_exchange *x, int status, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (!s) s = xstrdup("{}");
-    http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
-    free(s);
-    (void)rc;
-}
-
 static void reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
     oai_reply_error(x, status, msg, param, code);
 }
 
-/* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
-static json_t *body_json(http_exchange *x) {
-    char msg[400];
-    json_t *o = oai_load_body(x, msg, sizeof msg);
-    if (!o) reply_error(x, 400, msg, NULL, "invalid_json");
-    return o;
+/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
+ * ran out of memory on this thread since f0 (oai_json_nomem) — a member may
+ * be missing. */
+static void reply_json(routes_ctx *rc, http_exchange *x, int status, json_t *o, unsigned long f0) {
+    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
+    if (s)
+        http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+    else
+        reply_error(x, 500, "out of memory building the answer", NULL, NULL);
+    free(s);
+    (void)rc;
 }
+
+/* Parses the body as a JSON object; on failure answers (400, or 503 out of
+ * memory) and returns NULL. */
+static json_t *body_json(http_exchange *x) { return oai_body_json(x); }
 
 /* ---- generation routes ---- */
 
@@ -61,6 +62,7 @@ static json_t *body_json(http_exchange *x) {
  * itself when it ends). */
 static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
     int64_t t0 = clock_ns();
+    unsigned long f0 = oai_json_nomem();
     json_t *body = body_json(x);
     if (!body) return false;
     oai_params p;
@@ -75,9 +77,19 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
     gen_fail f;
     gen *g = gen_start(rc, &p, kind == OAI_COMPLETION ? "/v1/completions" : "/v1/chat/completions", t0, &f);
     if (!g) {
-        reply_error(x, f.status, f.e.msg, f.param, f.code);
+        /* out of memory is the server's state, not the client's mistake */
+        bool nomem = f.e.code == ERR_NOMEM || oai_json_nomem() != f0;
+        reply_error(x, nomem ? 503 : f.status, nomem ? "out of memory starting the request" : f.e.msg,
+                    nomem ? NULL : f.param, nomem ? NULL : f.code);
         oai_params_free(&p);
         return false;
+    }
+    if (oai_json_nomem() != f0) { /* the request was read or rendered with a part missing */
+        gen_cancel(g);
+        gen_done(g, "POST", 503, p.stream);
+        reply_error(x, 503, "out of memory starting the request", NULL, NULL);
+        oai_params_free(&p);
+        return true;
     }
     oai_answer(rc, g, &p, kind, x);
     oai_params_free(&p);
@@ -88,6 +100,7 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
 
 /* GET /v1/models (id NULL) or /v1/models/{id}. */
 static void handle_models(routes_ctx *rc, http_exchange *x, const char *id) {
+    unsigned long f0 = oai_json_nomem();
     if (id && strcmp(id, rc->model_id) != 0) {
         char msg[600];
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.256s'", id, rc->model_id);
@@ -98,7 +111,7 @@ static void handle_models(routes_ctx *rc, http_exchange *x, const char *id) {
                           (json_int_t)rc->created, "owned_by", "kvloom", "meta", "n_vocab", rc->m->cfg.n_vocab, "n_ctx",
                           engine_n_ctx(rc->en), "weight_bytes", (json_int_t)rc->m->weight_bytes);
     json_t *o = id ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
-    reply_json(rc, x, 200, o);
+    reply_json(rc, x, 200, o, f0);
     json_decref(o);
 }
 
@@ -121,6 +134,7 @@ static void handle_metrics(routes_ctx *rc, http_exchange *x) {
 }
 
 static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
+    unsigned long f0 = oai_json_nomem();
     json_t *body = body_json(x);
     if (!body) return;
     json_t *c = json_object_get(body, "content");
@@ -140,7 +154,8 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
         int n = 0;
         int32_t *ids = gen_encode(rc->tok, json_string_value(c), json_string_length(c), add && tok_add_bos(rc->tok), &n, &e);
         if (!ids) {
-            reply_error(x, 400, e.msg, param, NULL);
+            bool nomem = e.code == ERR_NOMEM;
+            reply_error(x, nomem ? 503 : 400, e.msg, nomem ? NULL : param, NULL);
         } else {
             json_t *arr = json_array();
             for (int i = 0; i < n; i++) {
@@ -151,7 +166,7 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
                     json_array_append_new(arr, json_integer(ids[i]));
             }
             json_t *o = json_pack("{s:o}", "tokens", arr);
-            reply_json(rc, x, 200, o);
+            reply_json(rc, x, 200, o, f0);
             json_decref(o);
             free(ids);
         }
@@ -160,6 +175,7 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
 }
 
 static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
+    unsigned long f0 = oai_json_nomem();
     json_t *body = body_json(x);
     if (!body) return;
     json_t *t = json_object_get(body, "tokens");
@@ -192,7 +208,7 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
         ids[i] = (int32_t)json_integer_value(v);
     }
     if (!ids) {
-        reply_error(x, 500, "out of memory", NULL, NULL);
+        reply_error(x, 503, "out of memory", NULL, NULL);
         json_decref(body);
         return;
     }
@@ -208,12 +224,14 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
     }
     char *text = need >= 0 ? malloc((size_t)need + 1) : NULL;
     if (text) tok_decode(rc->tok, ids, (int)n, true, text, need + 1);
-    if (!text) {
+    if (!text && need >= 0) {
+        reply_error(x, 503, "out of memory decoding the tokens", NULL, NULL);
+    } else if (!text) {
         reply_error(x, 400, "the tokens cannot be decoded", "tokens", NULL);
     } else {
         json_t *s = json_stringn(text, (size_t)need);
         json_t *o = json_pack("{s:o}", "content", s ? s : json_string(""));
-        reply_json(rc, x, 200, o);
+        reply_json(rc, x, 200, o, f0);
         json_decref(o);
     }
     free(text);
