@@ -11,6 +11,8 @@
 #   make tsan       ThreadSanitizer build (build-thread/) of kvloom and the server
 #                   tests; runs them all and the concurrent client load
 #   make ci         the same with -Werror
+#   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each (60); new coverage is
+#                   merged into fuzz/corpus/ (tools/fuzz.sh, docs/reliability.md)
 
 CC ?= cc
 UNAME_M := $(shell uname -m)
@@ -61,7 +63,7 @@ FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%_replay)
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/%.o) $(B)/fuzz/replay.o
 
-.PHONY: all run test ci deps clean fuzz test-unit test-asan fmt fixtures
+.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan fmt fixtures
 all: $(B)/kvloom
 
 $(B)/%.o: %.c
@@ -105,11 +107,39 @@ $(B)/fuzz/%_replay: $(B)/fuzz/%.o $(B)/fuzz/replay.o $(B)/libkvloom.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 .SECONDARY: $(FUZZ_OBJ)
 
-fuzz: $(B)/gen/webui_assets.c
-	@mkdir -p build-fuzz
-	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE $(KERN_DEFS) -pthread -fsanitize=fuzzer,address,undefined -Isrc -o build-fuzz/$$n $$f \
-	    $(filter-out src/cli/main.c $(SIMD_SKIP),$(wildcard src/*/*.c)) $(B)/gen/webui_assets.c $(LDLIBS) || exit 1; done
+# `make fuzz` builds libFuzzer binaries with clang into build-fuzz/ (the
+# library once, with -fsanitize=fuzzer-no-link plus ASan and UBSan, UB fatal;
+# each target linked with -fsanitize=fuzzer), then tools/fuzz.sh runs each
+# target for FUZZ_SECONDS (default 60) and merges new coverage into
+# fuzz/corpus/<target>/ (see its header and docs/reliability.md "Fuzzing"):
+#   make fuzz FUZZ_SECONDS=3600 FUZZ_TARGETS="oai jinja"
+FUZZ_CC ?= clang
+FZ := build-fuzz
+FUZZ_CFLAGS = -std=c11 -g -O1 -Isrc -D_GNU_SOURCE -pthread -MMD -MP -fno-omit-frame-pointer \
+              -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FZ)/obj/%.o) $(FZ)/obj/$(B)/gen/webui_assets.o
+FUZZ_BIN := $(FUZZ_SRC:fuzz/%.c=$(FZ)/%)
+# The SIMD kernel tables are built plain (-O2, no sanitizer or coverage): no
+# target computes with them, and clang takes half an hour to instrument the
+# AVX-512 file; the scalar kernels stay instrumented.
+FUZZ_FLAGS_OBJ = $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link
+$(FZ)/obj/src/kern/avx2.o $(FZ)/obj/src/kern/avx512.o: FUZZ_FLAGS_OBJ = -std=c11 -g -O2 -Isrc -D_GNU_SOURCE -pthread -MMD -MP
+
+$(FZ)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS_OBJ) $(FLAGS_$(basename $(notdir $<))) -c $< -o $@
+
+$(FZ)/libkvloom.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FZ)/fuzz_%: fuzz/fuzz_%.c $(FZ)/libkvloom.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FZ)/libkvloom.a $(LDLIBS)
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz: fuzz-build
+	@FUZZ_SECONDS="$(FUZZ_SECONDS)" FUZZ_DIR=$(FZ) sh tools/fuzz.sh $(FUZZ_TARGETS)
 
 deps:
 	@sh tools/setup.sh
@@ -188,4 +218,4 @@ clean:
 
 # Header dependencies (-MMD): library objects, main, test binaries (gcc
 # names a one-step binary's file $@.d) and fuzz replay objects.
--include $(LIB_OBJ:.o=.d) $(B)/src/cli/main.d $(TEST_BIN:=.d) $(FUZZ_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(B)/src/cli/main.d $(TEST_BIN:=.d) $(FUZZ_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_BIN:=.d)

@@ -472,34 +472,45 @@ static void rename_error(char *msg, size_t cap) {
     }
 }
 
-/* Parses the body and translates it; answers the error itself (NULL). */
-static json_t *request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai_params *p) {
-    char msg[700];
-    json_t *body = oai_load_body(x, msg, sizeof msg);
-    if (!body) {
-        api_anthropic_error(x, 400, msg);
-        return NULL;
-    }
+int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, int *status, char *msg,
+                         size_t cap) {
     json_t *chat = NULL;
     bool prefill = false;
     afail f = {0};
     int r = translate(rc, body, count_only, &chat, &prefill, &f);
-    json_decref(body);
     if (r < 0) {
         json_decref(chat);
-        api_anthropic_error(x, f.status, f.msg);
-        return NULL;
+        *status = f.status;
+        snprintf(msg, cap, "%s", f.msg);
+        return -1;
     }
     const char *param = NULL;
     err_t e = {0};
-    if (oai_parse(chat, OAI_CHAT, tok_n_vocab(rc->tok), p, &param, &e) < 0) {
+    r = oai_parse(chat, OAI_CHAT, tok_n_vocab(rc->tok), p, &param, &e);
+    json_decref(chat); /* p holds its own references */
+    if (r < 0) {
         rename_error(e.msg, sizeof e.msg);
-        api_anthropic_error(x, 400, e.msg);
-        json_decref(chat);
-        return NULL;
+        *status = 400;
+        snprintf(msg, cap, "%s", e.msg);
+        return -1;
     }
     p->continue_final = prefill;
-    return chat;
+    return 0;
+}
+
+/* Parses the body and translates it; answers the error itself (-1). */
+static int request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai_params *p) {
+    char msg[700];
+    json_t *body = oai_load_body(x, msg, sizeof msg);
+    if (!body) {
+        api_anthropic_error(x, 400, msg);
+        return -1;
+    }
+    int status = 400;
+    int r = api_anthropic_params(rc, body, count_only, p, &status, msg, sizeof msg);
+    json_decref(body);
+    if (r < 0) api_anthropic_error(x, status, msg);
+    return r;
 }
 
 /* ---- the answer: content blocks from generate.h events ---- */
@@ -763,11 +774,9 @@ static void stream_done(void *sctx, bool completed) {
 bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
     int64_t t0 = clock_ns();
     oai_params p;
-    json_t *chat = request_params(rc, x, false, &p);
-    if (!chat) return false;
+    if (request_params(rc, x, false, &p) < 0) return false;
     gen_fail gf;
     gen *g = gen_start(rc, &p, "/v1/messages", t0, &gf);
-    json_decref(chat);
     if (!g) {
         rename_error(gf.e.msg, sizeof gf.e.msg);
         api_anthropic_error(x, gf.status, gf.e.msg);
@@ -790,9 +799,7 @@ bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
 
 void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
     oai_params p;
-    json_t *chat = request_params(rc, x, true, &p);
-    if (!chat) return;
-    json_decref(chat);
+    if (request_params(rc, x, true, &p) < 0) return;
     gen_fail gf;
     int n = gen_count_prompt(rc, &p, &gf);
     oai_params_free(&p);

@@ -1028,25 +1028,45 @@ static void stream_done(void *sctx, bool completed) {
 
 /* ---- routes ---- */
 
+/* The body translated (*rq, freed by the caller either way) and checked by
+ * oai_parse (*p, owned on success). */
+static int parse_request(routes_ctx *rc, json_t *body, resp_req *rq, oai_params *p, rfail *f) {
+    if (translate(rc, body, rq, f) < 0) return -1;
+    err_t e = {0};
+    const char *param = NULL;
+    if (oai_parse(rq->chat, OAI_CHAT, tok_n_vocab(rc->tok), p, &param, &e) < 0) {
+        param = rename_error(param, e.msg, sizeof e.msg);
+        rbad(f, param, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, int *status, const char **param, char *msg,
+                         size_t cap) {
+    resp_req rq;
+    rfail f = {0};
+    int r = parse_request(rc, body, &rq, p, &f);
+    resp_req_free(&rq);
+    if (r < 0) {
+        *status = f.status;
+        *param = f.param;
+        snprintf(msg, cap, "%s", f.msg);
+    }
+    return r;
+}
+
 bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     int64_t t0 = clock_ns();
     json_t *body = body_json(x);
     if (!body) return false;
     resp_req rq;
     rfail f = {0};
-    int r = translate(rc, body, &rq, &f);
+    oai_params p;
+    int r = parse_request(rc, body, &rq, &p, &f);
     json_decref(body);
     if (r < 0) {
         reply_error(x, f.status, f.msg, f.param, f.code);
-        resp_req_free(&rq);
-        return false;
-    }
-    oai_params p;
-    const char *param = NULL;
-    err_t e = {0};
-    if (oai_parse(rq.chat, OAI_CHAT, tok_n_vocab(rc->tok), &p, &param, &e) < 0) {
-        param = rename_error(param, e.msg, sizeof e.msg);
-        reply_error(x, 400, e.msg, param, NULL);
         resp_req_free(&rq);
         return false;
     }

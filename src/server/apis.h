@@ -20,10 +20,20 @@
 
 #include <stdbool.h>
 
+#include <jansson.h>
+
 #include "http.h"
+#include "oai.h"
 #include "routes.h"
 
 bool api_anthropic_messages(routes_ctx *rc, http_exchange *x);
+/* The Anthropic Messages body (only read) as the chat request it becomes:
+ * translated, checked by oai_parse, continue_final set for a prefill;
+ * count_only: the count_tokens form (max_tokens not required). Returns 0
+ * (free *p with oai_params_free), or -1 with the HTTP status and the message
+ * in Anthropic's terms in msg. */
+int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, int *status, char *msg,
+                         size_t cap);
 /* POST /v1/messages/count_tokens. */
 void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x);
 /* An error in Anthropic's shape, its type from the status. */
@@ -34,6 +44,12 @@ typedef struct resp_store resp_store;
 resp_store *resp_store_new(void);
 void resp_store_free(resp_store *s); /* NULL is a no-op */
 bool api_responses_create(routes_ctx *rc, http_exchange *x);
+/* The Responses body (only read) as the chat request it becomes (with the
+ * stored conversation of previous_response_id): 0 (free *p with
+ * oai_params_free), or -1 with the HTTP status, the field (static string or
+ * NULL) and the message in msg, as api_responses_create answers them. */
+int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, int *status, const char **param, char *msg,
+                         size_t cap);
 /* GET or DELETE /v1/responses/{id}. */
 void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id);
 

@@ -396,37 +396,32 @@ int gen_count_prompt(routes_ctx *rc, const oai_params *p, gen_fail *f) {
     return n;
 }
 
-gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
+req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_open, gen_fail *f) {
     memset(f, 0, sizeof *f);
     grammar *gr = NULL;
     char *trigger = NULL;
-    bool think_open = false;
     int32_t *ids = NULL;
     int n_ids = 0;
-    req *r = NULL;
+    *think_open = false;
     f->status = 400;
     if (constrain_request(rc->cons, p, rc->tool_format, &gr, &trigger, &f->param, &f->e) < 0) goto fail;
-    ids = prompt_ids(rc, p, &n_ids, &think_open, f);
+    ids = prompt_ids(rc, p, &n_ids, think_open, f);
     if (!ids) goto fail;
-    int n_ctx = engine_n_ctx(rc->en);
     if (n_ids >= n_ctx) {
         err_set(&f->e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens", n_ids, n_ctx);
         f->code = "context_length_exceeded";
         goto fail;
     }
-    r = req_new(ids, n_ids);
-    ids = NULL;
+    req *r = req_new(ids, n_ids);
     r->grammar = gr;
     r->grammar_trigger = trigger;
-    gr = NULL;
-    trigger = NULL;
     r->no_jump_forward = !p->jump_forward;
     if (r->grammar_trigger && rc->reasoning) {
         /* a call marker inside the reasoning is not a call (the parser
          * agrees) */
         r->trigger_skip_open = "<think>";
         r->trigger_skip_close = "</think>";
-        r->trigger_skip_now = think_open;
+        r->trigger_skip_now = *think_open;
     }
     r->sp = p->sp;
     if (!p->seed_set) r->sp.seed = (uint64_t)clock_ns() ^ (atomic_fetch_add(&rc->next_id, 1) * 0x9E3779B97F4A7C15ull);
@@ -441,6 +436,18 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
     r->kv_ttl_s = p->kv_ttl;
     r->kv_next_use_s = p->kv_next_use;
     r->kv_done = p->kv_done;
+    return r;
+fail:
+    free(ids);
+    grammar_unref(gr);
+    free(trigger);
+    return NULL;
+}
+
+gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
+    bool think_open = false;
+    req *r = gen_request(rc, p, engine_n_ctx(rc->en), &think_open, f);
+    if (!r) return NULL;
     int src = engine_submit(rc->en, r, &f->e);
     if (src < 0) {
         if (src == ERR_RANGE) {
@@ -450,7 +457,8 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
         } else if (src == ERR_INVALID) {
             f->code = "context_length_exceeded";
         }
-        goto fail;
+        req_unref(r);
+        return NULL;
     }
 
     gen *g = xcalloc(1, sizeof *g);
@@ -475,12 +483,6 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
         g->tp = tc_parser_new(rc->tool_format, tools_on, rc->reasoning, think_open,
                               (unsigned long long)rc->created * 1000003ull + g->serial);
     return g;
-fail:
-    req_unref(r);
-    free(ids);
-    grammar_unref(gr);
-    free(trigger);
-    return NULL;
 }
 
 /* ---- reading ---- */

@@ -49,6 +49,14 @@ typedef struct gen_fail {
  * arrived. Returns NULL and fills *f when the request cannot run. */
 gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f);
 
+/* The engine request gen_start submits, built and not submitted: the
+ * constraint (tools, tool_choice, response format, grammar), the rendered
+ * and tokenized prompt (refused when it has n_ctx tokens or more), sampling,
+ * limits, logprobs and KV lifetime fields. *think_open: the prompt leaves
+ * the model inside <think>. NULL with *f filled when the request cannot
+ * run. The caller owns the req (req_unref). fuzz/fuzz_request.c stops here. */
+req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_open, gen_fail *f);
+
 /* Waits up to timeout_ms for output and appends the new events to ev; with
  * lp (an OpenAI logprobs object of the request's kind, logprobs_new), its
  * per-token entries too. Returns true once everything is out (then
