@@ -18,6 +18,7 @@ typedef struct oai_out {
     routes_ctx *rc;
     gen *g;
     oai_kind kind;
+    const oai_route *rt; /* oai_route_of(kind) */
     bool stream, include_usage, sent_role;
     bool failed; /* a stream cut short: out of memory building a chunk */
     int n_logprobs;
@@ -45,9 +46,8 @@ static json_t *json_text(const http_buf *b) {
 /* The fields every answer and chunk starts with: id, object, created,
  * model. */
 static json_t *answer_head(oai_out *o, bool chunk) {
-    const char *object = o->kind == OAI_COMPLETION ? "text_completion" : chunk ? "chat.completion.chunk" : "chat.completion";
-    return json_pack("{s:s, s:s, s:I, s:s}", "id", o->id, "object", object, "created", (json_int_t)gen_created(o->g),
-                     "model", o->rc->model_id);
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", o->id, "object", chunk ? o->rt->chunk_object : o->rt->object,
+                     "created", (json_int_t)gen_created(o->g), "model", o->rc->model_id);
 }
 
 /* "generation failed: ..." (status: the HTTP status to answer, or NULL). */
@@ -141,9 +141,9 @@ static json_t *empty_payload(const oai_out *o) { return o->kind == OAI_COMPLETIO
 /* One chunk: a completion's text, or a chat delta (taken), with logprobs
  * (taken, may be NULL) and a finish reason (may be NULL). */
 static void sse_choice(oai_out *o, http_buf *out, json_t *text_or_delta, json_t *lp, const char *finish) {
-    json_t *c = chunk_new(o, json_pack("{s:i, s:o, s:o, s:o}", "index", 0,
-                                       o->kind == OAI_COMPLETION ? "text" : "delta", text_or_delta, "logprobs",
-                                       lp ? lp : json_null(), "finish_reason", finish ? json_string(finish) : json_null()));
+    json_t *c = chunk_new(o, json_pack("{s:i, s:o, s:o, s:o}", "index", 0, o->rt->payload_key, text_or_delta,
+                                       "logprobs", lp ? lp : json_null(), "finish_reason",
+                                       finish ? json_string(finish) : json_null()));
     sse_event(out, c);
     json_decref(c);
 }
@@ -248,16 +248,25 @@ static void stream_done(void *sctx, bool completed) {
     oai_out_free(o);
 }
 
+const oai_route *oai_route_of(oai_kind kind) {
+    static const oai_route routes[] = {
+        [OAI_COMPLETION] = {"/v1/completions", "text_completion", "text_completion", "cmpl", "text"},
+        [OAI_CHAT] = {"/v1/chat/completions", "chat.completion", "chat.completion.chunk", "chatcmpl", "delta"},
+    };
+    ASSERT(kind == OAI_COMPLETION || kind == OAI_CHAT);
+    return &routes[kind];
+}
+
 void oai_answer(routes_ctx *rc, gen *g, const oai_params *p, oai_kind kind, http_exchange *x) {
     oai_out *o = xcalloc(1, sizeof *o);
     o->rc = rc;
     o->g = g;
     o->kind = kind;
+    o->rt = oai_route_of(kind);
     o->stream = p->stream;
     o->include_usage = p->include_usage;
     o->n_logprobs = p->n_logprobs;
-    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)rc->created, gen_serial(g));
+    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", o->rt->id_prefix, (unsigned long long)rc->created, gen_serial(g));
     if (o->stream)
         http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
     else

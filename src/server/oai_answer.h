@@ -16,6 +16,20 @@
 #include "oai.h"
 #include "routes.h"
 
+/* What differs between the two OpenAI generation routes, in one place:
+ * routes.c and oai_answer.c read these words instead of testing the kind
+ * at every use. */
+typedef struct oai_route {
+    const char *path;         /* canonical path, for the request log   */
+    const char *object;       /* "object" of a whole answer            */
+    const char *chunk_object; /* "object" of an SSE chunk              */
+    const char *id_prefix;    /* answer ids: "<prefix>-<hex>"          */
+    const char *payload_key;  /* a chunk choice's new output           */
+} oai_route;
+
+/* The words of `kind` (a static row). */
+const oai_route *oai_route_of(oai_kind kind);
+
 /* Answers x from g (taken: freed when the answer ends). p: the request's
  * parsed fields (read here, not kept). */
 void oai_answer(routes_ctx *rc, gen *g, const oai_params *p, oai_kind kind, http_exchange *x);

@@ -75,7 +75,7 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         return false;
     }
     gen_fail f;
-    gen *g = gen_start(rc, &p, kind == OAI_COMPLETION ? "/v1/completions" : "/v1/chat/completions", t0, &f);
+    gen *g = gen_start(rc, &p, oai_route_of(kind)->path, t0, &f);
     if (!g) {
         /* out of memory is the server's state, not the client's mistake */
         bool nomem = f.e.code == ERR_NOMEM || oai_json_nomem() != f0;
