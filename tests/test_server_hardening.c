@@ -544,6 +544,76 @@ static void check_routes_minor(int port) {
     json_decref(o);
 }
 
+/* ---- 5b. limits on request fields (docs/server.md "Limits") ---- */
+
+/* Each limit past its bound: a 400 whose error names the field (param) and
+ * whose message says what is wrong; the server serves the next request. */
+static void check_limits(int port) {
+    http_buf big = {0}; /* a stop string one byte over OAI_MAX_STOP_BYTES */
+    for (int i = 0; i < 1025; i++) http_buf_add(&big, "x", 1);
+    http_buf tools = {0}; /* 129 tools: one over TC_MAX_TOOLS */
+    http_buf_printf(&tools, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":[");
+    for (int i = 0; i < 129; i++)
+        http_buf_printf(&tools, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\",\"parameters\":{\"type\":\"object\"}}}",
+                        i ? "," : "", i);
+    http_buf_printf(&tools, "]}");
+    http_buf longp = {0}; /* a prompt past the 2048-token context */
+    http_buf_printf(&longp, "{\"prompt\":\"");
+    for (int i = 0; i < 3000; i++) http_buf_printf(&longp, "Lily saw a dog. ");
+    http_buf_printf(&longp, "\",\"max_tokens\":4}");
+    char stop1[1200], stop2[1200];
+    snprintf(stop1, sizeof stop1, "{\"prompt\":\"a\",\"max_tokens\":2,\"stop\":\"%.*s\"}", (int)big.n, big.p);
+    snprintf(stop2, sizeof stop2, "{\"prompt\":\"a\",\"max_tokens\":2,\"stop\":[\"ok\",\"%.*s\"]}", (int)big.n, big.p);
+    static const char chat_lp[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"logprobs\":true,"
+                                  "\"top_logprobs\":21}";
+    const struct {
+        const char *name, *path, *body, *param, *msg;
+    } cases[] = {
+        {"n: 2", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", "n", "not supported"},
+        {"n: 0", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":0}", "n",
+         "[1, "},
+        {"logprobs: 21", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", "[0, 20]"},
+        {"top_logprobs: 21", "/v1/chat/completions", chat_lp, "top_logprobs", "[0, 20]"},
+        {"17 stop strings", "/v1/completions",
+         "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\","
+         "\"14\",\"15\",\"16\",\"17\"]}",
+         "stop", "at most 16"},
+        {"a 1025-byte stop string", "/v1/completions", stop1, "stop", "at most 1024"},
+        {"a 1025-byte stop[1]", "/v1/completions", stop2, "stop", "'stop[1]' has 1025 bytes"},
+        {"129 tools", "/v1/chat/completions", tools.p, "tools", "at most 128"},
+        {"a prompt past the context", "/v1/completions", longp.p, "prompt", "context is 2048 tokens"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        int st = 0;
+        json_t *o = post_json(port, cases[i].path, cases[i].body, &st);
+        json_t *err = json_object_get(o, "error");
+        const char *param = json_string_value(json_object_get(err, "param"));
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        CHECK_MSG(st == 400 && param && !strcmp(param, cases[i].param) && msg && strstr(msg, cases[i].msg),
+                  "%s: %d param %s message %s", cases[i].name, st, param ? param : "(none)", msg ? msg : "(none)");
+        json_decref(o);
+        CHECK_MSG(health_from(port, NULL, "localhost") == 200, "not serving after '%s'", cases[i].name);
+    }
+    /* at the bounds: accepted */
+    char ok[1200];
+    snprintf(ok, sizeof ok, "{\"prompt\":\"a\",\"max_tokens\":2,\"stop\":\"%.*s\"}", 1024, big.p);
+    int st = 0;
+    json_t *o = post_json(port, "/v1/completions", ok, &st);
+    CHECK_MSG(st == 200, "a 1024-byte stop string: %d", st);
+    json_decref(o);
+    /* max_tokens past what the context leaves is not an error: the
+     * generation stops at the context ("length"), as llama-server does (the
+     * last sampled token needs no position: prompt + completion <= ctx + 1) */
+    o = post_json(port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":100000,\"ignore_eos\":true}", &st);
+    CHECK_MSG(st == 200 && choice_finish(o) && !strcmp(choice_finish(o), "length") &&
+                  usage_int(o, "prompt_tokens") + usage_int(o, "completion_tokens") <= 2049,
+              "max_tokens 100000: %d", st);
+    json_decref(o);
+    http_buf_free(&big);
+    http_buf_free(&tools);
+    http_buf_free(&longp);
+}
+
 /* ---- 6. the table ---- */
 
 static void check_table(int port) {
@@ -675,6 +745,7 @@ int main(void) {
     check_smuggling(g_a.port);
     check_security(&g_a, g_b.port);
     check_routes_minor(g_a.port);
+    check_limits(g_a.port);
     check_bodies(g_a.port, g_b.port);
     check_per_ip(g_b.port);
     check_keepalive(g_a.port, g_b.port);

@@ -289,6 +289,10 @@ static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e)
     json_t *v = oai_field(body, "stop");
     if (!v) return 0;
     if (json_is_string(v)) {
+        if (json_string_length(v) > OAI_MAX_STOP_BYTES) {
+            *param = "stop";
+            return err_set(e, ERR_INVALID, "'stop' has %zu bytes; at most %d", json_string_length(v), OAI_MAX_STOP_BYTES);
+        }
         if (json_string_length(v) > 0) p->stop[p->n_stop++] = xstrndup(json_string_value(v), json_string_length(v));
         return 0;
     }
@@ -302,6 +306,11 @@ static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e)
         if (!json_is_string(s)) {
             *param = "stop";
             return err_set(e, ERR_INVALID, "'stop[%zu]' must be a string", i);
+        }
+        if (json_string_length(s) > OAI_MAX_STOP_BYTES) {
+            *param = "stop";
+            return err_set(e, ERR_INVALID, "'stop[%zu]' has %zu bytes; at most %d", i, json_string_length(s),
+                           OAI_MAX_STOP_BYTES);
         }
         if (json_string_length(s) > 0) p->stop[p->n_stop++] = xstrndup(json_string_value(s), json_string_length(s));
     }

@@ -63,6 +63,9 @@ typedef enum oai_format {
 } oai_format;
 
 #define OAI_MAX_STOP 16
+/* Bytes of one stop string at most: the matcher holds back up to that much
+ * output per request, and no real stop string comes near it. */
+#define OAI_MAX_STOP_BYTES 1024
 
 typedef struct oai_params {
     oai_kind kind;
