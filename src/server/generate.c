@@ -350,23 +350,15 @@ static bool ends_in_think(const char *text) {
 /* The prompt's tokens for p (a malloc'd array; NULL and f filled on error);
  * *think_open: the rendered chat prompt leaves the model inside <think>. */
 static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int *n_out, bool *think_open, gen_fail *f) {
-    const char *prompt_param = p->kind == OAI_COMPLETION ? "prompt" : "messages";
+    const bool chat = p->kind == OAI_CHAT;
     int32_t *ids = NULL;
     int n_ids = 0;
     *think_open = false;
     f->status = 400;
-    if (p->kind == OAI_COMPLETION && p->prompt_tokens) {
-        ids = xmalloc((size_t)p->n_prompt_tokens * sizeof *ids);
-        memcpy(ids, p->prompt_tokens, (size_t)p->n_prompt_tokens * sizeof *ids);
-        n_ids = p->n_prompt_tokens;
-    } else if (p->kind == OAI_COMPLETION) {
-        ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->e);
-    } else {
+    f->param = chat ? "messages" : "prompt"; /* the field any error below is about */
+    if (chat) {
         char *text = NULL;
-        if (render_chat(rc, p, &text, &f->e) < 0) {
-            f->param = "messages";
-            return NULL;
-        }
+        if (render_chat(rc, p, &text, &f->e) < 0) return NULL;
         *think_open = rc->reasoning && ends_in_think(text);
         /* Templates that want BOS write it themselves; otherwise add it as
          * plain completions do. */
@@ -374,8 +366,13 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int *n_out, bool
         bool add_bos = tok_add_bos(rc->tok) && !(bos && *bos && strncmp(text, bos, strlen(bos)) == 0);
         ids = gen_encode(rc->tok, text, strlen(text), add_bos, &n_ids, &f->e);
         free(text);
+    } else if (p->prompt_tokens) {
+        ids = xmalloc((size_t)p->n_prompt_tokens * sizeof *ids);
+        memcpy(ids, p->prompt_tokens, (size_t)p->n_prompt_tokens * sizeof *ids);
+        n_ids = p->n_prompt_tokens;
+    } else {
+        ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->e);
     }
-    f->param = prompt_param;
     if (!ids) return NULL;
     if (n_ids == 0) {
         err_set(&f->e, ERR_INVALID, "the prompt is empty after tokenization");
