@@ -73,6 +73,8 @@ struct kvdisk {
     pthread_t *threads;
     int n_threads;
     uint64_t tmp_counter;
+    bool write_failing;          /* the last write failed: the outage was logged */
+    uint64_t errors_at_outage;   /* write_errors when it began                    */
     kvdisk_stats st;
 };
 
@@ -327,6 +329,7 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
+        if (w == 0) errno = EIO;
         if (w <= 0) return false;
         p += w;
         n -= (size_t)w;
@@ -345,21 +348,34 @@ static int image_store(kvdisk *d, const uint8_t *buf, uint64_t key) {
     file_path(d, key, path, sizeof path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     bool ok = fd >= 0 && write_all(fd, buf, d->file_bytes);
-    if (fd >= 0 && close(fd) != 0) ok = false;
-    if (ok && rename(tmp, path) != 0) ok = false;
+    int err = ok ? 0 : errno;
+    if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
+    if (ok && rename(tmp, path) != 0) ok = false, err = errno;
+    if (!ok && fd >= 0) unlink(tmp);
     pthread_mutex_lock(&d->mu);
     if (!ok) {
+        /* A full disk fails every write: one warning when the outage
+         * begins, one line when it ends, the count in between. */
         d->st.write_errors++;
+        bool first = !d->write_failing;
+        if (first) d->errors_at_outage = d->st.write_errors - 1;
+        d->write_failing = true;
         pthread_mutex_unlock(&d->mu);
-        if (fd >= 0) unlink(tmp);
-        log_debug("kvdisk: writing block %016llx failed: %s (dropped)", (unsigned long long)key, strerror(errno));
+        if (first)
+            log_warn("kvdisk: %s: writing a block file failed: %s; blocks are recomputed when needed "
+                     "(further failures are counted, not logged)", d->dir, strerror(err));
         return ERR_IO;
     }
+    uint64_t n_failed = d->write_failing ? d->st.write_errors - d->errors_at_outage : 0;
+    d->write_failing = false;
     idx_put(d, key, d->file_bytes);
     d->st.bytes_written += d->file_bytes;
     d->st.blocks_written++;
     enforce_cap(d, key);
     pthread_mutex_unlock(&d->mu);
+    if (n_failed)
+        log_info("kvdisk: %s: block files are written again (%llu writes had failed)", d->dir,
+                 (unsigned long long)n_failed);
     return 0;
 }
 

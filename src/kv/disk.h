@@ -46,7 +46,9 @@
  * foreign. Past max_bytes the least recently used files are deleted (a read
  * refreshes a file's mtime, so the order survives restarts). A failed write
  * (full disk, permissions) is counted and dropped: the block is recomputed
- * when next needed, never an error.
+ * when next needed, never an error. A full disk fails every write, so only
+ * the first failure of an outage is logged (a warning) and the first
+ * success after it (info); the failures between are only counted.
  *
  * Threads. kvdisk_open starts n_threads I/O threads. All functions may be
  * called from any thread (one mutex guards the index, the counters and the

@@ -1,0 +1,189 @@
+#!/bin/sh
+# kvdisk_full_test.sh — the KV disk tier on a full disk (issue 14, fault
+# injection): `kvloom serve --kv-disk DIR` with DIR on a 2 MB tmpfs.
+#   1. reference answers (temperature 0) from a server without a disk tier;
+#   2. the tmpfs is filled to the last byte, then a few KB are given back
+#      (less than one block file, so writes fail mid-file with ENOSPC):
+#      every request still succeeds with the reference answer, the failed
+#      writes are counted (kvloom_kv_disk_write_errors_total) and logged
+#      once, not once per block, and no temporary is left behind;
+#   3. the space returns: writes succeed again (logged once), answers equal
+#      the reference;
+#   4. a restart on the same directory serves every prompt as the reference,
+#      restores tokens from disk, and finds nothing corrupt (a write cut by
+#      ENOSPC never left a file under a block's name).
+# Needs root for mount(8); otherwise (or when tmpfs cannot be mounted) it
+# prints why and skips. Env: KVLOOM_BIN, KVLOOM_SHARED (../shared).
+BIN=${KVLOOM_BIN:-build/kvloom}
+SHARED=${KVLOOM_SHARED:-../shared}
+tmp=$(mktemp -d)
+mnt="$tmp/mnt"
+mkdir -p "$mnt"
+if [ "$(id -u)" != 0 ]; then
+    echo "kvdisk_full_test: skipped: mounting a small tmpfs needs root"
+    echo "kvdisk_full_test: 0 passed, 0 failed"
+    rm -rf "$tmp"
+    exit 0
+fi
+if ! mount -t tmpfs -o size=2m tmpfs "$mnt" 2>"$tmp/mount.err"; then
+    echo "kvdisk_full_test: skipped: cannot mount a tmpfs: $(cat "$tmp/mount.err")"
+    echo "kvdisk_full_test: 0 passed, 0 failed"
+    rm -rf "$tmp"
+    exit 0
+fi
+cleanup() { umount -l "$mnt" 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'cleanup; exit 1' INT TERM
+BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" MNT="$mnt" python3 - <<'EOF'
+import atexit, errno, glob, json, os, re, subprocess, sys, threading, time, urllib.request
+
+BIN, MODEL, TMP, MNT = os.environ["BIN"], os.environ["MODEL"], os.environ["TMP"], os.environ["MNT"]
+passed = failed = 0
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+
+procs = []
+def kill_all():
+    for q in procs:
+        if q.poll() is None:
+            q.kill()
+            q.wait()
+atexit.register(kill_all)
+
+def start(name, *flags):
+    port_file = os.path.join(TMP, name + ".port")
+    log_path = os.path.join(TMP, name + ".log")
+    log = open(log_path, "w")
+    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--ready-file", port_file, "-t", "1", *flags],
+                         stdout=log, stderr=log)
+    procs.append(p)
+    for _ in range(300):
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return p, int(open(port_file).read()), log_path
+        if p.poll() is not None:
+            break
+        time.sleep(0.1)
+    print(open(log_path).read())
+    raise SystemExit("server %s did not start" % name)
+
+def post(port, prompt):
+    body = json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)["choices"][0]["text"]
+
+def metrics(port):
+    txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    out = {}
+    for line in txt.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+def serve_all(port, what):
+    """Every prompt twice, the second pass from 3 threads at once."""
+    got, errors = [], []
+    for i, q in enumerate(prompts):
+        try:
+            got.append((i, post(port, q)))
+        except Exception as ex:
+            errors.append(str(ex))
+    def worker(k):
+        for i in range(k, len(prompts), 3):
+            try:
+                got.append((i, post(port, prompts[i])))
+            except Exception as ex:
+                errors.append(str(ex))
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    check(not errors, "%s: every request succeeds: %s" % (what, errors[:3]))
+    bad = [(i, t, ref[i]) for i, t in got if t != ref[i]]
+    check(not bad and len(got) == 2 * len(prompts), "%s: every answer equals the reference: %s" % (what, bad[:3]))
+
+def wait_io(port):
+    """Until the I/O threads are quiet (the written and error counts settle)."""
+    last = None
+    for _ in range(100):
+        m = metrics(port)
+        cur = (m.get("kvloom_kv_disk_written_bytes_total"), m.get("kvloom_kv_disk_write_errors_total"))
+        if cur == last:
+            return m
+        last = cur
+        time.sleep(0.2)
+    return m
+
+words = ["the", "cat", "dog", "sun", "tree", "happy", "little", "girl", "boy", "ball", "park", "big", "red",
+         "blue", "played", "saw", "went", "home", "mom", "friend", "toy", "box", "bird", "sky", "fun", "day"]
+def text(seed, n):
+    x = seed * 2654435761 + 1
+    out = []
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(words[(x >> 33) % len(words)])
+    return " ".join(out) + "."
+system = "Once upon a time there was a little robot who helped everyone. " + text(4242, 30)
+prompts = [system + " " + text(i, 35 + 8 * i) for i in range(8)]
+
+# 1. the reference
+p, port, _ = start("ref", "--kv-mem", "16M")
+ref = [post(port, q) for q in prompts]
+p.terminate(); p.wait()
+
+# 2. a full disk
+kvdir = os.path.join(MNT, "kv")
+flags = ["--kv-mem", "400K", "--kv-disk", kvdir, "--max-running", "3"]
+p, port, log_path = start("full", *flags)
+filler = os.path.join(MNT, "filler")
+with open(filler, "wb") as f:
+    try:
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+    except OSError as ex:
+        check(ex.errno == errno.ENOSPC, "the tmpfs fills up with ENOSPC: %s" % ex)
+size = os.path.getsize(filler)
+os.truncate(filler, max(0, size - 8192)) # room for part of a block file, never a whole one
+serve_all(port, "full disk")
+m = wait_io(port)
+errs = m.get("kvloom_kv_disk_write_errors_total", 0)
+check(errs >= 2, "failed writes counted: %s" % errs)
+log = open(log_path).read()
+n_warn = log.count("writing a block file failed")
+check(n_warn == 1, "the outage logged once (%d lines for %d failed writes)" % (n_warn, errs))
+check("No space left on device" in log, "the warning names the cause")
+check(not glob.glob(os.path.join(kvdir, ".tmp-*")), "no temporary left after failed writes")
+written_full = m.get("kvloom_kv_disk_written_bytes_total", 0)
+
+# 3. the space returns
+os.unlink(filler)
+serve_all(port, "space returned")
+m = wait_io(port)
+check(m.get("kvloom_kv_disk_written_bytes_total", 0) > written_full,
+      "block files written again: %s -> %s bytes" % (written_full, m.get("kvloom_kv_disk_written_bytes_total")))
+log = open(log_path).read()
+check(log.count("block files are written again") == 1, "the end of the outage logged once")
+check(log.count("writing a block file failed") == 1, "still one warning line")
+p.terminate()
+check(p.wait() == 0, "clean exit")
+
+# 4. restart on the same directory: nothing corrupt, tokens restored
+p, port, log_path = start("restart", *flags)
+serve_all(port, "after restart")
+m = metrics(port)
+check(m.get("kvloom_kv_disk_restored_tokens_total", 0) > 0,
+      "tokens restored from disk: %s" % m.get("kvloom_kv_disk_restored_tokens_total"))
+check(m.get('kvloom_kv_disk_rejected_total{reason="corrupt"}', -1) == 0, "no corrupt block file")
+p.terminate()
+check(p.wait() == 0, "clean exit after restart")
+print("kvdisk_full_test: %d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
+EOF
