@@ -184,6 +184,8 @@ check(m.get("kvloom_kv_disk_restored_tokens_total", 0) > 0,
 check(m.get('kvloom_kv_disk_rejected_total{reason="corrupt"}', -1) == 0, "no corrupt block file")
 p.terminate()
 check(p.wait() == 0, "clean exit after restart")
+print("failed writes on the full disk: %d (%d warning line), restored after restart: %d tokens"
+      % (errs, n_warn, m.get("kvloom_kv_disk_restored_tokens_total", 0)))
 print("kvdisk_full_test: %d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)
 EOF
