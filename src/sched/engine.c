@@ -62,6 +62,7 @@
 #include "../kv/radix.h"
 #include "../sample/sample.h"
 #include "kvpolicy.h"
+#include "sched_internal.h"
 
 /* Prefill order (LAPS, shortest remaining first). When several prefills
  * wait, the one with the fewest tokens left goes first, so a cache hit's new
@@ -628,7 +629,7 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     /* a client that has its answer sees counters (/metrics) that include
      * its request: publish before waking it, not only at the step's end */
     stats_publish(en);
-    req_post_finish(s->r, why, msg);
+    sched__req_post_finish(s->r, why, msg);
     req_unref(s->r);
     seq_free(s);
 }
@@ -712,7 +713,7 @@ static int try_admit(engine *en, seq *s) {
         s->admitted_once = true;
         /* (a forced run appended at submission is output, not prompt) */
         int cached = MIN(s->n_computed, s->r->n_prompt);
-        req_set_cached(s->r, cached);
+        sched__req_set_cached(s->r, cached);
         en->cnt.prompt_tokens_total += (uint64_t)s->r->n_prompt;
         en->cnt.prompt_tokens_cached_total += (uint64_t)cached;
     }
@@ -918,7 +919,7 @@ static void grammar_watch(engine *en, seq *s, int32_t id) {
 
 /* Appends one generated token (not end-of-generation) to s and its req. */
 static void push_generated(engine *en, seq *s, const req_token *t) {
-    req_post_token(s->r, t);
+    sched__req_post_token(s->r, t);
     s->n_generated++;
     seq_push_token(s, t->id);
     en->cnt.generation_tokens_total++;
@@ -1364,7 +1365,7 @@ void engine_free(engine *en) {
     if (!en) return;
     engine_stop(en);
     for (int i = 0; i < en->n_submitq; i++) {
-        req_post_finish(en->submitq[i], REQ_FINISH_CANCEL, NULL);
+        sched__req_post_finish(en->submitq[i], REQ_FINISH_CANCEL, NULL);
         req_unref(en->submitq[i]);
     }
     free(en->submitq);

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "sched_internal.h"
+
 typedef struct req_sync {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -62,7 +64,7 @@ void req_unref(req *r) {
 void req_cancel(req *r) { atomic_store(&r->cancel, true); }
 void req_stop(req *r) { atomic_store(&r->stop, true); }
 
-void req_post_token(req *r, const req_token *t) {
+void sched__req_post_token(req *r, const req_token *t) {
     req_sync *s = r->sync;
     pthread_mutex_lock(&s->mu);
     if (r->finish == REQ_RUNNING) {
@@ -77,7 +79,7 @@ void req_post_token(req *r, const req_token *t) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void req_post_finish(req *r, req_finish why, const char *error) {
+void sched__req_post_finish(req *r, req_finish why, const char *error) {
     req_sync *s = r->sync;
     pthread_mutex_lock(&s->mu);
     if (r->finish == REQ_RUNNING) {
@@ -88,7 +90,7 @@ void req_post_finish(req *r, req_finish why, const char *error) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void req_set_cached(req *r, int n_cached) {
+void sched__req_set_cached(req *r, int n_cached) {
     req_sync *s = r->sync;
     pthread_mutex_lock(&s->mu);
     r->n_cached = n_cached;

@@ -11,11 +11,11 @@
  *   ───────────                         ─────────────
  *   req_new, fill the input fields
  *   engine_submit ────────────────────▶ queued (WAITING)
- *                                       step ... req_post_token ─┐
- *   req_wait ◀────────────────── (mutex + condvar) ◀─────────────┘
+ *                                       step ... sched__req_post_token ─┐
+ *   req_wait ◀────────────────── (mutex + condvar) ◀────────────────────┘
  *   req_cancel (client gone)  ────────▶ seen at the next step, blocks freed
  *   req_stop (stop string seen) ──────▶ finished as "stop" at the next step
- *                                       req_post_finish
+ *                                       sched__req_post_finish
  *   req_unref                           req_unref
  *
  * Lifetime: refcounted; the creator holds one reference and engine_submit
@@ -92,7 +92,7 @@ typedef struct req {
     void *sync;            /* mutex + condvar (private to req.c)                 */
     req_token *tokens;     /* (n_tokens) generated so far                        */
     int n_tokens, cap_tokens;
-    req_finish finish;     /* REQ_RUNNING until req_post_finish                  */
+    req_finish finish;     /* REQ_RUNNING until sched__req_post_finish           */
     int n_cached;          /* prompt tokens served from the prefix cache         */
     int64_t t_first_ns;    /* clock_ns() of the first generated token (0: none)  */
     /* written by the engine thread before the finish record (read them after
@@ -116,14 +116,10 @@ void req_cancel(req *r);
  * found a stop string in the text). */
 void req_stop(req *r);
 
-/* ---- engine thread ---- */
-/* Appends one generated token and wakes the reader. */
-void req_post_token(req *r, const req_token *t);
-/* Records the end (once; later calls are ignored) and wakes the reader.
- * `error` is used for REQ_FINISH_ERROR and may be NULL. */
-void req_post_finish(req *r, req_finish why, const char *error);
-/* Records how many prompt tokens came from the cache (before the first token). */
-void req_set_cached(req *r, int n_cached);
+/* ---- engine thread ----
+ * The writer side (sched__req_post_token, sched__req_post_finish,
+ * sched__req_set_cached) is declared in sched_internal.h: only the engine
+ * calls it. */
 
 /* ---- reader (HTTP thread) ---- */
 /* Waits until more than `n_seen` tokens exist or the request finished, for at
