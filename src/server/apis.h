@@ -14,6 +14,18 @@
  * the API key check. Each handler answers exactly once, in its API's own
  * error shape, and returns true when the request reached the engine (it then
  * counts and logs itself through gen_done when it ends).
+ *
+ * Naming (decided in issue 13): this is part of the server's internal
+ * contract, like every header of src/server/ but server.h — http.h,
+ * generate.h, oai.h, oai_answer.h, metrics.h, ... — each of which declares
+ * the functions of one file named after that file (api_anthropic_*,
+ * api_responses_*, api_ollama; resp_store_* is api_responses.c's store).
+ * The module__ prefix (tok__, jinja__, grammar__, kern__, sched__, cli__) is
+ * for what a module's internal header (*_internal.h, cli.h) shares among its
+ * files beside their per-file contracts; the server splits its internals
+ * into per-file headers instead (as kv/ does with kvpool.h and radix.h), so
+ * its names keep one underscore. Only routes.c (and server.c for the store)
+ * calls these; the tests call the two *_params translators directly.
  */
 #ifndef KVLOOM_APIS_H
 #define KVLOOM_APIS_H
