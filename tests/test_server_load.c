@@ -17,8 +17,9 @@
  * is a JSON error; the load saw at least one 429 and one preemption (else it
  * tests nothing); afterwards /metrics is back at baseline (nothing running or
  * waiting, no KV block held outside the prefix cache, no request body held),
- * the server answers a request exactly as it did before the load, and it
- * exits cleanly (under TSan a race report fails the server, so the test).
+ * the server answers a request exactly as it did before the load; then a
+ * SIGTERM while two long streams run: each still ends in [DONE] and the
+ * server exits 0 (under TSan a race report fails the server, so the test).
  *
  * The load is a count of requests, not a duration: under TSan it takes
  * ~20-40 s on 2 cores, a few seconds in the plain build.
@@ -248,7 +249,7 @@ static void *poller_main(void *arg) {
         if (!ok) p->n_bad++;
         LCHECK(ok, "%s: rc %d status %d", metrics ? "/metrics" : "/health", rc, rc == 0 ? r.status : -1);
         if (rc == 0) resp_free(&r);
-        usleep(20000);
+        usleep(50000);
     }
     return NULL;
 }
@@ -264,10 +265,25 @@ static char *greedy_text(int port) {
     return s;
 }
 
+/* A long stream read to its end (for the stop under load). */
+typedef struct long_stream {
+    int port;
+    resp r;
+    int rc;
+} long_stream;
+
+static void *long_stream_main(void *arg) {
+    long_stream *l = arg;
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true}";
+    int fd = su_send_request(l->port, "POST", "/v1/completions", NULL, body, strlen(body), 120);
+    l->rc = fd >= 0 ? su_read_response(fd, &l->r) : -1;
+    return NULL;
+}
+
 int main(void) {
     su_watchdog(400);
-    const char *flags[] = {"--check",     "--kv-mem", "240K", "--max-batch-tokens", "64", "--max-running", "4",
-                           "--max-queue", "2",        NULL};
+    const char *flags[] = {"--check", "--kv-mem",    "240K", "--max-batch-tokens", "64", "--max-running",
+                           "4",       "--max-queue", "2",    "--shutdown-timeout", "2",  NULL};
     srv s;
     int rc = srv_start(&s, flags);
     CHECK_MSG(rc == 0, "server did not start");
@@ -316,6 +332,29 @@ int main(void) {
     free(before);
     free(after);
     CHECK(wait_idle(port, 30));
+
+    /* SIGTERM with two long streams running (not three: with 24 blocks
+     * two may wait, which fills --max-queue 2): the drain lets them finish
+     * or cuts them after --shutdown-timeout, each still ending in [DONE],
+     * and the server exits 0 (its threads torn down with clients connected). */
+    long_stream ls[2];
+    pthread_t lt[2];
+    for (int i = 0; i < 2; i++) {
+        ls[i] = (long_stream){.port = port};
+        pthread_create(&lt[i], NULL, long_stream_main, &ls[i]);
+    }
+    double tw = su_now(); /* both in the engine (running, or waiting) */
+    while (metric(port, "kvloom_requests_running") + metric(port, "kvloom_requests_waiting") < 2 &&
+           su_now() - tw < 30 * SU_SLOWDOWN)
+        usleep(5000);
     CHECK_EQ_INT(srv_stop(&s), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(lt[i], NULL);
+        const char *b = ls[i].rc == 0 ? ls[i].r.body : "";
+        CHECK_MSG(ls[i].rc == 0 && ls[i].r.status == 200 && strstr(b, "data: [DONE]"),
+                  "stream %d across the stop: rc %d status %d, body ends %s", i, ls[i].rc, ls[i].r.status,
+                  b + (strlen(b) > 200 ? strlen(b) - 200 : 0));
+        if (ls[i].rc == 0) resp_free(&ls[i].r);
+    }
     return test_summary("test_server_load");
 }
