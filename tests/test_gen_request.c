@@ -1,0 +1,219 @@
+/*
+ * test_gen_request.c — gen_request (server/generate.h): a request body, as
+ * parsed by each API's reader, becomes the engine request the server would
+ * submit, without an engine. The same path fuzz/fuzz_request.c fuzzes; here
+ * its results are checked field by field with stories260K's real tokenizer
+ * and the ChatML fallback template (the model has none):
+ *   sampling, limits, logprobs and KV lifetime fields reach the req; the
+ *   prompt is the rendered conversation; response_format gives a grammar from
+ *   the first token, tools on auto a lazy one with a trigger; a prompt of
+ *   n_ctx tokens or more is refused as context_length_exceeded; a grammar
+ *   with an empty character class builds (fuzz finding, issue 14); the
+ *   Anthropic prefill and the Responses previous_response_id go through
+ *   api_anthropic_params / api_responses_params.
+ */
+#include <jansson.h>
+
+#include "chat/chat.h"
+#include "model/gguf.h"
+#include "sched/req.h"
+#include "server/apis.h"
+#include "server/constrain.h"
+#include "server/generate.h"
+#include "server/oai.h"
+#include "tok/tok.h"
+#include "test.h"
+
+static routes_ctx rc;
+
+static json_t *body(const char *s) {
+    json_error_t je;
+    json_t *o = json_loads(s, JSON_REJECT_DUPLICATES, &je);
+    CHECK_MSG(o != NULL, "%s: %s", s, je.text);
+    return o;
+}
+
+/* The chat request of a body, built with n_ctx; NULL (f filled) when refused. */
+static req *chat_req(const char *s, int n_ctx, gen_fail *f) {
+    json_t *b = body(s);
+    oai_params p;
+    const char *param = NULL;
+    err_t e = {0};
+    int r = oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &param, &e);
+    json_decref(b);
+    CHECK_MSG(r == 0, "%s: %s", s, e.msg);
+    if (r != 0) return NULL;
+    bool think_open;
+    req *q = gen_request(&rc, &p, n_ctx, &think_open, f);
+    oai_params_free(&p);
+    return q;
+}
+
+/* The prompt's text (skipping special tokens), malloc'd. */
+static char *prompt_text(const req *q) {
+    int n = tok_decode(rc.tok, q->prompt, q->n_prompt, true, NULL, 0);
+    char *s = malloc((size_t)(n > 0 ? n : 0) + 1);
+    tok_decode(rc.tok, q->prompt, q->n_prompt, true, s, n + 1);
+    return s;
+}
+
+static void test_fields(void) {
+    gen_fail f;
+    req *q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], \"temperature\": 0.5,"
+                      " \"top_k\": 7, \"top_p\": 0.9, \"seed\": 9, \"max_tokens\": 12, \"logprobs\": true,"
+                      " \"top_logprobs\": 3, \"ignore_eos\": true, \"kv_ttl\": 30, \"kv_hint\": {\"next_use_s\": 5},"
+                      " \"stop\": [\"x\"], \"jump_forward\": false}",
+                      512, &f);
+    CHECK_MSG(q != NULL, "%s", f.e.msg);
+    if (!q) return;
+    CHECK_NEAR(q->sp.temperature, 0.5, 1e-6);
+    CHECK_EQ_INT(q->sp.top_k, 7);
+    CHECK_NEAR(q->sp.top_p, 0.9, 1e-6);
+    CHECK_EQ_INT(q->sp.seed, 9);
+    CHECK_EQ_INT(q->max_tokens, 12);
+    CHECK_EQ_INT(q->n_logprobs, 3);
+    CHECK(q->ignore_eos);
+    CHECK(q->no_jump_forward);
+    CHECK_NEAR(q->kv_ttl_s, 30, 1e-9);
+    CHECK_NEAR(q->kv_next_use_s, 5, 1e-9);
+    CHECK(!q->kv_done);
+    CHECK(q->grammar == NULL && q->grammar_trigger == NULL);
+    char *text = prompt_text(q);
+    /* the ChatML fallback: the user turn, then the assistant's header */
+    CHECK_MSG(strstr(text, "user\nOnce upon a time") != NULL, "%s", text);
+    CHECK_MSG(strstr(text, "assistant\n") != NULL, "%s", text);
+    free(text);
+    req_unref(q);
+
+    q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"kv_hint\": \"done\"}", 512, &f);
+    CHECK(q && q->kv_done && q->max_tokens == INT32_MAX && q->n_logprobs == -1);
+    req_unref(q);
+}
+
+static void test_constraints(void) {
+    gen_fail f;
+    req *q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"json\"}],"
+                      " \"response_format\": {\"type\": \"json_object\"}}",
+                      512, &f);
+    CHECK_MSG(q && q->grammar && !q->grammar_trigger, "%s", q ? "" : f.e.msg);
+    req_unref(q);
+    q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"w\"}], \"tools\": [{\"type\": \"function\","
+                 " \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\":"
+                 " {\"city\": {\"type\": \"string\"}}}}}]}",
+                 4096, &f);
+    CHECK_MSG(q && q->grammar && q->grammar_trigger, "%s", q ? "" : f.e.msg);
+    req_unref(q);
+    /* an empty character class first: compiles (it matches nothing) */
+    q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"g\"}], \"grammar\": \"root ::= [] | \\\"a\\\"\"}",
+                 512, &f);
+    CHECK_MSG(q && q->grammar, "%s", q ? "" : f.e.msg);
+    req_unref(q);
+    q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"g\"}], \"grammar\": \"root ::= nowhere\"}", 512, &f);
+    CHECK(q == NULL && f.status == 400 && f.param && !strcmp(f.param, "grammar") && strstr(f.e.msg, "nowhere"));
+    req_unref(q);
+}
+
+static void test_context(void) {
+    gen_fail f;
+    const char *s = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time there was a cat\"}]}";
+    req *q = chat_req(s, 512, &f);
+    CHECK(q != NULL);
+    int n = q ? q->n_prompt : 0;
+    req_unref(q);
+    q = chat_req(s, n, &f); /* the prompt must be shorter than the context */
+    CHECK(q == NULL);
+    CHECK_EQ_INT(f.status, 400);
+    CHECK_STR(f.code, "context_length_exceeded");
+    CHECK_MSG(strstr(f.e.msg, "tokens") != NULL, "%s", f.e.msg);
+    req_unref(q);
+    q = chat_req(s, n + 1, &f);
+    CHECK(q && q->n_prompt == n);
+    req_unref(q);
+}
+
+static void test_other_apis(void) {
+    /* Anthropic: a final assistant message is a prefill the answer continues */
+    json_t *b = body("{\"model\": \"m\", \"max_tokens\": 5, \"system\": \"Be brief.\", \"messages\": [{\"role\": \"user\","
+                     " \"content\": \"Say hi\"}, {\"role\": \"assistant\", \"content\": \"Hi, I am\"}]}");
+    oai_params p;
+    int status = 0;
+    char msg[700];
+    int r = api_anthropic_params(&rc, b, false, &p, &status, msg, sizeof msg);
+    CHECK_MSG(r == 0, "%s", msg);
+    if (r == 0) {
+        CHECK(p.continue_final);
+        CHECK_EQ_INT(p.max_tokens, 5);
+        gen_fail f;
+        bool think_open;
+        req *q = gen_request(&rc, &p, 512, &think_open, &f);
+        CHECK(q != NULL);
+        if (q) {
+            char *text = prompt_text(q);
+            size_t n = strlen(text);
+            CHECK_MSG(n >= 8 && !strcmp(text + n - 8, "Hi, I am"), "%s", text);
+            CHECK_MSG(strstr(text, "Be brief.") != NULL, "%s", text);
+            free(text);
+        }
+        req_unref(q);
+        oai_params_free(&p);
+    }
+    /* max_tokens is required, except for count_tokens */
+    json_object_del(b, "max_tokens");
+    CHECK(api_anthropic_params(&rc, b, false, &p, &status, msg, sizeof msg) < 0 && status == 400 &&
+          strstr(msg, "max_tokens"));
+    r = api_anthropic_params(&rc, b, true, &p, &status, msg, sizeof msg);
+    CHECK_MSG(r == 0, "%s", msg);
+    if (r == 0) oai_params_free(&p);
+    json_decref(b);
+
+    /* Responses: input and instructions; an unknown previous response */
+    b = body("{\"input\": \"Once upon a time\", \"instructions\": \"Tell stories.\", \"max_output_tokens\": 7}");
+    const char *param = NULL;
+    r = api_responses_params(&rc, b, &p, &status, &param, msg, sizeof msg);
+    CHECK_MSG(r == 0, "%s", msg);
+    if (r == 0) {
+        CHECK_EQ_INT(p.max_tokens, 7);
+        gen_fail f;
+        bool think_open;
+        req *q = gen_request(&rc, &p, 512, &think_open, &f);
+        char *text = q ? prompt_text(q) : NULL;
+        CHECK_MSG(text && strstr(text, "system\nTell stories.") && strstr(text, "user\nOnce upon a time"), "%s",
+                  text ? text : f.e.msg);
+        free(text);
+        req_unref(q);
+        oai_params_free(&p);
+    }
+    json_object_set_new(b, "previous_response_id", json_string("resp_nope"));
+    CHECK(api_responses_params(&rc, b, &p, &status, &param, msg, sizeof msg) < 0);
+    CHECK_EQ_INT(status, 404);
+    CHECK_STR(param, "previous_response_id");
+    json_decref(b);
+}
+
+int main(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    gguf_ctx *g = NULL;
+    tokenizer *tk = NULL;
+    chat_tmpl *chat = NULL;
+    err_t e = {0};
+    CHECK_MSG(gguf_open(path, &g, &e) == 0 && tok_load(g, &tk, &e) == 0, "%s: %s", path, e.msg);
+    CHECK(chat_tmpl_new(tok_chat_template(tk), &chat, &e) == 0);
+    if (!tk || !chat) return test_summary("test_gen_request");
+    rc.tok = tk;
+    rc.chat = chat;
+    rc.tool_format = TC_GENERIC;
+    rc.cons = constrainer_new(8);
+    rc.responses = resp_store_new();
+    atomic_init(&rc.next_id, 1);
+    test_fields();
+    test_constraints();
+    test_context();
+    test_other_apis();
+    constrainer_free(rc.cons);
+    resp_store_free(rc.responses);
+    chat_tmpl_free(chat);
+    tok_free(tk);
+    gguf_free(g);
+    return test_summary("test_gen_request");
+}
