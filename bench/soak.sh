@@ -4,7 +4,7 @@
 #
 #   bench/soak.sh            env: SOAK_MINUTES (30), MODEL (../shared/models/
 #                            stories260K.gguf), KVLOOM_BIN (build/kvloom),
-#                            KV_MEM (1536K), SAMPLE_S (5), OUT (a temp dir,
+#                            KV_MEM (1280K), AGENTS (8), SAMPLE_S (5), OUT (a temp dir,
 #                            kept: samples.csv, server.log, the JSON summaries)
 #
 # The server runs with --api-key (so bad keys are part of the mix), a KV pool
@@ -53,7 +53,8 @@ MIN=${SOAK_MINUTES:-30}
 SHARED=${KVLOOM_SHARED:-../shared}
 MODEL=${MODEL:-$SHARED/models/stories260K.gguf}
 BIN=${KVLOOM_BIN:-build/kvloom}
-KV_MEM=${KV_MEM:-1536K}
+KV_MEM=${KV_MEM:-1280K}
+AGENTS=${AGENTS:-8}
 SAMPLE_S=${SAMPLE_S:-5}
 SETTLE_S=${SETTLE_S:-90}
 OUT=${OUT:-$(mktemp -d /tmp/kvloom-soak.XXXXXX)}
@@ -109,7 +110,7 @@ echo "soak: server pid $SPID on $URL for $MIN min; output in $OUT" >&2
         r=$((r + 1))
         left=$((end - $(date +%s)))
         "$PY" "$HERE/soak_clients.py" agentbench --api-key "$KEY" --agentbench "$SHARED/bench/agentbench.py" -- \
-            --url "$URL" --agents 6 --turns 4 --gen 16 --sys-words 30 --tool-words 10 --user-words 3-6 \
+            --url "$URL" --agents "$AGENTS" --turns 4 --gen 16 --sys-words 30 --tool-words 10 --user-words 3-6 \
             --tool-pause 0.5-4 --tool-result-words 3-8 --agent-doc-words 30 --stagger 3 --timeout 120 \
             --seed $r --max-seconds "$left" --warmup 0 --json "$OUT/agentbench-$r.json" \
             > "$OUT/agentbench-$r.log" 2>&1
