@@ -122,6 +122,7 @@ static void fa_disarm(void) { atomic_store(&fa->armed, 0); }
 typedef struct kind {
     const char *name, *path, *body;
     bool stream;
+    bool ndjson; /* Ollama's stream: one JSON object a line, the last "done": true */
     char *ref;    /* the reference text                           */
     long n_alloc; /* failable allocations of one request (dry run) */
     long n_exempt;
@@ -129,8 +130,39 @@ typedef struct kind {
 } kind;
 
 /* The text of a 200 answer (NULL when there is none), or the error seen. */
+/* The text of an Ollama NDJSON stream (NULL unless a line says done: true);
+ * *error set when a line is an error. */
+static char *ndjson_text(const char *body, bool *error) {
+    struct { char *p; size_t n; } out = {0};
+    bool done = false;
+    *error = false;
+    for (const char *p = body; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        json_t *o = json_loadb(p, n, 0, NULL);
+        if (json_object_get(o, "error")) *error = true;
+        json_t *t = json_object_get(json_object_get(o, "message"), "content");
+        if (!t) t = json_object_get(o, "response");
+        if (json_is_string(t)) {
+            out.p = xrealloc(out.p, out.n + json_string_length(t) + 1);
+            memcpy(out.p + out.n, json_string_value(t), json_string_length(t));
+            out.n += json_string_length(t);
+            out.p[out.n] = 0;
+        }
+        if (json_is_true(json_object_get(o, "done"))) done = true;
+        json_decref(o);
+        p += n + (nl ? 1 : 0);
+    }
+    if (!done || !out.p) {
+        free(out.p);
+        return done ? xstrdup("") : NULL;
+    }
+    return out.p;
+}
+
 static char *answer_text(const kind *k, const resp *r, bool *error_event) {
     *error_event = false;
+    if (k->ndjson) return ndjson_text(r->body, error_event);
     if (k->stream) {
         bool done;
         char *t = sse_text(r->body, &done, NULL, NULL, 0);
@@ -145,6 +177,9 @@ static char *answer_text(const kind *k, const resp *r, bool *error_event) {
     const char *t = choice_text(o);
     if (!t) /* an Anthropic message: its first content block */
         t = json_string_value(json_object_get(json_array_get(json_object_get(o, "content"), 0), "text"));
+    if (!t) /* Ollama: /api/generate, /api/chat */
+        t = json_string_value(json_object_get(o, "response"));
+    if (!t) t = json_string_value(json_object_get(json_object_get(o, "message"), "content"));
     char *s = t ? xstrdup(t) : NULL;
     json_decref(o);
     return s;
@@ -169,10 +204,11 @@ static int run_one(srv *s, kind *k, long fail_at) {
         if (!k->ref) k->ref = xstrdup(t);
         out = 1;
     } else if (r.status == 200 && k->stream && err_event) {
-        out = 0; /* a stream cut by an error event (then [DONE]) */
+        out = 0; /* a stream cut by an error event (then [DONE], or Ollama's error line) */
     } else if (r.status == 500 || r.status == 503) {
         json_t *o = json_loads(r.body, 0, NULL);
-        out = json_is_string(json_object_get(json_object_get(o, "error"), "message")) ? 0 : -1;
+        json_t *err = json_object_get(o, "error"); /* OpenAI {error: {message}}, Ollama {error: "..."} */
+        out = json_is_string(json_object_get(err, "message")) || json_is_string(err) ? 0 : -1;
         json_decref(o);
     }
     if (out < 0)
@@ -222,6 +258,12 @@ int main(void) {
          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
          "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}],"
          "\"tool_choice\":\"required\"}"},
+        {.name = "ollama generate", .path = "/api/generate", .body =
+         "{\"model\":\"stories260K\",\"prompt\":\"The little bird\",\"stream\":false,"
+         "\"options\":{\"temperature\":0,\"num_predict\":8}}"},
+        {.name = "ollama chat", .path = "/api/chat", .stream = true, .ndjson = true, .body =
+         "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi there.\"}],"
+         "\"options\":{\"temperature\":0,\"num_predict\":8}}"},
     };
     const char *full = getenv("KVLOOM_FAULT_FULL");
 #if defined(__SANITIZE_ADDRESS__)

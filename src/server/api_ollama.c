@@ -62,14 +62,19 @@
 
 /* ---- replies ---- */
 
-static void reply_json(http_exchange *x, int status, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (!s) s = xstrdup("{}");
-    http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+static void reply_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
+ * ran out of memory on this thread since f0 (oai_json_nomem, oai.h). */
+static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0) {
+    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
+    if (s)
+        http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+    else
+        reply_error(x, 500, "out of memory building the answer");
     free(s);
 }
 
-static void reply_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
     char msg[640];
     va_list ap;
@@ -78,18 +83,28 @@ static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
     va_end(ap);
     json_t *o = json_pack("{s:s}", "error", msg);
     if (!o) o = json_pack("{s:s}", "error", "invalid request"); /* msg was not UTF-8 */
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = oai_json_dump(o);
     json_decref(o);
+    if (!s) s = xstrdup("{\"error\":\"out of memory\"}");
     http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
                status == 429 ? "1" : NULL);
     free(s);
 }
 
-/* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
+/* Parses the body as a JSON object; on failure answers (400, or 503 when
+ * the parse ran out of memory) and returns NULL. */
 static json_t *body_object(http_exchange *x) {
     char msg[400];
+    unsigned long f0 = oai_json_nomem();
     json_t *o = oai_load_body(x, msg, sizeof msg);
-    if (!o) reply_error(x, 400, "%s", msg);
+    if (o && oai_json_nomem() != f0) {
+        json_decref(o);
+        o = NULL;
+    }
+    if (!o && oai_json_nomem() != f0)
+        reply_error(x, 503, "out of memory reading the request body");
+    else if (!o)
+        reply_error(x, 400, "%s", msg);
     return o;
 }
 
@@ -258,6 +273,7 @@ static void sha256_hex(const void *data, size_t n, char *out) {
 /* ---- GET /api/tags, POST /api/show, GET /api/version ---- */
 
 static void handle_tags(routes_ctx *rc, http_exchange *x) {
+    unsigned long f0 = oai_json_nomem();
     size_t size = gguf_file_size(rc->m->gguf);
     /* The digest names this model file: the SHA-256 of "<model id>\n<file
      * bytes>" (hashing gigabytes of weights per listing would be slow; a
@@ -269,7 +285,7 @@ static void handle_tags(routes_ctx *rc, http_exchange *x) {
                           modified_at_json(rc), "size", (json_int_t)size, "digest", digest, "details",
                           details_json(rc));
     json_t *o = json_pack("{s:[o]}", "models", m);
-    reply_json(x, 200, o);
+    reply_json(x, 200, o, f0);
     json_decref(o);
 }
 
@@ -319,6 +335,7 @@ static const char chatml_template[] =
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
 static void handle_show(routes_ctx *rc, http_exchange *x) {
+    unsigned long f0 = oai_json_nomem();
     json_t *body = body_object(x);
     if (!body) return;
     if (!check_model(rc, x, body)) {
@@ -341,7 +358,7 @@ static void handle_show(routes_ctx *rc, http_exchange *x) {
     json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
                           t ? t : json_string(""), "details", details_json(rc), "model_info", model_info_json(rc),
                           "capabilities", caps, "modified_at", modified_at_json(rc));
-    reply_json(x, 200, o);
+    reply_json(x, 200, o, f0);
     json_decref(o);
 }
 
@@ -554,6 +571,8 @@ typedef struct olla_out {
     oai_kind kind;        /* the OpenAI shape of the logprobs gen_poll writes   */
     bool logprobs;        /* the request asked for them                         */
     json_t *lp;           /* Ollama logprobs entries not sent yet (array)       */
+    unsigned long nomem0; /* oai_json_nomem() when a whole answer began         */
+    bool failed;          /* a stream cut short: out of memory building a line  */
 } olla_out;
 
 static void out_free(olla_out *o) {
@@ -682,7 +701,7 @@ static json_t *final_new(olla_out *o) {
 }
 
 static void ndjson_line(http_buf *out, json_t *l) {
-    char *s = json_dumps(l, JSON_COMPACT);
+    char *s = oai_json_dump(l);
     json_decref(l);
     if (!s) return;
     http_buf_add(out, s, strlen(s));
@@ -706,15 +725,31 @@ static void answer_whole(olla_out *o, http_exchange *x) {
         reply_error(x, status, "generation failed: %s", why);
     } else {
         json_t *l = final_new(o);
-        reply_json(x, 200, l);
+        unsigned long f0 = o->nomem0;
+        if (oai_json_nomem() != f0) status = 500;
+        reply_json(x, 200, l, f0);
         json_decref(l);
     }
     gen_done(o->g, "POST", status, false);
     out_free(o);
 }
 
+/* Out of memory while building this call's lines (one may lack a member or
+ * be missing): they are dropped, the stream ends with an error line, and
+ * the generation is cancelled. */
+static int stream_fail(olla_out *o, http_buf *out, size_t keep) {
+    static const char line[] = "{\"error\":\"generation failed: out of memory building the answer\"}\n";
+    out->n = keep;
+    http_buf_add(out, line, sizeof line - 1);
+    o->failed = true;
+    gen_cancel(o->g);
+    return 0;
+}
+
 static int stream_next(void *sctx, http_buf *out) {
     olla_out *o = sctx;
+    unsigned long f0 = oai_json_nomem();
+    size_t keep = out->n;
     bool done = out_poll(o, 20);
     if (!done) {
         if (o->content.n || o->thinking.n || json_array_size(o->lp)) {
@@ -722,7 +757,7 @@ static int stream_next(void *sctx, http_buf *out) {
             json_object_set_new(l, "done", json_false());
             ndjson_line(out, l);
         }
-        return 1;
+        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
     }
     if (!gen_finish_reason(o->g)) {
         char msg[320];
@@ -738,19 +773,20 @@ static int stream_next(void *sctx, http_buf *out) {
         ndjson_line(out, l);
     }
     ndjson_line(out, final_new(o));
-    return 0;
+    return oai_json_nomem() == f0 ? 0 : stream_fail(o, out, keep);
 }
 
 static void stream_done(void *sctx, bool completed) {
     olla_out *o = sctx;
     if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
     out_free(o);
 }
 
 /* An empty prompt (or no messages) loads the model in Ollama: answered at
  * once with done_reason "load". */
 static void answer_load(http_exchange *x, bool chat, const char *model, bool stream) {
+    unsigned long f0 = oai_json_nomem();
     json_t *l = json_pack("{s:s, s:o}", "model", model, "created_at", now_json());
     if (chat)
         json_object_set_new(l, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
@@ -760,7 +796,10 @@ static void answer_load(http_exchange *x, bool chat, const char *model, bool str
     json_object_set_new(l, "done_reason", json_string("load"));
     http_buf b = {0};
     ndjson_line(&b, l);
-    http_reply(x, 200, stream ? "application/x-ndjson" : "application/json", b.p ? b.p : "", b.n, NULL, NULL);
+    if (oai_json_nomem() != f0 || !b.n)
+        reply_error(x, 500, "out of memory building the answer");
+    else
+        http_reply(x, 200, stream ? "application/x-ndjson" : "application/json", b.p, b.n, NULL, NULL);
     http_buf_free(&b);
 }
 
@@ -836,6 +875,7 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
 
 static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     int64_t t0 = clock_ns();
+    unsigned long f0 = oai_json_nomem();
     json_t *body = body_object(x);
     if (!body) return false;
     const char *model = check_model(rc, x, body);
@@ -850,11 +890,16 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     olla_fail f = {0};
     int t = translate(rc, body, chat, oai, &kind, &f);
     json_decref(body);
-    if (t <= 0) {
-        if (t == 0)
-            answer_load(x, chat, model_name, json_is_true(json_object_get(oai, "stream")));
+    if (t < 0 || oai_json_nomem() != f0) { /* out of memory is the server's state, not the client's mistake */
+        if (oai_json_nomem() != f0)
+            reply_error(x, 503, "out of memory reading the request");
         else
             reply_error(x, f.status, "%s", f.msg);
+        json_decref(oai);
+        return false;
+    }
+    if (t == 0) {
+        answer_load(x, chat, model_name, json_is_true(json_object_get(oai, "stream")));
         json_decref(oai);
         return false;
     }
@@ -872,9 +917,19 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     gen *g = gen_start(rc, &p, chat ? "/api/chat" : "/api/generate", t0, &gf);
     if (!g) {
         op = ollama_param(gf.param);
-        reply_error(x, gf.status, "%s%s%s", op ? op : "", op ? ": " : "", gf.e.msg);
+        if (gf.e.code == ERR_NOMEM || oai_json_nomem() != f0)
+            reply_error(x, 503, "out of memory starting the request");
+        else
+            reply_error(x, gf.status, "%s%s%s", op ? op : "", op ? ": " : "", gf.e.msg);
         oai_params_free(&p);
         return false;
+    }
+    if (oai_json_nomem() != f0) { /* the request was read or rendered with a part missing */
+        gen_cancel(g);
+        gen_done(g, "POST", 503, p.stream);
+        reply_error(x, 503, "out of memory starting the request");
+        oai_params_free(&p);
+        return true;
     }
     olla_out *o = xcalloc(1, sizeof *o);
     o->rc = rc;
@@ -885,6 +940,7 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     o->kind = kind;
     o->logprobs = p.n_logprobs >= 0;
     o->lp = json_array();
+    o->nomem0 = f0;
     bool stream = p.stream;
     oai_params_free(&p);
     if (stream)
