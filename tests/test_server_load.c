@@ -200,7 +200,7 @@ static void *client_main(void *arg) {
             send_cut(c->port, body, k == K_CUT_BODY, &x);
             c->t.cut++;
         } else if (k == K_CANCEL || k == K_CUT_STREAM) {
-            int fd = su_send_request(c->port, "POST", "/v1/completions", NULL, body, strlen(body), 60);
+            int fd = su_send_request(c->port, "POST", "/v1/completions", NULL, body, strlen(body), 60 * SU_SLOWDOWN);
             if (k == K_CUT_STREAM) {
                 if (fd >= 0) read_events(fd, 1 + (int)rnd(&x, 6));
             } else {
@@ -211,7 +211,7 @@ static void *client_main(void *arg) {
         } else {
             const char *hdr = k == K_MESSAGES ? "anthropic-version: 2023-06-01\r\n" : NULL;
             resp r;
-            int fd = su_send_request(c->port, "POST", path_of(k), hdr, body, strlen(body), 120);
+            int fd = su_send_request(c->port, "POST", path_of(k), hdr, body, strlen(body), 120 * SU_SLOWDOWN);
             bool got = fd >= 0 && su_read_response(fd, &r) == 0;
             LCHECK(got, "client %llu round %d: no answer to kind %d (server gone?)", (unsigned long long)c->seed, round,
                    (int)k);
@@ -275,7 +275,7 @@ typedef struct long_stream {
 static void *long_stream_main(void *arg) {
     long_stream *l = arg;
     const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true}";
-    int fd = su_send_request(l->port, "POST", "/v1/completions", NULL, body, strlen(body), 120);
+    int fd = su_send_request(l->port, "POST", "/v1/completions", NULL, body, strlen(body), 120 * SU_SLOWDOWN);
     l->rc = fd >= 0 ? su_read_response(fd, &l->r) : -1;
     return NULL;
 }
@@ -291,7 +291,7 @@ int main(void) {
     int port = s.port;
     char *before = greedy_text(port);
     CHECK(before != NULL);
-    CHECK(wait_idle(port, 30));
+    CHECK(wait_idle(port, 30 * SU_SLOWDOWN));
     double t0 = su_now();
 
     client cl[N_CLIENTS];
@@ -324,14 +324,14 @@ int main(void) {
     CHECK_MSG(metric(port, "kvloom_requests_total{status=\"429\"}") >= sum.refused_429, "server counted fewer 429s");
 
     /* Back at baseline, and answering as before. */
-    CHECK(wait_idle(port, 60));
+    CHECK(wait_idle(port, 60 * SU_SLOWDOWN));
     CHECK_EQ_INT((long)metric(port, "kvloom_http_body_bytes"), 0);
     char *after = greedy_text(port);
     CHECK_MSG(before && after && !strcmp(before, after), "after the load: \"%s\" vs \"%s\"", after ? after : "(none)",
               before ? before : "(none)");
     free(before);
     free(after);
-    CHECK(wait_idle(port, 30));
+    CHECK(wait_idle(port, 30 * SU_SLOWDOWN));
 
     /* SIGTERM with two long streams running (not three: with 24 blocks
      * two may wait, which fills --max-queue 2): the drain lets them finish
