@@ -123,6 +123,7 @@ typedef struct kind {
     const char *name, *path, *body;
     bool stream;
     bool ndjson; /* Ollama's stream: one JSON object a line, the last "done": true */
+    bool anthropic_sse; /* Anthropic's stream: content_block_delta events, then message_stop */
     char *ref;    /* the reference text                           */
     long n_alloc; /* failable allocations of one request (dry run) */
     long n_exempt;
@@ -160,9 +161,40 @@ static char *ndjson_text(const char *body, bool *error) {
     return out.p;
 }
 
+/* The text of an Anthropic SSE stream (NULL unless message_stop came);
+ * *error set on an error event. */
+static char *anthropic_sse_text(const char *body, bool *error) {
+    struct { char *p; size_t n; } out = {0};
+    bool done = false;
+    *error = strstr(body, "event: error") != NULL;
+    for (const char *p = body; (p = strstr(p, "data: "));) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        if (!end) break;
+        json_t *o = json_loadb(p, (size_t)(end - p), 0, NULL);
+        const char *type = json_string_value(json_object_get(o, "type"));
+        json_t *t = json_object_get(json_object_get(o, "delta"), "text");
+        if (type && !strcmp(type, "content_block_delta") && json_is_string(t)) {
+            out.p = xrealloc(out.p, out.n + json_string_length(t) + 1);
+            memcpy(out.p + out.n, json_string_value(t), json_string_length(t));
+            out.n += json_string_length(t);
+            out.p[out.n] = 0;
+        }
+        if (type && !strcmp(type, "message_stop")) done = true;
+        json_decref(o);
+        p = end;
+    }
+    if (!done || !out.p) {
+        free(out.p);
+        return done ? xstrdup("") : NULL;
+    }
+    return out.p;
+}
+
 static char *answer_text(const kind *k, const resp *r, bool *error_event) {
     *error_event = false;
     if (k->ndjson) return ndjson_text(r->body, error_event);
+    if (k->anthropic_sse) return anthropic_sse_text(r->body, error_event);
     if (k->stream) {
         bool done;
         char *t = sse_text(r->body, &done, NULL, NULL, 0);
@@ -207,7 +239,8 @@ static int run_one(srv *s, kind *k, long fail_at) {
         out = 0; /* a stream cut by an error event (then [DONE], or Ollama's error line) */
     } else if (r.status == 500 || r.status == 503) {
         json_t *o = json_loads(r.body, 0, NULL);
-        json_t *err = json_object_get(o, "error"); /* OpenAI {error: {message}}, Ollama {error: "..."} */
+        /* OpenAI and Anthropic {error: {message}}, Ollama {error: "..."} */
+        json_t *err = json_object_get(o, "error");
         out = json_is_string(json_object_get(err, "message")) || json_is_string(err) ? 0 : -1;
         json_decref(o);
     }
@@ -258,6 +291,12 @@ int main(void) {
          "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
          "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}],"
          "\"tool_choice\":\"required\"}"},
+        {.name = "anthropic", .path = "/v1/messages", .body =
+         "{\"model\":\"m\",\"max_tokens\":8,\"temperature\":0,\"messages\":[{\"role\":\"user\",\"content\":"
+         "[{\"type\":\"text\",\"text\":\"Hello there.\"}]}]}"},
+        {.name = "anthropic stream", .path = "/v1/messages", .stream = true, .anthropic_sse = true, .body =
+         "{\"model\":\"m\",\"max_tokens\":8,\"temperature\":0,\"stream\":true,\"system\":\"Be kind.\","
+         "\"messages\":[{\"role\":\"user\",\"content\":\"A story.\"}]}"},
         {.name = "ollama generate", .path = "/api/generate", .body =
          "{\"model\":\"stories260K\",\"prompt\":\"The little bird\",\"stream\":false,"
          "\"options\":{\"temperature\":0,\"num_predict\":8}}"},

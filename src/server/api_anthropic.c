@@ -84,8 +84,10 @@ static char *error_json(int status, const char *msg) {
     json_t *o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", error_type(status), "message", msg);
     if (!o) o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", error_type(status), "message",
                           "(the error message is not valid UTF-8)");
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *s = oai_json_dump(o);
     json_decref(o);
+    if (!s)
+        s = xstrdup("{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"out of memory\"}}");
     return s;
 }
 
@@ -96,10 +98,14 @@ void api_anthropic_error(http_exchange *x, int status, const char *msg) {
     free(s);
 }
 
-static void reply_json(http_exchange *x, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (!s) s = xstrdup("{}");
-    http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
+/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
+ * ran out of memory on this thread since f0 (oai_json_nomem, oai.h). */
+static void reply_json(http_exchange *x, json_t *o, unsigned long f0) {
+    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
+    if (s)
+        http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
+    else
+        api_anthropic_error(x, 500, "out of memory building the answer");
     free(s);
 }
 
@@ -501,15 +507,25 @@ int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_para
 /* Parses the body and translates it; answers the error itself (-1). */
 static int request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai_params *p) {
     char msg[700];
+    unsigned long f0 = oai_json_nomem();
     json_t *body = oai_load_body(x, msg, sizeof msg);
     if (!body) {
-        api_anthropic_error(x, 400, msg);
+        /* jansson reports a refused allocation as a syntax error */
+        bool nomem = oai_json_nomem() != f0;
+        api_anthropic_error(x, nomem ? 503 : 400, nomem ? "out of memory reading the request body" : msg);
         return -1;
     }
     int status = 400;
     int r = api_anthropic_params(rc, body, count_only, p, &status, msg, sizeof msg);
     json_decref(body);
-    if (r < 0) api_anthropic_error(x, status, msg);
+    if (r == 0 && oai_json_nomem() != f0) { /* read with a part missing */
+        oai_params_free(p);
+        r = -1;
+    }
+    if (r < 0 && oai_json_nomem() != f0)
+        api_anthropic_error(x, 503, "out of memory reading the request");
+    else if (r < 0)
+        api_anthropic_error(x, status, msg);
     return r;
 }
 
@@ -535,6 +551,8 @@ typedef struct msg_out {
     int open;      /* the block receiving deltas, or -1 */
     tc_events ev;
     http_buf *sse; /* where events go (streaming), or NULL */
+    unsigned long nomem0; /* oai_json_nomem() when the request began */
+    bool failed;   /* a stream cut short: out of memory building an event */
 } msg_out;
 
 static void out_free(msg_out *o) {
@@ -720,22 +738,39 @@ static void answer_whole(msg_out *o, http_exchange *x) {
     } else {
         out_finish(o);
         json_t *m = message_json(o, true);
-        reply_json(x, m);
+        if (oai_json_nomem() != o->nomem0) status = 500;
+        reply_json(x, m, o->nomem0);
         json_decref(m);
     }
     gen_done(o->g, "POST", status, false);
     out_free(o);
 }
 
+/* Out of memory while building this call's events (one may lack a member,
+ * or be missing): they are dropped, the stream ends with an error event,
+ * and the generation is cancelled. */
+static int stream_fail(msg_out *o, http_buf *out, size_t keep) {
+    static const char ev[] = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                             "\"message\":\"generation failed: out of memory building the answer\"}}\n\n";
+    out->n = keep;
+    http_buf_add(out, ev, sizeof ev - 1);
+    o->sse = NULL;
+    o->failed = true;
+    gen_cancel(o->g);
+    return 0;
+}
+
 static int stream_next(void *sctx, http_buf *out) {
     msg_out *o = sctx;
+    unsigned long f0 = oai_json_nomem();
+    size_t keep = out->n;
     o->sse = out;
     if (!o->started) {
         o->started = true;
         emit(o, "message_start", json_pack("{s:o}", "message", message_json(o, false)));
         emit(o, "ping", json_object());
         o->sse = NULL;
-        return 1;
+        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
     }
     bool done = gen_poll(o->g, 20, &o->ev, NULL);
     out_events(o);
@@ -758,6 +793,7 @@ static int stream_next(void *sctx, http_buf *out) {
             emit(o, "message_stop", json_object());
         }
     }
+    if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
     o->sse = NULL;
     return done ? 0 : 1;
 }
@@ -765,7 +801,7 @@ static int stream_next(void *sctx, http_buf *out) {
 static void stream_done(void *sctx, bool completed) {
     msg_out *o = sctx;
     if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
     out_free(o);
 }
 
@@ -773,20 +809,31 @@ static void stream_done(void *sctx, bool completed) {
 
 bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
     int64_t t0 = clock_ns();
+    unsigned long f0 = oai_json_nomem();
     oai_params p;
     if (request_params(rc, x, false, &p) < 0) return false;
     gen_fail gf;
     gen *g = gen_start(rc, &p, "/v1/messages", t0, &gf);
     if (!g) {
         rename_error(gf.e.msg, sizeof gf.e.msg);
-        api_anthropic_error(x, gf.status, gf.e.msg);
+        /* out of memory is the server's state, not the client's mistake */
+        bool nomem = gf.e.code == ERR_NOMEM || oai_json_nomem() != f0;
+        api_anthropic_error(x, nomem ? 503 : gf.status, nomem ? "out of memory starting the request" : gf.e.msg);
         oai_params_free(&p);
         return false;
+    }
+    if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
+        gen_cancel(g);
+        gen_done(g, "POST", 503, p.stream);
+        api_anthropic_error(x, 503, "out of memory starting the request");
+        oai_params_free(&p);
+        return true;
     }
     msg_out *o = xcalloc(1, sizeof *o);
     o->rc = rc;
     o->g = g;
     o->open = -1;
+    o->nomem0 = f0;
     snprintf(o->id, sizeof o->id, "msg_%llx%06llx", (unsigned long long)rc->created, gen_serial(g));
     bool stream = p.stream;
     oai_params_free(&p);
@@ -798,6 +845,7 @@ bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
 }
 
 void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
+    unsigned long f0 = oai_json_nomem();
     oai_params p;
     if (request_params(rc, x, true, &p) < 0) return;
     gen_fail gf;
@@ -805,10 +853,11 @@ void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
     oai_params_free(&p);
     if (n < 0) {
         rename_error(gf.e.msg, sizeof gf.e.msg);
-        api_anthropic_error(x, gf.status ? gf.status : 400, gf.e.msg);
+        bool nomem = gf.e.code == ERR_NOMEM || oai_json_nomem() != f0;
+        api_anthropic_error(x, nomem ? 503 : gf.status ? gf.status : 400, nomem ? "out of memory" : gf.e.msg);
         return;
     }
     json_t *o = json_pack("{s:i}", "input_tokens", n);
-    reply_json(x, o);
+    reply_json(x, o, f0);
     json_decref(o);
 }
