@@ -212,6 +212,13 @@ static char *answer_text(const kind *k, const resp *r, bool *error_event) {
     if (!t) /* Ollama: /api/generate, /api/chat */
         t = json_string_value(json_object_get(o, "response"));
     if (!t) t = json_string_value(json_object_get(json_object_get(o, "message"), "content"));
+    json_t *item; /* Responses: the message item's output_text */
+    size_t i;
+    json_array_foreach(json_object_get(o, "output"), i, item) {
+        const char *type = json_string_value(json_object_get(item, "type"));
+        if (!t && type && !strcmp(type, "message"))
+            t = json_string_value(json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
+    }
     char *s = t ? xstrdup(t) : NULL;
     json_decref(o);
     return s;
@@ -297,6 +304,9 @@ int main(void) {
         {.name = "anthropic stream", .path = "/v1/messages", .stream = true, .anthropic_sse = true, .body =
          "{\"model\":\"m\",\"max_tokens\":8,\"temperature\":0,\"stream\":true,\"system\":\"Be kind.\","
          "\"messages\":[{\"role\":\"user\",\"content\":\"A story.\"}]}"},
+        {.name = "responses", .path = "/v1/responses", .body =
+         "{\"input\":\"Tell me a story.\",\"instructions\":\"Be brief.\",\"max_output_tokens\":16,"
+         "\"temperature\":0}"},
         {.name = "ollama generate", .path = "/api/generate", .body =
          "{\"model\":\"stories260K\",\"prompt\":\"The little bird\",\"stream\":false,"
          "\"options\":{\"temperature\":0,\"num_predict\":8}}"},

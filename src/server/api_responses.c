@@ -214,20 +214,20 @@ static void reply_error(http_exchange *x, int status, const char *msg, const cha
     free(s);
 }
 
-static void reply_json(http_exchange *x, int status, json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (!s) s = xstrdup("{}");
-    http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
+ * ran out of memory on this thread since f0 (oai_json_nomem, oai.h). */
+static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0) {
+    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
+    if (s)
+        http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+    else
+        reply_error(x, 500, "out of memory building the answer", NULL, NULL);
     free(s);
 }
 
-/* Parses the body as a JSON object; on failure answers 400 and returns NULL. */
-static json_t *body_json(http_exchange *x) {
-    char msg[400];
-    json_t *o = oai_load_body(x, msg, sizeof msg);
-    if (!o) reply_error(x, 400, msg, NULL, "invalid_json");
-    return o;
-}
+/* Parses the body as a JSON object; on failure answers (400, or 503 when
+ * the parse ran out of memory) and returns NULL. */
+static json_t *body_json(http_exchange *x) { return oai_body_json(x); }
 
 /* ---- request translation: Responses body -> OpenAI chat body ---- */
 
@@ -725,6 +725,8 @@ typedef struct resp_out {
     int open;               /* the item receiving deltas, or -1 */
     tc_events ev;
     http_buf *sse;          /* where events go (streaming), or NULL */
+    unsigned long nomem0;   /* oai_json_nomem() when the request began */
+    bool failed;            /* a stream cut short: out of memory building an event */
 } resp_out;
 
 static void out_free(resp_out *o) {
@@ -955,7 +957,8 @@ static json_t *out_finish(resp_out *o) {
     }
     json_t *r = response_json(o, truncated ? "incomplete" : "completed", NULL);
     if (o->rq.store) {
-        char *text = json_dumps(r, JSON_COMPACT);
+        /* never store an answer jansson could not build whole */
+        char *text = oai_json_nomem() == o->nomem0 ? oai_json_dump(r) : NULL;
         json_t *history = json_array();
         json_array_extend(history, o->rq.history);
         for (int i = 0; i < o->n_items; i++) json_array_append_new(history, item_json(&o->items[i]));
@@ -983,22 +986,39 @@ static void answer_whole(resp_out *o, http_exchange *x) {
         reply_error(x, status, msg, NULL, NULL);
     } else {
         json_t *r = out_finish(o);
-        reply_json(x, 200, r);
+        if (oai_json_nomem() != o->nomem0) status = 500;
+        reply_json(x, 200, r, o->nomem0);
         json_decref(r);
     }
     gen_done(o->g, "POST", status, false);
     out_free(o);
 }
 
+/* Out of memory while building this call's events (one may lack a member,
+ * or be missing): they are dropped, the stream ends with an error event,
+ * and the generation is cancelled. */
+static int stream_fail(resp_out *o, http_buf *out, size_t keep) {
+    static const char ev[] = "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\","
+                             "\"message\":\"generation failed: out of memory building the answer\",\"param\":null}\n\n";
+    out->n = keep;
+    http_buf_add(out, ev, sizeof ev - 1);
+    o->sse = NULL;
+    o->failed = true;
+    gen_cancel(o->g);
+    return 0;
+}
+
 static int stream_next(void *sctx, http_buf *out) {
     resp_out *o = sctx;
+    unsigned long f0 = oai_json_nomem();
+    size_t keep = out->n;
     o->sse = out;
     if (!o->started) {
         o->started = true;
         emit(o, "response.created", json_pack("{s:o}", "response", response_json(o, "in_progress", NULL)));
         emit(o, "response.in_progress", json_pack("{s:o}", "response", response_json(o, "in_progress", NULL)));
         o->sse = NULL;
-        return 1;
+        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
     }
     bool done = gen_poll(o->g, 20, &o->ev, NULL);
     out_events(o);
@@ -1015,6 +1035,7 @@ static int stream_next(void *sctx, http_buf *out) {
             emit(o, complete ? "response.completed" : "response.incomplete", json_pack("{s:o}", "response", r));
         }
     }
+    if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
     o->sse = NULL;
     return done ? 0 : 1;
 }
@@ -1022,7 +1043,7 @@ static int stream_next(void *sctx, http_buf *out) {
 static void stream_done(void *sctx, bool completed) {
     resp_out *o = sctx;
     if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", completed ? 200 : 499, true);
+    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
     out_free(o);
 }
 
@@ -1058,6 +1079,7 @@ int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, int *statu
 
 bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     int64_t t0 = clock_ns();
+    unsigned long f0 = oai_json_nomem();
     json_t *body = body_json(x);
     if (!body) return false;
     resp_req rq;
@@ -1065,8 +1087,16 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     oai_params p;
     int r = parse_request(rc, body, &rq, &p, &f);
     json_decref(body);
+    if (r == 0 && oai_json_nomem() != f0) { /* read with a part missing */
+        oai_params_free(&p);
+        r = -1;
+    }
     if (r < 0) {
-        reply_error(x, f.status, f.msg, f.param, f.code);
+        /* out of memory is the server's state, not the client's mistake */
+        if (oai_json_nomem() != f0)
+            reply_error(x, 503, "out of memory reading the request", NULL, NULL);
+        else
+            reply_error(x, f.status, f.msg, f.param, f.code);
         resp_req_free(&rq);
         return false;
     }
@@ -1074,10 +1104,21 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     gen *g = gen_start(rc, &p, "/v1/responses", t0, &gf);
     if (!g) {
         const char *gp = rename_error(gf.param, gf.e.msg, sizeof gf.e.msg);
-        reply_error(x, gf.status, gf.e.msg, gp, gf.code);
+        if (gf.e.code == ERR_NOMEM || oai_json_nomem() != f0)
+            reply_error(x, 503, "out of memory starting the request", NULL, NULL);
+        else
+            reply_error(x, gf.status, gf.e.msg, gp, gf.code);
         oai_params_free(&p);
         resp_req_free(&rq);
         return false;
+    }
+    if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
+        gen_cancel(g);
+        gen_done(g, "POST", 503, p.stream);
+        reply_error(x, 503, "out of memory starting the request", NULL, NULL);
+        oai_params_free(&p);
+        resp_req_free(&rq);
+        return true;
     }
     resp_out *o = xcalloc(1, sizeof *o);
     o->rc = rc;
@@ -1086,6 +1127,7 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     json_decref(o->rq.chat);
     o->rq.chat = NULL;
     o->open = -1;
+    o->nomem0 = f0;
     o->stream = p.stream;
     o->temperature = p.sp.temperature;
     o->top_p = p.sp.top_p;
@@ -1100,6 +1142,7 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
 }
 
 void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
+    unsigned long f0 = oai_json_nomem();
     char msg[300];
     if (!*id || strchr(id, '/')) {
         snprintf(msg, sizeof msg, "no route for %s /v1/responses/%.200s", http_method(x), id);
@@ -1114,7 +1157,7 @@ void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
         }
         json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
         if (!o) o = json_pack("{s:s, s:b}", "object", "response", "deleted", 1); /* id not UTF-8 */
-        reply_json(x, 200, o);
+        reply_json(x, 200, o, f0);
         json_decref(o);
         return;
     }
