@@ -25,6 +25,7 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "server/http.h"
 #include "server_util.h"
@@ -143,14 +144,14 @@ static int count_str(const char *hay, const char *needle) {
 typedef struct dribble {
     int *fds;
     int n;
-    volatile bool stop;
+    atomic_bool stop; /* set by the main thread (volatile raced: ThreadSanitizer) */
 } dribble;
 
 /* Sends the next byte of a request line on every socket every 300 ms. */
 static void *dribble_main(void *arg) {
     dribble *d = arg;
     static const char line[] = "GET /health HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-    for (size_t i = 0; !d->stop; i = (i + 1) % (sizeof line - 1)) {
+    for (size_t i = 0; !atomic_load(&d->stop); i = (i + 1) % (sizeof line - 1)) {
         for (int j = 0; j < d->n; j++) send(d->fds[j], line + i, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
         usleep(300000);
     }
@@ -176,13 +177,13 @@ static int *flood_open(int port, int n_idle, int n_drib, dribble *d, pthread_t *
     CHECK_EQ_INT(n_open, n);
     d->fds = fds + n_idle;
     d->n = n_drib;
-    d->stop = false;
+    atomic_store(&d->stop, false);
     pthread_create(th, NULL, dribble_main, d);
     return fds;
 }
 
 static void flood_close(int *fds, int n, dribble *d, pthread_t th) {
-    d->stop = true;
+    atomic_store(&d->stop, true);
     pthread_join(th, NULL);
     for (int i = 0; i < n; i++)
         if (fds[i] >= 0) close(fds[i]);
