@@ -2,13 +2,16 @@
  * test_server_hardening.c — hostile HTTP against `kvloom serve` through raw
  * sockets (docs/server.md "Limits and security"):
  *  - connection exhaustion: 30 idle sockets and 10 that dribble a byte at a
- *    time are all closed by the server (--header-timeout 2, keep-alive
- *    --timeout 600: only the header deadline can close them); with 200 idle
- *    and 50 dribbling against 64 slots a client that retries is served;
- *    --max-conns-per-ip: a 9th socket from 127.0.0.1 is closed while
- *    127.0.0.2 is served;
- *  - keep-alive: an idle kept-alive connection is closed after --timeout, a
- *    second request dribbled after its request line after --header-timeout;
+ *    time are all answered 408 and closed by the server (--header-timeout 2,
+ *    keep-alive --timeout 600: only the header deadline can close them);
+ *    with 200 idle and 50 dribbling against 64 slots a client that retries
+ *    is served; --max-conns-per-ip: a 9th socket from 127.0.0.1 is closed
+ *    while 127.0.0.2 is served; 500 idle sockets leave the server's thread
+ *    count (/proc/PID/status) within 2 of what it was, and it serves;
+ *  - keep-alive: an idle kept-alive connection is closed (no answer) after
+ *    --timeout, a second request dribbled after its request line is
+ *    answered 408 after --header-timeout; a request stalled in its headers,
+ *    its body or its chunked body gets 408 and Connection: close;
  *  - bodies: an unauthenticated 8 MB upload is answered 401 from its headers
  *    (no body byte sent), --max-body-total gives 503 while two big bodies
  *    are held (kvloom_http_body_bytes) and not after, huge token arrays and /detokenize text past
@@ -23,6 +26,7 @@
  *    an answer), the server serving /health after each.
  * No assertion is on time: a wait is "until it happens, or a generous limit".
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,6 +35,7 @@
 #include "server_util.h"
 
 static srv g_a, g_b; /* A: no key, tight limits; B: --api-key, per-IP cap */
+static srv g_c;      /* C: the default connection limits, --header-timeout 60 */
 
 /* A socket connected (or connecting, when nonblock) to 127.0.0.1:port from
  * the source address src (NULL: any). */
@@ -158,11 +163,19 @@ static void *dribble_main(void *arg) {
     return NULL;
 }
 
-/* True once the server has closed fd (EOF or reset). */
-static bool closed_by_server(int fd) {
-    char c;
-    ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN && errno != EINTR);
+/* True once the server has closed fd (EOF or reset), reading what came
+ * before; *got_408 (unless NULL) is set when that was a 408 answer. */
+static bool closed_by_server(int fd, bool *got_408) {
+    char buf[4096];
+    for (;;) {
+        ssize_t k = recv(fd, buf, sizeof buf - 1, MSG_DONTWAIT);
+        if (k > 0) {
+            buf[k] = 0;
+            if (got_408 && strstr(buf, "HTTP/1.1 408 ") && strstr(buf, "Connection: close")) *got_408 = true;
+            continue;
+        }
+        return k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN && errno != EINTR);
+    }
 }
 
 /* n_idle silent sockets and n_drib dribbling ones against A (64 slots,
@@ -209,17 +222,21 @@ static void check_flood(int port) {
     double t0 = su_now();
     int *fds = flood_open(port, N_IDLE, N_DRIB, &d, &th);
     CHECK_EQ_INT(health_from(port, NULL, "localhost"), 200);
-    bool done[N] = {0};
+    bool done[N] = {0}, got_408[N] = {0};
     int n_closed = 0;
     while (n_closed < N && su_now() - t0 < 30) {
         for (int i = 0; i < N; i++)
-            if (!done[i] && fds[i] >= 0 && closed_by_server(fds[i])) done[i] = true, n_closed++;
+            if (!done[i] && fds[i] >= 0 && closed_by_server(fds[i], &got_408[i])) done[i] = true, n_closed++;
         usleep(50000);
     }
-    int n_drib_closed = 0;
+    int n_drib_closed = 0, n_408 = 0;
     for (int i = N_IDLE; i < N; i++) n_drib_closed += done[i];
+    for (int i = 0; i < N; i++) n_408 += got_408[i];
     CHECK_MSG(n_closed == N, "%d of %d idle/dribbling sockets closed by the server (%d of %d dribblers)", n_closed, N,
               n_drib_closed, N_DRIB);
+    /* a first request is due on each: every one is told 408 (the dribblers
+     * half-way through their headers) */
+    CHECK_MSG(n_408 == N, "%d of %d sockets past the header deadline answered 408", n_408, N);
     printf("  flood: %d idle and %d dribbling sockets closed by the server after %.1f s (--header-timeout 2)\n", N_IDLE,
            N_DRIB, su_now() - t0);
     double closed1 = metric(port, "kvloom_http_deadline_closed_total");
@@ -227,9 +244,10 @@ static void check_flood(int port) {
               closed1);
     flood_close(fds, N, &d, th);
 
-    /* 2. 250 sockets against 64 slots: MHD closes connections over the
-     * limit at once, and the header deadline frees the slots; a client that
-     * retries is served (with the old 600 s idle timeout it never was) */
+    /* 2. 250 sockets against 64 slots: connections over the limit wait in
+     * the listen backlog (or are refused), and the header deadline frees
+     * the slots; a client that retries is served (with the old 600 s idle
+     * timeout it never was) */
     enum { M_IDLE = 200, M_DRIB = 50 };
     t0 = su_now();
     fds = flood_open(port, M_IDLE, M_DRIB, &d, &th);
@@ -252,19 +270,97 @@ static void check_keepalive(int port_a, int port_b) {
         CHECK_MSG(su_read_until(fd, "{\"status\":\"ok\"}", 30), "keep-alive: no first answer");
         static const char line[] = "GET /health HTTP/1.1\r\nX-";
         if (k) CHECK(su_send_all(fd, line, sizeof line - 1) == 0);
-        bool closed = false;
+        bool closed = false, got_408 = false;
         double t0 = su_now();
         for (int i = 0; !closed && su_now() - t0 < 20; i++) {
             if (k) send(fd, "a", 1, MSG_NOSIGNAL);
             usleep(200000);
-            closed = closed_by_server(fd);
+            closed = closed_by_server(fd, &got_408);
         }
         CHECK_MSG(closed, k ? "a dribbled second request on a kept-alive connection was not closed"
                             : "an idle kept-alive connection was not closed (--timeout 3)");
+        /* a started request is answered 408; an idle connection is not */
+        CHECK_MSG(got_408 == (k == 1), k ? "no 408 for a second request stalled in its headers"
+                                         : "a 408 on an idle kept-alive connection (no request was started)");
         printf("  keep-alive: %s closed after %.1f s\n", k ? "dribbled second request" : "idle connection",
                su_now() - t0);
         close(fd);
     }
+}
+
+/* A request that stalls half-way (in its headers, or in its body) past its
+ * deadline on A (--header-timeout 2) is answered 408 and closed. */
+static void check_408(int port) {
+    static const char *const stalls[] = {
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Ty",
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        "Content-Length: 1000\r\n\r\n{\"prompt\":\"Once upon",
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n8\r\n{\"prompt\r\n",
+    };
+    static const char *const names[] = {"headers", "body", "chunked body"};
+    for (int i = 0; i < 3; i++) {
+        raw r;
+        raw_send(port, NULL, stalls[i], strlen(stalls[i]), 30, &r);
+        CHECK_MSG(r.status == 408 && r.closed && strstr(r.text, "Connection: close") &&
+                      strstr(r.text, "\"code\":\"request_timeout\""),
+                  "a request stalled in its %s: %d%s %.200s", names[i], r.status, r.closed ? " (closed)" : "", r.text);
+        raw_free(&r);
+    }
+    CHECK_EQ_INT(health_from(port, NULL, "localhost"), 200);
+}
+
+/* /proc/PID/status Threads, or -1. */
+static int proc_threads(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
+/* Open descriptors of pid, or -1. */
+static int proc_fds(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* An idle socket costs no thread: 500 of them, all accepted by C (its
+ * descriptors show it), leave its thread count within a small constant of
+ * what it was, and it serves /health and a completion meanwhile. */
+static void check_idle_threads(srv *c) {
+    enum { N = 500 };
+    CHECK_EQ_INT(health_from(c->port, NULL, "localhost"), 200);
+    int st = 0;
+    json_t *o = post_json(c->port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}", &st);
+    CHECK_EQ_INT(st, 200);
+    json_decref(o);
+    int threads0 = proc_threads(c->pid), fds0 = proc_fds(c->pid);
+    int fds[N], n_open = 0;
+    for (int i = 0; i < N; i++) n_open += (fds[i] = connect_from(NULL, c->port, 5, true)) >= 0;
+    CHECK_EQ_INT(n_open, N);
+    int n_fds = 0;
+    for (double t0 = su_now(); (n_fds = proc_fds(c->pid)) < fds0 + N && su_now() - t0 < 30;) usleep(50000);
+    CHECK_MSG(n_fds >= fds0 + N, "the server holds %d descriptors, %d before %d sockets were opened", n_fds, fds0, N);
+    int threads1 = proc_threads(c->pid);
+    CHECK_MSG(threads0 > 0 && threads1 <= threads0 + 2, "%d threads with %d idle sockets open, %d before", threads1, N,
+              threads0);
+    printf("  idle sockets: %d threads with %d open (%d before)\n", threads1, N, threads0);
+    CHECK_EQ_INT(health_from(c->port, NULL, "localhost"), 200);
+    o = post_json(c->port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}", &st);
+    CHECK_EQ_INT(st, 200);
+    json_decref(o);
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) close(fds[i]);
 }
 
 /* B has --max-conns-per-ip 8 and a long header timeout. */
@@ -727,7 +823,7 @@ int main(void) {
     (void)sse_text; /* server_util.h helpers of the generation tests */
     (void)choice_finish;
     (void)usage_int;
-    su_watchdog(150);
+    su_watchdog(240);
     const char *flags_a[] = {"--header-timeout", "2", "--timeout", "600", "--max-connections", "64", "--max-body", "1M",
                              "--max-body-total", "2M", "--allowed-hosts", "myhost.lan", "-t", "1", NULL};
     const char *flags_b[] = {"--api-key", "sekret", "--max-conns-per-ip", "8", "--header-timeout", "30", "--timeout", "3",
@@ -736,9 +832,13 @@ int main(void) {
     CHECK_MSG(rc == 0, "server A did not start");
     int rc_b = srv_start(&g_b, flags_b);
     CHECK_MSG(rc_b == 0, "server B did not start");
-    if (rc != 0 || rc_b != 0) {
+    const char *flags_c[] = {"--header-timeout", "60", "-t", "1", NULL};
+    int rc_c = srv_start(&g_c, flags_c);
+    CHECK_MSG(rc_c == 0, "server C did not start");
+    if (rc != 0 || rc_b != 0 || rc_c != 0) {
         srv_print_log(&g_a);
         srv_print_log(&g_b);
+        srv_print_log(&g_c);
         su_kill_all();
         return test_summary("test_server_hardening");
     }
@@ -750,13 +850,17 @@ int main(void) {
     check_bodies(g_a.port, g_b.port);
     check_per_ip(g_b.port);
     check_keepalive(g_a.port, g_b.port);
+    check_408(g_a.port);
+    check_idle_threads(&g_c);
     check_flood(g_a.port);
     CHECK(wait_idle(g_a.port, 10)); /* nothing left running or holding blocks */
     if (test_n_fail) {
         srv_print_log(&g_a);
         srv_print_log(&g_b);
+        srv_print_log(&g_c);
     }
     CHECK_EQ_INT(srv_stop(&g_a), 0);
     CHECK_EQ_INT(srv_stop(&g_b), 0);
+    CHECK_EQ_INT(srv_stop(&g_c), 0);
     return test_summary("test_server_hardening");
 }

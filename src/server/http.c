@@ -1,29 +1,72 @@
 /*
- * http.c — libmicrohttpd glue (contract in http.h): thread per connection,
- * body collection under a size limit, synchronous handlers, pulled streams,
- * disconnect detection.
+ * http.c — libmicrohttpd glue (contract in http.h): an event-driven I/O
+ * thread, handler threads, body collection under a size limit, pulled
+ * streams through a bounded buffer, disconnect detection.
  *
- * Why thread per connection: a handler may block for seconds (waiting for
- * generated tokens) and a stream producer blocks between tokens; with one
- * thread per connection both are plain blocking code and a slow client only
- * holds its own thread. The connection limit bounds the thread count. The
- * price is that an idle socket holds a thread too: so every connection has
- * an absolute deadline for its next step (headers, body pace, keep-alive
- * idle; none while a handler runs), kept in a list (conn_track, from MHD's
- * connection notifications) that a reaper thread scans every 200 ms,
- * shutting down the socket of a connection past it. MHD closes a socket only
- * after its CLOSED notification, which removes it from the list under the
- * same mutex: the reaper never shuts down a reused descriptor.
+ * Why this shape: a handler blocks for seconds (waiting for generated
+ * tokens) and a stream producer blocks between tokens, so they need threads
+ * of their own; a socket that only sends headers, a body or nothing at all
+ * does not. libmicrohttpd runs every socket from one epoll thread
+ * (MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD): an idle or dribbling
+ * connection costs a descriptor and MHD's per-connection state, no thread.
+ * Once a request's body is complete the connection is suspended
+ * (MHD_suspend_connection) and the exchange handed to a handler thread
+ * (the "workers": started on demand up to http_config.max_handlers, then
+ * kept; more exchanges wait in a FIFO). The handler runs unchanged blocking
+ * code; its answer is stored, the connection resumed, and MHD calls
+ * on_access again, which queues it.
+ *
+ *   epoll thread: headers ─▶ body chunks ─▶ on_access(end) ─▶ suspend ─┐
+ *                                                                      ▼
+ *   worker:        handler(x) ─▶ http_reply: x->resp ─▶ resume ─▶ [producer]
+ *                                                                      │
+ *   epoll thread:  on_access: MHD_queue_response(x->resp) ◀────────────┘
+ *
+ * Streams: the producer runs on a worker and appends to the stream's buffer
+ * (at most HTTP_STREAM_BUFFER bytes; then it "parks": the worker goes back
+ * to the pool, so a client that does not read holds no thread and the
+ * engine never waits for it). MHD's content reader takes bytes from the
+ * buffer; when it is empty the reader suspends the connection and returns
+ * 0 (returning 0 without suspending would make MHD 0.9.75 call it again at
+ * once: a busy loop), and the producer resumes it when bytes arrive. When
+ * the reader has drained a parked buffer below half, it hands the producer
+ * to a worker again. While the reader is suspended MHD does not watch the
+ * socket, so the producer polls it (http_client_gone's test) whenever it
+ * produced nothing. Locks: MHD's response mutex ─▶ stream mutex ─▶ the pool
+ * mutex or MHD's own (suspend/resume), never the other way round.
+ *
+ *   producer ── bytes ──▶ [ buffer <= HTTP_STREAM_BUFFER ] ──▶ reader ──▶ MHD
+ *      ▲ parked when full                        │ empty: suspend; producer resumes
+ *      └──────────── drained below half ─────────┘
+ *
+ * Deadlines: every connection has an absolute deadline for its next step
+ * (headers, body pace, keep-alive idle; none while a handler runs), kept in
+ * a list (conn_track, from MHD's connection notifications) that a reaper
+ * thread scans every 200 ms. A connection past its deadline in the middle
+ * of a request (its first request, a request line seen, or a body) is sent
+ * "408 Request Timeout" with Connection: close, written by the reaper
+ * itself: MHD offers no way to answer a request whose headers are
+ * incomplete, and in these states MHD has not written anything for the
+ * request (at most an interim 100 Continue), so the bytes cannot interleave
+ * with an answer. Then its write side is shut down; the read side a second
+ * later, which makes MHD close it. An idle kept-alive connection is just
+ * closed (a 408 there would reach a client that sent nothing). MHD closes a
+ * socket only after its CLOSED notification, which removes it from the list
+ * under the same mutex: the reaper never touches a reused descriptor.
  *
  *   accepted ─(headers due)─▶ on_access #1 ─(body pace)─▶ handler (none)
  *       ▲                                                    │
  *       └── request line (headers due) ◀── idle (timeout_s) ◀┘ on_completed
  *
  * Invariants: a handler answers exactly once; a stream's free function runs
- * exactly once (from MHD's response free callback); nothing here exits or
- * asserts on request bytes; n_inflight counts exactly the exchanges that were
- * handed to the handler and have not completed (MHD's completion callback),
- * so that a drain knows what it waits for.
+ * exactly once, after the producer stopped and MHD released the response
+ * (whichever comes last calls it); nothing here exits or asserts on request
+ * bytes; n_inflight counts exactly the exchanges that were handed to the
+ * handler and have not completed (MHD's completion callback), so that a
+ * drain knows what it waits for; no connection is suspended when
+ * MHD_stop_daemon runs (MHD 0.9.75 panics then): http_stop first stops
+ * dispatching and joins the workers, each of which resumed what it
+ * suspended.
  *
  * CORS decisions, in one place (http.h): a preflight is any OPTIONS request;
  * an allowed Origin is echoed (never a literal "*", which would not do for a
@@ -44,6 +87,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,8 +98,19 @@ typedef struct conn_track {
     struct conn_track *prev, *next;
     int fd;
     int64_t deadline_ns;
-    bool reaped;
+    bool in_request; /* bytes of a request came (or a first one is due): a
+                        deadline answers 408; else (kept-alive idle) it just
+                        closes                                            */
+    int reaped;      /* 0; 1: 408 sent, write side shut; 2: closed       */
 } conn_track;
+
+/* A unit of work for a handler thread: an exchange to handle or a stream
+ * whose producer is to run. */
+typedef struct work {
+    struct work *next;
+    struct http_exchange *x;
+    struct http_stream *st;
+} work;
 
 struct http_server {
     struct MHD_Daemon *d;
@@ -76,6 +131,14 @@ struct http_server {
     bool reaper_stop, reaper_started;
     pthread_t reaper;
     unsigned long long n_reaped; /* connections closed past a deadline     */
+    /* the handler threads */
+    pthread_mutex_t pool_mu;  /* guards the fields below                   */
+    pthread_cond_t pool_cv;   /* work queued, or pool_stop                 */
+    work *q_head, *q_tail;
+    int n_queued;             /* in the queue                              */
+    int n_workers, n_idle;    /* started; waiting for work                 */
+    pthread_t *workers;       /* [c.max_handlers]                          */
+    bool pool_stop;           /* http_stop: nothing more is dispatched     */
 };
 
 struct http_exchange {
@@ -98,21 +161,40 @@ struct http_exchange {
     bool answered;
     bool gone;
     bool inflight;       /* counted in srv->n_inflight                      */
+    bool dispatched;     /* handed to a worker (the connection suspended):
+                            answers are stored in resp, not queued          */
+    struct MHD_Response *resp;   /* the stored answer, queued on resume     */
+    struct http_stream *stream;  /* its producer, started after the resume  */
+    work job;
     int status;
     int n_extra;
     char *extra[HTTP_MAX_EXTRA_HEADERS][2];
 };
 
+/* A stream between its producer (a worker) and MHD's content reader (the
+ * epoll thread); everything below mu is guarded by it. */
 typedef struct http_stream {
-    http_exchange *x; /* valid while MHD pulls (the connection is alive)  */
+    http_server *srv;
+    struct MHD_Connection *conn; /* valid until `released`                */
+    int fd;                      /* the connection's socket, idem          */
     http_stream_fn fn;
     http_stream_free_fn free_fn;
     void *sctx;
-    http_buf pending;
+    work job;
+    pthread_mutex_t mu;
+    http_buf buf;        /* produced, not yet taken: [off, n)               */
     size_t off;
-    bool done;     /* the producer returned 0                             */
-    bool failed;
+    bool active;         /* the producer is queued or running on a worker   */
+    bool reader_waiting; /* the reader suspended the connection (empty)     */
+    bool done;           /* the producer returned 0                         */
+    bool failed;         /* it returned -1, the client went away, or stop   */
+    bool delivered;      /* the reader returned the end of the stream       */
+    bool released;       /* MHD freed the response (connection over)        */
 } http_stream;
+
+static void *worker_main(void *arg);
+static void run_handler(http_exchange *x);
+static void produce(http_stream *s);
 
 /* ---- buffers ---- */
 
@@ -224,20 +306,27 @@ void http_get_stats(const http_exchange *x, http_stats *out) {
     pthread_mutex_unlock(&s->track_mu);
 }
 
+/* True when the peer closed its end of fd or the socket failed (a poll
+ * and, for readable input, a peek: a pipelined byte is not a close). */
+static bool fd_gone(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) return true;
+    if (p.revents & POLLIN) {
+        char c;
+        ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
+    }
+    return false;
+}
+
+/* Called by a handler on its worker while the connection is suspended, so
+ * MHD neither reads nor closes the socket meanwhile. */
 bool http_client_gone(http_exchange *x) {
     if (x->gone) return true;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
-    int fd = ci->connect_fd;
-    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) {
-        x->gone = true;
-    } else if (p.revents & POLLIN) {
-        char c;
-        ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) x->gone = true;
-    }
+    if (fd_gone(ci->connect_fd)) x->gone = true;
     return x->gone;
 }
 
@@ -305,6 +394,69 @@ static void add_common_headers(http_exchange *x, struct MHD_Response *r, const c
     if (draining || x->closing) MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
+/* ---- the handler threads ---- */
+
+/* Queues w for a worker, starting one when none is idle for it (up to
+ * max_handlers); suspends `suspend` (the caller's connection, on the epoll
+ * thread) first unless NULL. False once http_stop began: nothing was done. */
+static bool pool_submit(http_server *s, work *w, struct MHD_Connection *suspend) {
+    pthread_mutex_lock(&s->pool_mu);
+    bool ok = !s->pool_stop;
+    if (ok) {
+        if (suspend) MHD_suspend_connection(suspend);
+        w->next = NULL;
+        if (s->q_tail) s->q_tail->next = w;
+        else s->q_head = w;
+        s->q_tail = w;
+        s->n_queued++;
+        if (s->n_queued > s->n_idle && s->n_workers < s->c.max_handlers) {
+            if (pthread_create(&s->workers[s->n_workers], NULL, worker_main, s) == 0)
+                s->n_workers++;
+            else if (!s->n_workers)
+                log_error("http: cannot start a handler thread: %s", strerror(errno));
+        }
+        pthread_cond_signal(&s->pool_cv);
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    return ok;
+}
+
+static void *worker_main(void *arg) {
+    http_server *s = arg;
+    pthread_mutex_lock(&s->pool_mu);
+    for (;;) {
+        while (!s->q_head && !s->pool_stop) {
+            s->n_idle++;
+            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+            s->n_idle--;
+        }
+        work *w = s->q_head;
+        if (!w) break; /* stopping, and nothing left to run */
+        s->q_head = w->next;
+        if (!s->q_head) s->q_tail = NULL;
+        s->n_queued--;
+        pthread_mutex_unlock(&s->pool_mu);
+        if (w->x) run_handler(w->x);
+        else produce(w->st);
+        pthread_mutex_lock(&s->pool_mu);
+    }
+    pthread_mutex_unlock(&s->pool_mu);
+    return NULL;
+}
+
+/* ---- replies ---- */
+
+/* Hands r to MHD now (on the epoll thread, before the exchange was
+ * dispatched) or keeps it for on_access after the resume (on a worker). */
+static void answer_with(http_exchange *x, int status, struct MHD_Response *r) {
+    if (x->dispatched) {
+        x->resp = r;
+        return;
+    }
+    MHD_queue_response(x->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+}
+
 void http_reply(http_exchange *x, int status, const char *content_type, const char *body, size_t n,
                 const char *extra_header, const char *extra_value) {
     if (x->answered) {
@@ -317,41 +469,120 @@ void http_reply(http_exchange *x, int status, const char *content_type, const ch
     if (!r) return;
     add_common_headers(x, r, content_type);
     if (extra_header && extra_value) MHD_add_response_header(r, extra_header, extra_value);
-    MHD_queue_response(x->conn, (unsigned)status, r);
-    MHD_destroy_response(r);
+    answer_with(x, status, r);
+}
+
+/* Runs free_fn and frees s: once both the producer stopped (!active) and
+ * MHD released the response. */
+static void stream_finish(http_stream *s) {
+    s->free_fn(s->sctx, s->done && !s->failed && s->delivered);
+    http_buf_free(&s->buf);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static bool stopping(http_server *s) {
+    pthread_mutex_lock(&s->pool_mu);
+    bool v = s->pool_stop;
+    pthread_mutex_unlock(&s->pool_mu);
+    return v;
+}
+
+/* The producer, on a worker: runs fn until the stream ends, the buffer is
+ * full (parked: the reader brings it back), or MHD released it. */
+static void produce(http_stream *s) {
+    http_buf out = {0};
+    bool finish = false;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool stop = s->done || s->failed || s->released;
+        if (stop || s->buf.n - s->off >= HTTP_STREAM_BUFFER) {
+            s->active = false;
+            finish = s->released;
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        pthread_mutex_unlock(&s->mu);
+        out.n = 0;
+        int rc = s->fn(s->sctx, &out);
+        bool stop_now = rc > 0 && stopping(s->srv);
+        pthread_mutex_lock(&s->mu);
+        if (rc < 0 || stop_now) {
+            s->failed = true;
+        } else {
+            if (out.n) {
+                if (s->off && s->off == s->buf.n) s->buf.n = s->off = 0;
+                if (s->off > s->buf.n / 2) { /* keep the buffer from creeping */
+                    memmove(s->buf.p, s->buf.p + s->off, s->buf.n - s->off);
+                    s->buf.n -= s->off;
+                    s->off = 0;
+                }
+                http_buf_add(&s->buf, out.p, out.n);
+            }
+            if (rc == 0) s->done = true;
+        }
+        /* While the reader waits, MHD does not watch the socket: a client
+         * that left during a pause between tokens is noticed here. The
+         * socket is open until MHD releases the response. */
+        if (!out.n && !s->done && !s->released && s->reader_waiting && fd_gone(s->fd)) s->failed = true;
+        if (s->reader_waiting && (out.n || s->done || s->failed)) {
+            s->reader_waiting = false;
+            MHD_resume_connection(s->conn);
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    http_buf_free(&out);
+    if (finish) stream_finish(s);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     http_stream *s = cls;
-    for (;;) {
-        if (s->off < s->pending.n) {
-            size_t k = MIN(max, s->pending.n - s->off);
-            memcpy(buf, s->pending.p + s->off, k);
-            s->off += k;
-            return (ssize_t)k;
+    pthread_mutex_lock(&s->mu);
+    ssize_t ret;
+    size_t avail = s->buf.n - s->off;
+    if (s->failed) {
+        ret = MHD_CONTENT_READER_END_WITH_ERROR;
+    } else if (avail) {
+        size_t k = MIN(max, avail);
+        memcpy(buf, s->buf.p + s->off, k);
+        s->off += k;
+        if (s->off == s->buf.n) s->buf.n = s->off = 0;
+        ret = (ssize_t)k;
+        /* a parked producer goes back to work once half the buffer is free */
+        if (!s->active && !s->done && s->buf.n - s->off < HTTP_STREAM_BUFFER / 2) {
+            s->active = true;
+            if (!pool_submit(s->srv, &s->job, NULL)) {
+                s->active = false;
+                s->failed = true;
+            }
         }
-        s->pending.n = 0;
-        s->off = 0;
-        if (s->done) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (s->failed || http_client_gone(s->x)) {
-            s->failed = true;
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        int rc = s->fn(s->sctx, &s->pending);
-        if (rc < 0) {
-            s->failed = true;
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (rc == 0) s->done = true;
+    } else if (s->done) {
+        s->delivered = true;
+        ret = MHD_CONTENT_READER_END_OF_STREAM;
+    } else if (!s->active) {
+        /* not reachable (a parked producer has a full buffer); end rather
+         * than wait for nobody */
+        s->failed = true;
+        ret = MHD_CONTENT_READER_END_WITH_ERROR;
+    } else {
+        s->reader_waiting = true;
+        MHD_suspend_connection(s->conn);
+        ret = 0;
     }
+    pthread_mutex_unlock(&s->mu);
+    return ret;
 }
 
-static void stream_free(void *cls) {
+/* MHD's response free callback: the connection is done with the stream
+ * (sent, failed or closed); its socket is still open now. */
+static void stream_release(void *cls) {
     http_stream *s = cls;
-    s->free_fn(s->sctx, s->done && !s->failed && s->off >= s->pending.n);
-    http_buf_free(&s->pending);
-    free(s);
+    pthread_mutex_lock(&s->mu);
+    s->released = true;
+    bool finish = !s->active;
+    pthread_mutex_unlock(&s->mu);
+    if (finish) stream_finish(s);
 }
 
 void http_reply_stream(http_exchange *x, int status, const char *content_type, http_stream_fn fn,
@@ -363,20 +594,40 @@ void http_reply_stream(http_exchange *x, int status, const char *content_type, h
     }
     x->answered = true;
     x->status = status;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     http_stream *s = xcalloc(1, sizeof *s);
-    s->x = x;
+    s->srv = x->srv;
+    s->conn = x->conn;
+    s->fd = ci ? ci->connect_fd : -1;
     s->fn = fn;
     s->free_fn = free_fn;
     s->sctx = sctx;
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, s, stream_free);
+    s->job.st = s;
+    s->active = true; /* its producer starts after the answer is queued */
+    pthread_mutex_init(&s->mu, NULL);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, s, stream_release);
     if (!r) {
-        stream_free(s);
+        s->failed = true;
+        stream_finish(s);
         return;
     }
     add_common_headers(x, r, content_type);
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    if (x->dispatched) {
+        x->stream = s; /* run_handler produces once it resumed the connection */
+        x->resp = r;
+        return;
+    }
     MHD_queue_response(x->conn, (unsigned)status, r);
-    MHD_destroy_response(r); /* the connection keeps it; stream_free runs at the end */
+    MHD_destroy_response(r);
+    if (!pool_submit(x->srv, &s->job, NULL)) {
+        pthread_mutex_lock(&s->mu);
+        s->failed = true;
+        s->active = false;
+        bool finish = s->released;
+        pthread_mutex_unlock(&s->mu);
+        if (finish) stream_finish(s);
+    }
 }
 
 static void reply_413(http_exchange *x) {
@@ -421,12 +672,14 @@ static conn_track *track_of(struct MHD_Connection *c) {
     return ci ? ci->socket_context : NULL;
 }
 
-/* Sets c's deadline to `at` (0: none); with `sooner`, only moves it closer. */
-static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at, bool sooner) {
+/* Sets c's deadline to `at` (0: none); with `sooner`, only moves it closer.
+ * in_request: whether a request is under way (see conn_track). */
+static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at, bool sooner, bool in_request) {
     conn_track *t = track_of(c);
     if (!t) return;
     pthread_mutex_lock(&s->track_mu);
     if (!sooner || !t->deadline_ns || at < t->deadline_ns) t->deadline_ns = at;
+    t->in_request = in_request;
     pthread_mutex_unlock(&s->track_mu);
 }
 
@@ -440,6 +693,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         conn_track *t = xcalloc(1, sizeof *t);
         t->fd = ci ? ci->connect_fd : -1;
         t->deadline_ns = clock_ns() + secs_ns(s->c.header_timeout_s);
+        t->in_request = true; /* its first request is due */
         pthread_mutex_lock(&s->track_mu);
         t->next = s->tracks;
         if (s->tracks) s->tracks->prev = t;
@@ -465,23 +719,47 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
     (void)uri;
     http_server *s = cls;
-    track_deadline(s, c, clock_ns() + secs_ns(s->c.header_timeout_s), true);
+    track_deadline(s, c, clock_ns() + secs_ns(s->c.header_timeout_s), true, true);
     return NULL;
 }
 
-/* Closes (shutdown) the sockets of connections past their deadline; the
- * connection's thread then sees the end of its input and ends it. */
+/* The body of the answer to a request that did not arrive in time. */
+static const char body_408[] = "{\"error\":{\"message\":\"the request did not arrive in time (headers or body too slow)\","
+                               "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"request_timeout\"}}";
+
+/* Ends the connections past their deadline: in a request, 408 and the write
+ * side shut, the rest a second later; idle, shut at once. MHD sees the end
+ * of its input and closes the connection. */
 static void *reaper_main(void *arg) {
     http_server *s = arg;
+    char reply_408[512];
+    int n_408 = snprintf(reply_408, sizeof reply_408,
+                         "HTTP/1.1 408 Request Timeout\r\nServer: kvloom\r\nConnection: close\r\n"
+                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                         sizeof body_408 - 1, body_408);
     pthread_mutex_lock(&s->track_mu);
     while (!s->reaper_stop) {
         int64_t now = clock_ns();
         for (conn_track *t = s->tracks; t; t = t->next) {
-            if (t->reaped || !t->deadline_ns || now < t->deadline_ns || t->fd < 0) continue;
+            if (t->reaped == 2 || !t->deadline_ns || now < t->deadline_ns || t->fd < 0) continue;
+            if (!t->reaped && t->in_request) {
+                /* the socket is non-blocking: a client whose receive window
+                 * is full just misses the answer */
+                ssize_t k = send(t->fd, reply_408, (size_t)n_408, MSG_NOSIGNAL | MSG_DONTWAIT);
+                (void)k;
+                shutdown(t->fd, SHUT_WR);
+                t->reaped = 1;
+                t->deadline_ns = now + 1000000000LL; /* time to read it */
+                s->n_reaped++;
+                log_debug("http: 408 to a connection past its header or body deadline");
+                continue;
+            }
             shutdown(t->fd, SHUT_RDWR);
-            t->reaped = true;
-            s->n_reaped++;
-            log_debug("http: closed a connection past its deadline (headers, body pace or keep-alive idle)");
+            if (!t->reaped) {
+                s->n_reaped++;
+                log_debug("http: closed a kept-alive connection idle past --timeout");
+            }
+            t->reaped = 2;
         }
         struct timespec dl;
         clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -570,7 +848,7 @@ static void body_deadline(http_exchange *x) {
     due = MIN(due, 1ULL << 40); /* no overflow below; far past any limit */
     int64_t pace = (int64_t)(due / HTTP_MIN_BODY_RATE) * 1000000000LL +
                    (int64_t)(due % HTTP_MIN_BODY_RATE) * 1000000000LL / HTTP_MIN_BODY_RATE;
-    track_deadline(x->srv, x->conn, x->t_headers + secs_ns(x->srv->c.header_timeout_s) + pace, false);
+    track_deadline(x->srv, x->conn, x->t_headers + secs_ns(x->srv->c.header_timeout_s) + pace, false, true);
 }
 
 /* ---- MHD callbacks ---- */
@@ -647,8 +925,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         if (x->n_dropped / 4 > srv->c.max_body_bytes) return MHD_NO;
         return MHD_YES;
     }
+    if (x->dispatched) {
+        /* resumed by the worker: its answer is ready */
+        if (!x->resp) return MHD_NO; /* it could not be built (memory) */
+        enum MHD_Result q = MHD_queue_response(conn, (unsigned)x->status, x->resp);
+        MHD_destroy_response(x->resp);
+        x->resp = NULL;
+        return q;
+    }
     if (x->answered) return MHD_YES;
-    track_deadline(srv, conn, 0, false); /* the handler may take its time */
+    track_deadline(srv, conn, 0, false, true); /* the handler may take its time */
     if (x->too_large) {
         reply_413(x);
         return MHD_YES;
@@ -676,13 +962,33 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         reply_draining(x);
         return MHD_YES;
     }
+    /* to a worker; MHD leaves the connection alone until it resumes it */
+    x->dispatched = true;
+    x->job.x = x;
+    if (!pool_submit(srv, &x->job, conn)) {
+        /* http_stop began: answer here (the exchange stays counted in
+         * n_inflight until on_completed, like any other) */
+        x->dispatched = false;
+        reply_draining(x);
+    }
+    return MHD_YES;
+}
+
+/* On a worker: the handler, then the answer back to the epoll thread. */
+static void run_handler(http_exchange *x) {
+    http_server *srv = x->srv;
+    struct MHD_Connection *conn = x->conn;
     srv->fn(srv->ctx, x);
     http_body_release(x); /* handlers read the body only while they run */
     if (!x->answered) {
         const char *m = "{\"error\":{\"message\":\"no response\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
         http_reply(x, 500, "application/json", m, strlen(m), NULL, NULL);
     }
-    return MHD_YES;
+    http_stream *st = x->stream;
+    x->stream = NULL;
+    /* from here on x belongs to the epoll thread (it may be freed at once) */
+    MHD_resume_connection(conn);
+    if (st) produce(st);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -690,8 +996,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     http_exchange *x = *con_cls;
     if (!x) return;
+    if (x->resp) MHD_destroy_response(x->resp); /* closed before it was queued */
     /* a kept-alive connection now waits for its next request */
-    track_deadline(x->srv, conn, clock_ns() + secs_ns(x->srv->c.timeout_s), false);
+    track_deadline(x->srv, conn, clock_ns() + secs_ns(x->srv->c.timeout_s), false, false);
     if (x->inflight) {
         pthread_mutex_lock(&x->srv->mu);
         x->srv->n_inflight--;
@@ -781,6 +1088,17 @@ static char *cors_join(const http_config *c) {
     return b.p;
 }
 
+/* Each connection takes a descriptor: lifts the soft limit towards `want`
+ * (within the hard limit) so that --max-connections is reachable. */
+static void raise_fd_limit(rlim_t want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
+    rlim_t to = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    if (to <= rl.rlim_cur) return;
+    rl.rlim_cur = to;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0) log_debug("http: open files limit raised to %llu", (unsigned long long)to);
+}
+
 static void stop_reaper(http_server *s) {
     if (!s->reaper_started) return;
     pthread_mutex_lock(&s->track_mu);
@@ -798,8 +1116,10 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
         int rc = http_listen(c->host, c->port, &fd, e);
         if (rc < 0) return rc;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC; /* ITC: MHD_quiesce_daemon (http_drain) needs it */
+    /* one epoll thread for every socket; ITC: MHD_quiesce_daemon (http_drain)
+     * and MHD_resume_connection from the workers need it */
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -811,6 +1131,12 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     if (!s->c.max_body_total) s->c.max_body_total = 4 * s->c.max_body_bytes;
     if (s->c.timeout_s <= 0) s->c.timeout_s = 60;
     if (s->c.header_timeout_s <= 0) s->c.header_timeout_s = 10;
+    if (s->c.max_handlers <= 0) s->c.max_handlers = 64;
+    if (s->c.max_connections <= 0) s->c.max_connections = 1024;
+    raise_fd_limit((rlim_t)s->c.max_connections + 64);
+    s->workers = xcalloc((size_t)s->c.max_handlers, sizeof *s->workers);
+    pthread_mutex_init(&s->pool_mu, NULL);
+    pthread_cond_init(&s->pool_cv, NULL);
     s->fn = fn;
     s->ctx = ctx;
     pthread_mutex_init(&s->mu, NULL);
@@ -825,7 +1151,7 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,                                                  //
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                                         //
                             MHD_OPTION_LISTEN_SOCKET, fd,                                                      //
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->max_connections > 0 ? c->max_connections : 256),
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->c.max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MAX(HTTP_STALL_TIMEOUT_S, s->c.timeout_s),
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(c->max_conns_per_ip > 0 ? c->max_conns_per_ip : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                                     //
@@ -840,6 +1166,9 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
         pthread_cond_destroy(&s->idle);
         pthread_mutex_destroy(&s->track_mu);
         pthread_cond_destroy(&s->track_cv);
+        pthread_mutex_destroy(&s->pool_mu);
+        pthread_cond_destroy(&s->pool_cv);
+        free(s->workers);
         free(s->cors);
         free(s);
         return err_set(e, ERR_IO, "cannot start the HTTP server on port %d", c->port);
@@ -884,14 +1213,34 @@ int http_wait_idle(http_server *s, int timeout_ms) {
     return n;
 }
 
+/* Nothing is dispatched from now on (new requests get 503, a parked
+ * stream ends); the workers finish what is queued or running, each
+ * resuming its connection, and exit. Then no connection is suspended and
+ * MHD may stop. A handler that never returns blocks this, as a connection
+ * thread did before. */
 void http_stop(http_server *s) {
     if (!s) return;
     stop_reaper(s);
+    pthread_mutex_lock(&s->pool_mu);
+    s->pool_stop = true;
+    pthread_cond_broadcast(&s->pool_cv);
+    int n = s->n_workers;
+    pthread_mutex_unlock(&s->pool_mu);
+    for (int i = 0; i < n; i++) pthread_join(s->workers[i], NULL);
+    /* work left only if no worker could ever be started: run it here */
+    for (work *w; (w = s->q_head);) {
+        s->q_head = w->next;
+        if (w->x) run_handler(w->x);
+        else produce(w->st);
+    }
     MHD_stop_daemon(s->d);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->track_mu);
     pthread_cond_destroy(&s->track_cv);
+    pthread_mutex_destroy(&s->pool_mu);
+    pthread_cond_destroy(&s->pool_cv);
+    free(s->workers);
     free(s->cors);
     free(s);
 }

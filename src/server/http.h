@@ -1,30 +1,35 @@
 /*
- * http.h — the HTTP/1.1 layer: libmicrohttpd with one thread per connection,
- * a body size limit, and a synchronous handler per request that may block
- * (waiting for the engine) and may answer with a pulled stream (SSE).
+ * http.h — the HTTP/1.1 layer: libmicrohttpd with one event-driven I/O
+ * thread for every socket, a pool of handler threads, a body size limit,
+ * and a synchronous handler per request that may block (waiting for the
+ * engine) and may answer with a pulled stream (SSE).
  *
  * Place in the flow: the top of server/. libmicrohttpd parses HTTP; this file
- * collects the body, enforces the limit (413), calls the handler on the
- * connection's thread, and turns its answer into an MHD response.
+ * collects the body, enforces the limit (413), calls the handler on a
+ * handler thread, and turns its answer into an MHD response.
  *
- *   connection thread: headers ─▶ body chunks (<= max_body_bytes)
- *                      ─▶ handler(x) ─▶ http_reply(...)          (plain)
- *                                   └▶ http_reply_stream(x, fn)  (chunked;
- *                          fn is pulled by MHD on the same thread until done)
+ *   I/O thread:     headers ─▶ body chunks (<= max_body_bytes) ─▶ suspend
+ *   handler thread: handler(x) ─▶ http_reply(...)                 (plain)
+ *                              └▶ http_reply_stream(x, fn)        (chunked;
+ *                     fn runs on a handler thread into a bounded buffer
+ *                     that the I/O thread sends from)
  *
- * Client disconnects are detected by polling the socket (http_client_gone)
- * while a handler or a stream producer waits, and by MHD's completion
- * callback; both reach the handler's cancel hook.
+ * An idle or slow socket costs a descriptor and a few KiB, no thread; a
+ * request holds a handler thread only while its handler runs or its stream
+ * producer has something to do (not while it waits for a client that does
+ * not read). Client disconnects are detected by polling the socket
+ * (http_client_gone) while a handler or a stream producer waits, and by
+ * MHD's completion callback; both reach the handler's cancel hook.
  *
- * Connection hygiene (an idle or slow socket costs a thread, so none may
- * hold one for long; decisions in docs/server.md "Limits and security"):
+ * Connection hygiene (decisions in docs/server.md "Limits and security"):
  *  - a request's headers must be complete header_timeout_s after the
  *    connection opened, or after its request line arrived on a kept-alive
  *    connection; its body must then arrive at HTTP_MIN_BODY_RATE on average
  *    after a grace of header_timeout_s; a kept-alive connection idle for
  *    timeout_s is closed. These deadlines are absolute (a byte every few
- *    seconds does not extend them); a reaper thread closes the socket of a
- *    connection past its deadline (no answer is sent);
+ *    seconds does not extend them); past one, a connection in the middle of
+ *    a request is answered 408 (Connection: close) and closed, an idle
+ *    kept-alive one just closed;
  *  - at most max_conns_per_ip connections per client address (more are
  *    closed at once);
  *  - request smuggling: conflicting Content-Length headers, Content-Length
@@ -70,21 +75,24 @@ void http_buf_add(http_buf *b, const void *data, size_t n);
 void http_buf_printf(http_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void http_buf_free(http_buf *b);
 
-/* Called on the connection thread once the whole body is in. It must answer
- * with exactly one http_reply* call. */
+/* Called on a handler thread once the whole body is in. It must answer
+ * with exactly one http_reply* call; it may block (the connection waits). */
 typedef void (*http_handler_fn)(void *ctx, http_exchange *x);
 
-/* A stream producer: appends the next bytes to `out`, blocking as needed
- * (but polling http_client_gone). Returns 1 while more will follow, 0 when
- * this was the end, -1 to abort the connection. */
+/* A stream producer: appends the next bytes to `out`, blocking briefly as
+ * needed (tens of ms: the caller checks for a disconnect between calls;
+ * appending nothing is fine). Runs on a handler thread, never two calls at
+ * once. Returns 1 while more will follow, 0 when this was the end, -1 to
+ * abort the connection. */
 typedef int (*http_stream_fn)(void *sctx, http_buf *out);
-/* Frees the producer's state; `completed` is false when the client went away
- * or the connection failed before the end. */
+/* Frees the producer's state, after its last call; `completed` is false
+ * when the client went away or the connection failed before the end. Runs
+ * on a handler thread or the I/O thread: it must not block. */
 typedef void (*http_stream_free_fn)(void *sctx, bool completed);
 
 /* Called once a request's headers are complete (see the top of this file):
  * returns true to go on, or false after answering with http_reply. Runs on
- * the connection thread; the body is not available. */
+ * the I/O thread (so it must not block); the body is not available. */
 typedef bool (*http_precheck_fn)(void *ctx, http_exchange *x);
 
 /* The pace a body must keep on average after the grace period, bytes/s. */
@@ -96,6 +104,10 @@ typedef bool (*http_precheck_fn)(void *ctx, http_exchange *x);
  * closed (a client that stopped reading; MHD's own timeout, reset by every
  * byte). Not a limit on a handler's time. */
 #define HTTP_STALL_TIMEOUT_S 600
+/* A stream's producer stops (its handler thread is given back) while this
+ * many bytes wait for a client that does not read; it goes on once half of
+ * them are sent. */
+#define HTTP_STREAM_BUFFER (64 * 1024)
 
 typedef struct http_config {
     const char *host;       /* numeric IPv4/IPv6 address to bind ("127.0.0.1")  */
@@ -103,8 +115,11 @@ typedef struct http_config {
     size_t max_body_bytes;  /* larger bodies get 413                             */
     size_t max_body_total;  /* body bytes held across all connections; more get
                                503 (0: 4 x max_body_bytes)                      */
-    int max_connections;    /* simultaneous connections (threads); more wait in
-                               the listen backlog                               */
+    int max_connections;    /* simultaneous connections; more are closed at once
+                               (0: 1024)                                        */
+    int max_handlers;       /* handler threads: requests in a handler or with a
+                               stream producer at work at once; more wait for
+                               one (0: 64)                                      */
     int max_conns_per_ip;   /* per client address; 0: no cap of its own         */
     int timeout_s;          /* a kept-alive connection idle this long is closed
                                (0: 60)                                          */
@@ -140,7 +155,8 @@ int http_drain(http_server *s);
 /* Waits until none of the requests dispatched before http_drain is still in
  * flight, or timeout_ms passed; returns how many still are. */
 int http_wait_idle(http_server *s, int timeout_ms);
-/* Stops accepting, closes connections and waits for their threads. */
+/* Stops dispatching (requests not yet handed to a handler get 503), waits
+ * for the handlers and producers at work, then closes every connection. */
 void http_stop(http_server *s);
 
 /* ---- inside a handler ---- */

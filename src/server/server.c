@@ -50,7 +50,7 @@ void server_opts_default(server_opts *o) {
     o->max_queue = 256;
     o->block_tokens = 16;
     o->max_body_bytes = (size_t)8 << 20;
-    o->max_connections = 256;
+    o->max_connections = 1024;
     o->timeout_s = 60;
     o->header_timeout_s = 10;
     o->shutdown_timeout_s = 10;
@@ -79,7 +79,7 @@ const char *server_usage(void) {
            "                           back instead of recomputed; survives restarts)\n"
            "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
            "  --max-body BYTES         request body limit (default 8M)\n"
-           "  --max-connections N      simultaneous connections (default 256)\n"
+           "  --max-connections N      simultaneous connections (default 1024; an idle one costs no thread)\n"
            "  --max-conns-per-ip N     connections per client address (default 64, none when --host\n"
            "                           is a loopback address)\n"
            "  --max-body-total BYTES   request bodies held at once, 503 beyond (default 4x --max-body)\n"
@@ -448,6 +448,10 @@ int server_main(const server_opts *o) {
                       .max_body_bytes = o->max_body_bytes,
                       .max_body_total = o->max_body_total,
                       .max_connections = o->max_connections,
+                      /* every request the engine may hold (running or
+                       * queued) can wait in its handler, plus room for the
+                       * quick routes; beyond, the engine answers 429 */
+                      .max_handlers = (int)MIN((long)o->max_running + o->max_queue + 16, 4096L),
                       .max_conns_per_ip = o->max_conns_per_ip ? o->max_conns_per_ip
                                           : server_host_is_loopback(o->host) ? 0 : 64,
                       .timeout_s = o->timeout_s,

@@ -38,7 +38,7 @@ typedef struct server_opts {
     int n_ctx;                /* --ctx positions per sequence; 0 = model's training   */
     int block_tokens;         /* --block-tokens KV block size; default 16             */
     size_t max_body_bytes;    /* --max-body request body limit; default 8 MiB         */
-    int max_connections;      /* --max-connections; default 256                       */
+    int max_connections;      /* --max-connections; default 1024                      */
     int max_conns_per_ip;     /* --max-conns-per-ip; 0 (default): 64 when --host is not
                                  a loopback address, no cap of its own on loopback   */
     size_t max_body_total;    /* --max-body-total: bodies held at once; 0: 4 x max-body */
