@@ -193,6 +193,7 @@ typedef struct http_stream {
 } http_stream;
 
 static void *worker_main(void *arg);
+static void track_answered(http_server *s, struct MHD_Connection *c);
 static void run_handler(http_exchange *x);
 static void produce(http_stream *s);
 
@@ -453,6 +454,9 @@ static void answer_with(http_exchange *x, int status, struct MHD_Response *r) {
         x->resp = r;
         return;
     }
+    /* an early answer (413, 401, ...) is being sent: the reaper must not
+     * add a 408 to it; past the deadline it just closes */
+    track_answered(x->srv, x->conn);
     MHD_queue_response(x->conn, (unsigned)status, r);
     MHD_destroy_response(r);
 }
@@ -500,6 +504,7 @@ static void produce(http_stream *s) {
             s->active = false;
             finish = s->released;
             pthread_mutex_unlock(&s->mu);
+            if (!stop) log_debug("http: a stream's client is not reading; its producer waits");
             break;
         }
         pthread_mutex_unlock(&s->mu);
@@ -684,6 +689,15 @@ static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at,
 }
 
 static int64_t secs_ns(int s) { return (int64_t)s * 1000000000LL; }
+
+/* An answer to c's request is queued: no 408 any more (deadline kept). */
+static void track_answered(http_server *s, struct MHD_Connection *c) {
+    conn_track *t = track_of(c);
+    if (!t) return;
+    pthread_mutex_lock(&s->track_mu);
+    t->in_request = false;
+    pthread_mutex_unlock(&s->track_mu);
+}
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
