@@ -6,9 +6,15 @@
  * Why this shape: a handler blocks for seconds (waiting for generated
  * tokens) and a stream producer blocks between tokens, so they need threads
  * of their own; a socket that only sends headers, a body or nothing at all
- * does not. libmicrohttpd runs every socket from one epoll thread
- * (MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD): an idle or dribbling
+ * does not. libmicrohttpd runs every socket from one I/O thread
+ * (MHD_USE_POLL | MHD_USE_INTERNAL_POLLING_THREAD): an idle or dribbling
  * connection costs a descriptor and MHD's per-connection state, no thread.
+ * poll(), not epoll: MHD 0.9.75's edge-triggered epoll loop misses the end
+ * of input of some connections that close in the middle of an upload when
+ * many do at once (20 of 20 concurrent ones were left in CLOSE_WAIT, their
+ * bodies counted, until the body deadline); level-triggered poll() sees
+ * every one. poll() scans every connection on each wakeup, which is cheap at
+ * --max-connections' scale (1024 by default).
  * Once a request's body is complete the connection is suspended
  * (MHD_suspend_connection) and the exchange handed to a handler thread
  * (the "workers": started on demand up to http_config.max_handlers, then
@@ -16,11 +22,11 @@
  * code; its answer is stored, the connection resumed, and MHD calls
  * on_access again, which queues it.
  *
- *   epoll thread: headers ─▶ body chunks ─▶ on_access(end) ─▶ suspend ─┐
+ *   I/O thread:   headers ─▶ body chunks ─▶ on_access(end) ─▶ suspend ─┐
  *                                                                      ▼
  *   worker:        handler(x) ─▶ http_reply: x->resp ─▶ resume ─▶ [producer]
  *                                                                      │
- *   epoll thread:  on_access: MHD_queue_response(x->resp) ◀────────────┘
+ *   I/O thread:    on_access: MHD_queue_response(x->resp) ◀────────────┘
  *
  * Streams: the producer runs on a worker and appends to the stream's buffer
  * (at most HTTP_STREAM_BUFFER bytes; then it "parks": the worker goes back
@@ -172,7 +178,7 @@ struct http_exchange {
 };
 
 /* A stream between its producer (a worker) and MHD's content reader (the
- * epoll thread); everything below mu is guarded by it. */
+ * I/O thread); everything below mu is guarded by it. */
 typedef struct http_stream {
     http_server *srv;
     struct MHD_Connection *conn; /* valid until `released`                */
@@ -398,7 +404,7 @@ static void add_common_headers(http_exchange *x, struct MHD_Response *r, const c
 /* ---- the handler threads ---- */
 
 /* Queues w for a worker, starting one when none is idle for it (up to
- * max_handlers); suspends `suspend` (the caller's connection, on the epoll
+ * max_handlers); suspends `suspend` (the caller's connection, on the I/O
  * thread) first unless NULL. False once http_stop began: nothing was done. */
 static bool pool_submit(http_server *s, work *w, struct MHD_Connection *suspend) {
     pthread_mutex_lock(&s->pool_mu);
@@ -447,7 +453,7 @@ static void *worker_main(void *arg) {
 
 /* ---- replies ---- */
 
-/* Hands r to MHD now (on the epoll thread, before the exchange was
+/* Hands r to MHD now (on the I/O thread, before the exchange was
  * dispatched) or keeps it for on_access after the resume (on a worker). */
 static void answer_with(http_exchange *x, int status, struct MHD_Response *r) {
     if (x->dispatched) {
@@ -604,6 +610,12 @@ void http_reply_stream(http_exchange *x, int status, const char *content_type, h
     s->srv = x->srv;
     s->conn = x->conn;
     s->fd = ci ? ci->connect_fd : -1;
+    /* Linux grows a socket's send buffer up to tcp_wmem's maximum (4 MiB):
+     * a client that does not read would have that much of its stream queued
+     * in the kernel, and the producer would go on for thousands of tokens
+     * before it parks. A fixed size keeps both bounded. */
+    int sndbuf = HTTP_STREAM_SNDBUF;
+    if (s->fd >= 0) setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     s->fn = fn;
     s->free_fn = free_fn;
     s->sctx = sctx;
@@ -988,7 +1000,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     return MHD_YES;
 }
 
-/* On a worker: the handler, then the answer back to the epoll thread. */
+/* On a worker: the handler, then the answer back to the I/O thread. */
 static void run_handler(http_exchange *x) {
     http_server *srv = x->srv;
     struct MHD_Connection *conn = x->conn;
@@ -1000,7 +1012,7 @@ static void run_handler(http_exchange *x) {
     }
     http_stream *st = x->stream;
     x->stream = NULL;
-    /* from here on x belongs to the epoll thread (it may be freed at once) */
+    /* from here on x belongs to the I/O thread (it may be freed at once) */
     MHD_resume_connection(conn);
     if (st) produce(st);
 }
@@ -1130,9 +1142,10 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
         int rc = http_listen(c->host, c->port, &fd, e);
         if (rc < 0) return rc;
     }
-    /* one epoll thread for every socket; ITC: MHD_quiesce_daemon (http_drain)
-     * and MHD_resume_connection from the workers need it */
-    unsigned flags = MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+    /* one poll() thread for every socket (why not epoll: the top of this
+     * file); ITC: MHD_quiesce_daemon (http_drain) and MHD_resume_connection
+     * from the workers need it */
+    unsigned flags = MHD_USE_POLL | MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
