@@ -24,7 +24,9 @@ BIN=${KVLOOM_BIN:-build/kvloom}
 SHARED=${KVLOOM_SHARED:-../shared}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" python3 - <<'EOF'
+BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$(dirname "$0")" python3 - <<'EOF'
+import sys, os
+sys.path.insert(0, os.environ["TESTS"])
 import atexit, glob, hashlib, json, os, random, re, signal, subprocess, sys, threading, time, urllib.request
 
 BIN, MODEL, TMP = os.environ["BIN"], os.environ["MODEL"], os.environ["TMP"]
@@ -47,29 +49,10 @@ def sha256(path):
             h.update(chunk)
     return h.hexdigest()
 
-procs = []
-def kill_all():
-    for q in procs:
-        if q.poll() is None:
-            q.kill()
-            q.wait()
-atexit.register(kill_all)
+import kvtest
 
 def start(name, *flags):
-    port_file = os.path.join(TMP, name + ".port")
-    log_path = os.path.join(TMP, name + ".log")
-    log = open(log_path, "w")
-    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--ready-file", port_file, "-t", "1", *flags],
-                         stdout=log, stderr=log)
-    procs.append(p)
-    for _ in range(300):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return p, int(open(port_file).read()), log_path
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    print(open(log_path).read())
-    raise SystemExit("server %s did not start" % name)
+    return kvtest.start(BIN, MODEL, TMP, name, *flags)
 
 def post(port, prompt, stream=False, timeout=60):
     body = json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True,

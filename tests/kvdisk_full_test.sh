@@ -34,7 +34,9 @@ fi
 cleanup() { umount -l "$mnt" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'cleanup; exit 1' INT TERM
-BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" MNT="$mnt" python3 - <<'EOF'
+BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$(dirname "$0")" MNT="$mnt" python3 - <<'EOF'
+import sys, os
+sys.path.insert(0, os.environ["TESTS"])
 import atexit, errno, glob, json, os, re, subprocess, sys, threading, time, urllib.request
 
 BIN, MODEL, TMP, MNT = os.environ["BIN"], os.environ["MODEL"], os.environ["TMP"], os.environ["MNT"]
@@ -48,29 +50,10 @@ def check(cond, what):
         failed += 1
         print("FAIL:", what, flush=True)
 
-procs = []
-def kill_all():
-    for q in procs:
-        if q.poll() is None:
-            q.kill()
-            q.wait()
-atexit.register(kill_all)
+import kvtest
 
 def start(name, *flags):
-    port_file = os.path.join(TMP, name + ".port")
-    log_path = os.path.join(TMP, name + ".log")
-    log = open(log_path, "w")
-    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--ready-file", port_file, "-t", "1", *flags],
-                         stdout=log, stderr=log)
-    procs.append(p)
-    for _ in range(300):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return p, int(open(port_file).read()), log_path
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    print(open(log_path).read())
-    raise SystemExit("server %s did not start" % name)
+    return kvtest.start(BIN, MODEL, TMP, name, *flags)
 
 def post(port, prompt):
     body = json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True}).encode()
@@ -121,15 +104,7 @@ def wait_io(port):
         time.sleep(0.2)
     return m
 
-words = ["the", "cat", "dog", "sun", "tree", "happy", "little", "girl", "boy", "ball", "park", "big", "red",
-         "blue", "played", "saw", "went", "home", "mom", "friend", "toy", "box", "bird", "sky", "fun", "day"]
-def text(seed, n):
-    x = seed * 2654435761 + 1
-    out = []
-    for _ in range(n):
-        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        out.append(words[(x >> 33) % len(words)])
-    return " ".join(out) + "."
+text = kvtest.text
 system = "Once upon a time there was a little robot who helped everyone. " + text(4242, 30)
 prompts = [system + " " + text(i, 35 + 8 * i) for i in range(8)]
 
