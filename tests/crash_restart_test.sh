@@ -32,15 +32,8 @@ import atexit, glob, hashlib, json, os, random, re, signal, subprocess, sys, thr
 BIN, MODEL, TMP = os.environ["BIN"], os.environ["MODEL"], os.environ["TMP"]
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
 rng = random.Random(int(os.environ.get("CRASH_SEED", "14")))
-passed = failed = 0
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
+import kvtest
+check = kvtest.check
 
 def sha256(path):
     h = hashlib.sha256()
@@ -49,7 +42,6 @@ def sha256(path):
             h.update(chunk)
     return h.hexdigest()
 
-import kvtest
 
 def start(name, *flags):
     return kvtest.start(BIN, MODEL, TMP, name, *flags)
@@ -223,6 +215,5 @@ check(p.wait() == 0, "final restart: clean exit")
 check(sha256(MODEL) == model_sha, "the model file is unchanged at the end")
 print("kill -9: %d, answers before the kills: %d, planted: %s, flipped blocks rejected when read: %d"
       % (kills, answers_before_kills, planted, flipped_caught))
-print("crash_restart_test: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+kvtest.finish("crash_restart_test")
 EOF

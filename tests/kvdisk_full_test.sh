@@ -40,17 +40,9 @@ sys.path.insert(0, os.environ["TESTS"])
 import atexit, errno, glob, json, os, re, subprocess, sys, threading, time, urllib.request
 
 BIN, MODEL, TMP, MNT = os.environ["BIN"], os.environ["MODEL"], os.environ["TMP"], os.environ["MNT"]
-passed = failed = 0
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
-
 import kvtest
+check = kvtest.check
+
 
 def start(name, *flags):
     return kvtest.start(BIN, MODEL, TMP, name, *flags)
@@ -161,6 +153,5 @@ p.terminate()
 check(p.wait() == 0, "clean exit after restart")
 print("failed writes on the full disk: %d (%d warning line), restored after restart: %d tokens"
       % (errs, n_warn, m.get("kvloom_kv_disk_restored_tokens_total", 0)))
-print("kvdisk_full_test: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+kvtest.finish("kvdisk_full_test")
 EOF

@@ -55,3 +55,22 @@ def text(seed, n):
         x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
         out.append(WORDS[(x >> 33) % len(WORDS)])
     return " ".join(out) + "."
+
+
+passed = failed = 0
+
+
+def check(cond, what):
+    """Counts a check; prints what failed."""
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+
+
+def finish(name):
+    """Prints the summary line tests/run.sh reads and exits with the verdict."""
+    print("%s: %d passed, %d failed" % (name, passed, failed))
+    raise SystemExit(1 if failed else 0)
