@@ -479,7 +479,7 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
         if (check_images(oai_field(m, "images"), where, f) < 0) return -1;
         json_t *o = json_pack("{s:s}", "role", r);
         json_object_set_new(o, "content", content ? json_incref(content) : json_string(""));
-        json_array_append_new(out, o);
+        if (json_array_append_new(out, o) < 0) return fail(f, "out of memory"); /* o freed; counted: a 503 */
         json_t *thinking = oai_field(m, "thinking");
         if (thinking && !json_is_string(thinking)) return fail(f, "'messages[%zu].thinking' must be a string", i);
         if (thinking && !strcmp(r, "assistant")) json_object_set(o, "reasoning_content", thinking);
@@ -508,7 +508,7 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
                 json_t *call = json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", id ? json_string_value(id) : made, "type",
                                          "function", "function", "name", name, "arguments",
                                          args ? json_incref(args) : json_object());
-                json_array_append_new(oc, call);
+                if (json_array_append_new(oc, call) < 0) return fail(f, "out of memory"); /* call freed */
                 pend[n_pend++] = (pending_call){json_string_value(json_object_get(call, "id")), json_string_value(name),
                                                 false};
             }
@@ -652,7 +652,9 @@ static json_t *line_new(olla_out *o, bool with_calls) {
     json_t *holder = l;
     if (o->chat) {
         holder = json_pack("{s:s}", "role", "assistant");
-        json_object_set_new(l, "message", holder);
+        /* a failed set frees holder (out of memory, counted: the answer is
+         * a 500): fill nothing rather than a freed object */
+        if (json_object_set_new(l, "message", holder) < 0) holder = NULL;
     }
     json_object_set_new(holder, o->chat ? "content" : "response", oai_buf_json(&o->content));
     if (o->thinking.n) json_object_set_new(holder, "thinking", oai_buf_json(&o->thinking));

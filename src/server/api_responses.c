@@ -316,7 +316,9 @@ static json_t *conv_assistant(conv *c, json_t *content) {
     json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content", content);
     if (c->reasoning.n) json_object_set_new(m, "reasoning_content", oai_buf_json(&c->reasoning));
     c->reasoning.n = 0;
-    json_array_append_new(c->msgs, m);
+    /* out of memory (the append freed m): NULL, and the request fails with
+     * 503 by the out-of-memory count; never a freed message kept in c->asst */
+    if (json_array_append_new(c->msgs, m) < 0) m = NULL;
     c->asst = m;
     return m;
 }
@@ -360,7 +362,8 @@ static int conv_call(conv *c, json_t *it, const char *where, rfail *f) {
     json_t *calls = json_object_get(m, "tool_calls");
     if (!calls) {
         calls = json_array();
-        json_object_set_new(m, "tool_calls", calls);
+        /* a failed set frees calls: stop (out of memory, counted: a 503) */
+        if (!m || json_object_set_new(m, "tool_calls", calls) < 0) return rbad(f, "input", "out of memory");
     }
     json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name",
                                            name, "arguments", args));
@@ -641,8 +644,12 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
     json_t *input = oai_field(body, "input");
     if (json_is_string(input)) {
         json_t *it = json_pack("{s:s, s:s, s:O}", "type", "message", "role", "user", "content", input);
-        json_array_append_new(rq->history, it);
-        if (conv_item(&c, it, "input", f) < 0) goto out;
+        /* our own reference until conv_item is done with it: a failed append
+         * (out of memory) would otherwise free it under conv_item */
+        json_array_append(rq->history, it);
+        int rc_it = conv_item(&c, it, "input", f);
+        json_decref(it);
+        if (rc_it < 0) goto out;
     } else if (json_is_array(input) && json_array_size(input)) {
         for (size_t i = 0; i < json_array_size(input); i++) {
             char where[48];
