@@ -476,7 +476,7 @@ static void check_openai_node(const srv *s, const char *key) {
 
 static void check_auth_and_queue(void) {
     const char *flags[] = {"--api-key",       "sekrit-key", "--max-queue", "1",   "--max-running", "1",
-                           "--step-delay-us", "10000",      "--max-body",  "64K", NULL};
+                           "--step-delay-us", "40000",      "--max-body",  "64K", NULL};
     srv s;
     CHECK(srv_start(&s, flags) == 0);
     if (!s.port) return;
@@ -526,9 +526,11 @@ static void check_auth_and_queue(void) {
     }
 
     /* 429: one running (max-running 1), one waiting (max-queue 1), the next refused.
-     * With --step-delay-us 10000 the first request needs >= 20 s for its 2000
-     * tokens, so it is still running when the probe goes out (the wait for the
-     * second one to queue gives up after 10 s), even on a loaded machine. */
+     * stories260K's context is 512 positions, so the first request ends after
+     * ~510 of its 2000 tokens (finish "length"): with --step-delay-us 40000 that
+     * takes >= 20 s, so it is still running when the probe goes out. (At 10000
+     * it took ~5 s, and under ASan or TSan the second request sometimes came
+     * after the first had ended: 0 waiting, 1 running, and a 200 probe.) */
     const char *auth = "Authorization: Bearer sekrit-key\r\n";
     su_metrics_headers = auth;
     const char *longreq = "{\"prompt\":\"Once\",\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true}";
