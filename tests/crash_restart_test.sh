@@ -65,14 +65,7 @@ def post(port, prompt, stream=False, timeout=60):
         raise RuntimeError("stream without [DONE]")
     return text
 
-def metrics(port):
-    txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
-    out = {}
-    for line in txt.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
+metrics = kvtest.metrics
 
 words = ["the", "cat", "dog", "sun", "tree", "happy", "little", "girl", "boy", "ball", "park", "big", "red",
          "blue", "played", "saw", "went", "home", "mom", "friend", "toy", "box", "bird", "sky", "fun", "day"]

@@ -54,14 +54,7 @@ def post(port, prompt):
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.load(r)["choices"][0]["text"]
 
-def metrics(port):
-    txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
-    out = {}
-    for line in txt.splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
+metrics = kvtest.metrics
 
 def serve_all(port, what):
     """Every prompt twice, the second pass from 3 threads at once."""

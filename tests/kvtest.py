@@ -74,3 +74,15 @@ def finish(name):
     """Prints the summary line tests/run.sh reads and exits with the verdict."""
     print("%s: %d passed, %d failed" % (name, passed, failed))
     raise SystemExit(1 if failed else 0)
+
+
+def metrics(port):
+    """The server's /metrics as {series: value}."""
+    import urllib.request
+    txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    out = {}
+    for line in txt.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
