@@ -5,11 +5,11 @@
  *
  *   POST /v1/chat/completions  oai_parse (chat)        ┐
  *   POST /v1/completions       oai_parse (completions) │  gen_request:
- *   POST /v1/messages          api_anthropic_params    ├─ constraint (tools, tool_choice,
- *   .../count_tokens           (count_only)            │  response_format / json_schema /
- *   POST /v1/responses         api_responses_params    ┘  grammar compiled), chat template
- *                                                         render, tokenization, context
- *                                                         check, sampling / stop / logprobs /
+ *   POST /v1/messages          api_anthropic_params    │  constraint (tools, tool_choice,
+ *   .../count_tokens           (count_only)            ├─ response_format / json_schema /
+ *   POST /v1/responses         api_responses_params    │  grammar compiled), chat template
+ *   POST /api/chat             api_ollama_params       │  render, tokenization, context
+ *   POST /api/generate         (chat false)            ┘  check, sampling / stop / logprobs /
  *                                                         kv_ttl / kv_hint fields → req
  *
  * then frees the req (nothing is submitted: no engine, no sockets) and, for
@@ -204,6 +204,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         g_route = "responses";
         if (api_responses_params(&rc, body, &p, &status, &param, msg, sizeof msg) == 0) run_request(&rc, &p);
         else refused(status, msg, param);
+    }
+    for (int chat = 0; chat < 2; chat++) {
+        oai_params p;
+        oai_kind kind;
+        bool stream;
+        int status = 0;
+        char msg[700];
+        g_route = chat ? "api/chat" : "api/generate";
+        int t = api_ollama_params(&rc, body, chat, &p, &kind, &stream, &status, msg, sizeof msg);
+        if (t > 0) run_request(&rc, &p);
+        else if (t < 0) refused(status, msg, NULL);
     }
     constrainer_free(rc.cons);
     json_decref(body);

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* optional, as in libFuzzer: a target's one-time setup */
+int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
 static int run_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -30,6 +32,7 @@ static int run_file(const char *path) {
 
 int main(int argc, char **argv) {
     int n_ok = 0, n_bad = 0;
+    if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
     for (int i = 1; i < argc; i++) {
         struct stat st;
         if (stat(argv[i], &st) != 0) {

@@ -39,7 +39,8 @@
 # The committed inputs are never removed (hand-written seeds, reproducers);
 # -max_len caps an input's size per target.
 #
-# Output: one line per target — seconds fuzzed, executions and exec/s
+# Output: one line per target — seconds fuzzed (wall clock and CPU),
+# executions and exec/s
 # (libFuzzer's -print_final_stats), final cov (edges) and ft (features),
 # inputs found in work/, corpus files before and after the merge, the
 # slowest input, and the findings (artifact paths). The same fields are
@@ -104,11 +105,15 @@ for t in $targets; do
     d=$(dict "$t"); dflag=; [ -n "$d" ] && [ -f "$d" ] && dflag=-dict=$d
     before=$(ls "$corpus" | wc -l)
     t0=$(date +%s)
-    "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -max_len="$(max_len "$t")" \
+    timer=; [ -x /usr/bin/time ] && timer="/usr/bin/time -f %U+%S -o $out/cpu"
+    $timer "$bin" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -max_len="$(max_len "$t")" \
         -timeout="$TIMEOUT" -rss_limit_mb="$RSS" -artifact_prefix="$out/" $dflag \
         "$out/work" "$corpus" > "$out/fuzz.log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - t0 ))
+    # CPU seconds the fuzzer got (at nice 19 on a busy machine, far fewer
+    # than the wall-clock ones)
+    cpu=$(tail -n 1 "$out/cpu" 2>/dev/null | awk -F+ 'NF == 2 { printf "%d", $1 + $2 }')
     execs=$(stat_of number_of_executed_units "$out/fuzz.log")
     eps=$(stat_of average_exec_per_sec "$out/fuzz.log")
     slow=$(stat_of slowest_unit_time_sec "$out/fuzz.log")
@@ -147,9 +152,9 @@ for t in $targets; do
         status=1
         [ -z "$arts" ] && findings="exit $rc (see $out/fuzz.log)"
     fi
-    echo "fuzz $t: ${secs} s, ${execs:-?} execs (${eps:-?}/s), cov ${cov:-?} ft ${ft:-?}, $found new inputs," \
+    echo "fuzz $t: ${secs} s (${cpu:-?} s of CPU), ${execs:-?} execs (${eps:-?}/s), cov ${cov:-?} ft ${ft:-?}, $found new inputs," \
         "corpus $before -> $after, slowest ${slow:-?} s, findings: $findings"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%d)" "$t" "$secs" "${execs:-?}" "${eps:-?}" \
-        "${cov:-?}" "${ft:-?}" "$before" "$after" "$findings" >> "$DIR/summary.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%d)" "$t" "$secs" "${execs:-?}" "${eps:-?}" \
+        "${cov:-?}" "${ft:-?}" "$before" "$after" "$findings" "${cpu:-?}" >> "$DIR/summary.tsv"
 done
 exit $status

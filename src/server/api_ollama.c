@@ -875,6 +875,37 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
     return map_think(rc, oai_field(body, "think"), oai, f) < 0 ? -1 : 1;
 }
 
+int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oai_kind *kind, bool *stream,
+                      int *status, char *msg, size_t cap) {
+    unsigned long f0 = oai_json_nomem();
+    json_t *oai = json_object();
+    olla_fail f = {0};
+    int t = oai ? translate(rc, body, chat, oai, kind, &f) : -1;
+    *stream = json_is_true(json_object_get(oai, "stream"));
+    if (t < 0 || oai_json_nomem() != f0) { /* out of memory is the server's state, not the client's mistake */
+        *status = oai_json_nomem() != f0 || !oai ? 503 : f.status;
+        snprintf(msg, cap, "%s", *status == 503 ? "out of memory reading the request" : f.msg);
+        json_decref(oai);
+        return -1;
+    }
+    if (t == 0) {
+        json_decref(oai);
+        return 0;
+    }
+    const char *param = NULL;
+    err_t e = {0};
+    int rc_ = oai_parse(oai, *kind, tok_n_vocab(rc->tok), p, &param, &e);
+    json_decref(oai);
+    if (rc_ < 0) {
+        const char *op = ollama_param(param);
+        *status = e.code == ERR_NOMEM ? 503 : 400;
+        snprintf(msg, cap, "%s%s%s", op ? op : "", op ? ": " : "", e.msg);
+        return -1;
+    }
+    *stream = p->stream;
+    return 1;
+}
+
 static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     int64_t t0 = clock_ns();
     unsigned long f0 = oai_json_nomem();
@@ -887,34 +918,22 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     }
     char model_name[256];
     snprintf(model_name, sizeof model_name, "%s", model);
-    json_t *oai = json_object();
+    oai_params p;
     oai_kind kind;
-    olla_fail f = {0};
-    int t = translate(rc, body, chat, oai, &kind, &f);
+    bool stream;
+    int status;
+    char msg[700];
+    int t = api_ollama_params(rc, body, chat, &p, &kind, &stream, &status, msg, sizeof msg);
     json_decref(body);
-    if (t < 0 || oai_json_nomem() != f0) { /* out of memory is the server's state, not the client's mistake */
-        if (oai_json_nomem() != f0)
-            reply_error(x, 503, "out of memory reading the request");
-        else
-            reply_error(x, f.status, "%s", f.msg);
-        json_decref(oai);
+    if (t < 0) {
+        reply_error(x, status, "%s", msg);
         return false;
     }
     if (t == 0) {
-        answer_load(x, chat, model_name, json_is_true(json_object_get(oai, "stream")));
-        json_decref(oai);
+        answer_load(x, chat, model_name, stream);
         return false;
     }
-    oai_params p;
-    const char *param = NULL;
-    err_t e = {0};
-    int rc_ = oai_parse(oai, kind, tok_n_vocab(rc->tok), &p, &param, &e);
-    json_decref(oai);
-    const char *op = ollama_param(param);
-    if (rc_ < 0) {
-        reply_error(x, 400, "%s%s%s", op ? op : "", op ? ": " : "", e.msg);
-        return false;
-    }
+    const char *op;
     gen_fail gf;
     gen *g = gen_start(rc, &p, chat ? "/api/chat" : "/api/generate", t0, &gf);
     if (!g) {
@@ -943,7 +962,6 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     o->logprobs = p.n_logprobs >= 0;
     o->lp = json_array();
     o->nomem0 = f0;
-    bool stream = p.stream;
     oai_params_free(&p);
     if (stream)
         http_reply_stream(x, 200, "application/x-ndjson", stream_next, stream_done, o);

@@ -65,6 +65,14 @@ int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, int *statu
 /* GET or DELETE /v1/responses/{id}. */
 void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id);
 
+/* An Ollama /api/chat (chat) or /api/generate body (only read) as the
+ * request it becomes: 1 (free *p with oai_params_free; *kind the OpenAI
+ * kind, *stream Ollama's default true unless false), 0 for a load-only
+ * request (no messages, or an empty prompt; *stream set), or -1 with the
+ * HTTP status (400, 503 out of memory) and the message in msg, its field
+ * named as Ollama names it. */
+int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oai_kind *kind, bool *stream,
+                      int *status, char *msg, size_t cap);
 /* Any /api/... route (path as requested). */
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path);
 
