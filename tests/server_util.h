@@ -3,6 +3,8 @@
  * child process (fork + server_main, so the test does not depend on the CLI),
  * talk to it over real sockets on 127.0.0.1 with hard timeouts, and always
  * kill it at the end (a watchdog alarm kills it if the test hangs).
+ * The server's log (/tmp/kvloom_srv_<pid>_<n>.log) is printed when it did
+ * not stop cleanly, and removed otherwise unless SU_KEEP_LOG is set.
  *
  * Included by tests/test_server_*.c only (static functions).
  */
@@ -195,7 +197,7 @@ static int srv_stop(srv *s) {
     if (rc != 0)
         srv_print_log(s);
     else
-        unlink(s->log_path);
+        if (!getenv("SU_KEEP_LOG")) unlink(s->log_path);
     unlink(s->ready_path);
     return rc;
 }

@@ -12,6 +12,9 @@
  *    KV blocks: kvloom_requests_stalled_total reaches 4, nothing is left
  *    running or holding blocks, and far fewer than 4 x 16000 tokens were
  *    generated;
+ *  - close their connections (--stall-timeout + 2 s), each counted as a
+ *    499 (a client that never reads held its socket until libmicrohttpd's
+ *    600 s timeout before);
  *  - hold a bounded amount of memory meanwhile: RSS grows by less than 32 MB
  *    (a server that rendered the whole answers into per-stream buffers would
  *    hold ~64 MB of JSON for these four). Not checked under AddressSanitizer,
@@ -136,8 +139,25 @@ int main(void) {
 #if !defined(__SANITIZE_ADDRESS__)
     CHECK_MSG(rss1 > 0 && rss1 - rss0 < 32 * 1024, "RSS grew by %ld kB", rss1 - rss0);
 #endif
-    for (int i = 0; i < N_STUCK; i++)
-        if (fds[i] >= 0) close(fds[i]);
+    /* and their connections closed (2 s after the cancel), each logged and
+     * counted as a 499: the client took nothing, so it got nothing whole */
+    const char *st_499 = "kvloom_requests_total{status=\"499\"}";
+    t0 = su_now();
+    while (su_now() - t0 < 60 && metric(s.port, st_499) < N_STUCK) usleep(50000);
+    CHECK_EQ_INT((int)metric(s.port, st_499), N_STUCK);
+    for (int i = 0; i < N_STUCK; i++) {
+        if (fds[i] < 0) continue;
+        /* what the kernel buffered is still readable; then EOF or a reset */
+        struct timeval tv = {10, 0};
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[65536];
+        ssize_t k;
+        long total = 0;
+        while ((k = read(fds[i], buf, sizeof buf)) > 0) total += k;
+        CHECK_MSG(k == 0 || errno == ECONNRESET, "stuck client %d: its connection is open after the cancel (%ld bytes read, %s)", i,
+                  total, k < 0 ? strerror(errno) : "");
+        close(fds[i]);
+    }
 
     /* and it still serves */
     CHECK(http_do(s.port, "POST", "/v1/completions", NULL, normal, &r) == 0 && r.status == 200);

@@ -98,15 +98,18 @@
 #include <time.h>
 #include <unistd.h>
 
+enum { TRACK_IDLE, TRACK_REQUEST, TRACK_STALL };
+
 /* One open connection, for the reaper: its socket and the absolute time by
  * which it must have made its next step (0: none, while a handler runs). */
 typedef struct conn_track {
     struct conn_track *prev, *next;
     int fd;
     int64_t deadline_ns;
-    bool in_request; /* bytes of a request came (or a first one is due): a
-                        deadline answers 408; else (kept-alive idle) it just
-                        closes                                            */
+    int in_request;  /* TRACK_IDLE: kept-alive, a deadline just closes;
+                        TRACK_REQUEST: bytes of a request came (or a first
+                        one is due): a deadline answers 408; TRACK_STALL: a
+                        stream's client reads nothing: a deadline closes */
     int reaped;      /* 0; 1: 408 sent, write side shut; 2: closed       */
 } conn_track;
 
@@ -192,6 +195,7 @@ typedef struct http_stream {
     size_t off;
     bool active;         /* the producer is queued or running on a worker   */
     bool reader_waiting; /* the reader suspended the connection (empty)     */
+    bool stall_armed;    /* its connection has a stall deadline (stall_arm)  */
     bool done;           /* the producer returned 0                         */
     bool failed;         /* it returned -1, the client went away, or stop   */
     bool delivered;      /* the reader returned the end of the stream       */
@@ -500,6 +504,17 @@ static bool stopping(http_server *s) {
 
 /* The producer, on a worker: runs fn until the stream ends, the buffer is
  * full (parked: the reader brings it back), or MHD released it. */
+static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at, bool sooner, int in_request);
+static int64_t secs_ns(int s);
+
+/* With s->mu held: the connection's deadline is stall_timeout_s from now (no
+ * producer at work; the reader waits for the client). */
+static void stall_arm(http_stream *s) {
+    if (s->srv->c.stall_timeout_s <= 0) return;
+    s->stall_armed = true;
+    track_deadline(s->srv, s->conn, clock_ns() + secs_ns(s->srv->c.stall_timeout_s), false, TRACK_STALL);
+}
+
 static void produce(http_stream *s) {
     http_buf out = {0};
     bool finish = false;
@@ -509,6 +524,11 @@ static void produce(http_stream *s) {
         if (stop || s->buf.n - s->off >= HTTP_STREAM_BUFFER) {
             s->active = false;
             finish = s->released;
+            /* parked, or done with bytes unsent: a client that reads none of
+             * them for stall_timeout_s is closed by the reaper (the
+             * connection is alive while the response is not released, which
+             * s->mu orders) */
+            if (!s->released && !s->failed && s->buf.n > s->off) stall_arm(s);
             pthread_mutex_unlock(&s->mu);
             if (!stop) log_debug("http: a stream's client is not reading; its producer waits");
             break;
@@ -560,9 +580,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         s->off += k;
         if (s->off == s->buf.n) s->buf.n = s->off = 0;
         ret = (ssize_t)k;
+        if (s->stall_armed) stall_arm(s); /* it reads: the clock restarts */
         /* a parked producer goes back to work once half the buffer is free */
         if (!s->active && !s->done && s->buf.n - s->off < HTTP_STREAM_BUFFER / 2) {
             s->active = true;
+            if (s->stall_armed) {
+                s->stall_armed = false;
+                track_deadline(s->srv, s->conn, 0, false, TRACK_IDLE);
+            }
             if (!pool_submit(s->srv, &s->job, NULL)) {
                 s->active = false;
                 s->failed = true;
@@ -690,8 +715,8 @@ static conn_track *track_of(struct MHD_Connection *c) {
 }
 
 /* Sets c's deadline to `at` (0: none); with `sooner`, only moves it closer.
- * in_request: whether a request is under way (see conn_track). */
-static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at, bool sooner, bool in_request) {
+ * in_request: TRACK_* (see conn_track). */
+static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at, bool sooner, int in_request) {
     conn_track *t = track_of(c);
     if (!t) return;
     pthread_mutex_lock(&s->track_mu);
@@ -707,7 +732,7 @@ static void track_answered(http_server *s, struct MHD_Connection *c) {
     conn_track *t = track_of(c);
     if (!t) return;
     pthread_mutex_lock(&s->track_mu);
-    t->in_request = false;
+    t->in_request = TRACK_IDLE;
     pthread_mutex_unlock(&s->track_mu);
 }
 
@@ -719,7 +744,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         conn_track *t = xcalloc(1, sizeof *t);
         t->fd = ci ? ci->connect_fd : -1;
         t->deadline_ns = clock_ns() + secs_ns(s->c.header_timeout_s);
-        t->in_request = true; /* its first request is due */
+        t->in_request = TRACK_REQUEST; /* its first request is due */
         pthread_mutex_lock(&s->track_mu);
         t->next = s->tracks;
         if (s->tracks) s->tracks->prev = t;
@@ -745,7 +770,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
     (void)uri;
     http_server *s = cls;
-    track_deadline(s, c, clock_ns() + secs_ns(s->c.header_timeout_s), true, true);
+    track_deadline(s, c, clock_ns() + secs_ns(s->c.header_timeout_s), true, TRACK_REQUEST);
     return NULL;
 }
 
@@ -768,7 +793,7 @@ static void *reaper_main(void *arg) {
         int64_t now = clock_ns();
         for (conn_track *t = s->tracks; t; t = t->next) {
             if (t->reaped == 2 || !t->deadline_ns || now < t->deadline_ns || t->fd < 0) continue;
-            if (!t->reaped && t->in_request) {
+            if (!t->reaped && t->in_request == TRACK_REQUEST) {
                 /* the socket is non-blocking: a client whose receive window
                  * is full just misses the answer */
                 ssize_t k = send(t->fd, reply_408, (size_t)n_408, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -783,7 +808,10 @@ static void *reaper_main(void *arg) {
             shutdown(t->fd, SHUT_RDWR);
             if (!t->reaped) {
                 s->n_reaped++;
-                log_debug("http: closed a kept-alive connection idle past --timeout");
+                if (t->in_request == TRACK_STALL)
+                    log_info("http: closed a stream whose client read nothing for %d s", s->c.stall_timeout_s);
+                else
+                    log_debug("http: closed a kept-alive connection idle past --timeout");
             }
             t->reaped = 2;
         }
@@ -874,7 +902,7 @@ static void body_deadline(http_exchange *x) {
     due = MIN(due, 1ULL << 40); /* no overflow below; far past any limit */
     int64_t pace = (int64_t)(due / HTTP_MIN_BODY_RATE) * 1000000000LL +
                    (int64_t)(due % HTTP_MIN_BODY_RATE) * 1000000000LL / HTTP_MIN_BODY_RATE;
-    track_deadline(x->srv, x->conn, x->t_headers + secs_ns(x->srv->c.header_timeout_s) + pace, false, true);
+    track_deadline(x->srv, x->conn, x->t_headers + secs_ns(x->srv->c.header_timeout_s) + pace, false, TRACK_REQUEST);
 }
 
 /* ---- MHD callbacks ---- */
@@ -960,7 +988,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         return q;
     }
     if (x->answered) return MHD_YES;
-    track_deadline(srv, conn, 0, false, true); /* the handler may take its time */
+    track_deadline(srv, conn, 0, false, TRACK_REQUEST); /* the handler may take its time */
     if (x->too_large) {
         reply_413(x);
         return MHD_YES;
@@ -1024,7 +1052,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!x) return;
     if (x->resp) MHD_destroy_response(x->resp); /* closed before it was queued */
     /* a kept-alive connection now waits for its next request */
-    track_deadline(x->srv, conn, clock_ns() + secs_ns(x->srv->c.timeout_s), false, false);
+    track_deadline(x->srv, conn, clock_ns() + secs_ns(x->srv->c.timeout_s), false, TRACK_IDLE);
     if (x->inflight) {
         pthread_mutex_lock(&x->srv->mu);
         x->srv->n_inflight--;

@@ -128,6 +128,9 @@ typedef struct http_config {
     int timeout_s;          /* a kept-alive connection idle this long is closed
                                (0: 60)                                          */
     int header_timeout_s;   /* headers complete within this; body grace (0: 10)  */
+    int stall_timeout_s;    /* a stream whose client read none of a full buffer
+                               for this long is closed (its free function sees
+                               completed false); 0: MHD's own timeout only    */
     http_precheck_fn precheck; /* NULL: none; called with the handler's ctx      */
     int listen_fd;          /* > 0: a socket from http_listen, owned by the server
                                from http_start on; otherwise http_start binds

@@ -456,6 +456,9 @@ int server_main(const server_opts *o) {
                                           : server_host_is_loopback(o->host) ? 0 : 64,
                       .timeout_s = o->timeout_s,
                       .header_timeout_s = o->header_timeout_s,
+                      /* the engine cancels such a request at --stall-timeout
+                       * (and counts it); the connection goes 2 s later */
+                      .stall_timeout_s = o->stall_timeout_s > 0 ? o->stall_timeout_s + 2 : 0,
                       .precheck = routes_precheck,
                       .listen_fd = listen_fd,
                       .cors_origins = o->cors_origins,
