@@ -52,13 +52,20 @@ int sampler_params_check(const sampler_params *p, err_t *e) {
 
 sampler *sampler_new(const sampler_params *p, int n_vocab) {
     ASSERT(n_vocab > 0);
-    sampler *s = xcalloc(1, sizeof *s);
+    /* request-sized (a vocabulary's worth, up to 4 MiB of history): out of
+     * memory fails the request, not the process */
+    sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
     s->p = *p;
     s->n_vocab = n_vocab;
     s->hist_cap = p->repeat_last_n < 0 ? 1 << 20 : (p->repeat_last_n == 0 ? 1 : p->repeat_last_n);
-    s->hist = xmalloc(sizeof(int32_t) * (size_t)s->hist_cap);
-    s->counts = xcalloc((size_t)n_vocab, sizeof(int32_t));
-    s->cands = xmalloc(sizeof(struct cand) * (size_t)n_vocab);
+    s->hist = malloc(sizeof(int32_t) * (size_t)s->hist_cap);
+    s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
+    s->cands = malloc(sizeof(struct cand) * (size_t)n_vocab);
+    if (!s->hist || !s->counts || !s->cands) {
+        sampler_free(s);
+        return NULL;
+    }
     rng_seed(&s->r, p->seed);
     return s;
 }

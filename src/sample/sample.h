@@ -43,7 +43,7 @@ sampler_params sampler_defaults(void);
 int sampler_params_check(const sampler_params *p, err_t *e);
 
 typedef struct sampler sampler;
-/* n_vocab > 0. */
+/* n_vocab > 0. NULL when out of memory. */
 sampler *sampler_new(const sampler_params *p, int n_vocab);
 void sampler_free(sampler *s);
 /* Adds a token to the history (prompt tokens too, for the repeat penalty). */

@@ -121,6 +121,7 @@ typedef struct seq {
     int n_keys, cap_keys;
     int n_disk_done;     /* leading indexed blocks offered to the disk         */
     int *load_slot;      /* (n_loading) disk reads of blocks[n_load_from ..]   */
+    int cap_load_slot;
     int n_loading, n_load_from;
     bool disk_tried;     /* looked in the disk index since admission/preemption */
     bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
@@ -254,6 +255,40 @@ static void seq_push_block(seq *s, int32_t b, bool pending) {
     s->blocks[s->n_blocks] = b;
     s->pending[s->n_blocks] = pending;
     s->n_blocks++;
+}
+
+/* Gives s room for n tokens and their blocks, disk keys and read slots at
+ * once, so that a request's state never grows (and never aborts the process
+ * on an allocation failure) while it runs. false: out of memory (s keeps
+ * what it had; seq_free frees it). */
+static bool seq_reserve(engine *en, seq *s, int n) {
+    int nb = n / en->o.block_tokens + 2;
+    if (n > s->cap_tokens) {
+        int32_t *t = realloc(s->tokens, (size_t)n * sizeof *t);
+        if (!t) return false;
+        s->tokens = t;
+        s->cap_tokens = n;
+    }
+    if (nb > s->cap_blocks) {
+        int32_t *b = realloc(s->blocks, (size_t)nb * sizeof *b);
+        if (!b) return false;
+        s->blocks = b;
+        uint8_t *p = realloc(s->pending, (size_t)nb);
+        if (!p) return false;
+        s->pending = p;
+        s->cap_blocks = nb;
+    }
+    if (en->disk && nb > s->cap_keys) {
+        uint64_t *k = realloc(s->keys, (size_t)nb * sizeof *k);
+        if (!k) return false;
+        s->keys = k;
+        s->cap_keys = nb;
+        int *l = realloc(s->load_slot, (size_t)nb * sizeof *l);
+        if (!l) return false;
+        s->load_slot = l;
+        s->cap_load_slot = nb;
+    }
+    return true;
 }
 
 /* ---- blocks ---- */
@@ -393,7 +428,10 @@ static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n
      * cannot run yet would just be evicted again */
     if (!ensure_free(en, n_need_blocks - n_ready, why)) return 0;
     int B = en->o.block_tokens;
-    s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
+    if (m > s->cap_load_slot) { /* reserved at admission (seq_reserve): not reached */
+        s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
+        s->cap_load_slot = m;
+    }
     int q = 0;
     for (; q < m; q++) {
         int i = n_ready + q;
@@ -505,11 +543,16 @@ static void hint_add(engine *en, const seq *src, uint64_t session, double next_u
     h->session = session;
     h->return_ns = now + (int64_t)(next_use_s * 1e9);
     h->start_ns = h->return_ns - (int64_t)(ENGINE_HINT_LEAD_S * 1e9);
-    h->s = xcalloc(1, sizeof *h->s);
     size_t nt = (size_t)n * (size_t)en->o.block_tokens;
-    h->s->tokens = xmalloc(nt * sizeof *h->s->tokens);
+    h->s = calloc(1, sizeof *h->s);
+    if (!h->s || !seq_reserve(en, h->s, (int)nt)) { /* a prefetch is optional */
+        log_warn("engine: out of memory for a kv_hint prefetch of %zu tokens (dropped)", nt);
+        if (h->s) seq_free(h->s);
+        en->n_hints--;
+        return;
+    }
     memcpy(h->s->tokens, src->tokens, nt * sizeof *h->s->tokens);
-    h->s->n_tokens = h->s->cap_tokens = (int)nt;
+    h->s->n_tokens = (int)nt;
     h->loaded = false;
 }
 
@@ -735,11 +778,22 @@ static void take_submitted(engine *en) {
     pthread_mutex_lock(&en->mu);
     for (int i = 0; i < en->n_submitq; i++) {
         req *r = en->submitq[i];
-        seq *s = xcalloc(1, sizeof *s);
+        /* its whole state at once: prompt + max_tokens, at most the context
+         * (+2: the step may look one past the end) */
+        int64_t n_max = MIN((int64_t)r->n_prompt + r->max_tokens, (int64_t)en->n_ctx) + 2;
+        seq *s = calloc(1, sizeof *s);
+        if (s) s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
+        if (!s || !s->smp || !seq_reserve(en, s, (int)n_max)) {
+            log_warn("engine: out of memory for a request of %d prompt tokens (room for %lld tokens); it fails",
+                     r->n_prompt, (long long)n_max);
+            if (s) seq_free(s);
+            sched__req_post_finish(r, REQ_FINISH_ERROR, "out of memory for the request's state");
+            req_unref(r);
+            continue;
+        }
         s->r = r;
         s->order = en->next_order++;
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
-        s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
         if (en->pol) {
             /* an agent back from its tool: its pin yields last from now on */
             int cap = (s->n_tokens - 1) / en->o.block_tokens;

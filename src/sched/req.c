@@ -69,12 +69,23 @@ void sched__req_post_token(req *r, const req_token *t) {
     pthread_mutex_lock(&s->mu);
     if (r->finish == REQ_RUNNING) {
         if (r->n_tokens == r->cap_tokens) {
-            r->cap_tokens = r->cap_tokens ? r->cap_tokens * 2 : 16;
-            r->tokens = xrealloc(r->tokens, (size_t)r->cap_tokens * sizeof *r->tokens);
+            /* the output grows with the request: out of memory fails it
+             * (the engine drops it at its next step), not the process */
+            int cap = r->cap_tokens ? r->cap_tokens * 2 : 16;
+            req_token *v = realloc(r->tokens, (size_t)cap * sizeof *v);
+            if (!v) {
+                r->finish = REQ_FINISH_ERROR;
+                snprintf(r->error, sizeof r->error, "out of memory for the request's output (%d tokens)", r->n_tokens);
+                atomic_store(&r->cancel, true);
+                goto out;
+            }
+            r->tokens = v;
+            r->cap_tokens = cap;
         }
         r->tokens[r->n_tokens++] = *t;
         if (!r->t_first_ns) r->t_first_ns = clock_ns();
     }
+out:
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
