@@ -143,6 +143,67 @@ static void check_prefill_order(const model *m) {
     engine_free(en);
 }
 
+/* The queue count between a request's hand-over and the step's end: the
+ * engine takes submitted requests into its waiting list at a step's start
+ * and published its counts only at the step's end, so during that step a
+ * request was in neither count — /metrics showed 0 waiting, and
+ * engine_submit let one more in past max_queue (seen as a flaky 429 probe
+ * under TSan, whose slow steps widen the window). One running, then one
+ * submitted (max_queue 1) twenty times over: in the 30 ms after each
+ * submission, every read of the counts (a tight loop, so the step after the
+ * submission is covered) must see it waiting, and every further submission
+ * is refused. */
+static void check_queue_count(const model *m) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.max_running = 1;
+    o.max_queue = 1;
+    engine *en = NULL;
+    err_t e;
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+    if (!en) return;
+    req *r1 = order_req(4, m->cfg.n_vocab);
+    r1->max_tokens = 100000; /* runs to the context's end, cancelled below */
+    CHECK(engine_submit(en, r1, &e) == 0);
+    req_finish f = REQ_RUNNING;
+    for (int spins = 0; spins < 600 && req_wait(r1, 0, 100, &f) == 0 && f == REQ_RUNNING; spins++) {}
+    int n_bad = 0, n_admitted = 0, n_refused = 0;
+    long n_reads = 0;
+    for (int rep = 0; rep < 20; rep++) {
+        req *r2 = order_req(4, m->cfg.n_vocab);
+        r2->max_tokens = 100;
+        if (engine_submit(en, r2, &e) != 0) n_refused++;
+        engine_stats st;
+        int64_t t0 = clock_ns(), next_try = 0;
+        while (clock_ns() - t0 < 30000000LL) {
+            engine_get_stats(en, &st);
+            n_reads++;
+            if (st.n_waiting != 1 || st.n_running != 1) n_bad++;
+            if (clock_ns() >= next_try) {
+                req *r3 = order_req(4, m->cfg.n_vocab);
+                if (engine_submit(en, r3, &e) == 0) {
+                    n_admitted++;
+                    req_cancel(r3);
+                }
+                req_unref(r3);
+                next_try = clock_ns() + 1000000;
+            }
+        }
+        req_cancel(r2);
+        for (int spins = 0; spins < 600; spins++) {
+            req_wait(r2, 0, 100, &f);
+            if (f != REQ_RUNNING) break;
+        }
+        req_unref(r2);
+    }
+    CHECK_MSG(n_refused == 0, "%d of 20 submissions refused with nothing waiting", n_refused);
+    CHECK_MSG(n_bad == 0, "%d of %ld reads saw other than 1 running and 1 waiting", n_bad, n_reads);
+    CHECK_MSG(n_admitted == 0, "%d requests admitted past max_queue 1", n_admitted);
+    req_cancel(r1);
+    engine_free(en);
+    req_unref(r1);
+}
+
 int main(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -256,6 +317,7 @@ int main(void) {
     }
 
     check_prefill_order(m);
+    check_queue_count(m);
 
     /* Refusals: a prompt longer than the context or the pool; a full queue. */
     engine_opts qo = engine_defaults();

@@ -774,6 +774,18 @@ static int try_admit(engine *en, seq *s) {
 
 static void jump_forward(engine *en, seq *s);
 
+/* With en->mu held: the queue's counts as they are now. A request handed
+ * over by take_submitted, or admitted, moves between the counts that
+ * engine_submit's limit and /metrics read (n_submitq, n_waiting_shared,
+ * stats): published only at the step's end, it would be in neither (0
+ * waiting, and one more admitted past max_queue) or in the old one (a
+ * refusal with the queue empty) for a whole step. */
+static void queue_publish_locked(engine *en) {
+    en->n_waiting_shared = en->waiting.n;
+    en->stats.n_waiting = en->waiting.n;
+    en->stats.n_running = en->running.n;
+}
+
 static void take_submitted(engine *en) {
     pthread_mutex_lock(&en->mu);
     for (int i = 0; i < en->n_submitq; i++) {
@@ -813,6 +825,7 @@ static void take_submitted(engine *en) {
         }
     }
     en->n_submitq = 0;
+    queue_publish_locked(en);
     pthread_mutex_unlock(&en->mu);
 }
 
@@ -1125,6 +1138,9 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
         s->wait_from = en->step_no;
         n_prefilling += s->n_tokens - s->n_computed > 1;
     }
+    pthread_mutex_lock(&en->mu);
+    queue_publish_locked(en);
+    pthread_mutex_unlock(&en->mu);
     int prefill_tok = 0;
     while (*n_tok < budget && prefill_tok < ENGINE_PREFILL_STEP_MIN) {
         seq *best = NULL;
