@@ -82,6 +82,18 @@ static void su_watchdog(int seconds) {
     alarm((unsigned)(seconds * SU_SLOWDOWN));
 }
 
+/* /proc/PID/status Threads, or -1. */
+static inline int proc_threads(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
 static double su_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -310,18 +310,6 @@ static void check_408(int port) {
     CHECK_EQ_INT(health_from(port, NULL, "localhost"), 200);
 }
 
-/* /proc/PID/status Threads, or -1. */
-static int proc_threads(pid_t pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    int n = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "Threads: %d", &n) == 1) break;
-    if (f) fclose(f);
-    return n;
-}
-
 /* Open descriptors of pid, or -1. */
 static int proc_fds(pid_t pid) {
     char path[64];

@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 
 #include "server_util.h"
+#include "server/http.h" /* HTTP_WORKER_IDLE_S */
 
 enum { N_CLIENTS = 8, LOAD_ROUNDS = 14 };
 
@@ -292,6 +293,7 @@ int main(void) {
     char *before = greedy_text(port);
     CHECK(before != NULL);
     CHECK(wait_idle(port, 30 * SU_SLOWDOWN));
+    int threads0 = proc_threads(s.pid);
     double t0 = su_now();
 
     client cl[N_CLIENTS];
@@ -311,6 +313,8 @@ int main(void) {
     }
     atomic_store(&g_stop_polling, 1);
     pthread_join(pt, NULL);
+    int threads1 = proc_threads(s.pid);
+    double t_load_end = su_now();
     double preempted = metric(port, "kvloom_preemptions_total");
     fprintf(stderr,
             "load: %d requests in %.1f s: %d answered 200, %d 429, %d 503, %d left early, %d bad; %d polls (%d bad); "
@@ -332,6 +336,18 @@ int main(void) {
     free(before);
     free(after);
     CHECK(wait_idle(port, 30 * SU_SLOWDOWN));
+
+    /* The handler threads the load started exit once idle for
+     * HTTP_WORKER_IDLE_S: the count comes back to what it was before it. */
+    int threads2 = proc_threads(s.pid);
+    while (threads2 > threads0 && su_now() - t_load_end < (HTTP_WORKER_IDLE_S + 10) * SU_SLOWDOWN) {
+        usleep(100000);
+        threads2 = proc_threads(s.pid);
+    }
+    fprintf(stderr, "load: server threads %d before, %d after the clients, %d %.0f s later\n", threads0, threads1,
+            threads2, su_now() - t_load_end);
+    CHECK_MSG(threads1 > threads0, "the load started no handler thread (%d -> %d)", threads0, threads1);
+    CHECK_MSG(threads2 <= threads0, "idle handler threads stayed: %d before the load, %d after", threads0, threads2);
 
     /* SIGTERM with two long streams running (not three: with 24 blocks
      * two may wait, which fills --max-queue 2): the drain lets them finish

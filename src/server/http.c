@@ -17,8 +17,9 @@
  * --max-connections' scale (1024 by default).
  * Once a request's body is complete the connection is suspended
  * (MHD_suspend_connection) and the exchange handed to a handler thread
- * (the "workers": started on demand up to http_config.max_handlers, then
- * kept; more exchanges wait in a FIFO). The handler runs unchanged blocking
+ * (the "workers": started on demand up to http_config.max_handlers, each
+ * exiting after HTTP_WORKER_IDLE_S without work; more exchanges wait in a
+ * FIFO). The handler runs unchanged blocking
  * code; its answer is stored, the connection resumed, and MHD calls
  * on_access again, which queues it.
  *
@@ -71,7 +72,7 @@
  * handler and have not completed (MHD's completion callback), so that a
  * drain knows what it waits for; no connection is suspended when
  * MHD_stop_daemon runs (MHD 0.9.75 panics then): http_stop first stops
- * dispatching and joins the workers, each of which resumed what it
+ * dispatching and waits until the workers exited, each of which resumed what it
  * suspended.
  *
  * CORS decisions, in one place (http.h): a preflight is any OPTIONS request;
@@ -145,8 +146,8 @@ struct http_server {
     pthread_cond_t pool_cv;   /* work queued, or pool_stop                 */
     work *q_head, *q_tail;
     int n_queued;             /* in the queue                              */
-    int n_workers, n_idle;    /* started; waiting for work                 */
-    pthread_t *workers;       /* [c.max_handlers]                          */
+    int n_workers, n_idle;    /* alive (detached); waiting for work        */
+    pthread_cond_t pool_exit; /* a worker exited (http_stop waits for all) */
     bool pool_stop;           /* http_stop: nothing more is dispatched     */
 };
 
@@ -421,10 +422,15 @@ static bool pool_submit(http_server *s, work *w, struct MHD_Connection *suspend)
         s->q_tail = w;
         s->n_queued++;
         if (s->n_queued > s->n_idle && s->n_workers < s->c.max_handlers) {
-            if (pthread_create(&s->workers[s->n_workers], NULL, worker_main, s) == 0)
+            pthread_t t;
+            pthread_attr_t a;
+            pthread_attr_init(&a);
+            pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+            if (pthread_create(&t, &a, worker_main, s) == 0)
                 s->n_workers++;
             else if (!s->n_workers)
                 log_error("http: cannot start a handler thread: %s", strerror(errno));
+            pthread_attr_destroy(&a);
         }
         pthread_cond_signal(&s->pool_cv);
     }
@@ -432,17 +438,24 @@ static bool pool_submit(http_server *s, work *w, struct MHD_Connection *suspend)
     return ok;
 }
 
+/* A worker runs queued work until the pool stops or it has waited
+ * HTTP_WORKER_IDLE_S for some: then it exits (the pool shrinks back after a
+ * burst; pool_submit starts another when one is needed). */
 static void *worker_main(void *arg) {
     http_server *s = arg;
     pthread_mutex_lock(&s->pool_mu);
     for (;;) {
-        while (!s->q_head && !s->pool_stop) {
+        bool idle_long = false;
+        while (!s->q_head && !s->pool_stop && !idle_long) {
+            struct timespec dl;
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            dl.tv_sec += HTTP_WORKER_IDLE_S;
             s->n_idle++;
-            pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+            idle_long = pthread_cond_timedwait(&s->pool_cv, &s->pool_mu, &dl) == ETIMEDOUT;
             s->n_idle--;
         }
         work *w = s->q_head;
-        if (!w) break; /* stopping, and nothing left to run */
+        if (!w) break; /* stopping or idle, and nothing left to run */
         s->q_head = w->next;
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
@@ -451,6 +464,9 @@ static void *worker_main(void *arg) {
         else produce(w->st);
         pthread_mutex_lock(&s->pool_mu);
     }
+    /* s stays valid until http_stop has seen this (under pool_mu) */
+    s->n_workers--;
+    pthread_cond_broadcast(&s->pool_exit);
     pthread_mutex_unlock(&s->pool_mu);
     return NULL;
 }
@@ -1189,9 +1205,7 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     if (s->c.max_handlers <= 0) s->c.max_handlers = 64;
     if (s->c.max_connections <= 0) s->c.max_connections = 1024;
     raise_fd_limit((rlim_t)s->c.max_connections + 64);
-    s->workers = xcalloc((size_t)s->c.max_handlers, sizeof *s->workers);
     pthread_mutex_init(&s->pool_mu, NULL);
-    pthread_cond_init(&s->pool_cv, NULL);
     s->fn = fn;
     s->ctx = ctx;
     pthread_mutex_init(&s->mu, NULL);
@@ -1201,6 +1215,8 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->idle, &ca);
     pthread_cond_init(&s->track_cv, &ca);
+    pthread_cond_init(&s->pool_cv, &ca); /* the workers' idle deadline */
+    pthread_cond_init(&s->pool_exit, NULL);
     pthread_condattr_destroy(&ca);
     s->reaper_started = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,                                                  //
@@ -1223,7 +1239,7 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
         pthread_cond_destroy(&s->track_cv);
         pthread_mutex_destroy(&s->pool_mu);
         pthread_cond_destroy(&s->pool_cv);
-        free(s->workers);
+        pthread_cond_destroy(&s->pool_exit);
         free(s->cors);
         free(s);
         return err_set(e, ERR_IO, "cannot start the HTTP server on port %d", c->port);
@@ -1279,9 +1295,8 @@ void http_stop(http_server *s) {
     pthread_mutex_lock(&s->pool_mu);
     s->pool_stop = true;
     pthread_cond_broadcast(&s->pool_cv);
-    int n = s->n_workers;
+    while (s->n_workers > 0) pthread_cond_wait(&s->pool_exit, &s->pool_mu);
     pthread_mutex_unlock(&s->pool_mu);
-    for (int i = 0; i < n; i++) pthread_join(s->workers[i], NULL);
     /* work left only if no worker could ever be started: run it here */
     for (work *w; (w = s->q_head);) {
         s->q_head = w->next;
@@ -1295,7 +1310,7 @@ void http_stop(http_server *s) {
     pthread_cond_destroy(&s->track_cv);
     pthread_mutex_destroy(&s->pool_mu);
     pthread_cond_destroy(&s->pool_cv);
-    free(s->workers);
+    pthread_cond_destroy(&s->pool_exit);
     free(s->cors);
     free(s);
 }

@@ -108,6 +108,8 @@ typedef bool (*http_precheck_fn)(void *ctx, http_exchange *x);
  * many bytes wait for a client that does not read; it goes on once half of
  * them are sent. */
 #define HTTP_STREAM_BUFFER (64 * 1024)
+/* A handler thread with no work for this long exits (seconds). */
+#define HTTP_WORKER_IDLE_S 10
 /* A stream's socket send buffer (SO_SNDBUF; the kernel doubles it), fixed
  * so that what a client that does not read holds in the kernel is bounded
  * too (Linux would grow it to 4 MiB). */
