@@ -143,6 +143,81 @@ static void check_prefill_order(const model *m) {
     engine_free(en);
 }
 
+/* A new conversation is not starved by agents that keep coming back (agent
+ * policy): three agents with pinned 10-block contexts return every few tens
+ * of milliseconds (a returning agent is admitted first and re-pins), in a
+ * 48-block pool, while a new 30-block prompt waits. A new conversation may
+ * not take a protected pin, so it waited as long as the agents kept coming
+ * (the soak's 1,500-token prompts timed out after 120 s); after
+ * new_wait_max_ms (500 here) it is served like running work and must finish
+ * while the agents still come back. */
+static void check_new_not_starved(const model *m) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.kv_policy = ENGINE_KV_AGENT;
+    o.kv_ttl_max_s = 60;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 48;
+    o.new_wait_max_ms = 500;
+    engine *en = NULL;
+    err_t e;
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+    if (!en) return;
+    int nv = m->cfg.n_vocab;
+    int32_t base[3][160];
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < 160; i++) base[a][i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
+    req *big = NULL;
+    req_finish fb = REQ_RUNNING;
+    double t_big = 0, t_done = -1;
+    int n_turns = 0;
+    double t0 = (double)clock_ns() / 1e9;
+    for (int turn = 0; turn < 400 && (double)clock_ns() / 1e9 - t0 < 20; turn++) {
+        for (int a = 0; a < 3; a++) {
+            int n = 160 + turn % 8; /* the conversation grows a little, its prefix stays */
+            int32_t *p = xmalloc((size_t)n * sizeof *p);
+            memcpy(p, base[a], sizeof base[a]);
+            for (int i = 160; i < n; i++) p[i] = 3 + (int32_t)((a * 7 + i) % (nv - 3));
+            req *r = req_new(p, n);
+            r->max_tokens = 2;
+            r->ignore_eos = true;
+            r->sp.temperature = 0;
+            r->kv_pin = true;
+            r->kv_session = 0x5e55100ull + (uint64_t)a;
+            r->kv_ttl_s = -1;
+            if (engine_submit(en, r, &e) == 0) {
+                req_finish f = REQ_RUNNING;
+                for (int spins = 0; spins < 600 && f == REQ_RUNNING; spins++) req_wait(r, 0, 100, &f);
+                n_turns++;
+            }
+            req_unref(r);
+        }
+        if (turn == 0) { /* the agents' contexts are pinned: now the new one */
+            int32_t *p = xmalloc(480 * sizeof *p);
+            for (int i = 0; i < 480; i++) p[i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
+            big = req_new(p, 480);
+            big->max_tokens = 4;
+            big->ignore_eos = true;
+            big->sp.temperature = 0;
+            CHECK(engine_submit(en, big, &e) == 0);
+            t_big = (double)clock_ns() / 1e9;
+        }
+        if (big && t_done < 0) {
+            req_wait(big, 0, 0, &fb);
+            if (fb != REQ_RUNNING) t_done = (double)clock_ns() / 1e9 - t_big;
+        }
+        if (t_done >= 0 && (double)clock_ns() / 1e9 - t_big > 2) break; /* and the agents went on meanwhile */
+        usleep(20000);
+    }
+    CHECK_MSG(t_done >= 0, "the new 480-token prompt was not served in 20 s of returning agents (%d turns)", n_turns);
+    CHECK_MSG(fb == REQ_FINISH_LENGTH, "the new prompt ended with %d", (int)fb);
+    if (t_done >= 0) printf("  new 480-token prompt served after %.2f s among %d agent turns\n", t_done, n_turns);
+    if (big) {
+        req_cancel(big);
+        req_unref(big);
+    }
+    engine_free(en);
+}
+
 /* The queue count between a request's hand-over and the step's end: the
  * engine takes submitted requests into its waiting list at a step's start
  * and published its counts only at the step's end, so during that step a
@@ -318,6 +393,7 @@ int main(void) {
 
     check_prefill_order(m);
     check_queue_count(m);
+    check_new_not_starved(m);
 
     /* Refusals: a prompt longer than the context or the pool; a full queue. */
     engine_opts qo = engine_defaults();

@@ -340,8 +340,19 @@ static int32_t alloc_block(engine *en) {
  * context; pins expire within their TTL) — unless nothing runs: then
  * waiting would leave the cores idle, and it also takes the pins whose
  * agent is overdue (docs/kv-cache.md, "Who may take a pin's memory"). */
+/* Agent policy: a new conversation (never admitted, not an agent back) that
+ * has waited longer than new_wait_max_ms (ENGINE_NEW_WAIT_MAX_MS). Agents that come back every
+ * few seconds re-pin their contexts and are admitted first, so in a small
+ * pool a long new prompt could wait for ever (the soak saw 1,500-token
+ * prompts time out after 120 s): past the limit it is admitted with the
+ * returning agents, may take any pin (the most overdue first), and nobody
+ * is admitted past it while it cannot be. */
+static bool new_overdue(const engine *en, const seq *s, int64_t now) {
+    return !s->resumes && !s->admitted_once && now - s->r->t_submit_ns > (int64_t)en->o.new_wait_max_ms * 1000000;
+}
+
 static kvpol_yield_for yield_for(const engine *en, const seq *s) {
-    if (!en->pol || s->resumes || s->admitted_once) return KVPOL_FOR_RUNNING;
+    if (!en->pol || s->resumes || s->admitted_once || new_overdue(en, s, clock_ns())) return KVPOL_FOR_RUNNING;
     return en->running.n == 0 ? KVPOL_FOR_NEW_IDLE : KVPOL_FOR_NEW;
 }
 
@@ -1112,12 +1123,16 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     int n_prefilling = 0;
     for (int i = 0; i < en->running.n; i++) n_prefilling += en->running.v[i]->n_tokens - en->running.v[i]->n_computed > 1;
     /* Agents coming back (agent policy) are admitted first: their context
-     * is in the cache, so they cost little and free their pins. */
-    for (int pass = en->pol ? 0 : 1; pass < 2; pass++)
+     * is in the cache, so they cost little and free their pins; so are new
+     * conversations that waited too long (new_overdue). */
+    int64_t now = en->pol ? clock_ns() : 0;
+    bool stop_admit = false;
+    for (int pass = en->pol ? 0 : 1; pass < 2 && !stop_admit; pass++)
     for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_prefilling < ENGINE_MAX_PREFILLING &&
                     en->running.n < en->o.max_running;) {
         seq *s = en->waiting.v[i];
-        if (pass == 0 && !s->resumes) {
+        bool overdue = en->pol && new_overdue(en, s, now);
+        if (pass == 0 && !s->resumes && !overdue) {
             i++;
             continue;
         }
@@ -1132,7 +1147,10 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
             i++;
             continue;
         }
-        if (rc < 0) break;
+        if (rc < 0) {
+            stop_admit = overdue; /* no one goes past it */
+            break;
+        }
         list_remove_at(&en->waiting, i);
         list_insert_ordered(&en->running, s);
         s->wait_from = en->step_no;
@@ -1365,6 +1383,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     engine *en = xcalloc(1, sizeof *en);
     en->m = m;
     en->o = *o;
+    if (en->o.new_wait_max_ms <= 0) en->o.new_wait_max_ms = ENGINE_NEW_WAIT_MAX_MS;
     en->o.max_running = MIN(o->max_running, o->max_batch_tokens);
     en->n_ctx = n_ctx;
     en->kv = model_kv_new(m, (int)n_blocks, o->block_tokens);

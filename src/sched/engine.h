@@ -69,6 +69,9 @@ typedef struct engine_opts {
      * (req.kv_pin) for a predicted TTL, at most kv_ttl_max_s (> 0). */
     int kv_policy;
     double kv_ttl_max_s;
+    /* Agent policy: a new conversation that waited this long for pinned
+     * memory is served like running work (0: ENGINE_NEW_WAIT_MAX_MS). */
+    int new_wait_max_ms;
     /* Backpressure: a request whose reader has taken none of its posted
      * tokens for this long (req.n_read did not move while tokens waited) is
      * cancelled, its blocks freed: a client that never reads its stream
@@ -78,6 +81,7 @@ typedef struct engine_opts {
 } engine_opts;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
+#define ENGINE_NEW_WAIT_MAX_MS 10000
 
 /* Defaults: 1 thread, 64 MiB, 16-token blocks, 512-token budget, 64 running,
  * 256 queued, n_ctx 0 (= the model's n_ctx_train), no EOG test, no checks. */
