@@ -125,6 +125,7 @@ typedef struct seq {
     int n_loading, n_load_from;
     bool disk_tried;     /* looked in the disk index since admission/preemption */
     bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
+    int64_t wait_start_ns; /* submitted, or last preempted (seq_overdue)     */
     /* backpressure (stall_timeout_ms): the reader's n_read when last seen to
      * move, and since when posted tokens have waited without it moving */
     int stall_n_read;
@@ -340,19 +341,21 @@ static int32_t alloc_block(engine *en) {
  * context; pins expire within their TTL) — unless nothing runs: then
  * waiting would leave the cores idle, and it also takes the pins whose
  * agent is overdue (docs/kv-cache.md, "Who may take a pin's memory"). */
-/* Agent policy: a new conversation (never admitted, not an agent back) that
- * has waited longer than new_wait_max_ms (ENGINE_NEW_WAIT_MAX_MS). Agents that come back every
- * few seconds re-pin their contexts and are admitted first, so in a small
- * pool a long new prompt could wait for ever (the soak saw 1,500-token
- * prompts time out after 120 s): past the limit it is admitted with the
- * returning agents, may take any pin (the most overdue first), and nobody
- * is admitted past it while it cannot be. */
-static bool new_overdue(const engine *en, const seq *s, int64_t now) {
-    return !s->resumes && !s->admitted_once && now - s->r->t_submit_ns > (int64_t)en->o.new_wait_max_ms * 1000000;
+/* Agent policy: a waiting sequence (a new conversation, or one preempted)
+ * whose wait began more than new_wait_max_ms (ENGINE_NEW_WAIT_MAX_MS) ago.
+ * Agents that come back every few seconds re-pin their contexts and are
+ * admitted first, so in a small pool a long new prompt could wait for ever
+ * (the soak saw 1,500-token prompts time out after 120 s, and requests
+ * behind them in arrival order with them): past the limit it is admitted
+ * with the returning agents, may take any pin (the most overdue first), and
+ * nobody is admitted past it while it is not (no blocks yet, or its blocks
+ * still being read from disk). */
+static bool seq_overdue(const engine *en, const seq *s, int64_t now) {
+    return now - s->wait_start_ns > (int64_t)en->o.new_wait_max_ms * 1000000;
 }
 
 static kvpol_yield_for yield_for(const engine *en, const seq *s) {
-    if (!en->pol || s->resumes || s->admitted_once || new_overdue(en, s, clock_ns())) return KVPOL_FOR_RUNNING;
+    if (!en->pol || s->resumes || s->admitted_once || seq_overdue(en, s, clock_ns())) return KVPOL_FOR_RUNNING;
     return en->running.n == 0 ? KVPOL_FOR_NEW_IDLE : KVPOL_FOR_NEW;
 }
 
@@ -707,6 +710,7 @@ static void preempt(engine *en, seq *s) {
     s->running = false;
     list_remove(&en->running, s);
     list_insert_ordered(&en->waiting, s);
+    s->wait_start_ns = clock_ns();
     en->preempted_this_step = true;
     en->cnt.preemptions_total++;
     log_debug("engine: preempted request %llu (%d tokens)", (unsigned long long)s->order, s->n_tokens);
@@ -816,6 +820,7 @@ static void take_submitted(engine *en) {
         }
         s->r = r;
         s->order = en->next_order++;
+        s->wait_start_ns = r->t_submit_ns;
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
         if (en->pol) {
             /* an agent back from its tool: its pin yields last from now on */
@@ -1124,14 +1129,14 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     for (int i = 0; i < en->running.n; i++) n_prefilling += en->running.v[i]->n_tokens - en->running.v[i]->n_computed > 1;
     /* Agents coming back (agent policy) are admitted first: their context
      * is in the cache, so they cost little and free their pins; so are new
-     * conversations that waited too long (new_overdue). */
+     * conversations that waited too long (seq_overdue). */
     int64_t now = en->pol ? clock_ns() : 0;
     bool stop_admit = false;
     for (int pass = en->pol ? 0 : 1; pass < 2 && !stop_admit; pass++)
     for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_prefilling < ENGINE_MAX_PREFILLING &&
                     en->running.n < en->o.max_running;) {
         seq *s = en->waiting.v[i];
-        bool overdue = en->pol && new_overdue(en, s, now);
+        bool overdue = en->pol && seq_overdue(en, s, now);
         if (pass == 0 && !s->resumes && !overdue) {
             i++;
             continue;
@@ -1143,6 +1148,10 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
             continue;
         }
         int rc = try_admit(en, s);
+        if (rc == 0 && overdue) { /* its blocks are on their way: no one goes past it */
+            stop_admit = true;
+            break;
+        }
         if (rc == 0) {
             i++;
             continue;

@@ -69,8 +69,9 @@ typedef struct engine_opts {
      * (req.kv_pin) for a predicted TTL, at most kv_ttl_max_s (> 0). */
     int kv_policy;
     double kv_ttl_max_s;
-    /* Agent policy: a new conversation that waited this long for pinned
-     * memory is served like running work (0: ENGINE_NEW_WAIT_MAX_MS). */
+    /* Agent policy: a waiting request (new, or preempted) that waited this
+     * long is served like running work and nobody is admitted past it
+     * (0: ENGINE_NEW_WAIT_MAX_MS). */
     int new_wait_max_ms;
     /* Backpressure: a request whose reader has taken none of its posted
      * tokens for this long (req.n_read did not move while tokens waited) is
