@@ -96,6 +96,11 @@ sample() { # phase
 T0=$(date +%s)
 echo "t_s,phase,rss_kb,fds,threads,running,waiting,kv_used,kv_cached,kv_pinned_blocks,kv_pins,body_bytes,preemptions,evicted_blocks,disk_restored_tokens" > "$OUT/samples.csv"
 sleep 1
+# two idle samples, the baseline from the second: the first one's /metrics
+# request starts a handler thread, which the sampling (every SAMPLE_S, less
+# than the 10 s after which an idle handler thread exits) then keeps alive
+sample idle
+sleep 1
 sample idle
 read -r _ _ RSS0 FDS0 THR0 _ <<EOF
 $(tail -n 1 "$OUT/samples.csv" | tr ',' ' ')
