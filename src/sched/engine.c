@@ -1165,6 +1165,13 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
         s->wait_from = en->step_no;
         n_prefilling += s->n_tokens - s->n_computed > 1;
     }
+    /* Blocks read back from disk for a waiting sequence go to the tree
+     * (READY, evictable) as soon as they are in, also when admission
+     * stopped before it: held by a sequence that is not tried, they kept an
+     * overdue request from the blocks it waited for, and nothing moved until
+     * its client gave up (soak run 5: every request stalled for 120 s). */
+    for (int i = 0; i < en->waiting.n; i++)
+        if (en->waiting.v[i]->n_loading > 0) disk_restore(en, en->waiting.v[i]);
     pthread_mutex_lock(&en->mu);
     queue_publish_locked(en);
     pthread_mutex_unlock(&en->mu);
