@@ -185,10 +185,12 @@ test-asan: test-unit
 # suppressions for reports inside uninstrumented system libraries only, each
 # saying why it is not ours. `make tsan` runs every server test and the
 # client load (tests/test_server_load.c); `make test`'s third phase runs
-# TSAN_SHORT (the client load and the API tests, ~2.5 min on 2 cores with
-# the build). Results: build-thread/test-results.txt.
+# TSAN_SHORT (the client load, ~2 min on 2 cores with the build; the queue
+# counts that made test_server_api's 429 probe flaky under TSan are checked
+# in every phase by test_server_sched, and `make tsan` runs test_server_api).
+# Results: build-thread/test-results.txt.
 TSAN_ALL := $(sort $(basename $(notdir $(wildcard tests/test_server_*.c))))
-TSAN_SHORT = test_server_load test_server_api
+TSAN_SHORT = test_server_load
 TSAN_TESTS ?= $(TSAN_ALL)
 TSAN_OPTS = halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
 .PHONY: tsan test-tsan
