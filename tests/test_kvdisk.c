@@ -645,6 +645,106 @@ static void test_engine_disk(model *m) {
     engine_free(en);
 }
 
+/* ---- the engine: reads of a later request must not block the oldest ----- */
+
+static req *submit_greedy(engine *en, const int32_t *prompt, int n, int max_tokens) {
+    int32_t *ids = xmalloc((size_t)n * sizeof *ids);
+    memcpy(ids, prompt, (size_t)n * sizeof *ids);
+    req *r = req_new(ids, n);
+    r->sp.temperature = 0;
+    r->max_tokens = max_tokens;
+    r->ignore_eos = true;
+    err_t e = {0};
+    CHECK_MSG(engine_submit(en, r, &e) == 0, "%s", e.msg);
+    return r;
+}
+
+/* Waits at most timeout_ms for r to finish (cancels it after that); returns
+ * its finish and copies up to 8 token ids. */
+static req_finish wait_bounded(req *r, int timeout_ms, int32_t *ids, int *n) {
+    req_finish fin = REQ_RUNNING;
+    int seen = 0;
+    int64_t end = clock_ns() + (int64_t)timeout_ms * 1000000;
+    while (fin == REQ_RUNNING && clock_ns() < end) seen = req_wait(r, seen, 100, &fin);
+    if (fin == REQ_RUNNING) {
+        req_cancel(r);
+        while (fin == REQ_RUNNING) seen = req_wait(r, seen, 1000, &fin);
+        return REQ_RUNNING;
+    }
+    *n = MIN(seen, 8);
+    for (int i = 0; i < *n; i++) ids[i] = r->tokens[i].id;
+    return fin;
+}
+
+/* The stall of soak runs 3-5 (fixed in 4d1c135). Two requests wait while
+ * another runs (max_running 1), both with a prefix on disk: A (the oldest,
+ * 3 blocks on disk, 18 needed) and B (6 on disk, 7 needed). When the pool
+ * frees, A and B both start their reads; A's come in, and A needs 15 more
+ * blocks where 11 are free, because B holds 6 for its reads. Admission
+ * stops at A (it has no blocks) and never tried B, so B's finished reads
+ * used to stay B's — and A waited forever with nothing running. Now the
+ * finished reads of every waiting request go to the tree (evictable) each
+ * step: A takes B's blocks, runs, and B runs after it. Both answer as a
+ * recompute does. */
+static void test_engine_disk_reads_behind_oldest(model *m) {
+    rm_rf(g_dir);
+    enum { LA = 288, LB = 112, LR = 20 };
+    int32_t pa[LA], pb[LB], pr[LR];
+    for (int i = 0; i < LA; i++) pa[i] = i == 0 ? 1 : 3 + (int32_t)(rng_u64() % 500);
+    for (int i = 0; i < LB; i++) pb[i] = i == 0 ? 1 : 3 + (int32_t)(rng_u64() % 500);
+    for (int i = 0; i < LR; i++) pr[i] = i == 0 ? 1 : 3 + (int32_t)(rng_u64() % 500);
+    /* the references, recomputed; and the prefixes (A's first 3 blocks, B's
+     * first 6) written to disk by requests that end in them */
+    int32_t ref_a[8], ref_b[8], got[8];
+    int n_a = 0, n_b = 0, n = 0;
+    engine *en = new_engine(m, 256, NULL, 0);
+    req *r = submit_greedy(en, pa, LA, 8);
+    CHECK_EQ_INT(wait_bounded(r, 20000, ref_a, &n_a), REQ_FINISH_LENGTH);
+    req_unref(r);
+    r = submit_greedy(en, pb, LB, 8);
+    CHECK_EQ_INT(wait_bounded(r, 20000, ref_b, &n_b), REQ_FINISH_LENGTH);
+    req_unref(r);
+    engine_free(en);
+    en = new_engine(m, 256, g_dir, 0);
+    r = submit_greedy(en, pa, 3 * 16 + 1, 1);
+    CHECK_EQ_INT(wait_bounded(r, 20000, got, &n), REQ_FINISH_LENGTH);
+    req_unref(r);
+    r = submit_greedy(en, pb, 6 * 16 + 1, 1);
+    CHECK_EQ_INT(wait_bounded(r, 20000, got, &n), REQ_FINISH_LENGTH);
+    req_unref(r);
+    engine_free(en); /* flushes the writes */
+
+    /* a restart with 20 blocks of RAM: nothing of A or B in RAM */
+    engine_opts o = engine_defaults();
+    o.kv_mem_bytes = 20 * model_kv_block_bytes(m, 16);
+    o.check = true;
+    o.kv_disk_dir = g_dir;
+    o.max_running = 1;
+    o.step_delay_us = 20000; /* R runs for ~0.2 s: A and B queue behind it */
+    err_t e = {0};
+    CHECK_MSG(engine_new(m, &o, &en, &e) == 0, "%s", e.msg);
+    req *rr = submit_greedy(en, pr, LR, 10);
+    req_finish fin = REQ_RUNNING;
+    req_wait(rr, 0, 5000, &fin); /* R is running */
+    req *ra = submit_greedy(en, pa, LA, 8);
+    req *rb = submit_greedy(en, pb, LB, 8);
+    CHECK_EQ_INT(wait_bounded(rr, 20000, got, &n), REQ_FINISH_LENGTH);
+    fin = wait_bounded(ra, 20000, got, &n);
+    CHECK_MSG(fin == REQ_FINISH_LENGTH, "the oldest request did not finish in 20 s (finish %d): stalled", (int)fin);
+    if (fin == REQ_FINISH_LENGTH)
+        CHECK_MSG(n == n_a && !memcmp(got, ref_a, sizeof(int32_t) * (size_t)n), "A differs from the recompute");
+    fin = wait_bounded(rb, 20000, got, &n);
+    CHECK_EQ_INT(fin, REQ_FINISH_LENGTH);
+    CHECK_MSG(n == n_b && !memcmp(got, ref_b, sizeof(int32_t) * (size_t)n), "B differs from the recompute");
+    engine_stats st;
+    engine_get_stats(en, &st);
+    CHECK(st.kv_disk_restored_tokens_total >= 9 * 16); /* both prefixes came back from disk */
+    req_unref(rr);
+    req_unref(ra);
+    req_unref(rb);
+    engine_free(en);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvloom_test_kvdisk_%d", (int)getpid());
     test_roundtrip_and_reopen();
@@ -655,6 +755,7 @@ int main(void) {
     if (m) {
         test_model_restore(m);
         test_engine_disk(m);
+        test_engine_disk_reads_behind_oldest(m);
         model_free(m);
     }
     rm_rf(g_dir);
