@@ -342,7 +342,8 @@ static int32_t alloc_block(engine *en) {
  * waiting would leave the cores idle, and it also takes the pins whose
  * agent is overdue (docs/kv-cache.md, "Who may take a pin's memory"). */
 /* Agent policy: a waiting sequence (a new conversation, or one preempted)
- * whose wait began more than new_wait_max_ms (ENGINE_NEW_WAIT_MAX_MS) ago.
+ * whose wait began more than new_wait_max_ms (by default --kv-ttl-max, at
+ * most ENGINE_NEW_WAIT_MAX_MS) ago.
  * Agents that come back every few seconds re-pin their contexts and are
  * admitted first, so in a small pool a long new prompt could wait for ever
  * (the soak saw 1,500-token prompts time out after 120 s, and requests
@@ -1399,7 +1400,13 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     engine *en = xcalloc(1, sizeof *en);
     en->m = m;
     en->o = *o;
-    if (en->o.new_wait_max_ms <= 0) en->o.new_wait_max_ms = ENGINE_NEW_WAIT_MAX_MS;
+    /* A new conversation waits for protected pins at most one pin lifetime
+     * (--kv-ttl-max, at most ENGINE_NEW_WAIT_MAX_MS): longer, it is the
+     * agents' returns re-pinning that keep it out, not one pin. */
+    if (en->o.new_wait_max_ms <= 0) {
+        double ttl_ms = (o->kv_ttl_max_s > 0 ? o->kv_ttl_max_s : 60) * 1000.0;
+        en->o.new_wait_max_ms = ttl_ms < ENGINE_NEW_WAIT_MAX_MS ? (int)ttl_ms : ENGINE_NEW_WAIT_MAX_MS;
+    }
     en->o.max_running = MIN(o->max_running, o->max_batch_tokens);
     en->n_ctx = n_ctx;
     en->kv = model_kv_new(m, (int)n_blocks, o->block_tokens);

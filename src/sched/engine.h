@@ -71,7 +71,9 @@ typedef struct engine_opts {
     double kv_ttl_max_s;
     /* Agent policy: a waiting request (new, or preempted) that waited this
      * long is served like running work and nobody is admitted past it
-     * (0: ENGINE_NEW_WAIT_MAX_MS). */
+     * (0: kv_ttl_max_s, at most ENGINE_NEW_WAIT_MAX_MS: one pin's lifetime.
+     * 10 s made every first turn of a loaded server, queued 20-30 s behind
+     * others' prefills, take the pins of agents about to return). */
     int new_wait_max_ms;
     /* Backpressure: a request whose reader has taken none of its posted
      * tokens for this long (req.n_read did not move while tokens waited) is
@@ -82,7 +84,7 @@ typedef struct engine_opts {
 } engine_opts;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
-#define ENGINE_NEW_WAIT_MAX_MS 10000
+#define ENGINE_NEW_WAIT_MAX_MS 60000
 
 /* Defaults: 1 thread, 64 MiB, 16-token blocks, 512-token budget, 64 running,
  * 256 queued, n_ctx 0 (= the model's n_ctx_train), no EOG test, no checks. */
