@@ -10,6 +10,7 @@
  *    (including a weight matrix of a type that converts but has no dot
  *    product, Q8_K, in a model made by `kvloom gen`).
  */
+#include <unistd.h>
 #include <jansson.h>
 
 #include "cli/cli.h"
@@ -195,7 +196,8 @@ static void expect_load_error(const char *src_path, const char *drop_tensor, con
         if (drop_tensor && strcmp(name, drop_tensor) == 0) continue;
         gguf_writer_add_tensor(w, name, t->type, (int)t->n_dims, t->dims, t->data);
     }
-    const char *tmp = "/tmp/kvloom-test-model-bad.gguf";
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "/tmp/kvloom-test-model-bad-%d.gguf", (int)getpid());
     CHECK(gguf_writer_write(w, tmp, &e) == 0);
     gguf_writer_free(w);
     gguf_free(g);

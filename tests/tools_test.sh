@@ -55,10 +55,10 @@ gen_model() { # preset, file name
     f="$M/$2.gguf"
     if [ -s "$f" ] && [ ! "$BIN" -nt "$f" ]; then return 0; fi
     if timeout 180 "$BIN" gen --preset "$1" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
-            --n-ff 256 --type Q8_0 --shared "$SHARED" -o "$f.tmp" > "$tmp/gen-$2.log" 2>&1 && [ -s "$f.tmp" ]; then
-        mv "$f.tmp" "$f"
+            --n-ff 256 --type Q8_0 --shared "$SHARED" -o "$f.tmp.$$" > "$tmp/gen-$2.log" 2>&1 && [ -s "$f.tmp.$$" ]; then
+        mv "$f.tmp.$$" "$f"
     else
-        rm -f "$f.tmp"
+        rm -f "$f.tmp.$$"
         bad "kvloom gen --preset $1"; cat "$tmp/gen-$2.log"
         return 1
     fi
