@@ -6,8 +6,9 @@
 #                   (chat page at http://127.0.0.1:8080/, Ctrl-C stops;
 #                   make run SERVE_ARGS="--port 8081 -m other.gguf")
 #   make test       install missing packages, build, run every test (unit, reference,
-#                   fuzz-corpus replay, ASan+UBSan build of the unit tests, and a
-#                   short ThreadSanitizer phase: the client load and a few server tests)
+#                   fuzz-corpus replay, ASan+UBSan build of the unit tests, a
+#                   short ThreadSanitizer phase: the concurrent client load, and
+#                   a few seconds of libFuzzer per fuzz target)
 #   make tsan       ThreadSanitizer build (build-thread/) of kvloom and the server
 #                   tests; runs them all and the concurrent client load
 #   make ci         the same with -Werror
@@ -63,7 +64,7 @@ FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%_replay)
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/%.o) $(B)/fuzz/replay.o
 
-.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan fmt fixtures
+.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan test-fuzz fmt fixtures
 all: $(B)/kvloom
 
 $(B)/%.o: %.c
@@ -144,7 +145,8 @@ fuzz: fuzz-build
 deps:
 	@sh tools/setup.sh
 
-# The builds use every core (JOBS); the tests themselves run one at a time.
+# The builds use every core (JOBS); tests/run.sh runs two tests at a time
+# (TEST_JOBS).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 run: deps
@@ -159,12 +161,19 @@ run: deps
 # results files are removed first so that a phase that fails to build is
 # never summed from a previous run's file.
 test: deps
-	@rm -f build/test-results.txt build-address/test-results.txt build-thread/test-results.txt; st=0; \
+	@rm -f build/test-results.txt build-address/test-results.txt build-thread/test-results.txt \
+	  $(FZ)/test-results.txt; st=0; \
 	$(MAKE) -j$(JOBS) --no-print-directory test-unit || st=1; \
 	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=address test-asan || st=1; \
 	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=thread TSAN_TESTS="$(TSAN_SHORT)" test-tsan || st=1; \
+	$(MAKE) -j$(JOBS) --no-print-directory test-fuzz || st=1; \
 	sh tests/summary.sh build/test-results.txt build-address/test-results.txt build-thread/test-results.txt \
-	  && exit $$st
+	  $(FZ)/test-results.txt && exit $$st
+
+# make test's fourth phase: a few seconds of libFuzzer per target
+# (tools/fuzz_smoke.sh; FUZZ_SMOKE_SECONDS, 3), nothing merged.
+test-fuzz: fuzz-build
+	@sh tools/fuzz_smoke.sh $(FZ) > $(FZ)/test-results.txt 2>&1; st=$$?; cat $(FZ)/test-results.txt; exit $$st
 
 # Fixture models are regenerated deterministically and checked against the
 # committed sums (tests/fixtures/README.md); test_model_ref reads them.

@@ -5,7 +5,10 @@ set -e
 # chromium: the web chat page test drives it headless (tests/webui_test.sh).
 # python3-jinja2: tests/chat_templates_test.sh cross-checks our chat template
 # renderer against it. clang-format: `make fmt` (.clang-format).
-PKGS="build-essential clang clang-format libmicrohttpd-dev libjansson-dev python3-numpy python3-jinja2 curl nodejs npm chromium"
+# libclang-rt-14-dev: libFuzzer and the sanitizer runtimes of Debian 12's clang
+# (only recommended by clang, so absent where recommends are not installed):
+# make fuzz and make test's fuzzing phase link with it.
+PKGS="build-essential clang libclang-rt-14-dev clang-format libmicrohttpd-dev libjansson-dev python3-numpy python3-jinja2 curl nodejs npm chromium"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
