@@ -134,9 +134,9 @@ for t in $targets; do
         */timeout-*)
             : > "$out/.empty"
             [ -n "${base:-}" ] || base=$(cpu_seconds "$bin" "$out/.empty")
-            cpu=$(cpu_seconds "$bin" "$a")
-            if [ -n "$cpu" ] && [ -n "$base" ] && awk "BEGIN { exit !($cpu - $base < 1) }"; then
-                echo "fuzz $t: $a: ${cpu} s of CPU when re-run (an empty input: ${base} s): the process was" \
+            tcpu=$(cpu_seconds "$bin" "$a")
+            if [ -n "$tcpu" ] && [ -n "$base" ] && awk "BEGIN { exit !($tcpu - $base < 1) }"; then
+                echo "fuzz $t: $a: ${tcpu} s of CPU when re-run (an empty input: ${base} s): the process was" \
                     "starved, not hung"
                 mv "$a" "$out/starved-${a##*/timeout-}"
                 starved=$((starved + 1))
