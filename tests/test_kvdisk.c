@@ -443,17 +443,24 @@ typedef struct answer {
     req_finish fin;
 } answer;
 
-static void ask(engine *en, const int32_t *prompt, int n_prompt, answer *a) {
-    memset(a, 0, sizeof *a);
-    int32_t *ids = xmalloc((size_t)n_prompt * sizeof *ids);
-    memcpy(ids, prompt, (size_t)n_prompt * sizeof *ids);
-    req *r = req_new(ids, n_prompt);
+/* A greedy request for max_tokens tokens (no EOS), with n_logprobs top
+ * log-probabilities per token, submitted. */
+static req *submit_greedy(engine *en, const int32_t *prompt, int n, int max_tokens, int n_logprobs) {
+    int32_t *ids = xmalloc((size_t)n * sizeof *ids);
+    memcpy(ids, prompt, (size_t)n * sizeof *ids);
+    req *r = req_new(ids, n);
     r->sp.temperature = 0;
-    r->max_tokens = 8;
+    r->max_tokens = max_tokens;
     r->ignore_eos = true;
-    r->n_logprobs = 5;
+    r->n_logprobs = n_logprobs;
     err_t e = {0};
     CHECK_MSG(engine_submit(en, r, &e) == 0, "%s", e.msg);
+    return r;
+}
+
+static void ask(engine *en, const int32_t *prompt, int n_prompt, answer *a) {
+    memset(a, 0, sizeof *a);
+    req *r = submit_greedy(en, prompt, n_prompt, 8, 5);
     req_finish fin = REQ_RUNNING;
     int seen = 0;
     while (fin == REQ_RUNNING) seen = req_wait(r, seen, 5000, &fin);
@@ -558,14 +565,7 @@ static void test_engine_disk(model *m) {
     {
         req *rs[N_PROMPTS];
         for (int p = 0; p < N_PROMPTS; p++) {
-            int32_t *ids = xmalloc(PROMPT_LEN * sizeof *ids);
-            memcpy(ids, g_prompts[p], PROMPT_LEN * sizeof *ids);
-            rs[p] = req_new(ids, PROMPT_LEN);
-            rs[p]->sp.temperature = 0;
-            rs[p]->max_tokens = 8;
-            rs[p]->ignore_eos = true;
-            err_t e = {0};
-            CHECK_MSG(engine_submit(en, rs[p], &e) == 0, "%s", e.msg);
+            rs[p] = submit_greedy(en, g_prompts[p], PROMPT_LEN, 8, 0);
             if (p % 2) req_cancel(rs[p]);
         }
         for (int p = 0; p < N_PROMPTS; p++) {
@@ -647,18 +647,6 @@ static void test_engine_disk(model *m) {
 
 /* ---- the engine: reads of a later request must not block the oldest ----- */
 
-static req *submit_greedy(engine *en, const int32_t *prompt, int n, int max_tokens) {
-    int32_t *ids = xmalloc((size_t)n * sizeof *ids);
-    memcpy(ids, prompt, (size_t)n * sizeof *ids);
-    req *r = req_new(ids, n);
-    r->sp.temperature = 0;
-    r->max_tokens = max_tokens;
-    r->ignore_eos = true;
-    err_t e = {0};
-    CHECK_MSG(engine_submit(en, r, &e) == 0, "%s", e.msg);
-    return r;
-}
-
 /* Waits at most timeout_ms for r to finish (cancels it after that); returns
  * its finish and copies up to 8 token ids. */
 static req_finish wait_bounded(req *r, int timeout_ms, int32_t *ids, int *n) {
@@ -698,18 +686,18 @@ static void test_engine_disk_reads_behind_oldest(model *m) {
     int32_t ref_a[8], ref_b[8], got[8];
     int n_a = 0, n_b = 0, n = 0;
     engine *en = new_engine(m, 256, NULL, 0);
-    req *r = submit_greedy(en, pa, LA, 8);
+    req *r = submit_greedy(en, pa, LA, 8, 0);
     CHECK_EQ_INT(wait_bounded(r, 20000, ref_a, &n_a), REQ_FINISH_LENGTH);
     req_unref(r);
-    r = submit_greedy(en, pb, LB, 8);
+    r = submit_greedy(en, pb, LB, 8, 0);
     CHECK_EQ_INT(wait_bounded(r, 20000, ref_b, &n_b), REQ_FINISH_LENGTH);
     req_unref(r);
     engine_free(en);
     en = new_engine(m, 256, g_dir, 0);
-    r = submit_greedy(en, pa, 3 * 16 + 1, 1);
+    r = submit_greedy(en, pa, 3 * 16 + 1, 1, 0);
     CHECK_EQ_INT(wait_bounded(r, 20000, got, &n), REQ_FINISH_LENGTH);
     req_unref(r);
-    r = submit_greedy(en, pb, 6 * 16 + 1, 1);
+    r = submit_greedy(en, pb, 6 * 16 + 1, 1, 0);
     CHECK_EQ_INT(wait_bounded(r, 20000, got, &n), REQ_FINISH_LENGTH);
     req_unref(r);
     engine_free(en); /* flushes the writes */
@@ -723,11 +711,11 @@ static void test_engine_disk_reads_behind_oldest(model *m) {
     o.step_delay_us = 20000; /* R runs for ~0.2 s: A and B queue behind it */
     err_t e = {0};
     CHECK_MSG(engine_new(m, &o, &en, &e) == 0, "%s", e.msg);
-    req *rr = submit_greedy(en, pr, LR, 10);
+    req *rr = submit_greedy(en, pr, LR, 10, 0);
     req_finish fin = REQ_RUNNING;
-    req_wait(rr, 0, 5000, &fin); /* R is running */
-    req *ra = submit_greedy(en, pa, LA, 8);
-    req *rb = submit_greedy(en, pb, LB, 8);
+    CHECK_MSG(req_wait(rr, 0, 5000, &fin) >= 1, "R is not running: A and B would not queue behind it");
+    req *ra = submit_greedy(en, pa, LA, 8, 0);
+    req *rb = submit_greedy(en, pb, LB, 8, 0);
     CHECK_EQ_INT(wait_bounded(rr, 20000, got, &n), REQ_FINISH_LENGTH);
     fin = wait_bounded(ra, 20000, got, &n);
     CHECK_MSG(fin == REQ_FINISH_LENGTH, "the oldest request did not finish in 20 s (finish %d): stalled", (int)fin);

@@ -346,8 +346,7 @@ static int32_t alloc_block(engine *en) {
  * most ENGINE_NEW_WAIT_MAX_MS) ago.
  * Agents that come back every few seconds re-pin their contexts and are
  * admitted first, so in a small pool a long new prompt could wait for ever
- * (the soak saw 1,500-token prompts time out after 120 s, and requests
- * behind them in arrival order with them): past the limit it is admitted
+ * (test_server_sched check_new_not_starved): past the limit it is admitted
  * with the returning agents, may take any pin (the most overdue first), and
  * nobody is admitted past it while it is not (no blocks yet, or its blocks
  * still being read from disk). */
@@ -1403,10 +1402,9 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     /* A new conversation waits for protected pins at most one pin lifetime
      * (--kv-ttl-max, at most ENGINE_NEW_WAIT_MAX_MS): longer, it is the
      * agents' returns re-pinning that keep it out, not one pin. */
-    if (en->o.new_wait_max_ms <= 0) {
-        double ttl_ms = (o->kv_ttl_max_s > 0 ? o->kv_ttl_max_s : 60) * 1000.0;
-        en->o.new_wait_max_ms = ttl_ms < ENGINE_NEW_WAIT_MAX_MS ? (int)ttl_ms : ENGINE_NEW_WAIT_MAX_MS;
-    }
+    double ttl_max_s = o->kv_ttl_max_s > 0 ? o->kv_ttl_max_s : 60;
+    if (en->o.new_wait_max_ms <= 0)
+        en->o.new_wait_max_ms = ttl_max_s * 1000 < ENGINE_NEW_WAIT_MAX_MS ? (int)(ttl_max_s * 1000) : ENGINE_NEW_WAIT_MAX_MS;
     en->o.max_running = MIN(o->max_running, o->max_batch_tokens);
     en->n_ctx = n_ctx;
     en->kv = model_kv_new(m, (int)n_blocks, o->block_tokens);
@@ -1416,7 +1414,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     }
     en->pool = kvpool_new((int)n_blocks);
     en->tree = radix_new(en->pool, o->block_tokens);
-    if (o->kv_policy == ENGINE_KV_AGENT) en->pol = kvpolicy_new(en->pool, o->kv_ttl_max_s > 0 ? o->kv_ttl_max_s : 60, 0);
+    if (o->kv_policy == ENGINE_KV_AGENT) en->pol = kvpolicy_new(en->pool, ttl_max_s, 0);
     en->st = model_state_new(m, o->max_batch_tokens, n_ctx, o->n_threads);
     int mr = en->o.max_running, mb = o->max_batch_tokens;
     en->logits = xmalloc((size_t)mr * (size_t)m->cfg.n_vocab * sizeof(float));
