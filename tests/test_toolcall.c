@@ -568,37 +568,45 @@ static void test_random_outputs(void) {
     CHECK_MSG(n_with_calls > 50 && n_broken > 20, "%d with calls, %d broken", n_with_calls, n_broken);
 }
 
-/* Truncated outputs, spelled out: an incomplete call is not a call and its
- * raw text is content; held text is content; a complete call whose closing
- * tag was cut still counts. */
+/* Truncated outputs, spelled out: an incomplete call is not a call and,
+ * cut by the length limit, never text (neither is a marker cut half-way);
+ * held text is content; a complete call whose closing tag was cut still
+ * counts. The same outputs ended by the model itself (not truncated) give
+ * the incomplete call's raw text as content (`untrunc`). */
 static void test_truncated(void) {
     static const struct {
         tc_format f;
         const char *text, *content;
         int count, started;
-        const char *args0;
+        const char *args0, *untrunc;
     } t[] = {
-        {TC_HERMES, "Hello <tool_ca", "Hello <tool_ca", 0, 0, NULL},
-        {TC_HERMES, "Hello\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa",
-         "Hello<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", 0, 1, "{\"city\": \"Pa"},
-        {TC_HERMES, "<tool_call>\n{\"name\": \"get_wea", "<tool_call>\n{\"name\": \"get_wea", 0, 0, NULL},
-        {TC_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"argu", "<tool_call>\n{\"name\": \"get_weather\", \"argu", 0, 1,
-         NULL},
-        {TC_LLAMA3, "{\"name\": \"get_weather\", \"param", "{\"name\": \"get_weather\", \"param", 0, 0, NULL},
-        {TC_HERMES, "<tool_call>\n" WEATHER "\n</tool_", "", 1, 1, WEATHER_ARGS},
-        {TC_MISTRAL, "[TOOL_CALLS] [" WEATHER ", {\"name\": \"g\", ", "{\"name\": \"g\", ", 1, 2, WEATHER_ARGS},
-        {TC_LLAMA3, "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3", "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3",
-         0, 1, "{\"q\": \"\xc3"},
+        {TC_HERMES, "Hello <tool_ca", "Hello", 0, 0, NULL, "Hello <tool_ca"},
+        {TC_HERMES, "Hello\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", "Hello", 0, 1,
+         "{\"city\": \"Pa", "Hello<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa"},
+        {TC_HERMES, "<tool_call>\n{\"name\": \"get_wea", "", 0, 0, NULL, "<tool_call>\n{\"name\": \"get_wea"},
+        {TC_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"argu", "", 0, 1, NULL,
+         "<tool_call>\n{\"name\": \"get_weather\", \"argu"},
+        {TC_HERMES, "<tool_call>\n" WEATHER "\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {",
+         "", 1, 2, WEATHER_ARGS, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {"},
+        {TC_LLAMA3, "{\"name\": \"get_weather\", \"param", "", 0, 0, NULL, "{\"name\": \"get_weather\", \"param"},
+        {TC_HERMES, "<tool_call>\n" WEATHER "\n</tool_", "", 1, 1, WEATHER_ARGS, ""},
+        {TC_MISTRAL, "[TOOL_CALLS] [" WEATHER ", {\"name\": \"g\", ", "", 1, 2, WEATHER_ARGS, "{\"name\": \"g\", "},
+        {TC_GENERIC, "Calling.\n{\"tool_calls\": [", "Calling.", 0, 0, NULL, "Calling.\n{\"tool_calls\": ["},
+        {TC_LLAMA3, "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3", "", 0, 1, "{\"q\": \"\xc3",
+         "{\"name\": \"f\", \"parameters\": {\"q\": \"\xc3"},
     };
     for (size_t i = 0; i < ARRAY_LEN(t); i++) {
         pcase c = {t[i].f, true, false, false, t[i].text, NULL, NULL, 0, {{0}}};
-        folded r;
-        run_pieces(&c, NULL, 0, strlen(t[i].text), true, &r, NULL);
-        CHECK_MSG(!r.bad && r.count == t[i].count && r.n_started == t[i].started && strcmp(nz(r.content), t[i].content) == 0 &&
-                      (!t[i].args0 || strcmp(nz(r.args[0]), t[i].args0) == 0),
-                  "truncated case %zu", i);
-        if (r.bad || r.count != t[i].count || strcmp(nz(r.content), t[i].content) != 0) show("got", &r);
-        folded_free(&r);
+        for (int trunc = 1; trunc >= 0; trunc--) {
+            const char *want = trunc ? t[i].content : t[i].untrunc;
+            folded r;
+            run_pieces(&c, NULL, 0, strlen(t[i].text), trunc, &r, NULL);
+            bool ok = !r.bad && r.count == t[i].count && r.n_started == t[i].started && strcmp(nz(r.content), want) == 0 &&
+                      (!t[i].args0 || strcmp(nz(r.args[0]), t[i].args0) == 0);
+            CHECK_MSG(ok, "truncated case %zu (truncated %d)", i, trunc);
+            if (!ok) show("got", &r);
+            folded_free(&r);
+        }
     }
 }
 

@@ -27,18 +27,21 @@
  *   - Ids: "call_" + 24 characters of [A-Za-z0-9] from a splitmix64 stream
  *     seeded by id_seed and the call index (the same seed and index always
  *     give the same id).
- *   - An incomplete call (output truncated, or ended inside the call) and a
- *     malformed call are not calls: their raw text, from the call marker on,
- *     is content. The events already streamed for such a call stay out there
+ *   - An incomplete call and a malformed call are not calls. A call cut by
+ *     the length limit (`truncated`: max_tokens, the context) is dropped
+ *     whole, with a call marker cut half-way: an agent framework must never
+ *     see call markup as text (issue 24). A malformed call, or one that the
+ *     model ended itself before it was complete, has its raw text, from the
+ *     call marker on, as content. The events already streamed for such a call stay out there
  *     (a stream cannot take them back), so only calls with index < the count
  *     tc_parser_finish returns are complete; a non-streaming caller drops
  *     CALL_* events of higher index. After a call whose CALL_START went out
  *     breaks, the rest of the output is content.
  *   - Whitespace around call blocks is dropped: before a call marker, after a
  *     call block, around <think>...</think>.
- *   - `truncated` does not change what is parsed: a complete call at the end
- *     of a truncated output (say its "</tool_call>" was cut) is still
- *     counted; the caller decides the finish_reason.
+ *   - `truncated` changes only what happens to an incomplete call's text: a
+ *     complete call at the end of a truncated output (say its "</tool_call>"
+ *     was cut) is still counted; the caller decides the finish_reason.
  *
  * The parser keeps the whole output in one buffer. Offsets into it:
  *
@@ -1060,7 +1063,6 @@ void tc_parser_feed(tc_parser *p, const char *text, size_t n, tc_events *out) {
 }
 
 int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out) {
-    (void)truncated; /* what is parsed does not depend on it: see the top of the file */
     if (p->finished) return p->n_calls;
     p->finished = true;
     p->ev_base = out->n;
@@ -1078,8 +1080,22 @@ int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out) {
     case S_CALL:
         emit_args(p, out, true);
         /* fall through */
+    case S_OPEN:
+    case S_G_KEY:
+    case S_G_COLON:
+    case S_G_ARR:
+        /* an incomplete call (emit_pos is its start): cut by the length
+         * limit it is dropped, never shown as text; otherwise (the output
+         * ended inside it) its raw text is content */
+        if (!truncated) emit_text(p, out, TC_EV_CONTENT, p->n);
+        break;
+    case S_TEXT:
+        /* held: whitespace, then from pos the start of a possible marker; a
+         * marker cut by the length limit is dropped with the space before it */
+        emit_text(p, out, TC_EV_CONTENT, truncated && p->pos < p->n ? rtrim_ws(p->buf, p->emit_pos, p->pos) : p->n);
+        break;
     default:
-        /* held text; an incomplete call's raw text (emit_pos is its start) */
+        /* held text; a broken call's raw text (emit_pos is its start) */
         emit_text(p, out, TC_EV_CONTENT, p->n);
         break;
     }

@@ -116,9 +116,11 @@ void tc_parser_free(tc_parser *p);
  * text exactly as generated. */
 void tc_parser_feed(tc_parser *p, const char *text, size_t n, tc_events *out);
 
-/* The end of the output: flushes what was held. `truncated` (finish_reason
- * "length"): a call that did not complete is not reported as a call; what was
- * held is given as content. Returns the number of complete calls parsed so
+/* The end of the output: flushes what was held. A call that did not
+ * complete is not reported as a call. `truncated` (finish_reason "length"):
+ * its text (from its marker on, also a marker cut half-way) is dropped;
+ * otherwise what was held, the incomplete call's raw text included, is given
+ * as content. Returns the number of complete calls parsed so
  * far (so the caller sets finish_reason "tool_calls" when > 0 and the output
  * was not truncated). A malformed call (its JSON does not parse, or has no
  * string name) is returned as content, never as an invented call.

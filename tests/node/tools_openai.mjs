@@ -222,8 +222,9 @@ async function main() {
     });
   }
   // Parallel calls allowed: the model may chain calls until max_tokens. Every
-  // call reported is complete and valid; a cut one is not reported (it is
-  // content); streamed, the same calls come (plus at most the cut one).
+  // call reported is complete and valid; a cut one is not reported, and never
+  // shown as text (no content: the calls are forced); streamed, the same calls
+  // come (plus at most the start of the cut one).
   await h.section("required, parallel allowed", async () => {
     const q = req({ tool_choice: "required", parallel_tool_calls: true, max_tokens: 150 });
     const r = await client.chat.completions.create(q);
@@ -232,12 +233,13 @@ async function main() {
     check(calls.length >= 1, "parallel allowed: at least one call", r);
     check(c.finish_reason === "tool_calls" || c.finish_reason === "length", "parallel allowed: finish_reason", c.finish_reason);
     if (c.finish_reason === "tool_calls") checkCalls("parallel allowed (finished)", r);
+    check(!c.message.content, "parallel allowed: no content (a cut call is not text)", c.message.content);
     for (const [i, tc] of calls.entries()) {
       const v = Object.hasOwn(SCHEMA_OF, tc.function.name) ? parseAndValidate(SCHEMA_OF[tc.function.name], tc.function.arguments) : { ok: false };
       check(v.ok, `parallel allowed: call ${i} complete and valid`, { tc, errors: v.errors });
     }
     const ns = calls.map((tc) => ({ name: tc.function.name, arguments: tc.function.arguments }));
-    const { calls: st } = await streamCalls("parallel allowed, streamed", q, { finish: c.finish_reason, content: c.finish_reason === "tool_calls" ? "" : null });
+    const { calls: st } = await streamCalls("parallel allowed, streamed", q, { finish: c.finish_reason, content: "" });
     const sg = st.map((e) => ({ name: e.name, arguments: e.arguments }));
     check(JSON.stringify(sg.slice(0, ns.length)) === JSON.stringify(ns) && sg.length <= ns.length + 1,
           "parallel allowed: the streamed calls start with the non-streamed ones", { stream: sg, nonstream: ns });

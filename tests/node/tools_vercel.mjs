@@ -71,6 +71,20 @@ function makeTools(executed) {
 const ONE_CALL = { kvloom: { parallel_tool_calls: false } };
 const SCHEMAS = { get_weather: [Lookup, LOOKUP_SCHEMA], convert: [Convert, null] };
 
+// The content of a chat answer as the server sent it: a whole answer's
+// message.content, or a stream's delta.content joined.
+function answerContent(raw) {
+  if (typeof raw !== "string") return null;
+  if (!raw.startsWith("data:")) return JSON.parse(raw).choices[0].message.content ?? "";
+  let s = "";
+  for (const line of raw.split("\n")) {
+    if (!line.startsWith("data: {")) continue;
+    const c = JSON.parse(line.slice(6)).choices;
+    if (c && c[0] && c[0].delta && c[0].delta.content) s += c[0].delta.content;
+  }
+  return s;
+}
+
 function checkToolCalls(what, toolCalls, { only = null } = {}) {
   if (!check(Array.isArray(toolCalls) && toolCalls.length >= 1, `${what}: tool calls`, toolCalls)) return;
   for (const [i, tc] of toolCalls.entries()) {
@@ -161,6 +175,51 @@ async function main() {
     check(deltas >= 2, "streamText required: tool input arrives in deltas", deltas);
     check((await r.finishReason) === "tool-calls", "streamText required: finishReason tool-calls", await r.finishReason);
   });
+
+  // A tool step with parallel_tool_calls at its default (parallel) and a small
+  // maxOutputTokens: the model chains calls until the limit cuts one. The cut
+  // call is never text (no "<tool_call>" or call JSON in the step's text), the
+  // complete calls come as valid tool calls, finishReason is "length". (The
+  // AI SDK itself executes no tool of a "length" step — ai 6's
+  // isToolExecutionAllowedFinishReason — so the loop ends there; streamed,
+  // the cut call's start was already sent and the SDK lists it as an invalid
+  // call.) Seeds are tried until a step ends at the limit with a call.
+  for (const stream of [false, true]) {
+    const what = `cut by maxOutputTokens${stream ? ", streamed" : ""}`;
+    await h.section(what, async () => {
+      let cut = 0;
+      for (let seed = 1; seed <= 8 && cut < 2; seed++) {
+        const executed = [];
+        const n0 = log.length;
+        const args = {
+          model, tools: makeTools(executed), toolChoice: "required", prompt: "Weather in Paris, Oslo and Rome?",
+          temperature: 1, seed, maxOutputTokens: 45, stopWhen: stepCountIs(2), maxRetries: 0, abortSignal: signal(),
+        };
+        let steps;
+        if (stream) {
+          const r = streamText({ ...args, onError: ({ error }) => check(false, `${what}: error`, String(error)) });
+          for await (const _ of r.fullStream) { /* drain */ }
+          steps = await r.steps;
+        } else {
+          steps = (await generateText(args)).steps;
+        }
+        await Promise.all(log.map((e) => e.done));
+        const first = log[n0] && log[n0].body;
+        check(first && first.parallel_tool_calls === undefined && first.max_tokens === 45,
+              `${what}: parallel_tool_calls left at its default`, first);
+        const s0 = steps[0];
+        const content = answerContent(log[n0] && log[n0].response);
+        check(content === "", `${what} seed ${seed}: no content in the answer (forced calls; a cut one is not text)`, content);
+        if (!s0 || s0.finishReason !== "length" || s0.toolCalls.filter((tc) => !tc.invalid).length === 0) continue;
+        cut++;
+        check(!/tool_call|TOOL_CALLS|"name"|python_tag/.test(s0.text), `${what} seed ${seed}: no call markup in the text`, s0.text);
+        const valid = s0.toolCalls.filter((tc) => !tc.invalid);
+        checkToolCalls(`${what} seed ${seed}`, valid);
+        check(s0.toolCalls.length - valid.length <= (stream ? 1 : 0), `${what} seed ${seed}: invalid calls: ${stream ? "at most the cut one" : "none"}`, s0.toolCalls);
+      }
+      check(cut >= 1, `${what}: some step was cut by the limit after a complete call`, cut);
+    });
+  }
 
   // Two steps: a forced call, its result back to the model, then text.
   await h.section("generateText two steps", async () => {
