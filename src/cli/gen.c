@@ -31,26 +31,36 @@ typedef struct gen_shape {
     float rope_theta, rms_eps;
     bool tied, rope_freqs; /* rope_freqs: Llama 3.1+ style scaling factors */
     const char *vocab;     /* path relative to the shared folder            */
+    int pooling;           /* {arch}.pooling_type: 0 none (a generator), 1 mean,
+                              2 cls, 3 last (model_pooling)                  */
 } gen_shape;
 
 static const gen_shape presets[] = {
     {"smollm2-135m", "llama", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000, 1e-5f, true, false,
-     "tokenizers/smollm2-135m-instruct/tokenizer.json"},
+     "tokenizers/smollm2-135m-instruct/tokenizer.json", 0},
     {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json"},
+     "tokenizers/qwen3/tokenizer.json", 0},
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json"},
+     "tokenizers/qwen3/tokenizer.json", 0},
     {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000, 1e-5f, true, true,
-     "tokenizers/llama3/tokenizer.json"},
+     "tokenizers/llama3/tokenizer.json", 0},
     {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 64, 5632, 32000, 2048, 10000, 1e-5f, false, false,
-     "vocab/ggml-vocab-llama-spm.gguf"},
+     "vocab/ggml-vocab-llama-spm.gguf", 0},
+    /* embedders: Qwen3-Embedding-0.6B (qwen3-0.6b's shape, 151669 embedding
+     * rows, last-token pooling) and bge-small-en-v1.5 (bert, CLS pooling) */
+    {"qwen3-embedding-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151669, 32768, 1000000, 1e-6f, true, false,
+     "tokenizers/qwen3/tokenizer.json", 3},
+    {"bge-small-en-v1.5", "bert", 384, 12, 12, 12, 32, 1536, 30522, 512, 0, 1e-12f, true, false,
+     "vocab/ggml-vocab-bert-bge.gguf", 2},
 };
 
 static void gen_usage(FILE *out) {
     fprintf(out,
             "usage: kvloom gen (--preset NAME | --arch ARCH --n-embd N --n-layer N --n-head N [--n-head-kv N]\n"
             "                  [--head-dim N] --n-ff N --n-vocab N) [--type TYPE] [--seed S] [--vocab FILE]\n"
-            "                  [--rope-freqs] [--tied] [--untied] [--shared DIR] -o OUT.gguf\n"
+            "                  [--rope-freqs] [--tied] [--untied] [--n-ctx N] [--pooling mean|cls|last]\n"
+            "                  [--shared DIR] -o OUT.gguf\n"
+            "  ARCH: llama qwen2 qwen3 bert (an encoder: bidirectional, LayerNorm, GELU, learned positions)\n"
             "  presets:");
     for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(out, " %s", presets[i].name);
     fprintf(out,
@@ -218,6 +228,46 @@ static void add_byte_vocab(gguf_writer *w, int n_vocab) {
     free(scores);
 }
 
+/* A norm's or bias's vector: base + N(0, sd) (random so that the reference
+ * test sees a wrong weight/bias pairing). */
+static void add_vec(gguf_writer *w, owned_list *ol, rng *r, const char *name, int64_t n, float base, float sd) {
+    float *d = own(ol, xmalloc(sizeof(float) * (size_t)n));
+    for (int64_t i = 0; i < n; i++) d[i] = base + rng_normal(r) * sd;
+    gguf_writer_add_tensor(w, name, DT_F32, 1, &n, d);
+}
+
+/* The encoder tensors of a bert model, named as the GGUF converter names
+ * them (token_embd is written by the caller). */
+static void add_bert(gguf_writer *w, owned_list *ol, rng *r, const gen_shape *s, uint32_t type) {
+    const float sd = 0.02f;
+    const int D = s->n_embd, F = s->n_ff;
+    char name[96];
+    add_random(w, ol, r, "position_embd.weight", type, D, s->n_ctx, sd);
+    add_random(w, ol, r, "token_types.weight", type, D, 2, sd);
+    add_vec(w, ol, r, "token_embd_norm.weight", D, 1.0f, 0.1f);
+    add_vec(w, ol, r, "token_embd_norm.bias", D, 0.0f, 0.1f);
+    for (int l = 0; l < s->n_layer; l++) {
+#define N(x) (snprintf(name, sizeof name, "blk.%d.%s", l, x), name)
+        const char *mats[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
+        for (int i = 0; i < 4; i++) {
+            char wn[64], bn[64];
+            snprintf(wn, sizeof wn, "%s.weight", mats[i]);
+            snprintf(bn, sizeof bn, "%s.bias", mats[i]);
+            add_random(w, ol, r, N(wn), type, D, D, sd);
+            add_vec(w, ol, r, N(bn), D, 0.0f, sd);
+        }
+        add_vec(w, ol, r, N("attn_output_norm.weight"), D, 1.0f, 0.1f);
+        add_vec(w, ol, r, N("attn_output_norm.bias"), D, 0.0f, 0.1f);
+        add_random(w, ol, r, N("ffn_up.weight"), type, D, F, sd);
+        add_vec(w, ol, r, N("ffn_up.bias"), F, 0.0f, sd);
+        add_random(w, ol, r, N("ffn_down.weight"), type, F, D, sd);
+        add_vec(w, ol, r, N("ffn_down.bias"), D, 0.0f, sd);
+        add_vec(w, ol, r, N("layer_output_norm.weight"), D, 1.0f, 0.1f);
+        add_vec(w, ol, r, N("layer_output_norm.bias"), D, 0.0f, 0.1f);
+#undef N
+    }
+}
+
 /* Llama 3.1+ rope scaling written as per-frequency divisors, as the GGUF
  * converter does (factor 32, low/high frequency factors 1 and 4, original
  * context 8192 for Llama 3.2). */
@@ -273,6 +323,15 @@ int cli__gen(int argc, char **argv) {
         INTARG("--head-dim", head_dim)
         INTARG("--n-ff", n_ff)
         INTARG("--n-vocab", n_vocab)
+        INTARG("--n-ctx", n_ctx)
+        else if (strcmp(a, "--pooling") == 0 && v) {
+            s.pooling = !strcmp(v, "mean") ? 1 : !strcmp(v, "cls") ? 2 : !strcmp(v, "last") ? 3 : -1;
+            if (s.pooling < 0) {
+                fprintf(stderr, "kvloom gen: --pooling must be mean, cls or last\n");
+                return 2;
+            }
+            i++;
+        }
         else if (strcmp(a, "--type") == 0 && v) { type_name = v; i++; }
         else if (strcmp(a, "--seed") == 0 && v) { seed = strtoull(v, NULL, 10); i++; }
         else if (strcmp(a, "--vocab") == 0 && v) { vocab = v; i++; }
@@ -297,9 +356,20 @@ int cli__gen(int argc, char **argv) {
         gen_usage(stderr);
         return 2;
     }
-    if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3")) {
-        fprintf(stderr, "kvloom gen: --arch must be llama, qwen2 or qwen3\n");
+    if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3") && strcmp(s.arch, "bert")) {
+        fprintf(stderr, "kvloom gen: --arch must be llama, qwen2, qwen3 or bert\n");
         return 2;
+    }
+    bool bert = strcmp(s.arch, "bert") == 0;
+    if (bert) {
+        s.n_head_kv = s.n_head;
+        s.head_dim = 0;
+        if (!have_preset) s.rms_eps = 1e-12f;
+        if (!s.pooling) s.pooling = 1;
+        if (s.n_ctx <= 0 || s.n_ctx > 65536) {
+            fprintf(stderr, "kvloom gen: bert --n-ctx must be in 1..65536 (rows of position_embd)\n");
+            return 2;
+        }
     }
     if (s.n_head_kv <= 0) s.n_head_kv = s.n_head;
     if (s.head_dim <= 0) s.head_dim = s.n_embd / s.n_head;
@@ -325,9 +395,16 @@ int cli__gen(int argc, char **argv) {
         gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)s.head_dim);
         gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)s.head_dim);
     }
-    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s.head_dim);
-    gguf_writer_set_f32(w, KEY("rope.freq_base"), s.rope_theta);
-    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s.rms_eps);
+    if (bert) {
+        gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), s.rms_eps);
+        gguf_writer_set_bool(w, KEY("attention.causal"), false);
+        gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", 2);
+    } else {
+        gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)s.head_dim);
+        gguf_writer_set_f32(w, KEY("rope.freq_base"), s.rope_theta);
+        gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s.rms_eps);
+    }
+    if (s.pooling) gguf_writer_set_u32(w, KEY("pooling_type"), (uint32_t)s.pooling);
     gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)s.n_vocab);
 #undef KEY
     int r = 0;
@@ -352,6 +429,10 @@ int cli__gen(int argc, char **argv) {
     int q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
     char name[96];
     add_random(w, &ol, &rg, "token_embd.weight", (uint32_t)type, s.n_embd, s.n_vocab, sd);
+    if (bert) {
+        add_bert(w, &ol, &rg, &s, (uint32_t)type);
+        goto write;
+    }
     add_const(w, &ol, "output_norm.weight", s.n_embd, 1.0f);
     if (!s.tied) add_random(w, &ol, &rg, "output.weight", (uint32_t)type, s.n_embd, s.n_vocab, sd);
     if (s.rope_freqs) {
@@ -382,6 +463,7 @@ int cli__gen(int argc, char **argv) {
         add_random(w, &ol, &rg, N("ffn_down.weight"), (uint32_t)type, s.n_ff, s.n_embd, sd);
 #undef N
     }
+write:
     r = gguf_writer_write(w, out, &e);
     if (r) fprintf(stderr, "kvloom gen: %s\n", e.msg);
     else fprintf(stderr, "kvloom gen: wrote %s (%s %s, %d layers, vocab %d)\n", out, s.name, dtype_name((uint32_t)type),

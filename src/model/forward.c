@@ -82,6 +82,7 @@ static size_t act_bytes_for(const kern_mat *w, int T) { return (size_t)T * kern_
 model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_threads) {
     const model_config *c = &m->cfg;
     ASSERT(max_tokens > 0 && max_ctx > 0);
+    ASSERT(!c->encoder); /* encoders run through model_encode (bert.c) */
     model_state *s = xcalloc(1, sizeof *s);
     size_t T = (size_t)max_tokens, q_dim = (size_t)c->n_head * c->head_dim, kv_dim = (size_t)c->n_head_kv * c->head_dim;
     s->max_tokens = max_tokens;
@@ -556,4 +557,10 @@ int model_forward(const model *m, model_state *s, model_kv *kv, const model_batc
         kern_rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)s->rows[i] * D, m->out_norm, D, c->rms_eps);
     kern_matmul(p, &m->output, s->xb, n_rows, logits, s->act);
     return n_rows;
+}
+
+void model_hidden(const model *m, const model_state *s, int t, float *out) {
+    const model_config *c = &m->cfg;
+    ASSERT(t >= 0 && t < s->max_tokens);
+    kern_rmsnorm(out, s->x + (size_t)t * c->n_embd, m->out_norm, c->n_embd, c->rms_eps);
 }

@@ -23,6 +23,7 @@ static const struct {
     {"mistral", ARCH_LLAMA},
     {"qwen2", ARCH_QWEN2},
     {"qwen3", ARCH_QWEN3},
+    {"bert", ARCH_BERT},
 };
 
 /* Reads "{arch}.{suffix}" as an integer; `required` makes absence an error. */
@@ -68,7 +69,7 @@ static int read_config(const gguf_ctx *g, model_config *c, err_t *e) {
         if (strcmp(c->arch_name, arch_names[i].name) == 0) c->arch = arch_names[i].arch;
     if (c->arch == ARCH_COUNT)
         return err_set(e, ERR_UNSUPPORTED,
-                       "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                       "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, bert)",
                        c->arch_name);
     const char *an = c->arch_name;
     int r;
@@ -114,6 +115,15 @@ static int read_config(const gguf_ctx *g, model_config *c, err_t *e) {
     }
     c->has_qkv_bias = c->arch == ARCH_QWEN2;
     c->has_qk_norm = c->arch == ARCH_QWEN3;
+    c->encoder = c->arch == ARCH_BERT;
+    int pool;
+    if ((r = get_int(g, an, "pooling_type", false, c->encoder ? MODEL_POOL_MEAN : MODEL_POOL_NONE, 0, 4, &pool, e)))
+        return r;
+    if (pool == 4) /* rank: a reranker's classifier head, not an embedding */
+        return err_set(e, ERR_UNSUPPORTED, "model: '%s.pooling_type' 4 (rank) is not supported", an);
+    if (c->encoder && pool == MODEL_POOL_NONE)
+        return err_set(e, ERR_UNSUPPORTED, "model: '%s.pooling_type' 0 (none): an encoder needs mean, cls or last", an);
+    c->pooling = (model_pooling)pool;
     return 0;
 }
 
@@ -198,6 +208,13 @@ int model_load_gguf(gguf_ctx *g, model **out, err_t *e) {
         goto fail;
     }
     c->n_vocab = (int)te->dims[1];
+    if (c->encoder) {
+        if ((r = model__bert_load(g, m, e))) goto fail;
+        for (int64_t i = 0; i < gguf_n_tensors(g); i++) m->weight_bytes += gguf_tensor_at(g, i)->n_bytes;
+        m->gguf = g;
+        *out = m;
+        return 0;
+    }
     int hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
     if ((r = load_mat(g, "token_embd.weight", c->n_embd, c->n_vocab, &m->tok_embd, e))) goto fail;
 
@@ -248,6 +265,7 @@ int model_load_gguf(gguf_ctx *g, model **out, err_t *e) {
     *out = m;
     return 0;
 fail:
+    model__bert_free(m->bert);
     free(m->f32_owned);
     free(m->layers);
     free(m);
@@ -257,6 +275,7 @@ fail:
 void model_free(model *m) {
     if (!m) return;
     gguf_free(m->gguf);
+    model__bert_free(m->bert);
     free(m->f32_owned);
     free(m->layers);
     free(m);
@@ -284,4 +303,18 @@ void model_kv_free(model_kv *kv) {
     free(kv->k);
     free(kv->v);
     free(kv);
+}
+
+/* ---- for the other architecture files (model_internal.h) ---- */
+
+int model__load_mat(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n_out, kern_mat *m, err_t *e) {
+    return load_mat(g, name, n_in, n_out, m, e);
+}
+
+int model__load_vec(const gguf_ctx *g, const char *name, int64_t n, float *dst, err_t *e) {
+    const gguf_tensor *t;
+    int r = find_tensor(g, name, n, 0, false, &t, e);
+    if (r) return r;
+    quant_dequant_row(t->type, t->data, dst, n);
+    return 0;
 }

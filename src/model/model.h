@@ -43,7 +43,15 @@
 #include "../kern/kern.h"
 #include "gguf.h"
 
-typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_COUNT } model_arch;
+typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_BERT, ARCH_COUNT } model_arch;
+/* How an embedding is pooled from the last hidden states ({arch}.pooling_type,
+ * the GGUF converter's numbering). */
+typedef enum model_pooling {
+    MODEL_POOL_NONE = 0, /* not an embedding model (no pooling_type)          */
+    MODEL_POOL_MEAN = 1, /* mean over the sequence's tokens                   */
+    MODEL_POOL_CLS = 2,  /* the first token ([CLS])                            */
+    MODEL_POOL_LAST = 3, /* the last token (decoder embedders, Qwen3-Embedding) */
+} model_pooling;
 typedef enum rope_kind { ROPE_NORM = 0, ROPE_NEOX = 1 } rope_kind;
 
 typedef struct model_config {
@@ -66,6 +74,13 @@ typedef struct model_config {
     bool has_qkv_bias;    /* qwen2                                             */
     bool has_qk_norm;     /* qwen3                                             */
     bool tied_output;     /* output.weight absent: reuse token_embd            */
+    /* embeddings */
+    bool encoder;         /* bert: bidirectional, no KV cache; runs through
+                             model_encode only (model_forward refuses it)     */
+    model_pooling pooling; /* {arch}.pooling_type; NONE when absent (bert:
+                             MEAN when absent, the sentence-transformers default) */
+    float norm_eps;       /* bert: attention.layer_norm_epsilon (LayerNorm)    */
+    int n_token_types;    /* bert: rows of token_types (tokenizer.ggml.token_type_count) */
 } model_config;
 
 typedef struct model_layer {
@@ -87,6 +102,7 @@ typedef struct model {
     model_layer *layers;  /* (n_layer)                                 */
     float *f32_owned;     /* norms/biases converted at load (owned)    */
     size_t weight_bytes;  /* total bytes of all tensors                */
+    struct model_bert *bert; /* encoder weights (bert.c), NULL for decoders */
 } model;
 
 /* Loads a model: maps the file, validates every tensor's presence, type and
@@ -140,5 +156,30 @@ pool *model_state_pool(model_state *s);
  * <0 with `e` set when the batch is invalid (bad token id, position beyond
  * a block table or max_ctx, too many tokens). Invalid batches write nothing. */
 int model_forward(const model *m, model_state *s, model_kv *kv, const model_batch *b, float *logits, err_t *e);
+
+/* The final hidden state of batch token t of the last model_forward call on
+ * s, after the output norm: out (n_embd). Valid until the next forward on s;
+ * the pooled embedding of decoder embedders (last-token pooling). */
+void model_hidden(const model *m, const model_state *s, int t, float *out);
+
+/* ---- encoders (bert.c) ----
+ * Bidirectional models hold no KV cache: each call runs whole sequences.
+ *
+ *   tokens: the sequences' ids one after another, seq_len[i] of sequence i
+ *           (1 .. n_ctx_train each, in total at most the state's max_tokens)
+ *   out:    (n_seqs, n_embd) the pooled last hidden states (cfg.pooling),
+ *           not normalised
+ *
+ * Batch invariant: a sequence's output does not depend on the others in the
+ * call. Errors (<0, e set, nothing written): bad ids, lengths, sizes. */
+typedef struct model_enc_state model_enc_state;
+model_enc_state *model_enc_state_new(const model *m, int max_tokens, int n_threads);
+void model_enc_state_free(model_enc_state *s); /* NULL is a no-op */
+int model_encode(const model *m, model_enc_state *s, const int32_t *tokens, const int *seq_len, int n_seqs,
+                 float *out, err_t *e);
+
+/* Loads the encoder part of a bert GGUF (bert.c; model_load calls it). */
+int model__bert_load(const gguf_ctx *g, model *m, err_t *e);
+void model__bert_free(struct model_bert *b);
 
 #endif

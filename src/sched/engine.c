@@ -1212,7 +1212,7 @@ static model_batch step_build(engine *en, int n_tok, int n_bs, int *n_logits, ui
             en->b_tok[k] = s->tokens[p];
             en->b_pos[k] = p;
             en->b_seq[k] = j;
-            en->b_logits[k] = (p == s->n_tokens - 1);
+            en->b_logits[k] = p == s->n_tokens - 1 && !s->r->embd; /* embeddings: model_hidden */
             *n_logits += en->b_logits[k];
             if (p < s->n_prefill_end) (*n_prompt_work)++;
             k++;
@@ -1253,13 +1253,20 @@ static bool step_forward(engine *en, const model_batch *b, int n_logits) {
  * index and the disk, then a token for those at their end, and finishing. */
 static void step_advance(engine *en, int n_bs) {
     int row = 0;
-    for (int j = 0; j < n_bs; j++) {
+    for (int j = 0, k_end = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
         s->n_computed += en->b_chunk[j];
+        k_end += en->b_chunk[j];
         s->r->n_forward_steps++;
         seq_index_computed(en, s);
         disk_write_through(en, s);
         if (s->n_computed < s->n_tokens) continue;
+        if (s->r->embd) { /* an embedding: the last token's hidden state, nothing generated */
+            model_hidden(en->m, en->st, k_end - 1, s->r->embd);
+            list_remove(&en->running, s);
+            seq_finish(en, s, REQ_FINISH_STOP, NULL);
+            continue;
+        }
         /* (a forced run at admission may already have reached max_tokens) */
         req_finish why = s->n_generated >= s->r->max_tokens
                              ? REQ_FINISH_LENGTH

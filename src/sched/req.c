@@ -58,6 +58,7 @@ void req_unref(req *r) {
     free(r->tokens);
     grammar_unref(r->grammar);
     free(r->grammar_trigger);
+    free(r->embd);
     free(r);
 }
 

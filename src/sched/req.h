@@ -79,6 +79,11 @@ typedef struct req {
     double kv_ttl_s;       /* < 0: predicted; 0: no pin (and drop the session's) */
     double kv_next_use_s;  /* < 0: unknown; else the client's predicted return   */
     bool kv_done;          /* kv_hint "done": no pin, the session's pin dropped  */
+    /* Embedding (set embd to ask for one; the req frees it): the prompt is
+     * run, nothing is generated, and the pooled final hidden state
+     * (n_embd floats, not normalised) is written here before the finish
+     * record (REQ_FINISH_STOP). Decoders pool the last token. */
+    float *embd;
 
     /* ---- control: any thread ---- */
     atomic_bool cancel;    /* set by req_cancel                                  */

@@ -44,6 +44,7 @@
 #include "../kern/types.h"
 #include "../chat/chat.h"
 #include "apis.h"
+#include "embed.h"
 #include "generate.h"
 #include "server.h"
 #include "oai.h"
@@ -973,6 +974,10 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path) {
     if (!strcmp(path, "/api/chat")) return handle_generation(rc, x, true);
     if (!strcmp(path, "/api/generate")) return handle_generation(rc, x, false);
+    if (!strcmp(path, "/api/embed") || !strcmp(path, "/api/embeddings")) {
+        embed_ollama(rc, x, !strcmp(path, "/api/embeddings"));
+        return false;
+    }
     if (!strcmp(path, "/api/tags")) {
         handle_tags(rc, x);
     } else if (!strcmp(path, "/api/show")) {

@@ -443,6 +443,14 @@ fail:
 
 gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
     bool think_open = false;
+    if (!rc->en) { /* an encoder (bert) embeds and never generates */
+        f->status = 400;
+        f->param = "model";
+        f->code = "model_not_supported";
+        err_set(&f->e, ERR_INVALID, "the model '%s' is an embedding model: it answers /v1/embeddings only",
+                rc->model_id);
+        return NULL;
+    }
     req *r = gen_request(rc, p, engine_n_ctx(rc->en), &think_open, f);
     if (!r) return NULL;
     int src = engine_submit(rc->en, r, &f->e);

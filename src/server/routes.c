@@ -25,6 +25,7 @@
 #include "../chat/toolcall.h"
 #include "../sched/req.h"
 #include "apis.h"
+#include "embed.h"
 #include "generate.h"
 #include "oai.h"
 #include "oai_answer.h"
@@ -109,15 +110,15 @@ static void handle_models(routes_ctx *rc, http_exchange *x, const char *id) {
     }
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:I}}", "id", rc->model_id, "object", "model", "created",
                           (json_int_t)rc->created, "owned_by", "kvloom", "meta", "n_vocab", rc->m->cfg.n_vocab, "n_ctx",
-                          engine_n_ctx(rc->en), "weight_bytes", (json_int_t)rc->m->weight_bytes);
+                          embed_n_ctx(rc), "weight_bytes", (json_int_t)rc->m->weight_bytes);
     json_t *o = id ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
     reply_json(rc, x, 200, o, f0);
     json_decref(o);
 }
 
 static void handle_metrics(routes_ctx *rc, http_exchange *x) {
-    engine_stats st;
-    engine_get_stats(rc->en, &st);
+    engine_stats st = {0};
+    if (rc->en) engine_get_stats(rc->en, &st);
     http_buf b = {0};
     metrics_render(rc->met, &st, &b);
     http_stats hs;
@@ -186,7 +187,7 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
         return;
     }
     size_t n = json_array_size(t);
-    size_t max_n = (size_t)MAX(engine_n_ctx(rc->en), ROUTES_MAX_DETOKENIZE);
+    size_t max_n = (size_t)MAX(embed_n_ctx(rc), ROUTES_MAX_DETOKENIZE);
     if (n > max_n) {
         char msg[160];
         snprintf(msg, sizeof msg, "'tokens' holds %zu ids, more than the limit of %zu", n, max_n);
@@ -264,7 +265,7 @@ typedef struct route {
 
 enum {
     R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
-    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA
+    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA, R_EMBED
 };
 
 static const route routes[] = {
@@ -278,6 +279,8 @@ static const route routes[] = {
     {"/api/chat", "POST", R_OLLAMA},          {"/api/generate", "POST", R_OLLAMA},
     {"/api/tags", "GET", R_OLLAMA},           {"/api/show", "POST", R_OLLAMA},
     {"/api/version", "GET", R_OLLAMA},
+    {"/v1/embeddings", "POST", R_EMBED},      {"/embeddings", "POST", R_EMBED},
+    {"/api/embed", "POST", R_OLLAMA},         {"/api/embeddings", "POST", R_OLLAMA},
 };
 
 /* Paths with an id after a prefix: GET /v1/models/{id} (and /models/{id}),
@@ -460,6 +463,7 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_RESPONSES: generation = api_responses_create(rc, x); break;
         case R_RESPONSE_ITEM: api_responses_item(rc, x, path + strlen(rt->path)); break;
         case R_OLLAMA: generation = api_ollama(rc, x, path); break;
+        case R_EMBED: embed_openai(rc, x); break;
         }
     }
     /* Generation requests that reached the engine count and log themselves

@@ -30,7 +30,9 @@ typedef struct routes_ctx {
     bool template_calls;     /* the template writes assistant tool_calls       */
     constrainer *cons;       /* request fields -> grammars, with a cache       */
     struct resp_store *responses; /* stored Responses-API answers (apis.h)      */
-    engine *en;
+    engine *en;              /* generation and decoder embeddings; NULL for an
+                                encoder model (bert), which has enc instead   */
+    struct encoder *enc;     /* sched/encoder.h, or NULL                       */
     metrics *met;
     char model_id[256];
     long long created;       /* unix time the server started                   */

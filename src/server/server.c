@@ -24,6 +24,7 @@
 
 #include "../model/model.h"
 #include "../sched/engine.h"
+#include "../sched/encoder.h"
 #include "../tok/tok.h"
 #include "http.h"
 #include "metrics.h"
@@ -342,6 +343,7 @@ int server_main(const server_opts *o) {
     model *m = NULL;
     tokenizer *tk = NULL;
     engine *en = NULL;
+    encoder *enc = NULL;
     http_server *hs = NULL;
     metrics *met = NULL;
     void *chat = NULL;
@@ -419,7 +421,12 @@ int server_main(const server_opts *o) {
     eo.tokenize = tokenize_cb;
     eo.piece = piece_cb;
     eo.tok_ctx = tk;
-    if ((rcode = engine_new(m, &eo, &en, &e)) < 0) {
+    if (m->cfg.encoder) { /* bert: no KV cache, no generation (sched/encoder.h) */
+        if ((rcode = encoder_new(m, eo.n_threads, eo.max_batch_tokens, eo.max_queue, &enc, &e)) < 0) {
+            log_error("serve: %s", e.msg);
+            goto out;
+        }
+    } else if ((rcode = engine_new(m, &eo, &en, &e)) < 0) {
         log_error("serve: %s", e.msg);
         goto out;
     }
@@ -435,6 +442,7 @@ int server_main(const server_opts *o) {
     rc->cons = constrainer_new(32);
     rc->responses = resp_store_new();
     rc->en = en;
+    rc->enc = enc;
     rc->met = met;
     rc->created = (long long)time(NULL);
     atomic_init(&rc->next_id, 1);
@@ -468,11 +476,17 @@ int server_main(const server_opts *o) {
         log_error("serve: %s", e.msg);
         goto out;
     }
-    engine_stats st;
-    engine_get_stats(en, &st);
-    log_info("serve: model %s (%s), %d KV blocks of %d tokens, ctx %d, %d threads, listening on http://%s:%d",
-             rc->model_id, path, st.kv_blocks_total, o->block_tokens, engine_n_ctx(en), eo.n_threads,
-             o->host ? o->host : "127.0.0.1", http_port(hs));
+    engine_stats st = {0};
+    if (en) engine_get_stats(en, &st);
+    if (enc)
+        log_info("serve: model %s (%s), an encoder (embeddings only, %s pooling), ctx %d, %d threads, listening on "
+                 "http://%s:%d",
+                 rc->model_id, path, m->cfg.pooling == MODEL_POOL_CLS ? "cls" : m->cfg.pooling == MODEL_POOL_LAST ? "last" : "mean",
+                 m->cfg.n_ctx_train, eo.n_threads, o->host ? o->host : "127.0.0.1", http_port(hs));
+    else
+        log_info("serve: model %s (%s), %d KV blocks of %d tokens, ctx %d, %d threads, listening on http://%s:%d",
+                 rc->model_id, path, st.kv_blocks_total, o->block_tokens, engine_n_ctx(en), eo.n_threads,
+                 o->host ? o->host : "127.0.0.1", http_port(hs));
     if (o->ready_file) {
         FILE *f = fopen(o->ready_file, "w");
         if (f) {
@@ -504,7 +518,8 @@ int server_main(const server_opts *o) {
     /* Stopping the engine ends every request it still holds as cancelled:
      * the handlers answer 503 or end their streams with an error event and
      * [DONE]; give them a moment to write that out. */
-    engine_stop(en);
+    if (en) engine_stop(en);
+    if (enc) encoder_stop(enc);
     if (n_left > 0 && http_wait_idle(hs, 3000) > 0) log_warn("serve: %d connections did not finish writing", http_wait_idle(hs, 0));
     log_info("shutdown: %d request%s finished, %d cancelled", n_running - n_left < 0 ? 0 : n_running - n_left,
              n_running - n_left == 1 ? "" : "s", n_left);
@@ -513,8 +528,10 @@ out:
     /* The engine stops first so that waiting handlers see their requests
      * end (cancelled) and the HTTP threads can finish. */
     if (en) engine_stop(en);
+    if (enc) encoder_stop(enc);
     if (hs) http_stop(hs);
     engine_free(en);
+    encoder_free(enc);
     metrics_free(met);
     if (rc) {
         constrainer_free(rc->cons);

@@ -31,6 +31,7 @@ Conventions and invariants:
 """
 
 import argparse
+import math
 import struct
 import sys
 
@@ -648,9 +649,11 @@ class Model:
                 "k": [np.zeros((0, c.n_head_kv, c.head_dim)) for _ in range(c.n_layer)],
                 "v": [np.zeros((0, c.n_head_kv, c.head_dim_v)) for _ in range(c.n_layer)]}
 
-    def forward(self, tokens, cache=None):
+    def forward(self, tokens, cache=None, hidden=False):
         """Runs `tokens` (a list of ids) at positions cache.n, cache.n+1, ...
-        Returns logits (len(tokens), n_vocab) float64 and extends the cache."""
+        Returns logits (len(tokens), n_vocab) float64 and extends the cache;
+        with hidden=True the final hidden states after the output norm
+        (len(tokens), n_embd) instead."""
         c = self.cfg
         if cache is None:
             cache = self.new_cache()
@@ -711,7 +714,7 @@ class Model:
             x = x + act @ L["w_down"].T
         cache["n"] = p0 + n
         x = self.rmsnorm(x, self.out_norm)
-        return x @ self.output.T
+        return x if hidden else x @ self.output.T
 
     def greedy(self, prompt, n_new, stop_ids=()):
         """Greedy decoding: returns the generated ids (at most n_new), stopping
@@ -728,6 +731,107 @@ class Model:
                 break
             logits = self.forward([nxt], cache)[-1]
         return out
+
+
+# ---------------------------------------------------------------------------
+# Encoders (bert) and pooled embeddings
+# ---------------------------------------------------------------------------
+
+POOL_NONE, POOL_MEAN, POOL_CLS, POOL_LAST = 0, 1, 2, 3
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+class BertModel:
+    """A BERT encoder (bge, all-MiniLM) in float64, from the BERT paper's
+    post-norm block: x = LN(x + attn(x)); x = LN(x + ffn(x)), exact-erf GELU,
+    learned absolute positions and token types (all type 0), attention over
+    the whole sequence (no mask: one sequence at a time)."""
+
+    def __init__(self, g):
+        a = "bert"
+        if g.get("general.architecture") != a:
+            raise GGUFError("general.architecture: not 'bert'")
+        self.n_embd = g.get_int(a + ".embedding_length")
+        self.n_head = g.get_int(a + ".attention.head_count")
+        self.n_layer = g.get_int(a + ".block_count")
+        self.n_ff = g.get_int(a + ".feed_forward_length")
+        self.n_ctx = g.get_int(a + ".context_length")
+        self.eps = g.get_float(a + ".attention.layer_norm_epsilon", 1e-12)
+        self.pooling = g.get_int(a + ".pooling_type", POOL_MEAN)
+        D, F = self.n_embd, self.n_ff
+
+        def t(name, shape):
+            if name not in g.tensors:
+                raise GGUFError("tensor '%s' missing" % name)
+            x = g.tensor(name).astype(np.float64)
+            if x.shape != shape:
+                raise GGUFError("tensor '%s': shape %s, expected %s" % (name, x.shape, shape))
+            return x
+
+        self.tok = g.tensor("token_embd.weight").astype(np.float64)
+        self.n_vocab = self.tok.shape[0]
+        self.pos = g.tensor("position_embd.weight").astype(np.float64)
+        self.types = g.tensor("token_types.weight").astype(np.float64)
+        self.ln_e = (t("token_embd_norm.weight", (D,)), t("token_embd_norm.bias", (D,)))
+        self.layers = []
+        for i in range(self.n_layer):
+            p = "blk.%d." % i
+            L = {}
+            for nm in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                L[nm] = (t(p + nm + ".weight", (D, D)), t(p + nm + ".bias", (D,)))
+            L["up"] = (t(p + "ffn_up.weight", (F, D)), t(p + "ffn_up.bias", (F,)))
+            L["down"] = (t(p + "ffn_down.weight", (D, F)), t(p + "ffn_down.bias", (D,)))
+            L["ln1"] = (t(p + "attn_output_norm.weight", (D,)), t(p + "attn_output_norm.bias", (D,)))
+            L["ln2"] = (t(p + "layer_output_norm.weight", (D,)), t(p + "layer_output_norm.bias", (D,)))
+            self.layers.append(L)
+
+    def layernorm(self, x, wb):
+        mu = x.mean(axis=-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + self.eps) * wb[0] + wb[1]
+
+    def hidden(self, tokens):
+        toks = np.asarray(tokens, dtype=np.int64)
+        n = toks.size
+        if n == 0 or n > self.n_ctx or toks.min() < 0 or toks.max() >= self.n_vocab:
+            raise ValueError("bert: need 1..%d token ids in [0, %d)" % (self.n_ctx, self.n_vocab))
+        x = self.layernorm(self.tok[toks] + self.pos[:n] + self.types[0], self.ln_e)
+        H, hd = self.n_head, self.n_embd // self.n_head
+        for L in self.layers:
+            q, k, v = (x @ L[nm][0].T + L[nm][1] for nm in ("attn_q", "attn_k", "attn_v"))
+            q, k, v = (a.reshape(n, H, hd).transpose(1, 0, 2) for a in (q, k, v))
+            s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)                  # (H, n, n)
+            s = np.exp(s - s.max(axis=-1, keepdims=True))
+            o = ((s / s.sum(axis=-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, self.n_embd)
+            x = self.layernorm(x + o @ L["attn_output"][0].T + L["attn_output"][1], L["ln1"])
+            u = x @ L["up"][0].T + L["up"][1]
+            gelu = 0.5 * u * (1.0 + _erf(u / math.sqrt(2.0)).astype(np.float64))
+            x = self.layernorm(x + gelu @ L["down"][0].T + L["down"][1], L["ln2"])
+        return x
+
+
+def pool(h, pooling):
+    """One embedding from hidden states (n, n_embd), L2-normalised."""
+    if pooling == POOL_MEAN:
+        v = h.mean(axis=0)
+    elif pooling == POOL_CLS:
+        v = h[0]
+    elif pooling == POOL_LAST:
+        v = h[-1]
+    else:
+        raise ValueError("pooling_type %r is not an embedding pooling" % pooling)
+    return v / np.linalg.norm(v)
+
+
+def embed(g, tokens):
+    """The normalised embedding of one sequence: bert by its pooling_type
+    (mean when absent), decoders by theirs (last token when absent)."""
+    arch = g.get("general.architecture")
+    if arch == "bert":
+        m = BertModel(g)
+        return pool(m.hidden(tokens), m.pooling)
+    m = Model(g, kv_f16=True)
+    return pool(m.forward(list(tokens), hidden=True), g.get_int(arch + ".pooling_type", POOL_LAST))
 
 
 # ---------------------------------------------------------------------------
@@ -822,6 +926,13 @@ def cmd_greedy(args):
     return 0
 
 
+def cmd_embed(args):
+    g = GGUFFile(args.model)
+    for line in args.tokens:
+        print(" ".join("%.9e" % v for v in embed(g, _parse_tokens(line))))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="numpy reference for GGUF Llama-family models")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -839,9 +950,12 @@ def main(argv=None):
     p.add_argument("-n", type=int, required=True)
     p.add_argument("--kv-f16", action="store_true",
                    help="round K and V to float16 as they enter the KV cache")
+    p = sub.add_parser("embed", help="print the normalised pooled embedding of each --tokens sequence")
+    p.add_argument("model")
+    p.add_argument("--tokens", required=True, action="append", help='token ids of one input (repeatable)')
     args = ap.parse_args(argv)
     try:
-        return {"info": cmd_info, "logits": cmd_logits, "greedy": cmd_greedy}[args.cmd](args)
+        return {"info": cmd_info, "logits": cmd_logits, "greedy": cmd_greedy, "embed": cmd_embed}[args.cmd](args)
     except (GGUFError, ValueError, OSError) as e:
         print("gguf_ref: %s" % e, file=sys.stderr)
         return 1

@@ -1,0 +1,34 @@
+/*
+ * embed.h — the embedding routes (embed.c):
+ *
+ *   POST /v1/embeddings     OpenAI: input (string, strings, token ids or
+ *                           arrays of them), dimensions, encoding_format
+ *                           ("float" | "base64")
+ *   POST /api/embed         Ollama: input (string or strings), truncate,
+ *                           dimensions
+ *   POST /api/embeddings    Ollama's older form: prompt (one string)
+ *
+ * Vectors are L2-normalised; `dimensions` keeps the first N values and
+ * renormalises. Encoder models (bert) run on the encoder thread; decoder
+ * embedders (pooling_type last, e.g. Qwen3-Embedding) through the engine.
+ * A model that is not an embedding model is a 400 naming it.
+ *
+ * Place in the flow: server/, HTTP threads, dispatched by routes.c and
+ * api_ollama.c. Each answers exactly once, in its API's error shape.
+ */
+#ifndef KVLOOM_EMBED_H
+#define KVLOOM_EMBED_H
+
+#include "http.h"
+#include "routes.h"
+
+void embed_openai(routes_ctx *rc, http_exchange *x);
+/* legacy: /api/embeddings (prompt -> embedding) instead of /api/embed. */
+void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy);
+/* {"error": msg} with the status (Ollama's error shape). */
+void embed_ollama_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Positions one input may have: the engine's context, or an encoder's
+ * training context. */
+int embed_n_ctx(const routes_ctx *rc);
+
+#endif
