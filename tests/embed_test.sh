@@ -1,0 +1,103 @@
+#!/bin/sh
+# embed_test.sh — embeddings end to end (tests/node/embed.mjs): /v1/embeddings
+# through the `openai` client and LangChain.js OpenAIEmbeddings, /api/embed
+# and /api/embeddings through the `ollama` client, every vector compared with
+# the numpy reference (tools/ref/gguf_ref.py embed) on the same file, against
+# two tiny RANDOM-weight embedders: a bert encoder with the real bge
+# vocabulary (CLS pooling) and a qwen3 decoder with last-token pooling (the
+# Qwen3-Embedding recipe, through the engine), plus stories260K (a
+# generation-only model: a 400).
+# Env: KVLOOM_BIN, KVLOOM_BUILD (where the models are cached), KVLOOM_SHARED.
+# Ends with "N passed, N failed".
+BIN=${KVLOOM_BIN:-build/kvloom}
+B=${KVLOOM_BUILD:-build}
+SHARED=${KVLOOM_SHARED:-../shared}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+T=${EMBED_TEST_T:-90}
+pass=0; fail=0
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+finish() {
+    echo "embed_test: $pass passed, $fail failed"
+    [ $fail -eq 0 ]
+    exit $?
+}
+tmp=$(mktemp -d)
+pids=""
+cleanup() {
+    for p in $pids; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+if ! command -v node >/dev/null 2>&1; then bad "node is missing (tools/setup.sh installs it)"; finish; fi
+for p in openai ollama @langchain/openai; do
+    [ -f "$ROOT/tests/node_modules/$p/package.json" ] || bad "tests/node_modules/$p is missing: run tools/setup.sh"
+done
+[ $fail -ne 0 ] && finish
+
+M="$B/embed-models"
+mkdir -p "$M"
+gen() { # file, flags...
+    f=$1; shift
+    if [ ! -s "$f" ] || [ "$BIN" -nt "$f" ]; then
+        if ! timeout 120 "$BIN" gen "$@" --type F32 --shared "$SHARED" -o "$f.$$.tmp" > "$tmp/gen.log" 2>&1; then
+            rm -f "$f.$$.tmp"; bad "kvloom gen $*"; cat "$tmp/gen.log"; finish
+        fi
+        mv "$f.$$.tmp" "$f"
+    fi
+}
+BERT="$M/bert-tiny.gguf"
+QWEN="$M/qwen3-emb-tiny.gguf"
+gen "$BERT" --arch bert --n-embd 64 --n-layer 2 --n-head 4 --n-ff 128 --n-vocab 30522 --n-ctx 128 --pooling cls \
+    --vocab "$SHARED/vocab/ggml-vocab-bert-bge.gguf" --seed 21
+gen "$QWEN" --arch qwen3 --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 128 --n-vocab 300 --pooling last --seed 22
+
+start_server() { # name, model file
+    "$BIN" serve -m "$2" --port 0 --ready-file "$tmp/$1.port" -t 1 --kv-mem 16M 2> "$tmp/$1.log" &
+    echo $! > "$tmp/$1.pid"
+    pids="$pids $!"
+}
+wait_port() {
+    i=0
+    while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do
+        sleep 0.1; i=$((i + 1))
+    done
+    cat "$tmp/$1.port" 2>/dev/null
+}
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+
+start_server bert "$BERT"
+start_server qwen "$QWEN"
+start_server stories "$SHARED/models/stories260K.gguf"
+gp=$(wait_port stories)
+for m in bert qwen; do
+    port=$(wait_port $m)
+    if [ -z "$port" ]; then bad "server $m did not start"; tail -n 20 "$tmp/$m.log"; continue; fi
+    file=$(abs "$M/$([ $m = bert ] && echo bert-tiny || echo qwen3-emb-tiny).gguf")
+    id=$([ $m = bert ] && echo bert-tiny || echo qwen3-emb-tiny)
+    gen_url=""; [ $m = bert ] && [ -n "$gp" ] && gen_url="http://127.0.0.1:$gp"
+    (cd "$ROOT/tests" && timeout -k 5 "$T" node node/embed.mjs "http://127.0.0.1:$port" "$id" "$file" \
+        "$ROOT/tools/ref/gguf_ref.py" "$gen_url" $(( (T - 10) * 1000 ))) > "$tmp/$m.out" 2>&1
+    st=$?
+    grep -v -E '^embed \([^)]*\): [0-9]+ passed, [0-9]+ failed$' "$tmp/$m.out"
+    line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/$m.out" | tail -n 1)
+    if [ -z "$line" ]; then
+        bad "embed.mjs ($m): no result (exit $st)"
+    else
+        p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
+        echo "embed.mjs ($m): $p passed, $f failed"
+        pass=$((pass + p)); fail=$((fail + f))
+        [ "$f" -ne 0 ] && { echo "--- server log ($m)"; tail -n 20 "$tmp/$m.log"; }
+    fi
+done
+for m in bert qwen stories; do
+    pid=$(cat "$tmp/$m.pid")
+    kill -TERM "$pid" 2>/dev/null
+    i=0
+    while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid"; st=$?
+    if [ $st -eq 0 ]; then pass=$((pass + 1)); else bad "server $m: exit status $st on SIGTERM"; fi
+done
+finish
