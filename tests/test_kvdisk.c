@@ -6,6 +6,11 @@
  *     size cap deletes least recently used files; a failed write (the
  *     directory vanished) is counted and dropped; the async queue (reads,
  *     writes, a full queue, a dropped read);
+ *   - a directory shared by two stores (two servers on one --kv-disk): each
+ *     finds what the other wrote, both write and read the same blocks from
+ *     threads at once and never get wrong bytes, a file truncated or
+ *     corrupted under one is rejected, a temporary whose writer holds its
+ *     lock survives another's open, and one cap bounds the directory;
  *   - the model: KV blocks written to disk and read back into other pool
  *     blocks give bitwise the same logits as the blocks computed in place
  *     (stories260K);
@@ -13,6 +18,8 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -366,6 +373,128 @@ static void test_async(void) {
     kvdisk_get_stats(d, &st);
     CHECK_EQ_INT(st.rejected_corrupt, 1);
     kvdisk_close(d);
+}
+
+
+/* ---- a directory shared by two servers ---------------------------------- */
+
+enum { SH_BLOCKS = 32, SH_ROUNDS = 400 };
+static uint64_t g_sh_keys[SH_BLOCKS];
+
+typedef struct sh_worker {
+    kvdisk *d;
+    unsigned seed;
+    int n_read, n_wrong, n_other;
+} sh_worker;
+
+/* writes (async) and reads (sync) random blocks of one chain: every read is
+ * the right bytes or not found, never anything else */
+static void *sh_run(void *arg) {
+    sh_worker *w = arg;
+    int32_t tok[BT];
+    uint8_t k[PAYLOAD / 2], v[PAYLOAD / 2];
+    for (int r = 0; r < SH_ROUNDS; r++) {
+        w->seed = w->seed * 1103515245u + 12345u;
+        int i = (int)(w->seed >> 16) % SH_BLOCKS;
+        if (r % 2 == 0) {
+            block_data(i, tok, k, v);
+            (void)kvdisk_write_async(w->d, g_sh_keys[i], parent_of(g_sh_keys, i), tok, k, v);
+        } else {
+            int rc = read_block(w->d, g_sh_keys, i);
+            if (rc == 0) w->n_read++;
+            else if (rc == -100) w->n_wrong++;
+            else if (rc != ERR_NOTFOUND) w->n_other++;
+        }
+    }
+    return NULL;
+}
+
+static void test_shared_kv_dir(void) {
+    rm_rf(g_dir);
+    chain_keys(SH_BLOCKS, g_sh_keys);
+    kvdisk *a = open_store(FP, 0, 2), *b = open_store(FP, 0, 2);
+    /* what one writes after the other's scan, the other finds */
+    CHECK_EQ_INT(write_block(a, g_sh_keys, 0), 0);
+    CHECK(kvdisk_contains(b, g_sh_keys[0]));
+    CHECK_EQ_INT(read_block(b, g_sh_keys, 0), 0);
+    kvdisk_stats st;
+    kvdisk_get_stats(b, &st);
+    CHECK_EQ_INT(st.discovered, 1);
+    /* both at once, the same blocks */
+    sh_worker w[2] = {{.d = a, .seed = 1}, {.d = b, .seed = 2}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, sh_run, &w[i]);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    kvdisk_flush(a);
+    kvdisk_flush(b);
+    CHECK(w[0].n_read > 0 && w[1].n_read > 0);
+    CHECK_EQ_INT(w[0].n_wrong + w[1].n_wrong, 0);
+    CHECK_EQ_INT(w[0].n_other + w[1].n_other, 0);
+    CHECK_EQ_INT(count_files(g_dir, ".tmp-"), 0);
+    /* a block written by a and found by b is not written again by b */
+    int32_t tok[BT];
+    uint8_t k[PAYLOAD / 2], v[PAYLOAD / 2];
+    int fresh = -1;
+    for (int i = 0; i < SH_BLOCKS && fresh < 0; i++)
+        if (!kvdisk_contains(a, g_sh_keys[i])) fresh = i;
+    if (fresh >= 0) {
+        CHECK_EQ_INT(write_block(a, g_sh_keys, fresh), 0);
+        kvdisk_get_stats(b, &st);
+        uint64_t written = st.blocks_written;
+        block_data(fresh, tok, k, v);
+        CHECK(kvdisk_write_async(b, g_sh_keys[fresh], parent_of(g_sh_keys, fresh), tok, k, v) >= 0);
+        kvdisk_flush(b);
+        kvdisk_get_stats(b, &st);
+        CHECK_EQ_INT(st.blocks_written, written);
+        CHECK_EQ_INT(read_block(b, g_sh_keys, fresh), 0);
+    }
+    /* truncated and corrupted under b: rejected, never served */
+    for (int i = 0; i < 2; i++) CHECK_EQ_INT(write_block(a, g_sh_keys, i), 0);
+    char p[1024];
+    block_path(FP, g_sh_keys[0], p, sizeof p);
+    CHECK(truncate(p, (off_t)FILE_BYTES / 2) == 0);
+    CHECK_EQ_INT(read_block(b, g_sh_keys, 0), ERR_FORMAT);
+    block_path(FP, g_sh_keys[1], p, sizeof p);
+    flip_byte(p, (long)FILE_BYTES - 20);
+    CHECK_EQ_INT(read_block(b, g_sh_keys, 1), ERR_FORMAT);
+    CHECK_EQ_INT(read_block(a, g_sh_keys, 1), ERR_NOTFOUND); /* b deleted it */
+    CHECK_EQ_INT(write_block(a, g_sh_keys, 1), 0);           /* and it comes back whole */
+    CHECK_EQ_INT(read_block(b, g_sh_keys, 1), 0);
+    /* a temporary being written (its writer holds the lock) survives
+     * another server's start; one left by a crash does not */
+    snprintf(p, sizeof p, "%s/.tmp-live", g_dir);
+    int fd = open(p, O_WRONLY | O_CREAT, 0644);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
+    kvdisk *c = open_store(FP, 0, 0);
+    CHECK(access(p, F_OK) == 0);
+    kvdisk_close(c);
+    close(fd);
+    c = open_store(FP, 0, 0);
+    CHECK(access(p, F_OK) != 0);
+    kvdisk_close(c);
+    kvdisk_close(a);
+    kvdisk_close(b);
+    /* one cap for the directory: two writers of 24 blocks each, cap 8 */
+    rm_rf(g_dir);
+    enum { CAP_FILES = 8, PER = 24 };
+    uint64_t keys[2 * PER];
+    chain_keys(2 * PER, keys);
+    a = open_store(FP, CAP_FILES * FILE_BYTES, 1);
+    b = open_store(FP, CAP_FILES * FILE_BYTES, 1);
+    for (int i = 0; i < PER; i++)
+        for (int s = 0; s < 2; s++) {
+            kvdisk *d = s ? b : a;
+            int j = s * PER + i;
+            block_data(j, tok, k, v);
+            while (kvdisk_write_async(d, keys[j], parent_of(keys, j), tok, k, v) == ERR_RANGE) kvdisk_flush(d);
+            kvdisk_flush(d);
+        }
+    int n = count_files(g_dir, ".kvb");
+    CHECK_MSG(n >= CAP_FILES - 1 && n <= CAP_FILES + 1, "%d files on disk, cap %d", n, CAP_FILES);
+    /* the newest blocks are the ones kept */
+    CHECK(kvdisk_contains(a, keys[2 * PER - 1]) && !kvdisk_contains(a, keys[0]) && !kvdisk_contains(b, keys[PER]));
+    kvdisk_close(a);
+    kvdisk_close(b);
 }
 
 /* ---- the model: restored KV gives the same logits ---------------------- */
@@ -739,6 +868,7 @@ int main(void) {
     test_rejections();
     test_size_cap();
     test_async();
+    test_shared_kv_dir();
     model *m = test_load_stories();
     if (m) {
         test_model_restore(m);

@@ -385,6 +385,23 @@ static void check_metrics(void) {
     resp_free(&r);
     CHECK(metric(g_port, "kvloom_generation_tokens_total") > 100);
     CHECK(metric(g_port, "kvloom_kv_blocks_total") > 100);
+    /* the gateway names (vLLM's) agree with kvloom's own */
+    CHECK(metric(g_port, "vllm:prefix_cache_queries_total") == metric(g_port, "kvloom_prompt_tokens_total"));
+    CHECK(metric(g_port, "vllm:prefix_cache_hits_total") == metric(g_port, "kvloom_prompt_tokens_cached_total"));
+    CHECK(metric(g_port, "vllm:num_requests_running") == 0 && metric(g_port, "vllm:num_requests_waiting") == 0);
+    double use = metric(g_port, "vllm:kv_cache_usage_perc");
+    CHECK_MSG(use >= 0 && use <= 1, "kv_cache_usage_perc %g", use);
+    http_do(g_port, "GET", "/metrics", NULL, NULL, &r);
+    CHECK(r.body && strstr(r.body, "vllm:cache_config_info{block_size=\"16\","));
+    resp_free(&r);
+    /* GET /load: the balancer's poll (JSON) */
+    http_do(g_port, "GET", "/load", NULL, NULL, &r);
+    CHECK_EQ_INT(r.status, 200);
+    json_t *ld = r.body ? json_loads(r.body, 0, NULL) : NULL;
+    CHECK(ld && json_is_integer(json_object_get(ld, "running")) && json_is_integer(json_object_get(ld, "waiting")) &&
+          json_is_number(json_object_get(ld, "kv_usage")) && json_real_value(json_object_get(ld, "ttft_recent_s")) > 0);
+    json_decref(ld);
+    resp_free(&r);
     /* the latency histograms count each finished generation once: TTFT
      * every one with a token, TPOT those with more than one; a whole
      * answer's observations are in place when it is answered */
@@ -485,6 +502,9 @@ static void check_auth_and_queue(void) {
     /* /health is open; everything else needs the key. */
     resp r;
     http_do(s.port, "GET", "/health", NULL, NULL, &r);
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+    http_do(s.port, "GET", "/load", NULL, NULL, &r); /* so is the balancer's poll */
     CHECK_EQ_INT(r.status, 200);
     resp_free(&r);
     expect_error("GET", "/v1/models", NULL, NULL, 401, NULL);

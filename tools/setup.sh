@@ -8,7 +8,7 @@ set -e
 # libclang-rt-14-dev: libFuzzer and the sanitizer runtimes of Debian 12's clang
 # (only recommended by clang, so absent where recommends are not installed):
 # make fuzz and make test's fuzzing phase link with it.
-PKGS="build-essential clang libclang-rt-14-dev clang-format libmicrohttpd-dev libjansson-dev python3-numpy python3-jinja2 curl nodejs npm chromium"
+PKGS="build-essential clang libclang-rt-14-dev clang-format libmicrohttpd-dev libjansson-dev python3-numpy python3-jinja2 curl nodejs npm chromium haproxy"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

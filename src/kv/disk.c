@@ -27,7 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HDR_FIXED 56
@@ -73,6 +75,9 @@ struct kvdisk {
     pthread_t *threads;
     int n_threads;
     uint64_t tmp_counter;
+    bool scanning;               /* an I/O thread rescans the directory           */
+    uint64_t bytes_since_scan;   /* written by us since the last (re)scan         */
+    int64_t last_scan_ns;
     bool write_failing;          /* the last write failed: the outage was logged */
     uint64_t errors_at_outage;   /* write_errors when it began                    */
     kvdisk_stats st;
@@ -282,6 +287,21 @@ static void idx_remove(kvdisk *d, uint64_t key) {
     d->n_ents--;
 }
 
+/* Empties the index (a rescan rebuilds it). */
+static void idx_clear(kvdisk *d) {
+    for (uint32_t i = 0; i <= d->mask; i++) d->table[i] = NIL;
+    for (int32_t x = d->lru_head; x != NIL;) {
+        int32_t next = d->ents[x].next;
+        d->ents[x].next = d->free_ent;
+        d->free_ent = x;
+        x = next;
+    }
+    d->lru_head = d->lru_tail = NIL;
+    d->n_ents = 0;
+    d->st.n_files = 0;
+    d->st.n_bytes = 0;
+}
+
 static void file_path(const kvdisk *d, uint64_t key, char *buf, size_t n) {
     snprintf(buf, n, "%s/%016llx-%016llx.kvb", d->dir, (unsigned long long)d->o.fingerprint, (unsigned long long)key);
 }
@@ -337,6 +357,47 @@ static bool write_all(int fd, const uint8_t *p, size_t n) {
     return true;
 }
 
+enum { HDR_OK = 0, HDR_FOREIGN, HDR_BAD, HDR_ABSENT };
+
+/* Judges the file at path by its size and fixed header (not the payload's
+ * checksum: that is checked on every read): HDR_OK (ours: this fingerprint,
+ * version, key and size), HDR_FOREIGN (another format version), HDR_BAD
+ * (torn, truncated, not a regular file, a header that does not match),
+ * HDR_ABSENT (no such file, or one we may not open). *mtime_ns gets its mtime when OK. */
+static int judge_file(const kvdisk *d, const char *path, uint64_t key, int64_t *mtime_ns) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO never blocks us */
+    if (fd < 0) return HDR_ABSENT; /* gone, or not ours to read */
+    uint8_t hdr[HDR_FIXED];
+    struct stat sb;
+    ssize_t r = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, hdr, sizeof hdr) : -1;
+    close(fd);
+    if (r == (ssize_t)sizeof hdr && memcmp(hdr, MAGIC, 8) == 0 && get_u32(hdr + 8) != KVDISK_VERSION)
+        return HDR_FOREIGN;
+    if (r != (ssize_t)sizeof hdr || memcmp(hdr, MAGIC, 8) != 0 || get_u32(hdr + 12) != d->hdr_bytes ||
+        get_u64(hdr + 16) != d->o.fingerprint || get_u64(hdr + 24) != key ||
+        get_u32(hdr + 40) != (uint32_t)d->o.block_tokens || get_u64(hdr + 48) != d->o.payload_bytes ||
+        (uint64_t)sb.st_size != d->file_bytes)
+        return HDR_BAD;
+    if (mtime_ns) *mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    return HDR_OK;
+}
+
+/* A shared directory (several servers on one --kv-disk): a block another
+ * process wrote after our scan is not in our index. Looks at its file and
+ * indexes it when it is ours to read. mu not held. */
+static bool discover(kvdisk *d, uint64_t key) {
+    char path[4096];
+    file_path(d, key, path, sizeof path);
+    if (judge_file(d, path, key, NULL) != HDR_OK) return false;
+    pthread_mutex_lock(&d->mu);
+    if (idx_find(d, key) == NIL) {
+        idx_put(d, key, d->file_bytes);
+        d->st.discovered++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return true;
+}
+
 /* Writes a sealed image to a temporary and renames it into place, then
  * indexes it. Any thread, mu not held. */
 static int image_store(kvdisk *d, const uint8_t *buf, uint64_t key) {
@@ -347,10 +408,13 @@ static int image_store(kvdisk *d, const uint8_t *buf, uint64_t key) {
     snprintf(tmp, sizeof tmp, "%s/.tmp-%016llx-%d-%llu", d->dir, (unsigned long long)key, (int)getpid(), c);
     file_path(d, key, path, sizeof path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* the lock tells another server scanning a shared directory that this
+     * temporary is being written, not left by a crash (scan_dir) */
+    if (fd >= 0) (void)flock(fd, LOCK_EX | LOCK_NB);
     bool ok = fd >= 0 && write_all(fd, buf, d->file_bytes);
     int err = ok ? 0 : errno;
-    if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
     if (ok && rename(tmp, path) != 0) ok = false, err = errno;
+    if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
     if (!ok && fd >= 0) unlink(tmp);
     pthread_mutex_lock(&d->mu);
     if (!ok) {
@@ -371,6 +435,7 @@ static int image_store(kvdisk *d, const uint8_t *buf, uint64_t key) {
     idx_put(d, key, d->file_bytes);
     d->st.bytes_written += d->file_bytes;
     d->st.blocks_written++;
+    d->bytes_since_scan += d->file_bytes;
     enforce_cap(d, key);
     pthread_mutex_unlock(&d->mu);
     if (n_failed)
@@ -465,20 +530,32 @@ static bool parse_hex16(const char *s, uint64_t *out) {
     return true;
 }
 
-static int scan_dir(kvdisk *d, err_t *e) {
+/* Lists the directory: at open (full) every file of ours is judged by its
+ * header (bad ones deleted and counted), temporaries left by a crash are
+ * deleted, and the index is built; a rescan (!full, an I/O thread, for the
+ * one size cap of a directory that several servers share) judges by name and
+ * size only and rebuilds the index from what is there now, oldest first, so
+ * the least recently used files of every server are deleted first (a read
+ * refreshes a file's mtime). mu not held. */
+static int scan_dir(kvdisk *d, bool full, err_t *e) {
     DIR *dp = opendir(d->dir);
-    if (!dp) return err_set(e, ERR_IO, "--kv-disk %s: %s", d->dir, strerror(errno));
+    if (!dp) return e ? err_set(e, ERR_IO, "--kv-disk %s: %s", d->dir, strerror(errno)) : ERR_IO;
     found *fs = NULL;
     size_t n = 0, cap = 0;
+    uint64_t n_foreign = 0, n_corrupt = 0, n_tmp = 0;
     struct dirent *de;
     char path[4096];
-    uint8_t hdr[HDR_FIXED];
     while ((de = readdir(dp))) {
         const char *nm = de->d_name;
         size_t len = strlen(nm);
         snprintf(path, sizeof path, "%s/%s", d->dir, nm);
-        if (strncmp(nm, ".tmp-", 5) == 0) { /* a write cut short by a crash */
-            if (unlink(path) == 0) d->st.tmp_removed++;
+        if (strncmp(nm, ".tmp-", 5) == 0) {
+            /* a write cut short by a crash, unless its writer (another
+             * server on a shared directory) still holds its lock */
+            if (!full) continue;
+            int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+            if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(path) == 0) n_tmp++;
+            if (fd >= 0) close(fd);
             continue;
         }
         uint64_t fp, key;
@@ -486,40 +563,57 @@ static int scan_dir(kvdisk *d, err_t *e) {
             !parse_hex16(nm + 17, &key))
             continue; /* not ours to judge */
         if (fp != d->o.fingerprint) {
-            d->st.rejected_foreign++;
+            n_foreign++;
             continue;
         }
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        if (fd < 0) continue;
-        struct stat sb;
-        ssize_t r = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? read(fd, hdr, sizeof hdr) : -1;
-        close(fd);
-        if (r == (ssize_t)sizeof hdr && memcmp(hdr, MAGIC, 8) == 0 && get_u32(hdr + 8) != KVDISK_VERSION) {
-            d->st.rejected_foreign++; /* another format version: leave it alone */
-            continue;
-        }
-        if (r != (ssize_t)sizeof hdr || memcmp(hdr, MAGIC, 8) != 0 || get_u32(hdr + 12) != d->hdr_bytes ||
-            get_u64(hdr + 16) != fp || get_u64(hdr + 24) != key || get_u32(hdr + 40) != (uint32_t)d->o.block_tokens ||
-            get_u64(hdr + 48) != d->o.payload_bytes || (uint64_t)sb.st_size != d->file_bytes) {
-            log_warn("kvdisk: %s: bad header or size (deleted)", path);
-            unlink(path);
-            d->st.rejected_corrupt++;
-            continue;
+        int64_t mtime_ns = 0;
+        if (full) {
+            int j = judge_file(d, path, key, &mtime_ns);
+            if (j == HDR_FOREIGN) n_foreign++; /* another format version: leave it alone */
+            if (j == HDR_BAD) {
+                log_warn("kvdisk: %s: bad header or size (deleted)", path);
+                unlink(path);
+                n_corrupt++;
+            }
+            if (j != HDR_OK) continue;
+        } else {
+            struct stat sb;
+            if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != d->file_bytes) continue;
+            mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
         }
         if (n == cap) {
             cap = cap ? cap * 2 : 256;
             fs = xrealloc(fs, cap * sizeof *fs);
         }
         fs[n].key = key;
-        fs[n].mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        fs[n].mtime_ns = mtime_ns;
         n++;
     }
     closedir(dp);
     if (n) qsort(fs, n, sizeof *fs, cmp_found); /* oldest first: the LRU order */
+    pthread_mutex_lock(&d->mu);
+    if (full) {
+        d->st.rejected_foreign += n_foreign;
+        d->st.rejected_corrupt += n_corrupt;
+        d->st.tmp_removed += n_tmp;
+    }
+    idx_clear(d);
     for (size_t i = 0; i < n; i++) idx_put(d, fs[i].key, d->file_bytes);
-    free(fs);
     enforce_cap(d, 0);
+    d->bytes_since_scan = 0;
+    d->last_scan_ns = clock_ns();
+    pthread_mutex_unlock(&d->mu);
+    free(fs);
     return 0;
+}
+
+/* Whether an I/O thread should rescan now (mu held): only with a size cap,
+ * after we wrote a sixteenth of it or two seconds went by since the last
+ * scan with writes of ours in between. The directory may then exceed the
+ * cap by what the other servers wrote since: at most 1/16 of it each. */
+static bool rescan_due(const kvdisk *d) {
+    if (!d->o.max_bytes || d->scanning || d->bytes_since_scan == 0) return false;
+    return d->bytes_since_scan >= d->o.max_bytes / 16 || clock_ns() - d->last_scan_ns >= 2000000000ll;
 }
 
 static int mkdir_p(const char *dir) {
@@ -571,8 +665,13 @@ static void *io_thread(void *arg) {
         pthread_mutex_unlock(&d->mu);
         int rc;
         if (s->kind == JOB_WRITE) {
-            image_seal(d, s->buf, s->key, s->parent, s->tokens);
-            rc = image_store(d, s->buf, s->key);
+            /* on a shared directory another server may have stored it */
+            if (discover(d, s->key)) {
+                rc = 0;
+            } else {
+                image_seal(d, s->buf, s->key, s->parent, s->tokens);
+                rc = image_store(d, s->buf, s->key);
+            }
         } else {
             rc = image_load(d, s->buf, s->key, s->parent, s->tokens);
         }
@@ -591,6 +690,13 @@ static void *io_thread(void *arg) {
             pthread_mutex_unlock(&d->mu);
             d->o.on_read_done(d->o.on_read_done_ctx);
             pthread_mutex_lock(&d->mu);
+        }
+        if (rescan_due(d)) {
+            d->scanning = true;
+            pthread_mutex_unlock(&d->mu);
+            scan_dir(d, false, NULL);
+            pthread_mutex_lock(&d->mu);
+            d->scanning = false;
         }
     }
     pthread_mutex_unlock(&d->mu);
@@ -621,7 +727,7 @@ int kvdisk_open(const kvdisk_opts *o, kvdisk **out, err_t *e) {
     d->mask = 255;
     d->table = xmalloc(256 * sizeof *d->table);
     for (int i = 0; i < 256; i++) d->table[i] = NIL;
-    int rc = scan_dir(d, e);
+    int rc = scan_dir(d, true, e);
     if (rc < 0) {
         kvdisk_close(d);
         return rc;
@@ -688,7 +794,7 @@ bool kvdisk_contains(kvdisk *d, uint64_t key) {
     pthread_mutex_lock(&d->mu);
     bool in = idx_find(d, key) != NIL;
     pthread_mutex_unlock(&d->mu);
-    return in;
+    return in || discover(d, key);
 }
 
 int kvdisk_write(kvdisk *d, uint64_t key, uint64_t parent, const int32_t *tokens, const void *k, const void *v) {

@@ -50,6 +50,19 @@
  * the first failure of an outage is logged (a warning) and the first
  * success after it (info); the failures between are only counted.
  *
+ * A shared directory. Several servers (of one model) may use one DIR at the
+ * same time, e.g. on a network filesystem behind a load balancer: names are
+ * content addresses, so two writers of one block write the same bytes and
+ * the last rename wins; a writer holds an flock on its temporary, so a
+ * starting server deletes only temporaries nobody writes (crash leftovers);
+ * a lookup that misses our index looks for the file (another server may have
+ * written it) and an I/O thread skips a write whose file is there; a server
+ * with a cap rescans DIR after writing 1/16 of the cap (or 2 s after a write)
+ * and deletes the least recently used files of all servers (by mtime, which
+ * reads refresh), so the cap bounds the whole directory, exceeded at most by
+ * what the others wrote since (1/16 of the cap each). A file another server
+ * deletes under us is ERR_NOTFOUND: recomputed.
+ *
  * Threads. kvdisk_open starts n_threads I/O threads. All functions may be
  * called from any thread (one mutex guards the index, the counters and the
  * job slots; file I/O runs outside it). The engine thread only enqueues
@@ -94,6 +107,7 @@ typedef struct kvdisk_stats {
     uint64_t writes_dropped;     /* not queued: queue full, or larger than the cap */
     uint64_t evicted;            /* deleted to stay under max_bytes               */
     uint64_t tmp_removed;        /* leftover temporaries deleted at open          */
+    uint64_t discovered;         /* files another server wrote, found on lookup   */
 } kvdisk_stats;
 
 /* A fingerprint of everything that decides a block's bytes: architecture and
@@ -120,7 +134,9 @@ int kvdisk_open(const kvdisk_opts *o, kvdisk **out, err_t *e);
 /* Finishes queued writes, stops the threads, frees. NULL is a no-op. */
 void kvdisk_close(kvdisk *d);
 
-/* Whether the block `key` is on disk (indexed). */
+/* Whether the block `key` is on disk: indexed, or (a directory shared with
+ * other servers) a file of ours another process wrote since our scan, whose
+ * header is checked and which is then indexed. */
 bool kvdisk_contains(kvdisk *d, uint64_t key);
 
 /* ---- synchronous (tests, tools; the calling thread does the I/O) ---- */

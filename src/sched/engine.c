@@ -642,6 +642,8 @@ static void stats_publish(engine *en) {
     en->cnt.n_waiting = en->waiting.n;
     en->cnt.kv_blocks_used = kvpool_n_used(en->pool);
     en->cnt.kv_blocks_cached = radix_n_cached(en->tree);
+    en->cnt.kv_blocks_idle = radix_n_idle(en->tree);
+    en->cnt.kv_block_tokens = en->o.block_tokens;
     if (en->pol) {
         kvpolicy_stats ps;
         kvpolicy_get_stats(en->pol, &ps);
@@ -1442,6 +1444,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     pthread_cond_init(&en->cv, &ca);
     pthread_condattr_destroy(&ca);
     en->cnt.kv_blocks_total = (int)n_blocks;
+    en->cnt.kv_block_tokens = o->block_tokens;
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;
     if (o->kv_disk_dir) {

@@ -106,6 +106,8 @@ typedef struct engine_stats {
     int kv_blocks_total;
     int kv_blocks_used;             /* blocks with a reference (tree or request)  */
     int kv_blocks_cached;           /* blocks indexed by the radix tree           */
+    int kv_blocks_idle;             /* of them, held by nothing else (evictable)  */
+    int kv_block_tokens;            /* tokens per block                           */
     /* disk tier (all 0 without --kv-disk) */
     uint64_t kv_disk_blocks;        /* blocks on disk (indexed)                   */
     uint64_t kv_disk_bytes;         /* their bytes                                */

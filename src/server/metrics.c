@@ -14,6 +14,13 @@
  * kvloom_kv_disk_write_errors_total, kvloom_kv_disk_writes_dropped_total,
  * kvloom_time_to_first_token_seconds, kvloom_time_per_output_token_seconds
  * (histograms) and kvloom_requests_total{status}.
+ *
+ * Beside them, the names the Kubernetes Gateway API Inference Extension's
+ * endpoint picker (llm-d) and other gateways read from vLLM-compatible
+ * servers (docs/scale-out.md): vllm:num_requests_running,
+ * vllm:num_requests_waiting, vllm:kv_cache_usage_perc (0-1),
+ * vllm:cache_config_info{block_size=...}, vllm:prefix_cache_queries_total and
+ * vllm:prefix_cache_hits_total (tokens).
  */
 #include "../sched/kvpolicy.h"
 #include "metrics.h"
@@ -41,6 +48,7 @@ static const double tpot_le[METRICS_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01,
 struct metrics {
     pthread_mutex_t mu;
     hist_t ttft, tpot;
+    double ttft_recent; /* exponential moving average, weight 1/8 */
     int codes[METRICS_MAX_CODES];
     unsigned long long counts[METRICS_MAX_CODES];
     int n_codes;
@@ -85,9 +93,43 @@ static void hist_observe(hist_t *h, double x) {
 
 void metrics_observe(metrics *m, double ttft_s, double tpot_s) {
     pthread_mutex_lock(&m->mu);
-    if (ttft_s >= 0) hist_observe(&m->ttft, ttft_s);
+    if (ttft_s >= 0) {
+        hist_observe(&m->ttft, ttft_s);
+        m->ttft_recent = m->ttft.count == 1 ? ttft_s : m->ttft_recent + (ttft_s - m->ttft_recent) / 8;
+    }
     if (tpot_s >= 0) hist_observe(&m->tpot, tpot_s);
     pthread_mutex_unlock(&m->mu);
+}
+
+double metrics_ttft_recent(metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    double v = m->ttft_recent;
+    pthread_mutex_unlock(&m->mu);
+    return v;
+}
+
+double metrics_kv_usage(const engine_stats *st) {
+    if (st->kv_blocks_total <= 0) return 0;
+    int held = st->kv_blocks_used - st->kv_blocks_idle;
+    return held <= 0 ? 0 : (double)held / st->kv_blocks_total;
+}
+
+/* The gateway names (vLLM's), from the same snapshot as kvloom's own. */
+static void render_gateway(const engine_stats *st, http_buf *b) {
+    gauge(b, "vllm:num_requests_running", "Requests running (= kvloom_requests_running).", "gauge", st->n_running);
+    gauge(b, "vllm:num_requests_waiting", "Requests waiting (= kvloom_requests_waiting).", "gauge", st->n_waiting);
+    gauge(b, "vllm:kv_cache_usage_perc",
+          "KV pool share held by requests and pins, 0-1 (the idle prefix cache counts as free).", "gauge",
+          metrics_kv_usage(st));
+    http_buf_printf(b, "# HELP vllm:cache_config_info KV cache configuration (labels).\n"
+                       "# TYPE vllm:cache_config_info gauge\n"
+                       "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\",cache_dtype=\"f16\","
+                       "enable_prefix_caching=\"True\"} 1\n",
+                    st->kv_block_tokens, st->kv_blocks_total);
+    gauge(b, "vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter",
+          (double)st->prompt_tokens_total);
+    gauge(b, "vllm:prefix_cache_hits_total", "Of those, tokens found (RAM or disk tier).", "counter",
+          (double)st->prompt_tokens_cached_total);
 }
 
 /* (called with m->mu held) */
@@ -172,6 +214,7 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
     hist(b, "kvloom_time_to_first_token_seconds", "Time from submission to the first generated token.", &m->ttft);
     hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &m->tpot);
     pthread_mutex_unlock(&m->mu);
+    render_gateway(st, b);
     http_buf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"
                        "# TYPE kvloom_requests_total counter\n");
     pthread_mutex_lock(&m->mu);

@@ -22,6 +22,12 @@ void metrics_count(metrics *m, int status);
 /* Observes one finished generation: seconds from submission to its first
  * token, and per output token after the first (each < 0: none). */
 void metrics_observe(metrics *m, double ttft_s, double tpot_s);
+/* A moving average of the recent times to first token (seconds; 0 before
+ * the first): what GET /load reports for a balancer's TTFT estimate. */
+double metrics_ttft_recent(metrics *m);
+/* The share of the KV pool a new request cannot have: blocks held by running
+ * or waiting requests or pins, not the idle prefix cache (0-1). */
+double metrics_kv_usage(const engine_stats *st);
 /* Appends the whole exposition (text/plain; version=0.0.4) to out. */
 void metrics_render(metrics *m, const engine_stats *st, http_buf *out);
 

@@ -134,6 +134,18 @@ static void handle_metrics(routes_ctx *rc, http_exchange *x) {
     http_buf_free(&b);
 }
 
+/* GET /load: what a load balancer polls (deploy/haproxy/kvloom.lua) between
+ * health checks, small and without the API key like /health. */
+static void handle_load(routes_ctx *rc, http_exchange *x) {
+    engine_stats st;
+    engine_get_stats(rc->en, &st);
+    char body[256];
+    int n = snprintf(body, sizeof body,
+                     "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f}",
+                     st.n_running, st.n_waiting, metrics_kv_usage(&st), metrics_ttft_recent(rc->met));
+    http_reply(x, 200, "application/json", body, (size_t)n, NULL, NULL);
+}
+
 static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
     json_t *body = body_json(x);
@@ -264,7 +276,7 @@ typedef struct route {
 } route;
 
 enum {
-    R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
+    R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_LOAD, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
     R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA, R_EMBED
 };
 
@@ -273,6 +285,7 @@ static const route routes[] = {
     {"/v1/chat/completions", "POST", R_CHAT}, {"/chat/completions", "POST", R_CHAT},
     {"/v1/models", "GET", R_MODELS},          {"/models", "GET", R_MODELS},
     {"/health", "GET", R_HEALTH},             {"/metrics", "GET", R_METRICS},
+    {"/load", "GET", R_LOAD},
     {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE},
     {"/v1/messages", "POST", R_ANTHROPIC},    {"/v1/responses", "POST", R_RESPONSES},
     {"/v1/messages/count_tokens", "POST", R_ANTHROPIC_COUNT},
@@ -397,7 +410,7 @@ bool routes_precheck(void *ctx, http_exchange *x) {
     /* the key before the body is read; the same exemptions as
      * routes_handle: GET /health and the chat page's files */
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    bool exempt = get && (!strcmp(http_path(x), "/health") || webui_find(http_path(x)));
+    bool exempt = get && (!strcmp(http_path(x), "/health") || !strcmp(http_path(x), "/load") || webui_find(http_path(x)));
     if (!exempt && o->api_key && o->api_key[0] && !key_ok(o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
         refuse(rc, x, 401,
                http_header(x, "Authorization") || http_header(x, "x-api-key")
@@ -431,7 +444,7 @@ void routes_handle(void *ctx, http_exchange *x) {
     bool generation = false;
     if (!rt && webui_serve(x)) {
         /* the chat page and its assets: public, no API key (webui.h) */
-    } else if (rc->o->api_key && rc->o->api_key[0] && !(rt && rt->id == R_HEALTH) &&
+    } else if (rc->o->api_key && rc->o->api_key[0] && !(rt && (rt->id == R_HEALTH || rt->id == R_LOAD)) &&
         !key_ok(rc->o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
         const char *msg = http_header(x, "Authorization") || http_header(x, "x-api-key")
                               ? "invalid API key"
@@ -455,6 +468,7 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_MODELS: handle_models(rc, x, NULL); break;
         case R_MODEL: handle_models(rc, x, path + strlen(rt->path)); break;
         case R_HEALTH: http_reply(x, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL); break;
+        case R_LOAD: handle_load(rc, x); break;
         case R_METRICS: handle_metrics(rc, x); break;
         case R_TOKENIZE: handle_tokenize(rc, x); break;
         case R_DETOKENIZE: handle_detokenize(rc, x); break;
