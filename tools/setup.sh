@@ -8,6 +8,7 @@ set -e
 # libclang-rt-14-dev: libFuzzer and the sanitizer runtimes of Debian 12's clang
 # (only recommended by clang, so absent where recommends are not installed):
 # make fuzz and make test's fuzzing phase link with it.
+# haproxy: deploy/ runs replicas behind it (docs/scale-out.md, tests/deploy_test.sh).
 PKGS="build-essential clang libclang-rt-14-dev clang-format libmicrohttpd-dev libjansson-dev python3-numpy python3-jinja2 curl nodejs npm chromium haproxy"
 missing=""
 for p in $PKGS; do
