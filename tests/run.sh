@@ -50,9 +50,11 @@ job() { # key, timeout, command, argument ("" for none), display name
 # server side), cli_test (test_server_* and test_quant run the same code),
 # kernels_test (every kernel table; test_kernels runs them against the
 # references), crash_restart_test and kvdisk_full_test (kill -9 and a full
-# disk under the disk tier; test_kvdisk and kvdisk_test's paths again). They
-# all run in the first phase.
-SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test"
+# disk under the disk tier; test_kvdisk and kvdisk_test's paths again),
+# deploy_test (replicas behind HAProxy: test_server_api and test_kvdisk run
+# the metrics, /load and shared-directory code). They all run in the first
+# phase.
+SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test deploy_test"
 skipped=""
 # Script tests first: the longest ones are among them, and starting them
 # first leaves the short C tests to fill in at the end.

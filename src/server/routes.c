@@ -484,5 +484,9 @@ void routes_handle(void *ctx, http_exchange *x) {
      * when they end (a stream ends after this handler returns). */
     if (generation) return;
     metrics_count(rc->met, http_status(x));
-    log_info("%s %s %d %.1fms", http_method_log(x), http_path_log(x), http_status(x), (double)(clock_ns() - t0) / 1e6);
+    /* a balancer polls /health and /load several times a second: those
+     * successes are debug lines, not the log */
+    bool poll = rt && (rt->id == R_HEALTH || rt->id == R_LOAD) && http_status(x) == 200;
+    log_msg(poll ? LOG_DEBUG : LOG_INFO, "%s %s %d %.1fms", http_method_log(x), http_path_log(x), http_status(x),
+            (double)(clock_ns() - t0) / 1e6);
 }

@@ -1,0 +1,305 @@
+#!/bin/sh
+# deploy_test.sh — three kvloom replicas behind HAProxy (deploy/cluster.sh,
+# DEPLOY_POLICY=dualmap, one shared --kv-disk directory), driven through the
+# front URL:
+#   1. every replica's /metrics parses with a Prometheus text parser written
+#      here (names, labels, escapes, TYPE before samples, histogram buckets
+#      cumulative); the gateway gauges are there (vllm:num_requests_*,
+#      vllm:kv_cache_usage_perc in 0-1, vllm:cache_config_info{block_size});
+#      /load answers;
+#   2. bad input at the front gets what one server answers (status and error
+#      object): malformed JSON, a missing field, a wrong type, an unknown
+#      route, a wrong method;
+#   3. affinity: 48 sessions (prompt_cache_key) each stay on one replica over
+#      three requests, and use all three; agentbench through the front has a
+#      resumed-turn cache hit within 0.05 of the same workload on one server
+#      (another seed, the same shapes);
+#   4. adding a fourth replica (cluster.sh add, HAProxy not restarted) moves
+#      about 1/4 of the sessions (between 0.08 and 0.45 of 48);
+#   5. kill -9 of a replica while agentbench runs (at a moment it has no
+#      request in flight): no request fails, its sessions continue on the
+#      others, which read their prefixes back from the shared disk tier
+#      (kvloom_kv_disk_restored_tokens_total grows on the survivors).
+# Env: KVLOOM_BIN (the kvloom binary), KVLOOM_SHARED (../shared).
+BIN=${KVLOOM_BIN:-build/kvloom}
+SHARED=${KVLOOM_SHARED:-../shared}
+if ! command -v haproxy > /dev/null; then
+    echo "FAIL: haproxy is not installed (tools/setup.sh)"
+    echo "deploy_test: 0 passed, 1 failed"
+    exit 1
+fi
+tmp=$(mktemp -d)
+export DEPLOY_DIR="$tmp/cluster"
+trap 'deploy/cluster.sh stop > /dev/null 2>&1; rm -rf "$tmp"' EXIT
+BIN="$BIN" SHARED="$SHARED" TMP="$tmp" python3 - <<'EOF'
+import json, math, os, re, subprocess, sys, time, urllib.request, urllib.error
+
+BIN, SHARED, TMP = os.environ["BIN"], os.environ["SHARED"], os.environ["TMP"]
+CL = os.path.join(TMP, "cluster")
+MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
+AB = os.path.join(SHARED, "bench", "agentbench.py")
+passed = failed = 0
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+
+def done():
+    print("deploy_test: %d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
+
+def cluster(*args):
+    env = dict(os.environ, KVLOOM_BIN=BIN, DEPLOY_POLICY="dualmap", DEPLOY_POLL_MS="100")
+    r = subprocess.run(["sh", "deploy/cluster.sh", *args], env=env, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+    return r
+
+def http(url, body=None, method=None, headers=None, timeout=30):
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    req = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"),
+                                 headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), dict(e.headers)
+
+# ---- a Prometheus text-format (0.0.4) parser ----
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+def parse_prom(text):
+    """{family: {"type": t, "samples": [(name, {label: value}, float)]}}; raises ValueError."""
+    fams, types = {}, {}
+    for ln, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            m = re.match(r"# (HELP|TYPE) (" + NAME + r")(?: (.*))?$", line)
+            if not m:
+                if line.startswith("# HELP") or line.startswith("# TYPE"):
+                    raise ValueError("line %d: bad %r" % (ln, line))
+                continue
+            if m.group(1) == "TYPE":
+                if m.group(3) not in ("counter", "gauge", "histogram", "summary", "untyped"):
+                    raise ValueError("line %d: type %r" % (ln, m.group(3)))
+                if m.group(2) in types:
+                    raise ValueError("line %d: second TYPE for %s" % (ln, m.group(2)))
+                types[m.group(2)] = m.group(3)
+                fams.setdefault(m.group(2), {"type": m.group(3), "samples": []})
+            continue
+        m = re.match("(" + NAME + ")", line)
+        if not m:
+            raise ValueError("line %d: no metric name: %r" % (ln, line))
+        name, i, labels = m.group(1), m.end(), {}
+        if i < len(line) and line[i] == "{":
+            i += 1
+            while line[i] != "}":
+                lm = re.match(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)=\"", line[i:])
+                if not lm:
+                    raise ValueError("line %d: bad label at %d" % (ln, i))
+                i += lm.end()
+                val = []
+                while line[i] != '"':
+                    if line[i] == "\\":
+                        esc = line[i + 1]
+                        if esc not in 'n"\\':
+                            raise ValueError("line %d: bad escape" % ln)
+                        val.append("\n" if esc == "n" else esc)
+                        i += 2
+                    else:
+                        val.append(line[i])
+                        i += 1
+                i += 1
+                labels[lm.group(1)] = "".join(val)
+                if line[i] == ",":
+                    i += 1
+            i += 1
+        rest = line[i:].split()
+        if not rest or len(rest) > 2:
+            raise ValueError("line %d: value: %r" % (ln, line))
+        v = float(rest[0].replace("Inf", "inf"))
+        fam = name
+        for suf in ("_bucket", "_sum", "_count"):
+            if name.endswith(suf) and types.get(name[: -len(suf)]) == "histogram":
+                fam = name[: -len(suf)]
+        if fam not in types:
+            raise ValueError("line %d: sample %s before its TYPE" % (ln, name))
+        fams[fam]["samples"].append((name, labels, v))
+    for f, d in fams.items():
+        if d["type"] == "histogram":
+            b = [(float(l["le"].replace("Inf", "inf")), v) for n, l, v in d["samples"] if n == f + "_bucket"]
+            cnt = [v for n, l, v in d["samples"] if n == f + "_count"]
+            if not b or b != sorted(b) or any(b[k][1] > b[k + 1][1] for k in range(len(b) - 1)) or \
+                    b[-1][0] != math.inf or not cnt or cnt[0] != b[-1][1]:
+                raise ValueError("histogram %s: buckets not cumulative" % f)
+    return fams
+
+def metric(fams, name, **labels):
+    for n, l, v in fams.get(name, {"samples": []})["samples"]:
+        if n == name and all(l.get(k) == w for k, w in labels.items()):
+            return v
+    return None
+
+# the parser itself refuses what it should
+for bad in ["x 1\n", "# TYPE x gauge\nx{a=\"1} 1\n", "# TYPE x gauge\nx one\n", "# TYPE x bogus\n"]:
+    try:
+        parse_prom(bad)
+        check(False, "the parser took %r" % bad)
+    except (ValueError, IndexError):
+        check(True, "")
+
+kvdir = os.path.join(TMP, "kvdisk")
+base = ["-m", MODEL, "-t", "1", "--kv-mem", "24M", "--check"]
+args = base + ["--kv-disk", kvdir, "--kv-disk-size", "64M"]
+r = cluster("start", "3", *args)
+check(r.returncode == 0, "cluster.sh start 3")
+if r.returncode != 0:
+    done()
+front = r.stdout.strip().split("\n")[-1]
+check(re.match(r"^http://127\.0\.0\.1:\d+$", front) is not None, "the front URL is the last line: %r" % front)
+addrs = [open(os.path.join(CL, "r%d.addr" % i)).read().strip() for i in (1, 2, 3)]
+
+# ---- 1. metrics and /load ----
+for a in addrs:
+    st, body, hdr = http("http://%s/metrics" % a)
+    try:
+        fams = parse_prom(body)
+    except (ValueError, IndexError) as e:
+        check(False, "metrics of %s do not parse: %s" % (a, e))
+        continue
+    for g in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
+        check(fams.get(g, {}).get("type") == "gauge" and metric(fams, g) is not None, "%s: gauge %s" % (a, g))
+    u = metric(fams, "vllm:kv_cache_usage_perc")
+    check(u is not None and 0 <= u <= 1, "kv_cache_usage_perc %r in 0-1" % u)
+    check(metric(fams, "vllm:cache_config_info", block_size="16") == 1, "cache_config_info{block_size=\"16\"}")
+    for c in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"):
+        check(fams.get(c, {}).get("type") == "counter", "%s: counter %s" % (a, c))
+    check(fams.get("kvloom_time_to_first_token_seconds", {}).get("type") == "histogram", "kvloom's own histogram")
+    st, body, hdr = http("http://%s/load" % a)
+    ld = json.loads(body) if st == 200 else {}
+    check(st == 200 and {"running", "waiting", "kv_usage", "ttft_recent_s"} <= set(ld), "/load: %s" % body)
+
+# ---- 2. bad input: the front answers as one server does ----
+bad = [("POST", "/v1/chat/completions", b"{\"messages\": [", "malformed JSON"),
+       ("POST", "/v1/chat/completions", {"max_tokens": 4}, "no messages"),
+       ("POST", "/v1/completions", {"prompt": "x", "max_tokens": "many"}, "max_tokens of the wrong type"),
+       ("POST", "/v1/completions", {"prompt": "x", "prompt_cache_key": 7}, "prompt_cache_key not a string"),
+       ("POST", "/v1/messages", {"model": "m", "messages": "hi", "max_tokens": 4}, "anthropic: messages a string"),
+       ("GET", "/v1/nothing", None, "unknown route"),
+       ("DELETE", "/v1/completions", None, "wrong method")]
+for method, path, body, what in bad:
+    s1, b1, _ = http("http://%s%s" % (addrs[0], path), body, method)
+    s2, b2, _ = http(front + path, body, method)
+    try:
+        e1, e2 = json.loads(b1), json.loads(b2)
+    except ValueError:
+        e1, e2 = b1, b2
+    check(s1 == s2 and 400 <= s1 < 500 and e1 == e2, "%s: one server %d %s, the front %d %s" % (what, s1, b1[:120], s2, b2[:120]))
+
+# ---- 3. affinity ----
+def ask(key, text, n=1):
+    st, body, hdr = http(front + "/v1/completions", {"prompt": text, "max_tokens": n, "prompt_cache_key": key})
+    rep = {k.lower(): v for k, v in hdr.items()}.get("x-kvloom-replica")
+    return st, rep
+
+N_SESS = 48
+where, stuck = {}, True
+for turn in range(3):
+    for s in range(N_SESS):
+        st, rep = ask("sess-%d" % s, "Session %d says hello %s" % (s, "again " * turn))
+        if st != 200 or rep is None:
+            check(False, "session %d turn %d: status %d replica %r" % (s, turn, st, rep))
+            continue
+        if where.setdefault(s, rep) != rep:
+            stuck = False
+check(stuck, "every session stays on its replica")
+counts = {r: list(where.values()).count(r) for r in set(where.values())}
+check(len(counts) == 3 and min(counts.values()) >= N_SESS // 8, "sessions use all three replicas: %s" % counts)
+
+def agentbench(url, seed, *extra):
+    out = os.path.join(TMP, "ab-%d.json" % seed)
+    cmd = [sys.executable, AB, "--url", url, "--agents", "6", "--turns", "4", "--gen", "8", "--sys-words", "40",
+           "--tool-words", "24", "--user-words", "8-12", "--seed", str(seed), "--json", out, "--warmup", "0", *extra]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    try:
+        return json.load(open(out)), r
+    except (OSError, ValueError):
+        print(r.stdout, r.stderr)
+        return {}, r
+
+# one server with the same flags, on loopback (agentbench targets loopback only)
+import signal
+ready = os.path.join(TMP, "one.port")
+one_p = subprocess.Popen([BIN, "serve", "--port", "0", "--ready-file", ready, *base],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(300):
+    if os.path.exists(ready) and open(ready).read().strip():
+        break
+    time.sleep(0.1)
+one, _ = agentbench("http://127.0.0.1:" + open(ready).read().strip(), 11)
+one_p.send_signal(signal.SIGTERM)
+one_p.wait(timeout=30)
+clu, _ = agentbench(front, 12, "--session-key", "prompt_cache_key")
+h1, hc = one.get("resume_cache_hit_frac"), clu.get("resume_cache_hit_frac")
+print("cache hit (all turns / resumed turns): one server %s / %s, 3 replicas through HAProxy (dualmap) %s / %s" %
+      (one.get("cache_hit_frac"), h1, clu.get("cache_hit_frac"), hc))
+check(one.get("errors") == 0 and clu.get("errors") == 0, "agentbench errors: %s / %s" % (one.get("errors"), clu.get("errors")))
+# a resumed turn finds its session's history where it left it; the first
+# turns differ by design (each replica computes the shared prefix once)
+check(h1 is not None and hc is not None and hc >= h1 - 0.05, "cluster resumed-turn cache hit %s close to one server's %s" % (hc, h1))
+
+# ---- 4. adding a replica moves about 1/4 of the sessions ----
+r = cluster("add")
+check(r.returncode == 0, "cluster.sh add")
+moved, seen4 = 0, set()
+for s in range(N_SESS):
+    st, rep = ask("sess-%d" % s, "Session %d says hello once more" % s)
+    seen4.add(rep)
+    moved += rep != where.get(s)
+frac = moved / N_SESS
+print("adding a 4th replica moved %d of %d sessions (%.2f)" % (moved, N_SESS, frac))
+check(0.08 <= frac <= 0.45, "adding a 4th replica moved %.2f of the sessions (expected about 1/4)" % frac)
+check("r4" in seen4, "the new replica takes sessions")
+
+# ---- 5. kill -9 of a replica during agentbench ----
+def disk_restored(a):
+    try:
+        return metric(parse_prom(http("http://%s/metrics" % a, timeout=5)[1]), "kvloom_kv_disk_restored_tokens_total") or 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+addrs = [open(os.path.join(CL, "r%d.addr" % i)).read().strip() for i in (1, 2, 3, 4)]
+victim = 2  # r2
+before = {i: disk_restored(a) for i, a in enumerate(addrs, 1) if i != victim}
+out = os.path.join(TMP, "ab-kill.json")
+ab = subprocess.Popen([sys.executable, AB, "--url", front, "--agents", "8", "--turns", "6", "--gen", "8",
+                       "--sys-words", "40", "--tool-words", "24", "--user-words", "8-12", "--seed", "13",
+                       "--tool-pause", "0.2-0.5", "--session-key", "prompt_cache_key", "--json", out,
+                       "--warmup", "0", "--per-request"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+time.sleep(2.0)
+killed = False
+t_end = time.time() + 10
+while time.time() < t_end and ab.poll() is None:
+    st, body, _ = http("http://%s/load" % addrs[victim - 1], timeout=2)
+    ld = json.loads(body) if st == 200 else {}
+    if ld.get("running") == 0 and ld.get("waiting") == 0:
+        os.kill(int(open(os.path.join(CL, "r%d.pid" % victim)).read()), signal.SIGKILL)
+        killed = True
+        break
+    time.sleep(0.005)
+check(killed, "found r%d idle to kill" % victim)
+t_kill = time.time()
+ab.communicate(timeout=300)
+res = json.load(open(out)) if os.path.exists(out) else {}
+print("agentbench with r%d killed: %s/%s ok, cache hit %s, resumed hit %s" %
+      (victim, res.get("ok"), res.get("requests"), res.get("cache_hit_frac"), res.get("resume_cache_hit_frac")))
+check(res.get("errors") == 0 and res.get("requests", 0) == 48, "no request failed: %s" % res.get("error_samples"))
+after = {i: disk_restored(addrs[i - 1]) for i in before}
+gained = sum(after[i] - before[i] for i in before)
+check(gained > 0, "the survivors read the moved sessions' prefixes from the shared tier (%d tokens)" % gained)
+done()
+EOF
