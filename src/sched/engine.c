@@ -1527,12 +1527,14 @@ int engine_submit(engine *en, req *r, err_t *e) {
     if (r->grammar && gvocab_n_vocab(en->o.gvocab) != en->m->cfg.n_vocab)
         return err_set(e, ERR_UNSUPPORTED, "the grammar vocabulary does not match the model");
     if (r->n_prompt >= en->n_ctx)
-        return err_set(e, ERR_INVALID, "the prompt has %d tokens; the context holds %d (prompt + at least 1 generated)",
-                       r->n_prompt, en->n_ctx);
+        return err_set(e, ERR_INVALID,
+                       "the prompt has %d tokens; the context holds %d (prompt + at least 1 generated; --ctx raises "
+                       "it, up to the model's %d)",
+                       r->n_prompt, en->n_ctx, en->m->cfg.n_ctx_train);
     int B = en->o.block_tokens;
     if ((r->n_prompt + B - 1) / B + 1 > en->n_blocks)
-        return err_set(e, ERR_INVALID, "the prompt has %d tokens; the KV cache holds %d", r->n_prompt,
-                       (en->n_blocks - 1) * B);
+        return err_set(e, ERR_INVALID, "the prompt has %d tokens; the KV cache holds %d (--kv-mem raises it)",
+                       r->n_prompt, (en->n_blocks - 1) * B);
     pthread_mutex_lock(&en->mu);
     if (en->stop || en->n_submitq + en->n_waiting_shared >= en->o.max_queue) {
         int n_queued = en->n_submitq + en->n_waiting_shared; /* read under mu: the engine thread writes them */

@@ -14,6 +14,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +44,7 @@ void server_opts_default(server_opts *o) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8080;
-    o->kv_mem_bytes = (size_t)256 << 20;
+    o->kv_mem_bytes = 0; /* auto: kv_auto_bytes */
     o->kv_policy = ENGINE_KV_AGENT;
     o->kv_ttl_max_s = 60;
     o->max_batch_tokens = 512;
@@ -64,7 +65,8 @@ const char *server_usage(void) {
            "  --alias NAME             model id reported by the API (default: file base name)\n"
            "  --host ADDR              numeric address to bind (default 127.0.0.1)\n"
            "  --port N                 TCP port (default 8080; 0 = any free port)\n"
-           "  --kv-mem BYTES           KV cache size, K/M/G suffixes allowed (default 256M)\n"
+           "  --kv-mem BYTES           KV cache size, K/M/G suffixes allowed (default: one full context\n"
+           "                           of the model, at least 256M, within the free memory)\n"
            "  --max-batch-tokens N     tokens per engine step (default 512)\n"
            "  --max-running N          sequences decoded together at most (default 64)\n"
            "  --max-queue N            waiting requests before 429 (default 256)\n"
@@ -337,6 +339,49 @@ static void model_id_from_path(const char *path, char *out, size_t cap) {
     if (dot && !strcmp(dot, ".gguf")) *dot = 0;
 }
 
+/* Bytes of memory the system can still give (MemAvailable: free memory
+ * plus page cache it can drop), 0 when unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    uint64_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb) return kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+/* The default KV pool (no --kv-mem): one full context of the model plus a
+ * block, at least SERVER_KV_MIN_BYTES, so that any prompt the context takes
+ * also fits the pool. Bounded by what the machine can give: the available
+ * memory less the weights (mapped, paged in as they are read) and 1 GiB of
+ * headroom, at most 3/4 of it, and 85% of physical memory (the engine
+ * refuses above 90%); when one context does
+ * not fit that, the largest pool that does, with a warning that names the
+ * flags. */
+static size_t kv_auto_bytes(const model *m, const server_opts *o) {
+    const int B = o->block_tokens, n_ctx = o->n_ctx > 0 ? o->n_ctx : m->cfg.n_ctx_train;
+    const uint64_t bb = model_kv_block_bytes(m, B);
+    uint64_t want = bb * (uint64_t)((n_ctx + B - 1) / B + 1);
+    if (want < SERVER_KV_MIN_BYTES) want = SERVER_KV_MIN_BYTES;
+    uint64_t avail = mem_available(), cap = want;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) cap = MIN(cap, (uint64_t)pages * (uint64_t)page / 100 * 85);
+    if (avail) {
+        uint64_t spare = avail > m->weight_bytes + (1ull << 30) ? avail - m->weight_bytes - (1ull << 30) : 0;
+        cap = MIN(cap, MIN(spare, avail / 4 * 3)); /* the machine may be shared */
+    }
+    cap = MAX(cap, 2 * bb); /* the engine's least */
+    if (cap < want && want > SERVER_KV_MIN_BYTES)
+        log_warn("serve: one full context (%d tokens) needs %.1f GiB of KV cache but %.1f GiB is free: the pool holds "
+                 "%llu tokens; a longer prompt is refused (--ctx to shorten the context, --kv-mem to set the pool)",
+                 n_ctx, (double)want / (1 << 30), (double)avail / (1 << 30),
+                 (unsigned long long)(cap / bb > 1 ? (cap / bb - 1) * (uint64_t)B : 0));
+    return (size_t)MIN(cap, want);
+}
+
 int server_main(const server_opts *o) {
     err_t e = {0};
     const char *path = o->model_path ? o->model_path : SERVER_DEFAULT_MODEL;
@@ -402,7 +447,7 @@ int server_main(const server_opts *o) {
     engine_opts eo = engine_defaults();
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? ncpu : 1);
-    eo.kv_mem_bytes = o->kv_mem_bytes;
+    eo.kv_mem_bytes = o->kv_mem_bytes ? o->kv_mem_bytes : kv_auto_bytes(m, o);
     eo.block_tokens = o->block_tokens;
     eo.max_batch_tokens = o->max_batch_tokens;
     eo.max_running = o->max_running;
@@ -484,8 +529,10 @@ int server_main(const server_opts *o) {
                  rc->model_id, path, m->cfg.pooling == MODEL_POOL_CLS ? "cls" : m->cfg.pooling == MODEL_POOL_LAST ? "last" : "mean",
                  m->cfg.n_ctx_train, eo.n_threads, o->host ? o->host : "127.0.0.1", http_port(hs));
     else
-        log_info("serve: model %s (%s), %d KV blocks of %d tokens, ctx %d, %d threads, listening on http://%s:%d",
-                 rc->model_id, path, st.kv_blocks_total, o->block_tokens, engine_n_ctx(en), eo.n_threads,
+        log_info("serve: model %s (%s), KV pool %.0f MiB holds %d tokens (%.1f full contexts of %d), %d threads, "
+                 "listening on http://%s:%d",
+                 rc->model_id, path, (double)eo.kv_mem_bytes / (1 << 20), engine_capacity_tokens(en),
+                 (double)engine_capacity_tokens(en) / engine_n_ctx(en), engine_n_ctx(en), eo.n_threads,
                  o->host ? o->host : "127.0.0.1", http_port(hs));
     if (o->ready_file) {
         FILE *f = fopen(o->ready_file, "w");

@@ -28,7 +28,9 @@ typedef struct server_opts {
     const char *alias;        /* --alias: model id in the API; NULL: file base name   */
     const char *host;         /* --host, numeric address; default "127.0.0.1"         */
     int port;                 /* --port; default 8080; 0 = any free port              */
-    size_t kv_mem_bytes;      /* --kv-mem (accepts K/M/G suffixes); default 256 MiB   */
+    size_t kv_mem_bytes;      /* --kv-mem (accepts K/M/G suffixes); 0 (default): one
+                                 full context, at least SERVER_KV_MIN_BYTES, within
+                                 the free memory (server.c kv_auto_bytes)         */
     int max_batch_tokens;     /* --max-batch-tokens; default 512                      */
     int max_running;          /* --max-running sequences per batch; default 64        */
     int max_queue;            /* --max-queue waiting requests before 429; default 256 */
@@ -64,6 +66,9 @@ typedef struct server_opts {
     const char *kv_disk_dir;  /* --kv-disk: the KV disk tier's directory; NULL = off  */
     size_t kv_disk_max_bytes; /* --kv-disk-size: its size cap; 0 = none               */
 } server_opts;
+
+/* The least default KV pool (the default before it followed the context). */
+#define SERVER_KV_MIN_BYTES ((size_t)256 << 20)
 
 /* Used when no -m is given (relative to the working directory). */
 #define SERVER_DEFAULT_MODEL "models/stories260K.gguf"
