@@ -125,7 +125,7 @@ int main(void) {
         n++;
     }
     fclose(f);
-    CHECK_MSG(n == 32, "expected 32 fixtures, found %d", n);
+    CHECK_MSG(n == 40, "expected 40 fixtures, found %d", n);
     printf("kernels: %s\n", kern->name);
     return test_summary("test_model_ref");
 }

@@ -9,6 +9,9 @@
 # call syntax: smollm2.jinja with --tool-format generic). With random weights only
 # constrained decoding makes the outputs parse and validate, and the scripts
 # validate every output against its schema themselves.
+# A fourth server runs a reduced qwen3moe (Qwen3-30B-A3B's architecture,
+# tokenizer and template) through the Agents SDK tool loop: Qwen3's parsers
+# and template unchanged on the MoE model.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
 # models are cached), KVLOOM_SHARED (../shared). Ends with "N passed, N failed".
 BIN=${KVLOOM_BIN:-build/kvloom}
@@ -66,6 +69,21 @@ gen_model() { # preset, file name
 gen_model qwen3-0.6b qwen3-tiny
 gen_model llama-3.2-1b llama32-tiny
 gen_model smollm2-135m smollm2-tiny
+# Qwen3-30B-A3B's architecture (qwen3moe), tokenizer and template at a tiny
+# shape: 8 experts, 2 used (the overrides of kvloom gen)
+gen_model_moe() {
+    f="$M/qwen3moe-tiny.gguf"
+    if [ -s "$f" ] && [ ! "$BIN" -nt "$f" ]; then return 0; fi
+    if timeout 180 "$BIN" gen --preset qwen3-30b-a3b --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
+            --n-expert 8 --n-expert-used 2 --n-ff-exp 64 --type Q8_0 --shared "$SHARED" -o "$f.tmp.$$" \
+            > "$tmp/gen-qwen3moe.log" 2>&1 && [ -s "$f.tmp.$$" ]; then
+        mv "$f.tmp.$$" "$f"
+    else
+        rm -f "$f.tmp.$$"
+        bad "kvloom gen --preset qwen3-30b-a3b (reduced)"; cat "$tmp/gen-qwen3moe.log"
+    fi
+}
+gen_model_moe
 [ $fail -ne 0 ] && finish
 
 # One server per model, each on a free port.
@@ -78,6 +96,10 @@ start_server() { # name, model file, extra flags...
 start_server qwen3 "$M/qwen3-tiny.gguf"
 start_server llama32 "$M/llama32-tiny.gguf" --chat-template-file "$ROOT/tests/fixtures/templates/llama32.jinja"
 start_server smollm2 "$M/smollm2-tiny.gguf" --chat-template-file "$ROOT/tests/fixtures/templates/smollm2.jinja" --tool-format generic
+# The MoE model with Qwen3's own template and parsers, unchanged; told that
+# the machine has 1 MB of free memory, so the server must say at start that
+# the weights do not fit (and then serve anyway: they are memory-mapped).
+KVLOOM_MEM_AVAILABLE=1000000 start_server qwen3moe "$M/qwen3moe-tiny.gguf"
 wait_port() { # name -> prints the port, or nothing
     i=0
     while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do
@@ -95,7 +117,9 @@ run_model() { # name
         return
     fi
     U="http://127.0.0.1:$port/v1"
-    for s in openai:$T_OPENAI agents:$T_AGENTS vercel:$T_VERCEL; do
+    scripts="openai:$T_OPENAI agents:$T_AGENTS vercel:$T_VERCEL"
+    [ "$1" = qwen3moe ] && scripts="agents:$T_AGENTS" # the Agents SDK tool loop
+    for s in $scripts; do
         n=${s%%:*}; t=${s#*:}
         (cd "$ROOT/tests" && timeout -k 5 "$t" node "node/tools_$n.mjs" "$U" "$1" $(( (t - 10) * 1000 ))) \
             > "$tmp/$1.$n.out" 2>&1
@@ -105,16 +129,24 @@ run_model() { # name
 run_model qwen3 & r1=$!
 run_model llama32 & r2=$!
 run_model smollm2 & r3=$!
-wait $r1 $r2 $r3
+run_model qwen3moe & r4=$!
+wait $r1 $r2 $r3 $r4
 
-for m in qwen3 llama32 smollm2; do
+if grep -q "weights do not fit in memory" "$tmp/qwen3moe.log" && grep -q "of 8 experts per layer" "$tmp/qwen3moe.log"; then
+    pass=$((pass + 1))
+else
+    bad "serve (qwen3moe, KVLOOM_MEM_AVAILABLE=1000000) did not say at start that the weights do not fit"
+fi
+for m in qwen3 llama32 smollm2 qwen3moe; do
     if [ -f "$tmp/$m.nostart" ]; then
         bad "server $m did not start"
         echo "--- server log ($m)"; tail -n 40 "$tmp/$m.log"
         continue
     fi
     mfail=0
-    for n in openai agents vercel; do
+    names="openai agents vercel"
+    [ "$m" = qwen3moe ] && names=agents
+    for n in $names; do
         out="$tmp/$m.$n.out"; st=$(cat "$tmp/$m.$n.status" 2>/dev/null || echo 1)
         grep -v -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed$' "$out"
         line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)

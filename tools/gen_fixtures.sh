@@ -35,8 +35,19 @@ TOKENS="1 17 123 299 5 42 0"
 VARIANTS="llama|--arch llama --seed 11 --untied
 llama3|--arch llama --seed 12 --rope-freqs --tied
 qwen2|--arch qwen2 --seed 13 --tied
-qwen3|--arch qwen3 --seed 14 --untied"
+qwen3|--arch qwen3 --seed 14 --untied
+qwen3moe|--arch qwen3moe --seed @ --untied --n-expert 8 --n-expert-used 3 --n-ff-exp 256"
+# Seeds of the MoE variant, by type ("@" above). A quantised engine's router
+# inputs differ from the float64 reference's by ~1% (8-bit activations), so
+# where two experts' router logits are that close the two may route a token
+# differently and the logits comparison means nothing. Each quantised type's
+# seed is the first from 15 up whose fixture keeps every top-k decision of
+# the prompt at least MOE_MARGIN apart (gguf_ref.py margin; checked below
+# whenever the fixtures are rebuilt). Float types need no margin.
+MOE_SEEDS="F32:15 F16:15 BF16:15 Q8_0:26 Q4_0:15 Q4_K:16 Q5_K:15 Q6_K:16"
+MOE_MARGIN=0.012
 TYPES="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K"
+GREEDY="qwen3moe-f32 qwen3moe-bf16"
 SHAPE="--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 --n-vocab 300"
 
 mode=${1:-all}
@@ -57,8 +68,10 @@ mkdir -p "$OUT"
 echo "$VARIANTS" | while IFS='|' read -r v flags; do
     for t in $TYPES; do
         n="$v-$(echo "$t" | tr 'A-Z' 'a-z')"
+        seed=$(for p in $MOE_SEEDS; do if [ "${p%%:*}" = "$t" ]; then echo "${p#*:}"; fi; done)
+        flags_t=$(echo "$flags" | sed "s/--seed @/--seed $seed/")
         # shellcheck disable=SC2086
-        "$BIN" gen $flags $SHAPE --type "$t" -o "$OUT/$n.gguf" >"$OUT/gen.log" 2>&1 ||
+        "$BIN" gen $flags_t $SHAPE --type "$t" -o "$OUT/$n.gguf" >"$OUT/gen.log" 2>&1 ||
             { cat "$OUT/gen.log" >&2; echo "gen_fixtures: kvloom gen failed for $n" >&2; exit 1; }
     done
 done
@@ -74,8 +87,22 @@ fi
 mkdir -p "$REF"
 (cd "$OUT" && for n in $(names); do sha256sum "$n.gguf"; done) > "$SUMS.tmp"
 mv "$SUMS.tmp" "$SUMS"
+for t in $TYPES; do
+    case $t in F32|F16|BF16) continue ;; esac
+    n="qwen3moe-$(echo "$t" | tr 'A-Z' 'a-z')"
+    m=$("$PY" tools/ref/gguf_ref.py margin "$OUT/$n.gguf" --tokens "$TOKENS" --kv-f16)
+    "$PY" -c "import sys; sys.exit(0 if $m >= $MOE_MARGIN else 1)" ||
+        { echo "gen_fixtures: $n routes within $m of a tie (< $MOE_MARGIN): pick another seed in MOE_SEEDS" >&2; exit 1; }
+done
 for n in $(names); do
     "$PY" tools/ref/gguf_ref.py logits "$OUT/$n.gguf" --tokens "$TOKENS" --kv-f16 --out "$REF/$n.logits.tmp"
     mv "$REF/$n.logits.tmp" "$REF/$n.logits"
+done
+# greedy continuations of the MoE fixtures (tests/test_moe.c): prompt ids
+# then at most 12 generated ids (gguf_ref.py greedy), after a line holding
+# the prompt length
+for n in $GREEDY; do
+    { echo 3; "$PY" tools/ref/gguf_ref.py greedy "$OUT/$n.gguf" --tokens "1 17 123" -n 12 --kv-f16; } > "$REF/$n.greedy.tmp"
+    mv "$REF/$n.greedy.tmp" "$REF/$n.greedy"
 done
 echo "gen_fixtures: $(wc -l < "$SUMS") models in $OUT, sums in $SUMS, logits in $REF/"

@@ -115,6 +115,23 @@ def main():
     t, d = layout([("a", [3], 0), ("b", [2], 0)], align=1)
     seeds["valid_align1"] = gguf([("general.alignment", U32, 1)], t, align=1, data=d)
 
+    # qwen3moe: expert metadata, a router and 3-D expert tensors (dims
+    # {n_in, n_out, n_expert}), as the GGUF converter writes them
+    moe_kv = [("general.architecture", STR, "qwen3moe"), ("qwen3moe.embedding_length", U32, 32),
+              ("qwen3moe.block_count", U32, 1), ("qwen3moe.attention.head_count", U32, 2),
+              ("qwen3moe.expert_count", U32, 4), ("qwen3moe.expert_used_count", U32, 2),
+              ("qwen3moe.expert_feed_forward_length", U32, 32)]
+    moe_t = [("token_embd.weight", [32, 6], 8), ("blk.0.ffn_gate_inp.weight", [32, 4], 0),
+             ("blk.0.ffn_gate_exps.weight", [32, 32, 4], 2), ("blk.0.ffn_up_exps.weight", [32, 32, 4], 2),
+             ("blk.0.ffn_down_exps.weight", [32, 32, 4], 8)]
+    t, d = layout(moe_t)
+    seeds["valid_moe"] = gguf(moe_kv, t, data=d)
+    seeds["bad_moe_zero_experts"] = gguf(moe_kv[:4] + [("qwen3moe.expert_count", U32, 0)] + moe_kv[5:], t, data=d)
+    seeds["bad_moe_topk"] = gguf(moe_kv[:5] + [("qwen3moe.expert_used_count", U32, 9)] + moe_kv[6:], t, data=d)
+    t2 = list(t)
+    t2[4] = ("blk.0.ffn_down_exps.weight", [32, 32, 2**62], 8, t[4][3], t[4][4])
+    seeds["bad_moe_expert_dims"] = gguf(moe_kv, t2, data=d)
+
     good_t, good_d = layout([("w", [8, 2], 0), ("q", [32], 8)])
     base_kv = [("general.architecture", STR, "llama"), ("x.flag", BOOL, 1)]
     seeds["bad_magic"] = gguf(base_kv, good_t, data=good_d, magic=b"GGUG")

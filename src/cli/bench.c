@@ -28,7 +28,8 @@
  *     buffer much larger than the caches; measured before each repetition,
  *     so drift shows up in the spread.
  * The decode roofline is bandwidth / bytes read per decoded token (all
- * weight matrices, plus the KV rows at the given depth); the report gives
+ * weight matrices — of a MoE layer the router and the selected experts
+ * only —, one embedding row, plus the KV rows at the given depth); the report gives
  * decode as a percentage of it.
  *
  * --tokenizer measures the model's tokenizer instead: encoding MB/s of FILE
@@ -216,8 +217,6 @@ static int bench_decode_shared(bench_ctx *b, int S, int depth, int p_begin, int 
     return r;
 }
 
-static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_bytes; }
-
 
 int cli__bench(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL;
@@ -292,13 +291,8 @@ int cli__bench(int argc, char **argv) {
     b.logits = xmalloc(sizeof(float) * (size_t)c->n_vocab);
     pool *p = model_state_pool(b.st);
 
-    /* bytes a decode step reads: every matrix once, plus KV rows */
-    size_t wbytes = mat_bytes(&m->output);
-    for (int l = 0; l < c->n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        wbytes += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
-                  mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
-    }
+    /* bytes a decode step reads: model_token_bytes, plus KV rows */
+    const size_t wbytes = model_token_bytes(m);
     const double kv_per_pos = 2.0 * c->n_layer * c->n_head_kv * c->head_dim * sizeof(uint16_t); /* f16 K and V */
 
     bw_job bj = {.n_words = BENCH_BW_BYTES / 8};
@@ -308,6 +302,9 @@ int cli__bench(int argc, char **argv) {
 
     printf("model    %s (%s, %d layers, n_embd %d, n_ff %d, vocab %d, %s weights)\n", path, c->arch_name, c->n_layer,
            c->n_embd, c->n_ff, c->n_vocab, dtype_name(m->layers[0].wq.type));
+    if (c->n_expert > 0)
+        printf("experts  %d per layer, %d used, expert n_ff %d, %s expert weights\n", c->n_expert, c->n_expert_used,
+               c->n_ff_exp, dtype_name(m->layers[0].moe.gate.type));
     printf("threads  %ld, kernels %s, reps %ld\n", threads, kern->name, reps);
     printf("weights read per decoded token: %.1f MB (+ %.1f KB of KV per context position)\n", wbytes / 1e6,
            kv_per_pos / 1e3);

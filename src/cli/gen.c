@@ -7,6 +7,18 @@
  * seeded RNG, so a (preset, type, seed) triple always gives the same bytes:
  * the test fixtures rely on that.
  *
+ * Tensor bytes are made while the file is written (gguf_writer_add_tensor_fn),
+ * one tensor in memory at a time, so a 17 GB model needs ~120 MB of RAM.
+ * Random tensors draw from one RNG in file order, so the bytes do not depend
+ * on how they are produced. The 3-D expert tensors of MoE models use a
+ * cheaper approximate normal (the sum of four uniforms of 16 bits, scaled to
+ * the same variance): Box-Muller for the 29 billion expert weights of
+ * qwen3-30b-a3b took ~20 minutes; this takes about one.
+ *
+ * MoE (qwen3moe): the router blk.N.ffn_gate_inp.weight stays F32 whatever
+ * --type says, as the GGUF converter and llama.cpp's quantizer keep it; the
+ * expert tensors get --type.
+ *
  * Weight types whose block does not divide a row (K-quants need rows that
  * are multiples of 256; SmolLM2's width is 576) fall back per tensor, as
  * llama.cpp's quantizer does: Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0.
@@ -33,25 +45,30 @@ typedef struct gen_shape {
     const char *vocab;     /* path relative to the shared folder            */
     int pooling;           /* {arch}.pooling_type: 0 none (a generator), 1 mean,
                               2 cls, 3 last (model_pooling)                  */
+    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe                     */
 } gen_shape;
 
 static const gen_shape presets[] = {
     {"smollm2-135m", "llama", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000, 1e-5f, true, false,
-     "tokenizers/smollm2-135m-instruct/tokenizer.json", 0},
+     "tokenizers/smollm2-135m-instruct/tokenizer.json", 0, 0, 0, 0},
     {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json", 0},
+     "tokenizers/qwen3/tokenizer.json", 0, 0, 0, 0},
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json", 0},
+     "tokenizers/qwen3/tokenizer.json", 0, 0, 0, 0},
     {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000, 1e-5f, true, true,
-     "tokenizers/llama3/tokenizer.json", 0},
+     "tokenizers/llama3/tokenizer.json", 0, 0, 0, 0},
     {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 64, 5632, 32000, 2048, 10000, 1e-5f, false, false,
-     "vocab/ggml-vocab-llama-spm.gguf", 0},
+     "vocab/ggml-vocab-llama-spm.gguf", 0, 0, 0, 0},
     /* embedders: Qwen3-Embedding-0.6B (qwen3-0.6b's shape, 151669 embedding
      * rows, last-token pooling) and bge-small-en-v1.5 (bert, CLS pooling) */
     {"qwen3-embedding-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151669, 32768, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json", 3},
+     "tokenizers/qwen3/tokenizer.json", 3, 0, 0, 0},
     {"bge-small-en-v1.5", "bert", 384, 12, 12, 12, 32, 1536, 30522, 512, 0, 1e-12f, true, false,
-     "vocab/ggml-vocab-bert-bge.gguf", 2},
+     "vocab/ggml-vocab-bert-bge.gguf", 2, 0, 0, 0},
+    /* Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): n_ff is the config's dense
+     * intermediate_size, written as metadata only (every layer is MoE) */
+    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000, 1e-6f, false, false,
+     "tokenizers/qwen3/tokenizer.json", 0, 128, 8, 768},
 };
 
 static void gen_usage(FILE *out) {
@@ -60,7 +77,10 @@ static void gen_usage(FILE *out) {
             "                  [--head-dim N] --n-ff N --n-vocab N) [--type TYPE] [--seed S] [--vocab FILE]\n"
             "                  [--rope-freqs] [--tied] [--untied] [--n-ctx N] [--pooling mean|cls|last]\n"
             "                  [--shared DIR] -o OUT.gguf\n"
-            "  ARCH: llama qwen2 qwen3 bert (an encoder: bidirectional, LayerNorm, GELU, learned positions)\n"
+            "                  [--n-expert N --n-expert-used K --n-ff-exp N]   (--arch qwen3moe)\n"
+            "  ARCH: llama qwen2 qwen3 qwen3moe (mixture of experts) bert (an encoder: bidirectional, LayerNorm,\n"
+            "        GELU, learned positions)\n"
+            "  every shape flag also overrides a preset's value (reduced test shapes)\n"
             "  presets:");
     for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(out, " %s", presets[i].name);
     fprintf(out,
@@ -86,20 +106,50 @@ static void *own(owned_list *l, void *p) {
     return l->p[l->n++] = p;
 }
 
-/* Adds a matrix of n_out rows of n_in random N(0, sd) values in `type`. */
-static void add_random(gguf_writer *w, owned_list *ol, rng *r, const char *name, uint32_t type, int64_t n_in,
-                       int64_t n_out, float sd) {
-    type = fit_type(type, n_in);
-    size_t rb = dtype_row_bytes(type, n_in);
-    char *data = own(ol, xmalloc(rb * (size_t)n_out));
-    float *row = xmalloc(sizeof(float) * (size_t)n_in);
-    for (int64_t o = 0; o < n_out; o++) {
-        for (int64_t i = 0; i < n_in; i++) row[i] = rng_normal(r) * sd;
-        quant_quantize_row(type, row, data + (size_t)o * rb, n_in);
+/* A random tensor, made when the writer asks for its bytes. */
+typedef struct rand_spec {
+    rng *r;
+    uint32_t type;
+    int64_t n_in, rows; /* rows: n_out * n_expert                          */
+    float sd;
+    bool fast;          /* the approximate normal (expert tensors)          */
+} rand_spec;
+
+/* Sum of four 16-bit uniforms: mean 2, variance 4/12 (in units of 1). */
+static inline float fast_normal(uint64_t v) {
+    const float u = (float)(v & 0xffff) + (float)((v >> 16) & 0xffff) + (float)((v >> 32) & 0xffff) +
+                    (float)(v >> 48);
+    return (u * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+}
+
+static void fill_random(void *ctx, void *dst, uint64_t n_bytes) {
+    const rand_spec *sp = ctx;
+    const size_t rb = dtype_row_bytes(sp->type, sp->n_in);
+    ASSERT(rb * (size_t)sp->rows == n_bytes);
+    float *row = xmalloc(sizeof(float) * (size_t)sp->n_in);
+    for (int64_t o = 0; o < sp->rows; o++) {
+        if (sp->fast)
+            for (int64_t i = 0; i < sp->n_in; i++) row[i] = fast_normal(rng_next(sp->r)) * sp->sd;
+        else
+            for (int64_t i = 0; i < sp->n_in; i++) row[i] = rng_normal(sp->r) * sp->sd;
+        quant_quantize_row(sp->type, row, (char *)dst + (size_t)o * rb, sp->n_in);
     }
     free(row);
-    int64_t dims[2] = {n_in, n_out};
-    gguf_writer_add_tensor(w, name, type, n_out > 1 ? 2 : 1, dims, data);
+}
+
+/* Adds n_mat matrices (one 2-D tensor, or a 3-D expert tensor when n_mat >
+ * 1) of n_out rows of n_in random N(0, sd) values in `type`. */
+static void add_random_n(gguf_writer *w, owned_list *ol, rng *r, const char *name, uint32_t type, int64_t n_in,
+                         int64_t n_out, int64_t n_mat, float sd) {
+    rand_spec *sp = own(ol, xmalloc(sizeof *sp));
+    *sp = (rand_spec){r, fit_type(type, n_in), n_in, n_out * n_mat, sd, n_mat > 1};
+    int64_t dims[3] = {n_in, n_out, n_mat};
+    gguf_writer_add_tensor_fn(w, name, sp->type, n_mat > 1 ? 3 : n_out > 1 ? 2 : 1, dims, fill_random, sp);
+}
+
+static void add_random(gguf_writer *w, owned_list *ol, rng *r, const char *name, uint32_t type, int64_t n_in,
+                       int64_t n_out, float sd) {
+    add_random_n(w, ol, r, name, type, n_in, n_out, 1, sd);
 }
 
 static void add_const(gguf_writer *w, owned_list *ol, const char *name, int64_t n, float v) {
@@ -332,6 +382,9 @@ int cli__gen(int argc, char **argv) {
             }
             i++;
         }
+        INTARG("--n-expert", n_expert)
+        INTARG("--n-expert-used", n_expert_used)
+        INTARG("--n-ff-exp", n_ff_exp)
         else if (strcmp(a, "--type") == 0 && v) { type_name = v; i++; }
         else if (strcmp(a, "--seed") == 0 && v) { seed = strtoull(v, NULL, 10); i++; }
         else if (strcmp(a, "--vocab") == 0 && v) { vocab = v; i++; }
@@ -356,8 +409,17 @@ int cli__gen(int argc, char **argv) {
         gen_usage(stderr);
         return 2;
     }
-    if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3") && strcmp(s.arch, "bert")) {
-        fprintf(stderr, "kvloom gen: --arch must be llama, qwen2, qwen3 or bert\n");
+    const bool moe = strcmp(s.arch, "qwen3moe") == 0;
+    if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3") && strcmp(s.arch, "bert") && !moe) {
+        fprintf(stderr, "kvloom gen: --arch must be llama, qwen2, qwen3, qwen3moe or bert\n");
+        return 2;
+    }
+    if (moe && (s.n_expert <= 0 || s.n_expert_used <= 0 || s.n_expert_used > s.n_expert || s.n_ff_exp <= 0)) {
+        fprintf(stderr, "kvloom gen: qwen3moe needs --n-expert N, --n-expert-used K (1..N) and --n-ff-exp N\n");
+        return 2;
+    }
+    if (!moe && (s.n_expert || s.n_expert_used || s.n_ff_exp)) {
+        fprintf(stderr, "kvloom gen: --n-expert, --n-expert-used and --n-ff-exp are for --arch qwen3moe\n");
         return 2;
     }
     bool bert = strcmp(s.arch, "bert") == 0;
@@ -377,7 +439,7 @@ int cli__gen(int argc, char **argv) {
         fprintf(stderr, "kvloom gen: n_head must be a multiple of n_head_kv and head_dim even\n");
         return 2;
     }
-    if (strcmp(s.arch, "qwen2") == 0 || strcmp(s.arch, "qwen3") == 0) s.rope_theta = have_preset ? s.rope_theta : 1000000;
+    if (strcmp(s.arch, "qwen2") == 0 || strcmp(s.arch, "qwen3") == 0 || moe) s.rope_theta = have_preset ? s.rope_theta : 1000000;
 
     gguf_writer *w = gguf_writer_new();
     err_t e = {0};
@@ -406,6 +468,11 @@ int cli__gen(int argc, char **argv) {
     }
     if (s.pooling) gguf_writer_set_u32(w, KEY("pooling_type"), (uint32_t)s.pooling);
     gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)s.n_vocab);
+    if (moe) {
+        gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)s.n_expert);
+        gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)s.n_expert_used);
+        gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)s.n_ff_exp);
+    }
 #undef KEY
     int r = 0;
     if (vocab || s.vocab) {
@@ -453,11 +520,18 @@ int cli__gen(int argc, char **argv) {
             add_random(w, &ol, &rg, N("attn_k.bias"), DT_F32, kv_dim, 1, sd);
             add_random(w, &ol, &rg, N("attn_v.bias"), DT_F32, kv_dim, 1, sd);
         }
-        if (strcmp(s.arch, "qwen3") == 0) {
+        if (strcmp(s.arch, "qwen3") == 0 || moe) {
             add_const(w, &ol, N("attn_q_norm.weight"), s.head_dim, 1.0f);
             add_const(w, &ol, N("attn_k_norm.weight"), s.head_dim, 1.0f);
         }
         add_const(w, &ol, N("ffn_norm.weight"), s.n_embd, 1.0f);
+        if (moe) {
+            add_random(w, &ol, &rg, N("ffn_gate_inp.weight"), DT_F32, s.n_embd, s.n_expert, sd);
+            add_random_n(w, &ol, &rg, N("ffn_gate_exps.weight"), (uint32_t)type, s.n_embd, s.n_ff_exp, s.n_expert, sd);
+            add_random_n(w, &ol, &rg, N("ffn_up_exps.weight"), (uint32_t)type, s.n_embd, s.n_ff_exp, s.n_expert, sd);
+            add_random_n(w, &ol, &rg, N("ffn_down_exps.weight"), (uint32_t)type, s.n_ff_exp, s.n_embd, s.n_expert, sd);
+            continue;
+        }
         add_random(w, &ol, &rg, N("ffn_gate.weight"), (uint32_t)type, s.n_embd, s.n_ff, sd);
         add_random(w, &ol, &rg, N("ffn_up.weight"), (uint32_t)type, s.n_embd, s.n_ff, sd);
         add_random(w, &ol, &rg, N("ffn_down.weight"), (uint32_t)type, s.n_ff, s.n_embd, sd);
@@ -504,7 +578,9 @@ int cli__quantize(int argc, char **argv) {
         const gguf_tensor *t = gguf_tensor_at(g, i);
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)MIN(t->name.len, 255), t->name.ptr);
-        bool is_matrix = t->n_dims == 2 && ends_with(name, ".weight");
+        /* matrices and 3-D expert tensors; the MoE router stays as it is (see above) */
+        bool is_matrix = (t->n_dims == 2 || t->n_dims == 3) && ends_with(name, ".weight") &&
+                         !ends_with(name, "ffn_gate_inp.weight");
         bool from_float = t->type == DT_F32 || t->type == DT_F16 || t->type == DT_BF16;
         if (!is_matrix || !from_float) {
             if (is_matrix && t->type != (uint32_t)type)

@@ -213,26 +213,31 @@ static void act_task(void *arg, int ith, int nth) {
     }
 }
 
-/* Rows [r0, r1) of one matrix for every token. */
-static void rows_range(const matmul_job *j, const kern_mat *w, float *y, int64_t r0, int64_t r1) {
+void kern_matmul_rows(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes, int n_tok,
+                      float *y, int64_t ldy) {
     const kern_dot_fn dot = kern->dot[w->type];
     const kern_gemm_fn gemm = kern->gemm[w->type];
     if (gemm) {
-        gemm(w, r0, r1, j->act, j->act_row_bytes, j->n_tok, y, w->n_out);
+        gemm(w, r0, r1, act, act_row_bytes, n_tok, y, ldy);
         return;
     }
-    const uint8_t *wd = w->data;
-    for (int t0 = 0; t0 < j->n_tok; t0 += KERN_TOK_CHUNK) {
-        const int t1 = MIN(j->n_tok, t0 + KERN_TOK_CHUNK);
+    const uint8_t *wd = w->data, *ab = act;
+    for (int t0 = 0; t0 < n_tok; t0 += KERN_TOK_CHUNK) {
+        const int t1 = MIN(n_tok, t0 + KERN_TOK_CHUNK);
         for (int64_t rt = r0; rt < r1; rt += KERN_ROW_TILE) {
             const int64_t re = MIN(r1, rt + KERN_ROW_TILE);
             for (int t = t0; t < t1; t++) {
-                const uint8_t *at = j->act + (size_t)t * j->act_row_bytes;
-                float *yt = y + (size_t)t * w->n_out;
+                const uint8_t *at = ab + (size_t)t * act_row_bytes;
+                float *yt = y + (size_t)t * ldy;
                 for (int64_t r = rt; r < re; r++) dot(w->n_in, &yt[r], wd + (size_t)r * w->row_bytes, at);
             }
         }
     }
+}
+
+/* Rows [r0, r1) of one matrix for every token. */
+static void rows_range(const matmul_job *j, const kern_mat *w, float *y, int64_t r0, int64_t r1) {
+    kern_matmul_rows(w, r0, r1, j->act, j->act_row_bytes, j->n_tok, y, w->n_out);
 }
 
 /* The tiles of all matrices form one list; each thread takes a contiguous

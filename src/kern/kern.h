@@ -115,6 +115,16 @@ void kern_matmul(pool *p, const kern_mat *w, const float *x, int n_tok, float *y
 void kern_matmul_multi(pool *p, const kern_mat *const *ws, int n_w, const float *x, int n_tok, float *const *ys,
                        void *act_buf);
 
+/* The building block of both: Y[t][r] for rows [r0, r1) of w (r0 a multiple
+ * of 8) and n_tok activation rows already in w's activation format (act +
+ * t*act_row_bytes; the f32 rows themselves when kern_act_type is DT_F32),
+ * written to y + t*ldy + r. Runs on the calling thread; each element is
+ * bitwise what kern_matmul gives for that row and activation row. For
+ * callers that schedule their own work over the pool (model/moe.c: one
+ * matrix per expert over the tokens routed to it). */
+void kern_matmul_rows(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t act_row_bytes, int n_tok,
+                      float *y, int64_t ldy);
+
 /* ---- small vector ops (scalar; cheap next to the matmuls) ---- */
 /* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL for no weight); out
  * may equal x. The sum of squares is taken in double, in index order. */

@@ -13,6 +13,7 @@
  *     att = attention of each token over its sequence's 0..pos
  *     x += att Wo
  *     xb = rmsnorm(x) ; x += (silu(xb Wgate) * xb Wup) Wdown
+ *       [MoE] x += moe_forward(xb): router, top-k, experts (moe.h)
  *   logits = rmsnorm(x[rows]) Wout                     (rows, n_vocab)
  *
  * No allocation happens here: model_state holds every buffer, sized for
@@ -75,6 +76,7 @@ struct model_state {
     attn_query *aq;     /* (n_threads, T) query lists of a group           */
     void *act;     /* activation conversion buffer for the matmuls       */
     int32_t *rows; /* (T) batch indices of tokens that want logits       */
+    moe_scratch *moe; /* MoE models: the expert layers' scratch          */
 };
 
 static size_t act_bytes_for(const kern_mat *w, int T) { return (size_t)T * kern_act_row_bytes(w->type, w->n_in); }
@@ -96,8 +98,9 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
     s->att = xaligned_alloc(T * q_dim * sizeof(float));
     s->k = xaligned_alloc(T * kv_dim * sizeof(float));
     s->v = xaligned_alloc(T * kv_dim * sizeof(float));
-    s->hb = xaligned_alloc(T * c->n_ff * sizeof(float));
-    s->hb2 = xaligned_alloc(T * c->n_ff * sizeof(float));
+    const size_t dense_ff = c->n_expert > 0 ? 1 : (size_t)c->n_ff; /* MoE layers use moe scratch */
+    s->hb = xaligned_alloc(T * dense_ff * sizeof(float));
+    s->hb2 = xaligned_alloc(T * dense_ff * sizeof(float));
     s->cosv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
     s->sinv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
     const size_t hd = (size_t)c->head_dim;
@@ -129,12 +132,19 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
         for (size_t i = 0; i < ARRAY_LEN(mats); i++) act = MAX(act, act_bytes_for(mats[i], max_tokens));
     }
     s->act = xaligned_alloc(act ? act : 64);
+    if (c->n_expert > 0) {
+        const moe_ffn **ls = xmalloc(sizeof(moe_ffn *) * (size_t)c->n_layer);
+        for (int l = 0; l < c->n_layer; l++) ls[l] = &m->layers[l].moe;
+        s->moe = moe_scratch_new(ls, c->n_layer, max_tokens, s->n_threads);
+        free(ls);
+    }
     return s;
 }
 
 void model_state_free(model_state *s) {
     if (!s) return;
     pool_free(s->pool);
+    moe_scratch_free(s->moe);
     void *bufs[] = {s->x,      s->xb,     s->o,       s->q,     s->att,    s->k,      s->v,
                     s->hb,     s->hb2,    s->cosv,    s->sinv,  s->act,    s->rows,   s->part_m,
                     s->part_l, s->part_o, s->pbase,   s->grp,   s->grp_raw, s->attn_tok, s->tok_d,
@@ -144,6 +154,7 @@ void model_state_free(model_state *s) {
 }
 
 pool *model_state_pool(model_state *s) { return s->pool; }
+moe_scratch *model_state_moe(model_state *s) { return s->moe; }
 
 /* ---- rope ---- */
 
@@ -538,6 +549,11 @@ int model_forward(const model *m, model_state *s, model_kv *kv, const model_batc
 
         /* feed-forward block */
         run_tokens(&tj, PH_RESID_NORM_FFN);
+        if (c->n_expert > 0) {
+            moe_forward(&L->moe, s->moe, p, s->xb, T, s->o);
+            run_tokens(&tj, PH_RESID);
+            continue;
+        }
         {
             const kern_mat *ws[2] = {&L->w_gate, &L->w_up};
             float *ys[2] = {s->hb, s->hb2};

@@ -883,6 +883,8 @@ typedef struct wtensor {
     uint64_t n_bytes;
     uint64_t offset;
     const void *data;
+    gguf_fill_fn fill; /* or this makes the bytes at write time */
+    void *fill_ctx;
 } wtensor;
 
 struct gguf_writer {
@@ -1033,6 +1035,13 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_ctx *src, int64_t i) {
     w_set(w, kv->key.ptr, (size_t)kv->key.len, kv->type, val, kv->raw_bytes);
 }
 
+void gguf_writer_add_tensor_fn(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *dims,
+                               gguf_fill_fn fill, void *ctx) {
+    const size_t n = w->n_t;
+    gguf_writer_add_tensor(w, name, type, n_dims, dims, NULL);
+    if (w->n_t == n + 1) w->t[n].fill = fill, w->t[n].fill_ctx = ctx;
+}
+
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *dims,
                             const void *data) {
     const dtype_info *di = dtype_get(type);
@@ -1135,7 +1144,14 @@ int gguf_writer_write(gguf_writer *w, const char *path, err_t *e) {
     ok = ok && w_zeros(f, (align - pos % align) % align);
     for (size_t i = 0; i < w->n_t && ok; i++) {
         const wtensor *t = &w->t[i];
-        ok = t->data ? w_put(f, t->data, (size_t)t->n_bytes) : w_zeros(f, t->n_bytes);
+        if (t->fill) { /* made now, one tensor in memory at a time */
+            void *buf = xmalloc((size_t)MAX(t->n_bytes, 1));
+            t->fill(t->fill_ctx, buf, t->n_bytes);
+            ok = w_put(f, buf, (size_t)t->n_bytes);
+            free(buf);
+        } else {
+            ok = t->data ? w_put(f, t->data, (size_t)t->n_bytes) : w_zeros(f, t->n_bytes);
+        }
         ok = ok && w_zeros(f, (align - t->n_bytes % align) % align);
     }
     ok = ok && fflush(f) == 0;

@@ -150,6 +150,12 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_ctx *src, int64_t i);
  * duplicate tensor name, empty key) is recorded and returned as ERR_INVALID
  * by gguf_writer_write. */
 void gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *dims, const void *data);
+/* Same, but the data is made at write time: fill(ctx, dst, n_bytes) writes
+ * the tensor's n_bytes into dst (a buffer the writer owns for that call), in
+ * the order tensors were added. For files larger than memory. */
+typedef void (*gguf_fill_fn)(void *ctx, void *dst, uint64_t n_bytes);
+void gguf_writer_add_tensor_fn(gguf_writer *w, const char *name, uint32_t type, int n_dims, const int64_t *dims,
+                               gguf_fill_fn fill, void *ctx);
 /* Writes the file (to path.tmp then rename). Setting an existing key replaces
  * it (keeping its position). Alignment is 32, or general.alignment if set (it
  * must be a u32 power of two). Padding bytes are zero. Returns 0, ERR_INVALID

@@ -4,7 +4,19 @@
  * presence, type and shape. The forward pass is in forward.c.
  *
  * Supported: llama (Llama 2/3 incl. rope_freqs, TinyLlama, SmolLM, Mistral
- * without sliding window), qwen2 (QKV bias), qwen3 (per-head Q/K RMSNorm).
+ * without sliding window), qwen2 (QKV bias), qwen3 (per-head Q/K RMSNorm),
+ * qwen3moe (qwen3 attention, mixture-of-experts FFN: model/moe.h).
+ *
+ * qwen3moe metadata and tensors, as the GGUF converter writes them:
+ *   qwen3moe.expert_count, .expert_used_count, .expert_feed_forward_length
+ *   blk.N.ffn_gate_inp.weight            router, dims {n_embd, n_expert}
+ *   blk.N.ffn_{gate,up}_exps.weight      dims {n_embd, n_ff_exp, n_expert}
+ *   blk.N.ffn_down_exps.weight           dims {n_ff_exp, n_embd, n_expert}
+ * Gating: softmax over all experts, top-k, and the k weights renormalised to
+ * sum 1. The converter writes no key for this (Qwen3-MoE's norm_topk_prob is
+ * true in every released config and llama.cpp hard-codes it for the
+ * architecture), so renormalising is the default; an
+ * `{arch}.expert_weights_norm` bool, where present, decides.
  */
 #include "model.h"
 
@@ -12,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../kern/quant.h"
 
@@ -24,6 +37,7 @@ static const struct {
     {"qwen2", ARCH_QWEN2},
     {"qwen3", ARCH_QWEN3},
     {"bert", ARCH_BERT},
+    {"qwen3moe", ARCH_QWEN3MOE},
 };
 
 /* Reads "{arch}.{suffix}" as an integer; `required` makes absence an error. */
@@ -69,15 +83,28 @@ static int read_config(const gguf_ctx *g, model_config *c, err_t *e) {
         if (strcmp(c->arch_name, arch_names[i].name) == 0) c->arch = arch_names[i].arch;
     if (c->arch == ARCH_COUNT)
         return err_set(e, ERR_UNSUPPORTED,
-                       "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, bert)",
+                       "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, bert)",
                        c->arch_name);
     const char *an = c->arch_name;
+    char key[128];
     int r;
     if ((r = get_int(g, an, "embedding_length", true, 0, 1, 1 << 16, &c->n_embd, e))) return r;
     if ((r = get_int(g, an, "block_count", true, 0, 1, 1024, &c->n_layer, e))) return r;
-    if ((r = get_int(g, an, "feed_forward_length", true, 0, 1, 1 << 20, &c->n_ff, e))) return r;
+    if (c->arch == ARCH_QWEN3MOE) {
+        if ((r = get_int(g, an, "expert_count", true, 0, 1, 4096, &c->n_expert, e))) return r;
+        if ((r = get_int(g, an, "expert_used_count", true, 0, 1, 4096, &c->n_expert_used, e))) return r;
+        if (c->n_expert_used > c->n_expert)
+            return err_set(e, ERR_RANGE, "model: '%s.expert_used_count' = %d exceeds '%s.expert_count' = %d", an,
+                           c->n_expert_used, an, c->n_expert);
+        if ((r = get_int(g, an, "expert_feed_forward_length", true, 0, 1, 1 << 20, &c->n_ff_exp, e))) return r;
+        c->expert_norm = true;
+        snprintf(key, sizeof key, "%s.expert_weights_norm", an);
+        if (gguf_find_key(g, key) >= 0 && !gguf_get_bool(g, key, &c->expert_norm))
+            return err_set(e, ERR_FORMAT, "model: metadata key '%s' must be a bool", key);
+    }
+    /* MoE models carry the dense width too (unused by qwen3moe's layers) */
+    if ((r = get_int(g, an, "feed_forward_length", c->n_expert == 0, c->n_ff_exp, 1, 1 << 20, &c->n_ff, e))) return r;
     if ((r = get_int(g, an, "attention.head_count", true, 0, 1, 1024, &c->n_head, e))) return r;
-    char key[128];
     snprintf(key, sizeof key, "%s.attention.head_count_kv", an);
     int64_t kvi = gguf_find_key(g, key);
     if (kvi >= 0 && gguf_kv_type(g, kvi) == GGUF_ARRAY)
@@ -114,7 +141,7 @@ static int read_config(const gguf_ctx *g, model_config *c, err_t *e) {
         }
     }
     c->has_qkv_bias = c->arch == ARCH_QWEN2;
-    c->has_qk_norm = c->arch == ARCH_QWEN3;
+    c->has_qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
     c->encoder = c->arch == ARCH_BERT;
     int pool;
     if ((r = get_int(g, an, "pooling_type", false, c->encoder ? MODEL_POOL_MEAN : MODEL_POOL_NONE, 0, 4, &pool, e)))
@@ -157,6 +184,29 @@ static int load_mat(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n
     m->n_out = n_out;
     m->row_bytes = dtype_row_bytes(t->type, n_in);
     m->data = t->data;
+    return 0;
+}
+
+/* A 3-D expert tensor, dims {n_in, n_out, n_expert}: *m views expert 0 and
+ * *stride is the bytes from one expert's matrix to the next. */
+static int load_experts(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n_out, int64_t n_expert,
+                        kern_mat *m, size_t *stride, err_t *e) {
+    const gguf_tensor *t = gguf_find_tensor(g, name);
+    if (!t) return err_set(e, ERR_NOTFOUND, "model: missing tensor '%s'", name);
+    if (t->n_dims != 3 || t->dims[0] != n_in || t->dims[1] != n_out || t->dims[2] != n_expert)
+        return err_set(e, ERR_FORMAT,
+                       "model: expert tensor '%s' has shape [%lld, %lld, %lld] (%u dims), expected [%lld, %lld, %lld]",
+                       name, (long long)t->dims[0], (long long)t->dims[1], (long long)t->dims[2], t->n_dims,
+                       (long long)n_in, (long long)n_out, (long long)n_expert);
+    if (!dtype_get(t->type)->supported || kern_act_row_bytes(t->type, n_in) == 0)
+        return err_set(e, ERR_UNSUPPORTED, "model: expert tensor '%s' has type %s, which kvloom cannot multiply", name,
+                       dtype_name(t->type));
+    m->type = t->type;
+    m->n_in = n_in;
+    m->n_out = n_out;
+    m->row_bytes = dtype_row_bytes(t->type, n_in);
+    m->data = t->data;
+    *stride = m->row_bytes * (size_t)n_out;
     return 0;
 }
 
@@ -255,6 +305,23 @@ int model_load_gguf(gguf_ctx *g, model **out, err_t *e) {
             if ((r = load_vec(g, NAME("attn_k_norm.weight"), hd, false, &a, &L->k_norm, e))) goto fail;
         }
         if ((r = load_vec(g, NAME("ffn_norm.weight"), c->n_embd, false, &a, &L->ffn_norm, e))) goto fail;
+        if (c->n_expert > 0) {
+            moe_ffn *f = &L->moe;
+            *f = (moe_ffn){.n_expert = c->n_expert, .n_used = c->n_expert_used, .n_embd = c->n_embd,
+                           .n_ff = c->n_ff_exp, .gating = c->expert_norm ? MOE_GATE_SOFTMAX_NORM : MOE_GATE_SOFTMAX,
+                           .act = MOE_ACT_SILU};
+            if ((r = load_mat(g, NAME("ffn_gate_inp.weight"), c->n_embd, c->n_expert, &f->router, e))) goto fail;
+            if ((r = load_experts(g, NAME("ffn_gate_exps.weight"), c->n_embd, c->n_ff_exp, c->n_expert, &f->gate,
+                                  &f->gate_stride, e)))
+                goto fail;
+            if ((r = load_experts(g, NAME("ffn_up_exps.weight"), c->n_embd, c->n_ff_exp, c->n_expert, &f->up,
+                                  &f->up_stride, e)))
+                goto fail;
+            if ((r = load_experts(g, NAME("ffn_down_exps.weight"), c->n_ff_exp, c->n_embd, c->n_expert, &f->down,
+                                  &f->down_stride, e)))
+                goto fail;
+            continue;
+        }
         if ((r = load_mat(g, NAME("ffn_gate.weight"), c->n_embd, c->n_ff, &L->w_gate, e))) goto fail;
         if ((r = load_mat(g, NAME("ffn_up.weight"), c->n_embd, c->n_ff, &L->w_up, e))) goto fail;
         if ((r = load_mat(g, NAME("ffn_down.weight"), c->n_ff, c->n_embd, &L->w_down, e))) goto fail;
@@ -279,6 +346,63 @@ void model_free(model *m) {
     free(m->f32_owned);
     free(m->layers);
     free(m);
+}
+
+static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_bytes; }
+
+size_t model_token_bytes(const model *m) {
+    const model_config *c = &m->cfg;
+    size_t b = mat_bytes(&m->output) + m->tok_embd.row_bytes;
+    for (int l = 0; l < c->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo);
+        if (c->n_expert > 0) /* at batch 1 the n_used selections are distinct experts */
+            b += mat_bytes(&L->moe.router) +
+                 (size_t)L->moe.n_used * (L->moe.gate_stride + L->moe.up_stride + L->moe.down_stride);
+        else
+            b += mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
+    }
+    return b;
+}
+
+/* MemAvailable from /proc/meminfo (Linux), else free pages; 0 if unknown.
+ * $KVLOOM_MEM_AVAILABLE (bytes) overrides it, so tests can check the
+ * over-memory note and that serving goes on without a machine that small. */
+static size_t mem_available(void) {
+    const char *ov = getenv("KVLOOM_MEM_AVAILABLE");
+    if (ov && *ov) return (size_t)strtoull(ov, NULL, 10);
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                fclose(f);
+                return (size_t)kb * 1024;
+            }
+        fclose(f);
+    }
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : 0;
+}
+
+bool model_mem_note(const model *m, char *buf, size_t n) {
+    const size_t avail = mem_available();
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    const double total = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+    const double w = (double)m->weight_bytes, tok = (double)model_token_bytes(m);
+    const bool over = avail > 0 && w > (double)avail;
+    int k = snprintf(buf, n, "weights %.2f GB memory-mapped, %.2f GB of %.2f GB RAM available", w / 1e9,
+                     (double)avail / 1e9, total / 1e9);
+    if (k < 0 || (size_t)k >= n) return over;
+    if (m->cfg.n_expert > 0)
+        k += snprintf(buf + k, n - (size_t)k, "; a decoded token reads %.2f GB (%d of %d experts per layer)",
+                      tok / 1e9, m->cfg.n_expert_used, m->cfg.n_expert);
+    if (over && k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k,
+                 "; the weights do not fit in memory: they are read from the file as used, so decode runs at "
+                 "the disk's speed for the part the page cache cannot hold");
+    return over;
 }
 
 size_t model_kv_block_bytes(const model *m, int block_tokens) {

@@ -42,8 +42,9 @@
 #include "../base/pool.h"
 #include "../kern/kern.h"
 #include "gguf.h"
+#include "moe.h"
 
-typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_BERT, ARCH_COUNT } model_arch;
+typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_BERT, ARCH_QWEN3MOE, ARCH_COUNT } model_arch;
 /* How an embedding is pooled from the last hidden states ({arch}.pooling_type,
  * the GGUF converter's numbering). */
 typedef enum model_pooling {
@@ -63,7 +64,11 @@ typedef struct model_config {
     int n_head;           /* query heads                                       */
     int n_head_kv;        /* key/value heads (GQA: n_head % n_head_kv == 0)    */
     int head_dim;         /* per head (n_embd / n_head unless key_length set)  */
-    int n_ff;             /* feed-forward width                                */
+    int n_ff;             /* feed-forward width (dense layers)                 */
+    int n_expert;         /* experts per MoE layer; 0: dense FFN               */
+    int n_expert_used;    /* experts selected per token                        */
+    int n_ff_exp;         /* feed-forward width of one expert                  */
+    bool expert_norm;     /* renormalise the selected experts' weights         */
     int n_ctx_train;      /* context length the model was trained for          */
     float rms_eps;
     float rope_theta;     /* rope.freq_base                                    */
@@ -90,6 +95,7 @@ typedef struct model_layer {
     const float *q_norm, *k_norm;  /* qwen3 (head_dim) or NULL          */
     const float *ffn_norm;         /* (n_embd)                          */
     kern_mat w_gate, w_up, w_down; /* (n_ff, n_embd), (n_embd, n_ff)    */
+    moe_ffn moe;                   /* used instead when cfg.n_expert > 0 */
 } model_layer;
 
 typedef struct model {
@@ -112,6 +118,19 @@ int model_load(const char *path, model **out, err_t *e);
 /* Same from an already-open gguf (takes ownership of g on success). */
 int model_load_gguf(gguf_ctx *g, model **out, err_t *e);
 void model_free(model *m);
+
+/* Bytes of weights one decoded token reads (batch 1): every matrix once — of
+ * a MoE layer the router and n_used experts only —, the output matrix and
+ * one embedding row. The KV cache is not counted. */
+size_t model_token_bytes(const model *m);
+
+/* Memory the weights need against what the machine has, for the start-up
+ * log: fills buf with one sentence ("weights 16.9 GB memory-mapped, 11.2 GB
+ * of 23.5 GB RAM available: ...") and returns true when the weights do not
+ * fit in the available memory (the model still runs: pages are read from
+ * the file as the forward pass touches them, and decode slows to the disk's
+ * speed for what is not cached). */
+bool model_mem_note(const model *m, char *buf, size_t n);
 
 /* ---- paged KV storage ---- */
 typedef struct model_kv {
@@ -150,6 +169,9 @@ typedef struct model_state model_state;
 model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_threads);
 void model_state_free(model_state *s);
 pool *model_state_pool(model_state *s);
+/* The MoE layers' scratch (routing of the last forward: moe.h), or NULL for
+ * a dense model. */
+moe_scratch *model_state_moe(model_state *s);
 
 /* Runs the batch. Returns the number of logit rows written to `logits`
  * ((rows, n_vocab), in batch order of the tokens that asked for them), or

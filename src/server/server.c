@@ -413,6 +413,11 @@ int server_main(const server_opts *o) {
         log_error("serve: cannot load model '%s': %s", path, e.msg);
         goto out;
     }
+    {
+        char note[512];
+        if (model_mem_note(m, note, sizeof note)) log_warn("serve: %s", note);
+        else log_info("serve: %s", note);
+    }
     if ((rcode = tok_load(m->gguf, &tk, &e)) < 0) {
         log_error("serve: cannot load the tokenizer of '%s': %s", path, e.msg);
         goto out;

@@ -2,7 +2,10 @@
 """gguf_ref.py -- the independent numpy reference that kvloom's C engine is
 tested against: a GGUF v2/v3 reader, dequantisers for the weight types kvloom
 runs, and a float64 forward pass of the Llama family (llama incl. Llama 3
-rope_freqs and linear rope scaling, qwen2, qwen3).
+rope_freqs and linear rope scaling, qwen2, qwen3) and the qwen3moe mixture of
+experts (qwen3 attention; FFN = router softmax over all experts, the top-k,
+their probabilities renormalised to sum 1 unless `{arch}.expert_weights_norm`
+is false, and the weighted sum of the selected experts' SwiGLU FFNs).
 
 It is written from the format and architecture definitions (GGUF spec, ggml
 block layouts, the model papers' equations), never from kvloom's C sources,
@@ -497,7 +500,7 @@ def dequantize(ttype, raw, n_elems=None):
 # Model
 # ---------------------------------------------------------------------------
 
-ARCH_ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True}
+ARCH_ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen3moe": True}
 
 
 class Config:
@@ -508,7 +511,7 @@ class Config:
         if not isinstance(arch, str):
             raise GGUFError("general.architecture: missing or not a string")
         if arch not in ARCH_ROPE_NEOX:
-            raise GGUFError("general.architecture: '%s' not supported (llama, qwen2, qwen3)" % arch)
+            raise GGUFError("general.architecture: '%s' not supported (llama, qwen2, qwen3, qwen3moe)" % arch)
         self.arch = arch
 
         def need_int(k):
@@ -520,7 +523,21 @@ class Config:
         self.n_embd = need_int("embedding_length")
         self.n_layer = need_int("block_count")
         self.n_head = need_int("attention.head_count")
-        self.n_ff = need_int("feed_forward_length")
+        self.n_expert = self.n_expert_used = self.n_ff_exp = 0
+        self.expert_norm = True
+        if arch == "qwen3moe":
+            self.n_expert = need_int("expert_count")
+            self.n_expert_used = need_int("expert_used_count")
+            if self.n_expert_used > self.n_expert:
+                raise GGUFError("%s.expert_used_count: %d exceeds expert_count %d"
+                                % (arch, self.n_expert_used, self.n_expert))
+            self.n_ff_exp = need_int("expert_feed_forward_length")
+            norm = g.get(arch + ".expert_weights_norm")
+            if norm is not None:
+                self.expert_norm = bool(norm)
+            self.n_ff = g.get_int(arch + ".feed_forward_length", self.n_ff_exp)
+        else:
+            self.n_ff = need_int("feed_forward_length")
         self.n_head_kv = g.get_int(arch + ".attention.head_count_kv", self.n_head)
         if self.n_head_kv <= 0 or self.n_head % self.n_head_kv != 0:
             raise GGUFError("%s.attention.head_count_kv: %d does not divide head_count %d"
@@ -600,16 +617,24 @@ class Model:
                 "wv": w(p + "attn_v.weight", (vd, c.n_embd)),
                 "wo": w(p + "attn_output.weight", (c.n_embd, c.n_head * c.head_dim_v)),
                 "ffn_norm": w(p + "ffn_norm.weight", (c.n_embd,)),
-                "w_gate": w(p + "ffn_gate.weight", (c.n_ff, c.n_embd)),
-                "w_up": w(p + "ffn_up.weight", (c.n_ff, c.n_embd)),
-                "w_down": w(p + "ffn_down.weight", (c.n_embd, c.n_ff)),
                 "bq": opt(p + "attn_q.bias", (qd,)),
                 "bk": opt(p + "attn_k.bias", (kd,)),
                 "bv": opt(p + "attn_v.bias", (vd,)),
                 "q_norm": opt(p + "attn_q_norm.weight", (c.head_dim,)),
                 "k_norm": opt(p + "attn_k_norm.weight", (c.head_dim,)),
             }
-            if c.arch == "qwen3" and (L["q_norm"] is None or L["k_norm"] is None):
+            if c.n_expert:
+                # GGUF dims {n_in, n_out, n_expert} -> numpy (n_expert, n_out, n_in)
+                E, F = c.n_expert, c.n_ff_exp
+                L["router"] = w(p + "ffn_gate_inp.weight", (E, c.n_embd))
+                L["e_gate"] = w(p + "ffn_gate_exps.weight", (E, F, c.n_embd))
+                L["e_up"] = w(p + "ffn_up_exps.weight", (E, F, c.n_embd))
+                L["e_down"] = w(p + "ffn_down_exps.weight", (E, c.n_embd, F))
+            else:
+                L["w_gate"] = w(p + "ffn_gate.weight", (c.n_ff, c.n_embd))
+                L["w_up"] = w(p + "ffn_up.weight", (c.n_ff, c.n_embd))
+                L["w_down"] = w(p + "ffn_down.weight", (c.n_embd, c.n_ff))
+            if c.arch in ("qwen3", "qwen3moe") and (L["q_norm"] is None or L["k_norm"] is None):
                 raise GGUFError("tensor '%sattn_q_norm.weight'/'attn_k_norm.weight' missing (qwen3)" % p)
             self.layers.append(L)
         # Inverse frequencies of the rotated pairs: base^(-2i/n_rot) / freq_factor[i].
@@ -642,6 +667,52 @@ class Model:
             y[..., 0:c.n_rot:2] = a * cos - b * sin
             y[..., 1:c.n_rot:2] = a * sin + b * cos
         return y
+
+    def route(self, h, L):
+        """Router of one MoE layer for rows h (n, n_embd): (experts, weights),
+        each (n, k), experts in descending probability (ties: lower index)."""
+        c = self.cfg
+        logits = h @ L["router"].T                                     # (n, E)
+        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        p = p / p.sum(axis=-1, keepdims=True)                          # softmax over all experts
+        # stable sort of -p keeps the lower index first among equal values
+        sel = np.argsort(-p, axis=-1, kind="stable")[:, :c.n_expert_used]
+        w = np.take_along_axis(p, sel, axis=-1)
+        if c.expert_norm:
+            w = w / w.sum(axis=-1, keepdims=True)
+        return sel, w
+
+    def moe(self, h, L):
+        """The MoE FFN, every token through its own experts, one at a time."""
+        sel, wts = self.route(h, L)
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            for e, wt in zip(sel[t], wts[t]):
+                g = L["e_gate"][e] @ h[t]
+                u = L["e_up"][e] @ h[t]
+                out[t] += wt * (L["e_down"][e] @ (g / (1.0 + np.exp(-g)) * u))
+        return out
+
+    def route_margin(self, tokens):
+        """Smallest gap, over the tokens and MoE layers of one causal pass,
+        between the k-th and (k+1)-th largest router logits: how far the
+        routing is from a tie (an engine whose activations differ by more
+        than this may pick another expert)."""
+        gaps = []
+        moe = self.moe
+
+        def watch(h, L):
+            s = np.sort(h @ L["router"].T, axis=-1)[:, ::-1]
+            k = self.cfg.n_expert_used
+            if k < s.shape[1]:
+                gaps.append(float((s[:, k - 1] - s[:, k]).min()))
+            return moe(h, L)
+        self.moe = watch
+        try:
+            self.forward(list(tokens))
+        finally:
+            del self.moe
+        return min(gaps) if gaps else float("inf")
 
     def new_cache(self):
         c = self.cfg
@@ -708,6 +779,9 @@ class Model:
             o = (p @ Vh).transpose(1, 0, 2).reshape(n, c.n_head * c.head_dim_v)
             x = x + o @ L["wo"].T
             h = self.rmsnorm(x, L["ffn_norm"])
+            if c.n_expert:
+                x = x + self.moe(h, L)
+                continue
             gte = h @ L["w_gate"].T
             up = h @ L["w_up"].T
             act = gte / (1.0 + np.exp(-gte)) * up                      # silu(gate) * up
@@ -917,6 +991,12 @@ def cmd_logits(args):
     return 0
 
 
+def cmd_margin(args):
+    m = Model(args.model, kv_f16=args.kv_f16)
+    print("%.6f" % m.route_margin(_parse_tokens(args.tokens)))
+    return 0
+
+
 def cmd_greedy(args):
     m = Model(args.model, kv_f16=args.kv_f16)
     toks = _parse_tokens(args.tokens)
@@ -953,9 +1033,14 @@ def main(argv=None):
     p = sub.add_parser("embed", help="print the normalised pooled embedding of each --tokens sequence")
     p.add_argument("model")
     p.add_argument("--tokens", required=True, action="append", help='token ids of one input (repeatable)')
+    p = sub.add_parser("margin", help="print the smallest router top-k gap of a MoE model over a prompt")
+    p.add_argument("model")
+    p.add_argument("--tokens", required=True)
+    p.add_argument("--kv-f16", action="store_true")
     args = ap.parse_args(argv)
     try:
-        return {"info": cmd_info, "logits": cmd_logits, "greedy": cmd_greedy, "embed": cmd_embed}[args.cmd](args)
+        return {"info": cmd_info, "logits": cmd_logits, "greedy": cmd_greedy, "embed": cmd_embed,
+                "margin": cmd_margin}[args.cmd](args)
     except (GGUFError, ValueError, OSError) as e:
         print("gguf_ref: %s" % e, file=sys.stderr)
         return 1

@@ -284,10 +284,13 @@ class GGUFWriter:
 
 def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=2,
                  n_ff=96, n_vocab=50, head_dim=None, n_rot=None, rope_freqs=False,
-                 tied=False, rope_scale=None, weights=None):
+                 tied=False, rope_scale=None, weights=None, n_expert=0, n_expert_used=0,
+                 n_ff_exp=0):
     """Returns (GGUFWriter, dict of float32 weights by tensor name) for a
     random model. Matrices use `ttype`; norms, biases and rope_freqs stay
-    F32 (as in real files). `weights` may supply some tensors by name."""
+    F32 (as in real files). `weights` may supply some tensors by name.
+    Arch "qwen3moe" takes n_expert, n_expert_used and n_ff_exp and writes the
+    router (F32, as the converter keeps it) and 3-D expert tensors in ttype."""
     rng = np.random.default_rng(seed)
     hd = head_dim or n_embd // n_head
     w = GGUFWriter()
@@ -307,6 +310,10 @@ def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
     if rope_scale is not None:
         w.add_str(arch + ".rope.scaling.type", "linear")
         w.add_f32(arch + ".rope.scaling.factor", rope_scale)
+    if arch == "qwen3moe":
+        w.add_u32(arch + ".expert_count", n_expert)
+        w.add_u32(arch + ".expert_used_count", n_expert_used)
+        w.add_u32(arch + ".expert_feed_forward_length", n_ff_exp)
     w.add(("tokenizer.ggml.eos_token_id"), VT_UINT32, 2)
     w.add(("tokenizer.ggml.bos_token_id"), VT_UINT32, 1)
     W = {}
@@ -343,10 +350,18 @@ def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
             vec(p + "attn_q.bias", n_head * hd, base=0.0, spread=0.5)
             vec(p + "attn_k.bias", n_head_kv * hd, base=0.0, spread=0.5)
             vec(p + "attn_v.bias", n_head_kv * hd, base=0.0, spread=0.5)
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):
             vec(p + "attn_q_norm.weight", hd)
             vec(p + "attn_k_norm.weight", hd)
         vec(p + "ffn_norm.weight", n_embd)
+        if arch == "qwen3moe":
+            mat(p + "ffn_gate_inp.weight", n_expert, n_embd, t=T_F32, scale=4 * n_embd ** -0.5)
+            for nm, o, i in (("ffn_gate_exps", n_ff_exp, n_embd), ("ffn_up_exps", n_ff_exp, n_embd),
+                             ("ffn_down_exps", n_embd, n_ff_exp)):
+                a = rng.standard_normal((n_expert, o, i)).astype(np.float32) * i ** -0.5
+                W[p + nm + ".weight"] = a
+                w.add_tensor(p + nm + ".weight", ttype, a)
+            continue
         mat(p + "ffn_gate.weight", n_ff, n_embd)
         mat(p + "ffn_up.weight", n_ff, n_embd)
         mat(p + "ffn_down.weight", n_embd, n_ff)

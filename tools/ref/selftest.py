@@ -453,6 +453,24 @@ def naive_forward(cfg, Wt, tokens):
                     o[hh * hd:(hh + 1) * hd] += ex[s] / tot * V[s][kvh]
             xt = x[t] + wo @ o
             h = rms(xt, get(p + "ffn_norm.weight"))
+            router = get(p + "ffn_gate_inp.weight")
+            if router is not None:
+                # MoE: softmax over all experts, the k most probable (lower
+                # index first on a tie), weights renormalised, weighted sum
+                lg = [float(r @ h) for r in router]
+                mx = max(lg)
+                pr = [math.exp(v - mx) for v in lg]
+                z = sum(pr)
+                pr = [v / z for v in pr]
+                order = sorted(range(len(pr)), key=lambda e: (-pr[e], e))[:cfg.n_expert_used]
+                tot = sum(pr[e] for e in order)
+                acc = np.zeros_like(xt)
+                for e in order:
+                    g = get(p + "ffn_gate_exps.weight")[e] @ h
+                    u = get(p + "ffn_up_exps.weight")[e] @ h
+                    acc += pr[e] / tot * (get(p + "ffn_down_exps.weight")[e] @ (g / (1.0 + np.exp(-g)) * u))
+                newx.append(xt + acc)
+                continue
             g = get(p + "ffn_gate.weight") @ h
             u = get(p + "ffn_up.weight") @ h
             act = g * (1.0 / (1.0 + np.exp(-g))) * u
@@ -476,6 +494,7 @@ MODEL_VARIANTS = [
     ("llama-partial-rot", "llama", {"n_rot": 8}),
     ("qwen2", "qwen2", {"tied": True}),
     ("qwen3", "qwen3", {"head_dim": "n_embd/2"}),   # key_length != n_embd / n_head
+    ("qwen3moe", "qwen3moe", {"n_expert": 6, "n_expert_used": 2, "n_ff_exp": "n_ff"}),
 ]
 ALL_TYPES = [R.T_F32, R.T_F16, R.T_BF16, R.T_Q8_0, R.T_Q4_0, R.T_Q4_K, R.T_Q5_K, R.T_Q6_K]
 
@@ -491,6 +510,8 @@ def test_models(quick):
             kwt = dict(kw)
             if kwt.get("head_dim") == "n_embd/2":
                 kwt["head_dim"] = n_embd // 2
+            if kwt.get("n_ff_exp") == "n_ff":
+                kwt["n_ff_exp"] = n_ff
             w, Wt = W.random_model(arch, t, seed=100 + vi, n_embd=n_embd, n_ff=n_ff,
                                    n_head=4, n_head_kv=2, n_vocab=50, **kwt)
             m = _load(w)
@@ -504,8 +525,8 @@ def test_models(quick):
             else:
                 # Quantised: the naive forward uses the dequantised weights.
                 ref_w = {n: m.g.tensor(n) for n in m.g.tensor_names}
-                err = float(np.max(np.abs(ref_w["blk.1.ffn_up.weight"] -
-                                          Wt["blk.1.ffn_up.weight"])))
+                up = "blk.1.ffn_up_exps.weight" if arch == "qwen3moe" else "blk.1.ffn_up.weight"
+                err = float(np.max(np.abs(ref_w[up] - Wt[up])))
                 check(err < 0.2, tag + ": dequantised weights far from originals (%.3g)" % err)
             logits = m.forward(toks)
             naive = naive_forward(m.cfg, ref_w, toks)
