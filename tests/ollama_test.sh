@@ -58,7 +58,7 @@ fi
 STORIES="$SHARED/models/stories260K.gguf"
 
 start_server() { # name, model file
-    "$BIN" serve -m "$2" --port 0 --ready-file "$tmp/$1.port" -t 1 --kv-mem 64M 2> "$tmp/$1.log" &
+    "$BIN" serve -m "$2" --port 0 --ready-file "$tmp/$1.port" -t 1 --kv-mem 64M --max-body 256K 2> "$tmp/$1.log" &
     echo $! > "$tmp/$1.pid"
     pids="$pids $!"
 }

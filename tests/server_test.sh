@@ -26,7 +26,8 @@ fi
 U="http://127.0.0.1:$port"
 A="Authorization: Bearer key-from-file"
 
-check '[ "$(curl -s -m 10 $U/health)" = "{\"status\":\"ok\"}" ]' "/health"
+version=$("$BIN" --version)
+check '[ "$(curl -s -m 10 $U/health)" = "{\"status\":\"ok\",\"version\":\"${version#kvloom }\"}" ]' "/health with the version of kvloom --version ($version)"
 check '[ "$(curl -s -m 10 -o /dev/null -w %{http_code} $U/v1/models)" = 401 ]' "401 without the key"
 check 'curl -s -m 10 -H "$A" $U/v1/models | grep -q "\"id\":\"tiny\""' "--alias in /v1/models"
 out=$(curl -s -m 30 -H "$A" $U/v1/completions -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}')
@@ -36,6 +37,35 @@ sse=$(curl -s -N -m 30 -H "$A" $U/v1/chat/completions -d '{"messages":[{"role":"
 check 'echo "$sse" | grep -q "^data: \[DONE\]"' "chat stream ends with [DONE]"
 check 'echo "$sse" | grep -q "chat.completion.chunk"' "chat chunks"
 check 'grep -q "POST /v1/completions 200 prompt=5 cached=0 generated=8" "$tmp/log"' "one log line per request"
+
+# llama-server's flag spellings, /props, the log (timestamps, 4xx reasons,
+# --log-file), --no-webui; no-op flags said once.
+"$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --ready-file "$tmp/port2" -c 200 -np 3 -a llama \
+    --jinja -fa on --metrics --jinja -ctk f16 -ctv f16 --log-file "$tmp/file.log" --no-webui -t 1 --kv-mem 16M \
+    2> "$tmp/log2" &
+pid2=$!
+i=0
+while [ ! -s "$tmp/port2" ] && [ $i -lt 300 ] && kill -0 $pid2 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+U2="http://127.0.0.1:$(cat "$tmp/port2" 2>/dev/null)"
+props=$(curl -s -m 10 "$U2/props")
+pj() { echo "$props" | node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>{const o=JSON.parse(s);console.log(JSON.stringify($1))})"; }
+check '[ "$(pj o.default_generation_settings.n_ctx)" = 200 ]' "/props n_ctx from -c: $props"
+check '[ "$(pj o.total_slots)" = 3 ]' "/props total_slots from -np"
+check '[ "$(pj o.model_alias)" = "\"llama\"" ]' "/props model_alias from -a"
+check '[ "$(pj o.build_info)" = "\"$version\"" ] && [ "$(pj o.webui)" = false ]' "/props build_info, webui false"
+check '[ "$(pj "typeof o.chat_template + typeof o.default_generation_settings.params.temperature")" = "\"stringnumber\"" ]' "/props chat_template, params"
+check '[ "$(curl -s -m 10 -o /dev/null -w %{http_code} $U2/)" = 404 ]' "--no-webui: no chat page"
+curl -s -m 10 "$U2/v1/completions" -d '{"prompt":"x","temperature":7}' > /dev/null
+curl -s -m 10 "$U2/v1/chat/completions" -d '{"messages":[]}' > /dev/null
+sleep 0.3
+check 'grep -Eq "^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z kvloom info: POST /v1/completions 400 [0-9.]+ms \(.*temperature" "$tmp/log2"' \
+    "a 4xx logged with a timestamp and its reason: $(grep ' 400 ' "$tmp/log2")"
+check 'grep -q "POST /v1/chat/completions 400 .*messages" "$tmp/file.log"' "--log-file has the lines too"
+check '[ "$(grep -c "jinja changes nothing" "$tmp/log2")" = 1 ] && grep -q "flash-attn changes nothing" "$tmp/log2" && grep -q "metrics changes nothing" "$tmp/log2"' \
+    "no-op flags said once each"
+kill -TERM $pid2
+"$BIN" serve -m "$SHARED/models/stories260K.gguf" -ctk q8_0 --port 0 2> "$tmp/log3"; st=$?
+check '[ $st -eq 2 ] && grep -q "ctk.*q8_0.*not supported" "$tmp/log3"' "-ctk q8_0 refused by name: $(cat "$tmp/log3")"
 
 kill -TERM $pid
 i=0

@@ -86,16 +86,39 @@ void *xaligned_alloc(size_t n) {
     return p;
 }
 
+static bool log_time;
+static FILE *log_file;
+
+void log_set_timestamps(bool on) { log_time = on; }
+
+int log_set_file(const char *path, err_t *e) {
+    FILE *f = fopen(path, "a");
+    if (!f) return err_set(e, ERR_IO, "%s: %s", path, strerror(errno));
+    setvbuf(f, NULL, _IOLBF, 0);
+    log_file = f;
+    return 0;
+}
+
 void log_msg(int level, const char *fmt, ...) {
     if (level < log_level) return;
     static const char *names[] = {"debug", "info", "warn", "error"};
-    char line[1024];
+    char line[1024], stamp[40] = "";
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (log_time) {
+        struct timespec ts;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        size_t k = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(stamp + k, sizeof stamp - k, ".%03ldZ ", ts.tv_nsec / 1000000);
+    }
     /* one fprintf per line so concurrent threads do not interleave mid-line */
-    fprintf(stderr, "kvloom %s: %s\n", names[level < 0 ? 0 : level > 3 ? 3 : level], line);
+    const char *name = names[level < 0 ? 0 : level > 3 ? 3 : level];
+    fprintf(stderr, "%skvloom %s: %s\n", stamp, name, line);
+    if (log_file) fprintf(log_file, "%skvloom %s: %s\n", stamp, name, line);
 }
 
 int64_t clock_ns(void) {

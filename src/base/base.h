@@ -76,10 +76,21 @@ void *xaligned_alloc(size_t n);
 static inline bool mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 static inline bool add_ok(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
 
+/* The release: `kvloom --version`, /health and /props report it. */
+#define KVLOOM_VERSION "0.24.0"
+
 /* ---- logging (stderr) ---------------------------------------------------- */
 enum { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3, LOG_QUIET = 4 };
 extern int log_level; /* messages below this level are dropped; default LOG_INFO */
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* From now on every line starts with its UTC time, "2026-01-02T03:04:05.678Z "
+ * (kvloom serve turns this on; one-shot commands keep plain lines). Call
+ * before other threads log. */
+void log_set_timestamps(bool on);
+/* Also appends every line to the file at path (created if needed), besides
+ * stderr. ERR_IO naming the path and the cause. Call before other threads
+ * log; the file stays open until exit. */
+int log_set_file(const char *path, err_t *e);
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)

@@ -43,6 +43,7 @@ static void usage(FILE *out) {
             "  quantize  kvloom quantize IN.gguf OUT.gguf TYPE\n"
             "  serve     OpenAI-compatible server (kvloom serve --help)\n"
             "  bench     speed: kvloom bench -m MODEL.gguf [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]\n"
+            "  --version the release\n"
             "With no -m, run and serve use the model shipped in the repository (" SERVER_DEFAULT_MODEL ").\n");
 }
 
@@ -363,6 +364,10 @@ int main(int argc, char **argv) {
     if (argc < 2 || is_help(argv[1])) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("kvloom %s\n", KVLOOM_VERSION);
+        return 0;
     }
     const char *lvl = getenv("KVLOOM_LOG");
     if (lvl && strcmp(lvl, "debug") == 0) log_level = LOG_DEBUG;

@@ -93,6 +93,7 @@ static char *error_json(int status, const char *msg) {
 
 void api_anthropic_error(http_exchange *x, int status, const char *msg) {
     char *s = error_json(status, msg);
+    http_set_reason(x, msg);
     http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
                status == 429 ? "1" : NULL);
     free(s);

@@ -87,6 +87,7 @@ static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
     char *s = oai_json_dump(o);
     json_decref(o);
     if (!s) s = xstrdup("{\"error\":\"out of memory\"}");
+    http_set_reason(x, msg);
     http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
                status == 429 ? "1" : NULL);
     free(s);
@@ -329,11 +330,6 @@ static json_t *model_info_json(const routes_ctx *rc) {
     return info;
 }
 
-/* A ChatML template in Jinja: what the server renders with when the model
- * has no template it can run (chat/chat.h's fallback). */
-static const char chatml_template[] =
-    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
 static void handle_show(routes_ctx *rc, http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
@@ -344,16 +340,9 @@ static void handle_show(routes_ctx *rc, http_exchange *x) {
         return;
     }
     json_decref(body);
-    char *file = NULL;
-    const char *tmpl = tok_chat_template(rc->tok);
-    if (rc->o->chat_template_file) {
-        size_t n;
-        err_t e = {0};
-        if (file_read_all(rc->o->chat_template_file, &file, &n, &e) == 0) tmpl = file;
-    }
-    if (chat_tmpl_fallback_reason(rc->chat)) tmpl = chatml_template;
-    json_t *t = json_string(tmpl ? tmpl : "");
-    free(file);
+    char *tmpl = routes_template_source(rc);
+    json_t *t = json_string(tmpl);
+    free(tmpl);
     json_t *caps = json_pack("[s, s]", "completion", "tools");
     if (rc->reasoning) json_array_append_new(caps, json_string("thinking"));
     json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
@@ -971,6 +960,8 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     return true;
 }
 
+void api_ollama_error(http_exchange *x, int status, const char *msg) { reply_error(x, status, "%s", msg); }
+
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path) {
     if (!strcmp(path, "/api/chat")) return handle_generation(rc, x, true);
     if (!strcmp(path, "/api/generate")) return handle_generation(rc, x, false);
@@ -985,6 +976,14 @@ bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path) {
     } else if (!strcmp(path, "/api/version")) {
         static const char v[] = "{\"version\":\"" OLLAMA_VERSION "\"}";
         http_reply(x, 200, "application/json", v, strlen(v), NULL, NULL);
+    } else if (!strcmp(path, "/api/pull") || !strcmp(path, "/api/push") || !strcmp(path, "/api/create") ||
+               !strcmp(path, "/api/copy") || !strcmp(path, "/api/delete")) {
+        /* Decision: 501 with what to do instead; kvloom has no model
+         * registry to pull from, its models are GGUF files on disk */
+        reply_error(x, 501,
+                    "%s is not supported: kvloom loads models from GGUF files on disk, it does not download or "
+                    "manage them (start it with 'kvloom serve -m FILE.gguf'; /api/tags lists what it serves)",
+                    path);
     } else {
         reply_error(x, 404, "no route for %.200s", path);
     }

@@ -75,5 +75,8 @@ int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oa
                       int *status, char *msg, size_t cap);
 /* Any /api/... route (path as requested). */
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path);
+/* An error in Ollama's shape, {"error": msg} (routes.c answers unknown
+ * /api/ routes, a missing key and refusals with it). */
+void api_ollama_error(http_exchange *x, int status, const char *msg);
 
 #endif

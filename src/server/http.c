@@ -112,6 +112,8 @@ typedef struct conn_track {
                         one is due): a deadline answers 408; TRACK_STALL: a
                         stream's client reads nothing: a deadline closes */
     int reaped;      /* 0; 1: 408 sent, write side shut; 2: closed       */
+    char body_408[320]; /* the 408's body in the request's API shape, once
+                           its path is known (else OpenAI's)              */
 } conn_track;
 
 /* A unit of work for a handler thread: an exchange to handle or a stream
@@ -167,6 +169,7 @@ struct http_exchange {
     size_t n_received;    /* body bytes received (kept or dropped)          */
     size_t n_dropped;  /* body bytes discarded after the limit */
     char *path_log;       /* http_path_log's copy                           */
+    char *reason;         /* http_set_reason's copy, or NULL                */
     char method_log[80];
     bool answered;
     bool gone;
@@ -307,6 +310,13 @@ const char *http_path_log(http_exchange *x) {
 }
 
 const char *http_method_log(http_exchange *x) { return x->method_log; }
+
+void http_set_reason(http_exchange *x, const char *msg) {
+    if (!x->reason) x->reason = xmalloc(240 * 4 + 1);
+    log_escape(x->reason, 240 * 4 + 1, msg ? msg : "", 240);
+}
+
+const char *http_reason(const http_exchange *x) { return x->reason ? x->reason : ""; }
 
 void http_get_stats(const http_exchange *x, http_stats *out) {
     http_server *s = x->srv;
@@ -688,13 +698,34 @@ void http_reply_stream(http_exchange *x, int status, const char *content_type, h
     }
 }
 
+/* The body of an error this layer answers (see http_error_fn): the route's
+ * API shape, else an OpenAI error object. msg and code hold no characters
+ * that JSON escapes (they are this file's constants and numbers). */
+static size_t error_body(const http_server *srv, const char *path, int status, const char *code, const char *msg,
+                         char *out, size_t cap) {
+    size_t n = srv->c.error_body && path ? srv->c.error_body(path, status, code, msg, out, cap) : 0;
+    if (n > 0 && n < cap) return n;
+    const char *type = status >= 500 ? "server_error" : "invalid_request_error";
+    int k = code ? snprintf(out, cap, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\"}}",
+                            msg, type, code)
+                 : snprintf(out, cap, "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":null}}",
+                            msg, type);
+    return k < 0 ? 0 : (size_t)k < cap ? (size_t)k : cap - 1;
+}
+
+/* Answers x with an error of this layer (extra header: NULL or one). */
+static void reply_err(http_exchange *x, int status, const char *code, const char *msg, const char *hdr,
+                      const char *val) {
+    char body[600];
+    size_t n = error_body(x->srv, x->path, status, code, msg, body, sizeof body);
+    http_reply(x, status, "application/json", body, n, hdr, val);
+    log_info("%s %s %d (%s)", x->method_log, http_path_log(x), status, msg);
+}
+
 static void reply_413(http_exchange *x) {
-    char msg[160];
-    snprintf(msg, sizeof msg,
-             "{\"error\":{\"message\":\"request body larger than the limit of %zu bytes\","
-             "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"body_too_large\"}}",
-             x->srv->c.max_body_bytes);
-    http_reply(x, 413, "application/json", msg, strlen(msg), NULL, NULL);
+    char msg[120];
+    snprintf(msg, sizeof msg, "request body larger than the limit of %zu bytes", x->srv->c.max_body_bytes);
+    reply_err(x, 413, "body_too_large", msg, NULL, NULL);
 }
 
 /* A preflight (or any OPTIONS): 204 with what the server allows; the CORS
@@ -717,10 +748,7 @@ static void reply_options(http_exchange *x) {
 }
 
 static void reply_draining(http_exchange *x) {
-    static const char m[] = "{\"error\":{\"message\":\"the server is shutting down\",\"type\":\"server_error\","
-                            "\"param\":null,\"code\":\"server_shutting_down\"}}";
-    http_reply(x, 503, "application/json", m, sizeof m - 1, NULL, NULL);
-    log_info("%s %s 503 (shutting down)", x->method_log, http_path_log(x));
+    reply_err(x, 503, "server_shutting_down", "the server is shutting down", NULL, NULL);
 }
 
 /* ---- connection deadlines (the reaper) ---- */
@@ -737,6 +765,7 @@ static void track_deadline(http_server *s, struct MHD_Connection *c, int64_t at,
     if (!t) return;
     pthread_mutex_lock(&s->track_mu);
     if (!sooner || !t->deadline_ns || at < t->deadline_ns) t->deadline_ns = at;
+    if (in_request == TRACK_IDLE) t->body_408[0] = 0; /* the next request's path is not known yet */
     t->in_request = in_request;
     pthread_mutex_unlock(&s->track_mu);
 }
@@ -790,20 +819,28 @@ static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *
     return NULL;
 }
 
-/* The body of the answer to a request that did not arrive in time. */
-static const char body_408[] = "{\"error\":{\"message\":\"the request did not arrive in time (headers or body too slow)\","
-                               "\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"request_timeout\"}}";
+/* The answer to a request that did not arrive in time. */
+static const char msg_408[] = "the request did not arrive in time (headers or body too slow)";
+
+/* The request's path is known (its headers are complete): its 408, should
+ * its body be too slow, in its API's shape. */
+static void track_set_path(http_exchange *x) {
+    conn_track *t = track_of(x->conn);
+    if (!t) return;
+    char body[sizeof t->body_408];
+    error_body(x->srv, x->path, 408, "request_timeout", msg_408, body, sizeof body);
+    pthread_mutex_lock(&x->srv->track_mu);
+    memcpy(t->body_408, body, sizeof body);
+    pthread_mutex_unlock(&x->srv->track_mu);
+}
 
 /* Ends the connections past their deadline: in a request, 408 and the write
  * side shut, the rest a second later; idle, shut at once. MHD sees the end
  * of its input and closes the connection. */
 static void *reaper_main(void *arg) {
     http_server *s = arg;
-    char reply_408[512];
-    int n_408 = snprintf(reply_408, sizeof reply_408,
-                         "HTTP/1.1 408 Request Timeout\r\nServer: kvloom\r\nConnection: close\r\n"
-                         "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                         sizeof body_408 - 1, body_408);
+    char reply_408[600], default_408[320];
+    error_body(s, NULL, 408, "request_timeout", msg_408, default_408, sizeof default_408);
     pthread_mutex_lock(&s->track_mu);
     while (!s->reaper_stop) {
         int64_t now = clock_ns();
@@ -812,7 +849,13 @@ static void *reaper_main(void *arg) {
             if (!t->reaped && t->in_request == TRACK_REQUEST) {
                 /* the socket is non-blocking: a client whose receive window
                  * is full just misses the answer */
-                ssize_t k = send(t->fd, reply_408, (size_t)n_408, MSG_NOSIGNAL | MSG_DONTWAIT);
+                const char *body = t->body_408[0] ? t->body_408 : default_408;
+                int n_408 = snprintf(reply_408, sizeof reply_408,
+                                     "HTTP/1.1 408 Request Timeout\r\nServer: kvloom\r\nConnection: close\r\n"
+                                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                                     strlen(body), body);
+                ssize_t k = send(t->fd, reply_408, (size_t)MIN(n_408, (int)sizeof reply_408 - 1),
+                                 MSG_NOSIGNAL | MSG_DONTWAIT);
                 (void)k;
                 shutdown(t->fd, SHUT_WR);
                 t->reaped = 1;
@@ -872,13 +915,8 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
 
 /* Answers and closes: an error object with `code`. */
 static void reply_close(http_exchange *x, int status, const char *msg, const char *code) {
-    char body[400];
-    snprintf(body, sizeof body,
-             "{\"error\":{\"message\":\"%s\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"%s\"}}",
-             msg, code);
     x->closing = true;
-    http_reply(x, status, "application/json", body, strlen(body), NULL, NULL);
-    log_info("%s %s %d (%s)", x->method_log, http_path_log(x), status, code);
+    reply_err(x, status, code, msg, NULL, NULL);
 }
 
 /* Refuses framings that two parsers could read differently; true when
@@ -901,13 +939,10 @@ static bool framing_refused(http_exchange *x) {
 }
 
 static void reply_over_budget(http_exchange *x) {
-    char msg[300];
-    snprintf(msg, sizeof msg,
-             "{\"error\":{\"message\":\"the server holds too many request bodies at once (%zu bytes in all); retry "
-             "later\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_busy\"}}",
+    char msg[160];
+    snprintf(msg, sizeof msg, "the server holds too many request bodies at once (%zu bytes in all); retry later",
              x->srv->c.max_body_total);
-    http_reply(x, 503, "application/json", msg, strlen(msg), "Retry-After", "1");
-    log_info("%s %s 503 (bodies over --max-body-total)", x->method_log, http_path_log(x));
+    reply_err(x, 503, "server_busy", msg, "Retry-After", "1");
 }
 
 /* The body's pace: a grace of header_timeout_s after the headers, then
@@ -939,6 +974,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         x->path = xstrdup(url ? url : "/");
         x->t_headers = clock_ns();
         *con_cls = x;
+        track_set_path(x);
         if (framing_refused(x)) return MHD_YES;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         bool chunked = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
@@ -1051,8 +1087,7 @@ static void run_handler(http_exchange *x) {
     srv->fn(srv->ctx, x);
     http_body_release(x); /* handlers read the body only while they run */
     if (!x->answered) {
-        const char *m = "{\"error\":{\"message\":\"no response\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        http_reply(x, 500, "application/json", m, strlen(m), NULL, NULL);
+        reply_err(x, 500, NULL, "no response", NULL, NULL);
     }
     http_stream *st = x->stream;
     x->stream = NULL;
@@ -1082,6 +1117,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_body_release(x);
     free(x->path);
     free(x->path_log);
+    free(x->reason);
     free(x);
     *con_cls = NULL;
 }

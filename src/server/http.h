@@ -95,6 +95,16 @@ typedef void (*http_stream_free_fn)(void *sctx, bool completed);
  * the I/O thread (so it must not block); the body is not available. */
 typedef bool (*http_precheck_fn)(void *ctx, http_exchange *x);
 
+/* Writes the JSON body of an error that this layer answers itself (413,
+ * 408, 503 over budget or draining, 400/501 framing, 500 no answer) to a
+ * request for `path`, in the shape of the API that path belongs to (the
+ * Ollama client cannot read an OpenAI error object). msg is plain text, code
+ * an identifier or NULL. Returns the length written (< cap, NUL-terminated),
+ * 0 to fall back to the OpenAI shape. Runs on the I/O thread and the reaper:
+ * it must not block. */
+typedef size_t (*http_error_fn)(const char *path, int status, const char *code, const char *msg, char *out,
+                                size_t cap);
+
 /* The pace a body must keep on average after the grace period, bytes/s. */
 #define HTTP_MIN_BODY_RATE (64 * 1024)
 /* Bodies up to this size are read (and dropped) before a precheck answer,
@@ -134,6 +144,7 @@ typedef struct http_config {
                                for this long is closed (its free function sees
                                completed false); 0: MHD's own timeout only    */
     http_precheck_fn precheck; /* NULL: none; called with the handler's ctx      */
+    http_error_fn error_body;  /* NULL: errors in OpenAI's shape only            */
     int listen_fd;          /* > 0: a socket from http_listen, owned by the server
                                from http_start on; otherwise http_start binds
                                host:port itself                                  */
@@ -182,6 +193,12 @@ void http_body_release(http_exchange *x);
 const char *http_path_log(http_exchange *x);
 /* The method, escaped the same way. */
 const char *http_method_log(http_exchange *x);
+/* The reason of an error answer, for the request's log line (every 4xx is
+ * logged with it): the API error helpers call it with their message. Copied,
+ * escaped as http_path_log, at most 240 input bytes; the last call wins. */
+void http_set_reason(http_exchange *x, const char *msg);
+/* That reason, or "" when none was set. */
+const char *http_reason(const http_exchange *x);
 /* The HTTP layer's state for /metrics (any handler may read it). */
 typedef struct http_stats {
     size_t body_bytes;                    /* request bodies held now       */

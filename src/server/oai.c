@@ -626,6 +626,7 @@ json_t *oai_body_json(http_exchange *x) {
 
 void oai_reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
     char *s = oai_error_json(msg, oai_error_type(status), param, code);
+    http_set_reason(x, msg);
     http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
                status == 429 ? "1" : NULL);
     free(s);

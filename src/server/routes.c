@@ -57,6 +57,24 @@ static void reply_json(routes_ctx *rc, http_exchange *x, int status, json_t *o, 
  * memory) and returns NULL. */
 static json_t *body_json(http_exchange *x) { return oai_body_json(x); }
 
+/* A ChatML template in Jinja: what the server renders with when the model
+ * has no template it can run (chat/chat.h's fallback). */
+static const char chatml_template[] =
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+char *routes_template_source(const routes_ctx *rc) {
+    if (chat_tmpl_fallback_reason(rc->chat)) return xstrdup(chatml_template);
+    if (rc->o->chat_template_file) {
+        char *file = NULL;
+        size_t n;
+        err_t e = {0};
+        if (file_read_all(rc->o->chat_template_file, &file, &n, &e) == 0) return file;
+    }
+    const char *t = tok_chat_template(rc->tok);
+    return xstrdup(t ? t : "");
+}
+
 /* ---- generation routes ---- */
 
 /* Returns true when the request reached the engine (it then counts and logs
@@ -252,6 +270,33 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
     json_decref(body);
 }
 
+/* GET /props: llama-server's shape (its web UI and tools read it), with
+ * kvloom's values; "version" added. */
+static void handle_props(routes_ctx *rc, http_exchange *x) {
+    unsigned long f0 = oai_json_nomem();
+    sampler_params sp = sampler_defaults();
+    json_t *params = json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:[], s:b}", "n_predict", -1, "seed",
+                               (json_int_t)-1, "temperature", sp.temperature, "top_k", sp.top_k, "top_p", sp.top_p,
+                               "min_p", sp.min_p, "repeat_penalty", sp.repeat_penalty, "repeat_last_n",
+                               sp.repeat_last_n, "presence_penalty", sp.presence_penalty, "frequency_penalty",
+                               sp.frequency_penalty, "stop", "ignore_eos", 0);
+    char *tmpl = routes_template_source(rc);
+    const char *bos = tok_bos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_bos(rc->tok)) : NULL;
+    const char *eos = tok_eos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_eos(rc->tok)) : NULL;
+    json_t *o = json_pack("{s:{s:o, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:b, s:s, s:o, s:o, s:s, "
+                          "s:s, s:b}",
+                          "default_generation_settings", "params", params, "n_ctx", engine_n_ctx(rc->en),
+                          "total_slots", rc->o->max_running, "model_alias", rc->model_id, "model_path",
+                          rc->o->model_path ? rc->o->model_path : SERVER_DEFAULT_MODEL, "modalities", "vision", 0,
+                          "audio", 0, "endpoint_slots", 0, "endpoint_props", 1, "endpoint_metrics", 1, "webui",
+                          !rc->o->no_webui, "chat_template", tmpl, "bos_token", oai_text_json(bos ? bos : "", bos ? strlen(bos) : 0),
+                          "eos_token", oai_text_json(eos ? eos : "", eos ? strlen(eos) : 0), "build_info",
+                          "kvloom " KVLOOM_VERSION, "version", KVLOOM_VERSION, "is_sleeping", 0);
+    free(tmpl);
+    reply_json(rc, x, 200, o, f0);
+    json_decref(o);
+}
+
 /* ---- dispatch ---- */
 
 /* Constant-time comparison of the key: "Authorization: Bearer KEY", or
@@ -277,7 +322,7 @@ typedef struct route {
 
 enum {
     R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_LOAD, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
-    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA, R_EMBED
+    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA, R_EMBED, R_PROPS
 };
 
 static const route routes[] = {
@@ -285,7 +330,7 @@ static const route routes[] = {
     {"/v1/chat/completions", "POST", R_CHAT}, {"/chat/completions", "POST", R_CHAT},
     {"/v1/models", "GET", R_MODELS},          {"/models", "GET", R_MODELS},
     {"/health", "GET", R_HEALTH},             {"/metrics", "GET", R_METRICS},
-    {"/load", "GET", R_LOAD},
+    {"/load", "GET", R_LOAD},                 {"/props", "GET", R_PROPS},
     {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE},
     {"/v1/messages", "POST", R_ANTHROPIC},    {"/v1/responses", "POST", R_RESPONSES},
     {"/v1/messages/count_tokens", "POST", R_ANTHROPIC_COUNT},
@@ -294,6 +339,10 @@ static const route routes[] = {
     {"/api/version", "GET", R_OLLAMA},
     {"/v1/embeddings", "POST", R_EMBED},      {"/embeddings", "POST", R_EMBED},
     {"/api/embed", "POST", R_OLLAMA},         {"/api/embeddings", "POST", R_OLLAMA},
+    /* model management: refused with a message (models are files here) */
+    {"/api/pull", "POST", R_OLLAMA},          {"/api/push", "POST", R_OLLAMA},
+    {"/api/create", "POST", R_OLLAMA},        {"/api/copy", "POST", R_OLLAMA},
+    {"/api/delete", "DELETE", R_OLLAMA},
 };
 
 /* Paths with an id after a prefix: GET /v1/models/{id} (and /models/{id}),
@@ -382,13 +431,36 @@ static bool form_content_type(const char *ct) {
     return false;
 }
 
+/* The API a path belongs to, for the shape of its errors. */
+enum { SHAPE_OPENAI, SHAPE_ANTHROPIC, SHAPE_OLLAMA };
+static int error_shape(const char *path) {
+    if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) return SHAPE_ANTHROPIC;
+    if (!strcmp(path, "/api") || !strncmp(path, "/api/", 5)) return SHAPE_OLLAMA;
+    return SHAPE_OPENAI;
+}
+
+/* An error answered in the shape of the path's API (code: OpenAI's). */
+static void reply_error_shaped(http_exchange *x, int status, const char *msg, const char *code) {
+    switch (error_shape(http_path(x))) {
+    case SHAPE_ANTHROPIC: api_anthropic_error(x, status, msg); break;
+    case SHAPE_OLLAMA: api_ollama_error(x, status, msg); break;
+    default: reply_error(x, status, msg, NULL, code); break;
+    }
+}
+
+size_t routes_error_body(const char *path, int status, const char *code, const char *msg, char *out, size_t cap) {
+    (void)code;
+    if (error_shape(path) != SHAPE_OLLAMA) return 0; /* the HTTP layer's OpenAI object */
+    int k = snprintf(out, cap, "{\"error\":\"%s\"}", msg); /* msg: plain text, nothing to escape (http.h) */
+    (void)status;
+    return k > 0 && (size_t)k < cap ? (size_t)k : 0;
+}
+
 /* Answers a refusal in the API's shape, counts and logs it. */
 static void refuse(routes_ctx *rc, http_exchange *x, int status, const char *msg, const char *code) {
-    const char *path = http_path(x);
-    if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) api_anthropic_error(x, status, msg);
-    else reply_error(x, status, msg, NULL, code);
+    reply_error_shaped(x, status, msg, code);
     metrics_count(rc->met, status);
-    log_info("%s %s %d (%s)", http_method_log(x), http_path_log(x), status, code);
+    log_info("%s %s %d (%s: %s)", http_method_log(x), http_path_log(x), status, code, http_reason(x));
 }
 
 bool routes_precheck(void *ctx, http_exchange *x) {
@@ -439,18 +511,15 @@ void routes_handle(void *ctx, http_exchange *x) {
     bool path_known;
     char allow[120];
     const route *rt = route_find(method, path, &path_known, allow, sizeof allow);
-    /* Anthropic's clients read errors on its paths in its shape */
-    bool anthropic = !strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13);
     bool generation = false;
-    if (!rt && webui_serve(x)) {
+    if (!rt && !rc->o->no_webui && webui_serve(x)) {
         /* the chat page and its assets: public, no API key (webui.h) */
     } else if (rc->o->api_key && rc->o->api_key[0] && !(rt && (rt->id == R_HEALTH || rt->id == R_LOAD)) &&
         !key_ok(rc->o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
         const char *msg = http_header(x, "Authorization") || http_header(x, "x-api-key")
                               ? "invalid API key"
                               : "missing API key (Authorization: Bearer KEY, or x-api-key: KEY)";
-        if (anthropic) api_anthropic_error(x, 401, msg);
-        else reply_error(x, 401, msg, NULL, "invalid_api_key");
+        reply_error_shaped(x, 401, msg, "invalid_api_key"); /* each client reads its API's shape */
     } else if (!rt) {
         char msg[300];
         if (path_known) {
@@ -459,16 +528,20 @@ void routes_handle(void *ctx, http_exchange *x) {
         } else {
             snprintf(msg, sizeof msg, "no route for %.16s %.200s", method, path);
         }
-        if (anthropic) api_anthropic_error(x, path_known ? 405 : 404, msg);
-        else reply_error(x, path_known ? 405 : 404, msg, NULL, NULL);
+        reply_error_shaped(x, path_known ? 405 : 404, msg, NULL);
     } else {
         switch (rt->id) {
         case R_COMPL: generation = handle_generate(rc, x, OAI_COMPLETION); break;
         case R_CHAT: generation = handle_generate(rc, x, OAI_CHAT); break;
         case R_MODELS: handle_models(rc, x, NULL); break;
         case R_MODEL: handle_models(rc, x, path + strlen(rt->path)); break;
-        case R_HEALTH: http_reply(x, 200, "application/json", "{\"status\":\"ok\"}", 15, NULL, NULL); break;
+        case R_HEALTH: {
+            static const char ok[] = "{\"status\":\"ok\",\"version\":\"" KVLOOM_VERSION "\"}";
+            http_reply(x, 200, "application/json", ok, sizeof ok - 1, NULL, NULL);
+            break;
+        }
         case R_LOAD: handle_load(rc, x); break;
+        case R_PROPS: handle_props(rc, x); break;
         case R_METRICS: handle_metrics(rc, x); break;
         case R_TOKENIZE: handle_tokenize(rc, x); break;
         case R_DETOKENIZE: handle_detokenize(rc, x); break;
@@ -487,6 +560,7 @@ void routes_handle(void *ctx, http_exchange *x) {
     /* a balancer polls /health and /load several times a second: those
      * successes are debug lines, not the log */
     bool poll = rt && (rt->id == R_HEALTH || rt->id == R_LOAD) && http_status(x) == 200;
-    log_msg(poll ? LOG_DEBUG : LOG_INFO, "%s %s %d %.1fms", http_method_log(x), http_path_log(x), http_status(x),
-            (double)(clock_ns() - t0) / 1e6);
+    const char *why = http_status(x) >= 400 ? http_reason(x) : "";
+    log_msg(poll ? LOG_DEBUG : LOG_INFO, "%s %s %d %.1fms%s%s%s", http_method_log(x), http_path_log(x),
+            http_status(x), (double)(clock_ns() - t0) / 1e6, *why ? " (" : "", why, *why ? ")" : "");
 }

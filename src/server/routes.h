@@ -55,4 +55,14 @@ void routes_handle(void *ctx, http_exchange *x);
  * text/plain). */
 bool routes_precheck(void *ctx, http_exchange *x);
 
+/* The chat template in use, as text (malloc'd): --chat-template-file's,
+ * else the model's, or the ChatML fallback's Jinja when the server renders
+ * with that (/api/show, /props). */
+char *routes_template_source(const routes_ctx *rc);
+
+/* The http_error_fn (http.h): errors of the HTTP layer (413, 408, 503, the
+ * framing 400s) on an Ollama path (/api/...) as {"error": msg}; 0 (the
+ * OpenAI object) elsewhere. */
+size_t routes_error_body(const char *path, int status, const char *code, const char *msg, char *out, size_t cap);
+
 #endif

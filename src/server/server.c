@@ -102,7 +102,12 @@ const char *server_usage(void) {
            "                           before cancelling them (default 10)\n"
            "  --check                  verify KV pool and prefix tree after every step (debug)\n"
            "  --step-delay-us N        sleep N us after every engine step (testing)\n"
-           "  -v, --verbose            debug logging\n";
+           "  --no-webui               no chat page at /\n"
+           "  --log-file FILE          append the log to FILE too\n"
+           "  --kv-type f16            KV cache type (-ctk/-ctv, --cache-type-k/v: the same; only f16)\n"
+           "  -v, --verbose            debug logging\n"
+           "llama-server spellings: -c/--ctx-size (--ctx), -np/--parallel (--max-running), -a (--alias);\n"
+           "--jinja, -fa/--flash-attn [on|off|auto] and --metrics are accepted and change nothing.\n";
 }
 
 static int parse_int(const char *flag, const char *v, long lo, long hi, int *out, err_t *e) {
@@ -183,7 +188,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEED_VALUE;
             o->model_path = v;
-        } else if (!strcmp(a, "--alias")) {
+        } else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) {
             NEED_VALUE;
             o->alias = v;
         } else if (!strcmp(a, "--host")) {
@@ -198,7 +203,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--max-batch-tokens")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 1 << 20, &o->max_batch_tokens, e);
-        } else if (!strcmp(a, "--max-running")) {
+        } else if (!strcmp(a, "--max-running") || !strcmp(a, "-np") || !strcmp(a, "--parallel")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 4096, &o->max_running, e);
         } else if (!strcmp(a, "--max-queue")) {
@@ -214,7 +219,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 1024, &o->n_threads, e);
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
+        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 1 << 24, &o->n_ctx, e);
         } else if (!strcmp(a, "--block-tokens")) {
@@ -281,6 +286,27 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             rc = parse_size(a, v, &o->kv_disk_max_bytes, e);
         } else if (!strcmp(a, "--check")) {
             o->check = true;
+        } else if (!strcmp(a, "--kv-type") || !strcmp(a, "-ctk") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-k") ||
+                   !strcmp(a, "--cache-type-v")) {
+            NEED_VALUE;
+            /* the KV cache holds f16 (model.h); q8_0 is not implemented
+             * yet (docs/server.md): refused by name, never ignored */
+            if (strcmp(v, "f16") != 0)
+                rc = err_set(e, ERR_INVALID, "%s: KV cache type '%s' is not supported (the KV cache is f16)", a, v);
+        } else if (!strcmp(a, "--no-webui")) {
+            o->no_webui = true;
+        } else if (!strcmp(a, "--log-file")) {
+            NEED_VALUE;
+            o->log_file = v;
+        } else if (!strcmp(a, "--jinja")) {
+            o->noop_flags |= SERVER_NOOP_JINJA;
+        } else if (!strcmp(a, "--metrics")) {
+            o->noop_flags |= SERVER_NOOP_METRICS;
+        } else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
+            /* llama-server's older spelling is a bare flag, the newer one
+             * takes on|off|auto */
+            if (v && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "auto"))) i++;
+            o->noop_flags |= SERVER_NOOP_FLASH_ATTN;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             log_level = LOG_DEBUG;
         } else {
@@ -399,6 +425,11 @@ int server_main(const server_opts *o) {
     int listen_fd = -1;
 
     oai_json_init(); /* jansson's allocations counted (oai.h): before any thread parses */
+    log_set_timestamps(true);
+    if (o->log_file && (rcode = log_set_file(o->log_file, &e)) < 0) {
+        log_error("serve: --log-file: %s", e.msg);
+        return rcode;
+    }
 
     /* The port first: a taken port is a one-line error before seconds of
      * model loading. */
@@ -409,6 +440,13 @@ int server_main(const server_opts *o) {
             log_error("serve: %s", e.msg);
         return rcode;
     }
+    log_info("serve: kvloom %s", KVLOOM_VERSION);
+    if (o->noop_flags & SERVER_NOOP_JINJA)
+        log_info("serve: --jinja changes nothing: chat templates are always rendered as Jinja");
+    if (o->noop_flags & SERVER_NOOP_FLASH_ATTN)
+        log_info("serve: --flash-attn changes nothing: attention always runs in chunks over the paged KV with an "
+                 "online softmax");
+    if (o->noop_flags & SERVER_NOOP_METRICS) log_info("serve: --metrics changes nothing: /metrics is always served");
     if ((rcode = model_load(path, &m, &e)) < 0) {
         log_error("serve: cannot load model '%s': %s", path, e.msg);
         goto out;
@@ -518,6 +556,7 @@ int server_main(const server_opts *o) {
                        * (and counts it); the connection goes 2 s later */
                       .stall_timeout_s = o->stall_timeout_s > 0 ? o->stall_timeout_s + 2 : 0,
                       .precheck = routes_precheck,
+                      .error_body = routes_error_body,
                       .listen_fd = listen_fd,
                       .cors_origins = o->cors_origins,
                       .n_cors_origins = o->n_cors_origins};

@@ -65,10 +65,17 @@ typedef struct server_opts {
     int kv_ttl_max_s;         /* --kv-ttl-max: a pin's TTL cap in seconds (60)         */
     const char *kv_disk_dir;  /* --kv-disk: the KV disk tier's directory; NULL = off  */
     size_t kv_disk_max_bytes; /* --kv-disk-size: its size cap; 0 = none               */
+    bool no_webui;            /* --no-webui: no chat page at / (404 there)            */
+    const char *log_file;     /* --log-file: the log also goes to this file           */
+    unsigned noop_flags;      /* llama-server flags given that change nothing here
+                                 (SERVER_NOOP_*): server_main says so once each     */
 } server_opts;
 
 /* The least default KV pool (the default before it followed the context). */
 #define SERVER_KV_MIN_BYTES ((size_t)256 << 20)
+
+/* llama-server flags accepted as no-ops (bits of server_opts.noop_flags). */
+enum { SERVER_NOOP_JINJA = 1, SERVER_NOOP_FLASH_ATTN = 2, SERVER_NOOP_METRICS = 4 };
 
 /* Used when no -m is given (relative to the working directory). */
 #define SERVER_DEFAULT_MODEL "models/stories260K.gguf"

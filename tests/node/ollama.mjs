@@ -246,6 +246,38 @@ async function main() {
       400, "options.top_p");
   });
 
+  // Errors the server answers before any Ollama handler runs (an unknown
+  // /api route, a wrong method, a body over --max-body from the HTTP layer)
+  // and the model-management routes: all in Ollama's {"error": "..."} shape,
+  // so the client's ResponseError carries the message (never
+  // "[object Object]").
+  await section("transport errors", async () => {
+    const noObject = (what, e) => check(!String(e.error ?? e.message).includes("[object Object]"), `${what}: no [object Object]`, e.error);
+    for (const [what, p, status, needle] of [
+      ["pull", ollama.pull({ model: "llama3" }), 501, "loads models from GGUF files on disk"],
+      ["pull stream", ollama.pull({ model: "llama3", stream: true }), 501, "/api/pull is not supported"],
+      ["delete", ollama.delete({ model: modelId }), 501, "/api/delete"],
+      ["copy", ollama.copy({ source: modelId, destination: "x" }), 501, "/api/copy"],
+      ["413", ollama.chat({ model: modelId, messages: [{ role: "user", content: "x".repeat(300 * 1024) }] }), 413,
+        "larger than the limit"],
+    ]) {
+      try {
+        await p;
+        check(false, `${what}: should fail`);
+      } catch (e) {
+        check(e.name === "ResponseError" && e.status_code === status, `${what}: ResponseError ${status}`, [e.name, e.status_code, e.error]);
+        check(String(e.error ?? e.message).includes(needle), `${what}: message names '${needle}'`, e.error ?? e.message);
+        noObject(what, e);
+      }
+    }
+    for (const [method, path, status] of [["POST", "/api/nope", 404], ["GET", "/api/chat", 405], ["GET", "/api", 404]]) {
+      const r = await fetch(host + path, { method, body: method === "POST" ? "{}" : undefined, signal: AbortSignal.timeout(10000) });
+      const j = await r.json().catch(() => null);
+      check(r.status === status && j && typeof j.error === "string" && Object.keys(j).length === 1,
+            `${method} ${path}: ${status} {"error": string}`, [r.status, j]);
+    }
+  });
+
   await section("abort", async () => {
     const st = await ollama.generate({ model: modelId, prompt: "Once", raw: true, stream: true,
       options: { temperature: 1, num_predict: 100000 } });
