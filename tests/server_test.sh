@@ -67,6 +67,19 @@ kill -TERM $pid2
 "$BIN" serve -m "$SHARED/models/stories260K.gguf" -ctk q8_0 --port 0 2> "$tmp/log3"; st=$?
 check '[ $st -eq 2 ] && grep -q "ctk.*q8_0.*not supported" "$tmp/log3"' "-ctk q8_0 refused by name: $(cat "$tmp/log3")"
 
+# Templates: a --chat-template-file that does not parse refuses to start,
+# naming line and column; an empty one too; a GGUF without a (working)
+# template falls back with a warning that says what is lost.
+printf '{%% for m in messages %%}\n{{ m.content }}\n{%% endfor' > "$tmp/bad.jinja"
+"$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --chat-template-file "$tmp/bad.jinja" 2> "$tmp/log4"; st=$?
+check '[ $st -ne 0 ] && grep -q "error: serve: --chat-template-file .*bad.jinja does not parse: line 3, column 10: unclosed" "$tmp/log4"' \
+    "a broken --chat-template-file refuses to start: $(cat "$tmp/log4")"
+: > "$tmp/empty.jinja"
+"$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --chat-template-file "$tmp/empty.jinja" 2> "$tmp/log5"; st=$?
+check '[ $st -ne 0 ] && grep -q "empty.jinja is empty" "$tmp/log5"' "an empty --chat-template-file refuses to start: $(cat "$tmp/log5")"
+check 'grep -q "warn: serve: chat: the ChatML fallback (model has no chat template): .*tool calls use the generic" "$tmp/log"' \
+    "the GGUF fallback is a warning saying what is lost"
+
 kill -TERM $pid
 i=0
 while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done

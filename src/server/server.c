@@ -473,7 +473,26 @@ int server_main(const server_opts *o) {
         log_error("serve: chat template: %s", e.msg);
         goto out;
     }
-    if (chat_tmpl_fallback_reason(chat)) log_info("serve: chat: ChatML fallback (%s)", chat_tmpl_fallback_reason(chat));
+    if (chat_tmpl_fallback_reason(chat) && o->chat_template_file) {
+        /* a template the user chose must work: falling back would quietly
+         * lose its tool calling (issue 24) */
+        const char *why = chat_tmpl_fallback_reason(chat), *colon = strstr(why, ": ");
+        int line = 0, col = 0, k = 0;
+        if (colon && sscanf(colon + 2, "%d:%d: %n", &line, &col, &k) == 2 && k > 0)
+            log_error("serve: --chat-template-file %s does not parse: line %d, column %d: %s", o->chat_template_file,
+                      line, col, colon + 2 + k);
+        else if (!tmpl_file || !*tmpl_file)
+            log_error("serve: --chat-template-file %s is empty", o->chat_template_file);
+        else
+            log_error("serve: --chat-template-file %s does not parse: %s", o->chat_template_file, why);
+        rcode = ERR_INVALID;
+        goto out;
+    }
+    if (chat_tmpl_fallback_reason(chat))
+        log_warn("serve: chat: the ChatML fallback (%s): prompts use <|im_start|> turns, not the model's own format; "
+                 "tool calls use the generic JSON format explained in a system message; no reasoning split "
+                 "(--chat-template-file F to give a template)",
+                 chat_tmpl_fallback_reason(chat));
     tc_format tool_format = chat_tmpl_fallback_reason(chat) ? TC_GENERIC : tc_detect(tmpl_src);
     if (o->tool_format && strcmp(o->tool_format, "auto") != 0 && tc_format_from_name(o->tool_format, &tool_format, &e) < 0) {
         log_error("serve: --tool-format: %s", e.msg);
