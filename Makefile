@@ -2,6 +2,8 @@
 # build-$(SANITIZER)/ for sanitizer builds: make SANITIZER=address).
 #
 #   make            build build/kvloom
+#   make install    PREFIX=/usr/local (DESTDIR too): the binary, the shipped model, ../shared's
+#                   tokenizers; kvloom finds them from its own path
 #   make run        install missing Debian packages, build, serve the default model
 #                   (chat page at http://127.0.0.1:8080/, Ctrl-C stops;
 #                   make run SERVE_ARGS="--port 8081 -m other.gguf")
@@ -64,7 +66,7 @@ FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%_replay)
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/%.o) $(B)/fuzz/replay.o
 
-.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan test-fuzz fmt fixtures
+.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan test-fuzz fmt fixtures install uninstall
 all: $(B)/kvloom
 
 $(B)/%.o: %.c
@@ -223,6 +225,29 @@ ci:
 fmt:
 	@[ -n "$(FILES)" ] || { echo 'usage: make fmt FILES="a.c b.h" (the files to reformat in place)'; exit 2; }
 	clang-format -i --style=file $(FILES)
+
+# A system install: the binary, the shipped model, and (when ../shared is
+# beside the repository) the shared tokenizers and vocabularies that
+# `kvloom gen` reads. kvloom finds them from its own path
+# (PREFIX/bin/kvloom -> PREFIX/share/kvloom/...), so `kvloom run`, `serve`
+# and `gen` work from any directory. DESTDIR is prepended for packaging.
+PREFIX ?= /usr/local
+SHARED ?= ../shared
+install: $(B)/kvloom
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/kvloom/models
+	install -m 755 $(B)/kvloom $(DESTDIR)$(PREFIX)/bin/kvloom
+	install -m 644 models/stories260K.gguf $(DESTDIR)$(PREFIX)/share/kvloom/models/
+	@for d in tokenizers vocab; do \
+	  if [ -d "$(SHARED)/$$d" ]; then \
+	    install -d $(DESTDIR)$(PREFIX)/share/kvloom/shared && \
+	    cp -R "$(SHARED)/$$d" $(DESTDIR)$(PREFIX)/share/kvloom/shared/ && \
+	    echo "installed $(SHARED)/$$d -> $(DESTDIR)$(PREFIX)/share/kvloom/shared/$$d"; \
+	  fi; \
+	done
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/kvloom
+	rm -rf $(DESTDIR)$(PREFIX)/share/kvloom
 
 clean:
 	rm -rf build build-*

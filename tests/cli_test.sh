@@ -10,7 +10,9 @@
 #  - `kvloom info` describes a model; bad input gets a clear error and a
 #    non-zero exit, never a crash;
 #  - `kvloom --help` and every subcommand's -h/--help print that usage on
-#    stdout, nothing on stderr, and exit 0.
+#    stdout, nothing on stderr, and exit 0;
+#  - paths: run without -m and gen work from another directory, and from a
+#    `make install PREFIX=...` tree.
 BIN=${KVLOOM_BIN:-build/kvloom}
 SHARED=${KVLOOM_SHARED:-../shared}
 PY=/usr/bin/python3
@@ -142,6 +144,30 @@ check '[ $st -eq 2 ] && grep -q -- "--seqs" "$T/mbe"' "bad --seqs not rejected c
 # tokenizer throughput benchmark works on a vocabulary-only file
 "$BIN" bench -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" --tokenizer -r 1 > "$T/tb" 2>&1; st=$?
 check '[ $st -eq 0 ] && grep -q "^tokenizer gpt2" "$T/tb" && grep -qE "^encode +[0-9.]+ MB/s" "$T/tb"' "bench --tokenizer: $(cat "$T/tb")"
+
+# Paths: from another directory, `run` without -m finds the shipped model and
+# `gen` the shared tokenizers (from the binary's path, no KVLOOM_SHARED);
+# `make install PREFIX` gives a binary that does the same from anywhere.
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ABS_BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+ABS_SHARED=$(cd "$SHARED" && pwd)
+want=$("$BIN" run -p "Once upon a time" -n 8 --temp 0 2>/dev/null)
+GEN_ARGS="--preset smollm2-135m --n-layer 1 --n-embd 64 --n-head 2 --n-head-kv 1 --head-dim 32 --n-ff 64"
+mkdir -p "$T/elsewhere"
+got=$(cd "$T/elsewhere" && "$ABS_BIN" run -p "Once upon a time" -n 8 --temp 0 2>/dev/null)
+check '[ -n "$want" ] && [ "$got" = "$want" ]' "run without -m from another directory: '$got' vs '$want'"
+if [ "$ABS_SHARED" = "$(cd "$(dirname "$ABS_BIN")/../.." && pwd)/shared" ]; then
+    (cd "$T/elsewhere" && env -u KVLOOM_SHARED "$ABS_BIN" gen $GEN_ARGS -o "$T/g1.gguf" > "$T/g1.log" 2>&1); st=$?
+    check '[ $st -eq 0 ] && [ -s "$T/g1.gguf" ]' "gen from another directory without KVLOOM_SHARED: $(cat "$T/g1.log")"
+fi
+make -s -C "$ROOT" -o "$(dirname "$BIN")/kvloom" install B="$(cd "$ROOT" && realpath --relative-to=. "$(dirname "$ABS_BIN")")" \
+    PREFIX="$T/inst" SHARED="$ABS_SHARED" > "$T/inst.log" 2>&1; st=$?
+check '[ $st -eq 0 ] && [ -x "$T/inst/bin/kvloom" ] && [ -s "$T/inst/share/kvloom/models/stories260K.gguf" ]' "make install: $(cat "$T/inst.log")"
+got=$(cd / && "$T/inst/bin/kvloom" run -p "Once upon a time" -n 8 --temp 0 2>/dev/null)
+check '[ "$got" = "$want" ]' "installed run without -m from /: '$got'"
+(cd / && env -u KVLOOM_SHARED "$T/inst/bin/kvloom" gen $GEN_ARGS -o "$T/g2.gguf" > "$T/g2.log" 2>&1); st=$?
+check '[ $st -eq 0 ] && [ -s "$T/g2.gguf" ]' "installed gen from / without KVLOOM_SHARED: $(cat "$T/g2.log")"
+check '[ "$("$T/inst/bin/kvloom" --version)" = "$("$BIN" --version)" ]' "installed --version"
 
 echo "cli_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -10,10 +10,25 @@
 #ifndef KVLOOM_CLI_H
 #define KVLOOM_CLI_H
 
+#include <stddef.h>
+
 int cli__gen(int argc, char **argv);      /* kvloom gen ...      */
 int cli__quantize(int argc, char **argv); /* kvloom quantize ... */
 int cli__bench(int argc, char **argv);    /* kvloom bench ... (bench.c) */
 /* kvloom bench -m MODEL --grammar (bench_grammar.c) */
 int cli__bench_grammar(const char *path, const char *tools_path, long n_objects, long threads);
+
+/* Data files found from any working directory. The binary's own folder
+ * (from /proc/self/exe) anchors the search, in this order:
+ *   build tree    <exe dir>/../REL            (build/kvloom -> repo root)
+ *   install       <exe dir>/../share/kvloom/REL  (PREFIX/bin/kvloom)
+ *   working dir   REL
+ * cli__data_path returns the first readable candidate in buf, or REL itself
+ * when none is (the caller's open then names it). */
+const char *cli__data_path(const char *rel, char *buf, size_t cap);
+/* The shared test data folder (../shared: vocab/, tokenizers/): $KVLOOM_SHARED
+ * when set, else <exe dir>/../../shared (beside the repository),
+ * <exe dir>/../share/kvloom/shared (make install), then ../shared. */
+const char *cli__shared_dir(char *buf, size_t cap);
 
 #endif

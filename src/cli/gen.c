@@ -23,6 +23,7 @@
  * are multiples of 256; SmolLM2's width is 576) fall back per tensor, as
  * llama.cpp's quantizer does: Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,7 +339,8 @@ static void llama3_rope_freqs(float *out, int n_rot, float base) {
 int cli__gen(int argc, char **argv) {
     gen_shape s = {0};
     const char *out = NULL, *vocab = NULL, *type_name = "F16";
-    const char *shared = getenv("KVLOOM_SHARED") ? getenv("KVLOOM_SHARED") : "../shared";
+    char shared_buf[PATH_MAX];
+    const char *shared = cli__shared_dir(shared_buf, sizeof shared_buf);
     uint64_t seed = 1;
     bool have_preset = false;
     s.n_ctx = 2048;
