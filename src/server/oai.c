@@ -282,6 +282,24 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
         if (!json_is_object(kw)) return bad(param, "chat_template_kwargs", e, "must be an object");
         p->template_kwargs = json_incref(kw);
     }
+    /* OpenAI's reasoning_effort: "none" turns a reasoning template's
+     * thinking off, any other level on (a template that does not reason
+     * ignores the variable); chat_template_kwargs.enable_thinking wins */
+    json_t *effort = oai_field(body, "reasoning_effort");
+    if (effort) {
+        static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+        size_t i = 0;
+        while (json_is_string(effort) && i < ARRAY_LEN(levels) && strcmp(json_string_value(effort), levels[i])) i++;
+        if (!json_is_string(effort) || i == ARRAY_LEN(levels))
+            return bad(param, "reasoning_effort", e, "must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\"");
+        if (!p->template_kwargs || !json_object_get(p->template_kwargs, "enable_thinking")) {
+            json_t *copy = p->template_kwargs ? json_copy(p->template_kwargs) : json_object();
+            if (!copy) return bad(param, "reasoning_effort", e, "out of memory");
+            json_object_set_new(copy, "enable_thinking", json_boolean(i != 0));
+            if (p->template_kwargs) json_decref(p->template_kwargs);
+            p->template_kwargs = copy;
+        }
+    }
     return 0;
 }
 
@@ -359,6 +377,82 @@ static int parse_tool_choice(json_t *body, oai_params *p, const char **param, er
 }
 
 /* response_format, json_schema, grammar, jump_forward. */
+/* vLLM's guided decoding fields, onto the same grammar engine: guided_json
+ * (a schema, or its JSON text) is json_schema; guided_choice (strings) a
+ * grammar of exactly those alternatives; guided_grammar a GBNF grammar (the
+ * format llama.cpp and vLLM's xgrammar backend share; vLLM's Lark EBNF is
+ * not taken). guided_regex is refused by name: the grammar engine has no
+ * regular-expression front end yet. At most one of them, and none beside
+ * the other constraints (n_set of those were given). */
+static int parse_guided(json_t *body, oai_params *p, int n_set, const char **param, err_t *e) {
+    static const char *const refused[] = {"guided_regex", "guided_whitespace_pattern"};
+    for (size_t i = 0; i < ARRAY_LEN(refused); i++)
+        if (oai_field(body, refused[i]))
+            return bad(param, refused[i], e, "is not supported (use 'guided_grammar' with a GBNF grammar, or 'guided_json')");
+    static const char *const fields[] = {"guided_json", "guided_choice", "guided_grammar"};
+    const char *which = NULL;
+    for (size_t i = 0; i < ARRAY_LEN(fields); i++) {
+        if (!oai_field(body, fields[i])) continue;
+        if (which || n_set)
+            return bad(param, fields[i], e,
+                       "cannot be combined with another constraint (guided_*, grammar, json_schema, response_format)");
+        which = fields[i];
+    }
+    if (!which) return 0;
+    json_t *v = oai_field(body, which);
+    *param = which;
+    if (!strcmp(which, "guided_json")) {
+        json_t *schema = NULL;
+        if (json_is_string(v)) {
+            json_error_t je;
+            schema = json_loadb(json_string_value(v), json_string_length(v), JSON_REJECT_DUPLICATES, &je);
+            if (!schema)
+                return err_set(e, ERR_INVALID, "'guided_json' is not valid JSON at line %d column %d: %s", je.line,
+                               je.column, je.text);
+        } else {
+            schema = json_incref(v);
+        }
+        if (!json_is_object(schema) && !json_is_boolean(schema)) {
+            json_decref(schema);
+            return err_set(e, ERR_INVALID, "'guided_json' must be a JSON Schema object (or its JSON text)");
+        }
+        p->format = OAI_FORMAT_SCHEMA;
+        p->schema = schema;
+        p->schema_param = "guided_json";
+    } else if (!strcmp(which, "guided_grammar")) {
+        if (!json_is_string(v) || json_string_length(v) == 0)
+            return err_set(e, ERR_INVALID, "'guided_grammar' must be a non-empty string (GBNF)");
+        p->format = OAI_FORMAT_GRAMMAR;
+        p->grammar = xstrndup(json_string_value(v), json_string_length(v));
+    } else {
+        size_t n = json_array_size(v);
+        if (!json_is_array(v) || n == 0 || n > OAI_MAX_CHOICES)
+            return err_set(e, ERR_INVALID, "'guided_choice' must be an array of 1 to %d strings", OAI_MAX_CHOICES);
+        http_buf gb = {0};
+        http_buf_printf(&gb, "root ::= ");
+        for (size_t i = 0; i < n; i++) {
+            json_t *c = json_array_get(v, i);
+            const char *t = json_string_value(c);
+            if (!json_is_string(c) || json_string_length(c) == 0 || strlen(t) != json_string_length(c)) {
+                http_buf_free(&gb);
+                return err_set(e, ERR_INVALID, "'guided_choice[%zu]' must be a non-empty string without NUL", i);
+            }
+            http_buf_printf(&gb, "%s\"", i ? " | " : "");
+            for (const char *q = t; *q; q++) {
+                unsigned char ch = (unsigned char)*q;
+                if (ch == '"' || ch == '\\') http_buf_printf(&gb, "\\%c", ch);
+                else if (ch < 0x20 || ch == 0x7f) http_buf_printf(&gb, "\\x%02X", ch);
+                else http_buf_add(&gb, q, 1);
+            }
+            http_buf_add(&gb, "\"", 1);
+        }
+        http_buf_add(&gb, "", 1); /* NUL */
+        p->format = OAI_FORMAT_GRAMMAR;
+        p->grammar = gb.p;
+    }
+    return 0;
+}
+
 static int parse_format(json_t *body, oai_params *p, const char **param, err_t *e) {
     if (get_bool(body, "jump_forward", &p->jump_forward, param, e) < 0) return ERR_INVALID;
     int n_set = 0;
@@ -415,8 +509,26 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
         if (json_string_length(g) == 0) return err_set(e, ERR_INVALID, "'grammar' is empty");
         p->format = OAI_FORMAT_GRAMMAR;
         p->grammar = xstrndup(json_string_value(g), json_string_length(g));
+        n_set++;
     }
+    int rc = parse_guided(body, p, n_set, param, e);
+    if (rc < 0) return rc;
     *param = NULL;
+    return 0;
+}
+
+/* OpenAI fields kvloom does not implement yet: a 400 naming the field
+ * rather than silence (issue 24); each is accepted at its no-op value. */
+static int refuse_unsupported(json_t *body, oai_kind kind, const char **param, err_t *e) {
+    json_t *v;
+    if ((v = oai_field(body, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+        return bad(param, "logit_bias", e, "is not supported");
+    if ((v = oai_field(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return bad(param, "best_of", e, "other than 1 is not supported");
+    if (kind == OAI_COMPLETION && (v = oai_field(body, "echo")) && !json_is_false(v))
+        return bad(param, "echo", e, "is not supported");
+    if (kind == OAI_COMPLETION && (v = oai_field(body, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
+        return bad(param, "suffix", e, "(fill-in-the-middle) is not supported");
     return 0;
 }
 
@@ -476,6 +588,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         rc = bad(param, "n", e, "> 1 is not supported");
         goto fail;
     }
+    if ((rc = refuse_unsupported(body, kind, param, e)) < 0) goto fail;
     if ((rc = get_bool(body, "stream", &p->stream, param, e)) < 0) goto fail;
     if ((v = oai_field(body, "stream_options"))) {
         if (!json_is_object(v)) {

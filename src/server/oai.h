@@ -31,9 +31,17 @@
  *   "json_schema":{"name":S,"schema":object|bool,"strict":bool}} ·
  *   json_schema (llama-server) object|bool · grammar (llama-server) GBNF
  *   string · jump_forward bool (extension; default true). At most one of
- *   grammar, json_schema and a JSON response_format. The schema and the
- *   grammar themselves are compiled later (routes.c), where their errors
- *   are named too.
+ *   grammar, json_schema and a JSON response_format. vLLM's guided_json
+ *   (schema or its text), guided_choice (strings), guided_grammar (GBNF)
+ *   map onto the same formats (at most one constraint in all);
+ *   guided_regex is refused. The schema and the grammar themselves are
+ *   compiled later (routes.c), where their errors are named too.
+ *
+ * Refused by name (400), never ignored: logit_bias (non-empty), best_of
+ * other than 1, and on completions echo (true) and suffix (non-empty).
+ * reasoning_effort (chat) "none" | "minimal" | "low" | "medium" | "high" |
+ * "xhigh" sets chat_template_kwargs.enable_thinking (false for "none")
+ * unless chat_template_kwargs has it.
  */
 #ifndef KVLOOM_OAI_H
 #define KVLOOM_OAI_H
@@ -63,6 +71,8 @@ typedef enum oai_format {
 } oai_format;
 
 #define OAI_MAX_STOP 16
+/* guided_choice alternatives at most. */
+#define OAI_MAX_CHOICES 1024
 /* Bytes of one stop string at most: the matcher holds back up to that much
  * output per request, and no real stop string comes near it. */
 #define OAI_MAX_STOP_BYTES 1024
