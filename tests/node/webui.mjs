@@ -10,7 +10,9 @@
 // blocks; Stop aborts a long answer and the server counts a 499 in /metrics;
 // forced tool calls are shown as calls; on B the page asks for the key on the
 // 401, refuses a wrong one, keeps the right one across a reload; CORS works
-// from A's origin to B and is refused from B's origin to A.
+// from A's origin to B and is refused from B's origin to A; answers are
+// rendered as markdown (headings, lists, emphasis, links, code blocks with a
+// working Copy button) and model text never becomes HTML (a canned stream).
 //   node webui.mjs URL_A URL_B KEY SCREENSHOT.png
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -85,7 +87,8 @@ async function ask(page, text, timeout = 30000) {
     const m = l[l.length - 1];
     return {
       state: m.dataset.state,
-      text: m.querySelector('.content').textContent,
+      text: m.querySelector('.content').dataset.raw, // the answer's text (rendered as markdown: `shown`)
+      shown: m.querySelector('.content').textContent,
       meta: (m.querySelector('.meta') || {}).textContent || '',
       error: (m.querySelector('.error') || {}).textContent || '',
       seen: window.__seen,
@@ -131,6 +134,8 @@ try {
     return (await r.json()).choices[0].message.content;
   });
   check(direct === r1.text, `streamed text == the API's non-streamed answer:\n  page: ${JSON.stringify(r1.text)}\n  api:  ${JSON.stringify(direct)}`);
+  check(/[*_`#\[>~]/.test(direct) || r1.shown.replace(/\s+/g, '') === direct.replace(/\s+/g, ''),
+    `plain prose is shown as it is: ${JSON.stringify(r1.shown)}`);
   check(/tok\/s$/.test(await text(page, '#st-tps')), 'tokens/s shown: ' + (await text(page, '#st-tps')));
   check(/^\d+ \/ \d+ tokens$/.test(await text(page, '#st-cached')), 'cached prefix shown: ' + (await text(page, '#st-cached')));
 
@@ -185,6 +190,76 @@ try {
   await page.$eval('#scroller', (e) => { e.scrollTop = e.scrollHeight; });
   check(errors.length === 0, 'no JavaScript errors: ' + errors.join('; '));
   await page.screenshot({ path: shot });
+
+  // Markdown: a canned stream (the request intercepted in the browser, so the
+  // page's own SSE reader and renderer run) with every construct and HTML
+  // that must stay text.
+  {
+    const md = [
+      '# Title', '## Sub *it*',
+      'Some **bold** and *em* and `a <b> code` and ~~gone~~, a [link](https://example.com/x) and [bad](javascript:alert(1)).',
+      '', '- one', '- two', '  - nested **deep**', '', '1. first', '2. second', '', '> quoted **text**', '',
+      '```python', 'print("<b>not bold</b>")', 'x = 1 < 2 and "&amp;"', '```', '',
+      '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>', '', '---', 'end',
+    ].join('\n');
+    const code = 'print("<b>not bold</b>")\nx = 1 < 2 and "&amp;"';
+    const pieces = [];
+    for (let k = 0; k < md.length; k += 7) pieces.push(md.slice(k, k + 7)); // fences and ** split across chunks
+    const sse = pieces.map((t, k) => 'data: ' + JSON.stringify({ id: 'x', object: 'chat.completion.chunk', created: 0, model: 'm',
+      choices: [{ index: 0, delta: k ? { content: t } : { role: 'assistant', content: t }, finish_reason: null }] }) + '\n\n').join('') +
+      'data: ' + JSON.stringify({ id: 'x', object: 'chat.completion.chunk', created: 0, model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }) +
+      '\n\ndata: [DONE]\n\n';
+    const mdPage = await browser.newPage();
+    await mdPage.setViewport({ width: 900, height: 1000 });
+    await browser.defaultBrowserContext().overridePermissions(urlA, ['clipboard-read', 'clipboard-write', 'clipboard-sanitized-write']);
+    const mdErrors = [];
+    mdPage.on('pageerror', (e) => mdErrors.push(String(e)));
+    await mdPage.setRequestInterception(true);
+    mdPage.on('request', (req) => {
+      if (req.method() === 'POST' && req.url().endsWith('/v1/chat/completions'))
+        req.respond({ status: 200, contentType: 'text/event-stream', body: sse });
+      else req.continue();
+    });
+    await mdPage.goto(urlA + '/', { waitUntil: 'load', timeout: 20000 });
+    const rm = await ask(mdPage, 'Show me markdown');
+    check(rm.state === 'done' && rm.text === md, `markdown answer received whole: ${JSON.stringify(rm.text)}`);
+    const dom = await mdPage.evaluate(() => {
+      const c = [...document.querySelectorAll('.msg.assistant .content')].pop();
+      const q = (s) => [...c.querySelectorAll(s)];
+      const links = q('a').map((a) => ({ href: a.getAttribute('href'), target: a.target, rel: a.rel, text: a.textContent }));
+      return {
+        h1: q('h1').map((e) => e.textContent), h2em: q('h2 em').map((e) => e.textContent), strong: q(':scope > p strong').map((e) => e.textContent),
+        em: q('p > em').map((e) => e.textContent), code: q('p code').map((e) => e.textContent), s: q('s').map((e) => e.textContent),
+        links, ul: q(':scope > ul > li').length, nested: q('ul > li > ul > li strong').map((e) => e.textContent),
+        ol: q('ol > li').map((e) => e.textContent), quote: q('blockquote strong').map((e) => e.textContent),
+        pre: q('.code pre code').map((e) => e.textContent), lang: q('.code .code-lang').map((e) => e.textContent),
+        hr: q('hr').length, img: q('img, script, b').length, onerror: q('[onerror]').length,
+        pwned: window.__pwned === undefined ? null : window.__pwned, text: c.textContent,
+      };
+    });
+    check(JSON.stringify(dom.h1) === '["Title"]' && JSON.stringify(dom.h2em) === '["it"]', `markdown: headings ${JSON.stringify(dom)}`);
+    check(JSON.stringify(dom.strong) === '["bold"]' && JSON.stringify(dom.em) === '["em"]' && JSON.stringify(dom.s) === '["gone"]',
+      `markdown: emphasis ${JSON.stringify([dom.strong, dom.em, dom.s])}`);
+    check(JSON.stringify(dom.code) === '["a <b> code"]', `markdown: inline code, its markup as text ${JSON.stringify(dom.code)}`);
+    check(dom.links.length === 1 && dom.links[0].href === 'https://example.com/x' && dom.links[0].target === '_blank' &&
+      /noopener/.test(dom.links[0].rel) && dom.text.includes('[bad](javascript:alert(1))'),
+      `markdown: an http link is a link, javascript: stays text ${JSON.stringify(dom.links)}`);
+    check(dom.ul === 2 && JSON.stringify(dom.nested) === '["deep"]' && JSON.stringify(dom.ol) === '["first","second"]',
+      `markdown: lists ${JSON.stringify([dom.ul, dom.nested, dom.ol])}`);
+    check(JSON.stringify(dom.quote) === '["text"]' && dom.hr === 1, `markdown: quote and rule ${JSON.stringify([dom.quote, dom.hr])}`);
+    check(dom.pre.length === 1 && dom.pre[0] === code && JSON.stringify(dom.lang) === '["python"]',
+      `markdown: the code block, exact ${JSON.stringify([dom.pre, dom.lang])}`);
+    check(dom.img === 0 && dom.onerror === 0 && dom.pwned === null && dom.text.includes('<img src=x onerror=') && dom.text.includes('<script>'),
+      `no HTML injection: tags shown as text, none in the DOM ${JSON.stringify([dom.img, dom.onerror, dom.pwned])}`);
+    await mdPage.click('.msg.assistant .code .copy');
+    await mdPage.waitForFunction(() => /Cop(ied|y failed)/.test(document.querySelector('.msg.assistant .code .copy').textContent), { timeout: 5000 });
+    const clip = await mdPage.evaluate(async () => ({ label: document.querySelector('.msg.assistant .code .copy').textContent,
+      text: await navigator.clipboard.readText().catch((e) => 'error: ' + e) }));
+    check(clip.label === 'Copied' && clip.text === code, `the Copy button copies the code: ${JSON.stringify(clip)}`);
+    check(mdErrors.length === 0, 'markdown page: no JavaScript errors: ' + mdErrors.join('; '));
+    await mdPage.screenshot({ path: shot.replace(/\.png$/, '') + '-markdown.png' });
+    await mdPage.close();
+  }
 
   // CORS, from documents without the page's Content-Security-Policy (which
   // keeps the chat page's own connections to its server): B allows A's

@@ -2,8 +2,8 @@
 // server: /v1/models (model id), /v1/chat/completions (streamed, SSE read from
 // fetch), /metrics (KV blocks). The API key, when the server wants one, is
 // asked for on the first 401, kept in localStorage and sent as
-// "Authorization: Bearer". All model text goes into the page as text, never
-// as HTML.
+// "Authorization: Bearer". All model text goes into the page as text nodes,
+// never as HTML (answers are rendered as markdown by building DOM nodes).
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -171,6 +171,173 @@ function addMessage(m) {
   if (m.role === 'assistant') renderAssistant(m);
 }
 
+// ---------------------------------------------------------------- markdown
+
+// Markdown of an answer as DOM nodes: headings, paragraphs (line breaks
+// kept), bullet and numbered lists (nested by indentation), block quotes,
+// rules, fenced code blocks with a Copy button (an unclosed fence, while the
+// answer streams, runs to the end), and inline code, **strong**, *em*,
+// ~~strike~~ and [links](https://...). Every piece of model text becomes a
+// text node (createTextNode / textContent), never HTML: markup in the
+// answer (<script>, <img onerror=...>) shows as text, and a link is an <a>
+// only for http(s) and mailto URLs.
+function renderMarkdown(src) {
+  const frag = document.createDocumentFragment();
+  const lines = src.replace(/\r\n?/g, '\n').split('\n');
+  let i = 0;
+  let para = null; // lines of the paragraph being gathered
+  const flushPara = () => {
+    if (!para) return;
+    const p = el('p');
+    para.forEach((l, k) => {
+      if (k) p.append(el('br'));
+      inline(p, l);
+    });
+    frag.append(p);
+    para = null;
+  };
+  while (i < lines.length) {
+    const line = lines[i];
+    let m;
+    if ((m = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)/.exec(line))) {
+      flushPara();
+      const fence = m[1];
+      const body = [];
+      i++;
+      while (i < lines.length && !new RegExp('^ {0,3}' + fence[0] + '{' + fence.length + ',}\\s*$').test(lines[i])) body.push(lines[i++]);
+      i++; // the closing fence (or the end)
+      frag.append(codeBlock(body.join('\n'), m[2]));
+      continue;
+    }
+    if ((m = /^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line))) {
+      flushPara();
+      const h = el('h' + m[1].length);
+      inline(h, m[2]);
+      frag.append(h);
+      i++;
+      continue;
+    }
+    if (/^ {0,3}([-*_])(\s*\1){2,}\s*$/.test(line)) {
+      flushPara();
+      frag.append(el('hr'));
+      i++;
+      continue;
+    }
+    if (/^ {0,3}>/.test(line)) {
+      flushPara();
+      const quoted = [];
+      while (i < lines.length && /^ {0,3}>/.test(lines[i])) quoted.push(lines[i++].replace(/^ {0,3}> ?/, ''));
+      const q = el('blockquote');
+      q.append(renderMarkdown(quoted.join('\n')));
+      frag.append(q);
+      continue;
+    }
+    if (/^\s*([-*+]|\d{1,9}[.)])\s+/.test(line)) {
+      flushPara();
+      const items = [];
+      while (i < lines.length) {
+        const l = lines[i];
+        const lm = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/.exec(l);
+        if (lm) items.push({ indent: lm[1].replace(/\t/g, '    ').length, ordered: /\d/.test(lm[2]), start: parseInt(lm[2], 10), text: lm[3] });
+        else if (/^\s+\S/.test(l) && items.length) items[items.length - 1].text += '\n' + l.trim();
+        else break;
+        i++;
+      }
+      frag.append(list(items, 0).node);
+      continue;
+    }
+    if (!line.trim()) {
+      flushPara();
+      i++;
+      continue;
+    }
+    (para = para || []).push(line);
+    i++;
+  }
+  flushPara();
+  return frag;
+}
+
+// A list from items[k..] at the first item's indentation; deeper items nest
+// under the item before them. Returns the node and the next index.
+function list(items, k) {
+  const base = items[k].indent;
+  const node = el(items[k].ordered ? 'ol' : 'ul');
+  if (items[k].ordered && items[k].start > 1) node.start = items[k].start;
+  let li = null;
+  while (k < items.length && items[k].indent >= base) {
+    if (items[k].indent > base && li) {
+      const sub = list(items, k);
+      li.append(sub.node);
+      k = sub.next;
+      continue;
+    }
+    li = el('li');
+    items[k].text.split('\n').forEach((t, n) => {
+      if (n) li.append(el('br'));
+      inline(li, t);
+    });
+    node.append(li);
+    k++;
+  }
+  return { node, next: k };
+}
+
+function codeBlock(code, lang) {
+  const box = el('div', 'code');
+  const head = el('div', 'code-head');
+  const copy = el('button', 'copy', 'Copy');
+  copy.type = 'button';
+  copy.onclick = async () => {
+    try {
+      await navigator.clipboard.writeText(code);
+      copy.textContent = 'Copied';
+    } catch (e) {
+      copy.textContent = 'Copy failed';
+    }
+    setTimeout(() => { copy.textContent = 'Copy'; }, 1500);
+  };
+  head.append(el('span', 'code-lang', lang || 'code'), copy);
+  const pre = el('pre');
+  const c = el('code', null, code);
+  if (lang) c.dataset.lang = lang;
+  pre.append(c);
+  box.append(head, pre);
+  return box;
+}
+
+// Inline spans of one line into parent: `code` first (nothing inside it is
+// markup), then links, **strong**, *em* / _em_, ~~strike~~.
+function inline(parent, text) {
+  const re = /(`+)([\s\S]*?[^`])\1(?!`)|\[([^\]\n]+)\]\(([^)\s]+)\)|\*\*(?=\S)([\s\S]*?\S)\*\*|(?<![\w])__(?=\S)([\s\S]*?\S)__(?![\w])|~~(?=\S)([\s\S]*?\S)~~|\*(?=[^\s*])([\s\S]*?[^\s*])\*|(?<![\w])_(?=[^\s_])([\s\S]*?[^\s_])_(?![\w])/g;
+  let at = 0;
+  let m;
+  while ((m = re.exec(text))) {
+    if (m.index > at) parent.append(document.createTextNode(text.slice(at, m.index)));
+    if (m[1]) {
+      parent.append(el('code', null, m[2].replace(/^ (.*) $/, '$1')));
+    } else if (m[3] !== undefined) {
+      if (/^(https?:|mailto:)/i.test(m[4])) {
+        const a = el('a');
+        a.href = m[4];
+        a.target = '_blank';
+        a.rel = 'noopener noreferrer';
+        inline(a, m[3]);
+        parent.append(a);
+      } else {
+        parent.append(document.createTextNode(m[0])); // javascript: and the like stay text
+      }
+    } else {
+      const tag = m[5] !== undefined || m[6] !== undefined ? 'strong' : m[7] !== undefined ? 's' : 'em';
+      const span = el(tag);
+      inline(span, m[5] ?? m[6] ?? m[7] ?? m[8] ?? m[9]);
+      parent.append(span);
+    }
+    at = re.lastIndex;
+  }
+  if (at < text.length) parent.append(document.createTextNode(text.slice(at)));
+}
+
 // Rebuilds an assistant message's body from its fields (cheap: a handful of
 // nodes; called at most once per animation frame while streaming).
 function renderAssistant(m) {
@@ -193,7 +360,10 @@ function renderAssistant(m) {
     content = el('div', 'content');
     body.append(content);
   }
-  content.textContent = m.content;
+  if (content.dataset.raw !== m.content) {
+    content.replaceChildren(renderMarkdown(m.content));
+    content.dataset.raw = m.content; // what the server sent, for the tests and copying
+  }
   let calls = body.querySelector('.tool-calls');
   if (m.toolCalls.length) {
     if (!calls) {
