@@ -23,6 +23,7 @@
 #include "../kern/kern.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
+#include "../sched/draft.h"
 #include "../sched/engine.h"
 #include "../sched/req.h"
 #include "../server/server.h"
@@ -105,19 +106,22 @@ static bool run_is_eog(void *ctx, int32_t id) { return tok_is_eog((const tokeniz
 
 static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = "";
-    long n_predict = 256, threads = 0;
+    long n_predict = 256, threads = 0, spec_max = 8;
+    draft_kind spec = DRAFT_OFF;
     sampler_params sp = sampler_defaults();
     sp.temperature = 0.8f;
     sp.top_k = 40;
     sp.top_p = 0.95f;
     sp.min_p = 0.05f;
     sp.seed = (uint64_t)clock_ns();
+    err_t e = {0};
     for (int i = 0; i < argc; i += 2) { /* every option but -h takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long iv;
         if (is_help(a)) {
             printf("usage: kvloom run [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
                    "                  [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
+                   "                  [--spec off|ngram|suffix] [--spec-max K]\n"
                    "  generates text after PROMPT (printed first) with the model (default: the shipped\n"
                    "  " SERVER_DEFAULT_MODEL "); -n: at most N new tokens (256); --temp 0: greedy;\n"
                    "  defaults --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05, a random seed, up to 8 threads\n");
@@ -144,9 +148,12 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--seed") == 0) {
             if (!parse_long(v, 0, LONG_MAX, &iv)) die("--seed: expected a non-negative integer, got '%s'", v);
             sp.seed = (uint64_t)iv;
+        } else if (strcmp(a, "--spec") == 0) {
+            if (draft_kind_parse(v, &spec, &e) < 0) die("--spec: %s", e.msg);
+        } else if (strcmp(a, "--spec-max") == 0) {
+            if (!parse_long(v, 1, DRAFT_MAX, &spec_max)) die("--spec-max: expected a count in [1, 32], got '%s'", v);
         } else die("run: unknown option '%s' (see kvloom --help)", a);
     }
-    err_t e = {0};
     if (sampler_params_check(&sp, &e)) die("%s", e.msg);
     if (!model_path) model_path = default_model();
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 8);
@@ -201,6 +208,8 @@ static int cmd_run(int argc, char **argv) {
     eo.n_ctx = n_ctx;
     eo.kv_mem_bytes = model_kv_block_bytes(m, eo.block_tokens) * (size_t)((n_ctx + eo.block_tokens - 1) / eo.block_tokens + 2);
     eo.max_running = 1;
+    eo.spec = spec;
+    eo.spec_max = (int)spec_max;
     eo.is_eog = run_is_eog;
     eo.eog_ctx = tk;
     if (engine_new(m, &eo, &en, &e)) {

@@ -61,6 +61,7 @@
 #include "../kv/kvpool.h"
 #include "../kv/radix.h"
 #include "../sample/sample.h"
+#include "draft.h"
 #include "kvpolicy.h"
 #include "sched_internal.h"
 
@@ -93,6 +94,10 @@
 #define ENGINE_HINT_GIVE_UP_S 60.0
 /* Jump-forward: at most this many bytes of a forced run are appended at once. */
 #define ENGINE_FORCED_MAX 1024
+/* Speculative decoding: draft tokens in one step at most (each wants a row
+ * of logits, n_vocab floats, beyond the one per running sequence). */
+#define ENGINE_SPEC_ROWS 64
+_Static_assert(DRAFT_N_KINDS <= 4, "engine_stats has 4 slots per drafter");
 
 typedef struct seq {
     req *r;
@@ -130,6 +135,12 @@ typedef struct seq {
      * move, and since when posted tokens have waited without it moving */
     int stall_n_read;
     int64_t stall_since_ns; /* 0: nothing waits for the reader              */
+    /* speculative decoding: the drafter's state, and this step's drafts
+     * (positions n_tokens.., run after the last token, verified in
+     * step_advance; they never enter `tokens` unless sampled) */
+    draft_seq *ds;
+    int32_t draft[DRAFT_MAX];
+    int n_draft;
 } seq;
 
 typedef struct seq_list {
@@ -157,6 +168,8 @@ struct engine {
     uint64_t *mask;      /* (n_vocab/64 rounded up) allowed tokens of a grammar  */
     char *forced;        /* (ENGINE_FORCED_MAX) a forced run's bytes            */
     int32_t *forced_ids; /* (ENGINE_FORCED_MAX) and its tokens                  */
+    drafter *dr;         /* speculative decoding's drafter, or NULL            */
+    int spec_rows;       /* draft tokens per step at most (extra logits rows)  */
 
     seq_list running;    /* in arrival order                                    */
     seq_list waiting;    /* in arrival order (preempted ones keep theirs)       */
@@ -644,6 +657,13 @@ static void stats_publish(engine *en) {
     en->cnt.kv_blocks_cached = radix_n_cached(en->tree);
     en->cnt.kv_blocks_idle = radix_n_idle(en->tree);
     en->cnt.kv_block_tokens = en->o.block_tokens;
+    if (en->dr) {
+        draft_stats ds;
+        draft_get_stats(en->dr, &ds);
+        en->cnt.spec_global_seqs = ds.global_seqs;
+        en->cnt.spec_global_bytes = ds.global_bytes;
+        en->cnt.spec_global_evicted_total = ds.global_evicted_total;
+    }
     if (en->pol) {
         kvpolicy_stats ps;
         kvpolicy_get_stats(en->pol, &ps);
@@ -685,6 +705,9 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     if (why != REQ_FINISH_CANCEL) disk_write_through(en, s);
     seq_pin(en, s, why);
     if (s->n_blocks) seq_release_blocks(en, s);
+    draft_seq_end(en->dr, s->ds, s->tokens, s->r->n_prompt, s->n_tokens,
+                  why == REQ_FINISH_STOP || why == REQ_FINISH_LENGTH);
+    s->ds = NULL;
     /* a client that has its answer sees counters (/metrics) that include
      * its request: publish before waking it, not only at the step's end */
     stats_publish(en);
@@ -695,6 +718,7 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
 
 /* Frees a sequence's memory (its blocks already released). */
 static void seq_free(seq *s) {
+    draft_seq_end(NULL, s->ds, NULL, 0, 0, false);
     sampler_free(s->smp);
     gmatch_free(s->gm);
     free(s->trig);
@@ -833,6 +857,7 @@ static void take_submitted(engine *en) {
             for (int j = 0; j < n; j++) kvpool_unref(en->pool, en->scratch[j]);
         }
         hint_drop_session(en, r->kv_session); /* its agent is back */
+        if (en->dr && !r->no_spec && !r->embd) s->ds = draft_seq_new(en->dr); /* NULL: it does not speculate */
         list_push(&en->waiting, s);
         s->in_skip = r->trigger_skip_now;
         if (r->grammar && !r->grammar_trigger) {
@@ -1083,6 +1108,96 @@ static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
     *n_tok += c;
 }
 
+/* ---- speculative decoding (draft.h) ----
+ *
+ * After the step's plan, each decoding sequence may get drafts: they go
+ * into the batch after its last token (positions n_tokens ..), each with a
+ * row of logits. step_advance samples row by row as in plain decoding
+ * (penalties, grammar, logprobs, jump-forward, stop tests all unchanged)
+ * and goes on to the next row only while the sampled token equals the
+ * draft there. Only the K/V of drafts that were accepted counts as
+ * computed, so a rejected draft's K/V is never indexed by the radix tree
+ * or written to disk; its slot is overwritten by the next step. */
+
+/* Cuts the drafts the grammar refuses (the engine would mask them anyway:
+ * verifying them is wasted work). */
+static int spec_cut_grammar(seq *s, int k) {
+    if (!s->gm || k == 0) return k;
+    gmatch *probe = gmatch_clone(s->gm);
+    if (!probe) return 0;
+    int ok = 0;
+    while (ok < k && !gmatch_must_end(probe) && gmatch_accept(probe, s->draft[ok]) == 0) ok++;
+    gmatch_free(probe);
+    return ok;
+}
+
+/* KV slots for k drafts after s's last token, from free blocks only (a
+ * draft never evicts cached blocks or preempts anyone); returns how many
+ * drafts have a slot. */
+static int spec_reserve(engine *en, seq *s, int k) {
+    int B = en->o.block_tokens;
+    while (s->n_blocks * B < s->n_tokens + k && kvpool_n_free(en->pool) > 0) {
+        int32_t b = kvpool_alloc(en->pool);
+        ASSERT(b >= 0);
+        seq_push_block(s, b, false);
+    }
+    return MIN(k, s->n_blocks * B - s->n_tokens);
+}
+
+/* Gives the decoding sequences of the planned batch their drafts, as many
+ * as pay (draft_threshold / draft_plan) within the step's budget. */
+static void spec_plan(engine *en, int *n_tok, int n_bs) {
+    if (!en->dr) return;
+    int n_decode = 0;
+    for (int j = 0; j < n_bs; j++) {
+        seq *s = en->b_owner[j];
+        s->n_draft = 0;
+        n_decode += s->n_tokens - s->n_computed == 1;
+    }
+    double cost = en->o.spec_token_cost > 0 ? en->o.spec_token_cost : ENGINE_SPEC_TOKEN_COST;
+    int rows = en->spec_rows;
+    for (int j = 0; j < n_bs && rows > 0; j++) {
+        seq *s = en->b_owner[j];
+        if (!s->ds || en->b_chunk[j] != 1 || s->n_tokens - s->n_computed != 1) continue;
+        int max = MIN(MIN(rows, en->o.max_batch_tokens - *n_tok), en->n_ctx - s->n_tokens);
+        max = MIN(max, s->r->max_tokens - s->n_generated - 1); /* the last token needs no draft */
+        int want = draft_plan(max, draft_seq_alpha(s->ds), draft_threshold(n_decode, *n_tok, cost));
+        if (want <= 0) {
+            draft_seq_idle(s->ds);
+            continue;
+        }
+        int k = draft_propose(en->dr, s->ds, s->tokens, s->n_tokens, want, s->draft);
+        k = spec_reserve(en, s, spec_cut_grammar(s, k));
+        if (k <= 0) continue;
+        s->n_draft = k;
+        en->b_chunk[j] += k;
+        *n_tok += k;
+        rows -= k;
+    }
+}
+
+/* After post_token sampled row0 (the token after position n0 - 1): goes on
+ * sampling the rows of s's drafts while each sampled token equals the draft
+ * it was run as. Returns how the request stands (as post_token), and
+ * counts the drafts' K/V that holds the tokens now at their positions as
+ * computed (at most up to the last token, which is always left to run). */
+static req_finish spec_verify(engine *en, seq *s, int n0, int nd, int row0, req_finish why) {
+    size_t n_vocab = (size_t)en->m->cfg.n_vocab;
+    int a = 0;
+    while (why == REQ_RUNNING && a < nd && s->n_tokens == n0 + a + 1 && s->tokens[n0 + a] == s->draft[a] &&
+           s->n_generated < s->r->max_tokens && s->n_tokens <= en->n_ctx) {
+        a++;
+        why = post_token(en, s, en->logits + (size_t)(row0 + a) * n_vocab);
+    }
+    int n_acc = 0; /* drafts equal to the tokens sampled (or forced) at their place */
+    while (n_acc < nd && n0 + n_acc < s->n_tokens && s->tokens[n0 + n_acc] == s->draft[n_acc]) n_acc++;
+    s->n_computed += MAX(0, MIN(n_acc, s->n_tokens - 1 - n0));
+    en->cnt.spec_drafted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)nd;
+    en->cnt.spec_accepted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)n_acc;
+    draft_seq_feedback(s->ds, nd, n_acc);
+    return why;
+}
+
 /* Pins: tool names learnt since the last step, expiry. */
 static void pins_step(engine *en) {
     if (!en->pol) return;
@@ -1198,6 +1313,7 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
         best->wait_from = en->step_no;
         prefill_tok += *n_tok - before;
     }
+    spec_plan(en, n_tok, *n_bs);
 }
 
 /* Lays the planned chunks out as one ragged batch; counts the rows of
@@ -1211,12 +1327,13 @@ static model_batch step_build(engine *en, int n_tok, int n_bs, int *n_logits, ui
         int c = en->b_chunk[j];
         for (int q = 0; q < c; q++) {
             int p = s->n_computed + q;
-            en->b_tok[k] = s->tokens[p];
+            en->b_tok[k] = p < s->n_tokens ? s->tokens[p] : s->draft[p - s->n_tokens];
             en->b_pos[k] = p;
             en->b_seq[k] = j;
-            en->b_logits[k] = p == s->n_tokens - 1 && !s->r->embd; /* embeddings: model_hidden */
+            /* the last token and its drafts (embeddings: model_hidden) */
+            en->b_logits[k] = p >= s->n_tokens - 1 && !s->r->embd;
             *n_logits += en->b_logits[k];
-            if (p < s->n_prefill_end) (*n_prompt_work)++;
+            if (p < s->n_prefill_end && p < s->n_tokens) (*n_prompt_work)++;
             k++;
         }
         en->b_seqs[j].block_table = s->blocks;
@@ -1257,7 +1374,9 @@ static void step_advance(engine *en, int n_bs) {
     int row = 0;
     for (int j = 0, k_end = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
-        s->n_computed += en->b_chunk[j];
+        int nd = s->n_draft, n0 = s->n_tokens;
+        s->n_draft = 0;
+        s->n_computed += en->b_chunk[j] - nd;
         k_end += en->b_chunk[j];
         s->r->n_forward_steps++;
         seq_index_computed(en, s);
@@ -1269,10 +1388,16 @@ static void step_advance(engine *en, int n_bs) {
             seq_finish(en, s, REQ_FINISH_STOP, NULL);
             continue;
         }
+        en->cnt.decode_passes_total++;
         /* (a forced run at admission may already have reached max_tokens) */
         req_finish why = s->n_generated >= s->r->max_tokens
                              ? REQ_FINISH_LENGTH
                              : post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab);
+        if (nd > 0) {
+            why = spec_verify(en, s, n0, nd, row, why);
+            row += nd;
+            seq_index_computed(en, s);
+        }
         row++;
         if (why == REQ_FINISH_ERROR) {
             list_remove(&en->running, s);
@@ -1390,6 +1515,9 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     if (o->max_batch_tokens < 1) return err_set(e, ERR_INVALID, "max-batch-tokens must be >= 1 (got %d)", o->max_batch_tokens);
     if (o->max_running < 1) return err_set(e, ERR_INVALID, "max-running must be >= 1 (got %d)", o->max_running);
     if (o->max_queue < 0) return err_set(e, ERR_INVALID, "max-queue must be >= 0 (got %d)", o->max_queue);
+    if (o->spec < DRAFT_OFF || o->spec >= DRAFT_N_KINDS) return err_set(e, ERR_INVALID, "spec: unknown drafter %d", o->spec);
+    if (o->spec_max < 0 || o->spec_max > DRAFT_MAX)
+        return err_set(e, ERR_INVALID, "spec-max must be in [1, %d] (got %d)", DRAFT_MAX, o->spec_max);
     int n_ctx = o->n_ctx > 0 ? o->n_ctx : m->cfg.n_ctx_train;
     if (n_ctx < 2) return err_set(e, ERR_INVALID, "context size must be >= 2 (got %d)", n_ctx);
     size_t bb = model_kv_block_bytes(m, o->block_tokens);
@@ -1426,7 +1554,15 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     if (o->kv_policy == ENGINE_KV_AGENT) en->pol = kvpolicy_new(en->pool, ttl_max_s, 0);
     en->st = model_state_new(m, o->max_batch_tokens, n_ctx, o->n_threads);
     int mr = en->o.max_running, mb = o->max_batch_tokens;
-    en->logits = xmalloc((size_t)mr * (size_t)m->cfg.n_vocab * sizeof(float));
+    if (o->spec != DRAFT_OFF) {
+        draft_opts dop = draft_defaults((draft_kind)o->spec);
+        if (o->spec_max > 0) dop.max_draft = MIN(o->spec_max, DRAFT_MAX);
+        en->dr = draft_new(&dop);
+        if (!en->dr) log_warn("engine: out of memory for the drafter: no speculative decoding");
+        en->spec_rows = en->dr ? MIN(ENGINE_SPEC_ROWS, mb) : 0;
+    }
+    en->cnt.spec_kind = draft_get_kind(en->dr);
+    en->logits = xmalloc((size_t)MIN(mr + en->spec_rows, mb) * (size_t)m->cfg.n_vocab * sizeof(float));
     en->b_tok = xmalloc((size_t)mb * sizeof(int32_t));
     en->b_pos = xmalloc((size_t)mb * sizeof(int32_t));
     en->b_seq = xmalloc((size_t)mb * sizeof(int32_t));
@@ -1511,6 +1647,7 @@ void engine_free(engine *en) {
     free(en->mask);
     free(en->forced);
     free(en->forced_ids);
+    draft_free(en->dr);
     pthread_mutex_destroy(&en->mu);
     pthread_cond_destroy(&en->cv);
     free(en);

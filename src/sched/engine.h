@@ -81,13 +81,24 @@ typedef struct engine_opts {
      * costs at most this much engine time and, because the request ends, at
      * most its context's worth of posted tokens. 0: never. */
     int stall_timeout_ms;
+    /* Speculative decoding (draft.h): the drafter (DRAFT_OFF: none), tokens
+     * per proposal at most (1..DRAFT_MAX), and the cost of one more token
+     * in a step relative to the step's fixed cost (0: ENGINE_SPEC_TOKEN_COST),
+     * which decides how many drafts pay at a given batch size. */
+    int spec;
+    int spec_max;
+    double spec_token_cost;
 } engine_opts;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
 #define ENGINE_NEW_WAIT_MAX_MS 60000
+/* One more token in a decode step, relative to the step's fixed cost of
+ * reading the weights (docs/perf.md, "Speculative decoding: verify cost"). */
+#define ENGINE_SPEC_TOKEN_COST 0.05
 
 /* Defaults: 1 thread, 64 MiB, 16-token blocks, 512-token budget, 64 running,
- * 256 queued, n_ctx 0 (= the model's n_ctx_train), no EOG test, no checks. */
+ * 256 queued, n_ctx 0 (= the model's n_ctx_train), no EOG test, no checks,
+ * no speculation (spec_max 8 when it is turned on). */
 engine_opts engine_defaults(void);
 
 
@@ -125,6 +136,15 @@ typedef struct engine_stats {
     double kv_ttl_error_seconds_sum; /* |predicted - observed| return gap         */
     uint64_t kv_ttl_error_count;
     uint64_t stalled_total;         /* cancelled: the reader did not take tokens */
+    /* speculative decoding (by draft_kind; all 0 with --spec off) */
+    int spec_kind;                  /* the engine's drafter (draft_kind)          */
+    uint64_t spec_drafted_tokens_total[4];  /* drafts verified                   */
+    uint64_t spec_accepted_tokens_total[4]; /* of them, equal to the sampled token */
+    uint64_t decode_passes_total;   /* sequence-steps that sampled (tokens per
+                                       forward = generated / this)               */
+    int spec_global_seqs;           /* outputs in the suffix drafter's store      */
+    uint64_t spec_global_bytes;     /* its memory                                 */
+    uint64_t spec_global_evicted_total;
 } engine_stats;
 
 typedef struct engine engine;

@@ -67,6 +67,7 @@ typedef struct req {
                               it holds from the first occurrence of this text in
                               the output on (a lazy grammar; owned)             */
     bool no_jump_forward;  /* sample forced runs token by token (benchmarks)     */
+    bool no_spec;          /* no speculative decoding for this request           */
     const char *trigger_skip_open;  /* a lazy grammar's trigger does not count  */
     const char *trigger_skip_close; /* between these (static strings, e.g. the
                                        reasoning of "<think>" ... "</think>")  */

@@ -428,7 +428,8 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     }
     /* kvloom's extensions, named as on the chat route */
     static const char *const ext[] = {"seed", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                                      "ignore_eos", "jump_forward", "grammar", "json_schema", "kv_ttl", "kv_hint"};
+                                      "ignore_eos", "jump_forward", "speculative", "grammar", "json_schema", "kv_ttl",
+                                      "kv_hint"};
     for (size_t i = 0; i < ARRAY_LEN(ext); i++)
         if ((v = oai_field(body, ext[i]))) json_object_set(chat, ext[i], v);
     json_t *kw = oai_field(body, "chat_template_kwargs");

@@ -573,7 +573,7 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
     static const char *const same[] = {"model",    "temperature",      "top_p",     "parallel_tool_calls", "stream",
                                        "user",     "seed",             "top_k",     "min_p",               "stop",
                                        "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos",
-                                       "jump_forward", "grammar", "prompt_cache_key", "kv_ttl", "kv_hint"};
+                                       "jump_forward", "speculative", "grammar", "prompt_cache_key", "kv_ttl", "kv_hint"};
     for (size_t i = 0; i < ARRAY_LEN(same); i++)
         if ((v = oai_field(body, same[i]))) json_object_set(chat, same[i], v);
     if ((v = oai_field(body, "chat_template_kwargs"))) json_object_set_new(chat, "chat_template_kwargs", json_deep_copy(v));

@@ -414,6 +414,7 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     r->grammar = gr;
     r->grammar_trigger = trigger;
     r->no_jump_forward = !p->jump_forward;
+    r->no_spec = !p->speculative;
     if (r->grammar_trigger && rc->reasoning) {
         /* a call marker inside the reasoning is not a call (the parser
          * agrees) */

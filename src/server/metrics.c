@@ -7,7 +7,9 @@
  * kvloom_preemptions_total, kvloom_requests_stalled_total,
  * kvloom_kv_blocks_{used,total,cached},
  * kvloom_constrained_tokens_total, kvloom_forced_tokens_total,
- * kvloom_grammar_mask_seconds_total,
+ * kvloom_grammar_mask_seconds_total, kvloom_decode_passes_total,
+ * kvloom_spec_{drafted,accepted}_tokens_total{drafter}, kvloom_spec_global_{outputs,bytes,evicted_total}
+ * (with --spec),
  * kvloom_kv_disk_blocks, kvloom_kv_disk_bytes,
  * kvloom_kv_disk_{read,written}_bytes_total, kvloom_kv_disk_restored_tokens_total,
  * kvloom_kv_disk_rejected_total{reason="corrupt"|"foreign"},
@@ -22,6 +24,7 @@
  * vllm:cache_config_info{block_size=...}, vllm:prefix_cache_queries_total and
  * vllm:prefix_cache_hits_total (tokens).
  */
+#include "../sched/draft.h"
 #include "../sched/kvpolicy.h"
 #include "metrics.h"
 
@@ -166,6 +169,30 @@ void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
           (double)st->constrained_tokens_total);
     gauge(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",
           (double)st->forced_tokens_total);
+    /* speculative decoding: per drafter (only the server's --spec drafter
+     * counts; the others stay 0) */
+    if (st->spec_kind != DRAFT_OFF) {
+        const char *dn = draft_kind_name((draft_kind)st->spec_kind);
+        http_buf_printf(b,
+                        "# HELP kvloom_spec_drafted_tokens_total Draft tokens verified by speculative decoding.\n"
+                        "# TYPE kvloom_spec_drafted_tokens_total counter\n"
+                        "kvloom_spec_drafted_tokens_total{drafter=\"%s\"} %llu\n"
+                        "# HELP kvloom_spec_accepted_tokens_total Draft tokens accepted (equal to the token sampled "
+                        "at their position).\n"
+                        "# TYPE kvloom_spec_accepted_tokens_total counter\n"
+                        "kvloom_spec_accepted_tokens_total{drafter=\"%s\"} %llu\n",
+                        dn, (unsigned long long)st->spec_drafted_tokens_total[st->spec_kind], dn,
+                        (unsigned long long)st->spec_accepted_tokens_total[st->spec_kind]);
+        gauge(b, "kvloom_spec_global_outputs", "Earlier outputs in the suffix drafter's global store.", "gauge",
+              st->spec_global_seqs);
+        gauge(b, "kvloom_spec_global_bytes", "Memory of the suffix drafter's global store.", "gauge",
+              (double)st->spec_global_bytes);
+        gauge(b, "kvloom_spec_global_evicted_total", "Outputs evicted from the suffix drafter's global store.",
+              "counter", (double)st->spec_global_evicted_total);
+    }
+    gauge(b, "kvloom_decode_passes_total",
+          "Sequence-steps that sampled a token (generated tokens per pass: speculative decoding's gain).", "counter",
+          (double)st->decode_passes_total);
     gauge(b, "kvloom_grammar_mask_seconds_total", "Time spent computing grammar masks.", "counter",
           (double)st->mask_ns_total / 1e9);
     gauge(b, "kvloom_kv_blocks_total", "KV blocks in the pool.", "gauge", st->kv_blocks_total);

@@ -376,7 +376,6 @@ static int parse_tool_choice(json_t *body, oai_params *p, const char **param, er
     return 0;
 }
 
-/* response_format, json_schema, grammar, jump_forward. */
 /* vLLM's guided decoding fields, onto the same grammar engine: guided_json
  * (a schema, or its JSON text) is json_schema; guided_choice (strings) a
  * grammar of exactly those alternatives; guided_grammar a GBNF grammar (the
@@ -453,8 +452,10 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
     return 0;
 }
 
+/* response_format, json_schema, grammar, jump_forward, speculative. */
 static int parse_format(json_t *body, oai_params *p, const char **param, err_t *e) {
     if (get_bool(body, "jump_forward", &p->jump_forward, param, e) < 0) return ERR_INVALID;
+    if (get_bool(body, "speculative", &p->speculative, param, e) < 0) return ERR_INVALID;
     int n_set = 0;
     json_t *rf = oai_field(body, "response_format");
     if (rf) {
@@ -541,6 +542,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
     p->sp.repeat_last_n = -1; /* OpenAI penalties count the whole output */
     p->parallel_tool_calls = true;
     p->jump_forward = true;
+    p->speculative = true;
     p->kv_ttl = -1;
     p->kv_next_use = -1;
     *param = NULL;

@@ -30,7 +30,8 @@
  *   {"type":"text"} | {"type":"json_object"} | {"type":"json_schema",
  *   "json_schema":{"name":S,"schema":object|bool,"strict":bool}} ·
  *   json_schema (llama-server) object|bool · grammar (llama-server) GBNF
- *   string · jump_forward bool (extension; default true). At most one of
+ *   string · jump_forward bool (extension; default true) · speculative
+ *   bool (extension; default true: false turns off --spec). At most one of
  *   grammar, json_schema and a JSON response_format. vLLM's guided_json
  *   (schema or its text), guided_choice (strings), guided_grammar (GBNF)
  *   map onto the same formats (at most one constraint in all);
@@ -92,6 +93,8 @@ typedef struct oai_params {
     const char *schema_param;/* "response_format" or "json_schema"               */
     char *grammar;           /* OAI_FORMAT_GRAMMAR: GBNF text (owned)            */
     bool jump_forward;       /* default true                                     */
+    bool speculative;        /* default true: speculative decoding when the server
+                                runs a drafter (--spec); false turns it off      */
     json_t *template_kwargs; /* chat: chat_template_kwargs object or NULL (held)  */
     int max_tokens;          /* -1 when absent                                   */
     sampler_params sp;

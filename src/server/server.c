@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../model/model.h"
+#include "../sched/draft.h"
 #include "../sched/engine.h"
 #include "../sched/encoder.h"
 #include "../tok/tok.h"
@@ -57,6 +58,8 @@ void server_opts_default(server_opts *o) {
     o->header_timeout_s = 10;
     o->shutdown_timeout_s = 10;
     o->stall_timeout_s = 30;
+    o->spec = DRAFT_OFF;
+    o->spec_max = 8;
 }
 
 const char *server_usage(void) {
@@ -81,6 +84,10 @@ const char *server_usage(void) {
            "  --kv-disk DIR            keep KV blocks on disk in DIR too (written through, read\n"
            "                           back instead of recomputed; survives restarts)\n"
            "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
+           "  --spec off|ngram|suffix  speculative decoding's drafter (default off): ngram looks the\n"
+           "                           last tokens up in the request's context; suffix also uses\n"
+           "                           earlier requests' outputs (exact: output identical to --spec off)\n"
+           "  --spec-max K             draft tokens per sequence per step at most (default 8, <= 32)\n"
            "  --max-body BYTES         request body limit (default 8M)\n"
            "  --max-connections N      simultaneous connections (default 1024; an idle one costs no thread)\n"
            "  --max-conns-per-ip N     connections per client address (default 64, none when --host\n"
@@ -284,6 +291,14 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--kv-disk-size")) {
             NEED_VALUE;
             rc = parse_size(a, v, &o->kv_disk_max_bytes, e);
+        } else if (!strcmp(a, "--spec")) {
+            NEED_VALUE;
+            draft_kind k;
+            if ((rc = draft_kind_parse(v, &k, e)) < 0) err_prefix(e, "--spec");
+            else o->spec = (int)k;
+        } else if (!strcmp(a, "--spec-max")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, DRAFT_MAX, &o->spec_max, e);
         } else if (!strcmp(a, "--check")) {
             o->check = true;
         } else if (!strcmp(a, "--kv-type") || !strcmp(a, "-ctk") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-k") ||
@@ -524,6 +539,8 @@ int server_main(const server_opts *o) {
     eo.kv_disk_max_bytes = o->kv_disk_max_bytes;
     eo.step_delay_us = o->step_delay_us;
     eo.stall_timeout_ms = o->stall_timeout_s * 1000;
+    eo.spec = o->spec;
+    eo.spec_max = o->spec_max;
     eo.gvocab = gv;
     eo.tokenize = tokenize_cb;
     eo.piece = piece_cb;

@@ -69,6 +69,8 @@ typedef struct server_opts {
     const char *log_file;     /* --log-file: the log also goes to this file           */
     unsigned noop_flags;      /* llama-server flags given that change nothing here
                                  (SERVER_NOOP_*): server_main says so once each     */
+    int spec;                 /* --spec: the drafter (draft_kind; docs/server.md)     */
+    int spec_max;             /* --spec-max: draft tokens per step per sequence (8)   */
 } server_opts;
 
 /* The least default KV pool (the default before it followed the context). */

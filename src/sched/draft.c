@@ -1,0 +1,274 @@
+/*
+ * draft.c — the drafters and the speculation policy (contract in draft.h).
+ *
+ * NGRAM keeps no state: a backwards scan of the context per proposal
+ * (a few microseconds for thousands of tokens, far below a forward pass).
+ * SUFFIX keeps a suffix trie per request, grown by a cursor as the context
+ * grows (depth lookups per token); when the request's trie is full it is
+ * rebuilt from the newer half of what it held, so memory stays bounded
+ * and the recent context (what an agent copies from) stays in it. The
+ * global store is a FIFO of earlier outputs, each added to one shared
+ * trie; the oldest are removed (exactly what they added) until a new one
+ * fits in the trie's node bound.
+ */
+#include "draft.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "suffix.h"
+
+#define NGRAM_MAX 4
+#define NGRAM_MIN 2
+/* suffix: the longest suffix of the context matched against a trie */
+#define SUFFIX_MATCH_MAX 16
+/* acceptance estimate: counts decay by this per feedback (and per idle step
+ * toward the prior), so the estimate follows the last few dozen drafts */
+#define ALPHA_DECAY 0.9
+
+typedef struct stored {
+    int32_t *toks;
+    int n;
+} stored;
+
+struct drafter {
+    draft_opts o;
+    /* global store (SUFFIX): a ring of outputs, oldest at head */
+    suffix_tree *global;
+    stored *ring;
+    int ring_cap, ring_head, ring_n;
+    size_t ring_bytes;
+    uint64_t evicted;
+};
+
+struct draft_seq {
+    double acc, rej;        /* decayed accepted tokens and rejections        */
+    suffix_tree *tree;      /* SUFFIX: the request's context                  */
+    suffix_cursor cur;      /* follows tokens[base, n)                       */
+    int base;
+    bool tree_failed;       /* no memory for a trie: the global one only     */
+};
+
+draft_opts draft_defaults(draft_kind kind) {
+    return (draft_opts){.kind = kind, .max_draft = 8, .suffix_depth = 24, .seq_max_nodes = 1 << 16,
+                        .global_max_nodes = 1 << 18};
+}
+
+static const char *const kind_names[DRAFT_N_KINDS] = {"off", "ngram", "suffix"};
+
+int draft_kind_parse(const char *name, draft_kind *out, err_t *e) {
+    for (int k = 0; k < DRAFT_N_KINDS; k++)
+        if (!strcmp(name, kind_names[k])) {
+            *out = (draft_kind)k;
+            return 0;
+        }
+    return err_set(e, ERR_INVALID, "'%s' is not a drafter (off, ngram or suffix)", name);
+}
+
+const char *draft_kind_name(draft_kind k) { return k >= 0 && k < DRAFT_N_KINDS ? kind_names[k] : "?"; }
+
+drafter *draft_new(const draft_opts *o) {
+    if (o->kind == DRAFT_OFF) return NULL;
+    ASSERT(o->max_draft >= 1 && o->max_draft <= DRAFT_MAX);
+    drafter *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->o = *o;
+    /* room for a useful match (8 tokens) above the longest draft */
+    d->o.suffix_depth = MIN(SUFFIX_MAX_DEPTH, MAX(o->suffix_depth, o->max_draft + 8));
+    if (o->kind == DRAFT_SUFFIX && o->global_max_nodes > 0) {
+        d->global = suffix_new(d->o.suffix_depth, o->global_max_nodes);
+        if (!d->global) {
+            free(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+static void ring_pop(drafter *d) {
+    stored *s = &d->ring[d->ring_head];
+    suffix_remove(d->global, s->toks, s->n);
+    d->ring_bytes -= (size_t)s->n * sizeof *s->toks;
+    free(s->toks);
+    d->ring_head = (d->ring_head + 1) % d->ring_cap;
+    d->ring_n--;
+    d->evicted++;
+}
+
+void draft_free(drafter *d) {
+    if (!d) return;
+    while (d->ring_n) ring_pop(d);
+    free(d->ring);
+    suffix_free(d->global);
+    free(d);
+}
+
+draft_kind draft_get_kind(const drafter *d) { return d ? d->o.kind : DRAFT_OFF; }
+int draft_max(const drafter *d) { return d ? d->o.max_draft : 0; }
+
+draft_seq *draft_seq_new(drafter *d) {
+    draft_seq *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    suffix_cursor_reset(&s->cur);
+    return s;
+}
+
+/* ---- NGRAM ---- */
+
+/* The most recent earlier occurrence of the context's last g tokens
+ * (g = NGRAM_MAX .. NGRAM_MIN, longest first), and the tokens after it. */
+static int ngram_propose(const int32_t *t, int n, int max, int32_t *out) {
+    for (int g = MIN(NGRAM_MAX, n - 1); g >= NGRAM_MIN; g--) {
+        const int32_t *key = t + n - g;
+        for (int i = n - g - 1; i >= 0; i--) { /* occurrence t[i, i+g), followed by t[i+g] */
+            if (t[i] != key[0] || memcmp(t + i, key, (size_t)g * sizeof *t) != 0) continue;
+            int k = 0;
+            for (int j = i + g; j < n && k < max; j++) out[k++] = t[j];
+            return k;
+        }
+    }
+    return 0;
+}
+
+/* ---- SUFFIX ---- */
+
+/* Brings the request's trie up to tokens[0, n). */
+static void seq_tree_sync(drafter *d, draft_seq *s, const int32_t *tokens, int n) {
+    if (s->tree_failed) return;
+    if (!s->tree) {
+        s->tree = suffix_new(d->o.suffix_depth, d->o.seq_max_nodes);
+        if (!s->tree) {
+            s->tree_failed = true;
+            return;
+        }
+    }
+    while (s->base + s->cur.n_tokens < n) {
+        int i = s->base + s->cur.n_tokens;
+        if (suffix_push(s->tree, &s->cur, tokens[i]) == 0) continue;
+        /* full: keep the newer half of what it held (at least the token
+         * just pushed and the depth before it) */
+        int held = s->cur.n_tokens;
+        int keep = MAX(held / 2, MIN(held, d->o.suffix_depth));
+        suffix_clear(s->tree);
+        suffix_cursor_reset(&s->cur);
+        s->base = i + 1 - keep;
+        for (int j = s->base; j <= i; j++) suffix_push(s->tree, &s->cur, tokens[j]);
+    }
+}
+
+/* Expected accepted tokens of a proposal: the sum of its path's
+ * probabilities. */
+static double score(const float *prob, int k) {
+    double p = 1, sum = 0;
+    for (int i = 0; i < k; i++) sum += p *= prob[i];
+    return sum;
+}
+
+static int suffix_draft(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out) {
+    seq_tree_sync(d, s, tokens, n);
+    int32_t a[DRAFT_MAX], b[DRAFT_MAX];
+    float pa[DRAFT_MAX], pb[DRAFT_MAX];
+    int na = 0, nb = 0;
+    /* a match leaves room for the draft below the trie's depth */
+    int match_max = MAX(1, MIN(SUFFIX_MATCH_MAX, d->o.suffix_depth - max));
+    if (s->tree && !s->tree_failed)
+        na = suffix_propose(s->tree, &s->cur, tokens + s->base, n - s->base, match_max, max, DRAFT_P_MIN, a, pa, NULL);
+    if (d->global && d->ring_n) nb = suffix_propose(d->global, NULL, tokens, n, match_max, max, DRAFT_P_MIN, b, pb, NULL);
+    if (nb > 0 && score(pb, nb) > score(pa, na)) {
+        memcpy(out, b, (size_t)nb * sizeof *b);
+        return nb;
+    }
+    memcpy(out, a, (size_t)na * sizeof *a);
+    return na;
+}
+
+int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out) {
+    max = MIN(max, d->o.max_draft);
+    if (max <= 0 || n <= 0) return 0;
+    switch (d->o.kind) {
+    case DRAFT_NGRAM: return ngram_propose(tokens, n, max, out);
+    case DRAFT_SUFFIX: return suffix_draft(d, s, tokens, n, max, out);
+    default: return 0;
+    }
+}
+
+void draft_seq_feedback(draft_seq *s, int n_drafted, int n_accepted) {
+    s->acc = s->acc * ALPHA_DECAY + n_accepted;
+    s->rej = s->rej * ALPHA_DECAY + (n_accepted < n_drafted);
+}
+
+void draft_seq_idle(draft_seq *s) {
+    s->acc *= ALPHA_DECAY;
+    s->rej *= ALPHA_DECAY;
+}
+
+double draft_seq_alpha(const draft_seq *s) { return (s->acc + 1) / (s->acc + s->rej + 2); }
+
+/* Adds an output to the global store, evicting the oldest until it fits. */
+static void global_add(drafter *d, const int32_t *toks, int n) {
+    int fit = d->o.global_max_nodes / d->o.suffix_depth;
+    if (n > fit) { /* its newest part */
+        toks += n - fit;
+        n = fit;
+    }
+    if (n < 2) return;
+    int32_t *copy = malloc((size_t)n * sizeof *copy);
+    if (!copy) return;
+    memcpy(copy, toks, (size_t)n * sizeof *copy);
+    err_t e = {0};
+    while (suffix_add(d->global, copy, n, &e) < 0) {
+        if (!d->ring_n) { /* cannot happen: n * depth <= max_nodes */
+            free(copy);
+            return;
+        }
+        ring_pop(d);
+    }
+    if (d->ring_n == d->ring_cap) {
+        int cap = d->ring_cap ? d->ring_cap * 2 : 64;
+        stored *r = malloc((size_t)cap * sizeof *r);
+        if (!r) {
+            suffix_remove(d->global, copy, n);
+            free(copy);
+            return;
+        }
+        for (int i = 0; i < d->ring_n; i++) r[i] = d->ring[(d->ring_head + i) % d->ring_cap];
+        free(d->ring);
+        d->ring = r;
+        d->ring_cap = cap;
+        d->ring_head = 0;
+    }
+    d->ring[(d->ring_head + d->ring_n) % d->ring_cap] = (stored){copy, n};
+    d->ring_n++;
+    d->ring_bytes += (size_t)n * sizeof *copy;
+}
+
+void draft_seq_end(drafter *d, draft_seq *s, const int32_t *tokens, int n_prompt, int n, bool keep) {
+    if (!s) return;
+    if (keep && d && d->global && n > n_prompt) global_add(d, tokens + n_prompt, n - n_prompt);
+    suffix_free(s->tree);
+    free(s);
+}
+
+double draft_threshold(int n_decode, int n_tokens, double token_cost) {
+    /* One more token makes the step (1 + token_cost * n_tokens) longer by
+     * token_cost, and the step yields about n_decode tokens: the draft
+     * pays when it adds more than the share those tokens lose. */
+    return token_cost * MAX(n_decode, 1) / (1 + token_cost * n_tokens);
+}
+
+int draft_plan(int n, double alpha, double threshold) {
+    int j = 0;
+    double e = 1;
+    while (j < n && (e *= alpha) > threshold) j++;
+    return j;
+}
+
+void draft_get_stats(const drafter *d, draft_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!d || !d->global) return;
+    out->global_seqs = d->ring_n;
+    out->global_nodes = suffix_n_nodes(d->global);
+    out->global_bytes = suffix_bytes(d->global) + d->ring_bytes + (size_t)d->ring_cap * sizeof(stored);
+    out->global_evicted_total = d->evicted;
+}

@@ -1,0 +1,124 @@
+/*
+ * draft.h — drafters for speculative decoding: cheap guesses of the next
+ * tokens of a sequence, which the engine verifies in one forward pass.
+ *
+ * Place in the flow: sched/. The engine (engine.c) asks the drafter for
+ * up to k tokens after a decoding sequence's context, runs its last token
+ * and the k drafts through the model in the ragged batch (k + 1 rows of
+ * logits), samples position by position and keeps the drafts while the
+ * sampled token equals them:
+ *
+ *   context ... x    drafts d0 d1 d2        (one forward: x d0 d1 d2)
+ *   logits after       x   d0  d1  d2
+ *   sampled            d0  d1  y   -        y != d2: d0 d1 y accepted,
+ *                                           d2's K/V is dropped
+ *
+ * The drafters here are deterministic (a point-mass draft distribution),
+ * and for them "sample from the target, accept while equal" IS the
+ * speculative-sampling rule (accept d with probability p(d), else draw
+ * from the residual p with d removed, renormalised): the token at every
+ * position has exactly the distribution of non-speculative decoding, at
+ * any temperature. Because the sampler draws once per position with the
+ * request's own RNG and batch invariance makes each row's logits the same
+ * as in plain decoding, the output is token-for-token identical to plain
+ * decoding with the same seed, not only equal in distribution.
+ *
+ * Drafters (draft_kind):
+ *   NGRAM   prompt lookup: the most recent earlier occurrence of the last
+ *           4..2 tokens of the sequence's own context, and what followed.
+ *   SUFFIX  SuffixDecoding: a suffix trie (suffix.h) over the request's
+ *           context, grown as it goes, and one over a bounded global store
+ *           of recent outputs of other requests (oldest evicted first);
+ *           the longest matching suffix proposes the most frequent
+ *           continuation, as long as the product of its empirical
+ *           probabilities stays >= DRAFT_P_MIN (the draft length follows
+ *           the match's statistics); of the two trees, the proposal with
+ *           the larger expected accepted length wins.
+ *
+ * Policy (how many drafts are worth verifying): each sequence keeps an
+ * estimate alpha of the chance a drafted token is accepted (accepted /
+ * (accepted + rejections), decayed, with a prior of one each); the j-th
+ * draft is expected to add alpha^j tokens. A draft token costs the step
+ * `token_cost` (relative to the step's fixed cost of reading the weights)
+ * and every sequence in the step waits for it, so it pays when
+ * alpha^j > draft_threshold(n_decode, n_tokens, token_cost): at batch 1
+ * nearly any draft pays; at large batches (decode no longer bandwidth-
+ * bound) only confident ones do.
+ *
+ * Thread: the engine thread only.
+ */
+#ifndef KVLOOM_DRAFT_H
+#define KVLOOM_DRAFT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+
+typedef enum draft_kind { DRAFT_OFF = 0, DRAFT_NGRAM, DRAFT_SUFFIX, DRAFT_N_KINDS } draft_kind;
+
+#define DRAFT_MAX 32     /* tokens per proposal at most (--spec-max)        */
+#define DRAFT_P_MIN 0.1f /* suffix: stop when the path's probability drops  */
+
+typedef struct draft_opts {
+    draft_kind kind;
+    int max_draft;        /* 1..DRAFT_MAX                                   */
+    int suffix_depth;     /* suffix trie depth (match + draft), 2..64; at
+                             least max_draft + 8 is used                    */
+    int seq_max_nodes;    /* a request's trie at most (it keeps its newest
+                             context when full)                             */
+    int global_max_nodes; /* the global store's trie; 0: no global store    */
+} draft_opts;
+
+/* kind with max_draft 8, depth 24, 64 Ki nodes per request, 256 Ki global. */
+draft_opts draft_defaults(draft_kind kind);
+/* "off", "ngram", "suffix" -> kind; ERR_INVALID naming the value otherwise. */
+int draft_kind_parse(const char *name, draft_kind *out, err_t *e);
+const char *draft_kind_name(draft_kind k);
+
+typedef struct drafter drafter;
+typedef struct draft_seq draft_seq;
+
+/* NULL for DRAFT_OFF or when out of memory. */
+drafter *draft_new(const draft_opts *o);
+void draft_free(drafter *d);
+draft_kind draft_get_kind(const drafter *d);
+int draft_max(const drafter *d);
+
+/* A sequence's drafting state (NULL when out of memory: it does not
+ * speculate). */
+draft_seq *draft_seq_new(drafter *d);
+/* Up to max (<= DRAFT_MAX) tokens likely to follow tokens[0, n), the whole
+ * context so far (prompt and output). Between calls the context only
+ * grows (a sequence's tokens never change). Returns the count. */
+int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out);
+/* The verification's outcome: of n_drafted tokens, n_accepted were kept. */
+void draft_seq_feedback(draft_seq *s, int n_drafted, int n_accepted);
+/* A step the sequence decoded without drafting: the estimate drifts back
+ * toward the prior, so a sequence whose drafts stopped paying tries again
+ * later. */
+void draft_seq_idle(draft_seq *s);
+/* The acceptance estimate in (0, 1). */
+double draft_seq_alpha(const draft_seq *s);
+/* Ends a sequence: with `keep`, its output tokens[n_prompt, n) go to the
+ * global store (SUFFIX). Frees s; NULL is a no-op. */
+void draft_seq_end(drafter *d, draft_seq *s, const int32_t *tokens, int n_prompt, int n, bool keep);
+
+/* ---- policy (pure) ---- */
+/* The expected tokens a draft must add to pay for itself in a step with
+ * n_decode decoding sequences and n_tokens tokens so far. */
+double draft_threshold(int n_decode, int n_tokens, double token_cost);
+/* How many of n proposed drafts to verify: the largest j with
+ * alpha^j > threshold. */
+int draft_plan(int n, double alpha, double threshold);
+
+typedef struct draft_stats {
+    int global_seqs;             /* outputs in the global store             */
+    int global_nodes;            /* its trie's nodes                        */
+    size_t global_bytes;         /* its memory (trie and tokens)            */
+    uint64_t global_evicted_total; /* outputs evicted to make room          */
+} draft_stats;
+void draft_get_stats(const drafter *d, draft_stats *out);
+
+#endif

@@ -1,0 +1,300 @@
+/*
+ * test_draft.c — the drafters' structures (sched/suffix.h, sched/draft.h):
+ *   - the suffix trie against a naive model (occurrences counted by scanning
+ *     the stored sequences), randomized, suffix_check after every operation:
+ *     adding, growing by a cursor token by token, removing the oldest
+ *     sequences (FIFO eviction) down to an empty tree;
+ *   - memory bounds: a trie never holds more than max_nodes nodes, refuses a
+ *     sequence that may not fit (ERR_RANGE, unchanged), and a full cursor
+ *     leaves strings out without breaking the counts' invariants;
+ *   - proposals: the most frequent continuation with count ratios as
+ *     probabilities, the longest matching suffix first, the p_min cut;
+ *   - the n-gram drafter against a naive lookup;
+ *   - the suffix drafter: a request's own trie stays bounded over a long
+ *     context and still drafts from its recent part; the global store keeps
+ *     its node bound, evicts the oldest outputs first and drafts from the
+ *     ones it keeps;
+ *   - the policy: thresholds grow with the batch, draft lengths with alpha.
+ */
+#include <string.h>
+
+#include "sched/draft.h"
+#include "sched/suffix.h"
+#include "test.h"
+
+static void check_tree(const suffix_tree *t) {
+    err_t e = {0};
+    int rc = suffix_check(t, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+}
+
+/* Occurrences of s[0, n) in the sequences (substring starts). */
+static int naive_count(int32_t **seqs, const int *lens, int n_seqs, const int32_t *s, int n) {
+    int c = 0;
+    for (int k = 0; k < n_seqs; k++)
+        for (int i = 0; i + n <= lens[k]; i++) c += !memcmp(seqs[k] + i, s, (size_t)n * sizeof *s);
+    return c;
+}
+
+static void check_counts(const suffix_tree *t, int32_t **seqs, const int *lens, int n_seqs, int alpha) {
+    int d = suffix_depth(t);
+    int32_t q[16];
+    int bad = 0;
+    for (int trial = 0; trial < 300 && !bad; trial++) {
+        int n = 1 + (int)(rng_u64() % (uint64_t)d);
+        /* half the queries taken from a stored sequence, half random */
+        if (n_seqs && trial % 2) {
+            int k = (int)(rng_u64() % (uint64_t)n_seqs);
+            if (lens[k] < n) continue;
+            int at = (int)(rng_u64() % (uint64_t)(lens[k] - n + 1));
+            memcpy(q, seqs[k] + at, (size_t)n * sizeof *q);
+        } else {
+            for (int i = 0; i < n; i++) q[i] = (int32_t)(rng_u64() % (uint64_t)alpha);
+        }
+        int want = naive_count(seqs, lens, n_seqs, q, n), got = suffix_count(t, q, n);
+        CHECK_MSG(want == got, "count of a %d-token string: %d, naive %d", n, got, want);
+        bad = want != got;
+    }
+}
+
+static void test_trie_vs_naive(void) {
+    for (int round = 0; round < 4; round++) {
+        int depth = 2 + round * 3, alpha = 2 + round;
+        suffix_tree *t = suffix_new(depth, 1 << 16);
+        int32_t *seqs[32];
+        int lens[32], head = 0, n = 0;
+        for (int op = 0; op < 60; op++) {
+            if (n < 32 && (rng_u64() % 3 || n == 0)) {
+                int len = (int)(rng_u64() % 60);
+                int32_t *s = xmalloc(((size_t)len + 1) * sizeof *s);
+                for (int i = 0; i < len; i++) s[i] = (int32_t)(rng_u64() % (uint64_t)alpha);
+                err_t e = {0};
+                CHECK(suffix_add(t, s, len, &e) == 0);
+                seqs[(head + n) % 32] = s;
+                lens[(head + n) % 32] = len;
+                n++;
+            } else {
+                suffix_remove(t, seqs[head], lens[head]);
+                free(seqs[head]);
+                head = (head + 1) % 32;
+                n--;
+            }
+            check_tree(t);
+            int32_t *view[32];
+            int vl[32];
+            for (int i = 0; i < n; i++) view[i] = seqs[(head + i) % 32], vl[i] = lens[(head + i) % 32];
+            check_counts(t, view, vl, n, alpha);
+        }
+        while (n) {
+            suffix_remove(t, seqs[head], lens[head]);
+            free(seqs[head]);
+            head = (head + 1) % 32;
+            n--;
+        }
+        check_tree(t);
+        CHECK_EQ_INT(suffix_n_nodes(t), 0);
+        suffix_free(t);
+    }
+}
+
+/* Growing by a cursor counts exactly what suffix_add of the whole does. */
+static void test_cursor(void) {
+    suffix_tree *a = suffix_new(6, 1 << 16), *b = suffix_new(6, 1 << 16);
+    int32_t s[400];
+    for (int i = 0; i < 400; i++) s[i] = (int32_t)(rng_u64() % 5);
+    suffix_cursor c;
+    suffix_cursor_reset(&c);
+    for (int i = 0; i < 400; i++) CHECK_EQ_INT(suffix_push(a, &c, s[i]), 0);
+    err_t e = {0};
+    CHECK(suffix_add(b, s, 400, &e) == 0);
+    check_tree(a);
+    CHECK_EQ_INT(suffix_n_nodes(a), suffix_n_nodes(b));
+    int32_t *v[1] = {s};
+    int l[1] = {400};
+    check_counts(a, v, l, 1, 5);
+    suffix_free(a);
+    suffix_free(b);
+}
+
+static void test_bounds(void) {
+    suffix_tree *t = suffix_new(8, 500);
+    suffix_cursor c;
+    suffix_cursor_reset(&c);
+    int full = 0;
+    for (int i = 0; i < 10000; i++) full |= suffix_push(t, &c, (int32_t)(rng_u64() % 1000));
+    CHECK(full);
+    CHECK(suffix_n_nodes(t) <= 500);
+    CHECK(suffix_bytes(t) < 64 * 1024);
+    check_tree(t);
+    /* a sequence that may not fit is refused whole */
+    int before = suffix_n_nodes(t);
+    int32_t s[100] = {0};
+    err_t e = {0};
+    CHECK_EQ_INT(suffix_add(t, s, 100, &e), ERR_RANGE);
+    CHECK_EQ_INT(suffix_n_nodes(t), before);
+    suffix_clear(t);
+    CHECK_EQ_INT(suffix_n_nodes(t), 0);
+    CHECK(suffix_add(t, s, 50, &e) == 0); /* 50 * 8 <= 500 */
+    check_tree(t);
+    suffix_free(t);
+}
+
+static void test_propose(void) {
+    suffix_tree *t = suffix_new(8, 1 << 12);
+    /* after "1 2": "3" three times, "4" once; after "3": "5" */
+    int32_t s1[] = {1, 2, 3, 5, 9, 1, 2, 3, 5, 8, 1, 2, 4, 1, 2, 3, 5, 7};
+    err_t e = {0};
+    CHECK(suffix_add(t, s1, (int)ARRAY_LEN(s1), &e) == 0);
+    int32_t ctx[] = {6, 6, 1, 2}, out[8];
+    float p[8];
+    int ml = 0;
+    int k = suffix_propose(t, NULL, ctx, 4, 4, 8, 0.0f, out, p, &ml);
+    CHECK_EQ_INT(ml, 2); /* "6 1 2" does not occur, "1 2" does */
+    CHECK(k >= 2 && out[0] == 3 && out[1] == 5);
+    CHECK_NEAR(p[0], 0.75, 1e-6);
+    CHECK_NEAR(p[1], 1.0, 1e-6);
+    /* the p_min cut: after "3 5" comes 9, 8 or 7 (1/3 each) */
+    k = suffix_propose(t, NULL, ctx, 4, 4, 8, 0.5f, out, p, NULL);
+    CHECK_EQ_INT(k, 2);
+    /* the depth bounds match + draft */
+    k = suffix_propose(t, NULL, ctx, 4, 4, 8, 0.0f, out, p, NULL);
+    CHECK(k <= 8 - 2);
+    /* nothing matches */
+    int32_t none[] = {42};
+    CHECK_EQ_INT(suffix_propose(t, NULL, none, 1, 4, 8, 0.0f, out, p, NULL), 0);
+    suffix_free(t);
+}
+
+/* ---- drafters ---- */
+
+static int naive_ngram(const int32_t *t, int n, int max, int32_t *out) {
+    for (int g = 4; g >= 2; g--) {
+        if (g > n - 1) continue;
+        for (int i = n - g - 1; i >= 0; i--) {
+            bool eq = true;
+            for (int j = 0; j < g; j++) eq &= t[i + j] == t[n - g + j];
+            if (!eq) continue;
+            int k = 0;
+            while (k < max && i + g + k < n) out[k] = t[i + g + k], k++;
+            return k;
+        }
+    }
+    return 0;
+}
+
+static void test_ngram(void) {
+    draft_opts o = draft_defaults(DRAFT_NGRAM);
+    drafter *d = draft_new(&o);
+    draft_seq *s = draft_seq_new(d);
+    int32_t t[300], a[DRAFT_MAX], b[DRAFT_MAX];
+    for (int round = 0; round < 200; round++) {
+        int n = 1 + (int)(rng_u64() % 300);
+        int alpha = 2 + round % 6;
+        for (int i = 0; i < n; i++) t[i] = (int32_t)(rng_u64() % (uint64_t)alpha);
+        int max = 1 + round % 8;
+        int ka = draft_propose(d, s, t, n, max, a), kb = naive_ngram(t, n, max, b);
+        CHECK_EQ_INT(ka, kb);
+        CHECK(ka == kb && !memcmp(a, b, (size_t)ka * sizeof *a));
+    }
+    draft_seq_end(d, s, t, 0, 0, true);
+    draft_free(d);
+}
+
+/* A request's trie over a long context: bounded, and it drafts the
+ * continuation of a pattern the recent context repeats. */
+static void test_suffix_seq(void) {
+    draft_opts o = draft_defaults(DRAFT_SUFFIX);
+    o.seq_max_nodes = 2000;
+    o.suffix_depth = 12;
+    o.global_max_nodes = 0;
+    drafter *d = draft_new(&o);
+    draft_seq *s = draft_seq_new(d);
+    static int32_t t[20000];
+    int n = 0;
+    int32_t pat[10] = {901, 902, 903, 904, 905, 906, 907, 908, 909, 910};
+    int32_t out[DRAFT_MAX];
+    for (int i = 0; i < 19000; i++) {
+        t[n++] = (int32_t)(rng_u64() % 800);
+        if (i % 97 == 0) draft_propose(d, s, t, n, 8, out); /* grows the trie */
+    }
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 10; i++) t[n++] = pat[i];
+    for (int i = 0; i < 3; i++) t[n++] = pat[i];
+    int k = draft_propose(d, s, t, n, 8, out);
+    CHECK_MSG(k >= 5 && out[0] == 904 && out[4] == 908, "drafted %d tokens, first %d", k, k ? out[0] : -1);
+    draft_seq_end(d, s, t, 0, n, false);
+    draft_free(d);
+}
+
+static void test_global_store(void) {
+    draft_opts o = draft_defaults(DRAFT_SUFFIX);
+    o.suffix_depth = 12;
+    o.max_draft = 4;
+    o.global_max_nodes = 6000;
+    drafter *d = draft_new(&o);
+    int32_t out[DRAFT_MAX];
+    /* 200 outputs of 100 distinct tokens each (1,134 nodes each: 5 fit) */
+    static int32_t outs[200][101];
+    draft_stats st;
+    for (int r = 0; r < 200; r++) {
+        outs[r][0] = 7; /* a one-token "prompt" */
+        for (int i = 1; i <= 100; i++) outs[r][i] = 1000 + r * 100 + i;
+        draft_seq *s = draft_seq_new(d);
+        draft_seq_end(d, s, outs[r], 1, 101, true);
+        draft_get_stats(d, &st);
+        CHECK(st.global_nodes <= 6000);
+    }
+    draft_get_stats(d, &st);
+    CHECK_MSG(st.global_seqs >= 4 && st.global_seqs <= 6, "%d outputs kept", st.global_seqs);
+    CHECK_EQ_INT((int)st.global_evicted_total, 200 - st.global_seqs);
+    CHECK(st.global_bytes < 512 * 1024);
+    /* the newest output drafts, the oldest is gone */
+    draft_seq *s = draft_seq_new(d);
+    int32_t ctx_new[3] = {5, outs[199][10], outs[199][11]};
+    int k = draft_propose(d, s, ctx_new, 3, 4, out);
+    CHECK(k == 4 && out[0] == outs[199][12] && out[3] == outs[199][15]);
+    draft_seq_end(d, s, NULL, 0, 0, false);
+    s = draft_seq_new(d);
+    int32_t ctx_old[3] = {5, outs[0][10], outs[0][11]};
+    CHECK_EQ_INT(draft_propose(d, s, ctx_old, 3, 4, out), 0);
+    draft_seq_end(d, s, NULL, 0, 0, false);
+    draft_free(d);
+}
+
+static void test_policy(void) {
+    double t1 = draft_threshold(1, 1, 0.05), t8 = draft_threshold(8, 8, 0.05), t64 = draft_threshold(64, 64, 0.05);
+    CHECK(t1 < t8 && t8 < t64 && t64 < 1);
+    CHECK_EQ_INT(draft_plan(8, 0.9, t1), 8);
+    CHECK_EQ_INT(draft_plan(8, 0.1, 0.2), 0);
+    CHECK_EQ_INT(draft_plan(8, 0.5, 0.1), 3); /* 0.5, 0.25, 0.125 > 0.1; 0.0625 not */
+    CHECK(draft_plan(16, 0.8, t64) < draft_plan(16, 0.8, t1));
+    /* alpha follows feedback and drifts back when idle */
+    draft_opts o = draft_defaults(DRAFT_NGRAM);
+    drafter *d = draft_new(&o);
+    draft_seq *s = draft_seq_new(d);
+    CHECK_NEAR(draft_seq_alpha(s), 0.5, 1e-9);
+    for (int i = 0; i < 30; i++) draft_seq_feedback(s, 8, 0);
+    CHECK(draft_seq_alpha(s) < 0.15);
+    for (int i = 0; i < 100; i++) draft_seq_idle(s);
+    CHECK(draft_seq_alpha(s) > 0.45);
+    for (int i = 0; i < 30; i++) draft_seq_feedback(s, 8, 8);
+    CHECK(draft_seq_alpha(s) > 0.85);
+    draft_seq_end(d, s, NULL, 0, 0, false);
+    draft_free(d);
+    err_t e = {0};
+    draft_kind k;
+    CHECK(draft_kind_parse("suffix", &k, &e) == 0 && k == DRAFT_SUFFIX);
+    CHECK(draft_kind_parse("eagle", &k, &e) == ERR_INVALID && strstr(e.msg, "eagle"));
+}
+
+int main(void) {
+    test_trie_vs_naive();
+    test_cursor();
+    test_bounds();
+    test_propose();
+    test_ngram();
+    test_suffix_seq();
+    test_global_store();
+    test_policy();
+    return test_summary("test_draft");
+}
