@@ -228,7 +228,11 @@ static void check_errors(void) {
     expect_error("POST", C, NULL, "{\"max_tokens\": 5}", 400, "prompt");
     expect_error("POST", C, NULL, "{\"prompt\": 12}", 400, "prompt");
     expect_error("POST", C, NULL, "{\"prompt\": []}", 400, "prompt");
-    expect_error("POST", C, NULL, "{\"prompt\": [\"a\", \"b\"]}", 400, "prompt");
+    expect_error("POST", C, NULL,
+                 "{\"prompt\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\","
+                 "\"14\",\"15\",\"16\",\"17\"]}",
+                 400, "prompt");
+    expect_error("POST", C, NULL, "{\"prompt\": [\"a\", [1, 2]]}", 400, "prompt");
     expect_error("POST", C, NULL, "{\"prompt\": [1, 99999]}", 400, "prompt");
     expect_error("POST", C, NULL, "{\"prompt\": [1, -3]}", 400, "prompt");
     expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"temperature\": \"hot\"}", 400, "temperature");
@@ -247,7 +251,7 @@ static void check_errors(void) {
     expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"stream\": \"yes\"}", 400, "stream");
     expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"stream_options\": 1}", 400, "stream_options");
     expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"logprobs\": 50}", 400, "logprobs");
-    expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"n\": 2}", 400, "n");
+    expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"n\": 17}", 400, "n");
     expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"ignore_eos\": 1}", 400, "ignore_eos");
     expect_error("POST", C, NULL, "{\"prompt\": \"hi\", \"model\": 3}", 400, "model");
     expect_error("POST", H, NULL, "{\"prompt\": \"hi\"}", 400, "messages");
@@ -472,23 +476,25 @@ static void check_curl(void) {
     }
 }
 
-/* The official openai npm client (tests/node/openai_client.mjs). */
-static void check_openai_node(const srv *s, const char *key) {
+/* A script of the official openai npm client (tests/node/NAME.mjs, which
+ * ends with "NAME: N passed, N failed"). */
+static void check_openai_node(const srv *s, const char *key, const char *name) {
     if (access("tests/node_modules/openai/package.json", R_OK) != 0) {
         CHECK_MSG(0, "tests/node_modules/openai is missing: run tools/setup.sh (npm install in tests/)");
         return;
     }
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "timeout 90 node tests/node/openai_client.mjs http://127.0.0.1:%d/v1 %s 2>&1", s->port, key);
+    char cmd[512], tag[64];
+    snprintf(cmd, sizeof cmd, "timeout 90 node tests/node/%s.mjs http://127.0.0.1:%d/v1 %s 2>&1", name, s->port, key);
+    snprintf(tag, sizeof tag, "%s: ", name);
     FILE *f = popen(cmd, "r");
     char out[16384];
     size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
     out[n] = 0;
     int st = f ? pclose(f) : -1;
     int p = 0, fl = -1;
-    const char *line = strstr(out, "openai_client: ");
-    if (line) sscanf(line, "openai_client: %d passed, %d failed", &p, &fl);
-    CHECK_MSG(st == 0 && fl == 0 && p >= 8, "node openai client: exit %d, %d passed, %d failed:\n%s", st, p, fl, out);
+    const char *line = strstr(out, tag);
+    if (line) sscanf(line + strlen(tag), "%d passed, %d failed", &p, &fl);
+    CHECK_MSG(st == 0 && fl == 0 && p >= 8, "node %s: exit %d, %d passed, %d failed:\n%s", name, st, p, fl, out);
 }
 
 static void check_auth_and_queue(void) {
@@ -589,7 +595,7 @@ static void check_auth_and_queue(void) {
     CHECK_EQ_INT(r.status, 200);
     resp_free(&r);
     /* The openai client with the key. */
-    check_openai_node(&s, "sekrit-key");
+    check_openai_node(&s, "sekrit-key", "openai_client");
     su_metrics_headers = NULL;
     g_port = saved;
     CHECK_EQ_INT(srv_stop(&s), 0);
@@ -617,6 +623,7 @@ int main(void) {
     check_raw_http();
     check_curl();
     check_metrics();
+    check_openai_node(&s, "none", "openai_params");
     check_auth_and_queue();
     /* Still healthy after everything; a clean shutdown. */
     CHECK(wait_idle(s.port, 10));

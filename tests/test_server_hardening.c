@@ -660,7 +660,8 @@ static void check_limits(int port) {
     const struct {
         const char *name, *path, *body, *param, *msg;
     } cases[] = {
-        {"n: 2", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", "n", "not supported"},
+        {"n: 17", "/v1/completions", "{\"prompt\":\"a\",\"n\":17}", "n", "[1, 16]"},
+        {"n: 2 streamed", "/v1/completions", "{\"prompt\":\"a\",\"n\":2,\"stream\":true}", "n", "not supported with stream"},
         {"n: 0", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":0}", "n",
          "[1, "},
         {"logprobs: 21", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", "[0, 20]"},

@@ -168,7 +168,27 @@ static int parse_prompt(json_t *body, int n_vocab, oai_params *p, const char **p
     if (n == 0) return bad(param, "prompt", e, "must not be empty");
     json_t *first = json_array_get(v, 0);
     if (json_is_integer(first)) return parse_token_array(v, "prompt", n_vocab, &p->prompt_tokens, &p->n_prompt_tokens, param, e);
-    if (n > 1) return bad(param, "prompt", e, "with several prompts (batched prompts) is not supported; send one prompt");
+    if (n > OAI_MAX_PROMPTS) {
+        *param = "prompt";
+        return err_set(e, ERR_INVALID, "'prompt' holds %zu prompts; at most %d in one request", n, OAI_MAX_PROMPTS);
+    }
+    p->n_prompts = (int)n;
+    for (size_t i = 1; i < n; i++) { /* checked here; routes.c runs each one */
+        json_t *pi = json_array_get(v, i);
+        char name[32];
+        snprintf(name, sizeof name, "prompt[%zu]", i);
+        if (json_is_string(pi) && json_is_string(first)) continue;
+        if (!json_is_array(pi) || !json_is_array(first)) {
+            *param = "prompt";
+            return err_set(e, ERR_INVALID, "'%s' must be a %s, as prompt[0] is", name,
+                           json_is_string(first) ? "string" : "token id array");
+        }
+        int32_t *ids = NULL;
+        int n_ids = 0;
+        int rc = parse_token_array(pi, name, n_vocab, &ids, &n_ids, param, e);
+        free(ids);
+        if (rc < 0) return rc;
+    }
     if (json_is_string(first)) {
         p->prompt_text = xstrndup(json_string_value(first), json_string_length(first));
         return 0;
@@ -536,6 +556,8 @@ static int refuse_unsupported(json_t *body, oai_kind kind, const char **param, e
 int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e) {
     memset(p, 0, sizeof *p);
     p->kind = kind;
+    p->n = 1;
+    p->n_prompts = kind == OAI_COMPLETION ? 1 : 0;
     p->max_tokens = -1;
     p->n_logprobs = -1;
     p->sp = sampler_defaults();
@@ -585,13 +607,22 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
     if ((rc = get_float(body, "repetition_penalty", 0, true, 10, &p->sp.repeat_penalty, param, e)) < 0) goto fail;
     if ((rc = get_int(body, "seed", INT64_MIN, INT64_MAX, &x, &p->seed_set, param, e)) < 0) goto fail;
     if (p->seed_set) p->sp.seed = (uint64_t)x;
-    if ((rc = get_int(body, "n", 1, INT32_MAX, &x, &present, param, e)) < 0) goto fail;
-    if (present && x != 1) {
-        rc = bad(param, "n", e, "> 1 is not supported");
+    if ((rc = get_int(body, "n", 1, OAI_MAX_N, &x, &present, param, e)) < 0) goto fail;
+    if (present) p->n = (int)x;
+    if (p->n * MAX(p->n_prompts, 1) > OAI_MAX_FORKS) {
+        *param = "n";
+        rc = err_set(e, ERR_INVALID, "'n' x prompts is %d; at most %d generations in one request", p->n * p->n_prompts,
+                     OAI_MAX_FORKS);
         goto fail;
     }
     if ((rc = refuse_unsupported(body, kind, param, e)) < 0) goto fail;
     if ((rc = get_bool(body, "stream", &p->stream, param, e)) < 0) goto fail;
+    if (p->stream && (p->n > 1 || p->n_prompts > 1)) {
+        rc = bad(param, p->n > 1 ? "n" : "prompt", e,
+                 p->n > 1 ? "> 1 is not supported with stream (send stream: false)"
+                          : "with several prompts is not supported with stream (send stream: false)");
+        goto fail;
+    }
     if ((v = oai_field(body, "stream_options"))) {
         if (!json_is_object(v)) {
             rc = bad(param, "stream_options", e, "must be an object");

@@ -8,13 +8,15 @@
  * Validation rules (each failure names the field, e.g. "temperature must be
  * a number in [0, 2]", and sets *param to "temperature"):
  *   model string (any name accepted) · prompt string | [string] | [int] |
- *   [[int]] (completions) · messages non-empty array of objects with a string
+ *   [[int]] (completions; up to OAI_MAX_PROMPTS strings or id arrays, not
+ *   with stream) · messages non-empty array of objects with a string
  *   role (chat) · max_tokens / max_completion_tokens integer >= 1 ·
  *   temperature [0, 2] · top_p (0, 1] · top_k integer >= -1 · min_p [0, 1] ·
  *   presence_penalty, frequency_penalty [-2, 2] · repetition_penalty (0, 10] ·
  *   seed integer · stop string | array of up to 16 strings · stream bool ·
  *   stream_options object {include_usage bool} · logprobs int [0, 20]
- *   (completions) or bool (chat) with top_logprobs int [0, 20] · n == 1 ·
+ *   (completions) or bool (chat) with top_logprobs int [0, 20] · n integer
+ *   [1, OAI_MAX_N] (n x prompts <= OAI_MAX_FORKS; not with stream) ·
  *   user string · ignore_eos bool · prompt_cache_key string · kv_ttl number
  *   [0, 86400] · kv_hint "done" | {"next_use_s": number [0, 86400]}. A null value counts as absent; unknown
  *   fields are ignored.
@@ -72,6 +74,11 @@ typedef enum oai_format {
 } oai_format;
 
 #define OAI_MAX_STOP 16
+/* n (choices per prompt) at most, prompts in one /v1/completions request at
+ * most, and generations of one request (n x prompts) at most. */
+#define OAI_MAX_N 16
+#define OAI_MAX_PROMPTS 16
+#define OAI_MAX_FORKS 64
 /* guided_choice alternatives at most. */
 #define OAI_MAX_CHOICES 1024
 /* Bytes of one stop string at most: the matcher holds back up to that much
@@ -83,6 +90,10 @@ typedef struct oai_params {
     char *prompt_text;       /* completions with a text prompt (owned) or NULL   */
     int32_t *prompt_tokens;  /* completions with token ids (owned) or NULL       */
     int n_prompt_tokens;
+    int n_prompts;           /* completions: prompts in `prompt` (>= 1); the
+                                fields above hold the first (routes.c parses
+                                the others one by one)                       */
+    int n;                   /* choices per prompt, [1, OAI_MAX_N]            */
     json_t *messages;        /* chat: the messages array (a reference is held)   */
     json_t *tools;           /* chat: tools array or NULL (reference held)       */
     oai_tool_choice tool_choice;

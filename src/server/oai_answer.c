@@ -71,6 +71,30 @@ static json_t *chat_message(const gen_result *res) {
     return msg;
 }
 
+/* A whole answer's choice (lp taken). */
+static json_t *choice_json(oai_kind kind, int index, const gen_result *res, json_t *lp, const char *fr) {
+    if (kind == OAI_COMPLETION)
+        return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "text", json_text(&res->content), "logprobs",
+                         lp ? lp : json_null(), "finish_reason", fr);
+    return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", chat_message(res), "logprobs",
+                     lp ? lp : json_null(), "finish_reason", fr);
+}
+
+/* Sends ans (an answer jansson could not build whole is never sent as one);
+ * returns the status sent. */
+static int reply_answer(http_exchange *x, json_t *ans, unsigned long f0) {
+    char *s = oai_json_nomem() == f0 ? oai_json_dump(ans) : NULL;
+    int status = 200;
+    if (s) {
+        http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
+    } else {
+        status = 500;
+        oai_reply_error(x, status, "out of memory building the answer", NULL, NULL);
+    }
+    free(s);
+    return status;
+}
+
 static void answer_whole(oai_out *o, http_exchange *x) {
     gen *g = o->g;
     unsigned long f0 = oai_json_nomem();
@@ -87,32 +111,67 @@ static void answer_whole(oai_out *o, http_exchange *x) {
         failed_msg(g, msg, sizeof msg, &status);
         oai_reply_error(x, status, msg, NULL, NULL);
     } else {
-        json_t *choice;
-        if (o->kind == OAI_COMPLETION)
-            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", json_text(&res.content), "logprobs",
-                               lp ? lp : json_null(), "finish_reason", fr);
-        else
-            choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", chat_message(&res), "logprobs",
-                               lp ? lp : json_null(), "finish_reason", fr);
+        json_t *choice = choice_json(o->kind, 0, &res, lp, fr);
         lp = NULL;
         json_t *ans = answer_head(o, false);
         json_object_set_new(ans, "choices", json_pack("[o]", choice));
         json_object_set_new(ans, "usage", usage_json(g));
-        /* an answer jansson could not build whole is never sent as one */
-        char *s = oai_json_nomem() == f0 ? oai_json_dump(ans) : NULL;
-        if (s) {
-            http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
-        } else {
-            status = 500;
-            oai_reply_error(x, status, "out of memory building the answer", NULL, NULL);
-        }
-        free(s);
+        status = reply_answer(x, ans, f0);
         json_decref(ans);
     }
     if (lp) json_decref(lp);
     gen_result_free(&res);
     gen_done(g, "POST", status, false);
     oai_out_free(o);
+}
+
+void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
+                     http_exchange *x) {
+    unsigned long f0 = oai_json_nomem();
+    oai_out head = {.rc = rc, .g = gs[0], .kind = kind, .rt = oai_route_of(kind)};
+    snprintf(head.id, sizeof head.id, "%s-%llx%06llx", head.rt->id_prefix, (unsigned long long)rc->created,
+             gen_serial(gs[0]));
+    json_t *choices = json_array();
+    int status = 200, np = 0, nc = 0, cached = 0;
+    char msg[320] = "";
+    for (int i = 0; i < n_gens; i++) {
+        if (status != 200) {
+            gen_cancel(gs[i]);
+            continue;
+        }
+        json_t *lp = p->n_logprobs >= 0 ? gen_logprobs_new(kind) : NULL;
+        gen_result res;
+        bool ok = gen_collect(gs[i], x, &res, lp);
+        const char *fr = gen_finish_reason(gs[i]);
+        if (!ok) {
+            status = 499;
+            snprintf(msg, sizeof msg, "client closed the connection");
+            if (lp) json_decref(lp);
+        } else if (!fr) {
+            failed_msg(gs[i], msg, sizeof msg, &status);
+            if (lp) json_decref(lp);
+        } else {
+            json_array_append_new(choices, choice_json(kind, i, &res, lp, fr));
+            int a, b, c;
+            gen_usage(gs[i], &a, &b, &c);
+            nc += b;
+            if (i % n == 0) np += a, cached += c; /* a prompt counts once */
+        }
+        gen_result_free(&res);
+    }
+    if (status != 200) {
+        json_decref(choices);
+        oai_reply_error(x, status, msg, NULL, NULL);
+    } else {
+        json_t *ans = answer_head(&head, false);
+        json_object_set_new(ans, "choices", choices);
+        json_object_set_new(ans, "usage", json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", np, "completion_tokens", nc,
+                                                    "total_tokens", np + nc, "prompt_tokens_details", "cached_tokens",
+                                                    cached));
+        status = reply_answer(x, ans, f0);
+        json_decref(ans);
+    }
+    for (int i = 0; i < n_gens; i++) gen_done(gs[i], "POST", status, false);
 }
 
 /* ---- streaming (SSE) ---- */

@@ -34,4 +34,12 @@ const oai_route *oai_route_of(oai_kind kind);
  * parsed fields (read here, not kept). */
 void oai_answer(routes_ctx *rc, gen *g, const oai_params *p, oai_kind kind, http_exchange *x);
 
+/* One whole answer (not streamed) from n_gens generations started together
+ * (taken): n per prompt, in prompt order; choice i is gs[i]'s, with index i.
+ * usage counts each prompt once (its first fork's prompt and cached
+ * tokens) and every generated token. A client that leaves cancels them
+ * all; a failed one fails the answer. */
+void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
+                     http_exchange *x);
+
 #endif

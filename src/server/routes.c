@@ -77,6 +77,56 @@ char *routes_template_source(const routes_ctx *rc) {
 
 /* ---- generation routes ---- */
 
+/* n > 1 or several prompts: every generation is started at once (prompt by
+ * prompt, n forks each), so the engine batches them and the forks of a
+ * prompt share its KV through the radix tree: the first computes the
+ * prompt's blocks, the others join them while they are PENDING, and only
+ * each fork's last partial block is computed again (docs/server.md). Each
+ * prompt is the body with that prompt and n 1, parsed as a request of its
+ * own. Returns true when a generation reached the engine. */
+static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t *body, const oai_params *p,
+                         int64_t t0) {
+    int n_prompts = MAX(p->n_prompts, 1), total = n_prompts * p->n;
+    gen **gs = xcalloc((size_t)total, sizeof *gs);
+    json_t *prompts = json_object_get(body, "prompt");
+    int k = 0;
+    for (int pi = 0; pi < n_prompts; pi++) {
+        json_t *b = json_copy(body);
+        if (b && kind == OAI_COMPLETION && p->n_prompts > 1) json_object_set(b, "prompt", json_array_get(prompts, pi));
+        if (b) json_object_set_new(b, "n", json_integer(1));
+        oai_params q;
+        memset(&q, 0, sizeof q);
+        const char *param = NULL;
+        err_t e = {0};
+        gen_fail f = {0};
+        int st = !b ? 503 : oai_parse(b, kind, tok_n_vocab(rc->tok), &q, &param, &e) < 0 ? 400 : 0;
+        json_decref(b);
+        for (int j = 0; !st && j < p->n; j++) {
+            if (q.seed_set) q.sp.seed = p->sp.seed + (uint64_t)j; /* forks differ, reproducibly */
+            if (!(gs[k] = gen_start(rc, &q, oai_route_of(kind)->path, t0, &f))) {
+                st = f.status;
+                e = f.e;
+                param = f.param;
+            } else {
+                k++;
+            }
+        }
+        oai_params_free(&q);
+        if (st) {
+            for (int i = 0; i < k; i++) {
+                gen_cancel(gs[i]);
+                gen_done(gs[i], "POST", st, false);
+            }
+            free(gs);
+            reply_error(x, st, st == 503 ? "out of memory starting the request" : e.msg, param, NULL);
+            return k > 0;
+        }
+    }
+    oai_answer_many(rc, gs, total, p->n, p, kind, x);
+    free(gs);
+    return true;
+}
+
 /* Returns true when the request reached the engine (it then counts and logs
  * itself when it ends). */
 static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
@@ -88,11 +138,18 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
     const char *param = NULL;
     err_t e = {0};
     int rc_ = oai_parse(body, kind, tok_n_vocab(rc->tok), &p, &param, &e);
-    json_decref(body);
     if (rc_ < 0) {
+        json_decref(body);
         reply_error(x, 400, e.msg, param, NULL);
         return false;
     }
+    if (p.n > 1 || p.n_prompts > 1) {
+        bool started = handle_forks(rc, x, kind, body, &p, t0);
+        json_decref(body);
+        oai_params_free(&p);
+        return started;
+    }
+    json_decref(body);
     gen_fail f;
     gen *g = gen_start(rc, &p, oai_route_of(kind)->path, t0, &f);
     if (!g) {

@@ -1,0 +1,117 @@
+// openai_params.mjs — request parameters through the official `openai` npm
+// client against a kvloom server on stories260K (default queue; the prefill
+// counter of /metrics read around a request): n forks of one prompt
+// (prefilled once), several prompts per completion, vLLM's guided_* fields
+// on the grammar engine, reasoning_effort, and the fields kvloom refuses by
+// name (400, never ignored).
+//   node tests/node/openai_params.mjs BASE_URL API_KEY
+// Ends with "openai_params: N passed, N failed".
+import OpenAI from "openai";
+
+const [baseURL, apiKey] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, timeout: 60000, maxRetries: 0 });
+let passed = 0, failed = 0;
+function check(cond, what) {
+  if (cond) passed++;
+  else { failed++; console.log("FAIL " + what); }
+}
+const messages = [{ role: "system", content: "You tell stories." }, { role: "user", content: "A story about a cat." }];
+
+async function main() {
+  const c = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 12, temperature: 0 });
+  // n forks of one prompt: the prompt is prefilled once (the radix tree
+  // shares its blocks; each fork computes only its last partial block
+  // again), checked on the server's prefill counter; several prompts.
+  const metricsURL = baseURL.replace(/\/v1$/, "") + "/metrics";
+  const computed = async () => {
+    const t = await (await fetch(metricsURL, { headers: { Authorization: "Bearer " + apiKey } })).text();
+    return Number((t.match(/^kvloom_prompt_tokens_computed_total ([0-9]+)/m) || [])[1]);
+  };
+  const long = Array.from({ length: 20 }, (_, i) => `Day ${i}: the little dog ran to the park with Tom.`).join(" ");
+  const c0 = await computed();
+  const fk = await client.completions.create({ model: "stories260K", prompt: long, n: 4, max_tokens: 6, temperature: 1, seed: 7 });
+  const c1 = await computed();
+  const P = fk.usage.prompt_tokens;
+  check(fk.choices.length === 4 && fk.choices.every((c, i) => c.index === i && c.finish_reason === "length" && c.text.length > 0),
+        "n 4: four choices, indexes 0..3: " + JSON.stringify(fk.choices.map((c) => [c.index, c.text])));
+  check(new Set(fk.choices.map((c) => c.text)).size > 1, "n 4: the forks sample differently");
+  check(P > 200 && fk.usage.completion_tokens === 24, "n 4: usage counts the prompt once: " + JSON.stringify(fk.usage));
+  check(c1 - c0 >= P && c1 - c0 <= P + 3 * 16, `n 4: the prompt is prefilled once: ${c1 - c0} tokens computed for a ${P}-token prompt (4 x ${P} = ${4 * P} without sharing)`);
+  const again = await client.completions.create({ model: "stories260K", prompt: long, n: 4, max_tokens: 6, temperature: 1, seed: 7 });
+  check(JSON.stringify(again.choices.map((c) => c.text)) === JSON.stringify(fk.choices.map((c) => c.text)), "n 4 with a seed is reproducible");
+  const mp = await client.completions.create({ model: "stories260K", prompt: ["Once upon a time", "The cat"], n: 2, max_tokens: 5, temperature: 0 });
+  const one = await client.completions.create({ model: "stories260K", prompt: "The cat", max_tokens: 5, temperature: 0 });
+  check(mp.choices.length === 4 && mp.choices[0].text === c.choices[0].text.slice(0, mp.choices[0].text.length) &&
+        mp.choices[2].text === one.choices[0].text && mp.choices[3].text === one.choices[0].text,
+        "several prompts: choices prompt by prompt, n each: " + JSON.stringify(mp.choices.map((c) => c.text)));
+  for (const [extra, param] of [[{ n: 17 }, "n"], [{ n: 2, stream: true }, "n"], [{ prompt: ["a", "b"], stream: true }, "prompt"],
+                                [{ prompt: ["a", 5] }, "prompt"], [{ n: 8, prompt: Array(9).fill("a") }, "n"]]) {
+    try {
+      await client.completions.create({ model: "stories260K", prompt: "hi", max_tokens: 2, ...extra });
+      check(false, `${JSON.stringify(extra)} accepted`);
+    } catch (e) {
+      check(e.status === 400 && e.error && e.error.param === param, `${JSON.stringify(extra)}: 400 naming '${param}': ${e.message}`);
+    }
+  }
+  const cn = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 4, n: 3, temperature: 1, seed: 2 });
+  check(cn.choices.length === 3 && cn.choices.every((c, i) => c.index === i && typeof c.message.content === "string"), "chat n 3");
+
+  // vLLM's guided decoding fields, on the grammar engine.
+  const choices = ["yes", "no", "maybe \"so\""];
+  for (const seed of [1, 2, 3]) {
+    const g = await client.completions.create({
+      model: "stories260K", prompt: "Is it?", max_tokens: 20, temperature: 1, seed, guided_choice: choices,
+    });
+    check(choices.includes(g.choices[0].text) && g.choices[0].finish_reason === "stop",
+          `guided_choice seed ${seed}: one of the choices: ${JSON.stringify(g.choices[0].text)}`);
+  }
+  const gg = await client.chat.completions.create({
+    model: "stories260K", messages, max_tokens: 20, temperature: 1, seed: 4, guided_grammar: 'root ::= "cat" | "dog" [0-9]',
+  });
+  check(/^(cat|dog[0-9])$/.test(gg.choices[0].message.content), "guided_grammar: " + JSON.stringify(gg.choices[0].message.content));
+  const schema = { type: "object", properties: { n: { type: "integer", minimum: 0, maximum: 9 } }, required: ["n"], additionalProperties: false };
+  for (const gj of [schema, JSON.stringify(schema)]) {
+    const r = await client.completions.create({ model: "stories260K", prompt: "{", max_tokens: 40, temperature: 1, seed: 5, guided_json: gj });
+    let o = null;
+    try { o = JSON.parse(r.choices[0].text); } catch {}
+    check(o && Number.isInteger(o.n) && o.n >= 0 && o.n <= 9 && Object.keys(o).length === 1,
+          `guided_json (${typeof gj}): ${JSON.stringify(r.choices[0].text)}`);
+  }
+  const ok = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 4, reasoning_effort: "low" });
+  check(ok.choices[0].message.role === "assistant", "reasoning_effort accepted on chat");
+
+  // Fields not implemented are a 400 naming them, never silently ignored.
+  for (const [kind, extra, param] of [
+    ["completions", { logit_bias: { "1": 5 } }, "logit_bias"],
+    ["completions", { echo: true }, "echo"],
+    ["completions", { suffix: "The end." }, "suffix"],
+    ["completions", { best_of: 3 }, "best_of"],
+    ["completions", { guided_regex: "[a-z]+" }, "guided_regex"],
+    ["completions", { guided_choice: ["a"], grammar: 'root ::= "b"' }, "guided_choice"],
+    ["completions", { guided_choice: [] }, "guided_choice"],
+    ["chat", { reasoning_effort: "extreme" }, "reasoning_effort"],
+    ["chat", { logit_bias: { "7": -100 } }, "logit_bias"],
+    ["chat", { guided_json: "{not json" }, "guided_json"],
+  ]) {
+    try {
+      if (kind === "chat") await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 4, ...extra });
+      else await client.completions.create({ model: "stories260K", prompt: "hi", max_tokens: 4, ...extra });
+      check(false, `${param}: accepted`);
+    } catch (e) {
+      check(e.status === 400 && e.error && e.error.param === param && e.message.includes(param), `${kind} ${param}: 400 naming it: ${e.message}`);
+    }
+  }
+  // their no-op values are fine
+  const noop = await client.completions.create({ model: "stories260K", prompt: "hi", max_tokens: 2, echo: false, suffix: "", best_of: 1, logit_bias: {} });
+  check(noop.choices.length === 1, "no-op values of the refused fields are accepted");
+
+}
+
+try {
+  await main();
+} catch (e) {
+  failed++;
+  console.log("FAIL exception: " + (e && e.stack ? e.stack : e));
+}
+console.log(`openai_params: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
