@@ -160,19 +160,18 @@ class Cluster:
             c1 = next(self.rings[0].walk(key))
             c2 = next(r for r in self.rings[1].walk(mix64(key ^ 0x5BD1E995)) if r != c1) if n > 1 else c1
             last = self.where.get(sess)
+            P = lambda r: self.pred(r, now, tenant, sess, ptok, prompt)  # noqa: E731
             if last in (c1, c2):
+                # the cache-affine one, unless its queue breaks the SLO and
+                # the other candidate's does not
                 other = c2 if last == c1 else c1
-                pick = last
-                pl = self.pred(last, now, tenant, sess, ptok, prompt)
-                if pl > self.slo and self.pred(other, now, tenant, sess, ptok, prompt) < pl:
-                    pick = other
+                pick = other if P(last) > self.slo and P(other) <= self.slo else last
             else:
-                pick = c1 if self.pred(c1, now, tenant, sess, ptok, prompt) <= self.pred(c2, now, tenant, sess, ptok,
-                                                                                       prompt) else c2
-            if self.pred(pick, now, tenant, sess, ptok, prompt) > self.slo:
-                other = c2 if pick == c1 else c1
-                if self.pred(other, now, tenant, sess, ptok, prompt) > self.slo:
-                    pick = int(np.argmin(self.free))  # a hotspot: the least loaded
+                pick = c1 if P(c1) <= P(c2) else c2  # a new session: the less loaded
+            if P(pick) > self.slo:
+                g = int(np.argmin(self.free))  # a hotspot: the least loaded of all, if it helps
+                if P(g) <= self.slo:
+                    pick = g
             return pick
         raise ValueError(p)
 

@@ -31,26 +31,21 @@ fi
 tmp=$(mktemp -d)
 export DEPLOY_DIR="$tmp/cluster"
 trap 'deploy/cluster.sh stop > /dev/null 2>&1; rm -rf "$tmp"' EXIT
-BIN="$BIN" SHARED="$SHARED" TMP="$tmp" python3 - <<'EOF'
-import json, math, os, re, subprocess, sys, time, urllib.request, urllib.error
+BIN="$BIN" SHARED="$SHARED" TMP="$tmp" TESTS="$(dirname "$0")" python3 - <<'EOF'
+import json, math, os, re, signal, subprocess, sys, time, urllib.request, urllib.error
+sys.path.insert(0, os.environ["TESTS"])
+import kvtest
+check = kvtest.check
 
 BIN, SHARED, TMP = os.environ["BIN"], os.environ["SHARED"], os.environ["TMP"]
 CL = os.path.join(TMP, "cluster")
 MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
 AB = os.path.join(SHARED, "bench", "agentbench.py")
-passed = failed = 0
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
 
 def done():
-    print("deploy_test: %d passed, %d failed" % (passed, failed))
-    sys.exit(1 if failed else 0)
+    kvtest.finish("deploy_test")
+
 
 def cluster(*args):
     env = dict(os.environ, KVLOOM_BIN=BIN, DEPLOY_POLICY="dualmap", DEPLOY_POLL_MS="100")
@@ -153,7 +148,7 @@ for bad in ["x 1\n", "# TYPE x gauge\nx{a=\"1} 1\n", "# TYPE x gauge\nx one\n", 
         check(True, "")
 
 kvdir = os.path.join(TMP, "kvdisk")
-base = ["-m", MODEL, "-t", "1", "--kv-mem", "24M", "--check"]
+base = ["-m", MODEL, "-t", "1", "--kv-mem", "24M", "--check"]  # (kvtest.start adds -m and -t)
 args = base + ["--kv-disk", kvdir, "--kv-disk-size", "64M"]
 r = cluster("start", "3", *args)
 check(r.returncode == 0, "cluster.sh start 3")
@@ -232,15 +227,8 @@ def agentbench(url, seed, *extra):
         return {}, r
 
 # one server with the same flags, on loopback (agentbench targets loopback only)
-import signal
-ready = os.path.join(TMP, "one.port")
-one_p = subprocess.Popen([BIN, "serve", "--port", "0", "--ready-file", ready, *base],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-for _ in range(300):
-    if os.path.exists(ready) and open(ready).read().strip():
-        break
-    time.sleep(0.1)
-one, _ = agentbench("http://127.0.0.1:" + open(ready).read().strip(), 11)
+one_p, one_port, _ = kvtest.start(BIN, MODEL, TMP, "one", *base[4:])
+one, _ = agentbench("http://127.0.0.1:%d" % one_port, 11)
 one_p.send_signal(signal.SIGTERM)
 one_p.wait(timeout=30)
 clu, _ = agentbench(front, 12, "--session-key", "prompt_cache_key")

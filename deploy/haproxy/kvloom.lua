@@ -11,10 +11,12 @@
 --   2. with KVLOOM_POLICY=dualmap: two consistent-hash rings with different
 --      seeds give two candidate servers; the one that served the key last
 --      (its KV cache is there) is kept unless its predicted TTFT breaks the
---      SLO (KVLOOM_TTFT_SLO_S) and the other's is lower; a key not seen
+--      SLO (KVLOOM_TTFT_SLO_S) and the other's does not; a key not seen
 --      before goes to the less loaded candidate (a hot replica sheds new
---      sessions); when both candidates break the SLO, the least loaded
---      server of all (a hotspot). The choice is txn.kvloom_srv, which
+--      sessions); when the choice breaks the SLO, the least loaded server
+--      of all if that one meets it (a hotspot). When every server is over
+--      the SLO, sessions stay where their cache is: moving would only add
+--      a recompute. The choice is txn.kvloom_srv, which
 --      `use-server` rules follow; a server that is down is never chosen and
 --      `option redispatch` covers one that dies in between.
 --
@@ -311,15 +313,17 @@ local function dualmap(key)
     local cached = last_server[key]
     local pick
     if cached == c1 or cached == c2 then
+        -- the cache-affine one, unless its queue breaks the SLO and the
+        -- other's does not (when both do, moving only adds a recompute)
         local other = cached == c1 and c2 or c1
         pick = cached
-        if predicted_ttft(cached) > SLO and predicted_ttft(other) < predicted_ttft(cached) then pick = other end
+        if predicted_ttft(cached) > SLO and predicted_ttft(other) <= SLO then pick = other end
     else
         pick = load_of(c2) < load_of(c1) and c2 or c1 -- a new session: the less loaded
     end
     if predicted_ttft(pick) > SLO then
-        local other = pick == c1 and c2 or c1
-        if predicted_ttft(other) > SLO then pick = least_loaded() or pick end -- a hotspot
+        local g = least_loaded() -- a hotspot: the least loaded of all, if it helps
+        if g and predicted_ttft(g) <= SLO then pick = g end
     end
     if last_server[key] == nil then
         n_keys = n_keys + 1
