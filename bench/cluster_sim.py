@@ -45,9 +45,10 @@ from collections import OrderedDict
 import numpy as np
 
 # Cost models. smollm2: SmolLM2-135M Q8_0 on this machine, 2 threads
-# (docs/perf.md: pp512 1256.8 tok/s, tg64 194.2 tok/s at depth 0 and 133.6 at
-# depth 2048; the per-request overhead and the batch slope from the serving
-# runs there). Replace with `calibrate` output for another model.
+# (docs/perf.md, measured when the machine was quiet: pp512 1256.8 tok/s;
+# tg64 194.2 tok/s at depth 0 and 133.6 at depth 2048, hence k; tg32 at depth
+# 2048 135 t/s alone and 544 t/s for 8 sequences, about 1 ms per extra
+# sequence, hence d1). Replace with `calibrate` output for another model.
 COSTS = {
     "smollm2": {"a": 0.004, "pp": 1256.8, "k": 0.45, "d0": 1 / 194.2, "d1": 0.0009},
 }
@@ -313,7 +314,8 @@ def sweep(a):
         print(line, flush=True)
         out.append(res)
     if a.json:
-        json.dump({"args": vars(a), "cost": cost, "results": out}, open(a.json, "w"), indent=1)
+        args = {k: v for k, v in vars(a).items() if k != "fn"}
+        json.dump({"args": args, "cost": cost, "results": out}, open(a.json, "w"), indent=1)
 
 
 # ---- the agentbench workload (calibration against real runs) ----
