@@ -287,7 +287,26 @@ static void test_policy(void) {
     CHECK(draft_kind_parse("eagle", &k, &e) == ERR_INVALID && strstr(e.msg, "eagle"));
 }
 
+/* The learnt token cost: a line through the steps' times. */
+static void test_cost(void) {
+    draft_cost c = {0};
+    CHECK_NEAR(draft_cost_token(&c, 0.05), 0.05, 1e-12); /* nothing seen */
+    for (int i = 0; i < 20; i++) draft_cost_observe(&c, 1, 10.0);
+    CHECK_NEAR(draft_cost_token(&c, 0.05), 0.05, 1e-12); /* one size only */
+    for (int i = 0; i < 200; i++) {
+        int n = 1 + i % 9;
+        draft_cost_observe(&c, n, 10.0 + 0.2 * n); /* fixed 10 ms, 0.2 ms a token */
+    }
+    CHECK_NEAR(draft_cost_token(&c, 0.05), 0.02, 1e-3);
+    draft_cost_observe(&c, 500, 1e6); /* a prefill chunk: not decode-sized, ignored */
+    CHECK_NEAR(draft_cost_token(&c, 0.05), 0.02, 1e-3);
+    draft_cost d = {0};
+    for (int i = 0; i < 100; i++) draft_cost_observe(&d, 1 + i % 5, 1.0 * (1 + i % 5)); /* no fixed part */
+    CHECK(draft_cost_token(&d, 0.05) >= 1);
+}
+
 int main(void) {
+    test_cost();
     test_trie_vs_naive();
     test_cursor();
     test_bounds();

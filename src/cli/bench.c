@@ -5,6 +5,7 @@
  *   kvloom bench -m MODEL [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]
  *   kvloom bench -m MODEL --tokenizer [--text FILE] [-r REPS]
  *   kvloom bench -m MODEL --grammar [--tools FILE] [-n OBJECTS] (bench_grammar.c)
+ *   kvloom bench -m MODEL --verify | --spec-replay ... (bench_spec.c)
  *
  * Place in the flow: cli/, beside run; it drives model_forward directly
  * (no scheduler, no tokenizer): token ids are drawn from a fixed-seed
@@ -48,6 +49,7 @@
 #include "../base/base.h"
 #include "../base/pool.h"
 #include "../model/model.h"
+#include "../sched/draft.h"
 #include "../tok/tok.h"
 #include "cli.h"
 
@@ -56,6 +58,8 @@
 /* Prints the usage on out; returns 2, the status of a usage error. */
 static int bench_usage(FILE *out) {
     fprintf(out, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
+                 "       kvloom bench -m MODEL.gguf --verify [--depth D] [--kmax 16] [-r REPS] [-t THREADS]\n"
+                 "       kvloom bench -m MODEL.gguf --spec-replay --text FILE [--text FILE ...] [--kmax 8]\n"
                  "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
                  "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n");
     return 2;
@@ -221,7 +225,10 @@ static int bench_decode_shared(bench_ctx *b, int S, int depth, int p_begin, int 
 int cli__bench(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL;
     const char *tools_path = NULL;
-    bool tokenizer_mode = false, grammar_mode = false;
+    bool tokenizer_mode = false, grammar_mode = false, verify_mode = false, replay_mode = false;
+    const char *texts[16];
+    int n_texts = 0;
+    long kmax = -1;
     long n_objects = 20;
     long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3, n_seqs = 1;
     for (int i = 0; i < argc; i++) {
@@ -231,13 +238,21 @@ int cli__bench(int argc, char **argv) {
             bench_usage(stdout);
             return 0;
         }
+        if (strcmp(a, "--verify") == 0 || strcmp(a, "--spec-replay") == 0) { /* bench_spec.c */
+            verify_mode |= a[2] == 'v';
+            replay_mode |= a[2] == 's';
+            continue;
+        }
         if (strcmp(a, "--tokenizer") == 0 || strcmp(a, "--grammar") == 0) {
             tokenizer_mode |= a[2] == 't';
             grammar_mode |= a[2] == 'g';
             continue;
         }
         if (strcmp(a, "-m") == 0) path = v;
-        else if (strcmp(a, "--text") == 0) text_path = v;
+        else if (strcmp(a, "--text") == 0) {
+            if (!text_path) text_path = v;
+            if (v && n_texts < (int)ARRAY_LEN(texts)) texts[n_texts++] = v;
+        } else if (strcmp(a, "--kmax") == 0) ok = parse_long(v, 1, DRAFT_MAX, &kmax);
         else if (strcmp(a, "--tools") == 0) tools_path = v;
         else if (strcmp(a, "-n") == 0) ok = parse_long(v, 1, 100000, &n_objects);
         else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 256, &threads);
@@ -260,6 +275,8 @@ int cli__bench(int argc, char **argv) {
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 64);
 
     if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);
+    if (verify_mode) return cli__bench_verify(path, depth, kmax > 0 ? kmax : 16, reps, threads);
+    if (replay_mode) return cli__bench_spec_replay(path, texts, n_texts, kmax > 0 ? kmax : 8);
     if (grammar_mode) return cli__bench_grammar(path, tools_path, n_objects, threads);
     err_t e = {0};
     model *m;

@@ -16,6 +16,9 @@ int cli__gen(int argc, char **argv);      /* kvloom gen ...      */
 int cli__quantize(int argc, char **argv); /* kvloom quantize ... */
 int cli__bench(int argc, char **argv);    /* kvloom bench ... (bench.c) */
 /* kvloom bench -m MODEL --grammar (bench_grammar.c) */
+/* bench_spec.c: speculative decoding's verify cost and drafter acceptance */
+int cli__bench_verify(const char *path, long depth, long kmax, long reps, long threads);
+int cli__bench_spec_replay(const char *path, const char **files, int n_files, long kmax);
 int cli__bench_grammar(const char *path, const char *tools_path, long n_objects, long threads);
 
 /* Data files found from any working directory. The binary's own folder

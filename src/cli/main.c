@@ -257,6 +257,13 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr, "kvloom: prompt %d tokens in %.1f ms (%.1f t/s), generated %d tokens in %.1f ms (%.1f t/s), %s kernels, %ld threads\n",
             n_prompt, t1 - t0, n_prompt / ((t1 - t0) / 1000 + 1e-9), n_seen, t2 - t1,
             n_seen / ((t2 - t1) / 1000 + 1e-9), kern->name, threads);
+    if (spec != DRAFT_OFF) {
+        engine_stats st;
+        engine_get_stats(en, &st);
+        fprintf(stderr, "kvloom: --spec %s: %llu of %llu drafts accepted, %d tokens in %d forward passes\n",
+                draft_kind_name(spec), (unsigned long long)st.spec_accepted_tokens_total[spec],
+                (unsigned long long)st.spec_drafted_tokens_total[spec], n_seen, r->n_forward_steps);
+    }
 out:
     req_unref(r);
     engine_free(en);

@@ -51,7 +51,7 @@ struct draft_seq {
 };
 
 draft_opts draft_defaults(draft_kind kind) {
-    return (draft_opts){.kind = kind, .max_draft = 8, .suffix_depth = 24, .seq_max_nodes = 1 << 16,
+    return (draft_opts){.kind = kind, .max_draft = 8, .suffix_depth = 24, .seq_max_nodes = 1 << 18,
                         .global_max_nodes = 1 << 18};
 }
 
@@ -262,6 +262,27 @@ int draft_plan(int n, double alpha, double threshold) {
     double e = 1;
     while (j < n && (e *= alpha) > threshold) j++;
     return j;
+}
+
+void draft_cost_observe(draft_cost *c, int n_tokens, double ms) {
+    if (n_tokens < 1 || n_tokens > DRAFT_COST_MAX_TOKENS || !(ms > 0)) return;
+    const double k = 0.98, x = n_tokens;
+    c->w = c->w * k + 1;
+    c->sx = c->sx * k + x;
+    c->sxx = c->sxx * k + x * x;
+    c->sy = c->sy * k + ms;
+    c->sxy = c->sxy * k + x * ms;
+}
+
+double draft_cost_token(const draft_cost *c, double fallback) {
+    if (c->w < 8) return fallback;
+    double var = c->sxx / c->w - (c->sx / c->w) * (c->sx / c->w);
+    if (var < 0.25) return fallback; /* every step the same size */
+    double slope = (c->sxy / c->w - (c->sx / c->w) * (c->sy / c->w)) / var;
+    double fixed = c->sy / c->w - slope * c->sx / c->w;
+    if (!(fixed > 0)) return 10; /* all per-token work: drafts never pay */
+    double r = slope / fixed;
+    return r < 0.001 ? 0.001 : r > 10 ? 10 : r;
 }
 
 void draft_get_stats(const drafter *d, draft_stats *out) {

@@ -71,7 +71,9 @@ typedef struct draft_opts {
     int global_max_nodes; /* the global store's trie; 0: no global store    */
 } draft_opts;
 
-/* kind with max_draft 8, depth 24, 64 Ki nodes per request, 256 Ki global. */
+/* kind with max_draft 8, depth 24, 256 Ki nodes per request (up to ~10 MB:
+ * a context of ~10,000 varied tokens stays whole, so an agent copying from
+ * its prompt finds it), 256 Ki global. */
 draft_opts draft_defaults(draft_kind kind);
 /* "off", "ngram", "suffix" -> kind; ERR_INVALID naming the value otherwise. */
 int draft_kind_parse(const char *name, draft_kind *out, err_t *e);
@@ -112,6 +114,22 @@ double draft_threshold(int n_decode, int n_tokens, double token_cost);
 /* How many of n proposed drafts to verify: the largest j with
  * alpha^j > threshold. */
 int draft_plan(int n, double alpha, double threshold);
+
+/* The cost of one more token in a step, learnt from the steps' times: a
+ * least-squares line time = fixed + per_token * n_tokens over recent steps
+ * of at most DRAFT_COST_MAX_TOKENS tokens (decode-sized: big prefill chunks
+ * would decide the line), decayed so it follows the load. token_cost =
+ * per_token / fixed: about 0.01-0.05 for a 1B model whose decode streams
+ * the weights, near 1 for a toy model whose step is all overhead (then
+ * drafts do not pay). Plain data: zero it to start. */
+#define DRAFT_COST_MAX_TOKENS 64
+typedef struct draft_cost {
+    double w, sx, sxx, sy, sxy; /* decayed sums over (n_tokens, ms)         */
+} draft_cost;
+void draft_cost_observe(draft_cost *c, int n_tokens, double ms);
+/* The learnt token_cost, or `fallback` while the steps seen do not
+ * determine a line (too few, or all of one size). */
+double draft_cost_token(const draft_cost *c, double fallback);
 
 typedef struct draft_stats {
     int global_seqs;             /* outputs in the global store             */

@@ -169,6 +169,7 @@ struct engine {
     char *forced;        /* (ENGINE_FORCED_MAX) a forced run's bytes            */
     int32_t *forced_ids; /* (ENGINE_FORCED_MAX) and its tokens                  */
     drafter *dr;         /* speculative decoding's drafter, or NULL            */
+    draft_cost cost;     /* the steps' times: what one more token costs        */
     int spec_rows;       /* draft tokens per step at most (extra logits rows)  */
 
     seq_list running;    /* in arrival order                                    */
@@ -1154,7 +1155,8 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         s->n_draft = 0;
         n_decode += s->n_tokens - s->n_computed == 1;
     }
-    double cost = en->o.spec_token_cost > 0 ? en->o.spec_token_cost : ENGINE_SPEC_TOKEN_COST;
+    double cost = en->o.spec_token_cost > 0 ? en->o.spec_token_cost
+                                            : draft_cost_token(&en->cost, ENGINE_SPEC_TOKEN_COST);
     int rows = en->spec_rows;
     for (int j = 0; j < n_bs && rows > 0; j++) {
         seq *s = en->b_owner[j];
@@ -1425,7 +1427,9 @@ static bool engine_step(engine *en) {
     int n_logits;
     uint64_t n_prompt_work;
     model_batch b = step_build(en, n_tok, n_bs, &n_logits, &n_prompt_work);
+    int64_t t0 = en->dr ? clock_ns() : 0;
     if (!step_forward(en, &b, n_logits)) return true;
+    if (en->dr) draft_cost_observe(&en->cost, n_tok, (double)(clock_ns() - t0) / 1e6);
     step_advance(en, n_bs);
     en->cnt.prompt_tokens_computed_total += n_prompt_work;
     en->cnt.steps_total++;
