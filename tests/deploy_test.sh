@@ -15,7 +15,9 @@
 #      resumed-turn cache hit within 0.05 of the same workload on one server
 #      (another seed, the same shapes);
 #   4. adding a fourth replica (cluster.sh add, HAProxy not restarted) moves
-#      about 1/4 of the sessions (between 0.08 and 0.45 of 48);
+#      about 1/4 of the sessions (between 0.08 and 0.45 of 48); a replica
+#      made hot (six long generations sent to it directly) takes none of 24
+#      new sessions while its own sessions stay;
 #   5. kill -9 of a replica while agentbench runs (at a moment it has no
 #      request in flight): no request fails, its sessions continue on the
 #      others, which read their prefixes back from the shared disk tier
@@ -243,15 +245,53 @@ check(h1 is not None and hc is not None and hc >= h1 - 0.05, "cluster resumed-tu
 # ---- 4. adding a replica moves about 1/4 of the sessions ----
 r = cluster("add")
 check(r.returncode == 0, "cluster.sh add")
-moved, seen4 = 0, set()
+moved, seen4, where4 = 0, set(), {}
 for s in range(N_SESS):
     st, rep = ask("sess-%d" % s, "Session %d says hello once more" % s)
     seen4.add(rep)
+    where4[s] = rep
     moved += rep != where.get(s)
 frac = moved / N_SESS
 print("adding a 4th replica moved %d of %d sessions (%.2f)" % (moved, N_SESS, frac))
 check(0.08 <= frac <= 0.45, "adding a 4th replica moved %.2f of the sessions (expected about 1/4)" % frac)
 check("r4" in seen4, "the new replica takes sessions")
+
+# ---- 4b. a hot replica sheds new sessions ----
+# r1 gets long generations straight from clients (not through HAProxy); once
+# the router has polled its load, a new session whose two candidates include
+# r1 goes to the other one, while r1's own sessions stay
+import threading
+from http.client import HTTPConnection
+a1 = open(os.path.join(CL, "r1.addr")).read().strip()
+host, port = a1.rsplit(":", 1)
+conns = []
+def hog():
+    c = HTTPConnection(host, int(port), timeout=60)
+    c.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 1500,
+                                                      "ignore_eos": True, "stream": True}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read(200)  # streaming: it runs until we close
+    conns.append(c)
+hogs = [threading.Thread(target=hog) for _ in range(6)]
+for t in hogs:
+    t.start()
+for t in hogs:
+    t.join()
+time.sleep(0.5)  # a few load polls (DEPLOY_POLL_MS=100)
+st, body, _ = http("http://%s/load" % a1)
+busy = json.loads(body).get("running", 0) if st == 200 else 0
+new_on_r1 = sum(ask("fresh-%d" % s, "A new session %d" % s)[1] == "r1" for s in range(24))
+old_on_r1 = [s for s in range(N_SESS) if where4.get(s) == "r1"][:6]
+kept = sum(ask("sess-%d" % s, "Session %d says hello again" % s)[1] == "r1" for s in old_on_r1)
+for c in conns:
+    c.close()
+print("r1 hot (%d running): %d of 24 new sessions went to it, %d of its %d sessions stayed" %
+      (busy, new_on_r1, kept, len(old_on_r1)))
+check(busy >= 3, "r1 was made busy (%d running)" % busy)
+check(new_on_r1 == 0, "a hot replica takes no new session (%d went to r1)" % new_on_r1)
+check(kept == len(old_on_r1), "its sessions stay while it meets the SLO (%d of %d)" % (kept, len(old_on_r1)))
+time.sleep(1.0)
 
 # ---- 5. kill -9 of a replica during agentbench ----
 def disk_restored(a):
