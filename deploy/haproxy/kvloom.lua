@@ -192,11 +192,18 @@ local SHARED = false
 local chunk_owner, n_chunks = {}, 0 -- chunk hash -> session id, or SHARED
 local owned = {}                     -- session id -> chunks it owns
 
-local function session_of(text)
+-- a chunk's name: HAProxy's xxh64 converter (C) over the previous name and
+-- the chunk, when it is there; else FNV-1a in Lua (byte by byte: slower)
+local function chunk_hash(conv, chunk, prev)
+    if conv then return conv:xxh64((prev and string.format("%016x", prev) or "") .. chunk) end
+    return mix(fnv(chunk, prev))
+end
+
+local function session_of(text, conv)
     local n = math.min(#text // CHUNK, MAX_CHUNKS)
     local hs, h = {}, nil
     for i = 1, n do
-        h = mix(fnv(text:sub((i - 1) * CHUNK + 1, i * CHUNK), h))
+        h = chunk_hash(conv, text:sub((i - 1) * CHUNK + 1, i * CHUNK), h)
         hs[i] = h
     end
     if n == 0 then return "short:" .. tostring(mix(fnv(text))) end
@@ -384,7 +391,7 @@ core.register_action("kvloom_route", { "http-req" }, function(txn)
     end
     if not key and body then
         local text = conversation(body)
-        if #text > 0 then key = "s:" .. session_of(text) end
+        if #text > 0 then key = "s:" .. session_of(text, txn.c) end
     end
     if not key then return end -- not a generation request we understand
     txn:set_var("txn.kvloom_key", key)
