@@ -12,8 +12,13 @@
  * Random tensors draw from one RNG in file order, so the bytes do not depend
  * on how they are produced. The 3-D expert tensors of MoE models use a
  * cheaper approximate normal (the sum of four uniforms of 16 bits, scaled to
- * the same variance): Box-Muller for the 29 billion expert weights of
- * qwen3-30b-a3b took ~20 minutes; this takes about one.
+ * the same variance), and every tensor of a MoE model with at least 2^24
+ * elements copies its rows from a pool of 16384 random rows per (type, row
+ * length) (fill_random): qwen3-30b-a3b's 30 billion weights drawn and
+ * quantised one by one took ~25 ns each on the shared 2-core machine, hours
+ * in all. Speed does not depend on the values; every row is still a
+ * quantised random row, and small models (the test fixtures) are drawn
+ * weight by weight.
  *
  * MoE (qwen3moe): the router blk.N.ffn_gate_inp.weight stays F32 whatever
  * --type says, as the GGUF converter and llama.cpp's quantizer keep it; the
@@ -107,6 +112,11 @@ static void *own(owned_list *l, void *p) {
     return l->p[l->n++] = p;
 }
 
+/* Set for MoE models: tensors of at least BIG_TENSOR_ELEMS come from row
+ * pools (fill_random). */
+#define BIG_TENSOR_ELEMS ((int64_t)1 << 24)
+static bool pool_big_tensors;
+
 /* A random tensor, made when the writer asks for its bytes. */
 typedef struct rand_spec {
     rng *r;
@@ -114,6 +124,7 @@ typedef struct rand_spec {
     int64_t n_in, rows; /* rows: n_out * n_expert                          */
     float sd;
     bool fast;          /* the approximate normal (expert tensors)          */
+    bool pooled;        /* rows from a row pool (big tensors of MoE models) */
 } rand_spec;
 
 /* Sum of four 16-bit uniforms: mean 2, variance 4/12 (in units of 1). */
@@ -123,19 +134,58 @@ static inline float fast_normal(uint64_t v) {
     return (u * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
 }
 
+/* Rows [o0, o1) of a tensor from generator r. */
+static void fill_rows(const rand_spec *sp, rng *r, char *dst, int64_t o0, int64_t o1) {
+    const size_t rb = dtype_row_bytes(sp->type, sp->n_in);
+    float *row = xmalloc(sizeof(float) * (size_t)sp->n_in);
+    for (int64_t o = o0; o < o1; o++) {
+        if (sp->fast)
+            for (int64_t i = 0; i < sp->n_in; i++) row[i] = fast_normal(rng_next(r)) * sp->sd;
+        else
+            for (int64_t i = 0; i < sp->n_in; i++) row[i] = rng_normal(r) * sp->sd;
+        quant_quantize_row(sp->type, row, dst + (size_t)o * rb, sp->n_in);
+    }
+    free(row);
+}
+
+/* Big tensors of MoE models (rand_spec.pooled): rows copied from a pool of
+ * ROW_POOL random rows per (type, row length), made at first use from the
+ * same generator, and picked by it. Every row is still a quantised random
+ * row; the file is written at disk speed (qwen3-30b-a3b's 30 billion
+ * weights took ~25 ns each to draw and quantise on the shared machine). */
+#define ROW_POOL 16384
+typedef struct row_pool {
+    uint32_t type;
+    int64_t n_in;
+    char *rows;
+} row_pool;
+static row_pool row_pools[8];
+static int n_row_pools;
+
 static void fill_random(void *ctx, void *dst, uint64_t n_bytes) {
     const rand_spec *sp = ctx;
     const size_t rb = dtype_row_bytes(sp->type, sp->n_in);
     ASSERT(rb * (size_t)sp->rows == n_bytes);
-    float *row = xmalloc(sizeof(float) * (size_t)sp->n_in);
-    for (int64_t o = 0; o < sp->rows; o++) {
-        if (sp->fast)
-            for (int64_t i = 0; i < sp->n_in; i++) row[i] = fast_normal(rng_next(sp->r)) * sp->sd;
-        else
-            for (int64_t i = 0; i < sp->n_in; i++) row[i] = rng_normal(sp->r) * sp->sd;
-        quant_quantize_row(sp->type, row, (char *)dst + (size_t)o * rb, sp->n_in);
+    if (!sp->pooled) {
+        fill_rows(sp, sp->r, dst, 0, sp->rows);
+        return;
     }
-    free(row);
+    row_pool *rp = NULL;
+    for (int i = 0; i < n_row_pools && !rp; i++)
+        if (row_pools[i].type == sp->type && row_pools[i].n_in == sp->n_in) rp = &row_pools[i];
+    if (!rp) {
+        ASSERT(n_row_pools < (int)ARRAY_LEN(row_pools));
+        rp = &row_pools[n_row_pools++];
+        *rp = (row_pool){sp->type, sp->n_in, xmalloc(rb * ROW_POOL)};
+        fill_rows(sp, sp->r, rp->rows, 0, ROW_POOL);
+    }
+    for (int64_t o = 0; o < sp->rows; o++)
+        memcpy((char *)dst + (size_t)o * rb, rp->rows + (size_t)(rng_next(sp->r) % ROW_POOL) * rb, rb);
+}
+
+static void free_row_pools(void) {
+    for (int i = 0; i < n_row_pools; i++) free(row_pools[i].rows);
+    n_row_pools = 0;
 }
 
 /* Adds n_mat matrices (one 2-D tensor, or a 3-D expert tensor when n_mat >
@@ -143,7 +193,8 @@ static void fill_random(void *ctx, void *dst, uint64_t n_bytes) {
 static void add_random_n(gguf_writer *w, owned_list *ol, rng *r, const char *name, uint32_t type, int64_t n_in,
                          int64_t n_out, int64_t n_mat, float sd) {
     rand_spec *sp = own(ol, xmalloc(sizeof *sp));
-    *sp = (rand_spec){r, fit_type(type, n_in), n_in, n_out * n_mat, sd, n_mat > 1};
+    *sp = (rand_spec){r, fit_type(type, n_in), n_in, n_out * n_mat, sd, n_mat > 1,
+                      pool_big_tensors && n_in * n_out * n_mat >= BIG_TENSOR_ELEMS};
     int64_t dims[3] = {n_in, n_out, n_mat};
     gguf_writer_add_tensor_fn(w, name, sp->type, n_mat > 1 ? 3 : n_out > 1 ? 2 : 1, dims, fill_random, sp);
 }
@@ -412,6 +463,7 @@ int cli__gen(int argc, char **argv) {
         return 2;
     }
     const bool moe = strcmp(s.arch, "qwen3moe") == 0;
+    pool_big_tensors = moe;
     if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3") && strcmp(s.arch, "bert") && !moe) {
         fprintf(stderr, "kvloom gen: --arch must be llama, qwen2, qwen3, qwen3moe or bert\n");
         return 2;
@@ -545,6 +597,7 @@ write:
     else fprintf(stderr, "kvloom gen: wrote %s (%s %s, %d layers, vocab %d)\n", out, s.name, dtype_name((uint32_t)type),
                  s.n_layer, s.n_vocab);
     gguf_writer_free(w);
+    free_row_pools();
     for (int i = 0; i < ol.n; i++) free(ol.p[i]);
     free(ol.p);
     return r ? 1 : 0;
