@@ -27,6 +27,9 @@ static inline __m256i mm_dot_i8(__m256i w, __m256i a) {
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+/* x86_body.h's Q8_0/Q4_0 gemm tile may split mm_dot_i8 into its steps */
+#define KX_Q0_TILE_OK 1
+
 /* acc + scaled byte products (see x86_body.h): maddubs gives the i16 pair
  * sums (at most 63*127*2, no saturation), madd scales and adds pairs. */
 static inline __m256i mm_dot_u8_sc2(__m256i acc, __m256i u, __m256i s, __m256i c) {

@@ -176,10 +176,89 @@ KX_Q0_DOT(dot_q8_0, block_q8_0, wload_q8_0)
 KX_Q0_DOT(dot_q4_0, block_q4_0, wload_q4_0)
 
 #ifndef KX_Q0_GEMM /* a table may bring its own Q8_0/Q4_0 dot and gemm */
+/* One row x T tokens (T in 1..4) of KX_Q0_DOT: each weight block is loaded
+ * (and for Q4_0 unpacked) once for the T tokens, and its absolute value and
+ * the row's scale are taken once; every (row, token) keeps KX_Q0_DOT's two
+ * accumulators and runs the same float operations in the same order (its
+ * integer lanes are the same exact integers), so the result is bitwise
+ * KX_Q0_DOT's. Prefill and the MoE experts' GEMMs (model/moe.c) run here. */
+#define KX_Q0_TILE(NAME, BT, WLOAD)                                                                 \
+    static inline __attribute__((always_inline)) void NAME(const int T, int64_t nb, const BT *w,  \
+                                                           const uint8_t *a, size_t arb, float *y,  \
+                                                           int64_t ldy) {                           \
+        __m256 acc0[4], acc1[4];                                                                    \
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc0[t] = acc1[t] = _mm256_setzero_ps(); \
+        int64_t i = 0;                                                                              \
+        for (; i + 2 <= nb; i += 2) {                                                               \
+            kx_pf_lines(&w[i], (int)(2 * sizeof(BT) + 63) / 64);                                    \
+            const __m256i w0 = WLOAD(&w[i]), w1 = WLOAD(&w[i + 1]);                                 \
+            const __m256i u0 = _mm256_sign_epi8(w0, w0), u1 = _mm256_sign_epi8(w1, w1);             \
+            const float d0 = f16s(w[i].d), d1 = f16s(w[i + 1].d);                                   \
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                                   \
+                const block_q8_0 *at = (const block_q8_0 *)(a + t * arb) + i;                        \
+                const __m256i p0 = _mm256_maddubs_epi16(                                            \
+                    u0, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)at[0].qs), w0));       \
+                const __m256i p1 = _mm256_maddubs_epi16(                                            \
+                    u1, _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)at[1].qs), w1));       \
+                const __m256i l0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(1));                     \
+                const __m256i l1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(1));                     \
+                acc0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(d0 * f16s(at[0].d)), acc0[t]); \
+                acc1[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_set1_ps(d1 * f16s(at[1].d)), acc1[t]); \
+            }                                                                                       \
+        }                                                                                           \
+        if (i < nb) {                                                                               \
+            const __m256i w0 = WLOAD(&w[i]);                                                        \
+            const float d0 = f16s(w[i].d);                                                          \
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {                                   \
+                const block_q8_0 *at = (const block_q8_0 *)(a + t * arb) + i;                        \
+                const __m256i l0 = mm_dot_i8(w0, _mm256_loadu_si256((const __m256i *)at[0].qs));   \
+                acc0[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(d0 * f16s(at[0].d)), acc0[t]); \
+                acc1[t] = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), acc1[t]);     \
+            }                                                                                       \
+        }                                                                                           \
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) y[t * ldy] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t])); \
+    }
+
+/* The sign trick in the tile equals mm_dot_i8 only if mm_dot_i8 is that
+ * same maddubs/madd sequence (avx2.c's); KX_Q0_TILE_OK says so. */
+#ifdef KX_Q0_TILE_OK
+KX_Q0_TILE(q8_0_tile, block_q8_0, wload_q8_0)
+KX_Q0_TILE(q4_0_tile, block_q4_0, wload_q4_0)
+
+#define KX_Q0_GEMM_FN(NAME, BT, TILE)                                                               \
+    static void NAME(const kern_mat *wm, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, \
+                     float *y, int64_t ldy) {                                                       \
+        const int64_t nb = wm->n_in / QK8_0;                                                        \
+        const uint8_t *wd = wm->data;                                                               \
+        for (int t0 = 0; t0 < n_tok; t0 += KX_TOK_CHUNK) {                                          \
+            const int t1 = MIN(n_tok, t0 + KX_TOK_CHUNK);                                           \
+            for (int64_t r = r0; r < r1; r++) {                                                     \
+                const BT *w = (const BT *)(wd + (size_t)r * wm->row_bytes);                         \
+                int t = t0;                                                                         \
+                for (; t + 4 <= t1; t += 4)                                                         \
+                    TILE(4, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); \
+                switch (t1 - t) {                                                                   \
+                case 3: TILE(3, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break; \
+                case 2: TILE(2, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break; \
+                case 1: TILE(1, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break; \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+    }
+#define KX_TOK_CHUNK 64
+KX_Q0_GEMM_FN(gemm_q8_0, block_q8_0, q8_0_tile)
+KX_Q0_GEMM_FN(gemm_q4_0, block_q4_0, q4_0_tile)
+#undef KX_TOK_CHUNK
+#define KX_DOT_Q8_0 dot_q8_0
+#define KX_DOT_Q4_0 dot_q4_0
+#define KX_GEMM_Q8_0 gemm_q8_0
+#define KX_GEMM_Q4_0 gemm_q4_0
+#else
 #define KX_DOT_Q8_0 dot_q8_0
 #define KX_DOT_Q4_0 dot_q4_0
 #define KX_GEMM_Q8_0 NULL
 #define KX_GEMM_Q4_0 NULL
+#endif
 #endif
 
 /* ---- 256-element super-blocks against Q8_K --------------------------------- */

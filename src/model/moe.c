@@ -6,9 +6,9 @@
  *   1. router logits (kern_matmul over the pool), then on the caller the
  *      top-k and weights of every token, and the slots ordered by expert:
  *      expert e's tokens are slots off[e] .. off[e+1]-1, in token order;
- *   2. each slot's input row converted to the gate/up activation format
- *      (slots of one expert are contiguous, so its GEMM reads them as one
- *      activation matrix);
+ *   2. each token's input row converted to the gate/up activation format,
+ *      then copied to its slots (slots of one expert are contiguous, so its
+ *      GEMM reads them as one activation matrix);
  *   3. units of (expert, gate or up, rows r0..r1) over the pool: hg, hu;
  *   4. per slot: biases, act(), conversion to the down activation format;
  *   5. units of (expert, down rows r0..r1) over the pool: y;
@@ -52,6 +52,8 @@ struct moe_scratch {
     void *act_g;       /* (S) slot rows in gate's activation format            */
     void *act_u;       /* act_g, or act_u_buf when up's format differs         */
     void *act_u_buf;   /* (S) slot rows in up's activation format              */
+    void *act_tg;      /* (T) token rows in gate's activation format           */
+    void *act_tu;      /* (T) ... up's (when it differs)                        */
     int32_t *slot_exp; /* (S) expert of each slot                              */
     void *act_d;       /* (S) hidden rows in down's activation format          */
     float *hg, *hu;    /* (S, F)                                               */
@@ -71,7 +73,7 @@ moe_scratch *moe_scratch_new(const moe_ffn *const *layers, int n_layers, int max
     moe_scratch *s = xcalloc(1, sizeof *s);
     s->max_tokens = max_tokens;
     s->n_threads = MAX(1, n_threads);
-    size_t ar = 0, ag = 0, au = 0, ad = 0;
+    size_t ar = 0, ag = 0, au = 0, ad = 0, atg = 0, atu = 0;
     int max_units = 0;
     for (int l = 0; l < n_layers; l++) {
         const moe_ffn *f = layers[l];
@@ -84,6 +86,8 @@ moe_scratch *moe_scratch_new(const moe_ffn *const *layers, int n_layers, int max
         ag = MAX(ag, act_rows_bytes(&f->gate, S));
         au = MAX(au, act_rows_bytes(&f->up, S));
         ad = MAX(ad, act_rows_bytes(&f->down, S));
+        atg = MAX(atg, act_rows_bytes(&f->gate, (size_t)max_tokens));
+        atu = MAX(atu, act_rows_bytes(&f->up, (size_t)max_tokens));
         /* units: every expert's rows in blocks of at least 8 */
         max_units = MAX(max_units, f->n_expert * (int)((2 * (int64_t)f->n_ff + 7) / 8 + 2));
         max_units = MAX(max_units, f->n_expert * (int)(((int64_t)f->n_embd + 7) / 8 + 1));
@@ -101,6 +105,8 @@ moe_scratch *moe_scratch_new(const moe_ffn *const *layers, int n_layers, int max
     s->act_g = xaligned_alloc(MAX(ag, (size_t)64));
     s->act_u_buf = xaligned_alloc(MAX(au, (size_t)64));
     s->slot_exp = xmalloc(S * sizeof(int32_t));
+    s->act_tg = xaligned_alloc(MAX(atg, (size_t)64));
+    s->act_tu = xaligned_alloc(MAX(atu, (size_t)64));
     s->act_d = xaligned_alloc(MAX(ad, (size_t)64));
     s->hg = xaligned_alloc(S * (size_t)s->max_ff * sizeof(float));
     s->hu = xaligned_alloc(S * (size_t)s->max_ff * sizeof(float));
@@ -113,7 +119,7 @@ moe_scratch *moe_scratch_new(const moe_ffn *const *layers, int n_layers, int max
 void moe_scratch_free(moe_scratch *s) {
     if (!s) return;
     void *bufs[] = {s->logits, s->sel,   s->wts,   s->off,   s->fill, s->slot_tok, s->tok_slot, s->taken,
-                    s->act_r,  s->act_g, s->act_u_buf, s->slot_exp, s->act_d, s->hg,   s->hu,       s->y,        s->units};
+                    s->act_r,  s->act_g, s->act_u_buf, s->slot_exp, s->act_tg, s->act_tu, s->act_d, s->hg,   s->hu,       s->y,        s->units};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(s);
 }
@@ -169,19 +175,31 @@ typedef struct moe_job {
     _Atomic int next;
 } moe_job;
 
-/* Step 2: slot rows of x in the gate/up activation formats. */
-static void conv_in(const moe_job *j, long a, long b) {
+/* Step 2a: each token's row in the gate/up activation formats (once per
+ * token, not once per slot). */
+static void conv_tok(const moe_job *j, long a, long b) {
     const moe_ffn *f = j->f;
     moe_scratch *s = j->s;
     const kern_act_fn ag = kern->act[f->gate.type], au = kern->act[f->up.type];
     const size_t rg = kern_act_row_bytes(f->gate.type, f->n_embd), ru = kern_act_row_bytes(f->up.type, f->n_embd);
+    for (long t = a; t < b; t++) {
+        const float *xr = j->x + (size_t)t * f->n_embd;
+        if (ag) ag(xr, (char *)s->act_tg + (size_t)t * rg, f->n_embd);
+        if (au && s->act_u != s->act_g) au(xr, (char *)s->act_tu + (size_t)t * ru, f->n_embd);
+    }
+}
+
+/* Step 2b: the rows gathered in slot order (an expert's tokens contiguous). */
+static void gather(const moe_job *j, long a, long b) {
+    const moe_ffn *f = j->f;
+    moe_scratch *s = j->s;
+    const bool cg = kern->act[f->gate.type] != NULL, cu = kern->act[f->up.type] != NULL;
+    const size_t rg = act_rows_bytes(&f->gate, 1), ru = act_rows_bytes(&f->up, 1);
     for (long i = a; i < b; i++) {
-        const float *xr = j->x + (size_t)s->slot_tok[i] * f->n_embd;
-        if (ag) ag(xr, (char *)s->act_g + (size_t)i * rg, f->n_embd);
-        else memcpy((float *)s->act_g + (size_t)i * f->n_embd, xr, sizeof(float) * (size_t)f->n_embd);
+        const size_t t = (size_t)s->slot_tok[i];
+        memcpy((char *)s->act_g + (size_t)i * rg, cg ? (const char *)s->act_tg + t * rg : (const char *)(j->x + t * f->n_embd), rg);
         if (s->act_u == s->act_g) continue;
-        if (au) au(xr, (char *)s->act_u + (size_t)i * ru, f->n_embd);
-        else memcpy((float *)s->act_u + (size_t)i * f->n_embd, xr, sizeof(float) * (size_t)f->n_embd);
+        memcpy((char *)s->act_u + (size_t)i * ru, cu ? (const char *)s->act_tu + t * ru : (const char *)(j->x + t * f->n_embd), ru);
     }
 }
 
@@ -336,7 +354,8 @@ void moe_forward(const moe_ffn *f, moe_scratch *s, pool *p, const float *x, int 
     /* the up rows share the gate's converted rows when their formats agree */
     s->act_u = kern_act_type(f->up.type) == kern_act_type(f->gate.type) ? s->act_g : s->act_u_buf;
     moe_job j = {.f = f, .s = s, .x = x, .out = out, .T = T, .S = S};
-    per_rows(p, &j, conv_in, S, f->n_embd);     /* 2 */
+    per_rows(p, &j, conv_tok, T, f->n_embd);    /* 2 */
+    per_rows(p, &j, gather, S, f->n_embd / 8);  /*   (a copy: cheap per element) */
     run_units(p, &j, false);                    /* 3 */
     per_rows(p, &j, mid, S, f->n_ff);           /* 4 */
     run_units(p, &j, true);                     /* 5 */
