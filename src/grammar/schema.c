@@ -137,10 +137,6 @@ enum {
     P_INTEGER = 1 << 6,
     P_KEYCHAR = 1 << 7,
     P_PCHAR = 1 << 8, /* any code point, canonically escaped (pattern strings) */
-    P_DATE = 1 << 9,
-    P_TIME = 1 << 10,
-    P_DATETIME = 1 << 11,
-    P_UUID = 1 << 12,
 };
 
 typedef struct {
@@ -161,6 +157,12 @@ typedef struct {
     int depth;  /* nesting of gen_schema                              */
     int n_cont; /* objects and arrays entered on the current path     */
     err_t *e;
+    bool strict;      /* refuse what cannot be enforced (else relax it)    */
+    sbuf relaxed;     /* "keyword at /pointer" entries, ", "-separated      */
+    int n_relaxed;
+    char *fail_kw;    /* the keyword and schema pointer of the last         */
+    char *fail_ptr;   /* ERR_UNSUPPORTED, when one keyword is to blame      */
+    json_t *owned;    /* relaxed copies of schemas (freed with the gen)     */
 } gen;
 
 #define TOO_BIG(g) ((g)->rules.n > GRAMMAR_MAX_SRC_BYTES)
@@ -239,21 +241,12 @@ static void prim(gen *g, unsigned which, sbuf *out) {
         {P_KEYCHAR, "keychar", "[^\"\\\\\\x00-\\x1f]"},
         {P_PCHAR, "pchar",
          "[^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\bfnrt] | \"u000\" [0-7bef] | \"u001\" [0-9a-f] )"},
-        {P_DATE, "date",
-         "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )"},
-        {P_TIME, "time",
-         "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )? ( \"Z\" | [-+] "
-         "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )"},
-        {P_DATETIME, "date-time", "@-date \"T\" @-time"},
-        {P_UUID, "uuid",
-         "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}"},
     };
     static const unsigned deps[][2] = {
         {P_VALUE, P_OBJECT | P_ARRAY | P_STRING | P_NUMBER},
         {P_OBJECT, P_STRING | P_VALUE},
         {P_ARRAY, P_VALUE},
         {P_STRING, P_CHAR},
-        {P_DATETIME, P_DATE | P_TIME},
     };
     for (size_t i = 0; i < ARRAY_LEN(defs); i++) {
         if (defs[i].bit != which) continue;
@@ -269,7 +262,7 @@ static void prim(gen *g, unsigned which, sbuf *out) {
         sb_puts(&g->rules, "\n");
         for (size_t d = 0; d < ARRAY_LEN(deps); d++)
             if (deps[d][0] == which)
-                for (unsigned bit = 1; bit <= P_UUID; bit <<= 1)
+                for (unsigned bit = 1; bit <= P_PCHAR; bit <<= 1)
                     if (deps[d][1] & bit) prim(g, bit, NULL);
         return;
     }
@@ -389,13 +382,19 @@ static void gbnf_lit(sbuf *b, const char *s, size_t n) {
 
 static const char *const kw_annotation[] = {
     "title",      "description", "default",  "examples",  "$schema", "$id", "$comment",
-    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict",
+    "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "strict", "$anchor",
+    "$dynamicAnchor", "$vocabulary", "contentEncoding", "contentMediaType", "contentSchema",
 };
+/* Keywords enforced (or relaxed keyword by keyword inside their handlers). */
 static const char *const kw_supported[] = {
     "type",         "enum",      "const",     "properties", "required",  "additionalProperties",
     "items",        "prefixItems", "minItems", "maxItems",  "minLength", "maxLength",
     "pattern",      "format",    "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum",
-    "anyOf",        "oneOf",     "allOf",     "$ref",
+    "anyOf",        "oneOf",     "allOf",     "$ref",       "multipleOf", "propertyNames",
+    "patternProperties", "minProperties", "maxProperties", "additionalItems", "contains",
+    "minContains",  "maxContains", "uniqueItems", "dependentRequired", "not", "if", "then", "else",
+    "nullable",     "$recursiveRef", "$dynamicRef", "dependencies", "dependentSchemas",
+    "unevaluatedProperties", "unevaluatedItems",
 };
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
@@ -404,6 +403,14 @@ static bool in_list(const char *k, const char *const *list, size_t n) {
     return false;
 }
 static bool is_annotation(const char *k) { return in_list(k, kw_annotation, ARRAY_LEN(kw_annotation)); }
+
+/* false, {"not": {}} or {"not": true}: no value (zod's never). */
+static bool is_never(json_t *s) {
+    if (json_is_false(s)) return true;
+    if (!json_is_object(s) || json_object_size(s) != 1) return false;
+    json_t *n = json_object_get(s, "not");
+    return n && (json_is_true(n) || (json_is_object(n) && json_object_size(n) == 0));
+}
 
 /* Type bits. */
 enum { T_STRING = 1, T_NUMBER = 2, T_INTEGER = 4, T_BOOLEAN = 8, T_NULL = 16, T_OBJECT = 32, T_ARRAY = 64, T_ALL = 127 };
@@ -427,8 +434,23 @@ static unsigned json_type_bits(json_t *v) {
     return 0;
 }
 
+/* ERR_UNSUPPORTED blamed on keyword kw of the schema at ptr: gen_schema drops
+ * that keyword and tries again unless the compile is strict. */
+static int unsup(gen *g, const char *ptr, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int unsup(gen *g, const char *ptr, const char *kw, const char *fmt, ...) {
+    char msg[sizeof g->e->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    free(g->fail_kw);
+    free(g->fail_ptr);
+    g->fail_kw = xstrdup(kw);
+    g->fail_ptr = xstrdup(ptr);
+    return err_set(g->e, ERR_UNSUPPORTED, "%s", msg);
+}
 static int unsupported_kw(gen *g, const char *kw, const char *ptr) {
-    return err_set(g->e, ERR_UNSUPPORTED, "unsupported JSON Schema keyword '%s' at %s", kw, ptr_show(ptr));
+    return unsup(g, ptr, kw, "unsupported JSON Schema keyword '%s' at %s", kw, ptr_show(ptr));
 }
 static int invalid_kw(gen *g, const char *ptr, const char *kw, const char *what) {
     return err_set(g->e, ERR_INVALID, "%s/%s %s", ptr, kw, what);
@@ -446,8 +468,7 @@ static int get_count(gen *g, json_t *s, const char *ptr, const char *kw, long lo
     else return invalid_kw(g, ptr, kw, "must be a non-negative integer");
     if (x < 0) return invalid_kw(g, ptr, kw, "must be a non-negative integer");
     if (x > GRAMMAR_MAX_REPEAT)
-        return err_set(g->e, ERR_UNSUPPORTED, "%s/%s: %lld is above the supported %d", ptr, kw, x,
-                       GRAMMAR_MAX_REPEAT);
+        return unsup(g, ptr, kw, "%s/%s: %lld is above the supported %d", ptr, kw, x, GRAMMAR_MAX_REPEAT);
     *out = x;
     return 0;
 }
@@ -576,24 +597,303 @@ static int int_bound(gen *g, json_t *s, const char *ptr, const char *kw, bool lo
     return 0;
 }
 
+/* multipleOf as a positive integer (*k 0: absent or 1); ERR_UNSUPPORTED
+ * when it is not integral. */
+static int int_multiple(gen *g, json_t *s, const char *ptr, int64_t *k) {
+    json_t *v = json_object_get(s, "multipleOf");
+    *k = 0;
+    if (!v) return 0;
+    double x = json_is_integer(v) ? (double)json_integer_value(v) : json_is_real(v) ? json_real_value(v) : -1;
+    if (!(x > 0) || !isfinite(x)) return invalid_kw(g, ptr, "multipleOf", "must be a number above 0");
+    if (x != floor(x) || x > 1e15) return unsup(g, ptr, "multipleOf", "%s/multipleOf: only integers are supported here", ptr);
+    *k = x == 1 ? 0 : (int64_t)x;
+    return 0;
+}
+
+#define SCHEMA_MAX_MULTIPLES 256 /* multiples of multipleOf written out one by one */
+
 static int gen_integer(gen *g, json_t *s, const char *ptr, sbuf *out) {
     bool have_lo = false, have_hi = false;
-    int64_t lo = 0, hi = 0;
+    int64_t lo = 0, hi = 0, k;
     json_t *xmin = json_object_get(s, "exclusiveMinimum"), *xmax = json_object_get(s, "exclusiveMaximum");
     int rc;
     if ((rc = int_bound(g, s, ptr, "minimum", true, json_is_true(xmin), &have_lo, &lo))) return rc;
     if ((rc = int_bound(g, s, ptr, "maximum", false, json_is_true(xmax), &have_hi, &hi))) return rc;
     if ((rc = int_bound(g, s, ptr, "exclusiveMinimum", true, true, &have_lo, &lo))) return rc;
     if ((rc = int_bound(g, s, ptr, "exclusiveMaximum", false, true, &have_hi, &hi))) return rc;
-    if (!have_lo && !have_hi) {
+    if ((rc = int_multiple(g, s, ptr, &k))) return rc;
+    if (!have_lo && !have_hi && !k) {
         prim(g, P_INTEGER, out);
         return 0;
     }
+    bool bounded = have_lo || have_hi;
     if (!have_hi) hi = lo <= SCHEMA_INT_DEFAULT ? SCHEMA_INT_DEFAULT : INT64_MAX;
     if (!have_lo) lo = hi >= -SCHEMA_INT_DEFAULT ? -SCHEMA_INT_DEFAULT : INT64_MIN;
     if (lo > hi)
         return err_set(g->e, ERR_INVALID, "%s: no integer satisfies the minimum and maximum", ptr_show(ptr));
-    int_range(out, lo, hi);
+    if (!k) {
+        int_range(out, lo, hi);
+        return 0;
+    }
+    /* multiples of k: written out when few, else by their last digits when
+     * k divides a power of ten (and there are no bounds) */
+    int64_t first = lo >= 0 ? (lo + k - 1) / k * k : -((-lo) / k * k);
+    if (bounded && (first > hi || (hi - first) / k < SCHEMA_MAX_MULTIPLES)) {
+        if (first > hi) return err_set(g->e, ERR_INVALID, "%s: no integer in range is a multiple of %" PRId64, ptr_show(ptr), k);
+        sb_puts(out, "( ");
+        for (int64_t x = first; x <= hi; x += k) {
+            sb_printf(out, "%s\"%" PRId64 "\"", x == first ? "" : " | ", x);
+            if (hi - x < k) break;
+        }
+        sb_puts(out, " )");
+        return 0;
+    }
+    int m = 0;
+    int64_t p10 = 1;
+    while (m < 4 && p10 % k) p10 *= 10, m++;
+    if (bounded || p10 % k || p10 / k > SCHEMA_MAX_MULTIPLES)
+        return unsup(g, ptr, "multipleOf", "%s/multipleOf %" PRId64 " is supported with few multiples in range, or "
+                     "dividing 10000 without bounds", ptr, k);
+    /* x = 0, or -? (the multiples below 10^m) or -? [1-9][0-9]* (m-digit suffixes that are multiples) */
+    sb_puts(out, "( \"0\" | \"-\"? ( ");
+    for (int64_t x = k; x < p10; x += k) sb_printf(out, "%s\"%" PRId64 "\"", x == k ? "" : " | ", x);
+    sb_printf(out, " | [1-9] [0-9]{0,%d} ( ", SCHEMA_INT_DIGITS - m - 1);
+    for (int64_t x = 0; x < p10; x += k) sb_printf(out, "%s\"%0*" PRId64 "\"", x == 0 ? "" : " | ", m, x);
+    sb_puts(out, " ) ) )");
+    return 0;
+}
+
+/* ---- numbers: decimal ranges --------------------------------------------- */
+
+/* A bound as a decimal: integer part (no leading zeros) and fraction digits
+ * (no trailing zeros). */
+typedef struct {
+    bool neg;
+    char ip[48], fp[48];
+    double val;
+} decimal;
+
+static bool dec_of(json_t *v, decimal *d) {
+    memset(d, 0, sizeof *d);
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        d->neg = x < 0;
+        snprintf(d->ip, sizeof d->ip, "%" PRIu64, x < 0 ? (uint64_t)(-(x + 1)) + 1 : (uint64_t)x);
+        return true;
+    }
+    if (!json_is_real(v) || !isfinite(json_real_value(v))) return false;
+    double x = json_real_value(v);
+    d->neg = x < 0;
+    char tmp[64];
+    int p = 0;
+    for (; p < 17; p++) {
+        snprintf(tmp, sizeof tmp, "%.*e", p, fabs(x));
+        if (strtod(tmp, NULL) == fabs(x)) break;
+    }
+    char dig[24];
+    int nd = 0, ex;
+    char *e = strchr(tmp, 'e');
+    if (!e) return false;
+    ex = atoi(e + 1);
+    for (char *c = tmp; c < e; c++)
+        if (isdigit((unsigned char)*c)) dig[nd++] = *c;
+    if (ex > 30 || ex < -30) return false;
+    /* value = dig[0].dig[1..] * 10^ex */
+    int ipn = 0, fpn = 0;
+    for (int i = 0; i <= ex && ex >= 0; i++) d->ip[ipn++] = i < nd ? dig[i] : '0';
+    if (ex < 0) {
+        d->ip[ipn++] = '0';
+        for (int i = 0; i < -ex - 1; i++) d->fp[fpn++] = '0';
+        for (int i = 0; i < nd; i++) d->fp[fpn++] = dig[i];
+    } else
+        for (int i = ex + 1; i < nd; i++) d->fp[fpn++] = dig[i];
+    d->ip[ipn] = 0;
+    while (fpn > 0 && d->fp[fpn - 1] == '0') fpn--;
+    d->fp[fpn] = 0;
+    return true;
+}
+
+static bool all_zero(const char *s) {
+    for (; *s; s++)
+        if (*s != '0') return false;
+    return true;
+}
+
+/* Appends alternatives for fraction tails T (digits, 1 <= |T| <= r) with
+ * 0.T >= 0.L (> when le) and <= 0.H (< when he); L or H NULL: no bound.
+ * *empty: the empty tail (no fraction) qualifies. Returns false when no
+ * non-empty tail does. */
+static bool frac_tail(sbuf *b, const char *L, bool le, const char *H, bool he, int r, bool *empty) {
+    if (L && !le && all_zero(L)) L = NULL;
+    *empty = (!L || (all_zero(L) && !le)) && (!H || !he || !all_zero(H));
+    if (r <= 0) return false;
+    if (!L && !H) {
+        sb_printf(b, "[0-9]{1,%d}", r);
+        return true;
+    }
+    sbuf alt = {0};
+    int n = 0;
+    for (int d = 0; d <= 9;) {
+        const char *ln = NULL, *hn = NULL;
+        bool dead = false;
+        if (L) {
+            int l0 = *L ? *L - '0' : 0;
+            if (d < l0) dead = true;
+            else if (d == l0) ln = *L ? L + 1 : L;
+        }
+        if (H) {
+            int h0 = *H ? *H - '0' : 0;
+            if (d > h0) dead = true;
+            else if (d == h0) hn = *H ? H + 1 : H;
+        }
+        if (dead) {
+            d++;
+            continue;
+        }
+        int d2 = d;
+        if (!ln && !hn) /* a run of free digits */
+            while (d2 < 9 && (!L || d2 + 1 > (*L ? *L - '0' : 0)) && (!H || d2 + 1 < (*H ? *H - '0' : 0))) d2++;
+        sbuf sub = {0};
+        bool sub_empty;
+        bool sub_ok = !ln && !hn ? (r > 1 ? (sb_printf(&sub, "[0-9]{1,%d}", r - 1), true) : false)
+                                 : frac_tail(&sub, ln, le, hn, he, r - 1, &sub_empty);
+        if (!ln && !hn) sub_empty = true;
+        if (sub_ok || sub_empty) {
+            if (n++) sb_puts(&alt, " | ");
+            if (d == d2) sb_printf(&alt, "\"%d\"", d);
+            else sb_printf(&alt, "[%d-%d]", d, d2);
+            if (sub_ok) sb_printf(&alt, sub_empty ? " ( %s )?" : " %s", sub.p);
+        }
+        sb_free(&sub);
+        d = d2 + 1;
+    }
+    if (n) sb_printf(b, "( %s )", alt.p);
+    sb_free(&alt);
+    return n > 0;
+}
+
+/* One alternative: integer part `ip` then a fraction under the bounds. */
+static void num_alt(sbuf *b, int *n, const char *ip_expr, const char *L, bool le, const char *H, bool he, int r) {
+    sbuf f = {0};
+    bool empty;
+    bool ok = frac_tail(&f, L, le, H, he, r, &empty);
+    if (ok || empty) {
+        if ((*n)++) sb_puts(b, " | ");
+        sb_printf(b, "%s", ip_expr);
+        if (ok) sb_printf(b, empty ? " ( \".\" %s )?" : " \".\" %s", f.p);
+    }
+    sb_free(&f);
+}
+
+/* Magnitudes m with a <= m (< when ae) and m <= bd (< when be; bd NULL: up
+ * to maxi with any fraction), r fraction digits at most. */
+static void mag_range(sbuf *b, int *n, const decimal *a, bool ae, const decimal *bd, bool be, uint64_t maxi, int r) {
+    uint64_t A = strtoull(a->ip, NULL, 10), B = bd ? strtoull(bd->ip, NULL, 10) : maxi;
+    char lit[64];
+    snprintf(lit, sizeof lit, "\"%" PRIu64 "\"", A);
+    if (bd && A == B) {
+        num_alt(b, n, lit, a->fp, ae, bd->fp, be, r);
+        return;
+    }
+    num_alt(b, n, lit, a->fp, ae, NULL, false, r);
+    uint64_t top = bd ? B - 1 : B;
+    if (A + 1 <= top) {
+        sbuf ir = {0};
+        bool first = true;
+        nonneg_range(&ir, A + 1, top, &first);
+        sbuf ie = {0};
+        sb_printf(&ie, "( %s )", ir.p);
+        num_alt(b, n, ie.p, NULL, false, NULL, false, r);
+        sb_free(&ir);
+        sb_free(&ie);
+    }
+    if (bd) {
+        snprintf(lit, sizeof lit, "\"%" PRIu64 "\"", B);
+        num_alt(b, n, lit, NULL, false, bd->fp, be, r);
+    }
+}
+
+/* A number bound: the stricter of `kw` and its draft-4 / exclusive forms. */
+static int num_bound(gen *g, json_t *s, const char *ptr, bool lower, decimal *d, bool *excl, bool *have) {
+    const char *kw = lower ? "minimum" : "maximum", *xkw = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    json_t *v = json_object_get(s, kw), *xv = json_object_get(s, xkw);
+    *have = false;
+    double best = 0;
+    for (int i = 0; i < 2; i++) {
+        json_t *x = i ? xv : v;
+        if (!x || json_is_boolean(x)) continue;
+        if (!json_is_number(x) || !isfinite(json_number_value(x))) return invalid_kw(g, ptr, i ? xkw : kw, "must be a number");
+        bool e = i ? true : json_is_true(xv);
+        double val = json_number_value(x);
+        if (*have && (lower ? val < best || (val == best && !e) : val > best || (val == best && !e))) continue;
+        decimal t;
+        if (!dec_of(x, &t)) return unsup(g, ptr, i ? xkw : kw, "%s/%s: bound out of the supported range", ptr, i ? xkw : kw);
+        t.val = val;
+        *d = t;
+        *excl = e;
+        best = val;
+        *have = true;
+    }
+    if (*have && strlen(d->ip) > SCHEMA_INT_DIGITS)
+        return unsup(g, ptr, json_object_get(s, kw) ? kw : xkw, "%s: number bound beyond 15 integer digits", ptr_show(ptr));
+    return 0;
+}
+
+static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
+    decimal lo, hi;
+    bool lx = false, hx = false, hl, hh;
+    int rc;
+    if ((rc = num_bound(g, s, ptr, true, &lo, &lx, &hl))) return rc;
+    if ((rc = num_bound(g, s, ptr, false, &hi, &hx, &hh))) return rc;
+    json_t *mo = json_object_get(s, "multipleOf");
+    int max_frac = -1;
+    if (mo) {
+        double k = json_is_number(mo) ? json_number_value(mo) : -1;
+        if (!(k > 0) || !isfinite(k)) return invalid_kw(g, ptr, "multipleOf", "must be a number above 0");
+        if (k == floor(k)) return gen_integer(g, s, ptr, out); /* integral multiples are integers */
+        for (int n = 1; n <= 9 && max_frac < 0; n++)
+            if (k == pow(10, -n)) max_frac = n;
+        if (max_frac < 0)
+            return unsup(g, ptr, "multipleOf", "%s/multipleOf on numbers: only 0.1, 0.01, ... are supported", ptr);
+    }
+    if (!hl && !hh && max_frac < 0) {
+        prim(g, P_NUMBER, out);
+        return 0;
+    }
+    if (hl && hh && (lo.val > hi.val || (lo.val == hi.val && (lx || hx))))
+        return err_set(g->e, ERR_INVALID, "%s: no number satisfies the minimum and maximum", ptr_show(ptr));
+    /* magnitudes: the default bound keeps 15 significant digits (so every
+     * value written reads back as a distinct double, on the right side of
+     * the bounds) */
+    size_t nd = MAX(hl ? strlen(lo.ip) : 1, hh ? strlen(hi.ip) : 1);
+    uint64_t maxi = nd <= 9 ? 999999999ull : SCHEMA_INT_DEFAULT;
+    int r = SCHEMA_INT_DIGITS - (hl && hh ? (int)nd : n_digits(maxi));
+    if (max_frac >= 0 && r > max_frac) r = max_frac;
+    sbuf b = {0};
+    int n = 0;
+    decimal zero = {.ip = "0"};
+    /* m >= 0 */
+    bool lo_neg = hl && lo.neg && !(all_zero(lo.ip) && all_zero(lo.fp));
+    bool hi_neg = hh && hi.neg && !(all_zero(hi.ip) && all_zero(hi.fp));
+    if (!hh || !hi_neg) {
+        if (hl && !lo_neg) mag_range(&b, &n, &lo, lx, hh ? &hi : NULL, hx, maxi, r);
+        else mag_range(&b, &n, &zero, false, hh ? &hi : NULL, hx, maxi, r);
+    }
+    /* m < 0: "-" then magnitudes in (|hi| or 0, |lo|] */
+    if (!hl || lo_neg) {
+        sbuf nb = {0};
+        int nn = 0;
+        if (hh && hi_neg) mag_range(&nb, &nn, &hi, hx, hl ? &lo : NULL, lx, maxi, r);
+        else mag_range(&nb, &nn, &zero, true, hl ? &lo : NULL, lx, maxi, r);
+        if (nn) sb_printf(&b, "%s\"-\" ( %s )", n++ ? " | " : "", nb.p);
+        sb_free(&nb);
+    }
+    if (!n) {
+        sb_free(&b);
+        return err_set(g->e, ERR_INVALID, "%s: no number satisfies the bounds", ptr_show(ptr));
+    }
+    sb_printf(out, "( %s )", b.p);
+    sb_free(&b);
     return 0;
 }
 
@@ -706,12 +1006,15 @@ typedef struct {
     bool top_alt; /* a '|' outside every group */
     gen *g;
     const char *ptr;
+    const char *kw; /* the keyword the pattern came from (for messages)   */
     int rc;
 } rxp;
 
 static rx *rx_fail(rxp *p, int code, const char *what) {
     if (!p->rc)
-        p->rc = err_set(p->g->e, code, "%s/pattern: %s at offset %zu", p->ptr, what, p->i);
+        p->rc = code == ERR_UNSUPPORTED
+                    ? unsup(p->g, p->ptr, p->kw, "%s/%s: %s at offset %zu", p->ptr, p->kw, what, p->i)
+                    : err_set(p->g->e, code, "%s/%s: %s at offset %zu", p->ptr, p->kw, what, p->i);
     return NULL;
 }
 
@@ -1123,76 +1426,239 @@ static void emit_rx(sbuf *b, const rx *r) {
     }
 }
 
-static int gen_pattern(gen *g, json_t *v, const char *ptr, sbuf *out) {
-    if (!json_is_string(v)) return invalid_kw(g, ptr, "pattern", "must be a string");
-    const char *s = json_string_value(v);
-    size_t n = json_string_length(v);
+/* Length range of r in code points (*hi -1: unbounded). */
+static void rx_len(const rx *r, long long *lo, long long *hi) {
+    long long a, b, c, d;
+    switch (r->kind) {
+    case RX_EMPTY: *lo = *hi = 0; return;
+    case RX_SET: *lo = *hi = 1; return;
+    case RX_CAT:
+        rx_len(r->a, &a, &b);
+        rx_len(r->b, &c, &d);
+        *lo = a + c;
+        *hi = b < 0 || d < 0 ? -1 : b + d;
+        return;
+    case RX_ALT:
+        rx_len(r->a, &a, &b);
+        rx_len(r->b, &c, &d);
+        *lo = MIN(a, c);
+        *hi = b < 0 || d < 0 ? -1 : MAX(b, d);
+        return;
+    case RX_REP:
+        rx_len(r->a, &a, &b);
+        *lo = a * r->min;
+        *hi = r->max < 0 || b < 0 ? (b == 0 ? 0 : -1) : b * r->max;
+        return;
+    }
+}
+
+/* Compiles pattern text (anchors ^ and $ only at its ends) into *out. */
+static int rx_compile(gen *g, const char *s, size_t n, const char *ptr, const char *kw, rx **out, bool *start,
+                      bool *end) {
+    *out = NULL;
     if (n > SCHEMA_MAX_PATTERN)
-        return err_set(g->e, ERR_RANGE, "%s/pattern is longer than %d bytes", ptr, SCHEMA_MAX_PATTERN);
-    bool start = n > 0 && s[0] == '^';
-    rxp p = {.s = s, .i = start ? 1 : 0, .n = n, .g = g, .ptr = ptr};
+        return err_set(g->e, ERR_RANGE, "%s/%s is longer than %d bytes", ptr, kw, SCHEMA_MAX_PATTERN);
+    *start = n > 0 && s[0] == '^';
+    rxp p = {.s = s, .i = *start ? 1 : 0, .n = n, .g = g, .ptr = ptr, .kw = kw};
     rx *r = rx_alt(&p);
     if (!r) return p.rc;
-    bool end = false;
-    if (p.i < n && s[p.i] == '$' && p.i + 1 == n) end = true, p.i++;
+    *end = false;
+    if (p.i < n && s[p.i] == '$' && p.i + 1 == n) *end = true, p.i++;
     if (p.i != n) {
         rx_free(r);
-        return err_set(g->e, ERR_INVALID, "%s/pattern: unexpected '%c' at offset %zu", ptr, s[p.i], p.i);
+        return err_set(g->e, ERR_INVALID, "%s/%s: unexpected '%c' at offset %zu", ptr, kw, s[p.i], p.i);
     }
-    if ((start || end) && p.top_alt) {
+    if ((*start || *end) && p.top_alt) {
         rx_free(r);
-        return err_set(g->e, ERR_UNSUPPORTED,
-                       "%s/pattern: an anchor beside a top-level '|' (write ^(a|b)$ for a whole-string choice)",
-                       ptr);
+        return unsup(g, ptr, kw, "%s/%s: an anchor beside a top-level '|' (write ^(a|b)$ for a whole-string choice)",
+                     ptr, kw);
     }
-    sb_puts(out, "( \"\\\"\" ");
-    if (!start) {
-        prim(g, P_PCHAR, out);
-        sb_puts(out, "* ");
-    }
-    size_t before = out->n;
-    emit_rx(out, r);
-    if (out->n > before) sb_puts(out, " ");
-    if (!end) {
-        prim(g, P_PCHAR, out);
-        sb_puts(out, "* ");
-    }
-    sb_puts(out, "\"\\\"\" )");
-    rx_free(r);
+    *out = r;
     return 0;
 }
 
-/* ---- strings ------------------------------------------------------------- */
+/* A quoted string: [pad] r [pad], a pad being lo..hi pattern characters
+ * (hi -1: any number; lo -1: no pad). */
+static void emit_pattern_string(gen *g, const rx *r, long long llo, long long lhi, long long rlo, long long rhi,
+                                sbuf *out) {
+    sb_puts(out, "( \"\\\"\" ");
+    for (int side = 0; side < 2; side++) {
+        long long lo = side ? rlo : llo, hi = side ? rhi : lhi;
+        if (side) {
+            size_t before = out->n;
+            emit_rx(out, r);
+            if (out->n > before) sb_puts(out, " ");
+        }
+        if (lo < 0 || hi == 0) continue;
+        prim(g, P_PCHAR, out);
+        if (hi < 0) sb_printf(out, lo ? "{%lld,} " : "* ", lo);
+        else if (lo == hi) sb_printf(out, "{%lld} ", lo);
+        else sb_printf(out, "{%lld,%lld} ", lo, hi);
+    }
+    sb_puts(out, "\"\\\"\" )");
+}
+
+/* Narrows an anchored regex whose pieces have fixed lengths but one, a
+ * repetition of a one-character set, to total lengths mn..mx. */
+static bool rx_clamp(rx *r, long long mn, long long mx) {
+    rx *var = NULL;
+    long long fixed = 0;
+    rx *stack[64];
+    int n = 0;
+    stack[n++] = r;
+    while (n) {
+        rx *x = stack[--n];
+        if (x->kind == RX_CAT) {
+            if (n + 2 > 64) return false;
+            stack[n++] = x->b;
+            stack[n++] = x->a;
+            continue;
+        }
+        long long lo, hi;
+        rx_len(x, &lo, &hi);
+        if (lo == hi) {
+            fixed += lo;
+            continue;
+        }
+        if (var || x->kind != RX_REP || x->a->kind != RX_SET) return false;
+        var = x;
+    }
+    if (!var) return fixed >= mn && (mx < 0 || fixed <= mx);
+    long long lo = MAX((long long)var->min, mn - fixed);
+    long long hi = var->max < 0 ? (mx < 0 ? -1 : mx - fixed) : (mx < 0 ? var->max : MIN(var->max, mx - fixed));
+    if (hi >= 0 && hi < lo) return false;
+    if (lo > GRAMMAR_MAX_REPEAT || hi > GRAMMAR_MAX_REPEAT) return false;
+    var->min = (int)lo;
+    var->max = (int)hi;
+    return true;
+}
+
+/* The string body for regex r under lengths mn..mx (mx -1: none): exact,
+ * or a narrower language that still satisfies both; else ERR_UNSUPPORTED
+ * blamed on the length keyword. */
+static int gen_rx_string(gen *g, rx *r, bool start, bool end, long long mn, long long mx, const char *ptr, sbuf *out) {
+    long long lo, hi;
+    rx_len(r, &lo, &hi);
+    if (!start || !end) hi = -1;
+    const char *len_kw = mx >= 0 ? "maxLength" : "minLength";
+    if (lo >= mn && (mx < 0 || (hi >= 0 && hi <= mx))) {
+        emit_pattern_string(g, r, start ? -1 : 0, -1, end ? -1 : 0, -1, out);
+        return 0;
+    }
+    if (start && end) {
+        if (!rx_clamp(r, mn, mx))
+            return unsup(g, ptr, len_kw, "%s: %s together with this pattern or format is not supported",
+                         ptr_show(ptr), len_kw);
+        emit_pattern_string(g, r, -1, -1, -1, -1, out);
+        return 0;
+    }
+    long long rlo, rhi;
+    rx_len(r, &rlo, &rhi);
+    if (rlo != rhi || (mx >= 0 && mx < rlo))
+        return unsup(g, ptr, len_kw, "%s: %s together with this unanchored pattern is not supported", ptr_show(ptr),
+                     len_kw);
+    /* one pad takes the whole length budget; the other side is anchored */
+    long long plo = MAX(0, mn - rlo), phi = mx < 0 ? -1 : mx - rlo;
+    if (!end) emit_pattern_string(g, r, -1, -1, plo, phi, out);
+    else emit_pattern_string(g, r, plo, phi, -1, -1, out);
+    return 0;
+}
+
+/* Formats as ECMA-262 regular expressions (compiled like patterns). Each is
+ * a subset of the format's RFC grammar, chosen so that every value it
+ * admits is valid (docs/grammar.md lists what is left out). */
+#define FX_DEC8 "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+#define FX_IPV4 "(?:" FX_DEC8 "\\.){3}" FX_DEC8
+#define FX_H16 "[0-9a-fA-F]{1,4}"
+#define FX_IPV6                                                                                                      \
+    "(?:(?:" FX_H16 ":){7}" FX_H16 "|(?:" FX_H16 ":){1,7}:|(?:" FX_H16 ":){1,6}:" FX_H16 "|(?:" FX_H16                \
+    ":){1,5}(?::" FX_H16 "){1,2}|(?:" FX_H16 ":){1,4}(?::" FX_H16 "){1,3}|(?:" FX_H16 ":){1,3}(?::" FX_H16           \
+    "){1,4}|(?:" FX_H16 ":){1,2}(?::" FX_H16 "){1,5}|" FX_H16 ":(?::" FX_H16 "){1,6}|:(?:(?::" FX_H16                 \
+    "){1,7}|:)|(?:" FX_H16 ":){6}" FX_IPV4 "|::(?:" FX_H16 ":){0,5}" FX_IPV4 ")"
+#define FX_LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,60}[A-Za-z0-9])?"
+#define FX_MD                                                                                                        \
+    "(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+#define FX_DATE                                                                                                      \
+    "(?:[0-9]{4}-" FX_MD "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+#define FX_TIME                                                                                                      \
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+#define FX_N "[0-9]{1,9}"
+#define FX_DURT "T(?:" FX_N "H(?:" FX_N "M(?:" FX_N "S)?)?|" FX_N "M(?:" FX_N "S)?|" FX_N "S)"
+#define FX_PCT "%[0-9A-Fa-f]{2}"
+#define FX_PCH "(?:[A-Za-z0-9\\-._~!$&'()*+,;=:@]|" FX_PCT ")"
+#define FX_PCHNC "(?:[A-Za-z0-9\\-._~!$&'()*+,;=@]|" FX_PCT ")"
+#define FX_AUTH                                                                                                      \
+    "(?:(?:[A-Za-z0-9\\-._~!$&'()*+,;=:]|" FX_PCT ")*@)?(?:[A-Za-z0-9\\-._~!$&'()*+,;=]|" FX_PCT                      \
+    ")*(?::[0-9]{0,5})?"
+#define FX_QF "(?:\\?(?:" FX_PCH "|[/?])*)?(?:#(?:" FX_PCH "|[/?])*)?"
+#define FX_URI                                                                                                       \
+    "[A-Za-z][A-Za-z0-9+.\\-]{0,15}:(?://" FX_AUTH "(?:/" FX_PCH "*)*|/(?:" FX_PCH "+(?:/" FX_PCH "*)*)?|" FX_PCH     \
+    "+(?:/" FX_PCH "*)*)?" FX_QF
+#define FX_RELREF                                                                                                    \
+    "(?://" FX_AUTH "(?:/" FX_PCH "*)*|/(?:" FX_PCH "+(?:/" FX_PCH "*)*)?|" FX_PCHNC "+(?:/" FX_PCH "*)*)?" FX_QF
+#define FX_JPTR "(?:/(?:[^~/]|~[01])*)*"
+static const struct {
+    const char *name;
+    const char *rx;
+} formats[] = {
+    {"date", "^" FX_DATE "$"},
+    {"time", "^" FX_TIME "$"},
+    {"date-time", "^" FX_DATE "T" FX_TIME "$"},
+    {"duration", "^P(?:(?:" FX_N "Y(?:" FX_N "M(?:" FX_N "D)?)?|" FX_N "M(?:" FX_N "D)?|" FX_N "D)(?:" FX_DURT
+                 ")?|" FX_DURT "|" FX_N "W)$"},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    {"email", "^[A-Za-z0-9_+\\-]{1,15}(?:\\.[A-Za-z0-9_+\\-]{1,15}){0,3}@(?:[A-Za-z0-9](?:[A-Za-z0-9\\-]{0,44}"
+              "[A-Za-z0-9])?\\.){1,3}[A-Za-z]{2,12}$"},
+    {"hostname", "^" FX_LABEL "(?:\\." FX_LABEL "){0,3}$"},
+    {"ipv4", "^" FX_IPV4 "$"},
+    {"ipv6", "^" FX_IPV6 "$"},
+    {"uri", "^" FX_URI "$"},
+    {"uri-reference", "^(?:" FX_URI "|" FX_RELREF ")$"},
+    {"json-pointer", "^" FX_JPTR "$"},
+    {"relative-json-pointer", "^(?:0|[1-9][0-9]{0,8})(?:#|" FX_JPTR ")$"},
+    /* the internationalized forms admit every value of the ASCII forms */
+    {"iri", "^" FX_URI "$"},
+    {"iri-reference", "^(?:" FX_URI "|" FX_RELREF ")$"},
+    {"idn-email", "^[A-Za-z0-9_+\\-]{1,15}(?:\\.[A-Za-z0-9_+\\-]{1,15}){0,3}@(?:[A-Za-z0-9](?:[A-Za-z0-9\\-]{0,44}"
+                  "[A-Za-z0-9])?\\.){1,3}[A-Za-z]{2,12}$"},
+    {"idn-hostname", "^" FX_LABEL "(?:\\." FX_LABEL "){0,3}$"},
+};
 
 static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    bool has_len = json_object_get(s, "minLength") || json_object_get(s, "maxLength");
-    if ((pat != NULL) + (fmt != NULL) + has_len > 1)
-        return err_set(g->e, ERR_UNSUPPORTED,
-                       "%s: only one of pattern, format and minLength/maxLength is supported on one string",
-                       ptr_show(ptr));
-    if (pat) return gen_pattern(g, pat, ptr, out);
-    if (fmt) {
-        if (!json_is_string(fmt)) return invalid_kw(g, ptr, "format", "must be a string");
-        const char *f = json_string_value(fmt);
-        static const struct {
-            const char *name;
-            unsigned bit;
-        } fmts[] = {{"date", P_DATE}, {"time", P_TIME}, {"date-time", P_DATETIME}, {"uuid", P_UUID}};
-        for (size_t i = 0; i < ARRAY_LEN(fmts); i++)
-            if (!strcmp(f, fmts[i].name)) {
-                sb_puts(out, "( \"\\\"\" ");
-                prim(g, fmts[i].bit, out);
-                sb_puts(out, " \"\\\"\" )");
-                return 0;
-            }
-        return err_set(g->e, ERR_UNSUPPORTED, "unsupported format '%.64s' at %s", f, ptr_show(ptr));
-    }
     long long mn, mx;
     int rc;
     if ((rc = get_count(g, s, ptr, "minLength", 0, &mn))) return rc;
     if ((rc = get_count(g, s, ptr, "maxLength", -1, &mx))) return rc;
     if (mx >= 0 && mx < mn) return err_set(g->e, ERR_INVALID, "%s/maxLength is below minLength", ptr);
+    if (fmt && !json_is_string(fmt)) return invalid_kw(g, ptr, "format", "must be a string");
+    if (pat && !json_is_string(pat)) return invalid_kw(g, ptr, "pattern", "must be a string");
+    rx *r = NULL;
+    bool start = false, end = false;
+    if (pat) {
+        rc = rx_compile(g, json_string_value(pat), json_string_length(pat), ptr, "pattern", &r, &start, &end);
+        if (rc) return rc;
+        if (fmt) {
+            /* no intersection of two regular languages here: the pattern,
+             * usually the narrower, is kept and the format relaxed */
+            rx_free(r);
+            return unsup(g, ptr, "format", "%s: format '%.64s' together with pattern is not supported", ptr_show(ptr),
+                         json_string_value(fmt));
+        }
+    } else if (fmt) {
+        const char *f = json_string_value(fmt);
+        const char *text = NULL;
+        for (size_t i = 0; i < ARRAY_LEN(formats) && !text; i++)
+            if (!strcmp(f, formats[i].name)) text = formats[i].rx;
+        if (!text) return unsup(g, ptr, "format", "unsupported format '%.64s' at %s", f, ptr_show(ptr));
+        rc = rx_compile(g, text, strlen(text), ptr, "format", &r, &start, &end);
+        if (rc) PANIC("format '%s' does not compile: %s", f, g->e ? g->e->msg : "");
+    }
+    if (r) {
+        rc = gen_rx_string(g, r, start, end, mn, mx, ptr, out);
+        rx_free(r);
+        return rc;
+    }
     if (mn == 0 && mx < 0) {
         prim(g, P_STRING, out);
         return 0;
@@ -1333,9 +1799,80 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
         }
         json_object_set_new(req_set, json_string_value(r), json_true());
     }
-    /* absent additionalProperties: none when properties are listed (documented choice) */
-    bool extra = addl ? !json_is_false(addl) : props == NULL;
+    json_t *pat = json_object_get(s, "patternProperties"), *pnames = json_object_get(s, "propertyNames");
+    json_t *uneval = json_object_get(s, "unevaluatedProperties");
+    if (pat && json_is_object(pat) && json_object_size(pat) == 0) pat = NULL;
+    if (uneval) { /* after merging, the properties evaluated here are all there is */
+        if (addl || pat) {
+            json_decref(req_set);
+            json_decref(banned);
+            return unsup(g, ptr, "unevaluatedProperties",
+                         "%s: unevaluatedProperties beside additionalProperties or patternProperties is not supported",
+                         ptr_show(ptr));
+        }
+        addl = uneval;
+    }
+    /* dependentRequired: exact when the trigger is always or never there */
+    json_t *dreq = json_object_get(s, "dependentRequired");
+    for (int pass = 0; dreq && json_is_object(dreq) && pass < 64; pass++) {
+        bool grew = false;
+        const char *dk;
+        json_t *dv;
+        json_object_foreach(dreq, dk, dv) {
+            if (!json_object_get(req_set, dk) || !json_is_array(dv)) continue;
+            for (size_t i = 0; i < json_array_size(dv); i++) {
+                json_t *x = json_array_get(dv, i);
+                if (json_is_string(x) && !json_object_get(req_set, json_string_value(x))) {
+                    json_object_set_new(req_set, json_string_value(x), json_true());
+                    grew = true;
+                }
+            }
+        }
+        if (!grew) break;
+    }
+    /* absent additionalProperties: none when properties (or patternProperties) are listed (documented choice) */
+    bool extra = addl ? !json_is_false(addl) : props == NULL && pat == NULL;
     json_t *extra_schema = addl && json_is_object(addl) ? addl : NULL;
+    if (dreq && json_is_object(dreq)) {
+        const char *dk;
+        json_t *dv;
+        json_object_foreach(dreq, dk, dv) {
+            if (!json_is_array(dv)) {
+                json_decref(req_set);
+                json_decref(banned);
+                return invalid_kw(g, ptr, "dependentRequired", "must map names to arrays of names");
+            }
+            bool can_appear = (props && json_object_get(props, dk) && !is_never(json_object_get(props, dk))) ||
+                              (extra && !(props && json_object_get(props, dk)));
+            bool ok = !can_appear || json_object_get(req_set, dk);
+            for (size_t i = 0; i < json_array_size(dv) && !ok; i++) {
+                json_t *x = json_array_get(dv, i);
+                ok = json_is_string(x) && json_object_get(req_set, json_string_value(x));
+            }
+            if (!ok) {
+                json_decref(req_set);
+                json_decref(banned);
+                return unsup(g, ptr, "dependentRequired",
+                             "%s/dependentRequired: '%.64s' is optional; only dependencies of required or absent "
+                             "properties are supported",
+                             ptr, dk);
+            }
+        }
+    }
+    /* the required names, with those dependentRequired added */
+    json_t *req_all = json_array();
+    for (size_t i = 0; req && i < json_array_size(req); i++) json_array_append(req_all, json_array_get(req, i));
+    {
+        const char *rk;
+        json_t *rv;
+        json_object_foreach(req_set, rk, rv) {
+            bool in = false;
+            for (size_t i = 0; req && i < json_array_size(req) && !in; i++)
+                in = !strcmp(json_string_value(json_array_get(req, i)), rk);
+            if (!in) json_array_append_new(req_all, json_string(rk));
+        }
+    }
+    req = json_array_size(req_all) ? req_all : NULL;
 
     size_t cap = (props ? json_object_size(props) : 0) + (req ? json_array_size(req) : 0) + 1;
     member *m = xcalloc(cap, sizeof *m);
@@ -1345,7 +1882,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
     char *pp = props ? ptr_join(ptr, "properties") : NULL;
     if (props) json_object_foreach(props, k, v) {
         bool is_req = json_object_get(req_set, k) != NULL;
-        if (json_is_false(v)) {
+        if (is_never(v)) {
             json_array_append_new(banned, json_string(k)); /* never written, and not an extra key either */
             if (is_req) {
                 rc = err_set(g->e, ERR_INVALID, "%s/required: property '%.64s' is required but its schema is false",
@@ -1402,26 +1939,106 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
         sb_free(&body);
         if (rc) goto done;
     }
+    /* propertyNames and patternProperties give the keys of the additional
+     * members when no property is listed */
+    bool pn_trivial = !pnames || json_is_true(pnames);
+    if (json_is_object(pnames)) {
+        pn_trivial = true;
+        json_object_foreach(pnames, k, v) if (!is_annotation(k) &&
+                                              !(!strcmp(k, "type") && json_is_string(v) &&
+                                                !strcmp(json_string_value(v), "string"))) pn_trivial = false;
+    }
+    bool no_names = n == 0 && json_array_size(banned) == 0;
+    if (pat) {
+        if (!json_is_object(pat)) {
+            rc = invalid_kw(g, ptr, "patternProperties", "must be an object");
+            goto done;
+        }
+        if (json_object_size(pat) != 1 || !no_names || extra || !pn_trivial) {
+            rc = unsup(g, ptr, "patternProperties",
+                       "%s/patternProperties: supported as one pattern on an object without properties, "
+                       "propertyNames or additional properties",
+                       ptr);
+            goto done;
+        }
+        extra = true;
+    }
+    if (!pn_trivial && (!no_names || !extra)) {
+        rc = unsup(g, ptr, "propertyNames", "%s/propertyNames: supported on objects without listed properties", ptr);
+        goto done;
+    }
+    /* minProperties / maxProperties: bounds on the count of additional members */
+    long long pmin, pmax, xlo = 0, xhi = -1;
+    if ((rc = get_count(g, s, ptr, "minProperties", 0, &pmin)) || (rc = get_count(g, s, ptr, "maxProperties", -1, &pmax)))
+        goto done;
+    {
+        int n_req = 0;
+        for (int i = 0; i < n; i++) n_req += m[i].required;
+        bool all_req = n_req == n;
+        if (pmax >= 0 && pmax < n_req) {
+            rc = err_set(g->e, ERR_INVALID, "%s: more properties are required than maxProperties allows", ptr_show(ptr));
+            goto done;
+        }
+        if (pmin <= n_req && (pmax < 0 || (!extra && pmax >= n))) {
+        } else if (all_req && extra) {
+            xlo = MAX(0, pmin - n);
+            xhi = pmax < 0 ? -1 : pmax - n;
+        } else {
+            rc = unsup(g, ptr, pmax >= 0 ? "maxProperties" : "minProperties",
+                       "%s: minProperties/maxProperties are supported when every listed property is required", ptr_show(ptr));
+            goto done;
+        }
+        if (!extra && pmin > n) {
+            rc = err_set(g->e, ERR_INVALID, "%s: minProperties asks for more properties than are allowed", ptr_show(ptr));
+            goto done;
+        }
+    }
     /* the additional member: key (not a listed name) ": " value */
     char *xkv = NULL;
     if (extra) {
         sbuf body = {0};
-        if (n == 0 && json_array_size(banned) == 0) prim(g, P_STRING, &body);
-        else {
-            tnode root = {0};
-            for (int i = 0; i < n; i++) trie_add(&root, m[i].key);
-            for (size_t i = 0; i < json_array_size(banned); i++)
-                trie_add(&root, json_string_value(json_array_get(banned, i)));
-            sb_puts(&body, "\"\\\"\" ");
-            rc = trie_emit(g, &root, &body);
-            trie_free(root.kids);
-        }
-        sb_puts(&body, " \": \" ");
-        if (!rc) {
-            char *vp = ptr_join(ptr, "additionalProperties");
-            if (extra_schema) rc = gen_schema(g, extra_schema, vp, &body);
-            else prim(g, P_VALUE, &body);
+        if (pat) {
+            const char *pk = NULL;
+            json_t *pv = NULL;
+            json_object_foreach(pat, k, v) pk = k, pv = v;
+            rx *r;
+            bool st, en;
+            char *vp = ptr_join(ptr, "patternProperties");
+            rc = rx_compile(g, pk, strlen(pk), ptr, "patternProperties", &r, &st, &en);
+            if (!rc) {
+                emit_pattern_string(g, r, st ? -1 : 0, -1, en ? -1 : 0, -1, &body);
+                rx_free(r);
+                sb_puts(&body, " \": \" ");
+                char *vp2 = ptr_join(vp, pk);
+                rc = gen_schema(g, pv, vp2, &body);
+                free(vp2);
+            }
             free(vp);
+        } else {
+            if (!pn_trivial) {
+                json_t *ks = json_copy(pnames);
+                json_object_set_new(ks, "type", json_string("string"));
+                json_array_append_new(g->owned, ks);
+                char *vp = ptr_join(ptr, "propertyNames");
+                rc = gen_schema(g, ks, vp, &body);
+                free(vp);
+            } else if (no_names) prim(g, P_STRING, &body);
+            else {
+                tnode root = {0};
+                for (int i = 0; i < n; i++) trie_add(&root, m[i].key);
+                for (size_t i = 0; i < json_array_size(banned); i++)
+                    trie_add(&root, json_string_value(json_array_get(banned, i)));
+                sb_puts(&body, "\"\\\"\" ");
+                rc = trie_emit(g, &root, &body);
+                trie_free(root.kids);
+            }
+            sb_puts(&body, " \": \" ");
+            if (!rc) {
+                char *vp = ptr_join(ptr, "additionalProperties");
+                if (extra_schema) rc = gen_schema(g, extra_schema, vp, &body);
+                else prim(g, P_VALUE, &body);
+                free(vp);
+            }
         }
         if (!rc) {
             xkv = rule_name(g, "extra");
@@ -1434,13 +2051,33 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
         }
     }
     /* T_i chain, from the end; t_names[i] = rule for T_i or NULL when empty */
+    if (xhi == 0) extra = false;
     char **t_names = xcalloc((size_t)n + 1, sizeof *t_names);
-    if (extra) {
+    bool s_nullable = true;
+    sbuf s_expr = {0};
+    if (extra && n == 0 && (xlo > 0 || xhi >= 0)) {
+        /* counted members, the first without a comma */
+        {
+            sb_printf(&s_expr, "%s ( \", \" %s )", xkv, xkv);
+            long long l1 = xlo > 0 ? xlo - 1 : 0, h1 = xhi < 0 ? -1 : xhi - 1;
+            if (h1 < 0) sb_printf(&s_expr, "{%lld,}", l1);
+            else sb_printf(&s_expr, "{%lld,%lld}", l1, h1);
+            if (xlo == 0) {
+                sbuf t2 = {0};
+                sb_printf(&t2, "( %s )?", s_expr.p);
+                sb_free(&s_expr);
+                s_expr = t2;
+            } else s_nullable = false;
+        }
+    } else if (extra) {
         t_names[n] = rule_name(g, "more");
         sbuf body = {0};
-        sb_printf(&body, "( \", \" %s )*", xkv);
+        if (xlo == 0 && xhi < 0) sb_printf(&body, "( \", \" %s )*", xkv);
+        else if (xhi < 0) sb_printf(&body, "( \", \" %s ){%lld,}", xkv, xlo);
+        else sb_printf(&body, "( \", \" %s ){%lld,%lld}", xkv, xlo, xhi);
         rc = add_rule(g, t_names[n], body.p);
         sb_free(&body);
+        if (!rc && n == 0) sb_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
     }
     for (int i = n - 1; i >= 0 && !rc; i--) {
         sbuf body = {0};
@@ -1452,9 +2089,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
         sb_free(&body);
     }
     /* S_i chain: s_expr for S_0 built from the end. S_n: extra (first without comma) */
-    sbuf s_expr = {0};
-    bool s_nullable = true;
-    if (!rc && extra) sb_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
+    if (!rc && extra && n > 0) sb_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
     for (int i = n - 1; i >= 0 && !rc; i--) {
         sbuf e2 = {0};
         sb_puts(&e2, m[i].kv);
@@ -1501,6 +2136,7 @@ done:
     free(m);
     free(pp);
     json_decref(req_set);
+    json_decref(req_all);
     json_decref(banned);
     return rc;
 }
@@ -1509,16 +2145,60 @@ done:
 
 static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
     json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
+    const char *pre_kw = "prefixItems", *items_kw = "items";
     if (prefix && !json_is_array(prefix)) return invalid_kw(g, ptr, "prefixItems", "must be an array of schemas");
-    if (items && json_is_array(items))
-        return err_set(g->e, ERR_UNSUPPORTED, "%s/items: the array form (draft 4 tuples) is not supported; use prefixItems",
-                       ptr);
+    if (items && json_is_array(items)) {
+        /* draft 4-7 tuples: items is the prefix, additionalItems the rest */
+        if (prefix) return invalid_kw(g, ptr, "items", "cannot be an array beside prefixItems");
+        prefix = items, pre_kw = "items";
+        items = json_object_get(s, "additionalItems"), items_kw = "additionalItems";
+    }
+    json_t *uneval = json_object_get(s, "unevaluatedItems");
+    if (uneval) {
+        if (items) return unsup(g, ptr, "unevaluatedItems", "%s: unevaluatedItems beside items is not supported", ptr_show(ptr));
+        items = uneval, items_kw = "unevaluatedItems";
+    }
     if (items && !json_is_object(items) && !json_is_boolean(items))
-        return invalid_kw(g, ptr, "items", "must be a schema");
+        return invalid_kw(g, ptr, items_kw, "must be a schema");
     long long mn, mx;
     int rc;
     if ((rc = get_count(g, s, ptr, "minItems", 0, &mn))) return rc;
     if ((rc = get_count(g, s, ptr, "maxItems", -1, &mx))) return rc;
+    json_t *contains = json_object_get(s, "contains");
+    long long cmin, cmax;
+    if ((rc = get_count(g, s, ptr, "minContains", 1, &cmin)) || (rc = get_count(g, s, ptr, "maxContains", -1, &cmax)))
+        return rc;
+    if (contains && cmin > 0) {
+        /* "[" (E ", ")* (E and C) (", " E)* "]": exact for one required match */
+        if (prefix || mn > 1 || mx >= 0 || cmin > 1 || cmax >= 0 || json_is_false(items))
+            return unsup(g, ptr, "contains",
+                         "%s/contains: supported without prefixItems, minItems above 1, maxItems, minContains above 1 "
+                         "and maxContains", ptr);
+        json_t *both = json_pack("{s:[O,O]}", "allOf", items ? items : json_true(), contains);
+        json_array_append_new(g->owned, both);
+        sbuf e = {0}, ec = {0};
+        char *ep = ptr_join(ptr, items_kw), *cp = ptr_join(ptr, "contains");
+        if (items && !json_is_true(items)) rc = gen_schema(g, items, ep, &e);
+        else prim(g, P_VALUE, &e);
+        if (!rc) rc = gen_schema(g, both, cp, &ec);
+        char *en = NULL, *cn = NULL;
+        if (!rc) {
+            en = rule_name(g, "item");
+            rc = add_rule(g, en, e.p);
+        }
+        if (!rc) {
+            cn = rule_name(g, "contains");
+            rc = add_rule(g, cn, ec.p);
+        }
+        if (!rc) sb_printf(out, "( \"[\" ( %s \", \" )* %s ( \", \" %s )* \"]\" )", en, cn, en);
+        free(en);
+        free(cn);
+        free(ep);
+        free(cp);
+        sb_free(&e);
+        sb_free(&ec);
+        return rc;
+    }
     size_t k = prefix ? json_array_size(prefix) : 0;
     if (k > GRAMMAR_MAX_REPEAT) return err_set(g->e, ERR_RANGE, "%s/prefixItems has too many elements", ptr);
     bool more = !json_is_false(items); /* elements after the prefix */
@@ -1530,7 +2210,7 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
     size_t n_pre = mx >= 0 && (size_t)mx < k ? (size_t)mx : k; /* prefix elements that can appear */
     for (size_t i = 0; i < n_pre && !rc; i++) {
         sbuf body = {0};
-        char *ep = ptr_index(ptr, "prefixItems", i);
+        char *ep = ptr_index(ptr, pre_kw, i);
         rc = gen_schema(g, json_array_get(prefix, i), ep, &body);
         free(ep);
         if (!rc) {
@@ -1543,7 +2223,7 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
     bool rest_possible = more && (mx < 0 || (size_t)mx > k);
     if (!rc && rest_possible) {
         sbuf body = {0};
-        char *ep = ptr_join(ptr, "items");
+        char *ep = ptr_join(ptr, items_kw);
         if (items && !json_is_true(items)) rc = gen_schema(g, items, ep, &body);
         else prim(g, P_VALUE, &body);
         free(ep);
@@ -1664,8 +2344,33 @@ static int gen_enum(gen *g, json_t *s, const char *ptr, unsigned types, sbuf *ou
 /* ---- $ref ---------------------------------------------------------------- */
 
 /* Resolves "#", "#/a/b" (JSON pointer with ~0 ~1) against the root. */
+/* The subschema of v (depth-first) whose $anchor or $dynamicAnchor is name. */
+static json_t *find_anchor(json_t *v, const char *name, int depth) {
+    if (depth > SCHEMA_MAX_DEPTH) return NULL;
+    if (json_is_object(v)) {
+        json_t *a = json_object_get(v, "$anchor"), *d = json_object_get(v, "$dynamicAnchor");
+        if ((json_is_string(a) && !strcmp(json_string_value(a), name)) ||
+            (json_is_string(d) && !strcmp(json_string_value(d), name)))
+            return v;
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            if (!strcmp(k, "enum") || !strcmp(k, "const") || !strcmp(k, "default") || !strcmp(k, "examples")) continue;
+            json_t *r = find_anchor(x, name, depth + 1);
+            if (r) return r;
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *r = find_anchor(json_array_get(v, i), name, depth + 1);
+            if (r) return r;
+        }
+    }
+    return NULL;
+}
+
 static json_t *resolve_ref(json_t *root, const char *ref) {
     if (ref[0] != '#') return NULL;
+    if (ref[1] && ref[1] != '/') return find_anchor(root, ref + 1, 0);
     const char *p = ref + 1;
     json_t *cur = root;
     while (*p) {
@@ -1690,8 +2395,8 @@ static json_t *resolve_ref(json_t *root, const char *ref) {
     return cur;
 }
 
-static int gen_ref(gen *g, json_t *refv, const char *ptr, sbuf *out) {
-    if (!json_is_string(refv)) return invalid_kw(g, ptr, "$ref", "must be a string");
+static int gen_ref(gen *g, json_t *refv, const char *ptr, const char *kw, sbuf *out) {
+    if (!json_is_string(refv)) return invalid_kw(g, ptr, kw, "must be a string");
     const char *ref = json_string_value(refv);
     for (int i = 0; i < g->n_refs; i++) {
         if (strcmp(g->refs[i].ptr, ref)) continue;
@@ -1702,9 +2407,12 @@ static int gen_ref(gen *g, json_t *refv, const char *ptr, sbuf *out) {
         return 0;
     }
     json_t *target = resolve_ref(g->root, ref);
-    if (!target)
-        return err_set(g->e, strncmp(ref, "#", 1) ? ERR_UNSUPPORTED : ERR_INVALID,
-                       "%s/$ref: cannot resolve '%.100s' (only local references \"#...\" are supported)", ptr, ref);
+    if (!target) {
+        if (ref[0] != '#')
+            return unsup(g, ptr, kw, "%s/%s: cannot resolve '%.100s' (only local references \"#...\" are supported)",
+                         ptr, kw, ref);
+        return err_set(g->e, ERR_INVALID, "%s/%s: cannot resolve '%.100s'", ptr, kw, ref);
+    }
     if (g->n_refs == g->cap_refs) {
         g->cap_refs = g->cap_refs ? g->cap_refs * 2 : 8;
         g->refs = xrealloc(g->refs, sizeof *g->refs * (size_t)g->cap_refs);
@@ -1716,11 +2424,17 @@ static int gen_ref(gen *g, json_t *refv, const char *ptr, sbuf *out) {
                             .done = false,
                             .n_cont = g->n_cont};
     sbuf body = {0};
-    int rc = gen_schema(g, target, ref + 1, &body);
+    int rc = gen_schema(g, target, ref[1] == '/' || !ref[1] ? ref + 1 : ref, &body);
     if (!rc) rc = add_rule(g, g->refs[idx].rule, body.p);
     sb_free(&body);
     g->refs[idx].done = true;
     if (!rc) sb_puts(out, g->refs[idx].rule);
+    else { /* forget it: its rule was never written */
+        free(g->refs[idx].ptr);
+        free(g->refs[idx].rule);
+        memmove(g->refs + idx, g->refs + idx + 1, sizeof *g->refs * (size_t)(g->n_refs - idx - 1));
+        g->n_refs--;
+    }
     return rc;
 }
 
@@ -1759,7 +2473,7 @@ static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw
     sb_puts(&b, "( ");
     for (size_t i = 0; i < json_array_size(arr) && !rc; i++) {
         json_t *x = json_array_get(arr, i);
-        if (json_is_false(x)) continue;
+        if (is_never(x)) continue;
         if (n++) sb_puts(&b, " | ");
         char *p = ptr_index(ptr, kw, i);
         rc = gen_schema(g, x, p, &b);
@@ -1772,12 +2486,217 @@ static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw
     return rc;
 }
 
-static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
+/* ---- merging (allOf, $ref and combinators beside other keywords) -------- */
+
+/* Records a relaxed keyword (or, when strict, refuses it). */
+static int relax(gen *g, const char *kw, const char *ptr) {
+    if (g->strict)
+        return err_set(g->e, ERR_UNSUPPORTED, "'%s' at %s cannot be enforced together with the rest of the schema", kw,
+                       ptr_show(ptr));
+    if (g->n_relaxed++ < 64) {
+        if (g->relaxed.n) sb_puts(&g->relaxed, ", ");
+        sb_printf(&g->relaxed, "%s at %s", kw, ptr_show(ptr));
+    }
+    return 0;
+}
+
+static bool is_lower(const char *k) {
+    return !strcmp(k, "minimum") || !strcmp(k, "exclusiveMinimum") || !strcmp(k, "minLength") ||
+           !strcmp(k, "minItems") || !strcmp(k, "minProperties") || !strcmp(k, "minContains");
+}
+static bool is_upper(const char *k) {
+    return !strcmp(k, "maximum") || !strcmp(k, "exclusiveMaximum") || !strcmp(k, "maxLength") ||
+           !strcmp(k, "maxItems") || !strcmp(k, "maxProperties") || !strcmp(k, "maxContains");
+}
+
+/* A schema with only a $ref (and annotations): its target; else s. */
+static json_t *deref(gen *g, json_t *s) {
+    for (int i = 0; i < 16 && json_is_object(s); i++) {
+        json_t *r = json_object_get(s, "$ref");
+        if (!json_is_string(r)) return s;
+        const char *k;
+        json_t *v;
+        json_object_foreach(s, k, v) if (strcmp(k, "$ref") && !is_annotation(k)) return s;
+        json_t *t = resolve_ref(g->root, json_string_value(r));
+        if (!t) return s;
+        s = t;
+    }
+    return s;
+}
+
+/* dst (a fresh object) gets the constraints of src as well: the stricter
+ * bound, the union of required, properties merged (a name in both becomes
+ * {"allOf": [a, b]}), types intersected; a keyword that cannot be combined
+ * keeps dst's value and is relaxed. */
+static int merge_into(gen *g, json_t *dst, json_t *src, const char *ptr) {
+    src = deref(g, src);
+    if (json_is_true(src)) return 0;
+    if (!json_is_object(src)) return unsup(g, ptr, "allOf", "%s/allOf: an element is the schema false", ptr);
+    const char *k;
+    json_t *v;
+    json_object_foreach(src, k, v) {
+        json_t *d = json_object_get(dst, k);
+        if (is_annotation(k) && strcmp(k, "$defs") && strcmp(k, "definitions")) continue;
+        if (!d) {
+            json_object_set(dst, k, v);
+            continue;
+        }
+        if (json_equal(d, v)) continue;
+        if (!strcmp(k, "required") && json_is_array(d) && json_is_array(v)) {
+            json_t *u = json_copy(d);
+            for (size_t i = 0; i < json_array_size(v); i++) {
+                bool in = false;
+                for (size_t j = 0; j < json_array_size(u); j++) in |= json_equal(json_array_get(u, j), json_array_get(v, i));
+                if (!in) json_array_append(u, json_array_get(v, i));
+            }
+            json_object_set_new(dst, k, u);
+        } else if ((!strcmp(k, "properties") || !strcmp(k, "$defs") || !strcmp(k, "definitions") ||
+                    !strcmp(k, "patternProperties")) &&
+                   json_is_object(d) && json_is_object(v)) {
+            json_t *u = json_copy(d);
+            const char *pk;
+            json_t *pv;
+            json_object_foreach(v, pk, pv) {
+                json_t *old = json_object_get(u, pk);
+                if (!old || json_equal(old, pv)) json_object_set(u, pk, pv);
+                else json_object_set_new(u, pk, json_pack("{s:[O,O]}", "allOf", old, pv));
+            }
+            json_object_set_new(dst, k, u);
+        } else if ((!strcmp(k, "items") || !strcmp(k, "additionalProperties") || !strcmp(k, "contains") ||
+                    !strcmp(k, "propertyNames") || !strcmp(k, "additionalItems")) &&
+                   !json_is_array(d) && !json_is_array(v)) {
+            if (json_is_false(d) || json_is_false(v)) json_object_set_new(dst, k, json_false());
+            else json_object_set_new(dst, k, json_pack("{s:[O,O]}", "allOf", d, v));
+        } else if (!strcmp(k, "type")) {
+            json_t *u = json_array();
+            for (size_t i = 0; i < (json_is_array(d) ? json_array_size(d) : 1); i++) {
+                json_t *x = json_is_array(d) ? json_array_get(d, i) : d;
+                bool in = false;
+                for (size_t j = 0; j < (json_is_array(v) ? json_array_size(v) : 1); j++) {
+                    json_t *y = json_is_array(v) ? json_array_get(v, j) : v;
+                    in |= json_equal(x, y) || (json_is_string(x) && json_is_string(y) &&
+                                               !strcmp(json_string_value(x), "integer") &&
+                                               !strcmp(json_string_value(y), "number"));
+                    if (json_is_string(x) && json_is_string(y) && !strcmp(json_string_value(x), "number") &&
+                        !strcmp(json_string_value(y), "integer"))
+                        x = y, in = true;
+                }
+                if (in) json_array_append(u, x);
+            }
+            if (!json_array_size(u)) {
+                json_decref(u);
+                return err_set(g->e, ERR_INVALID, "%s: no value has every type allOf asks for", ptr_show(ptr));
+            }
+            json_object_set_new(dst, k, u);
+        } else if (json_is_number(d) && json_is_number(v) && (is_lower(k) || is_upper(k))) {
+            double a = json_number_value(d), b = json_number_value(v);
+            if (is_lower(k) ? b > a : b < a) json_object_set(dst, k, v);
+        } else if (!strcmp(k, "enum") && json_is_array(d) && json_is_array(v)) {
+            json_t *u = json_array();
+            for (size_t i = 0; i < json_array_size(d); i++) {
+                bool in = false;
+                for (size_t j = 0; j < json_array_size(v); j++) in |= json_equal(json_array_get(d, i), json_array_get(v, j));
+                if (in) json_array_append(u, json_array_get(d, i));
+            }
+            json_object_set_new(dst, k, u);
+        } else if (!strcmp(k, "allOf") && json_is_array(d) && json_is_array(v)) {
+            json_t *u = json_copy(d);
+            json_array_extend(u, v);
+            json_object_set_new(dst, k, u);
+        } else {
+            int rc = relax(g, k, ptr);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* s without the keywords in drop (a new reference). */
+static json_t *without(json_t *s, const char *const *drop, size_t n) {
+    json_t *c = json_copy(s);
+    for (size_t i = 0; i < n; i++) json_object_del(c, drop[i]);
+    return c;
+}
+
+/* Rewrites s when allOf, a $ref beside other keywords, or anyOf/oneOf beside
+ * other keywords need merging: *out is the equivalent schema (owned by g),
+ * or NULL when s is fine as it is. */
+static int normalize(gen *g, json_t *s, const char *ptr, json_t **out) {
+    *out = NULL;
+    int n_kw = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) if (!is_annotation(k)) n_kw++;
+    json_t *allof = json_object_get(s, "allOf"), *ref = json_object_get(s, "$ref");
+    json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
+    if (!ref) ref = json_object_get(s, "$recursiveRef");
+    if (!ref) ref = json_object_get(s, "$dynamicRef");
+    int rc = 0;
+    if (allof) {
+        if (!json_is_array(allof) || json_array_size(allof) == 0)
+            return invalid_kw(g, ptr, "allOf", "must be a non-empty array");
+        static const char *const drop[] = {"allOf"};
+        json_t *m = without(s, drop, 1);
+        for (size_t i = 0; i < json_array_size(allof) && !rc; i++) rc = merge_into(g, m, json_array_get(allof, i), ptr);
+        if (rc) {
+            json_decref(m);
+            return rc;
+        }
+        json_array_append_new(g->owned, m);
+        *out = m;
+        return 0;
+    }
+    if (ref && n_kw > 1) {
+        json_t *t = json_is_string(ref) ? resolve_ref(g->root, json_string_value(ref)) : NULL;
+        if (!t) return 0; /* reported by gen_ref */
+        static const char *const drop[] = {"$ref", "$recursiveRef", "$dynamicRef"};
+        json_t *m = without(s, drop, 3);
+        rc = merge_into(g, m, t, ptr);
+        if (rc) {
+            json_decref(m);
+            return rc;
+        }
+        json_array_append_new(g->owned, m);
+        *out = m;
+        return 0;
+    }
+    if (any && one) return unsup(g, ptr, "oneOf", "%s: anyOf together with oneOf is not supported", ptr_show(ptr));
+    json_t *alts = any ? any : one;
+    if (alts && n_kw > 1) {
+        const char *kw = any ? "anyOf" : "oneOf";
+        if (!json_is_array(alts) || json_array_size(alts) == 0)
+            return invalid_kw(g, ptr, kw, "must be a non-empty array of schemas");
+        static const char *const drop[] = {"anyOf", "oneOf"};
+        json_t *base = without(s, drop, 2);
+        json_t *branches = json_array();
+        for (size_t i = 0; i < json_array_size(alts) && !rc; i++) {
+            json_t *x = json_array_get(alts, i);
+            if (json_is_false(x)) continue;
+            json_t *m = json_copy(base);
+            rc = merge_into(g, m, x, ptr);
+            json_array_append_new(branches, m);
+        }
+        json_decref(base);
+        if (rc) {
+            json_decref(branches);
+            return rc;
+        }
+        json_t *m = json_object();
+        json_object_set_new(m, kw, branches);
+        json_array_append_new(g->owned, m);
+        *out = m;
+    }
+    return 0;
+}
+
+/* ---- a schema ------------------------------------------------------------ */
+
+static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (json_is_true(s)) {
         prim(g, P_VALUE, out);
         return 0;
     }
-    if (json_is_false(s))
+    if (is_never(s))
         return err_set(g->e, ERR_UNSUPPORTED, "%s: the schema false admits no value", ptr_show(ptr));
     if (!json_is_object(s)) return err_set(g->e, ERR_INVALID, "%s must be a schema (an object or a boolean)", ptr_show(ptr));
     if (g->depth >= SCHEMA_MAX_DEPTH)
@@ -1785,51 +2704,64 @@ static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (TOO_BIG(g) || out->n > GRAMMAR_MAX_SRC_BYTES)
         return err_set(g->e, ERR_RANGE, "schema grammar exceeds %u bytes", GRAMMAR_MAX_SRC_BYTES);
 
-    /* Every keyword must be known; combinators and $ref take only annotations beside them. */
     const char *k;
     json_t *v;
-    const char *combinator = NULL;
-    int n_constraints = 0;
     json_object_foreach(s, k, v) {
         if (is_annotation(k)) continue;
         if (!in_list(k, kw_supported, ARRAY_LEN(kw_supported))) return unsupported_kw(g, k, ptr);
-        n_constraints++;
-        if (!strcmp(k, "$ref") || !strcmp(k, "anyOf") || !strcmp(k, "oneOf") || !strcmp(k, "allOf")) {
-            if (combinator)
-                return err_set(g->e, ERR_UNSUPPORTED, "%s: '%s' together with '%s' is not supported", ptr_show(ptr),
-                               k, combinator);
-            combinator = k;
-        }
     }
-    if (combinator && n_constraints > 1) {
-        json_object_foreach(s, k, v) if (!is_annotation(k) && strcmp(k, combinator)) return err_set(
-            g->e, ERR_UNSUPPORTED, "%s: '%s' beside '%s' is not supported (only annotations may stand beside it)",
-            ptr_show(ptr), k, combinator);
+    /* keywords enforced nowhere else: refuse (or relax) them up front */
+    if (json_object_get(s, "if") && (json_object_get(s, "then") || json_object_get(s, "else")))
+        return unsup(g, ptr, "if", "%s: if/then/else is not supported", ptr_show(ptr));
+    static const char *const never_enforced[] = {"dependentSchemas", "uniqueItems"};
+    for (size_t i = 0; i < ARRAY_LEN(never_enforced); i++) {
+        json_t *x = json_object_get(s, never_enforced[i]);
+        if (x && !json_is_false(x) && !(json_is_object(x) && json_object_size(x) == 0))
+            return unsup(g, ptr, never_enforced[i], "unsupported JSON Schema keyword '%s' at %s", never_enforced[i],
+                         ptr_show(ptr));
     }
-    int rc = 0;
+    json_t *dep = json_object_get(s, "dependencies");
+    if (dep && (!json_is_object(dep) || json_object_size(dep)))
+        return unsup(g, ptr, "dependencies", "unsupported JSON Schema keyword 'dependencies' at %s", ptr_show(ptr));
+    json_t *norm;
+    int rc = normalize(g, s, ptr, &norm);
+    if (rc) return rc;
+    if (norm) return gen_schema(g, norm, ptr, out);
+
+    rc = 0;
     g->depth++;
-    if (combinator && !strcmp(combinator, "$ref")) rc = gen_ref(g, json_object_get(s, "$ref"), ptr, out);
-    else if (combinator && !strcmp(combinator, "allOf")) {
-        json_t *a = json_object_get(s, "allOf");
-        if (!json_is_array(a) || json_array_size(a) == 0) rc = invalid_kw(g, ptr, "allOf", "must be a non-empty array");
-        else if (json_array_size(a) > 1)
-            rc = err_set(g->e, ERR_UNSUPPORTED, "%s/allOf with %zu elements is not supported (only one)", ptr,
-                         json_array_size(a));
-        else {
-            char *p = ptr_index(ptr, "allOf", 0);
-            rc = gen_schema(g, json_array_get(a, 0), p, out);
-            free(p);
-        }
-    } else if (combinator) rc = gen_alternatives(g, json_object_get(s, combinator), ptr, combinator, out);
+    json_t *refv = json_object_get(s, "$ref");
+    const char *ref_kw = "$ref";
+    if (!refv && (refv = json_object_get(s, "$recursiveRef"))) ref_kw = "$recursiveRef";
+    if (!refv && (refv = json_object_get(s, "$dynamicRef"))) ref_kw = "$dynamicRef";
+    if (refv) rc = gen_ref(g, refv, ptr, ref_kw, out);
+    else if (json_object_get(s, "anyOf")) rc = gen_alternatives(g, json_object_get(s, "anyOf"), ptr, "anyOf", out);
+    else if (json_object_get(s, "oneOf")) rc = gen_alternatives(g, json_object_get(s, "oneOf"), ptr, "oneOf", out);
     else {
         json_t *t = json_object_get(s, "type");
         unsigned types = T_ALL;
         if (t) types = parse_types(g, t, ptr, &rc);
+        if (!rc && t && json_is_true(json_object_get(s, "nullable"))) types |= T_NULL; /* OpenAPI 3.0 */
+        json_t *not = json_object_get(s, "not");
+        if (!rc && not) {
+            /* simple not: of types only */
+            json_t *nt = json_is_object(not) ? json_object_get(not, "type") : NULL;
+            bool only_type = nt != NULL;
+            json_object_foreach(not, k, v) if (strcmp(k, "type") && !is_annotation(k)) only_type = false;
+            if (!only_type) rc = unsup(g, ptr, "not", "%s/not: only a 'not' of types is supported", ptr);
+            else {
+                unsigned nb = parse_types(g, nt, ptr, &rc);
+                if (nb & T_NUMBER) nb |= T_INTEGER;
+                if (nb & T_INTEGER && !(nb & T_NUMBER) && (types & T_NUMBER))
+                    rc = unsup(g, ptr, "not", "%s/not: a 'not' of integer beside number is not supported", ptr);
+                types &= ~nb;
+                if (!rc && !types) rc = err_set(g->e, ERR_INVALID, "%s/not excludes every type", ptr);
+            }
+        }
         if (!rc && (json_object_get(s, "enum") || json_object_get(s, "const"))) {
             json_object_foreach(s, k, v) if (!is_annotation(k) && strcmp(k, "enum") && strcmp(k, "const") &&
-                                             strcmp(k, "type")) {
-                rc = err_set(g->e, ERR_UNSUPPORTED, "%s: '%s' beside enum/const is not supported (only type)",
-                             ptr_show(ptr), k);
+                                             strcmp(k, "type") && strcmp(k, "not") && strcmp(k, "nullable")) {
+                rc = unsup(g, ptr, k, "%s: '%s' beside enum/const is not supported (only type)", ptr_show(ptr), k);
                 break;
             }
             if (!rc) rc = gen_enum(g, s, ptr, types, out);
@@ -1841,17 +2773,23 @@ static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
                     unsigned bits;
                 } infer[] = {
                     {"properties", T_OBJECT},     {"required", T_OBJECT},   {"additionalProperties", T_OBJECT},
+                    {"propertyNames", T_OBJECT},  {"patternProperties", T_OBJECT}, {"minProperties", T_OBJECT},
+                    {"maxProperties", T_OBJECT},  {"dependentRequired", T_OBJECT},
                     {"items", T_ARRAY},           {"prefixItems", T_ARRAY}, {"minItems", T_ARRAY},
-                    {"maxItems", T_ARRAY},        {"minLength", T_STRING},  {"maxLength", T_STRING},
+                    {"maxItems", T_ARRAY},        {"additionalItems", T_ARRAY}, {"contains", T_ARRAY},
+                    {"minLength", T_STRING},      {"maxLength", T_STRING},
                     {"pattern", T_STRING},        {"format", T_STRING},     {"minimum", T_NUMBER},
                     {"maximum", T_NUMBER},        {"exclusiveMinimum", T_NUMBER}, {"exclusiveMaximum", T_NUMBER},
+                    {"multipleOf", T_NUMBER},
                 };
                 unsigned inf = 0;
                 for (size_t i = 0; i < ARRAY_LEN(infer); i++)
                     if (json_object_get(s, infer[i].kw)) inf |= infer[i].bits;
-                if (inf) types = inf;
+                if (inf) types = (types & ~(unsigned)T_ALL) | (inf & types);
+                if (!types) rc = err_set(g->e, ERR_INVALID, "%s/not excludes every type", ptr);
             }
-            if (types == T_ALL) prim(g, P_VALUE, out);
+            if (rc) {
+            } else if (types == T_ALL) prim(g, P_VALUE, out);
             else {
                 if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER;
                 int n = 0;
@@ -1861,18 +2799,7 @@ static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
                     if (n++) sb_puts(out, " | ");
                     switch (bit) {
                     case T_STRING: rc = gen_string(g, s, ptr, out); break;
-                    case T_NUMBER: {
-                        static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum",
-                                                             "exclusiveMaximum"};
-                        for (size_t i = 0; i < ARRAY_LEN(bounds) && !rc; i++)
-                            if (json_object_get(s, bounds[i]))
-                                rc = err_set(g->e, ERR_UNSUPPORTED,
-                                             "unsupported JSON Schema keyword '%s' at %s on type number (bounds are "
-                                             "supported on integers only)",
-                                             bounds[i], ptr_show(ptr));
-                        if (!rc) prim(g, P_NUMBER, out);
-                        break;
-                    }
+                    case T_NUMBER: rc = gen_number(g, s, ptr, out); break;
                     case T_INTEGER: rc = gen_integer(g, s, ptr, out); break;
                     case T_BOOLEAN: sb_puts(out, "\"true\" | \"false\""); break;
                     case T_NULL: sb_puts(out, "\"null\""); break;
@@ -1898,6 +2825,31 @@ static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
     return rc;
 }
 
+/* gen_schema_once, and when it fails on one keyword of this schema that
+ * cannot be enforced (and the compile is not strict): the same schema
+ * without that keyword, recorded as relaxed. */
+static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
+    size_t mark = out->n;
+    for (int tries = 0;; tries++) {
+        free(g->fail_kw);
+        free(g->fail_ptr);
+        g->fail_kw = g->fail_ptr = NULL;
+        int rc = gen_schema_once(g, s, ptr, out);
+        if (rc != ERR_UNSUPPORTED || g->strict || !g->fail_kw || strcmp(g->fail_ptr, ptr) || !json_is_object(s) ||
+            !json_object_get(s, g->fail_kw) || tries >= 64)
+            return rc;
+        const char *drop[] = {g->fail_kw, NULL, NULL};
+        size_t nd = 1;
+        if (!strcmp(g->fail_kw, "if")) drop[1] = "then", drop[2] = "else", nd = 3;
+        json_t *c = without(s, drop, nd);
+        json_array_append_new(g->owned, c);
+        relax(g, g->fail_kw, ptr);
+        s = c;
+        out->n = mark;
+        if (out->p) out->p[mark] = 0;
+    }
+}
+
 /* ---- entry points -------------------------------------------------------- */
 
 static int check_name(const char *name, err_t *e) {
@@ -1910,14 +2862,17 @@ static int check_name(const char *name, err_t *e) {
 
 static void gen_free(gen *g) {
     sb_free(&g->rules);
+    sb_free(&g->relaxed);
     for (int i = 0; i < g->n_refs; i++) {
         free(g->refs[i].ptr);
         free(g->refs[i].rule);
     }
     free(g->refs);
+    free(g->fail_kw);
+    free(g->fail_ptr);
+    json_decref(g->owned);
 }
 
-/* Appends "name ::= top\n" + rules to *buf. */
 static int finish(gen *g, const char *top, char **buf, size_t *len, err_t *e) {
     size_t old = *buf ? *len : 0;
     size_t add = strlen(g->prefix) + 5 + strlen(top) + 1 + g->rules.n;
@@ -1931,23 +2886,34 @@ static int finish(gen *g, const char *top, char **buf, size_t *len, err_t *e) {
     return 0;
 }
 
-int schema_to_gbnf(json_t *schema, const char *name, char **buf, size_t *len, err_t *e) {
+int schema_compile(json_t *schema, const char *name, bool strict, char **relaxed, char **buf, size_t *len,
+                   err_t *e) {
+    if (relaxed) *relaxed = NULL;
     int rc = check_name(name, e);
     if (rc) return rc;
     if (!schema) return err_set(e, ERR_INVALID, "no schema");
-    gen g = {.prefix = name, .root = schema, .e = e};
+    gen g = {.prefix = name, .root = schema, .e = e, .strict = strict, .owned = json_array()};
     sbuf top = {0};
     rc = gen_schema(&g, schema, "", &top);
     if (!rc) rc = finish(&g, top.p, buf, len, e);
+    if (!rc && g.n_relaxed && relaxed) {
+        if (g.n_relaxed > 64) sb_printf(&g.relaxed, " and %d more", g.n_relaxed - 64);
+        *relaxed = g.relaxed.p;
+        g.relaxed.p = NULL;
+    }
     sb_free(&top);
     gen_free(&g);
     return rc;
 }
 
+int schema_to_gbnf(json_t *schema, const char *name, char **buf, size_t *len, err_t *e) {
+    return schema_compile(schema, name, true, NULL, buf, len, e);
+}
+
 int schema_any_object_gbnf(const char *name, char **buf, size_t *len, err_t *e) {
     int rc = check_name(name, e);
     if (rc) return rc;
-    gen g = {.prefix = name, .e = e};
+    gen g = {.prefix = name, .e = e, .strict = true, .owned = json_array()};
     sbuf top = {0};
     prim(&g, P_OBJECT, &top);
     rc = finish(&g, top.p, buf, len, e);

@@ -42,6 +42,15 @@
  * reallocated). */
 int schema_to_gbnf(json_t *schema, const char *name, char **buf, size_t *len, err_t *e);
 
+/* schema_to_gbnf with a choice: strict (as above), or relaxed, where a
+ * keyword that cannot be enforced (ERR_UNSUPPORTED naming one keyword of
+ * one subschema) is dropped and compiling goes on without it. *relaxed (when
+ * not NULL) receives NULL, or a malloc'd list of what was dropped,
+ * "keyword at /pointer" entries separated by ", ". Invalid schemas
+ * (ERR_INVALID, ERR_RANGE) fail either way. */
+int schema_compile(json_t *schema, const char *name, bool strict, char **relaxed, char **buf, size_t *len,
+                   err_t *e);
+
 /* GBNF for any JSON object in the canonical layout, top rule `name`
  * (response_format {"type":"json_object"}). */
 int schema_any_object_gbnf(const char *name, char **buf, size_t *len, err_t *e);
