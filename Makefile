@@ -16,6 +16,8 @@
 #   make ci         the same with -Werror
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS each (60); new coverage is
 #                   merged into fuzz/corpus/ (tools/fuzz.sh, docs/reliability.md)
+#   make schema-corpus  the JSON Schema corpus (tests/schemas/) with 1000 random walks
+#                   a schema (make test runs 2; SCHEMA_CORPUS_WALKS to change)
 
 CC ?= cc
 UNAME_M := $(shell uname -m)
@@ -66,7 +68,7 @@ FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%_replay)
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/%.o) $(B)/fuzz/replay.o
 
-.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan test-fuzz fmt fixtures install uninstall
+.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan test-fuzz fmt fixtures install uninstall schema-corpus
 all: $(B)/kvloom
 
 $(B)/%.o: %.c
@@ -171,6 +173,10 @@ test: deps
 	$(MAKE) -j$(JOBS) --no-print-directory test-fuzz || st=1; \
 	sh tests/summary.sh build/test-results.txt build-address/test-results.txt build-thread/test-results.txt \
 	  $(FZ)/test-results.txt && exit $$st
+
+SCHEMA_CORPUS_WALKS ?= 1000
+schema-corpus: $(B)/tests/test_schema_walk
+	@SCHEMA_CORPUS_WALKS=$(SCHEMA_CORPUS_WALKS) KVLOOM_BUILD=$(B) nice -n 10 sh tests/schema_corpus_test.sh
 
 # make test's fourth phase: a few seconds of libFuzzer per target
 # (tools/fuzz_smoke.sh; FUZZ_SMOKE_SECONDS, 3), nothing merged.

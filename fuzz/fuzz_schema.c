@@ -3,8 +3,10 @@
  * bytes are parsed as JSON, compiled by schema_to_gbnf (twice into one
  * buffer, under two names, to exercise appending), and whatever compiled is
  * handed to grammar_from_gbnf, which must accept it: schema.c's output is
- * always valid GBNF within the grammar limits. Nothing may crash, leak or
- * assert, whatever the input.
+ * always valid GBNF within the grammar limits. The relaxed compile
+ * (schema_compile, strict false) must compile whatever the strict one does,
+ * to the same text when nothing was relaxed, and its output is valid GBNF
+ * too. Nothing may crash, leak or assert, whatever the input.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -32,6 +34,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rc == 0 && strlen(buf) != len) abort();
     } else if (buf != NULL && strlen(buf) != len) abort();
     free(buf);
+    /* relaxed */
+    char *rbuf = NULL, *relaxed = NULL, *sbuf = NULL;
+    size_t rlen = 0, slen = 0;
+    int rrc = schema_compile(s, "root", false, &relaxed, &rbuf, &rlen, &e);
+    int src = schema_compile(s, "root", true, NULL, &sbuf, &slen, &e);
+    if (src == 0 && rrc != 0) abort();
+    if (rrc == 0) {
+        if (src == 0 && !relaxed && strcmp(rbuf, sbuf)) abort();
+        if (relaxed && !strstr(relaxed, " at ")) abort();
+        grammar *g = NULL;
+        int grc = grammar_from_gbnf(rbuf, rlen, &g, &e);
+        if (grc != 0 && grc != ERR_RANGE) abort();
+        grammar_unref(g);
+    }
+    free(rbuf);
+    free(sbuf);
+    free(relaxed);
     json_decref(s);
     return 0;
 }

@@ -107,6 +107,12 @@ static const table_row rows[] = {
      {"\"ab\"", "\"abc\"", "\"\\u00e9\\n\"", "\"日本\""},
      {"\"a\"", "!\"abcd\"", "!\"\\n\\n\\n\\n\""}},
     /* issue 22: number bounds, formats, objects, arrays, combinations */
+    /* format beside pattern: the narrower one is enforced (regex_subset) */
+    {"{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$\"}",
+     {"\"123e4567-e89b-42d3-a456-426614174000\""}, {"!\"123E4567-e89b-42d3-a456-426614174000\"", "!\"123e4567-e89b-12d3-a456-426614174000\""}},
+    {"{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"^(?!\\\\.)(?!.*\\\\.\\\\.)([A-Za-z0-9_'+\\\\-\\\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\\\-]*\\\\.)+[A-Za-z]{2,}$\"}",
+     {"\"a.b@ex.com\""}, {"!\".a@ex.com\"", "!\"a..b@ex.com\""}},
+    {"{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^\\\\d{4}-\\\\d{2}-\\\\d{2}$\"}", {"\"2024-02-29\""}, {"!\"2023-02-29\""}},
     {"{\"type\":\"number\",\"minimum\":0}", {"0", "0.5", "12", "999999999.5"}, {"!-1", "!-0.5", "!1e3"}},
     {"{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1.5}",
      {"0.1", "1", "1.5", "1.25", "0.000001"},
@@ -290,7 +296,7 @@ static const err_row errs[] = {
     {"{\"properties\":{\"a/b\":{\"multipleOf\":0.3}}}", ERR_UNSUPPORTED, "/properties/a~1b/multipleOf"},
     {"{\"type\":\"integer\",\"minimum\":0,\"multipleOf\":3}", ERR_UNSUPPORTED, "/multipleOf"},
     {"{\"type\":\"number\",\"minimum\":2,\"exclusiveMaximum\":2}", ERR_INVALID, "no number"},
-    {"{\"type\":\"string\",\"pattern\":\"a\",\"format\":\"date\"}", ERR_UNSUPPORTED, "format 'date' together with pattern"},
+    {"{\"type\":\"string\",\"pattern\":\"a\",\"format\":\"date\"}", ERR_UNSUPPORTED, "format 'date' together with this pattern"},
     {"{\"type\":\"array\",\"uniqueItems\":true}", ERR_UNSUPPORTED, "'uniqueItems' at /"},
     {"{\"if\":{\"type\":\"string\"},\"then\":{\"minLength\":1}}", ERR_UNSUPPORTED, "if/then/else"},
     {"{\"not\":{\"minimum\":1}}", ERR_UNSUPPORTED, "/not"},

@@ -22,6 +22,10 @@
  *       complete: the matcher could end there; prefix: the matcher accepted
  *       it; refused: a prefix plus a token the mask refused; notend: the
  *       matcher could not end there.
+
+ *   test_schema_walk --corpus SCHEMAS.jsonl CASES.jsonl SEED WALKS
+ *       the corpus mode driven by tests/schema_corpus_test.sh (see
+ *       corpus_file).
  *
  * A walk samples allowed tokens at random (at times only tokens holding a
  * closing '"', ']' or '}', so that walks end), sometimes takes the forced
@@ -38,6 +42,7 @@
 
 #define WALK_MAX_TOKENS 160
 #define WALK_MAX_BYTES 600
+#define WALK_BUF 8192 /* the longest output, corpus walks included */
 
 typedef struct {
     tokenizer *tk;
@@ -53,6 +58,10 @@ typedef struct {
     int n_short;
     uint64_t *mask;
     long n_cases;
+    int max_tokens, max_bytes; /* walk caps                             */
+    const char *skip;          /* corpus mode: the relaxed keywords, as a
+                                  JSON array; only completed outputs are
+                                  written, as "valid" cases              */
 } walker;
 
 static int vocab_piece(void *ctx, int32_t id, char *buf, int cap) {
@@ -87,6 +96,8 @@ static bool walker_init(walker *w) {
     w->v = gvocab_new(w->n_vocab, vocab_piece, w->tk, w->kind);
     w->allowed = xmalloc(sizeof *w->allowed * (size_t)w->n_vocab);
     w->mask = xcalloc(((size_t)w->n_vocab + 63) / 64, sizeof *w->mask);
+    w->max_tokens = WALK_MAX_TOKENS;
+    w->max_bytes = WALK_MAX_BYTES;
     return true;
 }
 
@@ -104,10 +115,12 @@ static void walker_free(walker *w) {
 
 static void emit_case(walker *w, int sid, const char *kind, const char *a, size_t na, const char *b, size_t nb) {
     if (!w->cases) return;
-    fprintf(w->cases, "{\"sid\": %d, \"kind\": \"%s\", \"hex\": \"", sid, kind);
+    if (w->skip && strcmp(kind, "complete")) return;
+    fprintf(w->cases, "{\"sid\": %d, \"kind\": \"%s\", \"hex\": \"", sid, w->skip ? "valid" : kind);
     for (size_t i = 0; i < na; i++) fprintf(w->cases, "%02x", (unsigned char)a[i]);
     for (size_t i = 0; i < nb; i++) fprintf(w->cases, "%02x", (unsigned char)b[i]);
-    fprintf(w->cases, "\"}\n");
+    if (w->skip) fprintf(w->cases, "\", \"skip\": %s}\n", w->skip);
+    else fprintf(w->cases, "\"}\n");
     w->n_cases++;
 }
 
@@ -127,7 +140,8 @@ static void check_replay(walker *w, grammar *g, const char *out, size_t n, bool 
  * the matcher from the start; the verdict goes to Python as a case. */
 static void mutate(walker *w, grammar *g, int sid, const char *out, size_t n) {
     static const char bytes[] = "\"{}[],: 0123456789-.eEtrufalsn\\xé";
-    char buf[WALK_MAX_BYTES + 520];
+    static char buf[WALK_BUF + 8];
+    if (w->skip) return; /* corpus mode: valid outputs only */
     for (int k = 0; k < 2 && n > 0; k++) {
         size_t at = rng_u64() % n, m = n;
         memcpy(buf, out, n);
@@ -157,11 +171,11 @@ static void mutate(walker *w, grammar *g, int sid, const char *out, size_t n) {
 /* One walk; returns true when it completed. */
 static bool walk(walker *w, grammar *g, int sid, const char *what) {
     gmatch *m = gmatch_new(g, w->v);
-    char out[WALK_MAX_BYTES + 512];
+    static char out[WALK_BUF];
     size_t n = 0;
     bool done = false;
     int n_prefix_cases = 0;
-    for (int step = 0; step < WALK_MAX_TOKENS && n < WALK_MAX_BYTES; step++) {
+    for (int step = 0; step < w->max_tokens && n < (size_t)w->max_bytes; step++) {
         bool can_end = gmatch_can_end(m), must_end = gmatch_must_end(m);
         if (can_end && (must_end || rng_u64() % 3 == 0)) {
             emit_case(w, sid, "complete", out, n, NULL, 0);
@@ -339,6 +353,148 @@ static int walk_file(walker *w, const char *schemas_path, const char *cases_path
     return 0;
 }
 
+
+/* The keyword names of a relaxed list ("kw at /ptr, kw at /ptr") as a JSON
+ * array. */
+static char *skip_json(const char *relaxed) {
+    json_t *a = json_array();
+    for (const char *p = relaxed; p && *p;) {
+        const char *at = strstr(p, " at ");
+        if (!at) break;
+        json_t *k = json_stringn(p, (size_t)(at - p));
+        bool dup = false;
+        for (size_t i = 0; i < json_array_size(a); i++) dup |= json_equal(json_array_get(a, i), k);
+        if (!dup) json_array_append(a, k);
+        json_decref(k);
+        const char *next = strstr(at, ", ");
+        p = next ? next + 2 : NULL;
+    }
+    char *t = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    return t;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The corpus mode: every schema of tests/schemas/ (one {"origin",
+ * "schema"} a line) compiles relaxed (never refused), strict compiles
+ * exactly when nothing was relaxed (else its error names a keyword and a
+ * pointer), and WALKS random walks write their complete outputs as "valid"
+ * cases for jsonschema_check.py corpus, with the relaxed keywords. */
+static int corpus_file(walker *w, const char *schemas_path, const char *cases_path, int walks) {
+    FILE *f = fopen(schemas_path, "r");
+    CHECK_MSG(f != NULL, "open %s", schemas_path);
+    if (!f) return 1;
+    w->cases = fopen(cases_path, "w");
+    CHECK_MSG(w->cases != NULL, "open %s", cases_path);
+    if (!w->cases) {
+        fclose(f);
+        return 1;
+    }
+    w->max_tokens = 400;
+    w->max_bytes = 3000;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int sid = 0, n_exact = 0, n_relaxed = 0, n_done = 0, n_walks = 0, n_fail = 0, n_stuck = 0;
+    json_t *kw_count = json_object();
+    double *ms = xmalloc(sizeof *ms * 100000);
+    while ((got = getline(&line, &cap, f)) > 0) {
+        json_error_t je;
+        json_t *doc = json_loads(line, 0, &je);
+        CHECK_MSG(doc != NULL, "%s line %d: %s", schemas_path, sid + 1, je.text);
+        json_t *schema = doc && json_is_object(doc) && json_object_get(doc, "schema") ? json_object_get(doc, "schema") : doc;
+        const char *origin = json_string_value(json_object_get(doc, "origin"));
+        char what[256];
+        snprintf(what, sizeof what, "corpus %d (%s)", sid, origin ? origin : "?");
+        char *buf = NULL, *relaxed = NULL;
+        size_t len = 0;
+        err_t e = {0};
+        grammar *g = NULL;
+        int64_t t0 = clock_ns();
+        int rc = schema ? schema_compile(schema, "root", false, &relaxed, &buf, &len, &e) : ERR_FORMAT;
+        if (rc == 0) rc = grammar_from_gbnf(buf, len, &g, &e);
+        if (sid < 100000) ms[sid] = (double)(clock_ns() - t0) / 1e6;
+        CHECK_MSG(rc == 0, "%s does not compile relaxed: %s", what, e.msg);
+        if (rc) n_fail++;
+        /* strict: compiles exactly when nothing was relaxed */
+        char *sbuf = NULL;
+        size_t slen = 0;
+        err_t se = {0};
+        int src = schema ? schema_compile(schema, "root", true, NULL, &sbuf, &slen, &se) : ERR_FORMAT;
+        if (rc == 0) {
+            /* oneOf is written as anyOf in both modes (docs/grammar.md); only the
+             * relaxed compile reports it */
+            bool only_oneof = relaxed != NULL;
+            for (const char *q = relaxed; q && *q && only_oneof; q = strstr(q, ", ") ? strstr(q, ", ") + 2 : "")
+                only_oneof = !strncmp(q, "oneOf at ", 9);
+            CHECK_MSG((src == 0) == (relaxed == NULL || only_oneof), "%s: strict %s (%s) but relaxed '%s'", what,
+                      src ? "refused" : "compiled", se.msg, relaxed ? relaxed : "");
+            if (src) CHECK_MSG(src == ERR_UNSUPPORTED && strchr(se.msg, '/') != NULL,
+                               "%s: strict error does not name a pointer: %s", what, se.msg);
+        }
+        free(sbuf);
+        if (g) {
+            if (relaxed) {
+                n_relaxed++;
+                fprintf(stderr, "relaxed %s: %s\n", what, relaxed);
+                char *sk = skip_json(relaxed);
+                json_t *a = json_loads(sk, 0, NULL);
+                for (size_t i = 0; i < json_array_size(a); i++) {
+                    const char *k = json_string_value(json_array_get(a, i));
+                    json_object_set_new(kw_count, k, json_integer(json_integer_value(json_object_get(kw_count, k)) + 1));
+                }
+                json_decref(a);
+                w->skip = sk;
+            } else {
+                n_exact++;
+                w->skip = "[]";
+            }
+            int d = 0;
+            for (int k = 0; k < walks; k++) d += walk(w, g, sid, what);
+            if (walks && !d) {
+                n_stuck++;
+                fprintf(stderr, "no walk completed: %s\n", what);
+            }
+            n_done += d;
+            n_walks += walks;
+            if (relaxed) free((char *)w->skip);
+            w->skip = NULL;
+            grammar_unref(g);
+        }
+        free(buf);
+        free(relaxed);
+        json_decref(doc);
+        sid++;
+    }
+    free(line);
+    fclose(f);
+    fclose(w->cases);
+    w->cases = NULL;
+    int nt = MIN(sid, 100000);
+    qsort(ms, (size_t)nt, sizeof *ms, cmp_double);
+    double sum = 0;
+    for (int i = 0; i < nt; i++) sum += ms[i];
+    char *kc = json_dumps(kw_count, JSON_COMPACT | JSON_SORT_KEYS);
+    printf("corpus: %d schemas, %d enforced exactly, %d relaxed (%.1f%% exact), %d not compiled; relaxed keywords "
+           "%s\n",
+           sid, n_exact, n_relaxed, sid ? 100.0 * n_exact / sid : 0, n_fail, kc);
+    printf("corpus: compile (schema_compile + grammar_from_gbnf) mean %.3f ms, p50 %.3f, p99 %.3f, max %.3f\n",
+           nt ? sum / nt : 0, nt ? ms[nt / 2] : 0, nt ? ms[(int)(nt * 0.99)] : 0, nt ? ms[nt - 1] : 0);
+    printf("corpus: %d walks (%d completed), %ld cases; %d schemas without a completed walk\n", n_walks, n_done,
+           w->n_cases, n_stuck);
+    /* random tokens rarely finish a string that must end in a given suffix:
+     * a few such schemas are expected, many mean the walker is broken */
+    CHECK_MSG(walks == 0 || n_stuck * 20 <= sid, "%d of %d schemas had no completed walk", n_stuck, sid);
+    free(kc);
+    free(ms);
+    json_decref(kw_count);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     walker w;
     if (!walker_init(&w)) return test_summary("test_schema_walk");
@@ -346,6 +502,10 @@ int main(int argc, char **argv) {
         rng_state ^= strtoull(argv[4], NULL, 10) * 0x9E3779B97F4A7C15ull;
         if (!rng_state) rng_state = 1;
         walk_file(&w, argv[2], argv[3], atoi(argv[5]));
+    } else if (argc == 6 && !strcmp(argv[1], "--corpus")) {
+        rng_state ^= strtoull(argv[4], NULL, 10) * 0x9E3779B97F4A7C15ull;
+        if (!rng_state) rng_state = 1;
+        corpus_file(&w, argv[2], argv[3], atoi(argv[5]));
     } else {
         for (size_t i = 0; i < ARRAY_LEN(unit_schemas); i++) {
             err_t e = {0};

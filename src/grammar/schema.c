@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "grammar.h"
+#include "regex.h"
 
 #define SCHEMA_MAX_DEPTH 64       /* nested schemas, and nesting inside enum values */
 #define SCHEMA_MAX_ENUM 4096      /* values of one enum                             */
@@ -54,76 +55,6 @@
 #define SCHEMA_FRAC_DIGITS 15     /* fraction digits                                */
 #define SCHEMA_EXP_DIGITS 3       /* exponent digits                                */
 #define SCHEMA_INT_DEFAULT 999999999999999LL /* 10^15 - 1: default integer bound   */
-
-/* ---- a growable string -------------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        b->p = xrealloc(b->p, c);
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sb_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = xmalloc((size_t)n + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_put(b, big, (size_t)n);
-    free(big);
-}
-static void sb_free(sbuf *b) {
-    free(b->p);
-    b->p = NULL;
-    b->n = b->cap = 0;
-}
-
-/* ---- UTF-8 -------------------------------------------------------------- */
-
-/* Decodes one code point of s[0..n); returns its length, or 0 when invalid. */
-static int utf8_dec(const unsigned char *s, size_t n, uint32_t *cp) {
-    if (n == 0) return 0;
-    unsigned c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    int len;
-    uint32_t v, min;
-    if ((c & 0xE0) == 0xC0) len = 2, v = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) len = 3, v = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) len = 4, v = c & 0x07, min = 0x10000;
-    else return 0;
-    if ((size_t)len > n) return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    *cp = v;
-    return len;
-}
 
 /* ---- the generator ------------------------------------------------------ */
 
@@ -270,19 +201,6 @@ static void prim(gen *g, unsigned which, sbuf *out) {
 }
 
 /* ---- canonical JSON text and GBNF literals ------------------------------ */
-
-/* Writes code point cp into a GBNF literal or class (ASCII-only text). */
-static void gbnf_cp(sbuf *b, uint32_t cp, bool in_class) {
-    if (cp == '"' && !in_class) sb_puts(b, "\\\"");
-    else if (cp == '\\') sb_puts(b, "\\\\");
-    else if (in_class && (cp == ']' || cp == '[' || cp == '^' || cp == '-')) sb_printf(b, "\\x%02x", cp);
-    else if (cp >= 0x20 && cp < 0x7f) {
-        char c = (char)cp;
-        sb_put(b, &c, 1);
-    } else if (cp < 0x80) sb_printf(b, "\\x%02x", cp);
-    else if (cp <= 0xFFFF) sb_printf(b, "\\u%04x", cp);
-    else sb_printf(b, "\\U%08x", cp);
-}
 
 /* Appends the canonical JSON encoding of the UTF-8 string s (n bytes) as
  * raw text: " \ and controls escaped (\n style where JSON has one, else
@@ -651,6 +569,7 @@ static int gen_integer(gen *g, json_t *s, const char *ptr, sbuf *out) {
     int m = 0;
     int64_t p10 = 1;
     while (m < 4 && p10 % k) p10 *= 10, m++;
+    if (lo <= -SCHEMA_INT_DEFAULT && hi >= SCHEMA_INT_DEFAULT) bounded = false; /* the digit limit is narrower */
     if (bounded || p10 % k || p10 / k > SCHEMA_MAX_MULTIPLES)
         return unsup(g, ptr, "multipleOf", "%s/multipleOf %" PRId64 " is supported with few multiples in range, or "
                      "dividing 10000 without bounds", ptr, k);
@@ -814,7 +733,7 @@ static void mag_range(sbuf *b, int *n, const decimal *a, bool ae, const decimal 
 }
 
 /* A number bound: the stricter of `kw` and its draft-4 / exclusive forms. */
-static int num_bound(gen *g, json_t *s, const char *ptr, bool lower, decimal *d, bool *excl, bool *have) {
+static int num_bound(gen *g, json_t *s, const char *ptr, bool lower, decimal *d, bool *excl, bool *have, bool *seen) {
     const char *kw = lower ? "minimum" : "maximum", *xkw = lower ? "exclusiveMinimum" : "exclusiveMaximum";
     json_t *v = json_object_get(s, kw), *xv = json_object_get(s, xkw);
     *have = false;
@@ -827,24 +746,31 @@ static int num_bound(gen *g, json_t *s, const char *ptr, bool lower, decimal *d,
         double val = json_number_value(x);
         if (*have && (lower ? val < best || (val == best && !e) : val > best || (val == best && !e))) continue;
         decimal t;
-        if (!dec_of(x, &t)) return unsup(g, ptr, i ? xkw : kw, "%s/%s: bound out of the supported range", ptr, i ? xkw : kw);
+        bool ok = dec_of(x, &t);
+        if (!ok || strlen(t.ip) > SCHEMA_INT_DIGITS) {
+            /* beyond every number written (15 integer digits): a lower bound
+             * below them or an upper bound above them holds anyway */
+            if (lower ? val < 0 : val > 0) {
+                *seen = true; /* still no exponent form: 1e400 would break it */
+                continue;
+            }
+            return unsup(g, ptr, i ? xkw : kw, "%s/%s: bound out of the supported range", ptr, i ? xkw : kw);
+        }
         t.val = val;
         *d = t;
         *excl = e;
         best = val;
         *have = true;
     }
-    if (*have && strlen(d->ip) > SCHEMA_INT_DIGITS)
-        return unsup(g, ptr, json_object_get(s, kw) ? kw : xkw, "%s: number bound beyond 15 integer digits", ptr_show(ptr));
     return 0;
 }
 
 static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
     decimal lo, hi;
-    bool lx = false, hx = false, hl, hh;
+    bool lx = false, hx = false, hl, hh, seen = false;
     int rc;
-    if ((rc = num_bound(g, s, ptr, true, &lo, &lx, &hl))) return rc;
-    if ((rc = num_bound(g, s, ptr, false, &hi, &hx, &hh))) return rc;
+    if ((rc = num_bound(g, s, ptr, true, &lo, &lx, &hl, &seen))) return rc;
+    if ((rc = num_bound(g, s, ptr, false, &hi, &hx, &hh, &seen))) return rc;
     json_t *mo = json_object_get(s, "multipleOf");
     int max_frac = -1;
     if (mo) {
@@ -856,7 +782,7 @@ static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
         if (max_frac < 0)
             return unsup(g, ptr, "multipleOf", "%s/multipleOf on numbers: only 0.1, 0.01, ... are supported", ptr);
     }
-    if (!hl && !hh && max_frac < 0) {
+    if (!hl && !hh && max_frac < 0 && !seen) {
         prim(g, P_NUMBER, out);
         return 0;
     }
@@ -897,596 +823,27 @@ static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
     return 0;
 }
 
-/* ---- patterns: a regular-expression subset ------------------------------ */
-
-/* A set of code points: sorted, disjoint, non-adjacent intervals. */
-typedef struct {
-    uint32_t (*iv)[2];
-    int n, cap;
-} cpset;
-
-static void cs_add(cpset *s, uint32_t a, uint32_t b) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 8;
-        s->iv = xrealloc(s->iv, sizeof *s->iv * (size_t)s->cap);
-    }
-    s->iv[s->n][0] = a;
-    s->iv[s->n][1] = b;
-    s->n++;
-}
-static int iv_cmp(const void *a, const void *b) {
-    const uint32_t *x = a, *y = b;
-    return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-/* Sorts and merges; removes surrogates. */
-static void cs_norm(cpset *s) {
-    qsort(s->iv, (size_t)s->n, sizeof *s->iv, iv_cmp);
-    int m = 0;
-    for (int i = 0; i < s->n; i++) {
-        if (m && s->iv[i][0] <= s->iv[m - 1][1] + 1) {
-            if (s->iv[i][1] > s->iv[m - 1][1]) s->iv[m - 1][1] = s->iv[i][1];
-        } else {
-            s->iv[m][0] = s->iv[i][0];
-            s->iv[m][1] = s->iv[i][1];
-            m++;
-        }
-    }
-    s->n = m;
-    /* cut out D800-DFFF */
-    cpset t = {0};
-    for (int i = 0; i < s->n; i++) {
-        uint32_t a = s->iv[i][0], b = s->iv[i][1];
-        if (b < 0xD800 || a > 0xDFFF) cs_add(&t, a, b);
-        else {
-            if (a < 0xD800) cs_add(&t, a, 0xD7FF);
-            if (b > 0xDFFF) cs_add(&t, 0xE000, b);
-        }
-    }
-    free(s->iv);
-    *s = t;
-}
-static void cs_negate(cpset *s) {
-    cs_norm(s);
-    cpset t = {0};
-    uint32_t next = 0;
-    for (int i = 0; i < s->n; i++) {
-        if (s->iv[i][0] > next) cs_add(&t, next, s->iv[i][0] - 1);
-        next = s->iv[i][1] + 1;
-    }
-    if (next <= 0x10FFFF) cs_add(&t, next, 0x10FFFF);
-    free(s->iv);
-    *s = t;
-    cs_norm(s);
-}
-
-enum { RX_EMPTY, RX_SET, RX_CAT, RX_ALT, RX_REP };
-typedef struct rx {
-    int kind;
-    cpset set;
-    struct rx *a, *b; /* CAT, ALT: a b; REP: a */
-    int min, max;     /* REP; max -1 = unbounded */
-} rx;
-
-static void rx_free(rx *r) {
-    if (!r) return;
-    rx_free(r->a);
-    rx_free(r->b);
-    free(r->set.iv);
-    free(r);
-}
-static rx *rx_new(int kind) {
-    rx *r = xcalloc(1, sizeof *r);
-    r->kind = kind;
-    return r;
-}
-static bool rx_nullable(const rx *r) {
-    switch (r->kind) {
-    case RX_EMPTY: return true;
-    case RX_SET: return false;
-    case RX_CAT: return rx_nullable(r->a) && rx_nullable(r->b);
-    case RX_ALT: return rx_nullable(r->a) || rx_nullable(r->b);
-    case RX_REP: return r->min == 0 || rx_nullable(r->a);
-    }
-    return true;
-}
-static bool rx_is_empty(const rx *r) {
-    switch (r->kind) {
-    case RX_EMPTY: return true;
-    case RX_CAT: return rx_is_empty(r->a) && rx_is_empty(r->b);
-    case RX_ALT: return rx_is_empty(r->a) && rx_is_empty(r->b);
-    case RX_REP: return r->max == 0 || rx_is_empty(r->a);
-    }
-    return false;
-}
-
-typedef struct {
-    const char *s;
-    size_t i, n;
-    int depth;
-    bool top_alt; /* a '|' outside every group */
-    gen *g;
-    const char *ptr;
-    const char *kw; /* the keyword the pattern came from (for messages)   */
-    int rc;
-} rxp;
-
-static rx *rx_fail(rxp *p, int code, const char *what) {
-    if (!p->rc)
-        p->rc = code == ERR_UNSUPPORTED
-                    ? unsup(p->g, p->ptr, p->kw, "%s/%s: %s at offset %zu", p->ptr, p->kw, what, p->i)
-                    : err_set(p->g->e, code, "%s/%s: %s at offset %zu", p->ptr, p->kw, what, p->i);
-    return NULL;
-}
-
-static void cs_class_escape(cpset *s, char c) {
-    switch (c) {
-    case 'd': cs_add(s, '0', '9'); break;
-    case 'w':
-        cs_add(s, '0', '9');
-        cs_add(s, 'A', 'Z');
-        cs_add(s, 'a', 'z');
-        cs_add(s, '_', '_');
-        break;
-    case 's': {
-        static const uint32_t ws[][2] = {{9, 13},         {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680},
-                                         {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
-                                         {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
-        for (size_t i = 0; i < ARRAY_LEN(ws); i++) cs_add(s, ws[i][0], ws[i][1]);
-        break;
-    }
-    }
-}
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* After a backslash: a single code point escape into *cp (returns 1), a class
- * escape added to *set (returns 2), or 0 with p->rc set. */
-static int rx_escape(rxp *p, uint32_t *cp, cpset *set) {
-    if (p->i >= p->n) return rx_fail(p, ERR_INVALID, "trailing backslash"), 0;
-    char c = p->s[p->i++];
-    switch (c) {
-    case 'd':
-    case 'w':
-    case 's':
-        cs_class_escape(set, c);
-        return 2;
-    case 'D':
-    case 'W':
-    case 'S': {
-        cpset t = {0};
-        cs_class_escape(&t, (char)tolower((unsigned char)c));
-        cs_negate(&t);
-        for (int i = 0; i < t.n; i++) cs_add(set, t.iv[i][0], t.iv[i][1]);
-        free(t.iv);
-        return 2;
-    }
-    case 'n': *cp = '\n'; return 1;
-    case 'r': *cp = '\r'; return 1;
-    case 't': *cp = '\t'; return 1;
-    case 'f': *cp = '\f'; return 1;
-    case 'v': *cp = '\v'; return 1;
-    case '0': *cp = 0; return 1;
-    case 'x':
-    case 'u': {
-        int nd = c == 'x' ? 2 : 4;
-        if (p->i + (size_t)nd > p->n) return rx_fail(p, ERR_INVALID, "short \\x or \\u escape"), 0;
-        uint32_t v = 0;
-        for (int k = 0; k < nd; k++) {
-            int h = hexval(p->s[p->i + (size_t)k]);
-            if (h < 0) return rx_fail(p, ERR_INVALID, "bad hex digit in escape"), 0;
-            v = v * 16 + (uint32_t)h;
-        }
-        p->i += (size_t)nd;
-        if (v >= 0xD800 && v <= 0xDFFF) return rx_fail(p, ERR_UNSUPPORTED, "surrogate escape"), 0;
-        *cp = v;
-        return 1;
-    }
-    default:
-        if (isalnum((unsigned char)c))
-            return rx_fail(p, ERR_UNSUPPORTED, "unsupported escape (backreferences, \\b, \\p ... are not supported)"),
-                   0;
-        if ((unsigned char)c >= 0x80) return rx_fail(p, ERR_UNSUPPORTED, "escaped non-ASCII"), 0;
-        *cp = (uint32_t)(unsigned char)c;
-        return 1;
-    }
-}
-
-/* One code point of the pattern (raw UTF-8). */
-static int rx_cp(rxp *p, uint32_t *cp) {
-    int k = utf8_dec((const unsigned char *)p->s + p->i, p->n - p->i, cp);
-    if (!k) return rx_fail(p, ERR_INVALID, "bad UTF-8"), 0;
-    p->i += (size_t)k;
-    return 1;
-}
-
-static rx *rx_class(rxp *p) { /* after '[' */
-    rx *r = rx_new(RX_SET);
-    bool neg = false;
-    if (p->i < p->n && p->s[p->i] == '^') neg = true, p->i++;
-    bool first = true;
-    for (;;) {
-        if (p->i >= p->n) {
-            rx_free(r);
-            return rx_fail(p, ERR_INVALID, "unterminated character class");
-        }
-        if (p->s[p->i] == ']' && !first) {
-            p->i++;
-            break;
-        }
-        first = false;
-        uint32_t a;
-        int kind;
-        if (p->s[p->i] == '\\') {
-            p->i++;
-            kind = rx_escape(p, &a, &r->set);
-        } else kind = rx_cp(p, &a);
-        if (!kind) {
-            rx_free(r);
-            return NULL;
-        }
-        if (kind == 2) continue;
-        if (p->i + 1 < p->n && p->s[p->i] == '-' && p->s[p->i + 1] != ']') {
-            p->i++;
-            uint32_t b;
-            int k2;
-            if (p->s[p->i] == '\\') {
-                p->i++;
-                cpset junk = {0};
-                k2 = rx_escape(p, &b, &junk);
-                free(junk.iv);
-                if (k2 == 2) {
-                    rx_free(r);
-                    return rx_fail(p, ERR_UNSUPPORTED, "class escape as a range end");
-                }
-            } else k2 = rx_cp(p, &b);
-            if (!k2) {
-                rx_free(r);
-                return NULL;
-            }
-            if (b < a) {
-                rx_free(r);
-                return rx_fail(p, ERR_INVALID, "range out of order in character class");
-            }
-            cs_add(&r->set, a, b);
-        } else cs_add(&r->set, a, a);
-    }
-    if (neg) cs_negate(&r->set);
-    else cs_norm(&r->set);
-    if (!r->set.n) {
-        rx_free(r);
-        return rx_fail(p, ERR_UNSUPPORTED, "character class that matches nothing");
-    }
-    return r;
-}
-
-static rx *rx_alt(rxp *p);
-
-static rx *rx_atom(rxp *p) {
-    char c = p->s[p->i];
-    if (c == '(') {
-        p->i++;
-        if (p->i + 1 < p->n && p->s[p->i] == '?') {
-            if (p->s[p->i + 1] == ':') p->i += 2;
-            else return rx_fail(p, ERR_UNSUPPORTED, "lookaround, named group or inline flag");
-        }
-        if (++p->depth > SCHEMA_MAX_DEPTH) return rx_fail(p, ERR_RANGE, "groups nest too deep");
-        rx *r = rx_alt(p);
-        p->depth--;
-        if (!r) return NULL;
-        if (p->i >= p->n || p->s[p->i] != ')') {
-            rx_free(r);
-            return rx_fail(p, ERR_INVALID, "missing ')'");
-        }
-        p->i++;
-        return r;
-    }
-    if (c == '[') {
-        p->i++;
-        return rx_class(p);
-    }
-    rx *r = rx_new(RX_SET);
-    if (c == '.') {
-        p->i++;
-        cs_add(&r->set, '\n', '\n');
-        cs_add(&r->set, '\r', '\r');
-        cs_add(&r->set, 0x2028, 0x2029);
-        cs_negate(&r->set);
-        return r;
-    }
-    if (c == ')' || c == '*' || c == '+' || c == '?' || c == '{' || c == '|') {
-        rx_free(r);
-        return rx_fail(p, ERR_INVALID, "unexpected character");
-    }
-    if (c == '^' || c == '$') {
-        rx_free(r);
-        return rx_fail(p, ERR_UNSUPPORTED, "anchor '^' or '$' inside the pattern (only at its ends)");
-    }
-    uint32_t cp;
-    int kind;
-    if (c == '\\') {
-        p->i++;
-        kind = rx_escape(p, &cp, &r->set);
-    } else kind = rx_cp(p, &cp);
-    if (!kind) {
-        rx_free(r);
-        return NULL;
-    }
-    if (kind == 1) cs_add(&r->set, cp, cp);
-    cs_norm(&r->set);
-    return r;
-}
-
-static bool rx_int(rxp *p, int *out) {
-    if (p->i >= p->n || !isdigit((unsigned char)p->s[p->i])) return false;
-    long v = 0;
-    while (p->i < p->n && isdigit((unsigned char)p->s[p->i])) {
-        v = v * 10 + (p->s[p->i++] - '0');
-        if (v > 1000000) v = 1000000;
-    }
-    *out = (int)v;
-    return true;
-}
-
-static rx *rx_repeat(rxp *p) {
-    rx *a = rx_atom(p);
-    while (a && p->i < p->n) {
-        char c = p->s[p->i];
-        int mn, mx;
-        if (c == '*') mn = 0, mx = -1, p->i++;
-        else if (c == '+') mn = 1, mx = -1, p->i++;
-        else if (c == '?') mn = 0, mx = 1, p->i++;
-        else if (c == '{') {
-            size_t save = p->i++;
-            if (!rx_int(p, &mn)) {
-                p->i = save;
-                rx_free(a);
-                return rx_fail(p, ERR_UNSUPPORTED, "'{' not starting a {m,n} quantifier (escape it)");
-            }
-            mx = mn;
-            if (p->i < p->n && p->s[p->i] == ',') {
-                p->i++;
-                if (!rx_int(p, &mx)) mx = -1;
-            }
-            if (p->i >= p->n || p->s[p->i] != '}') {
-                rx_free(a);
-                return rx_fail(p, ERR_INVALID, "bad {m,n} quantifier");
-            }
-            p->i++;
-            if ((mx >= 0 && mx < mn)) {
-                rx_free(a);
-                return rx_fail(p, ERR_INVALID, "{m,n} with n < m");
-            }
-            if (mn > GRAMMAR_MAX_REPEAT || mx > GRAMMAR_MAX_REPEAT) {
-                rx_free(a);
-                return rx_fail(p, ERR_UNSUPPORTED, "repetition count above 10000");
-            }
-        } else break;
-        if (p->i < p->n && p->s[p->i] == '?') p->i++; /* lazy: same language */
-        else if (p->i < p->n && p->s[p->i] == '+') {
-            rx_free(a);
-            return rx_fail(p, ERR_UNSUPPORTED, "possessive quantifier");
-        }
-        if (mx != 0 && mx != 1 && rx_nullable(a) && !rx_is_empty(a)) {
-            rx_free(a);
-            return rx_fail(p, ERR_UNSUPPORTED, "repetition of an expression that can be empty or is repeated");
-        }
-        rx *r = rx_new(RX_REP);
-        r->a = a;
-        r->min = mn;
-        r->max = mx;
-        a = r;
-    }
-    return a;
-}
-
-static rx *rx_cat(rxp *p) {
-    rx *r = NULL;
-    while (p->i < p->n && p->s[p->i] != '|' && p->s[p->i] != ')') {
-        if (p->s[p->i] == '$' && p->i + 1 == p->n) break; /* end anchor: the caller's */
-        rx *x = rx_repeat(p);
-        if (!x) {
-            rx_free(r);
-            return NULL;
-        }
-        if (!r) r = x;
-        else {
-            rx *c = rx_new(RX_CAT);
-            c->a = r;
-            c->b = x;
-            r = c;
-        }
-    }
-    return r ? r : rx_new(RX_EMPTY);
-}
-
-static rx *rx_alt(rxp *p) {
-    rx *r = rx_cat(p);
-    while (r && p->i < p->n && p->s[p->i] == '|') {
-        if (p->depth == 0) p->top_alt = true;
-        p->i++;
-        rx *x = rx_cat(p);
-        if (!x) {
-            rx_free(r);
-            return NULL;
-        }
-        rx *a = rx_new(RX_ALT);
-        a->a = r;
-        a->b = x;
-        r = a;
-    }
-    return r;
-}
-
-/* Writes the JSON-escaped forms of the code points of a set. */
-static void emit_set(sbuf *b, const cpset *s) {
-    /* raw part: everything but " \ and controls */
-    cpset raw = {0};
-    bool esc[0x20] = {0}, quote = false, bslash = false;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t a = s->iv[i][0], z = s->iv[i][1];
-        for (uint32_t c = a; c <= z && c < 0x20; c++) esc[c] = true;
-        if (a <= '"' && z >= '"') quote = true;
-        if (a <= '\\' && z >= '\\') bslash = true;
-        if (z < 0x20) continue;
-        if (a < 0x20) a = 0x20;
-        if (a <= '"' && z >= '"') {
-            if (a < '"') cs_add(&raw, a, '"' - 1);
-            a = '"' + 1;
-        }
-        if (a > z) continue;
-        if (a <= '\\' && z >= '\\') {
-            if (a < '\\') cs_add(&raw, a, '\\' - 1);
-            a = '\\' + 1;
-        }
-        if (a <= z) cs_add(&raw, a, z);
-    }
-    int n_alt = 0;
-    sb_puts(b, "( ");
-    if (raw.n) {
-        sb_puts(b, "[");
-        for (int i = 0; i < raw.n; i++) {
-            gbnf_cp(b, raw.iv[i][0], true);
-            if (raw.iv[i][1] != raw.iv[i][0]) {
-                sb_puts(b, "-");
-                gbnf_cp(b, raw.iv[i][1], true);
-            }
-        }
-        sb_puts(b, "]");
-        n_alt++;
-    }
-    free(raw.iv);
-    if (quote) sb_printf(b, "%s\"\\\\\\\"\"", n_alt++ ? " | " : "");
-    if (bslash) sb_printf(b, "%s\"\\\\\\\\\"", n_alt++ ? " | " : "");
-    static const char short_esc[][2] = {{'\b', 'b'}, {'\f', 'f'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}};
-    for (size_t k = 0; k < ARRAY_LEN(short_esc); k++)
-        if (esc[(int)short_esc[k][0]]) {
-            sb_printf(b, "%s\"\\\\%c\"", n_alt++ ? " | " : "", short_esc[k][1]);
-            esc[(int)short_esc[k][0]] = false;
-        }
-    for (int hi = 0; hi < 2; hi++) {
-        bool any = false;
-        for (int lo = 0; lo < 16; lo++) any |= esc[hi * 16 + lo];
-        if (!any) continue;
-        sb_printf(b, "%s\"\\\\u00%d\" [", n_alt++ ? " | " : "", hi);
-        for (int lo = 0; lo < 16; lo++)
-            if (esc[hi * 16 + lo]) sb_printf(b, "%x", lo);
-        sb_puts(b, "]");
-    }
-    sb_puts(b, " )");
-}
-
-/* Writes r as a GBNF sequence (nothing for an empty r). */
-static void emit_rx(sbuf *b, const rx *r) {
-    switch (r->kind) {
-    case RX_EMPTY: return;
-    case RX_SET: emit_set(b, &r->set); return;
-    case RX_CAT: {
-        size_t before = b->n;
-        emit_rx(b, r->a);
-        if (!rx_is_empty(r->b)) {
-            if (b->n > before) sb_puts(b, " ");
-            emit_rx(b, r->b);
-        }
-        return;
-    }
-    case RX_ALT: {
-        /* flatten; empty branches make the whole group optional */
-        bool a_e = rx_is_empty(r->a), b_e = rx_is_empty(r->b);
-        if (a_e && b_e) return;
-        sb_puts(b, "( ");
-        if (a_e) emit_rx(b, r->b);
-        else if (b_e) emit_rx(b, r->a);
-        else {
-            emit_rx(b, r->a);
-            sb_puts(b, " | ");
-            emit_rx(b, r->b);
-        }
-        sb_puts(b, " )");
-        if (a_e || b_e) sb_puts(b, "?");
-        return;
-    }
-    case RX_REP: {
-        if (rx_is_empty(r)) return;
-        sb_puts(b, "( ");
-        emit_rx(b, r->a);
-        sb_puts(b, " )");
-        if (r->min == 0 && r->max == -1) sb_puts(b, "*");
-        else if (r->min == 1 && r->max == -1) sb_puts(b, "+");
-        else if (r->min == 0 && r->max == 1) sb_puts(b, "?");
-        else if (r->max == -1) sb_printf(b, "{%d,}", r->min);
-        else if (r->min == r->max) sb_printf(b, "{%d}", r->min);
-        else sb_printf(b, "{%d,%d}", r->min, r->max);
-        return;
-    }
-    }
-}
-
-/* Length range of r in code points (*hi -1: unbounded). */
-static void rx_len(const rx *r, long long *lo, long long *hi) {
-    long long a, b, c, d;
-    switch (r->kind) {
-    case RX_EMPTY: *lo = *hi = 0; return;
-    case RX_SET: *lo = *hi = 1; return;
-    case RX_CAT:
-        rx_len(r->a, &a, &b);
-        rx_len(r->b, &c, &d);
-        *lo = a + c;
-        *hi = b < 0 || d < 0 ? -1 : b + d;
-        return;
-    case RX_ALT:
-        rx_len(r->a, &a, &b);
-        rx_len(r->b, &c, &d);
-        *lo = MIN(a, c);
-        *hi = b < 0 || d < 0 ? -1 : MAX(b, d);
-        return;
-    case RX_REP:
-        rx_len(r->a, &a, &b);
-        *lo = a * r->min;
-        *hi = r->max < 0 || b < 0 ? (b == 0 ? 0 : -1) : b * r->max;
-        return;
-    }
-}
-
-/* Compiles pattern text (anchors ^ and $ only at its ends) into *out. */
-static int rx_compile(gen *g, const char *s, size_t n, const char *ptr, const char *kw, rx **out, bool *start,
-                      bool *end) {
-    *out = NULL;
+/* Parses pattern text for keyword kw of the schema at ptr. */
+static int rx_compile(gen *g, const char *s, size_t n, const char *ptr, const char *kw, unsigned flags, regex_pat *out) {
     if (n > SCHEMA_MAX_PATTERN)
         return err_set(g->e, ERR_RANGE, "%s/%s is longer than %d bytes", ptr, kw, SCHEMA_MAX_PATTERN);
-    *start = n > 0 && s[0] == '^';
-    rxp p = {.s = s, .i = *start ? 1 : 0, .n = n, .g = g, .ptr = ptr, .kw = kw};
-    rx *r = rx_alt(&p);
-    if (!r) return p.rc;
-    *end = false;
-    if (p.i < n && s[p.i] == '$' && p.i + 1 == n) *end = true, p.i++;
-    if (p.i != n) {
-        rx_free(r);
-        return err_set(g->e, ERR_INVALID, "%s/%s: unexpected '%c' at offset %zu", ptr, kw, s[p.i], p.i);
-    }
-    if ((*start || *end) && p.top_alt) {
-        rx_free(r);
-        return unsup(g, ptr, kw, "%s/%s: an anchor beside a top-level '|' (write ^(a|b)$ for a whole-string choice)",
-                     ptr, kw);
-    }
-    *out = r;
+    err_t e = {0};
+    int rc = regex_parse(s, n, flags, out, &e);
+    if (rc == ERR_UNSUPPORTED) return unsup(g, ptr, kw, "%s/%s: %s", ptr, kw, e.msg);
+    if (rc) return err_set(g->e, rc, "%s/%s: %s", ptr, kw, e.msg);
     return 0;
 }
 
 /* A quoted string: [pad] r [pad], a pad being lo..hi pattern characters
  * (hi -1: any number; lo -1: no pad). */
-static void emit_pattern_string(gen *g, const rx *r, long long llo, long long lhi, long long rlo, long long rhi,
+static void emit_pattern_string(gen *g, const regex *r, long long llo, long long lhi, long long rlo, long long rhi,
                                 sbuf *out) {
     sb_puts(out, "( \"\\\"\" ");
     for (int side = 0; side < 2; side++) {
         long long lo = side ? rlo : llo, hi = side ? rhi : lhi;
         if (side) {
             size_t before = out->n;
-            emit_rx(out, r);
+            regex_emit(out, r);
             if (out->n > before) sb_puts(out, " ");
         }
         if (lo < 0 || hi == 0) continue;
@@ -1498,47 +855,12 @@ static void emit_pattern_string(gen *g, const rx *r, long long llo, long long lh
     sb_puts(out, "\"\\\"\" )");
 }
 
-/* Narrows an anchored regex whose pieces have fixed lengths but one, a
- * repetition of a one-character set, to total lengths mn..mx. */
-static bool rx_clamp(rx *r, long long mn, long long mx) {
-    rx *var = NULL;
-    long long fixed = 0;
-    rx *stack[64];
-    int n = 0;
-    stack[n++] = r;
-    while (n) {
-        rx *x = stack[--n];
-        if (x->kind == RX_CAT) {
-            if (n + 2 > 64) return false;
-            stack[n++] = x->b;
-            stack[n++] = x->a;
-            continue;
-        }
-        long long lo, hi;
-        rx_len(x, &lo, &hi);
-        if (lo == hi) {
-            fixed += lo;
-            continue;
-        }
-        if (var || x->kind != RX_REP || x->a->kind != RX_SET) return false;
-        var = x;
-    }
-    if (!var) return fixed >= mn && (mx < 0 || fixed <= mx);
-    long long lo = MAX((long long)var->min, mn - fixed);
-    long long hi = var->max < 0 ? (mx < 0 ? -1 : mx - fixed) : (mx < 0 ? var->max : MIN(var->max, mx - fixed));
-    if (hi >= 0 && hi < lo) return false;
-    if (lo > GRAMMAR_MAX_REPEAT || hi > GRAMMAR_MAX_REPEAT) return false;
-    var->min = (int)lo;
-    var->max = (int)hi;
-    return true;
-}
-
 /* The string body for regex r under lengths mn..mx (mx -1: none): exact,
  * or a narrower language that still satisfies both; else ERR_UNSUPPORTED
  * blamed on the length keyword. */
-static int gen_rx_string(gen *g, rx *r, bool start, bool end, long long mn, long long mx, const char *ptr, sbuf *out) {
+static int gen_rx_string(gen *g, regex *r, bool start, bool end, long long mn, long long mx, const char *ptr, sbuf *out) {
     long long lo, hi;
-    rx_len(r, &lo, &hi);
+    regex_len(r, &lo, &hi);
     if (!start || !end) hi = -1;
     const char *len_kw = mx >= 0 ? "maxLength" : "minLength";
     if (lo >= mn && (mx < 0 || (hi >= 0 && hi <= mx))) {
@@ -1546,14 +868,14 @@ static int gen_rx_string(gen *g, rx *r, bool start, bool end, long long mn, long
         return 0;
     }
     if (start && end) {
-        if (!rx_clamp(r, mn, mx))
+        if (!regex_clamp(r, mn, mx))
             return unsup(g, ptr, len_kw, "%s: %s together with this pattern or format is not supported",
                          ptr_show(ptr), len_kw);
         emit_pattern_string(g, r, -1, -1, -1, -1, out);
         return 0;
     }
     long long rlo, rhi;
-    rx_len(r, &rlo, &rhi);
+    regex_len(r, &rlo, &rhi);
     if (rlo != rhi || (mx >= 0 && mx < rlo))
         return unsup(g, ptr, len_kw, "%s: %s together with this unanchored pattern is not supported", ptr_show(ptr),
                      len_kw);
@@ -1633,30 +955,57 @@ static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (mx >= 0 && mx < mn) return err_set(g->e, ERR_INVALID, "%s/maxLength is below minLength", ptr);
     if (fmt && !json_is_string(fmt)) return invalid_kw(g, ptr, "format", "must be a string");
     if (pat && !json_is_string(pat)) return invalid_kw(g, ptr, "pattern", "must be a string");
-    rx *r = NULL;
-    bool start = false, end = false;
+    /* formats outside the JSON Schema registry (zod's "cuid", OpenAPI's
+     * "int64" ...) are annotations by the specification: ignored */
+    static const char *const registry[] = {"regex", "uri-template"};
+    if (fmt) {
+        bool known = in_list(json_string_value(fmt), registry, ARRAY_LEN(registry));
+        for (size_t i = 0; i < ARRAY_LEN(formats) && !known; i++) known = !strcmp(json_string_value(fmt), formats[i].name);
+        if (!known) fmt = NULL;
+    }
+    const char *ftext = NULL;
+    if (fmt) {
+        for (size_t i = 0; i < ARRAY_LEN(formats) && !ftext; i++)
+            if (!strcmp(json_string_value(fmt), formats[i].name)) ftext = formats[i].rx;
+        if (!ftext) return unsup(g, ptr, "format", "unsupported format '%.64s' at %s", json_string_value(fmt), ptr_show(ptr));
+    }
+    regex_pat rp = {0}, fp = {0};
+    if (fmt && regex_parse(ftext, strlen(ftext), 0, &fp, g->e)) PANIC("format '%s' does not compile: %s", ftext, g->e->msg);
     if (pat) {
-        rc = rx_compile(g, json_string_value(pat), json_string_length(pat), ptr, "pattern", &r, &start, &end);
-        if (rc) return rc;
-        if (fmt) {
-            /* no intersection of two regular languages here: the pattern,
-             * usually the narrower, is kept and the format relaxed */
-            rx_free(r);
-            return unsup(g, ptr, "format", "%s: format '%.64s' together with pattern is not supported", ptr_show(ptr),
-                         json_string_value(fmt));
+        const char *ps = json_string_value(pat);
+        size_t pn = json_string_length(pat);
+        /* beside a format, lookaheads may still show that the format's
+         * strings all match the pattern */
+        rc = rx_compile(g, ps, pn, ptr, "pattern", fmt ? REGEX_LOOKAHEAD : 0, &rp);
+        if (!rc && fmt) {
+            /* the narrower of the two is the intersection */
+            if (regex_subset(&fp, &rp) == 1) {
+                regex_pat_free(&rp);
+                rp = fp;
+                memset(&fp, 0, sizeof fp);
+            } else if (!rp.n_look && regex_subset(&rp, &fp) == 1) {
+                regex_pat_free(&fp);
+            } else {
+                /* no inclusion either way: keep the pattern (the format when
+                 * the pattern has lookaheads), relax the other */
+                bool keep_pattern = !rp.n_look;
+                regex_pat_free(&rp);
+                regex_pat_free(&fp);
+                return unsup(g, ptr, keep_pattern ? "format" : "pattern",
+                             "%s: format '%.64s' together with this pattern is not supported", ptr_show(ptr),
+                             json_string_value(fmt));
+            }
+        } else if (rc) {
+            regex_pat_free(&fp);
+            return rc;
         }
     } else if (fmt) {
-        const char *f = json_string_value(fmt);
-        const char *text = NULL;
-        for (size_t i = 0; i < ARRAY_LEN(formats) && !text; i++)
-            if (!strcmp(f, formats[i].name)) text = formats[i].rx;
-        if (!text) return unsup(g, ptr, "format", "unsupported format '%.64s' at %s", f, ptr_show(ptr));
-        rc = rx_compile(g, text, strlen(text), ptr, "format", &r, &start, &end);
-        if (rc) PANIC("format '%s' does not compile: %s", f, g->e ? g->e->msg : "");
+        rp = fp;
+        memset(&fp, 0, sizeof fp);
     }
-    if (r) {
-        rc = gen_rx_string(g, r, start, end, mn, mx, ptr, out);
-        rx_free(r);
+    if (rp.r) {
+        rc = gen_rx_string(g, rp.r, rp.start, rp.end, mn, mx, ptr, out);
+        regex_pat_free(&rp);
         return rc;
     }
     if (mn == 0 && mx < 0) {
@@ -1730,12 +1079,12 @@ static int trie_emit(gen *g, tnode *t, sbuf *out) {
         n_alt++;
     }
     /* a code point that is none of the children, then any tail */
-    cpset cs = {0};
-    cs_add(&cs, 0, 0x1f);
-    cs_add(&cs, '"', '"');
-    cs_add(&cs, '\\', '\\');
-    for (tnode *c = t->kids; c; c = c->next) cs_add(&cs, c->cp, c->cp);
-    cs_negate(&cs);
+    regex_set cs = {0};
+    regex_set_add(&cs, 0, 0x1f);
+    regex_set_add(&cs, '"', '"');
+    regex_set_add(&cs, '\\', '\\');
+    for (tnode *c = t->kids; c; c = c->next) regex_set_add(&cs, c->cp, c->cp);
+    regex_set_negate(&cs);
     if (cs.n) {
         sb_printf(&b, "%s[", n_alt++ ? " | " : "");
         for (int i = 0; i < cs.n; i++) {
@@ -1963,7 +1312,35 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
         }
         extra = true;
     }
-    if (!pn_trivial && (!no_names || !extra)) {
+    /* propertyNames as an enum of names: the additional keys are the names
+     * not listed (every listed one must be among them) */
+    json_t *pn_enum = NULL;
+    if (!pn_trivial && json_is_object(pnames) && json_is_array(json_object_get(pnames, "enum")) && !no_names) {
+        pn_enum = json_array();
+        json_t *en = json_object_get(pnames, "enum");
+        bool all_in = json_array_size(banned) == 0;
+        for (int i = 0; i < n && all_in; i++) {
+            bool in = false;
+            for (size_t j = 0; j < json_array_size(en) && !in; j++)
+                in = json_is_string(json_array_get(en, j)) && !strcmp(json_string_value(json_array_get(en, j)), m[i].key);
+            all_in = in;
+        }
+        for (size_t j = 0; j < json_array_size(en) && all_in; j++) {
+            json_t *x = json_array_get(en, j);
+            bool listed = false;
+            for (int i = 0; i < n && !listed; i++) listed = json_is_string(x) && !strcmp(json_string_value(x), m[i].key);
+            if (json_is_string(x) && !listed) json_array_append(pn_enum, x);
+        }
+        if (!all_in) json_decref(pn_enum), pn_enum = NULL;
+        else {
+            json_t *ks = json_pack("{s:s, s:O}", "type", "string", "enum", pn_enum);
+            json_decref(pn_enum);
+            json_array_append_new(g->owned, ks);
+            pn_enum = ks;
+            if (!json_array_size(json_object_get(ks, "enum"))) extra = false;
+        }
+    }
+    if (!pn_trivial && !pn_enum && (!no_names || !extra)) {
         rc = unsup(g, ptr, "propertyNames", "%s/propertyNames: supported on objects without listed properties", ptr);
         goto done;
     }
@@ -2001,13 +1378,12 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
             const char *pk = NULL;
             json_t *pv = NULL;
             json_object_foreach(pat, k, v) pk = k, pv = v;
-            rx *r;
-            bool st, en;
+            regex_pat rp = {0};
             char *vp = ptr_join(ptr, "patternProperties");
-            rc = rx_compile(g, pk, strlen(pk), ptr, "patternProperties", &r, &st, &en);
+            rc = rx_compile(g, pk, strlen(pk), ptr, "patternProperties", 0, &rp);
             if (!rc) {
-                emit_pattern_string(g, r, st ? -1 : 0, -1, en ? -1 : 0, -1, &body);
-                rx_free(r);
+                emit_pattern_string(g, rp.r, rp.start ? -1 : 0, -1, rp.end ? -1 : 0, -1, &body);
+                regex_pat_free(&rp);
                 sb_puts(&body, " \": \" ");
                 char *vp2 = ptr_join(vp, pk);
                 rc = gen_schema(g, pv, vp2, &body);
@@ -2015,7 +1391,11 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
             }
             free(vp);
         } else {
-            if (!pn_trivial) {
+            if (pn_enum) {
+                char *vp = ptr_join(ptr, "propertyNames");
+                rc = gen_schema(g, pn_enum, vp, &body);
+                free(vp);
+            } else if (!pn_trivial) {
                 json_t *ks = json_copy(pnames);
                 json_object_set_new(ks, "type", json_string("string"));
                 json_array_append_new(g->owned, ks);
@@ -2465,9 +1845,62 @@ static unsigned parse_types(gen *g, json_t *t, const char *ptr, int *rc) {
     return bits;
 }
 
+static json_t *deref(gen *g, json_t *s);
+static int relax(gen *g, const char *kw, const char *ptr);
+
+/* The types a oneOf branch admits, as far as a glance tells (T_ALL else). */
+static unsigned branch_types(json_t *x) {
+    unsigned bits = 0;
+    json_t *t = json_object_get(x, "type"), *c = json_object_get(x, "const"), *en = json_object_get(x, "enum");
+    if (json_is_string(t) || json_is_array(t)) {
+        for (size_t i = 0; i < (json_is_array(t) ? json_array_size(t) : 1); i++) {
+            json_t *y = json_is_array(t) ? json_array_get(t, i) : t;
+            for (size_t k = 0; json_is_string(y) && k < ARRAY_LEN(type_names); k++)
+                if (!strcmp(json_string_value(y), type_names[k])) bits |= 1u << k;
+        }
+    } else if (c) bits = json_type_bits(c);
+    else if (json_is_array(en))
+        for (size_t i = 0; i < json_array_size(en); i++) bits |= json_type_bits(json_array_get(en, i));
+    else return T_ALL;
+    if (bits & T_NUMBER) bits |= T_INTEGER;
+    return bits;
+}
+
+/* A required property of both whose const values differ. */
+static bool discriminated(json_t *a, json_t *b) {
+    json_t *pa = json_object_get(a, "properties"), *pb = json_object_get(b, "properties");
+    json_t *ra = json_object_get(a, "required"), *rb = json_object_get(b, "required");
+    if (!json_is_object(pa) || !json_is_object(pb) || !json_is_array(ra) || !json_is_array(rb)) return false;
+    for (size_t i = 0; i < json_array_size(ra); i++) {
+        const char *k = json_string_value(json_array_get(ra, i));
+        bool in_b = false;
+        for (size_t j = 0; k && j < json_array_size(rb); j++)
+            in_b |= json_is_string(json_array_get(rb, j)) && !strcmp(json_string_value(json_array_get(rb, j)), k);
+        if (!in_b) continue;
+        json_t *x = json_object_get(pa, k), *y = json_object_get(pb, k);
+        json_t *cx = json_object_get(x, "const"), *cy = json_object_get(y, "const");
+        if (!cx && json_array_size(json_object_get(x, "enum")) == 1) cx = json_array_get(json_object_get(x, "enum"), 0);
+        if (!cy && json_array_size(json_object_get(y, "enum")) == 1) cy = json_array_get(json_object_get(y, "enum"), 0);
+        if (cx && cy && !json_equal(cx, cy)) return true;
+    }
+    return false;
+}
+
 static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw, sbuf *out) {
     if (!json_is_array(arr) || json_array_size(arr) == 0)
         return invalid_kw(g, ptr, kw, "must be a non-empty array of schemas");
+    /* oneOf is written as anyOf: exact when no value can match two
+     * branches (different types, or a required property with different
+     * const values); else reported as relaxed */
+    bool overlap = false;
+    for (size_t i = 0; !strcmp(kw, "oneOf") && !g->strict && i < json_array_size(arr) && !overlap; i++)
+        for (size_t j = 0; j < i && !overlap; j++) {
+            json_t *a = deref(g, json_array_get(arr, i)), *b = deref(g, json_array_get(arr, j));
+            if (is_never(a) || is_never(b)) continue;
+            if (!json_is_object(a) || !json_is_object(b)) overlap = true;
+            else overlap = (branch_types(a) & branch_types(b)) && !discriminated(a, b);
+        }
+    if (overlap) relax(g, "oneOf", ptr);
     sbuf b = {0};
     int n = 0, rc = 0;
     sb_puts(&b, "( ");

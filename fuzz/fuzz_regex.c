@@ -1,0 +1,49 @@
+/*
+ * fuzz_regex.c — libFuzzer target for the pattern compiler (grammar/regex.c):
+ * the first byte chooses the parse flags, the rest is a pattern. What parses
+ * is written as GBNF, which grammar_from_gbnf must accept (within its size
+ * limits), and is compared with itself and with a fixed pattern by
+ * regex_subset: a language always includes itself (the answer may be
+ * "unknown" when too large, never "no"), and the answers must not change
+ * when asked twice. Nothing may crash, leak or assert.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+#include "grammar/regex.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1 || size > 4096) return 0;
+    unsigned flags = data[0] & 1 ? REGEX_LOOKAHEAD : 0;
+    regex_pat p;
+    err_t e = {0};
+    if (regex_parse((const char *)data + 1, size - 1, flags, &p, &e)) return 0;
+    if (!p.n_look) {
+        sbuf b = {0};
+        sb_puts(&b, "root ::= \"\\\"\" ");
+        regex_emit(&b, p.r);
+        sb_puts(&b, " \"\\\"\"\n");
+        grammar *g = NULL;
+        int rc = grammar_from_gbnf(b.p, b.n, &g, &e);
+        if (rc != 0 && rc != ERR_RANGE) abort();
+        grammar_unref(g);
+        sb_free(&b);
+        if (regex_subset(&p, &p) == 0) abort();
+        regex_pat q;
+        static const char fixed[] = "^[a-z0-9.]+@[a-z]+\\.[a-z]{2,}$";
+        if (regex_parse(fixed, sizeof fixed - 1, 0, &q, &e) == 0) {
+            int a1 = regex_subset(&p, &q), a2 = regex_subset(&p, &q);
+            if (a1 != a2) abort();
+            a1 = regex_subset(&q, &p);
+            if (a1 != regex_subset(&q, &p)) abort();
+            regex_pat_free(&q);
+        }
+        long long lo, hi;
+        regex_len(p.r, &lo, &hi);
+        if (lo < 0 || (hi >= 0 && hi < lo)) abort();
+    }
+    regex_pat_free(&p);
+    return 0;
+}
