@@ -521,9 +521,9 @@ static void check_bad_input(void) {
         {"{\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"web_search\"}],\"messages\":[{"
          "\"role\":\"user\",\"content\":\"x\"}]}",
          400, "web_search_20250305"},
-        {"{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":1}}}}],"
+        {"{\"max_tokens\":5,\"tools\":[{\"name\":\"f\",\"strict\":true,\"input_schema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"array\",\"uniqueItems\":true}}}}],"
          "\"tool_choice\":{\"type\":\"any\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
-         400, "minimum"},
+         400, "uniqueItems"},
         {"{\"max_tokens\":5,\"tool_choice\":\"auto\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400,
          "tool_choice"},
         {"{\"max_tokens\":5,\"tool_choice\":{\"type\":\"sometimes\"},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",

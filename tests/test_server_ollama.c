@@ -621,7 +621,7 @@ static void check_bad_input(void) {
         {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"format\":[1]}", 400, "'format'"},
         {"/api/generate",
          "{\"model\":\"stories260K\",\"prompt\":\"x\",\"format\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
-         "\"string\",\"format\":\"weird\"}}}}",
+         "\"string\",\"maxLength\":-1}}}}",
          400, "format: "},
         {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"x\",\"format\":{\"type\":\"integer\",\"minimum\":\"a\"}}",
          400, "format"},

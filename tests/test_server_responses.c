@@ -620,8 +620,8 @@ static void check_bad_input(void) {
     E("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format", "text.format.type");
     E("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"p\"}}}", "text.format",
       "text.format.schema");
-    E("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"p\",\"schema\":{\"type\":\"object\","
-      "\"patternProperties\":{\"a\":{}}}}}}",
+    E("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"p\",\"strict\":true,\"schema\":"
+      "{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{}}}}}}",
       "text.format", "patternProperties");
     E("{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens", "max_output_tokens");
     E("{\"input\":\"x\",\"temperature\":5}", "temperature", "temperature");

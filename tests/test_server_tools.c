@@ -402,8 +402,8 @@ static void expect_400(const char *body, const char *param, const char *needle) 
 static void check_bad_input(void) {
     char b[8192];
 #define U "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
-    expect_400("{" U ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
-               "{\"type\":\"object\",\"patternProperties\":{\"a\":{}}}}}}",
+    expect_400("{" U ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":true,"
+               "\"schema\":{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{}}}}}}",
                "response_format", "patternProperties");
     expect_400("{" U ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
                "{\"type\":\"string\",\"maxLength\":-1}}}}",
@@ -425,8 +425,9 @@ static void check_bad_input(void) {
     expect_400("{" U ",\"tool_choice\":\"required\"}", "tool_choice", "tools");
     snprintf(b, sizeof b,
              "{" U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
-             "\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"email\"}}}}}],\"tool_choice\":\"required\"}");
-    expect_400(b, "tools", "email");
+             "\"properties\":{\"x\":{\"type\":\"string\",\"format\":\"regex\"}}},\"strict\":true}}],"
+             "\"tool_choice\":\"required\"}");
+    expect_400(b, "tools", "regex");
     expect_400("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"tool\",\"content\":\"x\"}]}", "messages",
                "tool_call_id");
     expect_400("{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"tool\",\"tool_call_id\":\"call_9\","

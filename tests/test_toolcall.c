@@ -792,7 +792,7 @@ static void test_grammar(void) {
     }
     /* errors name the tool */
     json_t *bad = load("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": \"function\", \"function\":"
-                       " {\"name\": \"g\", \"parameters\": {\"type\": \"object\", \"patternProperties\": {}}}}]");
+                       " {\"name\": \"g\", \"parameters\": {\"type\": \"object\", \"patternProperties\": {\"a\": {}, \"b\": {}}}}}]");
     char *gbnf = NULL, *trigger = NULL;
     err_t e = {0};
     int rc = tc_grammar(TC_HERMES, bad, NULL, true, true, &gbnf, &trigger, &e);

@@ -231,6 +231,12 @@ static void grammar_root(tc_format f, bool parallel, bool lazy, char **g, size_t
 
 int tc_grammar(tc_format f, json_t *tools, const char *only, bool parallel, bool lazy, char **gbnf, char **trigger,
                err_t *e) {
+    return tc_grammar_relax(f, tools, only, parallel, lazy, gbnf, trigger, NULL, e);
+}
+
+int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel, bool lazy, char **gbnf,
+                     char **trigger, char **relaxed, err_t *e) {
+    if (relaxed) *relaxed = NULL;
     *gbnf = NULL;
     if (trigger) *trigger = NULL;
     if (f != TC_HERMES && f != TC_LLAMA3 && f != TC_MISTRAL && f != TC_GENERIC)
@@ -280,11 +286,24 @@ int tc_grammar(tc_format f, json_t *tools, const char *only, bool parallel, bool
             str_puts(&g, &n, " ::= \"{}\"\n");
             continue;
         }
-        rc = schema_to_gbnf(par, args_rule, &g, &n, e);
+        /* relaxed unless the tool asks for strictness (or the caller wants no relaxing) */
+        bool strict = !relaxed || json_is_true(json_object_get(fn, "strict"));
+        char *r = NULL;
+        rc = schema_compile(par, args_rule, strict, &r, &g, &n, e);
         if (rc < 0) {
             err_prefix(e, "tools[%zu].function.parameters", i);
             free(g);
+            if (relaxed) {
+                free(*relaxed);
+                *relaxed = NULL;
+            }
             return rc;
+        }
+        if (r) {
+            size_t old = *relaxed ? strlen(*relaxed) : 0, add = strlen(r) + 64;
+            *relaxed = xrealloc(*relaxed, old + add);
+            snprintf(*relaxed + old, add, "%stools[%zu].function.parameters: %s", old ? "; " : "", i, r);
+            free(r);
         }
     }
     *gbnf = g;

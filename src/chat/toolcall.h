@@ -68,6 +68,12 @@ int tc_check_tools(json_t *tools, err_t *e);
  * ("tools[0].function.parameters: unsupported JSON Schema keyword ..."). */
 int tc_grammar(tc_format f, json_t *tools, const char *only, bool parallel, bool lazy, char **gbnf, char **trigger,
                err_t *e);
+/* tc_grammar, with each tool's schema compiled relaxed unless the tool says
+ * "strict": true (schema.h, schema_compile): *relaxed receives NULL or a
+ * malloc'd report of the dropped keywords, "tools[1].function.parameters:
+ * format at /properties/url; tools[3]...". */
+int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel, bool lazy, char **gbnf,
+                     char **trigger, char **relaxed, err_t *e);
 
 /* For TC_GENERIC: the system-prompt text that tells the model the tools and
  * the call syntax (malloc'd). */

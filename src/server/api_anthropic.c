@@ -360,9 +360,12 @@ static int map_tools(json_t *tools, json_t *chat, afail *f) {
         if (!json_is_object(schema)) return abad(f, "tools.%zu.input_schema: must be a JSON Schema object", i);
         /* in the order OpenAI clients send (the generic tool prompt writes
          * the tools as given: the same tools give the same prompt) */
+        json_t *strict = oai_field(t, "strict");
+        if (strict && !json_is_boolean(strict)) return abad(f, "tools.%zu.strict: must be a boolean", i);
         json_t *fn = json_pack("{s:O}", "name", name);
         if (desc) json_object_set(fn, "description", desc);
         json_object_set(fn, "parameters", schema);
+        if (strict) json_object_set(fn, "strict", strict); /* a keyword that cannot be enforced is a 400 */
         json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function", "function", fn));
     }
     return 0;
@@ -824,6 +827,7 @@ bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
         oai_params_free(&p);
         return false;
     }
+    gen_add_headers(g, x);
     if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
         gen_cancel(g);
         gen_done(g, "POST", 503, p.stream);

@@ -1120,6 +1120,7 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
         resp_req_free(&rq);
         return false;
     }
+    gen_add_headers(g, x);
     if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
         gen_cancel(g);
         gen_done(g, "POST", 503, p.stream);

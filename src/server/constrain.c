@@ -68,7 +68,7 @@ void constrainer_stats(constrainer *c, unsigned long long *hits, unsigned long l
 
 /* The compiled grammar of `gbnf` (a new reference), from the cache or
  * compiled now (outside the lock: compiling may take a while). */
-static int compile_cached(constrainer *c, const char *gbnf, grammar **out, err_t *e) {
+static int compile_cached(constrainer *c, const char *gbnf, grammar **out, bool *miss, err_t *e) {
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->n; i++) {
         if (strcmp(c->v[i].gbnf, gbnf) == 0) {
@@ -81,6 +81,7 @@ static int compile_cached(constrainer *c, const char *gbnf, grammar **out, err_t
         }
     }
     c->misses++;
+    *miss = true;
     pthread_mutex_unlock(&c->mu);
     grammar *g = NULL;
     int rc = grammar_from_gbnf(gbnf, strlen(gbnf), &g, e);
@@ -153,25 +154,39 @@ static char *rename_root(const char *src, const char *name) {
     return b.p;
 }
 
-/* The GBNF of the JSON answer format, top rule `name`. */
-static int format_gbnf(const oai_params *p, const char *name, char **buf, size_t *len, const char **param, err_t *e) {
+/* Appends "what: list" to a report ("; "-separated). */
+static void report_add(char **report, const char *what, char *list) {
+    if (!list) return;
+    size_t old = *report ? strlen(*report) : 0, add = strlen(what) + strlen(list) + 8;
+    *report = xrealloc(*report, old + add);
+    snprintf(*report + old, add, "%s%s: %s", old ? "; " : "", what, list);
+    free(list);
+}
+
+/* The GBNF of the JSON answer format, top rule `name`; relaxed unless
+ * strict was asked for (what was relaxed goes to *report). */
+static int format_gbnf(const oai_params *p, const char *name, char **buf, size_t *len, const char **param,
+                       char **report, err_t *e) {
     int rc;
     if (p->format == OAI_FORMAT_JSON_OBJECT) {
         rc = schema_any_object_gbnf(name, buf, len, e);
         *param = "response_format";
     } else {
-        rc = schema_to_gbnf(p->schema, name, buf, len, e);
+        char *r = NULL;
+        rc = schema_compile(p->schema, name, p->schema_strict, &r, buf, len, e);
         *param = p->schema_param;
         if (rc < 0) err_prefix(e, "'%s' schema", p->schema_param);
+        else report_add(report, p->schema_param, r);
     }
     return rc;
 }
 
 int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar **g, char **trigger,
-                      const char **param, err_t *e) {
+                      const char **param, char **relaxed, err_t *e) {
     *g = NULL;
     *trigger = NULL;
     *param = NULL;
+    *relaxed = NULL;
     bool tools = p->kind == OAI_CHAT && p->tools && p->tool_choice != OAI_TOOLS_NONE;
     bool json_fmt = p->format == OAI_FORMAT_JSON_OBJECT || p->format == OAI_FORMAT_SCHEMA;
     char *gbnf = NULL;
@@ -188,16 +203,20 @@ int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar 
         /* the calls or the JSON answer, from the first token */
         char *calls = NULL;
         *param = "tools";
-        rc = tc_grammar(f, p->tools, NULL, p->parallel_tool_calls, false, &calls, trigger, e);
+        char *tr = NULL;
+        rc = tc_grammar_relax(f, p->tools, NULL, p->parallel_tool_calls, false, &calls, trigger, &tr, e);
         if (rc < 0) return rc;
+        report_add(relaxed, "tools", tr);
         free(*trigger);
         *trigger = NULL;
         char *renamed = rename_root(calls, "kvloom-calls");
         free(calls);
-        rc = format_gbnf(p, "kvloom-answer", &gbnf, &len, param, e);
+        rc = format_gbnf(p, "kvloom-answer", &gbnf, &len, param, relaxed, e);
         if (rc < 0) {
             free(renamed);
             free(gbnf);
+            free(*relaxed);
+            *relaxed = NULL;
             return rc;
         }
         size_t n = strlen(renamed) + len + 64;
@@ -209,11 +228,13 @@ int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar 
     } else if (tools) {
         bool lazy = p->tool_choice == OAI_TOOLS_AUTO;
         *param = "tools";
-        rc = tc_grammar(f, p->tools, p->tool_choice == OAI_TOOLS_NAMED ? p->tool_name : NULL,
-                        p->tool_choice != OAI_TOOLS_NAMED && p->parallel_tool_calls, lazy, &gbnf, trigger, e);
+        char *tr = NULL;
+        rc = tc_grammar_relax(f, p->tools, p->tool_choice == OAI_TOOLS_NAMED ? p->tool_name : NULL,
+                              p->tool_choice != OAI_TOOLS_NAMED && p->parallel_tool_calls, lazy, &gbnf, trigger, &tr, e);
         if (rc < 0) return rc;
+        report_add(relaxed, "tools", tr);
     } else if (json_fmt) {
-        rc = format_gbnf(p, "root", &gbnf, &len, param, e);
+        rc = format_gbnf(p, "root", &gbnf, &len, param, relaxed, e);
         if (rc < 0) {
             free(gbnf);
             return rc;
@@ -221,9 +242,15 @@ int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar 
     } else {
         return 0;
     }
-    rc = compile_cached(c, gbnf, g, e);
+    bool miss = false;
+    rc = compile_cached(c, gbnf, g, &miss, e);
     free(gbnf);
+    /* a relaxed schema is logged once, when its grammar is compiled; every
+     * answer reports it (gen_add_headers) */
+    if (rc == 0 && miss && *relaxed) log_warn("constrain: enforcing schemas without what cannot be enforced: %.900s", *relaxed);
     if (rc < 0) {
+        free(*relaxed);
+        *relaxed = NULL;
         free(*trigger);
         *trigger = NULL;
         if (p->format == OAI_FORMAT_GRAMMAR) err_prefix(e, "'grammar'");

@@ -41,9 +41,13 @@ void constrainer_free(constrainer *c);
  * caller owns it) or NULL when the output is free; *trigger a malloc'd lazy
  * trigger or NULL. On a bad schema or grammar returns ERR_INVALID /
  * ERR_UNSUPPORTED with a message naming the field and *param the request
- * field ("response_format", "json_schema", "grammar", "tools"). */
+ * field ("response_format", "json_schema", "grammar", "tools"). Schemas
+ * are compiled relaxed (schema.h) unless strict: a tool with "strict": true,
+ * response_format json_schema with "strict": true; *relaxed receives NULL or
+ * a malloc'd report of what was dropped ("tools: tools[0].function.parameters:
+ * format at /properties/url"), logged once per compiled grammar. */
 int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar **g, char **trigger,
-                      const char **param, err_t *e);
+                      const char **param, char **relaxed, err_t *e);
 
 /* Cache counters (for /metrics and tests). */
 void constrainer_stats(constrainer *c, unsigned long long *hits, unsigned long long *misses);

@@ -105,6 +105,7 @@ struct gen {
     tc_parser *tp;        /* chat with tools or reasoning, else NULL         */
     int n_calls;          /* complete calls (finish "tool_calls")           */
     char call0[64];       /* the first call's tool name (KV pin prediction)  */
+    char *relaxed;        /* schema keywords relaxed (gen_add_headers) or NULL */
 };
 
 /* One logprobs entry for token t (appended to lp, whose shape depends on the
@@ -401,7 +402,10 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     int n_ids = 0;
     *think_open = false;
     f->status = 400;
-    if (constrain_request(rc->cons, p, rc->tool_format, &gr, &trigger, &f->param, &f->e) < 0) goto fail;
+    char *relaxed = NULL;
+    if (constrain_request(rc->cons, p, rc->tool_format, &gr, &trigger, &f->param, &relaxed, &f->e) < 0) goto fail;
+    if (relaxed) snprintf(f->relaxed, sizeof f->relaxed, "%s", relaxed);
+    free(relaxed);
     ids = prompt_ids(rc, p, &n_ids, think_open, f);
     if (!ids) goto fail;
     if (n_ids >= n_ctx) {
@@ -477,6 +481,7 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
     g->created = (long long)time(NULL);
     g->t0_ns = t0_ns;
     g->path = path;
+    if (f->relaxed[0]) g->relaxed = xstrdup(f->relaxed);
     tok_stream_init(&g->ts, rc->tok, true);
     g->piece_cap = tok_stream_max_out(rc->tok) + 8;
     g->piece = xmalloc((size_t)g->piece_cap);
@@ -490,6 +495,19 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
         g->tp = tc_parser_new(rc->tool_format, tools_on, rc->reasoning, think_open,
                               (unsigned long long)rc->created * 1000003ull + g->serial);
     return g;
+}
+
+void gen_add_headers(const gen *g, http_exchange *x) {
+    if (!g->relaxed) return;
+    /* header-safe: printable ASCII but '%' as is, the rest %XX */
+    char v[1024 * 3 + 1];
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)g->relaxed; *c && n + 4 < sizeof v; c++) {
+        if (*c >= 0x20 && *c < 0x7f && *c != '%') v[n++] = (char)*c;
+        else n += (size_t)snprintf(v + n, sizeof v - n, "%%%02X", *c);
+    }
+    v[n] = 0;
+    http_add_header(x, "X-Kvloom-Schema-Relaxed", v);
 }
 
 /* ---- reading ---- */
@@ -565,6 +583,7 @@ void gen_done(gen *g, const char *method, int status, bool stream) {
     tc_parser_free(g->tp);
     stop_free(g->sm);
     free(g->piece);
+    free(g->relaxed);
     req_unref(g->r);
     free(g);
 }

@@ -42,6 +42,8 @@ typedef struct gen_fail {
     const char *param;
     const char *code;
     err_t e;
+    char relaxed[1024]; /* on success: the schema keywords relaxed (constrain.h),
+                           "" when none (cut at 1023 bytes)                  */
 } gen_fail;
 
 /* Starts generating for p (validated by oai_parse; only read). `path` names
@@ -56,6 +58,12 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
  * the model inside <think>. NULL with *f filled when the request cannot
  * run. The caller owns the req (req_unref). fuzz/fuzz_request.c stops here. */
 req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_open, gen_fail *f);
+
+/* Adds the answer's headers that come from the request's constraint:
+ * X-Kvloom-Schema-Relaxed, when a schema keyword could not be enforced and
+ * was dropped (the report of constrain_request, percent-encoded outside
+ * printable ASCII). Call after gen_start, before replying. */
+void gen_add_headers(const gen *g, http_exchange *x);
 
 /* Waits up to timeout_ms for output and appends the new events to ev; with
  * lp (an OpenAI logprobs object of the request's kind, logprobs_new), its

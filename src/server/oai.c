@@ -506,6 +506,7 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
             p->format = OAI_FORMAT_SCHEMA;
             p->schema = schema;
             p->schema_param = "response_format";
+            p->schema_strict = json_is_true(strict);
             n_set++;
         } else {
             return err_set(e, ERR_INVALID,

@@ -102,6 +102,9 @@ typedef struct oai_params {
     oai_format format;
     json_t *schema;          /* OAI_FORMAT_SCHEMA: the schema (reference held)   */
     const char *schema_param;/* "response_format" or "json_schema"               */
+    bool schema_strict;      /* response_format.json_schema.strict is true: a
+                                keyword that cannot be enforced is a 400, not
+                                relaxed (docs/grammar.md)                    */
     char *grammar;           /* OAI_FORMAT_GRAMMAR: GBNF text (owned)            */
     bool jump_forward;       /* default true                                     */
     bool speculative;        /* default true: speculative decoding when the server

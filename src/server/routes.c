@@ -160,6 +160,7 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         oai_params_free(&p);
         return false;
     }
+    gen_add_headers(g, x);
     if (oai_json_nomem() != f0) { /* the request was read or rendered with a part missing */
         gen_cancel(g);
         gen_done(g, "POST", 503, p.stream);
