@@ -100,8 +100,9 @@ static double su_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Starts a server with extra flags (NULL-terminated). Returns 0 when it is
- * listening (its port is in s->port). */
+/* Starts a server with extra flags (NULL-terminated; without -m among them
+ * the model is stories260K). Returns 0 when it is listening (its port is in
+ * s->port). */
 static int srv_start(srv *s, const char *const *flags) {
     memset(s, 0, sizeof *s);
     static int n_started;
@@ -112,8 +113,12 @@ static int srv_start(srv *s, const char *const *flags) {
     snprintf(model, sizeof model, "%s/models/stories260K.gguf", test_shared_dir());
     const char *argv[64];
     int argc = 0;
-    argv[argc++] = "-m";
-    argv[argc++] = model;
+    bool own_model = false; /* the flags' -m replaces stories260K (two -m serve two models) */
+    for (int i = 0; flags && flags[i]; i++) own_model |= !strcmp(flags[i], "-m") || !strcmp(flags[i], "--model");
+    if (!own_model) {
+        argv[argc++] = "-m";
+        argv[argc++] = model;
+    }
     argv[argc++] = "--port";
     argv[argc++] = "0";
     argv[argc++] = "--ready-file";

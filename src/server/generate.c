@@ -6,6 +6,7 @@
  * Thread: the HTTP thread that owns the request; the engine fills the req.
  */
 #include "generate.h"
+#include "models.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -585,6 +586,7 @@ void gen_done(gen *g, const char *method, int status, bool stream) {
     free(g->piece);
     free(g->relaxed);
     req_unref(g->r);
+    models_release(g->rc); /* the reference routes_handle took (models.h) */
     free(g);
 }
 

@@ -26,6 +26,7 @@
 #include "../sched/req.h"
 #include "apis.h"
 #include "embed.h"
+#include "models.h"
 #include "generate.h"
 #include "oai.h"
 #include "oai_answer.h"
@@ -192,6 +193,31 @@ static void handle_models(routes_ctx *rc, http_exchange *x, const char *id) {
     json_decref(o);
 }
 
+/* The listings of several models (models.h): GET /v1/models (what NULL),
+ * /v1/models/{id} (what = the id), Ollama's /api/tags and /api/ps. */
+static void handle_model_list(routes_ctx *root, http_exchange *x, const char *what) {
+    unsigned long f0 = oai_json_nomem();
+    bool tags = what && !strcmp(what, "/api/tags"), ps = what && !strcmp(what, "/api/ps");
+    json_t *o = models_list_json(root->models, tags ? MODELS_OLLAMA_TAGS : ps ? MODELS_OLLAMA_PS : MODELS_OPENAI);
+    if (what && !tags && !ps) { /* one model by id */
+        json_t *data = json_object_get(o, "data"), *hit = NULL, *v;
+        size_t i;
+        json_array_foreach(data, i, v) if (!strcmp(json_string_value(json_object_get(v, "id")), what)) hit = v;
+        if (!hit) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "the model '%.200s' does not exist (GET /v1/models lists them)", what);
+            reply_error(x, 404, msg, "model", "model_not_found");
+            json_decref(o);
+            return;
+        }
+        json_incref(hit);
+        json_decref(o);
+        o = hit;
+    }
+    reply_json(root, x, 200, o, f0);
+    json_decref(o);
+}
+
 static void handle_metrics(routes_ctx *rc, http_exchange *x) {
     engine_stats st = {0};
     if (rc->en) engine_get_stats(rc->en, &st);
@@ -213,8 +239,8 @@ static void handle_metrics(routes_ctx *rc, http_exchange *x) {
 /* GET /load: what a load balancer polls (deploy/haproxy/kvloom.lua) between
  * health checks, small and without the API key like /health. */
 static void handle_load(routes_ctx *rc, http_exchange *x) {
-    engine_stats st;
-    engine_get_stats(rc->en, &st);
+    engine_stats st = {0};
+    if (rc->en) engine_get_stats(rc->en, &st);
     char body[256];
     int n = snprintf(body, sizeof body,
                      "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f}",
@@ -380,7 +406,8 @@ typedef struct route {
 
 enum {
     R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_LOAD, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
-    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA, R_EMBED, R_PROPS
+    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA, R_EMBED, R_PROPS, R_MODELS_LOAD,
+    R_MODELS_UNLOAD
 };
 
 static const route routes[] = {
@@ -401,6 +428,8 @@ static const route routes[] = {
     {"/api/pull", "POST", R_OLLAMA},          {"/api/push", "POST", R_OLLAMA},
     {"/api/create", "POST", R_OLLAMA},        {"/api/copy", "POST", R_OLLAMA},
     {"/api/delete", "DELETE", R_OLLAMA},
+    {"/api/ps", "GET", R_OLLAMA},
+    {"/models/load", "POST", R_MODELS_LOAD},  {"/models/unload", "POST", R_MODELS_UNLOAD},
 };
 
 /* Paths with an id after a prefix: GET /v1/models/{id} (and /models/{id}),
@@ -562,8 +591,79 @@ bool routes_precheck(void *ctx, http_exchange *x) {
     return true;
 }
 
+/* The "model" of a POST body (Ollama also "name"), copied to buf; NULL
+ * when the body is not JSON or names none (the handler reports that). */
+static const char *body_model(http_exchange *x, char *buf, size_t cap) {
+    size_t n;
+    const char *b = http_body(x, &n);
+    json_t *o = b && n ? json_loadb(b, n, 0, NULL) : NULL;
+    json_t *m = json_is_object(o) ? json_object_get(o, "model") : NULL;
+    if (!json_is_string(m) && json_is_object(o)) m = json_object_get(o, "name");
+    const char *r = NULL;
+    if (json_is_string(m)) {
+        snprintf(buf, cap, "%s", json_string_value(m));
+        r = buf;
+    }
+    json_decref(o);
+    return r;
+}
+
+/* The routes_ctx that serves this request: the model its "model" field
+ * names (models.h), with a reference, or root for the routes of no model
+ * (listings, /health, load and unload). NULL when it answered an error in
+ * the route's shape (an unknown name is a 404 model_not_found). */
+static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *rt, const char *path) {
+    models *ms = root->models;
+    bool multi = models_count(ms) > 1, ollama = !strncmp(path, "/api/", 5);
+    switch (rt->id) {
+    case R_HEALTH: case R_MODELS_LOAD: case R_MODELS_UNLOAD: return root;
+    case R_MODELS: case R_MODEL:
+        if (multi) return root;
+        break;
+    case R_METRICS: case R_LOAD:
+        if (multi) {
+            routes_ctx *rc = models_acquire_loaded(ms);
+            return rc ? rc : root;
+        }
+        break;
+    case R_OLLAMA:
+        if (!strcmp(path, "/api/ps") || !strcmp(path, "/api/version") || (multi && !strcmp(path, "/api/tags")) ||
+            !strcmp(path, "/api/pull") || !strcmp(path, "/api/push") || !strcmp(path, "/api/create") ||
+            !strcmp(path, "/api/copy") || !strcmp(path, "/api/delete"))
+            return root; /* listings, and the refusals of model management (no model needed) */
+        break;
+    default: break;
+    }
+    char name[300];
+    const char *want = NULL;
+    if (multi && !strcmp(http_method(x), "POST")) want = body_model(x, name, sizeof name);
+    int st = 0;
+    char msg[700];
+    routes_ctx *rc = models_acquire(ms, want, &st, msg, sizeof msg);
+    if (rc) return rc;
+    if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) api_anthropic_error(x, st, msg);
+    else if (ollama) embed_ollama_error(x, st, "%s", msg);
+    else reply_error(x, st, msg, st == 404 ? "model" : NULL, st == 404 ? "model_not_found" : NULL);
+    return NULL;
+}
+
+/* POST /models/load and /models/unload {"model": NAME}. */
+static void handle_model_load(routes_ctx *root, http_exchange *x, bool load) {
+    char name[300], msg[700];
+    const char *want = body_model(x, name, sizeof name);
+    if (!want) {
+        reply_error(x, 400, "'model' (a string) is required", "model", NULL);
+        return;
+    }
+    int st = 0;
+    int r = load ? models_load(root->models, want, &st, msg, sizeof msg)
+                 : models_unload(root->models, want, &st, msg, sizeof msg);
+    if (r < 0) reply_error(x, st, msg, "model", st == 404 ? "model_not_found" : NULL);
+    else http_reply(x, 200, "application/json", "{\"success\":true}", 16, NULL, NULL);
+}
+
 void routes_handle(void *ctx, http_exchange *x) {
-    routes_ctx *rc = ctx;
+    routes_ctx *root = ctx, *rc = root;
     int64_t t0 = clock_ns();
     const char *method = http_method(x), *path = http_path(x);
     bool path_known;
@@ -587,12 +687,16 @@ void routes_handle(void *ctx, http_exchange *x) {
             snprintf(msg, sizeof msg, "no route for %.16s %.200s", method, path);
         }
         reply_error_shaped(x, path_known ? 405 : 404, msg, NULL);
+    } else if (!(rc = route_model(root, x, rt, path))) {
+        /* unknown name or a model that cannot load: answered in the API's shape */
     } else {
         switch (rt->id) {
         case R_COMPL: generation = handle_generate(rc, x, OAI_COMPLETION); break;
         case R_CHAT: generation = handle_generate(rc, x, OAI_CHAT); break;
-        case R_MODELS: handle_models(rc, x, NULL); break;
-        case R_MODEL: handle_models(rc, x, path + strlen(rt->path)); break;
+        case R_MODELS: case R_MODEL:
+            if (rc == root) handle_model_list(rc, x, rt->id == R_MODEL ? path + strlen(rt->path) : NULL);
+            else handle_models(rc, x, rt->id == R_MODEL ? path + strlen(rt->path) : NULL);
+            break;
         case R_HEALTH: {
             static const char ok[] = "{\"status\":\"ok\",\"version\":\"" KVLOOM_VERSION "\"}";
             http_reply(x, 200, "application/json", ok, sizeof ok - 1, NULL, NULL);
@@ -607,14 +711,22 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_ANTHROPIC_COUNT: api_anthropic_count_tokens(rc, x); break;
         case R_RESPONSES: generation = api_responses_create(rc, x); break;
         case R_RESPONSE_ITEM: api_responses_item(rc, x, path + strlen(rt->path)); break;
-        case R_OLLAMA: generation = api_ollama(rc, x, path); break;
+        case R_OLLAMA:
+            if (rc == root && (!strcmp(path, "/api/ps") || !strcmp(path, "/api/tags"))) /* models.h's listings */
+                handle_model_list(rc, x, !strcmp(path, "/api/ps") ? "/api/ps" : "/api/tags");
+            else
+                generation = api_ollama(rc, x, path);
+            break;
         case R_EMBED: embed_openai(rc, x); break;
+        case R_MODELS_LOAD: case R_MODELS_UNLOAD: handle_model_load(rc, x, rt->id == R_MODELS_LOAD); break;
         }
+        /* a generation releases its model when its answer is written (gen_done) */
+        if (!generation && rc != root) models_release(rc);
     }
     /* Generation requests that reached the engine count and log themselves
      * when they end (a stream ends after this handler returns). */
     if (generation) return;
-    metrics_count(rc->met, http_status(x));
+    metrics_count(root->met, http_status(x));
     /* a balancer polls /health and /load several times a second: those
      * successes are debug lines, not the log */
     bool poll = rt && (rt->id == R_HEALTH || rt->id == R_LOAD) && http_status(x) == 200;

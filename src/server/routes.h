@@ -37,6 +37,9 @@ typedef struct routes_ctx {
     char model_id[256];
     long long created;       /* unix time the server started                   */
     atomic_ullong next_id;   /* request ids and default seeds                  */
+    struct models *models;   /* every served model (models.h)                  */
+    struct models_entry *entry; /* this model's entry when several are served:
+                                a request holds a reference (models_release) */
 } routes_ctx;
 
 /* /detokenize takes at most max(the context, this) ids. */

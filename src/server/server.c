@@ -26,12 +26,12 @@
 #include "../model/model.h"
 #include "../sched/draft.h"
 #include "../sched/engine.h"
-#include "../sched/encoder.h"
 #include "../tok/tok.h"
 #include "http.h"
 #include "metrics.h"
 #include "apis.h"
 #include "routes.h"
+#include "models.h"
 #include "../chat/chat.h"
 
 bool server_host_is_loopback(const char *host) {
@@ -63,9 +63,13 @@ void server_opts_default(server_opts *o) {
 }
 
 const char *server_usage(void) {
-    return "usage: kvloom serve [-m MODEL.gguf] [options]\n"
+    return "usage: kvloom serve [-m MODEL.gguf [--alias NAME]]... [--models-dir DIR] [options]\n"
            "  -m, --model PATH         GGUF model (default " SERVER_DEFAULT_MODEL ")\n"
-           "  --alias NAME             model id reported by the API (default: file base name)\n"
+           "  --alias NAME             model id of the -m before it (default: file name without .gguf)\n"
+           "  --models-dir DIR         serve every DIR/*.gguf, by file name (with -m: those too);\n"
+           "                           the request's model field selects, loaded on first use\n"
+           "  --models-max N           models resident at once, least recently used unloaded (default 4)\n"
+           "  --models-idle S          unload a model unused for S seconds (default 0: never)\n"
            "  --host ADDR              numeric address to bind (default 127.0.0.1)\n"
            "  --port N                 TCP port (default 8080; 0 = any free port)\n"
            "  --kv-mem BYTES           KV cache size, K/M/G suffixes allowed (default: one full context\n"
@@ -194,10 +198,23 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             return 1;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             NEED_VALUE;
-            o->model_path = v;
+            if (o->n_models == SERVER_MAX_MODELS) return err_set(e, ERR_INVALID, "-m: at most %d models", SERVER_MAX_MODELS);
+            if (!o->model_path) o->model_path = v;
+            o->model_paths[o->n_models++] = v;
         } else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) {
             NEED_VALUE;
-            o->alias = v;
+            /* the alias of the -m before it (of the first or only model when none) */
+            if (!o->alias) o->alias = v;
+            o->model_aliases[o->n_models ? o->n_models - 1 : 0] = v;
+        } else if (!strcmp(a, "--models-dir")) {
+            NEED_VALUE;
+            o->models_dir = v;
+        } else if (!strcmp(a, "--models-max")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 256, &o->models_max, e);
+        } else if (!strcmp(a, "--models-idle")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 1 << 30, &o->models_idle_s, e);
         } else if (!strcmp(a, "--host")) {
             NEED_VALUE;
             o->host = v;
@@ -364,78 +381,11 @@ static void print_url(char *out, size_t cap, const char *host, int port) {
     snprintf(out, cap, strchr(host, ':') ? "http://[%s]:%d/" : "http://%s:%d/", host, port);
 }
 
-static bool eog_cb(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
-
-static int piece_cb(void *ctx, int32_t id, char *buf, int cap) { return tok_piece((const tokenizer *)ctx, id, buf, cap); }
-
-static int tokenize_cb(void *ctx, const char *text, size_t n, int32_t *out, int cap) {
-    return tok_encode_continuation((const tokenizer *)ctx, text, n, out, cap);
-}
-
-static void model_id_from_path(const char *path, char *out, size_t cap) {
-    const char *b = strrchr(path, '/');
-    b = b ? b + 1 : path;
-    snprintf(out, cap, "%s", b);
-    char *dot = strrchr(out, '.');
-    if (dot && !strcmp(dot, ".gguf")) *dot = 0;
-}
-
-/* Bytes of memory the system can still give (MemAvailable: free memory
- * plus page cache it can drop), 0 when unknown. */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    uint64_t kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb) return kb * 1024;
-    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-}
-
-/* The default KV pool (no --kv-mem): one full context of the model plus a
- * block, at least SERVER_KV_MIN_BYTES, so that any prompt the context takes
- * also fits the pool. Bounded by what the machine can give: the available
- * memory less the weights (mapped, paged in as they are read) and 1 GiB of
- * headroom, at most 3/4 of it, and 85% of physical memory (the engine
- * refuses above 90%); when one context does
- * not fit that, the largest pool that does, with a warning that names the
- * flags. */
-static size_t kv_auto_bytes(const model *m, const server_opts *o) {
-    const int B = o->block_tokens, n_ctx = o->n_ctx > 0 ? o->n_ctx : m->cfg.n_ctx_train;
-    const uint64_t bb = model_kv_block_bytes(m, B);
-    uint64_t want = bb * (uint64_t)((n_ctx + B - 1) / B + 1);
-    if (want < SERVER_KV_MIN_BYTES) want = SERVER_KV_MIN_BYTES;
-    uint64_t avail = mem_available(), cap = want;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0) cap = MIN(cap, (uint64_t)pages * (uint64_t)page / 100 * 85);
-    if (avail) {
-        uint64_t spare = avail > m->weight_bytes + (1ull << 30) ? avail - m->weight_bytes - (1ull << 30) : 0;
-        cap = MIN(cap, MIN(spare, avail / 4 * 3)); /* the machine may be shared */
-    }
-    cap = MAX(cap, 2 * bb); /* the engine's least */
-    if (cap < want && want > SERVER_KV_MIN_BYTES)
-        log_warn("serve: one full context (%d tokens) needs %.1f GiB of KV cache but %.1f GiB is free: the pool holds "
-                 "%llu tokens; a longer prompt is refused (--ctx to shorten the context, --kv-mem to set the pool)",
-                 n_ctx, (double)want / (1 << 30), (double)avail / (1 << 30),
-                 (unsigned long long)(cap / bb > 1 ? (cap / bb - 1) * (uint64_t)B : 0));
-    return (size_t)MIN(cap, want);
-}
-
 int server_main(const server_opts *o) {
     err_t e = {0};
-    const char *path = o->model_path ? o->model_path : SERVER_DEFAULT_MODEL;
-    model *m = NULL;
-    tokenizer *tk = NULL;
-    engine *en = NULL;
-    encoder *enc = NULL;
     http_server *hs = NULL;
-    metrics *met = NULL;
-    void *chat = NULL;
-    char *tmpl_file = NULL;
-    gvocab *gv = NULL;
-    routes_ctx *rc = NULL;
+    models *ms = NULL;
+    routes_ctx shared;
     int rcode = 0;
     int listen_fd = -1;
 
@@ -462,118 +412,30 @@ int server_main(const server_opts *o) {
         log_info("serve: --flash-attn changes nothing: attention always runs in chunks over the paged KV with an "
                  "online softmax");
     if (o->noop_flags & SERVER_NOOP_METRICS) log_info("serve: --metrics changes nothing: /metrics is always served");
-    if ((rcode = model_load(path, &m, &e)) < 0) {
-        log_error("serve: cannot load model '%s': %s", path, e.msg);
-        goto out;
-    }
-    {
-        char note[512];
-        if (model_mem_note(m, note, sizeof note)) log_warn("serve: %s", note);
-        else log_info("serve: %s", note);
-    }
-    if ((rcode = tok_load(m->gguf, &tk, &e)) < 0) {
-        log_error("serve: cannot load the tokenizer of '%s': %s", path, e.msg);
-        goto out;
-    }
-    const char *tmpl_src = tok_chat_template(tk);
-    if (o->chat_template_file) {
-        size_t n;
-        if ((rcode = file_read_all(o->chat_template_file, &tmpl_file, &n, &e)) < 0) {
-            log_error("serve: --chat-template-file: %s", e.msg);
-            goto out;
-        }
-        tmpl_src = tmpl_file;
-    }
-    if ((rcode = chat_tmpl_new(tmpl_src, (chat_tmpl **)&chat, &e)) < 0) {
-        log_error("serve: chat template: %s", e.msg);
-        goto out;
-    }
-    if (chat_tmpl_fallback_reason(chat) && o->chat_template_file) {
-        /* a template the user chose must work: falling back would quietly
-         * lose its tool calling (issue 24) */
-        const char *why = chat_tmpl_fallback_reason(chat), *colon = strstr(why, ": ");
-        int line = 0, col = 0, k = 0;
-        if (colon && sscanf(colon + 2, "%d:%d: %n", &line, &col, &k) == 2 && k > 0)
-            log_error("serve: --chat-template-file %s does not parse: line %d, column %d: %s", o->chat_template_file,
-                      line, col, colon + 2 + k);
-        else if (!tmpl_file || !*tmpl_file)
-            log_error("serve: --chat-template-file %s is empty", o->chat_template_file);
-        else
-            log_error("serve: --chat-template-file %s does not parse: %s", o->chat_template_file, why);
-        rcode = ERR_INVALID;
-        goto out;
-    }
-    if (chat_tmpl_fallback_reason(chat))
-        log_warn("serve: chat: the ChatML fallback (%s): prompts use <|im_start|> turns, not the model's own format; "
-                 "tool calls use the generic JSON format explained in a system message; no reasoning split "
-                 "(--chat-template-file F to give a template)",
-                 chat_tmpl_fallback_reason(chat));
-    tc_format tool_format = chat_tmpl_fallback_reason(chat) ? TC_GENERIC : tc_detect(tmpl_src);
-    if (o->tool_format && strcmp(o->tool_format, "auto") != 0 && tc_format_from_name(o->tool_format, &tool_format, &e) < 0) {
-        log_error("serve: --tool-format: %s", e.msg);
-        rcode = ERR_INVALID;
-        goto out;
-    }
-    bool reasoning = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "<think>");
-    log_info("serve: tool calls in the %s format (%s)%s", tc_format_name(tool_format),
-             o->tool_format && strcmp(o->tool_format, "auto") ? "--tool-format" : "from the chat template",
-             reasoning ? "; reasoning split at <think>" : "");
-    int64_t t_gv = clock_ns();
-    gv = constrain_vocab_new(tk);
-    log_info("serve: grammar vocabulary of %d tokens in %.1f ms", tok_n_vocab(tk), (double)(clock_ns() - t_gv) / 1e6);
-    engine_opts eo = engine_defaults();
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    eo.n_threads = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? ncpu : 1);
-    eo.kv_mem_bytes = o->kv_mem_bytes ? o->kv_mem_bytes : kv_auto_bytes(m, o);
-    eo.block_tokens = o->block_tokens;
-    eo.max_batch_tokens = o->max_batch_tokens;
-    eo.max_running = o->max_running;
-    eo.max_queue = o->max_queue;
-    eo.n_ctx = o->n_ctx;
-    eo.is_eog = eog_cb;
-    eo.eog_ctx = tk;
-    eo.check = o->check;
-    eo.kv_disk_dir = o->kv_disk_dir;
-    eo.kv_policy = o->kv_policy;
-    eo.kv_ttl_max_s = o->kv_ttl_max_s;
-    eo.kv_disk_max_bytes = o->kv_disk_max_bytes;
-    eo.step_delay_us = o->step_delay_us;
-    eo.stall_timeout_ms = o->stall_timeout_s * 1000;
-    eo.spec = o->spec;
-    eo.spec_max = o->spec_max;
-    eo.gvocab = gv;
-    eo.tokenize = tokenize_cb;
-    eo.piece = piece_cb;
-    eo.tok_ctx = tk;
-    if (m->cfg.encoder) { /* bert: no KV cache, no generation (sched/encoder.h) */
-        if ((rcode = encoder_new(m, eo.n_threads, eo.max_batch_tokens, eo.max_queue, &enc, &e)) < 0) {
-            log_error("serve: %s", e.msg);
-            goto out;
-        }
-    } else if ((rcode = engine_new(m, &eo, &en, &e)) < 0) {
+    memset(&shared, 0, sizeof shared);
+    shared.o = o;
+    shared.met = metrics_new();
+    shared.responses = resp_store_new();
+    shared.created = (long long)time(NULL);
+    atomic_init(&shared.next_id, 1);
+    if ((rcode = models_new(o, &shared, &ms, &e)) < 0) {
         log_error("serve: %s", e.msg);
         goto out;
     }
-    met = metrics_new();
-    rc = xcalloc(1, sizeof *rc);
-    rc->o = o;
-    rc->m = m;
-    rc->tok = tk;
-    rc->chat = chat;
-    rc->tool_format = tool_format;
-    rc->reasoning = reasoning;
-    rc->template_calls = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "tool_calls");
-    rc->cons = constrainer_new(32);
-    rc->responses = resp_store_new();
-    rc->en = en;
-    rc->enc = enc;
-    rc->met = met;
-    rc->created = (long long)time(NULL);
-    atomic_init(&rc->next_id, 1);
-    if (o->alias)
-        snprintf(rc->model_id, sizeof rc->model_id, "%s", o->alias);
-    else
-        model_id_from_path(path, rc->model_id, sizeof rc->model_id);
+    shared.models = ms;
+    /* One model loads now (a bad file is a start-up error, as always);
+     * several load on first use (models.h). */
+    if (models_count(ms) == 1) {
+        int st;
+        char msg[1024];
+        routes_ctx *rc = models_acquire(ms, NULL, &st, msg, sizeof msg);
+        if (!rc) {
+            log_error("serve: %s", msg);
+            rcode = ERR_INVALID;
+            goto out;
+        }
+        models_release(rc);
+    }
 
     http_config hc = {.host = o->host,
                       .port = o->port,
@@ -597,23 +459,13 @@ int server_main(const server_opts *o) {
                       .cors_origins = o->cors_origins,
                       .n_cors_origins = o->n_cors_origins};
     listen_fd = -1; /* http_start owns it now, also when it fails */
-    if ((rcode = http_start(&hc, routes_handle, rc, &hs, &e)) < 0) {
+    if ((rcode = http_start(&hc, routes_handle, &shared, &hs, &e)) < 0) {
         log_error("serve: %s", e.msg);
         goto out;
     }
-    engine_stats st = {0};
-    if (en) engine_get_stats(en, &st);
-    if (enc)
-        log_info("serve: model %s (%s), an encoder (embeddings only, %s pooling), ctx %d, %d threads, listening on "
-                 "http://%s:%d",
-                 rc->model_id, path, m->cfg.pooling == MODEL_POOL_CLS ? "cls" : m->cfg.pooling == MODEL_POOL_LAST ? "last" : "mean",
-                 m->cfg.n_ctx_train, eo.n_threads, o->host ? o->host : "127.0.0.1", http_port(hs));
-    else
-        log_info("serve: model %s (%s), KV pool %.0f MiB holds %d tokens (%.1f full contexts of %d), %d threads, "
-                 "listening on http://%s:%d",
-                 rc->model_id, path, (double)eo.kv_mem_bytes / (1 << 20), engine_capacity_tokens(en),
-                 (double)engine_capacity_tokens(en) / engine_n_ctx(en), engine_n_ctx(en), eo.n_threads,
-                 o->host ? o->host : "127.0.0.1", http_port(hs));
+    log_info("serve: %d model%s (up to %d resident), listening on http://%s:%d", models_count(ms),
+             models_count(ms) == 1 ? "" : "s", models_count(ms) == 1 ? 1 : (o->models_max > 0 ? o->models_max : SERVER_MODELS_MAX_DEFAULT),
+             o->host ? o->host : "127.0.0.1", http_port(hs));
     if (o->ready_file) {
         FILE *f = fopen(o->ready_file, "w");
         if (f) {
@@ -634,42 +486,31 @@ int server_main(const server_opts *o) {
     char url[300];
     print_url(url, sizeof url, o->host, http_port(hs));
     log_info("serve: chat at %s  (API: %sv1, Ctrl-C stops)", url, url);
-    while (!g_stop) {
+    for (int tick = 0; !g_stop; tick++) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
+        if (tick % 20 == 19) models_tick(ms); /* --models-idle */
     }
     int n_running = http_drain(hs);
     log_info("serve: %s: shutting down; %d request%s running, up to %d s to finish (again to cancel now)",
              g_signal == SIGINT ? "SIGINT" : "SIGTERM", n_running, n_running == 1 ? "" : "s", o->shutdown_timeout_s);
     int n_left = drain_wait(hs, o->shutdown_timeout_s);
-    /* Stopping the engine ends every request it still holds as cancelled:
-     * the handlers answer 503 or end their streams with an error event and
-     * [DONE]; give them a moment to write that out. */
-    if (en) engine_stop(en);
-    if (enc) encoder_stop(enc);
+    /* Stopping the engines ends every request they still hold as
+     * cancelled: the handlers answer 503 or end their streams with an error
+     * event and [DONE]; give them a moment to write that out. */
+    models_stop(ms);
     if (n_left > 0 && http_wait_idle(hs, 3000) > 0) log_warn("serve: %d connections did not finish writing", http_wait_idle(hs, 0));
     log_info("shutdown: %d request%s finished, %d cancelled", n_running - n_left < 0 ? 0 : n_running - n_left,
              n_running - n_left == 1 ? "" : "s", n_left);
     rcode = 0;
 out:
-    /* The engine stops first so that waiting handlers see their requests
+    /* The engines stop first so that waiting handlers see their requests
      * end (cancelled) and the HTTP threads can finish. */
-    if (en) engine_stop(en);
-    if (enc) encoder_stop(enc);
+    if (ms) models_stop(ms);
     if (hs) http_stop(hs);
-    engine_free(en);
-    encoder_free(enc);
-    metrics_free(met);
-    if (rc) {
-        constrainer_free(rc->cons);
-        resp_store_free(rc->responses);
-    }
-    free(rc);
-    chat_tmpl_free(chat);
-    free(tmpl_file);
-    gvocab_free(gv);
-    tok_free(tk);
-    model_free(m);
+    models_free(ms);
+    metrics_free(shared.met);
+    resp_store_free(shared.responses);
     if (listen_fd >= 0) close(listen_fd);
     return rcode;
 }

@@ -22,10 +22,19 @@
 #include "../base/base.h"
 
 #define SERVER_MAX_CORS 16
+#define SERVER_MAX_MODELS 64        /* -m given at most this often              */
+#define SERVER_MODELS_MAX_DEFAULT 4 /* --models-max                             */
 
 typedef struct server_opts {
     const char *model_path;   /* -m; NULL: SERVER_DEFAULT_MODEL                       */
     const char *alias;        /* --alias: model id in the API; NULL: file base name   */
+    /* several models (models.h): every -m, each with the --alias after it */
+    const char *model_paths[SERVER_MAX_MODELS];
+    const char *model_aliases[SERVER_MAX_MODELS];
+    int n_models;
+    const char *models_dir;   /* --models-dir: every *.gguf in it, by file name      */
+    int models_max;           /* --models-max resident at once; 0: 4                  */
+    int models_idle_s;        /* --models-idle: unload after so long unused; 0 never */
     const char *host;         /* --host, numeric address; default "127.0.0.1"         */
     int port;                 /* --port; default 8080; 0 = any free port              */
     size_t kv_mem_bytes;      /* --kv-mem (accepts K/M/G suffixes); 0 (default): one

@@ -1,0 +1,77 @@
+/*
+ * models.h — the models a server serves, by name (models.c).
+ *
+ * Each model is an entry: its name (the file name without .gguf, or its
+ * --alias), its file, and while it is loaded its routes_ctx (model,
+ * tokenizer, chat template, engine or encoder thread). The list comes from
+ * repeated -m (each with the --alias that follows it) and --models-dir.
+ *
+ *   unloaded ──first request / POST /models/load──▶ loaded
+ *      ▲                                              │
+ *      └── LRU beyond --models-max, --models-idle, ───┘
+ *          POST /models/unload (only with no request in flight)
+ *
+ * A request holds a reference on its model from routes_handle until its
+ * answer is written (gen_done for generations): a model with references is
+ * never unloaded. One model: every name maps to it, and it is loaded at
+ * start, as before there were several.
+ *
+ * KV budget: an explicit --kv-mem is the total, split evenly over the
+ * --models-max slots; by default each model gets one full context at load
+ * time (server.c's rule), out of the memory free then divided by the free
+ * slots. Each engine has its own prefix tree, so prefixes never cross
+ * models; with --kv-disk each model has its own subdirectory (its name).
+ *
+ * Thread safety: every function may be called from any thread (one mutex;
+ * a load runs under it, so other requests wait for the load too).
+ */
+#ifndef KVLOOM_MODELS_H
+#define KVLOOM_MODELS_H
+
+#include <jansson.h>
+
+#include "routes.h"
+#include "server.h"
+
+typedef struct models models;
+typedef struct models_entry models_entry;
+
+/* Builds the list from o (loads nothing). `shared` holds what every
+ * model's routes_ctx shares (options, metrics, the response store, the
+ * start time); it must outlive the list. Errors: a bad --models-dir, two
+ * models with one name, no model at all. */
+int models_new(const server_opts *o, const routes_ctx *shared, models **out, err_t *e);
+int models_count(const models *ms);
+
+/* The loaded model for `name` (NULL or any name when one model is served)
+ * with a reference; loads it on first use (first unloading the least
+ * recently used idle model when --models-max are loaded). NULL on failure
+ * with the HTTP status (404 unknown name, 503 cannot load now) and msg. */
+routes_ctx *models_acquire(models *ms, const char *name, int *status, char *msg, size_t cap);
+/* The most recently used loaded model with a reference, or NULL (never
+ * loads: /metrics). */
+routes_ctx *models_acquire_loaded(models *ms);
+/* Drops the reference models_acquire took (rc->entry; NULL entry: no-op). */
+void models_release(routes_ctx *rc);
+
+/* Explicit load / unload (POST /models/load, /models/unload): 0, or the
+ * HTTP status (404 unknown, 409 busy, 503) with msg. */
+int models_load(models *ms, const char *name, int *status, char *msg, size_t cap);
+int models_unload(models *ms, const char *name, int *status, char *msg, size_t cap);
+
+/* Unloads models idle for --models-idle seconds (0: never); the server's
+ * main loop calls it about once a second. */
+void models_tick(models *ms);
+
+/* Listings: the OpenAI /v1/models list (each with "status": "loaded" or
+ * "unloaded"), Ollama's /api/tags (every model) and /api/ps (loaded ones). */
+enum { MODELS_OPENAI, MODELS_OLLAMA_TAGS, MODELS_OLLAMA_PS };
+json_t *models_list_json(models *ms, int style);
+/* Whether `name` is one of the models (an Ollama ":latest" tag allowed). */
+bool models_has(models *ms, const char *name);
+
+/* Stops every engine (their requests end as cancelled); then models_free. */
+void models_stop(models *ms);
+void models_free(models *ms); /* NULL is a no-op */
+
+#endif
