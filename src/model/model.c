@@ -352,6 +352,7 @@ static size_t mat_bytes(const kern_mat *w) { return (size_t)w->n_out * w->row_by
 
 size_t model_token_bytes(const model *m) {
     const model_config *c = &m->cfg;
+    if (c->encoder) return m->weight_bytes; /* bert (bert.c): a pass reads every weight; no m->layers */
     size_t b = mat_bytes(&m->output) + m->tok_embd.row_bytes;
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
