@@ -21,7 +21,9 @@
 #   5. kill -9 of a replica while agentbench runs (at a moment it has no
 #      request in flight): no request fails, its sessions continue on the
 #      others, which read their prefixes back from the shared disk tier
-#      (kvloom_kv_disk_restored_tokens_total grows on the survivors).
+#      (kvloom_kv_disk_restored_tokens_total grows on the survivors);
+#   6. draining a replica (SIGTERM: kvloom's graceful shutdown) while four of
+#      its sessions send requests: none fails, and they move on.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_SHARED (../shared).
 BIN=${KVLOOM_BIN:-build/kvloom}
 SHARED=${KVLOOM_SHARED:-../shared}
@@ -329,5 +331,26 @@ check(res.get("errors") == 0 and res.get("requests", 0) == 48, "no request faile
 after = {i: disk_restored(addrs[i - 1]) for i in before}
 gained = sum(after[i] - before[i] for i in before)
 check(gained > 0, "the survivors read the moved sessions' prefixes from the shared tier (%d tokens)" % gained)
+
+# ---- 6. draining: SIGTERM (kvloom's graceful shutdown) under traffic ----
+import threading
+on_r3 = [s for s in range(N_SESS) if where4.get(s) == "r3"][:4]
+results, stop_at = [], time.time() + 4.0
+def traffic(s):
+    while time.time() < stop_at:
+        results.append(ask("sess-%d" % s, "Session %d keeps talking" % s, 4))
+ths = [threading.Thread(target=traffic, args=(s,)) for s in on_r3]
+for t in ths:
+    t.start()
+time.sleep(1.0)
+r = cluster("drain", "3")
+for t in ths:
+    t.join()
+after_drain = [rep for st, rep in results[len(results) // 2:]]
+print("draining r3: %d requests, %d failed, replicas after: %s" %
+      (len(results), sum(st != 200 for st, _ in results), sorted(set(after_drain))))
+check(len(results) > 8 and all(st == 200 for st, _ in results), "no request fails while r3 drains")
+check("r3" in [rep for st, rep in results[:4]], "r3 served its sessions before the drain")
+check("r3" not in after_drain[-4:], "r3's sessions moved on")
 done()
 EOF
