@@ -52,7 +52,10 @@ def done():
 
 
 def cluster(*args):
-    env = dict(os.environ, KVLOOM_BIN=BIN, DEPLOY_POLICY="dualmap", DEPLOY_POLL_MS="100")
+    # a TTFT SLO far above this shared machine's latencies: the checks below
+    # are about affinity, shedding new sessions and failures, and must not
+    # depend on another process's load moving sessions for the SLO
+    env = dict(os.environ, KVLOOM_BIN=BIN, DEPLOY_POLICY="dualmap", DEPLOY_POLL_MS="100", DEPLOY_TTFT_SLO_S="30")
     r = subprocess.run(["sh", "deploy/cluster.sh", *args], env=env, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         print(r.stdout, r.stderr)
