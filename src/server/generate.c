@@ -410,6 +410,7 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     ids = prompt_ids(rc, p, &n_ids, think_open, f);
     if (!ids) goto fail;
     if (n_ids >= n_ctx) {
+        /* rc->m is absent where a request is only parsed (test_gen_request) */
         err_set(&f->e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens (--ctx raises it, up to "
                 "the model's %d)", n_ids, n_ctx, rc->m ? rc->m->cfg.n_ctx_train : n_ctx);
         f->code = "context_length_exceeded";
