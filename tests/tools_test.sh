@@ -54,15 +54,15 @@ done
 # directory (again when the kvloom binary is newer).
 M="$B/tools-models"
 mkdir -p "$M"
-gen_model() { # preset, file name
-    f="$M/$2.gguf"
+gen_model() { # preset, file name, more kvloom gen flags...
+    f="$M/$2.gguf"; p=$1; n=$2; shift 2
     if [ -s "$f" ] && [ ! "$BIN" -nt "$f" ]; then return 0; fi
-    if timeout 180 "$BIN" gen --preset "$1" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
-            --n-ff 256 --type Q8_0 --shared "$SHARED" -o "$f.tmp.$$" > "$tmp/gen-$2.log" 2>&1 && [ -s "$f.tmp.$$" ]; then
+    if timeout 180 "$BIN" gen --preset "$p" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
+            --n-ff 256 --type Q8_0 --shared "$SHARED" "$@" -o "$f.tmp.$$" > "$tmp/gen-$n.log" 2>&1 && [ -s "$f.tmp.$$" ]; then
         mv "$f.tmp.$$" "$f"
     else
         rm -f "$f.tmp.$$"
-        bad "kvloom gen --preset $1"; cat "$tmp/gen-$2.log"
+        bad "kvloom gen --preset $p"; cat "$tmp/gen-$n.log"
         return 1
     fi
 }
@@ -71,19 +71,7 @@ gen_model llama-3.2-1b llama32-tiny
 gen_model smollm2-135m smollm2-tiny
 # Qwen3-30B-A3B's architecture (qwen3moe), tokenizer and template at a tiny
 # shape: 8 experts, 2 used (the overrides of kvloom gen)
-gen_model_moe() {
-    f="$M/qwen3moe-tiny.gguf"
-    if [ -s "$f" ] && [ ! "$BIN" -nt "$f" ]; then return 0; fi
-    if timeout 180 "$BIN" gen --preset qwen3-30b-a3b --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
-            --n-expert 8 --n-expert-used 2 --n-ff-exp 64 --type Q8_0 --shared "$SHARED" -o "$f.tmp.$$" \
-            > "$tmp/gen-qwen3moe.log" 2>&1 && [ -s "$f.tmp.$$" ]; then
-        mv "$f.tmp.$$" "$f"
-    else
-        rm -f "$f.tmp.$$"
-        bad "kvloom gen --preset qwen3-30b-a3b (reduced)"; cat "$tmp/gen-qwen3moe.log"
-    fi
-}
-gen_model_moe
+gen_model qwen3-30b-a3b qwen3moe-tiny --n-expert 8 --n-expert-used 2 --n-ff-exp 64
 [ $fail -ne 0 ] && finish
 
 # One server per model, each on a free port.

@@ -172,6 +172,12 @@ static int find_tensor(const gguf_ctx *g, const char *name, int64_t d0, int64_t 
     return 0;
 }
 
+/* A kern_mat of n_out rows of n_in at the start of t's data. */
+static kern_mat mat_view(const gguf_tensor *t, int64_t n_in, int64_t n_out) {
+    return (kern_mat){.type = t->type, .n_in = n_in, .n_out = n_out, .row_bytes = dtype_row_bytes(t->type, n_in),
+                      .data = t->data};
+}
+
 static int load_mat(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n_out, kern_mat *m, err_t *e) {
     const gguf_tensor *t;
     int r = find_tensor(g, name, n_in, n_out, false, &t, e);
@@ -179,11 +185,7 @@ static int load_mat(const gguf_ctx *g, const char *name, int64_t n_in, int64_t n
     if (!dtype_get(t->type)->supported) /* converts (Q8_K) but has no dot product */
         return err_set(e, ERR_UNSUPPORTED, "model: matrix '%s' has type %s, which kvloom cannot multiply", name,
                        dtype_name(t->type));
-    m->type = t->type;
-    m->n_in = n_in;
-    m->n_out = n_out;
-    m->row_bytes = dtype_row_bytes(t->type, n_in);
-    m->data = t->data;
+    *m = mat_view(t, n_in, n_out);
     return 0;
 }
 
@@ -201,11 +203,7 @@ static int load_experts(const gguf_ctx *g, const char *name, int64_t n_in, int64
     if (!dtype_get(t->type)->supported || kern_act_row_bytes(t->type, n_in) == 0)
         return err_set(e, ERR_UNSUPPORTED, "model: expert tensor '%s' has type %s, which kvloom cannot multiply", name,
                        dtype_name(t->type));
-    m->type = t->type;
-    m->n_in = n_in;
-    m->n_out = n_out;
-    m->row_bytes = dtype_row_bytes(t->type, n_in);
-    m->data = t->data;
+    *m = mat_view(t, n_in, n_out);
     *stride = m->row_bytes * (size_t)n_out;
     return 0;
 }
