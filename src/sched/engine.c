@@ -1081,6 +1081,7 @@ static req_finish post_token(engine *en, seq *s, const float *row) {
         if (gmatch_must_end(s->gm)) return REQ_FINISH_STOP;
         if (apply_mask(en, s, lg) == 0) return REQ_FINISH_ERROR;
     }
+    for (int k = 0; k < r->n_bias; k++) lg[r->bias_ids[k]] += r->bias_vals[k]; /* -inf + b stays -inf */
     int top_n = r->n_logprobs;
     if (top_n > REQ_MAX_TOP_LOGPROBS) top_n = REQ_MAX_TOP_LOGPROBS;
     t.id = sampler_sample(s->smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);

@@ -58,6 +58,8 @@ void req_unref(req *r) {
     free(r->tokens);
     grammar_unref(r->grammar);
     free(r->grammar_trigger);
+    free(r->bias_ids);
+    free(r->bias_vals);
     free(r->embd);
     free(r);
 }

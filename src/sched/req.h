@@ -67,6 +67,12 @@ typedef struct req {
                               it holds from the first occurrence of this text in
                               the output on (a lazy grammar; owned)             */
     bool no_jump_forward;  /* sample forced runs token by token (benchmarks)     */
+    /* logit_bias: added to these tokens' logits before sampling, after the
+     * grammar's mask (a masked token stays masked); -INFINITY bans one.
+     * (n_bias) ids < n_vocab and values, owned by the req (freed with it). */
+    int32_t *bias_ids;
+    float *bias_vals;
+    int n_bias;
     bool no_spec;          /* no speculative decoding for this request           */
     const char *trigger_skip_open;  /* a lazy grammar's trigger does not count  */
     const char *trigger_skip_close; /* between these (static strings, e.g. the

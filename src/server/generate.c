@@ -433,6 +433,13 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     r->max_tokens = p->max_tokens > 0 ? p->max_tokens : INT32_MAX;
     r->ignore_eos = p->ignore_eos;
     r->n_logprobs = p->n_logprobs;
+    if (p->n_bias) {
+        r->bias_ids = xmalloc((size_t)p->n_bias * sizeof *r->bias_ids);
+        r->bias_vals = xmalloc((size_t)p->n_bias * sizeof *r->bias_vals);
+        memcpy(r->bias_ids, p->bias_ids, (size_t)p->n_bias * sizeof *r->bias_ids);
+        memcpy(r->bias_vals, p->bias_vals, (size_t)p->n_bias * sizeof *r->bias_vals);
+        r->n_bias = p->n_bias;
+    }
     /* an agent's turn is extended by its next one (chat, or completions
      * whose prompts grow, as agent loops on llama-server's API do): pin it
      * (agent policy) unless the request says otherwise */

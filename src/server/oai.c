@@ -539,12 +539,37 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
     return 0;
 }
 
+/* logit_bias {"<token id>": bias, ...}. */
+static int parse_bias(json_t *body, int n_vocab, oai_params *p, const char **param, err_t *e) {
+    json_t *v = oai_field(body, "logit_bias");
+    if (!v) return 0;
+    *param = "logit_bias";
+    if (!json_is_object(v)) return err_set(e, ERR_INVALID, "'logit_bias' must be an object of token id -> bias");
+    size_t n = json_object_size(v);
+    if (n > OAI_MAX_BIAS) return err_set(e, ERR_INVALID, "'logit_bias' has %zu entries; at most %d", n, OAI_MAX_BIAS);
+    if (n == 0) return *param = NULL, 0;
+    p->bias_ids = xmalloc(n * sizeof *p->bias_ids);
+    p->bias_vals = xmalloc(n * sizeof *p->bias_vals);
+    const char *key;
+    json_t *b;
+    json_object_foreach(v, key, b) {
+        long id;
+        if (!parse_long(key, 0, (long)n_vocab - 1, &id))
+            return err_set(e, ERR_INVALID, "'logit_bias' key '%.32s' is not a token id in [0, %d)", key, n_vocab);
+        if (!json_is_number(b) || json_number_value(b) < -100 || json_number_value(b) > 100)
+            return err_set(e, ERR_INVALID, "'logit_bias[\"%s\"]' must be a number in [-100, 100]", key);
+        double x = json_number_value(b);
+        p->bias_ids[p->n_bias] = (int32_t)id;
+        p->bias_vals[p->n_bias++] = x <= -100 ? -INFINITY : (float)x; /* -100 bans, as OpenAI says */
+    }
+    *param = NULL;
+    return 0;
+}
+
 /* OpenAI fields kvloom does not implement yet: a 400 naming the field
  * rather than silence (issue 24); each is accepted at its no-op value. */
 static int refuse_unsupported(json_t *body, oai_kind kind, const char **param, err_t *e) {
     json_t *v;
-    if ((v = oai_field(body, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-        return bad(param, "logit_bias", e, "is not supported");
     if ((v = oai_field(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
         return bad(param, "best_of", e, "other than 1 is not supported");
     if (kind == OAI_COMPLETION && (v = oai_field(body, "echo")) && !json_is_false(v))
@@ -617,6 +642,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         goto fail;
     }
     if ((rc = refuse_unsupported(body, kind, param, e)) < 0) goto fail;
+    if ((rc = parse_bias(body, n_vocab, p, param, e)) < 0) goto fail;
     if ((rc = get_bool(body, "stream", &p->stream, param, e)) < 0) goto fail;
     if (p->stream && (p->n > 1 || p->n_prompts > 1)) {
         rc = bad(param, p->n > 1 ? "n" : "prompt", e,
@@ -671,6 +697,8 @@ void oai_params_free(oai_params *p) {
     free(p->tool_name);
     free(p->grammar);
     free(p->session_key);
+    free(p->bias_ids);
+    free(p->bias_vals);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
     p->max_tokens = -1;

@@ -40,8 +40,10 @@
  *   guided_regex is refused. The schema and the grammar themselves are
  *   compiled later (routes.c), where their errors are named too.
  *
- * Refused by name (400), never ignored: logit_bias (non-empty), best_of
- * other than 1, and on completions echo (true) and suffix (non-empty).
+ * logit_bias: an object of token id (a decimal string) -> bias in
+ * [-100, 100], at most OAI_MAX_BIAS entries; -100 bans the token.
+ * Refused by name (400), never ignored: best_of other than 1, and on
+ * completions echo (true) and suffix (non-empty).
  * reasoning_effort (chat) "none" | "minimal" | "low" | "medium" | "high" |
  * "xhigh" sets chat_template_kwargs.enable_thinking (false for "none")
  * unless chat_template_kwargs has it.
@@ -81,6 +83,8 @@ typedef enum oai_format {
 #define OAI_MAX_FORKS 64
 /* guided_choice alternatives at most. */
 #define OAI_MAX_CHOICES 1024
+/* logit_bias entries at most (OpenAI's limit). */
+#define OAI_MAX_BIAS 300
 /* Bytes of one stop string at most: the matcher holds back up to that much
  * output per request, and no real stop string comes near it. */
 #define OAI_MAX_STOP_BYTES 1024
@@ -94,6 +98,9 @@ typedef struct oai_params {
                                 fields above hold the first (routes.c parses
                                 the others one by one)                       */
     int n;                   /* choices per prompt, [1, OAI_MAX_N]            */
+    int32_t *bias_ids;       /* logit_bias: token ids (owned) ...              */
+    float *bias_vals;        /* ... and their biases (-INFINITY: -100, a ban)  */
+    int n_bias;
     json_t *messages;        /* chat: the messages array (a reference is held)   */
     json_t *tools;           /* chat: tools array or NULL (reference held)       */
     oai_tool_choice tool_choice;

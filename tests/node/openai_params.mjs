@@ -1,7 +1,8 @@
 // openai_params.mjs — request parameters through the official `openai` npm
 // client against a kvloom server on stories260K (default queue; the prefill
 // counter of /metrics read around a request): n forks of one prompt
-// (prefilled once), several prompts per completion, vLLM's guided_* fields
+// (prefilled once), several prompts per completion, logit_bias (alone and
+// with a grammar), vLLM's guided_* fields
 // on the grammar engine, reasoning_effort, and the fields kvloom refuses by
 // name (400, never ignored).
 //   node tests/node/openai_params.mjs BASE_URL API_KEY
@@ -56,6 +57,43 @@ async function main() {
   const cn = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 4, n: 3, temperature: 1, seed: 2 });
   check(cn.choices.length === 3 && cn.choices.every((c, i) => c.index === i && typeof c.message.content === "string"), "chat n 3");
 
+  // logit_bias: -100 bans a token, +100 all but forces it; with a grammar
+  // the bias picks among what the grammar allows.
+  const root = baseURL.replace(/\/v1$/, "");
+  // token ids of a text as generated mid-output: SentencePiece's tokenizer
+  // adds a space before the text (stories260K gives it a piece of its own
+  // when the next one cannot take it); output has none
+  const tokenize = async (content) => {
+    const t = (await (await fetch(root + "/tokenize", {
+      method: "POST", headers: { Authorization: "Bearer " + apiKey, "Content-Type": "application/json" },
+      body: JSON.stringify({ content, add_special: false, with_pieces: true }) })).json()).tokens;
+    return t.filter((x, i) => !(i === 0 && x.piece === " " && t.length > 1)).map((x) => x.id);
+  };
+  const greedy = (extra) => client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 6, temperature: 0, ...extra });
+  const g0 = (await greedy()).choices[0].text;
+  const first = (await tokenize(g0))[0];
+  const banned = (await greedy({ logit_bias: { [first]: -100 } })).choices[0].text;
+  const firstAfter = (await tokenize(banned))[0];
+  check(banned !== g0 && firstAfter !== first, `logit_bias -100 bans the greedy first token ${first}: ${JSON.stringify(g0)} -> ${JSON.stringify(banned)}`);
+  const cat = (await tokenize(" cat"))[0]; // " c"
+  const forced = (await greedy({ logit_bias: { [cat]: 100 } })).choices[0].text;
+  check((await tokenize(forced)).every((t) => t === cat), `logit_bias +100 picks token ${cat} every time: ${JSON.stringify(forced)}`);
+  const yn = [" cat", " dog"];
+  const gc = (extra) => client.completions.create({ model: "stories260K", prompt: "The pet was a", max_tokens: 8, temperature: 0, guided_choice: yn, ...extra });
+  const plain = (await gc()).choices[0].text;
+  const other = yn.find((w) => w !== plain);
+  const biased = (await gc({ logit_bias: { [(await tokenize(other))[0]]: 100 } })).choices[0].text;
+  check(yn.includes(plain) && biased === other, `logit_bias with a grammar: ${JSON.stringify(plain)} -> ${JSON.stringify(biased)} (want ${other})`);
+  for (const [lb, what] of [[{ abc: 1 }, "a key that is not a token id"], [{ 999999: 1 }, "an id past the vocabulary"],
+                            [{ 5: 101 }, "a bias over 100"], [Object.fromEntries(Array.from({ length: 301 }, (_, i) => [i, 1])), "301 entries"]]) {
+    try {
+      await greedy({ logit_bias: lb });
+      check(false, `logit_bias ${what}: accepted`);
+    } catch (e) {
+      check(e.status === 400 && e.error && e.error.param === "logit_bias", `logit_bias ${what}: 400 naming it: ${e.message}`);
+    }
+  }
+
   // vLLM's guided decoding fields, on the grammar engine.
   const choices = ["yes", "no", "maybe \"so\""];
   for (const seed of [1, 2, 3]) {
@@ -82,7 +120,6 @@ async function main() {
 
   // Fields not implemented are a 400 naming them, never silently ignored.
   for (const [kind, extra, param] of [
-    ["completions", { logit_bias: { "1": 5 } }, "logit_bias"],
     ["completions", { echo: true }, "echo"],
     ["completions", { suffix: "The end." }, "suffix"],
     ["completions", { best_of: 3 }, "best_of"],
@@ -90,7 +127,6 @@ async function main() {
     ["completions", { guided_choice: ["a"], grammar: 'root ::= "b"' }, "guided_choice"],
     ["completions", { guided_choice: [] }, "guided_choice"],
     ["chat", { reasoning_effort: "extreme" }, "reasoning_effort"],
-    ["chat", { logit_bias: { "7": -100 } }, "logit_bias"],
     ["chat", { guided_json: "{not json" }, "guided_json"],
   ]) {
     try {
@@ -103,6 +139,7 @@ async function main() {
   }
   // their no-op values are fine
   const noop = await client.completions.create({ model: "stories260K", prompt: "hi", max_tokens: 2, echo: false, suffix: "", best_of: 1, logit_bias: {} });
+  check(noop.choices[0].text.length > 0, "an empty logit_bias is no bias");
   check(noop.choices.length === 1, "no-op values of the refused fields are accepted");
 
 }
