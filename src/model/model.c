@@ -367,7 +367,7 @@ size_t model_token_bytes(const model *m) {
 /* MemAvailable from /proc/meminfo (Linux), else free pages; 0 if unknown.
  * $KVLOOM_MEM_AVAILABLE (bytes) overrides it, so tests can check the
  * over-memory note and that serving goes on without a machine that small. */
-static size_t mem_available(void) {
+size_t model_mem_available(void) {
     const char *ov = getenv("KVLOOM_MEM_AVAILABLE");
     if (ov && *ov) return (size_t)strtoull(ov, NULL, 10);
     FILE *f = fopen("/proc/meminfo", "r");
@@ -386,7 +386,7 @@ static size_t mem_available(void) {
 }
 
 bool model_mem_note(const model *m, char *buf, size_t n) {
-    const size_t avail = mem_available();
+    const size_t avail = model_mem_available();
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     const double total = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
     const double w = (double)m->weight_bytes, tok = (double)model_token_bytes(m);

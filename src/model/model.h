@@ -131,6 +131,9 @@ size_t model_token_bytes(const model *m);
  * the file as the forward pass touches them, and decode slows to the disk's
  * speed for what is not cached). */
 bool model_mem_note(const model *m, char *buf, size_t n);
+/* Bytes the system can still give (MemAvailable; free pages elsewhere; 0
+ * unknown); $KVLOOM_MEM_AVAILABLE overrides it (tests). */
+size_t model_mem_available(void);
 
 /* ---- paged KV storage ---- */
 typedef struct model_kv {

@@ -11,11 +11,11 @@
 #include "embed.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../sched/encoder.h"
+#include "apis.h"
 #include "oai.h"
 
 /* At most this many inputs in one request (OpenAI's limit is 2048). */
@@ -206,26 +206,12 @@ static void reply_json(http_exchange *x, json_t *o, unsigned long f0, bool ollam
     if (s)
         http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
     else if (ollama)
-        embed_ollama_error(x, 500, "out of memory building the answer");
+        api_ollama_error(x, 500, "out of memory building the answer");
     else
         oai_reply_error(x, 500, "out of memory building the answer", NULL, NULL);
     free(s);
 }
 
-void embed_ollama_error(http_exchange *x, int status, const char *fmt, ...) {
-    char msg[640];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    json_t *o = json_pack("{s:s}", "error", msg);
-    char *s = o ? oai_json_dump(o) : NULL;
-    json_decref(o);
-    if (!s) s = xstrdup("{\"error\":\"invalid request\"}");
-    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
-               status == 429 ? "1" : NULL);
-    free(s);
-}
 
 /* dimensions: absent (NULL) = the model's; else 1..n_embd. */
 static int parse_dims(const routes_ctx *rc, json_t *d, int *dims, char *msg, size_t cap) {
@@ -295,7 +281,7 @@ void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy) {
     char msg[640];
     json_t *body = oai_load_body(x, msg, sizeof msg);
     if (!body) {
-        embed_ollama_error(x, oai_json_nomem() != f0 ? 503 : 400, "%s", msg);
+        api_ollama_error(x, oai_json_nomem() != f0 ? 503 : 400, msg);
         return;
     }
     embed_in in = {0};
@@ -316,13 +302,13 @@ void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy) {
     }
     json_decref(body);
     if (status) {
-        embed_ollama_error(x, status, "%s", msg);
+        api_ollama_error(x, status, msg);
         return;
     }
     float *vecs = xmalloc(sizeof(float) * (size_t)in.n * (size_t)dims);
     status = run_inputs(rc, &in, dims, vecs, msg, sizeof msg);
     if (status) {
-        embed_ollama_error(x, status, "%s", msg);
+        api_ollama_error(x, status, msg);
     } else {
         json_t *o;
         long n_tok = 0;

@@ -25,8 +25,6 @@
 void embed_openai(routes_ctx *rc, http_exchange *x);
 /* legacy: /api/embeddings (prompt -> embedding) instead of /api/embed. */
 void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy);
-/* {"error": msg} with the status (Ollama's error shape). */
-void embed_ollama_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Positions one input may have: the engine's context, or an encoder's
  * training context. */
 int embed_n_ctx(const routes_ctx *rc);

@@ -51,20 +51,6 @@ struct models {
     pthread_mutex_t mu;
 };
 
-/* Bytes of memory the system can still give (MemAvailable: free memory
- * plus page cache it can drop), 0 when unknown. */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    uint64_t kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %" SCNu64 " kB", &kb) == 1) break;
-    if (f) fclose(f);
-    if (kb) return kb * 1024;
-    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-}
-
 /* The default KV pool (no --kv-mem): one full context of the model plus a
  * block, at least SERVER_KV_MIN_BYTES, so that any prompt the context takes
  * also fits the pool. Bounded by what the machine can give: the available
@@ -79,7 +65,7 @@ static size_t kv_auto_bytes(const model *m, const server_opts *o, int free_slots
     const uint64_t bb = model_kv_block_bytes(m, B);
     uint64_t want = bb * (uint64_t)((n_ctx + B - 1) / B + 1);
     if (want < SERVER_KV_MIN_BYTES) want = SERVER_KV_MIN_BYTES;
-    uint64_t avail = mem_available(), cap = want;
+    uint64_t avail = model_mem_available(), cap = want;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0) cap = MIN(cap, (uint64_t)pages * (uint64_t)page / 100 * 85);
     if (avail) {

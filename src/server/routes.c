@@ -642,7 +642,7 @@ static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *
     routes_ctx *rc = models_acquire(ms, want, &st, msg, sizeof msg);
     if (rc) return rc;
     if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) api_anthropic_error(x, st, msg);
-    else if (ollama) embed_ollama_error(x, st, "%s", msg);
+    else if (ollama) api_ollama_error(x, st, msg);
     else reply_error(x, st, msg, st == 404 ? "model" : NULL, st == 404 ? "model_not_found" : NULL);
     return NULL;
 }
