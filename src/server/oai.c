@@ -396,6 +396,20 @@ static int parse_tool_choice(json_t *body, oai_params *p, const char **param, er
     return 0;
 }
 
+/* Takes schema (a reference) as the request's output constraint from field
+ * `param`: ERR_INVALID (the reference dropped) unless an object or a bool. */
+static int take_schema(oai_params *p, json_t *schema, const char *param, err_t *e) {
+    if (!json_is_object(schema) && !json_is_boolean(schema)) {
+        json_decref(schema);
+        return ERR_INVALID;
+    }
+    p->format = OAI_FORMAT_SCHEMA;
+    p->schema = schema;
+    p->schema_param = param;
+    (void)e;
+    return 0;
+}
+
 /* vLLM's guided decoding fields, onto the same grammar engine: guided_json
  * (a schema, or its JSON text) is json_schema; guided_choice (strings) a
  * grammar of exactly those alternatives; guided_grammar a GBNF grammar (the
@@ -431,13 +445,8 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
         } else {
             schema = json_incref(v);
         }
-        if (!json_is_object(schema) && !json_is_boolean(schema)) {
-            json_decref(schema);
+        if (take_schema(p, schema, "guided_json", e) < 0)
             return err_set(e, ERR_INVALID, "'guided_json' must be a JSON Schema object (or its JSON text)");
-        }
-        p->format = OAI_FORMAT_SCHEMA;
-        p->schema = schema;
-        p->schema_param = "guided_json";
     } else if (!strcmp(which, "guided_grammar")) {
         if (!json_is_string(v) || json_string_length(v) == 0)
             return err_set(e, ERR_INVALID, "'guided_grammar' must be a non-empty string (GBNF)");
@@ -499,13 +508,8 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
             json_t *schema = oai_field(js, "schema");
             if (!schema) schema = json_true(); /* no schema: any JSON value */
             else json_incref(schema);
-            if (!json_is_object(schema) && !json_is_boolean(schema)) {
-                json_decref(schema);
+            if (take_schema(p, schema, "response_format", e) < 0)
                 return err_set(e, ERR_INVALID, "'response_format.json_schema.schema' must be an object");
-            }
-            p->format = OAI_FORMAT_SCHEMA;
-            p->schema = schema;
-            p->schema_param = "response_format";
             p->schema_strict = json_is_true(strict);
             n_set++;
         } else {
