@@ -62,7 +62,7 @@ check '[ $st -eq 1 ] && grep -qi "gguf" "$T/err"' "truncated model not reported:
 # quantize == gen's own quantisation, for every type
 SHAPE="--arch llama --n-embd 256 --n-layer 1 --n-head 4 --n-head-kv 2 --n-ff 256 --n-vocab 300 --seed 5"
 "$BIN" gen $SHAPE --type F32 -o "$T/f32.gguf" 2>/dev/null
-for ty in F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K; do
+for ty in F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4; do
     "$BIN" gen $SHAPE --type $ty -o "$T/gen.gguf" 2>/dev/null
     "$BIN" quantize "$T/f32.gguf" "$T/q.gguf" $ty 2>/dev/null
     check 'cmp -s "$T/gen.gguf" "$T/q.gguf"' "quantize to $ty differs from gen --type $ty"

@@ -83,7 +83,8 @@ typedef struct dcase {
 } dcase;
 
 static const dcase dcases[] = {{DT_F32, 1},   {DT_F16, 1},    {DT_BF16, 1},   {DT_Q8_0, 32},
-                               {DT_Q4_0, 32}, {DT_Q4_K, 256}, {DT_Q5_K, 256}, {DT_Q6_K, 256}};
+                               {DT_Q4_0, 32}, {DT_Q4_K, 256}, {DT_Q5_K, 256}, {DT_Q6_K, 256},
+                               {DT_MXFP4, 32}};
 
 /* Random bytes for a weight row, with every f16 scale replaced by a sane
  * value so the row decodes to finite numbers (any other bit pattern goes). */
@@ -95,6 +96,8 @@ static void random_row(uint32_t type, uint8_t *w, int64_t n) {
         for (int64_t b = 0; b < n / 32; b++) memcpy(w + b * 34, &d1, 2);
     if (type == DT_Q4_0)
         for (int64_t b = 0; b < n / 32; b++) memcpy(w + b * 18, &d1, 2);
+    if (type == DT_MXFP4) /* E8M0 scales 2^-9 .. 2^-5, every nibble goes */
+        for (int64_t b = 0; b < n / 32; b++) w[b * 17] = (uint8_t)(118 + rng_u64() % 5);
     if (type == DT_Q4_K || type == DT_Q5_K) {
         const size_t bs = type == DT_Q4_K ? 144 : 176;
         for (int64_t b = 0; b < n / 256; b++) memcpy(w + b * bs, &d1, 2), memcpy(w + b * bs + 2, &d2, 2);
@@ -205,7 +208,7 @@ static void test_dots(void) {
 static void test_multi(pool *pools[2]) {
     const int n_in = 512, n_tok = 5;
     const int n_out[3] = {37, 8, 77};
-    const uint32_t types[3][3] = {{DT_Q8_0, DT_Q4_0, DT_Q8_0}, {DT_Q4_K, DT_Q6_K, DT_Q5_K}, {DT_Q4_K, DT_Q8_0, DT_F16}};
+    const uint32_t types[3][3] = {{DT_Q8_0, DT_Q4_0, DT_MXFP4}, {DT_Q4_K, DT_Q6_K, DT_Q5_K}, {DT_Q4_K, DT_Q8_0, DT_F16}};
     float *x = xmalloc(sizeof(float) * n_in * n_tok);
     for (int i = 0; i < n_in * n_tok; i++) x[i] = rng_gauss();
     void *act = xmalloc(kern_act_row_bytes(DT_Q4_K, n_in) * n_tok + kern_act_row_bytes(DT_Q8_0, n_in) * n_tok);
@@ -243,7 +246,7 @@ static void test_multi(pool *pools[2]) {
  * 37-token matmul is bitwise its row's dot product, for widths where the
  * prepared chunk holds all tokens and where it holds fewer (n_in 8224). */
 static void test_gemm_large(pool *p) {
-    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_MXFP4};
     static const int64_t widths[] = {288, 8224, 2304};
     enum { NT = 37, NO = 13 };
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)

@@ -42,6 +42,37 @@ static void test_q4_0_block(void) {
     CHECK(y[21] == 4.0f); /* high nibble of qs[5] = 10 -> (10-8)*2 */
 }
 
+/* MXFP4 against the OCP definition worked out here by hand: nibble
+ * s|ee|m is (-1)^s * (ee ? (1 + m/2) * 2^(ee-1) : m/2), times 2^(e-127). */
+static void test_mxfp4_block(void) {
+    static const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    uint8_t raw[2 * 17];
+    raw[0] = 129; /* scale 2^2 = 4 */
+    for (int j = 0; j < 16; j++) raw[1 + j] = (uint8_t)(j | ((15 - j) << 4));
+    raw[17] = 0; /* scale 2^-127, a subnormal */
+    for (int j = 0; j < 16; j++) raw[18 + j] = (uint8_t)(7 | (1 << 4));
+    float y[64];
+    CHECK_EQ_INT(quant_dequant_row(DT_MXFP4, raw, y, 64), 0);
+    CHECK(y[0] == 0.0f);
+    CHECK(y[1] == 2.0f);   /* 0.5 * 4 */
+    CHECK(y[7] == 24.0f);  /* 6 * 4 */
+    CHECK(y[11] == -6.0f); /* nibble 1011: -1.5 * 4 */
+    CHECK(y[16] == -24.0f); /* high nibble of qs[0] = 15: -6 * 4 */
+    CHECK(y[31] == 0.0f);   /* high nibble of qs[15] = 0 */
+    int bad = 0;
+    for (int j = 0; j < 16; j++) bad += y[j] != e2m1[j] * 4 || y[16 + j] != e2m1[15 - j] * 4;
+    for (int j = 0; j < 16; j++) bad += y[32 + j] != ldexpf(6, -127) || y[48 + j] != ldexpf(0.5f, -127);
+    CHECK_EQ_INT(bad, 0);
+    CHECK(y[32] > 0 && y[48] > 0); /* subnormal products survive */
+    /* the largest scale 2^127: 1.5 * 2^127 is finite, 2 * 2^127 overflows
+     * to inf (as in ggml, whose doubled-value product is the same) */
+    raw[0] = 254;
+    raw[1] = 3 | (4 << 4);
+    CHECK_EQ_INT(quant_dequant_row(DT_MXFP4, raw, y, 32), 0);
+    CHECK(y[0] == ldexpf(1.5f, 127));
+    CHECK(isinf(y[16]) && y[16] > 0);
+}
+
 /* Scales and mins used for the Q4_K/Q5_K blocks, and their packing worked
  * out by hand from the layout:
  *   bytes 0..3: sc[0..3] | (sc[4..7] >> 4) << 6
@@ -208,9 +239,12 @@ static void test_args(void) {
     CHECK_EQ_INT(dtype_get(DT_Q5_K)->type_size, sizeof(block_q5_k));
     CHECK_EQ_INT(dtype_get(DT_Q6_K)->type_size, sizeof(block_q6_k));
     CHECK_EQ_INT(dtype_get(DT_Q8_K)->type_size, sizeof(block_q8_k));
+    CHECK_EQ_INT(dtype_get(DT_MXFP4)->type_size, sizeof(block_mxfp4));
+    CHECK_EQ_INT(quant_dequant_row(DT_MXFP4, buf, y, 48), ERR_INVALID);
+    CHECK(dtype_from_name("mxfp4") == DT_MXFP4);
 }
 
-static const uint32_t all_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q8_K};
+static const uint32_t all_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q8_K, DT_MXFP4};
 
 /* Random bytes decode without reading past the row (ASan) or crashing. */
 static void test_garbage(void) {
@@ -261,6 +295,21 @@ static void test_exact_round_trips(void) {
     CHECK_EQ_INT(quant_quantize_row(DT_Q4_0, x, buf, N), 0);
     CHECK_EQ_INT(quant_dequant_row(DT_Q4_0, buf, y, N), 0);
     CHECK(memcmp(x, y, sizeof x) == 0);
+    /* MXFP4 on its grid: E2M1 values times a power of two per block, one of
+     * them 6 (tiny, normal and huge scales) */
+    static const int exps[3] = {-126, 3, 100};
+    for (int b = 0; b < N / 32; b++) {
+        for (int j = 0; j < 32; j++) {
+            const int c = (int)(rng_u64() % 16);
+            x[32 * b + j] = ldexpf(quant_mxfp4_q2[c] * 0.5f, exps[b]);
+        }
+        x[32 * b + 9] = ldexpf(b & 1 ? -6.0f : 6.0f, exps[b]);
+    }
+    CHECK_EQ_INT(quant_quantize_row(DT_MXFP4, x, buf, N), 0);
+    CHECK_EQ_INT(quant_dequant_row(DT_MXFP4, buf, y, N), 0);
+    int mx_bad = 0;
+    for (int i = 0; i < N; i++) mx_bad += x[i] != y[i]; /* -0 == 0 */
+    CHECK_EQ_INT(mx_bad, 0);
     /* an all-zero row stays zero (no NaN from 0/0) */
     for (uint32_t t = 0; t < ARRAY_LEN(all_types); t++) {
         float z[512] = {0}, out[512];
@@ -294,11 +343,12 @@ static double round_trip_rel_rmse(uint32_t type, int rows, int64_t n, float scal
     return sqrt(se / ss);
 }
 
+#define MXFP4_BOUND 0.12
 static void test_round_trip_error(void) {
     /* bounds: a little above the measured values documented in quant.c */
     static const struct { uint32_t type; double bound; } cases[] = {
         {DT_F16, 0.0004}, {DT_BF16, 0.0025}, {DT_Q8_0, 0.006}, {DT_Q8_K, 0.008}, {DT_Q6_K, 0.02},
-        {DT_Q5_K, 0.04},  {DT_Q4_0, 0.095},  {DT_Q4_K, 0.078},
+        {DT_Q5_K, 0.04},  {DT_Q4_0, 0.095},  {DT_Q4_K, 0.078}, {DT_MXFP4, MXFP4_BOUND},
     };
     for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
         double e = round_trip_rel_rmse(cases[c].type, 7, 768, 1.0f, 0.0f);
@@ -380,7 +430,7 @@ static void test_act_q8_0(void) {
  * with the unquantised activations by no more than the activation rounding
  * allows: sum |w_i| * (max error of a_i). */
 static void test_dots(void) {
-    static const uint32_t wt[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const uint32_t wt[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_MXFP4};
     for (size_t t = 0; t < ARRAY_LEN(wt); t++) {
         const uint32_t type = wt[t];
         const int64_t n = (type == DT_F32 || type == DT_F16 || type == DT_BF16) ? 771 : 768;
@@ -434,7 +484,7 @@ static void test_dots(void) {
  * checks this) and a NaN activation makes the dot product NaN rather than
  * silently vanishing. */
 static void test_nonfinite(void) {
-    static const uint32_t wt[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const uint32_t wt[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_MXFP4};
     const float specials[] = {NAN, INFINITY, -INFINITY, 3e38f};
     for (size_t t = 0; t < ARRAY_LEN(wt); t++)
         for (size_t k = 0; k < ARRAY_LEN(specials); k++) {
@@ -470,6 +520,7 @@ static void test_type_table(void) {
         {DT_Q5_K, 256, 4 + 12 + 32 + 128, true, true, DT_Q8_K},
         {DT_Q6_K, 256, 128 + 64 + 16 + 2, true, true, DT_Q8_K},
         {DT_Q8_K, 256, 4 + 256 + 32, false, true, DT_COUNT},
+        {DT_MXFP4, 32, 1 + 16, true, true, DT_Q8_0},
         {DT_Q4_1, 32, 20, false, false, DT_COUNT},  {DT_Q3_K, 256, 110, false, false, DT_COUNT},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -507,6 +558,7 @@ int main(void) {
     test_type_table();
     test_q8_0_block();
     test_q4_0_block();
+    test_mxfp4_block();
     test_q4_k_block();
     test_q5_k_block();
     test_q6_k_block();

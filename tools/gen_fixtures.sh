@@ -44,9 +44,9 @@ qwen3moe|--arch qwen3moe --seed @ --untied --n-expert 8 --n-expert-used 3 --n-ff
 # seed is the first from 15 up whose fixture keeps every top-k decision of
 # the prompt at least MOE_MARGIN apart (gguf_ref.py margin; checked below
 # whenever the fixtures are rebuilt). Float types need no margin.
-MOE_SEEDS="F32:15 F16:15 BF16:15 Q8_0:26 Q4_0:15 Q4_K:16 Q5_K:15 Q6_K:16"
+MOE_SEEDS="F32:15 F16:15 BF16:15 Q8_0:26 Q4_0:15 Q4_K:16 Q5_K:15 Q6_K:16 MXFP4:26"
 MOE_MARGIN=0.012
-TYPES="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K"
+TYPES="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4"
 GREEDY="qwen3moe-f32 qwen3moe-bf16"
 SHAPE="--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 --n-vocab 300"
 

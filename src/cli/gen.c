@@ -90,7 +90,7 @@ static void gen_usage(FILE *out) {
             "  presets:");
     for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(out, " %s", presets[i].name);
     fprintf(out,
-            "\n  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K (default F16)\n"
+            "\n  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4 (default F16)\n"
             "  --vocab: a GGUF with tokenizer.* metadata or a Hugging Face tokenizer.json\n"
             "           (default: the preset's; none for custom shapes = a byte vocabulary)\n");
 }
@@ -604,7 +604,7 @@ write:
 }
 
 int cli__quantize(int argc, char **argv) {
-    const char *usage = "usage: kvloom quantize IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K)\n"
+    const char *usage = "usage: kvloom quantize IN.gguf OUT.gguf TYPE   (TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4)\n"
                         "  converts IN's F32/F16/BF16 weights to TYPE; other tensors are copied unchanged\n";
     if (argc == 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
         fputs(usage, stdout);

@@ -94,7 +94,7 @@ int kern_available(const char **names, int cap);
 int kern_select(const char *name);
 
 /* Activation format for a weight type: DT_F32 for F32/F16/BF16, DT_Q8_0 for
- * Q8_0/Q4_0, DT_Q8_K for Q4_K/Q5_K/Q6_K, DT_COUNT for a type we cannot
+ * Q8_0/Q4_0/MXFP4, DT_Q8_K for Q4_K/Q5_K/Q6_K, DT_COUNT for a type we cannot
  * multiply. */
 uint32_t kern_act_type(uint32_t wtype);
 /* Bytes of one activation row of n elements for weights of `wtype` (0 when

@@ -36,6 +36,7 @@ void kern__dequant_row_q4_k(const void *src, float *dst, int64_t n);
 void kern__dequant_row_q5_k(const void *src, float *dst, int64_t n);
 void kern__dequant_row_q6_k(const void *src, float *dst, int64_t n);
 void kern__dequant_row_q8_k(const void *src, float *dst, int64_t n);
+void kern__dequant_row_mxfp4(const void *src, float *dst, int64_t n);
 
 /* from_f32: n floats -> a row of the type (Q8_0 and Q8_K use the public
  * activation quantisers of quant.h, quant_row_q8_0 and quant_row_q8_k). */
@@ -46,5 +47,6 @@ void kern__quant_row_q4_0(const float *src, void *dst, int64_t n);
 void kern__quant_row_q4_k(const float *src, void *dst, int64_t n);
 void kern__quant_row_q5_k(const float *src, void *dst, int64_t n);
 void kern__quant_row_q6_k(const float *src, void *dst, int64_t n);
+void kern__quant_row_mxfp4(const float *src, void *dst, int64_t n);
 
 #endif

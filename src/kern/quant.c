@@ -7,7 +7,8 @@
  * same floats llama.cpp gets from it.
  *
  * Quantisation is our own. Q8_0/Q4_0/Q8_K are plain round-to-nearest with the
- * standard scale choice. The K-quants search, per sub-block, a few candidate
+ * standard scale choice; MXFP4 rounds to the nearest E2M1 value under the
+ * better of two power-of-two scales (quant.h). The K-quants search, per sub-block, a few candidate
  * scales around the range-fitting one; for each they round the elements and
  * refit scale (and min) by least squares, keeping the candidate with the
  * smallest squared error. The sub-block scales are then quantised to 6 bits
@@ -26,6 +27,7 @@
  *   Q5_K     0.0358   0.0148
  *   Q4_K     0.0703   0.0302
  *   Q4_0     0.0863   0.0608
+ *   MXFP4    0.1108   0.1005
  * (For comparison, plain rounding with step = range/levels of a Gaussian
  * block gives about step/sqrt(12): 0.08 for 4 bits over 32 values.)
  *
@@ -33,6 +35,7 @@
  */
 #include "quant.h"
 
+#include <float.h>
 #include <math.h>
 
 #include "../base/base.h"
@@ -119,6 +122,22 @@ void kern__dequant_row_q8_k(const void *src, float *y, int64_t n) {
     const int64_t nb = n / QK_K;
     for (int64_t i = 0; i < nb; i++, y += QK_K)
         for (int j = 0; j < QK_K; j++) y[j] = b[i].d * b[i].qs[j];
+}
+
+/* E2M1 nibble -> twice its value: magnitudes 0 0.5 1 1.5 2 3 4 6 doubled,
+ * then the same negated for the sign bit (8 is -0). */
+const int8_t quant_mxfp4_q2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+void kern__dequant_row_mxfp4(const void *src, float *y, int64_t n) {
+    const block_mxfp4 *b = src;
+    const int64_t nb = n / QK_MXFP4;
+    for (int64_t i = 0; i < nb; i++, y += QK_MXFP4) {
+        const float d = quant_mxfp4_half_scale(b[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            y[j] = quant_mxfp4_q2[b[i].qs[j] & 15] * d;
+            y[j + QK_MXFP4 / 2] = quant_mxfp4_q2[b[i].qs[j] >> 4] * d;
+        }
+    }
 }
 
 /* ---- plain types ----------------------------------------------------------- */
@@ -258,6 +277,62 @@ void quant_row_q8_k(const float *x, void *dst, int64_t n) {
             for (int j = 0; j < 16; j++) s += y[i].qs[16 * g + j];
             y[i].bsums[g] = (int16_t)s;
         }
+    }
+}
+
+/* The E2M1 code (0..15) nearest to v (in units of the block's scale): the
+ * nearest of the 8 magnitudes, ties to the even code (even mantissa bit, as
+ * IEEE rounding), the sign in bit 3; NaN gives 0, beyond 6 gives 6. *err2
+ * receives the squared error in those units. */
+static int mxfp4_code(float v, float *err2) {
+    const float a = fabsf(v);
+    int best = 0;
+    float be = a == a ? a : 0; /* distance to magnitude 0 */
+    for (int c = 1; c < 8; c++) {
+        const float e = fabsf(a - 0.5f * quant_mxfp4_q2[c]);
+        if (e < be || (e == be && !(c & 1) && (best & 1))) be = e, best = c;
+    }
+    *err2 = be * be;
+    return best | (v < 0 && best ? 8 : 0);
+}
+
+/* Codes of one block for exponent e (0..254); returns the squared error of
+ * the decoded block (in double: the scales of two exponents compare). */
+static double mxfp4_block(const float *x, int e, uint8_t q[QK_MXFP4]) {
+    const float half = quant_mxfp4_half_scale((uint8_t)e), inv = 0.5f / half; /* 2^(127-e): exact */
+    double err = 0;
+    for (int j = 0; j < QK_MXFP4; j++) {
+        float unused;
+        q[j] = (uint8_t)mxfp4_code(x[j] * inv, &unused);
+        const double d = (double)x[j] - (double)quant_mxfp4_q2[q[j]] * half;
+        err += d * d;
+    }
+    return err;
+}
+
+void kern__quant_row_mxfp4(const float *x, void *dst, int64_t n) {
+    block_mxfp4 *y = dst;
+    uint8_t q[QK_MXFP4], q2[QK_MXFP4];
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, x += QK_MXFP4) {
+        const float amax = max_abs(x, QK_MXFP4);
+        /* the smallest e with 6 * 2^(e-127) >= amax (no element clips) */
+        int e = 0;
+        if (!(amax <= FLT_MAX)) {
+            e = 254; /* inf or NaN */
+        } else if (amax > 0) {
+            int ex;
+            frexpf(amax / 6, &ex); /* amax/6 in [2^(ex-1), 2^ex): e - 127 is about ex */
+            e = MAX(0, MIN(254, ex + 126));
+            while (e < 254 && 12 * quant_mxfp4_half_scale((uint8_t)e) < amax) e++;
+            while (e > 0 && 12 * quant_mxfp4_half_scale((uint8_t)(e - 1)) >= amax) e--;
+        }
+        const double err = mxfp4_block(x, e, q);
+        if (e > 0 && amax > 0 && mxfp4_block(x, e - 1, q2) < err) { /* a finer step may win despite one clip */
+            memcpy(q, q2, sizeof q);
+            e--;
+        }
+        y[i].e = (uint8_t)e;
+        for (int j = 0; j < QK_MXFP4 / 2; j++) y[i].qs[j] = (uint8_t)(q[j] | (q[j + QK_MXFP4 / 2] << 4));
     }
 }
 

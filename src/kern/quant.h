@@ -36,6 +36,16 @@
  *        scales[e/16]; x = (d*scale)*q.
  *   Q8_K (256 elements, 292 B) d:f32 | qs[256]:i8 | bsums[16]:i16
  *        activations only: x = d*q; bsums[g] = sum of qs[16g..16g+15].
+ *   MXFP4 (32 elements, 17 B)  e:u8 | qs[16]:u8   (GGUF type 39; OCP MX)
+ *        e is an E8M0 scale, 2^(e-127) (no sign, no mantissa); each nibble
+ *        is an E2M1 float: bit 3 sign, bits 2..1 exponent, bit 0 mantissa,
+ *        magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6. Element j (j<16) is the low
+ *        nibble of qs[j], element j+16 the high nibble (Q4_0's order);
+ *        x = E2M1(q) * 2^(e-127). Computed as ggml does: the doubled value
+ *        (an integer, quant_mxfp4_q2) times 2^(e-128), both exact in float,
+ *        so every block decodes to exactly its defined value. e = 255 (NaN
+ *        in the OCP spec) decodes as a scale of 2^128 like ggml, since llama.cpp reads
+ *        such files that way.
  *
  * Alignment: a block of these types may be read through its struct, so weight
  * data must sit at 2-byte aligned addresses (4 for F32 and Q8_K); GGUF aligns
@@ -57,6 +67,7 @@
 #define QK4_0 32
 #define QK_K 256
 #define QK_K_SCALE_BYTES 12
+#define QK_MXFP4 32
 
 typedef struct block_q8_0 {
     uint16_t d;       /* f16 scale        */
@@ -102,6 +113,26 @@ typedef struct block_q8_k {
 } block_q8_k;
 static_assert(sizeof(block_q8_k) == 292, "block_q8_k must be 292 bytes");
 
+typedef struct block_mxfp4 {
+    uint8_t e;                /* E8M0 scale: 2^(e-127)                    */
+    uint8_t qs[QK_MXFP4 / 2]; /* E2M1 nibbles: j low, j+16 high of qs[j]  */
+} block_mxfp4;
+static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 must be 17 bytes");
+
+/* Twice the E2M1 value of each nibble (integers -12..12), indexed by the
+ * nibble: the dot products multiply these by int8 activations exactly. */
+extern const int8_t quant_mxfp4_q2[16];
+
+/* Half the E8M0 scale, 2^(e-128), as a float built from its bits (exact for
+ * every e: e 0 and 1 are the subnormals 2^-128 and 2^-127). The scale the
+ * doubled values of quant_mxfp4_q2 take. */
+static inline float quant_mxfp4_half_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? (uint32_t)0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 /* Unpacks the 6-bit scale and min of sub-block k (0..7) of a Q4_K/Q5_K block
  * from its 12 packed bytes. */
 static inline void quant_k_scale_min(const uint8_t *scales, int k, uint8_t *sc, uint8_t *m) {
@@ -116,7 +147,7 @@ static inline void quant_k_scale_min(const uint8_t *scales, int k, uint8_t *sc, 
 
 /* True when quant_dequant_row / quant_quantize_row handle `type`: its row of
  * the type table (types.c) names both converters. Today F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K, Q6_K and Q8_K. */
+ * Q4_0, Q4_K, Q5_K, Q6_K, Q8_K and MXFP4. */
 bool quant_supported(uint32_t type);
 
 /* Converts one row of n elements of `type` (dtype_row_bytes(type, n) bytes at
@@ -131,7 +162,11 @@ int quant_dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
  * magnitude)/-8, q = round(x/d)+8 clamped to 0..15. Q8_K: d = max|x|/127.
  * Q4_K/Q5_K/Q6_K: a per-sub-block search of scale (and min) followed by
  * 6-bit (8-bit for Q6_K) quantisation of the sub-block scales; see quant.c
- * for the error this gives. Inputs should be finite. Same return values as
+ * for the error this gives. MXFP4: per block the shared exponent that fits
+ * the largest magnitude in 6 (and the one below it, which clips that value
+ * but halves the step), each element rounded to the nearest E2M1 value
+ * (ties to even mantissa), keeping the exponent with the smaller squared
+ * error. Inputs should be finite. Same return values as
  * quant_dequant_row. */
 int quant_quantize_row(uint32_t type, const float *src, void *dst, int64_t n);
 

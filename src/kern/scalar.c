@@ -9,7 +9,7 @@
  *   F32, F16, BF16 weights -> the f32 activation rows themselves; F16/BF16
  *     weights are widened to f32 element by element inside the dot product
  *     (exact), so these paths lose nothing to activation rounding.
- *   Q8_0, Q4_0 weights     -> Q8_0 blocks (32 elements, f16 scale).
+ *   Q8_0, Q4_0, MXFP4     -> Q8_0 blocks (32 elements, f16 scale).
  *   Q4_K, Q5_K, Q6_K       -> Q8_K blocks (256 elements, f32 scale, bsums).
  *
  * Order of summation (the batch-invariance contract of kern.h): within a
@@ -92,6 +92,23 @@ static void dot_q4_0(int64_t n, float *out, const void *wv, const void *av) {
             s += ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + QK4_0 / 2];
         }
         sum += (float)s * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d));
+    }
+    *out = sum;
+}
+
+/* MXFP4: the doubled E2M1 values times the activation quants, exact in
+ * integers (|sum| <= 32*12*127 < 2^14), then times 2^(e-128) * d. */
+static void dot_mxfp4(int64_t n, float *out, const void *wv, const void *av) {
+    const block_mxfp4 *w = wv;
+    const block_q8_0 *a = av;
+    float sum = 0;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++) {
+        int s = 0;
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            s += quant_mxfp4_q2[w[i].qs[j] & 15] * a[i].qs[j];
+            s += quant_mxfp4_q2[w[i].qs[j] >> 4] * a[i].qs[j + QK_MXFP4 / 2];
+        }
+        sum += (float)s * (quant_mxfp4_half_scale(w[i].e) * fp16_to_f32(a[i].d));
     }
     *out = sum;
 }
@@ -199,11 +216,13 @@ const kern_ops kern_scalar_ops = {
             [DT_Q4_K] = dot_q4_k,
             [DT_Q5_K] = dot_q5_k,
             [DT_Q6_K] = dot_q6_k,
+            [DT_MXFP4] = dot_mxfp4,
         },
     .act = /* the reference activation quantisers of quant.c */
         {
             [DT_Q8_0] = quant_row_q8_0,
             [DT_Q4_0] = quant_row_q8_0,
+            [DT_MXFP4] = quant_row_q8_0,
             [DT_Q4_K] = quant_row_q8_k,
             [DT_Q5_K] = quant_row_q8_k,
             [DT_Q6_K] = quant_row_q8_k,

@@ -29,6 +29,7 @@ static const dtype_info table[DT_COUNT] = {
     [DT_Q4_K] = {"Q4_K", QK_K, sizeof(block_q4_k), true, DT_Q8_K, CONV(kern__dequant_row_q4_k, kern__quant_row_q4_k)},
     [DT_Q5_K] = {"Q5_K", QK_K, sizeof(block_q5_k), true, DT_Q8_K, CONV(kern__dequant_row_q5_k, kern__quant_row_q5_k)},
     [DT_Q6_K] = {"Q6_K", QK_K, sizeof(block_q6_k), true, DT_Q8_K, CONV(kern__dequant_row_q6_k, kern__quant_row_q6_k)},
+    [DT_MXFP4] = {"MXFP4", QK_MXFP4, sizeof(block_mxfp4), true, DT_Q8_0, CONV(kern__dequant_row_mxfp4, kern__quant_row_mxfp4)},
     [DT_Q8_K] = {"Q8_K", QK_K, sizeof(block_q8_k), false, NA, CONV(kern__dequant_row_q8_k, quant_row_q8_k)},
     [DT_Q4_1] = {"Q4_1", 32, 20, false, NA, NOCONV},
     [DT_Q5_0] = {"Q5_0", 32, 22, false, NA, NOCONV},

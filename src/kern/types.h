@@ -72,6 +72,7 @@ typedef enum dtype {
     DT_BF16 = 30,
     DT_TQ1_0 = 34,
     DT_TQ2_0 = 35,
+    DT_MXFP4 = 39,
     DT_COUNT = 40 /* table size; values >= DT_COUNT are unknown */
 } dtype;
 

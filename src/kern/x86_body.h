@@ -34,8 +34,8 @@
  * compute the same integers and differ only in how fast they get there.
  *
  * Order of summation (kern.h's batch-invariance contract): every dot product
- * accumulates per-block float terms into 8-lane vectors in block order (Q8_0
- * and Q4_0: even blocks into one vector, odd blocks into another, added at
+ * accumulates per-block float terms into 8-lane vectors in block order (Q8_0,
+ * Q4_0 and MXFP4: even blocks into one vector, odd blocks into another, added at
  * the end) and reduces with hsum_ps, so the result depends on n and the two
  * rows only. Where a gemm exists (tiles of several rows x several tokens:
  * Q4_K/Q5_K here; Q8_0, Q4_0 and Q4_K in avx512.c, which brings its own
@@ -50,7 +50,8 @@
  * Attention (attn_part, attn.h): the grouped chunk kernel, at the end of
  * this file (its comment gives the order of every sum).
  *
- * Integer ranges: a lane of a Q8_0/Q4_0 block sums 4 products (< 2^16); a
+ * Integer ranges: a lane of a Q8_0/Q4_0/MXFP4 block sums 4 products (< 2^16; MXFP4's doubled
+ * values are at most 12, so avx2's maddubs pairs stay below 2*12*127); a
  * Q4_K/Q5_K lane sums 32 products times a 6-bit scale (< 2^22); a Q6_K lane
  * at most 32 * 63 * 127 * 128 < 2^24 before the offset is removed, so
  * converting a lane to float is exact.
@@ -147,7 +148,7 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
  * at the end; an odd last block leaves the odd accumulator at acc + 0*0. This is the order avx512.c's
  * 512-bit gemm (block pair per register) follows, so its dot can be its 1x1
  * tile and still equal this one. */
-#define KX_Q0_DOT(NAME, BT, WLOAD)                                                                  \
+#define KX_Q0_DOT(NAME, BT, WLOAD, WD)                                                               \
     static __attribute__((unused)) void NAME(int64_t n, float *out, const void *wv, const void *av) { \
         const BT *w = wv;                                                                           \
         const block_q8_0 *a = av;                                                                   \
@@ -158,12 +159,12 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
             kx_pf_lines(&w[i], (int)(2 * sizeof(BT) + 63) / 64);                                    \
             const __m256i l0 = mm_dot_i8(WLOAD(&w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs));       \
             const __m256i l1 = mm_dot_i8(WLOAD(&w[i + 1]), _mm256_loadu_si256((const __m256i *)a[i + 1].qs)); \
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)), acc0); \
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_set1_ps(f16s(w[i + 1].d) * f16s(a[i + 1].d)), acc1); \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(WD(&w[i]) * f16s(a[i].d)), acc0); \
+            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l1), _mm256_set1_ps(WD(&w[i + 1]) * f16s(a[i + 1].d)), acc1); \
         }                                                                                           \
         if (i < nb) {                                                                               \
             const __m256i l0 = mm_dot_i8(WLOAD(&w[i]), _mm256_loadu_si256((const __m256i *)a[i].qs));       \
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(f16s(w[i].d) * f16s(a[i].d)), acc0); \
+            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l0), _mm256_set1_ps(WD(&w[i]) * f16s(a[i].d)), acc0); \
             acc1 = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), acc1);                \
         }                                                                                           \
         *out = hsum_ps(_mm256_add_ps(acc0, acc1));                                                  \
@@ -171,9 +172,22 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
 
 static inline __m256i wload_q8_0(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
 static inline __m256i wload_q4_0(const block_q4_0 *b) { return q4_0_unpack(b->qs); }
+/* MXFP4: both nibble halves through a 16-byte lookup of the doubled E2M1
+ * values (quant_mxfp4_q2), in element order like q4_0_unpack. */
+static inline __m256i wload_mxfp4(const block_mxfp4 *b) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)quant_mxfp4_q2);
+    const __m128i x = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(15);
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(x, m));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m));
+    return _mm256_set_m128i(hi, lo);
+}
+static inline float wd_f16_q8_0(const block_q8_0 *b) { return f16s(b->d); }
+static inline float wd_f16_q4_0(const block_q4_0 *b) { return f16s(b->d); }
+static inline float wd_mxfp4(const block_mxfp4 *b) { return quant_mxfp4_half_scale(b->e); }
 
-KX_Q0_DOT(dot_q8_0, block_q8_0, wload_q8_0)
-KX_Q0_DOT(dot_q4_0, block_q4_0, wload_q4_0)
+KX_Q0_DOT(dot_q8_0, block_q8_0, wload_q8_0, wd_f16_q8_0)
+KX_Q0_DOT(dot_q4_0, block_q4_0, wload_q4_0, wd_f16_q4_0)
+KX_Q0_DOT(dot_mxfp4, block_mxfp4, wload_mxfp4, wd_mxfp4)
 
 #ifndef KX_Q0_GEMM /* a table may bring its own Q8_0/Q4_0 dot and gemm */
 /* One row x T tokens (T in 1..4) of KX_Q0_DOT: each weight block is loaded
@@ -892,11 +906,13 @@ const kern_ops KX_OPS_NAME = {
             [DT_Q4_K] = KX_DOT_Q4_K,
             [DT_Q5_K] = dot_q5_k,
             [DT_Q6_K] = dot_q6_k,
+            [DT_MXFP4] = dot_mxfp4,
         },
     .act =
         {
             [DT_Q8_0] = act_q8_0,
             [DT_Q4_0] = act_q8_0,
+            [DT_MXFP4] = act_q8_0,
             [DT_Q4_K] = act_q8_k,
             [DT_Q5_K] = act_q8_k,
             [DT_Q6_K] = act_q8_k,

@@ -107,10 +107,12 @@ GGML_TYPES = {
     30: ("BF16", 1, 2),
     34: ("TQ1_0", 256, 54),
     35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
 }
 TYPE_BY_NAME = {v[0]: k for k, v in GGML_TYPES.items()}
 T_F32, T_F16, T_Q4_0, T_Q8_0 = 0, 1, 2, 8
 T_Q4_K, T_Q5_K, T_Q6_K, T_BF16 = 12, 13, 14, 30
+T_MXFP4 = 39
 
 
 class GGUFError(ValueError):
@@ -473,6 +475,25 @@ def deq_q6_k(raw):
     return (ds * q).reshape(-1)
 
 
+def deq_mxfp4(raw):
+    """block_mxfp4 (17 bytes, OCP Microscaling MXFP4): u8 e, qs[16].
+    e is an E8M0 scale 2^(e - 127). Element j (j < 16) is the low nibble of
+    qs[j], element j + 16 the high nibble; a nibble is an E2M1 float: bit 3
+    sign, bits 2..1 exponent E, bit 0 mantissa M, value
+    (-1)^s * (E ? (1 + M/2) * 2^(E - 1) : M/2). Decoded from those bit
+    fields (not from a value table), in float64, then float32 (exact)."""
+    b = _blocks(raw, 17)
+    e = b[:, 0:1].astype(np.float64)                         # (nb, 1)
+    qs = b[:, 1:17]
+    nib = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int64)  # (nb, 32)
+    sign = np.where(nib & 8, -1.0, 1.0)
+    ex = (nib >> 1) & 3
+    man = (nib & 1).astype(np.float64)
+    mag = np.where(ex == 0, man / 2, (1 + man / 2) * np.exp2(ex - 1.0))
+    with np.errstate(over="ignore"):  # e >= 254: 3 * 2^128 and up are inf in float32
+        return (sign * mag * np.exp2(e - 127)).astype(np.float32).reshape(-1)
+
+
 DEQUANT = {
     T_F32: deq_f32,
     T_F16: deq_f16,
@@ -482,6 +503,7 @@ DEQUANT = {
     T_Q4_K: deq_q4_k,
     T_Q5_K: deq_q5_k,
     T_Q6_K: deq_q6_k,
+    T_MXFP4: deq_mxfp4,
 }
 
 

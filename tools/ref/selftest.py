@@ -155,8 +155,25 @@ def test_deq_literal():
     check_close(y, exp, 0, "Q6_K literal")
     check(y[0] == -15.5 and y[255] == 2048.0, "Q6_K literal spot values")
 
+    # MXFP4 (OCP MX spec): e = 129 -> scale 2^2. Nibbles, written out:
+    # 0x0 = +0, 0x1 = +0.5 (subnormal), 0x2 = 1.0, 0x3 = 1.5, 0x5 = 3.0,
+    # 0x7 = 6.0 (largest), 0x9 = -0.5, 0xE = -4.0, 0xF = -6.0.
+    # byte 0 = 0xF1: elem 0 = 0.5*4, elem 16 = -6*4; byte 1 = 0x37: elem 1 =
+    # 6*4, elem 17 = 1.5*4; byte 15 = 0xE9: elem 15 = -0.5*4, elem 31 = -4*4;
+    # byte 2 = 0x52: elem 2 = 1*4, elem 18 = 3*4. Second block: e = 0 ->
+    # 2^-127 (a subnormal float32), byte 0 = 0x07 -> elem 0 = 6 * 2^-127.
+    qs = [0xF1, 0x37, 0x52] + [0x00] * 12 + [0xE9]
+    raw = np.frombuffer(bytes([129] + qs + [0, 0x07] + [0] * 15), np.uint8)
+    y = R.dequantize(R.T_MXFP4, raw)
+    exp = np.zeros(64)
+    exp[0], exp[16], exp[1], exp[17] = 2.0, -24.0, 24.0, 6.0
+    exp[15], exp[31], exp[2], exp[18] = -2.0, -16.0, 4.0, 12.0
+    exp[32] = 6.0 * 2.0 ** -127
+    check_close(y, exp, 0, "MXFP4 literal")
+    check(y[32] == np.float32(6.0 * 2.0 ** -127) and y[32] > 0, "MXFP4 subnormal scale")
+
     # Unsupported type and partial blocks are errors, not crashes.
-    for t, nbytes in ((R.T_Q4_K, 143), (R.T_Q8_0, 35)):
+    for t, nbytes in ((R.T_Q4_K, 143), (R.T_Q8_0, 35), (R.T_MXFP4, 16)):
         try:
             R.dequantize(t, np.zeros(nbytes, np.uint8))
             check(False, "partial block of type %d accepted" % t)
@@ -221,6 +238,18 @@ def test_deq_packed(rng):
     y = R.dequantize(R.T_Q6_K, np.frombuffer(raw, np.uint8))
     exp = np.array(exp)
     check_close(y, exp, 1.2e-7 * float(np.abs(exp).max()), "Q6_K packed")
+
+    # MXFP4: random E8M0 scales (all 255 non-NaN codes over the blocks) and
+    # nibbles; the expected values from the E2M1 value list of the OCP spec.
+    e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6]
+    raw, exp = b"", []
+    for blk in range(255):
+        q = rng.integers(0, 16, 32)
+        raw += bytes([blk]) + bytes(int(q[j]) | int(q[j + 16]) << 4 for j in range(16))
+        exp += [e2m1[v] * 2.0 ** (blk - 127) for v in q]
+    y = R.dequantize(R.T_MXFP4, np.frombuffer(raw, np.uint8))
+    with np.errstate(over="ignore"):  # 3 * 2^127 and up overflow float32 in both
+        check(np.array_equal(y, np.array(exp, dtype=np.float32)), "MXFP4 packed (every scale)")
 
     # Quantisers round-trip within half a quantisation step (checks the test
     # writer, which every model test below relies on).
