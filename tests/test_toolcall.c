@@ -62,8 +62,11 @@ static void test_detect(void) {
     CHECK_EQ_INT(tc_detect(""), TC_GENERIC);
     /* llama 3.0: headers but no ipython tool role */
     CHECK_EQ_INT(tc_detect("<|start_header_id|>user<|end_header_id|>"), TC_GENERIC);
+    /* gpt-oss: the lines of its template that render an assistant turn */
+    CHECK_EQ_INT(tc_detect("{{- \"<|start|>assistant<|channel|>final<|message|>\" + message.content + \"<|end|>\" }}"),
+                 TC_HARMONY);
 
-    for (int f = TC_NONE; f <= TC_GENERIC; f++) {
+    for (int f = TC_NONE; f <= TC_HARMONY; f++) {
         tc_format g = TC_NONE;
         err_t e = {0};
         CHECK_EQ_INT(tc_format_from_name(tc_format_name((tc_format)f), &g, &e), 0);
@@ -501,7 +504,47 @@ static const pcase cases[] = {
      {{"get_weather", WEATHER_ARGS}}},
 };
 
+/* harmony (gpt-oss): the prompt ends with "<|start|>assistant", so the
+ * output starts with the rest of a header; <|call|> and <|return|> end the
+ * generation and normally never reach the parser (they are end-of-
+ * generation tokens), <|end|> does */
+#define HM_AN "<|channel|>analysis<|message|>"
+#define HM_NEXT "<|end|><|start|>assistant"
+#define HM_CALL(fn) "<|channel|>commentary to=functions." fn " <|constrain|>json<|message|>"
+static const pcase hm_cases[] = {
+    {TC_HARMONY, true, false, false, HM_AN "Need the weather." HM_NEXT "<|channel|>final<|message|>It is sunny.",
+     "It is sunny.", "Need the weather.", 0, {{0}}},
+    {TC_HARMONY, true, true, false, HM_AN "Look it up." HM_NEXT HM_CALL("get_weather") WEATHER_ARGS, "", "Look it up.",
+     1, {{"get_weather", WEATHER_ARGS}}},
+    /* the recipient in the role header, no <|constrain|> (how the template renders past calls) */
+    {TC_HARMONY, true, false, false, " to=functions.get_weather<|channel|>commentary json<|message|>" NESTED_ARGS, "",
+     NULL, 1, {{"get_weather", NESTED_ARGS}}},
+    /* a preamble on commentary is content; the call ended by <|call|>; final ended by <|return|> */
+    {TC_HARMONY, true, false, false,
+     "<|channel|>commentary<|message|>Checking… 🙂" HM_NEXT HM_CALL("get_time") TIME_ARGS "<|call|>", "Checking… 🙂",
+     NULL, 1, {{"get_time", TIME_ARGS}}},
+    {TC_HARMONY, true, false, false, "<|channel|>final<|message|>Done <b>.<|return|>", "Done <b>.", NULL, 0, {{0}}},
+    /* a call, then more messages */
+    {TC_HARMONY, true, false, false, HM_CALL("f") "{}" HM_NEXT "<|channel|>final<|message|>ok", "ok", NULL, 1,
+     {{"f", "{}"}}},
+    /* tools off: the call's body is content; not a function: content */
+    {TC_HARMONY, false, false, false, HM_AN "x" HM_NEXT HM_CALL("f") WEATHER_ARGS, WEATHER_ARGS, "x", 0, {{0}}},
+    {TC_HARMONY, true, false, false, "<|channel|>commentary to=browser.search<|message|>{\"q\": 1}", "{\"q\": 1}",
+     NULL, 0, {{0}}},
+    /* not harmony at all (a random model): all content */
+    {TC_HARMONY, true, false, false, "Hello <b> <| world", "Hello <b> <| world", NULL, 0, {{0}}},
+    /* malformed: arguments that are not a JSON object, a header that never ends */
+    {TC_HARMONY, true, false, false, HM_CALL("f") "not json" HM_NEXT "<|channel|>final<|message|>x",
+     HM_CALL("f") "not json" HM_NEXT "<|channel|>final<|message|>x", NULL, 0, {{0}}},
+    {TC_HARMONY, true, false, false, HM_CALL("f") "[1, 2]", HM_CALL("f") "[1, 2]", NULL, 0, {{0}}},
+    {TC_HARMONY, true, false, false, "<|channel|>final<|end|>tail", "<|channel|>finaltail", NULL, 0, {{0}}},
+    /* a call cut inside its arguments (truncated): raw text as content */
+    {TC_HARMONY, true, false, false, HM_AN "a" HM_NEXT HM_CALL("f") "{\"a\": ",
+     "<|start|>assistant" HM_CALL("f") "{\"a\": ", "a", 0, {{0}}},
+};
+
 static void test_parser(void) {
+    for (size_t i = 0; i < ARRAY_LEN(hm_cases); i++) check_case(100 + (int)i, &hm_cases[i]);
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) check_case((int)i, &cases[i]);
 }
 
@@ -516,6 +559,8 @@ static void test_random_outputs(void) {
         "{\"name\": \"g\", \"parameters\": {}}", "{\"arguments\": \"{}\", \"name\": \"h\"}", "{\"name\": ",
         "\"x\"", "{", "}", "\"", "\\", ":", "\n", "  ", "text", " é", "你好", "🙂", "<think>", "</think>", "\n\n",
         "<tool", "_call>", "{\"a\": 1}", "null", "[1, 2]", "{\"name\": \"f\", \"arguments\": {\"b\": ",
+        "<|channel|>", "analysis", "final", "commentary to=functions.f", " <|constrain|>json", "<|message|>",
+        "<|end|>", "<|start|>assistant", "<|call|>", "<|", " to=functions.g",
     };
     int n_bad = 0, n_with_calls = 0, n_broken = 0;
     for (int round = 0; round < 1200; round++) {
@@ -531,7 +576,7 @@ static void test_random_outputs(void) {
         }
         text[len] = 0;
         uint64_t m = rng_u64();
-        pcase c = {(tc_format)(1 + m % 4), (m >> 3) % 4 != 0, (m >> 5) & 1, (m >> 6) % 4 == 0, text, NULL, NULL, 0, {{0}}};
+        pcase c = {(tc_format)(1 + m % 5), (m >> 3) % 4 != 0, (m >> 5) & 1, (m >> 6) % 4 == 0, text, NULL, NULL, 0, {{0}}};
         folded whole;
         run_pieces(&c, NULL, 0, len, false, &whole, NULL);
         bool ok = !whole.bad && whole.count <= whole.n_started;
@@ -790,6 +835,45 @@ static void test_grammar(void) {
         CHECK_EQ_INT(tc_grammar(g[i].f, tools, "nope", false, false, &gbnf, &trigger, &e), ERR_INVALID);
         CHECK(strstr(e.msg, "'nope'") != NULL);
     }
+    /* harmony: the lazy grammar starts after "to=functions." (either header
+     * order), the full one with the commentary header; one call a message */
+    for (int mode = 0; mode < 4; mode++) {
+        bool parallel = mode & 1, lazy = mode & 2;
+        char *gbnf = NULL, *trigger = NULL;
+        err_t e = {0};
+        CHECK_EQ_INT(tc_grammar(TC_HARMONY, tools, NULL, parallel, lazy, &gbnf, &trigger, &e), 0);
+        if (!gbnf) continue;
+        const char *pre = lazy ? "" : "<|channel|>commentary to=functions.";
+        static const char *const ok[] = {"get_weather <|constrain|>json<|message|>" WEATHER_ARGS,
+                                         "get_weather<|channel|>commentary json<|message|>" WEATHER_ARGS,
+                                         "ping<|message|>{}"};
+        static const char *const no[] = {"get_weather <|constrain|>json<|message|>{\"town\": \"Paris\"}",
+                                         "get_wether <|constrain|>json<|message|>" WEATHER_ARGS,
+                                         "get_weather <|constrain|>json<|message|>" WEATHER_ARGS "<|end|>",
+                                         "get_weather <|constrain|>json<|message|>" WEATHER_ARGS WEATHER_ARGS};
+        char text[256];
+        for (size_t k = 0; k < ARRAY_LEN(ok); k++) {
+            snprintf(text, sizeof text, "%s%s", pre, ok[k]);
+            CHECK_MSG(accepts(gbnf, text), "harmony mode %d: refuses %s", mode, text);
+        }
+        for (size_t k = 0; k < ARRAY_LEN(no); k++) {
+            snprintf(text, sizeof text, "%s%s", pre, no[k]);
+            CHECK_MSG(refuses(gbnf, text), "harmony mode %d: accepts %s", mode, text);
+        }
+        if (lazy) CHECK_STR(trigger, "to=functions.");
+        else CHECK(trigger == NULL);
+        /* what the grammar accepts, the parser takes as the call */
+        snprintf(text, sizeof text, "<|channel|>commentary to=functions.%s", ok[0]);
+        tc_parser *p = tc_parser_new(TC_HARMONY, true, false, false, 1);
+        tc_events ev = {0};
+        tc_parser_feed(p, text, strlen(text), &ev);
+        CHECK_EQ_INT(tc_parser_finish(p, false, &ev), 1);
+        tc_events_free(&ev);
+        tc_parser_free(p);
+        free(gbnf);
+        free(trigger);
+    }
+
     /* errors name the tool */
     json_t *bad = load("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": \"function\", \"function\":"
                        " {\"name\": \"g\", \"parameters\": {\"type\": \"object\", \"patternProperties\": {\"a\": {}, \"b\": {}}}}}]");

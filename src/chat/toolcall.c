@@ -65,10 +65,11 @@
 
 /* ---- formats ---------------------------------------------------------- */
 
-static const char *const format_names[] = {"none", "hermes", "llama3", "mistral", "generic"};
+static const char *const format_names[] = {"none", "hermes", "llama3", "mistral", "generic", "harmony"};
 
 tc_format tc_detect(const char *src) {
     if (!src) return TC_GENERIC;
+    if (strstr(src, "<|channel|>") && strstr(src, "<|message|>")) return TC_HARMONY;
     if (strstr(src, "<tool_call>")) return TC_HERMES;
     if (strstr(src, "[TOOL_CALLS]")) return TC_MISTRAL;
     if (strstr(src, "<|python_tag|>")) return TC_LLAMA3;
@@ -90,7 +91,7 @@ int tc_format_from_name(const char *name, tc_format *out, err_t *e) {
             return 0;
         }
     }
-    return err_set(e, ERR_INVALID, "unknown tool-call format '%.64s' (choices: none, hermes, llama3, mistral, generic)",
+    return err_set(e, ERR_INVALID, "unknown tool-call format '%.64s' (choices: none, hermes, llama3, mistral, generic, harmony)",
                    name ? name : "");
 }
 
@@ -197,6 +198,7 @@ static const char *format_trigger(tc_format f) {
     case TC_MISTRAL: return "[TOOL_CALLS]";
     case TC_LLAMA3: return "{\"";
     case TC_GENERIC: return "{\"tool_calls\"";
+    case TC_HARMONY: return "to=functions.";
     default: return NULL;
     }
 }
@@ -221,6 +223,9 @@ static void grammar_root(tc_format f, bool parallel, bool lazy, char **g, size_t
         snprintf(line, sizeof line, "root ::= %s%s%s\n", lazy ? "\"name\\\": \" tc-call-rest" : "tc-call",
                  parallel ? " ( \"; \" tc-call )" : "", more);
         break;
+    case TC_HARMONY: /* one call per message: <|call|> ends the generation */
+        snprintf(line, sizeof line, "root ::= %stc-call-rest\n", lazy ? "" : "\"<|channel|>commentary to=functions.\" ");
+        break;
     default: /* TC_GENERIC */
         snprintf(line, sizeof line, "root ::= %s tc-call%s%s \"]}\"\n", lazy ? "\": [\"" : "\"{\\\"tool_calls\\\": [\"",
                  parallel ? " ( \", \" tc-call )" : "", more);
@@ -239,7 +244,7 @@ int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel
     if (relaxed) *relaxed = NULL;
     *gbnf = NULL;
     if (trigger) *trigger = NULL;
-    if (f != TC_HERMES && f != TC_LLAMA3 && f != TC_MISTRAL && f != TC_GENERIC)
+    if (f != TC_HERMES && f != TC_LLAMA3 && f != TC_MISTRAL && f != TC_GENERIC && f != TC_HARMONY)
         return err_set(e, ERR_INVALID, "tool-call format '%s' has no call syntax", tc_format_name(f));
     int rc = tc_check_tools(tools, e);
     if (rc < 0) return rc;
@@ -255,7 +260,12 @@ int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel
     char *g = NULL;
     size_t n = 0;
     grammar_root(f, parallel, lazy, &g, &n);
-    str_puts(&g, &n, "tc-call ::= \"{\\\"name\\\": \" tc-call-rest\ntc-call-rest ::= (");
+    if (f == TC_HARMONY) /* after "to=functions.": the name, the rest of the header, the body */
+        str_puts(&g, &n,
+                 "tc-hm-head ::= \"<|channel|>commentary\"? \" \"? \"<|constrain|>\"? \"json\"? \"<|message|>\"\n"
+                 "tc-call-rest ::= (");
+    else
+        str_puts(&g, &n, "tc-call ::= \"{\\\"name\\\": \" tc-call-rest\ntc-call-rest ::= (");
     int k = 0;
     for (size_t i = 0; i < n_tools; i++) {
         const char *nm = json_string_value(json_object_get(json_object_get(json_array_get(tools, i), "function"), "name"));
@@ -264,7 +274,7 @@ int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel
         snprintf(rule, sizeof rule, "%s tc-fn-%zu", k++ ? " |" : "", i);
         str_puts(&g, &n, rule);
     }
-    str_puts(&g, &n, " ) \"}\"\n");
+    str_puts(&g, &n, f == TC_HARMONY ? " )\n" : " ) \"}\"\n");
     const char *args_key = f == TC_LLAMA3 ? "parameters" : "arguments";
     for (size_t i = 0; i < n_tools; i++) {
         json_t *fn = json_object_get(json_array_get(tools, i), "function");
@@ -275,9 +285,12 @@ int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel
         snprintf(head, sizeof head, "tc-fn-%zu ::= ", i);
         str_puts(&g, &n, head);
         /* The name has been checked: [A-Za-z0-9_.-]{1,64}, nothing to escape. */
-        snprintf(lit, sizeof lit, "\"%s\", \"%s\": ", nm, args_key);
+        if (f == TC_HARMONY)
+            snprintf(lit, sizeof lit, "%s", nm);
+        else
+            snprintf(lit, sizeof lit, "\"%s\", \"%s\": ", nm, args_key);
         str_lit(&g, &n, lit);
-        str_puts(&g, &n, " ");
+        str_puts(&g, &n, f == TC_HARMONY ? " tc-hm-head " : " ");
         str_puts(&g, &n, args_rule);
         str_puts(&g, &n, "\n");
         json_t *par = json_object_get(fn, "parameters");
@@ -498,6 +511,8 @@ enum {
     S_L_SEP,
     S_G_CLOSE,
     S_BROKEN,
+    S_HM_HEAD, /* harmony: a message header, up to <|message|> */
+    S_HM_BODY, /* harmony: a message body, up to its terminator */
 };
 
 /* States of the call object itself (inside S_CALL). */
@@ -557,6 +572,10 @@ struct tc_parser {
     char args_type; /* first byte of the arguments value */
     char args_key[12];
     size_t args_start, args_end, args_emitted;
+
+    /* harmony (S_HM_*): the current message */
+    size_t hm_head;   /* where its header starts                 */
+    int hm_kind;      /* HM_CONTENT, HM_REASON or HM_CALL        */
 };
 
 tc_parser *tc_parser_new(tc_format f, bool tools_on, bool reasoning, bool think_open, unsigned long long id_seed) {
@@ -575,6 +594,7 @@ tc_parser *tc_parser_new(tc_format f, bool tools_on, bool reasoning, bool think_
         }
     }
     p->st = !reasoning ? S_TEXT : think_open ? S_REASON_LEAD : S_THINK_START;
+    if (f == TC_HARMONY) p->st = S_HM_HEAD;
     p->cap = 256;
     p->buf = xmalloc(p->cap);
     return p;
@@ -933,8 +953,166 @@ static bool step_reason(tc_parser *p, tc_events *out) {
     return false;
 }
 
+/* ---- harmony -----------------------------------------------------------
+ *
+ *   HM_HEAD ──"<|message|>"──▶ HM_BODY ──<|end|> <|call|> <|return|>──▶ HM_HEAD
+ *      │                          └──"<|start|>"──▶ HM_HEAD (a header that starts there)
+ *      └──(not a header)──▶ HM_BODY as content, the header bytes included
+ *
+ * A header is held whole until its <|message|> (at most HM_MAX_HEAD bytes)
+ * and then read: the channel after <|channel|>, the recipient after "to=".
+ * Headers and terminators are dropped; bodies are streamed as they come,
+ * holding back what may be the start of a terminator. A call's body is its
+ * arguments; CALL_START goes out with the header, and the body is checked
+ * with jansson when it ends (a JSON object: a call; anything else: the
+ * call's raw text, header included, and the rest of the output are
+ * content, as for the other formats). */
+
+enum { HM_CONTENT, HM_REASON, HM_CALL };
+#define HM_MAX_HEAD 256
+static const char HM_MESSAGE[] = "<|message|>";
+static const char *const hm_openers[] = {"<|start|>", "<|channel|>", "<|constrain|>", " to=", "to="};
+static const char *const hm_terms[] = {"<|end|>", "<|call|>", "<|return|>", "<|start|>"};
+
+/* Index of the first of `strs` that matches at b[0, avail): a whole match
+ * sets *whole; -1 when none matches even partly. */
+static int hm_match(const char *b, size_t avail, const char *const *strs, int n, bool *whole) {
+    int partial = -1;
+    for (int i = 0; i < n; i++) {
+        size_t k = MIN(strlen(strs[i]), avail);
+        if (memcmp(b, strs[i], k) != 0) continue;
+        if (k == strlen(strs[i])) {
+            *whole = true;
+            return i;
+        }
+        if (partial < 0) partial = i;
+    }
+    *whole = false;
+    return partial;
+}
+
+/* The word at h after `key` ([A-Za-z0-9_.-]; "to=" must start the header or
+ * follow a space or '>'), copied to out; false if absent or too long. */
+static bool hm_field(const char *h, const char *key, char *out, size_t cap) {
+    for (const char *k = strstr(h, key); k; k = strstr(k + 1, key)) {
+        if (key[0] == 't' && k > h && k[-1] != ' ' && k[-1] != '>') continue;
+        const char *v = k + strlen(key);
+        size_t n = 0;
+        while (v[n] && v[n] != ' ' && v[n] != '<' && v[n] != '\t' && v[n] != '\n') n++;
+        if (n == 0 || n >= cap) return false;
+        memcpy(out, v, n);
+        out[n] = 0;
+        return true;
+    }
+    return false;
+}
+
+/* The header [hm_head, m) is complete: what its body is. */
+static void hm_header(tc_parser *p, tc_events *out, size_t m) {
+    char h[HM_MAX_HEAD + 1], channel[64] = "", to[96] = "";
+    memcpy(h, p->buf + p->hm_head, m - p->hm_head);
+    h[m - p->hm_head] = 0;
+    hm_field(h, "<|channel|>", channel, sizeof channel);
+    const size_t body = m + sizeof HM_MESSAGE - 1;
+    p->hm_kind = strcmp(channel, "analysis") == 0 ? HM_REASON : HM_CONTENT;
+    if (hm_field(h, "to=", to, sizeof to) && p->tools_on && strncmp(to, "functions.", 10) == 0 && name_ok(to + 10)) {
+        p->hm_kind = HM_CALL;
+        p->call_from = p->hm_head;
+        call_start(p, out, to + 10); /* emit_pos = call_from: the call owns its raw text */
+        p->args_start = p->args_emitted = body;
+    } else {
+        p->emit_pos = body;
+    }
+    p->pos = body;
+    p->st = S_HM_BODY;
+}
+
+/* The body ended at `end` (a terminator or the end of the output): a call's
+ * arguments are checked. */
+static void hm_body_end(tc_parser *p, tc_events *out, size_t end) {
+    if (p->hm_kind != HM_CALL) {
+        emit_text(p, out, p->hm_kind == HM_REASON ? TC_EV_REASONING : TC_EV_CONTENT, end);
+        return;
+    }
+    if (end > p->args_emitted) push_event(p, out, TC_EV_CALL_ARGS, p->buf + p->args_emitted, end - p->args_emitted, NULL, NULL);
+    p->args_emitted = end;
+    json_error_t je;
+    json_t *a = json_loadb(p->buf + p->args_start, end - p->args_start, JSON_REJECT_DUPLICATES, &je);
+    const bool ok = json_is_object(a);
+    json_decref(a);
+    p->started = false;
+    if (!ok) {
+        p->st = S_BROKEN; /* emit_pos is the call's start: the rest is content */
+        return;
+    }
+    p->n_calls++;
+    p->emit_pos = end;
+}
+
+static void hm_run(tc_parser *p, tc_events *out) {
+    for (;;) {
+        if (p->st == S_BROKEN) {
+            emit_text(p, out, TC_EV_CONTENT, utf8_floor(p->buf, p->emit_pos, p->n));
+            p->pos = p->n;
+            return;
+        }
+        if (p->st == S_HM_HEAD) {
+            const char *h = p->buf + p->hm_head;
+            const size_t avail = p->n - p->hm_head;
+            if (avail == 0) return;
+            bool whole;
+            const char *m = hm_match(h, avail, hm_openers, (int)ARRAY_LEN(hm_openers), &whole) < 0
+                                ? NULL
+                                : memmem(h, avail, HM_MESSAGE, sizeof HM_MESSAGE - 1);
+            if (m && (size_t)(m - h) <= HM_MAX_HEAD) {
+                hm_header(p, out, (size_t)(m - p->buf));
+                continue;
+            }
+            bool bad = hm_match(h, avail, hm_openers, (int)ARRAY_LEN(hm_openers), &whole) < 0 || avail > HM_MAX_HEAD;
+            for (size_t t = 0; !bad && t < 3; t++) bad = memmem(h, avail, hm_terms[t], strlen(hm_terms[t])) != NULL;
+            if (!bad) return; /* wait for the rest of the header */
+            p->hm_kind = HM_CONTENT; /* not a header: text, shown as it is */
+            p->emit_pos = p->hm_head;
+            /* a <|start|> it begins with is its text (else it would start the same header again) */
+            p->pos = p->hm_head + (memcmp(h, hm_terms[3], MIN(avail, strlen(hm_terms[3]))) == 0 ? MIN(avail, strlen(hm_terms[3])) : 0);
+            p->st = S_HM_BODY;
+            continue;
+        }
+        /* S_HM_BODY: up to the first terminator, or a possible start of one */
+        size_t i = p->pos;
+        int term = -1;
+        bool whole = false;
+        for (; i < p->n; i++) {
+            if (p->buf[i] != '<') continue;
+            term = hm_match(p->buf + i, p->n - i, hm_terms, (int)ARRAY_LEN(hm_terms), &whole);
+            if (term >= 0) break;
+        }
+        if (!whole) { /* stream what is decided */
+            const size_t from = p->hm_kind == HM_CALL ? p->args_emitted : p->emit_pos;
+            const size_t end = utf8_floor(p->buf, from, i);
+            if (p->hm_kind == HM_CALL && end > p->args_emitted) {
+                push_event(p, out, TC_EV_CALL_ARGS, p->buf + p->args_emitted, end - p->args_emitted, NULL, NULL);
+                p->args_emitted = end;
+            } else if (p->hm_kind != HM_CALL) {
+                emit_text(p, out, p->hm_kind == HM_REASON ? TC_EV_REASONING : TC_EV_CONTENT, end);
+            }
+            p->pos = i;
+            return;
+        }
+        hm_body_end(p, out, i);
+        if (p->st == S_BROKEN) continue;
+        p->hm_head = hm_terms[term][2] == 's' ? i : i + strlen(hm_terms[term]); /* <|start|> begins the next header */
+        p->pos = p->emit_pos = p->hm_head;
+        p->st = S_HM_HEAD;
+    }
+}
+
 /* Runs the state machine over the bytes from pos as far as they decide. */
 static void run(tc_parser *p, tc_events *out) {
+    if (p->fmt == TC_HARMONY) {
+        hm_run(p, out);
+        return;
+    }
     for (;;) {
         if (p->st == S_TEXT) {
             if (!step_text(p, out)) break;
@@ -1085,6 +1263,10 @@ int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out) {
     if (p->finished) return p->n_calls;
     p->finished = true;
     p->ev_base = out->n;
+    if (p->st == S_HM_BODY) {
+        hm_body_end(p, out, p->n); /* a held partial terminator is body text */
+        if (p->st != S_BROKEN) p->st = S_HM_HEAD, p->hm_head = p->n;
+    }
     switch (p->st) {
     case S_REASON_LEAD:
     case S_AFTER_THINK: break;
@@ -1093,6 +1275,9 @@ int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out) {
     case S_H_CLOSE:
     case S_G_CLOSE:
     case S_L_SEP: break; /* the rest of a complete block's syntax */
+    case S_HM_HEAD: p->emit_pos = p->hm_head; /* an unfinished header is content */
+        emit_text(p, out, TC_EV_CONTENT, p->n);
+        break;
     case S_ARR_ELEM:
         if (p->calls_in_block > 0) break;
         /* fall through */

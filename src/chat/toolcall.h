@@ -21,6 +21,13 @@
  *               (the whole answer is the call; with a "<|python_tag|>"
  *               prefix also accepted; several calls separated by "; ")
  *   TC_MISTRAL  [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]
+ *   TC_HARMONY  gpt-oss (OpenAI harmony): the output is a series of messages
+ *               [<|start|>assistant][ to=R]<|channel|>C[ to=R][ <|constrain|>T]
+ *               <|message|>BODY then <|end|> (another message follows),
+ *               <|call|> or <|return|> (end of generation). Channel
+ *               "analysis" is reasoning, "final" and "commentary" are
+ *               content, and a message addressed to=functions.NAME is a call
+ *               whose BODY is the arguments JSON (whatever its channel).
  *   TC_GENERIC  templates without a call syntax of their own:
  *               {"tool_calls": [{"name": "f", "arguments": {...}}]}
  *               (the template is told about it through a system message
@@ -38,7 +45,7 @@
 
 #include "../base/base.h"
 
-typedef enum tc_format { TC_NONE = 0, TC_HERMES, TC_LLAMA3, TC_MISTRAL, TC_GENERIC } tc_format;
+typedef enum tc_format { TC_NONE = 0, TC_HERMES, TC_LLAMA3, TC_MISTRAL, TC_GENERIC, TC_HARMONY } tc_format;
 
 /* The format a chat template's text speaks (TC_GENERIC when it speaks none
  * of the others, including NULL). */
@@ -59,7 +66,10 @@ int tc_check_tools(json_t *tools, err_t *e);
  * `parallel` several calls may follow each other. With lazy, the grammar
  * starts right after the call marker (*trigger, a malloc'd string:
  * "<tool_call>" for hermes, "[TOOL_CALLS]" for mistral, "{\"tool_calls\""
- * for generic, "{\"" for llama3, whose calls are bare JSON: see toolcall.c)
+ * for generic, "{\"" for llama3, whose calls are bare JSON: see toolcall.c;
+ * "to=functions." for harmony, whose grammar then covers the rest of the
+ * header, "<|message|>" and the arguments; harmony writes one call per
+ * message, so `parallel` changes nothing there)
  * and the model may write free text before it; without, the grammar covers
  * the whole output (*trigger = NULL). A tool without "parameters" takes
  * exactly {} as its arguments. The grammar's output ends with the call(s):
@@ -109,8 +119,10 @@ typedef struct tc_parser tc_parser;
 /* A parser for the output of one request. `tools_on`: calls are recognised
  * (false: all text is content, but reasoning is still split); `reasoning`:
  * split <think>...</think> (also when the prompt already opened <think>:
- * `think_open`). `id_seed` makes the call ids ("call_" + 24 characters)
- * unique per request. */
+ * `think_open`). Harmony always splits its channels (its raw output is not
+ * readable), whatever `reasoning` and `think_open` say; with tools off a
+ * message to=functions.NAME is content. `id_seed` makes the call ids
+ * ("call_" + 24 characters) unique per request. */
 tc_parser *tc_parser_new(tc_format f, bool tools_on, bool reasoning, bool think_open, unsigned long long id_seed);
 void tc_parser_free(tc_parser *p);
 
