@@ -90,6 +90,44 @@ static void test_fields(void) {
     req_unref(q);
 }
 
+/* reasoning_effort becomes the template variable of that name (mapped to
+ * low/medium/high), unless chat_template_kwargs sets it; bad values are 400s
+ * naming the field; the body's own kwargs object is not changed. */
+static void test_reasoning_effort(void) {
+    static const struct {
+        const char *body, *want;
+    } cases[] = {
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_effort\": \"high\"}", "high"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_effort\": \"minimal\"}", "low"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_effort\": \"xhigh\", \"chat_template_kwargs\": {\"x\": 1}}", "high"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_effort\": \"low\", \"chat_template_kwargs\": {\"reasoning_effort\": \"medium\"}}",
+         "medium"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", NULL},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        json_t *b = body(cases[i].body);
+        oai_params p;
+        const char *param = NULL;
+        err_t e = {0};
+        const int r = oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &param, &e);
+        CHECK_MSG(r == 0, "%s: %s", cases[i].body, e.msg);
+        const char *got = json_string_value(json_object_get(p.template_kwargs, "reasoning_effort"));
+        CHECK_MSG(cases[i].want ? got && strcmp(got, cases[i].want) == 0 : got == NULL, "%s: %s", cases[i].body,
+                  got ? got : "(none)");
+        json_t *own = json_object_get(b, "chat_template_kwargs");
+        if (own && i == 2) CHECK(json_object_get(own, "reasoning_effort") == NULL);
+        oai_params_free(&p);
+        json_decref(b);
+    }
+    json_t *b = body("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_effort\": \"max\"}");
+    oai_params p;
+    const char *param = NULL;
+    err_t e = {0};
+    CHECK_EQ_INT(oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &param, &e), ERR_INVALID);
+    CHECK(param && strcmp(param, "reasoning_effort") == 0 && strstr(e.msg, "reasoning_effort"));
+    json_decref(b);
+}
+
 static void test_constraints(void) {
     gen_fail f;
     req *q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"json\"}],"
@@ -207,6 +245,7 @@ int main(void) {
     rc.responses = resp_store_new();
     atomic_init(&rc.next_id, 1);
     test_fields();
+    test_reasoning_effort();
     test_constraints();
     test_context();
     test_other_apis();

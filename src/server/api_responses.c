@@ -30,7 +30,8 @@
  *   max_output_tokens             ─▶ max_tokens
  *   reasoning.effort              ─▶ chat_template_kwargs.enable_thinking
  *                                    ("none": false, another effort: true;
- *                                    ignored by models without reasoning)
+ *                                    ignored by models without reasoning),
+ *                                    and reasoning_effort (gpt-oss's template)
  *
  * The answer is built by one state machine for both modes (so a stream and
  * a whole answer agree by construction). The generate.h events open and
@@ -533,6 +534,7 @@ static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq,
                                         "\"xhigh\"");
     }
     rq->reasoning = json_pack("{s:O?, s:n}", "effort", effort, "summary");
+    if (effort) json_object_set(chat, "reasoning_effort", effort); /* the template variable (oai.c) */
     if (!effort || !rc->reasoning) return 0;
     json_t *kw = json_object_get(chat, "chat_template_kwargs");
     if (!json_is_object(kw)) return 0; /* oai_parse names it */

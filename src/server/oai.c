@@ -304,21 +304,25 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
     }
     /* OpenAI's reasoning_effort: "none" turns a reasoning template's
      * thinking off, any other level on (a template that does not reason
-     * ignores the variable); chat_template_kwargs.enable_thinking wins */
+     * ignores the variable); chat_template_kwargs.enable_thinking wins. It
+     * also reaches the template as the variable reasoning_effort, which
+     * gpt-oss's template writes into its system message ("Reasoning:
+     * high"); that template knows low, medium and high, so the other levels
+     * map to the nearest; a reasoning_effort in chat_template_kwargs wins. */
     json_t *effort = oai_field(body, "reasoning_effort");
     if (effort) {
         static const char *const levels[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
+        static const char *const harmony[] = {"low", "low", "low", "medium", "high", "high"};
         size_t i = 0;
         while (json_is_string(effort) && i < ARRAY_LEN(levels) && strcmp(json_string_value(effort), levels[i])) i++;
         if (!json_is_string(effort) || i == ARRAY_LEN(levels))
             return bad(param, "reasoning_effort", e, "must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\"");
-        if (!p->template_kwargs || !json_object_get(p->template_kwargs, "enable_thinking")) {
-            json_t *copy = p->template_kwargs ? json_copy(p->template_kwargs) : json_object();
-            if (!copy) return bad(param, "reasoning_effort", e, "out of memory");
-            json_object_set_new(copy, "enable_thinking", json_boolean(i != 0));
-            if (p->template_kwargs) json_decref(p->template_kwargs);
-            p->template_kwargs = copy;
-        }
+        json_t *copy = p->template_kwargs ? json_copy(p->template_kwargs) : json_object(); /* the body's stays as sent */
+        if (!copy) return bad(param, "reasoning_effort", e, "out of memory");
+        if (!json_object_get(copy, "enable_thinking")) json_object_set_new(copy, "enable_thinking", json_boolean(i != 0));
+        if (!json_object_get(copy, "reasoning_effort")) json_object_set_new(copy, "reasoning_effort", json_string(harmony[i]));
+        if (p->template_kwargs) json_decref(p->template_kwargs);
+        p->template_kwargs = copy;
     }
     return 0;
 }
