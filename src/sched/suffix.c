@@ -30,13 +30,8 @@ struct suffix_tree {
 };
 
 static uint32_t hkey(int32_t parent, int32_t tok) {
-    uint64_t x = (uint64_t)(uint32_t)parent << 32 | (uint32_t)tok;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    x ^= x >> 33;
-    return (uint32_t)x;
+    int32_t k[2] = {parent, tok};
+    return (uint32_t)hash_bytes(k, sizeof k, 0);
 }
 
 static int32_t find(const suffix_tree *t, int32_t parent, int32_t tok) {
