@@ -141,6 +141,19 @@ static void test_constraints(void) {
                  4096, &f);
     CHECK_MSG(q && q->grammar && q->grammar_trigger, "%s", q ? "" : f.e.msg);
     req_unref(q);
+    /* harmony: the trigger is the call header's, and message bodies (the
+     * analysis) do not count as calls */
+    const tc_format was = rc.tool_format;
+    rc.tool_format = TC_HARMONY;
+    q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"w\"}], \"tools\": [{\"type\": \"function\","
+                 " \"function\": {\"name\": \"get_weather\"}}]}",
+                 4096, &f);
+    CHECK_MSG(q && q->grammar && q->grammar_trigger && !strcmp(q->grammar_trigger, "to=functions.") &&
+                  q->trigger_skip_open && !strcmp(q->trigger_skip_open, "<|message|>") &&
+                  !strcmp(q->trigger_skip_close, "<|end|>") && !q->trigger_skip_now,
+              "%s", q ? "" : f.e.msg);
+    req_unref(q);
+    rc.tool_format = was;
     /* an empty character class first: compiles (it matches nothing) */
     q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"g\"}], \"grammar\": \"root ::= [] | \\\"a\\\"\"}",
                  512, &f);

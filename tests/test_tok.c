@@ -394,6 +394,49 @@ static void check_metadata(void) {
     }
     tok_free(NULL);
 
+    /* o200k_harmony's rule: with <|return|>, <|call|>, <|channel|> and
+     * <|message|> present, <|end|> no longer ends generation and the header
+     * tokens are user-defined (streamed as text, allowed in grammars); a
+     * vocabulary without <|call|> keeps <|end|> as end of generation */
+    static const char *hm[] = {"a", "b", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>",
+                               "<|call|>", "<|constrain|>"};
+    int32_t hm_types[] = {1, 1, 3, 3, 3, 3, 3, 3, 3};
+    for (int with_call = 0; with_call < 2; with_call++) {
+        w = gguf_writer_new();
+        gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+        gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+        const char *names[9];
+        memcpy(names, hm, sizeof hm);
+        if (!with_call) names[7] = "<|calls|>";
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", names, NULL, 9);
+        gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, hm_types, 9);
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *[]){"a b"}, NULL, 1);
+        gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 6);
+        rc = load_written(w, &t, &e);
+        CHECK_MSG(rc == 0, "harmony vocab: %s", e.msg);
+        if (rc) continue;
+        CHECK(tok_is_eog(t, 6));
+        CHECK_EQ_INT(tok_is_eog(t, 3), !with_call);
+        CHECK_EQ_INT(tok_type(t, 5), with_call ? TOK_TYPE_USER_DEFINED : TOK_TYPE_CONTROL);
+        CHECK_EQ_INT(tok_type(t, 3), TOK_TYPE_CONTROL);
+        if (with_call) {
+            CHECK(tok_is_eog(t, 7));
+            /* a stream that skips control tokens shows the header tokens */
+            tok_stream st;
+            tok_stream_init(&st, t, true);
+            char out[64];
+            size_t n = 0;
+            const int32_t seq[] = {5, 0, 4, 1, 3, 2};
+            for (size_t k = 0; k < ARRAY_LEN(seq); k++) {
+                int r = tok_stream_push(&st, seq[k], out + n, (int)(sizeof out - n));
+                if (r > 0) n += (size_t)r;
+            }
+            out[n] = 0;
+            CHECK_STR(out, "<|channel|>a<|message|>b<|start|>");
+        }
+        tok_free(t);
+    }
+
     /* importer rejections name the problem and leave the writer empty */
     static const struct {
         const char *json;

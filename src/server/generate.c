@@ -421,7 +421,12 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     r->grammar_trigger = trigger;
     r->no_jump_forward = !p->jump_forward;
     r->no_spec = !p->speculative;
-    if (r->grammar_trigger && rc->reasoning) {
+    if (r->grammar_trigger && rc->tool_format == TC_HARMONY) {
+        /* harmony: "to=functions." inside a message body (the analysis) is
+         * not a call; only headers address calls (the parser agrees) */
+        r->trigger_skip_open = "<|message|>";
+        r->trigger_skip_close = "<|end|>";
+    } else if (r->grammar_trigger && rc->reasoning) {
         /* a call marker inside the reasoning is not a call (the parser
          * agrees) */
         r->trigger_skip_open = "<think>";

@@ -381,6 +381,24 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
         t->flags[t->eot] |= TOKF_EOG;
         if (t->type[t->eot] != TOK_TYPE_CONTROL) t->type[t->eot] = TOK_TYPE_CONTROL;
     }
+    /* o200k_harmony (gpt-oss): a reply is several messages, and <|end|>
+     * closes one of them (the analysis before the final answer), so only
+     * <|return|> and <|call|> end the generation. The header tokens
+     * (<|start|>, <|channel|>, <|message|>, <|constrain|>) are the syntax of
+     * the output that the harmony parser (chat/toolcall.c) reads and that a
+     * tool-call grammar writes, so they are user-defined: streamed as text
+     * and allowed in grammars, where control tokens are neither. llama.cpp
+     * makes the same two changes, recognising the vocabulary the same way. */
+    int32_t hm_return = tok_find(t, "<|return|>"), hm_call = tok_find(t, "<|call|>"), hm_end = tok_find(t, "<|end|>");
+    if (hm_return >= 0 && hm_call >= 0 && tok_find(t, "<|channel|>") >= 0 && tok_find(t, "<|message|>") >= 0) {
+        static const char *const hm_syntax[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"};
+        for (size_t k = 0; k < ARRAY_LEN(hm_syntax); k++) {
+            int32_t id = tok_find(t, hm_syntax[k]);
+            if (id >= 0) t->type[id] = TOK_TYPE_USER_DEFINED;
+        }
+        if (hm_end >= 0) t->flags[hm_end] &= (uint8_t)~TOKF_EOG;
+        if (t->eot == hm_end) t->eot = hm_return;
+    }
     if (t->eos >= 0) t->flags[t->eos] |= TOKF_EOG;
     if (t->eom >= 0) t->flags[t->eom] |= TOKF_EOG;
 
