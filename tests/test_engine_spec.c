@@ -432,8 +432,17 @@ static double homogeneity_p(const sample *a, const sample *b, int n, int pos, in
     return bins > 1 ? chi2_sf(chi, bins - 1) : 1;
 }
 
+/* Under a sanitizer (several times dearer) the statistics run on fewer
+ * seeds: the plain build's run is the one with the power to see a wrong
+ * rule; this one runs the same paths. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DIST_SEEDS 128
+#else
+#define DIST_SEEDS 512
+#endif
+
 static void test_distribution(const model *m) {
-    const int n_seeds = 512;
+    const int n_seeds = DIST_SEEDS;
     int32_t prompt[128];
     int n_prompt = encode(prompts[2], prompt, 128);
     int nv = m->cfg.n_vocab;
@@ -450,7 +459,8 @@ static void test_distribution(const model *m) {
     engine_free(spec);
     g_token_cost = TEST_TOKEN_COST;
     g_check = true;
-    CHECK_MSG(acc > 1000, "only %llu drafts accepted: the test would not see a wrong rule", (unsigned long long)acc);
+    CHECK_MSG(acc > 2u * (unsigned)n_seeds, "only %llu drafts accepted: the test would not see a wrong rule",
+              (unsigned long long)acc);
     /* token frequencies at fixed positions, one token per sequence */
     double p_min = 1;
     for (int p = 0; p < DIST_POS; p++) {
