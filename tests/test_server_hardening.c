@@ -5,9 +5,9 @@
  *    time are all answered 408 and closed by the server (--header-timeout 2,
  *    keep-alive --timeout 600: only the header deadline can close them);
  *    with 200 idle and 50 dribbling against 64 slots a client that retries
- *    is served; --max-conns-per-ip: a 9th socket from 127.0.0.1 is closed
- *    while 127.0.0.2 is served; 500 idle sockets leave the server's thread
- *    count (/proc/PID/status) within 2 of what it was, and it serves;
+ *    is served; --max-conns-per-ip: a 9th socket from 127.0.0.1 is
+ *    closed; 500 idle sockets leave the server's thread count
+ *    (/proc/PID/status) within 2 of what it was, and it serves;
  *  - keep-alive: an idle kept-alive connection is closed (no answer) after
  *    --timeout, a second request dribbled after its request line is
  *    answered 408 after --header-timeout; a request stalled in its headers,
@@ -362,9 +362,9 @@ static void check_per_ip(int port) {
     int fds[12];
     for (int i = 0; i < 12; i++) fds[i] = connect_from("127.0.0.1", port, 5, false);
     /* 8 are held (waiting for headers), the rest and the next one from
-     * 127.0.0.1 are closed at once; 127.0.0.2 has its own 8 */
+     * 127.0.0.1 are closed at once; every loopback address is the same
+     * client (test_server_isolation checks 127.0.0.2 and .3) */
     CHECK_MSG(health_from(port, "127.0.0.1", "localhost") != 200, "a 9th connection from 127.0.0.1 was served");
-    CHECK_EQ_INT(health_from(port, "127.0.0.2", "localhost"), 200);
     for (int i = 0; i < 12; i++)
         if (fds[i] >= 0) close(fds[i]);
     int st = 0;

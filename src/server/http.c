@@ -99,7 +99,14 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { TRACK_IDLE, TRACK_REQUEST, TRACK_STALL };
+enum { TRACK_IDLE, TRACK_REQUEST, TRACK_STALL, TRACK_KEEPALIVE };
+
+/* A client address as the per-address cap counts it: IPv4 as ::ffff:a.b.c.d,
+ * IPv6 cut to its /64 (one host's usual allocation), and every loopback
+ * address (127.0.0.0/8, ::1, ::ffff:127.x) the same one. */
+typedef struct addr_key {
+    unsigned char b[16];
+} addr_key;
 
 /* One open connection, for the reaper: its socket and the absolute time by
  * which it must have made its next step (0: none, while a handler runs). */
@@ -107,13 +114,19 @@ typedef struct conn_track {
     struct conn_track *prev, *next;
     int fd;
     int64_t deadline_ns;
-    int in_request;  /* TRACK_IDLE: kept-alive, a deadline just closes;
-                        TRACK_REQUEST: bytes of a request came (or a first
-                        one is due): a deadline answers 408; TRACK_STALL: a
-                        stream's client reads nothing: a deadline closes */
+    int in_request;  /* TRACK_IDLE: answered or streaming, a deadline just
+                        closes; TRACK_KEEPALIVE: kept-alive between requests
+                        (idle since active_ns), the same; TRACK_REQUEST:
+                        bytes of a request came (or a first one is due): a
+                        deadline answers 408; TRACK_STALL: a stream's client
+                        reads nothing: a deadline closes */
     int reaped;      /* 0; 1: 408 sent, write side shut; 2: closed       */
     char body_408[320]; /* the 408's body in the request's API shape, once
                            its path is known (else OpenAI's)              */
+    int64_t active_ns;   /* opened, or its last request completed       */
+    bool request_line;   /* a request line arrived since active_ns      */
+    unsigned n_requests; /* requests begun on it (I/O thread only)      */
+    addr_key addr;
 } conn_track;
 
 /* A unit of work for a handler thread: an exchange to handle or a stream
@@ -143,6 +156,9 @@ struct http_server {
     bool reaper_stop, reaper_started;
     pthread_t reaper;
     unsigned long long n_reaped; /* connections closed past a deadline     */
+    int n_tracks;                /* open connections (the list's length)   */
+    unsigned long long n_culled; /* idle ones closed to make room          */
+    unsigned long long n_refused; /* refused: full, or their address's cap */
     /* the handler threads */
     pthread_mutex_t pool_mu;  /* guards the fields below                   */
     pthread_cond_t pool_cv;   /* work queued, or pool_stop                 */
@@ -162,9 +178,11 @@ struct http_exchange {
     size_t body_reserved; /* of srv->body_bytes, held by this body          */
     bool too_large;
     bool over_budget;     /* the max_body_total budget was full: 503        */
-    bool prechecked;      /* the precheck ran (and let it through)          */
     bool closing;         /* answered before the body: Connection: close    */
+    bool hold;            /* answers go to `held` (see there)               */
+    bool chunked;         /* Transfer-Encoding: chunked                     */
     int64_t t_headers;    /* when the headers were complete                 */
+    int64_t t_last;       /* when the last body bytes came (0: none yet)    */
     unsigned long long expect_bytes; /* Content-Length, or 0               */
     size_t n_received;    /* body bytes received (kept or dropped)          */
     size_t n_dropped;  /* body bytes discarded after the limit */
@@ -177,6 +195,10 @@ struct http_exchange {
     bool dispatched;     /* handed to a worker (the connection suspended):
                             answers are stored in resp, not queued          */
     struct MHD_Response *resp;   /* the stored answer, queued on resume     */
+    struct MHD_Response *held;   /* an answer decided from the headers, sent
+                                    once the (small) body was read and
+                                    dropped: a client still sending then
+                                    reliably reads it                        */
     struct http_stream *stream;  /* its producer, started after the resume  */
     work job;
     int status;
@@ -259,6 +281,8 @@ const char *http_header(const http_exchange *x, const char *name) {
     return MHD_lookup_connection_value(x->conn, MHD_HEADER_KIND, name);
 }
 
+bool http_body_announced(const http_exchange *x) { return x->chunked || x->expect_bytes > 0; }
+
 const char *http_body(const http_exchange *x, size_t *n) {
     *n = x->body.n;
     return x->body.p ? x->body.p : "";
@@ -325,6 +349,9 @@ void http_get_stats(const http_exchange *x, http_stats *out) {
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&s->track_mu);
     out->n_deadline_closed = s->n_reaped;
+    out->n_culled = s->n_culled;
+    out->n_refused = s->n_refused;
+    out->n_connections = s->n_tracks;
     pthread_mutex_unlock(&s->track_mu);
 }
 
@@ -488,6 +515,10 @@ static void *worker_main(void *arg) {
 static void answer_with(http_exchange *x, int status, struct MHD_Response *r) {
     if (x->dispatched) {
         x->resp = r;
+        return;
+    }
+    if (x->hold) {
+        x->held = r;
         return;
     }
     /* an early answer (413, 401, ...) is being sent: the reaper must not
@@ -781,19 +812,98 @@ static void track_answered(http_server *s, struct MHD_Connection *c) {
     pthread_mutex_unlock(&s->track_mu);
 }
 
+/* The key the per-address cap counts a peer under (see addr_key). */
+static addr_key addr_key_of(const struct sockaddr *sa) {
+    addr_key k;
+    memset(&k, 0, sizeof k);
+    bool loopback = false;
+    if (sa && sa->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        k.b[10] = k.b[11] = 0xff;
+        memcpy(k.b + 12, &a->sin_addr, 4);
+        loopback = k.b[12] == 127;
+    } else if (sa && sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+        memcpy(k.b, &a->sin6_addr, 16);
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr))
+            loopback = k.b[12] == 127;
+        else if (IN6_IS_ADDR_LOOPBACK(&a->sin6_addr))
+            loopback = true;
+        else
+            memset(k.b + 8, 0, 8); /* the /64 */
+    }
+    if (loopback) {
+        memset(&k, 0, sizeof k);
+        k.b[15] = 1; /* every loopback address is ::1 here */
+    }
+    return k;
+}
+
+/* MHD's accept policy, before a connection is set up: false when its
+ * address holds max_conns_per_ip connections already (closed at once). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    (void)addrlen;
+    http_server *s = cls;
+    if (s->c.max_conns_per_ip <= 0) return MHD_YES;
+    addr_key k = addr_key_of(addr);
+    int n = 0;
+    pthread_mutex_lock(&s->track_mu);
+    for (conn_track *t = s->tracks; t; t = t->next) n += t->reaped != 2 && !memcmp(&t->addr, &k, sizeof k);
+    bool ok = n < s->c.max_conns_per_ip;
+    if (!ok) s->n_refused++;
+    pthread_mutex_unlock(&s->track_mu);
+    if (!ok) log_debug("http: a connection refused: its address holds %d already (--max-conns-per-ip)", n);
+    return ok ? MHD_YES : MHD_NO;
+}
+
+/* With track_mu held, on the I/O thread, when a new connection `fresh`
+ * takes the list past max_connections: closes the least recently active
+ * connection that waits for a request — kept-alive between requests, or
+ * opened and not yet sent a request line — or else `fresh` itself. A
+ * client that holds slots with idle connections (or one request every few
+ * seconds on each) cannot keep a new client out. */
+static void cull_for(http_server *s, conn_track *fresh) {
+    int n_live = 0;
+    conn_track *victim = NULL;
+    for (conn_track *t = s->tracks; t; t = t->next) {
+        if (t->reaped) continue;
+        n_live++;
+        bool waiting = t->in_request == TRACK_KEEPALIVE ||
+                       (t->in_request == TRACK_REQUEST && !t->n_requests && !t->request_line);
+        if (t != fresh && waiting && t->fd >= 0 && (!victim || t->active_ns < victim->active_ns)) victim = t;
+    }
+    if (n_live <= s->c.max_connections) return;
+    if (!victim) {
+        victim = fresh;
+        s->n_refused++;
+        log_debug("http: a connection refused: every slot is in a request (--max-connections)");
+    } else {
+        s->n_culled++;
+        log_debug("http: the least recently active idle connection closed for a new one (--max-connections)");
+    }
+    /* MHD sees the end of input and closes it (the reaper's way) */
+    if (victim->fd >= 0) shutdown(victim->fd, SHUT_RDWR);
+    victim->reaped = 2;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     http_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ca = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         conn_track *t = xcalloc(1, sizeof *t);
         t->fd = ci ? ci->connect_fd : -1;
-        t->deadline_ns = clock_ns() + secs_ns(s->c.header_timeout_s);
+        t->active_ns = clock_ns();
+        t->deadline_ns = t->active_ns + secs_ns(s->c.header_timeout_s);
         t->in_request = TRACK_REQUEST; /* its first request is due */
+        t->addr = addr_key_of(ca ? ca->client_addr : NULL);
         pthread_mutex_lock(&s->track_mu);
         t->next = s->tracks;
         if (s->tracks) s->tracks->prev = t;
         s->tracks = t;
+        s->n_tracks++;
+        if (s->n_tracks > s->c.max_connections) cull_for(s, t);
         pthread_mutex_unlock(&s->track_mu);
         *socket_context = t;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
@@ -804,6 +914,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         if (t->prev) t->prev->next = t->next;
         else s->tracks = t->next;
         if (t->next) t->next->prev = t->prev;
+        s->n_tracks--;
         pthread_mutex_unlock(&s->track_mu);
         free(t);
         *socket_context = NULL;
@@ -815,8 +926,27 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *c) {
     (void)uri;
     http_server *s = cls;
+    conn_track *t = track_of(c);
+    if (t) {
+        pthread_mutex_lock(&s->track_mu);
+        t->request_line = true;
+        pthread_mutex_unlock(&s->track_mu);
+    }
     track_deadline(s, c, clock_ns() + secs_ns(s->c.header_timeout_s), true, TRACK_REQUEST);
     return NULL;
+}
+
+/* A request on c completed: kept alive, it waits timeout_s for the next. */
+static void track_keepalive(http_server *s, struct MHD_Connection *c) {
+    conn_track *t = track_of(c);
+    if (!t) return;
+    pthread_mutex_lock(&s->track_mu);
+    t->active_ns = clock_ns();
+    t->deadline_ns = t->active_ns + secs_ns(s->c.timeout_s);
+    t->in_request = TRACK_KEEPALIVE;
+    t->request_line = false;
+    t->body_408[0] = 0; /* the next request's path is not known yet */
+    pthread_mutex_unlock(&s->track_mu);
 }
 
 /* The answer to a request that did not arrive in time. */
@@ -945,15 +1075,23 @@ static void reply_over_budget(http_exchange *x) {
     reply_err(x, 503, "server_busy", msg, "Retry-After", "1");
 }
 
-/* The body's pace: a grace of header_timeout_s after the headers, then
- * HTTP_MIN_BODY_RATE on average for the announced (or, chunked, the
- * received) size. Content-Length is at most 4x max_body_bytes here. */
+/* The body's deadline, the earliest of three rules:
+ *  - pace: a grace of header_timeout_s after the headers, then
+ *    HTTP_MIN_BODY_RATE on average for the announced (or, chunked, the
+ *    received) size (Content-Length is at most 4x max_body_bytes here);
+ *  - progress: some body bytes every header_timeout_s (a body complete but
+ *    for its last byte is not held for the whole pace allowance);
+ *  - absolute: body_timeout_s after the headers, whatever the size. */
 static void body_deadline(http_exchange *x) {
+    const http_config *c = &x->srv->c;
     unsigned long long due = MAX(x->expect_bytes, (unsigned long long)x->n_received);
     due = MIN(due, 1ULL << 40); /* no overflow below; far past any limit */
     int64_t pace = (int64_t)(due / HTTP_MIN_BODY_RATE) * 1000000000LL +
                    (int64_t)(due % HTTP_MIN_BODY_RATE) * 1000000000LL / HTTP_MIN_BODY_RATE;
-    track_deadline(x->srv, x->conn, x->t_headers + secs_ns(x->srv->c.header_timeout_s) + pace, false, TRACK_REQUEST);
+    int64_t at = x->t_headers + secs_ns(c->header_timeout_s) + pace;
+    at = MIN(at, (x->t_last ? x->t_last : x->t_headers) + secs_ns(c->header_timeout_s));
+    at = MIN(at, x->t_headers + secs_ns(c->body_timeout_s));
+    track_deadline(x->srv, x->conn, at, false, TRACK_REQUEST);
 }
 
 /* ---- MHD callbacks ---- */
@@ -983,24 +1121,48 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
             unsigned long long v = strtoull(cl, &end, 10);
             if (end != cl) x->expect_bytes = v;
         }
-        /* A big body (or one of unknown size) is not read for a request the
-         * precheck refuses: it answers now (before any size limit: a client
-         * without the key learns nothing else) and the connection closes. */
-        if (srv->c.precheck && (chunked || x->expect_bytes > HTTP_EARLY_CHECK_BYTES) && strcmp(x->method, "OPTIONS")) {
-            x->closing = true;
-            if (!srv->c.precheck(srv->ctx, x)) {
+        x->chunked = chunked;
+        bool has_body = chunked || x->expect_bytes > 0;
+        bool small = !chunked && x->expect_bytes <= HTTP_EARLY_CHECK_BYTES;
+        conn_track *t = track_of(conn);
+        if (t && ++t->n_requests >= HTTP_MAX_REQUESTS_PER_CONN) x->closing = true; /* its last one */
+        if (!strcmp(x->method, "OPTIONS")) {
+            /* a preflight carries no body; one that does is not read */
+            if (has_body) reply_close(x, 400, "an OPTIONS request takes no body", "body_not_allowed");
+            else body_deadline(x);
+            return MHD_YES;
+        }
+        /* The precheck (the API key, the Host, ...) decides from the
+         * headers before any body byte is read or counted. A refused
+         * request's big body (or one of unknown size) is not read: the
+         * answer goes now (before any size limit: a client without the key
+         * learns nothing else) and the connection closes. A small one is
+         * read and dropped (never held, never counted against
+         * max_body_total) and the answer sent after it, so that a client
+         * still sending reliably reads it. */
+        if (srv->c.precheck) {
+            bool closing = x->closing;
+            x->closing = !small || closing;
+            x->hold = small && has_body;
+            bool ok = srv->c.precheck(srv->ctx, x);
+            x->hold = false;
+            if (!ok) {
                 if (!x->answered) reply_close(x, 400, "refused", "refused");
+                if (!x->held) return MHD_YES;
+                body_deadline(x); /* a small body still comes */
                 return MHD_YES;
             }
-            x->prechecked = true;
-            x->closing = false;
+            x->closing = closing;
         }
         if (x->expect_bytes > srv->c.max_body_bytes) {
             x->too_large = true;
             /* A body up to a few times the limit is read and dropped so
              * the client (still sending) reliably sees the 413; a much
-             * larger one is refused at once and the connection closed. */
-            if (x->expect_bytes / 4 > srv->c.max_body_bytes) {
+             * larger one, or one the client waits to send until it hears
+             * "100 Continue", is refused at once and the connection
+             * closed (no 100 Continue is sent for it). */
+            const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+            if (x->expect_bytes / 4 > srv->c.max_body_bytes || (expect && !strcasecmp(expect, "100-continue"))) {
                 x->closing = true;
                 reply_413(x);
                 return MHD_YES;
@@ -1012,6 +1174,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         x->n_received += n;
+        x->t_last = clock_ns();
         if (!x->answered && !x->too_large && !x->over_budget) {
             if (x->body.n + n > srv->c.max_body_bytes) {
                 x->too_large = true;
@@ -1023,7 +1186,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                 http_buf_add(&x->body, upload_data, n);
             }
         }
-        x->n_dropped += x->too_large || x->over_budget ? n : 0;
+        x->n_dropped += x->answered || x->too_large || x->over_budget ? n : 0;
         *upload_data_size = 0;
         body_deadline(x);
         /* A client that keeps sending far past the limit (a chunked body
@@ -1039,6 +1202,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
         x->resp = NULL;
         return q;
     }
+    if (x->held) {
+        /* the small body of a request refused from its headers is in (and
+         * dropped): its answer goes now */
+        struct MHD_Response *r = x->held;
+        x->held = NULL;
+        track_answered(srv, conn);
+        MHD_queue_response(conn, (unsigned)x->status, r);
+        MHD_destroy_response(r);
+        return MHD_YES;
+    }
     if (x->answered) return MHD_YES;
     track_deadline(srv, conn, 0, false, TRACK_REQUEST); /* the handler may take its time */
     if (x->too_large) {
@@ -1051,10 +1224,6 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
     }
     if (strcmp(x->method, "OPTIONS") == 0) {
         reply_options(x);
-        return MHD_YES;
-    }
-    if (srv->c.precheck && !x->prechecked && !srv->c.precheck(srv->ctx, x)) {
-        if (!x->answered) reply_close(x, 400, "refused", "refused");
         return MHD_YES;
     }
     pthread_mutex_lock(&srv->mu);
@@ -1102,8 +1271,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_exchange *x = *con_cls;
     if (!x) return;
     if (x->resp) MHD_destroy_response(x->resp); /* closed before it was queued */
+    if (x->held) MHD_destroy_response(x->held);
     /* a kept-alive connection now waits for its next request */
-    track_deadline(x->srv, conn, clock_ns() + secs_ns(x->srv->c.timeout_s), false, TRACK_IDLE);
+    track_keepalive(x->srv, conn);
     if (x->inflight) {
         pthread_mutex_lock(&x->srv->mu);
         x->srv->n_inflight--;
@@ -1238,9 +1408,10 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     if (!s->c.max_body_total) s->c.max_body_total = 4 * s->c.max_body_bytes;
     if (s->c.timeout_s <= 0) s->c.timeout_s = 60;
     if (s->c.header_timeout_s <= 0) s->c.header_timeout_s = 10;
+    if (s->c.body_timeout_s <= 0) s->c.body_timeout_s = 60;
     if (s->c.max_handlers <= 0) s->c.max_handlers = 64;
     if (s->c.max_connections <= 0) s->c.max_connections = 1024;
-    raise_fd_limit((rlim_t)s->c.max_connections + 64);
+    raise_fd_limit((rlim_t)s->c.max_connections + HTTP_CONN_RESERVE + 64);
     pthread_mutex_init(&s->pool_mu, NULL);
     s->fn = fn;
     s->ctx = ctx;
@@ -1255,12 +1426,13 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
     pthread_cond_init(&s->pool_exit, NULL);
     pthread_condattr_destroy(&ca);
     s->reaper_started = pthread_create(&s->reaper, NULL, reaper_main, s) == 0;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,                                                  //
+    s->d = MHD_start_daemon(flags, 0, on_accept, s, on_access, s,                                                  //
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,                                         //
                             MHD_OPTION_LISTEN_SOCKET, fd,                                                      //
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->c.max_connections,
+                            /* the reserve: a connection past max_connections
+                             * is accepted to cull an idle one (cull_for) */
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->c.max_connections + HTTP_CONN_RESERVE),
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)MAX(HTTP_STALL_TIMEOUT_S, s->c.timeout_s),
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(c->max_conns_per_ip > 0 ? c->max_conns_per_ip : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,                                     //
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,                                   //
                             MHD_OPTION_URI_LOG_CALLBACK, on_request_line, s,                                  //

@@ -31,17 +31,27 @@
  *    a request is answered 408 (Connection: close) and closed, an idle
  *    kept-alive one just closed;
  *  - at most max_conns_per_ip connections per client address (more are
- *    closed at once);
+ *    closed at once), every loopback address counting as one and IPv6
+ *    addresses by their /64;
+ *  - at max_connections a new connection closes the least recently active
+ *    one that waits for a request (kept-alive, or nothing sent yet), or
+ *    itself when every one is in a request; a connection ends after
+ *    HTTP_MAX_REQUESTS_PER_CONN requests;
  *  - request smuggling: conflicting Content-Length headers, Content-Length
  *    with Transfer-Encoding, or a transfer coding other than chunked are
  *    refused (400 / 501) from the headers, and the connection closed;
  *  - body memory: the bodies being received and held across all connections
  *    are bounded by max_body_total (503 beyond); a handler releases its body
  *    once parsed (http_body_release);
- *  - http_config.precheck may refuse a request from its headers alone (the
- *    API key, the Host, the Content-Type): for a body above
- *    HTTP_EARLY_CHECK_BYTES, or of unknown size, it runs before the body is
- *    read, and the answer closes the connection without reading it.
+ *  - http_config.precheck decides every request (but OPTIONS, which takes
+ *    no body) from its headers alone (the API key, the Host, the
+ *    Content-Type) before any body byte is read or counted: a refused
+ *    request's body above HTTP_EARLY_CHECK_BYTES, or of unknown size, is
+ *    not read (the answer closes the connection), a smaller one is read and
+ *    dropped, then answered. http_body_announced tells the precheck whether
+ *    a body comes;
+ *  - "Expect: 100-continue" with a Content-Length above max_body_bytes is
+ *    answered 413 before the 100 (the body is never sent).
  *
  * Also here, because they hold for every route alike:
  *  - CORS (http_config.cors_origins): an OPTIONS request is a preflight and is
@@ -118,6 +128,13 @@ typedef size_t (*http_error_fn)(const char *path, int status, const char *code, 
  * many bytes wait for a client that does not read; it goes on once half of
  * them are sent. */
 #define HTTP_STREAM_BUFFER (64 * 1024)
+/* A kept-alive connection is closed after this many requests (the answer
+ * to the last says Connection: close): a client cannot pin a slot with one
+ * connection forever. */
+#define HTTP_MAX_REQUESTS_PER_CONN 1000
+/* Connections accepted past max_connections, each only long enough to
+ * close the least recently active idle one (or itself, when none is). */
+#define HTTP_CONN_RESERVE 16
 /* A handler thread with no work for this long exits (seconds). */
 #define HTTP_WORKER_IDLE_S 10
 /* A stream's socket send buffer (SO_SNDBUF; the kernel doubles it), fixed
@@ -139,7 +156,10 @@ typedef struct http_config {
     int max_conns_per_ip;   /* per client address; 0: no cap of its own         */
     int timeout_s;          /* a kept-alive connection idle this long is closed
                                (0: 60)                                          */
-    int header_timeout_s;   /* headers complete within this; body grace (0: 10)  */
+    int header_timeout_s;   /* headers complete within this; body grace, and the
+                               longest pause inside a body (0: 10)              */
+    int body_timeout_s;     /* a body complete this long after its headers, at
+                               most, whatever its size and pace (0: 60)         */
     int stall_timeout_s;    /* a stream whose client read none of a full buffer
                                for this long is closed (its free function sees
                                completed false); 0: MHD's own timeout only    */
@@ -185,6 +205,9 @@ const char *http_path(const http_exchange *x);
 /* A request header (case-insensitive name) or NULL. */
 const char *http_header(const http_exchange *x, const char *name);
 const char *http_body(const http_exchange *x, size_t *n);
+/* Whether the request has a body: a Content-Length above 0, or chunked.
+ * Valid in the precheck (before the body is read) too. */
+bool http_body_announced(const http_exchange *x);
 /* Frees the body (after parsing it) and gives its bytes back to the
  * max_body_total budget; http_body is "" afterwards. */
 void http_body_release(http_exchange *x);
@@ -204,6 +227,12 @@ typedef struct http_stats {
     size_t body_bytes;                    /* request bodies held now       */
     unsigned long long n_deadline_closed; /* connections closed past their
                                              header / body / idle deadline */
+    unsigned long long n_culled;          /* idle connections closed to make
+                                             room for new ones             */
+    unsigned long long n_refused;         /* new connections closed at once:
+                                             their address's cap, or every
+                                             slot in a request             */
+    int n_connections;                    /* open now                      */
 } http_stats;
 void http_get_stats(const http_exchange *x, http_stats *out);
 /* True once the peer has closed its end or the socket failed. Cheap (poll). */

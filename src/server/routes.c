@@ -230,8 +230,16 @@ static void handle_metrics(routes_ctx *rc, http_exchange *x) {
                     "# TYPE kvloom_http_body_bytes gauge\nkvloom_http_body_bytes %zu\n"
                     "# HELP kvloom_http_deadline_closed_total Connections closed past their header, body or "
                     "keep-alive deadline.\n"
-                    "# TYPE kvloom_http_deadline_closed_total counter\nkvloom_http_deadline_closed_total %llu\n",
-                    hs.body_bytes, hs.n_deadline_closed);
+                    "# TYPE kvloom_http_deadline_closed_total counter\nkvloom_http_deadline_closed_total %llu\n"
+                    "# HELP kvloom_http_connections Open HTTP connections.\n"
+                    "# TYPE kvloom_http_connections gauge\nkvloom_http_connections %d\n"
+                    "# HELP kvloom_http_culled_total Idle connections closed to make room for new ones "
+                    "(--max-connections).\n"
+                    "# TYPE kvloom_http_culled_total counter\nkvloom_http_culled_total %llu\n"
+                    "# HELP kvloom_http_refused_total New connections closed at once (--max-conns-per-ip, or every "
+                    "slot in a request).\n"
+                    "# TYPE kvloom_http_refused_total counter\nkvloom_http_refused_total %llu\n",
+                    hs.body_bytes, hs.n_deadline_closed, hs.n_connections, hs.n_culled, hs.n_refused);
     http_reply(x, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n, NULL, NULL);
     http_buf_free(&b);
 }
@@ -383,19 +391,25 @@ static void handle_props(routes_ctx *rc, http_exchange *x) {
 
 /* ---- dispatch ---- */
 
-/* Constant-time comparison of the key: "Authorization: Bearer KEY", or
- * Anthropic clients' "x-api-key: KEY". */
-static bool key_ok(const char *want, const char *auth, const char *x_api_key) {
-    const char *got = x_api_key;
-    if (!got) {
-        if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return false;
-        got = auth + 7;
-    }
+/* Constant-time comparison of one presented key with the server's. */
+static bool key_equal(const char *want, const char *got) {
     while (*got == ' ') got++;
     size_t a = strlen(want), b = strlen(got);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < a; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < b ? got[i] : 0);
     return diff == 0;
+}
+
+/* The key: "Authorization: Bearer KEY", or Anthropic clients'
+ * "x-api-key: KEY". Decision: the request is authenticated when either
+ * header carries the key, so a wrong x-api-key (an SDK's placeholder) does
+ * not override a valid Bearer token, nor the other way round; both are
+ * always compared, in constant time, so the timing does not tell which
+ * matched. A wrong key in both is a 401. */
+static bool key_ok(const char *want, const char *auth, const char *x_api_key) {
+    bool bearer = auth && !strncasecmp(auth, "Bearer ", 7) && key_equal(want, auth + 7);
+    bool x_key = x_api_key && key_equal(want, x_api_key);
+    return bearer | x_key;
 }
 
 typedef struct route {
@@ -567,9 +581,14 @@ bool routes_precheck(void *ctx, http_exchange *x) {
         return false;
     }
     /* the key before the body is read; the same exemptions as
-     * routes_handle: GET /health and the chat page's files */
+     * routes_handle: GET /health and the chat page's files. These take no
+     * body: a body there would be read and held without a key. */
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool exempt = get && (!strcmp(http_path(x), "/health") || !strcmp(http_path(x), "/load") || webui_find(http_path(x)));
+    if (exempt && http_body_announced(x)) {
+        refuse(rc, x, 400, "this route takes no request body", "body_not_allowed");
+        return false;
+    }
     if (!exempt && o->api_key && o->api_key[0] && !key_ok(o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
         refuse(rc, x, 401,
                http_header(x, "Authorization") || http_header(x, "x-api-key")

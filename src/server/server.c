@@ -56,6 +56,7 @@ void server_opts_default(server_opts *o) {
     o->max_connections = 1024;
     o->timeout_s = 60;
     o->header_timeout_s = 10;
+    o->body_timeout_s = 60;
     o->shutdown_timeout_s = 10;
     o->stall_timeout_s = 30;
     o->spec = DRAFT_OFF;
@@ -94,10 +95,11 @@ const char *server_usage(void) {
            "  --spec-max K             draft tokens per sequence per step at most (default 8, <= 32)\n"
            "  --max-body BYTES         request body limit (default 8M)\n"
            "  --max-connections N      simultaneous connections (default 1024; an idle one costs no thread)\n"
-           "  --max-conns-per-ip N     connections per client address (default 64, none when --host\n"
-           "                           is a loopback address)\n"
+           "  --max-conns-per-ip N     connections per client address, all loopback addresses as one\n"
+           "                           (default 64, none when --host is a loopback address)\n"
            "  --max-body-total BYTES   request bodies held at once, 503 beyond (default 4x --max-body)\n"
            "  --header-timeout S       a request's headers must arrive within S seconds (default 10)\n"
+           "  --body-timeout S         a request's body must be complete S seconds after its headers (default 60)\n"
            "  --timeout S              close a keep-alive connection idle for S seconds (default 60)\n"
            "  --stall-timeout S        cancel a request whose client has taken none of its generated\n"
            "                           output for S seconds (a stream nobody reads; default 30, 0: never)\n"
@@ -267,6 +269,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--header-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 3600, &o->header_timeout_s, e);
+        } else if (!strcmp(a, "--body-timeout")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 1, 86400, &o->body_timeout_s, e);
         } else if (!strcmp(a, "--allowed-hosts")) {
             NEED_VALUE;
             if (!*v) return err_set(e, ERR_INVALID, "--allowed-hosts: empty list");
@@ -450,6 +455,7 @@ int server_main(const server_opts *o) {
                                           : server_host_is_loopback(o->host) ? 0 : 64,
                       .timeout_s = o->timeout_s,
                       .header_timeout_s = o->header_timeout_s,
+                      .body_timeout_s = o->body_timeout_s,
                       /* the engine cancels such a request at --stall-timeout
                        * (and counts it); the connection goes 2 s later */
                       .stall_timeout_s = o->stall_timeout_s > 0 ? o->stall_timeout_s + 2 : 0,

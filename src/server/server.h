@@ -55,6 +55,7 @@ typedef struct server_opts {
     size_t max_body_total;    /* --max-body-total: bodies held at once; 0: 4 x max-body */
     int timeout_s;            /* --timeout: keep-alive idle seconds; default 60       */
     int header_timeout_s;     /* --header-timeout: seconds for a request's headers; 10 */
+    int body_timeout_s;       /* --body-timeout: seconds for a body after its headers; 60 */
     const char *allowed_hosts; /* --allowed-hosts: comma list of Host names accepted
                                  besides localhost and the bound address (DNS
                                  rebinding check, routes.c); NULL: none            */
