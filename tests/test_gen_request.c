@@ -255,7 +255,7 @@ int main(void) {
     rc.chat = chat;
     rc.tool_format = TC_GENERIC;
     rc.cons = constrainer_new(8);
-    rc.responses = resp_store_new();
+    rc.responses = resp_store_new(0);
     atomic_init(&rc.next_id, 1);
     test_fields();
     test_reasoning_effort();

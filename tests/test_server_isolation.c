@@ -18,7 +18,11 @@
  *    --max-connections slot do not keep a new client out (the least
  *    recently active is closed), nor do sockets that never send anything;
  *    a connection ends after its request budget (finding 4);
- *  - the per-address cap counts every loopback address as one (finding 4).
+ *  - the per-address cap counts every loopback address as one (finding 4);
+ *  - the Responses store: ids of 128 random bits, entries visible only to
+ *    the key that created them (GET, DELETE, previous_response_id),
+ *    metadata within OpenAI's bounds, and a byte bound under which a
+ *    flooding key evicts its own entries, not another's (findings 5, 6).
  * No assertion is on a tight time: bounds are generous and say why.
  */
 #include <fcntl.h>
@@ -362,6 +366,93 @@ static void check_per_address(int port) {
               metric(port, "kvloom_http_refused_total"));
 }
 
+/* ---- 7. the Responses store (findings 5 and 6) ---- */
+
+/* POST /v1/responses as `key` (Bearer); the answer's id copied into id
+ * (empty on failure); the status. */
+static int resp_create(int port, const char *key, const char *extra, char *id, size_t cap) {
+    char hdr[128], body[16384];
+    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", key);
+    snprintf(body, sizeof body, "{\"input\":\"Once upon a time\",\"max_output_tokens\":1,\"temperature\":0%s}",
+             extra ? extra : "");
+    resp r;
+    id[0] = 0;
+    if (http_do(port, "POST", "/v1/responses", hdr, body, &r) < 0) return -1;
+    json_t *o = json_loads(r.body, 0, NULL);
+    const char *v = json_string_value(json_object_get(o, "id"));
+    if (v) snprintf(id, cap, "%s", v);
+    int st = r.status;
+    json_decref(o);
+    resp_free(&r);
+    return st;
+}
+
+static int resp_call(int port, const char *method, const char *key, const char *id) {
+    char hdr[128], path[200];
+    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", key);
+    snprintf(path, sizeof path, "/v1/responses/%s", id);
+    resp r;
+    if (http_do(port, method, path, hdr, NULL, &r) < 0) return -1;
+    int st = r.status;
+    resp_free(&r);
+    return st;
+}
+
+static void check_responses(int port) {
+    char a1[128], a2[128], b1[128];
+    CHECK_EQ_INT(resp_create(port, "alice", NULL, a1, sizeof a1), 200);
+    CHECK_EQ_INT(resp_create(port, "alice", NULL, a2, sizeof a2), 200);
+    /* unguessable: "resp_" and 32 hex digits (128 bits from getrandom);
+     * before, two ids in a row differed in their last digits only (start
+     * time + serial) */
+    bool hex = strlen(a1) == 37 && strspn(a1 + 5, "0123456789abcdef") == 32;
+    CHECK_MSG(!strncmp(a1, "resp_", 5) && hex, "id %s", a1);
+    CHECK_MSG(strncmp(a1 + 5, a2 + 5, 16) != 0, "consecutive ids share their first 64 bits: %s %s", a1, a2);
+    /* another key neither reads, continues nor deletes alice's response */
+    CHECK_EQ_INT(resp_call(port, "GET", "bob", a1), 404);
+    CHECK_EQ_INT(resp_call(port, "DELETE", "bob", a1), 404);
+    char extra[200];
+    snprintf(extra, sizeof extra, ",\"previous_response_id\":\"%s\"", a1);
+    CHECK_EQ_INT(resp_create(port, "bob", extra, b1, sizeof b1), 404);
+    CHECK_EQ_INT(resp_create(port, "alice", extra, b1, sizeof b1), 200);
+    CHECK_EQ_INT(resp_call(port, "GET", "alice", a1), 200);
+    /* metadata within OpenAI's bounds only (before: unbounded, +320 MB for
+     * 40 entries) */
+    http_buf m = {0};
+    http_buf_printf(&m, ",\"metadata\":{");
+    for (int i = 0; i < 17; i++) http_buf_printf(&m, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    http_buf_printf(&m, "}");
+    CHECK_EQ_INT(resp_create(port, "alice", m.p, b1, sizeof b1), 400);
+    http_buf_free(&m);
+    char big[700];
+    memset(big, 'x', 513);
+    big[513] = 0;
+    snprintf(extra, sizeof extra, ",\"metadata\":{\"k\":\"");
+    http_buf_printf(&m, "%s%s\"}", extra, big);
+    CHECK_EQ_INT(resp_create(port, "alice", m.p, b1, sizeof b1), 400);
+    http_buf_free(&m);
+    /* The bound (--responses-store 64K here): bob floods the store with
+     * entries of 8 KB of metadata (16 values of 500 bytes, the most
+     * allowed); alice's older entries stay, bob's own go (before: the least
+     * recently used went, alice's first) */
+    memset(big, 'x', 500);
+    big[500] = 0;
+    http_buf_printf(&m, ",\"metadata\":{");
+    for (int i = 0; i < 16; i++) http_buf_printf(&m, "%s\"k%d\":\"%s\"", i ? "," : "", i, big);
+    http_buf_printf(&m, "}");
+    int ok = 0;
+    for (int i = 0; i < 24; i++) ok += resp_create(port, "bob", m.p, b1, sizeof b1) == 200;
+    CHECK_EQ_INT(ok, 24);
+    http_buf_free(&m);
+    CHECK_EQ_INT(resp_call(port, "GET", "alice", a1), 200);
+    CHECK_EQ_INT(resp_call(port, "GET", "alice", a2), 200);
+    CHECK_EQ_INT(resp_call(port, "GET", "bob", b1), 200);
+    double bytes = metric(port, "kvloom_responses_stored_bytes");
+    CHECK_MSG(bytes > 32768 && bytes <= 65536, "kvloom_responses_stored_bytes %.0f (bound 65536)", bytes);
+    CHECK_MSG(metric(port, "kvloom_responses_stored") < 12, "kvloom_responses_stored %.0f",
+              metric(port, "kvloom_responses_stored"));
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -394,6 +485,17 @@ int main(void) {
         check_per_address(cap.port);
         if (test_n_fail) srv_print_log(&cap);
         CHECK_EQ_INT(srv_stop(&cap), 0);
+    }
+    srv two;
+    const char *flags_two[] = {"--api-key", "alice", "--api-key", "bob", "--responses-store", "64K", "--kv-mem", "8M",
+                               "-t", "1", NULL};
+    rc = srv_start(&two, flags_two);
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc == 0) {
+        su_metrics_headers = "Authorization: Bearer alice\r\n";
+        check_responses(two.port);
+        if (test_n_fail) srv_print_log(&two);
+        CHECK_EQ_INT(srv_stop(&two), 0);
     }
     return test_summary("test_server_isolation");
 }

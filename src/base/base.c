@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 int log_level = LOG_INFO;
@@ -277,6 +278,30 @@ int parse_size(const char *flag, const char *v, size_t *out, err_t *e) {
 }
 
 /* ---- random numbers ---- */
+
+void os_random(void *buf, size_t n) {
+    unsigned char *p = buf;
+    while (n) {
+        ssize_t k = getrandom(p, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        /* without the OS generator no id is safe to hand out */
+        if (k <= 0) PANIC("getrandom failed: %s", strerror(errno));
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+void os_random_hex(char *out, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    unsigned char b[64];
+    ASSERT(n <= sizeof b);
+    os_random(b, n);
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[2 * n] = 0;
+}
 
 void rng_seed(rng *r, uint64_t seed) {
     /* splitmix64 to expand the seed into the xorshift128+ state */

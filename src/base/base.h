@@ -163,4 +163,12 @@ uint64_t rng_next(rng *r);
 double rng_uniform(rng *r); /* [0, 1) with 53 random bits */
 float rng_normal(rng *r);   /* standard normal */
 
+/* n bytes from the operating system's cryptographic generator (getrandom;
+ * blocks only before the kernel's pool is first seeded). For what a client
+ * must not guess: ids it can address, cache salts. Any thread. */
+void os_random(void *buf, size_t n);
+/* 2n lowercase hex digits of os_random bytes and a NUL into out (2n + 1
+ * bytes): an unguessable id of 4n bits. */
+void os_random_hex(char *out, size_t n);
+
 #endif

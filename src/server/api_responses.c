@@ -59,11 +59,20 @@
  *   response.completed | response.incomplete | response.failed
  *
  * The store keeps finished responses (unless "store": false) for
- * previous_response_id and GET: at most RESP_STORE_MAX, each for
- * RESP_STORE_TTL_S, least recently used out; one mutex, shared by the HTTP
- * threads. An entry holds the response as sent (text) and the conversation
- * as items; the item objects are shared between the entries of one chain
- * (jansson's reference counts are atomic) and never modified once stored.
+ * previous_response_id and GET: at most RESP_STORE_MAX entries and
+ * --responses-store bytes, each for RESP_STORE_TTL_S; past a bound the least
+ * recently used entry of the identity (API key) holding the most bytes goes,
+ * so a client that floods the store evicts its own entries first. One
+ * mutex, shared by the HTTP threads. An entry holds the response as sent
+ * (text) and the conversation as items; the item objects are shared between
+ * the entries of one chain (jansson's reference counts are atomic) and
+ * never modified once stored.
+ *
+ * Isolation: a response id is "resp_" and 128 bits from the OS's generator
+ * (os_random), and an entry is visible only to the API key that created it
+ * (GET, DELETE, previous_response_id by another key: 404, as for an unknown
+ * id). Without --api-key every client is one identity: the ids are the
+ * protection.
  *
  * Errors are OpenAI error objects naming the field
  * ("input[2].type: unsupported item type 'web_search_call'"); an unknown
@@ -83,12 +92,26 @@
 
 #define RESP_STORE_MAX 1000
 #define RESP_STORE_TTL_S 3600
+/* OpenAI's bounds of `metadata`: 16 pairs, keys of at most 64 characters,
+ * values of at most 512. */
+#define RESP_METADATA_MAX 16
+#define RESP_METADATA_KEY_MAX 64
+#define RESP_METADATA_VALUE_MAX 512
+
+/* Code points in n bytes of UTF-8 (bytes that do not continue one). */
+static size_t utf8_chars(const char *p, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)p[i] & 0xc0) != 0x80;
+    return k;
+}
 
 /* ---- the store ---- */
 
 typedef struct resp_entry {
     struct resp_entry *prev, *next; /* most recently used first */
     char *id;
+    int owner;       /* routes_key_index of the request that created it */
+    size_t bytes;    /* what it holds: its text and its history's */
     int64_t t_ns;    /* clock_ns() when stored */
     char *json;      /* the response object as it was sent */
     json_t *history; /* the conversation: input items and output items */
@@ -98,10 +121,13 @@ struct resp_store {
     pthread_mutex_t mu;
     resp_entry *head, *tail;
     int n;
+    size_t bytes;    /* the entries' bytes */
+    size_t max_bytes; /* their bound */
 };
 
-resp_store *resp_store_new(void) {
+resp_store *resp_store_new(size_t max_bytes) {
     resp_store *s = xcalloc(1, sizeof *s);
+    s->max_bytes = max_bytes ? max_bytes : RESP_STORE_DEFAULT_BYTES;
     pthread_mutex_init(&s->mu, NULL);
     return s;
 }
@@ -120,6 +146,7 @@ static void store_unlink(resp_store *s, resp_entry *e) {
     else s->tail = e->prev;
     e->prev = e->next = NULL;
     s->n--;
+    s->bytes -= e->bytes;
 }
 
 static void store_push_front(resp_store *s, resp_entry *e) {
@@ -129,6 +156,7 @@ static void store_push_front(resp_store *s, resp_entry *e) {
     s->head = e;
     if (!s->tail) s->tail = e;
     s->n++;
+    s->bytes += e->bytes;
 }
 
 /* Drops the entries older than the TTL (the list is in use order, not age
@@ -144,23 +172,47 @@ static void store_expire_locked(resp_store *s) {
     }
 }
 
-static resp_entry *store_find_locked(resp_store *s, const char *id) {
+/* The entry `id` of `owner` (another owner's is not found). */
+static resp_entry *store_find_locked(resp_store *s, int owner, const char *id) {
     for (resp_entry *e = s->head; e; e = e->next)
-        if (!strcmp(e->id, id)) return e;
+        if (e->owner == owner && !strcmp(e->id, id)) return e;
     return NULL;
 }
 
-/* Keeps a response (json and history taken). */
-static void store_put(resp_store *s, const char *id, char *json, json_t *history) {
+/* The entry to evict: the least recently used of the owner that holds the
+ * most bytes (a flooding client pays first). O(entries x owners), with at
+ * most RESP_STORE_MAX entries. */
+static resp_entry *store_victim_locked(resp_store *s) {
+    int top = 0;
+    size_t top_bytes = 0;
+    for (resp_entry *e = s->head; e; e = e->next) {
+        bool seen = false;
+        for (resp_entry *f = s->head; f != e && !seen; f = f->next) seen = f->owner == e->owner;
+        if (seen) continue;
+        size_t b = 0;
+        for (resp_entry *f = e; f; f = f->next) b += f->owner == e->owner ? f->bytes : 0;
+        if (b > top_bytes || !top_bytes) top = e->owner, top_bytes = b;
+    }
+    for (resp_entry *e = s->tail; e; e = e->prev)
+        if (e->owner == top) return e;
+    return s->tail;
+}
+
+/* Keeps a response of `owner` (json and history taken). */
+static void store_put(resp_store *s, int owner, const char *id, char *json, json_t *history) {
     resp_entry *e = xcalloc(1, sizeof *e);
     e->id = xstrdup(id);
+    e->owner = owner;
     e->t_ns = clock_ns();
     e->json = json;
     e->history = history;
+    /* the history's items are shared along a chain: counting each entry's
+     * whole conversation overcounts, which only makes the bound safer */
+    e->bytes = strlen(json) + json_dumpb(history, NULL, 0, JSON_COMPACT) + sizeof *e;
     pthread_mutex_lock(&s->mu);
     store_expire_locked(s);
-    while (s->n >= RESP_STORE_MAX) {
-        resp_entry *old = s->tail;
+    while (s->n && (s->n >= RESP_STORE_MAX || s->bytes + e->bytes > s->max_bytes)) {
+        resp_entry *old = store_victim_locked(s);
         store_unlink(s, old);
         entry_free(old);
     }
@@ -168,12 +220,20 @@ static void store_put(resp_store *s, const char *id, char *json, json_t *history
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Looks a response up (and marks it used): a copy of its JSON text and/or a
- * new reference to its history. False when unknown or expired. */
-static bool store_get(resp_store *s, const char *id, char **json, json_t **history) {
+void resp_store_stats(resp_store *s, int *n, size_t *bytes) {
+    pthread_mutex_lock(&s->mu);
+    *n = s->n;
+    *bytes = s->bytes;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Looks a response of `owner` up (and marks it used): a copy of its JSON
+ * text and/or a new reference to its history. False when unknown, expired
+ * or another owner's. */
+static bool store_get(resp_store *s, int owner, const char *id, char **json, json_t **history) {
     pthread_mutex_lock(&s->mu);
     store_expire_locked(s);
-    resp_entry *e = store_find_locked(s, id);
+    resp_entry *e = store_find_locked(s, owner, id);
     if (e) {
         store_unlink(s, e);
         store_push_front(s, e);
@@ -184,10 +244,10 @@ static bool store_get(resp_store *s, const char *id, char **json, json_t **histo
     return e != NULL;
 }
 
-static bool store_delete(resp_store *s, const char *id) {
+static bool store_delete(resp_store *s, int owner, const char *id) {
     pthread_mutex_lock(&s->mu);
     store_expire_locked(s);
-    resp_entry *e = store_find_locked(s, id);
+    resp_entry *e = store_find_locked(s, owner, id);
     if (e) {
         store_unlink(s, e);
         entry_free(e);
@@ -263,6 +323,7 @@ typedef struct resp_req {
     char *instructions, *previous_id, *user;
     long long max_output_tokens; /* -1: none */
     bool store, parallel;
+    int owner;        /* routes_key_index: whose stored responses it sees */
 } resp_req;
 
 static void resp_req_free(resp_req *rq) {
@@ -560,8 +621,9 @@ static int check_unsupported(json_t *body, rfail *f) {
     return 0;
 }
 
-static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
+static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfail *f) {
     memset(rq, 0, sizeof *rq);
+    rq->owner = owner;
     rq->max_output_tokens = -1;
     rq->store = rq->parallel = true;
     json_t *chat = rq->chat = json_object();
@@ -605,9 +667,23 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
             rbad(f, "metadata", "metadata: must be an object of strings");
             goto out;
         }
-        json_object_foreach(v, k, mv) if (!json_is_string(mv)) {
-            rbad(f, "metadata", "metadata.%.64s: must be a string", k);
+        if (json_object_size(v) > RESP_METADATA_MAX) {
+            rbad(f, "metadata", "metadata: %zu pairs, at most %d", json_object_size(v), RESP_METADATA_MAX);
             goto out;
+        }
+        json_object_foreach(v, k, mv) {
+            if (utf8_chars(k, strlen(k)) > RESP_METADATA_KEY_MAX) {
+                rbad(f, "metadata", "metadata: the key '%.64s...' is longer than %d characters", k, RESP_METADATA_KEY_MAX);
+                goto out;
+            }
+            if (!json_is_string(mv)) {
+                rbad(f, "metadata", "metadata.%.64s: must be a string", k);
+                goto out;
+            }
+            if (utf8_chars(json_string_value(mv), json_string_length(mv)) > RESP_METADATA_VALUE_MAX) {
+                rbad(f, "metadata", "metadata.%.64s: longer than %d characters", k, RESP_METADATA_VALUE_MAX);
+                goto out;
+            }
         }
         rq->metadata = json_incref(v);
     }
@@ -630,7 +706,7 @@ static int translate(routes_ctx *rc, json_t *body, resp_req *rq, rfail *f) {
         }
         rq->previous_id = xstrdup(json_string_value(v));
         json_t *prev = NULL;
-        if (!store_get(rc->responses, rq->previous_id, NULL, &prev)) {
+        if (!store_get(rc->responses, owner, rq->previous_id, NULL, &prev)) {
             rbad(f, "previous_response_id",
                  "previous_response_id: no stored response with id '%.100s' (unknown, deleted, expired, or created with "
                  "store: false)",
@@ -972,7 +1048,7 @@ static json_t *out_finish(resp_out *o) {
         json_t *history = json_array();
         json_array_extend(history, o->rq.history);
         for (int i = 0; i < o->n_items; i++) json_array_append_new(history, item_json(&o->items[i]));
-        if (text) store_put(o->rc->responses, o->id, text, history);
+        if (text) store_put(o->rc->responses, o->rq.owner, o->id, text, history);
         else json_decref(history);
     }
     return r;
@@ -1061,8 +1137,8 @@ static void stream_done(void *sctx, bool completed) {
 
 /* The body translated (*rq, freed by the caller either way) and checked by
  * oai_parse (*p, owned on success). */
-static int parse_request(routes_ctx *rc, json_t *body, resp_req *rq, oai_params *p, rfail *f) {
-    if (translate(rc, body, rq, f) < 0) return -1;
+static int parse_request(routes_ctx *rc, json_t *body, int owner, resp_req *rq, oai_params *p, rfail *f) {
+    if (translate(rc, body, owner, rq, f) < 0) return -1;
     err_t e = {0};
     const char *param = NULL;
     if (oai_parse(rq->chat, OAI_CHAT, tok_n_vocab(rc->tok), p, &param, &e) < 0) {
@@ -1077,7 +1153,7 @@ int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, int *statu
                          size_t cap) {
     resp_req rq;
     rfail f = {0};
-    int r = parse_request(rc, body, &rq, p, &f);
+    int r = parse_request(rc, body, ROUTES_NO_KEYS, &rq, p, &f);
     resp_req_free(&rq);
     if (r < 0) {
         *status = f.status;
@@ -1095,7 +1171,7 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     resp_req rq;
     rfail f = {0};
     oai_params p;
-    int r = parse_request(rc, body, &rq, &p, &f);
+    int r = parse_request(rc, body, routes_key_index(rc, x), &rq, &p, &f);
     json_decref(body);
     if (r == 0 && oai_json_nomem() != f0) { /* read with a part missing */
         oai_params_free(&p);
@@ -1142,7 +1218,9 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     o->stream = p.stream;
     o->temperature = p.sp.temperature;
     o->top_p = p.sp.top_p;
-    snprintf(o->base, sizeof o->base, "%llx%06llx", (unsigned long long)rc->created, gen_serial(g));
+    /* unguessable: the id is all a client needs to read, continue or
+     * delete a stored response (item ids share it) */
+    os_random_hex(o->base, 16);
     snprintf(o->id, sizeof o->id, "resp_%s", o->base);
     oai_params_free(&p);
     if (o->stream)
@@ -1162,7 +1240,7 @@ void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
     }
     snprintf(msg, sizeof msg, "no stored response with id '%.200s'", id);
     if (!strcmp(http_method(x), "DELETE")) {
-        if (!store_delete(rc->responses, id)) {
+        if (!store_delete(rc->responses, routes_key_index(rc, x), id)) {
             reply_error(x, 404, msg, NULL, "response_not_found");
             return;
         }
@@ -1173,7 +1251,7 @@ void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
         return;
     }
     char *json = NULL;
-    if (!store_get(rc->responses, id, &json, NULL)) {
+    if (!store_get(rc->responses, routes_key_index(rc, x), id, &json, NULL)) {
         reply_error(x, 404, msg, NULL, "response_not_found");
         return;
     }

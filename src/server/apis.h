@@ -53,8 +53,13 @@ void api_anthropic_error(http_exchange *x, int status, const char *msg);
 
 /* Responses kept for previous_response_id (bounded in count and time). */
 typedef struct resp_store resp_store;
-resp_store *resp_store_new(void);
+/* The store of the Responses API; at most max_bytes of entries (0:
+ * RESP_STORE_DEFAULT_BYTES). */
+#define RESP_STORE_DEFAULT_BYTES ((size_t)256 << 20)
+resp_store *resp_store_new(size_t max_bytes);
 void resp_store_free(resp_store *s); /* NULL is a no-op */
+/* Entries and their bytes now (/metrics). Any thread. */
+void resp_store_stats(resp_store *s, int *n, size_t *bytes);
 bool api_responses_create(routes_ctx *rc, http_exchange *x);
 /* The Responses body (only read) as the chat request it becomes (with the
  * stored conversation of previous_response_id): 0 (free *p with

@@ -240,6 +240,15 @@ static void handle_metrics(routes_ctx *rc, http_exchange *x) {
                     "slot in a request).\n"
                     "# TYPE kvloom_http_refused_total counter\nkvloom_http_refused_total %llu\n",
                     hs.body_bytes, hs.n_deadline_closed, hs.n_connections, hs.n_culled, hs.n_refused);
+    int n_stored;
+    size_t stored_bytes;
+    resp_store_stats(rc->responses, &n_stored, &stored_bytes);
+    http_buf_printf(&b,
+                    "# HELP kvloom_responses_stored Responses kept for previous_response_id and GET.\n"
+                    "# TYPE kvloom_responses_stored gauge\nkvloom_responses_stored %d\n"
+                    "# HELP kvloom_responses_stored_bytes Their bytes (text and conversation; bounded).\n"
+                    "# TYPE kvloom_responses_stored_bytes gauge\nkvloom_responses_stored_bytes %zu\n",
+                    n_stored, stored_bytes);
     http_reply(x, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n, NULL, NULL);
     http_buf_free(&b);
 }
@@ -402,14 +411,24 @@ static bool key_equal(const char *want, const char *got) {
 
 /* The key: "Authorization: Bearer KEY", or Anthropic clients'
  * "x-api-key: KEY". Decision: the request is authenticated when either
- * header carries the key, so a wrong x-api-key (an SDK's placeholder) does
- * not override a valid Bearer token, nor the other way round; both are
- * always compared, in constant time, so the timing does not tell which
- * matched. A wrong key in both is a 401. */
-static bool key_ok(const char *want, const char *auth, const char *x_api_key) {
-    bool bearer = auth && !strncasecmp(auth, "Bearer ", 7) && key_equal(want, auth + 7);
-    bool x_key = x_api_key && key_equal(want, x_api_key);
-    return bearer | x_key;
+ * header carries a key, so a wrong x-api-key (an SDK's placeholder) does
+ * not override a valid Bearer token, nor the other way round; every key is
+ * compared with both, in constant time, so the timing tells neither which
+ * header nor which key matched. When both carry different valid keys, the
+ * Bearer one is the identity. A wrong key in both is a 401. */
+int routes_key_index(const routes_ctx *rc, http_exchange *x) {
+    const server_opts *o = rc->o;
+    if (!o->n_api_keys) return ROUTES_NO_KEYS;
+    const char *auth = http_header(x, "Authorization"), *x_api_key = http_header(x, "x-api-key");
+    const char *bearer = auth && !strncasecmp(auth, "Bearer ", 7) ? auth + 7 : NULL;
+    int by_bearer = ROUTES_BAD_KEY, by_x = ROUTES_BAD_KEY;
+    for (int i = 0; i < o->n_api_keys; i++) {
+        bool b = bearer && key_equal(o->api_keys[i], bearer);
+        bool k = x_api_key && key_equal(o->api_keys[i], x_api_key);
+        by_bearer = b ? i : by_bearer;
+        by_x = k ? i : by_x;
+    }
+    return by_bearer != ROUTES_BAD_KEY ? by_bearer : by_x;
 }
 
 typedef struct route {
@@ -589,7 +608,7 @@ bool routes_precheck(void *ctx, http_exchange *x) {
         refuse(rc, x, 400, "this route takes no request body", "body_not_allowed");
         return false;
     }
-    if (!exempt && o->api_key && o->api_key[0] && !key_ok(o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
+    if (!exempt && routes_key_index(rc, x) == ROUTES_BAD_KEY) {
         refuse(rc, x, 401,
                http_header(x, "Authorization") || http_header(x, "x-api-key")
                    ? "invalid API key"
@@ -691,8 +710,7 @@ void routes_handle(void *ctx, http_exchange *x) {
     bool generation = false;
     if (!rt && !rc->o->no_webui && webui_serve(x)) {
         /* the chat page and its assets: public, no API key (webui.h) */
-    } else if (rc->o->api_key && rc->o->api_key[0] && !(rt && (rt->id == R_HEALTH || rt->id == R_LOAD)) &&
-        !key_ok(rc->o->api_key, http_header(x, "Authorization"), http_header(x, "x-api-key"))) {
+    } else if (!(rt && (rt->id == R_HEALTH || rt->id == R_LOAD)) && routes_key_index(rc, x) == ROUTES_BAD_KEY) {
         const char *msg = http_header(x, "Authorization") || http_header(x, "x-api-key")
                               ? "invalid API key"
                               : "missing API key (Authorization: Bearer KEY, or x-api-key: KEY)";

@@ -45,6 +45,14 @@ typedef struct routes_ctx {
 /* /detokenize takes at most max(the context, this) ids. */
 #define ROUTES_MAX_DETOKENIZE 65536
 
+/* The API key a request authenticated with: its index in o->api_keys,
+ * ROUTES_NO_KEYS when the server has none (every client is one identity
+ * then), ROUTES_BAD_KEY when neither Authorization: Bearer nor x-api-key
+ * carries one of them. Compares every key in constant time. Any thread. */
+#define ROUTES_NO_KEYS (-1)
+#define ROUTES_BAD_KEY (-2)
+int routes_key_index(const routes_ctx *rc, http_exchange *x);
+
 /* The http_handler_fn of the server: ctx is a routes_ctx. */
 void routes_handle(void *ctx, http_exchange *x);
 

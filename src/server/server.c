@@ -78,8 +78,9 @@ const char *server_usage(void) {
            "  --max-batch-tokens N     tokens per engine step (default 512)\n"
            "  --max-running N          sequences decoded together at most (default 64)\n"
            "  --max-queue N            waiting requests before 429 (default 256)\n"
-           "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health)\n"
-           "  --api-key-file FILE      the same, the key read from the first line of FILE\n"
+           "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health);\n"
+           "                           repeatable: each key is a client of its own\n"
+           "  --api-key-file FILE      the same, every non-empty line of FILE a key ('#' comments)\n"
            "  -t, --threads N          compute threads (default: all CPUs)\n"
            "  -c, --ctx N              positions per sequence (default: the model's training context)\n"
            "  --block-tokens N         tokens per KV block (default 16)\n"
@@ -99,6 +100,7 @@ const char *server_usage(void) {
            "                           (default 64, none when --host is a loopback address)\n"
            "  --max-body-total BYTES   request bodies held at once, 503 beyond (default 4x --max-body)\n"
            "  --header-timeout S       a request's headers must arrive within S seconds (default 10)\n"
+           "  --responses-store BYTES  memory of the stored /v1/responses answers (default 256M)\n"
            "  --body-timeout S         a request's body must be complete S seconds after its headers (default 60)\n"
            "  --timeout S              close a keep-alive connection idle for S seconds (default 60)\n"
            "  --stall-timeout S        cancel a request whose client has taken none of its generated\n"
@@ -131,6 +133,17 @@ static int parse_int(const char *flag, const char *v, long lo, long hi, int *out
     return 0;
 }
 
+/* Adds an accepted key (the first is also o->api_key). */
+static int add_key(server_opts *o, const char *key, err_t *e) {
+    if (o->n_api_keys >= SERVER_MAX_API_KEYS)
+        return err_set(e, ERR_INVALID, "--api-key: at most %d keys", SERVER_MAX_API_KEYS);
+    o->api_keys[o->n_api_keys++] = key;
+    if (!o->api_key) o->api_key = key;
+    return 0;
+}
+
+/* --api-key-file: every non-empty line is a key (trailing whitespace
+ * dropped; lines that start with '#' are comments). */
 static int read_key_file(const char *path, server_opts *o, err_t *e) {
     char *buf = NULL;
     size_t n = 0;
@@ -138,22 +151,29 @@ static int read_key_file(const char *path, server_opts *o, err_t *e) {
         err_prefix(e, "--api-key-file");
         return ERR_INVALID;
     }
-    size_t k = strcspn(buf, "\r\n");
-    buf[k] = 0;
-    while (k && isspace((unsigned char)buf[k - 1])) buf[--k] = 0;
-    if (!k) {
-        free(buf);
-        return err_set(e, ERR_INVALID, "--api-key-file: '%s' holds no key on its first line", path);
+    size_t used = 0;
+    int n_keys = 0, rc = 0;
+    for (char *line = buf; *line && rc == 0;) {
+        size_t k = strcspn(line, "\r\n");
+        char *next = line + k + (line[k] ? 1 : 0);
+        line[k] = 0;
+        while (k && isspace((unsigned char)line[k - 1])) line[--k] = 0;
+        if (k && line[0] != '#') {
+            if (used + k + 1 > sizeof o->api_key_file_buf)
+                rc = err_set(e, ERR_INVALID, "--api-key-file: the keys in '%s' take more than %zu bytes", path,
+                             sizeof o->api_key_file_buf - 1);
+            else {
+                memcpy(o->api_key_file_buf + used, line, k + 1);
+                rc = add_key(o, o->api_key_file_buf + used, e);
+                used += k + 1;
+                n_keys++;
+            }
+        }
+        line = next;
     }
-    if (k >= sizeof o->api_key_file_buf) {
-        free(buf);
-        return err_set(e, ERR_INVALID, "--api-key-file: the key in '%s' is longer than %zu bytes", path,
-                       sizeof o->api_key_file_buf - 1);
-    }
-    memcpy(o->api_key_file_buf, buf, k + 1);
-    o->api_key = o->api_key_file_buf;
     free(buf);
-    return 0;
+    if (rc == 0 && !n_keys) return err_set(e, ERR_INVALID, "--api-key-file: '%s' holds no key", path);
+    return rc;
 }
 
 /* --cors-origin: "*", or origins "http[s]://host[:port]" separated by commas
@@ -238,7 +258,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--api-key")) {
             NEED_VALUE;
             if (!*v) return err_set(e, ERR_INVALID, "--api-key: the key is empty (omit --api-key to serve without one)");
-            o->api_key = v;
+            rc = add_key(o, v, e);
         } else if (!strcmp(a, "--api-key-file")) {
             NEED_VALUE;
             rc = read_key_file(v, o, e);
@@ -269,6 +289,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--header-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 3600, &o->header_timeout_s, e);
+        } else if (!strcmp(a, "--responses-store")) {
+            NEED_VALUE;
+            rc = parse_size(a, v, &o->responses_store_bytes, e);
         } else if (!strcmp(a, "--body-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 86400, &o->body_timeout_s, e);
@@ -420,7 +443,7 @@ int server_main(const server_opts *o) {
     memset(&shared, 0, sizeof shared);
     shared.o = o;
     shared.met = metrics_new();
-    shared.responses = resp_store_new();
+    shared.responses = resp_store_new(o->responses_store_bytes);
     shared.created = (long long)time(NULL);
     atomic_init(&shared.next_id, 1);
     if ((rcode = models_new(o, &shared, &ms, &e)) < 0) {

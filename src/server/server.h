@@ -24,6 +24,7 @@
 #define SERVER_MAX_CORS 16
 #define SERVER_MAX_MODELS 64        /* -m given at most this often              */
 #define SERVER_MODELS_MAX_DEFAULT 4 /* --models-max                             */
+#define SERVER_MAX_API_KEYS 64
 
 typedef struct server_opts {
     const char *model_path;   /* -m; NULL: SERVER_DEFAULT_MODEL                       */
@@ -43,8 +44,13 @@ typedef struct server_opts {
     int max_batch_tokens;     /* --max-batch-tokens; default 512                      */
     int max_running;          /* --max-running sequences per batch; default 64        */
     int max_queue;            /* --max-queue waiting requests before 429; default 256 */
-    const char *api_key;      /* --api-key, or the first line of --api-key-file       */
-    char api_key_file_buf[512]; /* holds the key read from --api-key-file            */
+    const char *api_key;      /* the first of api_keys (NULL: no key, open server)     */
+    /* Every accepted key: --api-key, repeatable, and the lines of
+     * --api-key-file. Each key is a client identity (its stored responses,
+     * its prefix-cache salt). */
+    const char *api_keys[SERVER_MAX_API_KEYS];
+    int n_api_keys;
+    char api_key_file_buf[8192]; /* holds the keys read from --api-key-file          */
     int n_threads;            /* -t; default: online CPUs                             */
     int n_ctx;                /* --ctx positions per sequence; 0 = model's training   */
     int block_tokens;         /* --block-tokens KV block size; default 16             */
@@ -56,6 +62,8 @@ typedef struct server_opts {
     int timeout_s;            /* --timeout: keep-alive idle seconds; default 60       */
     int header_timeout_s;     /* --header-timeout: seconds for a request's headers; 10 */
     int body_timeout_s;       /* --body-timeout: seconds for a body after its headers; 60 */
+    size_t responses_store_bytes; /* --responses-store: bound of the Responses store;
+                                 0: 256 MiB (apis.h)                              */
     const char *allowed_hosts; /* --allowed-hosts: comma list of Host names accepted
                                  besides localhost and the bound address (DNS
                                  rebinding check, routes.c); NULL: none            */
