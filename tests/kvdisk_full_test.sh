@@ -11,7 +11,9 @@
 #      the reference;
 #   4. a restart on the same directory serves every prompt as the reference,
 #      restores tokens from disk, and finds nothing corrupt (a write cut by
-#      ENOSPC never left a file under a block's name).
+#      ENOSPC never left a file under a block's name);
+#   5. a tier without --kv-disk-size that fills the disk itself deletes its
+#      own least recently used files: no write fails (issue 26).
 # Needs root for mount(8); otherwise (or when tmpfs cannot be mounted) it
 # prints why and skips. Env: KVLOOM_BIN, KVLOOM_SHARED (../shared).
 BIN=${KVLOOM_BIN:-build/kvloom}
@@ -37,7 +39,7 @@ trap 'cleanup; exit 1' INT TERM
 BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$(dirname "$0")" MNT="$mnt" python3 - <<'EOF'
 import sys, os
 sys.path.insert(0, os.environ["TESTS"])
-import atexit, errno, glob, json, os, re, subprocess, sys, threading, time, urllib.request
+import atexit, errno, glob, json, os, re, shutil, subprocess, sys, threading, time, urllib.request
 
 BIN, MODEL, TMP, MNT = os.environ["BIN"], os.environ["MODEL"], os.environ["TMP"], os.environ["MNT"]
 import kvtest
@@ -144,7 +146,34 @@ check(m.get("kvloom_kv_disk_restored_tokens_total", 0) > 0,
 check(m.get('kvloom_kv_disk_rejected_total{reason="corrupt"}', -1) == 0, "no corrupt block file")
 p.terminate()
 check(p.wait() == 0, "clean exit after restart")
-print("failed writes on the full disk: %d (%d warning line), restored after restart: %d tokens"
-      % (errs, n_warn, m.get("kvloom_kv_disk_restored_tokens_total", 0)))
+restored = m.get("kvloom_kv_disk_restored_tokens_total", 0)
+
+# 5. the tier fills the disk itself, without --kv-disk-size: it deletes its
+# own least recently used files to make room (before: every write failed
+# once the disk was full, and the tier never evicted)
+shutil.rmtree(kvdir)
+kv2 = os.path.join(MNT, "kv2")
+filler = os.path.join(MNT, "filler2")
+with open(filler, "wb") as f:
+    try:
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+    except OSError:
+        pass
+os.truncate(filler, max(0, os.path.getsize(filler) - 400 * 1024))  # room for ~20 block files
+p, port, log_path = start("own", "--kv-mem", "400K", "--kv-disk", kv2, "--max-running", "3")
+serve_all(port, "a disk the tier fills")
+m = wait_io(port)
+written = m.get("kvloom_kv_disk_written_bytes_total", 0)
+check(written > 600 * 1024, "the tier wrote more than the disk had room for: %s bytes in 400 KB" % written)
+check(m.get("kvloom_kv_disk_write_errors_total", -1) == 0,
+      "no write failed: %s" % m.get("kvloom_kv_disk_write_errors_total"))
+check(m.get("kvloom_kv_disk_bytes", 1e9) <= 400 * 1024, "what stays fits: %s" % m.get("kvloom_kv_disk_bytes"))
+p.terminate()
+check(p.wait() == 0, "clean exit")
+os.unlink(filler)
+print("failed writes on the full disk: %d (%d warning line), restored after restart: %d tokens; "
+      "a disk the tier filled: %d bytes written in 400 KB, 0 writes failed" % (errs, n_warn, restored, written))
 kvtest.finish("kvdisk_full_test")
 EOF

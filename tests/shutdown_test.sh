@@ -8,7 +8,9 @@
 #    whole answer is a 503 error object, exit 0 within the timeout (+ margin),
 #    "2 cancelled";
 #  - a second signal cancels at once;
-#  - a taken port: one line on stderr, non-zero exit, before the model loads.
+#  - a taken port: one line on stderr, non-zero exit, before the model loads;
+#  - SIGUSR1 logs a status line and the server goes on; SIGHUP and SIGQUIT
+#    drain like SIGTERM (exit 0).
 # Every server runs with --step-delay-us so generation is slow enough to be
 # caught in flight. Env: KVLOOM_BIN, KVLOOM_SHARED.
 BIN=${KVLOOM_BIN:-build/kvloom}
@@ -113,9 +115,21 @@ check '[ $st -ne 0 ]' "a taken port exits non-zero"
 check '[ "$(wc -l < "$tmp/taken.err")" -eq 1 ] && grep -q "serve: port $port is in use (--port to choose another)" "$tmp/taken.err"' \
     "one line: $(cat "$tmp/taken.err")"
 check '[ $(( (t1 - t0) / 1000000 )) -lt 1000 ]' "refused at once ($(( (t1 - t0) / 1000000 )) ms)"
-kill -TERM "$(cat "$tmp/d.pid")"
+# SIGUSR1 logs a status line and changes nothing; SIGHUP drains (before
+# issue 26 SIGHUP, SIGUSR1 and SIGQUIT killed the server without a drain)
+kill -USR1 "$(cat "$tmp/d.pid")"
+i=0; while ! grep -q "status: 0 requests in flight" "$tmp/d.log" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+check 'grep -q "status: 0 requests in flight; 0 stored responses" "$tmp/d.log"' "SIGUSR1 logs a status line"
+check '[ "$(curl -s -m 10 "http://127.0.0.1:$port/health")" = "{\"status\":\"ok\"}" ]' "serving after SIGUSR1"
+kill -HUP "$(cat "$tmp/d.pid")"
 reap d 100
-check '[ "$st" = 0 ]' "idle server: exit 0 (status $st)"
+check '[ "$st" = 0 ]' "SIGHUP on an idle server: exit 0 (status $st)"
+check 'grep -q "SIGHUP: shutting down" "$tmp/d.log"' "SIGHUP drains"
+start e || bad "server e did not start"
+kill -QUIT "$(cat "$tmp/e.pid")"
+reap e 100
+check '[ "$st" = 0 ]' "SIGQUIT: exit 0 (status $st)"
+check 'grep -q "SIGQUIT: shutting down" "$tmp/e.log"' "SIGQUIT drains"
 
 [ $fail -ne 0 ] && tail -n 8 "$tmp"/*.log
 echo "shutdown_test: $pass passed, $fail failed"

@@ -862,6 +862,133 @@ static void test_engine_disk_reads_behind_oldest(model *m) {
     engine_free(en);
 }
 
+/* Copies src to dst (the whole file). */
+static void copy_file(const char *src, const char *dst) {
+    char *buf = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    CHECK_MSG(file_read_all(src, &buf, &n, &e) == 0, "%s", e.msg);
+    FILE *f = fopen(dst, "wb");
+    CHECK(f && fwrite(buf, 1, n, f) == n);
+    if (f) fclose(f);
+    free(buf);
+}
+
+static model *load_path(const char *path) {
+    model *m = NULL;
+    err_t e = {0};
+    CHECK_MSG(model_load(path, &m, &e) == 0, "%s: %s", path, e.msg);
+    return m;
+}
+
+/* Issue 26 finding 9: the fingerprint covers every byte of the tensors. A
+ * copy of the model with one byte changed in the middle of its largest
+ * tensor, away from the three 256-byte samples of kvdisk_model_fingerprint,
+ * had the same fingerprint (its old block files were served: 12 of 12
+ * outputs wrong); kvdisk_fingerprint differs. The weights' hash is cached
+ * by the file's identity in DIR/model-hashes: the cache's line is what a
+ * restart reads (a forged line changes the answer, proving it is read),
+ * and an edit of the file is noticed (mtime, ctime). */
+static void test_full_fingerprint(void) {
+    rm_rf(g_dir);
+    char src[1024], path[300], cache[300];
+    snprintf(src, sizeof src, "%s/models/stories260K.gguf", test_shared_dir());
+    snprintf(path, sizeof path, "%s.model.gguf", g_dir);
+    snprintf(cache, sizeof cache, "%s/model-hashes", g_dir);
+    copy_file(src, path);
+    model *a = load_path(path);
+    if (!a) return;
+    const gguf_tensor *big = NULL;
+    for (int64_t i = 0; i < gguf_n_tensors(a->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(a->gguf, i);
+        if (!big || t->n_bytes > big->n_bytes) big = t;
+    }
+    long off = (long)(gguf_data_offset(a->gguf) + big->offset + big->n_bytes / 4);
+    CHECK_MSG(big->n_bytes > 4 * 256 * 4, "the largest tensor (%llu bytes) spans more than the samples",
+              (unsigned long long)big->n_bytes);
+    uint64_t fa_old = kvdisk_model_fingerprint(a, 16), fa = kvdisk_fingerprint(a, 16, g_dir);
+    CHECK(fa != 0 && fa != fa_old);
+    CHECK_MSG(count_files(g_dir, "model-hashes") == 1, "the weights' hash was not cached");
+    CHECK(kvdisk_fingerprint(a, 16, g_dir) == fa); /* from the cache now */
+    CHECK(kvdisk_fingerprint(a, 16, NULL) == fa);  /* the same as computed */
+    CHECK(kvdisk_fingerprint(a, 32, g_dir) != fa);
+    model_free(a);
+    /* one byte of the copy changed, away from the samples (the file is
+     * rewritten: a new mtime and ctime) */
+    usleep(20000);
+    flip_byte(path, off);
+    model *b = load_path(path);
+    if (b) {
+        CHECK_MSG(kvdisk_model_fingerprint(b, 16) == fa_old, "the sampled fingerprint saw the edit (test premise)");
+        CHECK_MSG(kvdisk_fingerprint(b, 16, g_dir) != fa, "an edit inside a tensor kept the fingerprint");
+        /* the cache is read: a forged hash for this file's identity is what
+         * a restart uses */
+        char *text = NULL;
+        size_t n = 0;
+        err_t e = {0};
+        CHECK(file_read_all(cache, &text, &n, &e) == 0);
+        char *last = text && n > 17 ? text + n - 17 : NULL; /* the newest line's hash and '\n' */
+        if (last) {
+            last[0] = last[0] == '0' ? '1' : '0';
+            FILE *f = fopen(cache, "w");
+            CHECK(f && fwrite(text, 1, n, f) == n);
+            if (f) fclose(f);
+        }
+        free(text);
+        uint64_t forged = kvdisk_fingerprint(b, 16, g_dir);
+        CHECK_MSG(forged != kvdisk_fingerprint(b, 16, NULL), "the cached line was not used");
+        model_free(b);
+    }
+    unlink(path);
+    rm_rf(g_dir);
+}
+
+/* Issue 26 finding 14: a directory of junk under block names gives a few
+ * warning lines and a count, not a line per file; a file that cannot be
+ * deleted (here a directory under a block's name) is never logged as
+ * "(deleted)". The log is read from stderr, redirected to a file. */
+static void test_scan_warnings(void) {
+    rm_rf(g_dir);
+    mkdir(g_dir, 0755);
+    char path[600];
+    for (int i = 0; i < 300; i++) {
+        block_path(FP, 0x100 + (uint64_t)i, path, sizeof path);
+        FILE *f = fopen(path, "w");
+        if (f) fputs("junk", f), fclose(f);
+    }
+    char dir_name[600];
+    block_path(FP, 0xd1d1, dir_name, sizeof dir_name);
+    CHECK(mkdir(dir_name, 0755) == 0);
+    char log_path[300];
+    snprintf(log_path, sizeof log_path, "%s.log", g_dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+    kvdisk *d = open_store(FP, 0, 1);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    char *log = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    CHECK(file_read_all(log_path, &log, &n, &e) == 0);
+    int n_lines = 0;
+    for (const char *p = log; p && (p = strstr(p, "bad header or size")); p++) n_lines++;
+    CHECK_MSG(n_lines <= 6, "%d warning lines for 301 bad files", n_lines);
+    CHECK_MSG(log && strstr(log, "296 more files with a bad header or size deleted"), "%.600s", log ? log : "");
+    char deleted[700];
+    snprintf(deleted, sizeof deleted, "%s: bad header or size (deleted)", dir_name);
+    CHECK_MSG(log && !strstr(log, deleted), "an undeletable file logged as deleted");
+    CHECK_MSG(log && (strstr(log, "(not deleted: ") || strstr(log, "(1 could not be)")), "%.600s", log ? log : "");
+    CHECK_EQ_INT(count_files(g_dir, ".kvb"), 1); /* the directory stays */
+    kvdisk_close(d);
+    free(log);
+    unlink(log_path);
+    rmdir(dir_name);
+    rm_rf(g_dir);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/kvloom_test_kvdisk_%d", (int)getpid());
     test_roundtrip_and_reopen();
@@ -869,6 +996,8 @@ int main(void) {
     test_size_cap();
     test_async();
     test_shared_kv_dir();
+    test_full_fingerprint();
+    test_scan_warnings();
     model *m = test_load_stories();
     if (m) {
         test_model_restore(m);

@@ -20,6 +20,8 @@
  */
 #include "disk.h"
 
+#include "../kern/kern.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +37,8 @@
 #define HDR_FIXED 56
 #define MAGIC "KVLMBLK\0"
 #define NIL (-1)
+/* A scan names this many bad files in the log, then counts the rest. */
+#define SCAN_WARN_MAX 5
 
 enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_QUEUED, SLOT_RUNNING, SLOT_DONE };
 enum { JOB_READ = 1, JOB_WRITE = 2 };
@@ -178,6 +182,104 @@ uint64_t kvdisk_model_fingerprint(const model *m, int block_tokens) {
     return h ? h : 1;
 }
 
+static bool parse_hex16(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char ch = s[i];
+        int dv = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (dv < 0) return false;
+        v = v << 4 | (uint64_t)dv;
+    }
+    *out = v;
+    return true;
+}
+
+/* Every byte of every tensor, in table order. */
+static uint64_t weights_hash(const gguf_ctx *g) {
+    uint64_t h = KVDISK_KEY_SEED;
+    int64_t nt = gguf_n_tensors(g);
+    for (int64_t i = 0; i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (t->data && t->n_bytes) h = fp_u64(h, kvdisk_checksum(t->data, (size_t)t->n_bytes));
+    }
+    return h;
+}
+
+#define HASH_CACHE_NAME "model-hashes"
+#define HASH_CACHE_LINES 32
+
+/* The line of the hash cache for a file identity, without its hash. */
+static int hash_cache_key(char *buf, size_t cap, const gguf_file_id *id) {
+    return snprintf(buf, cap, "%llu %llu %llu %lld %lld ", (unsigned long long)id->dev, (unsigned long long)id->ino,
+                    (unsigned long long)id->size, (long long)id->mtime_ns, (long long)id->ctime_ns);
+}
+
+static int mkdir_p(const char *dir);
+
+/* weights_hash of m's file, through DIR/model-hashes: one line per file
+ * identity, "dev ino size mtime_ns ctime_ns hash", the newest last, at most
+ * HASH_CACHE_LINES (rewritten whole through a temporary and a rename, so a
+ * reader never sees half a file; two servers starting at once may each
+ * compute the hash, and the last rename wins). */
+static uint64_t weights_hash_cached(const gguf_ctx *g, const char *dir) {
+    gguf_file_id id;
+    if (!dir || !gguf_file_identity(g, &id)) return weights_hash(g);
+    char path[4096], key[160];
+    snprintf(path, sizeof path, "%s/" HASH_CACHE_NAME, dir);
+    int klen = hash_cache_key(key, sizeof key, &id);
+    char *text = NULL;
+    size_t n = 0;
+    err_t e = {0};
+    if (file_read_all(path, &text, &n, &e) < 0) text = NULL;
+    /* keep the other files' lines, at most HASH_CACHE_LINES - 1 of them */
+    const char *lines[HASH_CACHE_LINES];
+    size_t lens[HASH_CACHE_LINES];
+    int n_lines = 0;
+    for (char *p = text; p && *p;) {
+        size_t k = strcspn(p, "\n");
+        uint64_t h;
+        if (k > (size_t)klen && !strncmp(p, key, (size_t)klen) && k - (size_t)klen == 16 && parse_hex16(p + klen, &h)) {
+            free(text);
+            return h;
+        }
+        if (k && k < 200) {
+            if (n_lines == HASH_CACHE_LINES - 1) {
+                memmove(lines, lines + 1, sizeof lines[0] * (size_t)(n_lines - 1));
+                memmove(lens, lens + 1, sizeof lens[0] * (size_t)(n_lines - 1));
+                n_lines--;
+            }
+            lines[n_lines] = p;
+            lens[n_lines++] = k;
+        }
+        p += k + (p[k] ? 1 : 0);
+    }
+    int64_t t0 = clock_ns();
+    uint64_t h = weights_hash(g);
+    log_info("kvdisk: hashed the model's %.0f MB of weights in %.1f s (cached in %s)", (double)id.size / 1e6,
+             (double)(clock_ns() - t0) / 1e9, path);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s/.model-hashes-%d", dir, (int)getpid());
+    (void)mkdir_p(dir); /* before kvdisk_open makes it */
+    FILE *f = fopen(tmp, "w");
+    bool ok = f != NULL;
+    for (int i = 0; ok && i < n_lines; i++) ok = fwrite(lines[i], 1, lens[i], f) == lens[i] && fputc('\n', f) != EOF;
+    if (ok) ok = fprintf(f, "%s%016llx\n", key, (unsigned long long)h) > 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        if (f) unlink(tmp);
+        log_warn("kvdisk: cannot write %s (the weights are hashed again at the next start)", path);
+    }
+    free(text);
+    return h;
+}
+
+uint64_t kvdisk_fingerprint(const model *m, int block_tokens, const char *dir) {
+    uint64_t h = kvdisk_model_fingerprint(m, block_tokens);
+    if (m->gguf) h = fp_u64(h, weights_hash_cached(m->gguf, dir));
+    h = hash_bytes(kern->name, strlen(kern->name), h);
+    return h ? h : 1;
+}
+
 /* ---- the index (under mu) ------------------------------------------------- */
 
 static uint32_t slot_of(uint64_t key) { return (uint32_t)mix64(key); }
@@ -309,10 +411,12 @@ static void file_path(const kvdisk *d, uint64_t key, char *buf, size_t n) {
 /* Deletes least recently used files until n_bytes <= max_bytes, keeping
  * `keep`. Called with mu held; the unlinks run under it too (they are short
  * and rare). */
-static void enforce_cap(kvdisk *d, uint64_t keep) {
-    if (!d->o.max_bytes) return;
+/* Deletes least recently used files, keeping `keep`, until n_bytes <= until
+ * or n_max files went. Returns how many went. mu held. */
+static int evict_lru(kvdisk *d, uint64_t keep, uint64_t until, int n_max) {
+    int n = 0;
     int32_t x = d->lru_head;
-    while (d->st.n_bytes > d->o.max_bytes && x != NIL) {
+    while (d->st.n_bytes > until && x != NIL && n < n_max) {
         int32_t next = d->ents[x].next;
         uint64_t key = d->ents[x].key;
         if (key != keep) {
@@ -321,9 +425,15 @@ static void enforce_cap(kvdisk *d, uint64_t keep) {
             idx_remove(d, key);
             unlink(path);
             d->st.evicted++;
+            n++;
         }
         x = next;
     }
+    return n;
+}
+
+static void enforce_cap(kvdisk *d, uint64_t keep) {
+    if (d->o.max_bytes) evict_lru(d, keep, d->o.max_bytes, INT32_MAX);
 }
 
 /* ---- files ---------------------------------------------------------------- */
@@ -407,15 +517,28 @@ static int image_store(kvdisk *d, const uint8_t *buf, uint64_t key) {
     pthread_mutex_unlock(&d->mu);
     snprintf(tmp, sizeof tmp, "%s/.tmp-%016llx-%d-%llu", d->dir, (unsigned long long)key, (int)getpid(), c);
     file_path(d, key, path, sizeof path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    /* the lock tells another server scanning a shared directory that this
-     * temporary is being written, not left by a crash (scan_dir) */
-    if (fd >= 0) (void)flock(fd, LOCK_EX | LOCK_NB);
-    bool ok = fd >= 0 && write_all(fd, buf, d->file_bytes);
-    int err = ok ? 0 : errno;
-    if (ok && rename(tmp, path) != 0) ok = false, err = errno;
-    if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
-    if (!ok && fd >= 0) unlink(tmp);
+    bool ok = false;
+    int err = 0;
+    for (int attempt = 0; attempt < 2 && !ok; attempt++) {
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        /* the lock tells another server scanning a shared directory that
+         * this temporary is being written, not left by a crash (scan_dir) */
+        if (fd >= 0) (void)flock(fd, LOCK_EX | LOCK_NB);
+        ok = fd >= 0 && write_all(fd, buf, d->file_bytes);
+        err = ok ? 0 : errno;
+        if (ok && rename(tmp, path) != 0) ok = false, err = errno;
+        if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
+        if (!ok && fd >= 0) unlink(tmp);
+        if (ok || attempt || (err != ENOSPC && err != EDQUOT)) break;
+        /* A full disk: the tier makes room from its own least recently
+         * used files (also without max_bytes, whose absence means "as much
+         * as the disk holds", not "fail every write once it is full"), 16
+         * files at a time, and tries once more. */
+        pthread_mutex_lock(&d->mu);
+        int n_freed = evict_lru(d, key, 0, 16);
+        pthread_mutex_unlock(&d->mu);
+        if (!n_freed) break;
+    }
     pthread_mutex_lock(&d->mu);
     if (!ok) {
         /* A full disk fails every write: one warning when the outage
@@ -444,9 +567,17 @@ static int image_store(kvdisk *d, const uint8_t *buf, uint64_t key) {
     return 0;
 }
 
+/* Deletes a file that must not be served; the log line says whether it is
+ * gone (a file we may not delete stays, and is judged again next time). */
+static void delete_bad(const char *path, const char *why) {
+    if (unlink(path) == 0 || errno == ENOENT)
+        log_warn("kvdisk: %s: %s (deleted)", path, why);
+    else
+        log_warn("kvdisk: %s: %s (not deleted: %s)", path, why, strerror(errno));
+}
+
 static int reject(kvdisk *d, uint64_t key, const char *path, const char *why) {
-    log_warn("kvdisk: %s: %s (deleted)", path, why);
-    unlink(path);
+    delete_bad(path, why);
     pthread_mutex_lock(&d->mu);
     idx_remove(d, key);
     d->st.rejected_corrupt++;
@@ -518,17 +649,6 @@ static int cmp_found(const void *a, const void *b) {
     return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns ? 1 : (x->key > y->key) - (x->key < y->key);
 }
 
-static bool parse_hex16(const char *s, uint64_t *out) {
-    uint64_t v = 0;
-    for (int i = 0; i < 16; i++) {
-        char ch = s[i];
-        int dv = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-        if (dv < 0) return false;
-        v = v << 4 | (uint64_t)dv;
-    }
-    *out = v;
-    return true;
-}
 
 /* Lists the directory: at open (full) every file of ours is judged by its
  * header (bad ones deleted and counted), temporaries left by a crash are
@@ -542,7 +662,7 @@ static int scan_dir(kvdisk *d, bool full, err_t *e) {
     if (!dp) return e ? err_set(e, ERR_IO, "--kv-disk %s: %s", d->dir, strerror(errno)) : ERR_IO;
     found *fs = NULL;
     size_t n = 0, cap = 0;
-    uint64_t n_foreign = 0, n_corrupt = 0, n_tmp = 0;
+    uint64_t n_foreign = 0, n_corrupt = 0, n_tmp = 0, n_undeletable = 0;
     struct dirent *de;
     char path[4096];
     while ((de = readdir(dp))) {
@@ -571,8 +691,10 @@ static int scan_dir(kvdisk *d, bool full, err_t *e) {
             int j = judge_file(d, path, key, &mtime_ns);
             if (j == HDR_FOREIGN) n_foreign++; /* another format version: leave it alone */
             if (j == HDR_BAD) {
-                log_warn("kvdisk: %s: bad header or size (deleted)", path);
-                unlink(path);
+                /* a directory of junk gives a few lines and a count, not a
+                 * line per file */
+                if (n_corrupt < SCAN_WARN_MAX) delete_bad(path, "bad header or size");
+                else if (unlink(path) != 0 && errno != ENOENT) n_undeletable++;
                 n_corrupt++;
             }
             if (j != HDR_OK) continue;
@@ -590,6 +712,9 @@ static int scan_dir(kvdisk *d, bool full, err_t *e) {
         n++;
     }
     closedir(dp);
+    if (n_corrupt > SCAN_WARN_MAX)
+        log_warn("kvdisk: %s: %llu more files with a bad header or size deleted (%llu could not be)", d->dir,
+                 (unsigned long long)(n_corrupt - SCAN_WARN_MAX), (unsigned long long)n_undeletable);
     if (n) qsort(fs, n, sizeof *fs, cmp_found); /* oldest first: the LRU order */
     pthread_mutex_lock(&d->mu);
     if (full) {

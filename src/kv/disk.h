@@ -16,8 +16,9 @@
  *   key[0] = H(tokens of block 0, seed KVDISK_KEY_SEED)
  *   key[i] = H(tokens of block i, seed key[i-1])       (kvdisk_key_next)
  *
- * and by the model's fingerprint (kvdisk_model_fingerprint: the tensor table,
- * sampled weight bytes, hyper-parameters, KV layout and dtype, block size).
+ * and by the model's fingerprint (kvdisk_fingerprint: the tensor table, a
+ * hash of every weight byte, hyper-parameters, KV layout and dtype, block
+ * size, the kernel table).
  *
  * One file per block, DIR/<fingerprint>-<key>.kvb (16 hex digits each),
  * every integer little-endian:
@@ -45,7 +46,9 @@
  * format version are ignored (kept, not counted in the size) and counted as
  * foreign. Past max_bytes the least recently used files are deleted (a read
  * refreshes a file's mtime, so the order survives restarts). A failed write
- * (full disk, permissions) is counted and dropped: the block is recomputed
+ * (full disk, permissions) is counted and dropped (on ENOSPC the tier first
+ * deletes 16 of its own least recently used files and tries once more, cap
+ * or not): the block is recomputed
  * when next needed, never an error. A full disk fails every write, so only
  * the first failure of an outage is logged (a warning) and the first
  * success after it (info); the failures between are only counted.
@@ -115,6 +118,17 @@ typedef struct kvdisk_stats {
  * sample of every tensor's bytes (its first, middle and last 256 bytes), the
  * file size, the KV layout and dtype (f16) and block_tokens. Never 0. */
 uint64_t kvdisk_model_fingerprint(const model *m, int block_tokens);
+
+/* The fingerprint a server uses: kvdisk_model_fingerprint mixed with a hash
+ * of every byte of every tensor and with the kernel table in use (its name:
+ * tables may round differently, so the K/V bytes of one prompt may differ
+ * between them). Hashing gigabytes takes seconds, so the weights' hash is
+ * cached in DIR/model-hashes by the model file's identity (device, inode,
+ * size, mtime, ctime; gguf_file_identity): a restart of an unchanged file
+ * reads one line. A model edited in place changes its mtime and ctime, so
+ * its hash is computed again. A cache that cannot be written only costs
+ * the hash at the next start. Never 0. */
+uint64_t kvdisk_fingerprint(const model *m, int block_tokens, const char *dir);
 
 /* key[i] from key[i-1] (prev = KVDISK_KEY_SEED for block 0) and the block's
  * block_tokens tokens. */

@@ -68,6 +68,7 @@ struct gguf_ctx {
     const uint8_t *buf;
     size_t size;
     bool mapped; /* buf is our mmap; unmap on free */
+    gguf_file_id file_id; /* when mapped */
     uint32_t version;
     uint32_t alignment;
     size_t data_off;
@@ -613,6 +614,11 @@ int gguf_open(const char *path, gguf_ctx **out, err_t *e) {
     g->buf = p;
     g->size = size;
     g->mapped = true;
+    g->file_id = (gguf_file_id){.dev = (uint64_t)st.st_dev,
+                                .ino = (uint64_t)st.st_ino,
+                                .size = (uint64_t)st.st_size,
+                                .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                .ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
     int rc = parse(g, e);
     if (rc) {
         err_prefix(e, "%s", path);
@@ -638,6 +644,11 @@ void gguf_free(gguf_ctx *g) {
 uint32_t gguf_version(const gguf_ctx *g) { return g->version; }
 uint32_t gguf_alignment(const gguf_ctx *g) { return g->alignment; }
 size_t gguf_file_size(const gguf_ctx *g) { return g->size; }
+bool gguf_file_identity(const gguf_ctx *g, gguf_file_id *id) {
+    if (!g->mapped) return false;
+    *id = g->file_id;
+    return true;
+}
 size_t gguf_data_offset(const gguf_ctx *g) { return g->data_off; }
 
 /* ---- metadata ----------------------------------------------------------------- */

@@ -87,6 +87,15 @@ uint32_t gguf_version(const gguf_ctx *g);
 uint32_t gguf_alignment(const gguf_ctx *g);
 size_t gguf_file_size(const gguf_ctx *g);
 size_t gguf_data_offset(const gguf_ctx *g); /* start of the data section */
+/* The identity of the file a context was opened from, as it was at open:
+ * enough to tell that a file changed without reading it (a cache of its
+ * hash, kv/disk.c). */
+typedef struct gguf_file_id {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+} gguf_file_id;
+/* Fills *id; false for a context made from a buffer. */
+bool gguf_file_identity(const gguf_ctx *g, gguf_file_id *id);
 
 /* ---- metadata ---- */
 int64_t gguf_n_kv(const gguf_ctx *g);

@@ -1591,7 +1591,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     if (o->kv_disk_dir) {
         kvdisk_opts ko = {.dir = o->kv_disk_dir,
                           .max_bytes = o->kv_disk_max_bytes,
-                          .fingerprint = kvdisk_model_fingerprint(m, o->block_tokens),
+                          .fingerprint = kvdisk_fingerprint(m, o->block_tokens, o->kv_disk_dir),
                           .block_tokens = o->block_tokens,
                           .payload_bytes = bb,
                           .n_threads = 2,

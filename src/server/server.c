@@ -381,12 +381,39 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
     return 0;
 }
 
-/* Counts SIGINT/SIGTERM: 1 starts the drain, 2 cuts it short. */
+/* Signals (decisions in docs/server.md "Shutdown"): SIGINT, SIGTERM, SIGHUP
+ * (the terminal went away) and SIGQUIT drain: the first starts the drain,
+ * a second cuts it short. SIGUSR1 and SIGUSR2 log one status line and
+ * change nothing (a supervisor's "are you alive, what are you doing"). */
 static volatile sig_atomic_t g_stop;
 static volatile sig_atomic_t g_signal;
+static volatile sig_atomic_t g_status;
 static void on_signal(int sig) {
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        g_status = 1;
+        return;
+    }
     g_signal = sig;
     if (g_stop < 2) g_stop++;
+}
+
+static const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    default: return "SIGTERM";
+    }
+}
+
+/* SIGUSR1: what the server is doing, in one line (per-model engine state
+ * is on /metrics). */
+static void log_status(http_server *hs, resp_store *rs) {
+    int n_stored;
+    size_t stored_bytes;
+    resp_store_stats(rs, &n_stored, &stored_bytes);
+    log_info("status: %d requests in flight; %d stored responses (%.1f MB)", http_wait_idle(hs, 0), n_stored,
+             (double)stored_bytes / 1e6);
 }
 
 /* Waits up to timeout_s for the requests in flight to finish, waking up to
@@ -509,8 +536,8 @@ int server_main(const server_opts *o) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < ARRAY_LEN(sigs); i++) sigaction(sigs[i], &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     char url[300];
     print_url(url, sizeof url, o->host, http_port(hs));
@@ -519,10 +546,14 @@ int server_main(const server_opts *o) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
         if (tick % 20 == 19) models_tick(ms); /* --models-idle */
+        if (g_status) {
+            g_status = 0;
+            log_status(hs, shared.responses);
+        }
     }
     int n_running = http_drain(hs);
     log_info("serve: %s: shutting down; %d request%s running, up to %d s to finish (again to cancel now)",
-             g_signal == SIGINT ? "SIGINT" : "SIGTERM", n_running, n_running == 1 ? "" : "s", o->shutdown_timeout_s);
+             signal_name(g_signal), n_running, n_running == 1 ? "" : "s", o->shutdown_timeout_s);
     int n_left = drain_wait(hs, o->shutdown_timeout_s);
     /* Stopping the engines ends every request they still hold as
      * cancelled: the handlers answer 503 or end their streams with an error
