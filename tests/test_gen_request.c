@@ -254,7 +254,7 @@ int main(void) {
     rc.tok = tk;
     rc.chat = chat;
     rc.tool_format = TC_GENERIC;
-    rc.cons = constrainer_new(8);
+    rc.cons = constrainer_new(8, 0);
     rc.responses = resp_store_new(0);
     atomic_init(&rc.next_id, 1);
     test_fields();

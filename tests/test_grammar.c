@@ -514,8 +514,38 @@ static void test_mask_qwen3(void) {
     tok_free(t);
 }
 
+/* Issue 26 finding 10: more alternatives at one position than one step can
+ * follow (GM_MAX_SET, 4096) are refused when the grammar compiles, with the
+ * limit named; before, such a grammar compiled and the request failed in
+ * the middle of its output ("no token can be sampled"). 4000 compile and
+ * match their last alternative. */
+static char *many_alternatives(int n, bool at_start) {
+    size_t cap = (size_t)n * 16 + 64, k = 0;
+    char *s = xmalloc(cap);
+    k += (size_t)snprintf(s + k, cap - k, at_start ? "root ::= alt\nalt ::= " : "root ::= \"{\" alt \"}\"\nalt ::= ");
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(s + k, cap - k, "%s\"v%d\"", i ? " | " : "", i);
+    return s;
+}
+
+static void test_alternatives_limit(void) {
+    for (int at_start = 0; at_start < 2; at_start++) {
+        char *src = many_alternatives(5000, at_start);
+        grammar *g = NULL;
+        err_t e = {0};
+        CHECK_EQ_INT(grammar_from_gbnf(src, strlen(src), &g, &e), ERR_RANGE);
+        CHECK_MSG(strstr(e.msg, "more than 4096 alternatives at one position"), "%s", e.msg);
+        free(src);
+        src = many_alternatives(4000, at_start);
+        CHECK_MSG(grammar_from_gbnf(src, strlen(src), &g, &e) == 0, "%s", e.msg);
+        grammar_unref(g);
+        CHECK_EQ_INT(match(src, at_start ? "v3999" : "{v3999}"), 2);
+        free(src);
+    }
+}
+
 int main(void) {
     log_level = LOG_ERROR;
+    test_alternatives_limit();
     test_parse_ok();
     test_parse_errors();
     test_match_basic();

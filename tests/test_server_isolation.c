@@ -22,7 +22,9 @@
  *  - the Responses store: ids of 128 random bits, entries visible only to
  *    the key that created them (GET, DELETE, previous_response_id),
  *    metadata within OpenAI's bounds, and a byte bound under which a
- *    flooding key evicts its own entries, not another's (findings 5, 6).
+ *    flooding key evicts its own entries, not another's (findings 5, 6);
+ *  - an anyOf of 5000 const is a 400 naming the limit of 4096 alternatives
+ *    at one position, from the compiler (finding 10).
  * No assertion is on a tight time: bounds are generous and say why.
  */
 #include <fcntl.h>
@@ -453,6 +455,26 @@ static void check_responses(int port) {
               metric(port, "kvloom_responses_stored"));
 }
 
+/* ---- 8. grammar limits (finding 10) ---- */
+
+static void check_grammar_limit(int port) {
+    /* anyOf of 5000 const strings: a 400 naming the limit when the grammar
+     * compiles (before: a 500 "no token can be sampled" mid-generation) */
+    http_buf b = {0};
+    http_buf_printf(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"pick\"}],\"max_tokens\":8,"
+                        "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+                        "\"schema\":{\"anyOf\":[");
+    for (int i = 0; i < 5000; i++) http_buf_printf(&b, "%s{\"const\":\"v%d\"}", i ? "," : "", i);
+    http_buf_printf(&b, "]}}}}");
+    resp r;
+    CHECK(http_do(port, "POST", "/v1/chat/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "more than 4096 alternatives at one position") &&
+                  strstr(r.body, "response_format"),
+              "anyOf of 5000 const: %d %.300s", r.status, r.body);
+    resp_free(&r);
+    http_buf_free(&b);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -494,6 +516,7 @@ int main(void) {
     if (rc == 0) {
         su_metrics_headers = "Authorization: Bearer alice\r\n";
         check_responses(two.port);
+        check_grammar_limit(two.port);
         if (test_n_fail) srv_print_log(&two);
         CHECK_EQ_INT(srv_stop(&two), 0);
     }

@@ -236,7 +236,62 @@ static void overflow_warn(gcache *c) {
     c->warned = true;
 }
 
+/* The compile-time limit on alternatives at one position. From a state
+ * that branches (two or more epsilon or call edges, or more than
+ * GM_MAX_SET byte edges: the first bytes of an alternation's literals all
+ * leave one state), the byte-reading states reachable without reading a
+ * byte (entering called rules, not returning from them) form one stack set,
+ * and the edges that one byte value takes from them the next; more than
+ * GM_MAX_SET in either could never be followed (the set would overflow
+ * mid-output and the request fail with "no token can be sampled").
+ * Counting stops at the limit. Returns 0 or ERR_RANGE naming the limit. */
+static int check_alternatives(const grammar *g, err_t *e) {
+    uint32_t *seen = calloc(g->n_states ? g->n_states : 1, sizeof *seen);
+    uint32_t *stack = malloc(((size_t)g->n_states + 1) * sizeof *stack);
+    int rc = 0;
+    if (!seen || !stack) {
+        rc = err_set(e, ERR_NOMEM, "out of memory checking the grammar");
+        goto out;
+    }
+    for (uint32_t s0 = 0, epoch = 0; s0 < g->n_states && !rc; s0++) {
+        uint32_t fan = (g->eps_off[s0 + 1] - g->eps_off[s0]) + (g->call_off[s0 + 1] - g->call_off[s0]);
+        if (fan < 2 && g->edge_off[s0 + 1] - g->edge_off[s0] <= GM_MAX_SET) continue;
+        epoch++;
+        uint32_t top = 0, n_bytes = 0;
+        int64_t per_byte[257] = {0}; /* a difference array over byte values */
+        stack[top++] = s0;
+        seen[s0] = epoch;
+        while (top && n_bytes <= GM_MAX_SET) {
+            uint32_t s = stack[--top];
+            if (g->sflags[s] & SF_BYTES) n_bytes++;
+            for (uint32_t k = g->edge_off[s]; k < g->edge_off[s + 1]; k++) {
+                per_byte[g->edges[k].lo]++;
+                per_byte[g->edges[k].hi + 1]--;
+            }
+            for (uint32_t k = g->eps_off[s]; k < g->eps_off[s + 1]; k++)
+                if (seen[g->eps[k]] != epoch) seen[g->eps[k]] = epoch, stack[top++] = g->eps[k];
+            for (uint32_t k = g->call_off[s]; k < g->call_off[s + 1]; k++) {
+                uint32_t to = g->rule_start[g->calls[k].rule];
+                if (seen[to] != epoch) seen[to] = epoch, stack[top++] = to;
+            }
+        }
+        int64_t most = 0, run = 0;
+        for (int b = 0; b < 256; b++) most = MAX(most, run += per_byte[b]);
+        if (n_bytes > GM_MAX_SET || most > GM_MAX_SET)
+            rc = err_set(e, ERR_RANGE,
+                         "1:1: more than %u alternatives at one position (the limit of what one step can follow): "
+                         "split the alternation, or let the model write the value free-form",
+                         GM_MAX_SET);
+    }
+out:
+    free(seen);
+    free(stack);
+    return rc;
+}
+
 int grammar__gmatch_init_start(grammar *g, err_t *e) {
+    int rc = check_alternatives(g, e);
+    if (rc) return rc;
     gcache *c = &g->c;
     cache_init(c);
     clos k;

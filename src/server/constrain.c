@@ -37,13 +37,15 @@ struct constrainer {
     pthread_mutex_t mu;
     cache_entry *v;
     int n, cap;
+    size_t grammar_bytes; /* each grammar's cache budget */
     unsigned long long tick, hits, misses;
 };
 
-constrainer *constrainer_new(int n_cache) {
+constrainer *constrainer_new(int n_cache, size_t cache_bytes) {
     constrainer *c = xcalloc(1, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
     c->cap = n_cache > 0 ? n_cache : 1;
+    c->grammar_bytes = (cache_bytes ? cache_bytes : CONSTRAIN_DEFAULT_CACHE_BYTES) / (size_t)c->cap;
     c->v = xcalloc((size_t)c->cap, sizeof *c->v);
     return c;
 }
@@ -86,6 +88,9 @@ static int compile_cached(constrainer *c, const char *gbnf, grammar **out, bool 
     grammar *g = NULL;
     int rc = grammar_from_gbnf(gbnf, strlen(gbnf), &g, e);
     if (rc < 0) return rc;
+    /* before anyone else holds it: the engine thread is the only other
+     * user of its caches */
+    grammar_set_cache_bytes(g, c->grammar_bytes);
     pthread_mutex_lock(&c->mu);
     int slot = c->n;
     if (c->n == c->cap) {

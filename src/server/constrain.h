@@ -33,8 +33,13 @@ gvocab *constrain_vocab_new(const tokenizer *tk);
 
 typedef struct constrainer constrainer;
 
-/* `n_cache` compiled grammars are kept (least recently used go first). */
-constrainer *constrainer_new(int n_cache);
+/* `n_cache` compiled grammars are kept (least recently used go first), and
+ * the mask and DFA caches of all of them together hold at most cache_bytes
+ * (0: CONSTRAIN_DEFAULT_CACHE_BYTES): each grammar's own budget is
+ * cache_bytes / n_cache (grammar_set_cache_bytes). A grammar evicted while
+ * requests still use it lives until they end. */
+#define CONSTRAIN_DEFAULT_CACHE_BYTES ((size_t)1 << 30)
+constrainer *constrainer_new(int n_cache, size_t cache_bytes);
 void constrainer_free(constrainer *c);
 
 /* The grammar for request p in tool-call format f: *g gets a reference (the

@@ -288,7 +288,7 @@ static int entry_load(models *ms, models_entry *en, err_t *e) {
     rc->tool_format = tool_format;
     rc->reasoning = reasoning;
     rc->template_calls = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "tool_calls");
-    rc->cons = constrainer_new(32);
+    rc->cons = constrainer_new(32, ms->shared->o->grammar_cache_bytes);
     rc->en = en->en;
     rc->enc = en->enc;
     rc->entry = ms->n > 1 ? en : NULL;

@@ -100,6 +100,7 @@ const char *server_usage(void) {
            "                           (default 64, none when --host is a loopback address)\n"
            "  --max-body-total BYTES   request bodies held at once, 503 beyond (default 4x --max-body)\n"
            "  --header-timeout S       a request's headers must arrive within S seconds (default 10)\n"
+           "  --grammar-cache BYTES    masks and DFA states of the 32 cached grammars together (default 1G)\n"
            "  --responses-store BYTES  memory of the stored /v1/responses answers (default 256M)\n"
            "  --body-timeout S         a request's body must be complete S seconds after its headers (default 60)\n"
            "  --timeout S              close a keep-alive connection idle for S seconds (default 60)\n"
@@ -289,6 +290,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--header-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, 3600, &o->header_timeout_s, e);
+        } else if (!strcmp(a, "--grammar-cache")) {
+            NEED_VALUE;
+            rc = parse_size(a, v, &o->grammar_cache_bytes, e);
         } else if (!strcmp(a, "--responses-store")) {
             NEED_VALUE;
             rc = parse_size(a, v, &o->responses_store_bytes, e);

@@ -62,6 +62,8 @@ typedef struct server_opts {
     int timeout_s;            /* --timeout: keep-alive idle seconds; default 60       */
     int header_timeout_s;     /* --header-timeout: seconds for a request's headers; 10 */
     int body_timeout_s;       /* --body-timeout: seconds for a body after its headers; 60 */
+    size_t grammar_cache_bytes; /* --grammar-cache: the cached grammars' mask and DFA
+                                 caches together; 0: 1 GiB (constrain.h)          */
     size_t responses_store_bytes; /* --responses-store: bound of the Responses store;
                                  0: 256 MiB (apis.h)                              */
     const char *allowed_hosts; /* --allowed-hosts: comma list of Host names accepted
