@@ -24,7 +24,10 @@
  *    metadata within OpenAI's bounds, and a byte bound under which a
  *    flooding key evicts its own entries, not another's (findings 5, 6);
  *  - an anyOf of 5000 const is a 400 naming the limit of 4096 alternatives
- *    at one position, from the compiler (finding 10).
+ *    at one position, from the compiler (finding 10);
+ *  - /tokenize past max(context, 65536) tokens is a 400, and a prompt text
+ *    too long for the context whatever its tokenization is refused before
+ *    it is tokenized (findings 2, 13).
  * No assertion is on a tight time: bounds are generous and say why.
  */
 #include <fcntl.h>
@@ -475,6 +478,35 @@ static void check_grammar_limit(int port) {
     http_buf_free(&b);
 }
 
+/* ---- 9. answers and prompts that scale with input (findings 2, 13) ---- */
+
+static void check_bounded(int port) {
+    /* /tokenize with pieces: 70000 tokens (" a" each) is past the limit of
+     * max(context, 65536): a 400 (before: the answer grew with the body,
+     * 115 MB for a 7.4 MB body, 3 GB of peak RSS) */
+    http_buf b = {0};
+    http_buf_printf(&b, "{\"with_pieces\":true,\"content\":\"");
+    for (int i = 0; i < 70000; i++) http_buf_add(&b, " a", 2);
+    http_buf_printf(&b, "\"}");
+    resp r;
+    CHECK(http_do(port, "POST", "/tokenize", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "more than the limit of 65536"), "/tokenize of 70000 tokens: %d %.200s",
+              r.status, r.body);
+    resp_free(&r);
+    http_buf_free(&b);
+    /* a 600 KB prompt for a 2048-token context is refused from its length,
+     * untokenized ("at least"; before: tokenized in full first, 7 MB took up
+     * to 9 s of CPU and 330 MB) */
+    http_buf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
+    for (int i = 0; i < 100000; i++) http_buf_add(&b, " once ", 6);
+    http_buf_printf(&b, "\"}");
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "the prompt has at least") && strstr(r.body, "context_length_exceeded"),
+              "a 600 KB prompt: %d %.300s", r.status, r.body);
+    resp_free(&r);
+    http_buf_free(&b);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -517,6 +549,7 @@ int main(void) {
         su_metrics_headers = "Authorization: Bearer alice\r\n";
         check_responses(two.port);
         check_grammar_limit(two.port);
+        check_bounded(two.port);
         if (test_n_fail) srv_print_log(&two);
         CHECK_EQ_INT(srv_stop(&two), 0);
     }

@@ -351,7 +351,22 @@ static bool ends_in_think(const char *text) {
 
 /* The prompt's tokens for p (a malloc'd array; NULL and f filled on error);
  * *think_open: the rendered chat prompt leaves the model inside <think>. */
-static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int *n_out, bool *think_open, gen_fail *f) {
+/* A text that needs more than n_ctx tokens whatever its tokenization (every
+ * token covers at most max_piece_bytes): refused before tokenizing it, which
+ * for megabytes costs seconds of CPU and hundreds of MB (issue 26 finding
+ * 13). True when refused (f filled). */
+static bool text_too_long(const routes_ctx *rc, size_t len, int n_ctx, gen_fail *f) {
+    if (rc->max_piece_bytes <= 0 || n_ctx <= 0 || len / (size_t)rc->max_piece_bytes < (size_t)n_ctx) return false;
+    err_set(&f->e, ERR_INVALID,
+            "the prompt has at least %zu tokens (%zu bytes, at most %d per token); this model's context is %d tokens",
+            len / (size_t)rc->max_piece_bytes, len, rc->max_piece_bytes, n_ctx);
+    f->code = "context_length_exceeded";
+    return true;
+}
+
+/* n_ctx: a text longer than text_too_long allows is refused untokenized
+ * (0: no limit, e.g. to count tokens). */
+static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *n_out, bool *think_open, gen_fail *f) {
     const bool chat = p->kind == OAI_CHAT;
     int32_t *ids = NULL;
     int n_ids = 0;
@@ -366,6 +381,10 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int *n_out, bool
          * plain completions do. */
         const char *bos = tok_bos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_bos(rc->tok)) : NULL;
         bool add_bos = tok_add_bos(rc->tok) && !(bos && *bos && strncmp(text, bos, strlen(bos)) == 0);
+        if (text_too_long(rc, strlen(text), n_ctx, f)) {
+            free(text);
+            return NULL;
+        }
         ids = gen_encode(rc->tok, text, strlen(text), add_bos, &n_ids, &f->e);
         free(text);
     } else if (p->prompt_tokens) {
@@ -373,6 +392,7 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int *n_out, bool
         memcpy(ids, p->prompt_tokens, (size_t)p->n_prompt_tokens * sizeof *ids);
         n_ids = p->n_prompt_tokens;
     } else {
+        if (text_too_long(rc, strlen(p->prompt_text), n_ctx, f)) return NULL;
         ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->e);
     }
     if (!ids) return NULL;
@@ -389,7 +409,7 @@ int gen_count_prompt(routes_ctx *rc, const oai_params *p, gen_fail *f) {
     memset(f, 0, sizeof *f);
     bool think_open;
     int n = 0;
-    int32_t *ids = prompt_ids(rc, p, &n, &think_open, f);
+    int32_t *ids = prompt_ids(rc, p, 0, &n, &think_open, f);
     if (!ids) return -1;
     free(ids);
     return n;
@@ -407,7 +427,7 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     if (constrain_request(rc->cons, p, rc->tool_format, &gr, &trigger, &f->param, &relaxed, &f->e) < 0) goto fail;
     if (relaxed) snprintf(f->relaxed, sizeof f->relaxed, "%s", relaxed);
     free(relaxed);
-    ids = prompt_ids(rc, p, &n_ids, think_open, f);
+    ids = prompt_ids(rc, p, n_ctx, &n_ids, think_open, f);
     if (!ids) goto fail;
     if (n_ids >= n_ctx) {
         /* rc->m is absent where a request is only parsed (test_gen_request) */

@@ -289,6 +289,11 @@ static int entry_load(models *ms, models_entry *en, err_t *e) {
     rc->reasoning = reasoning;
     rc->template_calls = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "tool_calls");
     rc->cons = constrainer_new(32, ms->shared->o->grammar_cache_bytes);
+    rc->max_piece_bytes = 0;
+    for (int32_t id = 0; id < tok_n_vocab(en->tk); id++) {
+        char piece[8];
+        rc->max_piece_bytes = MAX(rc->max_piece_bytes, tok_piece(en->tk, id, piece, (int)sizeof piece));
+    }
     rc->en = en->en;
     rc->enc = en->enc;
     rc->entry = ms->n > 1 ? en : NULL;

@@ -285,9 +285,17 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
         err_t e = {0};
         int n = 0;
         int32_t *ids = gen_encode(rc->tok, json_string_value(c), json_string_length(c), add && tok_add_bos(rc->tok), &n, &e);
+        /* the answer grows with the text (with pieces, ~100 bytes of JSON
+         * values per token): bounded like /detokenize's input */
+        size_t max_n = (size_t)MAX(engine_n_ctx(rc->en), ROUTES_MAX_DETOKENIZE);
         if (!ids) {
             bool nomem = e.code == ERR_NOMEM;
             reply_error(x, nomem ? 503 : 400, e.msg, nomem ? NULL : param, NULL);
+        } else if ((size_t)n > max_n) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "'%s' is %d tokens, more than the limit of %zu", param, n, max_n);
+            reply_error(x, 400, msg, param, NULL);
+            free(ids);
         } else {
             json_t *arr = json_array();
             for (int i = 0; i < n; i++) {

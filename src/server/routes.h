@@ -40,6 +40,9 @@ typedef struct routes_ctx {
     struct models *models;   /* every served model (models.h)                  */
     struct models_entry *entry; /* this model's entry when several are served:
                                 a request holds a reference (models_release) */
+    int max_piece_bytes;     /* the longest token's bytes: a prompt text of more
+                                than n_ctx times this cannot fit, and is refused
+                                before it is tokenized (0: no such check)      */
 } routes_ctx;
 
 /* /detokenize takes at most max(the context, this) ids. */
