@@ -104,16 +104,19 @@ p.terminate(); p.wait()
 kvdir = os.path.join(MNT, "kv")
 flags = ["--kv-mem", "400K", "--kv-disk", kvdir, "--max-running", "3"]
 p, port, log_path = start("full", *flags)
+def fill(filler, room):
+    """Fills the tmpfs with one file, then gives `room` bytes back."""
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as ex:
+            check(ex.errno == errno.ENOSPC, "the tmpfs fills up with ENOSPC: %s" % ex)
+    os.truncate(filler, max(0, os.path.getsize(filler) - room))
+
 filler = os.path.join(MNT, "filler")
-with open(filler, "wb") as f:
-    try:
-        while True:
-            f.write(b"\0" * 65536)
-            f.flush()
-    except OSError as ex:
-        check(ex.errno == errno.ENOSPC, "the tmpfs fills up with ENOSPC: %s" % ex)
-size = os.path.getsize(filler)
-os.truncate(filler, max(0, size - 8192)) # room for part of a block file, never a whole one
+fill(filler, 8192) # room for part of a block file, never a whole one
 serve_all(port, "full disk")
 m = wait_io(port)
 errs = m.get("kvloom_kv_disk_write_errors_total", 0)
@@ -154,14 +157,7 @@ restored = m.get("kvloom_kv_disk_restored_tokens_total", 0)
 shutil.rmtree(kvdir)
 kv2 = os.path.join(MNT, "kv2")
 filler = os.path.join(MNT, "filler2")
-with open(filler, "wb") as f:
-    try:
-        while True:
-            f.write(b"\0" * 65536)
-            f.flush()
-    except OSError:
-        pass
-os.truncate(filler, max(0, os.path.getsize(filler) - 400 * 1024))  # room for ~20 block files
+fill(filler, 400 * 1024)  # room for ~20 block files
 p, port, log_path = start("own", "--kv-mem", "400K", "--kv-disk", kv2, "--max-running", "3")
 serve_all(port, "a disk the tier fills")
 m = wait_io(port)
