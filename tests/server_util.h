@@ -33,6 +33,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -234,22 +235,36 @@ static void resp_free(resp *r) {
     memset(r, 0, sizeof *r);
 }
 
-static int su_connect(int port, int timeout_s) {
+/* A socket connected (or connecting, when nonblock) to 127.0.0.1:port from
+ * the source address src (NULL: any), with send and receive timeouts. */
+static inline int su_connect_from(const char *src, int port, int timeout_s, bool nonblock) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct timeval tv = {timeout_s, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (src) {
+        struct sockaddr_in b = {0};
+        b.sin_family = AF_INET;
+        inet_pton(AF_INET, src, &b.sin_addr);
+        if (bind(fd, (struct sockaddr *)&b, sizeof b) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    if (nonblock) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && !(nonblock && errno == EINPROGRESS)) {
         close(fd);
         return -1;
     }
     return fd;
 }
+
+static int su_connect(int port, int timeout_s) { return su_connect_from(NULL, port, timeout_s, false); }
 
 static int su_send_all(int fd, const char *p, size_t n) {
     while (n) {

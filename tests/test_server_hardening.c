@@ -37,35 +37,6 @@
 static srv g_a, g_b; /* A: no key, tight limits; B: --api-key, per-IP cap */
 static srv g_c;      /* C: the default connection limits, --header-timeout 60 */
 
-/* A socket connected (or connecting, when nonblock) to 127.0.0.1:port from
- * the source address src (NULL: any). */
-static int connect_from(const char *src, int port, int timeout_s, bool nonblock) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {timeout_s, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (src) {
-        struct sockaddr_in b = {0};
-        b.sin_family = AF_INET;
-        inet_pton(AF_INET, src, &b.sin_addr);
-        if (bind(fd, (struct sockaddr *)&b, sizeof b) < 0) {
-            close(fd);
-            return -1;
-        }
-    }
-    if (nonblock) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && !(nonblock && errno == EINPROGRESS)) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* One raw exchange: status of the first answer (0: none), the whole bytes
  * received, and whether the server closed the connection (EOF or reset)
  * rather than the read timing out. */
@@ -99,7 +70,7 @@ static void raw_read(int fd, raw *r) {
 
 static void raw_send(int port, const char *src, const char *data, size_t n, int timeout_s, raw *r) {
     memset(r, 0, sizeof *r);
-    int fd = connect_from(src, port, timeout_s, false);
+    int fd = su_connect_from(src, port, timeout_s, false);
     if (fd < 0 || su_send_all(fd, data, n) < 0) {
         r->closed = true;
         r->text = xstrdup("");
@@ -184,7 +155,7 @@ static int *flood_open(int port, int n_idle, int n_drib, dribble *d, pthread_t *
     int n = n_idle + n_drib, n_open = 0;
     int *fds = xmalloc((size_t)n * sizeof *fds);
     for (int i = 0; i < n; i++) {
-        fds[i] = connect_from(NULL, port, 5, true);
+        fds[i] = su_connect_from(NULL, port, 5, true);
         n_open += fds[i] >= 0;
     }
     CHECK_EQ_INT(n_open, n);
@@ -265,7 +236,7 @@ static void check_flood(int port) {
 static void check_keepalive(int port_a, int port_b) {
     static const char req[] = "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n";
     for (int k = 0; k < 2; k++) {
-        int fd = connect_from(NULL, k ? port_a : port_b, 30, false);
+        int fd = su_connect_from(NULL, k ? port_a : port_b, 30, false);
         CHECK(fd >= 0 && su_send_all(fd, req, sizeof req - 1) == 0);
         CHECK_MSG(su_read_until(fd, "{\"status\":\"ok\",", 30), "keep-alive: no first answer");
         static const char line[] = "GET /health HTTP/1.1\r\nX-";
@@ -338,7 +309,7 @@ static void check_idle_threads(srv *c) {
     for (int prev = -1; fds0 != prev && fds0 >= 0; usleep(100000)) prev = fds0, fds0 = proc_fds(c->pid);
     int threads0 = proc_threads(c->pid);
     int fds[N], n_open = 0;
-    for (int i = 0; i < N; i++) n_open += (fds[i] = connect_from(NULL, c->port, 5, true)) >= 0;
+    for (int i = 0; i < N; i++) n_open += (fds[i] = su_connect_from(NULL, c->port, 5, true)) >= 0;
     CHECK_EQ_INT(n_open, N);
     int n_fds = 0;
     for (double t0 = su_now(); (n_fds = proc_fds(c->pid)) < fds0 + N - 2 && su_now() - t0 < 30;) usleep(50000);
@@ -360,7 +331,7 @@ static void check_idle_threads(srv *c) {
 /* B has --max-conns-per-ip 8 and a long header timeout. */
 static void check_per_ip(int port) {
     int fds[12];
-    for (int i = 0; i < 12; i++) fds[i] = connect_from("127.0.0.1", port, 5, false);
+    for (int i = 0; i < 12; i++) fds[i] = su_connect_from("127.0.0.1", port, 5, false);
     /* 8 are held (waiting for headers), the rest and the next one from
      * 127.0.0.1 are closed at once; every loopback address is the same
      * client (test_server_isolation checks 127.0.0.2 and .3) */
@@ -387,7 +358,7 @@ static void check_bodies(int port_a, int port_b) {
     /* the same with the key: the server waits for the body (no answer) */
     static const char head_key[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekret\r\n"
                                    "Content-Type: application/json\r\nContent-Length: 200000\r\n\r\n";
-    int fd = connect_from(NULL, port_b, 1, false);
+    int fd = su_connect_from(NULL, port_b, 1, false);
     CHECK(fd >= 0 && su_send_all(fd, head_key, sizeof head_key - 1) == 0);
     char c;
     CHECK_MSG(recv(fd, &c, 1, 0) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "with the key the body is awaited");
@@ -408,7 +379,7 @@ static void check_bodies(int port_a, int port_b) {
     for (int i = 0; i < 2; i++) {
         static const char h[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                                 "Content-Length: 1000000\r\n\r\n";
-        held[i] = connect_from(NULL, port_a, 10, false);
+        held[i] = su_connect_from(NULL, port_a, 10, false);
         CHECK(held[i] >= 0 && su_send_all(held[i], h, sizeof h - 1) == 0 && su_send_all(held[i], big, 900000) == 0);
     }
     double v = 0;

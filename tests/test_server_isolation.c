@@ -39,34 +39,6 @@
 
 static srv g_key; /* --api-key, small body limits, --max-connections 16 */
 
-/* A socket to 127.0.0.1:port from `src` (NULL: any), receive timeout
- * timeout_s. */
-static int connect_src(const char *src, int port, int timeout_s) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {timeout_s, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (src) {
-        struct sockaddr_in b = {0};
-        b.sin_family = AF_INET;
-        inet_pton(AF_INET, src, &b.sin_addr);
-        if (bind(fd, (struct sockaddr *)&b, sizeof b) < 0) {
-            close(fd);
-            return -1;
-        }
-    }
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Reads what arrives until the peer closes or the receive timeout; returns
  * the bytes (NUL-terminated, caller frees); *closed: the server closed. */
 static char *read_all(int fd, bool *closed) {
@@ -122,7 +94,7 @@ static const char health_ka[] = "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n
  * an answer) and the seconds it took. */
 static int health(int port, const char *src, double *secs) {
     double t0 = su_now();
-    int fd = connect_src(src, port, 20);
+    int fd = su_connect_from(src, port, 20, false);
     int st = 0;
     if (fd >= 0 && su_send_all(fd, health_ka, sizeof health_ka - 1) == 0) st = read_one(fd, NULL);
     if (fd >= 0) close(fd);
@@ -149,7 +121,7 @@ static void check_auth_bodies(int port) {
     memset(chunk, ' ', 30000);
     int fds[4];
     for (int i = 0; i < 4; i++) {
-        fds[i] = connect_src(NULL, port, 3);
+        fds[i] = su_connect_from(NULL, port, 3, false);
         CHECK(fds[i] >= 0 && su_send_all(fds[i], heads[i], strlen(heads[i])) == 0);
         su_send_all(fds[i], chunk, 30000); /* may fail: the server closed */
     }
@@ -218,7 +190,7 @@ static void check_expect(int port) {
      * read and dropped after sending "100 Continue") */
     static const char h[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekret\r\n"
                             "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 300000\r\n\r\n";
-    int fd = connect_src(NULL, port, 5);
+    int fd = su_connect_from(NULL, port, 5, false);
     CHECK(fd >= 0 && su_send_all(fd, h, sizeof h - 1) == 0);
     bool closed;
     char *t = read_all(fd, &closed);
@@ -229,7 +201,7 @@ static void check_expect(int port) {
     /* within the limit the client is told to go on */
     static const char ok[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekret\r\n"
                              "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 15\r\n\r\n";
-    fd = connect_src(NULL, port, 5);
+    fd = su_connect_from(NULL, port, 5, false);
     CHECK(fd >= 0 && su_send_all(fd, ok, sizeof ok - 1) == 0);
     CHECK_MSG(su_read_until(fd, "100 Continue", 5), "no 100 Continue within the limit");
     CHECK(su_send_all(fd, "{\"content\":\"a\"}", 15) == 0);
@@ -266,7 +238,7 @@ static void check_body_deadlines(int port) {
     char *big = xmalloc(200000);
     memset(big, ' ', 200000);
     double t0 = su_now();
-    int fd = connect_src(NULL, port, 15);
+    int fd = su_connect_from(NULL, port, 15, false);
     CHECK(fd >= 0 && su_send_all(fd, h, sizeof h - 1) == 0 && su_send_all(fd, big, 200000) == 0);
     bool closed;
     char *t = read_all(fd, &closed);
@@ -283,7 +255,7 @@ static void check_body_deadlines(int port) {
      * --body-timeout 3 ends it first. */
     static const char hc[] = "POST /tokenize HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekret\r\n"
                              "Content-Type: application/json\r\nContent-Length: 256000\r\n\r\n";
-    dribbler d = {.fd = connect_src(NULL, port, 20)};
+    dribbler d = {.fd = su_connect_from(NULL, port, 20, false)};
     atomic_init(&d.stop, false);
     CHECK(d.fd >= 0 && su_send_all(d.fd, hc, sizeof hc - 1) == 0);
     pthread_t th;
@@ -309,7 +281,7 @@ static void check_slots(int port) {
      * one makes room. */
     int fds[16];
     for (int i = 0; i < 16; i++) {
-        fds[i] = connect_src(NULL, port, 10);
+        fds[i] = su_connect_from(NULL, port, 10, false);
         CHECK(fds[i] >= 0 && su_send_all(fds[i], health_ka, sizeof health_ka - 1) == 0);
         CHECK_EQ_INT(read_one(fds[i], NULL), 200);
         usleep(5000); /* distinct activity times: fds[0] is the oldest */
@@ -330,14 +302,14 @@ static void check_slots(int port) {
     /* sockets that never send anything (--header-timeout 2 would end them;
      * the new client does not wait for that) */
     usleep(200000);
-    for (int i = 0; i < 16; i++) fds[i] = connect_src(NULL, port, 10);
+    for (int i = 0; i < 16; i++) fds[i] = su_connect_from(NULL, port, 10, false);
     usleep(100000);
     st = health(port, NULL, &secs);
     CHECK_MSG(st == 200 && secs < 1.5, "a new client beside 16 silent sockets: %d in %.1f s", st, secs);
     for (int i = 0; i < 16; i++)
         if (fds[i] >= 0) close(fds[i]);
     /* the request budget: the 1000th request on a connection is its last */
-    int fd = connect_src(NULL, port, 10);
+    int fd = su_connect_from(NULL, port, 10, false);
     bool last = false;
     int n = 0;
     for (; n < HTTP_MAX_REQUESTS_PER_CONN + 5 && !last; n++) {
@@ -358,7 +330,7 @@ static void check_per_address(int port) {
      * are the same client as 127.0.0.1 (before, each loopback address had
      * its own 64: a local client bypassed the cap on --host 0.0.0.0) */
     int fds[4];
-    for (int i = 0; i < 4; i++) fds[i] = connect_src("127.0.0.1", port, 5);
+    for (int i = 0; i < 4; i++) fds[i] = su_connect_from("127.0.0.1", port, 5, false);
     usleep(100000);
     CHECK_MSG(health(port, "127.0.0.2", NULL) == 0, "127.0.0.2 served beside 4 connections of 127.0.0.1");
     CHECK_MSG(health(port, "127.0.0.3", NULL) == 0, "127.0.0.3 served beside 4 connections of 127.0.0.1");
