@@ -120,7 +120,7 @@ check '[ $(( (t1 - t0) / 1000000 )) -lt 1000 ]' "refused at once ($(( (t1 - t0) 
 kill -USR1 "$(cat "$tmp/d.pid")"
 i=0; while ! grep -q "status: 0 requests in flight" "$tmp/d.log" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
 check 'grep -q "status: 0 requests in flight; 0 stored responses" "$tmp/d.log"' "SIGUSR1 logs a status line"
-check '[ "$(curl -s -m 10 "http://127.0.0.1:$port/health")" = "{\"status\":\"ok\"}" ]' "serving after SIGUSR1"
+check 'curl -s -m 10 "http://127.0.0.1:$port/health" | grep -q "\"status\":\"ok\""' "serving after SIGUSR1"
 kill -HUP "$(cat "$tmp/d.pid")"
 reap d 100
 check '[ "$st" = 0 ]' "SIGHUP on an idle server: exit 0 (status $st)"
