@@ -229,6 +229,17 @@ static bool walk(walker *w, grammar *g, int sid, const char *what) {
             CHECK_MSG(must_end, "%s: only EOG allowed but must_end false", what);
             break;
         }
+        /* the mask agrees with accept_bytes on random tokens, allowed or not
+         * (plain tokens are masked by count, the others by the trie walk) */
+        for (int k = 0; k < 24; k++) {
+            int id = (int)(rng_u64() % (uint64_t)w->n_vocab);
+            if (w->kind[id] != GV_NORMAL || w->piece_len[id] == 0) continue;
+            gmatch *c = gmatch_clone(m);
+            bool ok = gmatch_accept_bytes(c, w->piece[id], (size_t)w->piece_len[id]) == 0;
+            CHECK_MSG(ok == mask_has(w->mask, id), "%s: token %d (%.*s): mask %d, accept_bytes %d after %.*s", what, id,
+                      w->piece_len[id], w->piece[id], mask_has(w->mask, id), ok, (int)MIN(n, 200), out);
+            gmatch_free(c);
+        }
         /* refused tokens: a few, checked by accept_bytes here and by Python */
         for (int k = 0; k < 2; k++) {
             int id = (int)(rng_u64() % (uint64_t)w->n_vocab);

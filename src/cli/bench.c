@@ -61,7 +61,8 @@ static int bench_usage(FILE *out) {
                  "       kvloom bench -m MODEL.gguf --verify [--depth D] [--kmax 16] [-r REPS] [-t THREADS]\n"
                  "       kvloom bench -m MODEL.gguf --spec-replay --text FILE [--text FILE ...] [--kmax 8]\n"
                  "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
-                 "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n");
+                 "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n"
+                 "       kvloom bench -m MODEL.gguf --grammar --schemas FILE.jsonl [-n WALKS]\n");
     return 2;
 }
 
@@ -224,7 +225,7 @@ static int bench_decode_shared(bench_ctx *b, int S, int depth, int p_begin, int 
 
 int cli__bench(int argc, char **argv) {
     const char *path = NULL, *text_path = NULL;
-    const char *tools_path = NULL;
+    const char *tools_path = NULL, *schemas_path = NULL;
     bool tokenizer_mode = false, grammar_mode = false, verify_mode = false, replay_mode = false;
     const char *texts[16];
     int n_texts = 0;
@@ -254,6 +255,7 @@ int cli__bench(int argc, char **argv) {
             if (v && n_texts < (int)ARRAY_LEN(texts)) texts[n_texts++] = v;
         } else if (strcmp(a, "--kmax") == 0) ok = parse_long(v, 1, DRAFT_MAX, &kmax);
         else if (strcmp(a, "--tools") == 0) tools_path = v;
+        else if (strcmp(a, "--schemas") == 0) schemas_path = v;
         else if (strcmp(a, "-n") == 0) ok = parse_long(v, 1, 100000, &n_objects);
         else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 256, &threads);
         else if (strcmp(a, "--pp") == 0) ok = parse_long(v, 0, 1 << 16, &pp);
@@ -277,6 +279,7 @@ int cli__bench(int argc, char **argv) {
     if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);
     if (verify_mode) return cli__bench_verify(path, depth, kmax > 0 ? kmax : 16, reps, threads);
     if (replay_mode) return cli__bench_spec_replay(path, texts, n_texts, kmax > 0 ? kmax : 8);
+    if (grammar_mode && schemas_path) return cli__bench_grammar_schemas(path, schemas_path, n_objects);
     if (grammar_mode) return cli__bench_grammar(path, tools_path, n_objects, threads);
     err_t e = {0};
     model *m;

@@ -21,6 +21,16 @@
  *
  * Random weights are fine: the grammar decides the shape of the output, the
  * model's shape decides the speed.
+ *
+ *   kvloom bench -m MODEL --grammar --schemas FILE.jsonl [-n WALKS]
+ *
+ * The schema corpus instead (the files of tests/schemas, one {"origin",
+ * "schema"} a line): every schema compiled as the server does (relaxed,
+ * schema_compile + grammar_from_gbnf; compile time per schema, mean / p50 /
+ * p99, and the share enforced exactly), then WALKS random walks per schema
+ * (each step timed as above, each schema's grammar compiled fresh, so its
+ * first masks are cache misses): mask time per token over the whole corpus,
+ * mean, p50, p99, p99.9 and max.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +40,7 @@
 #include "../base/base.h"
 #include "../chat/toolcall.h"
 #include "../grammar/grammar.h"
+#include "../grammar/schema.h"
 #include "../model/model.h"
 #include "../sched/engine.h"
 #include "../server/constrain.h"
@@ -150,6 +161,100 @@ static int run_request(engine *en, const int32_t *prompt, int n_prompt, grammar 
     }
     req_unref(r);
     return seen;
+}
+
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The corpus mode (see the top of the file). KVLOOM_NO_PLAIN_MASKS=1 in the
+ * environment turns the plain-token masks off (gvocab_new), for a side by
+ * side run. */
+int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long walks) {
+    err_t e = {0};
+    model *m = NULL;
+    tokenizer *tk = NULL;
+    if (model_load(path, &m, &e) < 0 || tok_load(m->gguf, &tk, &e) < 0) {
+        fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
+        return 1;
+    }
+    FILE *f = fopen(schemas_path, "r");
+    if (!f) {
+        fprintf(stderr, "kvloom bench: cannot open %s\n", schemas_path);
+        return 1;
+    }
+    gvocab *gv = constrain_vocab_new(tk);
+    int n_vocab = tok_n_vocab(tk);
+    uint64_t *mask = xmalloc(((size_t)n_vocab + 63) / 64 * sizeof *mask);
+    int32_t *allowed = xmalloc((size_t)n_vocab * sizeof *allowed);
+    size_t cap = 1 << 16, n_t = 0, cap_c = 1024, n_c = 0;
+    double *t = xmalloc(cap * sizeof *t), *tc = xmalloc(cap_c * sizeof *tc);
+    rng rg;
+    rng_seed(&rg, 0x2545F4914F6CDD1Dull);
+    char *line = NULL, forced[1024];
+    size_t lcap = 0;
+    int n_schemas = 0, n_exact = 0, n_failed = 0;
+    while (getline(&line, &lcap, f) > 0) {
+        json_t *doc = json_loads(line, 0, NULL), *s = json_object_get(doc, "schema");
+        if (!s) s = doc;
+        char *gbnf = NULL, *relaxed = NULL;
+        size_t len = 0;
+        grammar *g = NULL;
+        int64_t t0 = clock_ns();
+        int rc = s ? schema_compile(s, "root", false, &relaxed, &gbnf, &len, &e) : -1;
+        if (rc == 0) rc = grammar_from_gbnf(gbnf, len, &g, &e);
+        if (n_c == cap_c) tc = xrealloc(tc, (cap_c *= 2) * sizeof *tc);
+        tc[n_c++] = (double)(clock_ns() - t0) / 1e3;
+        n_schemas++;
+        if (rc) n_failed++;
+        else n_exact += relaxed == NULL;
+        for (long w = 0; g && w < walks; w++) {
+            gmatch *mt = gmatch_new(g, gv);
+            for (int step = 0; step < 400 && !gmatch_must_end(mt); step++) {
+                int64_t t1 = clock_ns();
+                int n_ok = gmatch_mask(mt, mask);
+                if (n_t == cap) t = xrealloc(t, (cap *= 2) * sizeof *t);
+                t[n_t++] = (double)(clock_ns() - t1) / 1e3;
+                int k = 0;
+                for (int i = 0; i < n_vocab && n_ok > 0; i++)
+                    if (mask[i / 64] >> (i % 64) & 1) allowed[k++] = i;
+                if (!k) break;
+                if (gmatch_accept(mt, allowed[rng_next(&rg) % (uint64_t)k]) < 0) break;
+                int nf = gmatch_forced(mt, forced, (int)sizeof forced);
+                if (nf > 0) gmatch_accept_bytes(mt, forced, (size_t)nf);
+            }
+            gmatch_free(mt);
+        }
+        grammar_unref(g);
+        free(gbnf);
+        free(relaxed);
+        json_decref(doc);
+    }
+    free(line);
+    fclose(f);
+    qsort(t, n_t, sizeof *t, cmp_dbl);
+    qsort(tc, n_c, sizeof *tc, cmp_dbl);
+    double st = 0, sc = 0;
+    for (size_t i = 0; i < n_t; i++) st += t[i];
+    for (size_t i = 0; i < n_c; i++) sc += tc[i];
+    printf("corpus %s: %d schemas, %d enforced exactly (%.1f%%), %d relaxed, %d not compiled; vocabulary %d tokens\n",
+           schemas_path, n_schemas, n_exact, n_schemas ? 100.0 * n_exact / n_schemas : 0, n_schemas - n_exact - n_failed,
+           n_failed, n_vocab);
+    if (n_c)
+        printf("compile per schema     mean %.1f us   p50 %.1f us   p99 %.1f us   max %.1f us\n", sc / (double)n_c,
+               tc[n_c / 2], tc[(size_t)((double)n_c * 0.99)], tc[n_c - 1]);
+    if (n_t)
+        printf("mask time per token    mean %.1f us   p50 %.1f us   p99 %.1f us   p99.9 %.1f us   max %.1f us   (%zu masks, "
+               "%ld walks a schema)\n",
+               st / (double)n_t, t[n_t / 2], t[(size_t)((double)n_t * 0.99)], t[(size_t)((double)n_t * 0.999)],
+               t[n_t - 1], n_t, walks);
+    free(t), free(tc), free(mask), free(allowed);
+    gvocab_free(gv);
+    tok_free(tk);
+    model_free(m);
+    return 0;
 }
 
 int cli__bench_grammar(const char *path, const char *tools_path, long n_objects, long threads) {

@@ -55,14 +55,8 @@
 #define GM_DEFAULT_CACHE_BYTES ((size_t)64 << 20)
 #define DEAD UINT32_MAX
 
-struct gvocab {
-    int n_vocab;
-    uint8_t *kind;     /* GV_*, empty normal tokens already GV_NEVER       */
-    uint32_t *tok_off; /* n_vocab + 1, into bytes                          */
-    uint8_t *bytes;
-    int32_t *eog;
-    int n_eog;
-    /* the trie, preorder; node 0 is the root */
+/* A byte trie of token pieces, in preorder; node 0 is the root. */
+typedef struct gtrie {
     struct tnode {
         uint32_t end;
         uint16_t depth;
@@ -71,6 +65,25 @@ struct gvocab {
     uint32_t n_nodes;
     uint32_t *node_tok; /* n_nodes + 1 offsets into toks */
     int32_t *toks;
+} gtrie;
+
+/* Plain tokens: every byte part of a complete UTF-8 code point that is not
+ * '"', '\' or a control character (< U+0020), so inside a JSON string each
+ * is just that many characters; those of at most GV_PLAIN_MAX code points
+ * are masked by count (see gmatch_mask) instead of by a trie walk. */
+#define GV_PLAIN_MAX 16
+
+struct gvocab {
+    int n_vocab;
+    uint8_t *kind;     /* GV_*, empty normal tokens already GV_NEVER       */
+    uint32_t *tok_off; /* n_vocab + 1, into bytes                          */
+    uint8_t *bytes;
+    int32_t *eog;
+    int n_eog;
+    gtrie all;         /* every normal token                               */
+    gtrie rest;        /* the normal tokens that are not counted plain      */
+    uint64_t *plain_le; /* GV_PLAIN_MAX + 1 bitmaps: plain tokens of <= k code points */
+    int32_t plain_n[GV_PLAIN_MAX + 1];
     uint32_t max_len;
 };
 
@@ -474,6 +487,66 @@ static int cmp_tok(const void *a, const void *b, void *ctx) {
     return x < y ? -1 : x > y;
 }
 
+/* Code points of a plain piece (see GV_PLAIN_MAX), or -1. */
+static int plain_cps(const uint8_t *s, uint32_t n) {
+    int k = 0;
+    for (uint32_t i = 0; i < n; k++) {
+        uint8_t c = s[i];
+        uint32_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || i + len > n) return -1;
+        uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+        for (uint32_t j = 1; j < len; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return -1;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
+        if (cp < 0x20 || cp == '"' || cp == '\\') return -1;
+        i += len;
+    }
+    return k;
+}
+
+/* The preorder trie of the pieces of order[0..m) (sorted by cmp_tok). */
+static void trie_build(const gvocab *v, const int32_t *order, int m, gtrie *t) {
+    size_t n = 0;
+    for (int i = 0; i < m; i++) n += v->tok_off[order[i] + 1] - v->tok_off[order[i]];
+    t->nodes = xmalloc((n + 1) * sizeof(struct tnode));
+    t->node_tok = xmalloc((n + 2) * sizeof(uint32_t));
+    t->toks = xmalloc(((size_t)m + 1) * sizeof(int32_t));
+    uint32_t *path = xmalloc(((size_t)v->max_len + 1) * sizeof(uint32_t));
+    uint32_t nn = 1, nt = 0, plen = 0;
+    t->nodes[0] = (struct tnode){0, 0, 0};
+    t->node_tok[0] = 0;
+    path[0] = 0;
+    const uint8_t *prev = NULL;
+    uint32_t prev_len = 0;
+    for (int i = 0; i < m; i++) {
+        int32_t id = order[i];
+        const uint8_t *s = v->bytes + v->tok_off[id];
+        uint32_t len = v->tok_off[id + 1] - v->tok_off[id], l = 0;
+        while (l < len && l < prev_len && prev[l] == s[l]) l++;
+        for (uint32_t d = plen; d > l; d--) t->nodes[path[d]].end = nn;
+        plen = l;
+        for (uint32_t d = l + 1; d <= len; d++) {
+            t->nodes[nn] = (struct tnode){0, (uint16_t)d, s[d - 1]};
+            t->node_tok[nn] = nt;
+            path[d] = nn++;
+        }
+        plen = len;
+        t->toks[nt++] = id;
+        prev = s;
+        prev_len = len;
+    }
+    for (uint32_t d = plen; d > 0; d--) t->nodes[path[d]].end = nn;
+    t->nodes[0].end = nn;
+    t->node_tok[nn] = nt;
+    t->n_nodes = nn;
+    t->nodes = xrealloc(t->nodes, (size_t)nn * sizeof(struct tnode));
+    t->node_tok = xrealloc(t->node_tok, ((size_t)nn + 1) * sizeof(uint32_t));
+    free(path);
+}
+
 gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t *kind) {
     if (n_vocab < 0 || !piece) return NULL;
     gvocab *v = xcalloc(1, sizeof *v);
@@ -524,42 +597,32 @@ gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t 
         if (v->kind[id] == GV_NORMAL) order[m++] = id;
     }
     qsort_r(order, (size_t)m, sizeof(int32_t), cmp_tok, v);
-    /* preorder trie from the sorted pieces */
-    v->nodes = xmalloc((n + 1) * sizeof(struct tnode));
-    v->node_tok = xmalloc((n + 2) * sizeof(uint32_t));
-    v->toks = xmalloc(((size_t)m + 1) * sizeof(int32_t));
-    uint32_t *path = xmalloc(((size_t)v->max_len + 1) * sizeof(uint32_t));
-    uint32_t nn = 1, nt = 0, plen = 0;
-    v->nodes[0] = (struct tnode){0, 0, 0};
-    v->node_tok[0] = 0;
-    path[0] = 0;
-    const uint8_t *prev = NULL;
-    uint32_t prev_len = 0;
+    trie_build(v, order, m, &v->all);
+    /* plain tokens and the trie of the others (KVLOOM_NO_PLAIN_MASKS=1: not,
+     * for benchmarks side by side) */
+    const char *off = getenv("KVLOOM_NO_PLAIN_MASKS");
+    if (off && *off == '1') {
+        free(order);
+        return v;
+    }
+    size_t words = ((size_t)n_vocab + 63) / 64;
+    v->plain_le = xcalloc(words * (GV_PLAIN_MAX + 1), sizeof(uint64_t));
+    int n_rest = 0;
     for (int i = 0; i < m; i++) {
         int32_t id = order[i];
-        const uint8_t *s = v->bytes + v->tok_off[id];
-        uint32_t len = v->tok_off[id + 1] - v->tok_off[id], l = 0;
-        while (l < len && l < prev_len && prev[l] == s[l]) l++;
-        for (uint32_t d = plen; d > l; d--) v->nodes[path[d]].end = nn;
-        plen = l;
-        for (uint32_t d = l + 1; d <= len; d++) {
-            v->nodes[nn] = (struct tnode){0, (uint16_t)d, s[d - 1]};
-            v->node_tok[nn] = nt;
-            path[d] = nn++;
+        int k = plain_cps(v->bytes + v->tok_off[id], v->tok_off[id + 1] - v->tok_off[id]);
+        if (k < 0 || k > GV_PLAIN_MAX) {
+            order[n_rest++] = id; /* order stays sorted */
+            continue;
         }
-        plen = len;
-        v->toks[nt++] = id;
-        prev = s;
-        prev_len = len;
+        for (int j = k; j <= GV_PLAIN_MAX; j++) {
+            v->plain_le[(size_t)j * words + (size_t)(id >> 6)] |= 1ull << (id & 63);
+            v->plain_n[j]++;
+        }
     }
-    for (uint32_t d = plen; d > 0; d--) v->nodes[path[d]].end = nn;
-    v->nodes[0].end = nn;
-    v->node_tok[nn] = nt;
-    v->n_nodes = nn;
-    log_debug("gvocab: %d tokens, trie of %u nodes over %zu bytes", n_vocab, nn, n);
-    v->nodes = xrealloc(v->nodes, (size_t)nn * sizeof(struct tnode));
-    v->node_tok = xrealloc(v->node_tok, ((size_t)nn + 1) * sizeof(uint32_t));
-    free(path);
+    trie_build(v, order, n_rest, &v->rest);
+    log_debug("gvocab: %d tokens, trie of %u nodes over %zu bytes; %d plain tokens, %u nodes for the rest", n_vocab,
+              v->all.n_nodes, n, v->plain_n[GV_PLAIN_MAX], v->rest.n_nodes);
     free(order);
     return v;
 }
@@ -567,7 +630,9 @@ gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t 
 void gvocab_free(gvocab *v) {
     if (!v) return;
     free(v->kind), free(v->tok_off), free(v->bytes), free(v->eog);
-    free(v->nodes), free(v->node_tok), free(v->toks);
+    free(v->all.nodes), free(v->all.node_tok), free(v->all.toks);
+    free(v->rest.nodes), free(v->rest.node_tok), free(v->rest.toks);
+    free(v->plain_le);
     free(v);
 }
 
@@ -682,6 +747,92 @@ static void masks_make_room(gcache *c, size_t need) {
     }
 }
 
+/* How plain code points (gvocab, GV_PLAIN_MAX) step from state d: every
+ * one to the same state (PK_UNIFORM, plain_next), every one to DEAD
+ * (PK_DEAD), or not the same for all (PK_MIXED). Checked over every valid
+ * UTF-8 encoding through the DFA, continuation bytes shared by memo. */
+enum { PK_UNKNOWN = 0, PK_UNIFORM, PK_DEAD, PK_MIXED };
+
+typedef struct {
+    uint32_t x[64];
+    uint8_t k[64];
+    int n;
+} cont_memo;
+
+/* Every k-continuation-byte tail from x (first byte in lo..hi) ends at T. */
+static bool cont_ok(const grammar *g, gcache *c, uint32_t x, int k, uint8_t lo, uint8_t hi, uint32_t T, cont_memo *mm) {
+    if (x == DEAD) return T == DEAD;
+    if (k == 0) return x == T;
+    bool full = lo == 0x80 && hi == 0xBF;
+    for (int i = 0; full && i < mm->n; i++)
+        if (mm->x[i] == x && mm->k[i] == k) return true;
+    for (unsigned b = lo; b <= hi; b++)
+        if (!cont_ok(g, c, ds_step(g, c, x, (uint8_t)b), k - 1, 0x80, 0xBF, T, mm)) return false;
+    if (full && mm->n < 64) mm->x[mm->n] = x, mm->k[mm->n++] = (uint8_t)k;
+    return true;
+}
+
+static int plain_kind(const grammar *g, gcache *c, uint32_t d) {
+    if (c->ds[d].plain_kind) return c->ds[d].plain_kind;
+    uint32_t T = ds_step(g, c, d, 'a');
+    bool ok = true;
+    for (unsigned b = 0x20; b < 0x80 && ok; b++)
+        if (b != '"' && b != '\\') ok = ds_step(g, c, d, (uint8_t)b) == T;
+    static const struct {
+        uint8_t lead_lo, lead_hi, lo, hi, k;
+    } seqs[] = {{0xC2, 0xDF, 0x80, 0xBF, 1}, {0xE0, 0xE0, 0xA0, 0xBF, 2}, {0xE1, 0xEC, 0x80, 0xBF, 2},
+                {0xED, 0xED, 0x80, 0x9F, 2}, {0xEE, 0xEF, 0x80, 0xBF, 2}, {0xF0, 0xF0, 0x90, 0xBF, 3},
+                {0xF1, 0xF3, 0x80, 0xBF, 3}, {0xF4, 0xF4, 0x80, 0x8F, 3}};
+    cont_memo mm = {.n = 0};
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0] && ok; i++)
+        for (unsigned l = seqs[i].lead_lo; l <= seqs[i].lead_hi && ok; l++)
+            ok = cont_ok(g, c, ds_step(g, c, d, (uint8_t)l), seqs[i].k, seqs[i].lo, seqs[i].hi, T, &mm);
+    int kind = !ok ? PK_MIXED : T == DEAD ? PK_DEAD : PK_UNIFORM;
+    c->ds[d].plain_kind = (uint8_t)kind;
+    c->ds[d].plain_next = T;
+    return kind;
+}
+
+/* The number of plain code points that can follow from d when that alone
+ * decides every plain token of at most GV_PLAIN_MAX (capped there), or -1
+ * when some step is mixed (then the whole trie is walked). */
+static int plain_reach(const grammar *g, gcache *c, uint32_t d) {
+    for (int k = 0; k < GV_PLAIN_MAX; k++) {
+        int kind = plain_kind(g, c, d);
+        if (kind == PK_DEAD) return k;
+        if (kind == PK_MIXED) return -1;
+        uint32_t nx = c->ds[d].plain_next;
+        if (nx == d) return GV_PLAIN_MAX; /* a loop: any number */
+        d = nx;
+    }
+    return GV_PLAIN_MAX;
+}
+
+/* Sets the bits of the tokens of trie t whose bytes can follow state d0;
+ * returns how many. */
+static int trie_walk(const grammar *g, gcache *c, const gtrie *t, uint32_t d0, uint64_t *mask) {
+    uint32_t *walk = c->walk;
+    walk[0] = d0;
+    int count = 0;
+    const struct tnode *nodes = t->nodes;
+    for (uint32_t i = 1; i < t->n_nodes;) {
+        struct tnode n = nodes[i];
+        uint32_t d = ds_step(g, c, walk[n.depth - 1], n.byte);
+        if (d == DEAD) {
+            i = n.end;
+            continue;
+        }
+        walk[n.depth] = d;
+        for (uint32_t k = t->node_tok[i]; k < t->node_tok[i + 1]; k++) {
+            int32_t id = t->toks[k];
+            mask[id >> 6] |= 1ull << (id & 63);
+            count++;
+        }
+        i++;
+    }
+    return count;
+}
+
 int gmatch_mask(gmatch *m, uint64_t *mask) {
     if (!m || !m->v) return 0;
     const gvocab *v = m->v;
@@ -707,25 +858,19 @@ int gmatch_mask(gmatch *m, uint64_t *mask) {
         c->cap_walk = v->max_len + 1;
         c->walk = xrealloc(c->walk, c->cap_walk * sizeof(uint32_t));
     }
-    uint32_t *walk = c->walk;
-    walk[0] = d0;
+    /* Inside strings most tokens are plain text: when every plain code point
+     * takes the state to one same next state, k of them take it k states
+     * down that chain, so plain tokens are allowed by their length alone and
+     * only the other tokens need the trie walk. */
     int count = 0;
-    const struct tnode *nodes = v->nodes;
-    for (uint32_t i = 1; i < v->n_nodes;) {
-        struct tnode t = nodes[i];
-        uint32_t d = ds_step(g, c, walk[t.depth - 1], t.byte);
-        if (d == DEAD) {
-            i = t.end;
-            continue;
-        }
-        walk[t.depth] = d;
-        for (uint32_t k = v->node_tok[i]; k < v->node_tok[i + 1]; k++) {
-            int32_t id = v->toks[k];
-            mask[id >> 6] |= 1ull << (id & 63);
-            count++;
-        }
-        i++;
+    int k_plain = v->plain_le ? plain_reach(g, c, d0) : -1;
+    const gtrie *t = &v->all;
+    if (k_plain >= 0) {
+        memcpy(mask, v->plain_le + (size_t)k_plain * words, bytes);
+        count = v->plain_n[k_plain];
+        t = &v->rest;
     }
+    count += trie_walk(g, c, t, d0, mask);
     if (c->ds[d0].can_end) {
         for (int k = 0; k < v->n_eog; k++) {
             int32_t id = v->eog[k];

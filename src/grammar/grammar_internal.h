@@ -101,6 +101,8 @@ typedef struct gdstate {
     uint8_t can_end;
     uint64_t lru;
     uint64_t bytes[4]; /* the bytes that may come next                       */
+    uint32_t plain_next; /* PK_UNIFORM: the state after any plain code point  */
+    uint8_t plain_kind;  /* PK_*: how plain code points step (gmatch.c)       */
 } gdstate;
 
 typedef struct gcache {

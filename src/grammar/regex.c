@@ -29,7 +29,7 @@ static int iv_cmp(const void *a, const void *b) {
 }
 /* Sorts and merges; removes surrogates. */
 static void cs_norm(cpset *s) {
-    qsort(s->iv, (size_t)s->n, sizeof *s->iv, iv_cmp);
+    if (s->n) qsort(s->iv, (size_t)s->n, sizeof *s->iv, iv_cmp); /* iv is NULL when empty */
     int m = 0;
     for (int i = 0; i < s->n; i++) {
         if (m && s->iv[i][0] <= s->iv[m - 1][1] + 1) {
@@ -849,14 +849,14 @@ static int set_intern(setstore *s, const int *v, int n) {
     int j = (int)(h & (uint64_t)(s->tab_cap - 1));
     while (s->tab[j] >= 0) {
         int k = s->tab[j];
-        if (s->rng[k][1] == n && !memcmp(s->pool + s->rng[k][0], v, sizeof *v * (size_t)n)) return k;
+        if (s->rng[k][1] == n && (n == 0 || !memcmp(s->pool + s->rng[k][0], v, sizeof *v * (size_t)n))) return k;
         j = (j + 1) & (s->tab_cap - 1);
     }
     if (s->n_pool + (size_t)n > s->cap_pool) {
         s->cap_pool = (s->n_pool + (size_t)n) * 2 + 64;
         s->pool = xrealloc(s->pool, sizeof *s->pool * s->cap_pool);
     }
-    memcpy(s->pool + s->n_pool, v, sizeof *v * (size_t)n);
+    if (n) memcpy(s->pool + s->n_pool, v, sizeof *v * (size_t)n);
     if (s->n == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 64;
         s->rng = xrealloc(s->rng, sizeof *s->rng * (size_t)s->cap);
@@ -1011,7 +1011,7 @@ static int product(side *A, side *B, bool disjoint) {
                 }
             }
         }
-        qsort(cuts, nc, sizeof *cuts, u32_cmp);
+        if (nc) qsort(cuts, nc, sizeof *cuts, u32_cmp);
         for (size_t k = 0; k < nc; k++) {
             if (k && cuts[k] == cuts[k - 1]) continue;
             uint32_t c = cuts[k];
