@@ -238,6 +238,54 @@ static void check_bad_files(void) {
     for (size_t i = 0; i < ARRAY_LEN(edits); i++) check_bad(src, &edits[i]);
 }
 
+/* Metadata that asks for more norm and bias values than the file holds
+ * (qwen2: q/k/v biases of head_count x key_length per layer) is a load
+ * error naming the keys, not a ~50 GB allocation that aborts. */
+static void check_oversized_metadata(void) {
+    char src[1024];
+    snprintf(src, sizeof src, "%s/qwen2-q8_0.gguf", fixture_dir());
+    gguf_ctx *g;
+    err_t e = {0};
+    if (gguf_open(src, &g, &e)) {
+        CHECK_MSG(0, "%s: %s", src, e.msg);
+        return;
+    }
+    static const struct {
+        const char *key;
+        uint32_t value;
+    } big[] = {{"qwen2.block_count", 1024},
+               {"qwen2.attention.head_count", 1024},
+               {"qwen2.attention.head_count_kv", 1024},
+               {"qwen2.attention.key_length", 4096},
+               {"qwen2.attention.value_length", 4096}};
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        gguf_str k = gguf_key(g, i);
+        bool replaced = false;
+        for (size_t j = 0; j < ARRAY_LEN(big); j++)
+            if (k.len == strlen(big[j].key) && memcmp(k.ptr, big[j].key, k.len) == 0) replaced = true;
+        if (!replaced) gguf_writer_copy_kv(w, g, i);
+    }
+    for (size_t j = 0; j < ARRAY_LEN(big); j++) gguf_writer_set_u32(w, big[j].key, big[j].value);
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        gguf_writer_add_tensor(w, name, t->type, (int)t->n_dims, t->dims, t->data);
+    }
+    char out[64];
+    snprintf(out, sizeof out, "/tmp/kvloom-test-moe-big-%d.gguf", (int)getpid());
+    CHECK_EQ_INT(gguf_writer_write(w, out, &e), 0);
+    gguf_writer_free(w);
+    gguf_free(g);
+    model *m = NULL;
+    int r = model_load(out, &m, &e);
+    unlink(out);
+    CHECK_MSG(r < 0 && m == NULL, "a file whose metadata asks for ~50 GB of vectors loaded");
+    CHECK_MSG(strstr(e.msg, "block_count 1024") && strstr(e.msg, "more than the file"), "error '%s'", e.msg);
+    model_free(m);
+}
+
 int main(void) {
     kern_init(NULL);
     static const char *types[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"};
@@ -249,6 +297,7 @@ int main(void) {
     check_greedy("qwen3moe-f32");
     check_greedy("qwen3moe-bf16");
     check_bad_files();
+    check_oversized_metadata();
     printf("kernels: %s\n", kern->name);
     return test_summary("test_moe");
 }

@@ -271,6 +271,17 @@ int model_load_gguf(gguf_ctx *g, model **out, err_t *e) {
                        (c->has_qk_norm ? 2 * (size_t)hd : 0);
     vec_arena a = {0};
     a.cap = (size_t)c->n_embd + (size_t)c->n_layer * per_layer + (size_t)c->n_rot / 2;
+    /* Every one of these values comes from a tensor of the file (rope_freqs,
+     * at most n_rot / 2, aside), stored in one bit or more: metadata that
+     * asks for more (a crafted file: 1,024 layers of 1,024 heads of 4,096
+     * with q/k/v biases is ~50 GB) is refused here, not allocated. */
+    if (a.cap > 8 * gguf_file_size(g) + (size_t)c->n_rot) {
+        r = err_set(e, ERR_FORMAT,
+                    "model: the metadata (block_count %d, head_count %d, head_count_kv %d, key_length %d) asks "
+                    "for %zu norm and bias values, more than the file's %zu bytes hold",
+                    c->n_layer, c->n_head, c->n_head_kv, hd, a.cap, gguf_file_size(g));
+        goto fail;
+    }
     a.buf = xmalloc(a.cap * sizeof(float));
     m->f32_owned = a.buf;
 
