@@ -117,7 +117,7 @@ static void init(void) {
         setup_init(&g_setups[i], TEMPLATES[i - 1], src);
         free(src);
     }
-    g_store = resp_store_new();
+    g_store = resp_store_new(0);
     g_verbose = getenv("FUZZ_VERBOSE") && atoi(getenv("FUZZ_VERBOSE"));
 }
 
@@ -174,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rc.tool_format = s->tool_format;
     rc.reasoning = s->reasoning;
     rc.template_calls = s->template_calls;
-    rc.cons = constrainer_new(4); /* fresh per input: no cache state between inputs */
+    rc.cons = constrainer_new(4, 0); /* fresh per input: no cache state between inputs */
     rc.responses = g_store;
     snprintf(rc.model_id, sizeof rc.model_id, "stories260K");
     atomic_init(&rc.next_id, 1);

@@ -484,6 +484,7 @@ int main(void) {
     (void)choice_finish;
     (void)choice_text;
     (void)usage_int;
+    (void)wait_idle;
     su_watchdog(120);
     const char *flags[] = {"--api-key", "sekret", "--max-body", "256K", "--max-body-total", "512K", "--header-timeout",
                            "2", "--body-timeout", "3", "--timeout", "600", "--max-connections", "16", "--kv-mem",
