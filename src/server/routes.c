@@ -287,7 +287,7 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
         int32_t *ids = gen_encode(rc->tok, json_string_value(c), json_string_length(c), add && tok_add_bos(rc->tok), &n, &e);
         /* the answer grows with the text (with pieces, ~100 bytes of JSON
          * values per token): bounded like /detokenize's input */
-        size_t max_n = (size_t)MAX(engine_n_ctx(rc->en), ROUTES_MAX_DETOKENIZE);
+        size_t max_n = (size_t)MAX(embed_n_ctx(rc), ROUTES_MAX_DETOKENIZE); /* no engine: an encoder */
         if (!ids) {
             bool nomem = e.code == ERR_NOMEM;
             reply_error(x, nomem ? 503 : 400, e.msg, nomem ? NULL : param, NULL);
@@ -394,7 +394,7 @@ static void handle_props(routes_ctx *rc, http_exchange *x) {
     const char *eos = tok_eos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_eos(rc->tok)) : NULL;
     json_t *o = json_pack("{s:{s:o, s:i}, s:i, s:s, s:s, s:{s:b, s:b}, s:b, s:b, s:b, s:b, s:s, s:o, s:o, s:s, "
                           "s:s, s:b}",
-                          "default_generation_settings", "params", params, "n_ctx", engine_n_ctx(rc->en),
+                          "default_generation_settings", "params", params, "n_ctx", embed_n_ctx(rc),
                           "total_slots", rc->o->max_running, "model_alias", rc->model_id, "model_path",
                           rc->o->model_path ? rc->o->model_path : SERVER_DEFAULT_MODEL, "modalities", "vision", 0,
                           "audio", 0, "endpoint_slots", 0, "endpoint_props", 1, "endpoint_metrics", 1, "webui",
