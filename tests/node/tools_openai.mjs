@@ -458,13 +458,15 @@ async function main() {
     const U = [{ role: "user", content: "Hi" }];
     const rf = (schema) => ({ type: "json_schema", json_schema: { name: "x", schema, strict: true } });
     await expect400("schema maxLength -1", { model: MODEL, messages: U, response_format: rf({ type: "string", maxLength: -1 }) }, { mention: ["maxLength"] });
-    await expect400("schema patternProperties", {
-      model: MODEL, messages: U, response_format: rf({ type: "object", patternProperties: { "^a": { type: "string" } } }),
-    }, { mention: ["patternProperties"] });
+    // uniqueItems is still not enforced (docs/grammar.md): strict asks for a 400
+    // (patternProperties, the keyword here before, is enforced now)
+    await expect400("strict schema uniqueItems", {
+      model: MODEL, messages: U, response_format: rf({ type: "array", items: { type: "string" }, uniqueItems: true }),
+    }, { mention: ["uniqueItems"] });
     await expect400("json_schema field maxLength -1", { model: MODEL, messages: U, json_schema: { type: "string", maxLength: -1 } }, { mention: ["maxLength"] });
-    const badTool = { type: "function", function: { name: "f", parameters: { type: "object", patternProperties: { "^a": { type: "string" } } } } };
-    await expect400("tool parameters patternProperties (required)", { model: MODEL, messages: U, tools: [badTool], tool_choice: "required" }, { mention: ["patternProperties"] });
-    await expect400("tool parameters patternProperties (auto)", { model: MODEL, messages: U, tools: [badTool] }, { mention: ["patternProperties"] });
+    const badTool = { type: "function", function: { name: "f", strict: true, parameters: { type: "object", properties: { a: { type: "array", items: { type: "string" }, uniqueItems: true } } } } };
+    await expect400("strict tool parameters uniqueItems (required)", { model: MODEL, messages: U, tools: [badTool], tool_choice: "required" }, { mention: ["uniqueItems"] });
+    await expect400("strict tool parameters uniqueItems (auto)", { model: MODEL, messages: U, tools: [badTool] }, { mention: ["uniqueItems"] });
     await expect400("tool_choice names a missing function", {
       model: MODEL, messages: U, tools: [WEATHER], tool_choice: { type: "function", function: { name: "nope" } },
     }, { param: "tool_choice", mention: ["nope"] });
