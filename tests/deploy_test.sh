@@ -283,7 +283,7 @@ for t in hogs:
     t.start()
 for t in hogs:
     t.join()
-time.sleep(2.0)  # many load polls (DEPLOY_POLL_MS=100; 0.5 s was too few on a loaded machine: one stale poll sent 1 of 24 to r1)
+time.sleep(0.5)  # a few load polls (DEPLOY_POLL_MS=100)
 st, body, _ = http("http://%s/load" % a1)
 busy = json.loads(body).get("running", 0) if st == 200 else 0
 new_on_r1 = sum(ask("fresh-%d" % s, "A new session %d" % s)[1] == "r1" for s in range(24))
