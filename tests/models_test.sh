@@ -2,7 +2,9 @@
 # models_test.sh — several models by name in one server (tests/node/models.mjs
 # through the `openai` and `ollama` clients and the Anthropic route):
 # stories260K (--alias stories), a tiny random bert encoder and a tiny qwen3
-# last-token embedder, with --models-max 2 and --models-idle 2. Also: a
+# last-token embedder, with --models-max 2 and --models-idle 2, every load
+# slowed by 0.7 s (--load-delay-ms) so that a request to another model runs
+# during one. Also: a
 # clean exit on SIGTERM with models loaded and unloaded along the way.
 # Env: KVLOOM_BIN, KVLOOM_BUILD (model cache, shared with embed_test.sh),
 # KVLOOM_SHARED. Ends with "N passed, N failed".
@@ -35,7 +37,7 @@ gen "$M/qwen3-emb-tiny.gguf" --arch qwen3 --n-embd 64 --n-layer 2 --n-head 4 --n
 
 IDLE=2
 "$BIN" serve -m "$SHARED/models/stories260K.gguf" --alias stories -m "$M/bert-tiny.gguf" -m "$M/qwen3-emb-tiny.gguf" \
-    --models-max 2 --models-idle $IDLE --kv-mem 64M --check --port 0 --ready-file "$tmp/port" -t 1 2> "$tmp/log" &
+    --models-max 2 --models-idle $IDLE --load-delay-ms 700 --kv-mem 64M --check --port 0 --ready-file "$tmp/port" -t 1 2> "$tmp/log" &
 pid=$!
 i=0
 while [ ! -s "$tmp/port" ] && [ $i -lt 300 ] && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
@@ -49,6 +51,10 @@ if [ -z "$line" ]; then bad "models.mjs: no result"; else
     echo "models.mjs: $p passed, $f failed"; pass=$((pass + p)); fail=$((fail + f))
     [ "$f" -ne 0 ] && { echo "--- server log"; tail -n 40 "$tmp/log"; }
 fi
+# two loads of qwen3-emb-tiny (LRU section, the slow-load section): a
+# request that waited on a load did not start a second one
+n=$(grep -c 'serve: model qwen3-emb-tiny (' "$tmp/log")
+if [ "$n" -eq 2 ]; then pass=$((pass + 1)); else bad "qwen3-emb-tiny loaded $n times, not 2"; fi
 kill -TERM $pid
 i=0
 while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done

@@ -158,7 +158,7 @@ static const char *check_model(routes_ctx *rc, http_exchange *x, json_t *body) {
 }
 
 static const char *model_path(const routes_ctx *rc) {
-    return rc->o->model_path ? rc->o->model_path : SERVER_DEFAULT_MODEL;
+    return rc->model_path ? rc->model_path : SERVER_DEFAULT_MODEL;
 }
 
 static int64_t n_params(const model *m) {
@@ -343,7 +343,10 @@ static void handle_show(routes_ctx *rc, http_exchange *x) {
     char *tmpl = routes_template_source(rc);
     json_t *t = json_string(tmpl);
     free(tmpl);
-    json_t *caps = json_pack("[s, s]", "completion", "tools");
+    /* Ollama's capabilities: an encoder only embeds; a decoder that
+     * declares pooling embeds too */
+    json_t *caps = rc->m->cfg.encoder ? json_pack("[s]", "embedding") : json_pack("[s, s]", "completion", "tools");
+    if (!rc->m->cfg.encoder && rc->m->cfg.pooling != MODEL_POOL_NONE) json_array_append_new(caps, json_string("embedding"));
     if (rc->reasoning) json_array_append_new(caps, json_string("thinking"));
     json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
                           t ? t : json_string(""), "details", details_json(rc), "model_info", model_info_json(rc),

@@ -281,6 +281,10 @@ const char *http_header(const http_exchange *x, const char *name) {
     return MHD_lookup_connection_value(x->conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_query(const http_exchange *x, const char *name) {
+    return MHD_lookup_connection_value(x->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
 bool http_body_announced(const http_exchange *x) { return x->chunked || x->expect_bytes > 0; }
 
 const char *http_body(const http_exchange *x, size_t *n) {

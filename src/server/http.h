@@ -204,6 +204,8 @@ const char *http_method(const http_exchange *x);
 const char *http_path(const http_exchange *x);
 /* A request header (case-insensitive name) or NULL. */
 const char *http_header(const http_exchange *x, const char *name);
+/* A query-string argument (?name=value, percent-decoded), or NULL. */
+const char *http_query(const http_exchange *x, const char *name);
 const char *http_body(const http_exchange *x, size_t *n);
 /* Whether the request has a body: a Content-Length above 0, or chunked.
  * Valid in the precheck (before the body is read) too. */

@@ -29,6 +29,7 @@
 #include "metrics.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define METRICS_MAX_CODES 32
@@ -80,9 +81,51 @@ void metrics_count(metrics *m, int status) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static void gauge(http_buf *b, const char *name, const char *help, const char *type, double v) {
-    http_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+/* A label value with Prometheus's escapes (\\, \", \n) into out. */
+static void label_value(const char *v, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *v && k + 3 < cap; v++) {
+        if (*v == '\\' || *v == '"') out[k++] = '\\';
+        if (*v == '\n') {
+            out[k++] = '\\';
+            out[k++] = 'n';
+        } else {
+            out[k++] = *v;
+        }
+    }
+    out[k] = 0;
 }
+
+/* The labels of model i's samples: {model="NAME",extra} (names NULL: one
+ * model served, unlabelled: {extra}, or nothing without extra). */
+static void labels(const char *const *names, int i, const char *extra, char *out, size_t cap) {
+    char v[600];
+    if (names) label_value(names[i], v, sizeof v);
+    if (names) snprintf(out, cap, "{model=\"%s\"%s%s}", v, extra ? "," : "", extra ? extra : "");
+    else if (extra) snprintf(out, cap, "{%s}", extra);
+    else out[0] = 0;
+}
+
+static void head(http_buf *b, const char *name, const char *help, const char *type) {
+    http_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample(http_buf *b, const char *name, const char *const *names, int i, const char *extra, double v) {
+    char lab[700];
+    labels(names, i, extra, lab, sizeof lab);
+    http_buf_printf(b, "%s%s %.17g\n", name, lab, v);
+}
+
+/* One metric: its header, then one sample per model, `expr` read from
+ * `s`, that model's statistics. */
+#define EACH(b, name, help, type, expr)                                                                                \
+    do {                                                                                                               \
+        head(b, name, help, type);                                                                                     \
+        for (int i_ = 0; i_ < n; i_++) {                                                                               \
+            const engine_stats *s = &st[i_];                                                                           \
+            sample(b, name, names, i_, NULL, (double)(expr));                                                          \
+        }                                                                                                              \
+    } while (0)
 
 static void hist_observe(hist_t *h, double x) {
     for (int i = 0; i < METRICS_HIST_BUCKETS; i++)
@@ -118,21 +161,23 @@ double metrics_kv_usage(const engine_stats *st) {
 }
 
 /* The gateway names (vLLM's), from the same snapshot as kvloom's own. */
-static void render_gateway(const engine_stats *st, http_buf *b) {
-    gauge(b, "vllm:num_requests_running", "Requests running (= kvloom_requests_running).", "gauge", st->n_running);
-    gauge(b, "vllm:num_requests_waiting", "Requests waiting (= kvloom_requests_waiting).", "gauge", st->n_waiting);
-    gauge(b, "vllm:kv_cache_usage_perc",
-          "KV pool share held by requests and pins, 0-1 (the idle prefix cache counts as free).", "gauge",
-          metrics_kv_usage(st));
-    http_buf_printf(b, "# HELP vllm:cache_config_info KV cache configuration (labels).\n"
-                       "# TYPE vllm:cache_config_info gauge\n"
-                       "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\",cache_dtype=\"f16\","
-                       "enable_prefix_caching=\"True\"} 1\n",
-                    st->kv_block_tokens, st->kv_blocks_total);
-    gauge(b, "vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter",
-          (double)st->prompt_tokens_total);
-    gauge(b, "vllm:prefix_cache_hits_total", "Of those, tokens found (RAM or disk tier).", "counter",
-          (double)st->prompt_tokens_cached_total);
+static void render_gateway(const engine_stats *st, const char *const *names, int n, http_buf *b) {
+    EACH(b, "vllm:num_requests_running", "Requests running (= kvloom_requests_running).", "gauge", s->n_running);
+    EACH(b, "vllm:num_requests_waiting", "Requests waiting (= kvloom_requests_waiting).", "gauge", s->n_waiting);
+    EACH(b, "vllm:kv_cache_usage_perc",
+         "KV pool share held by requests and pins, 0-1 (the idle prefix cache counts as free).", "gauge",
+         metrics_kv_usage(s));
+    head(b, "vllm:cache_config_info", "KV cache configuration (labels).", "gauge");
+    for (int i = 0; i < n; i++) {
+        char extra[200];
+        snprintf(extra, sizeof extra, "block_size=\"%d\",num_gpu_blocks=\"%d\",cache_dtype=\"f16\","
+                 "enable_prefix_caching=\"True\"", st[i].kv_block_tokens, st[i].kv_blocks_total);
+        sample(b, "vllm:cache_config_info", names, i, extra, 1);
+    }
+    EACH(b, "vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter",
+         (double)s->prompt_tokens_total);
+    EACH(b, "vllm:prefix_cache_hits_total", "Of those, tokens found (RAM or disk tier).", "counter",
+         (double)s->prompt_tokens_cached_total);
 }
 
 /* (called with m->mu held) */
@@ -147,101 +192,111 @@ static void hist(http_buf *b, const char *name, const char *help, const hist_t *
                     (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
 }
 
-void metrics_render(metrics *m, const engine_stats *st, http_buf *b) {
-    gauge(b, "kvloom_requests_running", "Requests admitted to the engine and not finished.", "gauge", st->n_running);
-    gauge(b, "kvloom_requests_waiting", "Requests queued, preempted or waiting for a shared block.", "gauge",
-          st->n_waiting);
-    gauge(b, "kvloom_prompt_tokens_total", "Prompt tokens of admitted requests.", "counter",
-          (double)st->prompt_tokens_total);
-    gauge(b, "kvloom_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.", "counter",
-          (double)st->prompt_tokens_cached_total);
-    gauge(b, "kvloom_prompt_tokens_computed_total",
-          "Prompt tokens run through the model (prefill, including recomputation after preemption).", "counter",
-          (double)st->prompt_tokens_computed_total);
-    gauge(b, "kvloom_generation_tokens_total", "Generated tokens.", "counter", (double)st->generation_tokens_total);
-    gauge(b, "kvloom_preemptions_total", "Sequences preempted because the KV pool was full.", "counter",
-          (double)st->preemptions_total);
-    gauge(b, "kvloom_engine_steps_total", "Batches run by the engine.", "counter", (double)st->steps_total);
-    gauge(b, "kvloom_requests_stalled_total",
-          "Requests cancelled because their client took none of their output for --stall-timeout seconds.",
-          "counter", (double)st->stalled_total);
-    gauge(b, "kvloom_constrained_tokens_total", "Tokens sampled under a grammar mask (tools, JSON schemas).", "counter",
-          (double)st->constrained_tokens_total);
-    gauge(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",
-          (double)st->forced_tokens_total);
+void metrics_render(metrics *m, const engine_stats *st, const char *const *names, int n, http_buf *b) {
+    EACH(b, "kvloom_requests_running", "Requests admitted to the engine and not finished.", "gauge", s->n_running);
+    EACH(b, "kvloom_requests_waiting", "Requests queued, preempted or waiting for a shared block.", "gauge",
+         s->n_waiting);
+    EACH(b, "kvloom_prompt_tokens_total", "Prompt tokens of admitted requests.", "counter",
+         (double)s->prompt_tokens_total);
+    EACH(b, "kvloom_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.", "counter",
+         (double)s->prompt_tokens_cached_total);
+    EACH(b, "kvloom_prompt_tokens_computed_total",
+         "Prompt tokens run through the model (prefill, including recomputation after preemption).", "counter",
+         (double)s->prompt_tokens_computed_total);
+    EACH(b, "kvloom_generation_tokens_total", "Generated tokens.", "counter", (double)s->generation_tokens_total);
+    EACH(b, "kvloom_preemptions_total", "Sequences preempted because the KV pool was full.", "counter",
+         (double)s->preemptions_total);
+    EACH(b, "kvloom_engine_steps_total", "Batches run by the engine.", "counter", (double)s->steps_total);
+    EACH(b, "kvloom_requests_stalled_total",
+         "Requests cancelled because their client took none of their output for --stall-timeout seconds.",
+         "counter", (double)s->stalled_total);
+    EACH(b, "kvloom_constrained_tokens_total", "Tokens sampled under a grammar mask (tools, JSON schemas).", "counter",
+         (double)s->constrained_tokens_total);
+    EACH(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",
+         (double)s->forced_tokens_total);
     /* speculative decoding: per drafter (only the server's --spec drafter
      * counts; the others stay 0) */
-    if (st->spec_kind != DRAFT_OFF) {
-        const char *dn = draft_kind_name((draft_kind)st->spec_kind);
-        http_buf_printf(b,
-                        "# HELP kvloom_spec_drafted_tokens_total Draft tokens verified by speculative decoding.\n"
-                        "# TYPE kvloom_spec_drafted_tokens_total counter\n"
-                        "kvloom_spec_drafted_tokens_total{drafter=\"%s\"} %llu\n"
-                        "# HELP kvloom_spec_accepted_tokens_total Draft tokens accepted (equal to the token sampled "
-                        "at their position).\n"
-                        "# TYPE kvloom_spec_accepted_tokens_total counter\n"
-                        "kvloom_spec_accepted_tokens_total{drafter=\"%s\"} %llu\n",
-                        dn, (unsigned long long)st->spec_drafted_tokens_total[st->spec_kind], dn,
-                        (unsigned long long)st->spec_accepted_tokens_total[st->spec_kind]);
-        gauge(b, "kvloom_spec_global_outputs", "Earlier outputs in the suffix drafter's global store.", "gauge",
-              st->spec_global_seqs);
-        gauge(b, "kvloom_spec_global_bytes", "Memory of the suffix drafter's global store.", "gauge",
-              (double)st->spec_global_bytes);
-        gauge(b, "kvloom_spec_global_evicted_total", "Outputs evicted from the suffix drafter's global store.",
-              "counter", (double)st->spec_global_evicted_total);
+    bool spec = false;
+    for (int i = 0; i < n; i++) spec |= st[i].spec_kind != DRAFT_OFF;
+    if (spec) {
+        head(b, "kvloom_spec_drafted_tokens_total", "Draft tokens verified by speculative decoding.", "counter");
+        for (int i = 0; i < n; i++) {
+            char extra[64];
+            snprintf(extra, sizeof extra, "drafter=\"%s\"", draft_kind_name((draft_kind)st[i].spec_kind));
+            sample(b, "kvloom_spec_drafted_tokens_total", names, i, extra,
+                   (double)st[i].spec_drafted_tokens_total[st[i].spec_kind]);
+        }
+        head(b, "kvloom_spec_accepted_tokens_total",
+             "Draft tokens accepted (equal to the token sampled at their position).", "counter");
+        for (int i = 0; i < n; i++) {
+            char extra[64];
+            snprintf(extra, sizeof extra, "drafter=\"%s\"", draft_kind_name((draft_kind)st[i].spec_kind));
+            sample(b, "kvloom_spec_accepted_tokens_total", names, i, extra,
+                   (double)st[i].spec_accepted_tokens_total[st[i].spec_kind]);
+        }
+        EACH(b, "kvloom_spec_global_outputs", "Earlier outputs in the suffix drafter's global store.", "gauge",
+             s->spec_global_seqs);
+        EACH(b, "kvloom_spec_global_bytes", "Memory of the suffix drafter's global store.", "gauge",
+             (double)s->spec_global_bytes);
+        EACH(b, "kvloom_spec_global_evicted_total", "Outputs evicted from the suffix drafter's global store.",
+             "counter", (double)s->spec_global_evicted_total);
     }
-    gauge(b, "kvloom_decode_passes_total",
-          "Sequence-steps that sampled a token (generated tokens per pass: speculative decoding's gain).", "counter",
-          (double)st->decode_passes_total);
-    gauge(b, "kvloom_grammar_mask_seconds_total", "Time spent computing grammar masks.", "counter",
-          (double)st->mask_ns_total / 1e9);
-    gauge(b, "kvloom_kv_blocks_total", "KV blocks in the pool.", "gauge", st->kv_blocks_total);
-    gauge(b, "kvloom_kv_blocks_used", "KV blocks holding a reference (requests or the prefix cache).", "gauge",
-          st->kv_blocks_used);
-    gauge(b, "kvloom_kv_blocks_cached", "KV blocks indexed by the prefix cache.", "gauge", st->kv_blocks_cached);
-    gauge(b, "kvloom_kv_disk_blocks", "KV blocks on disk (--kv-disk).", "gauge", (double)st->kv_disk_blocks);
-    gauge(b, "kvloom_kv_disk_bytes", "Bytes of the KV block files on disk.", "gauge", (double)st->kv_disk_bytes);
-    gauge(b, "kvloom_kv_disk_read_bytes_total", "Bytes of KV block files read back from disk.", "counter",
-          (double)st->kv_disk_read_bytes_total);
-    gauge(b, "kvloom_kv_disk_written_bytes_total", "Bytes of KV block files written to disk.", "counter",
-          (double)st->kv_disk_written_bytes_total);
-    gauge(b, "kvloom_kv_disk_restored_tokens_total",
-          "Prompt tokens whose KV was read back from disk instead of recomputed.", "counter",
-          (double)st->kv_disk_restored_tokens_total);
-    gauge(b, "kvloom_kv_hint_prefetched_tokens_total",
-          "Of those, tokens read back ahead of an agent's return announced by kv_hint next_use_s.", "counter",
-          (double)st->kv_hint_prefetched_tokens_total);
-    http_buf_printf(b, "# HELP kvloom_kv_disk_rejected_total KV block files never served: corrupt (deleted) or "
-                       "of another model or format version (ignored).\n"
-                       "# TYPE kvloom_kv_disk_rejected_total counter\n"
-                       "kvloom_kv_disk_rejected_total{reason=\"corrupt\"} %llu\n"
-                       "kvloom_kv_disk_rejected_total{reason=\"foreign\"} %llu\n",
-                    (unsigned long long)st->kv_disk_rejected_corrupt_total,
-                    (unsigned long long)st->kv_disk_rejected_foreign_total);
-    gauge(b, "kvloom_kv_disk_write_errors_total", "KV block writes that failed (a full disk): recomputed later.",
-          "counter", (double)st->kv_disk_write_errors_total);
-    gauge(b, "kvloom_kv_disk_writes_dropped_total", "KV blocks not written: the I/O queue was full or a file is "
-          "larger than --kv-disk-size.", "counter", (double)st->kv_disk_writes_dropped_total);
-    gauge(b, "kvloom_kv_evicted_blocks_total", "Cached KV blocks given back to the pool (least recently used first).",
-          "counter", (double)st->kv_evicted_blocks_total);
-    gauge(b, "kvloom_kv_pins", "Finished turns whose KV blocks are pinned for the agent's return (--kv-policy agent).",
-          "gauge", st->kv_pins);
-    gauge(b, "kvloom_kv_pinned_blocks", "KV block references held by pins.", "gauge", st->kv_pinned_blocks);
-    http_buf_printf(b, "# HELP kvloom_kv_pins_released_total Pins ended, by reason: resumed (the agent came back), "
-                       "expired (TTL), yielded (the pool needed the blocks), superseded (a newer turn of the session), "
-                       "hint (kv_hint done / kv_ttl 0).\n# TYPE kvloom_kv_pins_released_total counter\n");
-    for (int i = 0; i < KVPOL_N_REASONS; i++)
-        http_buf_printf(b, "kvloom_kv_pins_released_total{reason=\"%s\"} %llu\n", kvpolicy_reason_names[i],
-                        (unsigned long long)st->kv_pins_released_total[i]);
-    gauge(b, "kvloom_kv_ttl_error_seconds_sum", "Sum over resumed pins of |predicted - observed| return gap.", "counter",
-          st->kv_ttl_error_seconds_sum);
-    gauge(b, "kvloom_kv_ttl_error_seconds_count", "Resumed pins whose return gap was predicted.", "counter",
-          (double)st->kv_ttl_error_count);
+    EACH(b, "kvloom_decode_passes_total",
+         "Sequence-steps that sampled a token (generated tokens per pass: speculative decoding's gain).", "counter",
+         (double)s->decode_passes_total);
+    EACH(b, "kvloom_grammar_mask_seconds_total", "Time spent computing grammar masks.", "counter",
+         (double)s->mask_ns_total / 1e9);
+    EACH(b, "kvloom_kv_blocks_total", "KV blocks in the pool.", "gauge", s->kv_blocks_total);
+    EACH(b, "kvloom_kv_blocks_used", "KV blocks holding a reference (requests or the prefix cache).", "gauge",
+         s->kv_blocks_used);
+    EACH(b, "kvloom_kv_blocks_cached", "KV blocks indexed by the prefix cache.", "gauge", s->kv_blocks_cached);
+    EACH(b, "kvloom_kv_disk_blocks", "KV blocks on disk (--kv-disk).", "gauge", (double)s->kv_disk_blocks);
+    EACH(b, "kvloom_kv_disk_bytes", "Bytes of the KV block files on disk.", "gauge", (double)s->kv_disk_bytes);
+    EACH(b, "kvloom_kv_disk_read_bytes_total", "Bytes of KV block files read back from disk.", "counter",
+         (double)s->kv_disk_read_bytes_total);
+    EACH(b, "kvloom_kv_disk_written_bytes_total", "Bytes of KV block files written to disk.", "counter",
+         (double)s->kv_disk_written_bytes_total);
+    EACH(b, "kvloom_kv_disk_restored_tokens_total",
+         "Prompt tokens whose KV was read back from disk instead of recomputed.", "counter",
+         (double)s->kv_disk_restored_tokens_total);
+    EACH(b, "kvloom_kv_hint_prefetched_tokens_total",
+         "Of those, tokens read back ahead of an agent's return announced by kv_hint next_use_s.", "counter",
+         (double)s->kv_hint_prefetched_tokens_total);
+    head(b, "kvloom_kv_disk_rejected_total",
+         "KV block files never served: corrupt (deleted) or of another model or format version (ignored).", "counter");
+    for (int i = 0; i < n; i++) {
+        sample(b, "kvloom_kv_disk_rejected_total", names, i, "reason=\"corrupt\"",
+               (double)st[i].kv_disk_rejected_corrupt_total);
+        sample(b, "kvloom_kv_disk_rejected_total", names, i, "reason=\"foreign\"",
+               (double)st[i].kv_disk_rejected_foreign_total);
+    }
+    EACH(b, "kvloom_kv_disk_write_errors_total", "KV block writes that failed (a full disk): recomputed later.",
+         "counter", (double)s->kv_disk_write_errors_total);
+    EACH(b, "kvloom_kv_disk_writes_dropped_total", "KV blocks not written: the I/O queue was full or a file is "
+         "larger than --kv-disk-size.", "counter", (double)s->kv_disk_writes_dropped_total);
+    EACH(b, "kvloom_kv_evicted_blocks_total", "Cached KV blocks given back to the pool (least recently used first).",
+         "counter", (double)s->kv_evicted_blocks_total);
+    EACH(b, "kvloom_kv_pins", "Finished turns whose KV blocks are pinned for the agent's return (--kv-policy agent).",
+         "gauge", s->kv_pins);
+    EACH(b, "kvloom_kv_pinned_blocks", "KV block references held by pins.", "gauge", s->kv_pinned_blocks);
+    head(b, "kvloom_kv_pins_released_total",
+         "Pins ended, by reason: resumed (the agent came back), expired (TTL), yielded (the pool needed the blocks), "
+         "superseded (a newer turn of the session), hint (kv_hint done / kv_ttl 0).", "counter");
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < KVPOL_N_REASONS; r++) {
+            char extra[64];
+            snprintf(extra, sizeof extra, "reason=\"%s\"", kvpolicy_reason_names[r]);
+            sample(b, "kvloom_kv_pins_released_total", names, i, extra, (double)st[i].kv_pins_released_total[r]);
+        }
+    EACH(b, "kvloom_kv_ttl_error_seconds_sum", "Sum over resumed pins of |predicted - observed| return gap.", "counter",
+         s->kv_ttl_error_seconds_sum);
+    EACH(b, "kvloom_kv_ttl_error_seconds_count", "Resumed pins whose return gap was predicted.", "counter",
+         (double)s->kv_ttl_error_count);
     pthread_mutex_lock(&m->mu);
     hist(b, "kvloom_time_to_first_token_seconds", "Time from submission to the first generated token.", &m->ttft);
     hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &m->tpot);
     pthread_mutex_unlock(&m->mu);
-    render_gateway(st, b);
+    render_gateway(st, names, n, b);
     http_buf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"
                        "# TYPE kvloom_requests_total counter\n");
     pthread_mutex_lock(&m->mu);

@@ -28,7 +28,10 @@ double metrics_ttft_recent(metrics *m);
 /* The share of the KV pool a new request cannot have: blocks held by running
  * or waiting requests or pins, not the idle prefix cache (0-1). */
 double metrics_kv_usage(const engine_stats *st);
-/* Appends the whole exposition (text/plain; version=0.0.4) to out. */
-void metrics_render(metrics *m, const engine_stats *st, http_buf *out);
+/* Appends the whole exposition (text/plain; version=0.0.4) to out: the
+ * engine metrics of n models (st[i]), each sample labelled
+ * model="names[i]" (names NULL: one model served, n 1, no label), then the
+ * server's own (HTTP, latency histograms) once. */
+void metrics_render(metrics *m, const engine_stats *st, const char *const *names, int n, http_buf *out);
 
 #endif

@@ -21,14 +21,13 @@
 #include "apis.h"
 #include "constrain.h"
 
-#define MODELS_MAX 256
-
 struct models_entry {
     models *ms;
     char name[256];
     char *path;          /* owned                                         */
     const char *alias;   /* --alias given for it (argv), or NULL          */
     routes_ctx *rc;      /* loaded: its context; NULL unloaded            */
+    bool loading;        /* a thread is loading it, without mu (models.h) */
     int refs;            /* requests holding it                           */
     int64_t last_used_ns;
     int64_t load_ms;     /* how long its last load took                   */
@@ -47,8 +46,10 @@ struct models {
     const server_opts *o;
     const routes_ctx *shared;
     models_entry *v[MODELS_MAX];
-    int n, n_loaded, max_loaded;
+    int n, n_loaded, max_loaded; /* n_loaded counts the ones loading too */
+    bool stopped;
     pthread_mutex_t mu;
+    pthread_cond_t loaded; /* broadcast when a load ends */
 };
 
 /* The default KV pool (no --kv-mem): one full context of the model plus a
@@ -127,6 +128,7 @@ int models_new(const server_opts *o, const routes_ctx *shared, models **out, err
     ms->o = o;
     ms->shared = shared;
     pthread_mutex_init(&ms->mu, NULL);
+    pthread_cond_init(&ms->loaded, NULL);
     int r = 0;
     for (int i = 0; i < o->n_models && !r; i++) r = add_entry(ms, o->model_paths[i], o->model_aliases[i], e);
     if (!r && o->models_dir) {
@@ -174,12 +176,21 @@ static void entry_unload(models_entry *en) {
     en->tk = NULL, en->m = NULL;
 }
 
-/* Loads en (mu held). 0, or <0 with e (the half-built parts freed). */
-static int entry_load(models *ms, models_entry *en, err_t *e) {
+/* Loads en without mu (en->loading keeps every other thread off its
+ * fields): builds its routes_ctx in *out, which the caller publishes as
+ * en->rc under mu. free_slots: the resident slots not taken when the load
+ * began (the KV budget's share). 0, or <0 with e (the half-built parts
+ * freed). */
+static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx **out, err_t *e) {
     const server_opts *o = ms->o;
     const char *path = en->path;
     int64_t t0 = clock_ns();
     int rcode;
+    *out = NULL;
+    if (o->load_delay_ms > 0) { /* testing: a load slow enough to serve beside */
+        struct timespec ts = {o->load_delay_ms / 1000, (long)(o->load_delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     if ((rcode = model_load(path, &en->m, e)) < 0) {
         err_prefix(e, "cannot load model");
         goto fail;
@@ -246,7 +257,7 @@ static int entry_load(models *ms, models_entry *en, err_t *e) {
      * one context out of what the free slots may take of the free memory */
     int slots = ms->n > 1 ? ms->max_loaded : 1;
     eo.kv_mem_bytes = o->kv_mem_bytes ? o->kv_mem_bytes / (size_t)slots
-                                      : kv_auto_bytes(en->m, o, ms->n > 1 ? slots - ms->n_loaded : 1);
+                                      : kv_auto_bytes(en->m, o, ms->n > 1 ? free_slots : 1);
     eo.block_tokens = o->block_tokens;
     eo.max_batch_tokens = o->max_batch_tokens;
     eo.max_running = o->max_running;
@@ -280,9 +291,10 @@ static int entry_load(models *ms, models_entry *en, err_t *e) {
     } else if ((rcode = engine_new(en->m, &eo, &en->en, e)) < 0) {
         goto fail;
     }
-    routes_ctx *rc = en->rc = xmalloc(sizeof *rc);
+    routes_ctx *rc = *out = xmalloc(sizeof *rc);
     memcpy(rc, ms->shared, sizeof *rc);
     rc->m = en->m;
+    rc->model_path = en->path;
     rc->tok = en->tk;
     rc->chat = chat;
     rc->tool_format = tool_format;
@@ -313,9 +325,10 @@ static int entry_load(models *ms, models_entry *en, err_t *e) {
                  en->name, path,
                  en->m->cfg.pooling == MODEL_POOL_CLS ? "cls" : en->m->cfg.pooling == MODEL_POOL_LAST ? "last" : "mean",
                  en->m->cfg.n_ctx_train, eo.n_threads, (long long)en->load_ms);
-    ms->n_loaded++;
     return 0;
 fail:
+    free(*out);
+    *out = NULL;
     entry_unload(en);
     return rcode < 0 ? rcode : ERR_INVALID;
 }
@@ -344,9 +357,18 @@ static void entry_drop(models *ms, models_entry *en, const char *why) {
     ms->n_loaded--;
 }
 
-/* mu held: makes en loaded (unloading the LRU idle one when full). */
+/* mu held: makes en loaded (unloading the LRU idle one when full). The
+ * load itself runs with mu released, so requests to the other models go on
+ * meanwhile; a second request for a model being loaded waits for that load
+ * instead of starting another. */
 static int ensure_loaded(models *ms, models_entry *en, int *status, char *msg, size_t cap) {
+    while (en->loading) pthread_cond_wait(&ms->loaded, &ms->mu);
     if (en->rc) return 0;
+    if (ms->stopped) {
+        *status = 503;
+        snprintf(msg, cap, "the server is shutting down");
+        return -1;
+    }
     if (ms->n_loaded >= ms->max_loaded) {
         models_entry *lru = NULL;
         for (int i = 0; i < ms->n; i++) {
@@ -362,7 +384,18 @@ static int ensure_loaded(models *ms, models_entry *en, int *status, char *msg, s
         entry_drop(ms, lru, "least recently used, --models-max reached");
     }
     err_t e = {0};
-    if (entry_load(ms, en, &e) < 0) {
+    routes_ctx *rc = NULL;
+    int free_slots = ms->max_loaded - ms->n_loaded;
+    en->loading = true;
+    ms->n_loaded++; /* the slot is taken from now on */
+    pthread_mutex_unlock(&ms->mu);
+    int r = entry_load(ms, en, free_slots, &rc, &e);
+    pthread_mutex_lock(&ms->mu);
+    en->loading = false;
+    en->rc = rc;
+    if (r < 0) ms->n_loaded--;
+    pthread_cond_broadcast(&ms->loaded);
+    if (r < 0) {
         log_error("serve: model %s (%s): %s", en->name, en->path, e.msg);
         *status = 503;
         snprintf(msg, cap, "cannot load the model '%s': %s", en->name, e.msg);
@@ -377,14 +410,6 @@ static models_entry *mru_loaded(models *ms) {
     for (int i = 0; i < ms->n; i++)
         if (ms->v[i]->rc && (!en || ms->v[i]->last_used_ns > en->last_used_ns)) en = ms->v[i];
     return en;
-}
-
-routes_ctx *models_acquire_loaded(models *ms) {
-    pthread_mutex_lock(&ms->mu);
-    models_entry *en = mru_loaded(ms);
-    if (en) en->refs++;
-    pthread_mutex_unlock(&ms->mu);
-    return en ? en->rc : NULL;
 }
 
 routes_ctx *models_acquire(models *ms, const char *name, int *status, char *msg, size_t cap) {
@@ -443,6 +468,9 @@ int models_unload(models *ms, const char *name, int *status, char *msg, size_t c
     } else if (ms->n == 1) {
         *status = 400;
         snprintf(msg, cap, "the only model served cannot be unloaded");
+    } else if (en->loading) {
+        *status = 409;
+        snprintf(msg, cap, "the model '%s' is being loaded", en->name);
     } else if (en->refs > 0) {
         *status = 409;
         snprintf(msg, cap, "the model '%s' is serving %d request%s", en->name, en->refs, en->refs == 1 ? "" : "s");
@@ -465,6 +493,21 @@ void models_tick(models *ms) {
     pthread_mutex_unlock(&ms->mu);
 }
 
+int models_stats(models *ms, const char *name, engine_stats *st, const char **names, int cap) {
+    pthread_mutex_lock(&ms->mu);
+    models_entry *only = name ? find(ms, name) : NULL;
+    int n = name && !only ? -1 : 0;
+    for (int i = 0; i < ms->n && n >= 0 && n < cap; i++) {
+        models_entry *en = ms->v[i];
+        if (!en->rc || (only && en != only)) continue;
+        memset(&st[n], 0, sizeof st[n]);
+        if (en->en) engine_get_stats(en->en, &st[n]); /* an encoder has no KV pool */
+        names[n++] = en->name;
+    }
+    pthread_mutex_unlock(&ms->mu);
+    return n;
+}
+
 /* ---- listings ---- */
 
 static void iso_time(time_t t, char *buf, size_t cap) {
@@ -480,11 +523,13 @@ json_t *models_list_json(models *ms, int style) {
         models_entry *en = ms->v[i];
         struct stat sb;
         bool have = stat(en->path, &sb) == 0;
+        const model *m = en->rc ? en->m : NULL; /* a load in progress owns en->m */
         json_t *o;
         if (style == MODELS_OLLAMA_PS && !en->rc) continue;
         if (style == MODELS_OPENAI) {
             o = json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", en->name, "object", "model", "created",
-                          (json_int_t)ms->shared->created, "owned_by", "kvloom", "status", en->rc ? "loaded" : "unloaded");
+                          (json_int_t)ms->shared->created, "owned_by", "kvloom", "status",
+                          en->rc ? "loaded" : en->loading ? "loading" : "unloaded");
             if (en->rc)
                 json_object_set_new(o, "meta",
                                     json_pack("{s:i, s:i, s:I}", "n_vocab", en->m->cfg.n_vocab, "n_ctx",
@@ -497,7 +542,7 @@ json_t *models_list_json(models *ms, int style) {
             snprintf(tag, sizeof tag, "%s:latest", en->name);
             o = json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:s}}", "name", tag, "model", tag, "size",
                           (json_int_t)(have ? sb.st_size : 0), "digest", "", "details", "format", "gguf", "family",
-                          en->m ? en->m->cfg.arch_name : "");
+                          m ? m->cfg.arch_name : "");
             if (style == MODELS_OLLAMA_TAGS) {
                 json_object_set_new(o, "modified_at", json_string(mt));
             } else {
@@ -519,6 +564,13 @@ json_t *models_list_json(models *ms, int style) {
 
 void models_stop(models *ms) {
     pthread_mutex_lock(&ms->mu);
+    ms->stopped = true; /* no load starts from now on */
+    while (true) { /* nor is one under way */
+        bool loading = false;
+        for (int i = 0; i < ms->n; i++) loading |= ms->v[i]->loading;
+        if (!loading) break;
+        pthread_cond_wait(&ms->loaded, &ms->mu);
+    }
     for (int i = 0; i < ms->n; i++) {
         if (ms->v[i]->en) engine_stop(ms->v[i]->en);
         if (ms->v[i]->enc) encoder_stop(ms->v[i]->enc);
@@ -534,5 +586,6 @@ void models_free(models *ms) {
         free(ms->v[i]);
     }
     pthread_mutex_destroy(&ms->mu);
+    pthread_cond_destroy(&ms->loaded);
     free(ms);
 }

@@ -22,8 +22,10 @@
  * slots. Each engine has its own prefix tree, so prefixes never cross
  * models; with --kv-disk each model has its own subdirectory (its name).
  *
- * Thread safety: every function may be called from any thread (one mutex;
- * a load runs under it, so other requests wait for the load too).
+ * Thread safety: every function may be called from any thread (one mutex).
+ * A load runs with the mutex released (the entry marked loading, its slot
+ * taken): requests to the other models are served meanwhile, and the
+ * requests for the model being loaded wait for that one load.
  */
 #ifndef KVLOOM_MODELS_H
 #define KVLOOM_MODELS_H
@@ -32,6 +34,9 @@
 
 #include "routes.h"
 #include "server.h"
+
+/* At most this many models in one list. */
+#define MODELS_MAX 256
 
 typedef struct models models;
 typedef struct models_entry models_entry;
@@ -48,9 +53,6 @@ int models_count(const models *ms);
  * recently used idle model when --models-max are loaded). NULL on failure
  * with the HTTP status (404 unknown name, 503 cannot load now) and msg. */
 routes_ctx *models_acquire(models *ms, const char *name, int *status, char *msg, size_t cap);
-/* The most recently used loaded model with a reference, or NULL (never
- * loads: /metrics). */
-routes_ctx *models_acquire_loaded(models *ms);
 /* Drops the reference models_acquire took (rc->entry; NULL entry: no-op). */
 void models_release(routes_ctx *rc);
 
@@ -62,6 +64,13 @@ int models_unload(models *ms, const char *name, int *status, char *msg, size_t c
 /* Unloads models idle for --models-idle seconds (0: never); the server's
  * main loop calls it about once a second. */
 void models_tick(models *ms);
+
+/* Engine statistics of the loaded models, for /metrics and /load: only
+ * `name`'s (none while it is not loaded) or, name NULL, every loaded
+ * model's, at most cap of them, with their names in names[] (valid as long
+ * as the list). Returns how many, or -1 when `name` is not served. An
+ * encoder reports zeros (it has no KV pool). Never loads. */
+int models_stats(models *ms, const char *name, engine_stats *st, const char **names, int cap);
 
 /* Listings: the OpenAI /v1/models list (each with "status": "loaded" or
  * "unloaded"), Ollama's /api/tags (every model) and /api/ps (loaded ones). */

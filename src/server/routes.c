@@ -218,11 +218,42 @@ static void handle_model_list(routes_ctx *root, http_exchange *x, const char *wh
     json_decref(o);
 }
 
-static void handle_metrics(routes_ctx *rc, http_exchange *x) {
-    engine_stats st = {0};
-    if (rc->en) engine_get_stats(rc->en, &st);
+/* The engine statistics /metrics and /load report: ?model=NAME's, else
+ * every loaded model's (models_stats). NULL when it answered a 404 (an
+ * unknown name); *n how many, *names NULL when one model is served (no
+ * labels). */
+static engine_stats *route_stats(routes_ctx *root, http_exchange *x, const char ***names, int *n) {
+    const char *want = models_count(root->models) > 1 ? http_query(x, "model") : NULL;
+    engine_stats *st = xcalloc(MODELS_MAX, sizeof *st);
+    *names = xcalloc(MODELS_MAX, sizeof **names);
+    *n = models_stats(root->models, want, st, *names, MODELS_MAX);
+    if (*n < 0) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "the model '%.200s' does not exist (GET /v1/models lists them)", want);
+        reply_error(x, 404, msg, "model", "model_not_found");
+        free(st);
+        free(*names);
+        return NULL;
+    }
+    if (models_count(root->models) == 1) {
+        free(*names);
+        *names = NULL;
+    }
+    return st;
+}
+
+/* GET /metrics[?model=NAME]: with several models served, each engine metric
+ * has one sample per loaded model, labelled model="NAME" (models.h). */
+static void handle_metrics(routes_ctx *root, http_exchange *x) {
+    const char **names;
+    int n;
+    engine_stats *st = route_stats(root, x, &names, &n);
+    if (!st) return;
+    routes_ctx *rc = root;
     http_buf b = {0};
-    metrics_render(rc->met, &st, &b);
+    metrics_render(rc->met, st, names, n, &b);
+    free(st);
+    free(names);
     http_stats hs;
     http_get_stats(x, &hs);
     http_buf_printf(&b,
@@ -255,14 +286,40 @@ static void handle_metrics(routes_ctx *rc, http_exchange *x) {
 
 /* GET /load: what a load balancer polls (deploy/haproxy/kvloom.lua) between
  * health checks, small and without the API key like /health. */
-static void handle_load(routes_ctx *rc, http_exchange *x) {
-    engine_stats st = {0};
-    if (rc->en) engine_get_stats(rc->en, &st);
-    char body[256];
-    int n = snprintf(body, sizeof body,
-                     "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f}",
-                     st.n_running, st.n_waiting, metrics_kv_usage(&st), metrics_ttft_recent(rc->met));
-    http_reply(x, 200, "application/json", body, (size_t)n, NULL, NULL);
+/* With several models: ?model=NAME's numbers, else the sums over the
+ * loaded models (kv_usage: the fullest pool's, since a request lands in
+ * one), and "models": each loaded model's own. */
+static void handle_load(routes_ctx *root, http_exchange *x) {
+    const char **names;
+    int n;
+    engine_stats *st = route_stats(root, x, &names, &n);
+    if (!st) return;
+    int running = 0, waiting = 0;
+    double kv = 0;
+    http_buf per = {0};
+    for (int i = 0; i < n; i++) {
+        running += st[i].n_running;
+        waiting += st[i].n_waiting;
+        kv = MAX(kv, metrics_kv_usage(&st[i]));
+        if (names) { /* names: file names or --alias, JSON-escaped by jansson */
+            json_t *k = json_string(names[i]);
+            char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+            http_buf_printf(&per, "%s%s:{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f}", per.n ? "," : "",
+                            ks ? ks : "\"?\"", st[i].n_running, st[i].n_waiting, metrics_kv_usage(&st[i]));
+            free(ks);
+            json_decref(k);
+        }
+    }
+    http_buf b = {0};
+    http_buf_printf(&b, "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f", running, waiting,
+                    kv, metrics_ttft_recent(root->met));
+    if (names) http_buf_printf(&b, ",\"models\":{%s}", per.p ? per.p : "");
+    http_buf_printf(&b, "}");
+    http_reply(x, 200, "application/json", b.p, b.n, NULL, NULL);
+    http_buf_free(&b);
+    http_buf_free(&per);
+    free(st);
+    free(names);
 }
 
 static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
@@ -396,7 +453,7 @@ static void handle_props(routes_ctx *rc, http_exchange *x) {
                           "s:s, s:b}",
                           "default_generation_settings", "params", params, "n_ctx", embed_n_ctx(rc),
                           "total_slots", rc->o->max_running, "model_alias", rc->model_id, "model_path",
-                          rc->o->model_path ? rc->o->model_path : SERVER_DEFAULT_MODEL, "modalities", "vision", 0,
+                          rc->model_path ? rc->model_path : SERVER_DEFAULT_MODEL, "modalities", "vision", 0,
                           "audio", 0, "endpoint_slots", 0, "endpoint_props", 1, "endpoint_metrics", 1, "webui",
                           !rc->o->no_webui, "chat_template", tmpl, "bos_token", oai_text_json(bos ? bos : "", bos ? strlen(bos) : 0),
                           "eos_token", oai_text_json(eos ? eos : "", eos ? strlen(eos) : 0), "build_info",
@@ -666,12 +723,7 @@ static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *
     case R_MODELS: case R_MODEL:
         if (multi) return root;
         break;
-    case R_METRICS: case R_LOAD:
-        if (multi) {
-            routes_ctx *rc = models_acquire_loaded(ms);
-            return rc ? rc : root;
-        }
-        break;
+    case R_METRICS: case R_LOAD: return root; /* per model, never loading one (route_stats) */
     case R_OLLAMA:
         if (!strcmp(path, "/api/ps") || !strcmp(path, "/api/version") || (multi && !strcmp(path, "/api/tags")) ||
             !strcmp(path, "/api/pull") || !strcmp(path, "/api/push") || !strcmp(path, "/api/create") ||
@@ -683,8 +735,17 @@ static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *
     char name[300];
     const char *want = NULL;
     if (multi && !strcmp(http_method(x), "POST")) want = body_model(x, name, sizeof name);
+    if (multi && rt->id == R_PROPS) want = http_query(x, "model"); /* llama-server's router: GET /props?model= */
     int st = 0;
     char msg[700];
+    if (multi && !want && (rt->id == R_PROPS || rt->id == R_TOKENIZE || rt->id == R_DETOKENIZE)) {
+        /* their answers are one model's (tokenizer, context, template):
+         * another model's would be wrong without a sign of it */
+        snprintf(msg, sizeof msg, "%d models are served here: name one (%s)", models_count(ms),
+                 rt->id == R_PROPS ? "GET /props?model=NAME" : "\"model\": NAME in the body");
+        reply_error(x, 400, msg, "model", NULL);
+        return NULL;
+    }
     routes_ctx *rc = models_acquire(ms, want, &st, msg, sizeof msg);
     if (rc) return rc;
     if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) api_anthropic_error(x, st, msg);

@@ -23,6 +23,7 @@
 typedef struct routes_ctx {
     const struct server_opts *o; /* server.h */
     const model *m;
+    const char *model_path;  /* its file (/props, /api/show)                    */
     const tokenizer *tok;
     void *chat;              /* chat template (chat/chat.h) or NULL             */
     tc_format tool_format;   /* the template's tool-call syntax                */

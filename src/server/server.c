@@ -118,6 +118,7 @@ const char *server_usage(void) {
            "                           before cancelling them (default 10)\n"
            "  --check                  verify KV pool and prefix tree after every step (debug)\n"
            "  --step-delay-us N        sleep N us after every engine step (testing)\n"
+           "  --load-delay-ms N        sleep N ms in every model load (testing)\n"
            "  --no-webui               no chat page at /\n"
            "  --log-file FILE          append the log to FILE too\n"
            "  --kv-type f16            KV cache type (-ctk/-ctv, --cache-type-k/v: the same; only f16)\n"
@@ -306,6 +307,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--ready-file")) {
             NEED_VALUE;
             o->ready_file = v;
+        } else if (!strcmp(a, "--load-delay-ms")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 600000, &o->load_delay_ms, e);
         } else if (!strcmp(a, "--step-delay-us")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 10000000, &o->step_delay_us, e);

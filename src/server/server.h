@@ -72,6 +72,7 @@ typedef struct server_opts {
     bool check;               /* --check: verify pool and tree after every step       */
     const char *ready_file;   /* --ready-file: write the bound port here once serving */
     int step_delay_us;        /* --step-delay-us: testing, slows every engine step     */
+    int load_delay_ms;        /* --load-delay-ms: testing, slows every model load      */
     const char *chat_template_file; /* --chat-template-file: overrides the model's   */
     const char *tool_format;  /* --tool-format: "auto" (from the template) or a name   */
     /* --cors-origin, repeatable: each an origin, a comma list of them, or "*"

@@ -68,6 +68,49 @@ async function main() {
     check((await client.models.retrieve("stories")).status === "loaded", "models.retrieve: loaded");
   });
 
+  await section("side routes answer for the model they name", async () => {
+    const tok = async (body) => { const r = await post("/tokenize", body); return [r.status, await r.json()]; };
+    // bert-base-uncased WordPiece ids ([CLS] hello world [SEP]), from its vocab.txt
+    let [st, j] = await tok({ model: "bert-tiny", content: "hello world" });
+    check(st === 200 && j.tokens.join(",") === "101,7592,2088,102", "/tokenize on bert-tiny: its WordPiece ids", j);
+    [st, j] = await tok({ model: "stories", content: "hello world" });
+    const d = await (await post("/detokenize", { model: "stories", tokens: j.tokens })).json();
+    check(st === 200 && j.tokens.every((t) => t < 512) && d.content.includes("hello world"),
+      "/tokenize and /detokenize on stories: its 512-token vocabulary, round trip", [j, d]);
+    [st, j] = await tok({ content: "hello world" });
+    check(st === 400 && j.error.param === "model", "/tokenize without a model with three served: 400 naming model", j);
+    const props = async (q) => (await fetch(url + "/props" + q)).json();
+    const pb = await props("?model=bert-tiny"), ps = await props("?model=stories");
+    check(pb.model_alias === "bert-tiny" && pb.model_path.endsWith("/bert-tiny.gguf") &&
+      ps.model_alias === "stories" && ps.model_path.endsWith("/stories260K.gguf"), "/props?model= names that model's file", [pb.model_path, ps.model_path]);
+    check((await fetch(url + "/props")).status === 400, "/props without ?model=: 400");
+    const sb = await ollama.show({ model: "bert-tiny" }), ss = await ollama.show({ model: "stories" });
+    check(sb.model_info["general.architecture"] === "bert" && sb.capabilities.join() === "embedding" &&
+      ss.model_info["general.architecture"] === "llama" && ss.capabilities.includes("completion"),
+      "/api/show reads the named model", [sb.capabilities, ss.capabilities]);
+    const met = await (await fetch(url + "/metrics")).text();
+    check(/^kvloom_requests_running\{model="stories"\} 0$/m.test(met) && /^kvloom_kv_blocks_total\{model="bert-tiny"\} 0$/m.test(met) &&
+      !/^kvloom_requests_running \d/m.test(met), "/metrics: one labelled sample per loaded model (the encoder has no pool)");
+    const load = await (await fetch(url + "/load")).json(), ls = await (await fetch(url + "/load?model=stories")).json();
+    check(Object.keys(load.models).sort().join() === "bert-tiny,stories" && Object.keys(ls.models).join() === "stories",
+      "/load: every loaded model, or ?model='s", [load, ls]);
+    check((await fetch(url + "/load?model=nope")).status === 404, "/load?model=nope: 404");
+  });
+
+  await section("a load does not hold up the other models (--load-delay-ms)", async () => {
+    await client.chat.completions.create({ model: "stories", messages: [{ role: "user", content: "Hi" }], max_tokens: 2 });
+    let loadDone = false;
+    const loading = post("/models/load", { model: "qwen3-emb-tiny" }).then((r) => { loadDone = true; return r.status; });
+    const twice = ollama.embed({ model: "qwen3-emb-tiny", input: "hello" }); // waits for that load, no second one
+    await sleep(100);
+    const list = [];
+    for await (const m of client.models.list()) list.push(m);
+    check(list.find((m) => m.id === "qwen3-emb-tiny").status === "loading", "listed as loading meanwhile", list.map((m) => m.status));
+    const c = await client.chat.completions.create({ model: "stories", messages: [{ role: "user", content: "Once upon" }], max_tokens: 3, temperature: 0 });
+    check(c.choices[0].message.content.length > 0 && !loadDone, "a chat on the loaded model answers during the load", loadDone);
+    check((await loading) === 200 && (await twice).embeddings[0].length === 64, "the load and a request waiting on it both succeed");
+  });
+
   await section("unknown names: 404 model_not_found in each API's shape", async () => {
     let err = null;
     try {
