@@ -5,7 +5,10 @@
  * limits), and is compared with itself and with a fixed pattern by
  * regex_subset: a language always includes itself (the answer may be
  * "unknown" when too large, never "no"), and the answers must not change
- * when asked twice. Nothing may crash, leak or assert.
+ * when asked twice. Patterns with lookaheads (and every pattern intersected
+ * with a length range) go through regex_dfa_build: each transition's set
+ * must be non-empty and its target in range, and the automaton's language
+ * must include itself. Nothing may crash, leak or assert.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,6 +47,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         regex_len(p.r, &lo, &hi);
         if (lo < 0 || (hi >= 0 && hi < lo)) abort();
     }
+    if (regex_subset(&p, &p) == 0) abort();
+    if (size > 2 && (data[0] & 2)) regex_and_len(&p, data[1] % 4, data[1] % 4 + data[2] % 8);
+    regex_dfa d;
+    int rc = regex_dfa_build(&p, 256, &d);
+    if (rc == 0) {
+        if (d.n < 1) abort();
+        for (int i = 0; i < d.n; i++)
+            for (int k = 0; k < d.n_tr[i]; k++)
+                if (!d.tr[i][k].set.n || d.tr[i][k].to < 0 || d.tr[i][k].to >= d.n) abort();
+        regex_dfa_free(&d);
+    } else if (rc != 1 && rc != -1) abort();
     regex_pat_free(&p);
     return 0;
 }

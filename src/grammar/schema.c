@@ -855,10 +855,59 @@ static void emit_pattern_string(gen *g, const regex *r, long long llo, long long
     sb_puts(out, "\"\\\"\" )");
 }
 
+/* A string whose body is the automaton of p (lookaheads, or a format
+ * intersected with a pattern), with lengths mn..mx intersected too: one
+ * rule per state, `state ::= set next | set next ... ` with `( ... )?` on
+ * accepting ones, so each step is a tail call. Too large: relaxed, blamed on
+ * `blame` (or the length keyword when the lengths made it too large). */
+#define SCHEMA_DFA_STATES 512
+static int gen_dfa_string(gen *g, regex_pat *p, long long mn, long long mx, const char *ptr, const char *blame,
+                          sbuf *out) {
+    const char *len_kw = mx >= 0 ? "maxLength" : "minLength";
+    if ((mn > 0 || mx >= 0) && !regex_and_len(p, mn, mx))
+        return unsup(g, ptr, len_kw, "%s: %s together with this pattern is not supported", ptr_show(ptr), len_kw);
+    regex_dfa d;
+    int rc = regex_dfa_build(p, SCHEMA_DFA_STATES, &d);
+    if (rc < 0)
+        return unsup(g, ptr, mn > 0 || mx >= 0 ? len_kw : blame,
+                     "%s: %s: the automaton of this pattern is larger than %d states", ptr_show(ptr),
+                     mn > 0 || mx >= 0 ? len_kw : blame, SCHEMA_DFA_STATES);
+    if (rc > 0) {
+        if (strcmp(blame, "format") == 0 || mn > 0 || mx >= 0)
+            return unsup(g, ptr, mn > 0 || mx >= 0 ? len_kw : blame,
+                         "%s: no string satisfies the pattern, format and lengths together", ptr_show(ptr));
+        return err_set(g->e, ERR_INVALID, "%s/pattern: no string matches it", ptr);
+    }
+    char **names = xcalloc((size_t)d.n, sizeof *names);
+    for (int i = 0; i < d.n; i++)
+        if (d.n_tr[i]) names[i] = rule_name(g, "rx");
+    rc = 0;
+    for (int i = 0; i < d.n && !rc; i++) {
+        if (!d.n_tr[i]) continue;
+        sbuf b = {0};
+        sb_puts(&b, "( ");
+        for (int k = 0; k < d.n_tr[i]; k++) {
+            if (k) sb_puts(&b, " | ");
+            regex_emit_set(&b, &d.tr[i][k].set);
+            if (names[d.tr[i][k].to]) sb_printf(&b, " %s", names[d.tr[i][k].to]);
+        }
+        sb_puts(&b, d.accept[i] ? " )?" : " )");
+        rc = add_rule(g, names[i], b.p);
+        sb_free(&b);
+    }
+    if (!rc) sb_printf(out, "( \"\\\"\" %s \"\\\"\" )", names[0] ? names[0] : "");
+    for (int i = 0; i < d.n; i++) free(names[i]);
+    free(names);
+    regex_dfa_free(&d);
+    return rc;
+}
+
 /* The string body for regex r under lengths mn..mx (mx -1: none): exact,
- * or a narrower language that still satisfies both; else ERR_UNSUPPORTED
- * blamed on the length keyword. */
-static int gen_rx_string(gen *g, regex *r, bool start, bool end, long long mn, long long mx, const char *ptr, sbuf *out) {
+ * or a narrower language that still satisfies both; else the automaton of
+ * both (gen_dfa_string). */
+static int gen_rx_string(gen *g, regex_pat *p, long long mn, long long mx, const char *ptr, sbuf *out) {
+    regex *r = p->r;
+    bool start = p->start, end = p->end;
     long long lo, hi;
     regex_len(r, &lo, &hi);
     if (!start || !end) hi = -1;
@@ -869,16 +918,14 @@ static int gen_rx_string(gen *g, regex *r, bool start, bool end, long long mn, l
     }
     if (start && end) {
         if (!regex_clamp(r, mn, mx))
-            return unsup(g, ptr, len_kw, "%s: %s together with this pattern or format is not supported",
-                         ptr_show(ptr), len_kw);
+            return gen_dfa_string(g, p, mn, mx, ptr, len_kw, out);
         emit_pattern_string(g, r, -1, -1, -1, -1, out);
         return 0;
     }
     long long rlo, rhi;
     regex_len(r, &rlo, &rhi);
     if (rlo != rhi || (mx >= 0 && mx < rlo))
-        return unsup(g, ptr, len_kw, "%s: %s together with this unanchored pattern is not supported", ptr_show(ptr),
-                     len_kw);
+        return gen_dfa_string(g, p, mn, mx, ptr, len_kw, out);
     /* one pad takes the whole length budget; the other side is anchored */
     long long plo = MAX(0, mn - rlo), phi = mx < 0 ? -1 : mx - rlo;
     if (!end) emit_pattern_string(g, r, -1, -1, plo, phi, out);
@@ -970,41 +1017,42 @@ static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
         if (!ftext) return unsup(g, ptr, "format", "unsupported format '%.64s' at %s", json_string_value(fmt), ptr_show(ptr));
     }
     regex_pat rp = {0}, fp = {0};
+    const char *blame = "pattern";
     if (fmt && regex_parse(ftext, strlen(ftext), 0, &fp, g->e)) PANIC("format '%s' does not compile: %s", ftext, g->e->msg);
     if (pat) {
         const char *ps = json_string_value(pat);
         size_t pn = json_string_length(pat);
-        /* beside a format, lookaheads may still show that the format's
-         * strings all match the pattern */
-        rc = rx_compile(g, ps, pn, ptr, "pattern", fmt ? REGEX_LOOKAHEAD : 0, &rp);
-        if (!rc && fmt) {
-            /* the narrower of the two is the intersection */
+        rc = rx_compile(g, ps, pn, ptr, "pattern", REGEX_LOOKAHEAD, &rp);
+        if (rc) {
+            regex_pat_free(&fp);
+            return rc;
+        }
+        if (fmt) {
+            /* the narrower of the two is the intersection; else the
+             * intersection itself, as an automaton (blamed on the format
+             * when it is too large) */
             if (regex_subset(&fp, &rp) == 1) {
                 regex_pat_free(&rp);
                 rp = fp;
                 memset(&fp, 0, sizeof fp);
-            } else if (!rp.n_look && regex_subset(&rp, &fp) == 1) {
+            } else if (regex_subset(&rp, &fp) == 1) {
                 regex_pat_free(&fp);
             } else {
-                /* no inclusion either way: keep the pattern (the format when
-                 * the pattern has lookaheads), relax the other */
-                bool keep_pattern = !rp.n_look;
-                regex_pat_free(&rp);
-                regex_pat_free(&fp);
-                return unsup(g, ptr, keep_pattern ? "format" : "pattern",
-                             "%s: format '%.64s' together with this pattern is not supported", ptr_show(ptr),
-                             json_string_value(fmt));
+                if (!regex_and(&rp, &fp)) PANIC("format '%s' has a lookahead", ftext);
+                blame = "format";
             }
-        } else if (rc) {
-            regex_pat_free(&fp);
-            return rc;
         }
     } else if (fmt) {
         rp = fp;
         memset(&fp, 0, sizeof fp);
     }
+    if (rp.r && rp.n_look) {
+        rc = gen_dfa_string(g, &rp, mn, mx, ptr, blame, out);
+        regex_pat_free(&rp);
+        return rc;
+    }
     if (rp.r) {
-        rc = gen_rx_string(g, rp.r, rp.start, rp.end, mn, mx, ptr, out);
+        rc = gen_rx_string(g, &rp, mn, mx, ptr, out);
         regex_pat_free(&rp);
         return rc;
     }
