@@ -17,15 +17,8 @@
 # SCHEMA_DIFF_N (default 600; 150 in sanitizer builds, whose walks are ~5x
 # slower). Last line: "N passed, N failed".
 cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
-B=${KVLOOM_BUILD:-build}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-WALK="$B/tests/test_schema_walk"
-if [ ! -x "$WALK" ]; then
-    echo "grammar_diff_test: $WALK is not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+. tests/schema_walk_lib.sh
+walk_setup grammar_diff_test
 SEED=${SCHEMA_DIFF_SEED:-1}
 case "$B" in
 *address* | *thread* | *undefined*) N=${SCHEMA_DIFF_N:-150} ;;
@@ -41,36 +34,6 @@ if ! "$PY" tools/grammar/gen_schemas.py "$SEED" "$N" > "$tmp/schemas.jsonl"; the
     echo "0 passed, 1 failed"
     exit 1
 fi
-"$WALK" --walk "$tmp/schemas.jsonl" "$tmp/cases.jsonl" "$SEED" 4 > "$tmp/walk.out" 2> "$tmp/walk.err"
-st=$?
-grep -v '^schema [0-9]* not compiled' "$tmp/walk.err" | head -n 40
-grep '^walk:' "$tmp/walk.out"
-line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/walk.out" | tail -n 1)
-if [ -n "$line" ]; then
-    pass=$((pass + $(echo "$line" | awk '{print $1}')))
-    fail=$((fail + $(echo "$line" | awk '{print $3}')))
-    echo "C walk checks: $line"
-else
-    fail=$((fail + 1))
-    echo "test_schema_walk --walk crashed (exit $st)"
-    tail -n 20 "$tmp/walk.err"
-fi
-if [ -s "$tmp/cases.jsonl" ]; then
-    "$PY" tools/grammar/jsonschema_check.py check "$tmp/cases.jsonl" "$tmp/schemas.jsonl" > "$tmp/py.out" 2>&1
-    line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/py.out" | tail -n 1)
-    if [ -n "$line" ]; then
-        grep -v 'passed,' "$tmp/py.out" | head -n 60
-        pass=$((pass + $(echo "$line" | awk '{print $1}')))
-        fail=$((fail + $(echo "$line" | awk '{print $3}')))
-        echo "Python checker: $line"
-    else
-        fail=$((fail + 1))
-        echo "jsonschema_check.py crashed:"
-        tail -n 20 "$tmp/py.out"
-    fi
-else
-    fail=$((fail + 1))
-    echo "no cases were written"
-fi
+walk_and_check --walk check "$tmp/schemas.jsonl" "$SEED" 4 '^schema [0-9]* not compiled' "C walk checks" "Python checker"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

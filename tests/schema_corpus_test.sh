@@ -19,15 +19,8 @@
 # SCHEMA_CORPUS_WALKS (walks per schema: 2, 1 in sanitizer builds; `make
 # schema-corpus` runs 1000). Last line: "N passed, N failed".
 cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
-B=${KVLOOM_BUILD:-build}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-WALK="$B/tests/test_schema_walk"
-if [ ! -x "$WALK" ]; then
-    echo "schema_corpus_test: $WALK is not built"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+. tests/schema_walk_lib.sh
+walk_setup schema_corpus_test
 SEED=${SCHEMA_CORPUS_SEED:-1}
 case "$B" in
 *address* | *thread* | *undefined*) W=${SCHEMA_CORPUS_WALKS:-1} ;;
@@ -38,36 +31,6 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 cat tests/schemas/*.jsonl > "$tmp/schemas.jsonl"
 pass=0
 fail=0
-"$WALK" --corpus "$tmp/schemas.jsonl" "$tmp/cases.jsonl" "$SEED" "$W" > "$tmp/walk.out" 2> "$tmp/walk.err"
-st=$?
-grep -v '^relaxed corpus\|^no walk completed' "$tmp/walk.err" | head -n 40
-grep '^corpus:' "$tmp/walk.out"
-line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/walk.out" | tail -n 1)
-if [ -n "$line" ]; then
-    pass=$((pass + $(echo "$line" | awk '{print $1}')))
-    fail=$((fail + $(echo "$line" | awk '{print $3}')))
-    echo "C corpus checks: $line"
-else
-    fail=$((fail + 1))
-    echo "test_schema_walk --corpus crashed (exit $st)"
-    tail -n 20 "$tmp/walk.err"
-fi
-if [ -s "$tmp/cases.jsonl" ]; then
-    "$PY" tools/grammar/jsonschema_check.py corpus "$tmp/cases.jsonl" "$tmp/schemas.jsonl" > "$tmp/py.out" 2>&1
-    line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/py.out" | tail -n 1)
-    if [ -n "$line" ]; then
-        grep -v 'passed,' "$tmp/py.out" | head -n 60
-        pass=$((pass + $(echo "$line" | awk '{print $1}')))
-        fail=$((fail + $(echo "$line" | awk '{print $3}')))
-        echo "Python validator: $line"
-    else
-        fail=$((fail + 1))
-        echo "jsonschema_check.py crashed:"
-        tail -n 20 "$tmp/py.out"
-    fi
-else
-    fail=$((fail + 1))
-    echo "no cases were written"
-fi
+walk_and_check --corpus corpus "$tmp/schemas.jsonl" "$SEED" "$W" '^relaxed corpus\|^no walk completed' "C corpus checks" "Python validator"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
