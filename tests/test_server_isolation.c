@@ -479,6 +479,53 @@ static void check_bounded(int port) {
     http_buf_free(&b);
 }
 
+/* ---- 10. one client's queue (finding 7) ---- */
+
+/* With --max-running 1 --client-max-queued 1: alice holds the slot and one
+ * waiting request; her next request is a 429 on every API, in its shape,
+ * with Retry-After and the limit named (before: the 256-request queue was
+ * shared, and a client that filled it refused everyone); bob's request is
+ * taken and answered meanwhile. */
+static void check_client_queue(int port) {
+    const char *ka = "Authorization: Bearer alice\r\n";
+    const char *hold = "{\"prompt\":\"Once\",\"max_tokens\":40,\"ignore_eos\":true,\"stream\":true}";
+    int f1 = su_send_request(port, "POST", "/v1/completions", ka, hold, strlen(hold), 30);
+    double t0 = su_now();
+    while (metric(port, "kvloom_requests_running") < 1 && su_now() - t0 < 10) usleep(10000);
+    int f2 = su_send_request(port, "POST", "/v1/completions", ka, hold, strlen(hold), 30);
+    while (metric(port, "kvloom_requests_waiting") < 1 && su_now() - t0 < 10) usleep(10000);
+    CHECK(f1 >= 0 && f2 >= 0);
+    static const struct {
+        const char *path, *body, *shape;
+    } apis[] = {
+        {"/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", "\"code\":\"client_queue_full\""},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}",
+         "\"code\":\"client_queue_full\""},
+        {"/v1/messages",
+         "{\"model\":\"m\",\"max_tokens\":2,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+         "\"rate_limit_error\""},
+        {"/v1/responses", "{\"input\":\"hi\",\"max_output_tokens\":2}", "\"error\""},
+        {"/api/generate", "{\"model\":\"stories260K\",\"prompt\":\"hi\",\"options\":{\"num_predict\":2}}", "{\"error\":"},
+        {"/api/chat", "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "{\"error\":"},
+    };
+    for (size_t i = 0; i < sizeof apis / sizeof apis[0]; i++) {
+        resp r;
+        CHECK(http_do(port, "POST", apis[i].path, ka, apis[i].body, &r) == 0);
+        CHECK_MSG(r.status == 429 && r.head && strcasestr(r.head, "\r\nRetry-After: ") && r.body &&
+                      strstr(r.body, "client-max-queued 1") && strstr(r.body, apis[i].shape),
+                  "%s at alice's limit: %d %.300s", apis[i].path, r.status, r.body ? r.body : "");
+        resp_free(&r);
+    }
+    resp r;
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer bob\r\n",
+                  "{\"prompt\":\"Once\",\"max_tokens\":2}", &r) == 0);
+    CHECK_MSG(r.status == 200, "bob beside alice at her limit: %d %.300s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    CHECK(metric(port, "kvloom_client_refused_total") == 6);
+    if (f1 >= 0) close(f1);
+    if (f2 >= 0) close(f2);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -525,6 +572,18 @@ int main(void) {
         check_bounded(two.port);
         if (test_n_fail) srv_print_log(&two);
         CHECK_EQ_INT(srv_stop(&two), 0);
+    }
+    srv q;
+    const char *flags_q[] = {"--api-key", "alice", "--api-key", "bob", "--max-running", "1", "--client-max-queued", "1",
+                             "--step-delay-us", "20000", "--kv-mem", "8M", "-t", "1", NULL};
+    rc = srv_start(&q, flags_q);
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc == 0) {
+        su_metrics_headers = "Authorization: Bearer alice\r\n";
+        int before = test_n_fail;
+        check_client_queue(q.port);
+        if (test_n_fail > before) srv_print_log(&q);
+        CHECK_EQ_INT(srv_stop(&q), 0);
     }
     return test_summary("test_server_isolation");
 }

@@ -22,9 +22,13 @@
  *   3. reserve a KV slot for every running sequence's chunk, oldest first;
  *      when the pool is empty: evict LRU cached blocks, then preempt the
  *      newest running sequence;
- *   4. admit waiting sequences (FCFS) while fewer than
- *      ENGINE_MAX_PREFILLING sequences are prefilling and slots and blocks
- *      allow:
+ *   4. admit waiting sequences in the fair order (priority class, then
+ *      the client with the fewest running, then the least served client,
+ *      then arrival; "Fair admission" below) while fewer than
+ *      ENGINE_MAX_PREFILLING sequences are prefilling (a client with none
+ *      prefilling may pass that cap) and slots and blocks allow; when they
+ *      do not and a client below its share waits, preempt one sequence of
+ *      the client furthest above its share:
  *      radix_match the known tokens (all but the last one, whose logits we
  *      need), skip a sequence whose next blocks another sequence is still
  *      computing (PENDING: it waits rather than recomputes), allocate all
@@ -130,6 +134,7 @@ typedef struct seq {
     int n_loading, n_load_from;
     bool disk_tried;     /* looked in the disk index since admission/preemption */
     bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
+    uint64_t tried_step; /* the step admission last tried it in (fair_pick)    */
     int64_t wait_start_ns; /* submitted, or last preempted (seq_overdue)     */
     /* backpressure (stall_timeout_ms): the reader's n_read when last seen to
      * move, and since when posted tokens have waited without it moving */
@@ -147,6 +152,44 @@ typedef struct seq_list {
     seq **v;
     int n, cap;
 } seq_list;
+
+/* Fair admission. A client (req.client) with requests queued or running
+ * has an entry here; the table has room for every request the engine can
+ * hold at once (max_queue + max_running + 1, at most ENGINE_MAX_CLIENTS),
+ * so a request finds its client's entry or makes one, and an entry is free
+ * again once its last request finished. Why this shape:
+ *   - the order of admission is (priority class, the client's running
+ *     sequences, the client's served tokens, arrival): a client that floods
+ *     the queue gets its turn after every other client with work got one,
+ *     whatever the order of arrival (first-come-first-served let 300 parked
+ *     streams of one client delay another's 4-token completion by ~128 s,
+ *     issue 26 finding 7); `served` (the tokens computed for it) breaks the
+ *     ties toward the client that got less, and a new client starts at the
+ *     least served of the active ones (virtual time), so coming and going
+ *     gives no credit;
+ *   - being first in the order is not enough when the flooder holds every
+ *     slot or block with long generations: then the newest sequence of the
+ *     client furthest above its share (max_running over the clients with
+ *     work) is preempted, one per step, so the other client starts within
+ *     a step or two (work conserving: with nobody else waiting, one client
+ *     may use the whole engine). A larger priority class yields the same
+ *     way to a smaller one. The preempted sequence keeps its output and its
+ *     blocks stay in the cache: it costs a recompute of at most a block.
+ * Threads: id, used, fresh, n_inflight under en->mu (engine_submit counts
+ * a client's waiting requests); n_running is written by the engine thread
+ * and read by engine_submit; served and n_prefilling are the engine
+ * thread's. */
+#define ENGINE_MAX_CLIENTS 65536
+typedef struct client {
+    uint64_t id;
+    bool used;
+    bool fresh;          /* its `served` is not set yet (take_submitted does) */
+    int n_inflight;      /* submitted and not finished                         */
+    atomic_int n_running;
+    double served;       /* tokens computed for it (virtual time)              */
+    int n_prefilling;    /* running sequences still prefilling (this step)     */
+    uint64_t seen_step;  /* fair_yield's count of the clients with work        */
+} client;
 
 struct engine {
     const model *m;
@@ -206,6 +249,11 @@ struct engine {
         bool loaded;       /* some blocks were read back                     */
     } *hints;
     int n_hints;
+    /* fair admission (the client table above) */
+    client *clients;
+    int cap_clients, hi_clients; /* capacity; entries [0, hi) were ever used */
+    int n_clients;               /* used entries (under mu)                    */
+    uint64_t n_client_refused;   /* engine_submit's refusals at client_max_queued (under mu) */
 };
 
 engine_opts engine_defaults(void) {
@@ -251,6 +299,53 @@ static void list_remove(seq_list *l, seq *s) {
             list_remove_at(l, i);
             return;
         }
+}
+
+/* ---- the client table (fair admission) ---- */
+
+static client *seq_client(engine *en, const seq *s) { return &en->clients[s->r->client_slot]; }
+
+/* With en->mu held: the entry of client `id`, made if new; -1 when the
+ * table is full. */
+static int client_get_locked(engine *en, uint64_t id) {
+    int fr = -1;
+    for (int i = 0; i < en->hi_clients; i++) {
+        if (en->clients[i].used && en->clients[i].id == id) return i;
+        if (!en->clients[i].used && fr < 0) fr = i;
+    }
+    if (fr < 0 && en->hi_clients < en->cap_clients) fr = en->hi_clients++;
+    if (fr < 0) return -1;
+    client *c = &en->clients[fr];
+    c->id = id;
+    c->used = true;
+    c->fresh = true;
+    c->n_inflight = 0;
+    atomic_store(&c->n_running, 0);
+    c->n_prefilling = 0;
+    en->n_clients++;
+    return fr;
+}
+
+/* With en->mu held: one request of the entry finished (or was refused). */
+static void client_put_locked(engine *en, int slot) {
+    client *c = &en->clients[slot];
+    if (--c->n_inflight > 0) return;
+    c->used = false;
+    en->n_clients--;
+}
+
+/* Engine thread, en->mu held: a new client starts at the least `served` of
+ * the active ones, so it is not owed what it never asked for. */
+static void client_start_locked(engine *en, client *c) {
+    if (!c->fresh) return;
+    double v = 0;
+    bool any = false;
+    for (int i = 0; i < en->hi_clients; i++) {
+        const client *o = &en->clients[i];
+        if (o->used && !o->fresh && (!any || o->served < v)) v = o->served, any = true;
+    }
+    c->served = v;
+    c->fresh = false;
 }
 
 static void seq_push_token(seq *s, int32_t t) {
@@ -676,6 +771,8 @@ static void stats_publish(engine *en) {
     }
     pthread_mutex_lock(&en->mu);
     en->stats = en->cnt;
+    en->stats.n_clients = en->n_clients;
+    en->stats.client_refused_total = en->n_client_refused;
     en->n_waiting_shared = en->waiting.n;
     pthread_mutex_unlock(&en->mu);
 }
@@ -709,6 +806,11 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     draft_seq_end(en->dr, s->ds, s->tokens, s->r->n_prompt, s->n_tokens,
                   why == REQ_FINISH_STOP || why == REQ_FINISH_LENGTH);
     s->ds = NULL;
+    if (s->running) atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
+    s->running = false;
+    pthread_mutex_lock(&en->mu);
+    client_put_locked(en, s->r->client_slot);
+    pthread_mutex_unlock(&en->mu);
     /* a client that has its answer sees counters (/metrics) that include
      * its request: publish before waking it, not only at the step's end */
     stats_publish(en);
@@ -735,6 +837,7 @@ static void preempt(engine *en, seq *s) {
     seq_release_blocks(en, s);
     s->disk_tried = false; /* its blocks may be on disk by the time it returns */
     s->running = false;
+    atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
     list_remove(&en->running, s);
     list_insert_ordered(&en->waiting, s);
     s->wait_start_ns = clock_ns();
@@ -809,6 +912,7 @@ static int try_admit(engine *en, seq *s) {
         kvpolicy_resume(en->pol, s->blocks, n_ready, s->r->kv_session, clock_ns());
     }
     s->running = true;
+    atomic_fetch_add(&seq_client(en, s)->n_running, 1);
     return 1;
 }
 
@@ -841,11 +945,13 @@ static void take_submitted(engine *en) {
             log_warn("engine: out of memory for a request of %d prompt tokens (room for %lld tokens); it fails",
                      r->n_prompt, (long long)n_max);
             if (s) seq_free(s);
+            client_put_locked(en, r->client_slot);
             sched__req_post_finish(r, REQ_FINISH_ERROR, "out of memory for the request's state");
             req_unref(r);
             continue;
         }
         s->r = r;
+        client_start_locked(en, seq_client(en, s));
         s->order = en->next_order++;
         s->wait_start_ns = r->t_submit_ns;
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
@@ -1212,6 +1318,90 @@ static void pins_step(engine *en) {
     kvpolicy_expire(en->pol, now);
 }
 
+/* Whether waiting sequence a goes before b in the fair order: priority
+ * class, the client's running sequences, the client's served tokens,
+ * arrival. */
+static bool fair_before(engine *en, const seq *a, const seq *b) {
+    if (a->r->priority != b->r->priority) return a->r->priority < b->r->priority;
+    client *ca = seq_client(en, a), *cb = seq_client(en, b);
+    if (ca != cb) {
+        int ra = atomic_load(&ca->n_running), rb = atomic_load(&cb->n_running);
+        if (ra != rb) return ra < rb;
+        if (ca->served != cb->served) return ca->served < cb->served;
+    }
+    return a->order < b->order;
+}
+
+/* The next waiting sequence to try this step (pass 0: only those that
+ * resume a pinned turn or waited too long), or NULL. Sequences tried this
+ * step, of a client at client_max_running, or of a client that already
+ * prefills while ENGINE_MAX_PREFILLING are, are passed over: the cap keeps
+ * a flood of cold prompts from taking every block before they can run,
+ * and a client with nothing prefilling may still start one. O(waiting). */
+static seq *fair_pick(engine *en, int pass, int64_t now, int n_prefilling) {
+    seq *best = NULL;
+    for (int i = 0; i < en->waiting.n; i++) {
+        seq *s = en->waiting.v[i];
+        if (s->tried_step == en->step_no) continue;
+        if (pass == 0 && !s->resumes && !(en->pol && seq_overdue(en, s, now))) continue;
+        client *c = seq_client(en, s);
+        if (en->o.client_max_running > 0 && atomic_load(&c->n_running) >= en->o.client_max_running) continue;
+        if (n_prefilling >= ENGINE_MAX_PREFILLING && c->n_prefilling > 0) continue;
+        if (!best || fair_before(en, s, best)) best = s;
+    }
+    return best;
+}
+
+/* Slots or blocks kept `w` out. If its client is below its fair share
+ * (max_running over the clients with work, at least 1) while another
+ * client is above it, or a running sequence is of a larger priority class,
+ * the newest running sequence of the client furthest above its share (of
+ * the largest class first) yields: preempted now, so w is admitted at the
+ * next step. One per step (the preemption stops this step's admissions);
+ * the victim's decode token leaves the step's batch (n_tok, n_bs). */
+static void fair_yield(engine *en, seq *w, int *n_tok, int *n_bs) {
+    client *cw = seq_client(en, w);
+    /* the clients with work (engine-side count: en->n_clients is engine_submit's) */
+    int n_active = 0;
+    seq_list *lists[2] = {&en->running, &en->waiting};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < lists[k]->n; i++) {
+            client *c = seq_client(en, lists[k]->v[i]);
+            if (c->seen_step != en->step_no) c->seen_step = en->step_no, n_active++;
+        }
+    int share = MAX(1, en->o.max_running / MAX(1, n_active));
+    int w_run = atomic_load(&cw->n_running);
+    seq *victim = NULL;
+    for (int i = en->running.n - 1; i >= 0; i--) { /* newest first */
+        seq *s = en->running.v[i];
+        if (s->r->priority > w->r->priority && (!victim || s->r->priority > victim->r->priority)) victim = s;
+    }
+    if (!victim && w_run < share) {
+        int v_run = 0;
+        for (int i = en->running.n - 1; i >= 0; i--) {
+            seq *s = en->running.v[i];
+            client *c = seq_client(en, s);
+            int run = atomic_load(&c->n_running);
+            /* above its share, and by more than w's client has (no ping-pong) */
+            if (c != cw && s->r->priority == w->r->priority && run > share && run > w_run + 1 && run > v_run)
+                victim = s, v_run = run;
+        }
+    }
+    if (!victim) return;
+    log_debug("engine: request %llu yields to request %llu (fair share %d of %d clients)",
+              (unsigned long long)victim->order, (unsigned long long)w->order, share, n_active);
+    for (int j = 0; j < *n_bs; j++) /* its decode token is in the batch already */
+        if (en->b_owner[j] == victim) {
+            *n_tok -= en->b_chunk[j];
+            memmove(en->b_owner + j, en->b_owner + j + 1, (size_t)(*n_bs - j - 1) * sizeof *en->b_owner);
+            memmove(en->b_chunk + j, en->b_chunk + j + 1, (size_t)(*n_bs - j - 1) * sizeof *en->b_chunk);
+            (*n_bs)--;
+            break;
+        }
+    preempt(en, victim);
+    en->cnt.fair_preemptions_total++;
+}
+
 /* The step, in four phases that read top to bottom:
  *   step_plan     housekeeping (arrivals, pins, hints, cancellations), then
  *                 the batch's contents: one decode token per running
@@ -1246,24 +1436,33 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
         if (s->n_tokens - s->n_computed == 1) schedule(en, s, budget, n_tok, n_bs);
     }
     int n_prefilling = 0;
-    for (int i = 0; i < en->running.n; i++) n_prefilling += en->running.v[i]->n_tokens - en->running.v[i]->n_computed > 1;
+    for (int i = 0; i < en->running.n; i++) seq_client(en, en->running.v[i])->n_prefilling = 0;
+    for (int i = 0; i < en->running.n; i++) {
+        seq *s = en->running.v[i];
+        bool pre = s->n_tokens - s->n_computed > 1;
+        n_prefilling += pre;
+        seq_client(en, s)->n_prefilling += pre;
+    }
     /* Agents coming back (agent policy) are admitted first: their context
      * is in the cache, so they cost little and free their pins; so are new
-     * conversations that waited too long (seq_overdue). */
+     * conversations that waited too long (seq_overdue). Within a pass, the
+     * fair order (fair_pick). */
     int64_t now = en->pol ? clock_ns() : 0;
     bool stop_admit = false;
+    seq *blocked = NULL; /* the first in the fair order that slots or blocks kept out */
     for (int pass = en->pol ? 0 : 1; pass < 2 && !stop_admit; pass++)
-    for (int i = 0; !en->preempted_this_step && i < en->waiting.n && n_prefilling < ENGINE_MAX_PREFILLING &&
-                    en->running.n < en->o.max_running;) {
-        seq *s = en->waiting.v[i];
-        bool overdue = en->pol && seq_overdue(en, s, now);
-        if (pass == 0 && !s->resumes && !overdue) {
-            i++;
-            continue;
+    while (!en->preempted_this_step) {
+        seq *s = fair_pick(en, pass, now, n_prefilling);
+        if (!s) break;
+        s->tried_step = en->step_no;
+        if (en->running.n >= en->o.max_running) {
+            if (!blocked) blocked = s;
+            break;
         }
+        bool overdue = en->pol && seq_overdue(en, s, now);
         int need = (s->n_tokens + B - 1) / B;
         if (need + 1 > kvpool_n_blocks(en->pool)) {
-            list_remove_at(&en->waiting, i);
+            list_remove(&en->waiting, s);
             seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
             continue;
         }
@@ -1272,19 +1471,20 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
             stop_admit = true;
             break;
         }
-        if (rc == 0) {
-            i++;
-            continue;
-        }
+        if (rc == 0) continue;
         if (rc < 0) {
-            stop_admit = overdue; /* no one goes past it */
+            if (!blocked) blocked = s;
+            stop_admit = overdue || pass == 1; /* no one goes past it */
             break;
         }
-        list_remove_at(&en->waiting, i);
+        list_remove(&en->waiting, s);
         list_insert_ordered(&en->running, s);
         s->wait_from = en->step_no;
-        n_prefilling += s->n_tokens - s->n_computed > 1;
+        bool pre = s->n_tokens - s->n_computed > 1;
+        n_prefilling += pre;
+        seq_client(en, s)->n_prefilling += pre;
     }
+    if (blocked && !en->preempted_this_step) fair_yield(en, blocked, n_tok, n_bs);
     /* Blocks read back from disk for a waiting sequence go to the tree
      * (READY, evictable) as soon as they are in, also when admission
      * stopped before it: held by a sequence that is not tried, they kept an
@@ -1381,6 +1581,7 @@ static void step_advance(engine *en, int n_bs) {
         s->n_draft = 0;
         s->n_computed += en->b_chunk[j] - nd;
         k_end += en->b_chunk[j];
+        seq_client(en, s)->served += en->b_chunk[j];
         s->r->n_forward_steps++;
         seq_index_computed(en, s);
         disk_write_through(en, s);
@@ -1578,6 +1779,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->mask = xmalloc(((size_t)m->cfg.n_vocab + 63) / 64 * sizeof *en->mask);
     en->forced = xmalloc(ENGINE_FORCED_MAX);
     en->forced_ids = xmalloc(ENGINE_FORCED_MAX * sizeof *en->forced_ids);
+    en->cap_clients = (int)MIN((int64_t)o->max_queue + en->o.max_running + 1, (int64_t)ENGINE_MAX_CLIENTS);
+    en->clients = xcalloc((size_t)en->cap_clients, sizeof *en->clients);
     pthread_mutex_init(&en->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1652,6 +1855,7 @@ void engine_free(engine *en) {
     free(en->mask);
     free(en->forced);
     free(en->forced_ids);
+    free(en->clients);
     draft_free(en->dr);
     pthread_mutex_destroy(&en->mu);
     pthread_cond_destroy(&en->cv);
@@ -1684,6 +1888,25 @@ int engine_submit(engine *en, req *r, err_t *e) {
         return err_set(e, ERR_RANGE, "the server is busy: %d requests are waiting (max-queue %d)", n_queued,
                        en->o.max_queue);
     }
+    int slot = client_get_locked(en, r->client);
+    if (slot < 0) {
+        int n = en->n_clients;
+        pthread_mutex_unlock(&en->mu);
+        return err_set(e, ERR_RANGE, "the server is busy: %d clients have requests in flight", n);
+    }
+    client *c = &en->clients[slot];
+    int c_waiting = c->n_inflight - atomic_load(&c->n_running);
+    if (en->o.client_max_queued > 0 && c_waiting >= en->o.client_max_queued) {
+        en->n_client_refused++;
+        en->stats.client_refused_total = en->n_client_refused;
+        pthread_mutex_unlock(&en->mu);
+        return err_set(e, ERR_RANGE,
+                       "this client already has %d request%s waiting (client-max-queued %d); others' requests are "
+                       "admitted before its next ones",
+                       c_waiting, c_waiting == 1 ? "" : "s", en->o.client_max_queued);
+    }
+    c->n_inflight++;
+    r->client_slot = slot;
     if (en->n_submitq == en->cap_submitq) {
         en->cap_submitq = en->cap_submitq ? en->cap_submitq * 2 : 16;
         en->submitq = xrealloc(en->submitq, (size_t)en->cap_submitq * sizeof *en->submitq);
@@ -1712,6 +1935,7 @@ void engine_get_stats(engine *en, engine_stats *out) {
     pthread_mutex_lock(&en->mu);
     *out = en->stats;
     out->n_waiting += en->n_submitq;
+    out->n_clients = en->n_clients; /* engine_submit's count, current */
     pthread_mutex_unlock(&en->mu);
     if (en->disk) { /* the store's own counters, current (its I/O threads move them) */
         kvdisk_stats ds;

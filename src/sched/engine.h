@@ -89,6 +89,19 @@ typedef struct engine_opts {
     int spec;
     int spec_max;
     double spec_token_cost;
+    /* Fairness between clients (req.client; engine.c, "Fair admission").
+     * Waiting requests are admitted lowest priority class first, then the
+     * client with the fewest running sequences, then the one served the
+     * fewest tokens, then in arrival order; when slots or blocks run out
+     * and a client below its fair share (max_running over the clients with
+     * work) waits, the newest sequence of the client furthest above its
+     * share (or of a larger priority class) is preempted: one per step.
+     * client_max_running: running sequences per client at most (0: only
+     * the fair share's rule); client_max_queued: a client's waiting
+     * requests beyond this are refused by engine_submit (ERR_RANGE; 0: only
+     * max_queue). */
+    int client_max_running;
+    int client_max_queued;
 } engine_opts;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
@@ -147,6 +160,11 @@ typedef struct engine_stats {
     int spec_global_seqs;           /* outputs in the suffix drafter's store      */
     uint64_t spec_global_bytes;     /* its memory                                 */
     uint64_t spec_global_evicted_total;
+    /* fairness between clients */
+    int n_clients;                  /* clients with requests queued or running   */
+    uint64_t fair_preemptions_total;   /* sequences preempted for a client below
+                                          its share or a smaller priority class */
+    uint64_t client_refused_total;  /* engine_submit refusals at client_max_queued */
 } engine_stats;
 
 typedef struct engine engine;
@@ -169,8 +187,9 @@ int engine_capacity_tokens(const engine *en);
 
 /* Queues a request (takes a reference on success). The caller has checked
  * r->n_prompt < engine_n_ctx and token ids. Returns 0, or ERR_RANGE when
- * the waiting queue already holds max_queue requests (the server answers
- * 429), or ERR_INVALID (named) when the request can never run (prompt longer
+ * the waiting queue already holds max_queue requests, or r->client's
+ * client_max_queued (the message names the limit; the server answers 429),
+ * or ERR_INVALID (named) when the request can never run (prompt longer
  * than the context or than the whole pool). */
 int engine_submit(engine *en, req *r, err_t *e);
 

@@ -78,6 +78,18 @@ typedef struct req {
     const char *trigger_skip_close; /* between these (static strings, e.g. the
                                        reasoning of "<think>" ... "</think>")  */
     bool trigger_skip_now; /* the output starts between them (prompt opened it) */
+    /* Fairness between clients (engine.c, "Fair admission"): who sent it (a
+     * hash of the API key, else of `user`, else of the peer address; 0: the
+     * anonymous client, all such requests one client) and its priority
+     * class (0: interactive, the default and the highest; larger values are
+     * served only when no smaller one waits, and yield to them). */
+    uint64_t client;
+    int priority;
+    int client_slot;       /* the engine's entry for `client` (set by engine_submit) */
+    /* The prefix cache's partition: blocks computed under one salt are
+     * matched only by requests of the same salt (0: the shared one), in
+     * RAM and on disk (issue 26 finding 12). */
+    uint64_t cache_salt;
     int64_t t_submit_ns;   /* clock_ns() at submission (set by engine_submit)    */
     uint64_t serial;       /* unique per engine (set by engine_submit)           */
     /* KV lifetime (kvpolicy.h; the agent policy only) */

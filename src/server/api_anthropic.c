@@ -432,7 +432,7 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     /* kvloom's extensions, named as on the chat route */
     static const char *const ext[] = {"seed", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
                                       "ignore_eos", "jump_forward", "speculative", "grammar", "json_schema", "kv_ttl",
-                                      "kv_hint"};
+                                      "kv_hint", "priority", "cache_salt"};
     for (size_t i = 0; i < ARRAY_LEN(ext); i++)
         if ((v = oai_field(body, ext[i]))) json_object_set(chat, ext[i], v);
     json_t *kw = oai_field(body, "chat_template_kwargs");
@@ -818,7 +818,7 @@ bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
     oai_params p;
     if (request_params(rc, x, false, &p) < 0) return false;
     gen_fail gf;
-    gen *g = gen_start(rc, &p, "/v1/messages", t0, &gf);
+    gen *g = gen_start(rc, x, &p, "/v1/messages", t0, &gf);
     if (!g) {
         rename_error(gf.e.msg, sizeof gf.e.msg);
         /* out of memory is the server's state, not the client's mistake */

@@ -808,6 +808,10 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
     json_object_set_new(oai, "stream", json_boolean(!stream || json_is_true(stream)));
     if (map_options(oai_field(body, "options"), oai, f) < 0) return -1;
     if (map_format(oai_field(body, "format"), oai, f) < 0) return -1;
+    /* kvloom's tenant fields, named as on the OpenAI routes */
+    static const char *const tenant[] = {"priority", "cache_salt", "user"};
+    for (size_t i = 0; i < ARRAY_LEN(tenant); i++)
+        if (oai_field(body, tenant[i])) json_object_set(oai, tenant[i], oai_field(body, tenant[i]));
     json_t *lp = oai_field(body, "logprobs"), *top = oai_field(body, "top_logprobs");
     if (lp && !json_is_boolean(lp)) return fail(f, "'logprobs' must be a boolean");
     bool want_lp = json_is_true(lp);
@@ -928,7 +932,7 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     }
     const char *op;
     gen_fail gf;
-    gen *g = gen_start(rc, &p, chat ? "/api/chat" : "/api/generate", t0, &gf);
+    gen *g = gen_start(rc, x, &p, chat ? "/api/chat" : "/api/generate", t0, &gf);
     if (!g) {
         op = ollama_param(gf.param);
         if (gf.e.code == ERR_NOMEM || oai_json_nomem() != f0)

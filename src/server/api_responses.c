@@ -637,7 +637,8 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfai
     static const char *const same[] = {"model",    "temperature",      "top_p",     "parallel_tool_calls", "stream",
                                        "user",     "seed",             "top_k",     "min_p",               "stop",
                                        "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos",
-                                       "jump_forward", "speculative", "grammar", "prompt_cache_key", "kv_ttl", "kv_hint"};
+                                       "jump_forward", "speculative", "grammar", "prompt_cache_key", "kv_ttl", "kv_hint",
+                                       "priority", "cache_salt"};
     for (size_t i = 0; i < ARRAY_LEN(same); i++)
         if ((v = oai_field(body, same[i]))) json_object_set(chat, same[i], v);
     if ((v = oai_field(body, "chat_template_kwargs"))) json_object_set_new(chat, "chat_template_kwargs", json_deep_copy(v));
@@ -1187,7 +1188,7 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
         return false;
     }
     gen_fail gf;
-    gen *g = gen_start(rc, &p, "/v1/responses", t0, &gf);
+    gen *g = gen_start(rc, x, &p, "/v1/responses", t0, &gf);
     if (!g) {
         const char *gp = rename_error(gf.param, gf.e.msg, sizeof gf.e.msg);
         if (gf.e.code == ERR_NOMEM || oai_json_nomem() != f0)

@@ -473,6 +473,7 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     r->kv_ttl_s = p->kv_ttl;
     r->kv_next_use_s = p->kv_next_use;
     r->kv_done = p->kv_done;
+    r->priority = p->priority;
     return r;
 fail:
     free(ids);
@@ -481,7 +482,7 @@ fail:
     return NULL;
 }
 
-gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
+gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
     bool think_open = false;
     if (!rc->en) { /* an encoder (bert) embeds and never generates */
         f->status = 400;
@@ -493,12 +494,15 @@ gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0
     }
     req *r = gen_request(rc, p, engine_n_ctx(rc->en), &think_open, f);
     if (!r) return NULL;
+    r->client = routes_client_id(rc, x, p->user);
+    r->cache_salt = routes_cache_salt(rc, x, p->cache_salt);
     int src = engine_submit(rc->en, r, &f->e);
     if (src < 0) {
         if (src == ERR_RANGE) {
             f->status = 429;
             f->param = NULL;
-            f->code = "queue_full";
+            /* this client's own limit, or everyone's queue */
+            f->code = strstr(f->e.msg, "client-max-queued") ? "client_queue_full" : "queue_full";
         } else if (src == ERR_INVALID) {
             f->code = "context_length_exceeded";
         }

@@ -49,7 +49,7 @@ typedef struct gen_fail {
 /* Starts generating for p (validated by oai_parse; only read). `path` names
  * the route in the log line (a static string); t0_ns is when the request
  * arrived. Returns NULL and fills *f when the request cannot run. */
-gen *gen_start(routes_ctx *rc, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f);
+gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f);
 
 /* The engine request gen_start submits, built and not submitted: the
  * constraint (tools, tool_choice, response format, grammar), the rendered

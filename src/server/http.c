@@ -843,6 +843,12 @@ static addr_key addr_key_of(const struct sockaddr *sa) {
     return k;
 }
 
+void http_peer_key(http_exchange *x, unsigned char out[16]) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(x->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    addr_key k = addr_key_of(ci ? ci->client_addr : NULL);
+    memcpy(out, k.b, 16);
+}
+
 /* MHD's accept policy, before a connection is set up: false when its
  * address holds max_conns_per_ip connections already (closed at once). */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {

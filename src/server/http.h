@@ -237,6 +237,9 @@ typedef struct http_stats {
     int n_connections;                    /* open now                      */
 } http_stats;
 void http_get_stats(const http_exchange *x, http_stats *out);
+/* The client's address as the per-address cap counts it (16 bytes: IPv4
+ * mapped into IPv6, IPv6 cut to its /64, every loopback address one). */
+void http_peer_key(http_exchange *x, unsigned char out[16]);
 /* True once the peer has closed its end or the socket failed. Cheap (poll). */
 bool http_client_gone(http_exchange *x);
 

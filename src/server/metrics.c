@@ -4,7 +4,8 @@
  * Names: kvloom_requests_running, kvloom_requests_waiting,
  * kvloom_prompt_tokens_total, kvloom_prompt_tokens_cached_total,
  * kvloom_prompt_tokens_computed_total, kvloom_generation_tokens_total,
- * kvloom_preemptions_total, kvloom_requests_stalled_total,
+ * kvloom_preemptions_total, kvloom_requests_stalled_total, kvloom_clients,
+ * kvloom_fair_preemptions_total, kvloom_client_refused_total,
  * kvloom_kv_blocks_{used,total,cached},
  * kvloom_constrained_tokens_total, kvloom_forced_tokens_total,
  * kvloom_grammar_mask_seconds_total, kvloom_decode_passes_total,
@@ -210,6 +211,13 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
     EACH(b, "kvloom_requests_stalled_total",
          "Requests cancelled because their client took none of their output for --stall-timeout seconds.",
          "counter", (double)s->stalled_total);
+    EACH(b, "kvloom_clients", "Clients (API keys, users, addresses) with requests queued or running.", "gauge",
+         s->n_clients);
+    EACH(b, "kvloom_fair_preemptions_total",
+         "Sequences preempted so that a client below its fair share (or a smaller priority class) could start.",
+         "counter", (double)s->fair_preemptions_total);
+    EACH(b, "kvloom_client_refused_total", "Requests refused (429) at --client-max-queued.", "counter",
+         (double)s->client_refused_total);
     EACH(b, "kvloom_constrained_tokens_total", "Tokens sampled under a grammar mask (tools, JSON schemas).", "counter",
          (double)s->constrained_tokens_total);
     EACH(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",

@@ -262,6 +262,8 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     eo.max_batch_tokens = o->max_batch_tokens;
     eo.max_running = o->max_running;
     eo.max_queue = o->max_queue;
+    eo.client_max_queued = o->client_max_queued >= 0 ? o->client_max_queued : o->max_queue - o->max_queue / 4;
+    eo.client_max_running = o->client_max_running;
     eo.n_ctx = o->n_ctx;
     eo.is_eog = eog_cb;
     eo.eog_ctx = en->tk;

@@ -110,7 +110,24 @@ static int parse_kv(json_t *body, oai_params *p, const char **param, err_t *e) {
     if (k && !json_is_string(k)) return bad(param, "prompt_cache_key", e, "must be a string");
     if (!k) k = oai_field(body, "user");
     if (k && json_is_string(k) && json_string_length(k)) p->session_key = xstrdup(json_string_value(k));
-    json_t *v = oai_field(body, "kv_ttl");
+    k = oai_field(body, "user");
+    if (k && json_is_string(k) && json_string_length(k)) p->user = xstrdup(json_string_value(k));
+    json_t *v = oai_field(body, "priority");
+    if (v) {
+        /* only down: any client may say its work can wait, none may jump
+         * the others (vLLM's field; lower is served first) */
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > OAI_MAX_PRIORITY)
+            return bad(param, "priority", e, "must be an integer in [0, 1000] (0, the default: interactive; larger: "
+                       "served after smaller ones)");
+        p->priority = (int)json_integer_value(v);
+    }
+    v = oai_field(body, "cache_salt");
+    if (v) {
+        if (!json_is_string(v) || !json_string_length(v) || json_string_length(v) > 256)
+            return bad(param, "cache_salt", e, "must be a non-empty string of at most 256 bytes");
+        p->cache_salt = xstrdup(json_string_value(v));
+    }
+    v = oai_field(body, "kv_ttl");
     if (v) {
         double x = json_is_number(v) ? json_number_value(v) : -1;
         if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 86400)
@@ -705,6 +722,8 @@ void oai_params_free(oai_params *p) {
     free(p->tool_name);
     free(p->grammar);
     free(p->session_key);
+    free(p->user);
+    free(p->cache_salt);
     free(p->bias_ids);
     free(p->bias_vals);
     for (int i = 0; i < p->n_stop; i++) free(p->stop[i]);

@@ -85,6 +85,8 @@ typedef enum oai_format {
 #define OAI_MAX_CHOICES 1024
 /* logit_bias entries at most (OpenAI's limit). */
 #define OAI_MAX_BIAS 300
+/* `priority` at most (only down from 0: no client may go before others) */
+#define OAI_MAX_PRIORITY 1000
 /* Bytes of one stop string at most: the matcher holds back up to that much
  * output per request, and no real stop string comes near it. */
 #define OAI_MAX_STOP_BYTES 1024
@@ -131,6 +133,14 @@ typedef struct oai_params {
     double kv_ttl;           /* kv_ttl seconds; -1 when absent                   */
     double kv_next_use;      /* kv_hint.next_use_s; -1 when absent               */
     bool kv_done;            /* kv_hint "done"                                   */
+    /* Tenants (docs/server.md, "Many clients"): the `user` field (owned or
+     * NULL; without API keys it names the client), the priority class
+     * (`priority`, 0..OAI_MAX_PRIORITY; 0 default: interactive; larger: batch work
+     * served after) and the prefix cache's partition (`cache_salt`, owned
+     * or NULL). */
+    char *user;
+    int priority;
+    char *cache_salt;
     bool continue_final;     /* chat: a final assistant message is a prefill the
                                 answer continues (set by the Anthropic route)  */
 } oai_params;

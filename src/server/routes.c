@@ -104,7 +104,7 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
         json_decref(b);
         for (int j = 0; !st && j < p->n; j++) {
             if (q.seed_set) q.sp.seed = p->sp.seed + (uint64_t)j; /* forks differ, reproducibly */
-            if (!(gs[k] = gen_start(rc, &q, oai_route_of(kind)->path, t0, &f))) {
+            if (!(gs[k] = gen_start(rc, x, &q, oai_route_of(kind)->path, t0, &f))) {
                 st = f.status;
                 e = f.e;
                 param = f.param;
@@ -152,7 +152,7 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
     }
     json_decref(body);
     gen_fail f;
-    gen *g = gen_start(rc, &p, oai_route_of(kind)->path, t0, &f);
+    gen *g = gen_start(rc, x, &p, oai_route_of(kind)->path, t0, &f);
     if (!g) {
         /* out of memory is the server's state, not the client's mistake */
         bool nomem = f.e.code == ERR_NOMEM || oai_json_nomem() != f0;
@@ -494,6 +494,22 @@ int routes_key_index(const routes_ctx *rc, http_exchange *x) {
         by_x = k ? i : by_x;
     }
     return by_bearer != ROUTES_BAD_KEY ? by_bearer : by_x;
+}
+
+uint64_t routes_client_id(const routes_ctx *rc, http_exchange *x, const char *user) {
+    int k = routes_key_index(rc, x);
+    if (k >= 0) return hash_bytes(rc->o->api_keys[k], strlen(rc->o->api_keys[k]), 0x6b6579ull) | 1;
+    if (user && *user) return hash_bytes(user, strlen(user), 0x75736572ull) | 1;
+    unsigned char a[16];
+    http_peer_key(x, a);
+    return hash_bytes(a, sizeof a, 0x61646472ull) | 1;
+}
+
+uint64_t routes_cache_salt(const routes_ctx *rc, http_exchange *x, const char *cache_salt) {
+    int k = routes_key_index(rc, x);
+    uint64_t s = k >= 0 ? hash_bytes(rc->o->api_keys[k], strlen(rc->o->api_keys[k]), 0x73616c74ull) : 0;
+    if (cache_salt && *cache_salt) s = hash_bytes(cache_salt, strlen(cache_salt), s ^ 0x63736c74ull);
+    return s;
 }
 
 typedef struct route {

@@ -57,6 +57,18 @@ typedef struct routes_ctx {
 #define ROUTES_BAD_KEY (-2)
 int routes_key_index(const routes_ctx *rc, http_exchange *x);
 
+/* The client a request counts for in the engine's fair admission
+ * (req.client; never 0): its API key when the server has keys (a key
+ * holder cannot split into several clients by naming users), else the
+ * body's `user` (NULL or "": none), else the peer address as the
+ * per-address cap counts it (every loopback address one). */
+uint64_t routes_client_id(const routes_ctx *rc, http_exchange *x, const char *user);
+/* The prefix cache's partition of a request (req.cache_salt): with API
+ * keys each key has its own, mixed with the body's `cache_salt` when it
+ * has one; without keys, `cache_salt`'s alone (0: none, the partition
+ * every request without a salt shares). */
+uint64_t routes_cache_salt(const routes_ctx *rc, http_exchange *x, const char *cache_salt);
+
 /* The http_handler_fn of the server: ctx is a routes_ctx. */
 void routes_handle(void *ctx, http_exchange *x);
 

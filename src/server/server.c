@@ -51,6 +51,7 @@ void server_opts_default(server_opts *o) {
     o->max_batch_tokens = 512;
     o->max_running = 64;
     o->max_queue = 256;
+    o->client_max_queued = -1;
     o->block_tokens = 16;
     o->max_body_bytes = (size_t)8 << 20;
     o->max_connections = 1024;
@@ -78,6 +79,11 @@ const char *server_usage(void) {
            "  --max-batch-tokens N     tokens per engine step (default 512)\n"
            "  --max-running N          sequences decoded together at most (default 64)\n"
            "  --max-queue N            waiting requests before 429 (default 256)\n"
+           "  --client-max-queued N    one client's waiting requests before its 429 (default 3/4 of\n"
+           "                           --max-queue; 0: no limit of its own). A client is its API key,\n"
+           "                           else the body's 'user', else its address\n"
+           "  --client-max-running N   one client's running sequences at most (default 0: no cap; the\n"
+           "                           fair share preempts a client above it for one below it)\n"
            "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health);\n"
            "                           repeatable: each key is a client of its own\n"
            "  --api-key-file FILE      the same, every non-empty line of FILE a key ('#' comments)\n"
@@ -257,6 +263,12 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--max-queue")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 1 << 20, &o->max_queue, e);
+        } else if (!strcmp(a, "--client-max-queued")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 1 << 20, &o->client_max_queued, e);
+        } else if (!strcmp(a, "--client-max-running")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 4096, &o->client_max_running, e);
         } else if (!strcmp(a, "--api-key")) {
             NEED_VALUE;
             if (!*v) return err_set(e, ERR_INVALID, "--api-key: the key is empty (omit --api-key to serve without one)");

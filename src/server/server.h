@@ -44,6 +44,10 @@ typedef struct server_opts {
     int max_batch_tokens;     /* --max-batch-tokens; default 512                      */
     int max_running;          /* --max-running sequences per batch; default 64        */
     int max_queue;            /* --max-queue waiting requests before 429; default 256 */
+    int client_max_queued;    /* --client-max-queued: one client's waiting requests
+                                 before its 429; -1 (default): 3/4 of max_queue (the
+                                 last quarter is for the others); 0: no own limit */
+    int client_max_running;   /* --client-max-running; 0 (default): the fair share only */
     const char *api_key;      /* the first of api_keys (NULL: no key, open server)     */
     /* Every accepted key: --api-key, repeatable, and the lines of
      * --api-key-file. Each key is a client identity (its stored responses,

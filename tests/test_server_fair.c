@@ -1,0 +1,239 @@
+/*
+ * test_server_fair.c — fairness between clients in the engine (engine.c,
+ * "Fair admission"; issue 26 finding 7), without HTTP.
+ *
+ * Each check is about order and counts, not time: which requests got their
+ * first token before which (req.t_first_ns, one clock), how many sequences
+ * yielded, which submissions were refused. Under first-come-first-served
+ * (the engine before this change) every check below fails: the second
+ * client's first request started after all 36 requests the flooder had
+ * queued ahead of it, the interactive request after every batch request,
+ * and no client had a limit of its own.
+ *
+ * Reference for the outputs: each prompt run alone on the same engine;
+ * preempted sequences must still give exactly those tokens (greedy).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "sched/engine.h"
+#include "sched/req.h"
+#include "test.h"
+
+enum { N_FAM = 3, FAM_LEN = 20, A_GEN = 40, B_GEN = 4, N_A = 40, N_B = 4 };
+
+static int32_t fam[N_FAM][FAM_LEN];
+static int32_t ref[N_FAM][A_GEN];
+
+static req *mk(int f, int max_tokens, uint64_t client, int priority) {
+    int32_t *p = xmalloc(FAM_LEN * sizeof *p);
+    memcpy(p, fam[f], sizeof fam[f]);
+    req *r = req_new(p, FAM_LEN);
+    r->max_tokens = max_tokens;
+    r->ignore_eos = true;
+    r->sp.temperature = 0;
+    r->client = client;
+    r->priority = priority;
+    return r;
+}
+
+/* Waits for the end; returns the tokens generated (up to cap copied). */
+static int finish(req *r, int32_t *out, int cap, req_finish *f) {
+    int n = 0;
+    *f = REQ_RUNNING;
+    for (int spins = 0; spins < 3000 && *f == REQ_RUNNING; spins++) n = req_wait(r, n, 100, f);
+    n = req_wait(r, 0, 0, f);
+    req_token *t = xmalloc((size_t)(n ? n : 1) * sizeof *t);
+    req_copy_tokens(r, 0, n, t);
+    for (int i = 0; i < n && i < cap; i++) out[i] = t[i].id;
+    free(t);
+    return n;
+}
+
+static void wait_first(req *r) {
+    req_finish f = REQ_RUNNING;
+    for (int spins = 0; spins < 3000 && f == REQ_RUNNING && req_wait(r, 0, 100, &f) == 0;) spins++;
+}
+
+static engine *new_engine(const model *m, int max_running, int client_max_queued) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.max_running = max_running;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 128;
+    o.step_delay_us = 2000; /* submissions made back to back land in one step */
+    o.client_max_queued = client_max_queued;
+    o.check = true;
+    engine *en = NULL;
+    err_t e = {0};
+    CHECK_MSG(engine_new(m, &o, &en, &e) == 0, "engine_new: %s", e.msg);
+    return en;
+}
+
+/* One client (A) queues 40 long requests on 4 slots; then another (B)
+ * sends 4 short ones. B's first request must start before any of A's
+ * queued ones (A above its share of 2 slots yields one), all of B's before
+ * at most 2 more of A's start, and every request of A still completes with
+ * the reference tokens. */
+static void check_flood(const model *m) {
+    engine *en = new_engine(m, 4, 0);
+    if (!en) return;
+    err_t e = {0};
+    req *a[N_A], *b[N_B];
+    for (int i = 0; i < N_A; i++) {
+        a[i] = mk(i % N_FAM, A_GEN, 0xA, 0);
+        CHECK(engine_submit(en, a[i], &e) == 0);
+    }
+    for (int i = 0; i < 4; i++) wait_first(a[i]); /* every slot is A's */
+    int64_t t_b = clock_ns();
+    for (int i = 0; i < N_B; i++) {
+        b[i] = mk(i % N_FAM, B_GEN, 0xB, 0);
+        CHECK(engine_submit(en, b[i], &e) == 0);
+    }
+    int32_t out[A_GEN];
+    int64_t tb_first = INT64_MAX, tb_last = 0;
+    for (int i = 0; i < N_B; i++) {
+        req_finish f;
+        int n = finish(b[i], out, A_GEN, &f);
+        CHECK_EQ_INT(f, REQ_FINISH_LENGTH);
+        CHECK_EQ_INT(n, B_GEN);
+        CHECK_MSG(n == B_GEN && !memcmp(out, ref[i % N_FAM], B_GEN * sizeof *out), "B's request %d: wrong tokens", i);
+        tb_first = MIN(tb_first, b[i]->t_first_ns);
+        tb_last = MAX(tb_last, b[i]->t_first_ns);
+    }
+    int n_a_before_b1 = 0, n_a_before_b_last = 0, n_wrong = 0;
+    for (int i = 0; i < N_A; i++) {
+        req_finish f;
+        int n = finish(a[i], out, A_GEN, &f);
+        if (f != REQ_FINISH_LENGTH || n != A_GEN || memcmp(out, ref[i % N_FAM], A_GEN * sizeof *out)) n_wrong++;
+        int64_t t = a[i]->t_first_ns;
+        if (t > t_b && t < tb_first) n_a_before_b1++;
+        if (t > t_b && t < tb_last) n_a_before_b_last++;
+    }
+    engine_stats st;
+    engine_get_stats(en, &st);
+    printf("  flood: A started %d requests before B's first, %d before B's last; %llu fair preemptions\n",
+           n_a_before_b1, n_a_before_b_last, (unsigned long long)st.fair_preemptions_total);
+    CHECK_MSG(n_a_before_b1 == 0, "%d of A's queued requests started before B's first (FCFS: 36)", n_a_before_b1);
+    CHECK_MSG(n_a_before_b_last <= 2, "%d of A's queued requests started before B's last", n_a_before_b_last);
+    CHECK_MSG(st.fair_preemptions_total >= 1, "no sequence of A yielded (%llu)",
+              (unsigned long long)st.fair_preemptions_total);
+    CHECK_MSG(n_wrong == 0, "%d of A's %d requests did not give the reference tokens", n_wrong, N_A);
+    CHECK_EQ_INT(st.n_running, 0);
+    CHECK_EQ_INT(st.n_waiting, 0);
+    CHECK_EQ_INT(st.n_clients, 0);
+    for (int i = 0; i < N_A; i++) req_unref(a[i]);
+    for (int i = 0; i < N_B; i++) req_unref(b[i]);
+    engine_free(en);
+}
+
+/* One client: 8 batch requests (priority 1) on 4 slots, then one
+ * interactive (priority 0): it starts before the 4 batch requests still
+ * queued, a batch one yields its slot. */
+static void check_priority(const model *m) {
+    engine *en = new_engine(m, 4, 0);
+    if (!en) return;
+    err_t e = {0};
+    req *bt[8];
+    for (int i = 0; i < 8; i++) {
+        bt[i] = mk(i % N_FAM, A_GEN, 0xC, 1);
+        CHECK(engine_submit(en, bt[i], &e) == 0);
+    }
+    for (int i = 0; i < 4; i++) wait_first(bt[i]);
+    req *in = mk(1, B_GEN, 0xC, 0);
+    CHECK(engine_submit(en, in, &e) == 0);
+    int32_t out[A_GEN];
+    req_finish f;
+    CHECK_EQ_INT(finish(in, out, A_GEN, &f), B_GEN);
+    int n_before = 0;
+    for (int i = 0; i < 8; i++) {
+        finish(bt[i], out, A_GEN, &f);
+        CHECK_EQ_INT(f, REQ_FINISH_LENGTH);
+        if (i >= 4 && bt[i]->t_first_ns < in->t_first_ns) n_before++;
+    }
+    engine_stats st;
+    engine_get_stats(en, &st);
+    CHECK_MSG(n_before == 0, "%d queued batch requests started before the interactive one", n_before);
+    CHECK_MSG(st.fair_preemptions_total >= 1, "no batch sequence yielded to the interactive one");
+    req_unref(in);
+    for (int i = 0; i < 8; i++) req_unref(bt[i]);
+    engine_free(en);
+}
+
+/* client_max_queued 3, one slot: a client's submissions are refused once 3
+ * of its requests wait (the message names the limit), another client's are
+ * still taken, and the refusals are counted. */
+static void check_client_limit(const model *m) {
+    engine *en = new_engine(m, 1, 3);
+    if (!en) return;
+    err_t e = {0};
+    req *a[8];
+    bool taken[8] = {0};
+    int n_ok = 0, n_refused = 0;
+    for (int i = 0; i < 8; i++) {
+        a[i] = mk(i % N_FAM, A_GEN, 0xD, 0);
+        e.msg[0] = 0;
+        int rc = engine_submit(en, a[i], &e);
+        if (rc == 0) {
+            n_ok++;
+            taken[i] = true;
+        } else {
+            n_refused++;
+            CHECK_EQ_INT(rc, ERR_RANGE);
+            CHECK_MSG(strstr(e.msg, "client-max-queued 3") != NULL, "message: %s", e.msg);
+        }
+    }
+    /* 3 waiting, and at most the one running beside them */
+    CHECK_MSG(n_ok == 3 || n_ok == 4, "%d of 8 submissions taken", n_ok);
+    req *other = mk(0, B_GEN, 0xE, 0);
+    CHECK_MSG(engine_submit(en, other, &e) == 0, "another client refused: %s", e.msg);
+    engine_stats st;
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT(st.client_refused_total, (uint64_t)n_refused);
+    CHECK_EQ_INT(st.n_clients, 2);
+    int32_t out[A_GEN];
+    req_finish f;
+    CHECK_EQ_INT(finish(other, out, A_GEN, &f), B_GEN);
+    for (int i = 0; i < 8; i++) {
+        req_cancel(a[i]);
+        if (taken[i]) finish(a[i], out, A_GEN, &f);
+        req_unref(a[i]);
+    }
+    req_unref(other);
+    engine_free(en);
+}
+
+int main(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
+    model *m = NULL;
+    err_t e = {0};
+    if (model_load(path, &m, &e) < 0) {
+        CHECK_MSG(0, "model_load: %s", e.msg);
+        return test_summary("test_server_fair");
+    }
+    uint64_t rs = 0xfa1full;
+    for (int f = 0; f < N_FAM; f++)
+        for (int i = 0; i < FAM_LEN; i++) {
+            rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+            fam[f][i] = i == 0 ? 1 : (int32_t)(3 + rs % (uint64_t)(m->cfg.n_vocab - 3));
+        }
+    /* references: each prompt alone */
+    engine *en = new_engine(m, 4, 0);
+    if (en) {
+        for (int f = 0; f < N_FAM; f++) {
+            req *r = mk(f, A_GEN, 1, 0);
+            CHECK(engine_submit(en, r, &e) == 0);
+            req_finish fin;
+            CHECK_EQ_INT(finish(r, ref[f], A_GEN, &fin), A_GEN);
+            req_unref(r);
+        }
+        engine_free(en);
+    }
+    check_flood(m);
+    check_priority(m);
+    check_client_limit(m);
+    model_free(m);
+    return test_summary("test_server_fair");
+}
