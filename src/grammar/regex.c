@@ -561,18 +561,35 @@ static void emit_set(sbuf *b, const cpset *s) {
 
 void regex_emit_set(sbuf *b, const regex_set *s) { emit_set(b, s); }
 
-/* Writes r as a GBNF sequence (nothing for an empty r). */
-void regex_emit(sbuf *b, const rx *r) {
+/* A set as one GBNF class of the code points themselves (guided_regex). */
+static void emit_set_raw(sbuf *b, const cpset *s) {
+    sb_puts(b, "[");
+    for (int i = 0; i < s->n; i++) {
+        gbnf_cp(b, s->iv[i][0], true);
+        if (s->iv[i][1] != s->iv[i][0]) {
+            sb_puts(b, "-");
+            gbnf_cp(b, s->iv[i][1], true);
+        }
+    }
+    sb_puts(b, "]");
+}
+
+/* Writes r as a GBNF sequence (nothing for an empty r): of JSON-escaped
+ * forms, or of the code points themselves (raw). */
+static void emit(sbuf *b, const rx *r, bool raw) {
     switch (r->kind) {
     case RX_LOOK: PANIC("regex_emit: a lookahead (the caller must use regex_dfa_build)");
     case RX_EMPTY: return;
-    case RX_SET: emit_set(b, &r->set); return;
+    case RX_SET:
+        if (raw) emit_set_raw(b, &r->set);
+        else emit_set(b, &r->set);
+        return;
     case RX_CAT: {
         size_t before = b->n;
-        regex_emit(b, r->a);
+        emit(b, r->a, raw);
         if (!rx_is_empty(r->b)) {
             if (b->n > before) sb_puts(b, " ");
-            regex_emit(b, r->b);
+            emit(b, r->b, raw);
         }
         return;
     }
@@ -581,12 +598,12 @@ void regex_emit(sbuf *b, const rx *r) {
         bool a_e = rx_is_empty(r->a), b_e = rx_is_empty(r->b);
         if (a_e && b_e) return;
         sb_puts(b, "( ");
-        if (a_e) regex_emit(b, r->b);
-        else if (b_e) regex_emit(b, r->a);
+        if (a_e) emit(b, r->b, raw);
+        else if (b_e) emit(b, r->a, raw);
         else {
-            regex_emit(b, r->a);
+            emit(b, r->a, raw);
             sb_puts(b, " | ");
-            regex_emit(b, r->b);
+            emit(b, r->b, raw);
         }
         sb_puts(b, " )");
         if (a_e || b_e) sb_puts(b, "?");
@@ -595,7 +612,7 @@ void regex_emit(sbuf *b, const rx *r) {
     case RX_REP: {
         if (rx_is_empty(r)) return;
         sb_puts(b, "( ");
-        regex_emit(b, r->a);
+        emit(b, r->a, raw);
         sb_puts(b, " )");
         if (r->min == 0 && r->max == -1) sb_puts(b, "*");
         else if (r->min == 1 && r->max == -1) sb_puts(b, "+");
@@ -607,6 +624,10 @@ void regex_emit(sbuf *b, const rx *r) {
     }
     }
 }
+
+void regex_emit(sbuf *b, const rx *r) { emit(b, r, false); }
+
+void regex_emit_raw(sbuf *b, const rx *r) { emit(b, r, true); }
 
 /* Length range of r in code points (*hi -1: unbounded). */
 void regex_len(const rx *r, long long *lo, long long *hi) {

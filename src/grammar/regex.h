@@ -66,6 +66,9 @@ bool regex_and_len(regex_pat *a, long long mn, long long mx);
  * strings (canonical escapes: \" \\ \b \f \n \r \t, \u00xx for other
  * controls); nothing for an empty r. */
 void regex_emit(sbuf *b, const regex *r);
+/* The same, matching the strings themselves (vLLM's guided_regex: the
+ * output is the string, not a JSON string's body). */
+void regex_emit_raw(sbuf *b, const regex *r);
 /* Length range in code points (*hi -1: unbounded). */
 void regex_len(const regex *r, long long *lo, long long *hi);
 /* Narrows r, when it is pieces of fixed length and one repetition of a

@@ -107,6 +107,8 @@ struct gen {
     int n_calls;          /* complete calls (finish "tool_calls")           */
     char call0[64];       /* the first call's tool name (KV pin prediction)  */
     char *relaxed;        /* schema keywords relaxed (gen_add_headers) or NULL */
+    char *echo;           /* completions' echo: the prompt's text, or NULL   */
+    double logprob_sum;   /* of the tokens taken (when the req has logprobs) */
 };
 
 /* One logprobs entry for token t (appended to lp, whose shape depends on the
@@ -173,6 +175,7 @@ static void gen_pump(gen *g, int timeout_ms, http_buf *text, json_t *lp) {
             int m = tok_stream_push(&g->ts, toks[i].id, g->piece, g->piece_cap);
             if (m < 0) m = 0;
             g->n_completion++;
+            if (g->r->n_logprobs >= 0) g->logprob_sum += toks[i].logprob;
             if (lp && g->n_logprobs >= 0) add_logprob(g, lp, &toks[i], g->text_offset);
             g->text_offset += (size_t)m;
             const char *out;
@@ -349,6 +352,41 @@ static bool ends_in_think(const char *text) {
 
 /* ---- starting ---- */
 
+/* Fill-in-the-middle (completions' suffix), prefix-suffix-middle order as
+ * the code models are trained: [BOS] PRE prompt SUF suffix MID; the model
+ * writes the middle. A vocabulary without the three tokens is a 400. */
+static int32_t *fim_prompt(routes_ctx *rc, const oai_params *p, int *n_out, gen_fail *f) {
+    int32_t fim[3];
+    if (!tok_fim(rc->tok, fim)) {
+        f->param = "suffix";
+        err_set(&f->e, ERR_INVALID,
+                "the model '%s' has no fill-in-the-middle tokens (<|fim_prefix|>, <fim_prefix>, <PRE> or the GGUF's "
+                "fim_pre/suf/mid token ids): 'suffix' needs a code model trained for it",
+                rc->model_id);
+        return NULL;
+    }
+    int n_pre = 0, n_suf = 0;
+    int32_t *pre = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), false, &n_pre, &f->e);
+    int32_t *suf = pre ? gen_encode(rc->tok, p->suffix, strlen(p->suffix), false, &n_suf, &f->e) : NULL;
+    int32_t *ids = NULL;
+    if (suf) {
+        int bos = tok_add_bos(rc->tok) && tok_bos(rc->tok) >= 0, k = 0;
+        ids = xmalloc((size_t)(bos + n_pre + n_suf + 3) * sizeof *ids);
+        if (bos) ids[k++] = tok_bos(rc->tok);
+        ids[k++] = fim[0];
+        memcpy(ids + k, pre, (size_t)n_pre * sizeof *ids);
+        k += n_pre;
+        ids[k++] = fim[1];
+        memcpy(ids + k, suf, (size_t)n_suf * sizeof *ids);
+        k += n_suf;
+        ids[k++] = fim[2];
+        *n_out = k;
+    }
+    free(pre);
+    free(suf);
+    return ids;
+}
+
 /* The prompt's tokens for p (a malloc'd array; NULL and f filled on error);
  * *think_open: the rendered chat prompt leaves the model inside <think>. */
 /* A text that needs more than n_ctx tokens whatever its tokenization (every
@@ -391,6 +429,9 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *
         ids = xmalloc((size_t)p->n_prompt_tokens * sizeof *ids);
         memcpy(ids, p->prompt_tokens, (size_t)p->n_prompt_tokens * sizeof *ids);
         n_ids = p->n_prompt_tokens;
+    } else if (p->suffix) {
+        if (text_too_long(rc, strlen(p->prompt_text) + strlen(p->suffix), n_ctx, f)) return NULL;
+        ids = fim_prompt(rc, p, &n_ids, f);
     } else {
         if (text_too_long(rc, strlen(p->prompt_text), n_ctx, f)) return NULL;
         ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->e);
@@ -520,6 +561,14 @@ gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char
     g->t0_ns = t0_ns;
     g->path = path;
     if (f->relaxed[0]) g->relaxed = xstrdup(f->relaxed);
+    if (p->echo && p->prompt_text) {
+        g->echo = xstrdup(p->prompt_text);
+    } else if (p->echo) { /* token ids: their text, special tokens left out */
+        int need = tok_decode(rc->tok, p->prompt_tokens, p->n_prompt_tokens, true, NULL, 0);
+        g->echo = xmalloc((size_t)(need > 0 ? need : 0) + 1);
+        g->echo[0] = 0;
+        if (need > 0) tok_decode(rc->tok, p->prompt_tokens, p->n_prompt_tokens, true, g->echo, need + 1);
+    }
     tok_stream_init(&g->ts, rc->tok, true);
     g->piece_cap = tok_stream_max_out(rc->tok) + 8;
     g->piece = xmalloc((size_t)g->piece_cap);
@@ -596,6 +645,10 @@ const char *gen_error(const gen *g, int *status) {
     return g->error[0] ? g->error : "the server is shutting down";
 }
 
+const char *gen_echo(const gen *g) { return g->echo; }
+
+double gen_logprob_sum(const gen *g) { return g->logprob_sum; }
+
 void gen_usage(const gen *g, int *n_prompt, int *n_completion, int *n_cached) {
     int c = 0;
     req_get_finish(g->r, &c, NULL, 0);
@@ -622,6 +675,7 @@ void gen_done(gen *g, const char *method, int status, bool stream) {
     stop_free(g->sm);
     free(g->piece);
     free(g->relaxed);
+    free(g->echo);
     req_unref(g->r);
     models_release(g->rc); /* the reference routes_handle took (models.h) */
     free(g);

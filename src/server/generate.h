@@ -80,6 +80,12 @@ int gen_n_calls(const gen *g);
  * status to report it with (500 or 503). */
 const char *gen_error(const gen *g, int *status);
 void gen_usage(const gen *g, int *n_prompt, int *n_completion, int *n_cached);
+/* Completions' echo: the prompt's text (token ids decoded, special tokens
+ * left out), or NULL when the request did not ask. */
+const char *gen_echo(const gen *g);
+/* The sum of the logprobs of the tokens read so far: best_of's ranking
+ * (0 unless the request was started with n_logprobs >= 0). */
+double gen_logprob_sum(const gen *g);
 /* A number unique to this request (for response ids) and its creation time. */
 unsigned long long gen_serial(const gen *g);
 long long gen_created(const gen *g);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../chat/toolcall.h"
+#include "../grammar/regex.h"
 
 /* ---- jansson's allocations ---- */
 
@@ -435,15 +436,14 @@ static int take_schema(oai_params *p, json_t *schema, const char *param, err_t *
  * (a schema, or its JSON text) is json_schema; guided_choice (strings) a
  * grammar of exactly those alternatives; guided_grammar a GBNF grammar (the
  * format llama.cpp and vLLM's xgrammar backend share; vLLM's Lark EBNF is
- * not taken). guided_regex is refused by name: the grammar engine has no
- * regular-expression front end yet. At most one of them, and none beside
- * the other constraints (n_set of those were given). */
+ * not taken); guided_regex a regular expression (regex.h's ECMA subset)
+ * the whole output matches, as vLLM's backends do: ^ and $ change nothing.
+ * At most one of them, and none beside the other constraints (n_set of
+ * those were given). */
 static int parse_guided(json_t *body, oai_params *p, int n_set, const char **param, err_t *e) {
-    static const char *const refused[] = {"guided_regex", "guided_whitespace_pattern"};
-    for (size_t i = 0; i < ARRAY_LEN(refused); i++)
-        if (oai_field(body, refused[i]))
-            return bad(param, refused[i], e, "is not supported (use 'guided_grammar' with a GBNF grammar, or 'guided_json')");
-    static const char *const fields[] = {"guided_json", "guided_choice", "guided_grammar"};
+    if (oai_field(body, "guided_whitespace_pattern"))
+        return bad(param, "guided_whitespace_pattern", e, "is not supported (JSON is written without spaces)");
+    static const char *const fields[] = {"guided_json", "guided_choice", "guided_grammar", "guided_regex"};
     const char *which = NULL;
     for (size_t i = 0; i < ARRAY_LEN(fields); i++) {
         if (!oai_field(body, fields[i])) continue;
@@ -468,6 +468,23 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
         }
         if (take_schema(p, schema, "guided_json", e) < 0)
             return err_set(e, ERR_INVALID, "'guided_json' must be a JSON Schema object (or its JSON text)");
+    } else if (!strcmp(which, "guided_regex")) {
+        if (!json_is_string(v) || json_string_length(v) == 0)
+            return err_set(e, ERR_INVALID, "'guided_regex' must be a non-empty string");
+        regex_pat pat;
+        int rc = regex_parse(json_string_value(v), json_string_length(v), 0, &pat, e);
+        if (rc < 0) {
+            err_prefix(e, "'guided_regex'");
+            return rc;
+        }
+        sbuf gb = {0};
+        sb_puts(&gb, "root ::= ");
+        size_t k = gb.n;
+        regex_emit_raw(&gb, pat.r);
+        if (gb.n == k) sb_puts(&gb, "\"\""); /* matches only the empty string */
+        regex_pat_free(&pat);
+        p->format = OAI_FORMAT_GRAMMAR;
+        p->grammar = gb.p;
     } else if (!strcmp(which, "guided_grammar")) {
         if (!json_is_string(v) || json_string_length(v) == 0)
             return err_set(e, ERR_INVALID, "'guided_grammar' must be a non-empty string (GBNF)");
@@ -591,16 +608,33 @@ static int parse_bias(json_t *body, int n_vocab, oai_params *p, const char **par
     return 0;
 }
 
-/* OpenAI fields kvloom does not implement yet: a 400 naming the field
- * rather than silence (issue 24); each is accepted at its no-op value. */
-static int refuse_unsupported(json_t *body, oai_kind kind, const char **param, err_t *e) {
+/* The completions-only fields: echo, suffix (fill-in-the-middle; whether
+ * the model can is gen_start's to say), best_of (>= n; OpenAI refuses it
+ * with stream, and so do we: the best is known only at the end). */
+static int parse_completion_extras(json_t *body, oai_params *p, const char **param, err_t *e) {
     json_t *v;
-    if ((v = oai_field(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
-        return bad(param, "best_of", e, "other than 1 is not supported");
-    if (kind == OAI_COMPLETION && (v = oai_field(body, "echo")) && !json_is_false(v))
-        return bad(param, "echo", e, "is not supported");
-    if (kind == OAI_COMPLETION && (v = oai_field(body, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
-        return bad(param, "suffix", e, "(fill-in-the-middle) is not supported");
+    long long x;
+    bool present;
+    int rc;
+    if ((rc = get_bool(body, "echo", &p->echo, param, e)) < 0) return rc;
+    if (p->echo && p->n_logprobs >= 0)
+        return bad(param, "echo", e, "with 'logprobs' is not supported (the prompt's own logprobs are not computed)");
+    if ((v = oai_field(body, "suffix")) && !json_is_string(v)) return bad(param, "suffix", e, "must be a string");
+    if (v && json_string_length(v)) {
+        if (strlen(json_string_value(v)) != json_string_length(v)) return bad(param, "suffix", e, "must not hold NUL");
+        if (p->n_prompts > 1 || !p->prompt_text)
+            return bad(param, "suffix", e, "needs one text prompt (the part before the gap)");
+        p->suffix = xstrdup(json_string_value(v));
+    }
+    if ((rc = get_int(body, "best_of", 1, OAI_MAX_N, &x, &present, param, e)) < 0) return rc;
+    p->best_of = present ? (int)x : p->n;
+    if (p->best_of < p->n) return bad(param, "best_of", e, "must be at least 'n'");
+    if (p->best_of > p->n && p->stream) return bad(param, "best_of", e, "above n cannot be streamed (send stream: false)");
+    if (p->best_of * MAX(p->n_prompts, 1) > OAI_MAX_FORKS) {
+        *param = "best_of";
+        return err_set(e, ERR_INVALID, "'best_of' x prompts is %d; at most %d generations in one request",
+                       p->best_of * p->n_prompts, OAI_MAX_FORKS);
+    }
     return 0;
 }
 
@@ -666,15 +700,8 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
                      OAI_MAX_FORKS);
         goto fail;
     }
-    if ((rc = refuse_unsupported(body, kind, param, e)) < 0) goto fail;
     if ((rc = parse_bias(body, n_vocab, p, param, e)) < 0) goto fail;
     if ((rc = get_bool(body, "stream", &p->stream, param, e)) < 0) goto fail;
-    if (p->stream && (p->n > 1 || p->n_prompts > 1)) {
-        rc = bad(param, p->n > 1 ? "n" : "prompt", e,
-                 p->n > 1 ? "> 1 is not supported with stream (send stream: false)"
-                          : "with several prompts is not supported with stream (send stream: false)");
-        goto fail;
-    }
     if ((v = oai_field(body, "stream_options"))) {
         if (!json_is_object(v)) {
             rc = bad(param, "stream_options", e, "must be an object");
@@ -702,6 +729,12 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         }
         if (lp) p->n_logprobs = present ? (int)x : 0;
     }
+    p->best_of = p->n;
+    if (kind == OAI_COMPLETION && (rc = parse_completion_extras(body, p, param, e)) < 0) goto fail;
+    if (kind == OAI_CHAT && (v = oai_field(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
+        rc = bad(param, "best_of", e, "is a /v1/completions field (chat takes 'n')");
+        goto fail;
+    }
     if ((rc = sampler_params_check(&p->sp, e)) < 0) {
         *param = NULL;
         goto fail;
@@ -715,6 +748,7 @@ fail:
 void oai_params_free(oai_params *p) {
     free(p->prompt_text);
     free(p->prompt_tokens);
+    free(p->suffix);
     if (p->messages) json_decref(p->messages);
     if (p->tools) json_decref(p->tools);
     if (p->template_kwargs) json_decref(p->template_kwargs);

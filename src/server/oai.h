@@ -8,15 +8,16 @@
  * Validation rules (each failure names the field, e.g. "temperature must be
  * a number in [0, 2]", and sets *param to "temperature"):
  *   model string (any name accepted) · prompt string | [string] | [int] |
- *   [[int]] (completions; up to OAI_MAX_PROMPTS strings or id arrays, not
- *   with stream) · messages non-empty array of objects with a string
+ *   [[int]] (completions; up to OAI_MAX_PROMPTS strings or id arrays) ·
+ *   echo bool, suffix string (one text prompt), best_of integer [n,
+ *   OAI_MAX_N] (not with stream) (completions) · messages non-empty array of objects with a string
  *   role (chat) · max_tokens / max_completion_tokens integer >= 1 ·
  *   temperature [0, 2] · top_p (0, 1] · top_k integer >= -1 · min_p [0, 1] ·
  *   presence_penalty, frequency_penalty [-2, 2] · repetition_penalty (0, 10] ·
  *   seed integer · stop string | array of up to 16 strings · stream bool ·
  *   stream_options object {include_usage bool} · logprobs int [0, 20]
  *   (completions) or bool (chat) with top_logprobs int [0, 20] · n integer
- *   [1, OAI_MAX_N] (n x prompts <= OAI_MAX_FORKS; not with stream) ·
+ *   [1, OAI_MAX_N] (n (best_of) x prompts <= OAI_MAX_FORKS) ·
  *   user string · ignore_eos bool · prompt_cache_key string · kv_ttl number
  *   [0, 86400] · kv_hint "done" | {"next_use_s": number [0, 86400]}. A null value counts as absent; unknown
  *   fields are ignored.
@@ -100,6 +101,12 @@ typedef struct oai_params {
                                 fields above hold the first (routes.c parses
                                 the others one by one)                       */
     int n;                   /* choices per prompt, [1, OAI_MAX_N]            */
+    int best_of;             /* completions: generations per prompt, the n with
+                                the highest cumulative logprob answered (>= n;
+                                n when absent; not with stream)              */
+    bool echo;               /* completions: the prompt before the text       */
+    char *suffix;            /* completions: fill-in-the-middle, the text after
+                                the gap (owned) or NULL                      */
     int32_t *bias_ids;       /* logit_bias: token ids (owned) ...              */
     float *bias_vals;        /* ... and their biases (-INFINITY: -100, a ban)  */
     int n_bias;

@@ -21,6 +21,8 @@ typedef struct oai_out {
     const oai_route *rt; /* oai_route_of(kind) */
     bool stream, include_usage, sent_role;
     bool failed; /* a stream cut short: out of memory building a chunk */
+    bool done;   /* streams of several choices: this one has finished    */
+    int index;   /* its choice's index                                   */
     int n_logprobs;
     char id[64];
     tc_events ev;
@@ -80,6 +82,17 @@ static json_t *choice_json(oai_kind kind, int index, const gen_result *res, json
                      lp ? lp : json_null(), "finish_reason", fr);
 }
 
+/* Completions' echo: the prompt's text goes before the answer's. */
+static void add_echo(const gen *g, gen_result *res) {
+    const char *echo = gen_echo(g);
+    if (!echo || !*echo) return;
+    http_buf b = {0};
+    http_buf_add(&b, echo, strlen(echo));
+    http_buf_add(&b, res->content.p ? res->content.p : "", res->content.n);
+    http_buf_free(&res->content);
+    res->content = b;
+}
+
 /* Sends ans (an answer jansson could not build whole is never sent as one);
  * returns the status sent. */
 static int reply_answer(http_exchange *x, json_t *ans, unsigned long f0) {
@@ -101,6 +114,7 @@ static void answer_whole(oai_out *o, http_exchange *x) {
     json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
     gen_result res;
     bool ok = gen_collect(g, x, &res, lp);
+    add_echo(g, &res);
     int status = 200;
     const char *fr = gen_finish_reason(g);
     if (!ok) {
@@ -125,13 +139,20 @@ static void answer_whole(oai_out *o, http_exchange *x) {
     oai_out_free(o);
 }
 
-void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
+static int by_logprob_desc(const void *a, const void *b, void *ctx) {
+    gen **gs = ctx;
+    double x = gen_logprob_sum(gs[*(const int *)a]), y = gen_logprob_sum(gs[*(const int *)b]);
+    return x < y ? 1 : x > y ? -1 : *(const int *)a - *(const int *)b; /* ties: fork order */
+}
+
+void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int per, int n, const oai_params *p, oai_kind kind,
                      http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
     oai_out head = {.rc = rc, .g = gs[0], .kind = kind, .rt = oai_route_of(kind)};
     snprintf(head.id, sizeof head.id, "%s-%llx%06llx", head.rt->id_prefix, (unsigned long long)rc->created,
              gen_serial(gs[0]));
-    json_t *choices = json_array();
+    gen_result *res = xcalloc((size_t)n_gens, sizeof *res);
+    json_t **lps = xcalloc((size_t)n_gens, sizeof *lps);
     int status = 200, np = 0, nc = 0, cached = 0;
     char msg[320] = "";
     for (int i = 0; i < n_gens; i++) {
@@ -139,30 +160,38 @@ void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_para
             gen_cancel(gs[i]);
             continue;
         }
-        json_t *lp = p->n_logprobs >= 0 ? gen_logprobs_new(kind) : NULL;
-        gen_result res;
-        bool ok = gen_collect(gs[i], x, &res, lp);
-        const char *fr = gen_finish_reason(gs[i]);
+        lps[i] = p->n_logprobs >= 0 ? gen_logprobs_new(kind) : NULL;
+        bool ok = gen_collect(gs[i], x, &res[i], lps[i]);
+        add_echo(gs[i], &res[i]);
         if (!ok) {
             status = 499;
             snprintf(msg, sizeof msg, "client closed the connection");
-            if (lp) json_decref(lp);
-        } else if (!fr) {
+        } else if (!gen_finish_reason(gs[i])) {
             failed_msg(gs[i], msg, sizeof msg, &status);
-            if (lp) json_decref(lp);
         } else {
-            json_array_append_new(choices, choice_json(kind, i, &res, lp, fr));
             int a, b, c;
             gen_usage(gs[i], &a, &b, &c);
-            nc += b;
-            if (i % n == 0) np += a, cached += c; /* a prompt counts once */
+            nc += b; /* every fork's tokens count, best_of's unanswered ones too (as OpenAI bills them) */
+            if (i % per == 0) np += a, cached += c; /* a prompt counts once */
         }
-        gen_result_free(&res);
     }
     if (status != 200) {
-        json_decref(choices);
         oai_reply_error(x, status, msg, NULL, NULL);
     } else {
+        /* best_of: each prompt's n forks of the highest cumulative logprob,
+         * best first (vLLM's rule); else every fork in order */
+        json_t *choices = json_array();
+        int *order = xmalloc((size_t)per * sizeof *order);
+        for (int pi = 0; pi < n_gens / per; pi++) {
+            for (int k = 0; k < per; k++) order[k] = pi * per + k;
+            if (per > n) qsort_r(order, (size_t)per, sizeof *order, by_logprob_desc, gs);
+            for (int k = 0; k < n; k++) {
+                int i = order[k];
+                json_array_append_new(choices, choice_json(kind, pi * n + k, &res[i], lps[i], gen_finish_reason(gs[i])));
+                lps[i] = NULL;
+            }
+        }
+        free(order);
         json_t *ans = answer_head(&head, false);
         json_object_set_new(ans, "choices", choices);
         json_object_set_new(ans, "usage", json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", np, "completion_tokens", nc,
@@ -171,7 +200,13 @@ void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_para
         status = reply_answer(x, ans, f0);
         json_decref(ans);
     }
-    for (int i = 0; i < n_gens; i++) gen_done(gs[i], "POST", status, false);
+    for (int i = 0; i < n_gens; i++) {
+        if (lps[i]) json_decref(lps[i]);
+        gen_result_free(&res[i]);
+        gen_done(gs[i], "POST", status, false);
+    }
+    free(lps);
+    free(res);
 }
 
 /* ---- streaming (SSE) ---- */
@@ -200,7 +235,7 @@ static json_t *empty_payload(const oai_out *o) { return o->kind == OAI_COMPLETIO
 /* One chunk: a completion's text, or a chat delta (taken), with logprobs
  * (taken, may be NULL) and a finish reason (may be NULL). */
 static void sse_choice(oai_out *o, http_buf *out, json_t *text_or_delta, json_t *lp, const char *finish) {
-    json_t *c = chunk_new(o, json_pack("{s:i, s:o, s:o, s:o}", "index", 0, o->rt->payload_key, text_or_delta,
+    json_t *c = chunk_new(o, json_pack("{s:i, s:o, s:o, s:o}", "index", o->index, o->rt->payload_key, text_or_delta,
                                        "logprobs", lp ? lp : json_null(), "finish_reason",
                                        finish ? json_string(finish) : json_null()));
     sse_event(out, c);
@@ -257,18 +292,26 @@ static int stream_fail(oai_out *o, http_buf *out, size_t keep) {
     return 0;
 }
 
-static int stream_next(void *sctx, http_buf *out) {
-    oai_out *o = sctx;
-    gen *g = o->g;
-    unsigned long f0 = oai_json_nomem();
-    size_t keep = out->n;
-    if (o->kind == OAI_CHAT && !o->sent_role) {
-        o->sent_role = true;
+/* The first chunk of a choice: chat's role, or completions' echo. False
+ * when there is none (or it was sent). */
+static bool stream_head(oai_out *o, http_buf *out) {
+    if (o->sent_role) return false;
+    o->sent_role = true;
+    const char *echo = o->kind == OAI_COMPLETION ? gen_echo(o->g) : NULL;
+    if (o->kind == OAI_CHAT)
         sse_choice(o, out, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL);
-        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
-    }
+    else if (echo && *echo)
+        sse_choice(o, out, oai_text_json(echo, strlen(echo)), NULL, NULL);
+    else
+        return false;
+    return true;
+}
+
+/* Polls o's generation (up to timeout_ms) and writes its chunks; true when
+ * it has ended, *fr its finish reason (NULL: it failed). */
+static bool stream_poll(oai_out *o, http_buf *out, int timeout_ms, const char **fr) {
     json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
-    bool done = gen_poll(g, 20, &o->ev, lp);
+    bool done = gen_poll(o->g, timeout_ms, &o->ev, lp);
     bool has_lp = lp && (o->kind == OAI_COMPLETION ? json_array_size(json_object_get(lp, "tokens"))
                                                    : json_array_size(json_object_get(lp, "content")));
     if (lp && !has_lp) {
@@ -276,15 +319,31 @@ static int stream_next(void *sctx, http_buf *out) {
         lp = NULL;
     }
     stream_events(o, out, lp);
+    *fr = done ? gen_finish_reason(o->g) : NULL;
+    return done;
+}
+
+/* The error event of a generation that failed. */
+static void stream_error(gen *g, http_buf *out) {
+    char msg[320];
+    failed_msg(g, msg, sizeof msg, NULL);
+    char *s = oai_error_json(msg, "server_error", NULL, NULL);
+    http_buf_printf(out, "data: %s\n\n", s);
+    free(s);
+}
+
+static int stream_next(void *sctx, http_buf *out) {
+    oai_out *o = sctx;
+    gen *g = o->g;
+    unsigned long f0 = oai_json_nomem();
+    size_t keep = out->n;
+    if (stream_head(o, out)) return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
+    const char *fr;
+    bool done = stream_poll(o, out, 20, &fr);
     if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
     if (!done) return 1;
-    const char *fr = gen_finish_reason(g);
     if (!fr) {
-        char msg[320];
-        failed_msg(g, msg, sizeof msg, NULL);
-        char *s = oai_error_json(msg, "server_error", NULL, NULL);
-        http_buf_printf(out, "data: %s\n\n", s);
-        free(s);
+        stream_error(g, out);
     } else {
         sse_choice(o, out, empty_payload(o), NULL, fr);
         if (o->include_usage) {
@@ -305,6 +364,117 @@ static void stream_done(void *sctx, bool completed) {
     if (!completed) gen_cancel(o->g);
     gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
     oai_out_free(o);
+}
+
+/* ---- streaming several choices (n > 1, several prompts) ---- */
+
+/* The forks of one streamed answer: each its own oai_out (index, events,
+ * role/echo sent); one id; chunks interleave as the forks produce. */
+typedef struct oai_multi {
+    oai_out **o;
+    int n_gens, per; /* per: forks per prompt (usage counts a prompt once) */
+    int n_done;
+    bool include_usage;
+} oai_multi;
+
+static void multi_cancel(oai_multi *m) {
+    for (int i = 0; i < m->n_gens; i++) gen_cancel(m->o[i]->g);
+}
+
+static int multi_next(void *sctx, http_buf *out) {
+    oai_multi *m = sctx;
+    unsigned long f0 = oai_json_nomem();
+    size_t keep = out->n;
+    bool head = false;
+    for (int i = 0; i < m->n_gens; i++) head |= stream_head(m->o[i], out);
+    if (head && oai_json_nomem() != f0) {
+        stream_fail(m->o[0], out, keep);
+        multi_cancel(m);
+        return 0;
+    }
+    if (head) return 1;
+    /* the engine steps every fork together: wait on the first that runs,
+     * then take what the others have */
+    int waited = 0;
+    for (int i = 0; i < m->n_gens; i++) {
+        oai_out *o = m->o[i];
+        if (o->done) continue;
+        const char *fr;
+        bool done = stream_poll(o, out, waited++ ? 0 : 20, &fr);
+        if (oai_json_nomem() != f0) {
+            stream_fail(o, out, keep);
+            multi_cancel(m);
+            return 0;
+        }
+        if (!done) continue;
+        if (!fr) { /* one failed: the answer fails */
+            stream_error(o->g, out);
+            multi_cancel(m);
+            http_buf_add(out, "data: [DONE]\n\n", 14);
+            return 0;
+        }
+        sse_choice(o, out, empty_payload(o), NULL, fr);
+        o->done = true;
+        m->n_done++;
+    }
+    if (m->n_done < m->n_gens) return 1;
+    if (m->include_usage) {
+        int np = 0, nc = 0, cached = 0;
+        for (int i = 0; i < m->n_gens; i++) {
+            int a, b, c;
+            gen_usage(m->o[i]->g, &a, &b, &c);
+            nc += b;
+            if (i % m->per == 0) np += a, cached += c;
+        }
+        json_t *u = answer_head(m->o[0], true);
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", np, "completion_tokens",
+                                                  nc, "total_tokens", np + nc, "prompt_tokens_details",
+                                                  "cached_tokens", cached));
+        sse_event(out, u);
+        json_decref(u);
+        if (oai_json_nomem() != f0) {
+            stream_fail(m->o[0], out, keep);
+            return 0;
+        }
+    }
+    http_buf_add(out, "data: [DONE]\n\n", 14);
+    return 0;
+}
+
+static void multi_done(void *sctx, bool completed) {
+    oai_multi *m = sctx;
+    bool failed = false;
+    for (int i = 0; i < m->n_gens; i++) failed |= m->o[i]->failed;
+    for (int i = 0; i < m->n_gens; i++) {
+        if (!completed) gen_cancel(m->o[i]->g);
+        gen_done(m->o[i]->g, "POST", !completed ? 499 : failed ? 500 : 200, true);
+        oai_out_free(m->o[i]);
+    }
+    free(m->o);
+    free(m);
+}
+
+void oai_answer_many_stream(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
+                            http_exchange *x) {
+    oai_multi *m = xcalloc(1, sizeof *m);
+    m->o = xcalloc((size_t)n_gens, sizeof *m->o);
+    m->n_gens = n_gens;
+    m->per = n;
+    m->include_usage = p->include_usage;
+    for (int i = 0; i < n_gens; i++) {
+        oai_out *o = m->o[i] = xcalloc(1, sizeof *o);
+        o->rc = rc;
+        o->g = gs[i];
+        o->kind = kind;
+        o->rt = oai_route_of(kind);
+        o->stream = true;
+        o->n_logprobs = p->n_logprobs;
+        o->index = i;
+        snprintf(o->id, sizeof o->id, "%s-%llx%06llx", o->rt->id_prefix, (unsigned long long)rc->created,
+                 gen_serial(gs[0]));
+    }
+    http_reply_stream(x, 200, "text/event-stream", multi_next, multi_done, m);
 }
 
 const oai_route *oai_route_of(oai_kind kind) {

@@ -35,11 +35,20 @@ const oai_route *oai_route_of(oai_kind kind);
 void oai_answer(routes_ctx *rc, gen *g, const oai_params *p, oai_kind kind, http_exchange *x);
 
 /* One whole answer (not streamed) from n_gens generations started together
- * (taken): n per prompt, in prompt order; choice i is gs[i]'s, with index i.
- * usage counts each prompt once (its first fork's prompt and cached
- * tokens) and every generated token. A client that leaves cancels them
- * all; a failed one fails the answer. */
-void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
+ * (taken): `per` per prompt, in prompt order. Each prompt answers n of its
+ * forks: all of them (per == n), or best_of's n of the highest cumulative
+ * logprob, best first (per > n; the forks were started with logprobs);
+ * choice indexes run 0 .. n x prompts - 1. usage counts each prompt once
+ * (its first fork's prompt and cached tokens) and every generated token. A
+ * client that leaves cancels them all; a failed one fails the answer. */
+void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int per, int n, const oai_params *p, oai_kind kind,
                      http_exchange *x);
+/* The same streamed (n per prompt, no best_of): every fork's chunks carry
+ * its choice index (OpenAI's n > 1 streams), interleaved as they come;
+ * each choice gets its role (chat) or echo first and its finish chunk; one
+ * usage chunk with stream_options.include_usage, one [DONE]. A failed fork
+ * ends the stream with an error event and [DONE], the others cancelled. */
+void oai_answer_many_stream(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
+                            http_exchange *x);
 
 #endif

@@ -78,8 +78,9 @@ char *routes_template_source(const routes_ctx *rc) {
 
 /* ---- generation routes ---- */
 
-/* n > 1 or several prompts: every generation is started at once (prompt by
- * prompt, n forks each), so the engine batches them and the forks of a
+/* n > 1, best_of > 1 or several prompts: every generation is started at
+ * once (prompt by prompt, n forks each, or best_of with logprobs on for
+ * the ranking), so the engine batches them and the forks of a
  * prompt share its KV through the radix tree: the first computes the
  * prompt's blocks, the others join them while they are PENDING, and only
  * each fork's last partial block is computed again (docs/server.md). Each
@@ -87,7 +88,8 @@ char *routes_template_source(const routes_ctx *rc) {
  * own. Returns true when a generation reached the engine. */
 static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t *body, const oai_params *p,
                          int64_t t0) {
-    int n_prompts = MAX(p->n_prompts, 1), total = n_prompts * p->n;
+    int per = MAX(p->best_of, p->n); /* best_of: forks per prompt, the best n answered */
+    int n_prompts = MAX(p->n_prompts, 1), total = n_prompts * per;
     gen **gs = xcalloc((size_t)total, sizeof *gs);
     json_t *prompts = json_object_get(body, "prompt");
     int k = 0;
@@ -95,6 +97,7 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
         json_t *b = json_copy(body);
         if (b && kind == OAI_COMPLETION && p->n_prompts > 1) json_object_set(b, "prompt", json_array_get(prompts, pi));
         if (b) json_object_set_new(b, "n", json_integer(1));
+        if (b && kind == OAI_COMPLETION) json_object_set_new(b, "best_of", json_integer(1));
         oai_params q;
         memset(&q, 0, sizeof q);
         const char *param = NULL;
@@ -102,7 +105,8 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
         gen_fail f = {0};
         int st = !b ? 503 : oai_parse(b, kind, tok_n_vocab(rc->tok), &q, &param, &e) < 0 ? 400 : 0;
         json_decref(b);
-        for (int j = 0; !st && j < p->n; j++) {
+        if (per > p->n && q.n_logprobs < 0) q.n_logprobs = 0; /* the ranking needs each token's logprob */
+        for (int j = 0; !st && j < per; j++) {
             if (q.seed_set) q.sp.seed = p->sp.seed + (uint64_t)j; /* forks differ, reproducibly */
             if (!(gs[k] = gen_start(rc, x, &q, oai_route_of(kind)->path, t0, &f))) {
                 st = f.status;
@@ -123,7 +127,8 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
             return k > 0;
         }
     }
-    oai_answer_many(rc, gs, total, p->n, p, kind, x);
+    if (p->stream) oai_answer_many_stream(rc, gs, total, p->n, p, kind, x);
+    else oai_answer_many(rc, gs, total, per, p->n, p, kind, x);
     free(gs);
     return true;
 }
@@ -144,7 +149,7 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
         reply_error(x, 400, e.msg, param, NULL);
         return false;
     }
-    if (p.n > 1 || p.n_prompts > 1) {
+    if (p.n > 1 || p.n_prompts > 1 || p.best_of > 1) {
         bool started = handle_forks(rc, x, kind, body, &p, t0);
         json_decref(body);
         oai_params_free(&p);

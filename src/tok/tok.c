@@ -363,6 +363,25 @@ static int load(tokenizer *t, const gguf_ctx *g, err_t *e) {
     gguf_str tmpl;
     if (gguf_get_str(g, "tokenizer.chat_template", &tmpl)) t->chat_template = xstrndup(tmpl.ptr, (size_t)tmpl.len);
 
+    /* fill-in-the-middle tokens: the metadata (newer and older keys), else
+     * the spellings of the code models that have them (Qwen2.5-Coder,
+     * StarCoder / SantaCoder / Refact, DeepSeek-Coder, CodeLlama) */
+    static const char *const fim_keys[2][3] = {
+        {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.fim_mid_token_id"},
+        {"tokenizer.ggml.prefix_token_id", "tokenizer.ggml.suffix_token_id", "tokenizer.ggml.middle_token_id"}};
+    static const char *const fim_names[][3] = {{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+                                               {"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+                                               {"<fim-prefix>", "<fim-suffix>", "<fim-middle>"},
+                                               {"<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
+                                                "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>",
+                                                "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>"},
+                                               {"\xe2\x96\x81<PRE>", "\xe2\x96\x81<SUF>", "\xe2\x96\x81<MID>"},
+                                               {"<PRE>", "<SUF>", "<MID>"}};
+    for (int k = 0; k < 3; k++)
+        t->fim[k] = meta_id(g, fim_keys[0][k], meta_id(g, fim_keys[1][k], -1, t->n_vocab), t->n_vocab);
+    for (size_t s = 0; s < ARRAY_LEN(fim_names) && (t->fim[0] < 0 || t->fim[1] < 0 || t->fim[2] < 0); s++)
+        for (int k = 0; k < 3; k++) t->fim[k] = tok_find(t, fim_names[s][k]);
+
     /* end-of-generation tokens (marked control, as the reference does) */
     if (t->eot < 0) {
         for (size_t k = 0; k < ARRAY_LEN(k_eot_names) && t->eot < 0; k++) {
@@ -557,6 +576,11 @@ int tok_piece(const tokenizer *t, int32_t id, char *buf, int cap) {
 const char *tok_piece_str(const tokenizer *t, int32_t id) {
     if (id < 0 || id >= t->n_vocab) return NULL;
     return tok__str(t, id);
+}
+
+bool tok_fim(const tokenizer *t, int32_t ids[3]) {
+    for (int k = 0; k < 3; k++) ids[k] = t->fim[k];
+    return t->fim[0] >= 0 && t->fim[1] >= 0 && t->fim[2] >= 0;
 }
 
 int32_t tok_find(const tokenizer *t, const char *piece) {

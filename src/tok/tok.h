@@ -97,6 +97,11 @@ int tok_piece(const tokenizer *t, int32_t id, char *buf, int cap);
 const char *tok_piece_str(const tokenizer *t, int32_t id);
 /* Exact vocabulary lookup of a NUL-terminated string; -1 if absent. */
 int32_t tok_find(const tokenizer *t, const char *piece);
+/* The fill-in-the-middle tokens in ids: prefix, suffix, middle (from the
+ * GGUF's fim_pre/suf/mid or prefix/suffix/middle token ids, else a known
+ * spelling: <|fim_prefix|>, <fim_prefix>, DeepSeek's, CodeLlama's <PRE>).
+ * False when the vocabulary lacks one of the three. */
+bool tok_fim(const tokenizer *t, int32_t ids[3]);
 /* Control or user-defined token. */
 bool tok_is_special(const tokenizer *t, int32_t id);
 /* TOK_TYPE_* of a token, 0 for a bad id. */

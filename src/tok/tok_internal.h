@@ -66,6 +66,7 @@ struct tokenizer {
     int32_t byte_tok[256];
     /* special ids (-1 = none) */
     int32_t bos, eos, unk, eot, eom;
+    int32_t fim[3];                 /* fill-in-the-middle: prefix, suffix, middle (-1) */
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     bool spm_word_split; /* no string has ▁ after another character (spm.c) */
     int32_t *special; /* control/user-defined/unknown ids, longest text first */

@@ -1,8 +1,8 @@
 // openai_params.mjs — request parameters through the official `openai` npm
 // client against a kvloom server on stories260K (default queue; the prefill
 // counter of /metrics read around a request): n forks of one prompt
-// (prefilled once), several prompts per completion, logit_bias (alone and
-// with a grammar), vLLM's guided_* fields
+// (prefilled once), several prompts per completion, n > 1 streamed, echo,
+// best_of, logit_bias (alone and with a grammar), vLLM's guided_* fields
 // on the grammar engine, reasoning_effort, and the fields kvloom refuses by
 // name (400, never ignored).
 //   node tests/node/openai_params.mjs BASE_URL API_KEY
@@ -45,7 +45,7 @@ async function main() {
   check(mp.choices.length === 4 && mp.choices[0].text === c.choices[0].text.slice(0, mp.choices[0].text.length) &&
         mp.choices[2].text === one.choices[0].text && mp.choices[3].text === one.choices[0].text,
         "several prompts: choices prompt by prompt, n each: " + JSON.stringify(mp.choices.map((c) => c.text)));
-  for (const [extra, param] of [[{ n: 17 }, "n"], [{ n: 2, stream: true }, "n"], [{ prompt: ["a", "b"], stream: true }, "prompt"],
+  for (const [extra, param] of [[{ n: 17 }, "n"], [{ best_of: 3, stream: true }, "best_of"], [{ n: 3, best_of: 2 }, "best_of"],
                                 [{ prompt: ["a", 5] }, "prompt"], [{ n: 8, prompt: Array(9).fill("a") }, "n"]]) {
     try {
       await client.completions.create({ model: "stories260K", prompt: "hi", max_tokens: 2, ...extra });
@@ -56,6 +56,49 @@ async function main() {
   }
   const cn = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 4, n: 3, temperature: 1, seed: 2 });
   check(cn.choices.length === 3 && cn.choices.every((c, i) => c.index === i && typeof c.message.content === "string"), "chat n 3");
+
+  // n > 1 streamed: each chunk's choice index; per index the same text as
+  // the whole answer with the same seed (fork j samples with seed + j)
+  const byIndex = async (stream, field) => {
+    const out = {}, fins = {};
+    let usage = null;
+    for await (const ch of stream) {
+      if (ch.usage) usage = ch.usage;
+      for (const c of ch.choices) {
+        out[c.index] = (out[c.index] || "") + ((field === "text" ? c.text : c.delta.content) || "");
+        if (c.finish_reason) fins[c.index] = c.finish_reason;
+      }
+    }
+    return [out, fins, usage];
+  };
+  const sreq = { model: "stories260K", prompt: ["Once upon a time", "The cat"], n: 2, max_tokens: 6, temperature: 1, seed: 11 };
+  const [st, sf, su] = await byIndex(await client.completions.create({ ...sreq, stream: true, stream_options: { include_usage: true } }), "text");
+  const whole = await client.completions.create(sreq);
+  check(whole.choices.every((c) => st[c.index] === c.text && sf[c.index] === c.finish_reason) && Object.keys(st).length === 4,
+        "stream n 2 x 2 prompts: per index the whole answer's text: " + JSON.stringify([st, whole.choices.map((c) => c.text)]));
+  check(su && su.completion_tokens === whole.usage.completion_tokens && su.prompt_tokens === whole.usage.prompt_tokens,
+        "stream n 2: one usage chunk for all choices: " + JSON.stringify([su, whole.usage]));
+  const creq = { model: "stories260K", messages, max_tokens: 5, n: 2, temperature: 1, seed: 12 };
+  const [sc] = await byIndex(await client.chat.completions.create({ ...creq, stream: true }), "delta");
+  const wc = await client.chat.completions.create(creq);
+  check(wc.choices.every((c) => sc[c.index] === c.message.content), "chat stream n 2: per index the whole answer's content");
+
+  // echo: the prompt before the text (streamed: in the first chunk)
+  const ec = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 12, temperature: 0, echo: true });
+  check(ec.choices[0].text === "Once upon a time" + c.choices[0].text, "echo: prompt + text: " + JSON.stringify(ec.choices[0].text));
+  const [es] = await byIndex(await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 12, temperature: 0, echo: true, stream: true }), "text");
+  check(es[0] === ec.choices[0].text, "echo streamed");
+
+  // best_of: the forks ranked by cumulative logprob (checked on the
+  // logprobs they return), and best_of 3 with n 1 answers the first of them
+  const breq = { model: "stories260K", prompt: "The dog", max_tokens: 6, temperature: 1, seed: 21, best_of: 3 };
+  const b3 = await client.completions.create({ ...breq, n: 3, logprobs: 0 });
+  const sums = b3.choices.map((c) => c.logprobs.token_logprobs.reduce((a, b) => a + b, 0));
+  check(sums.length === 3 && sums.every((v, i) => i === 0 || sums[i - 1] >= v - 1e-6), "best_of 3, n 3: best first: " + JSON.stringify(sums));
+  const b1 = await client.completions.create({ ...breq, n: 1 });
+  check(b1.choices.length === 1 && b1.choices[0].text === b3.choices[0].text && b1.choices[0].logprobs === null,
+        "best_of 3, n 1: the best fork, no logprobs unasked: " + JSON.stringify([b1.choices[0].text, b3.choices.map((c) => c.text)]));
+  check(b1.usage.completion_tokens === b3.usage.completion_tokens, "best_of: usage counts every fork's tokens");
 
   // logit_bias: -100 bans a token, +100 all but forces it; with a grammar
   // the bias picks among what the grammar allows.
@@ -115,15 +158,20 @@ async function main() {
     check(o && Number.isInteger(o.n) && o.n >= 0 && o.n <= 9 && Object.keys(o).length === 1,
           `guided_json (${typeof gj}): ${JSON.stringify(r.choices[0].text)}`);
   }
+  for (const seed of [1, 2, 3]) {
+    const re = "[0-9]{2,3}-[a-z]{2}( ok| \"no\")?";
+    const g = await client.completions.create({ model: "stories260K", prompt: "Code:", max_tokens: 20, temperature: 1, seed, guided_regex: re });
+    check(new RegExp("^(?:" + re + ")$").test(g.choices[0].text), `guided_regex seed ${seed}: the whole text matches: ${JSON.stringify(g.choices[0].text)}`);
+  }
   const ok = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 4, reasoning_effort: "low" });
   check(ok.choices[0].message.role === "assistant", "reasoning_effort accepted on chat");
 
   // Fields not implemented are a 400 naming them, never silently ignored.
   for (const [kind, extra, param] of [
-    ["completions", { echo: true }, "echo"],
-    ["completions", { suffix: "The end." }, "suffix"],
-    ["completions", { best_of: 3 }, "best_of"],
-    ["completions", { guided_regex: "[a-z]+" }, "guided_regex"],
+    ["completions", { echo: true, logprobs: 1 }, "echo"],
+    ["completions", { suffix: "The end." }, "suffix"], // stories260K has no fill-in-the-middle tokens
+    ["chat", { best_of: 2 }, "best_of"],
+    ["completions", { guided_regex: "(a" }, "guided_regex"],
     ["completions", { guided_choice: ["a"], grammar: 'root ::= "b"' }, "guided_choice"],
     ["completions", { guided_choice: [] }, "guided_choice"],
     ["chat", { reasoning_effort: "extreme" }, "reasoning_effort"],
