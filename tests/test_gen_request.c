@@ -241,6 +241,52 @@ static void test_other_apis(void) {
     json_decref(b);
 }
 
+/* Completions' echo / suffix / best_of and guided_regex: parsed and built
+ * (a grammar from the regex), or refused naming the field; stories260K has
+ * no fill-in-the-middle tokens, so suffix is the builder's 400. */
+static void test_completion_extras(void) {
+    static const struct {
+        const char *body, *param; /* param NULL: accepted and built */
+    } cases[] = {
+        {"{\"prompt\":\"Hi\",\"guided_regex\":\"[0-9]{2}\\\"x|(ab)+\"}", NULL},
+        {"{\"prompt\":\"Hi\",\"guided_regex\":\"(\"}", "guided_regex"},
+        {"{\"prompt\":\"Hi\",\"guided_regex\":\"a\\\\1\"}", "guided_regex"},
+        {"{\"prompt\":\"Hi\",\"guided_regex\":\"\"}", "guided_regex"},
+        {"{\"prompt\":\"Hi\",\"echo\":true,\"best_of\":3,\"n\":2}", NULL},
+        {"{\"prompt\":\"Hi\",\"echo\":true,\"logprobs\":1}", "echo"},
+        {"{\"prompt\":\"Hi\",\"echo\":1}", "echo"},
+        {"{\"prompt\":\"Hi\",\"n\":3,\"best_of\":2}", "best_of"},
+        {"{\"prompt\":\"Hi\",\"best_of\":2,\"stream\":true}", "best_of"},
+        {"{\"prompt\":\"Hi\",\"best_of\":17}", "best_of"},
+        {"{\"prompt\":\"Hi\",\"suffix\":5}", "suffix"},
+        {"{\"prompt\":[1,2],\"suffix\":\"x\"}", "suffix"},
+        {"{\"prompt\":\"Hi\",\"suffix\":\"the end\"}", "suffix"}, /* no FIM tokens */
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        json_t *b = body(cases[i].body);
+        oai_params p;
+        const char *param = NULL;
+        err_t e = {0};
+        int r = oai_parse(b, OAI_COMPLETION, tok_n_vocab(rc.tok), &p, &param, &e);
+        json_decref(b);
+        gen_fail f = {0};
+        req *q = NULL;
+        if (r == 0) {
+            bool think_open;
+            q = gen_request(&rc, &p, 512, &think_open, &f);
+            if (!q) param = f.param;
+            if (q && strstr(cases[i].body, "guided_regex")) CHECK_MSG(q->grammar != NULL, "%s: no grammar", cases[i].body);
+            oai_params_free(&p);
+        }
+        if (cases[i].param)
+            CHECK_MSG(!q && param && !strcmp(param, cases[i].param), "%s: want a refusal naming %s, got %s (%s %s)",
+                      cases[i].body, cases[i].param, param ? param : "none", e.msg, f.e.msg);
+        else
+            CHECK_MSG(q != NULL, "%s: refused: %s %s", cases[i].body, e.msg, f.e.msg);
+        if (q) req_unref(q);
+    }
+}
+
 int main(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -262,6 +308,7 @@ int main(void) {
     test_constraints();
     test_context();
     test_other_apis();
+    test_completion_extras();
     constrainer_free(rc.cons);
     resp_store_free(rc.responses);
     chat_tmpl_free(chat);
