@@ -741,8 +741,48 @@ static void test_differential(int n_blocks, int bt, int alpha, int n_ops, uint64
     free(m.held);
 }
 
+/* Partitions: the same two blocks inserted under salts 0, 7 and 9 are
+ * three paths; each salt matches only its own (issue 26 finding 12), the
+ * blocks below the first inherit its partition, and eviction and the
+ * checker see ordinary nodes. */
+static void test_salts(void) {
+    kvpool *p = kvpool_new(16);
+    radix *t = radix_new(p, 2);
+    int32_t toks[4] = {5, 6, 7, 8};
+    const uint64_t salts[3] = {0, 7, 9};
+    int32_t own[3][2];
+    for (int k = 0; k < 3; k++) {
+        own[k][0] = kvpool_alloc(p);
+        own[k][1] = kvpool_alloc(p);
+        int32_t x[2] = {own[k][0], own[k][1]};
+        CHECK_EQ_INT(radix_insert_salted(t, salts[k], toks, 2, x, RADIX_READY), 2); /* new nodes, not shared */
+        CHECK(x[0] == own[k][0] && x[1] == own[k][1]);
+    }
+    CHECK_EQ_INT(radix_n_cached(t), 6);
+    CHECK_EQ_INT(checks_ok(t, p), 0);
+    int32_t got[4];
+    for (int k = 0; k < 3; k++) {
+        int n = radix_match_salted(t, salts[k], toks, 4, got, 4, NULL);
+        CHECK_EQ_INT(n, 2);
+        CHECK(n == 2 && got[0] == own[k][0] && got[1] == own[k][1]);
+        for (int i = 0; i < n; i++) kvpool_unref(p, got[i]);
+    }
+    CHECK_EQ_INT(radix_match(t, toks, 4, got, 4, NULL), 2); /* salt 0 is the plain one */
+    CHECK(got[0] == own[0][0]);
+    kvpool_unref(p, got[0]);
+    kvpool_unref(p, got[1]);
+    CHECK_EQ_INT(radix_match_salted(t, 8, toks, 4, got, 4, NULL), 0); /* an unknown salt: nothing */
+    for (int k = 0; k < 3; k++) kvpool_unref(p, own[k][0]), kvpool_unref(p, own[k][1]);
+    CHECK_EQ_INT(radix_evict(t, 16), 6);
+    CHECK_EQ_INT(checks_ok(t, p), 0);
+    radix_free(t);
+    CHECK_EQ_INT(kvpool_n_free(p), 16);
+    kvpool_free(p);
+}
+
 int main(void) {
     rng_state = 0x2545f4914f6cdd1dULL; /* this file's own sequence */
+    test_salts();
     test_lru_order();
     test_referenced_and_parents();
     test_pending();

@@ -479,7 +479,50 @@ static void check_bounded(int port) {
     http_buf_free(&b);
 }
 
-/* ---- 10. one client's queue (finding 7) ---- */
+/* ---- 10. the prefix cache between keys (finding 12) ---- */
+
+static long cached_of(int port, const char *key, const char *extra) {
+    char h[128], body[2048];
+    snprintf(h, sizeof h, "Authorization: Bearer %s\r\n", key);
+    snprintf(body, sizeof body,
+             "{\"max_tokens\":1,%s\"prompt\":\"The secret word of the day is pumpkin, and nobody else may know it; "
+             "Lily and Tom went to the park to play with the big red ball every single day.\"}",
+             extra);
+    resp r;
+    if (http_do(port, "POST", "/v1/completions", h, body, &r) < 0) return -2;
+    json_t *o = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+    long c = o ? usage_int(o, "cached_tokens") : -3;
+    json_decref(o);
+    resp_free(&r);
+    return c;
+}
+
+/* alice's prompt, sent again by alice, is served from the cache; sent by
+ * bob it is not (before: cached_tokens and latency told bob which secret
+ * alice had sent), and bob's own second send is; a cache_salt partitions
+ * within a key the same way. */
+static void check_cache_salt(int port) {
+    long a1 = cached_of(port, "alice", ""), a2 = cached_of(port, "alice", "");
+    long b1 = cached_of(port, "bob", ""), b2 = cached_of(port, "bob", "");
+    long s1 = cached_of(port, "alice", "\"cache_salt\":\"tenant-x\","),
+         s2 = cached_of(port, "alice", "\"cache_salt\":\"tenant-x\",");
+    printf("  cached tokens: alice %ld then %ld, bob %ld then %ld, alice salted %ld then %ld\n", a1, a2, b1, b2, s1, s2);
+    CHECK_MSG(a1 == 0 && a2 >= 16, "alice's own prompt: %ld then %ld cached", a1, a2);
+    CHECK_MSG(b1 == 0, "bob got %ld cached tokens of alice's prompt", b1);
+    CHECK_MSG(b2 >= 16, "bob's own second send: %ld cached", b2);
+    CHECK_MSG(s1 == 0 && s2 >= 16, "alice with cache_salt: %ld then %ld cached", s1, s2);
+    resp r;
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n",
+                  "{\"prompt\":\"x\",\"max_tokens\":1,\"cache_salt\":\"\"}", &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "cache_salt"), "an empty cache_salt: %d %.200s", r.status, r.body);
+    resp_free(&r);
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n",
+                  "{\"prompt\":\"x\",\"max_tokens\":1,\"priority\":-1}", &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "priority"), "priority -1: %d %.200s", r.status, r.body);
+    resp_free(&r);
+}
+
+/* ---- 11. one client's queue (finding 7) ---- */
 
 /* With --max-running 1 --client-max-queued 1: alice holds the slot and one
  * waiting request; her next request is a 429 on every API, in its shape,
@@ -561,8 +604,10 @@ int main(void) {
         CHECK_EQ_INT(srv_stop(&cap), 0);
     }
     srv two;
+    char disk[] = "/tmp/kvloom_iso_disk_XXXXXX";
+    CHECK(mkdtemp(disk) != NULL);
     const char *flags_two[] = {"--api-key", "alice", "--api-key", "bob", "--responses-store", "64K", "--kv-mem", "8M",
-                               "-t", "1", NULL};
+                               "--kv-disk", disk, "-t", "1", NULL};
     rc = srv_start(&two, flags_two);
     CHECK_MSG(rc == 0, "server did not start");
     if (rc == 0) {
@@ -570,9 +615,25 @@ int main(void) {
         check_responses(two.port);
         check_grammar_limit(two.port);
         check_bounded(two.port);
+        check_cache_salt(two.port);
         if (test_n_fail) srv_print_log(&two);
         CHECK_EQ_INT(srv_stop(&two), 0);
+        /* the disk tier after a restart (RAM empty): alice's blocks come
+         * back for alice only (their keys are seeded with her salt) */
+        rc = srv_start(&two, flags_two);
+        CHECK_MSG(rc == 0, "server did not restart");
+        if (rc == 0) {
+            long b = cached_of(two.port, "bob", "\"cache_salt\":\"tenant-x\",");
+            long a = cached_of(two.port, "alice", "\"cache_salt\":\"tenant-x\",");
+            printf("  after a restart, from disk: bob %ld, alice %ld cached tokens\n", b, a);
+            CHECK_MSG(b == 0, "bob got %ld tokens of alice's salted prompt from disk", b);
+            CHECK_MSG(a >= 16, "alice's salted prompt: %ld tokens from disk", a);
+            CHECK_EQ_INT(srv_stop(&two), 0);
+        }
     }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", disk);
+    CHECK(system(cmd) == 0);
     srv q;
     const char *flags_q[] = {"--api-key", "alice", "--api-key", "bob", "--max-running", "1", "--client-max-queued", "1",
                              "--step-delay-us", "20000", "--kv-mem", "8M", "-t", "1", NULL};

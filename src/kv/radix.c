@@ -53,6 +53,8 @@
 
 typedef struct rnode {
     uint64_t last_use; /* logical clock of the last use (see radix.h)        */
+    uint64_t salt;     /* a child of the root: its partition (radix_match_salted);
+                          0 below (a path's salt is its first node's)      */
     uint64_t hash;     /* hash(parent, label), the key in slots[]            */
     int32_t parent;    /* node id, root, or NIL when not indexed             */
     int32_t first_child, next_sib, prev_sib;
@@ -81,19 +83,20 @@ struct radix {
 
 /* ---- hashing of (parent, label) ------------------------------------------ */
 
-static uint64_t key_hash(const radix *t, int32_t parent, const int32_t *label) {
-    return hash_bytes(label, (size_t)t->bt * sizeof(int32_t), (uint64_t)(uint32_t)parent + 1);
+/* salt: the partition for a child of the root, 0 for every other node */
+static uint64_t key_hash(const radix *t, int32_t parent, const int32_t *label, uint64_t salt) {
+    return hash_bytes(label, (size_t)t->bt * sizeof(int32_t), ((uint64_t)(uint32_t)parent + 1) ^ salt);
 }
 
 static const int32_t *label_of(const radix *t, int32_t n) { return t->tokens + (size_t)n * (size_t)t->bt; }
 
-static int32_t find_child(const radix *t, int32_t parent, const int32_t *label, uint64_t h) {
+static int32_t find_child(const radix *t, int32_t parent, const int32_t *label, uint64_t h, uint64_t salt) {
     uint32_t i = (uint32_t)h & t->mask;
     for (;;) {
         int32_t n = t->slots[i];
         if (n == NIL) return NIL;
         const rnode *x = &t->nodes[n];
-        if (x->hash == h && x->parent == parent &&
+        if (x->hash == h && x->parent == parent && x->salt == salt &&
             memcmp(label_of(t, n), label, (size_t)t->bt * sizeof(int32_t)) == 0)
             return n;
         i = (i + 1) & t->mask;
@@ -220,11 +223,13 @@ static void radix_hook(void *ctx, int32_t block, int refcount) {
 
 /* ---- linking and unlinking nodes ---------------------------------------- */
 
-static void link_node(radix *t, int32_t n, int32_t parent, const int32_t *label, uint64_t h, int state) {
+static void link_node(radix *t, int32_t n, int32_t parent, const int32_t *label, uint64_t h, uint64_t salt,
+                      int state) {
     rnode *x = &t->nodes[n], *p = &t->nodes[parent];
     ASSERT(x->parent == NIL);
     memcpy(t->tokens + (size_t)n * (size_t)t->bt, label, (size_t)t->bt * sizeof(int32_t));
     x->hash = h;
+    x->salt = salt;
     x->parent = parent;
     x->first_child = NIL;
     x->n_children = 0;
@@ -327,6 +332,11 @@ void radix_free(radix *t) {
 int radix_block_tokens(const radix *t) { return t->bt; }
 
 int radix_match(radix *t, const int32_t *tokens, int n_tokens, int32_t *blocks, int cap, int *n_pending) {
+    return radix_match_salted(t, 0, tokens, n_tokens, blocks, cap, n_pending);
+}
+
+int radix_match_salted(radix *t, uint64_t salt, const int32_t *tokens, int n_tokens, int32_t *blocks, int cap,
+                       int *n_pending) {
     if (n_pending) *n_pending = 0;
     if (n_tokens < 0 || cap < 0) return ERR_INVALID;
     int n_full = n_tokens / t->bt;
@@ -335,7 +345,8 @@ int radix_match(radix *t, const int32_t *tokens, int n_tokens, int32_t *blocks, 
     int n_ready = 0, n_wait = 0;
     for (int i = 0; i < n_full && n_ready + n_wait < cap; i++) {
         const int32_t *label = tokens + (size_t)i * (size_t)t->bt;
-        int32_t c = find_child(t, cur, label, key_hash(t, cur, label));
+        uint64_t sl = cur == t->root ? salt : 0;
+        int32_t c = find_child(t, cur, label, key_hash(t, cur, label, sl), sl);
         if (c == NIL) break;
         bool waiting = n_wait > 0 || t->nodes[c].state == RADIX_PENDING;
         if (waiting && !n_pending) break;
@@ -352,6 +363,10 @@ int radix_match(radix *t, const int32_t *tokens, int n_tokens, int32_t *blocks, 
 }
 
 int radix_insert(radix *t, const int32_t *tokens, int n_full_blocks, int32_t *blocks, int state) {
+    return radix_insert_salted(t, 0, tokens, n_full_blocks, blocks, state);
+}
+
+int radix_insert_salted(radix *t, uint64_t salt, const int32_t *tokens, int n_full_blocks, int32_t *blocks, int state) {
     if (state != RADIX_PENDING && state != RADIX_READY) return ERR_INVALID;
     if (n_full_blocks < 0) return ERR_INVALID;
     /* 1. walk the part of the path that already exists (read-only) */
@@ -359,7 +374,8 @@ int radix_insert(radix *t, const int32_t *tokens, int n_full_blocks, int32_t *bl
     int k = 0;
     while (k < n_full_blocks) {
         const int32_t *label = tokens + (size_t)k * (size_t)t->bt;
-        int32_t c = find_child(t, cur, label, key_hash(t, cur, label));
+        uint64_t sl = cur == t->root ? salt : 0;
+        int32_t c = find_child(t, cur, label, key_hash(t, cur, label, sl), sl);
         if (c == NIL) break;
         t->stack[k++] = c;
         cur = c;
@@ -391,7 +407,8 @@ int radix_insert(radix *t, const int32_t *tokens, int n_full_blocks, int32_t *bl
     /* 4. new nodes below */
     for (int i = k; i < n_full_blocks; i++) {
         const int32_t *label = tokens + (size_t)i * (size_t)t->bt;
-        link_node(t, blocks[i], cur, label, key_hash(t, cur, label), state);
+        uint64_t sl = cur == t->root ? salt : 0;
+        link_node(t, blocks[i], cur, label, key_hash(t, cur, label, sl), sl, state);
         cur = blocks[i];
     }
     debug_check(t, "radix_insert");
@@ -478,9 +495,11 @@ int radix_check(const radix *t, err_t *e) {
             return err_set(e, ERR_INVALID, "radix: block %d last_use %llu is after the clock %llu", (int)b,
                            (unsigned long long)x->last_use, (unsigned long long)t->clock);
         const int32_t *label = label_of(t, b);
-        uint64_t h = key_hash(t, x->parent, label);
+        if (x->salt && x->parent != t->root)
+            return err_set(e, ERR_INVALID, "radix: block %d has a salt below the root", (int)b);
+        uint64_t h = key_hash(t, x->parent, label, x->salt);
         if (x->hash != h) return err_set(e, ERR_INVALID, "radix: block %d has a stale hash", (int)b);
-        if (find_child(t, x->parent, label, h) != b)
+        if (find_child(t, x->parent, label, h, x->salt) != b)
             return err_set(e, ERR_INVALID, "radix: block %d is not found under its parent %d", (int)b,
                            (int)x->parent);
         n_idle += rc == 1;

@@ -96,6 +96,14 @@ int radix_block_tokens(const radix *t);
  * last prompt token should match at most n_tokens - 1 tokens, so at least one
  * token is left to compute. Returns ERR_INVALID if n_tokens or cap < 0. */
 int radix_match(radix *t, const int32_t *tokens, int n_tokens, int32_t *blocks, int cap, int *n_pending);
+/* Partitions (issue 26 finding 12: one tenant's prefixes must not reveal
+ * themselves to another through cached_tokens or latency): a path inserted
+ * with a salt is matched only with the same salt. The salt is the first
+ * node's (a child of the root; its key hashes the salt too), so the paths
+ * below need nothing more; radix_match / radix_insert are salt 0, the
+ * shared partition. Same contracts otherwise. */
+int radix_match_salted(radix *t, uint64_t salt, const int32_t *tokens, int n_tokens, int32_t *blocks, int cap,
+                       int *n_pending);
 
 /* Registers that blocks[i] holds (or will hold) the tokens of full block i of
  * the sequence tokens[0 .. n_full_blocks * block_tokens), for every i.
@@ -114,6 +122,7 @@ int radix_match(radix *t, const int32_t *tokens, int n_tokens, int32_t *blocks, 
  * n_full_blocks < 0, a block id out of range, free, indexed elsewhere or
  * passed twice), in which case nothing has changed. */
 int radix_insert(radix *t, const int32_t *tokens, int n_full_blocks, int32_t *blocks, int state);
+int radix_insert_salted(radix *t, uint64_t salt, const int32_t *tokens, int n_full_blocks, int32_t *blocks, int state);
 
 /* PENDING -> READY for an indexed block (no-op if READY). Returns 0, or
  * ERR_NOTFOUND if the block is not indexed (e.g. its node was removed). */

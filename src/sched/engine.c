@@ -135,6 +135,8 @@ typedef struct seq {
     bool disk_tried;     /* looked in the disk index since admission/preemption */
     bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
     uint64_t tried_step; /* the step admission last tried it in (fair_pick)    */
+    uint64_t salt;       /* the prefix cache's partition (req.cache_salt): its
+                            tree paths and its disk keys' first seed       */
     int64_t wait_start_ns; /* submitted, or last preempted (seq_overdue)     */
     /* backpressure (stall_timeout_ms): the reader's n_read when last seen to
      * move, and since when posted tokens have waited without it moving */
@@ -495,7 +497,7 @@ static void seq_index_computed(engine *en, seq *s) {
     if (n_full <= s->n_indexed) return;
     scratch_reserve(en, n_full);
     memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
-    if (radix_insert(en->tree, s->tokens, n_full, en->scratch, RADIX_READY) < 0) {
+    if (radix_insert_salted(en->tree, s->salt, s->tokens, n_full, en->scratch, RADIX_READY) < 0) {
         log_warn("engine: radix_insert failed for a computed prefix (ignored)");
     }
     for (int i = 0; i < n_full; i++) s->pending[i] = 0;
@@ -512,7 +514,7 @@ static void seq_keys(engine *en, seq *s, int n) {
         s->keys = xrealloc(s->keys, (size_t)s->cap_keys * sizeof *s->keys);
     }
     for (int i = s->n_keys; i < n; i++)
-        s->keys[i] = kvdisk_key_next(i ? s->keys[i - 1] : KVDISK_KEY_SEED, s->tokens + (size_t)i * B, B);
+        s->keys[i] = kvdisk_key_next(i ? s->keys[i - 1] : KVDISK_KEY_SEED ^ s->salt, s->tokens + (size_t)i * B, B);
     if (n > s->n_keys) s->n_keys = n;
 }
 
@@ -617,7 +619,7 @@ static bool disk_restore(engine *en, seq *s) {
     if (n_ok > 0) {
         scratch_reserve(en, n_full);
         memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
-        if (radix_insert(en->tree, s->tokens, n_full, en->scratch, RADIX_READY) >= 0)
+        if (radix_insert_salted(en->tree, s->salt, s->tokens, n_full, en->scratch, RADIX_READY) >= 0)
             en->cnt.kv_disk_restored_tokens_total += (uint64_t)n_ok * (uint64_t)en->o.block_tokens;
     }
     seq_release_blocks(en, s);
@@ -675,6 +677,7 @@ static void hint_add(engine *en, const seq *src, uint64_t session, double next_u
         return;
     }
     memcpy(h->s->tokens, src->tokens, nt * sizeof *h->s->tokens);
+    h->s->salt = src->salt;
     h->s->n_tokens = (int)nt;
     h->loaded = false;
 }
@@ -711,7 +714,7 @@ static void hints_step(engine *en) {
         }
         scratch_reserve(en, n_full + 1);
         int n_pending = 0;
-        int n_ready = radix_match(en->tree, s->tokens, n_full * B, en->scratch, n_full, &n_pending);
+        int n_ready = radix_match_salted(en->tree, s->salt, s->tokens, n_full * B, en->scratch, n_full, &n_pending);
         if (n_ready < 0) n_ready = 0, n_pending = 0;
         int q = 0;
         if (n_ready < n_full && n_pending == 0) {
@@ -794,7 +797,7 @@ static void seq_pin(engine *en, seq *s, req_finish why) {
     int B = en->o.block_tokens, n = s->n_indexed;
     if (n <= 0) return;
     scratch_reserve(en, n);
-    int k = radix_match(en->tree, s->tokens, n * B, en->scratch, n, NULL);
+    int k = radix_match_salted(en->tree, s->salt, s->tokens, n * B, en->scratch, n, NULL);
     if (k > 0)
         kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, clock_ns());
 }
@@ -857,7 +860,7 @@ static int try_admit(engine *en, seq *s) {
     if (s->n_loading > 0 && !disk_restore(en, s)) return 0; /* blocks coming from disk */
     scratch_reserve(en, n_need_blocks + 1);
     int n_pending = 0;
-    int n_ready = radix_match(en->tree, s->tokens, s->n_tokens - 1, en->scratch, n_match_cap, &n_pending);
+    int n_ready = radix_match_salted(en->tree, s->salt, s->tokens, s->n_tokens - 1, en->scratch, n_match_cap, &n_pending);
     if (n_ready < 0) n_ready = 0, n_pending = 0;
     if (n_pending > 0) {
         /* Another sequence is computing our next blocks: wait for them. */
@@ -893,7 +896,7 @@ static int try_admit(engine *en, seq *s) {
     int n_full = s->n_tokens / B;
     if (n_full > n_ready) {
         memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
-        if (radix_insert(en->tree, s->tokens, n_full, en->scratch, RADIX_PENDING) >= 0) {
+        if (radix_insert_salted(en->tree, s->salt, s->tokens, n_full, en->scratch, RADIX_PENDING) >= 0) {
             for (int i = n_ready; i < n_full; i++) s->pending[i] = en->scratch[i] == s->blocks[i];
         }
     }
@@ -951,6 +954,7 @@ static void take_submitted(engine *en) {
             continue;
         }
         s->r = r;
+        s->salt = r->cache_salt;
         client_start_locked(en, seq_client(en, s));
         s->order = en->next_order++;
         s->wait_start_ns = r->t_submit_ns;
@@ -959,7 +963,7 @@ static void take_submitted(engine *en) {
             /* an agent back from its tool: its pin yields last from now on */
             int cap = (s->n_tokens - 1) / en->o.block_tokens;
             scratch_reserve(en, cap + 1);
-            int n = radix_match(en->tree, s->tokens, s->n_tokens - 1, en->scratch, cap, NULL);
+            int n = radix_match_salted(en->tree, s->salt, s->tokens, s->n_tokens - 1, en->scratch, cap, NULL);
             s->resumes = kvpolicy_returned(en->pol, en->scratch, n > 0 ? n : 0, r->kv_session, clock_ns());
             for (int j = 0; j < n; j++) kvpool_unref(en->pool, en->scratch[j]);
         }

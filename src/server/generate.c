@@ -537,6 +537,9 @@ gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char
     if (!r) return NULL;
     r->client = routes_client_id(rc, x, p->user);
     r->cache_salt = routes_cache_salt(rc, x, p->cache_salt);
+    /* a session (its pin, its kv_hint) is the client's own: another client
+     * naming the same prompt_cache_key releases nothing of it */
+    if (r->kv_session) r->kv_session = hash_bytes(&r->client, sizeof r->client, r->kv_session) | 1;
     int src = engine_submit(rc->en, r, &f->e);
     if (src < 0) {
         if (src == ERR_RANGE) {
