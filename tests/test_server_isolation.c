@@ -477,6 +477,27 @@ static void check_bounded(int port) {
               "a 600 KB prompt: %d %.300s", r.status, r.body);
     resp_free(&r);
     http_buf_free(&b);
+    /* within that bound (12,000 bytes of 1-token words, ~6,000 tokens, under
+     * stories260K's 7 bytes per token times 2048), the streaming count:
+     * refused from its first 8192 bytes (4 per context token), the rest
+     * never tokenized (before: tokenized in full, then refused) */
+    http_buf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
+    for (int i = 0; i < 6000; i++) http_buf_add(&b, " a", 2);
+    http_buf_printf(&b, "\"}");
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "tokens in its first 8192 of 12000 bytes") &&
+                  strstr(r.body, "context_length_exceeded"),
+              "12,000 bytes of 6,000 tokens: %d %.300s", r.status, r.body);
+    resp_free(&r);
+    http_buf_free(&b);
+    /* the same words under 4 bytes per context token: tokenized, served */
+    http_buf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
+    for (int i = 0; i < 1750; i++) http_buf_add(&b, " a", 2);
+    http_buf_printf(&b, "\"}");
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
+    CHECK_MSG(r.status == 200 && strstr(r.body, "\"prompt_tokens\":1752"), "1,750 words: %d %.300s", r.status, r.body);
+    resp_free(&r);
+    http_buf_free(&b);
 }
 
 /* ---- 10. the prefix cache between keys (finding 12) ---- */

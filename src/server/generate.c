@@ -8,6 +8,7 @@
 #include "generate.h"
 #include "models.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,6 +403,41 @@ static bool text_too_long(const routes_ctx *rc, size_t len, int n_ctx, gen_fail 
     return true;
 }
 
+/* Cut slack of the streaming count: a prefix cut before a whitespace byte
+ * ends where the pre-tokenizers split words anyway, so its tokens are the
+ * whole text's first ones, but for a special token's spelling or a
+ * SentencePiece merge across the cut (a few tokens at most). */
+#define GEN_COUNT_SLACK 8
+
+/* The streaming count (issue 26 finding 13): within text_too_long's bound a
+ * text may still be megabytes (the longest token of a large vocabulary is
+ * hundreds of bytes) and far more tokens than the context. A text longer
+ * than 4 bytes per context token has its prefixes of 4, 8, 16 ... bytes
+ * per context token counted first (cut before a whitespace byte); one of
+ * more than n_ctx + GEN_COUNT_SLACK tokens refuses the prompt, so the work
+ * is bounded by the bytes of about the context's first 2 x n_ctx tokens,
+ * not by the text; a prompt that fits costs at most 2 more tokenizations
+ * of itself, and only when it averages over 4 bytes per token. True when
+ * refused (f filled). */
+static bool count_too_long(const routes_ctx *rc, const char *text, size_t len, bool add_bos, int n_ctx, gen_fail *f) {
+    if (n_ctx <= 0) return false;
+    for (size_t cut = (size_t)n_ctx * 4; cut < len; cut *= 2) {
+        size_t c = cut;
+        while (c > cut / 2 && !isspace((unsigned char)text[c])) c--;
+        if (c <= cut / 2) c = cut; /* no whitespace: a word cut in two counts at most one token more */
+        int n = tok_encode(rc->tok, text, c, add_bos, true, NULL, 0);
+        if (n >= 0 && n > n_ctx + GEN_COUNT_SLACK) {
+            err_set(&f->e, ERR_INVALID,
+                    "the prompt has more than %d tokens in its first %zu of %zu bytes; this model's context is %d "
+                    "tokens",
+                    n - GEN_COUNT_SLACK, c, len, n_ctx);
+            f->code = "context_length_exceeded";
+            return true;
+        }
+    }
+    return false;
+}
+
 /* n_ctx: a text longer than text_too_long allows is refused untokenized
  * (0: no limit, e.g. to count tokens). */
 static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *n_out, bool *think_open, gen_fail *f) {
@@ -419,7 +455,7 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *
          * plain completions do. */
         const char *bos = tok_bos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_bos(rc->tok)) : NULL;
         bool add_bos = tok_add_bos(rc->tok) && !(bos && *bos && strncmp(text, bos, strlen(bos)) == 0);
-        if (text_too_long(rc, strlen(text), n_ctx, f)) {
+        if (text_too_long(rc, strlen(text), n_ctx, f) || count_too_long(rc, text, strlen(text), add_bos, n_ctx, f)) {
             free(text);
             return NULL;
         }
@@ -433,7 +469,9 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *
         if (text_too_long(rc, strlen(p->prompt_text) + strlen(p->suffix), n_ctx, f)) return NULL;
         ids = fim_prompt(rc, p, &n_ids, f);
     } else {
-        if (text_too_long(rc, strlen(p->prompt_text), n_ctx, f)) return NULL;
+        if (text_too_long(rc, strlen(p->prompt_text), n_ctx, f) ||
+            count_too_long(rc, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), n_ctx, f))
+            return NULL;
         ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->e);
     }
     if (!ids) return NULL;
