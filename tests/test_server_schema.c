@@ -4,9 +4,9 @@
  * on the shared stories260K model (it knows no JSON: only the grammar makes
  * its output valid).
  *
- * The schema has one keyword no grammar can enforce (uniqueItems on
- * /properties/tags) beside ones it can (an enum, maxItems, no extra
- * members). For each of OpenAI chat (tools and response_format), Responses
+ * The schema has one keyword the compiler does not enforce (uniqueItems on
+ * /properties/tags: strings, not finitely many values) beside ones it does
+ * (an enum, a pattern, maxItems, no extra members). For each of OpenAI chat (tools and response_format), Responses
  * (function tools and text.format), Anthropic (tools) and Ollama (format
  * and tools):
  *
@@ -26,7 +26,8 @@ static int g_port;
 
 #define SCHEMA                                                                                                       \
     "{\"type\":\"object\",\"properties\":{\"mode\":{\"enum\":[\"fast\",\"slow\"]},\"tags\":{\"type\":\"array\","    \
-    "\"items\":{\"enum\":[\"x\",\"y\"]},\"maxItems\":2,\"uniqueItems\":true}},\"required\":[\"mode\",\"tags\"],"     \
+    "\"items\":{\"type\":\"string\",\"pattern\":\"^[xy]$\"},\"maxItems\":2,\"uniqueItems\":true}},"              \
+    "\"required\":[\"mode\",\"tags\"],"                                                                                \
     "\"additionalProperties\":false}"
 #define PLAIN "{\"type\":\"object\",\"properties\":{\"mode\":{\"enum\":[\"fast\",\"slow\"]}},\"required\":[\"mode\"]}"
 

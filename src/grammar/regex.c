@@ -1143,6 +1143,7 @@ static int oblig_step(side *sd, int o, uint32_t c) {
     if (!n) return o;
     ob_room(sd, (size_t)n);
     size_t m = 0;
+    sd->work += n;
     for (int i = 0; i < n; i += 2) {
         int k = SS_V(&sd->os, o)[i];
         int s2 = frag_step(sd, SS_V(&sd->os, o)[i + 1], c);
@@ -1220,12 +1221,14 @@ static int thread_closure(side *sd) {
         if (t->out2 >= 0) push_pair(&sd->tst, &sd->n_tst, &sd->cap_tst, t->out2, o);
     }
     if (sd->n_tv > 2) qsort(sd->tv, sd->n_tv / 2, sizeof(int) * 2, pair_cmp);
+    sd->work += (long)sd->n_tv + (long)sd->vis_cap / 8; /* the sort, the table cleared */
     return set_intern(&sd->ds, sd->tv, (int)sd->n_tv);
 }
 
 static int side_step_raw(side *sd, int id, uint32_t c) {
     sd->n_tst = 0;
     int n = SS_N(&sd->ds, id);
+    sd->work += n / 2;
     for (int i = 0; i < n; i += 2) {
         int q = SS_V(&sd->ds, id)[i], o = SS_V(&sd->ds, id)[i + 1];
         const nst *t = &sd->a.st[q];

@@ -79,8 +79,8 @@ bool regex_clamp(regex *r, long long mn, long long mx);
  * included)? 1 yes, 0 no, -1 unknown (too large to decide: bounded by
  * REGEX_SUBSET_MAX_STATES automaton states or state pairs and
  * REGEX_MAX_WORK closure steps). */
-#define REGEX_SUBSET_MAX_STATES 100000
-#define REGEX_MAX_WORK 40000000L
+#define REGEX_SUBSET_MAX_STATES 20000
+#define REGEX_MAX_WORK 1000000L
 int regex_subset(const regex_pat *a, const regex_pat *b);
 
 /* A trimmed deterministic automaton of a whole pattern

@@ -89,6 +89,8 @@ typedef struct {
     int n_cont; /* objects and arrays entered on the current path     */
     err_t *e;
     bool strict;      /* refuse what cannot be enforced (else relax it)    */
+    bool unsat;       /* the last ERR_INVALID: this schema admits no value
+                         (an anyOf branch like that is left out)          */
     sbuf relaxed;     /* "keyword at /pointer" entries, ", "-separated      */
     int n_relaxed;
     char *fail_kw;    /* the keyword and schema pointer of the last         */
@@ -99,6 +101,9 @@ typedef struct {
 #define TOO_BIG(g) ((g)->rules.n > GRAMMAR_MAX_SRC_BYTES)
 
 static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out);
+static json_t *negate(gen *g, json_t *x, int depth);
+static json_t *deref(gen *g, json_t *s);
+static unsigned parse_types(gen *g, json_t *t, const char *ptr, int *rc);
 
 /* A JSON pointer one level down: ptr + "/" + key with ~ and / escaped. */
 static char *ptr_join(const char *ptr, const char *key) {
@@ -373,6 +378,17 @@ static int unsupported_kw(gen *g, const char *kw, const char *ptr) {
 static int invalid_kw(gen *g, const char *ptr, const char *kw, const char *what) {
     return err_set(g->e, ERR_INVALID, "%s/%s %s", ptr, kw, what);
 }
+/* ERR_INVALID for a well-formed schema that no value satisfies. */
+static int unsat(gen *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int unsat(gen *g, const char *fmt, ...) {
+    char msg[sizeof g->e->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    g->unsat = true;
+    return err_set(g->e, ERR_INVALID, "%s", msg);
+}
 
 /* A non-negative integer keyword (absent: def). Bounded by GRAMMAR_MAX_REPEAT. */
 static int get_count(gen *g, json_t *s, const char *ptr, const char *kw, long long def, long long *out) {
@@ -548,7 +564,7 @@ static int gen_integer(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (!have_hi) hi = lo <= SCHEMA_INT_DEFAULT ? SCHEMA_INT_DEFAULT : INT64_MAX;
     if (!have_lo) lo = hi >= -SCHEMA_INT_DEFAULT ? -SCHEMA_INT_DEFAULT : INT64_MIN;
     if (lo > hi)
-        return err_set(g->e, ERR_INVALID, "%s: no integer satisfies the minimum and maximum", ptr_show(ptr));
+        return unsat(g, "%s: no integer satisfies the minimum and maximum", ptr_show(ptr));
     if (!k) {
         int_range(out, lo, hi);
         return 0;
@@ -557,7 +573,7 @@ static int gen_integer(gen *g, json_t *s, const char *ptr, sbuf *out) {
      * k divides a power of ten (and there are no bounds) */
     int64_t first = lo >= 0 ? (lo + k - 1) / k * k : -((-lo) / k * k);
     if (bounded && (first > hi || (hi - first) / k < SCHEMA_MAX_MULTIPLES)) {
-        if (first > hi) return err_set(g->e, ERR_INVALID, "%s: no integer in range is a multiple of %" PRId64, ptr_show(ptr), k);
+        if (first > hi) return unsat(g, "%s: no integer in range is a multiple of %" PRId64, ptr_show(ptr), k);
         sb_puts(out, "( ");
         for (int64_t x = first; x <= hi; x += k) {
             sb_printf(out, "%s\"%" PRId64 "\"", x == first ? "" : " | ", x);
@@ -787,7 +803,7 @@ static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
         return 0;
     }
     if (hl && hh && (lo.val > hi.val || (lo.val == hi.val && (lx || hx))))
-        return err_set(g->e, ERR_INVALID, "%s: no number satisfies the minimum and maximum", ptr_show(ptr));
+        return unsat(g, "%s: no number satisfies the minimum and maximum", ptr_show(ptr));
     /* magnitudes: the default bound keeps 15 significant digits (so every
      * value written reads back as a distinct double, on the right side of
      * the bounds) */
@@ -816,7 +832,7 @@ static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
     }
     if (!n) {
         sb_free(&b);
-        return err_set(g->e, ERR_INVALID, "%s: no number satisfies the bounds", ptr_show(ptr));
+        return unsat(g, "%s: no number satisfies the bounds", ptr_show(ptr));
     }
     sb_printf(out, "( %s )", b.p);
     sb_free(&b);
@@ -876,7 +892,7 @@ static int gen_dfa_string(gen *g, regex_pat *p, long long mn, long long mx, cons
         if (strcmp(blame, "format") == 0 || mn > 0 || mx >= 0)
             return unsup(g, ptr, mn > 0 || mx >= 0 ? len_kw : blame,
                          "%s: no string satisfies the pattern, format and lengths together", ptr_show(ptr));
-        return err_set(g->e, ERR_INVALID, "%s/pattern: no string matches it", ptr);
+        return unsat(g, "%s/pattern: no string matches it", ptr);
     }
     char **names = xcalloc((size_t)d.n, sizeof *names);
     for (int i = 0; i < d.n; i++)
@@ -999,7 +1015,7 @@ static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
     int rc;
     if ((rc = get_count(g, s, ptr, "minLength", 0, &mn))) return rc;
     if ((rc = get_count(g, s, ptr, "maxLength", -1, &mx))) return rc;
-    if (mx >= 0 && mx < mn) return err_set(g->e, ERR_INVALID, "%s/maxLength is below minLength", ptr);
+    if (mx >= 0 && mx < mn) return unsat(g, "%s/maxLength is below minLength", ptr);
     if (fmt && !json_is_string(fmt)) return invalid_kw(g, ptr, "format", "must be a string");
     if (pat && !json_is_string(pat)) return invalid_kw(g, ptr, "pattern", "must be a string");
     /* formats outside the JSON Schema registry (zod's "cuid", OpenAPI's
@@ -1282,7 +1298,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
         if (is_never(v)) {
             json_array_append_new(banned, json_string(k)); /* never written, and not an extra key either */
             if (is_req) {
-                rc = err_set(g->e, ERR_INVALID, "%s/required: property '%.64s' is required but its schema is false",
+                rc = unsat(g, "%s/required: property '%.64s' is required but its schema is false",
                              ptr, k);
                 goto done;
             }
@@ -1571,6 +1587,197 @@ done:
 
 /* ---- arrays -------------------------------------------------------------- */
 
+/* Equal as JSON Schema compares values (1 and 1.0 are one number). */
+static bool same_value(json_t *x, json_t *y) {
+    return json_equal(x, y) || (json_is_number(x) && json_is_number(y) && json_number_value(x) == json_number_value(y));
+}
+
+/* The values of a schema that admits finitely many (enum or const, filtered
+ * by a type beside them; type boolean and/or null), deduplicated as JSON
+ * Schema compares them (1 and 1.0 are one value); NULL otherwise. */
+static json_t *finite_values(gen *g, json_t *s) {
+    s = deref(g, s);
+    if (!json_is_object(s)) return NULL;
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) if (!is_annotation(k) && strcmp(k, "enum") && strcmp(k, "const") && strcmp(k, "type"))
+        return NULL;
+    json_t *t = json_object_get(s, "type"), *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    unsigned types = T_ALL;
+    if (t) {
+        err_t junk = {0}, *save = g->e;
+        int rc = 0;
+        g->e = &junk;
+        types = parse_types(g, t, "", &rc);
+        g->e = save;
+        if (rc) return NULL;
+    }
+    json_t *vals = json_array();
+    if (cn) json_array_append(vals, cn);
+    else if (json_is_array(en)) json_array_extend(vals, en);
+    else if (!en && !cn && t && !(types & ~(unsigned)(T_BOOLEAN | T_NULL))) {
+        if (types & T_BOOLEAN) json_array_append_new(vals, json_false()), json_array_append_new(vals, json_true());
+        if (types & T_NULL) json_array_append_new(vals, json_null());
+    } else {
+        json_decref(vals);
+        return NULL;
+    }
+    json_t *out = json_array();
+    for (size_t i = 0; i < json_array_size(vals); i++) {
+        json_t *x = json_array_get(vals, i);
+        if (!(json_type_bits(x) & types)) continue;
+        bool dup = false;
+        for (size_t j = 0; j < json_array_size(out) && !dup; j++) {
+            json_t *y = json_array_get(out, j);
+            dup = same_value(x, y);
+        }
+        if (!dup) json_array_append(out, x);
+    }
+    json_decref(vals);
+    return out;
+}
+
+#define SCHEMA_MAX_COUNTER_RULES 2048 /* rules of one counted array grammar */
+
+/* uniqueItems over items of finitely many values: the elements are written
+ * in the order of those values, each at most once (a subset of the unique
+ * arrays, never a duplicate), minItems..maxItems of them. U(i, c): at value
+ * i with c elements written (c capped where only "c > 0" and "c >= minItems"
+ * matter):  U(i, c) ::= [", "] v_i U(i+1, c+1) | U(i+1, c). */
+static int gen_unique(gen *g, json_t *vals, long long mn, long long mx, const char *ptr, sbuf *out) {
+    long long n = (long long)json_array_size(vals);
+    if (mx > n) mx = n;
+    long long cap = mx >= 0 ? mx : MAX(mn, 1);
+    if (mn > n || (mx >= 0 && mx < mn))
+        return unsat(g, "%s: no array of distinct values has minItems..maxItems elements", ptr_show(ptr));
+    if ((n + 1) * (cap + 1) > SCHEMA_MAX_COUNTER_RULES)
+        return unsup(g, ptr, "uniqueItems", "%s/uniqueItems: %lld values and %lld elements need too many rules", ptr, n,
+                     cap);
+    char **v = xcalloc((size_t)n, sizeof *v);
+    int rc = 0;
+    for (long long i = 0; i < n && !rc; i++) {
+        sbuf b = {0};
+        json_t *c = json_pack("{s:O}", "const", json_array_get(vals, (size_t)i));
+        json_array_append_new(g->owned, c);
+        rc = gen_schema(g, c, ptr, &b);
+        v[i] = b.p ? b.p : xstrdup("");
+    }
+    /* names[i][c]: NULL dead, "" the empty string, else a rule */
+    char ***nm = xcalloc((size_t)n + 1, sizeof *nm);
+    for (long long i = 0; i <= n; i++) nm[i] = xcalloc((size_t)cap + 1, sizeof **nm);
+    for (long long c = 0; c <= cap; c++) nm[n][c] = c >= mn ? xstrdup("") : NULL;
+    for (long long i = n - 1; i >= 0 && !rc; i--)
+        for (long long c = 0; c <= cap && !rc; c++) {
+            if (c + (n - i) < mn) continue;
+            long long c2 = mx >= 0 ? c + 1 : MIN(c + 1, cap);
+            const char *take = mx >= 0 && c + 1 > mx ? NULL : nm[i + 1][c2], *skip = nm[i + 1][c];
+            if (!take && !skip) continue;
+            sbuf b = {0};
+            sb_puts(&b, "( ");
+            if (take) sb_printf(&b, "%s%s %s", c ? "\", \" " : "", v[i], take);
+            if (skip && *skip) sb_printf(&b, "%s%s", take ? " | " : "", skip);
+            sb_puts(&b, " )");
+            if (skip && !*skip) sb_puts(&b, "?");
+            if (!take && !*skip) nm[i][c] = xstrdup("");
+            else {
+                nm[i][c] = rule_name(g, "uniq");
+                rc = add_rule(g, nm[i][c], b.p);
+            }
+            sb_free(&b);
+        }
+    if (!rc) {
+        if (!nm[0][0]) rc = unsat(g, "%s: no array of distinct values has minItems..maxItems elements", ptr_show(ptr));
+        else sb_printf(out, "( \"[\" %s \"]\" )", nm[0][0]);
+    }
+    for (long long i = 0; i <= n; i++) {
+        for (long long c = 0; c <= cap; c++) free(nm[i][c]);
+        free(nm[i]);
+    }
+    free(nm);
+    for (long long i = 0; i < n; i++) free(v[i]);
+    free(v);
+    return rc;
+}
+
+/* contains with counts: every element is E and C (a match) or E and not C
+ * (negate), so matches are counted exactly. R(t, m): t elements written, m
+ * of them matches (each capped where only the bounds matter):
+ *   R(t, m) ::= [", "] EC R(t+1, m+1) | [", "] EN R(t+1, m)  (| "" when done)
+ * States that cannot reach "done" are left out. */
+static int gen_contains_count(gen *g, json_t *items, json_t *contains, json_t *ncont, long long mn, long long mx,
+                              long long cmin, long long cmax, const char *ptr, sbuf *out) {
+    long long tcap = mx >= 0 ? mx : MAX(mn, 1), mcap = cmax >= 0 ? cmax : cmin;
+    if (mx >= 0 && cmax > mx) mcap = cmax = mx;
+    if ((tcap + 1) * (mcap + 1) > SCHEMA_MAX_COUNTER_RULES)
+        return unsup(g, ptr, "contains", "%s/contains: the counts need more than %d rules", ptr, SCHEMA_MAX_COUNTER_RULES);
+    json_t *e = items ? items : json_true();
+    json_t *sub[2] = {json_pack("{s:[O,O]}", "allOf", e, contains), json_pack("{s:[O,o]}", "allOf", e, ncont)};
+    char *el[2] = {NULL, NULL};
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        json_array_append_new(g->owned, sub[k]);
+        if (json_is_false(e)) continue;
+        sbuf b = {0};
+        char *p = ptr_join(ptr, k ? "items" : "contains");
+        g->unsat = false;
+        rc = gen_schema(g, sub[k], p, &b);
+        free(p);
+        if (rc == ERR_INVALID && g->unsat) rc = 0; /* no such element */
+        else if (!rc) {
+            el[k] = rule_name(g, k ? "other" : "match");
+            rc = add_rule(g, el[k], b.p);
+        }
+        sb_free(&b);
+    }
+    long long ns = (tcap + 1) * (mcap + 1);
+    bool *live = xcalloc((size_t)ns, sizeof *live);
+    char **nm = xcalloc((size_t)ns, sizeof *nm);
+#define ST(t, m) ((t) * (mcap + 1) + (m))
+    for (bool changed = true; changed && !rc;) {
+        changed = false;
+        for (long long t = 0; t <= tcap; t++)
+            for (long long m = 0; m <= mcap; m++) {
+                if (live[ST(t, m)]) continue;
+                bool ok = t >= mn && m >= cmin;
+                for (int k = 0; k < 2 && !ok; k++) {
+                    if (!el[k] || (mx >= 0 && t + 1 > mx) || (k == 0 && cmax >= 0 && m + 1 > cmax)) continue;
+                    long long t2 = mx >= 0 ? t + 1 : MIN(t + 1, tcap), m2 = k ? m : (cmax >= 0 ? m + 1 : MIN(m + 1, mcap));
+                    ok = live[ST(t2, m2)];
+                }
+                if (ok) live[ST(t, m)] = changed = true;
+            }
+    }
+    if (!rc && !live[0]) rc = unsat(g, "%s: no array satisfies contains with its counts and the item bounds", ptr_show(ptr));
+    for (long long i = 0; i < ns && !rc; i++)
+        if (live[i]) nm[i] = rule_name(g, "count");
+    for (long long t = 0; t <= tcap && !rc; t++)
+        for (long long m = 0; m <= mcap && !rc; m++) {
+            if (!live[ST(t, m)]) continue;
+            sbuf b = {0};
+            int n_alt = 0;
+            sb_puts(&b, "( ");
+            for (int k = 0; k < 2; k++) {
+                if (!el[k] || (mx >= 0 && t + 1 > mx) || (k == 0 && cmax >= 0 && m + 1 > cmax)) continue;
+                long long t2 = mx >= 0 ? t + 1 : MIN(t + 1, tcap), m2 = k ? m : (cmax >= 0 ? m + 1 : MIN(m + 1, mcap));
+                if (!live[ST(t2, m2)]) continue;
+                sb_printf(&b, "%s%s%s %s", n_alt++ ? " | " : "", t ? "\", \" " : "", el[k], nm[ST(t2, m2)]);
+            }
+            bool done = t >= mn && m >= cmin;
+            if (!n_alt) sb_puts(&b, "\"\"");
+            sb_puts(&b, n_alt && done ? " )?" : " )");
+            rc = add_rule(g, nm[ST(t, m)], b.p);
+            sb_free(&b);
+        }
+#undef ST
+    if (!rc) sb_printf(out, "( \"[\" %s \"]\" )", nm[0]);
+    for (long long i = 0; i < ns; i++) free(nm[i]);
+    free(nm);
+    free(live);
+    free(el[0]);
+    free(el[1]);
+    return rc;
+}
+
 static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
     json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
     const char *pre_kw = "prefixItems", *items_kw = "items";
@@ -1592,10 +1799,25 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
     int rc;
     if ((rc = get_count(g, s, ptr, "minItems", 0, &mn))) return rc;
     if ((rc = get_count(g, s, ptr, "maxItems", -1, &mx))) return rc;
+    if (json_is_true(json_object_get(s, "uniqueItems")) && (mx < 0 || mx > 1)) {
+        json_t *vals = prefix || json_object_get(s, "contains") ? NULL : finite_values(g, items ? items : json_true());
+        if (!vals)
+            return unsup(g, ptr, "uniqueItems",
+                         "%s/uniqueItems: enforced for items of finitely many values (enum, const, boolean, null) "
+                         "without prefixItems or contains", ptr);
+        rc = gen_unique(g, vals, mn, mx, ptr, out);
+        json_decref(vals);
+        return rc;
+    }
     json_t *contains = json_object_get(s, "contains");
     long long cmin, cmax;
     if ((rc = get_count(g, s, ptr, "minContains", 1, &cmin)) || (rc = get_count(g, s, ptr, "maxContains", -1, &cmax)))
         return rc;
+    if (contains && (cmin > 0 || cmax >= 0) &&
+        (prefix || mn > 1 || mx >= 0 || cmin > 1 || cmax >= 0 || json_is_false(items))) {
+        json_t *nc = prefix ? NULL : negate(g, contains, 0);
+        if (nc) return gen_contains_count(g, items, contains, nc, mn, mx, cmin, cmax, ptr, out);
+    }
     if (contains && cmin > 0) {
         /* "[" (E ", ")* (E and C) (", " E)* "]": exact for one required match */
         if (prefix || mn > 1 || mx >= 0 || cmin > 1 || cmax >= 0 || json_is_false(items))
@@ -1632,7 +1854,7 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
     bool more = !json_is_false(items); /* elements after the prefix */
     if (!more && (mx < 0 || mx > (long long)k)) mx = (long long)k;
     if (mx >= 0 && mx < mn)
-        return err_set(g->e, ERR_INVALID, "%s: no array length satisfies minItems, maxItems and items", ptr_show(ptr));
+        return unsat(g, "%s: no array length satisfies minItems, maxItems and items", ptr_show(ptr));
     /* element rules */
     char **el = xcalloc(k + 1, sizeof *el);
     size_t n_pre = mx >= 0 && (size_t)mx < k ? (size_t)mx : k; /* prefix elements that can appear */
@@ -1761,7 +1983,7 @@ static int gen_enum(gen *g, json_t *s, const char *ptr, unsigned types, sbuf *ou
     }
     sb_puts(&b, " )");
     if (!rc && n == 0)
-        rc = err_set(g->e, ERR_INVALID, "%s: no value satisfies %s%s", ptr_show(ptr), cn ? "const" : "enum",
+        rc = unsat(g, "%s: no value satisfies %s%s", ptr_show(ptr), cn ? "const" : "enum",
                      json_object_get(s, "type") ? " and type" : (cn && en ? " and enum" : ""));
     if (!rc) sb_puts(out, b.p);
     sb_free(&b);
@@ -1955,13 +2177,21 @@ static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw
     for (size_t i = 0; i < json_array_size(arr) && !rc; i++) {
         json_t *x = json_array_get(arr, i);
         if (is_never(x)) continue;
+        size_t mark = b.n;
         if (n++) sb_puts(&b, " | ");
         char *p = ptr_index(ptr, kw, i);
+        g->unsat = false;
         rc = gen_schema(g, x, p, &b);
         free(p);
+        if (rc == ERR_INVALID && g->unsat) { /* a branch no value satisfies: left out */
+            rc = 0;
+            n--;
+            b.n = mark;
+            b.p[mark] = 0;
+        }
     }
     sb_puts(&b, " )");
-    if (!rc && n == 0) rc = err_set(g->e, ERR_INVALID, "%s/%s: every alternative is false", ptr, kw);
+    if (!rc && n == 0) rc = unsat(g, "%s/%s: every alternative is false", ptr, kw);
     if (!rc) sb_puts(out, b.p);
     sb_free(&b);
     return rc;
@@ -2005,6 +2235,35 @@ static json_t *deref(gen *g, json_t *s) {
     return s;
 }
 
+/* The one keyword of a `not` schema when it has only type, or only
+ * enum / const (as "enum"); NULL otherwise. */
+static const char *not_kind(json_t *x) {
+    if (!json_is_object(x) || json_object_size(x) != 1) return NULL;
+    if (json_object_get(x, "type")) return "type";
+    if (json_object_get(x, "enum") || json_object_get(x, "const")) return "enum";
+    return NULL;
+}
+static json_t *as_list(json_t *x, const char *kind) {
+    json_t *v = json_object_get(x, kind);
+    if (!v && !strcmp(kind, "enum")) return json_pack("[O]", json_object_get(x, "const"));
+    return json_is_array(v) ? json_copy(v) : json_pack("[O]", v);
+}
+/* A schema for "not a and not b" as one `not` (a new reference). */
+static json_t *not_union(json_t *a, json_t *b) {
+    const char *ka = not_kind(a), *kb = not_kind(b);
+    if (ka && kb && !strcmp(ka, kb)) {
+        json_t *u = as_list(a, ka), *w = as_list(b, kb);
+        for (size_t i = 0; i < json_array_size(w); i++) {
+            bool in = false;
+            for (size_t j = 0; j < json_array_size(u) && !in; j++) in = json_equal(json_array_get(u, j), json_array_get(w, i));
+            if (!in) json_array_append(u, json_array_get(w, i));
+        }
+        json_decref(w);
+        return json_pack("{s:o}", ka, u);
+    }
+    return json_pack("{s:[O,O]}", "anyOf", a, b);
+}
+
 /* dst (a fresh object) gets the constraints of src as well: the stricter
  * bound, the union of required, properties merged (a name in both becomes
  * {"allOf": [a, b]}), types intersected; a keyword that cannot be combined
@@ -2012,7 +2271,8 @@ static json_t *deref(gen *g, json_t *s) {
 static int merge_into(gen *g, json_t *dst, json_t *src, const char *ptr) {
     src = deref(g, src);
     if (json_is_true(src)) return 0;
-    if (!json_is_object(src)) return unsup(g, ptr, "allOf", "%s/allOf: an element is the schema false", ptr);
+    if (json_is_false(src)) return unsat(g, "%s/allOf: an element is the schema false", ptr);
+    if (!json_is_object(src)) return invalid_kw(g, ptr, "allOf", "elements must be schemas");
     const char *k;
     json_t *v;
     json_object_foreach(src, k, v) {
@@ -2039,7 +2299,8 @@ static int merge_into(gen *g, json_t *dst, json_t *src, const char *ptr) {
             json_t *pv;
             json_object_foreach(v, pk, pv) {
                 json_t *old = json_object_get(u, pk);
-                if (!old || json_equal(old, pv)) json_object_set(u, pk, pv);
+                if (!old || json_equal(old, pv) || json_is_true(old) || is_never(pv)) json_object_set(u, pk, pv);
+                else if (json_is_true(pv) || is_never(old)) continue;
                 else json_object_set_new(u, pk, json_pack("{s:[O,O]}", "allOf", old, pv));
             }
             json_object_set_new(dst, k, u);
@@ -2066,7 +2327,7 @@ static int merge_into(gen *g, json_t *dst, json_t *src, const char *ptr) {
             }
             if (!json_array_size(u)) {
                 json_decref(u);
-                return err_set(g->e, ERR_INVALID, "%s: no value has every type allOf asks for", ptr_show(ptr));
+                return unsat(g, "%s: no value has every type allOf asks for", ptr_show(ptr));
             }
             json_object_set_new(dst, k, u);
         } else if (json_is_number(d) && json_is_number(v) && (is_lower(k) || is_upper(k))) {
@@ -2080,6 +2341,17 @@ static int merge_into(gen *g, json_t *dst, json_t *src, const char *ptr) {
                 if (in) json_array_append(u, json_array_get(d, i));
             }
             json_object_set_new(dst, k, u);
+        } else if (!strcmp(k, "anyOf") && json_is_array(d) && json_is_array(v) &&
+                   json_array_size(d) * json_array_size(v) <= 64) {
+            /* (a1 | a2) & (b1 | b2) = a1&b1 | a1&b2 | a2&b1 | a2&b2 */
+            json_t *u = json_array();
+            for (size_t i = 0; i < json_array_size(d); i++)
+                for (size_t j = 0; j < json_array_size(v); j++)
+                    json_array_append_new(u, json_pack("{s:[O,O]}", "allOf", json_array_get(d, i), json_array_get(v, j)));
+            json_object_set_new(dst, k, u);
+        } else if (!strcmp(k, "not")) {
+            /* not A and not B = not (A or B): types and values united */
+            json_object_set_new(dst, k, not_union(d, v));
         } else if (!strcmp(k, "allOf") && json_is_array(d) && json_is_array(v)) {
             json_t *u = json_copy(d);
             json_array_extend(u, v);
@@ -2089,6 +2361,14 @@ static int merge_into(gen *g, json_t *dst, json_t *src, const char *ptr) {
             if (rc) return rc;
         }
     }
+    json_t *en = json_object_get(dst, "enum"), *cn = json_object_get(dst, "const");
+    if (json_is_array(en) && cn) { /* both: the enum's values equal to the const */
+        json_t *u = json_array();
+        for (size_t i = 0; i < json_array_size(en); i++)
+            if (json_equal(json_array_get(en, i), cn)) json_array_append(u, cn);
+        json_object_set_new(dst, "enum", u);
+        json_object_del(dst, "const");
+    }
     return 0;
 }
 
@@ -2097,6 +2377,345 @@ static json_t *without(json_t *s, const char *const *drop, size_t n) {
     json_t *c = json_copy(s);
     for (size_t i = 0; i < n; i++) json_object_del(c, drop[i]);
     return c;
+}
+
+/* ---- negation: not, if/then/else, dependentSchemas ----------------------
+ * not X is rewritten into keywords the generator has when X is a
+ * conjunction of keywords each of which has a complement it can write: a
+ * disjunct per keyword, restricted to the type the keyword applies to
+ * (not {minimum: 3} = {type: number, exclusiveMaximum: 3}, or any non-number
+ * through `not: {type: number}`; not {required: [a]} = an object without a;
+ * not {properties: {a: S}} = an object whose a fails S; not of enum/const is
+ * left as `not: {enum}` and filtered against the sibling enum or a finite
+ * type). Anything else: NULL (the caller relaxes or refuses). */
+static json_t *negate(gen *g, json_t *x, int depth);
+
+/* Adds "not of type t" and "t with kw: val" as two disjuncts. */
+static void neg_bound(json_t *dis, const char *type, const char *kw, json_t *val) {
+    json_array_append_new(dis, json_pack("{s:{s:s}}", "not", "type", type));
+    if (val) json_array_append_new(dis, json_pack("{s:s,s:O}", "type", type, kw, val));
+}
+
+static json_t *negate(gen *g, json_t *x, int depth) {
+    if (depth > 8) return NULL;
+    x = deref(g, x);
+    if (json_is_true(x)) return json_false();
+    if (json_is_false(x)) return json_true();
+    if (!json_is_object(x)) return NULL;
+    static const struct {
+        const char *kw, *type, *flip; /* kw v -> type with flip (v -/+ 1 for counts) */
+        int delta;
+    } bounds[] = {
+        {"minimum", "number", "exclusiveMaximum", 0},   {"exclusiveMinimum", "number", "maximum", 0},
+        {"maximum", "number", "exclusiveMinimum", 0},   {"exclusiveMaximum", "number", "minimum", 0},
+        {"minLength", "string", "maxLength", -1},       {"maxLength", "string", "minLength", 1},
+        {"minItems", "array", "maxItems", -1},          {"maxItems", "array", "minItems", 1},
+        {"minProperties", "object", "maxProperties", -1}, {"maxProperties", "object", "minProperties", 1},
+    };
+    json_t *dis = json_array();
+    const char *k;
+    json_t *v;
+    bool ok = true;
+    json_object_foreach(x, k, v) {
+        if (!ok) break;
+        if (is_annotation(k)) continue;
+        size_t b = 0;
+        while (b < ARRAY_LEN(bounds) && strcmp(bounds[b].kw, k)) b++;
+        if (!strcmp(k, "not")) json_array_append(dis, v);
+        else if (!strcmp(k, "type") || !strcmp(k, "enum")) json_array_append_new(dis, json_pack("{s:{s:O}}", "not", k, v));
+        else if (!strcmp(k, "const")) json_array_append_new(dis, json_pack("{s:{s:[O]}}", "not", "enum", v));
+        else if (!strcmp(k, "anyOf") && json_is_array(v)) {
+            json_t *all = json_array();
+            for (size_t i = 0; i < json_array_size(v) && ok; i++) {
+                json_t *n = negate(g, json_array_get(v, i), depth + 1);
+                if (n) json_array_append_new(all, n);
+                else ok = false;
+            }
+            json_array_append_new(dis, json_pack("{s:o}", "allOf", all));
+        } else if (!strcmp(k, "allOf") && json_is_array(v)) {
+            for (size_t i = 0; i < json_array_size(v) && ok; i++) {
+                json_t *n = negate(g, json_array_get(v, i), depth + 1);
+                if (n) json_array_append_new(dis, n);
+                else ok = false;
+            }
+        } else if (!strcmp(k, "required") && json_is_array(v)) {
+            for (size_t i = 0; i < json_array_size(v) && ok; i++) {
+                json_t *name = json_array_get(v, i);
+                if (!json_is_string(name)) ok = false;
+                else
+                    json_array_append_new(dis, json_pack("{s:s,s:{s:b}}", "type", "object", "properties",
+                                                         json_string_value(name), 0));
+            }
+            if (json_array_size(v)) json_array_append_new(dis, json_pack("{s:{s:s}}", "not", "type", "object"));
+        } else if (!strcmp(k, "properties") && json_is_object(v)) {
+            const char *pk;
+            json_t *pv;
+            json_object_foreach(v, pk, pv) {
+                json_t *n = negate(g, pv, depth + 1);
+                if (!n) {
+                    ok = false;
+                    break;
+                }
+                if (json_is_false(n)) {
+                    json_decref(n);
+                    continue; /* {a: true}: nothing to fail */
+                }
+                json_array_append_new(dis, json_pack("{s:s,s:[s],s:{s:o}}", "type", "object", "required", pk,
+                                                     "properties", pk, n));
+            }
+            if (json_object_size(v)) json_array_append_new(dis, json_pack("{s:{s:s}}", "not", "type", "object"));
+        } else if (b < ARRAY_LEN(bounds) && json_is_number(v)) {
+            json_t *val = json_incref(v);
+            if (bounds[b].delta) {
+                json_int_t n = json_is_integer(v) ? json_integer_value(v) : (json_int_t)json_number_value(v);
+                json_decref(val);
+                val = n + bounds[b].delta < 0 ? NULL : json_integer(n + bounds[b].delta);
+            }
+            neg_bound(dis, bounds[b].type, bounds[b].flip, val);
+            json_decref(val);
+        } else ok = false;
+    }
+    if (!ok) {
+        json_decref(dis);
+        return NULL;
+    }
+    if (json_array_size(dis) == 0) {
+        json_decref(dis);
+        return json_false(); /* x admits everything */
+    }
+    if (json_array_size(dis) == 1) {
+        json_t *one = json_incref(json_array_get(dis, 0));
+        json_decref(dis);
+        return one;
+    }
+    return json_pack("{s:o}", "anyOf", dis);
+}
+
+/* Adds schema c (a new reference) to the conjunction m: into m's allOf. */
+static void conjoin(json_t *m, json_t *c) {
+    json_t *all = json_object_get(m, "allOf");
+    if (!json_is_array(all)) {
+        all = json_array();
+        json_object_set_new(m, "allOf", all);
+    }
+    json_array_append_new(all, c);
+}
+
+/* x's pattern: ^(?!(?:v1|v2)$) for the strings of vals, every code point
+ * of them escaped (ASCII punctuation as \uHHHH). */
+static void not_strings_pattern(json_t *x, json_t *vals) {
+    sbuf b = {0};
+    sb_puts(&b, "^(?!(?:");
+    int n = 0;
+    for (size_t j = 0; j < json_array_size(vals); j++) {
+        json_t *v = json_array_get(vals, j);
+        if (!json_is_string(v)) continue;
+        if (n++) sb_puts(&b, "|");
+        const unsigned char *c = (const unsigned char *)json_string_value(v);
+        size_t len = json_string_length(v);
+        for (size_t i = 0; i < len;) {
+            uint32_t cp;
+            int k = utf8_dec(c + i, len - i, &cp);
+            if (!k) break;
+            if (cp < 0x80 && !isalnum((int)cp)) sb_printf(&b, "\\u%04x", (unsigned)cp);
+            else sb_put(&b, (const char *)c + i, (size_t)k);
+            i += (size_t)k;
+        }
+    }
+    sb_puts(&b, ")$)");
+    json_object_set_new(x, "pattern", json_string(b.p));
+    sb_free(&b);
+}
+
+/* s's `not: {enum: nv}`: *m (created from s when NULL) gets, instead of
+ * it, the enum of s's values (s's enum or const, or every value of a type
+ * boolean / null) that are not in nv, or for strings a pattern that refuses
+ * exactly those strings. */
+static int not_values(gen *g, json_t *s, json_t *nv, const char *ptr, json_t **m) {
+    json_t *vals = json_object_get(s, "enum");
+    json_t *owned = NULL;
+    if (!vals && json_object_get(s, "const")) vals = owned = json_pack("[O]", json_object_get(s, "const"));
+    json_t *t = json_object_get(s, "type");
+    int rc = 0;
+    unsigned types = T_ALL;
+    if (t) types = parse_types(g, t, ptr, &rc);
+    if (rc) return rc;
+    if (!vals && types && !(types & ~(unsigned)(T_BOOLEAN | T_NULL))) {
+        vals = owned = json_array();
+        if (types & T_BOOLEAN) json_array_append_new(vals, json_true()), json_array_append_new(vals, json_false());
+        if (types & T_NULL) json_array_append_new(vals, json_null());
+    }
+    if (!*m) *m = json_copy(s);
+    json_object_del(*m, "not");
+    if (vals) {
+        json_t *keep = json_array();
+        for (size_t i = 0; i < json_array_size(vals); i++) {
+            bool out = false;
+            for (size_t j = 0; j < json_array_size(nv); j++) out |= same_value(json_array_get(vals, i), json_array_get(nv, j));
+            if (!out) json_array_append(keep, json_array_get(vals, i));
+        }
+        json_object_del(*m, "const");
+        json_object_set_new(*m, "enum", keep);
+        json_decref(owned);
+        return 0;
+    }
+    /* one branch per type: the listed values of that type left out */
+    json_t *br = json_array();
+    int rc2 = 0;
+    if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER;
+    for (unsigned bit = 1; bit <= T_ARRAY && !rc2; bit <<= 1) {
+        if (!(types & bit)) continue;
+        const char *tn = type_names[__builtin_ctz(bit)];
+        json_t *same = json_array();
+        for (size_t j = 0; j < json_array_size(nv); j++)
+            if (json_type_bits(json_array_get(nv, j)) & (bit == T_NUMBER ? T_NUMBER | T_INTEGER : bit))
+                json_array_append(same, json_array_get(nv, j));
+        if (!json_array_size(same)) json_array_append_new(br, json_pack("{s:s}", "type", tn));
+        else if (bit == T_NULL) {
+        } else if (bit == T_BOOLEAN) {
+            json_t *keep = json_array();
+            for (int tv = 0; tv < 2; tv++) {
+                bool out = false;
+                for (size_t j = 0; j < json_array_size(same); j++) out |= json_is_true(json_array_get(same, j)) == (tv == 1);
+                if (!out) json_array_append_new(keep, json_boolean(tv));
+            }
+            if (json_array_size(keep)) json_array_append_new(br, json_pack("{s:s,s:O}", "type", tn, "enum", keep));
+            json_decref(keep);
+        } else if (bit == T_NUMBER || bit == T_INTEGER) {
+            /* x != v: x < v or x > v, for each v */
+            json_t *all = json_array();
+            for (size_t j = 0; j < json_array_size(same); j++)
+                json_array_append_new(all, json_pack("{s:[{s:O},{s:O}]}", "anyOf", "exclusiveMaximum",
+                                                     json_array_get(same, j), "exclusiveMinimum", json_array_get(same, j)));
+            json_array_append_new(br, json_pack("{s:s,s:o}", "type", tn, "allOf", all));
+        } else if (bit == T_STRING && !json_object_get(s, "pattern")) {
+            json_t *x = json_pack("{s:s}", "type", tn);
+            not_strings_pattern(x, same);
+            json_array_append_new(br, x);
+        } else
+            rc2 = unsup(g, ptr, "not", "%s/not: a 'not' of %s values is supported beside enum or const only (or for "
+                        "strings without pattern)", ptr, tn);
+        json_decref(same);
+    }
+    if (rc2) {
+        json_decref(br);
+        return rc2;
+    }
+    if (!json_array_size(br)) {
+        json_decref(br);
+        return unsat(g, "%s/not excludes every value", ptr);
+    }
+    conjoin(*m, json_pack("{s:o}", "anyOf", br));
+    return 0;
+}
+
+/* Rewrites if/then/else, dependentSchemas (and dependencies), not (other
+ * than of types and of enum/const, which the generator reads itself) into
+ * allOf/anyOf: *out the equivalent schema (owned by g), or NULL. */
+static int rewrite_logic(gen *g, json_t *s, const char *ptr, bool with_not, json_t **out) {
+    *out = NULL;
+    json_t *ifs = json_object_get(s, "if"), *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
+    json_t *ds = json_object_get(s, "dependentSchemas"), *dep = json_object_get(s, "dependencies");
+    json_t *not = with_not ? json_object_get(s, "not") : NULL;
+    json_t *m = NULL;
+    if (ifs && (then || els)) {
+        json_t *ni = negate(g, ifs, 0);
+        if (!ni) return unsup(g, ptr, "if", "%s: if/then/else is supported where 'if' has a complement (if/then/else is "
+                              "not supported here)", ptr_show(ptr));
+        /* (if & then) | (not if & else) */
+        json_t *a = json_pack("{s:[O,O]}", "allOf", ifs, then ? then : json_true());
+        json_t *b = json_pack("{s:[o,O]}", "allOf", ni, els ? els : json_true());
+        static const char *const drop[] = {"if", "then", "else"};
+        m = without(s, drop, 3);
+        conjoin(m, json_pack("{s:[o,o]}", "anyOf", a, b));
+    } else if (ifs || then || els) {
+        static const char *const drop[] = {"if", "then", "else"}; /* alone: no effect */
+        m = without(s, drop, 3);
+    }
+    if (json_is_object(dep) && json_object_size(dep)) {
+        if (!m) m = json_copy(s);
+        json_t *dr = json_object(), *dsn = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(dep, k, v) json_object_set(json_is_array(v) ? dr : dsn, k, v);
+        json_object_del(m, "dependencies");
+        if (json_object_size(dr)) conjoin(m, json_pack("{s:o}", "dependentRequired", dr));
+        else json_decref(dr);
+        if (json_object_size(dsn)) conjoin(m, json_pack("{s:o}", "dependentSchemas", dsn));
+        else json_decref(dsn);
+    }
+    json_t *dr = m ? json_object_get(m, "dependentRequired") : json_object_get(s, "dependentRequired");
+    json_t *req = json_object_get(s, "required");
+    if (json_is_object(dr) && json_object_size(dr)) {
+        /* a trigger that is not required: p absent, or p and its
+         * dependents present (a required trigger is read directly) */
+        json_t *keep = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(dr, k, v) {
+            bool required = false;
+            for (size_t i = 0; i < json_array_size(req); i++)
+                required |= json_is_string(json_array_get(req, i)) && !strcmp(json_string_value(json_array_get(req, i)), k);
+            if (required || !json_is_array(v)) {
+                json_object_set(keep, k, v);
+                continue;
+            }
+            if (!m) m = json_copy(s);
+            json_t *need = json_pack("[s]", k);
+            json_array_extend(need, v);
+            conjoin(m, json_pack("{s:[{s:{s:b}},{s:o}]}", "anyOf", "properties", k, 0, "required", need));
+        }
+        if (m && json_object_size(keep) != json_object_size(dr)) {
+            if (json_object_size(keep)) json_object_set(m, "dependentRequired", keep);
+            else json_object_del(m, "dependentRequired");
+        }
+        json_decref(keep);
+    }
+    if (json_is_object(ds) && json_object_size(ds)) {
+        if (!m) m = json_copy(s);
+        json_object_del(m, "dependentSchemas");
+        const char *k;
+        json_t *v;
+        /* p absent, or p present and the schema holds */
+        json_object_foreach(ds, k, v) conjoin(m, json_pack("{s:[{s:{s:b}},{s:[s],s:[O]}]}", "anyOf", "properties", k, 0,
+                                                           "required", k, "allOf", v));
+    }
+    json_t *nv = json_is_object(not) ? json_object_get(not, "enum") : NULL;
+    if (!nv && json_is_object(not) && json_object_get(not, "const")) nv = json_pack("[O]", json_object_get(not, "const"));
+    else json_incref(nv);
+    if (nv && json_is_array(nv) && json_object_size(not) == 1) {
+        /* not of values: filtered out of a finite set of values, or
+         * refused to strings by a negative lookahead */
+        int rc = not_values(g, m ? m : s, nv, ptr, &m);
+        json_decref(nv);
+        if (rc) {
+            json_decref(m);
+            return rc;
+        }
+        not = NULL;
+    } else json_decref(nv);
+    if (not && !is_never(s)) {
+        bool simple = json_is_object(not) && json_object_size(not) > 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach(not, k, v) if (strcmp(k, "type") && strcmp(k, "enum") && strcmp(k, "const") &&
+                                           !is_annotation(k)) simple = false;
+        if (!simple && !json_is_true(not) && !(json_is_object(not) && json_object_size(not) == 0)) {
+            json_t *nn = negate(g, not, 0);
+            if (!nn) {
+                json_decref(m);
+                return unsup(g, ptr, "not", "%s/not: this 'not' has no complement the grammar can write", ptr);
+            }
+            if (!m) m = json_copy(s);
+            json_object_del(m, "not");
+            conjoin(m, nn);
+        }
+    }
+    if (m) {
+        json_array_append_new(g->owned, m);
+        *out = m;
+    }
+    return 0;
 }
 
 /* Rewrites s when allOf, a $ref beside other keywords, or anyOf/oneOf beside
@@ -2118,7 +2737,13 @@ static int normalize(gen *g, json_t *s, const char *ptr, json_t **out) {
             return invalid_kw(g, ptr, "allOf", "must be a non-empty array");
         static const char *const drop[] = {"allOf"};
         json_t *m = without(s, drop, 1);
-        for (size_t i = 0; i < json_array_size(allof) && !rc; i++) rc = merge_into(g, m, json_array_get(allof, i), ptr);
+        for (size_t i = 0; i < json_array_size(allof) && !rc; i++) {
+            /* an element's if/then/else becomes an allOf of its own first
+             * (two of them would clash as keywords) */
+            json_t *x = deref(g, json_array_get(allof, i)), *rx = NULL;
+            if (json_is_object(x)) rc = rewrite_logic(g, x, ptr, false, &rx);
+            if (!rc) rc = merge_into(g, m, rx ? rx : x, ptr);
+        }
         if (rc) {
             json_decref(m);
             return rc;
@@ -2154,10 +2779,17 @@ static int normalize(gen *g, json_t *s, const char *ptr, json_t **out) {
             json_t *x = json_array_get(alts, i);
             if (json_is_false(x)) continue;
             json_t *m = json_copy(base);
+            g->unsat = false;
             rc = merge_into(g, m, x, ptr);
+            if (rc == ERR_INVALID && g->unsat) { /* no value in this branch */
+                rc = 0;
+                json_decref(m);
+                continue;
+            }
             json_array_append_new(branches, m);
         }
         json_decref(base);
+        if (!rc && !json_array_size(branches)) rc = unsat(g, "%s/%s: no branch admits a value", ptr, kw);
         if (rc) {
             json_decref(branches);
             return rc;
@@ -2192,20 +2824,25 @@ static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
         if (!in_list(k, kw_supported, ARRAY_LEN(kw_supported))) return unsupported_kw(g, k, ptr);
     }
     /* keywords enforced nowhere else: refuse (or relax) them up front */
-    if (json_object_get(s, "if") && (json_object_get(s, "then") || json_object_get(s, "else")))
-        return unsup(g, ptr, "if", "%s: if/then/else is not supported", ptr_show(ptr));
-    static const char *const never_enforced[] = {"dependentSchemas", "uniqueItems"};
-    for (size_t i = 0; i < ARRAY_LEN(never_enforced); i++) {
-        json_t *x = json_object_get(s, never_enforced[i]);
-        if (x && !json_is_false(x) && !(json_is_object(x) && json_object_size(x) == 0))
-            return unsup(g, ptr, never_enforced[i], "unsupported JSON Schema keyword '%s' at %s", never_enforced[i],
-                         ptr_show(ptr));
+    json_t *ux = json_object_get(s, "uniqueItems");
+    if (ux && !json_is_boolean(ux)) return invalid_kw(g, ptr, "uniqueItems", "must be a boolean");
+    static const char *const objects_of_schemas[] = {"dependentSchemas", "dependencies"};
+    for (size_t i = 0; i < ARRAY_LEN(objects_of_schemas); i++) {
+        json_t *x = json_object_get(s, objects_of_schemas[i]);
+        if (x && !json_is_object(x)) return invalid_kw(g, ptr, objects_of_schemas[i], "must be an object");
     }
-    json_t *dep = json_object_get(s, "dependencies");
-    if (dep && (!json_is_object(dep) || json_object_size(dep)))
-        return unsup(g, ptr, "dependencies", "unsupported JSON Schema keyword 'dependencies' at %s", ptr_show(ptr));
-    json_t *norm;
-    int rc = normalize(g, s, ptr, &norm);
+    json_t *norm = NULL;
+    int rc = 0;
+    /* allOf and $ref merges first, so that rewritten `not`s meet the
+     * enums beside them */
+    bool merges = json_object_get(s, "allOf") != NULL;
+    if (!merges && (json_object_get(s, "$ref") || json_object_get(s, "$recursiveRef") || json_object_get(s, "$dynamicRef")))
+        json_object_foreach(s, k, v) merges |= !is_annotation(k) && strcmp(k, "$ref") && strcmp(k, "$recursiveRef") &&
+                                               strcmp(k, "$dynamicRef");
+    rc = rewrite_logic(g, s, ptr, !merges, &norm);
+    if (rc) return rc;
+    if (norm) return gen_schema(g, norm, ptr, out);
+    rc = normalize(g, s, ptr, &norm);
     if (rc) return rc;
     if (norm) return gen_schema(g, norm, ptr, out);
 
@@ -2236,7 +2873,7 @@ static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
                 if (nb & T_INTEGER && !(nb & T_NUMBER) && (types & T_NUMBER))
                     rc = unsup(g, ptr, "not", "%s/not: a 'not' of integer beside number is not supported", ptr);
                 types &= ~nb;
-                if (!rc && !types) rc = err_set(g->e, ERR_INVALID, "%s/not excludes every type", ptr);
+                if (!rc && !types) rc = unsat(g, "%s/not excludes every type", ptr);
             }
         }
         if (!rc && (json_object_get(s, "enum") || json_object_get(s, "const"))) {
@@ -2267,7 +2904,7 @@ static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
                 for (size_t i = 0; i < ARRAY_LEN(infer); i++)
                     if (json_object_get(s, infer[i].kw)) inf |= infer[i].bits;
                 if (inf) types = (types & ~(unsigned)T_ALL) | (inf & types);
-                if (!types) rc = err_set(g->e, ERR_INVALID, "%s/not excludes every type", ptr);
+                if (!types) rc = unsat(g, "%s/not excludes every type", ptr);
             }
             if (rc) {
             } else if (types == T_ALL) prim(g, P_VALUE, out);

@@ -458,7 +458,7 @@ async function main() {
     const U = [{ role: "user", content: "Hi" }];
     const rf = (schema) => ({ type: "json_schema", json_schema: { name: "x", schema, strict: true } });
     await expect400("schema maxLength -1", { model: MODEL, messages: U, response_format: rf({ type: "string", maxLength: -1 }) }, { mention: ["maxLength"] });
-    // uniqueItems is still not enforced (docs/grammar.md): strict asks for a 400
+    // uniqueItems over strings is not enforced (docs/grammar.md: only over finitely many values): strict asks for a 400
     // (patternProperties, the keyword here before, is enforced now)
     await expect400("strict schema uniqueItems", {
       model: MODEL, messages: U, response_format: rf({ type: "array", items: { type: "string" }, uniqueItems: true }),
