@@ -380,7 +380,7 @@ static void test_attn(void) {
                     const attn_query aq = {q, &pm[c], &pl[c], po + c * hd, MIN(n_pos, (c + 1) * ATTN_CHUNK)};
                     kern->attn_part(&f.view, 0, 1, &aq, 1, c * ATTN_CHUNK, scale, scratch);
                 }
-                attn_merge(nc, hd, pm, pl, 1, po, (size_t)hd, out2);
+                attn_merge(nc, hd, pm, pl, 1, po, (size_t)hd, -INFINITY, out2);
                 CHECK_MSG(memcmp(out, out2, sizeof(float) * hd) == 0, "%s attn split/merge differs", tables[tb]);
                 /* the same query inside a group of 4: same bits for query 0 */
                 float gm[4], gl[4], *go = xmalloc(sizeof(float) * 4 * hd);

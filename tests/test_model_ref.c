@@ -125,7 +125,7 @@ int main(void) {
         n++;
     }
     fclose(f);
-    CHECK_MSG(n == 45, "expected 45 fixtures, found %d", n);
+    CHECK_MSG(n == 48, "expected 48 fixtures, found %d", n);
     printf("kernels: %s\n", kern->name);
     return test_summary("test_model_ref");
 }

@@ -1,7 +1,9 @@
 /*
- * test_moe.c — the qwen3moe mixture-of-experts path (model/moe.h) on the
- * fixture models of tests/fixtures (tools/gen_fixtures.sh, variant qwen3moe:
- * 8 experts, 3 used, expert FF 256, every weight type):
+ * test_moe.c — the mixture-of-experts models (model/moe.h): qwen3moe and
+ * gpt-oss, on the fixture models of tests/fixtures (tools/gen_fixtures.sh,
+ * qwen3moe: 8 experts, 3 used, expert FF 256, every weight type; gpt-oss:
+ * the same experts with biases and the clamped SwiGLU, sinks, YaRN, a
+ * window on layer 0, in F32 and in BF16 with MXFP4 experts):
  *  - expert grouping: one batch of three sequences' prompts, interleaved,
  *    gives bitwise the logits of every token run alone (one token per
  *    forward, each sequence in its own cache), on 1 and 2 threads, for every
@@ -11,11 +13,19 @@
  *    router order, and its weights are positive and sum to 1 (qwen3moe
  *    renormalises the top-k);
  *  - greedy continuation equals the numpy reference's
- *    (tests/fixtures/ref/qwen3moe-*.greedy, from gguf_ref.py greedy);
+ *    (tests/fixtures/ref/{qwen3moe,gptoss}-*.greedy, from gguf_ref.py greedy);
+ *  - gpt-oss at 300 positions (windows of 4 and of 260 — more than one
+ *    attention chunk — sliding, YaRN's ramp dims turned far): the last rows'
+ *    logits within 1e-4 of the reference (ref/NAME.long; measured 2e-5,
+ *    rounding YaRN's ramp ends as other yarn models do gives 4e-4), and the same bits
+ *    whether the prompt runs as one batch, in chunks of 97, or its last
+ *    tokens one at a time;
  *  - bad files: zero experts, top-k above the expert count, an expert tensor
  *    of the wrong shape or of a type kvloom cannot multiply, a missing
  *    router, a missing expert key: each a load error naming the key or
- *    tensor.
+ *    tensor; gpt-oss: a window of 0 or above the context, a missing or
+ *    misshapen sink, an MXFP4 expert tensor of the wrong size or cut short
+ *    by the end of the file.
  */
 #include <unistd.h>
 
@@ -47,7 +57,9 @@ static void check_grouping(const char *name) {
     model *m = load_fixture(name);
     if (!m) return;
     const int V = m->cfg.n_vocab, K = m->cfg.n_expert_used;
-    CHECK(m->cfg.n_expert == 8 && K == 3 && m->cfg.expert_norm);
+    CHECK(m->cfg.n_expert == 8 && K == 3 && m->cfg.expert_norm == (m->cfg.arch == ARCH_QWEN3MOE));
+    if (m->cfg.arch == ARCH_GPTOSS) /* the prompts (up to 6) pass the window of layer 0 */
+        CHECK(m->layers[0].window == 4 && m->layers[1].window == 0 && m->layers[0].sinks);
     enum { BT = 4, NB = 2 }; /* 2 blocks of 4 per sequence */
     int total = 0;
     for (int s = 0; s < NSEQ; s++) total += plen[s];
@@ -168,7 +180,9 @@ typedef struct edit {
     const char *key;      /* metadata key to change (u32 value) or drop */
     int64_t value;        /* -1: drop the key                            */
     const char *tensor;   /* tensor to change or drop                    */
-    int mode;             /* 0 drop, 1 wrong shape, 2 wrong type          */
+    int mode;             /* 0 drop, 1 wrong shape, 2 wrong type, 3 data
+                             cut short by the end of the file (the tensor
+                             written last, the file truncated)             */
     const char *want;     /* substring the error must contain            */
 } edit;
 
@@ -194,10 +208,11 @@ static void check_bad(const char *src_path, const edit *ed) {
         char name[128];
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
         if (ed->tensor && strcmp(name, ed->tensor) == 0) {
-            if (ed->mode == 0) continue;
-            if (ed->mode == 1) { /* one expert fewer */
+            if (ed->mode == 0 || ed->mode == 3) continue;
+            if (ed->mode == 1) { /* one expert (one row of a vector) fewer */
                 int64_t d[3] = {t->dims[0], t->dims[1], t->dims[2] - 1};
-                gguf_writer_add_tensor(w, name, t->type, 3, d, t->data);
+                if (t->n_dims == 1) d[0]--;
+                gguf_writer_add_tensor(w, name, t->type, (int)t->n_dims, d, t->data);
                 continue;
             }
             /* an integer type no kernel multiplies, same shape (zeros) */
@@ -206,10 +221,19 @@ static void check_bad(const char *src_path, const edit *ed) {
         }
         gguf_writer_add_tensor(w, name, t->type, (int)t->n_dims, t->dims, t->data);
     }
+    const gguf_tensor *last = ed->mode == 3 ? gguf_find_tensor(g, ed->tensor) : NULL;
+    if (last) gguf_writer_add_tensor(w, ed->tensor, last->type, (int)last->n_dims, last->dims, last->data);
     char out[64];
     snprintf(out, sizeof out, "/tmp/kvloom-test-moe-%d.gguf", (int)getpid());
     CHECK_EQ_INT(gguf_writer_write(w, out, &e), 0);
     gguf_writer_free(w);
+    if (last) { /* the last tensor's data ends 9 bytes past the file's end */
+        FILE *f = fopen(out, "rb");
+        CHECK(f && fseek(f, 0, SEEK_END) == 0);
+        long size = f ? ftell(f) : 0;
+        if (f) fclose(f);
+        CHECK(size > 9 && truncate(out, size - 9) == 0);
+    }
     gguf_free(g);
     model *m = NULL;
     int r = model_load(out, &m, &e);
@@ -236,6 +260,98 @@ static void check_bad_files(void) {
         {"qwen3moe.expert_count", 16, NULL, 0, "blk.0.ffn_gate_inp.weight"},
     };
     for (size_t i = 0; i < ARRAY_LEN(edits); i++) check_bad(src, &edits[i]);
+}
+
+static void check_bad_gptoss(void) {
+    char src[1024];
+    snprintf(src, sizeof src, "%s/gptoss-bf16-mxfp4.gguf", fixture_dir());
+    const edit edits[] = {
+        {"gpt-oss.attention.sliding_window", 0, NULL, 0, "'gpt-oss.attention.sliding_window' = 0 is out of range"},
+        {"gpt-oss.attention.sliding_window", 2049, NULL, 0, "'gpt-oss.attention.sliding_window' = 2049 is out of range"},
+        {"gpt-oss.attention.sliding_window", -1, NULL, 0, "missing metadata key 'gpt-oss.attention.sliding_window'"},
+        {"gpt-oss.rope.scaling.original_context_length", -1, NULL, 0, "gpt-oss.rope.scaling.original_context_length"},
+        {NULL, 0, "blk.1.attn_sinks.weight", 0, "missing tensor 'blk.1.attn_sinks.weight'"},
+        {NULL, 0, "blk.0.attn_sinks.weight", 1, "blk.0.attn_sinks.weight"},
+        {NULL, 0, "blk.0.post_attention_norm.weight", 0, "blk.0.post_attention_norm.weight"},
+        {NULL, 0, "blk.1.ffn_gate_inp.bias", 0, "blk.1.ffn_gate_inp.bias"},
+        {NULL, 0, "blk.0.ffn_down_exps.bias", 0, "blk.0.ffn_down_exps.bias"},
+        {NULL, 0, "blk.0.attn_output.bias", 0, "blk.0.attn_output.bias"},
+        {NULL, 0, "blk.0.ffn_up_exps.weight", 1, "blk.0.ffn_up_exps.weight"},
+        {NULL, 0, "blk.1.ffn_gate_exps.weight", 3, "blk.1.ffn_gate_exps.weight"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(edits); i++) check_bad(src, &edits[i]);
+}
+
+/* ---- gpt-oss at 300 positions ---- */
+
+static void check_long(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "tests/fixtures/ref/%s.long", name);
+    FILE *f = fopen(path, "r");
+    CHECK_MSG(f != NULL, "cannot read %s", path);
+    if (!f) return;
+    int T = 0, V = 0, R = 0;
+    bool ok = fscanf(f, "%d %d %d", &T, &V, &R) == 3 && T > 0 && T <= 512 && V > 0 && V < 100000 && R > 0 && R <= T;
+    int32_t *tok = xmalloc(sizeof(int32_t) * 512);
+    float *ref = xmalloc(sizeof(float) * (size_t)MAX(R, 1) * (size_t)MAX(V, 1));
+    for (int i = 0; i < T && ok; i++) ok = fscanf(f, "%d", &tok[i]) == 1;
+    for (long i = 0; i < (long)R * V && ok; i++) ok = fscanf(f, "%f", &ref[i]) == 1;
+    fclose(f);
+    CHECK_MSG(ok, "%s: malformed", path);
+    model *m = ok ? load_fixture(name) : NULL;
+    if (!m) {
+        free(tok);
+        free(ref);
+        return;
+    }
+    CHECK_EQ_INT(m->cfg.n_vocab, V);
+    enum { BT = 16 };
+    const int nb = (T + BT - 1) / BT;
+    int32_t *table = xmalloc(sizeof(int32_t) * (size_t)nb), *pos = xmalloc(sizeof(int32_t) * (size_t)T);
+    int32_t *sid = xcalloc((size_t)T, sizeof(int32_t));
+    uint8_t *want = xcalloc((size_t)T, 1);
+    for (int i = 0; i < nb; i++) table[i] = (i * 7) % nb; /* scattered blocks (nb = 19, prime) */
+    for (int i = 0; i < T; i++) pos[i] = i, want[i] = i >= T - R;
+    model_seq seq = {table, nb};
+    float *one = xmalloc(sizeof(float) * (size_t)R * V), *chunked = xmalloc(sizeof(float) * (size_t)R * V);
+    err_t e = {0};
+    model_state *st = model_state_new(m, T, T, 2);
+    /* the whole prompt as one batch */
+    model_kv *kv = model_kv_new(m, nb, BT);
+    model_batch b = {.n_tokens = T, .token = tok, .pos = pos, .seq = sid, .logits = want, .n_seqs = 1, .seqs = &seq};
+    CHECK_EQ_INT(model_forward(m, st, kv, &b, one, &e), R);
+    double scale = 0, worst = 0;
+    for (long i = 0; i < (long)R * V; i++) scale = fmax(scale, fabs(ref[i]));
+    for (long i = 0; i < (long)R * V; i++) worst = fmax(worst, fabs(one[i] - ref[i]));
+    CHECK_MSG(worst <= 1e-4 * scale, "%s: max |c - ref| = %.3g over the last %d of %d positions (scale %.3g)", name,
+              worst, R, T, scale);
+    /* chunks of 97, the last R tokens one at a time: the same bits */
+    model_kv_free(kv);
+    kv = model_kv_new(m, nb, BT);
+    int done = 0, row = 0;
+    while (done < T) {
+        const int n = done < T - R ? MIN(97, T - R - done) : 1;
+        model_batch c = {.n_tokens = n, .token = tok + done, .pos = pos + done, .seq = sid, .logits = want + done,
+                         .n_seqs = 1, .seqs = &seq};
+        int rows = model_forward(m, st, kv, &c, chunked + (size_t)row * V, &e);
+        CHECK_MSG(rows >= 0, "%s: %s", name, e.msg);
+        row += MAX(rows, 0);
+        done += n;
+    }
+    CHECK_EQ_INT(row, R);
+    CHECK_MSG(memcmp(one, chunked, sizeof(float) * (size_t)R * V) == 0,
+              "%s: chunked prefill + decode differs from one batch (batch invariance with windows)", name);
+    model_kv_free(kv);
+    model_state_free(st);
+    free(one);
+    free(chunked);
+    free(table);
+    free(pos);
+    free(sid);
+    free(want);
+    free(tok);
+    free(ref);
+    model_free(m);
 }
 
 /* Metadata that asks for more norm and bias values than the file holds
@@ -294,9 +410,15 @@ int main(void) {
         snprintf(name, sizeof name, "qwen3moe-%s", types[i]);
         check_grouping(name);
     }
+    check_grouping("gptoss-f32");
+    check_grouping("gptoss-bf16-mxfp4");
     check_greedy("qwen3moe-f32");
     check_greedy("qwen3moe-bf16");
+    check_greedy("gptoss-f32");
+    check_long("gptoss-f32");
+    check_long("gptoss-w260-f32");
     check_bad_files();
+    check_bad_gptoss();
     check_oversized_metadata();
     printf("kernels: %s\n", kern->name);
     return test_summary("test_moe");

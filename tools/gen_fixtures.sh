@@ -47,7 +47,22 @@ qwen3moe|--arch qwen3moe --seed @ --untied --n-expert 8 --n-expert-used 3 --n-ff
 MOE_SEEDS="F32:15 F16:15 BF16:15 Q8_0:26 Q4_0:15 Q4_K:16 Q5_K:15 Q6_K:16 MXFP4:26"
 MOE_MARGIN=0.012
 TYPES="F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4"
-GREEDY="qwen3moe-f32 qwen3moe-bf16"
+# gpt-oss: two fixtures, not one per type: all F32 (tight tolerance), and
+# the released files' mix (BF16 with MXFP4 experts). A window of 4 on layer
+# 0 (the prompt has 7 tokens, so windows slide), YaRN, sinks, biases.
+# name | flags; a seed whose routing keeps MOE_MARGIN (checked below).
+OSS_FLAGS="--arch gpt-oss --untied --n-expert 8 --n-expert-used 3 --n-ff-exp 256 --n-swa 4"
+EXTRA="gptoss-f32|$OSS_FLAGS --seed 31 --type F32 --expert-type F32
+gptoss-bf16-mxfp4|$OSS_FLAGS --seed 32 --type BF16 --expert-type MXFP4
+gptoss-w260-f32|$OSS_FLAGS --n-swa 260 --seed 33 --type F32 --expert-type F32"
+# Long prompts (tests/test_moe.c): 300 positions, past a 256-position
+# attention chunk, YaRN's ramp dims turning far, windows of 4 and 260 (more
+# than a chunk: two parts per token) sliding; the reference's logits of the
+# last LONG_ROWS positions in ref/NAME.long.
+LONG="gptoss-f32 gptoss-w260-f32"
+LONG_TOKENS=$(awk 'BEGIN { printf "1"; for (i = 1; i < 300; i++) printf " %d", (i * 37 + 11) % 300 }')
+LONG_ROWS=8
+GREEDY="qwen3moe-f32 qwen3moe-bf16 gptoss-f32"
 SHAPE="--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 --n-vocab 300"
 
 mode=${1:-all}
@@ -60,6 +75,7 @@ names() {
     echo "$VARIANTS" | while IFS='|' read -r v flags; do
         for t in $TYPES; do echo "$v-$(echo "$t" | tr 'A-Z' 'a-z')"; done
     done
+    echo "$EXTRA" | while IFS='|' read -r n flags; do echo "$n"; done
 }
 if [ "$mode" = --list ]; then names; exit 0; fi
 
@@ -75,6 +91,11 @@ echo "$VARIANTS" | while IFS='|' read -r v flags; do
             { cat "$OUT/gen.log" >&2; echo "gen_fixtures: kvloom gen failed for $n" >&2; exit 1; }
     done
 done
+echo "$EXTRA" | while IFS='|' read -r n flags; do
+    # shellcheck disable=SC2086
+    "$BIN" gen $flags $SHAPE -o "$OUT/$n.gguf" >"$OUT/gen.log" 2>&1 ||
+        { cat "$OUT/gen.log" >&2; echo "gen_fixtures: kvloom gen failed for $n" >&2; exit 1; }
+done
 
 if [ "$mode" = --check ]; then
     [ -f "$SUMS" ] || { echo "gen_fixtures: $SUMS missing" >&2; exit 1; }
@@ -87,9 +108,7 @@ fi
 mkdir -p "$REF"
 (cd "$OUT" && for n in $(names); do sha256sum "$n.gguf"; done) > "$SUMS.tmp"
 mv "$SUMS.tmp" "$SUMS"
-for t in $TYPES; do
-    case $t in F32|F16|BF16) continue ;; esac
-    n="qwen3moe-$(echo "$t" | tr 'A-Z' 'a-z')"
+for n in $(for t in $TYPES; do case $t in F32|F16|BF16) ;; *) echo "qwen3moe-$(echo "$t" | tr 'A-Z' 'a-z')" ;; esac; done) gptoss-bf16-mxfp4; do
     m=$("$PY" tools/ref/gguf_ref.py margin "$OUT/$n.gguf" --tokens "$TOKENS" --kv-f16)
     "$PY" -c "import sys; sys.exit(0 if $m >= $MOE_MARGIN else 1)" ||
         { echo "gen_fixtures: $n routes within $m of a tie (< $MOE_MARGIN): pick another seed in MOE_SEEDS" >&2; exit 1; }
@@ -97,6 +116,11 @@ done
 for n in $(names); do
     "$PY" tools/ref/gguf_ref.py logits "$OUT/$n.gguf" --tokens "$TOKENS" --kv-f16 --out "$REF/$n.logits.tmp"
     mv "$REF/$n.logits.tmp" "$REF/$n.logits"
+done
+for n in $LONG; do
+    "$PY" tools/ref/gguf_ref.py logits "$OUT/$n.gguf" --tokens "$LONG_TOKENS" --kv-f16 --last $LONG_ROWS \
+        --out "$REF/$n.long.tmp"
+    mv "$REF/$n.long.tmp" "$REF/$n.long"
 done
 # greedy continuations of the MoE fixtures (tests/test_moe.c): prompt ids
 # then at most 12 generated ids (gguf_ref.py greedy), after a line holding

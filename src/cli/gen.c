@@ -20,9 +20,15 @@
  * quantised random row, and small models (the test fixtures) are drawn
  * weight by weight.
  *
- * MoE (qwen3moe): the router blk.N.ffn_gate_inp.weight stays F32 whatever
- * --type says, as the GGUF converter and llama.cpp's quantizer keep it; the
- * expert tensors get --type.
+ * MoE (qwen3moe, gpt-oss): the router blk.N.ffn_gate_inp.weight stays F32
+ * whatever --type says, as the GGUF converter and llama.cpp's quantizer keep
+ * it; the expert tensors get --expert-type (default: --type; gpt-oss:
+ * MXFP4, as OpenAI released them and the converter writes them).
+ *
+ * gpt-oss: attention biases, sinks (N(0, 1): of the order of the random
+ * scores, so they change the softmax visibly), random norms around 1, YaRN
+ * (factor 32 over 4,096 positions, as gpt-oss-20b/120b), a window of
+ * --n-swa (default 128) on the even layers.
  *
  * Weight types whose block does not divide a row (K-quants need rows that
  * are multiples of 256; SmolLM2's width is 576) fall back per tensor, as
@@ -51,30 +57,36 @@ typedef struct gen_shape {
     const char *vocab;     /* path relative to the shared folder            */
     int pooling;           /* {arch}.pooling_type: 0 none (a generator), 1 mean,
                               2 cls, 3 last (model_pooling)                  */
-    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe                     */
+    int n_expert, n_expert_used, n_ff_exp; /* qwen3moe, gpt-oss            */
+    int n_swa;             /* gpt-oss: attention.sliding_window              */
+    const char *expert_type; /* default type of the expert tensors (NULL: --type) */
 } gen_shape;
 
 static const gen_shape presets[] = {
     {"smollm2-135m", "llama", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000, 1e-5f, true, false,
-     "tokenizers/smollm2-135m-instruct/tokenizer.json", 0, 0, 0, 0},
+     "tokenizers/smollm2-135m-instruct/tokenizer.json", 0, 0, 0, 0, 0, NULL},
     {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 64, 4864, 151936, 32768, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json", 0, 0, 0, 0},
+     "tokenizers/qwen3/tokenizer.json", 0, 0, 0, 0, 0, NULL},
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json", 0, 0, 0, 0},
+     "tokenizers/qwen3/tokenizer.json", 0, 0, 0, 0, 0, NULL},
     {"llama-3.2-1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000, 1e-5f, true, true,
-     "tokenizers/llama3/tokenizer.json", 0, 0, 0, 0},
+     "tokenizers/llama3/tokenizer.json", 0, 0, 0, 0, 0, NULL},
     {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 64, 5632, 32000, 2048, 10000, 1e-5f, false, false,
-     "vocab/ggml-vocab-llama-spm.gguf", 0, 0, 0, 0},
+     "vocab/ggml-vocab-llama-spm.gguf", 0, 0, 0, 0, 0, NULL},
     /* embedders: Qwen3-Embedding-0.6B (qwen3-0.6b's shape, 151669 embedding
      * rows, last-token pooling) and bge-small-en-v1.5 (bert, CLS pooling) */
     {"qwen3-embedding-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151669, 32768, 1000000, 1e-6f, true, false,
-     "tokenizers/qwen3/tokenizer.json", 3, 0, 0, 0},
+     "tokenizers/qwen3/tokenizer.json", 3, 0, 0, 0, 0, NULL},
     {"bge-small-en-v1.5", "bert", 384, 12, 12, 12, 32, 1536, 30522, 512, 0, 1e-12f, true, false,
-     "vocab/ggml-vocab-bert-bge.gguf", 2, 0, 0, 0},
+     "vocab/ggml-vocab-bert-bge.gguf", 2, 0, 0, 0, 0, NULL},
     /* Qwen3-30B-A3B (and Qwen3-Coder-30B-A3B): n_ff is the config's dense
      * intermediate_size, written as metadata only (every layer is MoE) */
     {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 40960, 1000000, 1e-6f, false, false,
-     "tokenizers/qwen3/tokenizer.json", 0, 128, 8, 768},
+     "tokenizers/qwen3/tokenizer.json", 0, 128, 8, 768, 0, NULL},
+    /* gpt-oss-20b: 64 query heads of 64 (q_dim 4096 > width 2880), experts
+     * in MXFP4; --type BF16 gives the released file's other tensors */
+    {"gpt-oss-20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 131072, 150000, 1e-5f, false, false, NULL, 0, 32, 4,
+     2880, 128, "MXFP4"},
 };
 
 static void gen_usage(FILE *out) {
@@ -83,9 +95,11 @@ static void gen_usage(FILE *out) {
             "                  [--head-dim N] --n-ff N --n-vocab N) [--type TYPE] [--seed S] [--vocab FILE]\n"
             "                  [--rope-freqs] [--tied] [--untied] [--n-ctx N] [--pooling mean|cls|last]\n"
             "                  [--shared DIR] -o OUT.gguf\n"
-            "                  [--n-expert N --n-expert-used K --n-ff-exp N]   (--arch qwen3moe)\n"
-            "  ARCH: llama qwen2 qwen3 qwen3moe (mixture of experts) bert (an encoder: bidirectional, LayerNorm,\n"
-            "        GELU, learned positions)\n"
+            "                  [--n-expert N --n-expert-used K --n-ff-exp N] [--expert-type TYPE]\n"
+            "                                                  (--arch qwen3moe, gpt-oss)\n"
+            "                  [--n-swa N]                     (--arch gpt-oss: sliding window, default 128)\n"
+            "  ARCH: llama qwen2 qwen3 qwen3moe (mixture of experts) gpt-oss (MoE, sinks, sliding windows, YaRN)\n"
+            "        bert (an encoder: bidirectional, LayerNorm, GELU, learned positions)\n"
             "  every shape flag also overrides a preset's value (reduced test shapes)\n"
             "  presets:");
     for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(out, " %s", presets[i].name);
@@ -330,12 +344,19 @@ static void add_byte_vocab(gguf_writer *w, int n_vocab) {
     free(scores);
 }
 
-/* A norm's or bias's vector: base + N(0, sd) (random so that the reference
- * test sees a wrong weight/bias pairing). */
+/* A norm's or bias's values: base + N(0, sd) (random so that the reference
+ * test sees a wrong weight/bias pairing); n1 > 1: a 2-D F32 tensor of n1
+ * rows of n0 (per-expert biases). */
+static void add_vec_2d(gguf_writer *w, owned_list *ol, rng *r, const char *name, int64_t n0, int64_t n1, float base,
+                       float sd) {
+    float *d = own(ol, xmalloc(sizeof(float) * (size_t)(n0 * n1)));
+    for (int64_t i = 0; i < n0 * n1; i++) d[i] = base + rng_normal(r) * sd;
+    int64_t dims[2] = {n0, n1};
+    gguf_writer_add_tensor(w, name, DT_F32, n1 > 1 ? 2 : 1, dims, d);
+}
+
 static void add_vec(gguf_writer *w, owned_list *ol, rng *r, const char *name, int64_t n, float base, float sd) {
-    float *d = own(ol, xmalloc(sizeof(float) * (size_t)n));
-    for (int64_t i = 0; i < n; i++) d[i] = base + rng_normal(r) * sd;
-    gguf_writer_add_tensor(w, name, DT_F32, 1, &n, d);
+    add_vec_2d(w, ol, r, name, n, 1, base, sd);
 }
 
 /* The encoder tensors of a bert model, named as the GGUF converter names
@@ -438,6 +459,8 @@ int cli__gen(int argc, char **argv) {
         INTARG("--n-expert", n_expert)
         INTARG("--n-expert-used", n_expert_used)
         INTARG("--n-ff-exp", n_ff_exp)
+        INTARG("--n-swa", n_swa)
+        else if (strcmp(a, "--expert-type") == 0 && v) { s.expert_type = v; i++; }
         else if (strcmp(a, "--type") == 0 && v) { type_name = v; i++; }
         else if (strcmp(a, "--seed") == 0 && v) { seed = strtoull(v, NULL, 10); i++; }
         else if (strcmp(a, "--vocab") == 0 && v) { vocab = v; i++; }
@@ -462,18 +485,33 @@ int cli__gen(int argc, char **argv) {
         gen_usage(stderr);
         return 2;
     }
-    const bool moe = strcmp(s.arch, "qwen3moe") == 0;
+    const bool oss = strcmp(s.arch, "gpt-oss") == 0;
+    const bool moe = strcmp(s.arch, "qwen3moe") == 0 || oss;
     pool_big_tensors = moe;
     if (strcmp(s.arch, "llama") && strcmp(s.arch, "qwen2") && strcmp(s.arch, "qwen3") && strcmp(s.arch, "bert") && !moe) {
-        fprintf(stderr, "kvloom gen: --arch must be llama, qwen2, qwen3, qwen3moe or bert\n");
+        fprintf(stderr, "kvloom gen: --arch must be llama, qwen2, qwen3, qwen3moe, gpt-oss or bert\n");
         return 2;
     }
     if (moe && (s.n_expert <= 0 || s.n_expert_used <= 0 || s.n_expert_used > s.n_expert || s.n_ff_exp <= 0)) {
-        fprintf(stderr, "kvloom gen: qwen3moe needs --n-expert N, --n-expert-used K (1..N) and --n-ff-exp N\n");
+        fprintf(stderr, "kvloom gen: %s needs --n-expert N, --n-expert-used K (1..N) and --n-ff-exp N\n", s.arch);
         return 2;
     }
-    if (!moe && (s.n_expert || s.n_expert_used || s.n_ff_exp)) {
-        fprintf(stderr, "kvloom gen: --n-expert, --n-expert-used and --n-ff-exp are for --arch qwen3moe\n");
+    if (!moe && (s.n_expert || s.n_expert_used || s.n_ff_exp || s.expert_type)) {
+        fprintf(stderr, "kvloom gen: --n-expert, --n-expert-used, --n-ff-exp and --expert-type are for MoE archs\n");
+        return 2;
+    }
+    if (oss && s.n_swa <= 0) s.n_swa = 128;
+    if (oss && s.n_swa > s.n_ctx) {
+        fprintf(stderr, "kvloom gen: --n-swa %d exceeds the context %d\n", s.n_swa, s.n_ctx);
+        return 2;
+    }
+    if (!oss && s.n_swa) {
+        fprintf(stderr, "kvloom gen: --n-swa is for --arch gpt-oss\n");
+        return 2;
+    }
+    int etype = s.expert_type ? dtype_from_name(s.expert_type) : type;
+    if (etype < 0 || !quant_supported((uint32_t)etype)) {
+        fprintf(stderr, "kvloom gen: unsupported --expert-type '%s'\n", s.expert_type);
         return 2;
     }
     bool bert = strcmp(s.arch, "bert") == 0;
@@ -493,7 +531,8 @@ int cli__gen(int argc, char **argv) {
         fprintf(stderr, "kvloom gen: n_head must be a multiple of n_head_kv and head_dim even\n");
         return 2;
     }
-    if (strcmp(s.arch, "qwen2") == 0 || strcmp(s.arch, "qwen3") == 0 || moe) s.rope_theta = have_preset ? s.rope_theta : 1000000;
+    if (strcmp(s.arch, "qwen2") == 0 || strcmp(s.arch, "qwen3") == 0 || moe)
+        s.rope_theta = have_preset ? s.rope_theta : oss ? 150000 : 1000000;
 
     gguf_writer *w = gguf_writer_new();
     err_t e = {0};
@@ -526,6 +565,12 @@ int cli__gen(int argc, char **argv) {
         gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)s.n_expert);
         gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)s.n_expert_used);
         gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)s.n_ff_exp);
+    }
+    if (oss) {
+        gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)s.n_swa);
+        gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn");
+        gguf_writer_set_f32(w, KEY("rope.scaling.factor"), 32.0f);
+        gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), 4096);
     }
 #undef KEY
     int r = 0;
@@ -564,11 +609,32 @@ int cli__gen(int argc, char **argv) {
     }
     for (int l = 0; l < s.n_layer; l++) {
 #define N(x) (snprintf(name, sizeof name, "blk.%d.%s", l, x), name)
-        add_const(w, &ol, N("attn_norm.weight"), s.n_embd, 1.0f);
+        if (oss) {
+            add_vec(w, &ol, &rg, N("attn_norm.weight"), s.n_embd, 1.0f, 0.1f);
+            add_vec(w, &ol, &rg, N("post_attention_norm.weight"), s.n_embd, 1.0f, 0.1f);
+        } else {
+            add_const(w, &ol, N("attn_norm.weight"), s.n_embd, 1.0f);
+        }
         add_random(w, &ol, &rg, N("attn_q.weight"), (uint32_t)type, s.n_embd, q_dim, sd);
         add_random(w, &ol, &rg, N("attn_k.weight"), (uint32_t)type, s.n_embd, kv_dim, sd);
         add_random(w, &ol, &rg, N("attn_v.weight"), (uint32_t)type, s.n_embd, kv_dim, sd);
         add_random(w, &ol, &rg, N("attn_output.weight"), (uint32_t)type, q_dim, s.n_embd, sd);
+        if (oss) {
+            add_vec(w, &ol, &rg, N("attn_q.bias"), q_dim, 0.0f, sd);
+            add_vec(w, &ol, &rg, N("attn_k.bias"), kv_dim, 0.0f, sd);
+            add_vec(w, &ol, &rg, N("attn_v.bias"), kv_dim, 0.0f, sd);
+            add_vec(w, &ol, &rg, N("attn_output.bias"), s.n_embd, 0.0f, sd);
+            add_vec(w, &ol, &rg, N("attn_sinks.weight"), s.n_head, 0.0f, 1.0f);
+            add_random(w, &ol, &rg, N("ffn_gate_inp.weight"), DT_F32, s.n_embd, s.n_expert, sd);
+            add_vec(w, &ol, &rg, N("ffn_gate_inp.bias"), s.n_expert, 0.0f, sd);
+            add_random_n(w, &ol, &rg, N("ffn_gate_exps.weight"), (uint32_t)etype, s.n_embd, s.n_ff_exp, s.n_expert, sd);
+            add_vec_2d(w, &ol, &rg, N("ffn_gate_exps.bias"), s.n_ff_exp, s.n_expert, 0.0f, sd);
+            add_random_n(w, &ol, &rg, N("ffn_up_exps.weight"), (uint32_t)etype, s.n_embd, s.n_ff_exp, s.n_expert, sd);
+            add_vec_2d(w, &ol, &rg, N("ffn_up_exps.bias"), s.n_ff_exp, s.n_expert, 0.0f, sd);
+            add_random_n(w, &ol, &rg, N("ffn_down_exps.weight"), (uint32_t)etype, s.n_ff_exp, s.n_embd, s.n_expert, sd);
+            add_vec_2d(w, &ol, &rg, N("ffn_down_exps.bias"), s.n_embd, s.n_expert, 0.0f, sd);
+            continue;
+        }
         if (strcmp(s.arch, "qwen2") == 0) {
             add_random(w, &ol, &rg, N("attn_q.bias"), DT_F32, q_dim, 1, sd);
             add_random(w, &ol, &rg, N("attn_k.bias"), DT_F32, kv_dim, 1, sd);
@@ -581,9 +647,9 @@ int cli__gen(int argc, char **argv) {
         add_const(w, &ol, N("ffn_norm.weight"), s.n_embd, 1.0f);
         if (moe) {
             add_random(w, &ol, &rg, N("ffn_gate_inp.weight"), DT_F32, s.n_embd, s.n_expert, sd);
-            add_random_n(w, &ol, &rg, N("ffn_gate_exps.weight"), (uint32_t)type, s.n_embd, s.n_ff_exp, s.n_expert, sd);
-            add_random_n(w, &ol, &rg, N("ffn_up_exps.weight"), (uint32_t)type, s.n_embd, s.n_ff_exp, s.n_expert, sd);
-            add_random_n(w, &ol, &rg, N("ffn_down_exps.weight"), (uint32_t)type, s.n_ff_exp, s.n_embd, s.n_expert, sd);
+            add_random_n(w, &ol, &rg, N("ffn_gate_exps.weight"), (uint32_t)etype, s.n_embd, s.n_ff_exp, s.n_expert, sd);
+            add_random_n(w, &ol, &rg, N("ffn_up_exps.weight"), (uint32_t)etype, s.n_embd, s.n_ff_exp, s.n_expert, sd);
+            add_random_n(w, &ol, &rg, N("ffn_down_exps.weight"), (uint32_t)etype, s.n_ff_exp, s.n_embd, s.n_expert, sd);
             continue;
         }
         add_random(w, &ol, &rg, N("ffn_gate.weight"), (uint32_t)type, s.n_embd, s.n_ff, sd);

@@ -59,8 +59,8 @@ void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_qu
 }
 
 void attn_merge(int n_parts, int head_dim, const float *m, const float *l, size_t m_stride, const float *o,
-                size_t o_stride, float *out) {
-    float mx = -INFINITY;
+                size_t o_stride, float sink, float *out) {
+    float mx = sink;
     for (int c = 0; c < n_parts; c++) mx = fmaxf(mx, m[c * m_stride]);
     float sum = 0;
     for (int d = 0; d < head_dim; d++) out[d] = 0;
@@ -70,6 +70,7 @@ void attn_merge(int n_parts, int head_dim, const float *m, const float *l, size_
         sum += l[c * m_stride] * f;
         for (int d = 0; d < head_dim; d++) out[d] += oc[d] * f;
     }
+    sum += expf(sink - mx); /* +0 with no sink */
     const float inv = 1.0f / sum;
     for (int d = 0; d < head_dim; d++) out[d] *= inv;
 }
@@ -87,5 +88,5 @@ void attn_head(const attn_view *v, int kv_head, const float *q, int n_pos, float
         const attn_query aq = {q, &m[c], &l[c], o + (size_t)c * hd, p0 + ATTN_CHUNK < n_pos ? p0 + ATTN_CHUNK : n_pos};
         kern->attn_part(v, kv_head, 1, &aq, 1, p0, scale, scratch);
     }
-    attn_merge(nc, hd, m, l, 1, o, (size_t)hd, out);
+    attn_merge(nc, hd, m, l, 1, o, (size_t)hd, -INFINITY, out);
 }

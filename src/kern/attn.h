@@ -102,9 +102,12 @@ void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_qu
 /* Merges n_parts parts of one query head, given in chunk order: part c has
  * m[c * m_stride], l[c * m_stride] and o + c * o_stride; writes out[head_dim].
  * Also used for a single part, so one chunk or many give the same bits as
- * any split of the same chunks. */
+ * any split of the same chunks. sink: the head's attention-sink logit
+ * (gpt-oss), a score that joins the denominator and weighs no value —
+ * after the parts, M = max(M, sink), L += e^(sink - M) —, or -INFINITY for
+ * none (then the bits are those of no sink). */
 void attn_merge(int n_parts, int head_dim, const float *m, const float *l, size_t m_stride, const float *o,
-                size_t o_stride, float *out);
+                size_t o_stride, float sink, float *out);
 
 /* Whole attention of one query head over positions 0..n_pos-1 using the
  * current kernel table (chunks computed here one after another, then

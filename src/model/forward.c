@@ -11,7 +11,9 @@
  *     rope(q, k) at each token's position
  *     write k, v into the paged cache at (seq, pos)
  *     att = attention of each token over its sequence's 0..pos
- *     x += att Wo
+ *       [gpt-oss] windowed layers: over pos-window+1..pos only; sinks: a
+ *       learned logit per head in every softmax's denominator
+ *     x += att Wo (+bias)
  *     xb = rmsnorm(x) ; x += (silu(xb Wgate) * xb Wup) Wdown
  *       [MoE] x += moe_forward(xb): router, top-k, experts (moe.h)
  *   logits = rmsnorm(x[rows]) Wout                     (rows, n_vocab)
@@ -40,6 +42,7 @@ typedef struct attn_grp {
     int32_t off;  /* first of its tokens in attn_tok                            */
     int32_t n;    /* tokens                                                     */
     int64_t cost; /* sum over its tokens of the positions each sees in chunk c  */
+    int32_t p0;   /* first position of the part (c*ATTN_CHUNK unless windowed)  */
 } attn_grp;
 
 struct model_state {
@@ -71,6 +74,7 @@ struct model_state {
     int32_t *dmax;      /* (T) last position of each distinct sequence     */
     int32_t *dcls;      /* (3T) classes and group numbers, per distinct seq */
     int n_grp;          /* groups in grp                                   */
+    int plan_window;    /* the window the plan is for (0: full attention)  */
     float *attn_scratch; /* (n_threads, attn_scratch_floats) kernel scratch */
     size_t attn_scratch_floats;
     attn_query *aq;     /* (n_threads, T) query lists of a group           */
@@ -158,19 +162,36 @@ moe_scratch *model_state_moe(model_state *s) { return s->moe; }
 
 /* ---- rope ---- */
 
-/* Angles for each token: theta_i = pos / scale * base^(-2i/n_rot) / freq[i],
- * computed in double so the tables match an f64 reference closely. */
+/* YaRN's blend of pair i (model.h): the factor its frequency is multiplied
+ * by, between 1/factor (interpolated, low frequencies) and 1 (extrapolated,
+ * high frequencies), with a linear ramp between the corrected dims. */
+static double yarn_freq_mul(const model_config *c, int i) {
+    const double pi = 3.14159265358979323846, lb = log((double)c->rope_theta);
+    const double d_fast = c->n_rot * log(c->yarn_orig_ctx / (2 * pi * c->yarn_beta_fast)) / (2 * lb);
+    const double d_slow = c->n_rot * log(c->yarn_orig_ctx / (2 * pi * c->yarn_beta_slow)) / (2 * lb);
+    const double lo = MAX(0.0, c->yarn_truncate ? floor(d_fast) : d_fast);
+    const double hi = MIN((double)(c->n_rot - 1), c->yarn_truncate ? ceil(d_slow) : d_slow);
+    const double y = (i - lo) / MAX(0.001, hi - lo);
+    const double ramp = 1.0 - MIN(1.0, MAX(0.0, y)); /* 1: extrapolate */
+    return (1.0 - ramp) / c->yarn_factor + ramp;
+}
+
+/* Angles for each token: theta_i = pos / scale * base^(-2i/n_rot) / freq[i]
+ * (YaRN: times yarn_freq_mul, cos and sin scaled by its mscale), computed
+ * in double so the tables match an f64 reference closely. */
 static void rope_tables(const model *m, model_state *s, const model_batch *b) {
     const model_config *c = &m->cfg;
     int half = c->n_rot / 2;
+    const double mscale = c->rope_yarn ? c->yarn_attn_factor * (1.0 + 0.1 * log((double)c->yarn_factor)) : 1.0;
     for (int t = 0; t < b->n_tokens; t++) {
         double pos = (double)b->pos[t] / c->rope_scale;
         for (int i = 0; i < half; i++) {
             double inv_freq = pow((double)c->rope_theta, -2.0 * i / c->n_rot);
             if (m->rope_freqs) inv_freq /= m->rope_freqs[i];
+            if (c->rope_yarn) inv_freq *= yarn_freq_mul(c, i);
             double a = pos * inv_freq;
-            s->cosv[(size_t)t * half + i] = (float)cos(a);
-            s->sinv[(size_t)t * half + i] = (float)sin(a);
+            s->cosv[(size_t)t * half + i] = (float)(cos(a) * mscale);
+            s->sinv[(size_t)t * half + i] = (float)(sin(a) * mscale);
         }
     }
 }
@@ -227,6 +248,8 @@ typedef struct attn_job {
     const model_kv *kv;
     const model_batch *b;
     int layer;
+    int window;        /* the plan's window (0: full)                    */
+    const float *sinks; /* the layer's (n_head) or NULL                  */
     int t0, t1;        /* the wave's tokens                              */
     int n_units;       /* n_grp * n_head_kv                              */
     bool merge_inline; /* every token of the wave has one chunk          */
@@ -234,6 +257,14 @@ typedef struct attn_job {
 } attn_job;
 
 static inline int n_chunks_of(int n_pos) { return (n_pos + ATTN_CHUNK - 1) / ATTN_CHUNK; }
+
+/* Windows. A token at pos in a layer of window w > 0 sees positions
+ * attn_lo .. pos; its parts are pieces of ATTN_CHUNK positions from
+ * attn_lo (one piece when w <= ATTN_CHUNK), so they depend on its position
+ * alone (batch invariance). With w = 0, or while pos < w, that is the
+ * aligned chunking of full attention. */
+static inline int attn_lo(int pos, int w) { return w > 0 && pos >= w ? pos - w + 1 : 0; }
+static inline int n_parts_of(int pos, int w) { return n_chunks_of(pos + 1 - attn_lo(pos, w)); }
 
 /* Do sequences a and b map the positions of chunk c to the same blocks?
  * (Both hold the whole chunk: a token of each sees all of it.) */
@@ -292,7 +323,7 @@ static void attn_plan(const model *m, model_state *s, const model_kv *kv, const 
                 int32_t *gi = pos + 1 >= cend ? &full[cls[d]] : &diag[d];
                 if (*gi < 0) {
                     *gi = n_raw++;
-                    s->grp_raw[*gi] = (attn_grp){c, b->seq[t], 0, 0, 0};
+                    s->grp_raw[*gi] = (attn_grp){c, b->seq[t], 0, 0, 0, cbeg};
                 }
                 attn_grp *g = &s->grp_raw[*gi];
                 if (fill) s->attn_tok[g->off + g->n] = t;
@@ -318,11 +349,31 @@ static void attn_plan(const model *m, model_state *s, const model_kv *kv, const 
         pieces = MAX(1, MIN(pieces, g.n / 8)); /* runs of at least 8 tokens */
         for (int i = 0; i < pieces; i++) {
             const int a = (int)((int64_t)g.n * i / pieces), e = (int)((int64_t)g.n * (i + 1) / pieces);
-            attn_grp p = {g.c, g.seq, g.off + a, e - a, 0};
+            attn_grp p = {g.c, g.seq, g.off + a, e - a, 0, g.p0};
             for (int j = a; j < e; j++) p.cost += MIN(b->pos[s->attn_tok[g.off + j]] + 1, (g.c + 1) * ATTN_CHUNK) - g.c * ATTN_CHUNK;
             s->grp[s->n_grp++] = p;
         }
     }
+    qsort(s->grp, (size_t)s->n_grp, sizeof(attn_grp), grp_cmp);
+}
+
+/* Plans tokens [t0, t1) of a windowed layer where some token's window
+ * starts past 0: every (token, part) is a group of its own (parts of
+ * different tokens start at different positions, so they share no rows in
+ * the kernel's sense; a window of 128 is a few K/V rows a token). */
+static void attn_plan_window(model_state *s, const model_batch *b, int t0, int t1, int w) {
+    int n = 0;
+    s->pbase[0] = 0;
+    for (int t = t0; t < t1; t++) {
+        const int pos = b->pos[t], lo = attn_lo(pos, w), np = n_parts_of(pos, w);
+        s->pbase[t - t0 + 1] = s->pbase[t - t0] + np;
+        for (int c = 0; c < np; c++, n++) {
+            const int p0 = lo + c * ATTN_CHUNK;
+            s->attn_tok[n] = t;
+            s->grp[n] = (attn_grp){c, b->seq[t], n, 1, MIN(pos + 1, p0 + ATTN_CHUNK) - p0, p0};
+        }
+    }
+    s->n_grp = n;
     qsort(s->grp, (size_t)s->n_grp, sizeof(attn_grp), grp_cmp);
 }
 
@@ -340,7 +391,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         const int u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (u >= j->n_units) break;
         const attn_grp *g = &s->grp[u / c->n_head_kv];
-        const int h = u % c->n_head_kv, p0 = g->c * ATTN_CHUNK;
+        const int h = u % c->n_head_kv, p0 = g->p0;
         const attn_view v = {
             .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
             .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
@@ -361,6 +412,7 @@ static void attn_worker(void *arg, int ith, int nth) {
             for (int i = 0; i < g->n; i++)
                 for (int k = 0; k < group; k++)
                     attn_merge(1, hd, aq[i].m + k, aq[i].l + k, 1, aq[i].o + (size_t)k * hd, (size_t)hd,
+                               j->sinks ? j->sinks[h * group + k] : -INFINITY,
                                s->att + (size_t)s->attn_tok[g->off + i] * q_dim + (size_t)(h * group + k) * hd);
     }
 }
@@ -375,24 +427,34 @@ static void attn_merge_worker(void *arg, int ith, int nth) {
     for (long u = begin; u < end; u++) {
         const int t = j->t0 + (int)(u / c->n_head), h = (int)(u % c->n_head);
         const size_t pi = (size_t)s->pbase[t - j->t0] * c->n_head + (size_t)h;
-        attn_merge(n_chunks_of(j->b->pos[t] + 1), hd, s->part_m + pi, s->part_l + pi, (size_t)c->n_head,
-                   s->part_o + pi * hd, (size_t)c->n_head * hd, s->att + (size_t)t * q_dim + (size_t)h * hd);
+        attn_merge(n_parts_of(j->b->pos[t], j->window), hd, s->part_m + pi, s->part_l + pi, (size_t)c->n_head,
+                   s->part_o + pi * hd, (size_t)c->n_head * hd, j->sinks ? j->sinks[h] : -INFINITY,
+                   s->att + (size_t)t * q_dim + (size_t)h * hd);
     }
 }
 
 static void attention(const model *m, model_state *s, const model_kv *kv, const model_batch *b, int layer) {
     const int T = b->n_tokens;
+    const model_layer *L = &m->layers[layer];
+    /* a windowed layer plans as a full one until some window starts past 0 */
+    int w = 0;
+    for (int t = 0; t < T && L->window > 0; t++)
+        if (b->pos[t] >= L->window) w = L->window;
     long pairs = 0;
-    for (int t = 0; t < T; t++) pairs += n_chunks_of(b->pos[t] + 1);
+    for (int t = 0; t < T; t++) pairs += n_parts_of(b->pos[t], w);
     const bool one_wave = pairs <= s->part_cap;
     for (int t0 = 0; t0 < T;) {
         int t1 = t0, n_pairs = 0, max_nc = 0;
-        while (t1 < T && n_pairs + n_chunks_of(b->pos[t1] + 1) <= s->part_cap) {
-            max_nc = MAX(max_nc, n_chunks_of(b->pos[t1] + 1));
-            n_pairs += n_chunks_of(b->pos[t1++] + 1);
+        while (t1 < T && n_pairs + n_parts_of(b->pos[t1], w) <= s->part_cap) {
+            max_nc = MAX(max_nc, n_parts_of(b->pos[t1], w));
+            n_pairs += n_parts_of(b->pos[t1++], w);
         }
-        if (layer == 0 || !one_wave) attn_plan(m, s, kv, b, t0, t1);
-        attn_job job = {m, s, kv, b, layer, t0, t1, s->n_grp * m->cfg.n_head_kv, max_nc == 1, 0};
+        if (layer == 0 || !one_wave || w != s->plan_window) {
+            if (w) attn_plan_window(s, b, t0, t1, w);
+            else attn_plan(m, s, kv, b, t0, t1);
+            s->plan_window = w;
+        }
+        attn_job job = {m, s, kv, b, layer, w, L->sinks, t0, t1, s->n_grp * m->cfg.n_head_kv, max_nc == 1, 0};
         pool_run(s->pool, attn_worker, &job);
         if (!job.merge_inline) pool_run(s->pool, attn_merge_worker, &job);
         t0 = t1;
@@ -493,7 +555,10 @@ static void token_ops(const tok_job *j, int t0, int t1) {
             break;
         }
         case PH_RESID_NORM_FFN:
-            for (int i = 0; i < D; i++) x[i] += o[i];
+            if (L->bo)
+                for (int i = 0; i < D; i++) x[i] += o[i] + L->bo[i];
+            else
+                for (int i = 0; i < D; i++) x[i] += o[i];
             kern_rmsnorm(xb, x, L->ffn_norm, D, c->rms_eps);
             break;
         case PH_SWIGLU:

@@ -17,6 +17,27 @@
  * true in every released config and llama.cpp hard-codes it for the
  * architecture), so renormalising is the default; an
  * `{arch}.expert_weights_norm` bool, where present, decides.
+ *
+ * gpt-oss (gpt-oss-20b/120b) as the GGUF converter writes it:
+ *   gpt-oss.attention.sliding_window      window of the windowed layers (128)
+ *   gpt-oss.attention.sliding_window_pattern  optional period (default 2:
+ *                                         layers 0, 2, 4... windowed)
+ *   gpt-oss.rope.scaling.type "yarn", .factor, .original_context_length
+ *   gpt-oss.expert_count/_used_count/_feed_forward_length as qwen3moe
+ *   blk.N.attn_{q,k,v,output}.bias        attention biases
+ *   blk.N.attn_sinks.weight               (n_head) one learned logit per
+ *                                         query head, in every softmax's
+ *                                         denominator
+ *   blk.N.post_attention_norm.weight      the RMSNorm before the MoE FFN
+ *                                         (there is no ffn_norm)
+ *   blk.N.ffn_gate_inp.bias               router bias (n_expert)
+ *   blk.N.ffn_{gate,up}_exps.bias         dims {n_ff_exp, n_expert}
+ *   blk.N.ffn_down_exps.bias              dims {n_embd, n_expert}
+ * Gating: the top-k of the router logits, softmax over those k; activation
+ * the clamped SwiGLU with alpha 1.702 and limit 7 (no metadata key carries
+ * them: llama.cpp and the reference implementation fix them for the
+ * architecture). RoPE is NEOX-style over the whole head; attention scale
+ * 1/sqrt(head_dim).
  */
 #include "model.h"
 
@@ -38,7 +59,12 @@ static const struct {
     {"qwen3", ARCH_QWEN3},
     {"bert", ARCH_BERT},
     {"qwen3moe", ARCH_QWEN3MOE},
+    {"gpt-oss", ARCH_GPTOSS},
 };
+
+/* gpt-oss's SwiGLU constants (see the top of this file). */
+#define GPTOSS_SWIGLU_ALPHA 1.702f
+#define GPTOSS_SWIGLU_LIMIT 7.0f
 
 /* Reads "{arch}.{suffix}" as an integer; `required` makes absence an error. */
 static int get_int(const gguf_ctx *g, const char *arch, const char *suffix, bool required, int64_t dflt, int64_t lo,
@@ -83,21 +109,22 @@ static int read_config(const gguf_ctx *g, model_config *c, err_t *e) {
         if (strcmp(c->arch_name, arch_names[i].name) == 0) c->arch = arch_names[i].arch;
     if (c->arch == ARCH_COUNT)
         return err_set(e, ERR_UNSUPPORTED,
-                       "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, bert)",
+                       "model: architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, "
+                       "gpt-oss, bert)",
                        c->arch_name);
     const char *an = c->arch_name;
     char key[128];
     int r;
     if ((r = get_int(g, an, "embedding_length", true, 0, 1, 1 << 16, &c->n_embd, e))) return r;
     if ((r = get_int(g, an, "block_count", true, 0, 1, 1024, &c->n_layer, e))) return r;
-    if (c->arch == ARCH_QWEN3MOE) {
+    if (c->arch == ARCH_QWEN3MOE || c->arch == ARCH_GPTOSS) {
         if ((r = get_int(g, an, "expert_count", true, 0, 1, 4096, &c->n_expert, e))) return r;
         if ((r = get_int(g, an, "expert_used_count", true, 0, 1, 4096, &c->n_expert_used, e))) return r;
         if (c->n_expert_used > c->n_expert)
             return err_set(e, ERR_RANGE, "model: '%s.expert_used_count' = %d exceeds '%s.expert_count' = %d", an,
                            c->n_expert_used, an, c->n_expert);
         if ((r = get_int(g, an, "expert_feed_forward_length", true, 0, 1, 1 << 20, &c->n_ff_exp, e))) return r;
-        c->expert_norm = true;
+        c->expert_norm = c->arch == ARCH_QWEN3MOE; /* gpt-oss: softmax over the top-k (no renormalising) */
         snprintf(key, sizeof key, "%s.expert_weights_norm", an);
         if (gguf_find_key(g, key) >= 0 && !gguf_get_bool(g, key, &c->expert_norm))
             return err_set(e, ERR_FORMAT, "model: metadata key '%s' must be a bool", key);
@@ -129,18 +156,45 @@ static int read_config(const gguf_ctx *g, model_config *c, err_t *e) {
         return err_set(e, ERR_RANGE, "model: rms epsilon and rope.freq_base must be positive");
     c->rope = c->arch == ARCH_LLAMA ? ROPE_NORM : ROPE_NEOX;
     c->rope_scale = 1.0f;
+    if (c->arch == ARCH_GPTOSS) {
+        /* every layer windowed or not; the window is checked against the
+         * context the model was trained for */
+        if ((r = get_int(g, an, "attention.sliding_window", true, 0, 1, c->n_ctx_train, &c->n_swa, e))) return r;
+        if ((r = get_int(g, an, "attention.sliding_window_pattern", false, 2, 1, 1 << 16, &c->swa_period, e)))
+            return r;
+        float fb_swa;
+        if ((r = get_float(g, an, "rope.freq_base_swa", c->rope_theta, &fb_swa, e))) return r;
+        if (fb_swa != c->rope_theta)
+            return err_set(e, ERR_UNSUPPORTED, "model: '%s.rope.freq_base_swa' %g differs from rope.freq_base %g (not supported)",
+                           an, (double)fb_swa, (double)c->rope_theta);
+    }
     snprintf(key, sizeof key, "%s.rope.scaling.type", an);
     gguf_str st;
     if (gguf_get_str(g, key, &st) && !(st.len == 4 && memcmp(st.ptr, "none", 4) == 0)) {
         if (st.len == 6 && memcmp(st.ptr, "linear", 6) == 0) {
             if ((r = get_float(g, an, "rope.scaling.factor", 1.0f, &c->rope_scale, e))) return r;
             if (!(c->rope_scale > 0)) return err_set(e, ERR_RANGE, "model: rope.scaling.factor must be positive");
+        } else if (st.len == 4 && memcmp(st.ptr, "yarn", 4) == 0) {
+            c->rope_yarn = true;
+            c->yarn_truncate = c->arch != ARCH_GPTOSS;
+            if ((r = get_float(g, an, "rope.scaling.factor", 1.0f, &c->yarn_factor, e))) return r;
+            if (!(c->yarn_factor >= 1 && c->yarn_factor <= 1024))
+                return err_set(e, ERR_RANGE, "model: '%s.rope.scaling.factor' %g must be in [1, 1024] for yarn", an,
+                               (double)c->yarn_factor);
+            if ((r = get_int(g, an, "rope.scaling.original_context_length", true, 0, 1, 1 << 24, &c->yarn_orig_ctx, e)))
+                return r;
+            if ((r = get_float(g, an, "rope.scaling.yarn_beta_fast", 32.0f, &c->yarn_beta_fast, e))) return r;
+            if ((r = get_float(g, an, "rope.scaling.yarn_beta_slow", 1.0f, &c->yarn_beta_slow, e))) return r;
+            if ((r = get_float(g, an, "rope.scaling.yarn_attn_factor", 1.0f, &c->yarn_attn_factor, e))) return r;
+            if (!(c->yarn_beta_fast > 0) || !(c->yarn_beta_slow > 0) || !(c->yarn_attn_factor > 0))
+                return err_set(e, ERR_RANGE, "model: '%s.rope.scaling.yarn_*' values must be positive", an);
         } else {
-            return err_set(e, ERR_UNSUPPORTED, "model: rope scaling type '%.*s' is not supported (linear only)",
+            return err_set(e, ERR_UNSUPPORTED, "model: rope scaling type '%.*s' is not supported (linear, yarn)",
                            (int)MIN(st.len, 32), st.ptr);
         }
     }
-    c->has_qkv_bias = c->arch == ARCH_QWEN2;
+    c->has_qkv_bias = c->arch == ARCH_QWEN2 || c->arch == ARCH_GPTOSS;
+    c->has_sinks = c->arch == ARCH_GPTOSS;
     c->has_qk_norm = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
     c->encoder = c->arch == ARCH_BERT;
     int pool;
@@ -214,18 +268,33 @@ typedef struct vec_arena {
     size_t used, cap;
 } vec_arena;
 
-static int load_vec(const gguf_ctx *g, const char *name, int64_t n, bool optional, vec_arena *a, const float **out,
-                    err_t *e) {
+/* A vector of d0 values, or (d1 > 0) d1 rows of d0 (per-expert biases). */
+static int load_vec_2d(const gguf_ctx *g, const char *name, int64_t d0, int64_t d1, bool optional, vec_arena *a,
+                       const float **out, err_t *e) {
     const gguf_tensor *t;
     *out = NULL;
-    int r = find_tensor(g, name, n, 0, optional, &t, e);
+    int r = find_tensor(g, name, d0, d1, optional, &t, e);
     if (r || !t) return r;
+    const int64_t n = d0 * (d1 > 0 ? d1 : 1);
     ASSERT(a->used + (size_t)n <= a->cap);
     float *dst = a->buf + a->used;
     a->used += (size_t)n;
-    quant_dequant_row(t->type, t->data, dst, n);
+    if (t->type == DT_F32 || t->type == DT_F16 || t->type == DT_BF16) {
+        quant_dequant_row(t->type, t->data, dst, n);
+    } else { /* a block type: row by row (a row is a whole number of blocks) */
+        if (d0 % dtype_get(t->type)->blck)
+            return err_set(e, ERR_FORMAT, "model: tensor '%s' rows of %lld do not fill %s blocks", name,
+                           (long long)d0, dtype_name(t->type));
+        for (int64_t i = 0; i < n / d0; i++)
+            quant_dequant_row(t->type, (const char *)t->data + (size_t)i * dtype_row_bytes(t->type, d0), dst + i * d0, d0);
+    }
     *out = dst;
     return 0;
+}
+
+static int load_vec(const gguf_ctx *g, const char *name, int64_t n, bool optional, vec_arena *a, const float **out,
+                    err_t *e) {
+    return load_vec_2d(g, name, n, 0, optional, a, out, e);
 }
 
 int model_load(const char *path, model **out, err_t *e) {
@@ -269,6 +338,9 @@ int model_load_gguf(gguf_ctx *g, model **out, err_t *e) {
     /* size of the f32 arena for vectors */
     size_t per_layer = 2 * (size_t)c->n_embd + (c->has_qkv_bias ? (size_t)q_dim + 2 * (size_t)kv_dim : 0) +
                        (c->has_qk_norm ? 2 * (size_t)hd : 0);
+    if (c->arch == ARCH_GPTOSS) /* bo, sinks, router bias, expert biases */
+        per_layer += (size_t)c->n_embd + (size_t)c->n_head + (size_t)c->n_expert +
+                     (size_t)c->n_expert * (2 * (size_t)c->n_ff_exp + (size_t)c->n_embd);
     vec_arena a = {0};
     a.cap = (size_t)c->n_embd + (size_t)c->n_layer * per_layer + (size_t)c->n_rot / 2;
     /* Every one of these values comes from a tensor of the file (rope_freqs,
@@ -313,12 +385,33 @@ int model_load_gguf(gguf_ctx *g, model **out, err_t *e) {
             if ((r = load_vec(g, NAME("attn_q_norm.weight"), hd, false, &a, &L->q_norm, e))) goto fail;
             if ((r = load_vec(g, NAME("attn_k_norm.weight"), hd, false, &a, &L->k_norm, e))) goto fail;
         }
-        if ((r = load_vec(g, NAME("ffn_norm.weight"), c->n_embd, false, &a, &L->ffn_norm, e))) goto fail;
+        const bool oss = c->arch == ARCH_GPTOSS;
+        if (oss) {
+            if ((r = load_vec(g, NAME("attn_output.bias"), c->n_embd, false, &a, &L->bo, e))) goto fail;
+            if ((r = load_vec(g, NAME("attn_sinks.weight"), c->n_head, false, &a, &L->sinks, e))) goto fail;
+            L->window = l % c->swa_period < c->swa_period - 1 ? c->n_swa : 0;
+        }
+        if ((r = load_vec(g, oss ? NAME("post_attention_norm.weight") : NAME("ffn_norm.weight"), c->n_embd, false, &a,
+                          &L->ffn_norm, e)))
+            goto fail;
         if (c->n_expert > 0) {
             moe_ffn *f = &L->moe;
             *f = (moe_ffn){.n_expert = c->n_expert, .n_used = c->n_expert_used, .n_embd = c->n_embd,
                            .n_ff = c->n_ff_exp, .gating = c->expert_norm ? MOE_GATE_SOFTMAX_NORM : MOE_GATE_SOFTMAX,
                            .act = MOE_ACT_SILU};
+            if (oss) {
+                f->gating = MOE_GATE_TOPK_SOFTMAX;
+                f->act = MOE_ACT_SWIGLU_OAI;
+                f->alpha = GPTOSS_SWIGLU_ALPHA;
+                f->limit = GPTOSS_SWIGLU_LIMIT;
+                if ((r = load_vec(g, NAME("ffn_gate_inp.bias"), c->n_expert, false, &a, &f->router_bias, e))) goto fail;
+                if ((r = load_vec_2d(g, NAME("ffn_gate_exps.bias"), c->n_ff_exp, c->n_expert, false, &a, &f->gate_bias, e)))
+                    goto fail;
+                if ((r = load_vec_2d(g, NAME("ffn_up_exps.bias"), c->n_ff_exp, c->n_expert, false, &a, &f->up_bias, e)))
+                    goto fail;
+                if ((r = load_vec_2d(g, NAME("ffn_down_exps.bias"), c->n_embd, c->n_expert, false, &a, &f->down_bias, e)))
+                    goto fail;
+            }
             if ((r = load_mat(g, NAME("ffn_gate_inp.weight"), c->n_embd, c->n_expert, &f->router, e))) goto fail;
             if ((r = load_experts(g, NAME("ffn_gate_exps.weight"), c->n_embd, c->n_ff_exp, c->n_expert, &f->gate,
                                   &f->gate_stride, e)))

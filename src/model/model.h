@@ -44,7 +44,7 @@
 #include "gguf.h"
 #include "moe.h"
 
-typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_BERT, ARCH_QWEN3MOE, ARCH_COUNT } model_arch;
+typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2, ARCH_QWEN3, ARCH_BERT, ARCH_QWEN3MOE, ARCH_GPTOSS, ARCH_COUNT } model_arch;
 /* How an embedding is pooled from the last hidden states ({arch}.pooling_type,
  * the GGUF converter's numbering). */
 typedef enum model_pooling {
@@ -76,6 +76,27 @@ typedef struct model_config {
     rope_kind rope;       /* NORM: pairs (2i, 2i+1); NEOX: pairs (i, i+d/2)     */
     float rope_scale;     /* linear scaling: positions are divided by this     */
     bool has_rope_freqs;  /* rope_freqs.weight present (llama3 scaling)        */
+    /* YaRN (rope.scaling.type "yarn", gpt-oss): pair i's angle is
+     * pos * inv_i * ((1 - r_i) / factor + r_i), r_i = 1 - clamp((i - lo) /
+     * (hi - lo)) with lo = d(beta_fast), hi = d(beta_slow) (rounded down and
+     * up when yarn_truncate), d(b) = n_rot * ln(orig_ctx / (2 pi b)) /
+     * (2 ln freq_base); cos and sin are scaled by attn_factor * (1 + 0.1 ln
+     * factor). gpt-oss does not round (OpenAI's reference implementation;
+     * Hugging Face's config says truncate: false; lo 8.09, hi 17.40), other
+     * yarn models do (Hugging Face's default); no GGUF key says which. */
+    bool rope_yarn;
+    bool yarn_truncate;
+    float yarn_factor;    /* rope.scaling.factor                               */
+    int yarn_orig_ctx;    /* rope.scaling.original_context_length              */
+    float yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
+    /* gpt-oss attention */
+    int n_swa;            /* attention.sliding_window: tokens a windowed layer
+                             sees (its own and the n_swa - 1 before); 0: none */
+    int swa_period;       /* layer l is windowed when l % period < period - 1
+                             (attention.sliding_window_pattern, default 2:
+                             even layers windowed, odd layers full)            */
+    bool has_sinks;       /* blk.N.attn_sinks.weight: a logit per query head
+                             that joins the softmax denominator               */
     bool has_qkv_bias;    /* qwen2                                             */
     bool has_qk_norm;     /* qwen3                                             */
     bool tied_output;     /* output.weight absent: reuse token_embd            */
@@ -91,9 +112,12 @@ typedef struct model_config {
 typedef struct model_layer {
     const float *attn_norm;        /* (n_embd)                          */
     kern_mat wq, wk, wv, wo;       /* (n_head*hd, n_embd) ...           */
-    const float *bq, *bk, *bv;     /* qwen2 biases or NULL              */
+    const float *bq, *bk, *bv;     /* qwen2, gpt-oss biases or NULL     */
+    const float *bo;               /* gpt-oss attn_output bias or NULL  */
+    const float *sinks;            /* gpt-oss (n_head) or NULL          */
+    int window;                    /* n_swa on windowed layers, else 0  */
     const float *q_norm, *k_norm;  /* qwen3 (head_dim) or NULL          */
-    const float *ffn_norm;         /* (n_embd)                          */
+    const float *ffn_norm;         /* (n_embd); gpt-oss: post_attention_norm */
     kern_mat w_gate, w_up, w_down; /* (n_ff, n_embd), (n_embd, n_ff)    */
     moe_ffn moe;                   /* used instead when cfg.n_expert > 0 */
 } model_layer;

@@ -203,6 +203,15 @@ static void gather(const moe_job *j, long a, long b) {
     }
 }
 
+/* gpt-oss's activation (moe.h), element by element: the gate clamped
+ * from above, the up clamped both ways and shifted by one. */
+static void swiglu_oai(float *g, const float *u, int n, float alpha, float limit) {
+    for (int k = 0; k < n; k++) {
+        const float x = fminf(g[k], limit), y = fminf(fmaxf(u[k], -limit), limit);
+        g[k] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+    }
+}
+
 /* Step 4: biases, act(), the down activation format. */
 static void mid(const moe_job *j, long a, long b) {
     const moe_ffn *f = j->f;
@@ -222,6 +231,9 @@ static void mid(const moe_job *j, long a, long b) {
         switch (f->act) {
         case MOE_ACT_SILU:
             kern_swiglu(g, u, F);
+            break;
+        case MOE_ACT_SWIGLU_OAI:
+            swiglu_oai(g, u, F, f->alpha, f->limit);
             break;
         }
         if (ad) ad(g, (char *)s->act_d + (size_t)i * rd, F);

@@ -21,6 +21,8 @@
  *   out    = sum_j w_j * down_e(act(gate_e h (+gb_e), up_e h (+ub_e))) (+db_e)
  *            with e = sel_j, summed in j order
  *   act    = MOE_ACT_SILU: silu(g) * u (qwen3moe)
+ *            MOE_ACT_SWIGLU_OAI (gpt-oss): g' = min(g, limit),
+ *            u' = clamp(u, -limit, limit), g' * sigmoid(alpha * g') * (u' + 1)
  *
  * (top-k of the logits equals top-k of their softmax, which is monotonic;
  * the softmax is summed in double, in expert order.)
@@ -58,6 +60,7 @@ typedef enum moe_gating {
 
 typedef enum moe_act {
     MOE_ACT_SILU = 0, /* silu(gate) * up                                      */
+    MOE_ACT_SWIGLU_OAI, /* clamped, alpha-scaled (gpt-oss): see above          */
 } moe_act;
 
 /* One MoE FFN layer (views into the mapped file, biases converted at load). */
@@ -67,6 +70,7 @@ typedef struct moe_ffn {
     int n_embd, n_ff;          /* model width, expert FF width                */
     moe_gating gating;
     moe_act act;
+    float alpha, limit;        /* MOE_ACT_SWIGLU_OAI                          */
     kern_mat router;           /* (n_expert rows of n_embd)                   */
     const float *router_bias;  /* (n_expert) or NULL                          */
     kern_mat gate, up, down;   /* expert 0's matrix; n_out rows per expert    */

@@ -5,7 +5,14 @@ runs, and a float64 forward pass of the Llama family (llama incl. Llama 3
 rope_freqs and linear rope scaling, qwen2, qwen3) and the qwen3moe mixture of
 experts (qwen3 attention; FFN = router softmax over all experts, the top-k,
 their probabilities renormalised to sum 1 unless `{arch}.expert_weights_norm`
-is false, and the weighted sum of the selected experts' SwiGLU FFNs).
+is false, and the weighted sum of the selected experts' SwiGLU FFNs), and
+gpt-oss (from OpenAI's published model definition and the GGUF names):
+biases on q/k/v/o, the router and the experts; one learned attention-sink
+logit per query head that joins every softmax's denominator; a sliding window
+of `attention.sliding_window` positions on layers l % period < period - 1
+(period `attention.sliding_window_pattern`, default 2); YaRN rope (unrounded
+correction range, cos/sin scaled by 0.1 ln(factor) + 1); router = softmax
+over the top-k logits; experts' clamped SwiGLU (alpha 1.702, limit 7).
 
 It is written from the format and architecture definitions (GGUF spec, ggml
 block layouts, the model papers' equations), never from kvloom's C sources,
@@ -522,7 +529,8 @@ def dequantize(ttype, raw, n_elems=None):
 # Model
 # ---------------------------------------------------------------------------
 
-ARCH_ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen3moe": True}
+ARCH_ROPE_NEOX = {"llama": False, "qwen2": True, "qwen3": True, "qwen3moe": True, "gpt-oss": True}
+GPTOSS_ALPHA, GPTOSS_LIMIT = 1.702, 7.0
 
 
 class Config:
@@ -533,7 +541,8 @@ class Config:
         if not isinstance(arch, str):
             raise GGUFError("general.architecture: missing or not a string")
         if arch not in ARCH_ROPE_NEOX:
-            raise GGUFError("general.architecture: '%s' not supported (llama, qwen2, qwen3, qwen3moe)" % arch)
+            raise GGUFError("general.architecture: '%s' not supported (llama, qwen2, qwen3, qwen3moe, gpt-oss)"
+                            % arch)
         self.arch = arch
 
         def need_int(k):
@@ -547,7 +556,7 @@ class Config:
         self.n_head = need_int("attention.head_count")
         self.n_expert = self.n_expert_used = self.n_ff_exp = 0
         self.expert_norm = True
-        if arch == "qwen3moe":
+        if arch in ("qwen3moe", "gpt-oss"):
             self.n_expert = need_int("expert_count")
             self.n_expert_used = need_int("expert_used_count")
             if self.n_expert_used > self.n_expert:
@@ -555,7 +564,9 @@ class Config:
                                 % (arch, self.n_expert_used, self.n_expert))
             self.n_ff_exp = need_int("expert_feed_forward_length")
             norm = g.get(arch + ".expert_weights_norm")
-            if norm is not None:
+            if arch == "gpt-oss":
+                self.expert_norm = False   # softmax over the selected logits instead
+            elif norm is not None:
                 self.expert_norm = bool(norm)
             self.n_ff = g.get_int(arch + ".feed_forward_length", self.n_ff_exp)
         else:
@@ -573,9 +584,24 @@ class Config:
             raise GGUFError("%s.rope.dimension_count: %d invalid for head_dim %d"
                             % (arch, self.n_rot, self.head_dim))
         self.rope_scale = 1.0
+        self.yarn = None
         stype = g.get(arch + ".rope.scaling.type")
-        if stype is not None and stype not in ("none", "linear"):
+        if stype is not None and stype not in ("none", "linear", "yarn"):
             raise GGUFError("%s.rope.scaling.type: '%s' not supported" % (arch, stype))
+        if stype == "yarn":
+            orig = g.get_int(arch + ".rope.scaling.original_context_length")
+            if orig is None or orig <= 0:
+                raise GGUFError("%s.rope.scaling.original_context_length: missing or not positive" % arch)
+            self.yarn = {"factor": g.get_float(arch + ".rope.scaling.factor", 1.0), "orig": orig,
+                         "beta_fast": g.get_float(arch + ".rope.scaling.yarn_beta_fast", 32.0),
+                         "beta_slow": g.get_float(arch + ".rope.scaling.yarn_beta_slow", 1.0),
+                         "attn_factor": g.get_float(arch + ".rope.scaling.yarn_attn_factor", 1.0),
+                         "truncate": arch != "gpt-oss"}
+        self.n_swa = 0
+        self.swa_period = 2
+        if arch == "gpt-oss":
+            self.n_swa = need_int("attention.sliding_window")
+            self.swa_period = g.get_int(arch + ".attention.sliding_window_pattern", 2)
         if stype == "linear":
             self.rope_scale = g.get_float(arch + ".rope.scaling.factor", 1.0)
         elif stype is None and g.get(arch + ".rope.scale_linear") is not None:
@@ -634,11 +660,15 @@ class Model:
             p = "blk.%d." % i
             L = {
                 "attn_norm": w(p + "attn_norm.weight", (c.n_embd,)),
+                "bo": opt(p + "attn_output.bias", (c.n_embd,)),
+                "sinks": opt(p + "attn_sinks.weight", (c.n_head,)),
+                "window": c.n_swa if c.n_swa and i % c.swa_period < c.swa_period - 1 else 0,
                 "wq": w(p + "attn_q.weight", (qd, c.n_embd)),
                 "wk": w(p + "attn_k.weight", (kd, c.n_embd)),
                 "wv": w(p + "attn_v.weight", (vd, c.n_embd)),
                 "wo": w(p + "attn_output.weight", (c.n_embd, c.n_head * c.head_dim_v)),
-                "ffn_norm": w(p + "ffn_norm.weight", (c.n_embd,)),
+                "ffn_norm": w(p + ("post_attention_norm.weight" if c.arch == "gpt-oss" else "ffn_norm.weight"),
+                              (c.n_embd,)),
                 "bq": opt(p + "attn_q.bias", (qd,)),
                 "bk": opt(p + "attn_k.bias", (kd,)),
                 "bv": opt(p + "attn_v.bias", (vd,)),
@@ -652,10 +682,16 @@ class Model:
                 L["e_gate"] = w(p + "ffn_gate_exps.weight", (E, F, c.n_embd))
                 L["e_up"] = w(p + "ffn_up_exps.weight", (E, F, c.n_embd))
                 L["e_down"] = w(p + "ffn_down_exps.weight", (E, c.n_embd, F))
+                L["router_b"] = opt(p + "ffn_gate_inp.bias", (E,))
+                L["e_gate_b"] = opt(p + "ffn_gate_exps.bias", (E, F))
+                L["e_up_b"] = opt(p + "ffn_up_exps.bias", (E, F))
+                L["e_down_b"] = opt(p + "ffn_down_exps.bias", (E, c.n_embd))
             else:
                 L["w_gate"] = w(p + "ffn_gate.weight", (c.n_ff, c.n_embd))
                 L["w_up"] = w(p + "ffn_up.weight", (c.n_ff, c.n_embd))
                 L["w_down"] = w(p + "ffn_down.weight", (c.n_embd, c.n_ff))
+            if c.arch == "gpt-oss" and L["sinks"] is None:
+                raise GGUFError("tensor '%sattn_sinks.weight' missing (gpt-oss)" % p)
             if c.arch in ("qwen3", "qwen3moe") and (L["q_norm"] is None or L["k_norm"] is None):
                 raise GGUFError("tensor '%sattn_q_norm.weight'/'attn_k_norm.weight' missing (qwen3)" % p)
             self.layers.append(L)
@@ -664,6 +700,25 @@ class Model:
         inv = c.rope_base ** (-2.0 * i / c.n_rot)
         if self.rope_freqs is not None:
             inv = inv / self.rope_freqs
+        self.rope_mscale = 1.0
+        if c.yarn is not None:
+            # YaRN: low-frequency pairs are interpolated (frequency / factor),
+            # high-frequency ones kept, a linear ramp between the dims whose
+            # wavelength fits beta_fast and beta_slow times into the
+            # original context.
+            y = c.yarn
+
+            def corr_dim(beta):
+                return c.n_rot * math.log(y["orig"] / (beta * 2 * math.pi)) / (2 * math.log(c.rope_base))
+            lo, hi = corr_dim(y["beta_fast"]), corr_dim(y["beta_slow"])
+            if y["truncate"]:
+                lo, hi = math.floor(lo), math.ceil(hi)
+            lo, hi = max(lo, 0), min(hi, c.n_rot - 1)
+            if hi == lo:
+                hi += 0.001
+            keep = 1.0 - np.clip((i - lo) / (hi - lo), 0.0, 1.0)     # 1: extrapolate
+            inv = inv / y["factor"] * (1.0 - keep) + inv * keep
+            self.rope_mscale = y["attn_factor"] * (0.1 * math.log(y["factor"]) + 1.0)
         self.inv_freq = inv / c.rope_scale   # linear scaling divides positions
 
     # ---- building blocks (float64) ----
@@ -677,8 +732,8 @@ class Model:
         c = self.cfg
         half = c.n_rot // 2
         ang = pos.astype(np.float64)[:, None] * self.inv_freq[None, :]   # (n_tok, half)
-        cos = np.cos(ang)[:, None, :]
-        sin = np.sin(ang)[:, None, :]
+        cos = np.cos(ang)[:, None, :] * self.rope_mscale
+        sin = np.sin(ang)[:, None, :] * self.rope_mscale
         y = x.copy()
         if c.rope_neox:
             a, b = x[..., 0:half], x[..., half:c.n_rot]
@@ -695,6 +750,14 @@ class Model:
         each (n, k), experts in descending probability (ties: lower index)."""
         c = self.cfg
         logits = h @ L["router"].T                                     # (n, E)
+        if L.get("router_b") is not None:
+            logits = logits + L["router_b"]
+        if c.arch == "gpt-oss":
+            # top-k of the logits (ties: lower index), softmax over those k
+            sel = np.argsort(-logits, axis=-1, kind="stable")[:, :c.n_expert_used]
+            z = np.take_along_axis(logits, sel, axis=-1)
+            ez = np.exp(z - z.max(axis=-1, keepdims=True))
+            return sel, ez / ez.sum(axis=-1, keepdims=True)
         p = np.exp(logits - logits.max(axis=-1, keepdims=True))
         p = p / p.sum(axis=-1, keepdims=True)                          # softmax over all experts
         # stable sort of -p keeps the lower index first among equal values
@@ -708,11 +771,25 @@ class Model:
         """The MoE FFN, every token through its own experts, one at a time."""
         sel, wts = self.route(h, L)
         out = np.zeros_like(h)
+        oss = self.cfg.arch == "gpt-oss"
         for t in range(h.shape[0]):
             for e, wt in zip(sel[t], wts[t]):
                 g = L["e_gate"][e] @ h[t]
                 u = L["e_up"][e] @ h[t]
-                out[t] += wt * (L["e_down"][e] @ (g / (1.0 + np.exp(-g)) * u))
+                if L.get("e_gate_b") is not None:
+                    g = g + L["e_gate_b"][e]
+                if L.get("e_up_b") is not None:
+                    u = u + L["e_up_b"][e]
+                if oss:   # clamped SwiGLU: gate from above, up both ways, up + 1
+                    g = np.minimum(g, GPTOSS_LIMIT)
+                    u = np.clip(u, -GPTOSS_LIMIT, GPTOSS_LIMIT)
+                    a = g / (1.0 + np.exp(-GPTOSS_ALPHA * g)) * (u + 1.0)
+                else:
+                    a = g / (1.0 + np.exp(-g)) * u
+                y = L["e_down"][e] @ a
+                if L.get("e_down_b") is not None:
+                    y = y + L["e_down_b"][e]
+                out[t] += wt * y
         return out
 
     def route_margin(self, tokens):
@@ -724,7 +801,10 @@ class Model:
         moe = self.moe
 
         def watch(h, L):
-            s = np.sort(h @ L["router"].T, axis=-1)[:, ::-1]
+            lg = h @ L["router"].T
+            if L.get("router_b") is not None:
+                lg = lg + L["router_b"]
+            s = np.sort(lg, axis=-1)[:, ::-1]
             k = self.cfg.n_expert_used
             if k < s.shape[1]:
                 gaps.append(float((s[:, k - 1] - s[:, k]).min()))
@@ -794,12 +874,23 @@ class Model:
             Vh = np.repeat(V, group, axis=1).transpose(1, 0, 2)        # (n_head, T, hdv)
             qh = q.transpose(1, 0, 2)                                  # (n_head, n, hd)
             s = (qh @ Kh.transpose(0, 2, 1)) * scale                   # (n_head, n, T)
-            s = np.where(mask[None, :, :], s, -np.inf)
-            s = s - s.max(axis=-1, keepdims=True)
-            e = np.exp(s)
-            p = e / e.sum(axis=-1, keepdims=True)
+            lm = mask
+            if L["window"]:   # query at p sees keys p - window + 1 .. p
+                lm = mask & (kpos[None, :] > pos[:, None] - L["window"])
+            s = np.where(lm[None, :, :], s, -np.inf)
+            mx = s.max(axis=-1, keepdims=True)
+            if L["sinks"] is not None:   # the sink joins the max and the denominator
+                mx = np.maximum(mx, L["sinks"][:, None, None])
+            e = np.exp(s - mx)
+            den = e.sum(axis=-1, keepdims=True)
+            if L["sinks"] is not None:
+                den = den + np.exp(L["sinks"][:, None, None] - mx)
+            p = e / den
             o = (p @ Vh).transpose(1, 0, 2).reshape(n, c.n_head * c.head_dim_v)
-            x = x + o @ L["wo"].T
+            o = o @ L["wo"].T
+            if L["bo"] is not None:
+                o = o + L["bo"]
+            x = x + o
             h = self.rmsnorm(x, L["ffn_norm"])
             if c.n_expert:
                 x = x + self.moe(h, L)
@@ -944,6 +1035,16 @@ def write_logits(path, tokens, logits):
             f.write(" ".join("%.8e" % v for v in row) + "\n")
 
 
+def write_logits_tail(path, tokens, logits, n_rows):
+    """Long prompts: line 1 `n_tokens n_vocab n_rows`, line 2 the token
+    ids, then the logits of the last n_rows positions, one line each."""
+    with open(path, "w") as f:
+        f.write("%d %d %d\n" % (len(tokens), logits.shape[1], n_rows))
+        f.write(" ".join(str(t) for t in tokens) + "\n")
+        for row in logits[-n_rows:]:
+            f.write(" ".join("%.8e" % v for v in row) + "\n")
+
+
 def read_logits(path):
     """Inverse of write_logits: (tokens list, logits float64 array)."""
     with open(path) as f:
@@ -1009,7 +1110,10 @@ def cmd_logits(args):
     m = Model(args.model, kv_f16=args.kv_f16)
     toks = _parse_tokens(args.tokens)
     logits = m.forward(toks)
-    write_logits(args.out, toks, logits)
+    if args.last:
+        write_logits_tail(args.out, toks, logits, min(args.last, len(toks)))
+    else:
+        write_logits(args.out, toks, logits)
     return 0
 
 
@@ -1046,6 +1150,8 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--kv-f16", action="store_true",
                    help="round K and V to float16 as they enter the KV cache")
+    p.add_argument("--last", type=int, default=0,
+                   help="write only the last N positions (line 1 gains N: write_logits_tail)")
     p = sub.add_parser("greedy", help="print prompt ids + N greedy ids (stops before EOS)")
     p.add_argument("model")
     p.add_argument("--tokens", required=True)

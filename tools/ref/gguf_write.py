@@ -290,7 +290,12 @@ def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
     random model. Matrices use `ttype`; norms, biases and rope_freqs stay
     F32 (as in real files). `weights` may supply some tensors by name.
     Arch "qwen3moe" takes n_expert, n_expert_used and n_ff_exp and writes the
-    router (F32, as the converter keeps it) and 3-D expert tensors in ttype."""
+    router (F32, as the converter keeps it) and 3-D expert tensors in ttype.
+    Arch "gpt-oss" adds a sliding window of 3 on even layers, YaRN (factor
+    32 over 64 original positions, so the ramp turns within a few tokens),
+    q/k/v/o biases, sinks, post_attention_norm instead of ffn_norm, router
+    and expert biases, and expert gate/up rows 4x larger so that the
+    clamped SwiGLU's limits bite."""
     rng = np.random.default_rng(seed)
     hd = head_dim or n_embd // n_head
     w = GGUFWriter()
@@ -302,7 +307,7 @@ def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
     w.add_u32(arch + ".feed_forward_length", n_ff)
     w.add_u32(arch + ".context_length", 512)
     w.add_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-6 if arch != "llama" else 1e-5)
-    w.add_f32(arch + ".rope.freq_base", 10000.0 if arch == "llama" else 1000000.0)
+    w.add_f32(arch + ".rope.freq_base", 10000.0 if arch == "llama" else 150000.0 if arch == "gpt-oss" else 1000000.0)
     if head_dim is not None:
         w.add_u32(arch + ".attention.key_length", hd)
         w.add_u32(arch + ".attention.value_length", hd)
@@ -310,7 +315,13 @@ def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
     if rope_scale is not None:
         w.add_str(arch + ".rope.scaling.type", "linear")
         w.add_f32(arch + ".rope.scaling.factor", rope_scale)
-    if arch == "qwen3moe":
+    oss = arch == "gpt-oss"
+    if oss:
+        w.add_u32(arch + ".attention.sliding_window", 3)
+        w.add_str(arch + ".rope.scaling.type", "yarn")
+        w.add_f32(arch + ".rope.scaling.factor", 32.0)
+        w.add_u32(arch + ".rope.scaling.original_context_length", 64)
+    if arch in ("qwen3moe", "gpt-oss"):
         w.add_u32(arch + ".expert_count", n_expert)
         w.add_u32(arch + ".expert_used_count", n_expert_used)
         w.add_u32(arch + ".expert_feed_forward_length", n_ff_exp)
@@ -346,21 +357,31 @@ def random_model(arch, ttype, seed=0, n_embd=64, n_layer=2, n_head=4, n_head_kv=
         mat(p + "attn_k.weight", n_head_kv * hd, n_embd)
         mat(p + "attn_v.weight", n_head_kv * hd, n_embd)
         mat(p + "attn_output.weight", n_embd, n_head * hd)
-        if arch == "qwen2":
+        if arch in ("qwen2", "gpt-oss"):
             vec(p + "attn_q.bias", n_head * hd, base=0.0, spread=0.5)
             vec(p + "attn_k.bias", n_head_kv * hd, base=0.0, spread=0.5)
             vec(p + "attn_v.bias", n_head_kv * hd, base=0.0, spread=0.5)
+        if oss:
+            vec(p + "attn_output.bias", n_embd, base=0.0, spread=0.5)
+            vec(p + "attn_sinks.weight", n_head, base=0.0, spread=1.0)
         if arch in ("qwen3", "qwen3moe"):
             vec(p + "attn_q_norm.weight", hd)
             vec(p + "attn_k_norm.weight", hd)
-        vec(p + "ffn_norm.weight", n_embd)
-        if arch == "qwen3moe":
+        vec(p + ("post_attention_norm.weight" if oss else "ffn_norm.weight"), n_embd)
+        if arch in ("qwen3moe", "gpt-oss"):
             mat(p + "ffn_gate_inp.weight", n_expert, n_embd, t=T_F32, scale=4 * n_embd ** -0.5)
+            if oss:
+                vec(p + "ffn_gate_inp.bias", n_expert, base=0.0, spread=0.5)
             for nm, o, i in (("ffn_gate_exps", n_ff_exp, n_embd), ("ffn_up_exps", n_ff_exp, n_embd),
                              ("ffn_down_exps", n_embd, n_ff_exp)):
-                a = rng.standard_normal((n_expert, o, i)).astype(np.float32) * i ** -0.5
+                big = 4.0 if oss and nm != "ffn_down_exps" else 1.0
+                a = rng.standard_normal((n_expert, o, i)).astype(np.float32) * (big * i ** -0.5)
                 W[p + nm + ".weight"] = a
                 w.add_tensor(p + nm + ".weight", ttype, a)
+                if oss:
+                    b = (0.5 * rng.standard_normal((n_expert, o))).astype(np.float32)
+                    W[p + nm + ".bias"] = b
+                    w.add_tensor(p + nm + ".bias", T_F32, b)
             continue
         mat(p + "ffn_gate.weight", n_ff, n_embd)
         mat(p + "ffn_up.weight", n_ff, n_embd)

@@ -422,7 +422,9 @@ def naive_forward(cfg, Wt, tokens):
     RoPE (NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_rot/2)), causal
     softmax attention with GQA (query head h uses kv head h // (n_head /
     n_head_kv)), output projection, SwiGLU FFN, final norm, output (or tied
-    token_embd)."""
+    token_embd). gpt-oss: YaRN angles and scale, sinks in the denominator, a
+    window on layers l % period < period - 1, biases, top-k-then-softmax
+    routing with a router bias, the clamped SwiGLU with expert biases."""
     eps = cfg.rms_eps
     hd, nh, nkv, nrot = cfg.head_dim, cfg.n_head, cfg.n_head_kv, cfg.n_rot
 
@@ -434,14 +436,31 @@ def naive_forward(cfg, Wt, tokens):
 
     rope_ff = get("rope_freqs.weight")
 
+    oss = cfg.arch == "gpt-oss"
+    y = getattr(cfg, "yarn", None)
+
     def rope(vec, pos):
         out = vec.copy()
         for i in range(nrot // 2):
             freq = cfg.rope_base ** (-2.0 * i / nrot)
             if rope_ff is not None:
                 freq /= rope_ff[i]
+            msc = 1.0
+            if y is not None:
+                # YaRN from its definition: dims whose wavelength 2 pi / freq
+                # fits at most beta_slow times in the original context are
+                # interpolated, at least beta_fast times kept, linear between
+                def dim_of(beta):
+                    return nrot * math.log(y["orig"] / (beta * 2 * math.pi)) / (2 * math.log(cfg.rope_base))
+                lo, hi = dim_of(y["beta_fast"]), dim_of(y["beta_slow"])
+                if y["truncate"]:
+                    lo, hi = math.floor(lo), math.ceil(hi)
+                lo, hi = max(lo, 0), min(hi, nrot - 1)
+                ramp = min(1.0, max(0.0, (i - lo) / max(hi - lo, 0.001)))
+                freq = freq * ((1 - ramp) + ramp / y["factor"])
+                msc = y["attn_factor"] * (1 + 0.1 * math.log(y["factor"]))
             ang = (pos / cfg.rope_scale) * freq
-            c, s = math.cos(ang), math.sin(ang)
+            c, s = math.cos(ang) * msc, math.sin(ang) * msc
             a, b = (i, i + nrot // 2) if cfg.rope_neox else (2 * i, 2 * i + 1)
             out[a] = vec[a] * c - vec[b] * s
             out[b] = vec[a] * s + vec[b] * c
@@ -469,20 +488,45 @@ def naive_forward(cfg, Wt, tokens):
             Q.append([rope(e, t) for e in qs])
             K.append([rope(e, t) for e in ks])
             V.append([v[j * hd:(j + 1) * hd] for j in range(nkv)])
+        sinks = get(p + "attn_sinks.weight")
+        win = cfg.n_swa if oss and layer % cfg.swa_period < cfg.swa_period - 1 else 0
         newx = []
         for t in range(T):
             o = np.zeros(nh * hd)
+            first = max(0, t - win + 1) if win else 0
             for hh in range(nh):
                 kvh = hh // (nh // nkv)
-                sc = [float(Q[t][hh] @ K[s][kvh]) / math.sqrt(hd) for s in range(t + 1)]
-                mx = max(sc)
+                sc = [float(Q[t][hh] @ K[s][kvh]) / math.sqrt(hd) for s in range(first, t + 1)]
+                mx = max(sc + ([float(sinks[hh])] if sinks is not None else []))
                 ex = [math.exp(e - mx) for e in sc]
-                tot = sum(ex)
-                for s in range(t + 1):
-                    o[hh * hd:(hh + 1) * hd] += ex[s] / tot * V[s][kvh]
+                tot = sum(ex) + (math.exp(float(sinks[hh]) - mx) if sinks is not None else 0.0)
+                for j, s in enumerate(range(first, t + 1)):
+                    o[hh * hd:(hh + 1) * hd] += ex[j] / tot * V[s][kvh]
             xt = x[t] + wo @ o
-            h = rms(xt, get(p + "ffn_norm.weight"))
+            if get(p + "attn_output.bias") is not None:
+                xt = xt + get(p + "attn_output.bias")
+            h = rms(xt, get(p + ("post_attention_norm.weight" if oss else "ffn_norm.weight")))
             router = get(p + "ffn_gate_inp.weight")
+            if router is not None and oss:
+                # gpt-oss: the k largest biased logits, softmax over them;
+                # experts with biases and the clamped SwiGLU
+                lg = [float(r @ h) + float(b) for r, b in zip(router, get(p + "ffn_gate_inp.bias"))]
+                order = sorted(range(len(lg)), key=lambda e: (-lg[e], e))[:cfg.n_expert_used]
+                mx = max(lg[e] for e in order)
+                z = sum(math.exp(lg[e] - mx) for e in order)
+                acc = np.zeros_like(xt)
+                for e in order:
+                    g = get(p + "ffn_gate_exps.weight")[e] @ h + get(p + "ffn_gate_exps.bias")[e]
+                    u = get(p + "ffn_up_exps.weight")[e] @ h + get(p + "ffn_up_exps.bias")[e]
+                    act = np.zeros_like(g)
+                    for k in range(len(g)):
+                        gk = min(float(g[k]), 7.0)
+                        uk = min(max(float(u[k]), -7.0), 7.0)
+                        act[k] = gk / (1.0 + math.exp(-1.702 * gk)) * (uk + 1.0)
+                    yv = get(p + "ffn_down_exps.weight")[e] @ act + get(p + "ffn_down_exps.bias")[e]
+                    acc += math.exp(lg[e] - mx) / z * yv
+                newx.append(xt + acc)
+                continue
             if router is not None:
                 # MoE: softmax over all experts, the k most probable (lower
                 # index first on a tie), weights renormalised, weighted sum
@@ -524,6 +568,7 @@ MODEL_VARIANTS = [
     ("qwen2", "qwen2", {"tied": True}),
     ("qwen3", "qwen3", {"head_dim": "n_embd/2"}),   # key_length != n_embd / n_head
     ("qwen3moe", "qwen3moe", {"n_expert": 6, "n_expert_used": 2, "n_ff_exp": "n_ff"}),
+    ("gpt-oss", "gpt-oss", {"n_expert": 6, "n_expert_used": 2, "n_ff_exp": "n_ff"}),
 ]
 ALL_TYPES = [R.T_F32, R.T_F16, R.T_BF16, R.T_Q8_0, R.T_Q4_0, R.T_Q4_K, R.T_Q5_K, R.T_Q6_K]
 
@@ -554,7 +599,7 @@ def test_models(quick):
             else:
                 # Quantised: the naive forward uses the dequantised weights.
                 ref_w = {n: m.g.tensor(n) for n in m.g.tensor_names}
-                up = "blk.1.ffn_up_exps.weight" if arch == "qwen3moe" else "blk.1.ffn_up.weight"
+                up = "blk.1.ffn_up_exps.weight" if arch in ("qwen3moe", "gpt-oss") else "blk.1.ffn_up.weight"
                 err = float(np.max(np.abs(ref_w[up] - Wt[up])))
                 check(err < 0.2, tag + ": dequantised weights far from originals (%.3g)" % err)
             logits = m.forward(toks)
