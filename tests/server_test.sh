@@ -64,8 +64,10 @@ check 'grep -q "POST /v1/chat/completions 400 .*messages" "$tmp/file.log"' "--lo
 check '[ "$(grep -c "jinja changes nothing" "$tmp/log2")" = 1 ] && grep -q "flash-attn changes nothing" "$tmp/log2" && grep -q "metrics changes nothing" "$tmp/log2"' \
     "no-op flags said once each"
 kill -TERM $pid2
-"$BIN" serve -m "$SHARED/models/stories260K.gguf" -ctk q8_0 --port 0 2> "$tmp/log3"; st=$?
-check '[ $st -eq 2 ] && grep -q "ctk.*q8_0.*not supported" "$tmp/log3"' "-ctk q8_0 refused by name: $(cat "$tmp/log3")"
+"$BIN" serve -m "$SHARED/models/stories260K.gguf" -ctk q4_0 --port 0 2> "$tmp/log3"; st=$?
+check '[ $st -eq 2 ] && grep -q "ctk.*q4_0.*not supported" "$tmp/log3"' "-ctk q4_0 refused by name: $(cat "$tmp/log3")"
+"$BIN" serve -m "$SHARED/models/stories260K.gguf" -ctk q8_0 -ctv f16 --port 0 2> "$tmp/log3"; st=$?
+check '[ $st -eq 2 ] && grep -q "share one cache type" "$tmp/log3"' "-ctk q8_0 -ctv f16 refused: $(cat "$tmp/log3")"
 
 # Templates: a --chat-template-file that does not parse refuses to start,
 # naming line and column; an empty one too; a GGUF without a (working)

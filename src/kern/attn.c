@@ -58,6 +58,70 @@ void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_qu
         }
 }
 
+/* q8_0 rows: the layer base of position p's block. */
+static inline const int8_t *q8_base(const uint16_t *arr, const attn_view *v, int p) {
+    return (const int8_t *)(arr + (size_t)v->block_table[p / v->block_tokens] * v->block_stride);
+}
+
+/* Element d of position p's key, kv head h. */
+static inline float q8_k(const attn_view *v, int p, int h, int d) {
+    const int B = v->block_tokens, j = p % B, e = h * v->head_dim + d;
+    const int8_t *b = q8_base(v->k, v, p);
+    const uint16_t *sc = (const uint16_t *)(b + (size_t)B * v->kv_dim);
+    return fp16_to_f32(sc[(size_t)(e / v->q8_group) * B + j]) * (float)b[(size_t)e * B + j];
+}
+
+/* Element d of position p's value, kv head h. */
+static inline float q8_v(const attn_view *v, int p, int h, int d) {
+    const int B = v->block_tokens, j = p % B, e = h * v->head_dim + d;
+    const int8_t *b = q8_base(v->v, v, p);
+    const uint16_t *sc = (const uint16_t *)(b + (size_t)B * v->kv_dim);
+    return fp16_to_f32(sc[(size_t)j * (v->kv_dim / v->q8_group) + e / v->q8_group]) * (float)b[(size_t)j * v->kv_dim + e];
+}
+
+void attn_part_q8_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
+                         float scale, float *scratch) {
+    const int hd = v->head_dim;
+    for (int t = 0; t < n_tok; t++)
+        for (int g = 0; g < n_head; g++) {
+            const int n = qs[t].p1 - p0;
+            const float *qg = qs[t].q + (size_t)g * hd;
+            float *sc = scratch, *og = qs[t].o + (size_t)g * hd;
+            float mx = -INFINITY;
+            for (int i = 0; i < n; i++) {
+                float s = 0;
+                for (int d = 0; d < hd; d++) s += qg[d] * q8_k(v, p0 + i, kv_head, d);
+                sc[i] = s * scale;
+                mx = fmaxf(mx, sc[i]);
+            }
+            float sum = 0;
+            memset(og, 0, sizeof(float) * (size_t)hd);
+            for (int i = 0; i < n; i++) {
+                const float e = expf(sc[i] - mx);
+                sum += e;
+                for (int d = 0; d < hd; d++) og[d] += e * q8_v(v, p0 + i, kv_head, d);
+            }
+            qs[t].m[g] = mx;
+            qs[t].l[g] = sum;
+        }
+}
+
+void attn_q8_quantize(const float *x, int n, int g, int8_t *q, size_t q_stride, uint16_t *d, size_t d_stride) {
+    for (int j = 0; j < n / g; j++) {
+        const float *xg = x + (size_t)j * g;
+        float amax = 0;
+        for (int i = 0; i < g; i++) amax = fmaxf(amax, fabsf(xg[i]));
+        const uint16_t dh = f32_to_fp16(amax / 127.0f);
+        const float df = fp16_to_f32(dh), id = df > 0 ? 1.0f / df : 0.0f;
+        for (int i = 0; i < g; i++) {
+            float r = roundf(xg[i] * id);
+            r = r > 127 ? 127 : r < -127 ? -127 : r; /* d rounded to f16 may be a little small */
+            q[(size_t)(j * g + i) * q_stride] = (int8_t)r;
+        }
+        d[(size_t)j * d_stride] = dh;
+    }
+}
+
 void attn_merge(int n_parts, int head_dim, const float *m, const float *l, size_t m_stride, const float *o,
                 size_t o_stride, float sink, float *out) {
     float mx = sink;

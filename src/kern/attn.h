@@ -56,6 +56,12 @@
 typedef struct attn_view {
     const uint16_t *k, *v;      /* this layer's f16 K^T / V rows in block 0 */
     size_t block_stride;        /* elements from a block to the next        */
+    int q8_group;               /* 0: f16 (above); else q8_0 (model.h's
+                                   model_kv): from a block's layer base, the
+                                   int8 K^T (kv_dim x B) then its f16 scales
+                                   (kv_dim / G x B), G = q8_group; the int8 V
+                                   rows (B x kv_dim) then their scales
+                                   (B x kv_dim / G). Read by attn_part_q8. */
     int kv_dim;                 /* elements per token row (n_head_kv*head_dim) */
     int head_dim;
     int block_tokens;
@@ -74,7 +80,9 @@ typedef struct attn_query {
 /* Floats of scratch an attn_part call needs (per thread). */
 #define ATTN_QBLOCK 48 /* queries whose scores are held at once */
 static inline size_t attn_part_scratch_floats(int head_dim) {
-    return (size_t)ATTN_CHUNK * ((size_t)head_dim + ATTN_QBLOCK) + 64;
+    /* f16: a K^T tile and a block of scores; q8_0: K^T and V tiles and one
+     * query's scores */
+    return (size_t)ATTN_CHUNK * ((size_t)2 * head_dim + ATTN_QBLOCK) + 64;
 }
 
 /* Part of attention over the chunk that starts at p0 (model_forward: a
@@ -98,6 +106,14 @@ typedef void (*attn_part_fn)(const attn_view *v, int kv_head, int n_head, const 
 /* The scalar reference part (the kernel table's default). */
 void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
                       float scale, float *scratch);
+/* The same contract over a q8_0 cache (v->q8_group > 0): each element read
+ * as d * q (d widened from f16), then the scalar part's arithmetic. */
+void attn_part_q8_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
+                         float scale, float *scratch);
+/* The q8_0 rule of one row of n values in groups of g (n % g == 0):
+ * d = max|x| / 127 rounded to f16, q = round(x / d) in [-127, 127]; q[i]
+ * goes to q[i * q_stride], group j's d to d[j * d_stride]. */
+void attn_q8_quantize(const float *x, int n, int g, int8_t *q, size_t q_stride, uint16_t *d, size_t d_stride);
 
 /* Merges n_parts parts of one query head, given in chunk order: part c has
  * m[c * m_stride], l[c * m_stride] and o + c * o_stride; writes out[head_dim].

@@ -120,6 +120,7 @@ static void use_table(const kern_ops *t) {
         if (!active.act[ty]) active.act[ty] = kern_scalar_ops.act[ty];
     }
     if (!active.attn_part) active.attn_part = kern_scalar_ops.attn_part;
+    if (!active.attn_part_q8) active.attn_part_q8 = kern_scalar_ops.attn_part_q8;
     if (!active.swiglu) active.swiglu = kern_scalar_ops.swiglu;
     check_against_types(&active);
     kern = &active;

@@ -70,6 +70,7 @@ typedef struct kern_ops {
     kern_act_fn act[DT_COUNT];          /* by weight type                  */
     kern_gemm_fn gemm[DT_COUNT];        /* by weight type, may be NULL     */
     attn_part_fn attn_part;             /* one attention chunk (attn.h)    */
+    attn_part_fn attn_part_q8;          /* the same over a q8_0 cache      */
     void (*swiglu)(float *gate, const float *up, int n); /* kern_swiglu     */
 } kern_ops;
 

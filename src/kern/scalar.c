@@ -228,6 +228,7 @@ const kern_ops kern_scalar_ops = {
             [DT_Q6_K] = quant_row_q8_k,
         },
     .attn_part = attn_part_scalar,
+    .attn_part_q8 = attn_part_q8_scalar,
     .swiglu = swiglu_scalar,
 };
 

@@ -803,6 +803,76 @@ static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *const 
         }
 }
 
+/* attn_part over a q8_0 cache (attn.h): the chunk's K and V rows of this
+ * kv head are widened once into f32 tiles for the whole group (K^T: d by
+ * position; V: position by d), then each query alone: scores 8 positions
+ * at a time (an FMA chain over d per lane, in d order), its max, exp and
+ * sum in position order, and the output 8 dims at a time (an FMA chain
+ * over positions per lane). Every step of a query depends only on its own
+ * q, p0, p1 and the rows, so grouping never changes its bits. Needs
+ * head_dim % 8 == 0 (else the scalar part). */
+static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
+                         float scale, float *scratch) {
+    const int hd = v->head_dim, B = v->block_tokens, G = v->q8_group, kv_dim = v->kv_dim, ng = kv_dim / G;
+    if (hd % 8) {
+        attn_part_q8_scalar(v, kv_head, n_head, qs, n_tok, p0, scale, scratch);
+        return;
+    }
+    int nk = 0;
+    for (int t = 0; t < n_tok; t++) nk = MAX(nk, qs[t].p1 - p0);
+    const int ns = (nk + 7) & ~7; /* K^T tile row stride */
+    float *kt = scratch, *vt = kt + (size_t)hd * ATTN_CHUNK, *sc = vt + (size_t)hd * ATTN_CHUNK;
+    const int e0 = kv_head * hd;
+    for (int i = 0; i < nk; i++) {
+        const int p = p0 + i, j = p % B;
+        const int8_t *kb = (const int8_t *)(v->k + (size_t)v->block_table[p / B] * v->block_stride);
+        const int8_t *vb = (const int8_t *)(v->v + (size_t)v->block_table[p / B] * v->block_stride);
+        const uint16_t *ks = (const uint16_t *)(kb + (size_t)B * kv_dim), *vs = (const uint16_t *)(vb + (size_t)B * kv_dim);
+        for (int d = 0; d < hd; d++) {
+            const int e = e0 + d;
+            kt[(size_t)d * ns + i] = f16s(ks[(size_t)(e / G) * B + j]) * (float)kb[(size_t)e * B + j];
+        }
+        const int8_t *vr = vb + (size_t)j * kv_dim + e0;
+        float *vo = vt + (size_t)i * hd;
+        for (int d = 0; d < hd; d += 8) {
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vr + d))));
+            const __m256 dv = _mm256_set1_ps(f16s(vs[(size_t)j * ng + (e0 + d) / G]));
+            _mm256_storeu_ps(vo + d, _mm256_mul_ps(q, dv)); /* G is 32 or hd: 8 dims share a scale */
+        }
+    }
+    for (int t = 0; t < n_tok; t++)
+        for (int g = 0; g < n_head; g++) {
+            const int n = qs[t].p1 - p0;
+            const float *qg = qs[t].q + (size_t)g * hd;
+            float *og = qs[t].o + (size_t)g * hd;
+            int i = 0;
+            for (; i + 8 <= n; i += 8) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int d = 0; d < hd; d++)
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(qg[d]), _mm256_loadu_ps(kt + (size_t)d * ns + i), acc);
+                _mm256_storeu_ps(sc + i, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
+            }
+            for (; i < n; i++) {
+                float acc = 0;
+                for (int d = 0; d < hd; d++) acc = fmaf(qg[d], kt[(size_t)d * ns + i], acc);
+                sc[i] = acc * scale;
+            }
+            float mx = -INFINITY, sum = 0;
+            for (i = 0; i < n; i++) mx = fmaxf(mx, sc[i]);
+            for (i = 0; i < n; i++) {
+                sc[i] = expf(sc[i] - mx);
+                sum += sc[i];
+            }
+            for (int d = 0; d < hd; d += 8) {
+                __m256 acc = _mm256_setzero_ps();
+                for (i = 0; i < n; i++) acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[i]), _mm256_loadu_ps(vt + (size_t)i * hd + d), acc);
+                _mm256_storeu_ps(og + d, acc);
+            }
+            qs[t].m[g] = mx;
+            qs[t].l[g] = sum;
+        }
+}
+
 static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0, float scale,
                       float *scratch) {
     const int hd = v->head_dim, n_q = n_tok * n_head;
@@ -926,5 +996,6 @@ const kern_ops KX_OPS_NAME = {
             [DT_Q5_K] = gemm_q5_k,
         },
     .attn_part = attn_part,
+    .attn_part_q8 = attn_part_q8,
     .swiglu = swiglu,
 };

@@ -393,9 +393,10 @@ static void attn_worker(void *arg, int ith, int nth) {
         const attn_grp *g = &s->grp[u / c->n_head_kv];
         const int h = u % c->n_head_kv, p0 = g->p0;
         const attn_view v = {
-            .k = j->kv->k + (size_t)j->layer * j->kv->block_tokens * kv_dim,
-            .v = j->kv->v + (size_t)j->layer * j->kv->block_tokens * kv_dim,
+            .k = j->kv->k + (size_t)j->layer * j->kv->layer_elems,
+            .v = j->kv->v + (size_t)j->layer * j->kv->layer_elems,
             .block_stride = j->kv->block_elems,
+            .q8_group = j->kv->group,
             .kv_dim = kv_dim,
             .head_dim = hd,
             .block_tokens = j->kv->block_tokens,
@@ -407,7 +408,7 @@ static void attn_worker(void *arg, int ith, int nth) {
             aq[i] = (attn_query){s->q + (size_t)t * q_dim + (size_t)h * group * hd, s->part_m + pr, s->part_l + pr,
                                  s->part_o + pr * hd, MIN(j->b->pos[t] + 1, p0 + ATTN_CHUNK)};
         }
-        kern->attn_part(&v, h, group, aq, g->n, p0, scale, scratch);
+        (v.q8_group ? kern->attn_part_q8 : kern->attn_part)(&v, h, group, aq, g->n, p0, scale, scratch);
         if (j->merge_inline)
             for (int i = 0; i < g->n; i++)
                 for (int k = 0; k < group; k++)
@@ -547,6 +548,16 @@ static void token_ops(const tok_job *j, int t0, int t1) {
             /* the cache is f16: one rounding rule (nearest-even, f32_to_fp16)
              * whichever kernel table reads it back */
             const int pos = j->b->pos[t], bt = j->kv->block_tokens;
+            if (j->kv->type == MODEL_KV_Q8_0) { /* attn.h's q8_0 layout, the one quantizer */
+                const model_kv *kv = j->kv;
+                const size_t blk = (size_t)sq->block_table[pos / bt] * kv->block_elems + (size_t)j->layer * kv->layer_elems;
+                int8_t *kb = (int8_t *)(kv->k + blk), *vb = (int8_t *)(kv->v + blk);
+                uint16_t *ks = (uint16_t *)(kb + (size_t)bt * kv_dim), *vs = (uint16_t *)(vb + (size_t)bt * kv_dim);
+                const int jj = pos % bt, ng = kv_dim / kv->group;
+                attn_q8_quantize(k, kv_dim, kv->group, kb + jj, (size_t)bt, ks + jj, (size_t)bt);
+                attn_q8_quantize(v, kv_dim, kv->group, vb + (size_t)jj * kv_dim, 1, vs + (size_t)jj * ng, 1);
+                break;
+            }
             uint16_t *vr = kv_row(j->kv, j->kv->v, c, sq, j->layer, pos);
             /* K is stored transposed in its block (attn.h): element i of
              * this key is bt further than element i-1 */

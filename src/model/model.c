@@ -508,21 +508,50 @@ bool model_mem_note(const model *m, char *buf, size_t n) {
     return over;
 }
 
-size_t model_kv_block_bytes(const model *m, int block_tokens) {
-    const model_config *c = &m->cfg;
-    return 2 * sizeof(uint16_t) * (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
+/* q8_0's group along the head dimension (model.h). */
+static int kv_group(const model_config *c) { return c->head_dim % 32 == 0 ? 32 : c->head_dim; }
+
+/* uint16_t units of one layer of one block, K (= V). */
+static size_t kv_layer_elems(const model_config *c, int block_tokens, model_kv_type t) {
+    const size_t row = (size_t)c->n_head_kv * (size_t)c->head_dim, B = (size_t)block_tokens;
+    if (t == MODEL_KV_F16) return B * row;
+    return (B * row + 1) / 2 + B * (row / (size_t)kv_group(c)); /* int8 values, then f16 scales */
 }
 
-model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens) {
+size_t model_kv_block_bytes_type(const model *m, int block_tokens, model_kv_type t) {
+    return 2 * sizeof(uint16_t) * (size_t)m->cfg.n_layer * kv_layer_elems(&m->cfg, block_tokens, t);
+}
+
+size_t model_kv_block_bytes(const model *m, int block_tokens) {
+    return model_kv_block_bytes_type(m, block_tokens, MODEL_KV_F16);
+}
+
+const char *model_kv_type_name(model_kv_type t) { return t == MODEL_KV_Q8_0 ? "q8_0" : "f16"; }
+
+bool model_kv_type_parse(const char *s, model_kv_type *t) {
+    if (!strcmp(s, "f16")) *t = MODEL_KV_F16;
+    else if (!strcmp(s, "q8_0")) *t = MODEL_KV_Q8_0;
+    else return false;
+    return true;
+}
+
+model_kv *model_kv_new_type(const model *m, int n_blocks, int block_tokens, model_kv_type t) {
     const model_config *c = &m->cfg;
     ASSERT(n_blocks > 0 && block_tokens > 0);
     model_kv *kv = xcalloc(1, sizeof *kv);
     kv->n_blocks = n_blocks;
     kv->block_tokens = block_tokens;
-    kv->block_elems = (size_t)c->n_layer * (size_t)block_tokens * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    kv->type = t;
+    kv->group = t == MODEL_KV_Q8_0 ? kv_group(c) : 0;
+    kv->layer_elems = kv_layer_elems(c, block_tokens, t);
+    kv->block_elems = (size_t)c->n_layer * kv->layer_elems;
     kv->k = xaligned_alloc(kv->block_elems * (size_t)n_blocks * sizeof(uint16_t));
     kv->v = xaligned_alloc(kv->block_elems * (size_t)n_blocks * sizeof(uint16_t));
     return kv;
+}
+
+model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens) {
+    return model_kv_new_type(m, n_blocks, block_tokens, MODEL_KV_F16);
 }
 
 void model_kv_free(model_kv *kv) {

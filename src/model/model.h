@@ -160,18 +160,38 @@ bool model_mem_note(const model *m, char *buf, size_t n);
 size_t model_mem_available(void);
 
 /* ---- paged KV storage ---- */
+/* The KV cache's element type. f16: IEEE half values (attn.h's layout).
+ * q8_0: int8 values with one f16 scale d per group of G elements along the
+ * head dimension (G = 32 when head_dim is a multiple of 32, else head_dim),
+ * x ~ d * q, d = max|x| / 127, q = round(x / d): the q8_0 rule of the
+ * weights applied to each key and value row; about half the bytes. */
+typedef enum { MODEL_KV_F16 = 0, MODEL_KV_Q8_0 = 1 } model_kv_type;
+
 typedef struct model_kv {
     int n_blocks;
     int block_tokens;
-    size_t block_elems; /* n_layer * block_tokens * n_head_kv * head_dim  */
-    uint16_t *k;        /* (n_blocks, n_layer, kv_dim, block_tokens) f16 */
-    uint16_t *v;
+    size_t block_elems; /* uint16_t units of one block of K (and of V)     */
+    size_t layer_elems; /* of them, one layer's                            */
+    model_kv_type type;
+    int group;          /* q8_0: G (above); 0 for f16                      */
+    uint16_t *k;        /* f16: (n_blocks, n_layer, kv_dim, block_tokens);
+                           q8_0: per block and layer the int8 K^T
+                           (kv_dim, block_tokens) then its f16 scales
+                           (kv_dim / G, block_tokens) (attn.h)         */
+    uint16_t *v;        /* f16: (n_blocks, n_layer, block_tokens, kv_dim);
+                           q8_0: int8 (block_tokens, kv_dim) then scales
+                           (block_tokens, kv_dim / G)                  */
 } model_kv;
 
 /* Bytes of KV storage for one block of `block_tokens` tokens (K and V). */
-size_t model_kv_block_bytes(const model *m, int block_tokens);
+size_t model_kv_block_bytes(const model *m, int block_tokens); /* f16 */
+size_t model_kv_block_bytes_type(const model *m, int block_tokens, model_kv_type t);
+/* "f16" / "q8_0"; parses them (false: neither). */
+const char *model_kv_type_name(model_kv_type t);
+bool model_kv_type_parse(const char *s, model_kv_type *t);
 /* Allocates storage for n_blocks (zeroed). */
-model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens);
+model_kv *model_kv_new(const model *m, int n_blocks, int block_tokens); /* f16 */
+model_kv *model_kv_new_type(const model *m, int n_blocks, int block_tokens, model_kv_type t);
 void model_kv_free(model_kv *kv);
 
 /* ---- ragged batch ---- */

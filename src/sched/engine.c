@@ -1730,7 +1730,9 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
         return err_set(e, ERR_INVALID, "spec-max must be in [1, %d] (got %d)", DRAFT_MAX, o->spec_max);
     int n_ctx = o->n_ctx > 0 ? o->n_ctx : m->cfg.n_ctx_train;
     if (n_ctx < 2) return err_set(e, ERR_INVALID, "context size must be >= 2 (got %d)", n_ctx);
-    size_t bb = model_kv_block_bytes(m, o->block_tokens);
+    if (o->kv_type != MODEL_KV_F16 && o->kv_type != MODEL_KV_Q8_0)
+        return err_set(e, ERR_INVALID, "kv type: unknown type %d", (int)o->kv_type);
+    size_t bb = model_kv_block_bytes_type(m, o->block_tokens, o->kv_type);
     size_t n_blocks = bb ? o->kv_mem_bytes / bb : 0;
     if (n_blocks < 2)
         return err_set(e, ERR_RANGE, "kv-mem %zu bytes holds %zu blocks of %zu bytes; need at least 2", o->kv_mem_bytes,
@@ -1754,7 +1756,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
         en->o.new_wait_max_ms = ttl_max_s * 1000 < ENGINE_NEW_WAIT_MAX_MS ? (int)(ttl_max_s * 1000) : ENGINE_NEW_WAIT_MAX_MS;
     en->o.max_running = MIN(o->max_running, o->max_batch_tokens);
     en->n_ctx = n_ctx;
-    en->kv = model_kv_new(m, (int)n_blocks, o->block_tokens);
+    en->kv = model_kv_new_type(m, (int)n_blocks, o->block_tokens, o->kv_type);
     if (!en->kv) {
         free(en);
         return err_set(e, ERR_NOMEM, "cannot allocate %zu KV blocks", n_blocks);
@@ -1793,12 +1795,17 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     pthread_condattr_destroy(&ca);
     en->cnt.kv_blocks_total = (int)n_blocks;
     en->cnt.kv_block_tokens = o->block_tokens;
+    en->cnt.kv_type = o->kv_type;
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;
     if (o->kv_disk_dir) {
         kvdisk_opts ko = {.dir = o->kv_disk_dir,
                           .max_bytes = o->kv_disk_max_bytes,
-                          .fingerprint = kvdisk_fingerprint(m, o->block_tokens, o->kv_disk_dir),
+                          /* a q8_0 block's bytes are another format: its
+                           * files are foreign to an f16 server and back */
+                          .fingerprint = o->kv_type == MODEL_KV_F16
+                                             ? kvdisk_fingerprint(m, o->block_tokens, o->kv_disk_dir)
+                                             : hash_bytes("kv q8_0", 7, kvdisk_fingerprint(m, o->block_tokens, o->kv_disk_dir)) | 1,
                           .block_tokens = o->block_tokens,
                           .payload_bytes = bb,
                           .n_threads = 2,

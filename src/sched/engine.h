@@ -42,6 +42,7 @@ typedef int (*engine_piece_fn)(void *ctx, int32_t token, char *buf, int cap);
 typedef struct engine_opts {
     int n_threads;          /* kernel worker threads (>= 1)                       */
     size_t kv_mem_bytes;    /* KV pool size in bytes (>= one block per ctx)       */
+    model_kv_type kv_type;  /* the cache's element type (f16: 0, the default)     */
     int block_tokens;       /* tokens per KV block (16)                           */
     int max_batch_tokens;   /* token budget of one step (>= 1)                    */
     int max_running;        /* sequences in one batch at most (>= 1)              */
@@ -134,6 +135,7 @@ typedef struct engine_stats {
     int kv_blocks_cached;           /* blocks indexed by the radix tree           */
     int kv_blocks_idle;             /* of them, held by nothing else (evictable)  */
     int kv_block_tokens;            /* tokens per block                           */
+    int kv_type;                    /* model_kv_type of the cache                 */
     /* disk tier (all 0 without --kv-disk) */
     uint64_t kv_disk_blocks;        /* blocks on disk (indexed)                   */
     uint64_t kv_disk_bytes;         /* their bytes                                */

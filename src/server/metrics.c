@@ -171,8 +171,9 @@ static void render_gateway(const engine_stats *st, const char *const *names, int
     head(b, "vllm:cache_config_info", "KV cache configuration (labels).", "gauge");
     for (int i = 0; i < n; i++) {
         char extra[200];
-        snprintf(extra, sizeof extra, "block_size=\"%d\",num_gpu_blocks=\"%d\",cache_dtype=\"f16\","
-                 "enable_prefix_caching=\"True\"", st[i].kv_block_tokens, st[i].kv_blocks_total);
+        snprintf(extra, sizeof extra, "block_size=\"%d\",num_gpu_blocks=\"%d\",cache_dtype=\"%s\","
+                 "enable_prefix_caching=\"True\"", st[i].kv_block_tokens, st[i].kv_blocks_total,
+                 model_kv_type_name((model_kv_type)st[i].kv_type));
         sample(b, "vllm:cache_config_info", names, i, extra, 1);
     }
     EACH(b, "vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter",

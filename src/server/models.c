@@ -63,7 +63,7 @@ struct models {
  * (models.h). */
 static size_t kv_auto_bytes(const model *m, const server_opts *o, int free_slots) {
     const int B = o->block_tokens, n_ctx = o->n_ctx > 0 ? o->n_ctx : m->cfg.n_ctx_train;
-    const uint64_t bb = model_kv_block_bytes(m, B);
+    const uint64_t bb = model_kv_block_bytes_type(m, B, o->kv_type);
     uint64_t want = bb * (uint64_t)((n_ctx + B - 1) / B + 1);
     if (want < SERVER_KV_MIN_BYTES) want = SERVER_KV_MIN_BYTES;
     uint64_t avail = model_mem_available(), cap = want;
@@ -259,6 +259,7 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     eo.kv_mem_bytes = o->kv_mem_bytes ? o->kv_mem_bytes / (size_t)slots
                                       : kv_auto_bytes(en->m, o, ms->n > 1 ? free_slots : 1);
     eo.block_tokens = o->block_tokens;
+    eo.kv_type = o->kv_type;
     eo.max_batch_tokens = o->max_batch_tokens;
     eo.max_running = o->max_running;
     eo.max_queue = o->max_queue;
@@ -317,9 +318,11 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     snprintf(rc->model_id, sizeof rc->model_id, "%s", en->name);
     en->load_ms = (clock_ns() - t0) / 1000000;
     if (en->en)
-        log_info("serve: model %s (%s), KV pool %.0f MiB holds %d tokens (%.1f full contexts of %d), %d threads, "
-                 "loaded in %lld ms",
-                 en->name, path, (double)eo.kv_mem_bytes / (1 << 20), engine_capacity_tokens(en->en),
+        log_info("serve: model %s (%s), KV pool %.0f MiB (%s, %.1f KiB per token) holds %d tokens (%.1f full contexts "
+                 "of %d), %d threads, loaded in %lld ms",
+                 en->name, path, (double)eo.kv_mem_bytes / (1 << 20), model_kv_type_name(o->kv_type),
+                 (double)model_kv_block_bytes_type(en->m, o->block_tokens, o->kv_type) / o->block_tokens / 1024,
+                 engine_capacity_tokens(en->en),
                  (double)engine_capacity_tokens(en->en) / engine_n_ctx(en->en), engine_n_ctx(en->en), eo.n_threads,
                  (long long)en->load_ms);
     else

@@ -127,7 +127,8 @@ const char *server_usage(void) {
            "  --load-delay-ms N        sleep N ms in every model load (testing)\n"
            "  --no-webui               no chat page at /\n"
            "  --log-file FILE          append the log to FILE too\n"
-           "  --kv-type f16            KV cache type (-ctk/-ctv, --cache-type-k/v: the same; only f16)\n"
+           "  --kv-type f16|q8_0       KV cache type, K and V (-ctk/-ctv, --cache-type-k/v: the same); q8_0 takes\n"
+           "                           about half the memory per token\n"
            "  -v, --verbose            debug logging\n"
            "llama-server spellings: -c/--ctx-size (--ctx), -np/--parallel (--max-running), -a (--alias);\n"
            "--jinja, -fa/--flash-attn [on|off|auto] and --metrics are accepted and change nothing.\n";
@@ -369,10 +370,16 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--kv-type") || !strcmp(a, "-ctk") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-k") ||
                    !strcmp(a, "--cache-type-v")) {
             NEED_VALUE;
-            /* the KV cache holds f16 (model.h); q8_0 is not implemented
-             * yet (docs/server.md): refused by name, never ignored */
-            if (strcmp(v, "f16") != 0)
-                rc = err_set(e, ERR_INVALID, "%s: KV cache type '%s' is not supported (the KV cache is f16)", a, v);
+            /* K and V share one type (model.h's model_kv): -ctk and -ctv
+             * that disagree are refused, not resolved by order */
+            model_kv_type t;
+            if (!model_kv_type_parse(v, &t))
+                rc = err_set(e, ERR_INVALID, "%s: KV cache type '%s' is not supported (f16 or q8_0)", a, v);
+            else if (o->kv_type_set && t != o->kv_type)
+                rc = err_set(e, ERR_INVALID, "%s %s: K and V share one cache type here, and another flag gave %s", a, v,
+                             model_kv_type_name(o->kv_type));
+            o->kv_type = t;
+            o->kv_type_set = true;
         } else if (!strcmp(a, "--no-webui")) {
             o->no_webui = true;
         } else if (!strcmp(a, "--log-file")) {

@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "../base/base.h"
+#include "../model/model.h"
 
 #define SERVER_MAX_CORS 16
 #define SERVER_MAX_MODELS 64        /* -m given at most this often              */
@@ -38,6 +39,8 @@ typedef struct server_opts {
     int models_idle_s;        /* --models-idle: unload after so long unused; 0 never */
     const char *host;         /* --host, numeric address; default "127.0.0.1"         */
     int port;                 /* --port; default 8080; 0 = any free port              */
+    model_kv_type kv_type;    /* --kv-type (f16 default)                               */
+    bool kv_type_set;
     size_t kv_mem_bytes;      /* --kv-mem (accepts K/M/G suffixes); 0 (default): one
                                  full context, at least SERVER_KV_MIN_BYTES, within
                                  the free memory (server.c kv_auto_bytes)         */
