@@ -7,7 +7,9 @@ Run with Debian's /usr/bin/python3 from the repository root:
 
 Each code point gets a set of flags from its Unicode general category
 (L letter, N number, P punctuation, S symbol, M mark, Z separator, C other
-but assigned, and UNDEF for unassigned Cn) plus the White_Space property.
+but assigned, and UNDEF for unassigned Cn) plus the White_Space property,
+and the two case classes of o200k's pattern (gpt-oss, GPT-4o):
+UPPERISH = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], LOWERISH = [\p{Ll}\p{Lm}\p{Lo}\p{M}].
 The table is a sorted list of runs (first code point, flags): a code point
 belongs to the last run starting at or before it. The Unicode version is that
 of Python's unicodedata module and is written into the generated file.
@@ -23,6 +25,8 @@ import unicodedata
 FLAG = {"L": 0x01, "N": 0x02, "P": 0x04, "S": 0x08, "M": 0x10, "Z": 0x20, "C": 0x40}
 F_UNDEF = 0x80
 F_SPACE = 0x100
+F_UPPERISH = 0x200
+F_LOWERISH = 0x400
 
 # The White_Space property (PropList.txt); unicodedata does not expose it.
 WHITE_SPACE = set(range(0x09, 0x0E)) | {0x20, 0x85, 0xA0, 0x1680} | set(range(0x2000, 0x200B)) | {
@@ -34,6 +38,10 @@ def flags_of(cp):
     f = F_UNDEF if cat == "Cn" else FLAG[cat[0]]
     if cp in WHITE_SPACE:
         f |= F_SPACE
+    if cat in ("Lu", "Lt", "Lm", "Lo") or cat[0] == "M":
+        f |= F_UPPERISH
+    if cat in ("Ll", "Lm", "Lo") or cat[0] == "M":
+        f |= F_LOWERISH
     return f
 
 

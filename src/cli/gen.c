@@ -54,7 +54,11 @@ typedef struct gen_shape {
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_theta, rms_eps;
     bool tied, rope_freqs; /* rope_freqs: Llama 3.1+ style scaling factors */
-    const char *vocab;     /* path relative to the shared folder            */
+    const char *vocab;     /* path relative to the shared folder; "@NAME": a
+                              vocabulary the project generates (NAME's
+                              tokenizer.json under $KVLOOM_VOCAB_DIR, default
+                              build/vocab: o200k_harmony from
+                              tools/o200k_harmony.mjs)                       */
     int pooling;           /* {arch}.pooling_type: 0 none (a generator), 1 mean,
                               2 cls, 3 last (model_pooling)                  */
     int n_expert, n_expert_used, n_ff_exp; /* qwen3moe, gpt-oss            */
@@ -85,8 +89,8 @@ static const gen_shape presets[] = {
      "tokenizers/qwen3/tokenizer.json", 0, 128, 8, 768, 0, NULL},
     /* gpt-oss-20b: 64 query heads of 64 (q_dim 4096 > width 2880), experts
      * in MXFP4; --type BF16 gives the released file's other tensors */
-    {"gpt-oss-20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 131072, 150000, 1e-5f, false, false, NULL, 0, 32, 4,
-     2880, 128, "MXFP4"},
+    {"gpt-oss-20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 131072, 150000, 1e-5f, false, false, "@o200k_harmony",
+     0, 32, 4, 2880, 128, "MXFP4"},
 };
 
 static void gen_usage(FILE *out) {
@@ -94,7 +98,7 @@ static void gen_usage(FILE *out) {
             "usage: kvloom gen (--preset NAME | --arch ARCH --n-embd N --n-layer N --n-head N [--n-head-kv N]\n"
             "                  [--head-dim N] --n-ff N --n-vocab N) [--type TYPE] [--seed S] [--vocab FILE]\n"
             "                  [--rope-freqs] [--tied] [--untied] [--n-ctx N] [--pooling mean|cls|last]\n"
-            "                  [--shared DIR] -o OUT.gguf\n"
+            "                  [--shared DIR] [--template FILE.jinja] -o OUT.gguf\n"
             "                  [--n-expert N --n-expert-used K --n-ff-exp N] [--expert-type TYPE]\n"
             "                                                  (--arch qwen3moe, gpt-oss)\n"
             "                  [--n-swa N]                     (--arch gpt-oss: sliding window, default 128)\n"
@@ -410,7 +414,7 @@ static void llama3_rope_freqs(float *out, int n_rot, float base) {
 
 int cli__gen(int argc, char **argv) {
     gen_shape s = {0};
-    const char *out = NULL, *vocab = NULL, *type_name = "F16";
+    const char *out = NULL, *vocab = NULL, *type_name = "F16", *template_path = NULL;
     char shared_buf[PATH_MAX];
     const char *shared = cli__shared_dir(shared_buf, sizeof shared_buf);
     uint64_t seed = 1;
@@ -465,6 +469,7 @@ int cli__gen(int argc, char **argv) {
         else if (strcmp(a, "--seed") == 0 && v) { seed = strtoull(v, NULL, 10); i++; }
         else if (strcmp(a, "--vocab") == 0 && v) { vocab = v; i++; }
         else if (strcmp(a, "--shared") == 0 && v) { shared = v; i++; }
+        else if (strcmp(a, "--template") == 0 && v) { template_path = v; i++; }
         else if (strcmp(a, "-o") == 0 && v) { out = v; i++; }
         else if (strcmp(a, "--rope-freqs") == 0) s.rope_freqs = true;
         else if (strcmp(a, "--tied") == 0) s.tied = true;
@@ -577,10 +582,24 @@ int cli__gen(int argc, char **argv) {
     if (vocab || s.vocab) {
         char path[4096];
         if (vocab) snprintf(path, sizeof path, "%s", vocab);
-        else snprintf(path, sizeof path, "%s/%s", shared, s.vocab);
-        r = add_vocab(w, path, s.n_vocab, &e);
+        else if (s.vocab[0] == '@') {
+            const char *vd = getenv("KVLOOM_VOCAB_DIR");
+            snprintf(path, sizeof path, "%s/%s/tokenizer.json", vd && *vd ? vd : "build/vocab", s.vocab + 1);
+            if (access(path, R_OK) != 0)
+                r = err_set(&e, ERR_NOTFOUND,
+                            "gen: %s is missing: make it with `node tools/o200k_harmony.mjs %.*s` (or pass --vocab)",
+                            path, (int)(strrchr(path, '/') - path), path);
+        } else snprintf(path, sizeof path, "%s/%s", shared, s.vocab);
+        if (!r) r = add_vocab(w, path, s.n_vocab, &e);
     } else {
         add_byte_vocab(w, s.n_vocab);
+    }
+    if (!r && template_path) { /* replaces the vocabulary's chat template */
+        size_t n = 0;
+        char *t = NULL;
+        r = file_read_all(template_path, &t, &n, &e);
+        if (!r) gguf_writer_set_str_n(w, "tokenizer.chat_template", t, n);
+        free(t);
     }
     if (r) {
         fprintf(stderr, "kvloom gen: %s\n", e.msg);

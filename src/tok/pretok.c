@@ -115,6 +115,66 @@ static int m_llama3_n(const pctx *c, int pos, int e, int max_digits) {
 static int m_llama3(const pctx *c, int pos, int s, int e) { (void)s; return m_llama3_n(c, pos, e, 3); }
 static int m_qwen2(const pctx *c, int pos, int s, int e) { (void)s; return m_llama3_n(c, pos, e, 1); }
 
+/* o200k (gpt-oss, GPT-4o), with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+ * L = [\p{Ll}\p{Lm}\p{Lo}\p{M}], C = (?i:'s|'t|'re|'ve|'m|'ll|'d),
+ * P = [^\r\n\p{L}\p{N}]:
+ *   P?U*L+C? | P?U+L*C? | \p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n/]* |
+ *   \s*[\r\n]+ | \s+(?!\S) | \s+
+ * U and L overlap (Lm, Lo, marks), so U*L+ backtracks: U* gives back code
+ * points until L+ can start, i.e. L+ starts at the last L code point within
+ * or just after U*'s run. An alternative is tried with its P, then without,
+ * before the next alternative (leftmost-first). Returns the end of a word
+ * starting at p (after an optional P), or -1. */
+static int o200k_word(const pctx *c, int p, int e, bool lower_needed) {
+    int u = p;
+    while (FL(c, u, e) & UCF_UPPERISH) u++;
+    int q;
+    if (lower_needed) { /* U*L+ */
+        int k = u;
+        while (k >= p && !(FL(c, k, e) & UCF_LOWERISH)) k--;
+        if (k < p) return -1;
+        q = k;
+    } else { /* U+L* */
+        if (u == p) return -1;
+        q = u;
+    }
+    while (FL(c, q, e) & UCF_LOWERISH) q++;
+    if (q < e) q += contraction(c, q, e, true);
+    return q;
+}
+static int m_o200k(const pctx *c, int pos, int s, int e) {
+    (void)s;
+    const uint32_t x = c->cp[pos];
+    const unsigned f = c->fl[pos];
+    const bool has_p = !is_crlf(x) && !(f & (UCF_LETTER | UCF_NUMBER));
+    for (int alt = 0; alt < 2; alt++) {
+        int q;
+        if (has_p && (q = o200k_word(c, pos + 1, e, alt == 0)) > pos + 1) return q - pos;
+        if ((q = o200k_word(c, pos, e, alt == 0)) > pos) return q - pos;
+    }
+    if (f & UCF_NUMBER) {
+        int p = pos;
+        while (p - pos < 3 && (FL(c, p, e) & UCF_NUMBER)) p++;
+        return p - pos;
+    }
+    int p = pos + (x == ' ');
+    unsigned f2 = FL(c, p, e);
+    if (f2 && !(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER))) {
+        while (f2 && !(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER))) f2 = FL(c, ++p, e);
+        while (p < e && (is_crlf(c->cp[p]) || c->cp[p] == '/')) p++;
+        return p - pos;
+    }
+    int nws = 0, last_nl = -1;
+    while (FL(c, pos + nws, e) & UCF_SPACE) {
+        if (is_crlf(c->cp[pos + nws])) last_nl = pos + nws + 1;
+        nws++;
+    }
+    if (last_nl >= 0) return last_nl - pos; /* \s*[\r\n]+ */
+    if (nws > 1 && pos + nws < e) return nws - 1;
+    if (nws > 0) return nws;
+    return 1;
+}
+
 static bool in_str(uint32_t x, const char *set) { return x < 128 && x && strchr(set, (int)x) != NULL; }
 
 /* [\p{P}\$\+<=>\^~\|]+ */
@@ -285,6 +345,7 @@ static const pretok_def k_defs[] = {
     {{"deepseek-coder"}, PRE_DEEPSEEK_CODER},
     {{"falcon"}, PRE_FALCON},
     {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, PRE_STARCODER},
+    {{"gpt-4o"}, PRE_O200K},
 };
 
 bool tok__pretok_from_name(const char *name, pretok_kind *kind) {
@@ -307,6 +368,7 @@ int tok__pretok_split(pretok_kind kind, const uint32_t *cp, const uint16_t *fl, 
     static const matcher k_dsc[] = {m_crlf, m_dsc_letters, m_dsc_punct, m_cjk, m_num1, NULL};
     static const matcher k_falcon[] = {m_punct_falcon, m_gpt2, m_digits3, NULL};
     static const matcher k_starcoder[] = {m_num1, m_gpt2, NULL};
+    static const matcher k_o200k[] = {m_o200k, NULL};
     const matcher *list;
     switch (kind) {
     case PRE_GPT2: list = k_gpt2; break;
@@ -316,6 +378,7 @@ int tok__pretok_split(pretok_kind kind, const uint32_t *cp, const uint16_t *fl, 
     case PRE_DEEPSEEK_CODER: list = k_dsc; break;
     case PRE_FALCON: list = k_falcon; break;
     case PRE_STARCODER: list = k_starcoder; break;
+    case PRE_O200K: list = k_o200k; break;
     default: list = k_default; break;
     }
     pctx c = {cp, fl};

@@ -33,6 +33,7 @@ typedef enum pretok_kind {
     PRE_DEEPSEEK_CODER,/* deepseek-coder                                  */
     PRE_FALCON,        /* falcon                                          */
     PRE_STARCODER,     /* starcoder, refact, command-r, smollm, ...        */
+    PRE_O200K,         /* gpt-4o: o200k (gpt-oss), letters by case class  */
 } pretok_kind;
 
 /* Per-token flags beyond the type. */

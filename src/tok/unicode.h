@@ -26,6 +26,8 @@ enum {
     UCF_OTHER = 0x40,   /* Cc Cf Co Cs                        */
     UCF_UNDEF = 0x80,   /* Cn (unassigned)                    */
     UCF_SPACE = 0x100,  /* White_Space property (\s)          */
+    UCF_UPPERISH = 0x200, /* Lu Lt Lm Lo M (o200k's first class) */
+    UCF_LOWERISH = 0x400, /* Ll Lm Lo M (o200k's second class)   */
 };
 
 #define UNICODE_REPLACEMENT 0xFFFDu

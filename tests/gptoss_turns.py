@@ -1,0 +1,57 @@
+"""gptoss_turns.py — an agent's conversation on a gpt-oss-shaped model
+(sliding-window layers, sinks) keeps full prefix reuse across turns: each
+turn's prompt is the previous prompt, the model's answer and a new message,
+sent to one warm server (--check: pool and prefix tree verified after every
+step); each turn must find at least 90% of the previous turn's prompt in the
+cache (usage.prompt_tokens_details.cached_tokens), and its answer must equal
+the answer of a cold server (a fresh process, nothing cached) given the same
+prompt. The window (16) is far shorter than the prompts (~150-450 tokens),
+so a cache that dropped out-of-window blocks, or reprocessed whole prompts
+as llama.cpp's server does on sliding-window models, fails the first check.
+
+    python3 tests/gptoss_turns.py KVLOOM_BIN MODEL.gguf TMPDIR
+"""
+import json
+import os
+import sys
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvtest  # noqa: E402
+
+BIN, MODEL, TMP = sys.argv[1:4]
+
+
+def post(port, prompt):
+    body = json.dumps({"prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": True}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        j = json.load(r)
+    u = j["usage"]
+    return j["choices"][0]["text"], u["prompt_tokens"], u.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+
+
+warm, wport, _ = kvtest.start(BIN, MODEL, TMP, "warm", "--kv-mem", "64M", "--check")
+prompt = "You are a helpful agent. " + kvtest.text(7, 90)
+prev_n = 0
+turns = []
+for t in range(4):
+    out, n, cached = post(wport, prompt)
+    turns.append((prompt, out))
+    if t > 0:
+        kvtest.check(cached >= 0.9 * prev_n,
+                     "turn %d: %d of the previous prompt's %d tokens cached (< 90%%)" % (t, cached, prev_n))
+    kvtest.check(n > 16 * (t + 1), "turn %d: the prompt (%d tokens) is longer than the window" % (t, n))
+    prev_n = n
+    prompt = prompt + out + " Tool result: " + kvtest.text(100 + t, 30) + " Next step?"
+warm.terminate()
+warm.wait()
+for t, (p, out) in enumerate(turns):
+    cold, cport, _ = kvtest.start(BIN, MODEL, TMP, "cold%d" % t, "--kv-mem", "64M")
+    cout, _, ccached = post(cport, p)
+    kvtest.check(ccached == 0, "turn %d: the cold server found %d tokens cached" % (t, ccached))
+    kvtest.check(cout == out, "turn %d: warm answer %r != cold answer %r" % (t, out, cout))
+    cold.terminate()
+    cold.wait()
+kvtest.finish("gptoss_turns")
