@@ -108,6 +108,14 @@ static const table_row rows[] = {
      {"\"a\"", "!\"abcd\"", "!\"\\n\\n\\n\\n\""}},
     /* issue 22: number bounds, formats, objects, arrays, combinations */
     /* format beside pattern: the narrower one is enforced (regex_subset) */
+    /* several patternProperties: one alternative per set of patterns a key matches */
+    {"{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{}}}", {"{\"a\": 1, \"xb\": 2, \"ab\": 3}", "{}"}, {"{\"c\": 1}"}},
+    {"{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":\"string\"},\"^[a-z]+$\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
+     {"{\"x-a\": \"s\", \"abc\": 1}", "{\"x\": 1}"}, {"!{\"x-a\": 1}", "!{\"ABC\": 1}"}},
+    {"{\"type\":\"object\",\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"b$\":{\"minimum\":5}}}",
+     {"{\"ab\": 7}", "{\"a\": 1}", "{\"b\": 6.5}"}, {"!{\"ab\": 1.5}", "{\"b\": 2}"}},
+    {"{\"type\":\"object\",\"patternProperties\":{\"^n_\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":\"string\"}}",
+     {"{\"n_a\": 1, \"x\": \"s\"}", "{}"}, {"!{\"n_a\": \"s\"}", "!{\"x\": 1}"}},
     /* negation (issue 22): if/then/else, not, dependentSchemas / dependencies,
      * dependentRequired on optional triggers, contains counts, uniqueItems */
     {"{\"type\":\"object\",\"properties\":{\"kind\":{\"enum\":[\"a\",\"b\"]},\"x\":{\"type\":\"integer\"},\"y\":{\"type\":\"string\"}},\"required\":[\"kind\"],\"if\":{\"properties\":{\"kind\":{\"const\":\"a\"}}},\"then\":{\"required\":[\"x\"]},\"else\":{\"required\":[\"y\"]}}",
@@ -331,7 +339,8 @@ typedef struct {
 } err_row;
 
 static const err_row errs[] = {
-    {"{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{}}}", ERR_UNSUPPORTED, "/patternProperties"},
+    {"{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{},\"c\":{},\"d\":{},\"e\":{}}}", ERR_UNSUPPORTED, "/patternProperties"},
+    {"{\"type\":\"object\",\"properties\":{\"k\":{}},\"patternProperties\":{\"a\":{}}}", ERR_UNSUPPORTED, "/patternProperties"},
     {"{\"properties\":{\"x\":{\"type\":\"string\",\"frobnicate\":\"a\"}}}", ERR_UNSUPPORTED,
      "'frobnicate' at /properties/x"},
     {"{\"properties\":{\"a/b\":{\"multipleOf\":0.3}}}", ERR_UNSUPPORTED, "/properties/a~1b/multipleOf"},

@@ -714,9 +714,10 @@ int regex_parse(const char *s, size_t n, unsigned flags, regex_pat *out, err_t *
     return 0;
 }
 
-bool regex_and(regex_pat *a, regex_pat *b) {
+static bool and_look(regex_pat *a, regex_pat *b, bool neg) {
     if (b->n_look || !b->r) return false;
     rx *l = rx_new(RX_LOOK);
+    l->min = neg;
     l->a = b->r;
     if (!b->start) l->a = rx_concat(rx_any_star(), l->a);
     l->max = b->end;
@@ -729,6 +730,9 @@ bool regex_and(regex_pat *a, regex_pat *b) {
     a->n_look++;
     return true;
 }
+
+bool regex_and(regex_pat *a, regex_pat *b) { return and_look(a, b, false); }
+bool regex_and_not(regex_pat *a, regex_pat *b) { return and_look(a, b, true); }
 
 bool regex_and_len(regex_pat *a, long long mn, long long mx) {
     if (mn > GRAMMAR_MAX_REPEAT || mx > GRAMMAR_MAX_REPEAT) return false;

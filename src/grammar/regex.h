@@ -58,6 +58,8 @@ void regex_pat_free(regex_pat *p);
 /* a := a ∩ b, as a leading lookahead of b in a (b is freed and zeroed).
  * False (nothing changed) when b has lookaheads itself. */
 bool regex_and(regex_pat *a, regex_pat *b);
+/* a := a minus b (a negative lookahead), likewise. */
+bool regex_and_not(regex_pat *a, regex_pat *b);
 /* a := a ∩ (strings of mn..mx code points; mx -1: any). False when a bound
  * exceeds GRAMMAR_MAX_REPEAT. */
 bool regex_and_len(regex_pat *a, long long mn, long long mx);

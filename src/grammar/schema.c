@@ -1088,6 +1088,77 @@ static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
     return 0;
 }
 
+/* The members of an object whose keys are given by patternProperties (and,
+ * when rest is not NULL, additionalProperties for keys no pattern
+ * matches): one alternative per set I of patterns a key can match together,
+ * its key the strings matching exactly those (lookaheads: (?=p) for p in I,
+ * (?!p) for the others, as an automaton), its value allOf the schemas of I.
+ * Empty combinations are left out. Writes `( key ": " value | ... )`. */
+#define SCHEMA_MAX_PATTERN_PROPS 4
+static int gen_pattern_members(gen *g, json_t *pat, json_t *rest, const char *ptr, sbuf *out) {
+    const char *keys[SCHEMA_MAX_PATTERN_PROPS];
+    json_t *vals[SCHEMA_MAX_PATTERN_PROPS];
+    int k = 0, rc = 0;
+    const char *pk;
+    json_t *pv;
+    json_object_foreach(pat, pk, pv) keys[k] = pk, vals[k++] = pv;
+    char *vp = ptr_join(ptr, "patternProperties");
+    /* each pattern parses (errors and relaxation name the pattern) */
+    for (int i = 0; i < k && !rc; i++) {
+        regex_pat rp;
+        rc = rx_compile(g, keys[i], strlen(keys[i]), ptr, "patternProperties", REGEX_LOOKAHEAD, &rp);
+        if (!rc && rp.n_look) rc = unsup(g, ptr, "patternProperties", "%s/patternProperties: a pattern with lookaheads", ptr);
+        regex_pat_free(&rp);
+    }
+    int n_alt = 0;
+    sbuf b = {0};
+    sb_puts(&b, "( ");
+    for (unsigned set = rest ? 0 : 1; set < (1u << k) && !rc; set++) {
+        regex_pat key = {0};
+        err_t e = {0};
+        regex_parse("", 0, REGEX_LOOKAHEAD, &key, &e);
+        for (int i = 0; i < k; i++) {
+            regex_pat p;
+            regex_parse(keys[i], strlen(keys[i]), REGEX_LOOKAHEAD, &p, &e);
+            if (!(set >> i & 1 ? regex_and(&key, &p) : regex_and_not(&key, &p))) regex_pat_free(&p);
+        }
+        regex_dfa d;
+        int empty = regex_dfa_build(&key, SCHEMA_DFA_STATES, &d);
+        if (empty == 0) regex_dfa_free(&d);
+        if (empty == 1) { /* no key matches exactly these patterns */
+            regex_pat_free(&key);
+            continue;
+        }
+        json_t *all = json_array();
+        for (int i = 0; i < k; i++)
+            if (set >> i & 1) json_array_append(all, vals[i]);
+        json_t *value = set ? json_pack("{s:o}", "allOf", all) : (json_decref(all), json_incref(rest));
+        json_array_append_new(g->owned, value);
+        size_t mark = b.n;
+        sbuf item = {0};
+        rc = gen_dfa_string(g, &key, 0, -1, ptr, "patternProperties", &item);
+        regex_pat_free(&key);
+        if (!rc) {
+            sb_puts(&item, " \": \" ");
+            g->unsat = false;
+            rc = gen_schema(g, value, vp, &item);
+            if (rc == ERR_INVALID && g->unsat) { /* keys whose value can be nothing: left out */
+                rc = 0;
+                sb_free(&item);
+                continue;
+            }
+        }
+        if (!rc) sb_printf(&b, "%s%s", n_alt++ ? " | " : "", item.p);
+        else b.n = mark;
+        sb_free(&item);
+    }
+    sb_puts(&b, " )");
+    if (!rc && n_alt) sb_puts(out, b.p); /* none: only {} */
+    sb_free(&b);
+    free(vp);
+    return rc;
+}
+
 /* ---- objects ------------------------------------------------------------- */
 
 /* A trie over the code points of the listed property names, for the keys of
@@ -1362,18 +1433,20 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
                                                 !strcmp(json_string_value(v), "string"))) pn_trivial = false;
     }
     bool no_names = n == 0 && json_array_size(banned) == 0;
+    bool pat_rest = false;
     if (pat) {
         if (!json_is_object(pat)) {
             rc = invalid_kw(g, ptr, "patternProperties", "must be an object");
             goto done;
         }
-        if (json_object_size(pat) != 1 || !no_names || extra || !pn_trivial) {
+        if (json_object_size(pat) > SCHEMA_MAX_PATTERN_PROPS || !no_names || !pn_trivial) {
             rc = unsup(g, ptr, "patternProperties",
-                       "%s/patternProperties: supported as one pattern on an object without properties, "
-                       "propertyNames or additional properties",
-                       ptr);
+                       "%s/patternProperties: supported as at most %d patterns on an object without properties or "
+                       "propertyNames",
+                       ptr, SCHEMA_MAX_PATTERN_PROPS);
             goto done;
         }
+        pat_rest = extra; /* keys no pattern matches: additionalProperties */
         extra = true;
     }
     /* propertyNames as an enum of names: the additional keys are the names
@@ -1439,21 +1512,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (extra) {
         sbuf body = {0};
         if (pat) {
-            const char *pk = NULL;
-            json_t *pv = NULL;
-            json_object_foreach(pat, k, v) pk = k, pv = v;
-            regex_pat rp = {0};
-            char *vp = ptr_join(ptr, "patternProperties");
-            rc = rx_compile(g, pk, strlen(pk), ptr, "patternProperties", 0, &rp);
-            if (!rc) {
-                emit_pattern_string(g, rp.r, rp.start ? -1 : 0, -1, rp.end ? -1 : 0, -1, &body);
-                regex_pat_free(&rp);
-                sb_puts(&body, " \": \" ");
-                char *vp2 = ptr_join(vp, pk);
-                rc = gen_schema(g, pv, vp2, &body);
-                free(vp2);
-            }
-            free(vp);
+            rc = gen_pattern_members(g, pat, pat_rest ? (extra_schema ? extra_schema : json_true()) : NULL, ptr, &body);
         } else {
             if (pn_enum) {
                 char *vp = ptr_join(ptr, "propertyNames");
@@ -1484,7 +1543,8 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
                 free(vp);
             }
         }
-        if (!rc) {
+        if (!rc && body.n == 0) extra = false; /* no key pattern can be written */
+        else if (!rc) {
             xkv = rule_name(g, "extra");
             rc = add_rule(g, xkv, body.p);
         }
