@@ -101,6 +101,8 @@
 /* Speculative decoding: draft tokens in one step at most (each wants a row
  * of logits, n_vocab floats, beyond the one per running sequence). */
 #define ENGINE_SPEC_ROWS 64
+/* mask_over_budget: the allowance, in tokens' worth of the budget */
+#define ENGINE_MASK_GRACE 8
 _Static_assert(DRAFT_N_KINDS <= 4, "engine_stats has 4 slots per drafter");
 
 typedef struct seq {
@@ -135,6 +137,9 @@ typedef struct seq {
     bool disk_tried;     /* looked in the disk index since admission/preemption */
     bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
     uint64_t tried_step; /* the step admission last tried it in (fair_pick)    */
+    int64_t mask_ns;     /* time its grammar masks took (mask_over_budget)     */
+    int n_masks;
+    char fail[256];      /* why it failed with REQ_FINISH_ERROR, when not the default */
     uint64_t salt;       /* the prefix cache's partition (req.cache_salt): its
                             tree paths and its disk keys' first seed       */
     int64_t wait_start_ns; /* submitted, or last preempted (seq_overdue)     */
@@ -1058,12 +1063,21 @@ static void reserve_decode_slots(engine *en) {
     }
 }
 
+/* This thread's CPU time (ns). */
+static int64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Sets the logits of the tokens the grammar refuses to -inf. Returns how
  * many are allowed. */
 static int apply_mask(engine *en, seq *s, float *lg) {
-    int64_t t0 = clock_ns();
+    int64_t t0 = clock_ns(), c0 = thread_cpu_ns();
     int n_ok = gmatch_mask(s->gm, en->mask);
     en->cnt.mask_ns_total += (uint64_t)(clock_ns() - t0);
+    s->mask_ns += thread_cpu_ns() - c0; /* CPU, not wall: a descheduled engine thread is not the grammar's cost */
+    s->n_masks++;
     en->cnt.constrained_tokens_total++;
     int n_vocab = en->m->cfg.n_vocab;
     for (int w = 0; w * 64 < n_vocab; w++) {
@@ -1074,6 +1088,28 @@ static int apply_mask(engine *en, seq *s, float *lg) {
             if (!(m >> i & 1)) lg[w * 64 + i] = -INFINITY;
     }
     return n_ok;
+}
+
+/* The grammar's masks run on the engine thread, inside the step every
+ * running request waits for: a schema `pattern` or a GBNF grammar whose
+ * masks take 100-300 ms per token stalled everyone's steps by that much
+ * (16 such requests took an unrelated 16-token chat from 0.04 s to 72 s,
+ * issue 26 finding 1). So a request's masks may take mask_budget_us of CPU
+ * per constrained token on average, counted from ENGINE_MASK_GRACE tokens'
+ * worth of allowance (a slow first mask, a DFA cache warming up); past it
+ * the request fails with an error that says so (the server answers 400:
+ * the grammar is the request's), and the others lose at most that
+ * allowance plus one mask to it. True when over (s->fail written). */
+static bool mask_over_budget(engine *en, seq *s) {
+    int64_t budget = (int64_t)en->o.mask_budget_us * 1000;
+    if (budget <= 0 || s->mask_ns <= budget * (s->n_masks + ENGINE_MASK_GRACE)) return false;
+    snprintf(s->fail, sizeof s->fail,
+             REQ_ERR_MASK_BUDGET " %.1f ms per token over %d tokens (budget %.1f ms per token, --grammar-mask-budget): "
+             "a simpler schema or grammar (fewer nested repetitions, shorter patterns) fits",
+             (double)s->mask_ns / 1e6 / s->n_masks, s->n_masks, (double)budget / 1e6);
+    log_info("engine: request %llu failed: %s", (unsigned long long)s->order, s->fail);
+    en->cnt.mask_budget_failed_total++;
+    return true;
 }
 
 /* Where `what` first occurs in w[0, n), or NULL (what may be NULL). */
@@ -1190,6 +1226,7 @@ static req_finish post_token(engine *en, seq *s, const float *row) {
     if (s->gm) {
         if (gmatch_must_end(s->gm)) return REQ_FINISH_STOP;
         if (apply_mask(en, s, lg) == 0) return REQ_FINISH_ERROR;
+        if (mask_over_budget(en, s)) return REQ_FINISH_ERROR;
     }
     for (int k = 0; k < r->n_bias; k++) lg[r->bias_ids[k]] += r->bias_vals[k]; /* -inf + b stays -inf */
     int top_n = r->n_logprobs;
@@ -1610,8 +1647,9 @@ static void step_advance(engine *en, int n_bs) {
         if (why == REQ_FINISH_ERROR) {
             list_remove(&en->running, s);
             seq_finish(en, s, why,
-                       s->gm ? "no token can be sampled: the model's logits hold NaN/inf, or the grammar allows none"
-                             : "the model's logits hold NaN or inf (a broken model file?)");
+                       s->fail[0] ? s->fail
+                       : s->gm    ? "no token can be sampled: the model's logits hold NaN/inf, or the grammar allows none"
+                                  : "the model's logits hold NaN or inf (a broken model file?)");
             continue;
         }
         if (why == REQ_RUNNING && (s->n_generated >= s->r->max_tokens || s->n_tokens > en->n_ctx))

@@ -103,6 +103,11 @@ typedef struct engine_opts {
      * max_queue). */
     int client_max_running;
     int client_max_queued;
+    /* Grammar masks (issue 26 finding 1): a request whose masks take more
+     * than this per constrained token on average (after 8 tokens' worth of
+     * allowance) fails with REQ_ERR_MASK_BUDGET (engine.c,
+     * mask_over_budget). 0: no budget. */
+    int mask_budget_us;
 } engine_opts;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
@@ -167,6 +172,7 @@ typedef struct engine_stats {
     uint64_t fair_preemptions_total;   /* sequences preempted for a client below
                                           its share or a smaller priority class */
     uint64_t client_refused_total;  /* engine_submit refusals at client_max_queued */
+    uint64_t mask_budget_failed_total; /* requests failed: masks over mask_budget_us */
 } engine_stats;
 
 typedef struct engine engine;

@@ -36,6 +36,10 @@
 #include "../sample/sample.h"
 
 #define REQ_MAX_TOP_LOGPROBS 20
+/* The start of a finish error that is the request's own doing: its
+ * grammar's masks took longer than the engine's budget (engine.h
+ * mask_budget_us; the server answers 400, not 500). */
+#define REQ_ERR_MASK_BUDGET "the grammar's masks took"
 
 typedef enum req_finish {
     REQ_RUNNING = 0,   /* not finished yet                                      */

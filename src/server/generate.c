@@ -682,7 +682,11 @@ const char *gen_finish_reason(const gen *g) {
 int gen_n_calls(const gen *g) { return g->n_calls; }
 
 const char *gen_error(const gen *g, int *status) {
-    if (status) *status = g->finish == REQ_FINISH_CANCEL ? 503 : 500;
+    /* a grammar over the mask budget is the request's own doing */
+    if (status)
+        *status = g->finish == REQ_FINISH_CANCEL                                           ? 503
+                  : !strncmp(g->error, REQ_ERR_MASK_BUDGET, strlen(REQ_ERR_MASK_BUDGET)) ? 400
+                                                                                           : 500;
     return g->error[0] ? g->error : "the server is shutting down";
 }
 

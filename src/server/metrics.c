@@ -219,6 +219,9 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
          "counter", (double)s->fair_preemptions_total);
     EACH(b, "kvloom_client_refused_total", "Requests refused (429) at --client-max-queued.", "counter",
          (double)s->client_refused_total);
+    EACH(b, "kvloom_grammar_mask_budget_failed_total",
+         "Requests failed because their grammar masks took more than --grammar-mask-budget per token.", "counter",
+         (double)s->mask_budget_failed_total);
     EACH(b, "kvloom_constrained_tokens_total", "Tokens sampled under a grammar mask (tools, JSON schemas).", "counter",
          (double)s->constrained_tokens_total);
     EACH(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",

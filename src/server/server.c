@@ -52,6 +52,7 @@ void server_opts_default(server_opts *o) {
     o->max_running = 64;
     o->max_queue = 256;
     o->client_max_queued = -1;
+    o->mask_budget_ms = 20;
     o->block_tokens = 16;
     o->max_body_bytes = (size_t)8 << 20;
     o->max_connections = 1024;
@@ -82,6 +83,9 @@ const char *server_usage(void) {
            "  --client-max-queued N    one client's waiting requests before its 429 (default 3/4 of\n"
            "                           --max-queue; 0: no limit of its own). A client is its API key,\n"
            "                           else the body's 'user', else its address\n"
+           "  --grammar-mask-budget MS a request's grammar masks may take MS of CPU per token on average\n"
+           "                           (after 8 tokens' worth); past it the request fails with a 400\n"
+           "                           (default 20, fractions allowed; 0: no budget)\n"
            "  --client-max-running N   one client's running sequences at most (default 0: no cap; the\n"
            "                           fair share preempts a client above it for one below it)\n"
            "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health);\n"
@@ -267,6 +271,13 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--client-max-queued")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 1 << 20, &o->client_max_queued, e);
+        } else if (!strcmp(a, "--grammar-mask-budget")) {
+            NEED_VALUE;
+            float ms;
+            if (!parse_float(v, &ms) || !(ms >= 0) || ms > 3600e3)
+                rc = err_set(e, ERR_INVALID, "%s: expected milliseconds in [0, 3600000], got '%s'", a, v);
+            else
+                o->mask_budget_ms = ms;
         } else if (!strcmp(a, "--client-max-running")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 4096, &o->client_max_running, e);

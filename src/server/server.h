@@ -51,6 +51,8 @@ typedef struct server_opts {
                                  before its 429; -1 (default): 3/4 of max_queue (the
                                  last quarter is for the others); 0: no own limit */
     int client_max_running;   /* --client-max-running; 0 (default): the fair share only */
+    double mask_budget_ms;    /* --grammar-mask-budget: CPU per constrained token of a
+                                 request's grammar masks, on average; default 20; 0: none */
     const char *api_key;      /* the first of api_keys (NULL: no key, open server)     */
     /* Every accepted key: --api-key, repeatable, and the lines of
      * --api-key-file. Each key is a client identity (its stored responses,
