@@ -287,6 +287,39 @@ static void test_completion_extras(void) {
     }
 }
 
+/* The logprob budget of a non-streamed answer (oai.c logprob_budget):
+ * 262,144 entries (chosen + alternatives) over every choice. */
+static void test_logprob_budget(void) {
+    static const struct {
+        const char *body;
+        int max_tokens; /* after parsing; 0: refused naming max_tokens */
+    } cases[] = {
+        {"{\"prompt\":[\"a\",\"b\",\"c\",\"d\"],\"n\":16,\"logprobs\":20}", 195}, /* 262144 / (21 x 64) */
+        {"{\"prompt\":\"a\",\"logprobs\":0}", 262144},
+        {"{\"prompt\":\"a\",\"logprobs\":20,\"max_tokens\":12483}", 12483},
+        {"{\"prompt\":\"a\",\"logprobs\":20,\"max_tokens\":12484}", 0},
+        {"{\"prompt\":\"a\",\"logprobs\":20,\"max_tokens\":20000,\"stream\":true}", 20000}, /* streamed: no bound */
+        {"{\"prompt\":\"a\",\"max_tokens\":100000}", 100000},                               /* no logprobs */
+        {"{\"prompt\":\"a\"}", -1},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        json_t *b = body(cases[i].body);
+        oai_params p;
+        const char *param = NULL;
+        err_t e = {0};
+        int r = oai_parse(b, OAI_COMPLETION, tok_n_vocab(rc.tok), &p, &param, &e);
+        json_decref(b);
+        if (cases[i].max_tokens == 0) {
+            CHECK_MSG(r < 0 && param && !strcmp(param, "max_tokens") && strstr(e.msg, "at most 262144"), "%s: %d %s",
+                      cases[i].body, r, e.msg);
+        } else {
+            CHECK_MSG(r == 0 && p.max_tokens == cases[i].max_tokens, "%s: %d, max_tokens %d (want %d) %s", cases[i].body,
+                      r, r == 0 ? p.max_tokens : 0, cases[i].max_tokens, e.msg);
+        }
+        if (r == 0) oai_params_free(&p);
+    }
+}
+
 int main(void) {
     char path[1024];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -309,6 +342,7 @@ int main(void) {
     test_context();
     test_other_apis();
     test_completion_extras();
+    test_logprob_budget();
     constrainer_free(rc.cons);
     resp_store_free(rc.responses);
     chat_tmpl_free(chat);

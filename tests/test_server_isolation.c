@@ -490,6 +490,15 @@ static void check_bounded(int port) {
               "12,000 bytes of 6,000 tokens: %d %.300s", r.status, r.body);
     resp_free(&r);
     http_buf_free(&b);
+    /* logprobs: a non-streamed answer holds at most 262,144 entries (chosen
+     * + alternatives over every choice): max_tokens 20000 with 20
+     * alternatives is a 400 naming the limit (before: ~45 MB of JSON per
+     * choice at 32k tokens; test_gen_request covers the budget's rule) */
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n",
+                  "{\"prompt\":\"Once\",\"max_tokens\":20000,\"logprobs\":20}", &r) == 0);
+    CHECK_MSG(r.status == 400 && strstr(r.body, "holds at most 262144") && strstr(r.body, "max_tokens"),
+              "logprobs 20 x 20000 tokens: %d %.300s", r.status, r.body);
+    resp_free(&r);
     /* the same words under 4 bytes per context token: tokenized, served */
     http_buf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
     for (int i = 0; i < 1750; i++) http_buf_add(&b, " a", 2);

@@ -105,6 +105,34 @@ static int get_bool(json_t *o, const char *name, bool *out, const char **param, 
     return 0;
 }
 
+/* A non-streamed answer holds every token's logprob and alternatives at
+ * once, as JSON (~70 bytes an entry, several times that as jansson
+ * values): top_logprobs 20 over a 32k-token answer was ~45 MB of text and
+ * ten times that while building it, per choice (issue 26, "a byte budget
+ * for every answer that scales with input"). So a non-streamed request
+ * asks for at most OAI_MAX_LOGPROB_ENTRIES (chosen + alternatives, over
+ * every choice): an explicit max_tokens past it is a 400 naming the limit,
+ * an absent one becomes the most that fits (the answer ends with
+ * finish_reason "length" there). A stream sends each token's entries as
+ * they come and is not bounded. Call after n, stream and logprobs. */
+static int logprob_budget(oai_params *p, const char **param, err_t *e) {
+    if (p->n_logprobs < 0 || p->stream) return 0;
+    long long per = (long long)(p->n_logprobs + 1) * p->n * MAX(p->n_prompts, 1);
+    long long cap = OAI_MAX_LOGPROB_ENTRIES / per;
+    if (p->max_tokens < 0) {
+        p->max_tokens = (int)MAX(cap, 1);
+        return 0;
+    }
+    if ((long long)p->max_tokens <= cap) return 0;
+    *param = "max_tokens";
+    return err_set(e, ERR_INVALID,
+                   "'max_tokens' %d with %d logprob entries per token (chosen + top_logprobs, over %lld choices) asks "
+                   "for up to %lld entries in one answer; a non-streamed answer holds at most %d (max_tokens %lld "
+                   "here): stream it, or ask for fewer",
+                   p->max_tokens, p->n_logprobs + 1, (long long)p->n * MAX(p->n_prompts, 1),
+                   (long long)p->max_tokens * per, OAI_MAX_LOGPROB_ENTRIES, cap);
+}
+
 /* KV lifetime: prompt_cache_key / user (the session), kv_ttl, kv_hint. */
 static int parse_kv(json_t *body, oai_params *p, const char **param, err_t *e) {
     json_t *k = oai_field(body, "prompt_cache_key");
@@ -729,6 +757,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         }
         if (lp) p->n_logprobs = present ? (int)x : 0;
     }
+    if ((rc = logprob_budget(p, param, e)) < 0) goto fail;
     p->best_of = p->n;
     if (kind == OAI_COMPLETION && (rc = parse_completion_extras(body, p, param, e)) < 0) goto fail;
     if (kind == OAI_CHAT && (v = oai_field(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1)) {

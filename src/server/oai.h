@@ -86,6 +86,8 @@ typedef enum oai_format {
 #define OAI_MAX_CHOICES 1024
 /* logit_bias entries at most (OpenAI's limit). */
 #define OAI_MAX_BIAS 300
+/* logprob entries (chosen + alternatives) in one non-streamed answer */
+#define OAI_MAX_LOGPROB_ENTRIES 262144
 /* `priority` at most (only down from 0: no client may go before others) */
 #define OAI_MAX_PRIORITY 1000
 /* Bytes of one stop string at most: the matcher holds back up to that much

@@ -97,6 +97,8 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
         json_t *b = json_copy(body);
         if (b && kind == OAI_COMPLETION && p->n_prompts > 1) json_object_set(b, "prompt", json_array_get(prompts, pi));
         if (b) json_object_set_new(b, "n", json_integer(1));
+        /* the whole request's logprob budget, not each fork's (oai.c) */
+        if (b && p->max_tokens > 0) json_object_set_new(b, "max_tokens", json_integer(p->max_tokens));
         if (b && kind == OAI_COMPLETION) json_object_set_new(b, "best_of", json_integer(1));
         oai_params q;
         memset(&q, 0, sizeof q);
