@@ -1075,6 +1075,8 @@ static int64_t thread_cpu_ns(void) {
 static int apply_mask(engine *en, seq *s, float *lg) {
     int64_t t0 = clock_ns(), c0 = thread_cpu_ns();
     int n_ok = gmatch_mask(s->gm, en->mask);
+    if (en->o.mask_spin_us > 0)
+        while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
     en->cnt.mask_ns_total += (uint64_t)(clock_ns() - t0);
     s->mask_ns += thread_cpu_ns() - c0; /* CPU, not wall: a descheduled engine thread is not the grammar's cost */
     s->n_masks++;

@@ -65,6 +65,9 @@ typedef struct engine_opts {
     const char *kv_disk_dir;
     uint64_t kv_disk_max_bytes; /* size cap of DIR's block files; 0 = none        */
     int step_delay_us;      /* testing: sleep this long after every step          */
+    int mask_spin_us;       /* testing: every grammar mask also spins this long on
+                               the CPU (a slow grammar whatever the grammar
+                               engine's speed: the mask budget's test)       */
     /* KV lifetime (kvpolicy.h): ENGINE_KV_LRU keeps nothing beyond the radix
      * tree's recency order; ENGINE_KV_AGENT pins a finished turn's blocks
      * (req.kv_pin) for a predicted TTL, at most kv_ttl_max_s (> 0). */

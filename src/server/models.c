@@ -283,6 +283,7 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     eo.kv_ttl_max_s = o->kv_ttl_max_s;
     eo.kv_disk_max_bytes = o->kv_disk_max_bytes / (size_t)slots;
     eo.step_delay_us = o->step_delay_us;
+    eo.mask_spin_us = o->mask_spin_us;
     eo.stall_timeout_ms = o->stall_timeout_s * 1000;
     eo.spec = o->spec;
     eo.spec_max = o->spec_max;

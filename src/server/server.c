@@ -128,6 +128,7 @@ const char *server_usage(void) {
            "                           before cancelling them (default 10)\n"
            "  --check                  verify KV pool and prefix tree after every step (debug)\n"
            "  --step-delay-us N        sleep N us after every engine step (testing)\n"
+           "  --mask-spin-us N         every grammar mask also spins N us on the CPU (testing)\n"
            "  --load-delay-ms N        sleep N ms in every model load (testing)\n"
            "  --no-webui               no chat page at /\n"
            "  --log-file FILE          append the log to FILE too\n"
@@ -334,6 +335,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--load-delay-ms")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 600000, &o->load_delay_ms, e);
+        } else if (!strcmp(a, "--mask-spin-us")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 10000000, &o->mask_spin_us, e);
         } else if (!strcmp(a, "--step-delay-us")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 10000000, &o->step_delay_us, e);

@@ -81,6 +81,7 @@ typedef struct server_opts {
     bool check;               /* --check: verify pool and tree after every step       */
     const char *ready_file;   /* --ready-file: write the bound port here once serving */
     int step_delay_us;        /* --step-delay-us: testing, slows every engine step     */
+    int mask_spin_us;         /* --mask-spin-us: testing, every grammar mask spins so long */
     int load_delay_ms;        /* --load-delay-ms: testing, slows every model load      */
     const char *chat_template_file; /* --chat-template-file: overrides the model's   */
     const char *tool_format;  /* --tool-format: "auto" (from the template) or a name   */
