@@ -29,35 +29,6 @@ static inline const uint16_t *k_at(const attn_view *v, int p, int kv_head) {
            (size_t)kv_head * v->head_dim * v->block_tokens + (size_t)(p % v->block_tokens);
 }
 
-void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
-                      float scale, float *scratch) {
-    const int hd = v->head_dim;
-    for (int t = 0; t < n_tok; t++)
-        for (int g = 0; g < n_head; g++) {
-            const int n = qs[t].p1 - p0;
-            const float *qg = qs[t].q + (size_t)g * hd;
-            float *sc = scratch, *og = qs[t].o + (size_t)g * hd;
-            float mx = -INFINITY;
-            for (int i = 0; i < n; i++) {
-                const uint16_t *kr = k_at(v, p0 + i, kv_head);
-                float s = 0;
-                for (int d = 0; d < hd; d++) s += qg[d] * fp16_to_f32(kr[(size_t)d * v->block_tokens]);
-                sc[i] = s * scale;
-                mx = fmaxf(mx, sc[i]);
-            }
-            float sum = 0;
-            memset(og, 0, sizeof(float) * (size_t)hd);
-            for (int i = 0; i < n; i++) {
-                const float e = expf(sc[i] - mx);
-                const uint16_t *vr = v_at(v, p0 + i, kv_head);
-                sum += e;
-                for (int d = 0; d < hd; d++) og[d] += e * fp16_to_f32(vr[d]);
-            }
-            qs[t].m[g] = mx;
-            qs[t].l[g] = sum;
-        }
-}
-
 /* q8_0 rows: the layer base of position p's block. */
 static inline const int8_t *q8_base(const uint16_t *arr, const attn_view *v, int p) {
     return (const int8_t *)(arr + (size_t)v->block_table[p / v->block_tokens] * v->block_stride);
@@ -79,8 +50,18 @@ static inline float q8_v(const attn_view *v, int p, int h, int d) {
     return fp16_to_f32(sc[(size_t)j * (v->kv_dim / v->q8_group) + e / v->q8_group]) * (float)b[(size_t)j * v->kv_dim + e];
 }
 
-void attn_part_q8_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
-                         float scale, float *scratch) {
+/* Element d of position p's key / value, kv head h, as f32 (either type). */
+static inline float k_elem(const attn_view *v, int p, int h, int d) {
+    return v->q8_group ? q8_k(v, p, h, d) : fp16_to_f32(k_at(v, p, h)[(size_t)d * v->block_tokens]);
+}
+static inline float v_elem(const attn_view *v, int p, int h, int d) {
+    return v->q8_group ? q8_v(v, p, h, d) : fp16_to_f32(v_at(v, p, h)[d]);
+}
+
+/* The reference part of either cache type: one query at a time, scores and
+ * their max, then exp-weights summed and applied in position order. */
+static void part_ref(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0, float scale,
+                     float *scratch) {
     const int hd = v->head_dim;
     for (int t = 0; t < n_tok; t++)
         for (int g = 0; g < n_head; g++) {
@@ -90,7 +71,7 @@ void attn_part_q8_scalar(const attn_view *v, int kv_head, int n_head, const attn
             float mx = -INFINITY;
             for (int i = 0; i < n; i++) {
                 float s = 0;
-                for (int d = 0; d < hd; d++) s += qg[d] * q8_k(v, p0 + i, kv_head, d);
+                for (int d = 0; d < hd; d++) s += qg[d] * k_elem(v, p0 + i, kv_head, d);
                 sc[i] = s * scale;
                 mx = fmaxf(mx, sc[i]);
             }
@@ -99,11 +80,23 @@ void attn_part_q8_scalar(const attn_view *v, int kv_head, int n_head, const attn
             for (int i = 0; i < n; i++) {
                 const float e = expf(sc[i] - mx);
                 sum += e;
-                for (int d = 0; d < hd; d++) og[d] += e * q8_v(v, p0 + i, kv_head, d);
+                for (int d = 0; d < hd; d++) og[d] += e * v_elem(v, p0 + i, kv_head, d);
             }
             qs[t].m[g] = mx;
             qs[t].l[g] = sum;
         }
+}
+
+void attn_part_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
+                      float scale, float *scratch) {
+    ASSERT(!v->q8_group);
+    part_ref(v, kv_head, n_head, qs, n_tok, p0, scale, scratch);
+}
+
+void attn_part_q8_scalar(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
+                         float scale, float *scratch) {
+    ASSERT(v->q8_group > 0);
+    part_ref(v, kv_head, n_head, qs, n_tok, p0, scale, scratch);
 }
 
 void attn_q8_quantize(const float *x, int n, int g, int8_t *q, size_t q_stride, uint16_t *d, size_t d_stride) {

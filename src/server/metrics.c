@@ -194,6 +194,19 @@ static void hist(http_buf *b, const char *name, const char *help, const hist_t *
                     (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
 }
 
+/* A speculative-decoding counter, one sample per model labelled with its
+ * drafter: drafted, or accepted. */
+static void spec_counter(http_buf *b, const char *name, const char *help, const engine_stats *st,
+                         const char *const *names, int n, bool accepted) {
+    head(b, name, help, "counter");
+    for (int i = 0; i < n; i++) {
+        char extra[64];
+        snprintf(extra, sizeof extra, "drafter=\"%s\"", draft_kind_name((draft_kind)st[i].spec_kind));
+        const uint64_t *v = accepted ? st[i].spec_accepted_tokens_total : st[i].spec_drafted_tokens_total;
+        sample(b, name, names, i, extra, (double)v[st[i].spec_kind]);
+    }
+}
+
 void metrics_render(metrics *m, const engine_stats *st, const char *const *names, int n, http_buf *b) {
     EACH(b, "kvloom_requests_running", "Requests admitted to the engine and not finished.", "gauge", s->n_running);
     EACH(b, "kvloom_requests_waiting", "Requests queued, preempted or waiting for a shared block.", "gauge",
@@ -231,21 +244,10 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
     bool spec = false;
     for (int i = 0; i < n; i++) spec |= st[i].spec_kind != DRAFT_OFF;
     if (spec) {
-        head(b, "kvloom_spec_drafted_tokens_total", "Draft tokens verified by speculative decoding.", "counter");
-        for (int i = 0; i < n; i++) {
-            char extra[64];
-            snprintf(extra, sizeof extra, "drafter=\"%s\"", draft_kind_name((draft_kind)st[i].spec_kind));
-            sample(b, "kvloom_spec_drafted_tokens_total", names, i, extra,
-                   (double)st[i].spec_drafted_tokens_total[st[i].spec_kind]);
-        }
-        head(b, "kvloom_spec_accepted_tokens_total",
-             "Draft tokens accepted (equal to the token sampled at their position).", "counter");
-        for (int i = 0; i < n; i++) {
-            char extra[64];
-            snprintf(extra, sizeof extra, "drafter=\"%s\"", draft_kind_name((draft_kind)st[i].spec_kind));
-            sample(b, "kvloom_spec_accepted_tokens_total", names, i, extra,
-                   (double)st[i].spec_accepted_tokens_total[st[i].spec_kind]);
-        }
+        spec_counter(b, "kvloom_spec_drafted_tokens_total", "Draft tokens verified by speculative decoding.", st, names,
+                     n, false);
+        spec_counter(b, "kvloom_spec_accepted_tokens_total",
+                     "Draft tokens accepted (equal to the token sampled at their position).", st, names, n, true);
         EACH(b, "kvloom_spec_global_outputs", "Earlier outputs in the suffix drafter's global store.", "gauge",
              s->spec_global_seqs);
         EACH(b, "kvloom_spec_global_bytes", "Memory of the suffix drafter's global store.", "gauge",
