@@ -629,8 +629,33 @@ static void check_client_queue(int port) {
     CHECK_MSG(r.status == 200, "bob beside alice at her limit: %d %.300s", r.status, r.body ? r.body : "");
     resp_free(&r);
     CHECK(metric(port, "kvloom_client_refused_total") == 6);
+    /* the memory accounting: two requests held (one running, one waiting)
+     * have state; the weights are the tensors' bytes /v1/models reports;
+     * the pool is --kv-mem 8M in whole blocks; the total adds them up */
+    double w = metric(port, "kvloom_memory_bytes{part=\"weights\"}");
+    double kv = metric(port, "kvloom_memory_bytes{part=\"kv_pool\"}");
+    double rq = metric(port, "kvloom_memory_bytes{part=\"requests\"}");
+    double acc = metric(port, "kvloom_memory_accounted_bytes");
+    resp mr;
+    json_t *mo = http_do(port, "GET", "/v1/models", ka, NULL, &mr) == 0 ? json_loads(mr.body, 0, NULL) : NULL;
+    resp_free(&mr);
+    double wb = (double)json_integer_value(json_object_get(
+        json_object_get(json_array_get(json_object_get(mo, "data"), 0), "meta"), "weight_bytes"));
+    json_decref(mo);
+    printf("  memory: weights %.0f, kv_pool %.0f, requests %.0f, accounted %.0f\n", w, kv, rq, acc);
+    CHECK_MSG(w > 0 && w == wb, "weights %.0f, /v1/models says %.0f", w, wb);
+    CHECK_MSG(kv > 7.5 * 1048576 && kv <= 8 * 1048576, "kv_pool %.0f for --kv-mem 8M", kv);
+    CHECK_MSG(rq > 0, "two requests held, requests part %.0f", rq);
+    CHECK_MSG(acc >= w + kv + rq, "accounted %.0f < the parts", acc);
     if (f1 >= 0) close(f1);
     if (f2 >= 0) close(f2);
+    double t0b = su_now();
+    while ((metric(port, "kvloom_requests_running") > 0 || metric(port, "kvloom_requests_waiting") > 0) &&
+           su_now() - t0b < 20)
+        usleep(20000);
+    usleep(100000); /* a step after the last one ended publishes the parts */
+    rq = metric(port, "kvloom_memory_bytes{part=\"requests\"}");
+    CHECK_MSG(rq == 0, "nothing held, requests part %.0f", rq);
 }
 
 int main(void) {

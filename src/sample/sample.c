@@ -25,6 +25,11 @@ struct sampler {
     rng r;
 };
 
+size_t sampler_bytes(const sampler *s) {
+    if (!s) return 0;
+    return sizeof *s + (size_t)s->hist_cap * sizeof *s->hist + (size_t)s->n_vocab * (sizeof *s->counts + sizeof *s->cands);
+}
+
 sampler_params sampler_defaults(void) {
     sampler_params p = {0};
     p.temperature = 1.0f;

@@ -46,6 +46,8 @@ typedef struct sampler sampler;
 /* n_vocab > 0. NULL when out of memory. */
 sampler *sampler_new(const sampler_params *p, int n_vocab);
 void sampler_free(sampler *s);
+/* The memory it holds (history ring, counts, candidate scratch). */
+size_t sampler_bytes(const sampler *s);
 /* Adds a token to the history (prompt tokens too, for the repeat penalty). */
 void sampler_accept(sampler *s, int32_t token);
 /* Picks a token; returns -1 when a logit is NaN or +inf (a broken model:

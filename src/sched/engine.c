@@ -754,6 +754,37 @@ static void hints_step(engine *en) {
 
 /* The engine thread counts into en->cnt without locking and publishes a copy
  * (en->stats, under the mutex) once per step. */
+/* The memory of the queued and running requests, and of their grammars'
+ * caches (each grammar once; cached grammars no request uses are bounded
+ * by --grammar-cache but not counted here: their caches belong to the
+ * engine thread, which only sees the ones in use). */
+static void mem_publish(engine *en) {
+    uint64_t req_b = 0, gr_b = 0;
+    const grammar *seen[64]; /* grammars counted (more distinct ones: counted again, an overestimate) */
+    int n_seen = 0;
+    seq_list *lists[2] = {&en->running, &en->waiting};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < lists[k]->n; i++) {
+            const seq *s = lists[k]->v[i];
+            req_b += sizeof *s + (uint64_t)s->cap_tokens * sizeof *s->tokens +
+                     (uint64_t)s->cap_blocks * (sizeof *s->blocks + sizeof *s->pending) +
+                     (uint64_t)s->cap_keys * sizeof *s->keys + (uint64_t)s->cap_load_slot * sizeof *s->load_slot +
+                     sampler_bytes(s->smp) + (uint64_t)s->r->cap_tokens * sizeof(req_token) +
+                     (uint64_t)s->r->n_prompt * sizeof *s->r->prompt;
+            const grammar *g = s->r->grammar;
+            if (!g) continue;
+            int j = 0;
+            while (j < n_seen && seen[j] != g) j++;
+            if (j < n_seen) continue;
+            if (n_seen < (int)ARRAY_LEN(seen)) seen[n_seen++] = g;
+            grammar_stats gs;
+            grammar_cache_stats(g, &gs);
+            gr_b += gs.cache_bytes;
+        }
+    en->cnt.mem_requests = req_b;
+    en->cnt.mem_grammar_caches = gr_b;
+}
+
 static void stats_publish(engine *en) {
     en->cnt.n_running = en->running.n;
     en->cnt.n_waiting = en->waiting.n;
@@ -1667,6 +1698,7 @@ static bool engine_step(engine *en) {
     int n_tok, n_bs;
     step_plan(en, &n_tok, &n_bs);
     if (n_bs == 0) {
+        mem_publish(en);
         stats_publish(en);
         return false;
     }
@@ -1679,6 +1711,7 @@ static bool engine_step(engine *en) {
     step_advance(en, n_bs);
     en->cnt.prompt_tokens_computed_total += n_prompt_work;
     en->cnt.steps_total++;
+    mem_publish(en); /* once a step (not at every finish: it walks every request) */
     stats_publish(en);
     return true;
 }
@@ -1835,6 +1868,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     pthread_condattr_destroy(&ca);
     en->cnt.kv_blocks_total = (int)n_blocks;
     en->cnt.kv_block_tokens = o->block_tokens;
+    en->cnt.mem_weights = m->weight_bytes;
+    en->cnt.mem_kv_pool = (uint64_t)n_blocks * bb;
     en->cnt.kv_type = o->kv_type;
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;

@@ -176,6 +176,14 @@ typedef struct engine_stats {
                                           its share or a smaller priority class */
     uint64_t client_refused_total;  /* engine_submit refusals at client_max_queued */
     uint64_t mask_budget_failed_total; /* requests failed: masks over mask_budget_us */
+    /* memory (bytes; /metrics kvloom_memory_bytes{part}) */
+    uint64_t mem_weights;           /* the model's tensors (mapped read-only)     */
+    uint64_t mem_kv_pool;           /* the KV pool, allocated at start            */
+    uint64_t mem_requests;          /* queued and running requests' state: tokens,
+                                       block tables, disk keys, samplers, posted
+                                       output (req_token arrays)                 */
+    uint64_t mem_grammar_caches;    /* mask and DFA caches of the grammars the
+                                       requests use now (each counted once)       */
 } engine_stats;
 
 typedef struct engine engine;

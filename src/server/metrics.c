@@ -232,6 +232,21 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
          "counter", (double)s->fair_preemptions_total);
     EACH(b, "kvloom_client_refused_total", "Requests refused (429) at --client-max-queued.", "counter",
          (double)s->client_refused_total);
+    head(b, "kvloom_memory_bytes",
+         "Memory by part: weights (mapped read-only), kv_pool (allocated at start), requests (queued and running "
+         "requests' tokens, tables, samplers and posted output), grammar_caches (of the grammars in use; all cached "
+         "ones together are bounded by --grammar-cache). Request bodies and stored responses: "
+         "kvloom_http_body_bytes, kvloom_responses_stored_bytes; kvloom_memory_accounted_bytes sums them all.",
+         "gauge");
+    static const char *const parts[] = {"weights", "kv_pool", "requests", "grammar_caches"};
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < n; i++) {
+            char extra[40];
+            snprintf(extra, sizeof extra, "part=\"%s\"", parts[p]);
+            const engine_stats *s = &st[i];
+            uint64_t v = p == 0 ? s->mem_weights : p == 1 ? s->mem_kv_pool : p == 2 ? s->mem_requests : s->mem_grammar_caches;
+            sample(b, "kvloom_memory_bytes", names, i, extra, (double)v);
+        }
     EACH(b, "kvloom_grammar_mask_budget_failed_total",
          "Requests failed because their grammar masks took more than --grammar-mask-budget per token.", "counter",
          (double)s->mask_budget_failed_total);

@@ -259,6 +259,9 @@ static void handle_metrics(routes_ctx *root, http_exchange *x) {
     routes_ctx *rc = root;
     http_buf b = {0};
     metrics_render(rc->met, st, names, n, &b);
+    uint64_t accounted = 0;
+    for (int i = 0; i < n; i++)
+        accounted += st[i].mem_weights + st[i].mem_kv_pool + st[i].mem_requests + st[i].mem_grammar_caches;
     free(st);
     free(names);
     http_stats hs;
@@ -287,6 +290,12 @@ static void handle_metrics(routes_ctx *root, http_exchange *x) {
                     "# HELP kvloom_responses_stored_bytes Their bytes (text and conversation; bounded).\n"
                     "# TYPE kvloom_responses_stored_bytes gauge\nkvloom_responses_stored_bytes %zu\n",
                     n_stored, stored_bytes);
+    http_buf_printf(&b,
+                    "# HELP kvloom_memory_accounted_bytes kvloom_memory_bytes of every loaded model, request bodies "
+                    "held and stored responses, together (the process's RSS adds code, libraries, thread stacks, "
+                    "stream buffers and the allocator's slack).\n"
+                    "# TYPE kvloom_memory_accounted_bytes gauge\nkvloom_memory_accounted_bytes %llu\n",
+                    (unsigned long long)(accounted + hs.body_bytes + stored_bytes));
     http_reply(x, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n, NULL, NULL);
     http_buf_free(&b);
 }
