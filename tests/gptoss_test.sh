@@ -34,10 +34,8 @@ if ! command -v node >/dev/null 2>&1; then bad "node is missing (tools/setup.sh 
     { bad "tests/node_modules/js-tiktoken is missing: run tools/setup.sh"; finish; }
 
 # the vocabulary (exported once per build directory) and the model
-V="$B/vocab/o200k_harmony"
-if [ ! -s "$V/tokenizer.json" ] || [ "$ROOT/tools/o200k_harmony.mjs" -nt "$V/tokenizer.json" ]; then
-    node "$ROOT/tools/o200k_harmony.mjs" "$V" > "$tmp/vocab.log" 2>&1 || { cat "$tmp/vocab.log"; bad "o200k_harmony.mjs"; finish; }
-fi
+. "$ROOT/tests/o200k_lib.sh"
+o200k_vocab "$B" || { bad "tools/o200k_harmony.mjs"; finish; }
 M="$B/gptoss-models/gptoss-tiny.gguf"
 mkdir -p "$B/gptoss-models"
 if [ ! -s "$M" ] || [ "$BIN" -nt "$M" ]; then

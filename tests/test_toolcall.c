@@ -850,7 +850,9 @@ static void test_grammar(void) {
         static const char *const no[] = {"get_weather <|constrain|>json<|message|>{\"town\": \"Paris\"}",
                                          "get_wether <|constrain|>json<|message|>" WEATHER_ARGS,
                                          "get_weather <|constrain|>json<|message|>" WEATHER_ARGS "<|end|>",
-                                         "get_weather <|constrain|>json<|message|>" WEATHER_ARGS WEATHER_ARGS};
+                                         "get_weather <|constrain|>json<|message|>" WEATHER_ARGS WEATHER_ARGS,
+                                         "get_weatherjson<|message|>" WEATHER_ARGS,
+                                         "get_weather<|channel|>commentaryjson<|message|>" WEATHER_ARGS};
         char text[256];
         for (size_t k = 0; k < ARRAY_LEN(ok); k++) {
             snprintf(text, sizeof text, "%s%s", pre, ok[k]);

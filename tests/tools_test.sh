@@ -11,7 +11,11 @@
 # validate every output against its schema themselves.
 # A fourth server runs a reduced qwen3moe (Qwen3-30B-A3B's architecture,
 # tokenizer and template) through the Agents SDK tool loop: Qwen3's parsers
-# and template unchanged on the MoE model.
+# and template unchanged on the MoE model. A fifth runs a reduced gpt-oss
+# (gpt-oss-20b's architecture, the o200k_harmony vocabulary exported from
+# js-tiktoken, OpenAI's template tests/fixtures/templates/gpt-oss.jinja)
+# through the `openai` client's script and the Agents SDK tool loop: the
+# harmony format (channels, to=functions.NAME calls, tool results) end to end.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
 # models are cached), KVLOOM_SHARED (../shared). Ends with "N passed, N failed".
 BIN=${KVLOOM_BIN:-build/kvloom}
@@ -72,6 +76,15 @@ gen_model smollm2-135m smollm2-tiny
 # Qwen3-30B-A3B's architecture (qwen3moe), tokenizer and template at a tiny
 # shape: 8 experts, 2 used (the overrides of kvloom gen)
 gen_model qwen3-30b-a3b qwen3moe-tiny --n-expert 8 --n-expert-used 2 --n-ff-exp 64
+# gpt-oss-20b's architecture and vocabulary (exported once per build directory)
+. "$ROOT/tests/o200k_lib.sh"
+if o200k_vocab "$B"; then
+    export KVLOOM_VOCAB_DIR="$B/vocab"
+    gen_model gpt-oss-20b gptoss-tiny --n-expert 8 --n-expert-used 2 --n-ff-exp 64 \
+        --template "$ROOT/tests/fixtures/templates/gpt-oss.jinja"
+else
+    bad "tools/o200k_harmony.mjs"
+fi
 [ $fail -ne 0 ] && finish
 
 # One server per model, each on a free port.
@@ -88,6 +101,7 @@ start_server smollm2 "$M/smollm2-tiny.gguf" --chat-template-file "$ROOT/tests/fi
 # the machine has 1 MB of free memory, so the server must say at start that
 # the weights do not fit (and then serve anyway: they are memory-mapped).
 KVLOOM_MEM_AVAILABLE=1000000 start_server qwen3moe "$M/qwen3moe-tiny.gguf"
+start_server gptoss "$M/gptoss-tiny.gguf"
 wait_port() { # name -> prints the port, or nothing
     i=0
     while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do
@@ -107,6 +121,7 @@ run_model() { # name
     U="http://127.0.0.1:$port/v1"
     scripts="openai:$T_OPENAI agents:$T_AGENTS vercel:$T_VERCEL"
     [ "$1" = qwen3moe ] && scripts="agents:$T_AGENTS" # the Agents SDK tool loop
+    [ "$1" = gptoss ] && scripts="openai:$T_OPENAI agents:$T_AGENTS"
     for s in $scripts; do
         n=${s%%:*}; t=${s#*:}
         (cd "$ROOT/tests" && timeout -k 5 "$t" node "node/tools_$n.mjs" "$U" "$1" $(( (t - 10) * 1000 ))) \
@@ -118,14 +133,15 @@ run_model qwen3 & r1=$!
 run_model llama32 & r2=$!
 run_model smollm2 & r3=$!
 run_model qwen3moe & r4=$!
-wait $r1 $r2 $r3 $r4
+run_model gptoss & r5=$!
+wait $r1 $r2 $r3 $r4 $r5
 
 if grep -q "weights do not fit in memory" "$tmp/qwen3moe.log" && grep -q "of 8 experts per layer" "$tmp/qwen3moe.log"; then
     pass=$((pass + 1))
 else
     bad "serve (qwen3moe, KVLOOM_MEM_AVAILABLE=1000000) did not say at start that the weights do not fit"
 fi
-for m in qwen3 llama32 smollm2 qwen3moe; do
+for m in qwen3 llama32 smollm2 qwen3moe gptoss; do
     if [ -f "$tmp/$m.nostart" ]; then
         bad "server $m did not start"
         echo "--- server log ($m)"; tail -n 40 "$tmp/$m.log"
@@ -134,6 +150,7 @@ for m in qwen3 llama32 smollm2 qwen3moe; do
     mfail=0
     names="openai agents vercel"
     [ "$m" = qwen3moe ] && names=agents
+    [ "$m" = gptoss ] && names="openai agents"
     for n in $names; do
         out="$tmp/$m.$n.out"; st=$(cat "$tmp/$m.$n.status" 2>/dev/null || echo 1)
         grep -v -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed$' "$out"

@@ -262,7 +262,12 @@ int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel
     grammar_root(f, parallel, lazy, &g, &n);
     if (f == TC_HARMONY) /* after "to=functions.": the name, the rest of the header, the body */
         str_puts(&g, &n,
-                 "tc-hm-head ::= \"<|channel|>commentary\"? \" \"? \"<|constrain|>\"? \"json\"? \"<|message|>\"\n"
+                 /* "json" never touches the name (the parser reads the
+                  * name up to a space or '<': "get_weatherjson" was a
+                  * call of an unknown tool, seen by the Agents SDK on a
+                  * random gpt-oss model) */
+                 "tc-hm-head ::= \"<|channel|>commentary\"? (\" \"? \"<|constrain|>json\" | \" json\" | \" \")? "
+                 "\"<|message|>\"\n"
                  "tc-call-rest ::= (");
     else
         str_puts(&g, &n, "tc-call ::= \"{\\\"name\\\": \" tc-call-rest\ntc-call-rest ::= (");
