@@ -58,6 +58,7 @@
 /* Prints the usage on out; returns 2, the status of a usage error. */
 static int bench_usage(FILE *out) {
     fprintf(out, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
+                 "                    [--kv-type f16|q8_0]\n"
                  "       kvloom bench -m MODEL.gguf --verify [--depth D] [--kmax 16] [-r REPS] [-t THREADS]\n"
                  "       kvloom bench -m MODEL.gguf --spec-replay --text FILE [--text FILE ...] [--kmax 8]\n"
                  "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
@@ -232,6 +233,7 @@ int cli__bench(int argc, char **argv) {
     long kmax = -1;
     long n_objects = 20;
     long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3, n_seqs = 1;
+    model_kv_type kv_type = MODEL_KV_F16;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -263,6 +265,7 @@ int cli__bench(int argc, char **argv) {
         else if (strcmp(a, "--depth") == 0) ok = parse_long(v, 0, 1 << 20, &depth);
         else if (strcmp(a, "-r") == 0) ok = parse_long(v, 1, 1000, &reps);
         else if (strcmp(a, "--seqs") == 0) ok = parse_long(v, 1, 256, &n_seqs);
+        else if (strcmp(a, "--kv-type") == 0) ok = v && model_kv_type_parse(v, &kv_type);
         else {
             fprintf(stderr, "kvloom bench: unknown option '%s'\n", a);
             return bench_usage(stderr);
@@ -300,7 +303,7 @@ int cli__bench(int argc, char **argv) {
     bench_ctx b = {.m = m};
     rng_seed(&b.rng, 0x9e3779b97f4a7c15ull);
     b.max_tokens = (int)MAX(1, MIN(pp, 512));
-    b.kv = model_kv_new(m, n_blocks + own_blocks, bt);
+    b.kv = model_kv_new_type(m, n_blocks + own_blocks, bt, kv_type);
     b.st = model_state_new(m, (int)MAX(b.max_tokens, n_seqs), (int)n_ctx, (int)threads);
     int32_t *table = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
     for (int i = 0; i < n_blocks; i++) table[i] = i;
@@ -313,7 +316,7 @@ int cli__bench(int argc, char **argv) {
 
     /* bytes a decode step reads: model_token_bytes, plus KV rows */
     const size_t wbytes = model_token_bytes(m);
-    const double kv_per_pos = 2.0 * c->n_layer * c->n_head_kv * c->head_dim * sizeof(uint16_t); /* f16 K and V */
+    const double kv_per_pos = (double)model_kv_block_bytes_type(m, bt, kv_type) / bt; /* K and V */
 
     bw_job bj = {.n_words = BENCH_BW_BYTES / 8};
     uint64_t *bwbuf = xaligned_alloc(BENCH_BW_BYTES);
@@ -325,7 +328,7 @@ int cli__bench(int argc, char **argv) {
     if (c->n_expert > 0)
         printf("experts  %d per layer, %d used, expert n_ff %d, %s expert weights\n", c->n_expert, c->n_expert_used,
                c->n_ff_exp, dtype_name(m->layers[0].moe.gate.type));
-    printf("threads  %ld, kernels %s, reps %ld\n", threads, kern->name, reps);
+    printf("threads  %ld, kernels %s, reps %ld, KV cache %s\n", threads, kern->name, reps, model_kv_type_name(kv_type));
     printf("weights read per decoded token: %.1f MB (+ %.1f KB of KV per context position)\n", wbytes / 1e6,
            kv_per_pos / 1e3);
 
