@@ -5,7 +5,9 @@ sent to one warm server (--check: pool and prefix tree verified after every
 step); each turn must find at least 90% of the previous turn's prompt in the
 cache (usage.prompt_tokens_details.cached_tokens), and its answer must equal
 the answer of a cold server (a fresh process, nothing cached) given the same
-prompt. The window (16) is far shorter than the prompts (~150-450 tokens),
+prompt. Then the disk tier: a server with --kv-disk answers the last turn,
+is stopped, and a new one on the same directory finds >= 90% of that
+prompt cached and gives the same answer. The window (16) is far shorter than the prompts (~150-450 tokens),
 so a cache that dropped out-of-window blocks, or reprocessed whole prompts
 as llama.cpp's server does on sliding-window models, fails the first check.
 
@@ -54,4 +56,14 @@ for t, (p, out) in enumerate(turns):
     kvtest.check(cout == out, "turn %d: warm answer %r != cold answer %r" % (t, out, cout))
     cold.terminate()
     cold.wait()
+disk = os.path.join(TMP, "kvdisk")
+last_prompt, last_out = turns[-1]
+for run in range(2):
+    d, dport, _ = kvtest.start(BIN, MODEL, TMP, "disk%d" % run, "--kv-mem", "64M", "--kv-disk", disk)
+    out, n, cached = post(dport, last_prompt)
+    kvtest.check(out == last_out, "disk run %d: answer %r != %r" % (run, out, last_out))
+    if run == 1:
+        kvtest.check(cached >= 0.9 * n, "disk: %d of %d prompt tokens restored from the disk tier" % (cached, n))
+    d.terminate()
+    d.wait()
 kvtest.finish("gptoss_turns")

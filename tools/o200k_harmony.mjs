@@ -40,7 +40,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const ranksPath = join(here, "..", "tests", "node_modules", "js-tiktoken", "dist", "ranks", "o200k_base.js");
 const base = (await import(ranksPath)).default;
 
-// rank -> bytes, and bytes (as a latin1 string) -> rank
+// rank -> bytes (as a latin1 string: one char a byte), and back
 const byRank = [];
 const rankOf = new Map();
 for (const line of base.bpe_ranks.split("\n")) {
@@ -48,9 +48,9 @@ for (const line of base.bpe_ranks.split("\n")) {
     const [, offsetStr, ...toks] = line.split(" ");
     const offset = Number.parseInt(offsetStr, 10);
     toks.forEach((t, i) => {
-        const b = Buffer.from(t, "base64");
+        const b = Buffer.from(t, "base64").toString("latin1");
         byRank[offset + i] = b;
-        rankOf.set(b.toString("latin1"), offset + i);
+        rankOf.set(b, offset + i);
     });
 }
 const nRanks = byRank.length;
@@ -67,22 +67,22 @@ const byteChar = [];
     let n = 0;
     for (let b = 0; b < 256; b++) byteChar[b] = String.fromCodePoint(keep.includes(b) ? b : 256 + n++);
 }
-const show = (buf) => Array.from(buf, (b) => byteChar[b]).join("");
+const show = (str) => Array.from(str, (ch) => byteChar[ch.charCodeAt(0)]).join("");
 
 // The last merge of each token: merge its bytes with the ranks below its own.
 const merges = [];
 for (let r = 0; r < nRanks; r++) {
     const tok = byRank[r];
     if (tok.length < 2) continue;
-    let parts = Array.from(tok, (b) => Buffer.from([b]));
+    const parts = tok.split("");
     while (parts.length > 2) {
         let best = -1, bestRank = Infinity;
         for (let i = 0; i + 1 < parts.length; i++) {
-            const k = rankOf.get(Buffer.concat([parts[i], parts[i + 1]]).toString("latin1"));
+            const k = rankOf.get(parts[i] + parts[i + 1]);
             if (k !== undefined && k < r && k < bestRank) best = i, bestRank = k;
         }
         if (best < 0) throw new Error(`rank ${r}: no merge below it`);
-        parts.splice(best, 2, Buffer.concat([parts[best], parts[best + 1]]));
+        parts.splice(best, 2, parts[best] + parts[best + 1]);
     }
     merges.push(`${show(parts[0])} ${show(parts[1])}`);
 }
