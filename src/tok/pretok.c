@@ -76,6 +76,28 @@ static int m_gpt2(const pctx *c, int pos, int s, int e) {
     return 1;
 }
 
+/* The last alternatives of the Llama 3 and o200k patterns:
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * (o200k: [\r\n/]* after the punctuation run, when `slash`); >= 1. */
+static int punct_or_space(const pctx *c, int pos, int e, bool slash) {
+    int p = pos + (c->cp[pos] == ' ');
+    unsigned f2 = FL(c, p, e);
+    if (f2 && !(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER))) {
+        while (f2 && !(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER))) f2 = FL(c, ++p, e);
+        while (p < e && (is_crlf(c->cp[p]) || (slash && c->cp[p] == '/'))) p++;
+        return p - pos;
+    }
+    int nws = 0, last_nl = -1;
+    while (FL(c, pos + nws, e) & UCF_SPACE) {
+        if (is_crlf(c->cp[pos + nws])) last_nl = pos + nws + 1;
+        nws++;
+    }
+    if (last_nl >= 0) return last_nl - pos; /* \s*[\r\n]+ */
+    if (nws > 1 && pos + nws < e) return nws - 1;
+    if (nws > 0) return nws;
+    return 1;
+}
+
 /* Llama 3 / Qwen2: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max}|
  *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
 static int m_llama3_n(const pctx *c, int pos, int e, int max_digits) {
@@ -95,22 +117,7 @@ static int m_llama3_n(const pctx *c, int pos, int e, int max_digits) {
         while (p - pos < max_digits && (FL(c, p, e) & UCF_NUMBER)) p++;
         return p - pos;
     }
-    int p = pos + (x == ' ');
-    unsigned f2 = FL(c, p, e);
-    if (!(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER)) && f) {
-        while (f2 && !(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER))) f2 = FL(c, ++p, e);
-        while (is_crlf(CP(c, p, e))) p++;
-        return p - pos;
-    }
-    int nws = 0, last_nl = -1;
-    while (FL(c, pos + nws, e) & UCF_SPACE) {
-        if (is_crlf(c->cp[pos + nws])) last_nl = pos + nws + 1;
-        nws++;
-    }
-    if (last_nl >= 0) return last_nl - pos; /* \s*[\r\n]+ */
-    if (nws > 1 && pos + nws < e) return nws - 1;
-    if (nws > 0) return nws;
-    return 1;
+    return punct_or_space(c, pos, e, false);
 }
 static int m_llama3(const pctx *c, int pos, int s, int e) { (void)s; return m_llama3_n(c, pos, e, 3); }
 static int m_qwen2(const pctx *c, int pos, int s, int e) { (void)s; return m_llama3_n(c, pos, e, 1); }
@@ -157,22 +164,7 @@ static int m_o200k(const pctx *c, int pos, int s, int e) {
         while (p - pos < 3 && (FL(c, p, e) & UCF_NUMBER)) p++;
         return p - pos;
     }
-    int p = pos + (x == ' ');
-    unsigned f2 = FL(c, p, e);
-    if (f2 && !(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER))) {
-        while (f2 && !(f2 & (UCF_SPACE | UCF_LETTER | UCF_NUMBER))) f2 = FL(c, ++p, e);
-        while (p < e && (is_crlf(c->cp[p]) || c->cp[p] == '/')) p++;
-        return p - pos;
-    }
-    int nws = 0, last_nl = -1;
-    while (FL(c, pos + nws, e) & UCF_SPACE) {
-        if (is_crlf(c->cp[pos + nws])) last_nl = pos + nws + 1;
-        nws++;
-    }
-    if (last_nl >= 0) return last_nl - pos; /* \s*[\r\n]+ */
-    if (nws > 1 && pos + nws < e) return nws - 1;
-    if (nws > 0) return nws;
-    return 1;
+    return punct_or_space(c, pos, e, true);
 }
 
 static bool in_str(uint32_t x, const char *set) { return x < 128 && x && strchr(set, (int)x) != NULL; }
