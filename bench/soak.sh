@@ -18,7 +18,13 @@
 #   - bench/soak_clients.py load: well-formed streamed and plain requests,
 #     hostile requests (malformed JSON, wrong types, oversized bodies, bad
 #     keys, unknown routes) and random disconnects (mid-stream, mid-headers,
-#     mid-body).
+#     mid-body);
+#   - with TENANTS=1 (the default; issue 26), two hostile tenants with keys
+#     of their own: soak_clients.py flood (16 threads of back-to-back
+#     64-token completions: each gets a 200 or its 429 client_queue_full)
+#     and soak_clients.py noread (8 streams of 2,000 tokens never read,
+#     ended by --stall-timeout 10 and replaced). The agents and the load
+#     above share the first key and must still see no error.
 # Samples (samples.csv): RSS (VmRSS), open fds (/proc/PID/fd), threads, and
 # from /metrics the running/waiting requests, KV blocks used/cached/pinned,
 # pins, request-body bytes held.
@@ -55,10 +61,13 @@ MODEL=${MODEL:-$SHARED/models/stories260K.gguf}
 BIN=${KVLOOM_BIN:-build/kvloom}
 KV_MEM=${KV_MEM:-1280K}
 AGENTS=${AGENTS:-8}
+TENANTS=${TENANTS:-1}
 SAMPLE_S=${SAMPLE_S:-5}
 SETTLE_S=${SETTLE_S:-90}
 OUT=${OUT:-$(mktemp -d /tmp/kvloom-soak.XXXXXX)}
 KEY=sk-soak-$$
+FKEY=sk-flood-$$
+NKEY=sk-noread-$$
 MAX_BODY=65536
 PY=python3
 HERE=$(dirname "$0")
@@ -69,8 +78,9 @@ pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT INT TERM
 
-"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" --api-key "$KEY" --kv-mem "$KV_MEM" \
-    --kv-disk "$OUT/kvdisk" --kv-ttl-max 20 --max-body $MAX_BODY -t 2 2> "$OUT/server.log" &
+"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" --api-key "$KEY" --api-key "$FKEY" --api-key "$NKEY" \
+    --kv-mem "$KV_MEM" --kv-disk "$OUT/kvdisk" --kv-ttl-max 20 --max-body $MAX_BODY --stall-timeout 10 -t 2 \
+    2> "$OUT/server.log" &
 SPID=$!
 pids="$SPID"
 i=0
@@ -127,6 +137,16 @@ pids="$pids $AB"
     --json "$OUT/clients.json" > "$OUT/clients.log" 2>&1 &
 CL=$!
 pids="$pids $CL"
+TN=""
+if [ "$TENANTS" = 1 ]; then
+    "$PY" "$HERE/soak_clients.py" flood --url "$URL" --seconds "$SECS" --api-key "$FKEY" --json "$OUT/flood.json" \
+        > "$OUT/flood.log" 2>&1 &
+    TN="$!"
+    "$PY" "$HERE/soak_clients.py" noread --url "$URL" --seconds "$SECS" --api-key "$NKEY" --json "$OUT/noread.json" \
+        > "$OUT/noread.log" 2>&1 &
+    TN="$TN $!"
+    pids="$pids $TN"
+fi
 
 end=$((T0 + SECS))
 while [ "$(date +%s)" -lt "$end" ]; do
@@ -135,6 +155,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 wait $CL
 wait $AB
+for p in $TN; do wait "$p"; done
 
 # settle: wait for the baseline (or SETTLE_S)
 settled=0
@@ -189,6 +210,22 @@ except (OSError, ValueError):
     cl = {"requests": {}, "n_requests": 0, "n_errors": 1, "error_samples": ["soak_clients.py wrote no summary"]}
 if cl["n_errors"]:
     msgs.append(f"soak_clients: {cl['n_errors']} errors, e.g. {cl['error_samples'][:3]}")
+tenants = {}
+for name in ("flood", "noread"):
+    try:
+        tenants[name] = json.load(open(f"{out}/{name}.json"))
+    except (OSError, ValueError):
+        continue
+    if tenants[name]["n_errors"]:
+        msgs.append(f"{name}: {tenants[name]['n_errors']} errors, e.g. {tenants[name]['error_samples'][:3]}")
+ttft = []
+for f in sorted(glob.glob(out + "/agentbench-*.json")):
+    d = json.load(open(f))
+    t = d.get("ttft_ms") or {}
+    if t.get("p50") is not None:
+        ttft.append(("ttft_p50_ms", t["p50"]))
+    if t.get("p99") is not None:
+        ttft.append(("ttft_p99_ms", t["p99"]))
 rss = [int(r["rss_kb"]) for r in rows]
 last = rows[-1]
 print(f"duration: {secs/60:.1f} min of load ({len(load)} samples), then {int(last['t_s']) - secs} s settling")
@@ -199,6 +236,14 @@ print(f"fds: start {rows[0]['fds']}, end {last['fds']}; threads: start {rows[0][
 print(f"engine: preemptions {last['preemptions']}, evicted blocks {last['evicted_blocks']}, "
       f"disk-restored tokens {last['disk_restored_tokens']}; end: running {last['running']}, waiting "
       f"{last['waiting']}, kv used/cached {last['kv_used']}/{last['kv_cached']}, pins {last['kv_pins']}")
+if tenants:
+    print("tenants: " + "; ".join(f"{k}: " + ", ".join(f"{c} {n}" for c, n in v["requests"].items())
+                                  for k, v in tenants.items()))
+if ttft:
+    p50 = [v for k, v in ttft if k == "ttft_p50_ms"]
+    p99 = [v for k, v in ttft if k == "ttft_p99_ms"]
+    print(f"agents' TTFT per round: p50 {statistics.median(p50):.0f} ms (median of rounds), "
+          f"p99 {max(p99):.0f} ms (worst round)")
 for m in msgs:
     print("FAIL: " + m)
 PYEOF

@@ -24,6 +24,17 @@ Two modes:
       have no expected answer; they are counted. Prints a JSON summary
       (and writes it to --json); exits 1 if any error was seen.
 
+  soak_clients.py flood --url URL --seconds S --api-key K [--threads N] [--json OUT]
+      A hostile tenant (issue 26): N threads (16) send completions of 64
+      tokens back to back with their own key. Each must get a 200 or a 429
+      (its per-client queue limit, with Retry-After); anything else is an
+      error. Counted: ok, limited (429).
+
+  soak_clients.py noread --url URL --seconds S --api-key K [--streams N] [--json OUT]
+      A tenant that never reads: N streams (8) of 2,000 tokens kept open
+      without reading a byte; a stream the server ends (--stall-timeout) is
+      replaced. Counted: streams opened, and closed by the server.
+
   soak_clients.py agentbench --api-key K -- AGENTBENCH_ARGS...
       Runs ../shared/bench/agentbench.py with 'Authorization: Bearer K' added
       to its requests (agentbench has no key option), so that the soak can
@@ -277,6 +288,94 @@ def load(a):
     return 1 if out["n_errors"] else 0
 
 
+def write_summary(a, out):
+    s = json.dumps(out, indent=1)
+    print(s)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(s + "\n")
+    return 1 if out.get("n_errors") else 0
+
+
+def flood(a):
+    st = Stats()
+    end = time.monotonic() + a.seconds
+
+    def worker(i):
+        cl = Client(a.url, a.api_key, 8 << 20, a.seed * 1000 + i)
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "ignore_eos": True})
+        while time.monotonic() < end:
+            try:
+                s, b = cl.call("POST", "/v1/completions", body)
+                if s == 200:
+                    st.ok("flood_ok")
+                elif s == 429 and b"client-max-queued" in b:
+                    st.ok("flood_limited")
+                    time.sleep(0.05)
+                else:
+                    st.err("flood", f"HTTP {s}: {b[:200]!r}")
+            except Exception as e:  # noqa: BLE001
+                st.err("flood", f"{type(e).__name__}: {e}")
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(a.threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
+                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
+                             "error_samples": st.samples})
+
+
+def noread(a):
+    st = Stats()
+    end = time.monotonic() + a.seconds
+    u = urllib.parse.urlparse(a.url)
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": True, "stream": True,
+                       "logprobs": 5}).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+           b"Authorization: Bearer " + a.api_key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+           b"\r\n\r\n" + body)
+    socks = []
+    while time.monotonic() < end:
+        while len(socks) < a.streams:
+            try:
+                s = socket.create_connection((u.hostname, u.port), timeout=10)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.sendall(req)
+                socks.append(s)
+                st.ok("noread_opened")
+            except OSError as e:
+                st.err("noread", f"{type(e).__name__}: {e}")
+                break
+        time.sleep(1)
+        alive = []
+        for s in socks:  # peek without reading: a socket the server closed reads EOF after its buffered bytes
+            try:
+                s.setblocking(False)
+                gone = False
+                try:
+                    d = s.recv(1, socket.MSG_PEEK)
+                    gone = d == b""
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    gone = True
+                if gone:
+                    s.close()
+                    st.ok("noread_closed_by_server")
+                else:
+                    alive.append(s)
+            except OSError:
+                s.close()
+        socks = alive
+    for s in socks:
+        s.close()
+    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
+                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
+                             "error_samples": st.samples})
+
+
 def agentbench(a, rest):
     orig = http.client.HTTPConnection.request
 
@@ -306,6 +405,14 @@ def main():
     lp.add_argument("--max-body", type=int, default=8 << 20)
     lp.add_argument("--json", default="")
     lp.add_argument("--seed", type=int, default=1)
+    for mode, flag, n in (("flood", "--threads", 16), ("noread", "--streams", 8)):
+        mp = sub.add_parser(mode)
+        mp.add_argument("--url", required=True)
+        mp.add_argument("--seconds", type=float, required=True)
+        mp.add_argument("--api-key", required=True)
+        mp.add_argument(flag, type=int, default=n)
+        mp.add_argument("--json", default="")
+        mp.add_argument("--seed", type=int, default=1)
     bp = sub.add_parser("agentbench")
     bp.add_argument("--api-key", required=True)
     bp.add_argument("--agentbench", default="", help="path of agentbench.py (default ../shared/bench/)")
@@ -315,6 +422,10 @@ def main():
         rest = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
     a = ap.parse_args(argv)
+    if a.mode == "flood":
+        return flood(a)
+    if a.mode == "noread":
+        return noread(a)
     return load(a) if a.mode == "load" else agentbench(a, rest)
 
 

@@ -244,6 +244,14 @@ static void test_other_apis(void) {
 /* Completions' echo / suffix / best_of and guided_regex: parsed and built
  * (a grammar from the regex), or refused naming the field; stories260K has
  * no fill-in-the-middle tokens, so suffix is the builder's 400. */
+/* oai_parse of a /v1/completions body given as text. */
+static int parse_completion(const char *text, oai_params *p, const char **param, err_t *e) {
+    json_t *b = body(text);
+    int r = oai_parse(b, OAI_COMPLETION, tok_n_vocab(rc.tok), p, param, e);
+    json_decref(b);
+    return r;
+}
+
 static void test_completion_extras(void) {
     static const struct {
         const char *body, *param; /* param NULL: accepted and built */
@@ -263,12 +271,10 @@ static void test_completion_extras(void) {
         {"{\"prompt\":\"Hi\",\"suffix\":\"the end\"}", "suffix"}, /* no FIM tokens */
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-        json_t *b = body(cases[i].body);
         oai_params p;
         const char *param = NULL;
         err_t e = {0};
-        int r = oai_parse(b, OAI_COMPLETION, tok_n_vocab(rc.tok), &p, &param, &e);
-        json_decref(b);
+        int r = parse_completion(cases[i].body, &p, &param, &e);
         gen_fail f = {0};
         req *q = NULL;
         if (r == 0) {
@@ -303,12 +309,10 @@ static void test_logprob_budget(void) {
         {"{\"prompt\":\"a\"}", -1},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
-        json_t *b = body(cases[i].body);
         oai_params p;
         const char *param = NULL;
         err_t e = {0};
-        int r = oai_parse(b, OAI_COMPLETION, tok_n_vocab(rc.tok), &p, &param, &e);
-        json_decref(b);
+        int r = parse_completion(cases[i].body, &p, &param, &e);
         if (cases[i].max_tokens == 0) {
             CHECK_MSG(r < 0 && param && !strcmp(param, "max_tokens") && strstr(e.msg, "at most 262144"), "%s: %d %s",
                       cases[i].body, r, e.msg);
