@@ -584,6 +584,18 @@ static void check_mask_budget(int port) {
     CHECK_MSG(r.status == 200, "an unconstrained request: %d %.300s", r.status, r.body);
     resp_free(&r);
     CHECK(metric(port, "kvloom_grammar_mask_budget_failed_total") == 2);
+    /* --stall-timeout 1 with 10 ms steps: a non-streamed n = 2 answer reads
+     * its forks one after the other, so the second's tokens wait untaken for
+     * the ~1.5 s of the first; that is not a stalled client (before: the
+     * second was cancelled, a 503 "did not read its output", seen in the
+     * soak with tenants under load at --stall-timeout 10) */
+    CHECK(http_do(port, "POST", "/v1/completions", NULL,
+                  "{\"prompt\":\"Once\",\"max_tokens\":150,\"ignore_eos\":true,\"n\":2}", &r) == 0);
+    json_t *o = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+    CHECK_MSG(o && json_array_size(json_object_get(o, "choices")) == 2 && usage_int(o, "completion_tokens") == 300,
+              "n 2, read in turn, past --stall-timeout: %d %.300s", r.status, r.body);
+    json_decref(o);
+    resp_free(&r);
 }
 
 /* ---- 12. one client's queue (finding 7) ---- */
@@ -724,7 +736,8 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", disk);
     CHECK(system(cmd) == 0);
     srv mb;
-    const char *flags_mb[] = {"--grammar-mask-budget", "2", "--mask-spin-us", "20000", "--kv-mem", "8M", "-t", "1", NULL};
+    const char *flags_mb[] = {"--grammar-mask-budget", "2", "--mask-spin-us", "20000", "--stall-timeout", "1",
+                              "--step-delay-us", "10000", "--kv-mem", "8M", "-t", "1", NULL};
     rc = srv_start(&mb, flags_mb);
     CHECK_MSG(rc == 0, "server did not start");
     if (rc == 0) {

@@ -1023,7 +1023,7 @@ static void take_submitted(engine *en) {
  * than stall_timeout_ms (the clock restarts whenever the reader takes some:
  * a slow reader is not a stalled one). */
 static bool seq_stalled(engine *en, seq *s, int64_t now) {
-    if (en->o.stall_timeout_ms <= 0) return false;
+    if (en->o.stall_timeout_ms <= 0 || s->r->no_stall) return false;
     int n_read = atomic_load(&s->r->n_read);
     if (n_read >= s->n_generated) {
         s->stall_since_ns = 0;

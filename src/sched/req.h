@@ -78,6 +78,11 @@ typedef struct req {
     float *bias_vals;
     int n_bias;
     bool no_spec;          /* no speculative decoding for this request           */
+    bool no_stall;         /* exempt from engine_opts.stall_timeout_ms: its reader
+                              takes its tokens only in turn (a fork of a
+                              non-streamed n > 1 answer, read after the ones
+                              before it); its client's socket is watched
+                              instead                                        */
     const char *trigger_skip_open;  /* a lazy grammar's trigger does not count  */
     const char *trigger_skip_close; /* between these (static strings, e.g. the
                                        reasoning of "<think>" ... "</think>")  */

@@ -553,6 +553,7 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     r->kv_next_use_s = p->kv_next_use;
     r->kv_done = p->kv_done;
     r->priority = p->priority;
+    r->no_stall = p->no_stall;
     return r;
 fail:
     free(ids);

@@ -150,6 +150,8 @@ typedef struct oai_params {
     char *user;
     int priority;
     char *cache_salt;
+    bool no_stall;           /* set by the server for the forks of a non-streamed
+                                answer (req.no_stall), never from the body     */
     bool continue_final;     /* chat: a final assistant message is a prefill the
                                 answer continues (set by the Anthropic route)  */
 } oai_params;

@@ -108,6 +108,10 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
         int st = !b ? 503 : oai_parse(b, kind, tok_n_vocab(rc->tok), &q, &param, &e) < 0 ? 400 : 0;
         json_decref(b);
         if (per > p->n && q.n_logprobs < 0) q.n_logprobs = 0; /* the ranking needs each token's logprob */
+        /* not streamed, the forks are read one after the other: the later
+         * ones' tokens wait untaken, which is not a stalled client (their
+         * --stall-timeout cancelled them under load: the soak with tenants) */
+        q.no_stall = !p->stream;
         for (int j = 0; !st && j < per; j++) {
             if (q.seed_set) q.sp.seed = p->sp.seed + (uint64_t)j; /* forks differ, reproducibly */
             if (!(gs[k] = gen_start(rc, x, &q, oai_route_of(kind)->path, t0, &f))) {

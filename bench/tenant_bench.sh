@@ -1,0 +1,95 @@
+#!/bin/sh
+# tenant_bench.sh — 8 well-behaved agents beside one hostile tenant at a
+# time (issue 26's benchmark): the agents' TTFT p50/p99, throughput and
+# errors alone, beside a flooding tenant and beside a tenant that never
+# reads its streams, on one server, rounds interleaved.
+#
+#   bench/tenant_bench.sh    env: MODEL (../shared/models/stories260K.gguf),
+#                            KVLOOM_BIN (build/kvloom), ROUNDS (3), AGENTS (8),
+#                            TURNS (4), OUT (a temp dir, kept)
+#
+# The server has one key per tenant (--api-key x3, so each tenant is a
+# client of its own for the fair admission) and --stall-timeout 10. Each
+# round runs agentbench.py with the same seed three times: alone, with
+# soak_clients.py flood (16 threads of back-to-back 64-token completions
+# under their own key) and with soak_clients.py noread (8 streams of 2,000
+# tokens never read). Printed: per condition the median over rounds of the
+# agents' TTFT p50 and p99 and of out tok/s, the ratio to "alone", and the
+# agents' errors (the issue's bar: within 1.5x, no error). Hold the bench
+# lock: flock /tmp/kvloom-bench.lock sh bench/tenant_bench.sh
+set -u
+SHARED=${KVLOOM_SHARED:-../shared}
+MODEL=${MODEL:-$SHARED/models/stories260K.gguf}
+BIN=${KVLOOM_BIN:-build/kvloom}
+ROUNDS=${ROUNDS:-3}
+AGENTS=${AGENTS:-8}
+TURNS=${TURNS:-4}
+OUT=${OUT:-$(mktemp -d /tmp/kvloom-tenants.XXXXXX)}
+HERE=$(dirname "$0")
+PY=python3
+KEY=sk-agents-$$
+FKEY=sk-flood-$$
+NKEY=sk-noread-$$
+mkdir -p "$OUT"
+pids=""
+cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; }
+trap cleanup EXIT INT TERM
+
+"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" --api-key "$KEY" --api-key "$FKEY" --api-key "$NKEY" \
+    --stall-timeout 10 -t 1 2> "$OUT/server.log" &
+SPID=$!
+pids="$SPID"
+i=0
+until [ -s "$OUT/port" ]; do
+    i=$((i + 1)); [ $i -gt 300 ] && { echo "tenant_bench: the server did not start" >&2; exit 1; }
+    sleep 0.2
+done
+URL=http://127.0.0.1:$(cat "$OUT/port")
+
+agents() { # json
+    "$PY" "$HERE/soak_clients.py" agentbench --api-key "$KEY" --agentbench "$SHARED/bench/agentbench.py" -- \
+        --url "$URL" --agents "$AGENTS" --turns "$TURNS" --gen 32 --sys-words 200 --tool-words 40 \
+        --user-words 5-10 --tool-pause 0.2-1 --tool-result-words 10-30 --stagger 1 --timeout 300 --seed 7 \
+        --warmup 0 --json "$1" > "$1.log" 2>&1
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+    agents "$OUT/alone-$r.json"
+    "$PY" "$HERE/soak_clients.py" flood --url "$URL" --seconds 600 --api-key "$FKEY" --json "$OUT/flood-$r.tenant.json" \
+        > /dev/null 2>&1 &
+    H=$!
+    pids="$pids $H"
+    sleep 2
+    agents "$OUT/flood-$r.json"
+    kill "$H" 2>/dev/null
+    wait "$H" 2>/dev/null
+    "$PY" "$HERE/soak_clients.py" noread --url "$URL" --seconds 600 --api-key "$NKEY" \
+        --json "$OUT/noread-$r.tenant.json" > /dev/null 2>&1 &
+    H=$!
+    pids="$pids $H"
+    sleep 2
+    agents "$OUT/noread-$r.json"
+    kill "$H" 2>/dev/null
+    wait "$H" 2>/dev/null
+    sleep 12 # the non-read streams end (--stall-timeout 10)
+done
+curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" > "$OUT/metrics.txt"
+
+"$PY" - "$OUT" "$ROUNDS" <<'PYEOF'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+rows = {}
+for cond in ("alone", "flood", "noread"):
+    d = [json.load(open(f"{out}/{cond}-{r}.json")) for r in range(1, rounds + 1)]
+    rows[cond] = {"p50": statistics.median(x["ttft_ms"]["p50"] for x in d),
+                  "p99": statistics.median(x["ttft_ms"]["p99"] for x in d),
+                  "tps": statistics.median(x["out_tok_per_s"] for x in d),
+                  "errors": sum(x["errors"] for x in d), "requests": sum(x["requests"] for x in d)}
+a = rows["alone"]
+print(f"{'condition':8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7}  ratios to alone (p50, p99, tok/s)")
+for cond, v in rows.items():
+    print(f"{cond:8} {v['p50']:12.1f} {v['p99']:12.1f} {v['tps']:10.1f} {v['errors']:4}/{v['requests']:<4} "
+          f"{v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
+PYEOF
+grep -E "^kvloom_(fair_preemptions_total|client_refused_total|requests_stalled_total) " "$OUT/metrics.txt"
+echo "tenant_bench: output in $OUT"
