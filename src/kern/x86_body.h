@@ -823,22 +823,33 @@ static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn
     const int ns = (nk + 7) & ~7; /* K^T tile row stride */
     float *kt = scratch, *vt = kt + (size_t)hd * ATTN_CHUNK, *sc = vt + (size_t)hd * ATTN_CHUNK;
     const int e0 = kv_head * hd;
-    for (int i = 0; i < nk; i++) {
-        const int p = p0 + i, j = p % B;
+    for (int i = 0; i < nk;) { /* a block's run of positions at a time */
+        const int p = p0 + i, j = p % B, run = MIN(B - j, nk - i);
         const int8_t *kb = (const int8_t *)(v->k + (size_t)v->block_table[p / B] * v->block_stride);
         const int8_t *vb = (const int8_t *)(v->v + (size_t)v->block_table[p / B] * v->block_stride);
         const uint16_t *ks = (const uint16_t *)(kb + (size_t)B * kv_dim), *vs = (const uint16_t *)(vb + (size_t)B * kv_dim);
-        for (int d = 0; d < hd; d++) {
+        for (int d = 0; d < hd; d++) { /* K^T: the run's positions are contiguous, values and scales */
             const int e = e0 + d;
-            kt[(size_t)d * ns + i] = f16s(ks[(size_t)(e / G) * B + j]) * (float)kb[(size_t)e * B + j];
+            const int8_t *kq = kb + (size_t)e * B + j;
+            const uint16_t *kd = ks + (size_t)(e / G) * B + j;
+            float *dst = kt + (size_t)d * ns + i;
+            int r = 0;
+            for (; r + 8 <= run; r += 8) {
+                const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(kq + r))));
+                _mm256_storeu_ps(dst + r, _mm256_mul_ps(load8_f16(kd + r), q));
+            }
+            for (; r < run; r++) dst[r] = f16s(kd[r]) * (float)kq[r];
         }
-        const int8_t *vr = vb + (size_t)j * kv_dim + e0;
-        float *vo = vt + (size_t)i * hd;
-        for (int d = 0; d < hd; d += 8) {
-            const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vr + d))));
-            const __m256 dv = _mm256_set1_ps(f16s(vs[(size_t)j * ng + (e0 + d) / G]));
-            _mm256_storeu_ps(vo + d, _mm256_mul_ps(q, dv)); /* G is 32 or hd: 8 dims share a scale */
+        for (int r = 0; r < run; r++) {
+            const int8_t *vr = vb + (size_t)(j + r) * kv_dim + e0;
+            float *vo = vt + (size_t)(i + r) * hd;
+            for (int d = 0; d < hd; d += 8) {
+                const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vr + d))));
+                const __m256 dv = _mm256_set1_ps(f16s(vs[(size_t)(j + r) * ng + (e0 + d) / G]));
+                _mm256_storeu_ps(vo + d, _mm256_mul_ps(q, dv)); /* G is 32 or hd: 8 dims share a scale */
+            }
         }
+        i += run;
     }
     for (int t = 0; t < n_tok; t++)
         for (int g = 0; g < n_head; g++) {
