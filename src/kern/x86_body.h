@@ -803,14 +803,17 @@ static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *const 
         }
 }
 
-/* attn_part over a q8_0 cache (attn.h): the chunk's K and V rows of this
- * kv head are widened once into f32 tiles for the whole group (K^T: d by
- * position; V: position by d), then each query alone: scores 8 positions
- * at a time (an FMA chain over d per lane, in d order), its max, exp and
- * sum in position order, and the output 8 dims at a time (an FMA chain
- * over positions per lane). Every step of a query depends only on its own
- * q, p0, p1 and the rows, so grouping never changes its bits. Needs
- * head_dim % 8 == 0 (else the scalar part). */
+/* attn_part over a q8_0 cache (attn.h), reading the int8 rows directly
+ * with each group's scale folded in once: a score is
+ *   sum over the G-dim groups of d_group * (sum_d q[d] * k8[d]),
+ * 8 positions at a time (K^T: a block's positions are contiguous, values
+ * and scales), and the output o[d] = sum_i (e_i * d_i) * v8_i[d], 8 dims at
+ * a time (G is 32 or hd: 8 dims share a scale). Queries go Q8_QB at a time
+ * sharing each widened int8 vector; every one runs its own FMA chains in a
+ * fixed order (a vector lane and the scalar tail's fmaf give the same
+ * bits), so a query's result never depends on its group. Needs head_dim %
+ * 8 == 0 (else the scalar part). */
+#define Q8_QB 4
 static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
                          float scale, float *scratch) {
     const int hd = v->head_dim, B = v->block_tokens, G = v->q8_group, kv_dim = v->kv_dim, ng = kv_dim / G;
@@ -818,70 +821,87 @@ static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn
         attn_part_q8_scalar(v, kv_head, n_head, qs, n_tok, p0, scale, scratch);
         return;
     }
-    int nk = 0;
-    for (int t = 0; t < n_tok; t++) nk = MAX(nk, qs[t].p1 - p0);
-    const int ns = (nk + 7) & ~7; /* K^T tile row stride */
-    float *kt = scratch, *vt = kt + (size_t)hd * ATTN_CHUNK, *sc = vt + (size_t)hd * ATTN_CHUNK;
-    const int e0 = kv_head * hd;
-    for (int i = 0; i < nk;) { /* a block's run of positions at a time */
-        const int p = p0 + i, j = p % B, run = MIN(B - j, nk - i);
-        const int8_t *kb = (const int8_t *)(v->k + (size_t)v->block_table[p / B] * v->block_stride);
-        const int8_t *vb = (const int8_t *)(v->v + (size_t)v->block_table[p / B] * v->block_stride);
-        const uint16_t *ks = (const uint16_t *)(kb + (size_t)B * kv_dim), *vs = (const uint16_t *)(vb + (size_t)B * kv_dim);
-        for (int d = 0; d < hd; d++) { /* K^T: the run's positions are contiguous, values and scales */
-            const int e = e0 + d;
-            const int8_t *kq = kb + (size_t)e * B + j;
-            const uint16_t *kd = ks + (size_t)(e / G) * B + j;
-            float *dst = kt + (size_t)d * ns + i;
+    const int e0 = kv_head * hd, n_q = n_tok * n_head;
+    for (int r0 = 0; r0 < n_q; r0 += Q8_QB) {
+        const int nb = MIN(Q8_QB, n_q - r0);
+        const float *qv[Q8_QB];
+        float *sc[Q8_QB];
+        int n[Q8_QB], nk = 0;
+        for (int a = 0; a < nb; a++) {
+            const int t = (r0 + a) / n_head, g = (r0 + a) % n_head;
+            qv[a] = qs[t].q + (size_t)g * hd;
+            sc[a] = scratch + (size_t)a * ATTN_CHUNK;
+            n[a] = qs[t].p1 - p0;
+            nk = MAX(nk, n[a]);
+        }
+        /* scores */
+        for (int i = 0; i < nk;) {
+            const int p = p0 + i, j = p % B, run = MIN(B - j, nk - i);
+            const int8_t *kb = (const int8_t *)(v->k + (size_t)v->block_table[p / B] * v->block_stride);
+            const uint16_t *ks = (const uint16_t *)(kb + (size_t)B * kv_dim);
             int r = 0;
             for (; r + 8 <= run; r += 8) {
-                const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(kq + r))));
-                _mm256_storeu_ps(dst + r, _mm256_mul_ps(load8_f16(kd + r), q));
+                __m256 acc[Q8_QB];
+                for (int a = 0; a < nb; a++) acc[a] = _mm256_setzero_ps();
+                for (int d0 = 0; d0 < hd; d0 += G) {
+                    __m256 ag[Q8_QB];
+                    for (int a = 0; a < nb; a++) ag[a] = _mm256_setzero_ps();
+                    for (int d = d0; d < d0 + G; d++) {
+                        const __m256 x = _mm256_cvtepi32_ps(
+                            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(kb + (size_t)(e0 + d) * B + j + r))));
+                        for (int a = 0; a < nb; a++) ag[a] = _mm256_fmadd_ps(_mm256_set1_ps(qv[a][d]), x, ag[a]);
+                    }
+                    const __m256 dv = load8_f16(ks + (size_t)((e0 + d0) / G) * B + j + r);
+                    for (int a = 0; a < nb; a++) acc[a] = _mm256_fmadd_ps(dv, ag[a], acc[a]);
+                }
+                for (int a = 0; a < nb; a++) _mm256_storeu_ps(sc[a] + i + r, _mm256_mul_ps(acc[a], _mm256_set1_ps(scale)));
             }
-            for (; r < run; r++) dst[r] = f16s(kd[r]) * (float)kq[r];
+            for (; r < run; r++)
+                for (int a = 0; a < nb; a++) {
+                    float acc = 0;
+                    for (int d0 = 0; d0 < hd; d0 += G) {
+                        float ag = 0;
+                        for (int d = d0; d < d0 + G; d++) ag = fmaf(qv[a][d], (float)kb[(size_t)(e0 + d) * B + j + r], ag);
+                        acc = fmaf(f16s(ks[(size_t)((e0 + d0) / G) * B + j + r]), ag, acc);
+                    }
+                    sc[a][i + r] = acc * scale;
+                }
+            i += run;
         }
-        for (int r = 0; r < run; r++) {
-            const int8_t *vr = vb + (size_t)(j + r) * kv_dim + e0;
-            float *vo = vt + (size_t)(i + r) * hd;
-            for (int d = 0; d < hd; d += 8) {
-                const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vr + d))));
-                const __m256 dv = _mm256_set1_ps(f16s(vs[(size_t)(j + r) * ng + (e0 + d) / G]));
-                _mm256_storeu_ps(vo + d, _mm256_mul_ps(q, dv)); /* G is 32 or hd: 8 dims share a scale */
+        /* softmax weights, each query over its own positions in order */
+        float mx[Q8_QB], sum[Q8_QB];
+        for (int a = 0; a < nb; a++) {
+            mx[a] = -INFINITY, sum[a] = 0;
+            for (int i = 0; i < n[a]; i++) mx[a] = fmaxf(mx[a], sc[a][i]);
+            for (int i = 0; i < n[a]; i++) {
+                sc[a][i] = expf(sc[a][i] - mx[a]);
+                sum[a] += sc[a][i];
             }
         }
-        i += run;
+        /* values */
+        for (int d = 0; d < hd; d += 8) {
+            __m256 acc[Q8_QB];
+            for (int a = 0; a < nb; a++) acc[a] = _mm256_setzero_ps();
+            for (int i = 0; i < nk; i++) {
+                const int p = p0 + i, j = p % B;
+                const int8_t *vb = (const int8_t *)(v->v + (size_t)v->block_table[p / B] * v->block_stride);
+                const float dv = f16s(((const uint16_t *)(vb + (size_t)B * kv_dim))[(size_t)j * ng + (e0 + d) / G]);
+                const __m256 x = _mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vb + (size_t)j * kv_dim + e0 + d))));
+                for (int a = 0; a < nb; a++)
+                    if (i < n[a]) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(sc[a][i] * dv), x, acc[a]);
+            }
+            for (int a = 0; a < nb; a++) {
+                const int t = (r0 + a) / n_head, g = (r0 + a) % n_head;
+                _mm256_storeu_ps(qs[t].o + (size_t)g * hd + d, acc[a]);
+            }
+        }
+        for (int a = 0; a < nb; a++) {
+            const int t = (r0 + a) / n_head, g = (r0 + a) % n_head;
+            qs[t].m[g] = mx[a];
+            qs[t].l[g] = sum[a];
+        }
     }
-    for (int t = 0; t < n_tok; t++)
-        for (int g = 0; g < n_head; g++) {
-            const int n = qs[t].p1 - p0;
-            const float *qg = qs[t].q + (size_t)g * hd;
-            float *og = qs[t].o + (size_t)g * hd;
-            int i = 0;
-            for (; i + 8 <= n; i += 8) {
-                __m256 acc = _mm256_setzero_ps();
-                for (int d = 0; d < hd; d++)
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(qg[d]), _mm256_loadu_ps(kt + (size_t)d * ns + i), acc);
-                _mm256_storeu_ps(sc + i, _mm256_mul_ps(acc, _mm256_set1_ps(scale)));
-            }
-            for (; i < n; i++) {
-                float acc = 0;
-                for (int d = 0; d < hd; d++) acc = fmaf(qg[d], kt[(size_t)d * ns + i], acc);
-                sc[i] = acc * scale;
-            }
-            float mx = -INFINITY, sum = 0;
-            for (i = 0; i < n; i++) mx = fmaxf(mx, sc[i]);
-            for (i = 0; i < n; i++) {
-                sc[i] = expf(sc[i] - mx);
-                sum += sc[i];
-            }
-            for (int d = 0; d < hd; d += 8) {
-                __m256 acc = _mm256_setzero_ps();
-                for (i = 0; i < n; i++) acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[i]), _mm256_loadu_ps(vt + (size_t)i * hd + d), acc);
-                _mm256_storeu_ps(og + d, acc);
-            }
-            qs[t].m[g] = mx;
-            qs[t].l[g] = sum;
-        }
 }
 
 static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0, float scale,
