@@ -803,15 +803,17 @@ static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *const 
         }
 }
 
-/* attn_part over a q8_0 cache (attn.h), reading the int8 rows directly
- * with each group's scale folded in once: a score is
- *   sum over the G-dim groups of d_group * (sum_d q[d] * k8[d]),
+/* attn_part over a q8_0 cache (attn.h), each G-dim group's scale folded
+ * in once: a score is sum over the groups of d_group * (sum_d q[d] * k8[d]),
  * 8 positions at a time (K^T: a block's positions are contiguous, values
  * and scales), and the output o[d] = sum_i (e_i * d_i) * v8_i[d], 8 dims at
  * a time (G is 32 or hd: 8 dims share a scale). Queries go Q8_QB at a time
- * sharing each widened int8 vector; every one runs its own FMA chains in a
- * fixed order (a vector lane and the scalar tail's fmaf give the same
- * bits), so a query's result never depends on its group. Needs head_dim %
+ * sharing each operand vector, each with its own FMA chains in a fixed
+ * order (a vector lane and the scalar tail's fmaf give the same bits).
+ * Small groups (decode) widen the int8 rows as they use them; larger ones
+ * (prefill) widen the chunk once into f32 tiles of the int8 values and of
+ * the scales first. An int8 widens to f32 exactly, so both read the same
+ * operands and a query's bits never depend on its group. Needs head_dim %
  * 8 == 0 (else the scalar part). */
 #define Q8_QB 4
 static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0,
@@ -821,7 +823,32 @@ static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn
         attn_part_q8_scalar(v, kv_head, n_head, qs, n_tok, p0, scale, scratch);
         return;
     }
-    const int e0 = kv_head * hd, n_q = n_tok * n_head;
+    const int e0 = kv_head * hd, n_q = n_tok * n_head, hg = hd / G;
+    int nk_all = 0;
+    for (int t = 0; t < n_tok; t++) nk_all = MAX(nk_all, qs[t].p1 - p0);
+    const bool tiled = n_q > Q8_QB;
+    /* tiles (attn_part_scratch_floats: 2 hd + 48 floats a position) */
+    float *sc0 = scratch, *kt = sc0 + (size_t)Q8_QB * ATTN_CHUNK, *vt = kt + (size_t)hd * ATTN_CHUNK;
+    float *ksc = vt + (size_t)hd * ATTN_CHUNK, *vsc = ksc + (size_t)hg * ATTN_CHUNK;
+    if (tiled)
+        for (int i = 0; i < nk_all;) {
+            const int p = p0 + i, j = p % B, run = MIN(B - j, nk_all - i);
+            const int8_t *kb = (const int8_t *)(v->k + (size_t)v->block_table[p / B] * v->block_stride);
+            const int8_t *vb = (const int8_t *)(v->v + (size_t)v->block_table[p / B] * v->block_stride);
+            const uint16_t *ks = (const uint16_t *)(kb + (size_t)B * kv_dim), *vs = (const uint16_t *)(vb + (size_t)B * kv_dim);
+            for (int d = 0; d < hd; d++)
+                for (int r = 0; r < run; r++) kt[(size_t)d * ATTN_CHUNK + i + r] = (float)kb[(size_t)(e0 + d) * B + j + r];
+            for (int g = 0; g < hg; g++)
+                for (int r = 0; r < run; r++) ksc[(size_t)g * ATTN_CHUNK + i + r] = f16s(ks[(size_t)(e0 / G + g) * B + j + r]);
+            for (int r = 0; r < run; r++) {
+                for (int d = 0; d < hd; d += 8)
+                    _mm256_storeu_ps(vt + (size_t)(i + r) * hd + d,
+                                     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                         _mm_loadl_epi64((const __m128i *)(vb + (size_t)(j + r) * kv_dim + e0 + d)))));
+                for (int g = 0; g < hg; g++) vsc[(size_t)(i + r) * hg + g] = f16s(vs[(size_t)(j + r) * ng + e0 / G + g]);
+            }
+            i += run;
+        }
     for (int r0 = 0; r0 < n_q; r0 += Q8_QB) {
         const int nb = MIN(Q8_QB, n_q - r0);
         const float *qv[Q8_QB];
@@ -830,7 +857,7 @@ static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn
         for (int a = 0; a < nb; a++) {
             const int t = (r0 + a) / n_head, g = (r0 + a) % n_head;
             qv[a] = qs[t].q + (size_t)g * hd;
-            sc[a] = scratch + (size_t)a * ATTN_CHUNK;
+            sc[a] = sc0 + (size_t)a * ATTN_CHUNK;
             n[a] = qs[t].p1 - p0;
             nk = MAX(nk, n[a]);
         }
@@ -843,15 +870,17 @@ static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn
             for (; r + 8 <= run; r += 8) {
                 __m256 acc[Q8_QB];
                 for (int a = 0; a < nb; a++) acc[a] = _mm256_setzero_ps();
-                for (int d0 = 0; d0 < hd; d0 += G) {
+                for (int g = 0; g < hg; g++) {
                     __m256 ag[Q8_QB];
                     for (int a = 0; a < nb; a++) ag[a] = _mm256_setzero_ps();
-                    for (int d = d0; d < d0 + G; d++) {
-                        const __m256 x = _mm256_cvtepi32_ps(
-                            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(kb + (size_t)(e0 + d) * B + j + r))));
+                    for (int d = g * G; d < (g + 1) * G; d++) {
+                        const __m256 x = tiled ? _mm256_loadu_ps(kt + (size_t)d * ATTN_CHUNK + i + r)
+                                               : _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                                     (const __m128i *)(kb + (size_t)(e0 + d) * B + j + r))));
                         for (int a = 0; a < nb; a++) ag[a] = _mm256_fmadd_ps(_mm256_set1_ps(qv[a][d]), x, ag[a]);
                     }
-                    const __m256 dv = load8_f16(ks + (size_t)((e0 + d0) / G) * B + j + r);
+                    const __m256 dv = tiled ? _mm256_loadu_ps(ksc + (size_t)g * ATTN_CHUNK + i + r)
+                                            : load8_f16(ks + (size_t)(e0 / G + g) * B + j + r);
                     for (int a = 0; a < nb; a++) acc[a] = _mm256_fmadd_ps(dv, ag[a], acc[a]);
                 }
                 for (int a = 0; a < nb; a++) _mm256_storeu_ps(sc[a] + i + r, _mm256_mul_ps(acc[a], _mm256_set1_ps(scale)));
@@ -859,10 +888,11 @@ static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn
             for (; r < run; r++)
                 for (int a = 0; a < nb; a++) {
                     float acc = 0;
-                    for (int d0 = 0; d0 < hd; d0 += G) {
+                    for (int g = 0; g < hg; g++) {
                         float ag = 0;
-                        for (int d = d0; d < d0 + G; d++) ag = fmaf(qv[a][d], (float)kb[(size_t)(e0 + d) * B + j + r], ag);
-                        acc = fmaf(f16s(ks[(size_t)((e0 + d0) / G) * B + j + r]), ag, acc);
+                        for (int d = g * G; d < (g + 1) * G; d++)
+                            ag = fmaf(qv[a][d], tiled ? kt[(size_t)d * ATTN_CHUNK + i + r] : (float)kb[(size_t)(e0 + d) * B + j + r], ag);
+                        acc = fmaf(tiled ? ksc[(size_t)g * ATTN_CHUNK + i + r] : f16s(ks[(size_t)(e0 / G + g) * B + j + r]), ag, acc);
                     }
                     sc[a][i + r] = acc * scale;
                 }
@@ -883,11 +913,18 @@ static void attn_part_q8(const attn_view *v, int kv_head, int n_head, const attn
             __m256 acc[Q8_QB];
             for (int a = 0; a < nb; a++) acc[a] = _mm256_setzero_ps();
             for (int i = 0; i < nk; i++) {
-                const int p = p0 + i, j = p % B;
-                const int8_t *vb = (const int8_t *)(v->v + (size_t)v->block_table[p / B] * v->block_stride);
-                const float dv = f16s(((const uint16_t *)(vb + (size_t)B * kv_dim))[(size_t)j * ng + (e0 + d) / G]);
-                const __m256 x = _mm256_cvtepi32_ps(
-                    _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vb + (size_t)j * kv_dim + e0 + d))));
+                float dv;
+                __m256 x;
+                if (tiled) {
+                    dv = vsc[(size_t)i * hg + d / G];
+                    x = _mm256_loadu_ps(vt + (size_t)i * hd + d);
+                } else {
+                    const int p = p0 + i, j = p % B;
+                    const int8_t *vb = (const int8_t *)(v->v + (size_t)v->block_table[p / B] * v->block_stride);
+                    dv = f16s(((const uint16_t *)(vb + (size_t)B * kv_dim))[(size_t)j * ng + (e0 + d) / G]);
+                    x = _mm256_cvtepi32_ps(
+                        _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(vb + (size_t)j * kv_dim + e0 + d))));
+                }
                 for (int a = 0; a < nb; a++)
                     if (i < n[a]) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(sc[a][i] * dv), x, acc[a]);
             }
