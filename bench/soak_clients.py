@@ -172,7 +172,7 @@ class Client:
     BAD_JSON = [b"{", b"{\"prompt\": \"x\",}", b"not json", b"[1,2", b"{\"prompt\": \"\\ud800\"",
                 b"\xff\xfe{}", b"{\"messages\": [}", b"", b"{\"a\":" * 50]
     BAD_TYPE = [{"prompt": 5}, {"prompt": "x", "max_tokens": "ten"}, {"prompt": "x", "temperature": "hot"},
-                {"prompt": "x", "stream": "yes"}, {"prompt": "x", "stop": 7}, {"prompt": "x", "n": 3},
+                {"prompt": "x", "stream": "yes"}, {"prompt": "x", "stop": 7}, {"prompt": "x", "n": 99},
                 {"prompt": "x", "max_tokens": -1}, {"prompt": "x", "top_p": 9},
                 {"prompt": "x", "logprobs": 1000}, {"prompt": [["nested"]]}]
     BAD_TYPE_CHAT = [{"messages": "hi"}, {"messages": []}, {"messages": [{"role": 5, "content": "x"}]},

@@ -10,7 +10,8 @@
 #
 # The server has one key per tenant (--api-key x3, so each tenant is a
 # client of its own for the fair admission) and --stall-timeout 10. Each
-# round runs agentbench.py with the same seed three times: alone, with
+# round runs agentbench.py with the same seed (after a discarded warm-up run,
+# so every run finds the same prompts cached) three times: alone, with
 # soak_clients.py flood (16 threads of back-to-back 64-token completions
 # under their own key) and with soak_clients.py noread (8 streams of 2,000
 # tokens never read). Printed: per condition the median over rounds of the
@@ -48,11 +49,12 @@ URL=http://127.0.0.1:$(cat "$OUT/port")
 
 agents() { # json
     "$PY" "$HERE/soak_clients.py" agentbench --api-key "$KEY" --agentbench "$SHARED/bench/agentbench.py" -- \
-        --url "$URL" --agents "$AGENTS" --turns "$TURNS" --gen 32 --sys-words 200 --tool-words 40 \
-        --user-words 5-10 --tool-pause 0.2-1 --tool-result-words 10-30 --stagger 1 --timeout 300 --seed 7 \
+        --url "$URL" --agents "$AGENTS" --turns "$TURNS" --gen 24 --sys-words 60 --tool-words 20 \
+        --user-words 3-6 --tool-pause 0.2-1 --tool-result-words 5-10 --stagger 1 --timeout 300 --seed 7 \
         --warmup 0 --json "$1" > "$1.log" 2>&1
 }
 
+agents "$OUT/warmup.json" # the same seed every run: each one finds the prompts cached alike
 for r in $(seq 1 "$ROUNDS"); do
     agents "$OUT/alone-$r.json"
     "$PY" "$HERE/soak_clients.py" flood --url "$URL" --seconds 600 --api-key "$FKEY" --json "$OUT/flood-$r.tenant.json" \

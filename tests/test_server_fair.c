@@ -204,6 +204,57 @@ static void check_client_limit(const model *m) {
     engine_free(en);
 }
 
+/* The pool runs out (40 blocks of 16 tokens; 4 sequences of client A and
+ * then one of B, 170 tokens each, want 55): the sequence that gives its
+ * blocks back is the newest of the client holding the most (A), not the
+ * newest overall (B's, which was preempted again and again and finished
+ * last). B finishes before at least two of A's; every output is the
+ * reference. */
+static void check_kv_victim(const model *m) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.max_running = 8;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 40;
+    o.step_delay_us = 1000;
+    o.check = true;
+    engine *en = NULL;
+    err_t e = {0};
+    CHECK_MSG(engine_new(m, &o, &en, &e) == 0, "engine_new: %s", e.msg);
+    if (!en) return;
+    req *rs[5];
+    for (int i = 0; i < 5; i++) {
+        rs[i] = mk(i % N_FAM, 150, i < 4 ? 0xA : 0xB, 0);
+        CHECK(engine_submit(en, rs[i], &e) == 0);
+        if (i == 3) usleep(20000); /* B's is the newest */
+    }
+    int order[5], n_done = 0;
+    bool done[5] = {0};
+    for (int spins = 0; spins < 60000 && n_done < 5; spins++) {
+        for (int i = 0; i < 5; i++) {
+            req_finish f;
+            if (!done[i] && (req_wait(rs[i], 0, 0, &f), f != REQ_RUNNING)) done[i] = true, order[n_done++] = i;
+        }
+        usleep(500);
+    }
+    CHECK_EQ_INT(n_done, 5);
+    int b_pos = -1;
+    for (int k = 0; k < n_done; k++)
+        if (order[k] == 4) b_pos = k;
+    engine_stats st;
+    engine_get_stats(en, &st);
+    printf("  kv victim: B finished %d of 5, %llu preemptions\n", b_pos + 1, (unsigned long long)st.preemptions_total);
+    CHECK_MSG(st.preemptions_total > 0, "the pool never ran out");
+    CHECK_MSG(b_pos >= 0 && b_pos <= 2, "B's request finished %d of 5 (the newest was the victim)", b_pos + 1);
+    int32_t out[A_GEN];
+    for (int i = 0; i < 5; i++) {
+        req_finish f;
+        CHECK_EQ_INT(finish(rs[i], out, A_GEN, &f), 150);
+        CHECK_MSG(!memcmp(out, ref[i % N_FAM], A_GEN * sizeof *out), "request %d: wrong tokens", i);
+        req_unref(rs[i]);
+    }
+    engine_free(en);
+}
+
 int main(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -234,6 +285,7 @@ int main(void) {
     check_flood(m);
     check_priority(m);
     check_client_limit(m);
+    check_kv_victim(m);
     model_free(m);
     return test_summary("test_server_fair");
 }

@@ -196,6 +196,7 @@ typedef struct client {
     double served;       /* tokens computed for it (virtual time)              */
     int n_prefilling;    /* running sequences still prefilling (this step)     */
     uint64_t seen_step;  /* fair_yield's count of the clients with work        */
+    int kv_blocks;       /* kv_victim's count of the blocks its running hold    */
 } client;
 
 struct engine {
@@ -1062,6 +1063,34 @@ static void drop_finished_controls(engine *en) {
     }
 }
 
+/* The sequence that gives its blocks back when the pool is out of them:
+ * the newest running sequence of the client holding the most blocks, when
+ * that client holds more than an even share of what the running hold
+ * (soak with tenants: 8 streams of one client that never read grew to fill
+ * the pool and the newest sequence, usually an agent's, was the one
+ * preempted, until agents' requests timed out after 120 s); else the newest
+ * running sequence, as before. */
+static seq *kv_victim(engine *en) {
+    int n_cl = 0, held = 0;
+    for (int i = 0; i < en->running.n; i++) seq_client(en, en->running.v[i])->kv_blocks = 0;
+    for (int i = 0; i < en->running.n; i++) {
+        seq *s = en->running.v[i];
+        client *c = seq_client(en, s);
+        n_cl += c->kv_blocks == 0;
+        c->kv_blocks += s->n_blocks + (s->n_blocks == 0); /* (a client counted once even with 0 blocks) */
+        held += s->n_blocks;
+    }
+    client *top = NULL;
+    for (int i = 0; i < en->running.n; i++) {
+        client *c = seq_client(en, en->running.v[i]);
+        if (!top || c->kv_blocks > top->kv_blocks) top = c;
+    }
+    if (n_cl > 1 && top && top->kv_blocks > held / n_cl)
+        for (int i = en->running.n - 1; i >= 0; i--)
+            if (seq_client(en, en->running.v[i]) == top) return en->running.v[i];
+    return en->running.v[en->running.n - 1];
+}
+
 /* Ensures every running sequence has a slot for its next decode token.
  * Oldest first; preempts the newest when the pool cannot give a block. */
 static void reserve_decode_slots(engine *en) {
@@ -1075,7 +1104,7 @@ static void reserve_decode_slots(engine *en) {
                 seq_push_block(s, b, false);
                 continue;
             }
-            seq *victim = en->running.v[en->running.n - 1];
+            seq *victim = kv_victim(en);
             if (victim == s && en->running.n == 1) {
                 /* Alone and still out of blocks: the pool cannot hold it. */
                 list_remove_at(&en->running, i);
@@ -1084,12 +1113,15 @@ static void reserve_decode_slots(engine *en) {
                 i--;
                 break;
             }
+            int vi = 0;
+            while (en->running.v[vi] != victim) vi++;
             preempt(en, victim);
             if (victim == s) {
                 s = NULL;
                 i--;
                 break;
             }
+            if (vi < i) i--; /* the list moved up under s */
         }
     }
 }
