@@ -54,25 +54,22 @@ agents() { # json
         --warmup 0 --json "$1" > "$1.log" 2>&1
 }
 
-agents "$OUT/warmup.json" # the same seed every run: each one finds the prompts cached alike
-for r in $(seq 1 "$ROUNDS"); do
-    agents "$OUT/alone-$r.json"
-    "$PY" "$HERE/soak_clients.py" flood --url "$URL" --seconds 600 --api-key "$FKEY" --json "$OUT/flood-$r.tenant.json" \
+beside() { # mode key round: the agents beside that hostile tenant
+    "$PY" "$HERE/soak_clients.py" "$1" --url "$URL" --seconds 600 --api-key "$2" --json "$OUT/$1-$3.tenant.json" \
         > /dev/null 2>&1 &
     H=$!
     pids="$pids $H"
     sleep 2
-    agents "$OUT/flood-$r.json"
+    agents "$OUT/$1-$3.json"
     kill "$H" 2>/dev/null
     wait "$H" 2>/dev/null
-    "$PY" "$HERE/soak_clients.py" noread --url "$URL" --seconds 600 --api-key "$NKEY" \
-        --json "$OUT/noread-$r.tenant.json" > /dev/null 2>&1 &
-    H=$!
-    pids="$pids $H"
-    sleep 2
-    agents "$OUT/noread-$r.json"
-    kill "$H" 2>/dev/null
-    wait "$H" 2>/dev/null
+}
+
+agents "$OUT/warmup.json" # the same seed every run: each one finds the prompts cached alike
+for r in $(seq 1 "$ROUNDS"); do
+    agents "$OUT/alone-$r.json"
+    beside flood "$FKEY" "$r"
+    beside noread "$NKEY" "$r"
     sleep 12 # the non-read streams end (--stall-timeout 10)
 done
 curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" > "$OUT/metrics.txt"
