@@ -30,7 +30,8 @@
  * p99, and the share enforced exactly), then WALKS random walks per schema
  * (each step timed as above, each schema's grammar compiled fresh, so its
  * first masks are cache misses): mask time per token over the whole corpus,
- * mean, p50, p99, p99.9 and max.
+ * mean, p50, p99, p99.9 and max, and the schemas whose masks over 1 ms took
+ * longest in all ("slow:" lines: where the tail comes from).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,14 @@ int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long 
     char *line = NULL, forced[1024];
     size_t lcap = 0;
     int n_schemas = 0, n_exact = 0, n_failed = 0;
+    /* the schemas whose masks took longest over 1 ms in all, for finding the
+     * tail (origin, count of such masks, their total, the largest) */
+    enum { N_SLOW = 8 };
+    struct {
+        char origin[96];
+        int n;
+        double total, max;
+    } slow[N_SLOW] = {0};
     while (getline(&line, &lcap, f) > 0) {
         json_t *doc = json_loads(line, 0, NULL), *s = json_object_get(doc, "schema");
         if (!s) s = doc;
@@ -210,13 +219,18 @@ int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long 
         n_schemas++;
         if (rc) n_failed++;
         else n_exact += relaxed == NULL;
+        int n_over = 0;
+        double over = 0, top = 0;
         for (long w = 0; g && w < walks; w++) {
             gmatch *mt = gmatch_new(g, gv);
             for (int step = 0; step < 400 && !gmatch_must_end(mt); step++) {
                 int64_t t1 = clock_ns();
                 int n_ok = gmatch_mask(mt, mask);
                 if (n_t == cap) t = xrealloc(t, (cap *= 2) * sizeof *t);
-                t[n_t++] = (double)(clock_ns() - t1) / 1e3;
+                double us = (double)(clock_ns() - t1) / 1e3;
+                t[n_t++] = us;
+                if (us > 1000) n_over++, over += us;
+                top = MAX(top, us);
                 int k = 0;
                 for (int i = 0; i < n_vocab && n_ok > 0; i++)
                     if (mask[i / 64] >> (i % 64) & 1) allowed[k++] = i;
@@ -226,6 +240,14 @@ int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long 
                 if (nf > 0) gmatch_accept_bytes(mt, forced, (size_t)nf);
             }
             gmatch_free(mt);
+        }
+        int worst = 0;
+        for (int i = 1; i < N_SLOW; i++)
+            if (slow[i].total < slow[worst].total) worst = i;
+        if (over > slow[worst].total) {
+            const char *o = json_string_value(json_object_get(doc, "origin"));
+            snprintf(slow[worst].origin, sizeof slow[worst].origin, "%s", o ? o : "?");
+            slow[worst].n = n_over, slow[worst].total = over, slow[worst].max = top;
         }
         grammar_unref(g);
         free(gbnf);
@@ -250,6 +272,15 @@ int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long 
                "%ld walks a schema)\n",
                st / (double)n_t, t[n_t / 2], t[(size_t)((double)n_t * 0.99)], t[(size_t)((double)n_t * 0.999)],
                t[n_t - 1], n_t, walks);
+    for (int k = 0; k < N_SLOW; k++) { /* largest first */
+        int b = -1;
+        for (int i = 0; i < N_SLOW; i++)
+            if (slow[i].total > 0 && (b < 0 || slow[i].total > slow[b].total)) b = i;
+        if (b < 0) break;
+        printf("slow: %4d masks over 1 ms, %8.1f ms in all, max %6.1f ms: %s\n", slow[b].n, slow[b].total / 1e3,
+               slow[b].max / 1e3, slow[b].origin);
+        slow[b].total = 0;
+    }
     free(t), free(tc), free(mask), free(allowed);
     gvocab_free(gv);
     tok_free(tk);
