@@ -876,9 +876,11 @@ static void test_grammar(void) {
         free(trigger);
     }
 
-    /* errors name the tool */
+    /* errors name the tool (five patternProperties: the schema compiler
+     * takes up to four since 0bcf51a, which made two a valid example) */
     json_t *bad = load("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": \"function\", \"function\":"
-                       " {\"name\": \"g\", \"parameters\": {\"type\": \"object\", \"patternProperties\": {\"a\": {}, \"b\": {}}}}}]");
+                       " {\"name\": \"g\", \"parameters\": {\"type\": \"object\", \"patternProperties\": {\"a\": {}, \"b\": {}, \"c\": {},"
+                       " \"d\": {}, \"e\": {}}}}}]");
     char *gbnf = NULL, *trigger = NULL;
     err_t e = {0};
     int rc = tc_grammar(TC_HERMES, bad, NULL, true, true, &gbnf, &trigger, &e);
