@@ -632,7 +632,9 @@ static void check_limits(int port) {
         const char *name, *path, *body, *param, *msg;
     } cases[] = {
         {"n: 17", "/v1/completions", "{\"prompt\":\"a\",\"n\":17}", "n", "[1, 16]"},
-        {"n: 2 streamed", "/v1/completions", "{\"prompt\":\"a\",\"n\":2,\"stream\":true}", "n", "not supported with stream"},
+        /* n > 1 streams since 299607f; best_of above n still cannot */
+        {"best_of: 2 streamed", "/v1/completions", "{\"prompt\":\"a\",\"best_of\":2,\"stream\":true}", "best_of",
+         "cannot be streamed"},
         {"n: 0", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"n\":0}", "n",
          "[1, "},
         {"logprobs: 21", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", "[0, 20]"},

@@ -621,8 +621,8 @@ static void check_bad_input(void) {
     E("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"p\"}}}", "text.format",
       "text.format.schema");
     E("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"p\",\"strict\":true,\"schema\":"
-      "{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{}}}}}}",
-      "text.format", "patternProperties");
+      "{\"type\":\"object\",\"patternProperties\":{\"a\":{},\"b\":{},\"c\":{},\"d\":{},\"e\":{}}}}}}",
+      "text.format", "patternProperties"); /* five: the compiler takes up to four */
     E("{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens", "max_output_tokens");
     E("{\"input\":\"x\",\"temperature\":5}", "temperature", "temperature");
     E("{\"input\":\"x\",\"top_p\":0}", "top_p", "top_p");
