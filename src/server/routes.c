@@ -309,7 +309,7 @@ static void handle_metrics(routes_ctx *root, http_exchange *x) {
 /* With several models: ?model=NAME's numbers, else the sums over the
  * loaded models (kv_usage: the fullest pool's, since a request lands in
  * one), and "models": each loaded model's own. */
-static void handle_load(routes_ctx *root, http_exchange *x) {
+static void handle_load(routes_ctx *root, http_exchange *x, int pending) {
     const char **names;
     int n;
     engine_stats *st = route_stats(root, x, &names, &n);
@@ -330,6 +330,12 @@ static void handle_load(routes_ctx *root, http_exchange *x) {
             json_decref(k);
         }
     }
+    /* requests still in their handler, not yet in an engine's counts: a
+     * balancer (or an operator about to stop this replica) reading 0 and 0
+     * must mean that nothing is on its way in (deploy_test kills a replica
+     * it reads idle; a request between its body and the engine's queue
+     * failed there). For a moment after the hand-over one is counted twice. */
+    waiting += pending; /* every model's: the handler runs before the model is known to /load */
     http_buf b = {0};
     http_buf_printf(&b, "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f", running, waiting,
                     kv, metrics_ttft_recent(root->met));
@@ -832,6 +838,9 @@ void routes_handle(void *ctx, http_exchange *x) {
     } else if (!(rc = route_model(root, x, rt, path))) {
         /* unknown name or a model that cannot load: answered in the API's shape */
     } else {
+        const bool gen_route = rt->id == R_COMPL || rt->id == R_CHAT || rt->id == R_ANTHROPIC ||
+                               rt->id == R_RESPONSES || rt->id == R_OLLAMA;
+        if (gen_route) atomic_fetch_add(&root->n_pending, 1);
         switch (rt->id) {
         case R_COMPL: generation = handle_generate(rc, x, OAI_COMPLETION); break;
         case R_CHAT: generation = handle_generate(rc, x, OAI_CHAT); break;
@@ -844,7 +853,7 @@ void routes_handle(void *ctx, http_exchange *x) {
             http_reply(x, 200, "application/json", ok, sizeof ok - 1, NULL, NULL);
             break;
         }
-        case R_LOAD: handle_load(rc, x); break;
+        case R_LOAD: handle_load(rc, x, atomic_load(&root->n_pending)); break;
         case R_PROPS: handle_props(rc, x); break;
         case R_METRICS: handle_metrics(rc, x); break;
         case R_TOKENIZE: handle_tokenize(rc, x); break;
@@ -862,6 +871,7 @@ void routes_handle(void *ctx, http_exchange *x) {
         case R_EMBED: embed_openai(rc, x); break;
         case R_MODELS_LOAD: case R_MODELS_UNLOAD: handle_model_load(rc, x, rt->id == R_MODELS_LOAD); break;
         }
+        if (gen_route) atomic_fetch_sub(&root->n_pending, 1);
         /* a generation releases its model when its answer is written (gen_done) */
         if (!generation && rc != root) models_release(rc);
     }

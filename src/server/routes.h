@@ -38,6 +38,10 @@ typedef struct routes_ctx {
     char model_id[256];
     long long created;       /* unix time the server started                   */
     atomic_ullong next_id;   /* request ids and default seeds                  */
+    atomic_int n_pending;    /* (the root's) generation requests inside their
+                                handler: read, templated, tokenized, not yet
+                                handed to an engine, which does not count
+                                them yet; /load adds them to "waiting"       */
     struct models *models;   /* every served model (models.h)                  */
     struct models_entry *entry; /* this model's entry when several are served:
                                 a request holds a reference (models_release) */

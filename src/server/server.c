@@ -515,6 +515,7 @@ int server_main(const server_opts *o) {
     shared.responses = resp_store_new(o->responses_store_bytes);
     shared.created = (long long)time(NULL);
     atomic_init(&shared.next_id, 1);
+    atomic_init(&shared.n_pending, 0);
     if ((rcode = models_new(o, &shared, &ms, &e)) < 0) {
         log_error("serve: %s", e.msg);
         goto out;
