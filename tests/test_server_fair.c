@@ -206,10 +206,14 @@ static void check_client_limit(const model *m) {
 
 /* The pool runs out (40 blocks of 16 tokens; 4 sequences of client A and
  * then one of B, 170 tokens each, want 55): the sequence that gives its
- * blocks back is the newest of the client holding the most (A), not the
- * newest overall (B's, which was preempted again and again and finished
- * last). B finishes before at least two of A's; every output is the
- * reference. */
+ * blocks back is the newest of the client holding the most (A), never B's,
+ * the newest overall (under "newest overall" B's is preempted again and
+ * again and finishes last). Every output is the reference.
+ *
+ * Asserted on the request's own preemption count, not on finishing order:
+ * the order also depends on whether a preempted A sequence finds its
+ * blocks still cached when it comes back (CI, 2026-11-27: B finished 4th
+ * of 5 with the right victims every time). */
 static void check_kv_victim(const model *m) {
     engine_opts o = engine_defaults();
     o.n_threads = 1;
@@ -237,14 +241,23 @@ static void check_kv_victim(const model *m) {
         usleep(500);
     }
     CHECK_EQ_INT(n_done, 5);
+    if (n_done < 5) { /* the counts below are the engine's until each finish */
+        for (int i = 0; i < 5; i++) req_cancel(rs[i]);
+        engine_free(en);
+        for (int i = 0; i < 5; i++) req_unref(rs[i]);
+        return;
+    }
     int b_pos = -1;
     for (int k = 0; k < n_done; k++)
         if (order[k] == 4) b_pos = k;
     engine_stats st;
     engine_get_stats(en, &st);
-    printf("  kv victim: B finished %d of 5, %llu preemptions\n", b_pos + 1, (unsigned long long)st.preemptions_total);
+    printf("  kv victim: B finished %d of 5, %llu preemptions (A's: %d %d %d %d, B's: %d)\n", b_pos + 1,
+           (unsigned long long)st.preemptions_total, rs[0]->n_preemptions, rs[1]->n_preemptions,
+           rs[2]->n_preemptions, rs[3]->n_preemptions, rs[4]->n_preemptions);
     CHECK_MSG(st.preemptions_total > 0, "the pool never ran out");
-    CHECK_MSG(b_pos >= 0 && b_pos <= 2, "B's request finished %d of 5 (the newest was the victim)", b_pos + 1);
+    CHECK_MSG(rs[4]->n_preemptions == 0, "B's request (the newest) was preempted %d times", rs[4]->n_preemptions);
+    CHECK_MSG(b_pos >= 0 && b_pos <= 3, "B's request finished %d of 5", b_pos + 1);
     int32_t out[A_GEN];
     for (int i = 0; i < 5; i++) {
         req_finish f;

@@ -883,6 +883,7 @@ static void preempt(engine *en, seq *s) {
     s->wait_start_ns = clock_ns();
     en->preempted_this_step = true;
     en->cnt.preemptions_total++;
+    s->r->n_preemptions++;
     log_debug("engine: preempted request %llu (%d tokens)", (unsigned long long)s->order, s->n_tokens);
 }
 

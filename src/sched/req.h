@@ -132,6 +132,8 @@ typedef struct req {
      * req_wait reports the finish): */
     int n_forced;          /* generated tokens appended by jump-forward          */
     int n_forward_steps;   /* forward passes that ran this request's tokens      */
+    int n_preemptions;     /* times its blocks were taken back (pool out, or a
+                              fair yield) and it went back to waiting        */
     char error[256];       /* message when finish == REQ_FINISH_ERROR            */
 } req;
 
