@@ -115,7 +115,7 @@ def decode_s(cost, g, b):
 
 
 class Cluster:
-    def __init__(self, n, cap, policy, cost, slo):
+    def __init__(self, n, cap, policy, cost, slo, spill=0.5):
         self.n, self.policy, self.cost, self.slo = n, policy, cost, slo
         self.reps = [Replica(cap) for _ in range(n)]
         self.rr = 0
@@ -123,6 +123,8 @@ class Cluster:
         self.where = {}          # session -> replica of its last turn
         self.free = np.zeros(n)  # when each replica's queued work ends (for argmin)
         self.finish = []         # finish times of all requests in flight (heap)
+        self.homes = {}          # tenant -> replicas its prefix was sent to (dualmap)
+        self.spill = spill       # dualmap: a new session leaves its prefix's replicas past spill * SLO
 
     def cached_on(self, r, tenant, sess, ptok):
         rep = self.reps[r]
@@ -157,16 +159,20 @@ class Cluster:
                 if self.reps[r].inflight(now) + 1 <= bound:
                     return r
             return next(self.rings[0].walk(key))
-        if p == "dualmap":
+        if p in ("dualmap", "dualmap0"):
             c1 = next(self.rings[0].walk(key))
             c2 = next(r for r in self.rings[1].walk(mix64(key ^ 0x5BD1E995)) if r != c1) if n > 1 else c1
             last = self.where.get(sess)
             P = lambda r: self.pred(r, now, tenant, sess, ptok, prompt)  # noqa: E731
+            if p == "dualmap" and last is None:
+                return self.place_new(now, tenant, c1, c2, P)
             if last in (c1, c2):
                 # the cache-affine one, unless its queue breaks the SLO and
                 # the other candidate's does not
                 other = c2 if last == c1 else c1
                 pick = other if P(last) > self.slo and P(other) <= self.slo else last
+            elif p == "dualmap":
+                pick = last  # moved before: its cache is where it went
             else:
                 pick = c1 if P(c1) <= P(c2) else c2  # a new session: the less loaded
             if P(pick) > self.slo:
@@ -175,6 +181,38 @@ class Cluster:
                     pick = g
             return pick
         raise ValueError(p)
+
+    def prefix_home(self, now, tenant, P):
+        """The replica among those the prefix was sent to with the least
+        predicted TTFT (None when it was sent nowhere yet)."""
+        hs = self.homes.get(tenant)
+        if not hs:
+            return None
+        a = np.fromiter(hs, int, len(hs))
+        return int(a[np.argmin(self.free[a])])
+
+    def place_new(self, now, tenant, c1, c2, P):
+        """A new session goes where its prefix (the tenant's system prompt)
+        already is: the least loaded of the replicas the prefix was sent to,
+        while that one meets the spill target; else the less loaded of its
+        own two candidates, which joins the prefix's replicas (so a tenant's
+        set grows with its load, and a light tenant keeps one replica);
+        else the least loaded of all."""
+        hs = self.homes.setdefault(tenant, [])
+        target = self.spill * self.slo
+        h = self.prefix_home(now, tenant, P)
+        if h is not None and P(h) <= target:
+            return h
+        pick = c1 if P(c1) <= P(c2) else c2
+        if P(pick) > self.slo:
+            g = int(np.argmin(self.free))
+            if P(g) < P(pick):
+                pick = g
+        if h is not None and P(h) <= P(pick):
+            return h
+        if pick not in hs:
+            hs.append(pick)
+        return pick
 
     def serve(self, now, sess, tenant, ptok, prompt, gen):
         """Routes and runs one request; returns (ttft, finish time, cached tokens)."""
@@ -273,7 +311,7 @@ def sweep(a):
         def trial(policy, rate):
             rng = np.random.default_rng(a.seed + 1)
             sess = agent_trace(rng, rate * R, dur, n_tenants, a.zipf, a.turns, prefix_tok, a.doc, a.user, a.gen, a.pause)
-            cl = Cluster(R, a.kv_tokens, policy, cost, a.slo)
+            cl = Cluster(R, a.kv_tokens, policy, cost, a.slo, a.spill)
             tt, hit = run(cl, sess, a.turns, measure)
             return tt, hit, sess
 
@@ -429,6 +467,8 @@ def main():
     s.add_argument("--rate-hi", type=float, default=1.0, help="upper bound of the search, sessions/s per replica")
     s.add_argument("--iters", type=int, default=11)
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--spill", type=float, default=0.5,
+                   help="dualmap: a new session leaves its prefix's replicas when their predicted TTFT passes spill x SLO")
     s.add_argument("--json", default="")
     s.set_defaults(fn=sweep)
     b = sub.add_parser("agentbench")

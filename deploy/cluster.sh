@@ -18,6 +18,7 @@
 #   DEPLOY_NETNS   1: each replica in its own network namespace (default when root and
 #                  `ip netns` works), 0: each on its own port of 127.0.0.1
 #   DEPLOY_TTFT_SLO_S, DEPLOY_POLL_MS   dualmap's TTFT SLO and load poll period (kvloom.lua)
+#   DEPLOY_SPILL   dualmap: a new session leaves its prefix's replicas past SPILL x SLO (0.5)
 #   KVLOOM_BIN     the kvloom binary (default build/kvloom)
 # `start` returns once every replica answers /health and HAProxy routes to all of them.
 set -e
@@ -64,6 +65,7 @@ global
     setenv KVLOOM_BACKEND kvloom
     setenv KVLOOM_TTFT_SLO_S ${DEPLOY_TTFT_SLO_S:-1.0}
     setenv KVLOOM_POLL_MS ${DEPLOY_POLL_MS:-200}
+    setenv KVLOOM_SPILL ${DEPLOY_SPILL:-0.5}
     lua-load $HERE/haproxy/kvloom.lua
     # request bodies are read whole to find the affinity key (and retried
     # whole on another replica): the buffer holds the largest routed body

@@ -270,35 +270,49 @@ from http.client import HTTPConnection
 a1 = open(os.path.join(CL, "r1.addr")).read().strip()
 host, port = a1.rsplit(":", 1)
 conns = []
+hog_stop = threading.Event()
+hog_started = threading.Semaphore(0)
 def hog():
     c = HTTPConnection(host, int(port), timeout=60)
     c.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 1500,
                                                       "ignore_eos": True, "stream": True}),
               {"Content-Type": "application/json"})
     r = c.getresponse()
-    r.read(200)  # streaming: it runs until we close
+    r.read(200)
     conns.append(c)
-hogs = [threading.Thread(target=hog) for _ in range(6)]
+    hog_started.release()
+    # keep reading, as a busy client does (hogs that stopped after 200 bytes
+    # left r1 with 6 running, yet 1-5 of 24 new sessions reached it in some
+    # runs; with reading hogs 0-1 of 24 in 6 runs: docs/scale-out.md)
+    try:
+        while not hog_stop.is_set() and r.read(256):
+            pass
+    except Exception:
+        pass
+hogs = [threading.Thread(target=hog, daemon=True) for _ in range(6)]
 for t in hogs:
     t.start()
-for t in hogs:
-    t.join()
+for _ in hogs:
+    hog_started.acquire(timeout=60)
 time.sleep(0.5)  # a few load polls (DEPLOY_POLL_MS=100)
 st, body, _ = http("http://%s/load" % a1)
 busy = json.loads(body).get("running", 0) if st == 200 else 0
 new_on_r1 = sum(ask("fresh-%d" % s, "A new session %d" % s)[1] == "r1" for s in range(24))
 old_on_r1 = [s for s in range(N_SESS) if where4.get(s) == "r1"][:6]
 kept = sum(ask("sess-%d" % s, "Session %d says hello again" % s)[1] == "r1" for s in old_on_r1)
+hog_stop.set()
 for c in conns:
+    try:
+        c.sock.shutdown(2)
+    except Exception:
+        pass
     c.close()
 print("r1 hot (%d running): %d of 24 new sessions went to it, %d of its %d sessions stayed" %
       (busy, new_on_r1, kept, len(old_on_r1)))
 check(busy >= 3, "r1 was made busy (%d running)" % busy)
 # Without shedding r1 is one of the two candidates of ~2/3 of new keys and
-# gets about half of those (~8 of 24). The final tree sends it 0-2 (a race
-# between the router's load polls and the hogs' streams, not understood yet:
-# docs/scale-out.md), so the check is "at most 4", which load-blind routing fails most of the time.
-check(new_on_r1 <= 4, "a hot replica sheds new sessions (%d of 24 went to r1; ~8 without shedding)" % new_on_r1)
+# gets about half of those (~8 of 24).
+check(new_on_r1 <= 2, "a hot replica sheds new sessions (%d of 24 went to r1; ~8 without shedding)" % new_on_r1)
 check(kept == len(old_on_r1), "its sessions stay while it meets the SLO (%d of %d)" % (kept, len(old_on_r1)))
 time.sleep(1.0)
 

@@ -12,7 +12,10 @@
 --      seeds give two candidate servers; the one that served the key last
 --      (its KV cache is there) is kept unless its predicted TTFT breaks the
 --      SLO (KVLOOM_TTFT_SLO_S) and the other's does not; a key not seen
---      before goes to the less loaded candidate (a hot replica sheds new
+--      before goes where its conversation's first chunk (the shared system
+--      prompt) already went while that server's predicted TTFT stays under
+--      KVLOOM_SPILL (0.5) x the SLO, else to the less loaded candidate,
+--      which joins that prefix's servers (a hot replica sheds new
 --      sessions); when the choice breaks the SLO, the least loaded server
 --      of all if that one meets it (a hotspot). When every server is over
 --      the SLO, sessions stay where their cache is: moving would only add
@@ -36,6 +39,7 @@
 local POLICY = os.getenv("KVLOOM_POLICY") or "dualmap"
 local BACKEND = os.getenv("KVLOOM_BACKEND") or "kvloom"
 local SLO = tonumber(os.getenv("KVLOOM_TTFT_SLO_S") or "") or 1.0
+local SPILL = tonumber(os.getenv("KVLOOM_SPILL") or "") or 0.5
 local POLL_MS = tonumber(os.getenv("KVLOOM_POLL_MS") or "") or 200
 local SESSION_HEADER = os.getenv("KVLOOM_SESSION_HEADER") or "x-session-id"
 local CHUNK = tonumber(os.getenv("KVLOOM_CHUNK_BYTES") or "") or 256
@@ -310,33 +314,89 @@ local function least_loaded()
 end
 
 local last_server = {} -- key -> server that served it last (its cache)
+local last_cands = {}  -- key -> its two ring candidates then ("c1|c2")
 local n_keys = 0
+local homes = {}       -- prefix hash -> servers new sessions with that prefix went to
+local n_homes = 0
 
-local function dualmap(key)
+-- the server of `hs` (up) with the least predicted TTFT, or nil
+local function best_home(hs)
+    local best, bt
+    for _, nm in ipairs(hs or {}) do
+        if server_up(nm) then
+            local t = predicted_ttft(nm)
+            if not best or t < bt then best, bt = nm, t end
+        end
+    end
+    return best
+end
+
+-- A new session goes where its prefix (the conversation's first chunk: the
+-- shared system prompt) already went: the least loaded of those servers
+-- while its predicted TTFT stays under SPILL x SLO; else the less loaded of
+-- its own two candidates, which then joins the prefix's servers (a busy
+-- prefix spreads as its load grows, a quiet one keeps one server); past the
+-- SLO, the least loaded of all. bench/cluster_sim.py simulates the same
+-- rule (docs/scale-out.md: at 1,024 replicas, sessions scattered by their
+-- own keys recomputed their tenant's prompt on most replicas).
+local function place_new(prefix, c1, c2)
+    local hs = prefix and homes[prefix]
+    local h = best_home(hs)
+    if h and predicted_ttft(h) <= SPILL * SLO then return h end
+    local pick = load_of(c2) < load_of(c1) and c2 or c1
+    if predicted_ttft(pick) > SLO then
+        local g = least_loaded()
+        if g and predicted_ttft(g) < predicted_ttft(pick) then pick = g end
+    end
+    if h and predicted_ttft(h) <= predicted_ttft(pick) then return h end
+    if prefix then
+        if not hs then
+            n_homes = n_homes + 1
+            if n_homes > KEY_TABLE then homes, n_homes = {}, 1 end
+            hs = {}
+            homes[prefix] = hs
+        end
+        local known = false
+        for _, nm in ipairs(hs) do known = known or nm == pick end
+        if not known then hs[#hs + 1] = pick end
+    end
+    return pick
+end
+
+local function dualmap(key, prefix)
     local h = mix(fnv(key))
     local c1 = ring_pick(1, h, nil)
     if not c1 then return nil end
     local c2 = ring_pick(2, mix(h ~ 0x5bd1e995), c1) or c1
     local cached = last_server[key]
     local pick
-    if cached == c1 or cached == c2 then
-        -- the cache-affine one, unless its queue breaks the SLO and the
-        -- other's does not (when both do, moving only adds a recompute)
-        local other = cached == c1 and c2 or c1
-        pick = cached
-        if predicted_ttft(cached) > SLO and predicted_ttft(other) <= SLO then pick = other end
+    if cached == nil then
+        pick = place_new(prefix, c1, c2)
     else
-        pick = load_of(c2) < load_of(c1) and c2 or c1 -- a new session: the less loaded
-    end
-    if predicted_ttft(pick) > SLO then
-        local g = least_loaded() -- a hotspot: the least loaded of all, if it helps
-        if g and predicted_ttft(g) <= SLO then pick = g end
+        pick = cached
+        if cached == c1 or cached == c2 then
+            -- the cache-affine one, unless its queue breaks the SLO and the
+            -- other's does not (when both do, moving only adds a recompute)
+            local other = cached == c1 and c2 or c1
+            if predicted_ttft(cached) > SLO and predicted_ttft(other) <= SLO then pick = other end
+        elseif last_cands[key] ~= c1 .. "|" .. c2 or not server_up(cached) then
+            -- its candidates changed since (a server came up or went
+            -- down: consistent hashing moves about 1/N of the keys) or its
+            -- server is gone: the less loaded of its candidates now; a
+            -- session placed with its prefix stays there otherwise
+            pick = load_of(c2) < load_of(c1) and c2 or c1
+        end
+        if predicted_ttft(pick) > SLO then
+            local g = least_loaded() -- a hotspot: the least loaded of all, if it helps
+            if g and predicted_ttft(g) <= SLO then pick = g end
+        end
     end
     if last_server[key] == nil then
         n_keys = n_keys + 1
-        if n_keys > KEY_TABLE then last_server, n_keys = {}, 0 end
+        if n_keys > KEY_TABLE then last_server, last_cands, n_keys = {}, {}, 0 end
     end
     last_server[key] = pick
+    last_cands[key] = c1 .. "|" .. c2
     return pick
 end
 
@@ -389,14 +449,20 @@ core.register_action("kvloom_route", { "http-req" }, function(txn)
         local hv = txn.sf:req_hdr(SESSION_HEADER)
         if hv and hv ~= "" then key = "h:" .. hv end
     end
+    local text
     if not key and body then
-        local text = conversation(body)
+        text = conversation(body)
         if #text > 0 then key = "s:" .. session_of(text, txn.c) end
     end
     if not key then return end -- not a generation request we understand
     txn:set_var("txn.kvloom_key", key)
     if POLICY == "dualmap" then
-        local pick = dualmap(key)
+        local prefix
+        if last_server[key] == nil and body then -- a new session: its prefix's name
+            text = text or conversation(body)
+            if #text > 0 then prefix = chunk_hash(txn.c, text:sub(1, CHUNK), nil) end
+        end
+        local pick = dualmap(key, prefix)
         if pick then
             txn:set_var("txn.kvloom_srv", pick)
             servers[pick].pending = servers[pick].pending + 1
