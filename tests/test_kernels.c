@@ -7,6 +7,8 @@
  *     scalar dot and of a double dot over the dequantised rows, on odd sizes
  *     and tails, with weights from the quantiser and from raw random bytes;
  *   - kern_matmul_multi == kern_matmul bitwise (each table, 1 and 3 threads);
+ *   - gemm == dot bitwise for 37-token batches, and for MXFP4 over all 256
+ *     E8M0 scales (the scalar dot = isum * 2^(e-128) * d_a exactly);
  *   - attention chunk kernel against the scalar part and against a double
  *     softmax, odd head sizes and chunk lengths; attn_head over several
  *     chunks == parts computed out of order and merged;
@@ -280,6 +282,58 @@ static void test_gemm_large(pool *p) {
         }
 }
 
+/* Every E8M0 byte, subnormal (0, 1) and overflowing (255 x a large sum)
+ * scales included: one MXFP4 block per row, row r carrying e = r, so the
+ * 8-row gemms build each scale in vector lanes while the dot products and
+ * the scalar reference take it from quant_mxfp4_half_scale. Each output must
+ * be bitwise the table's dot, and the scalar dot (one block: a single
+ * rounding of isum * 2^(e-128) * d_a) must be that product, infinities
+ * included. */
+static void test_mxfp4_scales(pool *p) {
+    enum { NO = 256, NT = 5 };
+    const size_t rb = sizeof(block_mxfp4), arb = kern_act_row_bytes(DT_MXFP4, 32);
+    uint8_t *w = xmalloc(rb * NO), *act = xmalloc(arb * NT);
+    float *x = xmalloc(sizeof(float) * 32 * NT), *y = xmalloc(sizeof(float) * NO * NT);
+    for (int r = 0; r < NO; r++) {
+        random_row(DT_MXFP4, w + r * rb, 32);
+        w[r * rb] = (uint8_t)r;
+    }
+    for (int i = 0; i < 32 * NT; i++) x[i] = rng_gauss() * 3.0f;
+    kern_mat m = {.type = DT_MXFP4, .n_in = 32, .n_out = NO, .row_bytes = rb, .data = w};
+    int bad_ref = 0;
+    for (int t = 0; t < NT; t++) {
+        kern_scalar_ops.act[DT_MXFP4](x + t * 32, act, 32);
+        const block_q8_0 *a = (const block_q8_0 *)act;
+        for (int r = 0; r < NO; r++) {
+            const block_mxfp4 *b = (const block_mxfp4 *)(w + r * rb);
+            int64_t isum = 0;
+            for (int j = 0; j < 16; j++)
+                isum += quant_mxfp4_q2[b->qs[j] & 15] * a->qs[j] + quant_mxfp4_q2[b->qs[j] >> 4] * a->qs[j + 16];
+            const float want = (float)((double)isum * ldexp(1.0, r - 128) * fp16_to_f32(a->d));
+            float got = NAN;
+            kern_scalar_ops.dot[DT_MXFP4](32, &got, b, a);
+            bad_ref += memcmp(&got, &want, sizeof got) != 0;
+        }
+    }
+    CHECK_MSG(bad_ref == 0, "scalar MXFP4: %d one-block dots are not isum * 2^(e-128) * d_a", bad_ref);
+    for (int tb = 0; tb < n_tables; tb++) {
+        CHECK_EQ_INT(kern_select(tables[tb]), 0);
+        kern_matmul(p, &m, x, NT, y, act);
+        int diff = 0;
+        for (int t = 0; t < NT; t++) {
+            kern->act[DT_MXFP4](x + t * 32, act, 32);
+            for (int r = 0; r < NO; r++) {
+                float d = NAN;
+                kern->dot[DT_MXFP4](32, &d, w + r * rb, act);
+                diff += memcmp(&d, &y[t * NO + r], sizeof d) != 0;
+            }
+        }
+        CHECK_MSG(diff == 0, "%s MXFP4: %d of %d outputs over every E8M0 scale differ from dot", tables[tb], diff, NO * NT);
+    }
+    kern_select("scalar");
+    free(w), free(act), free(x), free(y);
+}
+
 /* ---- attention ------------------------------------------------------------------- */
 
 typedef struct kvfix {
@@ -533,6 +587,7 @@ int main(void) {
     test_dots();
     test_multi(pools);
     test_gemm_large(pools[1]);
+    test_mxfp4_scales(pools[1]);
     test_attn();
     test_pool();
     test_forward_split();

@@ -22,7 +22,7 @@ typedef struct wcase {
 
 static const wcase cases[] = {
     {DT_F32, 77}, {DT_F16, 45}, {DT_BF16, 33}, {DT_Q8_0, 288}, {DT_Q4_0, 288},
-    {DT_Q4_K, 512}, {DT_Q5_K, 512}, {DT_Q6_K, 768},
+    {DT_Q4_K, 512}, {DT_Q5_K, 512}, {DT_Q6_K, 768}, {DT_MXFP4, 288},
 };
 
 /* Largest error of one activation element of a block with max |x| = amax,
@@ -145,8 +145,8 @@ static void test_type(const wcase *c, pool *pools[4]) {
  * tile sizes (4) and the point where the AVX-512 gemms start preparing the
  * weight side (8 tokens), widths whose block count leaves every tail of a
  * 4-block group (Q4_0: 1, 2, 3), k-blocks (Q4_K: 8 super-blocks) and
- * widths whose prepared activations do not fit one token chunk (Q4_0 8224,
- * Q4_K 12288). Each output must be bitwise the table's
+ * widths whose prepared activations do not fit one token chunk (Q4_0 and
+ * MXFP4 8224, Q4_K 12288; MXFP4 2880 is gpt-oss's width). Each output must be bitwise the table's
  * dot product, within rounding of the exact product of the dequantised
  * rows, and nothing outside [r0, r1) x n_tok may be written. */
 static void test_gemm_ranges(void) {
@@ -157,6 +157,7 @@ static void test_gemm_ranges(void) {
         {DT_Q4_0, 32},   {DT_Q4_0, 64},   {DT_Q4_0, 96},   {DT_Q4_0, 160}, {DT_Q4_0, 224}, {DT_Q4_0, 576},
         {DT_Q4_0, 8224}, {DT_Q8_0, 96},   {DT_Q8_0, 8224}, {DT_Q4_K, 256}, {DT_Q4_K, 768}, {DT_Q4_K, 2304},
         {DT_Q4_K, 12288}, {DT_Q5_K, 768},   {DT_Q6_K, 256},  {DT_Q6_K, 2304}, {DT_Q6_K, 12288},
+        {DT_MXFP4, 32}, {DT_MXFP4, 96}, {DT_MXFP4, 2880}, {DT_MXFP4, 8224},
     };
     static const int n_toks[] = {1, 3, 4, 7, 8, 9, 13, 37};
     static const int ranges[][2] = {{0, 21}, {8, 21}, {8, 16}, {16, 19}, {0, 1}};

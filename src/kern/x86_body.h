@@ -34,26 +34,28 @@
  * compute the same integers and differ only in how fast they get there.
  *
  * Order of summation (kern.h's batch-invariance contract): every dot product
- * accumulates per-block float terms into 8-lane vectors in block order (Q8_0,
- * Q4_0 and MXFP4: even blocks into one vector, odd blocks into another, added at
+ * accumulates per-block float terms into 8-lane vectors in block order (Q8_0
+ * and Q4_0: even blocks into one vector, odd blocks into another, added at
  * the end) and reduces with hsum_ps, so the result depends on n and the two
- * rows only — except avx2's Q4_0 (dot_q4_0r, q4r_tile), which finishes each
- * block's integer sum first and accumulates one float per (row, token) in
- * block order. Where a gemm exists (tiles of several rows x several tokens:
- * Q4_K/Q5_K here; Q8_0, Q4_0 and Q4_K in avx512.c, which brings its own
- * 512-bit versions through KX_Q0_GEMM and KX_K4_GEMM), the dot product is
- * the gemm's 1x1 tile or computes the same integers with the same float
- * steps, so gemm == dot bitwise; other types use kern_matmul's
- * one-dot-per-(row, token) driver. avx512.c's Q8_0 and Q4_K code follows
- * the same float operations as KX_Q0_DOT and k45_tile, so the two tables
- * agree to the bit (test_kernels checks it); its Q4_0 sums lanes of 8
- * elements, 4 blocks per register, and may differ in the last bits.
+ * rows only — except the row-octet kernels (avx2's Q4_0 and both tables'
+ * MXFP4: oct_dot, oct_tile), which finish each block's integer sum first and
+ * accumulate one float per (row, token) in block order. Where a gemm exists
+ * (tiles of several rows x several tokens: Q4_K/Q5_K and MXFP4 here; Q8_0,
+ * Q4_0 and Q4_K in avx512.c, which brings its own 512-bit versions through
+ * KX_Q0_GEMM and KX_K4_GEMM), the dot product is the gemm's 1x1 tile or
+ * computes the same integers with the same float steps, so gemm == dot
+ * bitwise; other types use kern_matmul's one-dot-per-(row, token) driver.
+ * avx512.c's Q8_0 and Q4_K code follows the same float operations as
+ * KX_Q0_DOT and k45_tile, so the two tables agree to the bit (test_kernels
+ * checks it); its Q4_0 sums lanes of 8 elements, 4 blocks per register, and
+ * may differ in the last bits.
  *
  * Attention (attn_part, attn.h): the grouped chunk kernel, at the end of
  * this file (its comment gives the order of every sum).
  *
- * Integer ranges: a lane of a Q8_0/Q4_0/MXFP4 block sums 4 products (< 2^16; MXFP4's doubled
- * values are at most 12, so avx2's maddubs pairs stay below 2*12*127); a
+ * Integer ranges: a lane of a Q8_0/Q4_0/MXFP4 block sums 4 products (< 2^16;
+ * the MXFP4 octet kernel's unsigned bytes are at most 24, so its maddubs
+ * pairs stay below 2*24*127); a
  * Q4_K/Q5_K lane sums 32 products times a 6-bit scale (< 2^22); a Q6_K lane
  * at most 32 * 63 * 127 * 128 < 2^24 before the offset is removed, so
  * converting a lane to float is exact.
@@ -174,22 +176,34 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
 
 static inline __m256i wload_q8_0(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
 static inline __m256i wload_q4_0(const block_q4_0 *b) { return q4_0_unpack(b->qs); }
-/* MXFP4: both nibble halves through a 16-byte lookup of the doubled E2M1
- * values (quant_mxfp4_q2), in element order like q4_0_unpack. */
-static inline __m256i wload_mxfp4(const block_mxfp4 *b) {
-    const __m128i lut = _mm_loadu_si128((const __m128i *)quant_mxfp4_q2);
-    const __m128i x = _mm_loadu_si128((const __m128i *)b->qs), m = _mm_set1_epi8(15);
-    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(x, m));
-    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), m));
-    return _mm256_set_m128i(hi, lo);
-}
 static inline float wd_f16_q8_0(const block_q8_0 *b) { return f16s(b->d); }
 static inline float wd_f16_q4_0(const block_q4_0 *b) { return f16s(b->d); }
-static inline float wd_mxfp4(const block_mxfp4 *b) { return quant_mxfp4_half_scale(b->e); }
 
 KX_Q0_DOT(dot_q8_0, block_q8_0, wload_q8_0, wd_f16_q8_0)
 KX_Q0_DOT(dot_q4_0, block_q4_0, wload_q4_0, wd_f16_q4_0)
-KX_Q0_DOT(dot_mxfp4, block_mxfp4, wload_mxfp4, wd_mxfp4)
+
+/* Integer reductions of the row-octet gemms below (avx2's Q4_0 and both
+ * tables' MXFP4). Lane r of kx_hsum8's result = the sum of the 8 lanes of
+ * v[r]. */
+static inline __m256i kx_hsum8(const __m256i *v) {
+    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+static inline int kx_hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Sum of an activation block's 32 values (|sum| <= 32 * 127). */
+static inline int kx_q8_sum(const block_q8_0 *a) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)a->qs));
+    return kx_hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
 
 #ifndef KX_Q0_GEMM /* a table may bring its own Q8_0/Q4_0 dot and gemm */
 /* One row x T tokens (T in 1..4) of KX_Q0_DOT: each weight block is loaded
@@ -264,83 +278,129 @@ KX_Q0_TILE(q8_0_tile, block_q8_0, wload_q8_0)
 KX_Q0_GEMM_FN(gemm_q8_0, block_q8_0, q8_0_tile)
 #undef KX_TOK_CHUNK
 
-/* ---- Q4_0, eight rows at a time (avx2) ---------------------------------------
- * The tile above spends most of its instructions per (row, token, block) on
- * float work: a convert, a scale product, a broadcast and an FMA into an
- * 8-lane partial sum, plus the sign trick's extra op. Here a block's integer
- * dot product is finished first, for 8 rows at once: the unsigned nibbles
- * 0..15 against the signed activations (maddubs, madd: 8 lanes per row), the
- * 8 rows' lanes summed into one vector whose lane r is row r's block sum
- * (kx_hsum8), minus 8 x the activation block's sum (the nibbles' offset).
- * Then one convert and one FMA per 8 rows: lane r gets
+#define KX_DOT_Q8_0 dot_q8_0
+#define KX_DOT_Q4_0 dot_q4_0r
+#define KX_GEMM_Q8_0 gemm_q8_0
+#define KX_GEMM_Q4_0 gemm_q4_0r
+#else
+#define KX_DOT_Q8_0 dot_q8_0
+#define KX_DOT_Q4_0 dot_q4_0
+#define KX_GEMM_Q8_0 NULL
+#define KX_GEMM_Q4_0 NULL
+#endif
+#endif
+
+/* ---- Q4_0 and MXFP4, eight rows at a time ------------------------------------
+ * The one-row tile above spends most of its instructions per (row, token,
+ * block) on float work: a convert, a scale product, a broadcast and an FMA
+ * into an 8-lane partial sum, plus the sign trick's extra op. Here a block's
+ * integer dot product is finished first, for 8 rows at once: the weights as
+ * unsigned bytes against the signed activations (maddubs, madd: 8 lanes per
+ * row), the 8 rows' lanes summed into one vector whose lane r is row r's
+ * block sum (kx_hsum8), minus the bytes' offset times the activation block's
+ * sum. Then one convert and one FMA per 8 rows: lane r gets
  *   acc = fma(float(isum), d_w * d_a, acc)
- * in block order, one accumulator per (row, token). dot_q4_0r computes the
- * same integer by another route and applies the same float steps, so every
- * gemm element is bitwise the table's dot (kern.h). Measured on qwen3-30b-a3b
- * Q4_0 (docs/perf.md): the expert GEMMs of prefill are 87% of its time. */
-static inline __m256i q4_0_nib(const uint8_t *qs) {
+ * in block order, one accumulator per (row, token). The table's dot product
+ * (oct_dot) computes the same integer by another route and applies the same
+ * float steps, so every gemm element is bitwise the table's dot (kern.h).
+ *   Q4_0 (avx2 only: avx512.c brings its own): the nibbles 0..15, offset 8,
+ *        d_w the block's f16 scale.
+ *   MXFP4 (both tables): each nibble looked up (pshufb, 16 entries) as its
+ *        doubled E2M1 value plus 12 (0..24: maddubs's pair sums stay below
+ *        2 * 24 * 127), offset 12; d_w = 2^(e-128), quant_mxfp4_half_scale
+ *        of the E8M0 byte, built for the 8 rows in one vector.
+ * Measured on qwen3-30b-a3b Q4_0 (docs/perf.md): the expert GEMMs of prefill
+ * are 87% of its time; gpt-oss's are its MXFP4 experts. */
+enum { OCT_Q4_0, OCT_MXFP4 };
+
+/* The 32 nibbles of a block's 16 bytes as indices 0..15, in element order
+ * (low nibbles are elements 0..15, high ones 16..31). */
+static inline __m256i kx_nib(const uint8_t *qs) {
     const __m128i x = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
 }
 
-/* Lane r of the result = the sum of the 8 lanes of v[r]. */
-static inline __m256i kx_hsum8(const __m256i *v) {
-    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+/* The doubled E2M1 values plus 12, in both 128-bit lanes (for pshufb). */
+static inline __m256i mx_lut_u(void) {
+    return _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)quant_mxfp4_q2)),
+                           _mm256_set1_epi8(12));
 }
 
-static inline int kx_hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
+/* 8 lanes of quant_mxfp4_half_scale(e): (e-1) << 23 as float bits, and the
+ * two subnormal cases e = 0, 1 as 2^21 << e. */
+static inline __m256 mx_scale8(__m256i e) {
+    const __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
 }
 
-/* Sum of an activation block's 32 values (|sum| <= 32 * 127). */
-static inline int kx_q8_sum(const block_q8_0 *a) {
-    const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)a->qs));
-    return kx_hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-}
+static inline int oct_offset(const int ty) { return ty == OCT_MXFP4 ? 12 : 8; }
 
-static void dot_q4_0r(int64_t n, float *out, const void *wv, const void *av) {
-    const block_q4_0 *w = wv;
+/* One row's dot product: per block the exact integer (mm_dot_i8 on the
+ * signed values), then acc = fma(float(isum), d_w * d_a, acc). */
+static inline __attribute__((always_inline)) void oct_dot(const int ty, int64_t n, float *out, const void *wv,
+                                                         const void *av) {
     const block_q8_0 *a = av;
     const int64_t nb = n / QK8_0;
+    const __m128i lut = _mm_loadu_si128((const __m128i *)quant_mxfp4_q2);
     float acc = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        kx_pf_lines(&w[i], 1);
-        const int isum = kx_hsum_i32(mm_dot_i8(q4_0_unpack(w[i].qs), _mm256_loadu_si256((const __m256i *)a[i].qs)));
-        acc = fmaf((float)isum, f16s(w[i].d) * f16s(a[i].d), acc);
+        const __m256i av8 = _mm256_loadu_si256((const __m256i *)a[i].qs);
+        __m256i wq;
+        float dw;
+        if (ty == OCT_MXFP4) {
+            const block_mxfp4 *b = (const block_mxfp4 *)wv + i;
+            if ((i & 1) == 0) kx_pf_lines(b, 1);
+            wq = _mm256_shuffle_epi8(_mm256_set_m128i(lut, lut), kx_nib(b->qs));
+            dw = quant_mxfp4_half_scale(b->e);
+        } else {
+            const block_q4_0 *b = (const block_q4_0 *)wv + i;
+            kx_pf_lines(b, 1);
+            wq = q4_0_unpack(b->qs);
+            dw = f16s(b->d);
+        }
+        const int isum = kx_hsum_i32(mm_dot_i8(wq, av8));
+        acc = fmaf((float)isum, dw * f16s(a[i].d), acc);
     }
     *out = acc;
 }
 
 /* Rows r..r+7 (row stride rb bytes from w0) x T tokens (T in 1..4) over all
- * nb blocks; cs[t * nb + i] is 8 x token t's block i sum (kx_q8_sum), the
- * nibbles' offset; y[t * ldy + 0..7] receives the 8 rows of token t. The
- * unpacked nibbles go through a small buffer in L1 rather than 8 registers:
+ * nb blocks; cs[t * nb + i] is the offset x token t's block i sum
+ * (kx_q8_sum); y[t * ldy + 0..7] receives the 8 rows of token t. The
+ * unpacked weights go through a small buffer in L1 rather than 8 registers:
  * AVX2 has 16, and with them held the 4 accumulators were spilled and
  * reloaded every block. */
-static inline __attribute__((always_inline)) void q4r_tile(const int T, int64_t nb, const uint8_t *w0, size_t rb,
-                                                          const uint8_t *a, size_t arb, const int32_t *cs, float *y,
-                                                          int64_t ldy) {
+static inline __attribute__((always_inline)) void oct_tile(const int ty, const int T, int64_t nb, const uint8_t *w0,
+                                                          size_t rb, const uint8_t *a, size_t arb, const int32_t *cs,
+                                                          float *y, int64_t ldy) {
     __m256 acc[4];
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1), lut = mx_lut_u();
+    const size_t bsz = ty == OCT_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
     __m256i wq[8];
     for (int64_t i = 0; i < nb; i++) {
-        const block_q4_0 *b[8];
+        const uint8_t *b[8];
         _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
-            b[r] = (const block_q4_0 *)(w0 + (size_t)r * rb) + i;
+            b[r] = w0 + (size_t)r * rb + (size_t)i * bsz;
             if ((i & 1) == 0) kx_pf_lines(b[r], 1);
-            _mm256_store_si256(&wq[r], q4_0_nib(b[r]->qs));
+            if (ty == OCT_MXFP4)
+                _mm256_store_si256(&wq[r], _mm256_shuffle_epi8(lut, kx_nib(((const block_mxfp4 *)b[r])->qs)));
+            else
+                _mm256_store_si256(&wq[r], kx_nib(((const block_q4_0 *)b[r])->qs));
         }
         /* inserted, not stored and reloaded: 8 narrow stores read back as one
          * vector would stall on store forwarding every block */
-        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16((short)b[0]->d, (short)b[1]->d, (short)b[2]->d, (short)b[3]->d,
-                                                         (short)b[4]->d, (short)b[5]->d, (short)b[6]->d, (short)b[7]->d));
+        __m256 dw;
+        if (ty == OCT_MXFP4) {
+#define KX_E(r) (((const block_mxfp4 *)b[r])->e)
+            dw = mx_scale8(_mm256_setr_epi32(KX_E(0), KX_E(1), KX_E(2), KX_E(3), KX_E(4), KX_E(5), KX_E(6), KX_E(7)));
+#undef KX_E
+        } else {
+#define KX_D(r) ((short)((const block_q4_0 *)b[r])->d)
+            dw = _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
+#undef KX_D
+        }
         _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
             const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)t * arb) + i;
             const __m256i av = _mm256_loadu_si256((const __m256i *)ab->qs);
@@ -355,56 +415,59 @@ static inline __attribute__((always_inline)) void q4r_tile(const int T, int64_t 
 }
 
 /* Activation sums held on the stack per call (32 KB): tokens are taken in
- * chunks of KX_Q4_SUMS / nb (at most 64). */
-#define KX_Q4_SUMS 8192
-static void gemm_q4_0r(const kern_mat *wm, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, float *y,
-                       int64_t ldy) {
+ * chunks of KX_OCT_SUMS / nb (at most 64). */
+#define KX_OCT_SUMS 8192
+static inline __attribute__((always_inline)) void oct_gemm(const int ty, const kern_mat *wm, int64_t r0, int64_t r1,
+                                                          const void *act, size_t arb, int n_tok, float *y,
+                                                          int64_t ldy) {
     const int64_t nb = wm->n_in / QK8_0;
     const uint8_t *wd = wm->data, *ab = act;
     const size_t rb = wm->row_bytes;
-    if (nb > KX_Q4_SUMS) { /* rows over half a million wide: one dot per element */
+    if (nb > KX_OCT_SUMS) { /* rows over a quarter of a million wide: one dot per element */
         for (int t = 0; t < n_tok; t++)
-            for (int64_t r = r0; r < r1; r++) dot_q4_0r(wm->n_in, &y[t * ldy + r], wd + r * rb, ab + (size_t)t * arb);
+            for (int64_t r = r0; r < r1; r++) oct_dot(ty, wm->n_in, &y[t * ldy + r], wd + r * rb, ab + (size_t)t * arb);
         return;
     }
-    int32_t cs[KX_Q4_SUMS];
-    const int tc = (int)MIN(64, KX_Q4_SUMS / nb);
+    int32_t cs[KX_OCT_SUMS];
+    const int tc = (int)MIN(64, KX_OCT_SUMS / nb);
     for (int t0 = 0; t0 < n_tok; t0 += tc) {
         const int t1 = MIN(n_tok, t0 + tc);
         for (int t = t0; t < t1; t++) {
             const block_q8_0 *at = (const block_q8_0 *)(ab + (size_t)t * arb);
-            for (int64_t i = 0; i < nb; i++) cs[(size_t)(t - t0) * nb + i] = 8 * kx_q8_sum(&at[i]);
+            for (int64_t i = 0; i < nb; i++) cs[(size_t)(t - t0) * nb + i] = oct_offset(ty) * kx_q8_sum(&at[i]);
         }
         int64_t r = r0;
         for (; r + 8 <= r1; r += 8) {
             const uint8_t *w = wd + (size_t)r * rb;
             int t = t0;
             for (; t + 4 <= t1; t += 4)
-                q4r_tile(4, nb, w, rb, ab + (size_t)t * arb, arb, cs + (size_t)(t - t0) * nb, y + t * ldy + r, ldy);
+                oct_tile(ty, 4, nb, w, rb, ab + (size_t)t * arb, arb, cs + (size_t)(t - t0) * nb, y + t * ldy + r, ldy);
             const int32_t *at = cs + (size_t)(t - t0) * nb;
             const uint8_t *aa = ab + (size_t)t * arb;
             switch (t1 - t) {
-            case 3: q4r_tile(3, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
-            case 2: q4r_tile(2, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
-            case 1: q4r_tile(1, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
+            case 3: oct_tile(ty, 3, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
+            case 2: oct_tile(ty, 2, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
+            case 1: oct_tile(ty, 1, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
             }
         }
         for (; r < r1; r++)
-            for (int t = t0; t < t1; t++) dot_q4_0r(wm->n_in, &y[t * ldy + r], wd + r * rb, ab + (size_t)t * arb);
+            for (int t = t0; t < t1; t++) oct_dot(ty, wm->n_in, &y[t * ldy + r], wd + r * rb, ab + (size_t)t * arb);
     }
 }
-#undef KX_Q4_SUMS
-#define KX_DOT_Q8_0 dot_q8_0
-#define KX_DOT_Q4_0 dot_q4_0r
-#define KX_GEMM_Q8_0 gemm_q8_0
-#define KX_GEMM_Q4_0 gemm_q4_0r
-#else
-#define KX_DOT_Q8_0 dot_q8_0
-#define KX_DOT_Q4_0 dot_q4_0
-#define KX_GEMM_Q8_0 NULL
-#define KX_GEMM_Q4_0 NULL
-#endif
-#endif
+#undef KX_OCT_SUMS
+
+static __attribute__((unused)) void dot_q4_0r(int64_t n, float *out, const void *w, const void *a) {
+    oct_dot(OCT_Q4_0, n, out, w, a);
+}
+static __attribute__((unused)) void gemm_q4_0r(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t arb,
+                                               int n_tok, float *y, int64_t ldy) {
+    oct_gemm(OCT_Q4_0, w, r0, r1, act, arb, n_tok, y, ldy);
+}
+static void dot_mxfp4(int64_t n, float *out, const void *w, const void *a) { oct_dot(OCT_MXFP4, n, out, w, a); }
+static void gemm_mxfp4(const kern_mat *w, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, float *y,
+                       int64_t ldy) {
+    oct_gemm(OCT_MXFP4, w, r0, r1, act, arb, n_tok, y, ldy);
+}
 
 /* ---- 256-element super-blocks against Q8_K --------------------------------- */
 
@@ -1193,6 +1256,7 @@ const kern_ops KX_OPS_NAME = {
             [DT_Q4_K] = KX_GEMM_Q4_K,
             [DT_Q6_K] = KX_K6_GEMM,
             [DT_Q5_K] = gemm_q5_k,
+            [DT_MXFP4] = gemm_mxfp4,
         },
     .attn_part = attn_part,
     .attn_part_q8 = attn_part_q8,
