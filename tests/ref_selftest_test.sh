@@ -7,7 +7,9 @@
 # `kvloom gen` — the committed fixtures: the regenerated fixture models must
 # match tests/fixtures/models.sha256 and the reference must reproduce
 # tests/fixtures/ref/*.logits from them. Last line: "N passed, N failed".
-# Env: KVLOOM_SHARED (default ../shared), KVLOOM_BIN (default build/kvloom).
+# Env: KVLOOM_SHARED (default ../shared), KVLOOM_BIN (default build/kvloom),
+# KVLOOM_FIXTURES (models already made and checked by `make fixtures`: used
+# after a sum check instead of generating them again).
 # Uses Debian's /usr/bin/python3, which has numpy.
 cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
 PY=/usr/bin/python3
@@ -21,7 +23,15 @@ BIN=${KVLOOM_BIN:-build/kvloom}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 set -- 
-if [ -x "$BIN" ]; then
+if [ -n "${KVLOOM_FIXTURES:-}" ] && [ -d "$KVLOOM_FIXTURES" ]; then
+    # make test generated them (the `fixtures` target, kvloom gen --check):
+    # the sums are checked again here, the models not made twice
+    if (cd "$KVLOOM_FIXTURES" && sha256sum --quiet -c "$OLDPWD/tests/fixtures/models.sha256"); then
+        set -- --fixtures "$KVLOOM_FIXTURES"
+    else
+        set -- --fail "fixture models in $KVLOOM_FIXTURES differ from tests/fixtures/models.sha256"
+    fi
+elif [ -x "$BIN" ]; then
     if KVLOOM_BIN="$BIN" FIXTURE_DIR="$tmp" sh tools/gen_fixtures.sh --check > "$tmp/check.log" 2>&1; then
         set -- --fixtures "$tmp"
     else

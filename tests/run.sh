@@ -54,9 +54,11 @@ job() { # key, timeout, command, argument ("" for none), display name
 # deploy_test (replicas behind HAProxy: test_server_api and test_kvdisk run
 # the metrics, /load and shared-directory code), gptoss_test (a 201,088-token
 # vocabulary exported by node and tokenized against js-tiktoken: the C
-# tokenizer tests and fuzz_tok run the tokenizer code under the sanitizer).
+# tokenizer tests and fuzz_tok run the tokenizer code under the sanitizer),
+# ref_selftest_test (the numpy reference's self-test: Python, and the fixture
+# models' sums, which the phase's own `make fixtures` already checked).
 # They all run in the first phase.
-SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test deploy_test gptoss_test"
+SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test deploy_test gptoss_test ref_selftest_test"
 skipped=""
 # Script tests first: the longest ones are among them, and starting them
 # first leaves the short C tests to fill in at the end.
