@@ -38,7 +38,7 @@
  * and Q4_0: even blocks into one vector, odd blocks into another, added at
  * the end) and reduces with hsum_ps, so the result depends on n and the two
  * rows only — except the row-octet kernels (avx2's Q4_0 and both tables'
- * MXFP4: oct_dot, oct_tile), which finish each block's integer sum first and
+ * MXFP4: oct_dot, oct_tile, oct_ptile), which finish each block's integer sum first and
  * accumulate one float per (row, token) in block order. Where a gemm exists
  * (tiles of several rows x several tokens: Q4_K/Q5_K and MXFP4 here; Q8_0,
  * Q4_0 and Q4_K in avx512.c, which brings its own 512-bit versions through
@@ -365,17 +365,19 @@ static inline __attribute__((always_inline)) void oct_dot(const int ty, int64_t 
     *out = acc;
 }
 
-/* Rows r..r+7 (row stride rb bytes from w0) x T tokens (T in 1..4) over all
- * nb blocks; cs[t * nb + i] is the offset x token t's block i sum
- * (kx_q8_sum); y[t * ldy + 0..7] receives the 8 rows of token t. The
+/* Rows r..r+7 (row stride rb bytes from w0) x T tokens (T in 1..4) over nb
+ * blocks; cs[t * ncs + i] is the offset x token t's block i sum
+ * (kx_q8_sum); y[t * ldy + 0..7] receives the 8 rows of token t, and holds
+ * their partial sums on entry unless `first` (the float accumulator carried
+ * between k-chunks: storing and reloading a float is exact). The
  * unpacked weights go through a small buffer in L1 rather than 8 registers:
  * AVX2 has 16, and with them held the 4 accumulators were spilled and
  * reloaded every block. */
 static inline __attribute__((always_inline)) void oct_tile(const int ty, const int T, int64_t nb, const uint8_t *w0,
                                                           size_t rb, const uint8_t *a, size_t arb, const int32_t *cs,
-                                                          float *y, int64_t ldy) {
+                                                          size_t ncs, float *y, int64_t ldy, int first) {
     __m256 acc[4];
-    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t * ldy);
     const __m256i ones = _mm256_set1_epi16(1), lut = mx_lut_u();
     const size_t bsz = ty == OCT_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
     __m256i wq[8];
@@ -407,54 +409,171 @@ static inline __attribute__((always_inline)) void oct_tile(const int ty, const i
             __m256i m[8];
             _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
                 m[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&wq[r]), av), ones);
-            const __m256i s = _mm256_sub_epi32(kx_hsum8(m), _mm256_set1_epi32(cs[(size_t)t * nb + i]));
+            const __m256i s = _mm256_sub_epi32(kx_hsum8(m), _mm256_set1_epi32(cs[(size_t)t * ncs + i]));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(f16s(ab->d))), acc[t]);
         }
     }
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
 }
 
-/* Activation sums held on the stack per call (32 KB): tokens are taken in
- * chunks of KX_OCT_SUMS / nb (at most 64). */
-#define KX_OCT_SUMS 8192
+/* ---- the same with rows in lanes (prefill) -----------------------------------
+ * oct_tile spends, per (8 rows, token, block), 8 madds, 6 hadds and 2
+ * permutes on moving each row's 8 lanes into one lane. With the 8 rows'
+ * weights transposed so that lane r of every vector is row r, the products
+ * land in the right lane to begin with: vector j of a block holds 4 weights
+ * of each row (elements 4j..4j+3 for j < 4, 16+4(j-4).. for j >= 4: the
+ * low and high nibbles of the same 4 bytes) and is multiplied by the
+ * activation block's dword j broadcast to every lane. The maddubs results
+ * are added as i16 — all 8 for Q4_0 (a pair sum is at most 2 x 15 x 128,
+ * eight of them 30720 < 2^15), 4 and 4 for MXFP4 (2 x 24 x 128 x 4 = 24576)
+ * — then madd makes the i32 block sums, exact; the offset, the convert and
+ * the FMA are oct_tile's, so each lane runs oct_dot's float steps on the
+ * same integer and the result is bitwise the table's dot.
+ *
+ * The transposed copy is made per call in a stack buffer (oct_pack: 8 rows
+ * x KX_OCT_KB blocks, 16 KB, in L1) and used for every token of the chunk,
+ * so its cost is shared by up to KX_OCT_TC tokens. The mapped weights are
+ * never written and no second copy of a model is kept (a load-time repack
+ * would need one: the file is mapped read-only, and a model may be larger
+ * than RAM). Below KX_OCT_PMIN tokens (decode) the transpose costs more than
+ * it saves and oct_tile runs. Measured on qwen3-30b-a3b Q4_0 (24 layers,
+ * docs/perf.md): pp512 36-37 -> 59 tokens/s. */
+#define KX_OCT_KB 64
+#define KX_OCT_TC 64
+#define KX_OCT_PMIN 4
+
+/* Blocks [0, n) of rows r..r+7 (row stride rb from w0) into wl[8 i + j] (the
+ * weights as oct_tile's unsigned bytes) and dl[i] (the 8 rows' d_w). A row's
+ * 16 nibble bytes are 4 dwords; rows r and r+4 share a register, and two
+ * rounds of unpacks make dword j of the 8 rows one vector. */
+static inline __attribute__((always_inline)) void oct_pack(const int ty, const uint8_t *w0, size_t rb, int n,
+                                                          __m256i *wl, __m256 *dl) {
+    const __m256i m = _mm256_set1_epi8(15), lut = mx_lut_u();
+    const size_t bsz = ty == OCT_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
+    const size_t qo = ty == OCT_MXFP4 ? offsetof(block_mxfp4, qs) : offsetof(block_q4_0, qs);
+    for (int i = 0; i < n; i++) {
+        const uint8_t *b[8];
+        _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
+            b[r] = w0 + (size_t)r * rb + (size_t)i * bsz;
+            if ((i & 1) == 0) kx_pf_lines(b[r], 1);
+        }
+        __m256i v[4];
+        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)
+            v[r] = _mm256_loadu2_m128i((const __m128i *)(b[r + 4] + qo), (const __m128i *)(b[r] + qo));
+        const __m256i l01 = _mm256_unpacklo_epi32(v[0], v[1]), h01 = _mm256_unpackhi_epi32(v[0], v[1]);
+        const __m256i l23 = _mm256_unpacklo_epi32(v[2], v[3]), h23 = _mm256_unpackhi_epi32(v[2], v[3]);
+        const __m256i p[4] = {_mm256_unpacklo_epi64(l01, l23), _mm256_unpackhi_epi64(l01, l23),
+                              _mm256_unpacklo_epi64(h01, h23), _mm256_unpackhi_epi64(h01, h23)};
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            __m256i lo = _mm256_and_si256(p[j], m), hi = _mm256_and_si256(_mm256_srli_epi16(p[j], 4), m);
+            if (ty == OCT_MXFP4) lo = _mm256_shuffle_epi8(lut, lo), hi = _mm256_shuffle_epi8(lut, hi);
+            _mm256_store_si256(&wl[8 * i + j], lo);
+            _mm256_store_si256(&wl[8 * i + 4 + j], hi);
+        }
+        if (ty == OCT_MXFP4) {
+#define KX_E(r) (((const block_mxfp4 *)b[r])->e)
+            dl[i] = mx_scale8(_mm256_setr_epi32(KX_E(0), KX_E(1), KX_E(2), KX_E(3), KX_E(4), KX_E(5), KX_E(6), KX_E(7)));
+#undef KX_E
+        } else {
+#define KX_D(r) ((short)((const block_q4_0 *)b[r])->d)
+            dl[i] = _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
+#undef KX_D
+        }
+    }
+}
+
+/* The 8 packed rows x T tokens (T in 1..4) over the n blocks of wl/dl, with
+ * oct_tile's other arguments. Each weight vector is loaded once for the T
+ * tokens; the activation dwords are broadcast from memory. */
+static inline __attribute__((always_inline)) void oct_ptile(const int ty, const int T, int n, const __m256i *wl,
+                                                           const __m256 *dl, const uint8_t *a, size_t arb,
+                                                           const int32_t *cs, size_t ncs, float *y, int64_t ldy,
+                                                           int first) {
+    __m256 acc[4];
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t * ldy);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < n; i++) {
+        const block_q8_0 *ab[4];
+        __m256i s[4], s2[4];
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) ab[t] = (const block_q8_0 *)(a + (size_t)t * arb) + i;
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+            const __m256i wj = _mm256_load_si256(&wl[8 * i + j]);
+            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+                int32_t q;
+                memcpy(&q, ab[t]->qs + 4 * j, 4);
+                const __m256i p = _mm256_maddubs_epi16(wj, _mm256_set1_epi32(q));
+                if (ty == OCT_MXFP4 && j >= 4) s2[t] = j == 4 ? p : _mm256_add_epi16(s2[t], p);
+                else s[t] = j ? _mm256_add_epi16(s[t], p) : p;
+            }
+        }
+        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
+            __m256i is = _mm256_madd_epi16(s[t], ones);
+            if (ty == OCT_MXFP4) is = _mm256_add_epi32(is, _mm256_madd_epi16(s2[t], ones));
+            is = _mm256_sub_epi32(is, _mm256_set1_epi32(cs[(size_t)t * ncs + i]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dl[i], _mm256_set1_ps(f16s(ab[t]->d))), acc[t]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
+}
+
+/* Tokens go in chunks of KX_OCT_TC and blocks in k-chunks: KX_OCT_KB for the
+ * packed tiles (their buffer), KX_OCT_KR for oct_tile (decode streams each
+ * row front to back; rows up to 32768 wide are not cut). The activation
+ * sums of a chunk are on the stack (KX_OCT_SUMS); the partial sums of a
+ * k-chunk wait in y. Every width runs the same code. */
+#define KX_OCT_KR 1024
+#define KX_OCT_SUMS MAX(KX_OCT_KR * (KX_OCT_PMIN - 1), KX_OCT_KB * KX_OCT_TC)
 static inline __attribute__((always_inline)) void oct_gemm(const int ty, const kern_mat *wm, int64_t r0, int64_t r1,
                                                           const void *act, size_t arb, int n_tok, float *y,
                                                           int64_t ldy) {
     const int64_t nb = wm->n_in / QK8_0;
     const uint8_t *wd = wm->data, *ab = act;
-    const size_t rb = wm->row_bytes;
-    if (nb > KX_OCT_SUMS) { /* rows over a quarter of a million wide: one dot per element */
-        for (int t = 0; t < n_tok; t++)
-            for (int64_t r = r0; r < r1; r++) oct_dot(ty, wm->n_in, &y[t * ldy + r], wd + r * rb, ab + (size_t)t * arb);
-        return;
-    }
+    const size_t rb = wm->row_bytes, bsz = ty == OCT_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
+    const int64_t r8 = r0 + ((r1 - r0) & ~(int64_t)7);
     int32_t cs[KX_OCT_SUMS];
-    const int tc = (int)MIN(64, KX_OCT_SUMS / nb);
-    for (int t0 = 0; t0 < n_tok; t0 += tc) {
-        const int t1 = MIN(n_tok, t0 + tc);
-        for (int t = t0; t < t1; t++) {
-            const block_q8_0 *at = (const block_q8_0 *)(ab + (size_t)t * arb);
-            for (int64_t i = 0; i < nb; i++) cs[(size_t)(t - t0) * nb + i] = oct_offset(ty) * kx_q8_sum(&at[i]);
-        }
-        int64_t r = r0;
-        for (; r + 8 <= r1; r += 8) {
-            const uint8_t *w = wd + (size_t)r * rb;
-            int t = t0;
-            for (; t + 4 <= t1; t += 4)
-                oct_tile(ty, 4, nb, w, rb, ab + (size_t)t * arb, arb, cs + (size_t)(t - t0) * nb, y + t * ldy + r, ldy);
-            const int32_t *at = cs + (size_t)(t - t0) * nb;
-            const uint8_t *aa = ab + (size_t)t * arb;
-            switch (t1 - t) {
-            case 3: oct_tile(ty, 3, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
-            case 2: oct_tile(ty, 2, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
-            case 1: oct_tile(ty, 1, nb, w, rb, aa, arb, at, y + t * ldy + r, ldy); break;
+    __m256i wl[8 * KX_OCT_KB];
+    __m256 dl[KX_OCT_KB];
+    for (int t0 = 0; t0 < n_tok; t0 += KX_OCT_TC) {
+        const int t1 = MIN(n_tok, t0 + KX_OCT_TC), nt = t1 - t0;
+        const bool packed = nt >= KX_OCT_PMIN;
+        const int64_t kb = packed ? KX_OCT_KB : KX_OCT_KR;
+        for (int64_t i0 = 0; i0 < nb && r8 > r0; i0 += kb) {
+            const int64_t n = MIN(kb, nb - i0);
+            for (int t = t0; t < t1; t++) {
+                const block_q8_0 *at = (const block_q8_0 *)(ab + (size_t)t * arb) + i0;
+                for (int64_t i = 0; i < n; i++) cs[(size_t)(t - t0) * n + i] = oct_offset(ty) * kx_q8_sum(&at[i]);
+            }
+            const uint8_t *a0 = ab + (size_t)t0 * arb + (size_t)i0 * sizeof(block_q8_0);
+            const int first = i0 == 0;
+            for (int64_t r = r0; r < r8; r += 8) {
+                const uint8_t *w = wd + (size_t)r * rb + (size_t)i0 * bsz;
+                float *yr = y + (size_t)t0 * ldy + r;
+                if (packed) oct_pack(ty, w, rb, (int)n, wl, dl);
+                for (int t = 0; t < nt; t += 4) {
+                    const uint8_t *aa = a0 + (size_t)t * arb;
+                    const int32_t *ct = cs + (size_t)t * n;
+                    float *yt = yr + (size_t)t * ldy;
+                    if (packed) switch (MIN(4, nt - t)) {
+                        case 4: oct_ptile(ty, 4, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
+                        case 3: oct_ptile(ty, 3, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
+                        case 2: oct_ptile(ty, 2, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
+                        case 1: oct_ptile(ty, 1, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
+                        }
+                    else switch (MIN(4, nt - t)) {
+                        case 4: oct_tile(ty, 4, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
+                        case 3: oct_tile(ty, 3, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
+                        case 2: oct_tile(ty, 2, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
+                        case 1: oct_tile(ty, 1, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
+                        }
+                }
             }
         }
-        for (; r < r1; r++)
+        for (int64_t r = r8; r < r1; r++)
             for (int t = t0; t < t1; t++) oct_dot(ty, wm->n_in, &y[t * ldy + r], wd + r * rb, ab + (size_t)t * arb);
     }
 }
 #undef KX_OCT_SUMS
+#undef KX_OCT_KR
 
 static __attribute__((unused)) void dot_q4_0r(int64_t n, float *out, const void *w, const void *a) {
     oct_dot(OCT_Q4_0, n, out, w, a);
