@@ -182,16 +182,8 @@ static inline float wd_f16_q4_0(const block_q4_0 *b) { return f16s(b->d); }
 KX_Q0_DOT(dot_q8_0, block_q8_0, wload_q8_0, wd_f16_q8_0)
 KX_Q0_DOT(dot_q4_0, block_q4_0, wload_q4_0, wd_f16_q4_0)
 
-/* Integer reductions of the row-octet gemms below (avx2's Q4_0 and both
- * tables' MXFP4). Lane r of kx_hsum8's result = the sum of the 8 lanes of
- * v[r]. */
-static inline __m256i kx_hsum8(const __m256i *v) {
-    const __m256i a = _mm256_hadd_epi32(v[0], v[1]), b = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
-}
-
+/* Integer reduction of the row-octet dot product below (avx2's Q4_0 and both
+ * tables' MXFP4): the sum of the 8 lanes. */
 static inline int kx_hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
@@ -295,10 +287,9 @@ KX_Q0_GEMM_FN(gemm_q8_0, block_q8_0, q8_0_tile)
  * block) on float work: a convert, a scale product, a broadcast and an FMA
  * into an 8-lane partial sum, plus the sign trick's extra op. Here a block's
  * integer dot product is finished first, for 8 rows at once: the weights as
- * unsigned bytes against the signed activations (maddubs, madd: 8 lanes per
- * row), the 8 rows' lanes summed into one vector whose lane r is row r's
- * block sum (kx_hsum8), minus the bytes' offset times the activation block's
- * sum. Then one convert and one FMA per 8 rows: lane r gets
+ * unsigned bytes against the signed activations (maddubs, madd), the rows'
+ * partial sums reduced into one vector whose lane r is row r's block sum,
+ * minus the bytes' offset times the activation block's sum. Then one convert and one FMA per 8 rows: lane r gets
  *   acc = fma(float(isum), d_w * d_a, acc)
  * in block order, one accumulator per (row, token). The table's dot product
  * (oct_dot) computes the same integer by another route and applies the same
@@ -367,59 +358,77 @@ static inline __attribute__((always_inline)) void oct_dot(const int ty, int64_t 
 
 /* Rows r..r+7 (row stride rb bytes from w0) x T tokens (T in 1..4) over nb
  * blocks; cs[t * ncs + i] is the offset x token t's block i sum
- * (kx_q8_sum); y[t * ldy + 0..7] receives the 8 rows of token t, and holds
+ * (kx_q8_sum) and ds[t * ncs + i] its scale d_a as a float (converted once
+ * per call, not once per row octet); y[t * ldy + 0..7] receives the 8 rows of token t, and holds
  * their partial sums on entry unless `first` (the float accumulator carried
- * between k-chunks: storing and reloading a float is exact). The
- * unpacked weights go through a small buffer in L1 rather than 8 registers:
- * AVX2 has 16, and with them held the 4 accumulators were spilled and
- * reloaded every block. */
+ * between k-chunks: storing and reloading a float is exact).
+ * Rows k and k+4 share a register: their 16 nibble bytes side by side, split
+ * into low nibbles (elements 0..15 of both rows) and high ones (16..31), so
+ * the activation block's halves, each broadcast to both 128-bit lanes, meet
+ * their weights with two maddubs; the i16 sums of the two (at most
+ * 2 x 2 x 24 x 128 < 2^15) go through one madd, leaving 4 lanes per row, and
+ * three hadds put row r's block sum in lane r. (The first version unpacked
+ * each row into a 32-byte vector in element order and needed 8 madds, 6
+ * hadds and 2 permutes per 8 rows: decode at batch 1-3 was 1.15-1.4x slower
+ * per core.) The unpacked weights go through a small buffer in L1 rather
+ * than 8 registers: AVX2 has 16, and with them held the 4 accumulators were
+ * spilled and reloaded every block. d_w of the 8 rows is gathered in two
+ * general registers (integer ALUs, not vector inserts). */
 static inline __attribute__((always_inline)) void oct_tile(const int ty, const int T, int64_t nb, const uint8_t *w0,
                                                           size_t rb, const uint8_t *a, size_t arb, const int32_t *cs,
-                                                          size_t ncs, float *y, int64_t ldy, int first) {
+                                                          const float *ds, size_t ncs, float *y, int64_t ldy,
+                                                          int first) {
     __m256 acc[4];
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t * ldy);
-    const __m256i ones = _mm256_set1_epi16(1), lut = mx_lut_u();
+    const __m256i ones = _mm256_set1_epi16(1), lut = mx_lut_u(), m = _mm256_set1_epi8(15);
     const size_t bsz = ty == OCT_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
+    const size_t qo = ty == OCT_MXFP4 ? offsetof(block_mxfp4, qs) : offsetof(block_q4_0, qs);
     __m256i wq[8];
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *b[8];
         _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
             b[r] = w0 + (size_t)r * rb + (size_t)i * bsz;
             if ((i & 1) == 0) kx_pf_lines(b[r], 1);
-            if (ty == OCT_MXFP4)
-                _mm256_store_si256(&wq[r], _mm256_shuffle_epi8(lut, kx_nib(((const block_mxfp4 *)b[r])->qs)));
-            else
-                _mm256_store_si256(&wq[r], kx_nib(((const block_q4_0 *)b[r])->qs));
         }
-        /* inserted, not stored and reloaded: 8 narrow stores read back as one
-         * vector would stall on store forwarding every block */
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const __m256i v = _mm256_loadu2_m128i((const __m128i *)(b[k + 4] + qo), (const __m128i *)(b[k] + qo));
+            __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+            if (ty == OCT_MXFP4) lo = _mm256_shuffle_epi8(lut, lo), hi = _mm256_shuffle_epi8(lut, hi);
+            _mm256_store_si256(&wq[2 * k], lo);
+            _mm256_store_si256(&wq[2 * k + 1], hi);
+        }
         __m256 dw;
         if (ty == OCT_MXFP4) {
 #define KX_E(r) (((const block_mxfp4 *)b[r])->e)
             dw = mx_scale8(_mm256_setr_epi32(KX_E(0), KX_E(1), KX_E(2), KX_E(3), KX_E(4), KX_E(5), KX_E(6), KX_E(7)));
 #undef KX_E
         } else {
-#define KX_D(r) ((short)((const block_q4_0 *)b[r])->d)
-            dw = _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
+#define KX_D(r) ((uint64_t)((const block_q4_0 *)b[r])->d)
+            const uint64_t d03 = KX_D(0) | KX_D(1) << 16 | KX_D(2) << 32 | KX_D(3) << 48;
+            const uint64_t d47 = KX_D(4) | KX_D(5) << 16 | KX_D(6) << 32 | KX_D(7) << 48;
+            dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)d47, (long long)d03));
 #undef KX_D
         }
         _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
             const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)t * arb) + i;
-            const __m256i av = _mm256_loadu_si256((const __m256i *)ab->qs);
-            __m256i m[8];
-            _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
-                m[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&wq[r]), av), ones);
-            const __m256i s = _mm256_sub_epi32(kx_hsum8(m), _mm256_set1_epi32(cs[(size_t)t * ncs + i]));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(f16s(ab->d))), acc[t]);
+            const __m256i alo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ab->qs));
+            const __m256i ahi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ab->qs + 16)));
+            __m256i v[4];
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+                v[k] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&wq[2 * k]), alo),
+                                                          _mm256_maddubs_epi16(_mm256_load_si256(&wq[2 * k + 1]), ahi)),
+                                         ones);
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            const __m256i s = _mm256_sub_epi32(h, _mm256_set1_epi32(cs[(size_t)t * ncs + i]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(ds[(size_t)t * ncs + i])), acc[t]);
         }
     }
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
 }
 
 /* ---- the same with rows in lanes (prefill) -----------------------------------
- * oct_tile spends, per (8 rows, token, block), 8 madds, 6 hadds and 2
- * permutes on moving each row's 8 lanes into one lane. With the 8 rows'
- * weights transposed so that lane r of every vector is row r, the products
+ * oct_tile spends, per (8 rows, token, block), 4 madds and 3 hadds on
+ * moving each row's lanes into one lane. With the 8 rows' weights transposed so that lane r of every vector is row r, the products
  * land in the right lane to begin with: vector j of a block holds 4 weights
  * of each row (elements 4j..4j+3 for j < 4, 16+4(j-4).. for j >= 4: the
  * low and high nibbles of the same 4 bytes) and is multiplied by the
@@ -483,34 +492,33 @@ static inline __attribute__((always_inline)) void oct_pack(const int ty, const u
 }
 
 /* The 8 packed rows x T tokens (T in 1..4) over the n blocks of wl/dl, with
- * oct_tile's other arguments. Each weight vector is loaded once for the T
- * tokens; the activation dwords are broadcast from memory. */
+ * oct_tile's other arguments. One token's 8 products of a block are summed
+ * before the next token's; the weight vectors are reloaded from L1 for each
+ * token (the compiler kept them in registers across tokens and spilled the
+ * accumulators: 7% slower); the activation dwords are broadcast from memory. */
 static inline __attribute__((always_inline)) void oct_ptile(const int ty, const int T, int n, const __m256i *wl,
                                                            const __m256 *dl, const uint8_t *a, size_t arb,
-                                                           const int32_t *cs, size_t ncs, float *y, int64_t ldy,
-                                                           int first) {
+                                                           const int32_t *cs, const float *ds, size_t ncs, float *y,
+                                                           int64_t ldy, int first) {
     __m256 acc[4];
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t * ldy);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int i = 0; i < n; i++) {
-        const block_q8_0 *ab[4];
-        __m256i s[4], s2[4];
-        _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) ab[t] = (const block_q8_0 *)(a + (size_t)t * arb) + i;
-        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
-            const __m256i wj = _mm256_load_si256(&wl[8 * i + j]);
-            _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
-                int32_t q;
-                memcpy(&q, ab[t]->qs + 4 * j, 4);
-                const __m256i p = _mm256_maddubs_epi16(wj, _mm256_set1_epi32(q));
-                if (ty == OCT_MXFP4 && j >= 4) s2[t] = j == 4 ? p : _mm256_add_epi16(s2[t], p);
-                else s[t] = j ? _mm256_add_epi16(s[t], p) : p;
-            }
-        }
+        const __m256 d = dl[i];
         _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
-            __m256i is = _mm256_madd_epi16(s[t], ones);
-            if (ty == OCT_MXFP4) is = _mm256_add_epi32(is, _mm256_madd_epi16(s2[t], ones));
+            const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)t * arb) + i;
+            __m256i s = _mm256_setzero_si256(), s2 = s;
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+                int32_t q;
+                memcpy(&q, ab->qs + 4 * j, 4);
+                const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256(&wl[8 * i + j]), _mm256_set1_epi32(q));
+                if (ty == OCT_MXFP4 && j >= 4) s2 = j == 4 ? p : _mm256_add_epi16(s2, p);
+                else s = j ? _mm256_add_epi16(s, p) : p;
+            }
+            __m256i is = _mm256_madd_epi16(s, ones);
+            if (ty == OCT_MXFP4) is = _mm256_add_epi32(is, _mm256_madd_epi16(s2, ones));
             is = _mm256_sub_epi32(is, _mm256_set1_epi32(cs[(size_t)t * ncs + i]));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dl[i], _mm256_set1_ps(f16s(ab[t]->d))), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(ds[(size_t)t * ncs + i])), acc[t]);
         }
     }
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) _mm256_storeu_ps(y + t * ldy, acc[t]);
@@ -531,6 +539,7 @@ static inline __attribute__((always_inline)) void oct_gemm(const int ty, const k
     const size_t rb = wm->row_bytes, bsz = ty == OCT_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
     const int64_t r8 = r0 + ((r1 - r0) & ~(int64_t)7);
     int32_t cs[KX_OCT_SUMS];
+    float ds[KX_OCT_SUMS];
     __m256i wl[8 * KX_OCT_KB];
     __m256 dl[KX_OCT_KB];
     for (int t0 = 0; t0 < n_tok; t0 += KX_OCT_TC) {
@@ -541,7 +550,10 @@ static inline __attribute__((always_inline)) void oct_gemm(const int ty, const k
             const int64_t n = MIN(kb, nb - i0);
             for (int t = t0; t < t1; t++) {
                 const block_q8_0 *at = (const block_q8_0 *)(ab + (size_t)t * arb) + i0;
-                for (int64_t i = 0; i < n; i++) cs[(size_t)(t - t0) * n + i] = oct_offset(ty) * kx_q8_sum(&at[i]);
+                for (int64_t i = 0; i < n; i++) {
+                    cs[(size_t)(t - t0) * n + i] = oct_offset(ty) * kx_q8_sum(&at[i]);
+                    ds[(size_t)(t - t0) * n + i] = f16s(at[i].d);
+                }
             }
             const uint8_t *a0 = ab + (size_t)t0 * arb + (size_t)i0 * sizeof(block_q8_0);
             const int first = i0 == 0;
@@ -552,18 +564,19 @@ static inline __attribute__((always_inline)) void oct_gemm(const int ty, const k
                 for (int t = 0; t < nt; t += 4) {
                     const uint8_t *aa = a0 + (size_t)t * arb;
                     const int32_t *ct = cs + (size_t)t * n;
+                    const float *dt = ds + (size_t)t * n;
                     float *yt = yr + (size_t)t * ldy;
                     if (packed) switch (MIN(4, nt - t)) {
-                        case 4: oct_ptile(ty, 4, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
-                        case 3: oct_ptile(ty, 3, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
-                        case 2: oct_ptile(ty, 2, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
-                        case 1: oct_ptile(ty, 1, (int)n, wl, dl, aa, arb, ct, n, yt, ldy, first); break;
+                        case 4: oct_ptile(ty, 4, (int)n, wl, dl, aa, arb, ct, dt, n, yt, ldy, first); break;
+                        case 3: oct_ptile(ty, 3, (int)n, wl, dl, aa, arb, ct, dt, n, yt, ldy, first); break;
+                        case 2: oct_ptile(ty, 2, (int)n, wl, dl, aa, arb, ct, dt, n, yt, ldy, first); break;
+                        case 1: oct_ptile(ty, 1, (int)n, wl, dl, aa, arb, ct, dt, n, yt, ldy, first); break;
                         }
                     else switch (MIN(4, nt - t)) {
-                        case 4: oct_tile(ty, 4, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
-                        case 3: oct_tile(ty, 3, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
-                        case 2: oct_tile(ty, 2, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
-                        case 1: oct_tile(ty, 1, n, w, rb, aa, arb, ct, n, yt, ldy, first); break;
+                        case 4: oct_tile(ty, 4, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
+                        case 3: oct_tile(ty, 3, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
+                        case 2: oct_tile(ty, 2, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
+                        case 1: oct_tile(ty, 1, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
                         }
                 }
             }
