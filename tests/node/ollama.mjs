@@ -253,16 +253,20 @@ async function main() {
   // "[object Object]").
   await section("transport errors", async () => {
     const noObject = (what, e) => check(!String(e.error ?? e.message).includes("[object Object]"), `${what}: no [object Object]`, e.error);
-    for (const [what, p, status, needle] of [
-      ["pull", ollama.pull({ model: "llama3" }), 501, "loads models from GGUF files on disk"],
-      ["pull stream", ollama.pull({ model: "llama3", stream: true }), 501, "/api/pull is not supported"],
-      ["delete", ollama.delete({ model: modelId }), 501, "/api/delete"],
-      ["copy", ollama.copy({ source: modelId, destination: "x" }), 501, "/api/copy"],
-      ["413", ollama.chat({ model: modelId, messages: [{ role: "user", content: "x".repeat(300 * 1024) }] }), 413,
+    // Each request starts when the loop reaches it: made all at once, a
+    // later one could fail while an earlier one was awaited, and Node ends
+    // the process on that unhandled rejection (seen under ASan on a loaded
+    // machine: "ResponseError: /api/pull is not supported", exit 1).
+    for (const [what, call, status, needle] of [
+      ["pull", () => ollama.pull({ model: "llama3" }), 501, "loads models from GGUF files on disk"],
+      ["pull stream", () => ollama.pull({ model: "llama3", stream: true }), 501, "/api/pull is not supported"],
+      ["delete", () => ollama.delete({ model: modelId }), 501, "/api/delete"],
+      ["copy", () => ollama.copy({ source: modelId, destination: "x" }), 501, "/api/copy"],
+      ["413", () => ollama.chat({ model: modelId, messages: [{ role: "user", content: "x".repeat(300 * 1024) }] }), 413,
         "larger than the limit"],
     ]) {
       try {
-        await p;
+        await call();
         check(false, `${what}: should fail`);
       } catch (e) {
         check(e.name === "ResponseError" && e.status_code === status, `${what}: ResponseError ${status}`, [e.name, e.status_code, e.error]);
