@@ -17,8 +17,11 @@ router, for the routing policies deploy/haproxy offers and their baselines
 Policies: rr (round robin), least (least backlog), hash (consistent hashing
 of the session key), bounded (consistent hashing with bounded load, HAProxy's
 hash-balance-factor 150), dualmap (two rings; the candidate holding the
-session's cache unless its predicted TTFT breaks the SLO, new sessions to the
-less loaded candidate, a hotspot to the least loaded of all: kvloom.lua).
+session's cache unless its predicted TTFT breaks the SLO; a new session to
+a replica its prefix (tenant) already went to while that one's predicted
+TTFT is under --spill x SLO, else to its less loaded candidate, which joins
+the prefix's replicas; a hotspot to the least loaded of all: kvloom.lua),
+dualmap0 (the first version: new sessions to the less loaded candidate).
 
 Model. Sessions arrive as a Poisson process; each belongs to a tenant drawn
 from a Zipf law (the tenant's system prompt is shared by its sessions), reads
