@@ -367,13 +367,15 @@ static inline __attribute__((always_inline)) void oct_dot(const int ty, int64_t 
  * the activation block's halves, each broadcast to both 128-bit lanes, meet
  * their weights with two maddubs; the i16 sums of the two (at most
  * 2 x 2 x 24 x 128 < 2^15) go through one madd, leaving 4 lanes per row, and
- * three hadds put row r's block sum in lane r. (The first version unpacked
- * each row into a 32-byte vector in element order and needed 8 madds, 6
- * hadds and 2 permutes per 8 rows: decode at batch 1-3 was 1.15-1.4x slower
- * per core.) The unpacked weights go through a small buffer in L1 rather
- * than 8 registers: AVX2 has 16, and with them held the 4 accumulators were
- * spilled and reloaded every block. d_w of the 8 rows is gathered in two
- * general registers (integer ALUs, not vector inserts). */
+ * two rounds of unpacks and adds put row r's block sum in lane r (3% faster
+ * than three hadds here). (The first version unpacked each row into a
+ * 32-byte vector in element order and needed 8 madds, 6 hadds and 2
+ * permutes per 8 rows: about 1.4x slower per core at batch 1, 1.6x at 2-3,
+ * from L2.) The unpacked weights go through a small buffer in L1 rather than 8
+ * registers: AVX2 has 16, and with them held the 4 accumulators were spilled
+ * and reloaded every block. d_w of the 8 rows is inserted word by word
+ * (combining them in general registers, or with an unpack tree, measured
+ * 15% and 5% slower at batch 1). */
 static inline __attribute__((always_inline)) void oct_tile(const int ty, const int T, int64_t nb, const uint8_t *w0,
                                                           size_t rb, const uint8_t *a, size_t arb, const int32_t *cs,
                                                           const float *ds, size_t ncs, float *y, int64_t ldy,
@@ -403,10 +405,8 @@ static inline __attribute__((always_inline)) void oct_tile(const int ty, const i
             dw = mx_scale8(_mm256_setr_epi32(KX_E(0), KX_E(1), KX_E(2), KX_E(3), KX_E(4), KX_E(5), KX_E(6), KX_E(7)));
 #undef KX_E
         } else {
-#define KX_D(r) ((uint64_t)((const block_q4_0 *)b[r])->d)
-            const uint64_t d03 = KX_D(0) | KX_D(1) << 16 | KX_D(2) << 32 | KX_D(3) << 48;
-            const uint64_t d47 = KX_D(4) | KX_D(5) << 16 | KX_D(6) << 32 | KX_D(7) << 48;
-            dw = _mm256_cvtph_ps(_mm_set_epi64x((long long)d47, (long long)d03));
+#define KX_D(r) ((short)((const block_q4_0 *)b[r])->d)
+            dw = _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
 #undef KX_D
         }
         _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
@@ -418,7 +418,9 @@ static inline __attribute__((always_inline)) void oct_tile(const int ty, const i
                 v[k] = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&wq[2 * k]), alo),
                                                           _mm256_maddubs_epi16(_mm256_load_si256(&wq[2 * k + 1]), ahi)),
                                          ones);
-            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            const __m256i p01 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[0], v[1]), _mm256_unpackhi_epi32(v[0], v[1]));
+            const __m256i p23 = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2], v[3]), _mm256_unpackhi_epi32(v[2], v[3]));
+            const __m256i h = _mm256_add_epi32(_mm256_unpacklo_epi64(p01, p23), _mm256_unpackhi_epi64(p01, p23));
             const __m256i s = _mm256_sub_epi32(h, _mm256_set1_epi32(cs[(size_t)t * ncs + i]));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(ds[(size_t)t * ncs + i])), acc[t]);
         }
@@ -427,8 +429,8 @@ static inline __attribute__((always_inline)) void oct_tile(const int ty, const i
 }
 
 /* ---- the same with rows in lanes (prefill) -----------------------------------
- * oct_tile spends, per (8 rows, token, block), 4 madds and 3 hadds on
- * moving each row's lanes into one lane. With the 8 rows' weights transposed so that lane r of every vector is row r, the products
+ * oct_tile spends, per (8 rows, token, block), 4 madds and 9 unpacks and
+ * adds on moving each row's lanes into one lane. With the 8 rows' weights transposed so that lane r of every vector is row r, the products
  * land in the right lane to begin with: vector j of a block holds 4 weights
  * of each row (elements 4j..4j+3 for j < 4, 16+4(j-4).. for j >= 4: the
  * low and high nibbles of the same 4 bytes) and is multiplied by the
