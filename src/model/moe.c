@@ -203,13 +203,21 @@ static void gather(const moe_job *j, long a, long b) {
     }
 }
 
-/* gpt-oss's activation (moe.h), element by element: the gate clamped
- * from above, the up clamped both ways and shifted by one. */
-static void swiglu_oai(float *g, const float *u, int n, float alpha, float limit) {
+/* gpt-oss's activation (moe.h): with g' = min(g, limit) and
+ * u' = clamp(u, -limit, limit), g' sigmoid(alpha g') (u' + 1) =
+ * silu(alpha g') (u' + 1) / alpha, so the clamps and scalings run here
+ * (comparisons the compiler can vectorise; fminf/fmaxf were library calls)
+ * and the exponentials in the table's SIMD SwiGLU. A NaN gate or up becomes
+ * the limit, as with fminf/fmaxf. Each element depends only on its own g
+ * and u (batch invariance). u is scratch: overwritten. */
+static void swiglu_oai(float *g, float *u, int n, float alpha, float limit) {
+    const float inv = 1.0f / alpha;
     for (int k = 0; k < n; k++) {
-        const float x = fminf(g[k], limit), y = fminf(fmaxf(u[k], -limit), limit);
-        g[k] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+        const float x = g[k] < limit ? g[k] : limit, y0 = u[k] > -limit ? u[k] : -limit, y = y0 < limit ? y0 : limit;
+        g[k] = alpha * x;
+        u[k] = (y + 1.0f) * inv;
     }
+    kern_swiglu(g, u, n);
 }
 
 /* Step 4: biases, act(), the down activation format. */
