@@ -7,7 +7,8 @@
 #
 #   bench/agent_compare.sh MODEL.gguf [agentbench flags...]
 #   env: KVLOOM_BIN (build/kvloom), LLAMA_SERVER (unset: kvloom only),
-#        THREADS (2), KV_MEM (2G), NP (8, llama-server slots), CTX (16384)
+#        THREADS (2), KV_MEM (2G), NP (8, llama-server slots), CTX (16384),
+#        WORKLOADS ("agents flat")
 #
 # llama-server gets its best prefix-reuse settings: cache_prompt on (sent by
 # agentbench), -np 8 parallel slots, continuous batching (its default).
@@ -19,6 +20,7 @@ THREADS=${THREADS:-2}
 KV_MEM=${KV_MEM:-2G}
 NP=${NP:-8}
 CTX=${CTX:-16384}
+WORKLOADS=${WORKLOADS:-agents flat}
 SHARED=${KVLOOM_SHARED:-../shared}
 OUT=$(mktemp -d)
 PY=/usr/bin/python3
@@ -37,7 +39,7 @@ wait_up() { # url
 
 EXTRA="$*" # agentbench flags (values without spaces)
 run_bench() { # label url
-    for w in agents flat; do
+    for w in $WORKLOADS; do
         # shellcheck disable=SC2086
         "$PY" "$SHARED/bench/agentbench.py" --url "$2" --workload $w --label "$1" --json "$OUT/$1-$w.json" $EXTRA \
             > "$OUT/$1-$w.log" 2>&1 || echo "[$1 $w] agentbench reported errors (counted in the table)" >&2
