@@ -3,9 +3,14 @@
  * acceptance and rejection table, the matcher on byte strings (accept,
  * can_end, must_end, forced runs, UTF-8 classes, repetition bounds,
  * recursion), and token masks against a brute-force reference on a small
- * synthetic vocabulary and on the real Qwen3 vocabulary.
+ * synthetic vocabulary and on the real Qwen3 vocabulary, and the masks of
+ * the run classes (gmatch.c: RUN_PLAIN ...) bit for bit against whole-trie
+ * walks over random walks through format and pattern schemas.
  */
+#include <stdlib.h>
+
 #include "grammar/grammar.h"
+#include "grammar/schema.h"
 #include "tok/hfimport.h"
 #include "tok/tok.h"
 
@@ -437,17 +442,21 @@ static const char *json_gbnf =
     "obj ::= \"{\" (str \": \" value (\", \" str \": \" value)*)? \"}\"\n"
     "arr ::= \"[\" (value (\", \" value)*)? \"]\"\n";
 
-static void test_mask_qwen3(void) {
-    tokenizer *t = test_load_hf_tokenizer("qwen3", "tokenizer_config.json");
-    if (!t) return;
+static gvocab *qwen3_vocab(tokenizer *t) {
     int n = tok_n_vocab(t);
     uint8_t *kind = malloc((size_t)n);
     for (int i = 0; i < n; i++)
         kind[i] = tok_is_eog(t, i) ? GV_EOG : tok_type(t, i) == TOK_TYPE_CONTROL ? GV_NEVER : GV_NORMAL;
     int64_t t0 = clock_ns();
     gvocab *v = gvocab_new(n, qpiece, t, kind);
-    printf("gvocab_new: %d tokens in %.1f ms\n", n, (double)(clock_ns() - t0) / 1e6);
+    printf("gvocab_new: %d tokens in %.1f ms%s\n", n, (double)(clock_ns() - t0) / 1e6,
+           getenv("KVLOOM_NO_RUN_MASKS") ? " (no run classes)" : "");
     free(kind);
+    return v;
+}
+
+static void test_mask_qwen3(tokenizer *t, gvocab *v) {
+    int n = tok_n_vocab(t);
     grammar *g = compile(json_gbnf);
     if (g) {
         gmatch *m = gmatch_new(g, v);
@@ -510,8 +519,98 @@ static void test_mask_qwen3(void) {
         gmatch_free(m);
         grammar_unref(g);
     }
-    gvocab_free(v);
-    tok_free(t);
+}
+
+/* Schemas whose strings are runs of a class with exceptions: the bounded
+ * counts of formats, a pattern's `.`, keys that must not be a listed name,
+ * classes that refuse part of a run class, hex and digits. */
+static const char *run_schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"abc\":{\"type\":\"integer\"}},"
+    "\"required\":[\"a\"],\"additionalProperties\":{\"type\":\"string\",\"maxLength\":12}}",
+    "{\"type\":\"string\",\"format\":\"email\"}",
+    "{\"type\":\"string\",\"format\":\"email\",\"pattern\":\"^(?:[A-Za-z0-9_'+\\\\-]+\\\\.)*[A-Za-z0-9_'+\\\\-]*[A-Za-z0-9_+-]@"
+    "(?:[A-Za-z0-9][A-Za-z0-9\\\\-]*\\\\.)+[A-Za-z]{2,}$\"}",
+    "{\"type\":\"string\",\"format\":\"hostname\",\"pattern\":\"^(?=.{1,253}\\\\.?$)[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+    "(?:\\\\.[a-zA-Z0-9](?:[-0-9a-zA-Z]{0,61}[0-9a-zA-Z])?)*\\\\.?$\"}",
+    "{\"type\":\"string\",\"format\":\"uri\"}",
+    "{\"type\":\"string\",\"pattern\":\".*\\\\.json$\"}",
+    "{\"type\":\"string\",\"pattern\":\"^[^a-z]*$\"}",
+    "{\"type\":\"string\",\"pattern\":\"^sk-.{0,20}$\"}",
+    "{\"type\":\"string\",\"pattern\":\"^[0-9a-f]{8,40}$\"}",
+    "{\"type\":\"string\",\"pattern\":\"^[A-Za-z0-9_-]{21}$\"}",
+    "{\"type\":\"array\",\"maxItems\":2,\"items\":{\"type\":\"string\",\"format\":\"date-time\"}}",
+    "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":-5,\"maximum\":1000},"
+    "\"e\":{\"enum\":[\"alpha\",\"beta\",\"x-ray\"]},\"s\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":30},"
+    "\"u\":{\"type\":\"string\",\"format\":\"uuid\"}},\"required\":[\"n\",\"e\",\"s\",\"u\"]}",
+};
+
+/* The run classes against whole-trie walks: every schema compiled twice
+ * (each grammar keeps its own mask cache), random walks taking a random
+ * allowed token, the masks of the vocabulary with run classes (fast) and
+ * without (slow, KVLOOM_NO_RUN_MASKS=1) equal bit for bit at every step. */
+static void test_mask_runs(tokenizer *t, gvocab *fast) {
+    setenv("KVLOOM_NO_RUN_MASKS", "1", 1);
+    gvocab *slow = qwen3_vocab(t);
+    unsetenv("KVLOOM_NO_RUN_MASKS");
+    int n = tok_n_vocab(t);
+    size_t words = ((size_t)n + 63) / 64;
+    uint64_t *ma = malloc(words * 8), *mb = malloc(words * 8);
+    int32_t *allowed = malloc((size_t)n * sizeof *allowed);
+    uint64_t rs = 0x9E3779B97F4A7C15ull, n_masks = 0, n_runs = 0, n_irregular = 0;
+    int bad = 0;
+    for (size_t i = 0; i < ARRAY_LEN(run_schemas); i++) {
+        json_t *js = json_loads(run_schemas[i], 0, NULL);
+        char *gbnf = NULL;
+        size_t len = 0;
+        err_t e = {0};
+        int rc = js ? schema_compile(js, "root", true, NULL, &gbnf, &len, &e) : -1;
+        CHECK_MSG(rc == 0, "schema %zu: %s", i, e.msg);
+        grammar *ga = NULL, *gb = NULL;
+        if (rc == 0 && grammar_from_gbnf(gbnf, len, &ga, &e) == 0 && grammar_from_gbnf(gbnf, len, &gb, &e) == 0) {
+            for (int w = 0; w < 3; w++) {
+                gmatch *a = gmatch_new(ga, fast), *b = gmatch_new(gb, slow);
+                for (int step = 0; step < 40 && !gmatch_must_end(a); step++) {
+                    int ca = gmatch_mask(a, ma), cb = gmatch_mask(b, mb);
+                    n_masks++;
+                    if ((ca != cb || memcmp(ma, mb, words * 8)) && bad++ < 5) {
+                        for (int id = 0; id < n; id++)
+                            if ((ma[id >> 6] ^ mb[id >> 6]) >> (id & 63) & 1) {
+                                char p[64];
+                                int pl = tok_piece(t, id, p, sizeof p);
+                                fprintf(stderr, "schema %zu walk %d step %d: token %d '%.*s' fast %d slow %d\n", i, w,
+                                        step, id, pl > 0 ? MIN(pl, 60) : 0, p, (int)(ma[id >> 6] >> (id & 63) & 1),
+                                        (int)(mb[id >> 6] >> (id & 63) & 1));
+                                break;
+                            }
+                    }
+                    int k = 0;
+                    for (size_t x = 0; x < words; x++)
+                        for (uint64_t bits = ma[x]; bits; bits &= bits - 1)
+                            allowed[k++] = (int32_t)(x * 64 + (size_t)__builtin_ctzll(bits));
+                    if (!k) break;
+                    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+                    int32_t tok = allowed[rs % (uint64_t)k];
+                    if (gmatch_accept(a, tok) || gmatch_accept(b, tok)) break;
+                }
+                gmatch_free(a);
+                gmatch_free(b);
+            }
+            grammar_stats st;
+            grammar_cache_stats(ga, &st);
+            n_runs += st.mask_runs, n_irregular += st.mask_exceptions;
+        }
+        grammar_unref(ga);
+        grammar_unref(gb);
+        free(gbnf);
+        json_decref(js);
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* both ways of the run classes were taken */
+    CHECK(n_runs > 0 && n_irregular > 0);
+    printf("run classes: %llu masks compared, %llu misses by runs, %llu of them with exceptions\n",
+           (unsigned long long)n_masks, (unsigned long long)n_runs, (unsigned long long)n_irregular);
+    free(ma), free(mb), free(allowed);
+    gvocab_free(slow);
 }
 
 /* Issue 26 finding 10: more alternatives at one position than one step can
@@ -554,6 +653,13 @@ int main(void) {
     test_recursion();
     test_end_and_forced();
     test_mask_synthetic();
-    test_mask_qwen3();
+    tokenizer *t = test_load_hf_tokenizer("qwen3", "tokenizer_config.json");
+    if (t) {
+        gvocab *v = qwen3_vocab(t);
+        test_mask_qwen3(t, v);
+        test_mask_runs(t, v);
+        gvocab_free(v);
+        tok_free(t);
+    }
     return test_summary("test_grammar");
 }

@@ -170,9 +170,9 @@ static int cmp_dbl(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The corpus mode (see the top of the file). KVLOOM_NO_PLAIN_MASKS=1 in the
- * environment turns the plain-token masks off (gvocab_new), for a side by
- * side run. */
+/* The corpus mode (see the top of the file). KVLOOM_NO_RUN_MASKS=1 in the
+ * environment turns the run classes off (gvocab_new: every miss walks the
+ * whole trie), for a side by side run. */
 int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long walks) {
     err_t e = {0};
     model *m = NULL;
@@ -189,7 +189,6 @@ int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long 
     gvocab *gv = constrain_vocab_new(tk);
     int n_vocab = tok_n_vocab(tk);
     uint64_t *mask = xmalloc(((size_t)n_vocab + 63) / 64 * sizeof *mask);
-    int32_t *allowed = xmalloc((size_t)n_vocab * sizeof *allowed);
     size_t cap = 1 << 16, n_t = 0, cap_c = 1024, n_c = 0;
     double *t = xmalloc(cap * sizeof *t), *tc = xmalloc(cap_c * sizeof *tc);
     rng rg;
@@ -231,11 +230,22 @@ int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long 
                 t[n_t++] = us;
                 if (us > 1000) n_over++, over += us;
                 top = MAX(top, us);
-                int k = 0;
-                for (int i = 0; i < n_vocab && n_ok > 0; i++)
-                    if (mask[i / 64] >> (i % 64) & 1) allowed[k++] = i;
-                if (!k) break;
-                if (gmatch_accept(mt, allowed[rng_next(&rg) % (uint64_t)k]) < 0) break;
+                /* the r-th allowed token, found by counting bits per word (a
+                 * string state allows ~147k tokens: listing them all would
+                 * cost more than the masks being measured) */
+                if (n_ok <= 0) break;
+                uint64_t r = rng_next(&rg) % (uint64_t)n_ok;
+                int32_t tok = -1;
+                for (size_t w = 0; tok < 0 && w < ((size_t)n_vocab + 63) / 64; w++) {
+                    uint64_t bits = mask[w], c = (uint64_t)__builtin_popcountll(bits);
+                    if (r >= c) {
+                        r -= c;
+                        continue;
+                    }
+                    while (r--) bits &= bits - 1;
+                    tok = (int32_t)(w * 64 + (size_t)__builtin_ctzll(bits));
+                }
+                if (tok < 0 || gmatch_accept(mt, tok) < 0) break;
                 int nf = gmatch_forced(mt, forced, (int)sizeof forced);
                 if (nf > 0) gmatch_accept_bytes(mt, forced, (size_t)nf);
             }
@@ -281,7 +291,7 @@ int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long 
                slow[b].max / 1e3, slow[b].origin);
         slow[b].total = 0;
     }
-    free(t), free(tc), free(mask), free(allowed);
+    free(t), free(tc), free(mask);
     gvocab_free(gv);
     tok_free(tk);
     model_free(m);

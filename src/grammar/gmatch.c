@@ -31,8 +31,10 @@
  * `end`, the index just past its subtree. gmatch_mask walks it from the
  * matcher's gdstate keeping one gdstate per depth; a dead transition skips
  * the subtree (i = end). Tokens at live nodes are allowed; EOG tokens are
- * allowed when can_end. The result is cached in the gdstate, so a state
- * seen before costs a memcpy of n_vocab/8 bytes.
+ * allowed when can_end. Inside strings and character classes most tokens
+ * are decided as sets instead, by the length of their run of one class
+ * (see "Runs" below). The result is cached in the gdstate, so a state seen
+ * before costs a memcpy of n_vocab/8 bytes.
  *
  * Memory. Interned stacks live as long as the grammar (a cap makes paths
  * that would need more stacks dead). Everything else is a cache, bounded by
@@ -65,13 +67,55 @@ typedef struct gtrie {
     uint32_t n_nodes;
     uint32_t *node_tok; /* n_nodes + 1 offsets into toks */
     int32_t *toks;
+    struct tkid {       /* the root's children: their byte and subtree size  */
+        uint32_t size;
+        uint8_t byte;
+    } *kids;
+    uint32_t n_kids;
 } gtrie;
 
-/* Plain tokens: every byte part of a complete UTF-8 code point that is not
- * '"', '\' or a control character (< U+0020), so inside a JSON string each
- * is just that many characters; those of at most GV_PLAIN_MAX code points
- * are masked by count (see gmatch_mask) instead of by a trie walk. */
-#define GV_PLAIN_MAX 16
+/* Runs. A token's leading run of one character class decides it as a set
+ * where the grammar treats the class alike: when every unit of the class
+ * takes DFA state d to one same next state, a token that begins with L
+ * units is at the L-th state of that chain after them, whatever the units
+ * were, so only its bytes after the run (its tail) need the trie walk, and
+ * a token that is all run is allowed by its length alone. Three classes:
+ *
+ *   RUN_PLAIN  a complete UTF-8 code point other than '"', '\', a control
+ *              character (< U+0020), U+2028 or U+2029: JSON string content,
+ *              and a pattern's `.` (which refuses the last two)
+ *   RUN_IDENT  [A-Za-z0-9_-]: nanoid, base64url, email local parts
+ *   RUN_WORD   [A-Za-z0-9]: hostname labels, URI parts, email domains
+ *
+ * Per class the tokens are split by their run's length L (in units):
+ * all-run tokens of at most GV_RUN_MAX units are the bitmaps le[k] (those of
+ * <= k units); the others of L <= GV_RUN_MAX are tail[L], a trie of the
+ * bytes after their run (the first tail byte is outside the class); those of
+ * a longer run are `over`, a trie of all their bytes.
+ *
+ * Exceptions: a grammar often treats a few ASCII units of a class apart
+ * (digits but not letters may end an email's domain; a key that must not be
+ * "a" starts differently with 'a'; `[^a-z]` refuses part of RUN_PLAIN).
+ * Then the chain follows the units that step alike (the most of them) and
+ * the tokens with an exception unit x at run position k are found in `at`
+ * (by k and x) and decided apart: refused when x is refused there (the
+ * units before it were regular), by a walk of the whole trie's subtree of x
+ * when k = 0, else stepped one by one. Each miss takes the way whose cost
+ * estimate (run_chain, walk_estimate) is lowest. */
+enum { RUN_PLAIN, RUN_IDENT, RUN_WORD, N_RUNS };
+#define GV_RUN_MAX 16
+#define RUN_COST_CHEAP 4096 /* the first way in order this cheap wins */
+
+typedef struct grun {
+    gtrie tail[GV_RUN_MAX + 1];
+    gtrie over;
+    uint64_t *le;                   /* GV_RUN_MAX + 1 bitmaps of n_vocab bits */
+    int32_t n_le[GV_RUN_MAX + 1];
+    /* at_tok[at_off[k * 128 + x] .. at_off[k * 128 + x + 1]): the tokens of
+     * le and tail whose run has the ASCII byte x as its unit k */
+    uint32_t *at_off;
+    int32_t *at_tok;
+} grun;
 
 struct gvocab {
     int n_vocab;
@@ -81,9 +125,8 @@ struct gvocab {
     int32_t *eog;
     int n_eog;
     gtrie all;         /* every normal token                               */
-    gtrie rest;        /* the normal tokens that are not counted plain      */
-    uint64_t *plain_le; /* GV_PLAIN_MAX + 1 bitmaps: plain tokens of <= k code points */
-    int32_t plain_n[GV_PLAIN_MAX + 1];
+    uint32_t root_child[256]; /* the node of `all` for a first byte, or 0    */
+    grun *run;         /* N_RUNS classes, or NULL (KVLOOM_NO_RUN_MASKS=1)   */
     uint32_t max_len;
 };
 
@@ -395,19 +438,33 @@ static uint32_t ds_intern(const grammar *g, gcache *c, const uint32_t *ids, uint
     return id;
 }
 
-/* The state after byte b from state d (DEAD when b cannot come next). */
+/* The state after byte b from state d (DEAD when b cannot come next).
+ * Every byte in the same edges of d's stacks as b (an interval lo..hi
+ * around b: the classes of a grammar are ranges) steps to the same state,
+ * so one closure fills the table for all of them: a state inside `[A-Za-z]`
+ * costs one closure for the letters, not 52. */
 static uint32_t ds_step_slow(const grammar *g, gcache *c, uint32_t d, uint8_t b) {
     uint32_t r = DEAD;
-    if (c->ds[d].bytes[b >> 6] >> (b & 63) & 1) {
-        clos k;
-        clos_begin(c, &k);
-        uint32_t off = c->ds[d].off, n = c->ds[d].n;
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t id = c->pool[off + i];
-            uint32_t s = c->st[id].state, p = c->st[id].parent;
-            for (uint32_t e = g->edge_off[s]; e < g->edge_off[s + 1]; e++)
-                if (g->edges[e].lo <= b && b <= g->edges[e].hi) push_item(c, &k, g->edges[e].to, p);
+    unsigned lo = 0, hi = 255;
+    clos k;
+    clos_begin(c, &k);
+    uint32_t off = c->ds[d].off, n = c->ds[d].n;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = c->pool[off + i];
+        uint32_t s = c->st[id].state, p = c->st[id].parent;
+        for (uint32_t e = g->edge_off[s]; e < g->edge_off[s + 1]; e++) {
+            gedge ed = g->edges[e];
+            if (ed.lo <= b && b <= ed.hi) {
+                lo = MAX(lo, ed.lo), hi = MIN(hi, ed.hi);
+                push_item(c, &k, ed.to, p);
+            } else if (ed.hi < b) {
+                lo = MAX(lo, (unsigned)ed.hi + 1);
+            } else {
+                hi = MIN(hi, (unsigned)ed.lo - 1);
+            }
         }
+    }
+    if (k.n_work) {
         clos_run(g, c, &k);
         if (k.overflow)
             overflow_warn(c);
@@ -419,7 +476,8 @@ static uint32_t ds_step_slow(const grammar *g, gcache *c, uint32_t d, uint8_t b)
         ds->next = xcalloc(256, sizeof(uint32_t));
         c->next_bytes += 256 * sizeof(uint32_t);
     }
-    if (ds->next) ds->next[b] = r == DEAD ? 1 : r + 2;
+    if (ds->next)
+        for (unsigned x = lo; x <= hi; x++) ds->next[x] = r == DEAD ? 1 : r + 2;
     return r;
 }
 
@@ -473,44 +531,55 @@ void grammar_cache_stats(const grammar *g, grammar_stats *s) {
     s->cache_bytes = ds_bytes(c) + c->mask_bytes + (size_t)c->cap_st * 12 + (size_t)c->st_tab_cap * 4;
     s->mask_hits = c->mask_hits;
     s->mask_misses = c->mask_misses;
+    s->mask_runs = c->mask_runs;
+    s->mask_exceptions = c->mask_exceptions;
 }
 
 /* ---- vocabulary ------------------------------------------------------------------ */
 
-static int cmp_tok(const void *a, const void *b, void *ctx) {
+/* A token from byte `start` on: a trie's entry (tails skip their run). */
+typedef struct tokref {
+    int32_t id;
+    uint32_t start;
+} tokref;
+
+static int cmp_tokref(const void *a, const void *b, void *ctx) {
     const gvocab *v = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = v->tok_off[x + 1] - v->tok_off[x], ly = v->tok_off[y + 1] - v->tok_off[y];
-    int c = memcmp(v->bytes + v->tok_off[x], v->bytes + v->tok_off[y], MIN(lx, ly));
+    const tokref *x = a, *y = b;
+    uint32_t lx = v->tok_off[x->id + 1] - v->tok_off[x->id] - x->start;
+    uint32_t ly = v->tok_off[y->id + 1] - v->tok_off[y->id] - y->start;
+    int c = memcmp(v->bytes + v->tok_off[x->id] + x->start, v->bytes + v->tok_off[y->id] + y->start, MIN(lx, ly));
     if (c) return c;
     if (lx != ly) return lx < ly ? -1 : 1;
-    return x < y ? -1 : x > y;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Code points of a plain piece (see GV_PLAIN_MAX), or -1. */
-static int plain_cps(const uint8_t *s, uint32_t n) {
-    int k = 0;
-    for (uint32_t i = 0; i < n; k++) {
-        uint8_t c = s[i];
-        uint32_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        if (!len || i + len > n) return -1;
-        uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-        for (uint32_t j = 1; j < len; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return -1;
-            cp = cp << 6 | (s[i + j] & 0x3F);
-        }
-        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
-        if (cp < 0x20 || cp == '"' || cp == '\\') return -1;
-        i += len;
+/* Bytes of the unit of run class `cls` at s (n > 0 bytes left), or 0 when
+ * s does not start with one (see RUN_PLAIN). */
+static uint32_t run_unit(int cls, const uint8_t *s, uint32_t n) {
+    uint8_t c = s[0];
+    if (cls != RUN_PLAIN) {
+        bool alnum = (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+        return alnum || (cls == RUN_IDENT && (c == '_' || c == '-'));
     }
-    return k;
+    uint32_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (!len || len > n) return 0;
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (uint32_t j = 1; j < len; j++) {
+        if ((s[j] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[j] & 0x3F);
+    }
+    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    if (cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x2028 || cp == 0x2029) return 0;
+    return len;
 }
 
-/* The preorder trie of the pieces of order[0..m) (sorted by cmp_tok). */
-static void trie_build(const gvocab *v, const int32_t *order, int m, gtrie *t) {
+/* The preorder trie of the tokens of r[0..m) (sorted by cmp_tokref), each
+ * from its start byte on. */
+static void trie_build(const gvocab *v, const tokref *r, int m, gtrie *t) {
     size_t n = 0;
-    for (int i = 0; i < m; i++) n += v->tok_off[order[i] + 1] - v->tok_off[order[i]];
+    for (int i = 0; i < m; i++) n += v->tok_off[r[i].id + 1] - v->tok_off[r[i].id] - r[i].start;
     t->nodes = xmalloc((n + 1) * sizeof(struct tnode));
     t->node_tok = xmalloc((n + 2) * sizeof(uint32_t));
     t->toks = xmalloc(((size_t)m + 1) * sizeof(int32_t));
@@ -522,9 +591,9 @@ static void trie_build(const gvocab *v, const int32_t *order, int m, gtrie *t) {
     const uint8_t *prev = NULL;
     uint32_t prev_len = 0;
     for (int i = 0; i < m; i++) {
-        int32_t id = order[i];
-        const uint8_t *s = v->bytes + v->tok_off[id];
-        uint32_t len = v->tok_off[id + 1] - v->tok_off[id], l = 0;
+        int32_t id = r[i].id;
+        const uint8_t *s = v->bytes + v->tok_off[id] + r[i].start;
+        uint32_t len = v->tok_off[id + 1] - v->tok_off[id] - r[i].start, l = 0;
         while (l < len && l < prev_len && prev[l] == s[l]) l++;
         for (uint32_t d = plen; d > l; d--) t->nodes[path[d]].end = nn;
         plen = l;
@@ -545,6 +614,69 @@ static void trie_build(const gvocab *v, const int32_t *order, int m, gtrie *t) {
     t->nodes = xrealloc(t->nodes, (size_t)nn * sizeof(struct tnode));
     t->node_tok = xrealloc(t->node_tok, ((size_t)nn + 1) * sizeof(uint32_t));
     free(path);
+    t->kids = xmalloc(256 * sizeof *t->kids);
+    for (uint32_t i = 1; i < nn; i = t->nodes[i].end) t->kids[t->n_kids++] = (struct tkid){t->nodes[i].end - i, t->nodes[i].byte};
+}
+
+static void trie_free(gtrie *t) { free(t->nodes), free(t->node_tok), free(t->toks), free(t->kids); }
+
+/* Builds v->run[cls] from the normal tokens all[0..m) (sorted). */
+static void run_build(gvocab *v, int cls, const tokref *all, int m) {
+    grun *run = &v->run[cls];
+    size_t words = ((size_t)v->n_vocab + 63) / 64;
+    run->le = xcalloc(words * (GV_RUN_MAX + 1), sizeof(uint64_t));
+    tokref *r = xmalloc(((size_t)m + 1) * sizeof *r);
+    uint8_t *group = xmalloc((size_t)m + 1); /* a tail's run length, GV_RUN_MAX + 1: over */
+    uint32_t *start = xmalloc(((size_t)m + 1) * sizeof *start);
+    for (int i = 0; i < m; i++) {
+        int32_t id = all[i].id;
+        const uint8_t *b = v->bytes + v->tok_off[id];
+        uint32_t len = v->tok_off[id + 1] - v->tok_off[id], pos = 0, u;
+        int k = 0;
+        while (pos < len && k <= GV_RUN_MAX && (u = run_unit(cls, b + pos, len - pos))) pos += u, k++;
+        group[i] = (uint8_t)k;
+        start[i] = k > GV_RUN_MAX ? 0 : pos;
+        if (k > GV_RUN_MAX || pos < len) continue;
+        for (int j = k; j <= GV_RUN_MAX; j++) {
+            run->le[(size_t)j * words + (size_t)(id >> 6)] |= 1ull << (id & 63);
+            run->n_le[j]++;
+        }
+        group[i] = UINT8_MAX; /* all run: in the bitmaps only */
+    }
+    /* the index of ASCII units by run position (two passes: count, fill) */
+    run->at_off = xcalloc((size_t)GV_RUN_MAX * 128 + 1, sizeof(uint32_t));
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < m; i++) {
+            if (group[i] == GV_RUN_MAX + 1) continue; /* over: walked whole */
+            int32_t id = all[i].id;
+            const uint8_t *b = v->bytes + v->tok_off[id];
+            uint32_t end = group[i] == UINT8_MAX ? v->tok_off[id + 1] - v->tok_off[id] : start[i];
+            for (uint32_t pos = 0, k = 0; pos < end; k++) {
+                uint32_t u = run_unit(cls, b + pos, end - pos);
+                if (u == 1) {
+                    uint32_t slot = k * 128 + b[pos];
+                    if (pass == 0) run->at_off[slot + 1]++;
+                    else run->at_tok[run->at_off[slot]++] = id;
+                }
+                pos += u;
+            }
+        }
+        if (pass == 0) {
+            for (size_t j = 0; j < (size_t)GV_RUN_MAX * 128; j++) run->at_off[j + 1] += run->at_off[j];
+            run->at_tok = xmalloc(((size_t)run->at_off[GV_RUN_MAX * 128] + 1) * sizeof(int32_t));
+        } else { /* the fill moved every start to the next one's */
+            memmove(run->at_off + 1, run->at_off, (size_t)GV_RUN_MAX * 128 * sizeof(uint32_t));
+            run->at_off[0] = 0;
+        }
+    }
+    for (int k = 0; k <= GV_RUN_MAX + 1; k++) {
+        int n = 0;
+        for (int i = 0; i < m; i++)
+            if (group[i] == k) r[n++] = (tokref){all[i].id, start[i]};
+        if (k <= GV_RUN_MAX) qsort_r(r, (size_t)n, sizeof *r, cmp_tokref, v); /* `over` keeps all's order */
+        trie_build(v, r, n, k <= GV_RUN_MAX ? &run->tail[k] : &run->over);
+    }
+    free(r), free(group), free(start);
 }
 
 gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t *kind) {
@@ -590,39 +722,26 @@ gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t 
     free(buf);
     v->eog = xmalloc(((size_t)v->n_eog + 1) * sizeof(int32_t));
     v->n_eog = 0;
-    int32_t *order = xmalloc(((size_t)n_norm + 1) * sizeof(int32_t));
+    tokref *order = xmalloc(((size_t)n_norm + 1) * sizeof *order);
     int m = 0;
     for (int id = 0; id < n_vocab; id++) {
         if (v->kind[id] == GV_EOG) v->eog[v->n_eog++] = id;
-        if (v->kind[id] == GV_NORMAL) order[m++] = id;
+        if (v->kind[id] == GV_NORMAL) order[m++] = (tokref){id, 0};
     }
-    qsort_r(order, (size_t)m, sizeof(int32_t), cmp_tok, v);
+    qsort_r(order, (size_t)m, sizeof *order, cmp_tokref, v);
     trie_build(v, order, m, &v->all);
-    /* plain tokens and the trie of the others (KVLOOM_NO_PLAIN_MASKS=1: not,
-     * for benchmarks side by side) */
-    const char *off = getenv("KVLOOM_NO_PLAIN_MASKS");
-    if (off && *off == '1') {
-        free(order);
-        return v;
+    for (uint32_t i = 1; i < v->all.n_nodes; i = v->all.nodes[i].end) v->root_child[v->all.nodes[i].byte] = i;
+    /* the runs (KVLOOM_NO_RUN_MASKS=1: none, every miss walks the whole
+     * trie; for benchmarks and tests side by side) */
+    const char *off = getenv("KVLOOM_NO_RUN_MASKS");
+    if (!(off && *off == '1')) {
+        v->run = xcalloc(N_RUNS, sizeof *v->run);
+        for (int cls = 0; cls < N_RUNS; cls++) run_build(v, cls, order, m);
+        log_debug("gvocab: %d tokens, trie of %u nodes over %zu bytes; %d all-plain tokens of <= %d code points, "
+                  "%d all-word tokens",
+                  n_vocab, v->all.n_nodes, n, v->run[RUN_PLAIN].n_le[GV_RUN_MAX], GV_RUN_MAX,
+                  v->run[RUN_WORD].n_le[GV_RUN_MAX]);
     }
-    size_t words = ((size_t)n_vocab + 63) / 64;
-    v->plain_le = xcalloc(words * (GV_PLAIN_MAX + 1), sizeof(uint64_t));
-    int n_rest = 0;
-    for (int i = 0; i < m; i++) {
-        int32_t id = order[i];
-        int k = plain_cps(v->bytes + v->tok_off[id], v->tok_off[id + 1] - v->tok_off[id]);
-        if (k < 0 || k > GV_PLAIN_MAX) {
-            order[n_rest++] = id; /* order stays sorted */
-            continue;
-        }
-        for (int j = k; j <= GV_PLAIN_MAX; j++) {
-            v->plain_le[(size_t)j * words + (size_t)(id >> 6)] |= 1ull << (id & 63);
-            v->plain_n[j]++;
-        }
-    }
-    trie_build(v, order, n_rest, &v->rest);
-    log_debug("gvocab: %d tokens, trie of %u nodes over %zu bytes; %d plain tokens, %u nodes for the rest", n_vocab,
-              v->all.n_nodes, n, v->plain_n[GV_PLAIN_MAX], v->rest.n_nodes);
     free(order);
     return v;
 }
@@ -630,9 +749,13 @@ gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t 
 void gvocab_free(gvocab *v) {
     if (!v) return;
     free(v->kind), free(v->tok_off), free(v->bytes), free(v->eog);
-    free(v->all.nodes), free(v->all.node_tok), free(v->all.toks);
-    free(v->rest.nodes), free(v->rest.node_tok), free(v->rest.toks);
-    free(v->plain_le);
+    trie_free(&v->all);
+    for (int cls = 0; v->run && cls < N_RUNS; cls++) {
+        for (int k = 0; k <= GV_RUN_MAX; k++) trie_free(&v->run[cls].tail[k]);
+        trie_free(&v->run[cls].over);
+        free(v->run[cls].le), free(v->run[cls].at_off), free(v->run[cls].at_tok);
+    }
+    free(v->run);
     free(v);
 }
 
@@ -747,10 +870,13 @@ static void masks_make_room(gcache *c, size_t need) {
     }
 }
 
-/* How plain code points (gvocab, GV_PLAIN_MAX) step from state d: every
- * one to the same state (PK_UNIFORM, plain_next), every one to DEAD
- * (PK_DEAD), or not the same for all (PK_MIXED). Checked over every valid
- * UTF-8 encoding through the DFA, continuation bytes shared by memo. */
+/* How the units of a run class (gvocab, RUN_*) step from state d: the
+ * most of its ASCII units (and, for RUN_PLAIN, every multi-byte one) to the
+ * same live state (PK_UNIFORM, run_next) or to DEAD (PK_DEAD), the other
+ * ASCII units being the exceptions (run_exc); else PK_MIXED (multi-byte
+ * code points that do not step alike). For RUN_PLAIN, checked over every
+ * valid UTF-8 encoding through the DFA, continuation bytes shared by memo.
+ * Memoized in the gdstate. */
 enum { PK_UNKNOWN = 0, PK_UNIFORM, PK_DEAD, PK_MIXED };
 
 typedef struct {
@@ -772,50 +898,74 @@ static bool cont_ok(const grammar *g, gcache *c, uint32_t x, int k, uint8_t lo, 
     return true;
 }
 
-static int plain_kind(const grammar *g, gcache *c, uint32_t d) {
-    if (c->ds[d].plain_kind) return c->ds[d].plain_kind;
-    uint32_t T = ds_step(g, c, d, 'a');
-    bool ok = true;
-    for (unsigned b = 0x20; b < 0x80 && ok; b++)
-        if (b != '"' && b != '\\') ok = ds_step(g, c, d, (uint8_t)b) == T;
-    static const struct {
-        uint8_t lead_lo, lead_hi, lo, hi, k;
-    } seqs[] = {{0xC2, 0xDF, 0x80, 0xBF, 1}, {0xE0, 0xE0, 0xA0, 0xBF, 2}, {0xE1, 0xEC, 0x80, 0xBF, 2},
-                {0xED, 0xED, 0x80, 0x9F, 2}, {0xEE, 0xEF, 0x80, 0xBF, 2}, {0xF0, 0xF0, 0x90, 0xBF, 3},
-                {0xF1, 0xF3, 0x80, 0xBF, 3}, {0xF4, 0xF4, 0x80, 0x8F, 3}};
-    cont_memo mm = {.n = 0};
-    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0] && ok; i++)
-        for (unsigned l = seqs[i].lead_lo; l <= seqs[i].lead_hi && ok; l++)
-            ok = cont_ok(g, c, ds_step(g, c, d, (uint8_t)l), seqs[i].k, seqs[i].lo, seqs[i].hi, T, &mm);
+/* Is byte b a one-byte unit of class cls? (RUN_PLAIN: ASCII only.) */
+static inline bool run_byte(int cls, unsigned b) {
+    if (cls == RUN_PLAIN) return b >= 0x20 && b < 0x80 && b != '"' && b != '\\';
+    uint8_t u = (uint8_t)b;
+    return run_unit(cls, &u, 1) == 1;
+}
+
+static int run_kind(const grammar *g, gcache *c, int cls, uint32_t d) {
+    if (c->ds[d].run_kind[cls]) return c->ds[d].run_kind[cls];
+    /* the ASCII units' targets; T: the most common one */
+    uint32_t to[128], cand[8];
+    int votes[8], n_cand = 0, n_other = 0;
+    for (unsigned b = 0; b < 128; b++) {
+        if (!run_byte(cls, b)) continue;
+        to[b] = c->ds[d].bytes[b >> 6] >> (b & 63) & 1 ? ds_step(g, c, d, (uint8_t)b) : DEAD;
+        int i = 0;
+        while (i < n_cand && cand[i] != to[b]) i++;
+        if (i == n_cand && n_cand < 8) cand[n_cand] = to[b], votes[n_cand++] = 0;
+        if (i < n_cand) votes[i]++;
+        else n_other++;
+    }
+    int best = 0;
+    for (int i = 1; i < n_cand; i++)
+        if (votes[i] > votes[best]) best = i;
+    uint32_t T = cand[best];
+    uint64_t exc[2] = {0, 0};
+    for (unsigned b = 0; b < 128; b++)
+        if (run_byte(cls, b) && to[b] != T) exc[b >> 6] |= 1ull << (b & 63);
+    /* many exceptions make too many irregular tokens anyway: do not pay
+     * for the multi-byte check (hundreds of steps on a new state) */
+    bool ok = __builtin_popcountll(exc[0]) + __builtin_popcountll(exc[1]) <= 16;
+    if (ok && cls == RUN_PLAIN) { /* the multi-byte code points go to T too */
+        static const struct {
+            uint8_t lead_lo, lead_hi, lo, hi, k;
+        } seqs[] = {{0xC2, 0xDF, 0x80, 0xBF, 1}, {0xE0, 0xE0, 0xA0, 0xBF, 2}, {0xE1, 0xE1, 0x80, 0xBF, 2},
+                    {0xE2, 0xE2, 0x81, 0xBF, 2}, {0xE3, 0xEC, 0x80, 0xBF, 2}, {0xED, 0xED, 0x80, 0x9F, 2},
+                    {0xEE, 0xEF, 0x80, 0xBF, 2}, {0xF0, 0xF0, 0x90, 0xBF, 3}, {0xF1, 0xF3, 0x80, 0xBF, 3},
+                    {0xF4, 0xF4, 0x80, 0x8F, 3}};
+        cont_memo mm = {.n = 0};
+        for (size_t i = 0; i < sizeof seqs / sizeof seqs[0] && ok; i++)
+            for (unsigned l = seqs[i].lead_lo; l <= seqs[i].lead_hi && ok; l++)
+                ok = cont_ok(g, c, ds_step(g, c, d, (uint8_t)l), seqs[i].k, seqs[i].lo, seqs[i].hi, T, &mm);
+        if (ok) { /* E2 80 xx: all but U+2028 and U+2029 (E2 80 A8, A9) */
+            uint32_t x = ds_step(g, c, d, 0xE2);
+            uint32_t y = x == DEAD ? DEAD : ds_step(g, c, x, 0x80);
+            ok = y == DEAD ? T == DEAD
+                           : cont_ok(g, c, y, 1, 0x80, 0xA7, T, &mm) && cont_ok(g, c, y, 1, 0xAA, 0xBF, T, &mm);
+        }
+    }
     int kind = !ok ? PK_MIXED : T == DEAD ? PK_DEAD : PK_UNIFORM;
-    c->ds[d].plain_kind = (uint8_t)kind;
-    c->ds[d].plain_next = T;
+    gdstate *ds = &c->ds[d];
+    ds->run_kind[cls] = (uint8_t)kind;
+    ds->run_next[cls] = T;
+    ds->run_exc[cls][0] = exc[0], ds->run_exc[cls][1] = exc[1];
     return kind;
 }
 
-/* The number of plain code points that can follow from d when that alone
- * decides every plain token of at most GV_PLAIN_MAX (capped there), or -1
- * when some step is mixed (then the whole trie is walked). */
-static int plain_reach(const grammar *g, gcache *c, uint32_t d) {
-    for (int k = 0; k < GV_PLAIN_MAX; k++) {
-        int kind = plain_kind(g, c, d);
-        if (kind == PK_DEAD) return k;
-        if (kind == PK_MIXED) return -1;
-        uint32_t nx = c->ds[d].plain_next;
-        if (nx == d) return GV_PLAIN_MAX; /* a loop: any number */
-        d = nx;
-    }
-    return GV_PLAIN_MAX;
-}
-
-/* Sets the bits of the tokens of trie t whose bytes can follow state d0;
- * returns how many. */
-static int trie_walk(const grammar *g, gcache *c, const gtrie *t, uint32_t d0, uint64_t *mask) {
+/* Sets the bits of the tokens of trie t in nodes from..stop-1 (the whole
+ * trie: 1..n_nodes-1; a subtree: i..end(i)) whose bytes can follow state
+ * d0, the state at the parent of `from`; returns how many were not set. */
+static int trie_walk(const grammar *g, gcache *c, const gtrie *t, uint32_t from, uint32_t stop, uint32_t d0,
+                     uint64_t *mask) {
     uint32_t *walk = c->walk;
-    walk[0] = d0;
     int count = 0;
     const struct tnode *nodes = t->nodes;
-    for (uint32_t i = 1; i < t->n_nodes;) {
+    if (from >= stop) return 0;
+    walk[nodes[from].depth - 1] = d0;
+    for (uint32_t i = from; i < stop;) {
         struct tnode n = nodes[i];
         uint32_t d = ds_step(g, c, walk[n.depth - 1], n.byte);
         if (d == DEAD) {
@@ -825,11 +975,128 @@ static int trie_walk(const grammar *g, gcache *c, const gtrie *t, uint32_t d0, u
         walk[n.depth] = d;
         for (uint32_t k = t->node_tok[i]; k < t->node_tok[i + 1]; k++) {
             int32_t id = t->toks[k];
-            mask[id >> 6] |= 1ull << (id & 63);
-            count++;
+            uint64_t bit = 1ull << (id & 63);
+            count += !(mask[id >> 6] & bit);
+            mask[id >> 6] |= bit;
         }
         i++;
     }
+    return count;
+}
+
+/* At most how many nodes a walk of t from state d visits: the subtrees of
+ * the root's children whose byte may come next. */
+static int64_t walk_estimate(const gcache *c, const gtrie *t, uint32_t d) {
+    const uint64_t *bytes = c->ds[d].bytes;
+    int64_t n = 0;
+    for (uint32_t i = 0; i < t->n_kids; i++)
+        if (bytes[t->kids[i].byte >> 6] >> (t->kids[i].byte & 63) & 1) n += t->kids[i].size;
+    return n;
+}
+
+/* The chain of class cls from d0 (see RUN_PLAIN): chain[0] = d0, chain[k+1]
+ * the state after any regular unit from chain[k]; returns its last live
+ * position (chain[0..top] are live, a regular unit from chain[top] is
+ * refused unless top == GV_RUN_MAX), or -1 when a step is mixed or the
+ * mask would cost more than `limit` (its estimate in *cost: trie nodes
+ * walked, at most, a token stepped alone counting 8, one refused by its
+ * list 1/8). */
+static int run_chain(const grammar *g, gcache *c, const gvocab *v, int cls, uint32_t d0, uint32_t *chain,
+                     int64_t limit, int64_t *cost) {
+    const grun *run = &v->run[cls];
+    int top = 0;
+    int64_t n = 0;
+    chain[0] = d0;
+    for (; top < GV_RUN_MAX; top++) {
+        int kind = run_kind(g, c, cls, chain[top]);
+        if (kind == PK_MIXED) return -1;
+        const gdstate *s = &c->ds[chain[top]];
+        uint64_t exc[2] = {s->run_exc[cls][0], s->run_exc[cls][1]};
+        uint32_t next = s->run_next[cls];
+        for (int w = 0; w < 2; w++)
+            for (uint64_t x = exc[w]; x; x &= x - 1) {
+                unsigned b = (unsigned)(w * 64 + __builtin_ctzll(x));
+                uint32_t slot = (uint32_t)top * 128 + b, n_tok = run->at_off[slot + 1] - run->at_off[slot];
+                bool dead = ds_step(g, c, chain[top], (uint8_t)b) == DEAD;
+                n += n_tok / 8;
+                if (!dead && top) n += 8 * (int64_t)n_tok;
+                else if (!dead && v->root_child[b]) n += v->all.nodes[v->root_child[b]].end - v->root_child[b];
+            }
+        n += walk_estimate(c, &run->tail[top], chain[top]);
+        if (n > limit) return -1;
+        if (kind == PK_DEAD) break;
+        chain[top + 1] = next;
+    }
+    if (top == GV_RUN_MAX) n += walk_estimate(c, &run->tail[top], chain[top]);
+    n += walk_estimate(c, &run->over, d0);
+    if (n > limit) return -1;
+    *cost = n;
+    return top;
+}
+
+/* Token id's bytes from state d: still live at the end? */
+static bool tok_live(const grammar *g, gcache *c, const gvocab *v, uint32_t d, int32_t id) {
+    for (uint32_t i = v->tok_off[id]; i < v->tok_off[id + 1] && d != DEAD; i++) d = ds_step(g, c, d, v->bytes[i]);
+    return d != DEAD;
+}
+
+/* The tokens of `at` for (k, x): their bits cleared; returns how many were
+ * set. */
+static int at_clear(const grun *run, int k, unsigned x, uint64_t *mask) {
+    uint32_t slot = (uint32_t)k * 128 + x;
+    int n = 0;
+    for (uint32_t j = run->at_off[slot]; j < run->at_off[slot + 1]; j++) {
+        int32_t id = run->at_tok[j];
+        uint64_t bit = 1ull << (id & 63);
+        n += !!(mask[id >> 6] & bit);
+        mask[id >> 6] &= ~bit;
+    }
+    return n;
+}
+
+/* The mask of d0 through the chain of class cls (top from run_chain).
+ * Tokens whose run is L units long continue from chain[L] with their tail;
+ * all-run ones are allowed when chain[L] is live; those with a run longer
+ * than the live chain are refused, except `over`, whose whole bytes are
+ * walked. Then the irregular tokens (an exception unit at some position)
+ * are decided apart, overwriting what the chain said of them: first those
+ * refused by their list, then the exact ones (a subtree walk, one by one),
+ * so a token with both kinds of exception ends up exact. Returns how many
+ * tokens are allowed. */
+static int run_mask(const grammar *g, gcache *c, const gvocab *v, int cls, const uint32_t *chain, int top,
+                    uint64_t *mask) {
+    const grun *run = &v->run[cls];
+    size_t words = ((size_t)v->n_vocab + 63) / 64;
+    memcpy(mask, run->le + (size_t)top * words, words * sizeof(uint64_t));
+    int count = run->n_le[top]; /* le, the tails and over are disjoint */
+    for (int k = 0; k <= top; k++) count += trie_walk(g, c, &run->tail[k], 1, run->tail[k].n_nodes, chain[k], mask);
+    count += trie_walk(g, c, &run->over, 1, run->over.n_nodes, chain[0], mask);
+    int n_k = MIN(top + 1, GV_RUN_MAX);
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < n_k; k++) {
+            const gdstate *s = &c->ds[chain[k]];
+            uint64_t exc[2] = {s->run_exc[cls][0], s->run_exc[cls][1]};
+            for (int w = 0; w < 2; w++)
+                for (uint64_t x = exc[w]; x; x &= x - 1) {
+                    unsigned b = (unsigned)(w * 64 + __builtin_ctzll(x));
+                    bool dead = ds_step(g, c, chain[k], (uint8_t)b) == DEAD;
+                    uint32_t kid = v->root_child[b];
+                    if (pass == 0) {
+                        if (dead || k == 0) count -= at_clear(run, k, b, mask);
+                    } else if (!dead && k == 0) {
+                        if (kid) count += trie_walk(g, c, &v->all, kid, v->all.nodes[kid].end, chain[0], mask);
+                    } else if (!dead) {
+                        uint32_t slot = (uint32_t)k * 128 + b;
+                        for (uint32_t j = run->at_off[slot]; j < run->at_off[slot + 1]; j++) {
+                            int32_t id = run->at_tok[j];
+                            uint64_t bit = 1ull << (id & 63), was = mask[id >> 6] & bit;
+                            bool live = tok_live(g, c, v, chain[0], id);
+                            count += live - !!was;
+                            mask[id >> 6] = live ? mask[id >> 6] | bit : mask[id >> 6] & ~bit;
+                        }
+                    }
+                }
+        }
     return count;
 }
 
@@ -858,19 +1125,30 @@ int gmatch_mask(gmatch *m, uint64_t *mask) {
         c->cap_walk = v->max_len + 1;
         c->walk = xrealloc(c->walk, c->cap_walk * sizeof(uint32_t));
     }
-    /* Inside strings most tokens are plain text: when every plain code point
-     * takes the state to one same next state, k of them take it k states
-     * down that chain, so plain tokens are allowed by their length alone and
-     * only the other tokens need the trie walk. */
-    int count = 0;
-    int k_plain = v->plain_le ? plain_reach(g, c, d0) : -1;
-    const gtrie *t = &v->all;
-    if (k_plain >= 0) {
-        memcpy(mask, v->plain_le + (size_t)k_plain * words, bytes);
-        count = v->plain_n[k_plain];
-        t = &v->rest;
+    /* Inside strings and character classes most tokens are one run (see
+     * RUN_PLAIN): the first class whose mask is cheap, else the cheapest,
+     * unless the whole trie's walk is cheaper still. */
+    int count = -1, best = -1, best_top = 0;
+    int64_t best_cost = v->run ? walk_estimate(c, &v->all, d0) : 0;
+    uint32_t chain[GV_RUN_MAX + 1], best_chain[GV_RUN_MAX + 1];
+    for (int cls = 0; v->run && cls < N_RUNS && best_cost > RUN_COST_CHEAP; cls++) {
+        int64_t cost = 0;
+        int top = run_chain(g, c, v, cls, d0, chain, best_cost - 1, &cost);
+        if (top < 0) continue;
+        best = cls, best_top = top, best_cost = cost;
+        memcpy(best_chain, chain, sizeof chain);
     }
-    count += trie_walk(g, c, t, d0, mask);
+    if (best >= 0) {
+        count = run_mask(g, c, v, best, best_chain, best_top, mask);
+        c->mask_runs++;
+        for (int k = 0; k <= best_top && k < GV_RUN_MAX; k++) {
+            const gdstate *s = &c->ds[best_chain[k]];
+            if (s->run_exc[best][0] | s->run_exc[best][1]) {
+                c->mask_exceptions++;
+                break;
+            }
+        }
+    } else count = trie_walk(g, c, &v->all, 1, v->all.n_nodes, d0, mask);
     if (c->ds[d0].can_end) {
         for (int k = 0; k < v->n_eog; k++) {
             int32_t id = v->eog[k];

@@ -78,6 +78,8 @@ typedef struct grammar_stats {
     size_t n_masks;     /* masks cached                                   */
     size_t cache_bytes; /* memory held by all of the above                */
     uint64_t mask_hits, mask_misses;
+    uint64_t mask_runs;      /* misses decided by a run class, not the whole trie */
+    uint64_t mask_exceptions; /* of those, masks that decided exception tokens apart */
 } grammar_stats;
 void grammar_cache_stats(const grammar *g, grammar_stats *s);
 /* Drops a reference; the last one frees the grammar. NULL is a no-op. */

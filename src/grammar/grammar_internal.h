@@ -101,8 +101,9 @@ typedef struct gdstate {
     uint8_t can_end;
     uint64_t lru;
     uint64_t bytes[4]; /* the bytes that may come next                       */
-    uint32_t plain_next; /* PK_UNIFORM: the state after any plain code point  */
-    uint8_t plain_kind;  /* PK_*: how plain code points step (gmatch.c)       */
+    uint32_t run_next[3];    /* the state after a regular unit of a run class */
+    uint64_t run_exc[3][2];  /* its exceptions: ASCII units that step elsewhere */
+    uint8_t run_kind[3];     /* PK_*: how the units of each run class step (gmatch.c) */
 } gdstate;
 
 typedef struct gcache {
@@ -132,7 +133,7 @@ typedef struct gcache {
     uint32_t *walk; /* per trie depth */
     uint32_t cap_walk;
     size_t budget_bytes;
-    uint64_t mask_hits, mask_misses;
+    uint64_t mask_hits, mask_misses, mask_runs, mask_exceptions;
     bool warned;
 } gcache;
 
