@@ -370,7 +370,10 @@ static void add_bert(gguf_writer *w, owned_list *ol, rng *r, const gen_shape *s,
     const int D = s->n_embd, F = s->n_ff;
     char name[96];
     add_random(w, ol, r, "position_embd.weight", type, D, s->n_ctx, sd);
-    add_random(w, ol, r, "token_types.weight", type, D, 2, sd);
+    /* F32 whatever --type says, as the GGUF converter writes it: llama.cpp
+     * adds row 0 to the F32 activations as a view, which its CPU backend
+     * cannot do from F16 (llama-server aborted on the F16 file) */
+    add_random(w, ol, r, "token_types.weight", DT_F32, D, 2, sd);
     add_vec(w, ol, r, "token_embd_norm.weight", D, 1.0f, 0.1f);
     add_vec(w, ol, r, "token_embd_norm.bias", D, 0.0f, 0.1f);
     for (int l = 0; l < s->n_layer; l++) {
