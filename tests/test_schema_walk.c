@@ -211,15 +211,20 @@ static bool walk(walker *w, grammar *g, int sid, const char *what) {
         CHECK_MSG(cnt > 0, "%s: empty mask after %.*s", what, (int)MIN(n, 200), out);
         if (cnt <= 0) break;
         int n_allowed = 0, n_closers = 0, n_eog = 0, never = -1;
-        for (int id = 0; id < w->n_vocab; id++) {
-            if (!mask_has(w->mask, id)) continue;
-            if (w->kind[id] == GV_EOG) {
-                n_eog++;
-                continue;
+        /* the set bits, word by word (a string state allows ~147k of the
+         * 152k tokens; testing every id's bit was most of this test's time) */
+        for (size_t wd = 0, n_words = ((size_t)w->n_vocab + 63) / 64; wd < n_words; wd++) {
+            for (uint64_t bits = w->mask[wd]; bits; bits &= bits - 1) {
+                int id = (int)(wd * 64 + (size_t)__builtin_ctzll(bits));
+                if (id >= w->n_vocab) break;
+                if (w->kind[id] == GV_EOG) {
+                    n_eog++;
+                    continue;
+                }
+                if (w->kind[id] != GV_NORMAL) never = id;
+                w->allowed[n_allowed++] = id;
+                if (w->closer[id]) n_closers++;
             }
-            if (w->kind[id] != GV_NORMAL) never = id;
-            w->allowed[n_allowed++] = id;
-            if (w->closer[id]) n_closers++;
         }
         CHECK_MSG(never < 0, "%s: GV_NEVER token %d allowed", what, never);
         CHECK_MSG((n_eog > 0) == can_end, "%s: EOG allowed %d, can_end %d after %.*s", what, n_eog, can_end,
