@@ -302,16 +302,19 @@ local function predicted_ttft(name)
     return math.max(s.ttft, 0.01) * (1 + s.waiting + s.pending)
 end
 
-local function least_loaded()
-    local best, bl
-    for _, nm in ipairs(names) do
+-- the server of `list` that is up with the least `measure`, or nil
+local function least_by(list, measure)
+    local best, bm
+    for _, nm in ipairs(list) do
         if server_up(nm) then
-            local l = load_of(nm)
-            if not best or l < bl then best, bl = nm, l end
+            local m = measure(nm)
+            if not best or m < bm then best, bm = nm, m end
         end
     end
     return best
 end
+
+local function least_loaded() return least_by(names, load_of) end
 
 local last_server = {} -- key -> server that served it last (its cache)
 local last_cands = {}  -- key -> its two ring candidates then ("c1|c2")
@@ -320,16 +323,7 @@ local homes = {}       -- prefix hash -> servers new sessions with that prefix w
 local n_homes = 0
 
 -- the server of `hs` (up) with the least predicted TTFT, or nil
-local function best_home(hs)
-    local best, bt
-    for _, nm in ipairs(hs or {}) do
-        if server_up(nm) then
-            local t = predicted_ttft(nm)
-            if not best or t < bt then best, bt = nm, t end
-        end
-    end
-    return best
-end
+local function best_home(hs) return least_by(hs or {}, predicted_ttft) end
 
 -- A new session goes where its prefix (the conversation's first chunk: the
 -- shared system prompt) already went: the least loaded of those servers
