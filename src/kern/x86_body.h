@@ -356,6 +356,20 @@ static inline __attribute__((always_inline)) void oct_dot(const int ty, int64_t 
     *out = acc;
 }
 
+/* d_w of one block of 8 rows (b[r]: row r's block) as 8 floats, inserted
+ * word by word (combining them in general registers, or with an unpack
+ * tree, measured 15% and 5% slower in the decode tile). */
+static inline __attribute__((always_inline)) __m256 oct_scales(const int ty, const uint8_t *const *b) {
+    if (ty == OCT_MXFP4) {
+#define KX_E(r) (((const block_mxfp4 *)b[r])->e)
+        return mx_scale8(_mm256_setr_epi32(KX_E(0), KX_E(1), KX_E(2), KX_E(3), KX_E(4), KX_E(5), KX_E(6), KX_E(7)));
+#undef KX_E
+    }
+#define KX_D(r) ((short)((const block_q4_0 *)b[r])->d)
+    return _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
+#undef KX_D
+}
+
 /* Rows r..r+7 (row stride rb bytes from w0) x T tokens (T in 1..4) over nb
  * blocks; cs[t * ncs + i] is the offset x token t's block i sum
  * (kx_q8_sum) and ds[t * ncs + i] its scale d_a as a float (converted once
@@ -373,9 +387,7 @@ static inline __attribute__((always_inline)) void oct_dot(const int ty, int64_t 
  * permutes per 8 rows: about 1.4x slower per core at batch 1, 1.6x at 2-3,
  * from L2.) The unpacked weights go through a small buffer in L1 rather than 8
  * registers: AVX2 has 16, and with them held the 4 accumulators were spilled
- * and reloaded every block. d_w of the 8 rows is inserted word by word
- * (combining them in general registers, or with an unpack tree, measured
- * 15% and 5% slower at batch 1). */
+ * and reloaded every block. */
 static inline __attribute__((always_inline)) void oct_tile(const int ty, const int T, int64_t nb, const uint8_t *w0,
                                                           size_t rb, const uint8_t *a, size_t arb, const int32_t *cs,
                                                           const float *ds, size_t ncs, float *y, int64_t ldy,
@@ -399,16 +411,7 @@ static inline __attribute__((always_inline)) void oct_tile(const int ty, const i
             _mm256_store_si256(&wq[2 * k], lo);
             _mm256_store_si256(&wq[2 * k + 1], hi);
         }
-        __m256 dw;
-        if (ty == OCT_MXFP4) {
-#define KX_E(r) (((const block_mxfp4 *)b[r])->e)
-            dw = mx_scale8(_mm256_setr_epi32(KX_E(0), KX_E(1), KX_E(2), KX_E(3), KX_E(4), KX_E(5), KX_E(6), KX_E(7)));
-#undef KX_E
-        } else {
-#define KX_D(r) ((short)((const block_q4_0 *)b[r])->d)
-            dw = _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
-#undef KX_D
-        }
+        const __m256 dw = oct_scales(ty, b);
         _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) {
             const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)t * arb) + i;
             const __m256i alo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ab->qs));
@@ -481,15 +484,7 @@ static inline __attribute__((always_inline)) void oct_pack(const int ty, const u
             _mm256_store_si256(&wl[8 * i + j], lo);
             _mm256_store_si256(&wl[8 * i + 4 + j], hi);
         }
-        if (ty == OCT_MXFP4) {
-#define KX_E(r) (((const block_mxfp4 *)b[r])->e)
-            dl[i] = mx_scale8(_mm256_setr_epi32(KX_E(0), KX_E(1), KX_E(2), KX_E(3), KX_E(4), KX_E(5), KX_E(6), KX_E(7)));
-#undef KX_E
-        } else {
-#define KX_D(r) ((short)((const block_q4_0 *)b[r])->d)
-            dl[i] = _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
-#undef KX_D
-        }
+        dl[i] = oct_scales(ty, b);
     }
 }
 
