@@ -70,8 +70,9 @@ _Noreturn static void die(const char *fmt, const char *arg) {
 static bool run_is_eog(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
 
 static int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = "";
+    const char *model_path = NULL, *prompt = "", *draft_path = NULL;
     long n_predict = 256, threads = 0, spec_max = 8;
+    float spec_cost = 0;
     draft_kind spec = DRAFT_OFF;
     sampler_params sp = sampler_defaults();
     sp.temperature = 0.8f;
@@ -86,7 +87,8 @@ static int cmd_run(int argc, char **argv) {
         if (is_help(a)) {
             printf("usage: kvloom run [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
                    "                  [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
-                   "                  [--spec off|ngram|suffix] [--spec-max K]\n"
+                   "                  [--spec off|ngram|suffix|draft] [--spec-max K] [--draft-model FILE.gguf]\n"
+                   "                  [--spec-token-cost C]\n"
                    "  generates text after PROMPT (printed first) with the model (default: the shipped\n"
                    "  " SERVER_DEFAULT_MODEL "); -n: at most N new tokens (256); --temp 0: greedy;\n"
                    "  defaults --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05, a random seed, up to 8 threads\n");
@@ -115,11 +117,18 @@ static int cmd_run(int argc, char **argv) {
             sp.seed = (uint64_t)iv;
         } else if (strcmp(a, "--spec") == 0) {
             if (draft_kind_parse(v, &spec, &e) < 0) die("--spec: %s", e.msg);
+        } else if (strcmp(a, "--spec-token-cost") == 0) {
+            if (!parse_float(v, &spec_cost) || !(spec_cost > 0)) die("--spec-token-cost: expected a cost > 0, got '%s'", v);
+        } else if (strcmp(a, "--draft-model") == 0) {
+            draft_path = v;
         } else if (strcmp(a, "--spec-max") == 0) {
             if (!parse_long(v, 1, DRAFT_MAX, &spec_max)) die("--spec-max: expected a count in [1, 32], got '%s'", v);
         } else die("run: unknown option '%s' (see kvloom --help)", a);
     }
     if (sampler_params_check(&sp, &e)) die("%s", e.msg);
+    if (draft_path && spec == DRAFT_OFF) spec = DRAFT_MODEL;
+    if (spec == DRAFT_MODEL && !draft_path) die("--spec draft needs --draft-model FILE.gguf%s", "");
+    if (draft_path && spec != DRAFT_MODEL) die("--draft-model drafts with --spec draft, not --spec %s", draft_kind_name(spec));
     if (!model_path) model_path = default_model();
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 8);
 
@@ -139,6 +148,11 @@ static int cmd_run(int argc, char **argv) {
     int rc = 1;
     engine *en = NULL;
     req *r = NULL;
+    model *dm = NULL;
+    if (draft_path && server_load_draft(draft_path, tk, model_path, &dm, &e) < 0) {
+        fprintf(stderr, "kvloom: %s\n", e.msg);
+        goto out;
+    }
     int n_prompt = tok_encode(tk, prompt, plen, tok_add_bos(tk), false, NULL, 0);
     if (n_prompt < 0) {
         fprintf(stderr, "kvloom: cannot tokenize the prompt\n");
@@ -175,6 +189,8 @@ static int cmd_run(int argc, char **argv) {
     eo.max_running = 1;
     eo.spec = spec;
     eo.spec_max = (int)spec_max;
+    eo.draft_model = dm;
+    eo.spec_token_cost = spec_cost;
     eo.is_eog = run_is_eog;
     eo.eog_ctx = tk;
     if (engine_new(m, &eo, &en, &e)) {
@@ -232,6 +248,7 @@ static int cmd_run(int argc, char **argv) {
 out:
     req_unref(r);
     engine_free(en);
+    model_free(dm);
     tok_free(tk);
     model_free(m);
     return rc;

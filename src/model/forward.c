@@ -81,11 +81,18 @@ struct model_state {
     void *act;     /* activation conversion buffer for the matmuls       */
     int32_t *rows; /* (T) batch indices of tokens that want logits       */
     moe_scratch *moe; /* MoE models: the expert layers' scratch          */
+    bool own_pool;    /* pool is ours (model_state_new), not borrowed       */
 };
 
 static size_t act_bytes_for(const kern_mat *w, int T) { return (size_t)T * kern_act_row_bytes(w->type, w->n_in); }
 
 model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_threads) {
+    model_state *s = model_state_new_on(m, max_tokens, max_ctx, pool_new(n_threads));
+    s->own_pool = true;
+    return s;
+}
+
+model_state *model_state_new_on(const model *m, int max_tokens, int max_ctx, pool *workers) {
     const model_config *c = &m->cfg;
     ASSERT(max_tokens > 0 && max_ctx > 0);
     ASSERT(!c->encoder); /* encoders run through model_encode (bert.c) */
@@ -93,7 +100,7 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
     size_t T = (size_t)max_tokens, q_dim = (size_t)c->n_head * c->head_dim, kv_dim = (size_t)c->n_head_kv * c->head_dim;
     s->max_tokens = max_tokens;
     s->max_ctx = max_ctx;
-    s->pool = pool_new(n_threads);
+    s->pool = workers;
     s->n_threads = pool_size(s->pool);
     s->x = xaligned_alloc(T * c->n_embd * sizeof(float));
     s->xb = xaligned_alloc(T * c->n_embd * sizeof(float));
@@ -147,7 +154,7 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
 
 void model_state_free(model_state *s) {
     if (!s) return;
-    pool_free(s->pool);
+    if (s->own_pool) pool_free(s->pool);
     moe_scratch_free(s->moe);
     void *bufs[] = {s->x,      s->xb,     s->o,       s->q,     s->att,    s->k,      s->v,
                     s->hb,     s->hb2,    s->cosv,    s->sinv,  s->act,    s->rows,   s->part_m,

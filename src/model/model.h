@@ -214,6 +214,11 @@ typedef struct model_batch {
  * and max_ctx positions per sequence. */
 typedef struct model_state model_state;
 model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_threads);
+/* The same on another state's worker pool (model_state_pool; it must
+ * outlive this state, which does not free it): a draft model's forwards
+ * run on the engine's workers between the target's, rather than on a
+ * second set of threads spinning beside them. */
+model_state *model_state_new_on(const model *m, int max_tokens, int max_ctx, pool *workers);
 void model_state_free(model_state *s);
 pool *model_state_pool(model_state *s);
 /* The MoE layers' scratch (routing of the last forward: moe.h), or NULL for

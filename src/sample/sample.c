@@ -251,3 +251,134 @@ int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *cho
         log_softmax_top(logits, n, top_n_logprobs, chosen, chosen_logprob, top_ids, top_lps, cands);
     return chosen;
 }
+
+/* ---- speculative sampling (sample.h) ---- */
+
+/* The chain's distribution for p over logits (no penalties): the same
+ * candidate sets and weights, in the same arithmetic, as sampler_sample
+ * draws from, so that p here is exactly what plain decoding samples. */
+static int chain_probs(const sampler_params *p, int n, const float *logits, float *probs, cand *cands) {
+    for (int i = 0; i < n; i++)
+        if (isnan(logits[i]) || logits[i] == INFINITY) return -1;
+    memset(probs, 0, (size_t)n * sizeof *probs);
+    if (p->temperature <= 0) {
+        int32_t chosen = 0;
+        for (int i = 1; i < n; i++)
+            if (logits[i] > logits[chosen]) chosen = i;
+        probs[chosen] = 1;
+        return 0;
+    }
+    if ((p->top_k <= 0 || p->top_k >= n) && p->top_p >= 1.0f) {
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+        double lim = p->min_p > 0 ? log(p->min_p) * p->temperature : -INFINITY;
+        double total = 0;
+        for (int i = 0; i < n; i++)
+            if ((double)logits[i] - mx >= lim && logits[i] != -INFINITY) total += exp(((double)logits[i] - mx) / p->temperature);
+        if (!(total > 0)) return -1;
+        for (int i = 0; i < n; i++)
+            if ((double)logits[i] - mx >= lim && logits[i] != -INFINITY)
+                probs[i] = (float)(exp(((double)logits[i] - mx) / p->temperature) / total);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) cands[i] = (cand){logits[i], i};
+    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    top_sorted(cands, n, k);
+    int m = k;
+    double mx = cands[0].v, sum = 0;
+    if (mx == -INFINITY) return -1;
+    for (int i = 0; i < m; i++) sum += exp(((double)cands[i].v - mx) / p->temperature);
+    if (p->top_p < 1.0f) {
+        double acc = 0;
+        for (int i = 0; i < m; i++) {
+            acc += exp(((double)cands[i].v - mx) / p->temperature) / sum;
+            if (acc >= p->top_p) {
+                m = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0) {
+        double lim = log(p->min_p) * p->temperature;
+        int keep = 1;
+        while (keep < m && (double)cands[keep].v - mx >= lim) keep++;
+        m = keep;
+    }
+    double total = 0;
+    for (int i = 0; i < m; i++) total += exp(((double)cands[i].v - mx) / p->temperature);
+    for (int i = 0; i < m; i++) probs[cands[i].id] = (float)(exp(((double)cands[i].v - mx) / p->temperature) / total);
+    return 0;
+}
+
+int sampler_dist(sampler *s, float *logits, float *probs) {
+    apply_penalties(s, logits);
+    return chain_probs(&s->p, s->n_vocab, logits, probs, s->cands);
+}
+
+int sampler_dist_params(sampler *s, const sampler_params *p, const float *logits, float *probs) {
+    return chain_probs(p, s->n_vocab, logits, probs, s->cands);
+}
+
+int32_t sampler_draw(const float *probs, int n, double u) {
+    double total = 0;
+    for (int i = 0; i < n; i++) total += probs[i];
+    double target = u * total, acc = 0;
+    int32_t chosen = -1;
+    for (int i = 0; i < n; i++) {
+        if (!(probs[i] > 0)) continue;
+        chosen = i;
+        acc += probs[i];
+        if (target < acc) break;
+    }
+    return chosen;
+}
+
+/* max(0, p - q) at i; q NULL: a point mass on d */
+static double residual(const float *p, const float *q, int32_t d, int i) {
+    double r = (double)p[i] - (q ? (double)q[i] : i == d ? 1.0 : 0.0);
+    return r > 0 ? r : 0;
+}
+
+/* The rule's first half: keep d with probability min(1, p(d) / q(d)). */
+static bool spec_keep(const float *p, const float *q, int32_t d, double u1) {
+    double qd = q ? q[d] : 1, pd = p[d];
+    return qd > 0 && u1 * qd < pd;
+}
+
+/* Its second half: a draw from max(0, p - q), normalised. */
+static int32_t spec_residual(const float *p, const float *q, int n, int32_t d, double u2) {
+    double total = 0;
+    for (int i = 0; i < n; i++) total += residual(p, q, d, i);
+    if (!(total > 0)) return sampler_draw(p, n, u2); /* p == q to rounding (then d is nearly always kept) */
+    double target = u2 * total, acc = 0;
+    int32_t chosen = -1;
+    for (int i = 0; i < n; i++) {
+        double r = residual(p, q, d, i);
+        if (!(r > 0)) continue;
+        chosen = i;
+        acc += r;
+        if (target < acc) break;
+    }
+    return chosen;
+}
+
+int32_t sampler_spec_rule(const float *p, const float *q, int n, int32_t d, double u1, double u2, bool *accepted) {
+    *accepted = spec_keep(p, q, d, u1);
+    return *accepted ? d : spec_residual(p, q, n, d, u2);
+}
+
+int32_t sampler_sample_spec(sampler *s, float *logits, int32_t d, const float *q, float *probs, bool *accepted,
+                            int top_n_logprobs, float *chosen_logprob, int32_t *top_ids, float *top_lps) {
+    *accepted = false;
+    if (sampler_dist(s, logits, probs) < 0) return -1;
+    int n = s->n_vocab;
+    /* at temperature 0 p is a point mass: no draw (d is kept exactly when
+     * it is the argmax, else the argmax is the residual) */
+    bool greedy = s->p.temperature <= 0;
+    *accepted = spec_keep(probs, q, d, greedy ? 0 : rng_uniform(&s->r));
+    int32_t chosen = *accepted ? d : spec_residual(probs, q, n, d, greedy ? 0 : rng_uniform(&s->r));
+    if (chosen < 0) return -1;
+    if (top_n_logprobs >= 0)
+        log_softmax_top(logits, n, top_n_logprobs, chosen, chosen_logprob, top_ids, top_lps, s->cands);
+    return chosen;
+}

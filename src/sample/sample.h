@@ -59,6 +59,40 @@ void sampler_accept(sampler *s, int32_t token);
 int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *chosen_logprob, int32_t *top_ids,
                        float *top_lps);
 
+/* ---- speculative sampling with a draft model (sched/dmodel.h) ----
+ *
+ * A draft token d drawn from a draft distribution q is verified against the
+ * target distribution p (what sampler_sample draws from) by the standard
+ * rule: accept d with probability min(1, p(d) / q(d)); else draw from the
+ * residual max(0, p - q), normalised. The output token is then distributed
+ * exactly as p, whatever q is. */
+
+/* The distribution sampler_sample draws from, without drawing: penalties
+ * (s's history) are applied to `logits` in place, then probs (n_vocab) gets
+ * the chain's probabilities (0 outside the kept set; temperature 0: 1 on
+ * the argmax, the lowest id of ties). -1 when a logit is NaN or +inf, or
+ * every logit is -inf. */
+int sampler_dist(sampler *s, float *logits, float *probs);
+/* The same chain for parameters p without penalties (the draft model's
+ * proposal distribution q), logits unchanged; `s` only lends its scratch
+ * (same n_vocab). */
+int sampler_dist_params(sampler *s, const sampler_params *p, const float *logits, float *probs);
+/* A draw from probs (n) with the uniform u in [0, 1): the first id whose
+ * cumulative probability exceeds u * total (the last positive one when
+ * rounding leaves u beyond it); -1 when probs are all 0. */
+int32_t sampler_draw(const float *probs, int n, double u);
+/* The rule above for draft d with q (NULL: a point mass on d) against the
+ * target probs p, with uniforms u1 (acceptance) and u2 (the residual's
+ * draw); *accepted tells which. Pure. */
+int32_t sampler_spec_rule(const float *p, const float *q, int n, int32_t d, double u1, double u2, bool *accepted);
+/* sampler_sample's counterpart for a draft: sampler_dist into probs
+ * (scratch of n_vocab), the rule with s's RNG (no draw at temperature 0,
+ * where the rule keeps d exactly when it is the argmax), and the logprobs
+ * (of the penalised logits, as sampler_sample) of the token returned; the
+ * caller then sampler_accepts it. -1 as sampler_dist. */
+int32_t sampler_sample_spec(sampler *s, float *logits, int32_t d, const float *q, float *probs, bool *accepted,
+                            int top_n_logprobs, float *chosen_logprob, int32_t *top_ids, float *top_lps);
+
 /* (the RNG, rng_*, is base.h's) */
 
 #endif

@@ -55,7 +55,7 @@ draft_opts draft_defaults(draft_kind kind) {
                         .global_max_nodes = 1 << 18};
 }
 
-static const char *const kind_names[DRAFT_N_KINDS] = {"off", "ngram", "suffix"};
+static const char *const kind_names[DRAFT_N_KINDS] = {"off", "ngram", "suffix", "draft"};
 
 int draft_kind_parse(const char *name, draft_kind *out, err_t *e) {
     for (int k = 0; k < DRAFT_N_KINDS; k++)
@@ -63,7 +63,7 @@ int draft_kind_parse(const char *name, draft_kind *out, err_t *e) {
             *out = (draft_kind)k;
             return 0;
         }
-    return err_set(e, ERR_INVALID, "'%s' is not a drafter (off, ngram or suffix)", name);
+    return err_set(e, ERR_INVALID, "'%s' is not a drafter (off, ngram, suffix or draft)", name);
 }
 
 const char *draft_kind_name(draft_kind k) { return k >= 0 && k < DRAFT_N_KINDS ? kind_names[k] : "?"; }
@@ -274,12 +274,25 @@ void draft_cost_observe(draft_cost *c, int n_tokens, double ms) {
     c->sxy = c->sxy * k + x * ms;
 }
 
-double draft_cost_token(const draft_cost *c, double fallback) {
-    if (c->w < 8) return fallback;
+/* The least-squares line's slope and fixed part; false while the steps
+ * seen do not determine it (too few, or all of one size). */
+static bool cost_line(const draft_cost *c, double *slope, double *fixed) {
+    if (c->w < 8) return false;
     double var = c->sxx / c->w - (c->sx / c->w) * (c->sx / c->w);
-    if (var < 0.25) return fallback; /* every step the same size */
-    double slope = (c->sxy / c->w - (c->sx / c->w) * (c->sy / c->w)) / var;
-    double fixed = c->sy / c->w - slope * c->sx / c->w;
+    if (var < 0.25) return false; /* every step the same size */
+    *slope = (c->sxy / c->w - (c->sx / c->w) * (c->sy / c->w)) / var;
+    *fixed = c->sy / c->w - *slope * c->sx / c->w;
+    return true;
+}
+
+double draft_cost_fixed(const draft_cost *c) {
+    double slope, fixed;
+    return cost_line(c, &slope, &fixed) && fixed > 0 ? fixed : 0;
+}
+
+double draft_cost_token(const draft_cost *c, double fallback) {
+    double slope, fixed;
+    if (!cost_line(c, &slope, &fixed)) return fallback;
     if (!(fixed > 0)) return 10; /* all per-token work: drafts never pay */
     double r = slope / fixed;
     return r < 0.001 ? 0.001 : r > 10 ? 10 : r;

@@ -34,6 +34,11 @@
  *           probabilities stays >= DRAFT_P_MIN (the draft length follows
  *           the match's statistics); of the two trees, the proposal with
  *           the larger expected accepted length wins.
+ *   MODEL   a draft model (dmodel.h; `--spec draft --draft-model F`): the
+ *           engine runs it; draft_propose proposes nothing for it, the
+ *           drafter only keeps the policy's state. Its drafts are not
+ *           deterministic above temperature 0, so they are verified by the
+ *           general rule (sample.h, sampler_sample_spec).
  *
  * Policy (how many drafts are worth verifying): each sequence keeps an
  * estimate alpha of the chance a drafted token is accepted (accepted /
@@ -56,7 +61,7 @@
 
 #include "../base/base.h"
 
-typedef enum draft_kind { DRAFT_OFF = 0, DRAFT_NGRAM, DRAFT_SUFFIX, DRAFT_N_KINDS } draft_kind;
+typedef enum draft_kind { DRAFT_OFF = 0, DRAFT_NGRAM, DRAFT_SUFFIX, DRAFT_MODEL, DRAFT_N_KINDS } draft_kind;
 
 #define DRAFT_MAX 32     /* tokens per proposal at most (--spec-max)        */
 #define DRAFT_P_MIN 0.1f /* suffix: stop when the path's probability drops  */
@@ -75,7 +80,7 @@ typedef struct draft_opts {
  * a context of ~10,000 varied tokens stays whole, so an agent copying from
  * its prompt finds it), 256 Ki global. */
 draft_opts draft_defaults(draft_kind kind);
-/* "off", "ngram", "suffix" -> kind; ERR_INVALID naming the value otherwise. */
+/* "off", "ngram", "suffix", "draft" -> kind; ERR_INVALID naming the value otherwise. */
 int draft_kind_parse(const char *name, draft_kind *out, err_t *e);
 const char *draft_kind_name(draft_kind k);
 
@@ -130,6 +135,8 @@ void draft_cost_observe(draft_cost *c, int n_tokens, double ms);
 /* The learnt token_cost, or `fallback` while the steps seen do not
  * determine a line (too few, or all of one size). */
 double draft_cost_token(const draft_cost *c, double fallback);
+/* The line's fixed part (ms of a step of 0 tokens), or 0 while undetermined. */
+double draft_cost_fixed(const draft_cost *c);
 
 typedef struct draft_stats {
     int global_seqs;             /* outputs in the global store             */

@@ -65,6 +65,7 @@
 #include "../kv/kvpool.h"
 #include "../kv/radix.h"
 #include "../sample/sample.h"
+#include "dmodel.h"
 #include "draft.h"
 #include "kvpolicy.h"
 #include "sched_internal.h"
@@ -151,6 +152,7 @@ typedef struct seq {
      * (positions n_tokens.., run after the last token, verified in
      * step_advance; they never enter `tokens` unless sampled) */
     draft_seq *ds;
+    dmodel_seq *dms;     /* the draft model's state (--spec draft), or NULL   */
     int32_t draft[DRAFT_MAX];
     int n_draft;
 } seq;
@@ -222,6 +224,10 @@ struct engine {
     drafter *dr;         /* speculative decoding's drafter, or NULL            */
     draft_cost cost;     /* the steps' times: what one more token costs        */
     int spec_rows;       /* draft tokens per step at most (extra logits rows)  */
+    dmodel *dm;          /* the draft model's runner (--spec draft), or NULL   */
+    float *spec_p;       /* (n_vocab) the target's distribution at a verified row */
+    double dm_ms;        /* a one-token draft forward's time (decayed mean)    */
+    double dm_ratio;     /* its cost against the target's before it is measured */
 
     seq_list running;    /* in arrival order                                    */
     seq_list waiting;    /* in arrival order (preempted ones keep theirs)       */
@@ -862,6 +868,7 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
 /* Frees a sequence's memory (its blocks already released). */
 static void seq_free(seq *s) {
     draft_seq_end(NULL, s->ds, NULL, 0, 0, false);
+    dmodel_seq_free(s->dms);
     sampler_free(s->smp);
     gmatch_free(s->gm);
     free(s->trig);
@@ -875,6 +882,7 @@ static void seq_free(seq *s) {
 
 static void preempt(engine *en, seq *s) {
     seq_release_blocks(en, s);
+    dmodel_seq_drop(s->dms); /* recomputed by the draft model when it drafts again */
     s->disk_tried = false; /* its blocks may be on disk by the time it returns */
     s->running = false;
     atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
@@ -1007,6 +1015,7 @@ static void take_submitted(engine *en) {
         }
         hint_drop_session(en, r->kv_session); /* its agent is back */
         if (en->dr && !r->no_spec && !r->embd) s->ds = draft_seq_new(en->dr); /* NULL: it does not speculate */
+        if (s->ds && en->dm) s->dms = dmodel_seq_new(en->dm, r->sp.seed);
         list_push(&en->waiting, s);
         s->in_skip = r->trigger_skip_now;
         if (r->grammar && !r->grammar_trigger) {
@@ -1280,12 +1289,21 @@ static void jump_forward(engine *en, seq *s) {
     }
 }
 
+/* A draft model's draft at a verified row: the token and its q row (NULL:
+ * a point mass). */
+typedef struct spec_row {
+    int32_t d;
+    const float *q;
+} spec_row;
+
 /* Samples the next token of s from its logits row (masked by its grammar),
- * posts it, and appends a forced run after it. Returns REQ_RUNNING, or how
- * the request ends: REQ_FINISH_STOP (end of generation, or the grammar's
- * output is complete), REQ_FINISH_ERROR (NaN/inf logits, or a grammar that
- * allows nothing). */
-static req_finish post_token(engine *en, seq *s, const float *row) {
+ * posts it, and appends a forced run after it. With `sr` (a draft model's
+ * draft at this row) the token comes from the speculative-sampling rule
+ * instead (sampler_sample_spec: the draft or the residual's draw).
+ * Returns REQ_RUNNING, or how the request ends: REQ_FINISH_STOP (end of
+ * generation, or the grammar's output is complete), REQ_FINISH_ERROR
+ * (NaN/inf logits, or a grammar that allows nothing). */
+static req_finish post_token(engine *en, seq *s, const float *row, const spec_row *sr) {
     req *r = s->r;
     req_token t = {0};
     float *lg = (float *)row;
@@ -1297,7 +1315,10 @@ static req_finish post_token(engine *en, seq *s, const float *row) {
     for (int k = 0; k < r->n_bias; k++) lg[r->bias_ids[k]] += r->bias_vals[k]; /* -inf + b stays -inf */
     int top_n = r->n_logprobs;
     if (top_n > REQ_MAX_TOP_LOGPROBS) top_n = REQ_MAX_TOP_LOGPROBS;
-    t.id = sampler_sample(s->smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);
+    bool kept;
+    t.id = sr ? sampler_sample_spec(s->smp, lg, sr->d, sr->q, en->spec_p, &kept, top_n, &t.logprob, t.top_ids,
+                                    t.top_lps)
+              : sampler_sample(s->smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);
     if (t.id < 0) return REQ_FINISH_ERROR;
     t.n_top = top_n > 0 ? top_n : 0;
     sampler_accept(s->smp, t.id);
@@ -1359,6 +1380,45 @@ static int spec_reserve(engine *en, seq *s, int k) {
     return MIN(k, s->n_blocks * B - s->n_tokens);
 }
 
+/* The cost of one more draft token in this step relative to the step's
+ * fixed cost (draft_threshold's token_cost): the target's cost per token
+ * and, with a draft model, one of its one-token forwards against the
+ * target step's fixed part (until both are measured: the ratio of the
+ * bytes the two models read per token). A fixed spec_token_cost replaces
+ * both. */
+static double spec_cost(engine *en) {
+    if (en->o.spec_token_cost > 0) return en->o.spec_token_cost;
+    double c = draft_cost_token(&en->cost, ENGINE_SPEC_TOKEN_COST);
+    if (en->dm) {
+        double fixed = draft_cost_fixed(&en->cost);
+        c += fixed > 0 && en->dm_ms > 0 ? en->dm_ms / fixed : en->dm_ratio;
+    }
+    return c;
+}
+
+/* The draft model's drafts of the sequences dmodel_add took: its forwards
+ * run, each sequence's drafts go into the batch after its last token. */
+static void spec_run_model(engine *en, int *n_tok, int n_bs) {
+    double ms;
+    if (!dmodel_run(en->dm, &ms)) return;
+    if (ms > 0) en->dm_ms = en->dm_ms > 0 ? 0.9 * en->dm_ms + 0.1 * ms : ms;
+    for (int j = 0; j < n_bs; j++) {
+        seq *s = en->b_owner[j];
+        if (!s->dms || en->b_chunk[j] != 1 || s->n_tokens - s->n_computed != 1) continue;
+        const int32_t *d;
+        int k = dmodel_seq_drafts(s->dms, &d);
+        if (k <= 0) continue;
+        memcpy(s->draft, d, (size_t)k * sizeof *d);
+        /* (fewer target slots than drafts: the rest is not verified; the
+         * cut depends on the pool, not on the drafts, so the rule stays exact) */
+        k = spec_reserve(en, s, k);
+        if (k <= 0) continue;
+        s->n_draft = k;
+        en->b_chunk[j] += k;
+        *n_tok += k;
+    }
+}
+
 /* Gives the decoding sequences of the planned batch their drafts, as many
  * as pay (draft_threshold / draft_plan) within the step's budget. */
 static void spec_plan(engine *en, int *n_tok, int n_bs) {
@@ -1369,17 +1429,26 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         s->n_draft = 0;
         n_decode += s->n_tokens - s->n_computed == 1;
     }
-    double cost = en->o.spec_token_cost > 0 ? en->o.spec_token_cost
-                                            : draft_cost_token(&en->cost, ENGINE_SPEC_TOKEN_COST);
-    int rows = en->spec_rows;
+    double cost = spec_cost(en);
+    int rows = en->spec_rows, room = en->o.max_batch_tokens - *n_tok;
     for (int j = 0; j < n_bs && rows > 0; j++) {
         seq *s = en->b_owner[j];
         if (!s->ds || en->b_chunk[j] != 1 || s->n_tokens - s->n_computed != 1) continue;
-        int max = MIN(MIN(rows, en->o.max_batch_tokens - *n_tok), en->n_ctx - s->n_tokens);
+        int max = MIN(MIN(MIN(rows, room), en->n_ctx - s->n_tokens), draft_max(en->dr));
         max = MIN(max, s->r->max_tokens - s->n_generated - 1); /* the last token needs no draft */
-        int want = draft_plan(max, draft_seq_alpha(s->ds), draft_threshold(n_decode, *n_tok, cost));
+        int want = draft_plan(max, draft_seq_alpha(s->ds), draft_threshold(n_decode, en->o.max_batch_tokens - room, cost));
         if (want <= 0) {
             draft_seq_idle(s->ds);
+            continue;
+        }
+        if (en->dm) { /* drafted below, in the draft model's batched forwards */
+            if (!s->dms) continue;
+            req *r = s->r;
+            dmodel_how how = {.sp = r->sp, .gm = s->gm, .bias_ids = r->bias_ids, .bias_vals = r->bias_vals,
+                              .n_bias = r->n_bias, .ignore_eos = r->ignore_eos};
+            int k = dmodel_add(en->dm, s->dms, s->tokens, s->n_tokens, want, &how);
+            rows -= k;
+            room -= k;
             continue;
         }
         int k = draft_propose(en->dr, s->ds, s->tokens, s->n_tokens, want, s->draft);
@@ -1389,7 +1458,9 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         en->b_chunk[j] += k;
         *n_tok += k;
         rows -= k;
+        room -= k;
     }
+    if (en->dm) spec_run_model(en, n_tok, n_bs);
 }
 
 /* After post_token sampled row0 (the token after position n0 - 1): goes on
@@ -1403,7 +1474,8 @@ static req_finish spec_verify(engine *en, seq *s, int n0, int nd, int row0, req_
     while (why == REQ_RUNNING && a < nd && s->n_tokens == n0 + a + 1 && s->tokens[n0 + a] == s->draft[a] &&
            s->n_generated < s->r->max_tokens && s->n_tokens <= en->n_ctx) {
         a++;
-        why = post_token(en, s, en->logits + (size_t)(row0 + a) * n_vocab);
+        spec_row sr = {a < nd ? s->draft[a] : -1, dmodel_seq_q(s->dms, a)}; /* a draft model's: the rule */
+        why = post_token(en, s, en->logits + (size_t)(row0 + a) * n_vocab, en->dm && a < nd ? &sr : NULL);
     }
     int n_acc = 0; /* drafts equal to the tokens sampled (or forced) at their place */
     while (n_acc < nd && n0 + n_acc < s->n_tokens && s->tokens[n0 + n_acc] == s->draft[n_acc]) n_acc++;
@@ -1701,14 +1773,17 @@ static void step_advance(engine *en, int n_bs) {
         }
         en->cnt.decode_passes_total++;
         /* (a forced run at admission may already have reached max_tokens) */
+        spec_row sr = {nd > 0 ? s->draft[0] : -1, dmodel_seq_q(s->dms, 0)}; /* a draft model's: the rule */
         req_finish why = s->n_generated >= s->r->max_tokens
                              ? REQ_FINISH_LENGTH
-                             : post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab);
+                             : post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab,
+                                          en->dm && nd > 0 ? &sr : NULL);
         if (nd > 0) {
             why = spec_verify(en, s, n0, nd, row, why);
             row += nd;
             seq_index_computed(en, s);
         }
+        if (s->dms) dmodel_seq_sync(s->dms, s->tokens, s->n_tokens);
         row++;
         if (why == REQ_FINISH_ERROR) {
             list_remove(&en->running, s);
@@ -1834,6 +1909,14 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     if (o->spec < DRAFT_OFF || o->spec >= DRAFT_N_KINDS) return err_set(e, ERR_INVALID, "spec: unknown drafter %d", o->spec);
     if (o->spec_max < 0 || o->spec_max > DRAFT_MAX)
         return err_set(e, ERR_INVALID, "spec-max must be in [1, %d] (got %d)", DRAFT_MAX, o->spec_max);
+    if (o->spec == DRAFT_MODEL && !o->draft_model)
+        return err_set(e, ERR_INVALID, "spec draft needs a draft model (--draft-model FILE.gguf)");
+    if (o->draft_model && o->spec != DRAFT_MODEL)
+        return err_set(e, ERR_INVALID, "a draft model drafts only with spec draft (got spec %s)",
+                       draft_kind_name((draft_kind)o->spec));
+    if (o->draft_model && o->draft_model->cfg.n_vocab != m->cfg.n_vocab)
+        return err_set(e, ERR_INVALID, "the draft model has %d tokens in its vocabulary, the model %d: it must have "
+                       "the model's vocabulary", o->draft_model->cfg.n_vocab, m->cfg.n_vocab);
     int n_ctx = o->n_ctx > 0 ? o->n_ctx : m->cfg.n_ctx_train;
     if (n_ctx < 2) return err_set(e, ERR_INVALID, "context size must be >= 2 (got %d)", n_ctx);
     if (o->kv_type != MODEL_KV_F16 && o->kv_type != MODEL_KV_Q8_0)
@@ -1899,10 +1982,30 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&en->cv, &ca);
     pthread_condattr_destroy(&ca);
+    if (en->dr && o->spec == DRAFT_MODEL) {
+        /* its KV: as many blocks as the target's pool (docs/engine.md,
+         * "Draft model") */
+        dmodel_opts dmo = {.n_blocks = (int)n_blocks,
+                           .block_tokens = o->block_tokens,
+                           .max_tokens = mb,
+                           .max_seqs = MIN(mr, en->spec_rows),
+                           .max_rows = en->spec_rows,
+                           .n_ctx = n_ctx,
+                           .workers = model_state_pool(en->st),
+                           .is_eog = o->is_eog,
+                           .eog_ctx = o->eog_ctx};
+        int rc = dmodel_new(o->draft_model, m, &dmo, &en->dm, e);
+        if (rc < 0) {
+            engine_free(en);
+            return rc;
+        }
+        en->spec_p = xmalloc((size_t)m->cfg.n_vocab * sizeof *en->spec_p);
+        en->dm_ratio = dmodel_bytes_ratio(en->dm, m);
+    }
     en->cnt.kv_blocks_total = (int)n_blocks;
     en->cnt.kv_block_tokens = o->block_tokens;
-    en->cnt.mem_weights = m->weight_bytes;
-    en->cnt.mem_kv_pool = (uint64_t)n_blocks * bb;
+    en->cnt.mem_weights = m->weight_bytes + (en->dm ? o->draft_model->weight_bytes : 0);
+    en->cnt.mem_kv_pool = (uint64_t)n_blocks * bb + (en->dm ? dmodel_bytes(en->dm) : 0);
     en->cnt.kv_type = o->kv_type;
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;
@@ -1976,6 +2079,8 @@ void engine_free(engine *en) {
     free(en->forced_ids);
     free(en->clients);
     draft_free(en->dr);
+    dmodel_free(en->dm);
+    free(en->spec_p);
     pthread_mutex_destroy(&en->mu);
     pthread_cond_destroy(&en->cv);
     free(en);

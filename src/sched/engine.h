@@ -93,6 +93,10 @@ typedef struct engine_opts {
     int spec;
     int spec_max;
     double spec_token_cost;
+    /* spec DRAFT_MODEL: the draft model (the model's vocabulary; it must
+     * outlive the engine), run by the engine thread (sched/dmodel.h) with
+     * its own KV pool of as many blocks as this one. */
+    const model *draft_model;
     /* Fairness between clients (req.client; engine.c, "Fair admission").
      * Waiting requests are admitted lowest priority class first, then the
      * client with the fewest running sequences, then the one served the

@@ -39,6 +39,7 @@ struct models_entry {
     gvocab *gv;
     engine *en;
     encoder *enc;
+    model *draft;        /* --draft-model, or NULL                        */
     char kv_dir[1024];
 };
 
@@ -165,6 +166,8 @@ static void entry_unload(models_entry *en) {
     if (en->enc) encoder_stop(en->enc);
     engine_free(en->en);
     encoder_free(en->enc);
+    model_free(en->draft); /* after its engine */
+    en->draft = NULL;
     if (en->rc) constrainer_free(en->rc->cons);
     free(en->rc);
     chat_tmpl_free(en->chat);
@@ -287,6 +290,14 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     eo.stall_timeout_ms = o->stall_timeout_s * 1000;
     eo.spec = o->spec;
     eo.spec_max = o->spec_max;
+    eo.spec_token_cost = o->spec_token_cost;
+    if (o->draft_model && !en->m->cfg.encoder) {
+        if ((rcode = server_load_draft(o->draft_model, en->tk, path, &en->draft, e)) < 0) goto fail;
+        eo.draft_model = en->draft;
+        log_info("serve: %s: draft model %s (%.1f MB of weights, %.1f%% of the model's bytes per token)", en->name,
+                 o->draft_model, (double)en->draft->weight_bytes / 1e6,
+                 100.0 * (double)model_token_bytes(en->draft) / (double)MAX(model_token_bytes(en->m), 1));
+    }
     eo.gvocab = en->gv;
     eo.tokenize = tokenize_cb;
     eo.piece = piece_cb;
@@ -595,4 +606,29 @@ void models_free(models *ms) {
     pthread_mutex_destroy(&ms->mu);
     pthread_cond_destroy(&ms->loaded);
     free(ms);
+}
+
+int server_load_draft(const char *path, const tokenizer *tk, const char *model_name, model **out, err_t *e) {
+    *out = NULL;
+    model *dm = NULL;
+    tokenizer *dtk = NULL;
+    int rc = model_load(path, &dm, e);
+    if (rc < 0) {
+        err_prefix(e, "--draft-model");
+        return rc;
+    }
+    if (dm->cfg.encoder) {
+        rc = err_set(e, ERR_INVALID, "--draft-model %s is an encoder (%s): it cannot draft", path, dm->cfg.arch_name);
+    } else if ((rc = tok_load(dm->gguf, &dtk, e)) < 0) {
+        err_prefix(e, "--draft-model %s: its tokenizer", path);
+    } else if ((rc = tok_same_vocab(tk, model_name, dtk, path, e)) < 0) {
+        err_prefix(e, "--draft-model: the vocabularies differ");
+    }
+    tok_free(dtk);
+    if (rc < 0) {
+        model_free(dm);
+        return rc;
+    }
+    *out = dm;
+    return 0;
 }

@@ -100,9 +100,12 @@ const char *server_usage(void) {
            "  --kv-disk DIR            keep KV blocks on disk in DIR too (written through, read\n"
            "                           back instead of recomputed; survives restarts)\n"
            "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
-           "  --spec off|ngram|suffix  speculative decoding's drafter (default off): ngram looks the\n"
-           "                           last tokens up in the request's context; suffix also uses\n"
-           "                           earlier requests' outputs (exact: output identical to --spec off)\n"
+           "  --spec off|ngram|suffix|draft  speculative decoding's drafter (default off): ngram looks\n"
+           "                           the last tokens up in the request's context; suffix also uses\n"
+           "                           earlier requests' outputs; draft runs --draft-model (exact: the\n"
+           "                           output is --spec off's, in distribution above temperature 0)\n"
+           "  --draft-model FILE.gguf  a small model with the model's vocabulary drafting for it\n"
+           "                           (implies --spec draft; one -m only)\n"
            "  --spec-max K             draft tokens per sequence per step at most (default 8, <= 32)\n"
            "  --max-body BYTES         request body limit (default 8M)\n"
            "  --max-connections N      simultaneous connections (default 1024; an idle one costs no thread)\n"
@@ -128,6 +131,8 @@ const char *server_usage(void) {
            "                           before cancelling them (default 10)\n"
            "  --check                  verify KV pool and prefix tree after every step (debug)\n"
            "  --step-delay-us N        sleep N us after every engine step (testing)\n"
+           "  --spec-token-cost C      a draft token's cost relative to a step's fixed cost, instead of\n"
+           "                           the one learnt from the steps' times (testing)\n"
            "  --mask-spin-us N         every grammar mask also spins N us on the CPU (testing)\n"
            "  --load-delay-ms N        sleep N ms in every model load (testing)\n"
            "  --no-webui               no chat page at /\n"
@@ -338,6 +343,12 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--mask-spin-us")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 10000000, &o->mask_spin_us, e);
+        } else if (!strcmp(a, "--spec-token-cost")) {
+            NEED_VALUE;
+            float c;
+            if (!parse_float(v, &c) || !(c > 0) || c > 100)
+                rc = err_set(e, ERR_INVALID, "--spec-token-cost: expected a cost in (0, 100], got '%s'", v);
+            else o->spec_token_cost = c;
         } else if (!strcmp(a, "--step-delay-us")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 10000000, &o->step_delay_us, e);
@@ -377,6 +388,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             draft_kind k;
             if ((rc = draft_kind_parse(v, &k, e)) < 0) err_prefix(e, "--spec");
             else o->spec = (int)k;
+        } else if (!strcmp(a, "--draft-model")) {
+            NEED_VALUE;
+            o->draft_model = v;
         } else if (!strcmp(a, "--spec-max")) {
             NEED_VALUE;
             rc = parse_int(a, v, 1, DRAFT_MAX, &o->spec_max, e);
@@ -417,6 +431,14 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         if (rc < 0) return rc;
 #undef NEED_VALUE
     }
+    if (o->draft_model && o->spec == DRAFT_OFF) o->spec = DRAFT_MODEL;
+    if (o->spec == DRAFT_MODEL && !o->draft_model)
+        return err_set(e, ERR_INVALID, "--spec draft needs --draft-model FILE.gguf");
+    if (o->draft_model && o->spec != DRAFT_MODEL)
+        return err_set(e, ERR_INVALID, "--draft-model drafts with --spec draft, not --spec %s",
+                       draft_kind_name((draft_kind)o->spec));
+    if (o->draft_model && (o->n_models > 1 || o->models_dir))
+        return err_set(e, ERR_INVALID, "--draft-model drafts for one model: give one -m (not several, nor --models-dir)");
     if (o->max_body_total && o->max_body_total < o->max_body_bytes)
         return err_set(e, ERR_INVALID, "--max-body-total (%zu bytes) must be at least --max-body (%zu bytes)",
                        o->max_body_total, o->max_body_bytes);

@@ -21,6 +21,7 @@
 
 #include "../base/base.h"
 #include "../model/model.h"
+#include "../tok/tok.h"
 
 #define SERVER_MAX_CORS 16
 #define SERVER_MAX_MODELS 64        /* -m given at most this often              */
@@ -102,6 +103,8 @@ typedef struct server_opts {
                                  (SERVER_NOOP_*): server_main says so once each     */
     int spec;                 /* --spec: the drafter (draft_kind; docs/server.md)     */
     int spec_max;             /* --spec-max: draft tokens per step per sequence (8)   */
+    const char *draft_model;  /* --draft-model: --spec draft's model file, or NULL    */
+    double spec_token_cost;   /* --spec-token-cost: fixed (testing); 0 = learnt       */
 } server_opts;
 
 /* The least default KV pool (the default before it followed the context). */
@@ -125,6 +128,12 @@ void server_opts_default(server_opts *o);
  * o->api_key_file_buf). Returns 0, 1 when --help was printed, or ERR_INVALID
  * with a message naming the flag. */
 int server_parse_args(int argc, char **argv, server_opts *o, err_t *e);
+
+/* Loads `path` as the draft model of the model whose tokenizer is tk
+ * (named model_name in messages): the file must load as a decoder and its
+ * vocabulary spell every token as tk does (tok_same_vocab). 0, or <0 with
+ * e naming the file and what differs. Used by serve and run. */
+int server_load_draft(const char *path, const tokenizer *tk, const char *model_name, model **out, err_t *e);
 
 /* Usage text of the serve flags. */
 const char *server_usage(void);

@@ -913,3 +913,19 @@ int tok_decode(const tokenizer *t, const int32_t *ids, int n, bool skip_special,
     if (total < cap) out[total] = 0;
     return (int)total;
 }
+
+int tok_same_vocab(const tokenizer *a, const char *a_name, const tokenizer *b, const char *b_name, err_t *e) {
+    int n = tok_n_vocab(a);
+    if (tok_n_vocab(b) != n)
+        return err_set(e, ERR_INVALID, "%s has %d tokens in its vocabulary, %s %d", b_name, tok_n_vocab(b), a_name, n);
+    for (int32_t id = 0; id < n; id++) {
+        const char *x = tok_piece_str(a, id), *y = tok_piece_str(b, id);
+        if (strcmp(x ? x : "", y ? y : "") != 0)
+            return err_set(e, ERR_INVALID, "token %d is '%.40s' in %s but '%.40s' in %s: not the same vocabulary", id,
+                           y ? y : "", b_name, x ? x : "", a_name);
+    }
+    if (tok_bos(a) != tok_bos(b) || tok_eos(a) != tok_eos(b))
+        return err_set(e, ERR_INVALID, "%s has BOS %d and EOS %d, %s BOS %d and EOS %d", b_name, tok_bos(b), tok_eos(b),
+                       a_name, tok_bos(a), tok_eos(a));
+    return 0;
+}

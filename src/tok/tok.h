@@ -95,6 +95,12 @@ int tok_encode_continuation(const tokenizer *t, const char *text, size_t len, in
 int tok_piece(const tokenizer *t, int32_t id, char *buf, int cap);
 /* The vocabulary string as stored (NUL-terminated), NULL for a bad id. */
 const char *tok_piece_str(const tokenizer *t, int32_t id);
+/* Whether b spells every token as a does (a draft model must share its
+ * model's vocabulary: a token id means the same text in both): the same
+ * size, the same string at every id, the same BOS and EOS. 0, or
+ * ERR_INVALID naming the sizes or the first id that differs (the two
+ * spellings), with a_name and b_name for the two sides. */
+int tok_same_vocab(const tokenizer *a, const char *a_name, const tokenizer *b, const char *b_name, err_t *e);
 /* Exact vocabulary lookup of a NUL-terminated string; -1 if absent. */
 int32_t tok_find(const tokenizer *t, const char *piece);
 /* The fill-in-the-middle tokens in ids: prefix, suffix, middle (from the
