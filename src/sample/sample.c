@@ -172,6 +172,41 @@ static void log_softmax_top(const float *logits, int n, int top_n, int32_t chose
     }
 }
 
+/* The truncating chain's kept set (top-k, then top-p over the softmax with
+ * temperature, then min-p): cands[0, m) sorted best first, m returned, the
+ * best logit in *mx. sampler_sample draws from it and chain_probs (the
+ * speculative rule's p) weighs it: one code for both, so p is exactly what
+ * plain decoding samples. */
+static int kept_cands(const sampler_params *p, const float *logits, int n, cand *cands, double *mx_out) {
+    for (int i = 0; i < n; i++) cands[i] = (cand){logits[i], i};
+    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    top_sorted(cands, n, k);
+    int m = k;
+    /* softmax over the survivors with temperature */
+    double mx = cands[0].v, sum = 0;
+    for (int i = 0; i < m; i++) sum += exp(((double)cands[i].v - mx) / p->temperature);
+    /* top-p: smallest prefix with mass >= top_p */
+    if (p->top_p < 1.0f) {
+        double acc = 0;
+        for (int i = 0; i < m; i++) {
+            acc += exp(((double)cands[i].v - mx) / p->temperature) / sum;
+            if (acc >= p->top_p) {
+                m = i + 1;
+                break;
+            }
+        }
+    }
+    /* min-p: keep tokens with prob >= min_p * max prob */
+    if (p->min_p > 0) {
+        double lim = log(p->min_p) * p->temperature; /* logit gap allowed */
+        int keep = 1;
+        while (keep < m && (double)cands[keep].v - mx >= lim) keep++;
+        m = keep;
+    }
+    *mx_out = mx;
+    return m;
+}
+
 int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *chosen_logprob, int32_t *top_ids,
                        float *top_lps) {
     const sampler_params *p = &s->p;
@@ -209,32 +244,8 @@ int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *cho
         }
         if (chosen < 0) return -1; /* every logit -inf */
     } else {
-        for (int i = 0; i < n; i++) cands[i] = (cand){logits[i], i};
-        int m = n;
-        int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-        top_sorted(cands, m, k);
-        m = k;
-        /* softmax over the survivors with temperature */
-        double mx = cands[0].v, sum = 0;
-        for (int i = 0; i < m; i++) sum += exp(((double)cands[i].v - mx) / p->temperature);
-        /* top-p: smallest prefix with mass >= top_p */
-        if (p->top_p < 1.0f) {
-            double acc = 0;
-            for (int i = 0; i < m; i++) {
-                acc += exp(((double)cands[i].v - mx) / p->temperature) / sum;
-                if (acc >= p->top_p) {
-                    m = i + 1;
-                    break;
-                }
-            }
-        }
-        /* min-p: keep tokens with prob >= min_p * max prob */
-        if (p->min_p > 0) {
-            double lim = log(p->min_p) * p->temperature; /* logit gap allowed */
-            int keep = 1;
-            while (keep < m && (double)cands[keep].v - mx >= lim) keep++;
-            m = keep;
-        }
+        double mx;
+        int m = kept_cands(p, logits, n, cands, &mx);
         double total = 0;
         for (int i = 0; i < m; i++) total += exp(((double)cands[i].v - mx) / p->temperature);
         double u = rng_uniform(&s->r) * total, acc = 0;
@@ -281,29 +292,9 @@ static int chain_probs(const sampler_params *p, int n, const float *logits, floa
                 probs[i] = (float)(exp(((double)logits[i] - mx) / p->temperature) / total);
         return 0;
     }
-    for (int i = 0; i < n; i++) cands[i] = (cand){logits[i], i};
-    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    top_sorted(cands, n, k);
-    int m = k;
-    double mx = cands[0].v, sum = 0;
+    double mx;
+    int m = kept_cands(p, logits, n, cands, &mx);
     if (mx == -INFINITY) return -1;
-    for (int i = 0; i < m; i++) sum += exp(((double)cands[i].v - mx) / p->temperature);
-    if (p->top_p < 1.0f) {
-        double acc = 0;
-        for (int i = 0; i < m; i++) {
-            acc += exp(((double)cands[i].v - mx) / p->temperature) / sum;
-            if (acc >= p->top_p) {
-                m = i + 1;
-                break;
-            }
-        }
-    }
-    if (p->min_p > 0) {
-        double lim = log(p->min_p) * p->temperature;
-        int keep = 1;
-        while (keep < m && (double)cands[keep].v - mx >= lim) keep++;
-        m = keep;
-    }
     double total = 0;
     for (int i = 0; i < m; i++) total += exp(((double)cands[i].v - mx) / p->temperature);
     for (int i = 0; i < m; i++) probs[cands[i].id] = (float)(exp(((double)cands[i].v - mx) / p->temperature) / total);
