@@ -39,7 +39,7 @@ o200k_vocab "$B" || { bad "tools/o200k_harmony.mjs"; finish; }
 M="$B/gptoss-models/gptoss-tiny.gguf"
 mkdir -p "$B/gptoss-models"
 if [ ! -s "$M" ] || [ "$BIN" -nt "$M" ]; then
-    KVLOOM_VOCAB_DIR="$B/vocab" timeout 120 "$BIN" gen --preset gpt-oss-20b --n-layer 2 --n-embd 64 --n-head 4 \
+    KVLOOM_VOCAB_DIR="$B/vocab" timeout 300 "$BIN" gen --preset gpt-oss-20b --n-layer 2 --n-embd 64 --n-head 4 \
         --n-head-kv 2 --head-dim 16 --n-ff 64 --n-expert 4 --n-expert-used 2 --n-ff-exp 64 --n-swa 16 --n-ctx 4096 \
         --type Q8_0 -o "$M.tmp.$$" > "$tmp/gen.log" 2>&1 && mv "$M.tmp.$$" "$M" ||
         { cat "$tmp/gen.log"; rm -f "$M.tmp.$$"; bad "kvloom gen --preset gpt-oss-20b"; finish; }

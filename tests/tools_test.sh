@@ -61,7 +61,7 @@ mkdir -p "$M"
 gen_model() { # preset, file name, more kvloom gen flags...
     f="$M/$2.gguf"; p=$1; n=$2; shift 2
     if [ -s "$f" ] && [ ! "$BIN" -nt "$f" ]; then return 0; fi
-    if timeout 180 "$BIN" gen --preset "$p" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
+    if timeout 300 "$BIN" gen --preset "$p" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
             --n-ff 256 --type Q8_0 --shared "$SHARED" "$@" -o "$f.tmp.$$" > "$tmp/gen-$n.log" 2>&1 && [ -s "$f.tmp.$$" ]; then
         mv "$f.tmp.$$" "$f"
     else
