@@ -185,7 +185,7 @@ class Cluster:
             return pick
         raise ValueError(p)
 
-    def prefix_home(self, now, tenant, P):
+    def prefix_home(self, tenant):
         """The replica among those the prefix was sent to with the least
         predicted TTFT (None when it was sent nowhere yet)."""
         hs = self.homes.get(tenant)
@@ -203,7 +203,7 @@ class Cluster:
         else the least loaded of all."""
         hs = self.homes.setdefault(tenant, [])
         target = self.spill * self.slo
-        h = self.prefix_home(now, tenant, P)
+        h = self.prefix_home(tenant)
         if h is not None and P(h) <= target:
             return h
         pick = c1 if P(c1) <= P(c2) else c2
