@@ -40,7 +40,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "base/pool.h"
 #include "model/model.h"
+#include "sched/dmodel.h"
 #include "sched/draft.h"
 #include "sched/engine.h"
 #include "server/constrain.h"
@@ -458,6 +460,73 @@ static void test_bad_drafts(const model *m) {
     model_free(fixture);
 }
 
+/* ---- the draft model's pool ---- */
+
+/* One draft step of s over ctx[0, n) at temperature 0: the drafts (k
+ * asked) into out, their count returned; the step ends as if none were
+ * accepted (the context stays ctx[0, n)). */
+static int dm_step(dmodel *d, dmodel_seq *s, const int32_t *ctx, int n, int k, int32_t *out) {
+    dmodel_how how = {.sp = sampler_defaults()};
+    how.sp.temperature = 0;
+    int got = dmodel_add(d, s, ctx, n, k, &how);
+    double ms;
+    CHECK(dmodel_run(d, &ms));
+    const int32_t *dr;
+    int nd = dmodel_seq_drafts(s, &dr);
+    CHECK_MSG(nd <= got, "%d drafts, %d promised", nd, got);
+    memcpy(out, dr, (size_t)nd * sizeof *dr);
+    dmodel_seq_sync(s, ctx, n);
+    return nd;
+}
+
+/* A draft pool that runs out stops a sequence's drafting (the output stays
+ * exact: it decodes without drafts), and drafting comes back when blocks
+ * are freed: a sequence that got none, and one that got part of its
+ * context's blocks (its catch-up runs in the part it has), draft again
+ * once another sequence ends, and their drafts are those of a draft model
+ * with room to spare (the reused blocks' old K/V does not leak in). */
+static void test_draft_pool(const model *m) {
+    pool *w = pool_new(1);
+    dmodel_opts o = {.n_blocks = 4, .block_tokens = 16, .max_tokens = 256, .max_seqs = 4, .max_rows = 8,
+                     .n_ctx = 256, .workers = w};
+    dmodel *small = NULL, *big = NULL;
+    err_t e = {0};
+    CHECK_MSG(dmodel_new(m, m, &o, &small, &e) == 0, "%s", e.msg);
+    o.n_blocks = 64;
+    CHECK_MSG(dmodel_new(m, m, &o, &big, &e) == 0, "%s", e.msg);
+    if (!small || !big) goto out;
+    int32_t ctx_a[64], ctx_b[64], ref[8], got[8];
+    int na = encode(prompts[3], ctx_a, 64), nb = encode(prompts[4], ctx_b, 64);
+    CHECK_MSG(na > 16 && na + 7 <= 48 && nb > 32 && nb + 7 <= 64, "prompt lengths %d, %d", na, nb);
+    dmodel_seq *a = dmodel_seq_new(small, 1), *b = dmodel_seq_new(small, 2), *c = dmodel_seq_new(small, 3);
+    dmodel_seq *rb = dmodel_seq_new(big, 2), *rc = dmodel_seq_new(big, 3);
+    /* a takes 2-3 of the 4 blocks; b (4 blocks) gets the rest, too few
+     * for its context: no drafts, its catch-up runs in what it has */
+    CHECK(dm_step(small, a, ctx_a, na, 8, got) == 8);
+    CHECK_EQ_INT(dm_step(small, b, ctx_b, nb, 8, got), 0);
+    /* c gets nothing at all */
+    CHECK_EQ_INT(dm_step(small, c, ctx_a, na, 8, got), 0);
+    CHECK_EQ_INT(dm_step(small, b, ctx_b, nb, 8, got), 0);
+    /* a ends: b drafts, as the roomy runner does */
+    dmodel_seq_free(a);
+    int n_ref = dm_step(big, rb, ctx_b, nb, 8, ref);
+    CHECK_EQ_INT(n_ref, 8);
+    CHECK_EQ_INT(dm_step(small, b, ctx_b, nb, 8, got), n_ref);
+    CHECK_MSG(!memcmp(got, ref, sizeof ref), "b's drafts after the pool freed up differ from a roomy pool's");
+    /* b ends: c drafts (in blocks a and b wrote before) */
+    dmodel_seq_free(b);
+    n_ref = dm_step(big, rc, ctx_a, na, 8, ref);
+    CHECK_EQ_INT(dm_step(small, c, ctx_a, na, 8, got), n_ref);
+    CHECK_MSG(n_ref == 8 && !memcmp(got, ref, sizeof ref), "c's drafts after the pool freed up differ");
+    dmodel_seq_free(c);
+    dmodel_seq_free(rb);
+    dmodel_seq_free(rc);
+out:
+    dmodel_free(small);
+    dmodel_free(big);
+    pool_free(w);
+}
+
 /* ---- the distribution at temperature 1 ---- */
 
 /* The n-gram continuation of ctx[0, n) (as the NGRAM drafter's rule, written
@@ -690,6 +759,7 @@ int main(void) {
     printf("# stories: %.1f s\n", (clock_ns() - t0) / 1e9);
     test_global_store(m);
     test_bad_drafts(m);
+    test_draft_pool(m);
     test_grammar(m, gv);
     printf("# grammar: %.1f s\n", (clock_ns() - t0) / 1e9);
     test_fixture("qwen3-f32.gguf", "llama-q8_0.gguf");

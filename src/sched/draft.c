@@ -23,9 +23,18 @@
 #define NGRAM_MIN 2
 /* suffix: the longest suffix of the context matched against a trie */
 #define SUFFIX_MATCH_MAX 16
-/* acceptance estimate: counts decay by this per feedback (and per idle step
- * toward the prior), so the estimate follows the last few dozen drafts */
+/* acceptance estimate: counts decay by ALPHA_DECAY per feedback, so the
+ * estimate follows the last few dozen drafts, and by ALPHA_IDLE_DECAY per
+ * step without drafts (back toward the prior: a sequence whose drafts
+ * stopped paying tries again, about every 15 steps when they are always
+ * rejected). The prior is ALPHA_PRIOR accepted and rejected: weak, so that
+ * drafts that are never accepted bring the estimate near 0 (with a prior of
+ * one each it could not fall below 1/12, which a draft model's one-token
+ * draft at ~3% of a step beats: it kept drafting, 2.5% slower, with random
+ * weights; docs/perf.md) */
 #define ALPHA_DECAY 0.9
+#define ALPHA_IDLE_DECAY 0.97
+#define ALPHA_PRIOR 0.05
 
 typedef struct stored {
     int32_t *toks;
@@ -199,11 +208,11 @@ void draft_seq_feedback(draft_seq *s, int n_drafted, int n_accepted) {
 }
 
 void draft_seq_idle(draft_seq *s) {
-    s->acc *= ALPHA_DECAY;
-    s->rej *= ALPHA_DECAY;
+    s->acc *= ALPHA_IDLE_DECAY;
+    s->rej *= ALPHA_IDLE_DECAY;
 }
 
-double draft_seq_alpha(const draft_seq *s) { return (s->acc + 1) / (s->acc + s->rej + 2); }
+double draft_seq_alpha(const draft_seq *s) { return (s->acc + ALPHA_PRIOR) / (s->acc + s->rej + 2 * ALPHA_PRIOR); }
 
 /* Adds an output to the global store, evicting the oldest until it fits. */
 static void global_add(drafter *d, const int32_t *toks, int n) {
