@@ -260,8 +260,8 @@ static void test_stories(const model *m, gvocab *gv) {
             check_same(what, en, greedy_short, N_PROMPTS);
             uint64_t drafted, acc = accepted(en, kind, &drafted);
             printf("# %s: %llu of %llu drafts accepted\n", what, (unsigned long long)acc, (unsigned long long)drafted);
-            if (spec > DRAFT_MODEL)
-                CHECK_MSG(drafted > 100 && acc * 2 < drafted, "%s: %llu of %llu drafts accepted", what,
+            if (spec > DRAFT_MODEL) /* (its drafts stop within a few steps: draft.c, ALPHA_PRIOR) */
+                CHECK_MSG(drafted > 40 && acc * 2 < drafted, "%s: %llu of %llu drafts accepted", what,
                           (unsigned long long)acc, (unsigned long long)drafted);
             else
                 CHECK_MSG(acc > 100 && drafted >= acc, "%s: %llu of %llu drafts accepted", what, (unsigned long long)acc,
