@@ -1,0 +1,56 @@
+#!/bin/sh
+# agents.sh KVLOOM MODEL ROUNDS "SERVE ARGS" "AGENTBENCH ARGS" CONFIG... :
+# concurrent agents (../shared/bench/agentbench.py, temperature 0) against
+# `kvloom serve` with and without speculation (docs/perf.md, "Speculative
+# decoding"). Each round starts one server per CONFIG in order (a CONFIG is
+# its extra serve arguments, e.g. "--spec off", "--spec suffix"), so the
+# configurations are interleaved; prints per run the output tokens/s and
+# the server's drafted / accepted counters, then the median per
+# configuration and its ratio to the first one's. Run it under
+# `flock /tmp/kvloom-bench.lock` (and bench/cpu_share.sh).
+set -u
+[ $# -ge 6 ] || { echo "usage: agents.sh KVLOOM MODEL ROUNDS \"SERVE ARGS\" \"AGENTBENCH ARGS\" CONFIG..." >&2; exit 2; }
+bin=$1 model=$2 rounds=$3 sargs=$4 bargs=$5
+shift 5
+shared=${KVLOOM_SHARED:-../shared}
+port=18461
+tmp=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+i=1
+while [ "$i" -le "$rounds" ]; do
+    c=0
+    for cfg in "$@"; do
+        c=$((c + 1))
+        # shellcheck disable=SC2086 # word lists
+        "$bin" serve -m "$model" --port $port $sargs $cfg 2>"$tmp/serve.log" &
+        pid=$!
+        n=0
+        until curl -s -m 2 "http://127.0.0.1:$port/health" | grep -q ok; do
+            n=$((n + 1))
+            [ $n -gt 600 ] && { echo "the server did not start:" >&2; cat "$tmp/serve.log" >&2; exit 1; }
+            sleep 0.5
+        done
+        # shellcheck disable=SC2086
+        python3 "$shared/bench/agentbench.py" --url "http://127.0.0.1:$port" --seed "$i" $bargs --json "$tmp/r.json" \
+            >"$tmp/ab.log" 2>&1
+        tps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["out_tok_per_s"])' "$tmp/r.json" 2>/dev/null || echo 0)
+        met=$(curl -s "http://127.0.0.1:$port/metrics" |
+            awk '/^kvloom_spec_drafted_tokens_total/ { d += $NF } /^kvloom_spec_accepted_tokens_total/ { a += $NF }
+                 END { printf "%d drafted, %d accepted", d, a }')
+        kill $pid
+        wait $pid 2>/dev/null
+        pid=
+        echo "round $i config $c ($cfg): $tps out tokens/s, $met"
+        echo "$c $tps" >>"$tmp/all"
+    done
+    i=$((i + 1))
+done
+c=0
+base=
+for cfg in "$@"; do
+    c=$((c + 1))
+    med=$(awk -v c=$c '$1 == c { print $2 }' "$tmp/all" | sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    [ -z "$base" ] && base=$med
+    awk -v cfg="$cfg" -v m="$med" -v b="$base" 'BEGIN { printf "median %-30s %9.1f out tokens/s  %.3fx\n", cfg, m, (b > 0 ? m / b : 0) }'
+done
