@@ -50,7 +50,7 @@ c=0
 base=
 for cfg in "$@"; do
     c=$((c + 1))
-    med=$(awk -v c=$c '$1 == c { print $2 }' "$tmp/all" | sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    med=$(sh "$(dirname "$0")/median.sh" "$tmp/all" $c 2)
     [ -z "$base" ] && base=$med
     awk -v cfg="$cfg" -v m="$med" -v b="$base" 'BEGIN { printf "median %-30s %9.1f out tokens/s  %.3fx\n", cfg, m, (b > 0 ? m / b : 0) }'
 done

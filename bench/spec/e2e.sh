@@ -33,8 +33,8 @@ c=0
 base=
 for cfg in "$@"; do
     c=$((c + 1))
-    med=$(awk -v c=$c '$1 == c { print $2 }' "$tmp" | sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-    pas=$(awk -v c=$c '$1 == c { print $3 }' "$tmp" | sort -n | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    med=$(sh "$(dirname "$0")/median.sh" "$tmp" $c 2)
+    pas=$(sh "$(dirname "$0")/median.sh" "$tmp" $c 3)
     [ -z "$base" ] && base=$med
     awk -v cfg="$cfg" -v m="$med" -v b="$base" -v p="$pas" \
         'BEGIN { printf "median %-40s %9.1f tokens/s  %.3fx  %s forward passes\n", cfg, m, (b > 0 ? m / b : 0), p }'
