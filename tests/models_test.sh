@@ -60,4 +60,51 @@ i=0
 while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 wait $pid; st=$?; pid=""
 if [ $st -eq 0 ]; then pass=$((pass + 1)); else bad "exit status $st on SIGTERM"; tail -n 20 "$tmp/log"; fi
+
+# --models-dir, the KV budget rule and the caches per model: one model under
+# two names (DIR/a.gguf, DIR/b.gguf and a file that is not a .gguf), so equal
+# prompts are equal tokens and only the keying keeps them apart.
+# --kv-mem 32M over --models-max 2: each pool is at most 16M, both the same.
+# A prompt cached under a is not a hit under b (RAM), and after a restart a's
+# blocks come back from a's disk directory only.
+check() { if eval "$1"; then pass=$((pass + 1)); else bad "$2"; fi; }
+mkdir -p "$tmp/md"
+cp "$SHARED/models/stories260K.gguf" "$tmp/md/a.gguf"; cp "$SHARED/models/stories260K.gguf" "$tmp/md/b.gguf"
+echo "not a model" > "$tmp/md/notes.txt"
+serve2() {
+    "$BIN" serve --models-dir "$tmp/md" --models-max 2 --kv-mem 32M --kv-disk "$tmp/kvd" --port 0 --ready-file "$tmp/port2" -t 1 2>> "$tmp/log2" &
+    pid=$!
+    i=0
+    while [ ! -s "$tmp/port2" ] && [ $i -lt 300 ] && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    U="http://127.0.0.1:$(cat "$tmp/port2" 2>/dev/null)"
+}
+stop2() {
+    kill -TERM $pid; i=0
+    while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    wait $pid; pid=""; rm -f "$tmp/port2"
+}
+P1="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day, she saw a big red ball under a tree and"
+P2="Tom had a small dog called Max. Every morning they walked to the river to look at the fish, and Max barked at the ducks while Tom laughed and threw bread into the water for"
+cached() { # model, prompt -> the answer's cached_tokens
+    curl -s -m 30 "$U/v1/completions" -d "{\"model\":\"$1\",\"prompt\":\"$2\",\"max_tokens\":1,\"temperature\":0}" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])' 2>/dev/null
+}
+metric() { curl -s -m 10 "$U/metrics" | awk -v k="$1" '$1 == k { print $2 }'; }
+serve2
+ids=$(curl -s -m 10 "$U/v1/models" | python3 -c 'import json,sys; print(",".join(m["id"] for m in json.load(sys.stdin)["data"]))' 2>/dev/null)
+check '[ "$ids" = "a,b" ]' "--models-dir: the .gguf files by name, in name order: $ids"
+c1=$(cached a "$P1"); c2=$(cached a "$P1"); c3=$(cached b "$P1")
+check '[ "$c1" = 0 ] && [ "${c2:-0}" -ge 32 ] && [ "$c3" = 0 ]' "prefix cache per model: a cold $c1, a again $c2 (>= 32), b $c3 (0)"
+pa=$(metric 'kvloom_memory_bytes{model="a",part="kv_pool"}'); pb=$(metric 'kvloom_memory_bytes{model="b",part="kv_pool"}')
+check '[ -n "$pa" ] && [ "$pa" = "$pb" ] && [ "$pa" -le 16777216 ] && [ "$pa" -ge 15000000 ]' \
+    "KV budget: --kv-mem 32M over --models-max 2 is at most 16M each, the same for both: a $pa, b $pb"
+cached a "$P2" > /dev/null
+stop2
+check '[ -n "$(ls "$tmp/kvd/a")" ] && [ -n "$(ls "$tmp/kvd/b")" ]' "a disk tier directory per model: $(ls "$tmp/kvd" | tr '\n' ' ')"
+serve2
+c4=$(cached b "$P2"); c5=$(cached a "$P2")
+r=$(metric 'kvloom_kv_disk_restored_tokens_total{model="a"}')
+check '[ "$c4" = 0 ] && [ "${c5:-0}" -ge 32 ] && [ "${r%.*}" -ge 32 ]' "disk tier per model after a restart: b $c4 (0), a $c5 restored from a's directory ($r tokens)"
+stop2
+[ $fail -ne 0 ] && tail -n 20 "$tmp/log2"
 finish

@@ -276,10 +276,8 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     eo.kv_disk_dir = o->kv_disk_dir;
     if (o->kv_disk_dir && ms->n > 1) { /* prefixes never cross models: one directory each */
         snprintf(en->kv_dir, sizeof en->kv_dir, "%s/%s", o->kv_disk_dir, en->name);
-        if (mkdir(en->kv_dir, 0700) < 0 && errno != EEXIST) {
-            rcode = err_set(e, ERR_IO, "--kv-disk: cannot create '%s': %s", en->kv_dir, strerror(errno));
-            goto fail;
-        }
+        /* kvdisk_open creates it (and DIR: a mkdir of DIR/NAME alone failed
+         * when DIR did not exist yet) */
         eo.kv_disk_dir = en->kv_dir;
     }
     eo.kv_policy = o->kv_policy;

@@ -135,6 +135,26 @@ async function main() {
       await ollama.chat({ model: "nope", messages: [{ role: "user", content: "Hi" }] });
     } catch (x) { err = x; }
     check(err && err.status_code === 404 && /nope/.test(err.error), "Ollama shape (the client's ResponseError)", err && { s: err.status_code, e: err.error });
+    // ... and the other routes of each API
+    for (const [what, call] of [
+      ["OpenAI completions", () => client.completions.create({ model: "nope", prompt: "Hi", max_tokens: 1 })],
+      ["Responses", () => client.responses.create({ model: "nope", input: "Hi", max_output_tokens: 1 })],
+    ]) {
+      err = null;
+      try { await call(); } catch (x) { err = x; }
+      check(err && err.status === 404 && err.code === "model_not_found", what, err && { s: err.status, c: err.code });
+    }
+    for (const [what, call] of [
+      ["Ollama generate", () => ollama.generate({ model: "nope", prompt: "Hi", stream: false })],
+      ["Ollama embed", () => ollama.embed({ model: "nope", input: "Hi" })],
+      ["Ollama show", () => ollama.show({ model: "nope" })],
+    ]) {
+      err = null;
+      try { await call(); } catch (x) { err = x; }
+      check(err && err.status_code === 404 && /nope/.test(err.error), what, err && { s: err.status_code, e: err.error });
+    }
+    const ct = await post("/v1/messages/count_tokens", { model: "nope", messages: [{ role: "user", content: "Hi" }] });
+    check(ct.status === 404 && (await ct.json()).error.type === "not_found_error", "Anthropic count_tokens", ct.status);
   });
 
   await section("POST /models/load and /models/unload", async () => {
