@@ -1026,7 +1026,9 @@ static json_t *response_json(resp_out *o, const char *status, const char *error)
 /* The end of a generation that finished: closes the items, and returns the
  * final response (a new reference), stored unless "store": false. */
 static json_t *out_finish(resp_out *o) {
-    bool truncated = !strcmp(gen_finish_reason(o->g), "length");
+    /* the Responses shape says a cut per item and in the status: a cut after
+     * complete calls is "incomplete" here (the calls are items of their own) */
+    bool truncated = gen_cut(o->g);
     int n_calls = gen_n_calls(o->g);
     if (o->open >= 0) {
         out_item *it = &o->items[o->open];

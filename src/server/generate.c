@@ -672,7 +672,11 @@ bool gen_poll(gen *g, int timeout_ms, tc_events *ev, json_t *lp) {
 
 const char *gen_finish_reason(const gen *g) {
     if (!g->finished) return NULL;
-    if (g->n_calls > 0 && g->finish == REQ_FINISH_STOP) return "tool_calls";
+    /* complete calls win over a cut (the cut call itself was dropped): an
+     * agent loop runs the calls it got (the AI SDK runs none of a "length"
+     * step) and the model can write the lost call again next turn
+     * (docs/server.md, "Decision: tool_calls") */
+    if (g->n_calls > 0 && (g->finish == REQ_FINISH_STOP || g->finish == REQ_FINISH_LENGTH)) return "tool_calls";
     switch (g->finish) {
     case REQ_FINISH_STOP: return "stop";
     case REQ_FINISH_LENGTH: return "length";
@@ -681,6 +685,8 @@ const char *gen_finish_reason(const gen *g) {
 }
 
 int gen_n_calls(const gen *g) { return g->n_calls; }
+
+bool gen_cut(const gen *g) { return g->finished && g->finish == REQ_FINISH_LENGTH; }
 
 const char *gen_error(const gen *g, int *status) {
     /* a grammar over the mask budget is the request's own doing */

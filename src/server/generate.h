@@ -72,8 +72,13 @@ void gen_add_headers(const gen *g, http_exchange *x);
 bool gen_poll(gen *g, int timeout_ms, tc_events *ev, json_t *lp);
 
 /* "stop", "length", "tool_calls", or NULL when the generation failed or was
- * cancelled (see gen_error). */
+ * cancelled (see gen_error). "tool_calls" whenever there are complete calls,
+ * also when max_tokens (or the context) then cut a further call, which is
+ * dropped: the calls are the answer an agent acts on. */
 const char *gen_finish_reason(const gen *g);
+/* The output ended at max_tokens or the context (whatever the finish reason
+ * says); once finished. */
+bool gen_cut(const gen *g);
 /* Complete tool calls (valid once finished). */
 int gen_n_calls(const gen *g);
 /* Why it failed ("the server is shutting down" when cancelled), and the HTTP

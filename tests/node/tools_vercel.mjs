@@ -176,14 +176,16 @@ async function main() {
     check((await r.finishReason) === "tool-calls", "streamText required: finishReason tool-calls", await r.finishReason);
   });
 
-  // A tool step with parallel_tool_calls at its default (parallel) and a small
-  // maxOutputTokens: the model chains calls until the limit cuts one. The cut
-  // call is never text (no "<tool_call>" or call JSON in the step's text), the
-  // complete calls come as valid tool calls, finishReason is "length". (The
-  // AI SDK itself executes no tool of a "length" step — ai 6's
-  // isToolExecutionAllowedFinishReason — so the loop ends there; streamed,
-  // the cut call's start was already sent and the SDK lists it as an invalid
-  // call.) Seeds are tried until a step ends at the limit with a call.
+  // The tool loop with parallel_tool_calls at its default (parallel) and a
+  // small maxOutputTokens: the model chains calls until the limit cuts one.
+  // The cut call is never text (no "<tool_call>" or call JSON in the step's
+  // text), the complete calls come as valid tool calls with finishReason
+  // "tool-calls" (the server's "tool_calls": ai 6 executes no tool of a
+  // "length" step, isToolExecutionAllowedFinishReason), and the loop runs
+  // them: each valid call of the step is executed, and its result goes back
+  // to the model in the next request. Streamed, the cut call's start was
+  // already sent and the SDK lists it as an invalid call (not executed).
+  // Seeds are tried until a step ends at the limit with a complete call.
   for (const stream of [false, true]) {
     const what = `cut by maxOutputTokens${stream ? ", streamed" : ""}`;
     await h.section(what, async () => {
@@ -192,7 +194,8 @@ async function main() {
         const executed = [];
         const n0 = log.length;
         const args = {
-          model, tools: makeTools(executed), toolChoice: "required", prompt: "Weather in Paris, Oslo and Rome?",
+          model, tools: makeTools(executed), prompt: "Weather in Paris, Oslo and Rome?",
+          prepareStep: ({ stepNumber }) => (stepNumber === 0 ? { toolChoice: "required" } : { toolChoice: "none" }),
           temperature: 1, seed, maxOutputTokens: 45, stopWhen: stepCountIs(2), maxRetries: 0, abortSignal: signal(),
         };
         let steps;
@@ -210,12 +213,24 @@ async function main() {
         const s0 = steps[0];
         const content = answerContent(log[n0] && log[n0].response);
         check(content === "", `${what} seed ${seed}: no content in the answer (forced calls; a cut one is not text)`, content);
-        if (!s0 || s0.finishReason !== "length" || s0.toolCalls.filter((tc) => !tc.invalid).length === 0) continue;
-        cut++;
-        check(!/tool_call|TOOL_CALLS|"name"|python_tag/.test(s0.text), `${what} seed ${seed}: no call markup in the text`, s0.text);
+        if (!s0 || !(s0.usage.outputTokens >= 45)) continue; // not cut: the calls ended before the limit
         const valid = s0.toolCalls.filter((tc) => !tc.invalid);
+        if (valid.length === 0) continue; // the first call itself was cut: nothing to run ("length")
+        cut++;
+        check(s0.finishReason === "tool-calls", `${what} seed ${seed}: finishReason tool-calls with complete calls`, s0.finishReason);
+        check(!/tool_call|TOOL_CALLS|"name"|python_tag/.test(s0.text), `${what} seed ${seed}: no call markup in the text`, s0.text);
         checkToolCalls(`${what} seed ${seed}`, valid);
         check(s0.toolCalls.length - valid.length <= (stream ? 1 : 0), `${what} seed ${seed}: invalid calls: ${stream ? "at most the cut one" : "none"}`, s0.toolCalls);
+        // the tools ran: every valid call of the cut step, with its input
+        const ran = executed.slice(0, valid.length);
+        check(ran.length === valid.length && ran.every(([n, input], i) => n === valid[i].toolName && JSON.stringify(input) === JSON.stringify(valid[i].input)),
+              `${what} seed ${seed}: the step's ${valid.length} complete call(s) executed`, { executed, valid: valid.map((t) => [t.toolName, t.input]) });
+        check(s0.toolResults.length === valid.length, `${what} seed ${seed}: a result per complete call`, s0.toolResults);
+        // ... and the loop went on: the second request carries the results
+        const second = log[n0 + 1] && log[n0 + 1].body;
+        const results = second ? second.messages.filter((m) => m.role === "tool") : [];
+        check(steps.length === 2 && results.length >= valid.length,
+              `${what} seed ${seed}: a second step with the tool results`, { steps: steps.length, results: results.length });
       }
       check(cut >= 1, `${what}: some step was cut by the limit after a complete call`, cut);
     });

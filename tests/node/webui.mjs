@@ -261,6 +261,44 @@ try {
     await mdPage.close();
   }
 
+  // A call cut by max tokens (a canned stream, as above: one complete call,
+  // then a call whose arguments never closed, finish_reason "tool_calls" as
+  // the server sends it): both shown as cards, the cut one marked, no call
+  // markup as text; the next request sends back only the complete call.
+  {
+    const chunk = (delta, finish = null) => 'data: ' + JSON.stringify({ id: 'x', object: 'chat.completion.chunk', created: 0, model: 'm',
+      choices: [{ index: 0, delta, finish_reason: finish }] }) + '\n\n';
+    const call = (index, id, args) => ({ tool_calls: [id ? { index, id, type: 'function', function: { name: 'get_weather', arguments: '' } }
+      : { index, function: { arguments: args } }] });
+    const cutSse = chunk({ role: 'assistant', content: null, ...call(0, 'call_a') }) + chunk(call(0, null, '{"city": "Paris"}')) +
+      chunk(call(1, 'call_b')) + chunk(call(1, null, '{"city": "Os')) + chunk({}, 'tool_calls') + 'data: [DONE]\n\n';
+    const textSse = chunk({ role: 'assistant', content: 'ok' }) + chunk({}, 'stop') + 'data: [DONE]\n\n';
+    const bodies = [];
+    const cp = await browser.newPage();
+    const cpErrors = [];
+    cp.on('pageerror', (e) => cpErrors.push(String(e)));
+    await cp.setRequestInterception(true);
+    cp.on('request', (req) => {
+      if (req.method() === 'POST' && req.url().endsWith('/v1/chat/completions')) {
+        bodies.push(JSON.parse(req.postData()));
+        req.respond({ status: 200, contentType: 'text/event-stream', body: bodies.length === 1 ? cutSse : textSse });
+      } else req.continue();
+    });
+    await cp.goto(urlA + '/', { waitUntil: 'load', timeout: 20000 });
+    const rc = await ask(cp, 'Weather in Paris and Oslo?');
+    const cards = await cp.evaluate(() => [...document.querySelectorAll('.msg.assistant .tool-call')].map((c) =>
+      ({ label: c.querySelector('.tc-label').textContent, cut: c.classList.contains('cut'), id: c.querySelector('.tc-id').textContent })));
+    check(rc.state === 'done' && cards.length === 2 && !cards[0].cut && cards[0].label === 'tool call' && cards[1].cut &&
+      cards[1].label === 'tool call, cut short', `cut call: the complete call a card, the cut one marked ${JSON.stringify([rc, cards])}`);
+    check(!rc.text && !/tool_call|"city"/.test(rc.shown), `cut call: no call markup as text ${JSON.stringify(rc.shown)}`);
+    await ask(cp, 'And now?');
+    const sent = bodies[1] ? bodies[1].messages.find((m) => m.role === 'assistant') : null;
+    check(sent && sent.tool_calls && sent.tool_calls.length === 1 && sent.tool_calls[0].id === 'call_a' &&
+      sent.tool_calls[0].function.arguments === '{"city": "Paris"}', `the next request sends back the complete call only ${JSON.stringify(sent)}`);
+    check(cpErrors.length === 0, 'cut-call page: no JavaScript errors: ' + cpErrors.join('; '));
+    await cp.close();
+  }
+
   // CORS, from documents without the page's Content-Security-Policy (which
   // keeps the chat page's own connections to its server): B allows A's
   // origin; A allows no other origin.

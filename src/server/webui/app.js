@@ -374,14 +374,9 @@ function renderAssistant(m) {
       const box = el('div', 'tool-call');
       const head = el('div', 'tc-head');
       let args = c.args;
-      let cut = false;
-      if (m.done) {
-        try {
-          args = JSON.stringify(JSON.parse(c.args), null, 2);
-        } catch (e) {
-          cut = true; // ended by max tokens or Stop: not a call (the server says so too)
-        }
-      }
+      // ended by max tokens or Stop: not a call (the server says so too)
+      const cut = m.done && !callComplete(c);
+      if (m.done && !cut) args = JSON.stringify(JSON.parse(c.args), null, 2);
       box.classList.toggle('cut', cut);
       head.append(el('span', 'tc-label', cut ? 'tool call, cut short' : 'tool call'), el('span', 'tc-name', c.name || '…'),
         el('span', 'tc-id', c.id));
@@ -515,6 +510,16 @@ function parseTools() {
 
 // ---------------------------------------------------------------- chat
 
+// A streamed call is complete when its arguments are whole JSON.
+function callComplete(c) {
+  try {
+    JSON.parse(c.args);
+    return true;
+  } catch (e) {
+    return false;
+  }
+}
+
 // The conversation as the API wants it.
 function apiMessages() {
   const out = [];
@@ -524,8 +529,12 @@ function apiMessages() {
       out.push({ role: 'user', content: m.content });
     } else if (m.content || m.toolCalls.length) {
       const a = { role: 'assistant', content: m.content || null };
-      if (m.toolCalls.length && !m.stopped)
-        a.tool_calls = m.toolCalls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.args } }));
+      // a call cut by max tokens (its arguments never closed) was not a call:
+      // it does not go back to the model (the server drops it from whole
+      // answers the same way; a stream had already shown its start)
+      const calls = m.stopped ? [] : m.toolCalls.filter(callComplete);
+      if (calls.length)
+        a.tool_calls = calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.args } }));
       out.push(a);
     }
   }
