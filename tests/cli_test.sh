@@ -106,6 +106,21 @@ check '[ $st -eq 0 ] && grep -q "^Hello" "$T/out"' "smollm2 preset model does no
 "$BIN" info "$T/smol.gguf" > "$T/info" 2>&1
 check 'grep -q "n_vocab 49152, n_embd 576, n_layer 30, n_head 9, n_head_kv 3" "$T/info" && grep -q "tokenizer: gpt2, 49152" "$T/info"' "smollm2 preset shape or vocabulary wrong"
 
+# the embedding presets: architecture, width, vocabulary and pooling of the
+# real models (one layer; Qwen3-Embedding's width reduced: its 151,669-row
+# embedding matrix at 1,024 would be 160 MB)
+"$BIN" gen --preset bge-small-en-v1.5 --n-layer 1 --type Q8_0 --shared "$SHARED" -o "$T/bge.gguf" > "$T/gen.log" 2>&1
+"$BIN" info "$T/bge.gguf" > "$T/info" 2>&1
+check 'grep -q "^architecture: bert" "$T/info" && grep -q "n_vocab 30522, n_embd 384, n_layer 1, n_head 12" "$T/info" &&
+       grep -q "bert.pooling_type = 2" "$T/info" && grep -q "^tokenizer: bert, 30522" "$T/info"' \
+    "bge-small-en-v1.5 preset: $(grep -E "architecture|n_vocab|pooling|tokenizer" "$T/info" | tr '\n' ' ') $(cat "$T/gen.log")"
+"$BIN" gen --preset qwen3-embedding-0.6b --n-layer 1 --n-embd 64 --n-head 2 --n-head-kv 1 --head-dim 32 --n-ff 64 --type Q8_0 \
+    --shared "$SHARED" -o "$T/qemb.gguf" > "$T/gen.log" 2>&1
+"$BIN" info "$T/qemb.gguf" > "$T/info" 2>&1
+check 'grep -q "^architecture: qwen3" "$T/info" && grep -q "qwen3.pooling_type = 3" "$T/info" && grep -q "^tokenizer: gpt2, 151669" "$T/info"' \
+    "qwen3-embedding-0.6b preset: $(grep -E "architecture|n_vocab|pooling|tokenizer" "$T/info" | tr '\n' ' ') $(cat "$T/gen.log")"
+rm -f "$T/bge.gguf" "$T/qemb.gguf"
+
 # tokenize: every test vector of two vocabularies through the command line
 for v in gpt-2 llama-spm; do
     "$PY" - "$SHARED/vocab/ggml-vocab-$v.gguf.inp" "$SHARED/vocab/ggml-vocab-$v.gguf.out" "$T/tv" <<'PYEOF'

@@ -4,8 +4,9 @@
 # and /api/embeddings through the `ollama` client, every vector compared with
 # the numpy reference (tools/ref/gguf_ref.py embed) on the same file, against
 # two tiny RANDOM-weight embedders: a bert encoder with the real bge
-# vocabulary (CLS pooling) and a qwen3 decoder with last-token pooling (the
-# Qwen3-Embedding recipe, through the engine), plus stories260K (a
+# vocabulary (CLS pooling; and the same shape with mean pooling, served
+# beside it by the same server) and a qwen3 decoder with last-token pooling
+# (the Qwen3-Embedding recipe, through the engine), plus stories260K (a
 # generation-only model: a 400).
 # Env: KVLOOM_BIN, KVLOOM_BUILD (where the models are cached), KVLOOM_SHARED.
 # Ends with "N passed, N failed".
@@ -51,11 +52,15 @@ BERT="$M/bert-tiny.gguf"
 QWEN="$M/qwen3-emb-tiny.gguf"
 gen "$BERT" --arch bert --n-embd 64 --n-layer 2 --n-head 4 --n-ff 128 --n-vocab 30522 --n-ctx 128 --pooling cls \
     --vocab "$SHARED/vocab/ggml-vocab-bert-bge.gguf" --seed 21
+BMEAN="$M/bert-mean.gguf"
+gen "$BMEAN" --arch bert --n-embd 64 --n-layer 2 --n-head 4 --n-ff 128 --n-vocab 30522 --n-ctx 128 --pooling mean \
+    --vocab "$SHARED/vocab/ggml-vocab-bert-bge.gguf" --seed 23
 gen "$QWEN" --arch qwen3 --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 128 --n-vocab 300 --pooling last --seed 22
 
-start_server() { # name, model file
-    "$BIN" serve -m "$2" --port 0 --ready-file "$tmp/$1.port" -t 1 --kv-mem 16M 2> "$tmp/$1.log" &
-    echo $! > "$tmp/$1.pid"
+start_server() { # name, model file, more flags
+    n=$1; f=$2; shift 2
+    "$BIN" serve -m "$f" --port 0 --ready-file "$tmp/$n.port" -t 1 --kv-mem 16M "$@" 2> "$tmp/$n.log" &
+    echo $! > "$tmp/$n.pid"
     pids="$pids $!"
 }
 wait_port() {
@@ -67,26 +72,28 @@ wait_port() {
 }
 abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 
-start_server bert "$BERT"
-start_server qwen "$QWEN"
+start_server bert "$BERT" -m "$BMEAN"
+# 2 ms per engine step: a generation of 400 tokens lasts long enough for
+# an embedding to be asked and answered while it runs (embed.mjs)
+start_server qwen "$QWEN" --step-delay-us 2000
 start_server stories "$SHARED/models/stories260K.gguf"
 gp=$(wait_port stories)
-for m in bert qwen; do
+for id in bert-tiny bert-mean qwen3-emb-tiny; do
+    m=$([ $id = qwen3-emb-tiny ] && echo qwen || echo bert)
     port=$(wait_port $m)
     if [ -z "$port" ]; then bad "server $m did not start"; tail -n 20 "$tmp/$m.log"; continue; fi
-    file=$(abs "$M/$([ $m = bert ] && echo bert-tiny || echo qwen3-emb-tiny).gguf")
-    id=$([ $m = bert ] && echo bert-tiny || echo qwen3-emb-tiny)
-    gen_url=""; [ $m = bert ] && [ -n "$gp" ] && gen_url="http://127.0.0.1:$gp"
+    file=$(abs "$M/$id.gguf")
+    gen_url=""; [ $id = bert-tiny ] && [ -n "$gp" ] && gen_url="http://127.0.0.1:$gp"
     (cd "$ROOT/tests" && timeout -k 5 "$T" node node/embed.mjs "http://127.0.0.1:$port" "$id" "$file" \
-        "$ROOT/tools/ref/gguf_ref.py" "$gen_url" $(( (T - 10) * 1000 ))) > "$tmp/$m.out" 2>&1
+        "$ROOT/tools/ref/gguf_ref.py" "$gen_url" $(( (T - 10) * 1000 ))) > "$tmp/$id.out" 2>&1
     st=$?
-    grep -v -E '^embed \([^)]*\): [0-9]+ passed, [0-9]+ failed$' "$tmp/$m.out"
-    line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/$m.out" | tail -n 1)
+    grep -v -E '^embed \([^)]*\): [0-9]+ passed, [0-9]+ failed$' "$tmp/$id.out"
+    line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/$id.out" | tail -n 1)
     if [ -z "$line" ]; then
-        bad "embed.mjs ($m): no result (exit $st)"
+        bad "embed.mjs ($id): no result (exit $st)"
     else
         p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
-        echo "embed.mjs ($m): $p passed, $f failed"
+        echo "embed.mjs ($id): $p passed, $f failed"
         pass=$((pass + p)); fail=$((fail + f))
         [ "$f" -ne 0 ] && { echo "--- server log ($m)"; tail -n 20 "$tmp/$m.log"; }
     fi

@@ -40,8 +40,10 @@ check 'grep -q "POST /v1/completions 200 prompt=5 cached=0 generated=8" "$tmp/lo
 
 # llama-server's flag spellings, /props, the log (timestamps, 4xx reasons,
 # --log-file), --no-webui; no-op flags said once.
-"$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --ready-file "$tmp/port2" -c 200 -np 3 -a llama \
-    --jinja -fa on --metrics --jinja -ctk f16 -ctv f16 --log-file "$tmp/file.log" --no-webui -t 1 --kv-mem 16M \
+# (each spelling given: an unknown flag refuses to start; the last of two
+# spellings of one flag wins, so -c 200 and --parallel 3 show in /props)
+"$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --ready-file "$tmp/port2" --ctx-size 100 -c 200 -np 2 --parallel 3 -a llama \
+    --jinja -fa on --flash-attn auto --metrics --jinja -ctk f16 -ctv f16 --cache-type-k f16 --cache-type-v f16 --log-file "$tmp/file.log" --no-webui -t 1 --kv-mem 16M \
     2> "$tmp/log2" &
 pid2=$!
 i=0
@@ -50,9 +52,9 @@ U2="http://127.0.0.1:$(cat "$tmp/port2" 2>/dev/null)"
 props=$(curl -s -m 10 "$U2/props")
 pj() { echo "$props" | node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>{const o=JSON.parse(s);console.log(JSON.stringify($1))})"; }
 check '[ "$(pj o.default_generation_settings.n_ctx)" = 200 ]' "/props n_ctx from -c: $props"
-check '[ "$(pj o.total_slots)" = 3 ]' "/props total_slots from -np"
+check '[ "$(pj o.total_slots)" = 3 ]' "/props total_slots from --parallel"
 check '[ "$(pj o.model_alias)" = "\"llama\"" ]' "/props model_alias from -a"
-check '[ "$(pj o.build_info)" = "\"$version\"" ] && [ "$(pj o.webui)" = false ]' "/props build_info, webui false"
+check '[ "$(pj o.build_info)" = "\"$version\"" ] && [ "$(pj o.version)" = "\"${version#kvloom }\"" ] && [ "$(pj o.webui)" = false ]' "/props build_info and version ($version), webui false"
 check '[ "$(pj "typeof o.chat_template + typeof o.default_generation_settings.params.temperature")" = "\"stringnumber\"" ]' "/props chat_template, params"
 check '[ "$(curl -s -m 10 -o /dev/null -w %{http_code} $U2/)" = 404 ]' "--no-webui: no chat page"
 curl -s -m 10 "$U2/v1/completions" -d '{"prompt":"x","temperature":7}' > /dev/null

@@ -394,6 +394,12 @@ static void check_bodies(int port_a, int port_b) {
     CHECK_MSG(r.status == 503, "a third body while 1.8 MB of 2 MB are held: %d, want 503", r.status);
     CHECK_MSG(strstr(r.text, "\"server_busy\"") && strcasestr(r.text, "Retry-After: 1"), "%.400s", r.text);
     raw_free(&r);
+    /* the same refusal under /api is in Ollama's shape ({"error": string}:
+     * the ollama client printed [object Object] for an OpenAI object) */
+    post_raw(port_a, "/api/chat", NULL, body, &r);
+    CHECK_MSG(r.status == 503 && strstr(r.text, "{\"error\":\"") && !strstr(r.text, "\"type\""),
+              "/api/chat while the bodies are held: want a 503 {\"error\": string}: %.400s", r.text);
+    raw_free(&r);
     for (int i = 0; i < 2; i++) close(held[i]);
     for (double t0 = su_now(); v > 0 && su_now() - t0 < 20; usleep(20000)) v = metric(port_a, "kvloom_http_body_bytes");
     CHECK_MSG(v == 0, "kvloom_http_body_bytes %.0f after the held bodies' clients left", v);

@@ -6,7 +6,8 @@
 //   input, dimensions = truncation + renormalisation, batch = singles),
 //   LangChain.js OpenAIEmbeddings (embedQuery, embedDocuments), the `ollama`
 //   client (embed, the older embeddings), and bad input (dimensions above
-//   the model's, an empty input array, an empty string).
+//   the model's, an empty input array, an empty token array, an id out of
+//   range); on a decoder embedder, an embedding while a generation streams.
 //   node tests/node/embed.mjs URL MODEL_ID MODEL_FILE REF_PY [GEN_URL] DEADLINE_MS
 // GEN_URL: a server of a generation-only model, which must answer 400.
 // Ends with "embed (MODEL_ID): N passed, N failed".
@@ -25,7 +26,7 @@ const ollama = new Ollama({ host: url });
 const texts = ["hello world", "The quick brown fox jumps over the lazy dog.", "kvloom"];
 
 async function tokenize(text) {
-  const r = await fetch(url + "/tokenize", { method: "POST", body: JSON.stringify({ content: text, add_special: true }) });
+  const r = await fetch(url + "/tokenize", { method: "POST", body: JSON.stringify({ content: text, add_special: true, model: modelId }) });
   return (await r.json()).tokens;
 }
 
@@ -127,7 +128,43 @@ async function main() {
       err = e;
     }
     check(err && err.status_code === 400 && /empty/.test(err.error), "embed: an empty input is a 400 in Ollama's shape", err && { s: err.status_code, e: err.error });
+    err = null;
+    try {
+      await ollama.embed({ model: modelId, input: "x", dimensions: n + 1 });
+    } catch (e) {
+      err = e;
+    }
+    check(err && err.status_code === 400 && /dimensions/.test(err.error), "embed: dimensions above the model's is a 400 naming it", err && { s: err.status_code, e: err.error });
   });
+
+  // A decoder embedder runs through the engine: an embedding request while a
+  // generation streams on the same model is answered in the steps that decode
+  // it (the server runs with --step-delay-us, so the generation lasts a
+  // second or more), neither waits for the other, and the vector is bitwise
+  // the one the input gets alone.
+  const caps = (await (await fetch(url + "/api/show", { method: "POST", body: JSON.stringify({ model: modelId }) })).json()).capabilities || [];
+  if (caps.includes("completion")) {
+    await section("embeddings beside a generation", async () => {
+      const alone = await client.embeddings.create({ model: modelId, input: texts[1], encoding_format: "float" });
+      const stream = await client.completions.create({ model: modelId, prompt: [1, 2, 3], max_tokens: 400, ignore_eos: true,
+        temperature: 0, stream: true });
+      let chunks = 0, atAnswer = -1, finish = null;
+      const it = stream[Symbol.asyncIterator]();
+      const first = await it.next(); // the generation runs
+      chunks += first.done ? 0 : 1;
+      const during = client.embeddings.create({ model: modelId, input: texts[1], encoding_format: "float" })
+        .then((r) => { atAnswer = chunks; return r; });
+      for (let r = await it.next(); !r.done; r = await it.next()) {
+        chunks++;
+        if (r.value.choices[0] && r.value.choices[0].finish_reason) finish = r.value.choices[0].finish_reason;
+      }
+      const e = await during;
+      check(atAnswer > 0 && chunks > atAnswer, `answered while the generation streamed (chunk ${atAnswer} of ${chunks})`, { atAnswer, chunks });
+      check(finish === "length", "the generation ran to max_tokens", finish);
+      const a = alone.data[0].embedding, b = e.data[0].embedding;
+      check(a.length === b.length && a.every((v, i) => v === b[i]), "the vector is bitwise the one alone", { a: a.slice(0, 3), b: b.slice(0, 3) });
+    });
+  }
 
   if (genUrl) {
     await section("a generation-only model", async () => {

@@ -176,6 +176,7 @@ async function main() {
     ["completions", { guided_choice: [] }, "guided_choice"],
     ["chat", { reasoning_effort: "extreme" }, "reasoning_effort"],
     ["chat", { guided_json: "{not json" }, "guided_json"],
+    ["chat", { guided_whitespace_pattern: " *" }, "guided_whitespace_pattern"],
   ]) {
     try {
       if (kind === "chat") await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 4, ...extra });
