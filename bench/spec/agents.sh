@@ -46,11 +46,4 @@ while [ "$i" -le "$rounds" ]; do
     done
     i=$((i + 1))
 done
-c=0
-base=
-for cfg in "$@"; do
-    c=$((c + 1))
-    med=$(sh "$(dirname "$0")/median.sh" "$tmp/all" $c 2)
-    [ -z "$base" ] && base=$med
-    awk -v cfg="$cfg" -v m="$med" -v b="$base" 'BEGIN { printf "median %-30s %9.1f out tokens/s  %.3fx\n", cfg, m, (b > 0 ? m / b : 0) }'
-done
+sh "$(dirname "$0")/median.sh" "$tmp/all" "out tokens/s" "" "$@"

@@ -29,14 +29,5 @@ while [ "$i" -le "$rounds" ]; do
     done
     i=$((i + 1))
 done
-c=0
-base=
-for cfg in "$@"; do
-    c=$((c + 1))
-    med=$(sh "$(dirname "$0")/median.sh" "$tmp" $c 2)
-    pas=$(sh "$(dirname "$0")/median.sh" "$tmp" $c 3)
-    [ -z "$base" ] && base=$med
-    awk -v cfg="$cfg" -v m="$med" -v b="$base" -v p="$pas" \
-        'BEGIN { printf "median %-40s %9.1f tokens/s  %.3fx  %s forward passes\n", cfg, m, (b > 0 ? m / b : 0), p }'
-done
+sh "$(dirname "$0")/median.sh" "$tmp" "tokens/s" "forward passes" "$@"
 rm -f "$tmp"
