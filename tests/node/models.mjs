@@ -44,6 +44,9 @@ async function main() {
     check(a.type === "message" && a.model === "stories", "Anthropic Messages on stories", a);
     const o = await ollama.chat({ model: "stories:latest", messages: [{ role: "user", content: "Hi" }], options: { num_predict: 4 } });
     check(o.model === "stories" || o.model === "stories:latest", "Ollama chat on stories:latest", o.model);
+    // stories used again just before: on a loaded machine the requests above
+    // can take longer than --models-idle, which would unload it before the check
+    await client.completions.create({ model: "stories", prompt: "Once", max_tokens: 1 });
     const e = await client.embeddings.create({ model: "bert-tiny", input: ["hello", "world"], encoding_format: "float" });
     check(e.data.length === 2 && e.data[0].embedding.length === 64 && e.model === "bert-tiny", "embeddings on the encoder beside it", e.model);
     check((await resident()).join(",") === "bert-tiny,stories", "both resident (--models-max 2)", await resident());
