@@ -14,10 +14,22 @@ Starts BIN serve on a free port for each probe (stories260K is enough), runs:
                its status and seconds (--timeout 60)
   last-byte    a 1 MB body sent whole but for its last byte (defaults): the
                seconds until the server answers 408
+  masks        (finding 1; only when named: python3 bench/hostile_probe.py BIN
+               MODEL masks; a large vocabulary shows it, e.g. qwen3-tiny.gguf)
+               16 chat requests whose schema has the pattern
+               ^([^ ]{1,40} ?){1,60}$ (64 tokens each, --grammar-mask-budget
+               0 so they go on), and meanwhile an unrelated 16-token chat,
+               three times: its seconds, with masks inside the step
+               (--grammar-mask-sync) and on the mask worker (the default),
+               servers interleaved over ROUNDS (env, 3) rounds; and alone
 Numbers only; no pass/fail (the tests assert)."""
 import os
+import json
 import socket
+import statistics
 import subprocess
+import threading
+import urllib.request
 import sys
 import tempfile
 import time
@@ -122,8 +134,55 @@ def last_byte(binary, model):
     stop(p)
 
 
+def chat(port, body, timeout=600):
+    rq = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, json.dumps(body).encode(),
+                                {"Content-Type": "application/json"})
+    t0 = time.time()
+    try:
+        with urllib.request.urlopen(rq, timeout=timeout) as r:
+            r.read()
+            code = r.status
+    except urllib.error.HTTPError as e:
+        code = e.code
+    return code, time.time() - t0
+
+
+def masks(binary, model):
+    heavy = {"messages": [{"role": "user", "content": "Write a short list of words about the sea, the sky, "
+                           "ships, gulls and the harbour at dawn, one after another."}],
+             "max_tokens": 64, "temperature": 0,
+             "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {
+                 "type": "object", "properties": {"t": {"type": "string", "pattern": "^([^ ]{1,40} ?){1,60}$"}},
+                 "required": ["t"]}}}}
+    light = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16, "temperature": 0,
+             "ignore_eos": True}
+    res = {}
+    for rnd in range(int(os.environ.get("ROUNDS", "3"))):
+        for name, flags in (("step", ["--grammar-mask-sync"]), ("worker", [])):
+            p, port = start(binary, model, flags + ["--grammar-mask-budget", "0", "--kv-mem", "256M"])
+            chat(port, light)  # warm
+            alone = [chat(port, light)[1] for _ in range(3)]
+            codes = []
+            th = [threading.Thread(target=lambda: codes.append(chat(port, heavy)[0])) for _ in range(16)]
+            for t in th:
+                t.start()
+            time.sleep(1.0)
+            beside = [chat(port, light) for _ in range(3)]
+            for t in th:
+                t.join()
+            stop(p)
+            res.setdefault(name, []).append((statistics.median(alone), statistics.median(b[1] for b in beside)))
+            print("masks round %d %-6s: the chat alone %.3f s, beside 16 heavy-pattern requests %s s (its codes %s; "
+                  "theirs %s)" % (rnd, name, statistics.median(alone), " ".join("%.3f" % b[1] for b in beside),
+                                  [b[0] for b in beside], sorted(set(codes))), flush=True)
+    for name, v in res.items():
+        print("masks %-6s: median over rounds: alone %.3f s, beside %.3f s" %
+              (name, statistics.median(a for a, _ in v), statistics.median(b for _, b in v)))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         raise SystemExit(__doc__)
-    for f in (auth_bodies, slots, last_byte):
-        f(sys.argv[1], sys.argv[2])
+    probes = {"auth-bodies": auth_bodies, "slots": slots, "last-byte": last_byte, "masks": masks}
+    for name in sys.argv[3:] or ("auth-bodies", "slots", "last-byte"):
+        probes[name](sys.argv[1], sys.argv[2])

@@ -8,7 +8,13 @@
  *     text comes out as exactly tok_encode of it, with no sampling at all);
  *   - every constrained output is in the grammar's language, with and without
  *     jump-forward, and jump-forward needs fewer forward passes;
- *   - max_tokens is kept when a forced run reaches it.
+ *   - max_tokens is kept when a forced run reaches it;
+ *   - masks on the mask worker (the default) give the same tokens as masks
+ *     inside the step (mask_sync), greedy and sampled, with requests of one
+ *     grammar, of several and unconstrained ones running together;
+ *   - a request whose masks are slow (mask_spin_us) sits out while its mask
+ *     is computed: an unconstrained request beside it finishes while the
+ *     slow one has only a few tokens (masks inside the step: in lockstep).
  */
 #include <string.h>
 
@@ -65,6 +71,47 @@ static void run(engine *en, const char *prompt, const char *gbnf, const char *tr
     out->n_forced = r->n_forced;
     out->n_passes = r->n_forward_steps;
     req_unref(r);
+}
+
+/* Submits one request (grammar may be NULL; temperature 0: greedy). */
+static req *submit(engine *en, const char *prompt, const char *gbnf, int max_tokens, float temperature, uint64_t seed) {
+    int32_t *ids = xmalloc(256 * sizeof *ids);
+    int n = tok_encode(g_tok, prompt, strlen(prompt), true, false, ids, 256);
+    req *r = req_new(ids, n);
+    r->sp.temperature = temperature;
+    r->sp.seed = seed;
+    r->max_tokens = max_tokens;
+    err_t e = {0};
+    if (gbnf) CHECK_MSG(grammar_from_gbnf(gbnf, strlen(gbnf), &r->grammar, &e) == 0, "%s: %s", gbnf, e.msg);
+    CHECK(engine_submit(en, r, &e) == 0);
+    return r;
+}
+
+static int wait_done(req *r, req_finish *fin) {
+    int seen = 0;
+    *fin = REQ_RUNNING;
+    while (*fin == REQ_RUNNING) seen = req_wait(r, seen, 10000, fin);
+    return seen;
+}
+
+/* The same mixed load on an engine with the mask worker and on one with
+ * masks inside the step: every request's tokens equal. */
+#define N_MIX 8
+static void mix_run(engine *en, int32_t out[N_MIX][64], int n_out[N_MIX], req_finish fin[N_MIX]) {
+    static const char *const gr[3] = {
+        "root ::= [a-z ]{1,60} \".\"",
+        "root ::= \"{\\\"n\\\": \" [1-9] [0-9]{0,3} \", \\\"w\\\": \\\"\" [a-z]{1,12} \"\\\"}\"",
+        "root ::= (\" the\" | \" a\" | \" cat\" | \" dog\" | \" ran\" | \" sat\")+ \".\"",
+    };
+    static const char *const pr[4] = {"Once upon a time", "The cat", "Lily wanted", "One day"};
+    req *r[N_MIX];
+    for (int i = 0; i < N_MIX; i++)
+        r[i] = submit(en, pr[i % 4], i % 4 == 3 ? NULL : gr[i % 3], 24, i % 2 ? 0.8f : 0.0f, 1000 + (uint64_t)i);
+    for (int i = 0; i < N_MIX; i++) {
+        n_out[i] = MIN(wait_done(r[i], &fin[i]), 64);
+        for (int k = 0; k < n_out[i]; k++) out[i][k] = r[i]->tokens[k].id;
+        req_unref(r[i]);
+    }
 }
 
 int main(void) {
@@ -156,6 +203,62 @@ int main(void) {
               with_jf.n_passes, without_jf.n_passes);
 
     engine_free(en);
+
+    /* The mask worker against masks inside the step: same tokens. */
+    {
+        int32_t a[N_MIX][64], b[N_MIX][64];
+        int na[N_MIX], nb[N_MIX];
+        req_finish fa[N_MIX], fb[N_MIX];
+        engine_opts os = o;
+        os.mask_sync = true;
+        engine *ew, *es;
+        CHECK(engine_new(m, &o, &ew, &e) == 0);
+        CHECK(engine_new(m, &os, &es, &e) == 0);
+        mix_run(ew, a, na, fa);
+        mix_run(es, b, nb, fb);
+        for (int i = 0; i < N_MIX; i++) {
+            CHECK_MSG(fa[i] == fb[i] && na[i] == nb[i], "request %d: finish %d/%d, %d/%d tokens", i, fa[i], fb[i],
+                      na[i], nb[i]);
+            CHECK_MSG(na[i] == nb[i] && memcmp(a[i], b[i], (size_t)na[i] * sizeof **a) == 0,
+                      "request %d: the worker's tokens differ from the step's", i);
+            CHECK(na[i] > 0);
+        }
+        engine_stats st;
+        engine_get_stats(ew, &st);
+        CHECK(st.constrained_tokens_total > 0);
+        engine_free(ew);
+        engine_free(es);
+    }
+
+    /* A slow grammar (every mask spins 4 ms of CPU) beside an
+     * unconstrained request of 12 tokens: with the worker, the
+     * unconstrained one is done while the slow one has a few tokens (it
+     * sat out its masks); inside the step, each of its masks held back the
+     * other's step as well (lockstep: as many tokens, or it ended first). */
+    for (int sync = 0; sync < 2; sync++) {
+        engine_opts os = o;
+        os.mask_spin_us = 4000;
+        os.check = false;
+        os.mask_sync = sync;
+        engine *es;
+        CHECK(engine_new(m, &os, &es, &e) == 0);
+        req *slow = submit(es, "The cat", "root ::= [a-z ]{1,200} \".\"", 16, 0, 1);
+        req *quick = submit(es, "Once upon a time", NULL, 12, 0, 1);
+        req_finish fq, fs;
+        int nq = wait_done(quick, &fq);
+        int n_slow_then = req_wait(slow, 0, 0, &fs);
+        CHECK_EQ_INT(nq, 12);
+        if (!sync) req_cancel(slow);
+        int n_slow = wait_done(slow, &fs);
+        if (!sync)
+            CHECK_MSG(n_slow_then <= 4, "the slow request had %d tokens when the other's 12 were done", n_slow_then);
+        else
+            CHECK_MSG(n_slow_then >= MIN(n_slow, 8), "inside the step: %d tokens of %d (lockstep expected)",
+                      n_slow_then, n_slow);
+        req_unref(slow);
+        req_unref(quick);
+        engine_free(es);
+    }
     gvocab_free(gv);
     tok_free(g_tok);
     model_free(m);

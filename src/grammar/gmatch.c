@@ -521,6 +521,24 @@ void grammar_set_cache_bytes(grammar *g, size_t bytes) {
     if (g) g->c.budget_bytes = MAX(bytes, (size_t)1 << 16);
 }
 
+void grammar_lock(grammar *g) { pthread_mutex_lock(&g->mu); }
+
+bool grammar_trylock(grammar *g) { return pthread_mutex_trylock(&g->mu) == 0; }
+
+void grammar_unlock(grammar *g) {
+    const gcache *c = &g->c;
+    atomic_store_explicit(&g->cache_bytes,
+                          ds_bytes(c) + c->mask_bytes + (size_t)c->cap_st * 12 + (size_t)c->st_tab_cap * 4,
+                          memory_order_relaxed);
+    pthread_mutex_unlock(&g->mu);
+}
+
+size_t grammar_cache_bytes(const grammar *g) {
+    return g ? atomic_load_explicit(&((grammar *)g)->cache_bytes, memory_order_relaxed) : 0;
+}
+
+grammar *gmatch_grammar(const gmatch *m) { return m ? m->g : NULL; }
+
 void grammar_cache_stats(const grammar *g, grammar_stats *s) {
     memset(s, 0, sizeof *s);
     if (!g) return;

@@ -613,6 +613,7 @@ static void grammar_free(grammar *g) {
     free(g->edge_off), free(g->edges), free(g->eps_off), free(g->eps), free(g->call_off), free(g->calls);
     free(g->sflags), free(g->rule_start), free(g->init);
     grammar__gcache_free(&g->c);
+    pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
@@ -685,6 +686,8 @@ int grammar_from_gbnf(const char *src, size_t len, grammar **out, err_t *e) {
         goto done;
     }
     atomic_init(&g->refs, 1);
+    pthread_mutex_init(&g->mu, NULL);
+    atomic_init(&g->cache_bytes, 0);
     if ((rc = finish(&b, g, prod))) goto done;
     g->root_start = g->rule_start[root];
     rc = grammar__gmatch_init_start(g, e);

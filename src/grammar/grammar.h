@@ -33,9 +33,10 @@
  *
  * Thread safety: a grammar's rules are immutable and the grammar is
  * refcounted (atomic), so the HTTP thread may create one and pass it on; its
- * mask cache is only read and written by gmatch_* calls, which must all run on
- * one thread at a time (the engine thread). A gvocab is immutable. A gmatch
- * belongs to one sequence.
+ * mask cache is only read and written by gmatch_* calls, which must run on
+ * one thread at a time: the engine thread and its mask worker take turns by
+ * grammar_lock (a grammar's sequences share its cache). A gvocab is
+ * immutable. A gmatch belongs to one sequence (one thread at a time).
  */
 #ifndef KVLOOM_GRAMMAR_H
 #define KVLOOM_GRAMMAR_H
@@ -72,6 +73,17 @@ int grammar_n_states(const grammar *g);
  * outgrows its share. Interned stacks are not counted (they are kept for the
  * grammar's life, up to a fixed cap). Engine thread, like gmatch_*. */
 void grammar_set_cache_bytes(grammar *g, size_t bytes);
+/* The cache's lock: gmatch_mask, _accept, _accept_bytes, _forced and
+ * grammar_cache_stats of the grammar's matchers are called with it held
+ * when more than one thread uses the grammar (the engine's mask worker,
+ * sched/engine.c). grammar_unlock also publishes the cache's size for
+ * grammar_cache_bytes. */
+void grammar_lock(grammar *g);
+bool grammar_trylock(grammar *g); /* true: locked; false: another holds it */
+void grammar_unlock(grammar *g);
+/* The cache's memory as of the last grammar_unlock (0 before the first);
+ * any thread (/metrics reads the idle cached grammars' with it). */
+size_t grammar_cache_bytes(const grammar *g);
 typedef struct grammar_stats {
     size_t n_stacks;    /* interned stacks                                */
     size_t n_sets;      /* distinct stack sets (lazy DFA states) cached    */
@@ -141,5 +153,7 @@ int gmatch_forced(gmatch *m, char *buf, int cap);
 /* Copies a matcher (same state, same grammar reference); for speculation
  * and tests. */
 gmatch *gmatch_clone(const gmatch *m);
+/* The grammar a matcher runs (its lock: grammar_lock). */
+grammar *gmatch_grammar(const gmatch *m);
 
 #endif

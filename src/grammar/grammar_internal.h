@@ -16,6 +16,7 @@
 #ifndef KVLOOM_GRAMMAR_INTERNAL_H
 #define KVLOOM_GRAMMAR_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "grammar.h"
@@ -139,6 +140,8 @@ typedef struct gcache {
 
 struct grammar {
     atomic_int refs;
+    pthread_mutex_t mu;         /* grammar_lock: the cache's users, one at a time */
+    atomic_size_t cache_bytes;  /* the cache's size at the last grammar_unlock    */
     uint32_t n_states, n_rules;
     uint32_t *edge_off; /* n_states + 1 */
     gedge *edges;

@@ -140,6 +140,13 @@ typedef struct seq {
     uint64_t tried_step; /* the step admission last tried it in (fair_pick)    */
     int64_t mask_ns;     /* time its grammar masks took (mask_over_budget)     */
     int n_masks;
+    struct mjob *mj;     /* its next mask on the mask worker, or NULL          */
+    grammar *g_locked;   /* its grammar, while the engine thread holds its lock */
+    bool gm_start;       /* the grammar's opening forced run is still to append
+                            (its grammar was busy at submission)            */
+    float *held;         /* (n_vocab) its logits row while it sits out waiting
+                            for its mask, when held_ok                       */
+    bool held_ok;
     char fail[256];      /* why it failed with REQ_FINISH_ERROR, when not the default */
     uint64_t salt;       /* the prefix cache's partition (req.cache_salt): its
                             tree paths and its disk keys' first seed       */
@@ -189,6 +196,39 @@ typedef struct seq_list {
  * and read by engine_submit; served and n_prefilling are the engine
  * thread's. */
 #define ENGINE_MAX_CLIENTS 65536
+
+/* Masks off the engine thread (issue 26 finding 1). A constrained
+ * sequence's next mask depends only on its matcher's state, which is known
+ * once its token is sampled and its forced run appended; so the mask is
+ * handed to the mask worker then and computed while the next forward pass
+ * runs. At sampling time a sequence whose mask is not in yet (or whose
+ * grammar the worker holds for another sequence) sits out: its logits row
+ * is kept, it samples when the mask arrives and rejoins a later step, and
+ * the others never wait for it. The worker takes the queued mask of the
+ * sequence whose masks have cost the least CPU so far, so one slow grammar
+ * does not queue a cheap one behind all its masks. The sequences of a
+ * grammar share its cache, so the worker and the engine thread take turns
+ * by grammar_lock (the engine thread only ever tries it: a busy grammar
+ * makes its sequence sit out, never the engine wait), except when a lazy
+ * grammar's trigger starts it (once per request, bounded by one mask).
+ * Output is unchanged: the same mask, applied to the same logits. With
+ * speculative decoding (a row's mask needs the previous row's token) or
+ * engine_opts.mask_sync, masks run inside the step as before. States
+ * (under mk_mu): IDLE -> QUEUED (engine) -> RUNNING (worker) -> DONE
+ * (worker) -> IDLE (engine, when it samples with it). A sequence that ends
+ * while its mask runs leaves the job, its matcher included, to the worker
+ * (orphan). */
+enum { MJ_IDLE, MJ_QUEUED, MJ_RUNNING, MJ_DONE };
+typedef struct mjob {
+    struct mjob *next;   /* the worker's queue                                 */
+    gmatch *gm;          /* the sequence's matcher                              */
+    uint64_t *mask;      /* (n_vocab/64 rounded up) the result                  */
+    int n_ok;
+    int64_t cpu_ns, wall_ns; /* the last mask's                                 */
+    int64_t cost_ns;     /* CPU of all its masks so far: the worker's order     */
+    int state;
+    bool orphan;
+} mjob;
 typedef struct client {
     uint64_t id;
     bool used;
@@ -268,6 +308,15 @@ struct engine {
     int cap_clients, hi_clients; /* capacity; entries [0, hi) were ever used */
     int n_clients;               /* used entries (under mu)                    */
     uint64_t n_client_refused;   /* engine_submit's refusals at client_max_queued (under mu) */
+    /* the mask worker ("Masks off the engine thread"); mk_on false: none */
+    bool mk_on;
+    pthread_t mk_thread;
+    pthread_mutex_t mk_mu; /* guards mk_queue, mk_stop and every mjob's state */
+    pthread_cond_t mk_cv;
+    mjob *mk_queue;
+    bool mk_stop;
+    uint64_t mask_gen;   /* masks the worker finished (under mu: wakes the engine) */
+    int n_held;          /* running sequences sitting out for their mask       */
 };
 
 engine_opts engine_defaults(void) {
@@ -649,6 +698,8 @@ static bool disk_restore(engine *en, seq *s) {
  * the agent's turn finds it in RAM. A hint of the same session replaces the
  * older one; kv_hint "done" drops the session's. */
 static void seq_free(seq *s);
+static void grammar_start(engine *en, seq *s);
+static void sample_held(engine *en);
 
 static void hint_drop(engine *en, int i) {
     seq *s = en->hints[i].s;
@@ -762,9 +813,8 @@ static void hints_step(engine *en) {
 /* The engine thread counts into en->cnt without locking and publishes a copy
  * (en->stats, under the mutex) once per step. */
 /* The memory of the queued and running requests, and of their grammars'
- * caches (each grammar once; cached grammars no request uses are bounded
- * by --grammar-cache but not counted here: their caches belong to the
- * engine thread, which only sees the ones in use). */
+ * caches (each grammar once, as of its last grammar_unlock; the server
+ * counts the cached grammars no request uses, constrainer_idle_bytes). */
 static void mem_publish(engine *en) {
     uint64_t req_b = 0, gr_b = 0;
     const grammar *seen[64]; /* grammars counted (more distinct ones: counted again, an overestimate) */
@@ -784,9 +834,7 @@ static void mem_publish(engine *en) {
             while (j < n_seen && seen[j] != g) j++;
             if (j < n_seen) continue;
             if (n_seen < (int)ARRAY_LEN(seen)) seen[n_seen++] = g;
-            grammar_stats gs;
-            grammar_cache_stats(g, &gs);
-            gr_b += gs.cache_bytes;
+            gr_b += grammar_cache_bytes(g); /* (the mask worker may be in its cache) */
         }
     en->cnt.mem_requests = req_b;
     en->cnt.mem_grammar_caches = gr_b;
@@ -845,7 +893,42 @@ static void seq_pin(engine *en, seq *s, req_finish why) {
         kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, clock_ns());
 }
 
+/* Its logits row is no longer waited on (it sampled, ended or was preempted). */
+static void hold_drop(engine *en, seq *s) {
+    if (!s->held_ok) return;
+    s->held_ok = false;
+    en->n_held--;
+}
+
+/* Takes s's mask job back from the worker as s ends: a queued one leaves
+ * the queue, a running one is left to the worker with the matcher (it
+ * frees both when the mask is done). */
+static void mjob_release(engine *en, seq *s) {
+    mjob *j = s->mj;
+    if (!j) return;
+    s->mj = NULL;
+    pthread_mutex_lock(&en->mk_mu);
+    if (j->state == MJ_QUEUED)
+        for (mjob **p = &en->mk_queue; *p; p = &(*p)->next)
+            if (*p == j) {
+                *p = j->next;
+                break;
+            }
+    bool orphan = j->state == MJ_RUNNING;
+    if (orphan) {
+        j->orphan = true;
+        s->gm = NULL; /* the worker's now */
+    }
+    pthread_mutex_unlock(&en->mk_mu);
+    if (!orphan) {
+        free(j->mask);
+        free(j);
+    }
+}
+
 static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
+    hold_drop(en, s);
+    mjob_release(en, s);
     if (why != REQ_FINISH_CANCEL) disk_write_through(en, s);
     seq_pin(en, s, why);
     if (s->n_blocks) seq_release_blocks(en, s);
@@ -872,6 +955,7 @@ static void seq_free(seq *s) {
     sampler_free(s->smp);
     gmatch_free(s->gm);
     free(s->trig);
+    free(s->held);
     free(s->tokens);
     free(s->blocks);
     free(s->pending);
@@ -881,6 +965,7 @@ static void seq_free(seq *s) {
 }
 
 static void preempt(engine *en, seq *s) {
+    hold_drop(en, s); /* its row is computed again (its mask stays valid) */
     seq_release_blocks(en, s);
     dmodel_seq_drop(s->dms); /* recomputed by the draft model when it drafts again */
     s->disk_tried = false; /* its blocks may be on disk by the time it returns */
@@ -900,6 +985,10 @@ static void preempt(engine *en, seq *s) {
 /* Tries to admit s (from the waiting list). Returns 1 admitted, 0 must wait
  * (a later sequence may still be tried), -1 no blocks (stop admitting). */
 static int try_admit(engine *en, seq *s) {
+    if (s->gm_start) { /* its opening forced run first (part of what it computes) */
+        grammar_start(en, s);
+        if (s->gm_start) return 0;
+    }
     int B = en->o.block_tokens;
     int n_need_blocks = (s->n_tokens + B - 1) / B;
     int n_match_cap = (s->n_tokens - 1) / B; /* keep the last token to compute */
@@ -1022,7 +1111,8 @@ static void take_submitted(engine *en) {
             /* A forced start (a call's opening syntax, "{\"" of a schema's
              * object...) joins the prompt's prefill. */
             s->gm = gmatch_new(r->grammar, en->o.gvocab);
-            jump_forward(en, s);
+            s->gm_start = true;
+            grammar_start(en, s);
         }
     }
     en->n_submitq = 0;
@@ -1143,20 +1233,139 @@ static int64_t thread_cpu_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Sets the logits of the tokens the grammar refuses to -inf. Returns how
- * many are allowed. */
+/* The mask worker's loop ("Masks off the engine thread"). */
+static void *mask_worker(void *arg) {
+    engine *en = arg;
+    pthread_mutex_lock(&en->mk_mu);
+    for (;;) {
+        while (!en->mk_stop && !en->mk_queue) pthread_cond_wait(&en->mk_cv, &en->mk_mu);
+        if (en->mk_stop) break;
+        mjob **best = &en->mk_queue;
+        for (mjob **p = &en->mk_queue; *p; p = &(*p)->next)
+            if ((*p)->cost_ns < (*best)->cost_ns) best = p; /* ties: the first queued */
+        mjob *j = *best;
+        *best = j->next;
+        j->next = NULL;
+        j->state = MJ_RUNNING;
+        pthread_mutex_unlock(&en->mk_mu);
+        grammar *g = gmatch_grammar(j->gm);
+        int64_t t0 = clock_ns();
+        grammar_lock(g);
+        int64_t c0 = thread_cpu_ns();
+        int n_ok = gmatch_mask(j->gm, j->mask);
+        if (en->o.mask_spin_us > 0)
+            while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
+        int64_t cpu = thread_cpu_ns() - c0;
+        grammar_unlock(g);
+        int64_t wall = clock_ns() - t0;
+        pthread_mutex_lock(&en->mk_mu);
+        if (j->orphan) {
+            gmatch_free(j->gm);
+            free(j->mask);
+            free(j);
+        } else {
+            j->n_ok = n_ok;
+            j->cpu_ns = cpu;
+            j->wall_ns = wall;
+            j->cost_ns += cpu;
+            j->state = MJ_DONE;
+        }
+        pthread_mutex_unlock(&en->mk_mu);
+        pthread_mutex_lock(&en->mu);
+        en->mask_gen++;
+        pthread_cond_broadcast(&en->cv);
+        pthread_mutex_unlock(&en->mu);
+        pthread_mutex_lock(&en->mk_mu);
+    }
+    pthread_mutex_unlock(&en->mk_mu);
+    return NULL;
+}
+
+/* Hands s's next mask to the worker (its matcher is at the state the next
+ * token is sampled in). No-op without the worker, or when the grammar's
+ * output is complete (no mask is needed). */
+static void mask_launch(engine *en, seq *s) {
+    if (!en->mk_on || !s->gm || s->ds || gmatch_must_end(s->gm)) return;
+    if (!s->mj) {
+        s->mj = xcalloc(1, sizeof *s->mj);
+        s->mj->mask = xmalloc(((size_t)en->m->cfg.n_vocab + 63) / 64 * sizeof *s->mj->mask);
+    }
+    mjob *j = s->mj;
+    pthread_mutex_lock(&en->mk_mu);
+    ASSERT(j->state == MJ_IDLE);
+    j->gm = s->gm;
+    j->state = MJ_QUEUED;
+    j->next = en->mk_queue;
+    en->mk_queue = j;
+    pthread_cond_signal(&en->mk_cv);
+    pthread_mutex_unlock(&en->mk_mu);
+}
+
+/* Whether s may sample now. A constrained sequence needs its mask (when
+ * the worker computes it) and its grammar's lock, which it then holds
+ * (s->g_locked) until mask_gate_end. */
+static bool mask_gate(engine *en, seq *s) {
+    if (!s->gm) return true;
+    if (s->mj) {
+        pthread_mutex_lock(&en->mk_mu);
+        int st = s->mj->state;
+        pthread_mutex_unlock(&en->mk_mu);
+        if (st == MJ_QUEUED || st == MJ_RUNNING) return false;
+    }
+    grammar *g = gmatch_grammar(s->gm);
+    if (!grammar_trylock(g)) return false;
+    s->g_locked = g;
+    return true;
+}
+
+/* After s sampled: its grammar's lock back, its next mask to the worker. */
+static void mask_gate_end(engine *en, seq *s, req_finish why) {
+    if (s->g_locked) grammar_unlock(s->g_locked);
+    s->g_locked = NULL;
+    if (why == REQ_RUNNING) mask_launch(en, s);
+}
+
+/* The opening forced run of s's grammar (s->gm_start), appended at
+ * submission, or later when the mask worker held the grammar then: the
+ * engine thread does not wait for it. Then its first mask to the worker. */
+static void grammar_start(engine *en, seq *s) {
+    grammar *g = gmatch_grammar(s->gm);
+    if (!grammar_trylock(g)) return;
+    jump_forward(en, s);
+    grammar_unlock(g);
+    s->gm_start = false;
+    mask_launch(en, s);
+}
+
+/* Sets the logits of the tokens the grammar refuses to -inf: with the
+ * worker's mask when it computed one (mask_gate saw it in), else computed
+ * here. Returns how many tokens are allowed. */
 static int apply_mask(engine *en, seq *s, float *lg) {
-    int64_t t0 = clock_ns(), c0 = thread_cpu_ns();
-    int n_ok = gmatch_mask(s->gm, en->mask);
-    if (en->o.mask_spin_us > 0)
-        while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
-    en->cnt.mask_ns_total += (uint64_t)(clock_ns() - t0);
-    s->mask_ns += thread_cpu_ns() - c0; /* CPU, not wall: a descheduled engine thread is not the grammar's cost */
+    const uint64_t *mask = en->mask;
+    int n_ok;
+    int64_t wall, cpu;
+    if (s->mj && s->mj->state == MJ_DONE) { /* (only the engine thread moves it from DONE) */
+        mjob *j = s->mj;
+        mask = j->mask;
+        n_ok = j->n_ok;
+        wall = j->wall_ns;
+        cpu = j->cpu_ns;
+        j->state = MJ_IDLE;
+    } else {
+        int64_t t0 = clock_ns(), c0 = thread_cpu_ns();
+        n_ok = gmatch_mask(s->gm, en->mask);
+        if (en->o.mask_spin_us > 0)
+            while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
+        wall = clock_ns() - t0;
+        cpu = thread_cpu_ns() - c0; /* CPU, not wall: a descheduled engine thread is not the grammar's cost */
+    }
+    en->cnt.mask_ns_total += (uint64_t)wall;
+    s->mask_ns += cpu;
     s->n_masks++;
     en->cnt.constrained_tokens_total++;
     int n_vocab = en->m->cfg.n_vocab;
     for (int w = 0; w * 64 < n_vocab; w++) {
-        uint64_t m = en->mask[w];
+        uint64_t m = mask[w];
         if (m == ~0ull) continue;
         int end = MIN(64, n_vocab - w * 64);
         for (int i = 0; i < end; i++)
@@ -1234,6 +1443,10 @@ static void grammar_watch(engine *en, seq *s, int32_t id) {
         }
         if (!hit) return;
         s->gm = gmatch_new(r->grammar, en->o.gvocab);
+        /* (the worker may hold it for another sequence: at most one mask,
+         * once per request) */
+        grammar_lock(r->grammar);
+        s->g_locked = r->grammar;
         size_t tlen = strlen(r->grammar_trigger);
         size_t rest = (size_t)(w + s->n_trig - (hit + tlen));
         if (rest && gmatch_accept_bytes(s->gm, hit + tlen, rest) < 0) {
@@ -1599,6 +1812,7 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     pins_step(en);
     hints_step(en);
     drop_finished_controls(en);
+    sample_held(en);
     en->preempted_this_step = false;
     reserve_decode_slots(en);
 
@@ -1750,8 +1964,51 @@ static bool step_forward(engine *en, const model_batch *b, int n_logits) {
     return true;
 }
 
+/* After s sampled (why: post_token's, or spec_verify's): ends it when it
+ * failed, stopped or reached its length. True when it left the running list. */
+static bool seq_after_sample(engine *en, seq *s, req_finish why) {
+    if (why == REQ_FINISH_ERROR) {
+        list_remove(&en->running, s);
+        seq_finish(en, s, why,
+                   s->fail[0] ? s->fail
+                   : s->gm    ? "no token can be sampled: the model's logits hold NaN/inf, or the grammar allows none"
+                              : "the model's logits hold NaN or inf (a broken model file?)");
+        return true;
+    }
+    if (why == REQ_RUNNING && (s->n_generated >= s->r->max_tokens || s->n_tokens > en->n_ctx))
+        why = REQ_FINISH_LENGTH; /* max_tokens, or the context cannot take the next token */
+    if (why == REQ_RUNNING) return false;
+    list_remove(&en->running, s);
+    seq_finish(en, s, why, NULL);
+    return true;
+}
+
+/* Sits s out of sampling until its mask is in: keeps its logits row. */
+static void seq_hold(engine *en, seq *s, const float *row) {
+    size_t n_vocab = (size_t)en->m->cfg.n_vocab;
+    if (!s->held) s->held = xmalloc(n_vocab * sizeof *s->held);
+    memcpy(s->held, row, n_vocab * sizeof *row);
+    s->held_ok = true;
+    en->n_held++;
+}
+
+/* The sequences that sat out for their masks and whose masks are in now
+ * sample from their kept rows (before the step's plan: they join it). */
+static void sample_held(engine *en) {
+    if (!en->n_held) return;
+    for (int i = 0; i < en->running.n; i++) {
+        seq *s = en->running.v[i];
+        if (!s->held_ok || !mask_gate(en, s)) continue;
+        hold_drop(en, s);
+        req_finish why = post_token(en, s, s->held, NULL);
+        mask_gate_end(en, s, why);
+        if (seq_after_sample(en, s, why)) i--;
+    }
+}
+
 /* Advances each sequence of the batch: computed positions, the prefix
- * index and the disk, then a token for those at their end, and finishing. */
+ * index and the disk, then a token for those at their end (or, when its
+ * mask is not in, its row kept for later: seq_hold), and finishing. */
 static void step_advance(engine *en, int n_bs) {
     int row = 0;
     for (int j = 0, k_end = 0; j < n_bs; j++) {
@@ -1772,33 +2029,26 @@ static void step_advance(engine *en, int n_bs) {
             continue;
         }
         en->cnt.decode_passes_total++;
+        const float *lg = en->logits + (size_t)row * en->m->cfg.n_vocab;
         /* (a forced run at admission may already have reached max_tokens) */
+        if (s->n_generated < s->r->max_tokens && !mask_gate(en, s)) {
+            ASSERT(nd == 0); /* (no worker with speculation) */
+            seq_hold(en, s, lg);
+            row++;
+            continue;
+        }
         spec_row sr = {nd > 0 ? s->draft[0] : -1, dmodel_seq_q(s->dms, 0)}; /* a draft model's: the rule */
-        req_finish why = s->n_generated >= s->r->max_tokens
-                             ? REQ_FINISH_LENGTH
-                             : post_token(en, s, en->logits + (size_t)row * en->m->cfg.n_vocab,
-                                          en->dm && nd > 0 ? &sr : NULL);
+        req_finish why = s->n_generated >= s->r->max_tokens ? REQ_FINISH_LENGTH
+                                                             : post_token(en, s, lg, en->dm && nd > 0 ? &sr : NULL);
         if (nd > 0) {
             why = spec_verify(en, s, n0, nd, row, why);
             row += nd;
             seq_index_computed(en, s);
         }
+        mask_gate_end(en, s, why);
         if (s->dms) dmodel_seq_sync(s->dms, s->tokens, s->n_tokens);
         row++;
-        if (why == REQ_FINISH_ERROR) {
-            list_remove(&en->running, s);
-            seq_finish(en, s, why,
-                       s->fail[0] ? s->fail
-                       : s->gm    ? "no token can be sampled: the model's logits hold NaN/inf, or the grammar allows none"
-                                  : "the model's logits hold NaN or inf (a broken model file?)");
-            continue;
-        }
-        if (why == REQ_RUNNING && (s->n_generated >= s->r->max_tokens || s->n_tokens > en->n_ctx))
-            why = REQ_FINISH_LENGTH; /* max_tokens, or the context cannot take the next token */
-        if (why != REQ_RUNNING) {
-            list_remove(&en->running, s);
-            seq_finish(en, s, why, NULL);
-        }
+        seq_after_sample(en, s, why);
     }
 }
 
@@ -1848,6 +2098,7 @@ static void *engine_thread(void *arg) {
     for (;;) {
         pthread_mutex_lock(&en->mu);
         bool stop = en->stop;
+        uint64_t gen = en->mask_gen;
         bool idle = en->n_submitq == 0 && en->running.n == 0;
         if (!stop && idle) {
             struct timespec dl;
@@ -1868,6 +2119,19 @@ static void *engine_thread(void *arg) {
         if (stop) break;
         bool ran = engine_step(en);
         if (en->o.check) check_state(en);
+        if (!ran && en->n_held > 0) {
+            /* every running sequence waits for its mask: until one is in
+             * (or a request comes, or 20 ms for cancellations) */
+            pthread_mutex_lock(&en->mu);
+            if (en->mask_gen == gen && en->n_submitq == 0 && !en->stop) {
+                struct timespec dl;
+                clock_gettime(CLOCK_MONOTONIC, &dl);
+                dl.tv_nsec += 20 * 1000000L;
+                if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+                pthread_cond_timedwait(&en->cv, &en->mu, &dl);
+            }
+            pthread_mutex_unlock(&en->mu);
+        }
         if (ran && en->o.step_delay_us > 0) {
             struct timespec d = {en->o.step_delay_us / 1000000, (long)(en->o.step_delay_us % 1000000) * 1000L};
             nanosleep(&d, NULL);
@@ -1977,6 +2241,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->cap_clients = (int)MIN((int64_t)o->max_queue + en->o.max_running + 1, (int64_t)ENGINE_MAX_CLIENTS);
     en->clients = xcalloc((size_t)en->cap_clients, sizeof *en->clients);
     pthread_mutex_init(&en->mu, NULL);
+    pthread_mutex_init(&en->mk_mu, NULL);
+    pthread_cond_init(&en->mk_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -2029,6 +2295,13 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
             return rc;
         }
     }
+    if (!o->mask_sync && o->spec == DRAFT_OFF && o->gvocab) {
+        if (pthread_create(&en->mk_thread, NULL, mask_worker, en) != 0) {
+            engine_free(en);
+            return err_set(e, ERR_NOMEM, "cannot start the grammar mask worker thread");
+        }
+        en->mk_on = true;
+    }
     if (pthread_create(&en->thread, NULL, engine_thread, en) != 0) {
         engine_free(en);
         return err_set(e, ERR_NOMEM, "cannot start the engine thread");
@@ -2047,9 +2320,22 @@ void engine_stop(engine *en) {
     en->thread = 0;
 }
 
+/* After the engine thread: its sequences have ended, so the queue is empty
+ * and a running orphan is freed by the worker before it sees mk_stop. */
+static void mask_worker_stop(engine *en) {
+    if (!en->mk_on) return;
+    pthread_mutex_lock(&en->mk_mu);
+    en->mk_stop = true;
+    pthread_cond_broadcast(&en->mk_cv);
+    pthread_mutex_unlock(&en->mk_mu);
+    pthread_join(en->mk_thread, NULL);
+    en->mk_on = false;
+}
+
 void engine_free(engine *en) {
     if (!en) return;
     engine_stop(en);
+    mask_worker_stop(en);
     for (int i = 0; i < en->n_submitq; i++) {
         sched__req_post_finish(en->submitq[i], REQ_FINISH_CANCEL, NULL);
         req_unref(en->submitq[i]);
@@ -2083,6 +2369,8 @@ void engine_free(engine *en) {
     free(en->spec_p);
     pthread_mutex_destroy(&en->mu);
     pthread_cond_destroy(&en->cv);
+    pthread_mutex_destroy(&en->mk_mu);
+    pthread_cond_destroy(&en->mk_cv);
     free(en);
 }
 

@@ -115,6 +115,12 @@ typedef struct engine_opts {
      * allowance) fails with REQ_ERR_MASK_BUDGET (engine.c,
      * mask_over_budget). 0: no budget. */
     int mask_budget_us;
+    /* Masks inside the step, on the engine thread (the path before issue
+     * 26; tests compare the worker's output with it). Default false: a
+     * mask worker thread computes them overlapped with the forward pass
+     * (engine.c, "Masks off the engine thread"); with speculative decoding
+     * masks are always inside the step. */
+    bool mask_sync;
 } engine_opts;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };

@@ -86,6 +86,9 @@ const char *server_usage(void) {
            "  --grammar-mask-budget MS a request's grammar masks may take MS of CPU per token on average\n"
            "                           (after 8 tokens' worth); past it the request fails with a 400\n"
            "                           (default 20, fractions allowed; 0: no budget)\n"
+           "  --grammar-mask-sync      compute grammar masks inside the engine's step (default: on a\n"
+           "                           worker thread, overlapped with the forward pass; a request\n"
+           "                           whose mask is late sits out a step instead of stalling all)\n"
            "  --client-max-running N   one client's running sequences at most (default 0: no cap; the\n"
            "                           fair share preempts a client above it for one below it)\n"
            "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health);\n"
@@ -284,6 +287,8 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
                 rc = err_set(e, ERR_INVALID, "%s: expected milliseconds in [0, 3600000], got '%s'", a, v);
             else
                 o->mask_budget_ms = ms;
+        } else if (!strcmp(a, "--grammar-mask-sync")) {
+            o->mask_sync = true;
         } else if (!strcmp(a, "--client-max-running")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 4096, &o->client_max_running, e);

@@ -54,6 +54,7 @@ typedef struct server_opts {
     int client_max_running;   /* --client-max-running; 0 (default): the fair share only */
     double mask_budget_ms;    /* --grammar-mask-budget: CPU per constrained token of a
                                  request's grammar masks, on average; default 20; 0: none */
+    bool mask_sync;           /* --grammar-mask-sync: masks inside the step (engine_opts) */
     const char *api_key;      /* the first of api_keys (NULL: no key, open server)     */
     /* Every accepted key: --api-key, repeatable, and the lines of
      * --api-key-file. Each key is a client identity (its stored responses,
