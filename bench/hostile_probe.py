@@ -17,8 +17,9 @@ Starts BIN serve on a free port for each probe (stories260K is enough), runs:
   masks        (finding 1; only when named: python3 bench/hostile_probe.py BIN
                MODEL masks; a large vocabulary shows it, e.g. qwen3-tiny.gguf)
                16 chat requests whose schema has the pattern
-               ^([^ ]{1,40} ?){1,60}$ (64 tokens each, --grammar-mask-budget
-               0 so they go on), and meanwhile an unrelated 16-token chat,
+               ^([^ ]{1,40} ?){1,60}$ (8 tokens each at temperature 1, seeds
+               0..15; at the default --grammar-mask-budget each fails after
+               its first masks), and meanwhile an unrelated 16-token chat,
                three times: its seconds, with masks inside the step
                (--grammar-mask-sync) and on the mask worker (the default),
                servers interleaved over ROUNDS (env, 3) rounds; and alone
@@ -150,7 +151,7 @@ def chat(port, body, timeout=600):
 def masks(binary, model):
     heavy = {"messages": [{"role": "user", "content": "Write a short list of words about the sea, the sky, "
                            "ships, gulls and the harbour at dawn, one after another."}],
-             "max_tokens": 64, "temperature": 0,
+             "max_tokens": 8, "temperature": 1,
              "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {
                  "type": "object", "properties": {"t": {"type": "string", "pattern": "^([^ ]{1,40} ?){1,60}$"}},
                  "required": ["t"]}}}}
@@ -159,14 +160,15 @@ def masks(binary, model):
     res = {}
     for rnd in range(int(os.environ.get("ROUNDS", "3"))):
         for name, flags in (("step", ["--grammar-mask-sync"]), ("worker", [])):
-            p, port = start(binary, model, flags + ["--grammar-mask-budget", "0", "--kv-mem", "256M"])
+            p, port = start(binary, model, flags + ["--kv-mem", "256M"])
             chat(port, light)  # warm
             alone = [chat(port, light)[1] for _ in range(3)]
             codes = []
-            th = [threading.Thread(target=lambda: codes.append(chat(port, heavy)[0])) for _ in range(16)]
+            th = [threading.Thread(target=lambda i=i: codes.append(chat(port, dict(heavy, seed=i))[0]))
+                  for i in range(16)]
             for t in th:
                 t.start()
-            time.sleep(1.0)
+            time.sleep(0.5)
             beside = [chat(port, light) for _ in range(3)]
             for t in th:
                 t.join()
