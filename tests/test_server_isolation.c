@@ -598,6 +598,29 @@ static void check_mask_budget(int port) {
     resp_free(&r);
 }
 
+/* ---- the memory accounting's parts beyond requests ---- */
+
+/* On the --kv-disk server: the disk tier's buffers are a part (kv_disk: its
+ * 64 job slots of one block file each, at least); a constrained answer's
+ * grammar, cached after it with no request holding it, is grammar_idle
+ * (before: neither was counted); kvloom_memory_accounted_bytes covers them. */
+static void check_memory_parts(int port) {
+    double disk = metric(port, "kvloom_memory_bytes{part=\"kv_disk\"}");
+    CHECK_MSG(disk >= 64.0 * 16 * 64, "kv_disk part %.0f", disk);
+    resp r;
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n",
+                  "{\"prompt\":\"Once\",\"max_tokens\":8,\"grammar\":\"root ::= [a-z ]{1,30}\"}", &r) == 0);
+    CHECK_MSG(r.status == 200, "constrained: %d %.300s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    usleep(100000); /* a step after it ended publishes the parts */
+    double idle = metric(port, "kvloom_memory_bytes{part=\"grammar_idle\"}");
+    double used = metric(port, "kvloom_memory_bytes{part=\"grammar_caches\"}");
+    double acc = metric(port, "kvloom_memory_accounted_bytes");
+    printf("  memory: kv_disk %.0f, grammar_idle %.0f, grammar_caches %.0f\n", disk, idle, used);
+    CHECK_MSG(idle > 0 && used == 0, "a cached grammar no request holds: idle %.0f, in use %.0f", idle, used);
+    CHECK_MSG(acc >= disk + idle, "accounted %.0f", acc);
+}
+
 /* ---- 12. one client's queue (finding 7) ---- */
 
 /* With --max-running 1 --client-max-queued 1: alice holds the slot and one
@@ -659,6 +682,9 @@ static void check_client_queue(int port) {
     CHECK_MSG(kv > 7.5 * 1048576 && kv <= 8 * 1048576, "kv_pool %.0f for --kv-mem 8M", kv);
     CHECK_MSG(rq > 0, "two requests held, requests part %.0f", rq);
     CHECK_MSG(acc >= w + kv + rq, "accounted %.0f < the parts", acc);
+    /* alice's running stream has a buffer (before: not counted) */
+    double sb = metric(port, "kvloom_http_stream_bytes");
+    CHECK_MSG(sb > 0 && acc >= w + kv + rq + sb, "a stream running: stream bytes %.0f, accounted %.0f", sb, acc);
     if (f1 >= 0) close(f1);
     if (f2 >= 0) close(f2);
     double t0b = su_now();
@@ -668,6 +694,8 @@ static void check_client_queue(int port) {
     usleep(100000); /* a step after the last one ended publishes the parts */
     rq = metric(port, "kvloom_memory_bytes{part=\"requests\"}");
     CHECK_MSG(rq == 0, "nothing held, requests part %.0f", rq);
+    CHECK_MSG(metric(port, "kvloom_http_stream_bytes") == 0, "no stream, stream bytes %.0f",
+              metric(port, "kvloom_http_stream_bytes"));
 }
 
 int main(void) {
@@ -717,6 +745,7 @@ int main(void) {
         check_grammar_limit(two.port);
         check_bounded(two.port);
         check_cache_salt(two.port);
+        check_memory_parts(two.port);
         if (test_n_fail) srv_print_log(&two);
         CHECK_EQ_INT(srv_stop(&two), 0);
         /* the disk tier after a restart (RAM empty): alice's blocks come

@@ -708,6 +708,8 @@ void grammar_ref(grammar *g) {
     if (g) atomic_fetch_add(&g->refs, 1);
 }
 
+int grammar_refs(const grammar *g) { return g ? atomic_load(&((grammar *)g)->refs) : 0; }
+
 void grammar_unref(grammar *g) {
     if (g && atomic_fetch_sub(&g->refs, 1) == 1) grammar_free(g);
 }

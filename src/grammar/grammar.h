@@ -65,6 +65,9 @@ typedef struct gmatch gmatch;
  * that can match nothing at all; ERR_RANGE for the limits above. */
 int grammar_from_gbnf(const char *src, size_t len, grammar **out, err_t *e);
 void grammar_ref(grammar *g);
+/* Its references now (any thread; a snapshot: the constrainer's count of
+ * cached grammars no request holds). */
+int grammar_refs(const grammar *g);
 /* Number of automaton states (its size: linear in the text, with
  * repetitions counted by their bounds). */
 int grammar_n_states(const grammar *g);

@@ -1064,5 +1064,7 @@ void kvdisk_read_drop(kvdisk *d, int slot) {
 void kvdisk_get_stats(kvdisk *d, kvdisk_stats *out) {
     pthread_mutex_lock(&d->mu);
     *out = d->st;
+    out->mem_bytes = (uint64_t)d->n_slots * (sizeof *d->slots + d->file_bytes + (size_t)d->o.block_tokens * 4) +
+                     (uint64_t)d->cap_ents * sizeof *d->ents + ((uint64_t)d->mask + 1) * sizeof *d->table;
     pthread_mutex_unlock(&d->mu);
 }

@@ -111,6 +111,8 @@ typedef struct kvdisk_stats {
     uint64_t evicted;            /* deleted to stay under max_bytes               */
     uint64_t tmp_removed;        /* leftover temporaries deleted at open          */
     uint64_t discovered;         /* files another server wrote, found on lookup   */
+    uint64_t mem_bytes;          /* its memory: the job slots' buffers (one file
+                                    each) and the index                         */
 } kvdisk_stats;
 
 /* A fingerprint of everything that decides a block's bytes: architecture and

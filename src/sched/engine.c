@@ -2452,6 +2452,7 @@ void engine_get_stats(engine *en, engine_stats *out) {
     if (en->disk) { /* the store's own counters, current (its I/O threads move them) */
         kvdisk_stats ds;
         kvdisk_get_stats(en->disk, &ds);
+        out->mem_kv_disk = ds.mem_bytes;
         out->kv_disk_blocks = ds.n_files;
         out->kv_disk_bytes = ds.n_bytes;
         out->kv_disk_read_bytes_total = ds.bytes_read;

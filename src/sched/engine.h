@@ -194,6 +194,9 @@ typedef struct engine_stats {
                                        output (req_token arrays)                 */
     uint64_t mem_grammar_caches;    /* mask and DFA caches of the grammars the
                                        requests use now (each counted once)       */
+    uint64_t mem_grammar_idle;      /* those of the cached grammars no request
+                                       holds (filled by the server: models_stats) */
+    uint64_t mem_kv_disk;           /* the disk tier's buffers and index         */
 } engine_stats;
 
 typedef struct engine engine;

@@ -61,6 +61,15 @@ void constrainer_free(constrainer *c) {
     free(c);
 }
 
+size_t constrainer_idle_bytes(constrainer *c) {
+    size_t b = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n; i++)
+        if (grammar_refs(c->v[i].g) == 1) b += grammar_cache_bytes(c->v[i].g); /* only the cache holds it */
+    pthread_mutex_unlock(&c->mu);
+    return b;
+}
+
 void constrainer_stats(constrainer *c, unsigned long long *hits, unsigned long long *misses) {
     pthread_mutex_lock(&c->mu);
     *hits = c->hits;

@@ -90,6 +90,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +150,7 @@ struct http_server {
     bool draining;
     int n_inflight;      /* exchanges in the handler or streaming            */
     size_t body_bytes;   /* bodies buffered now (max_body_total)             */
+    atomic_size_t stream_bytes; /* streams' buffers (http_stream.buf, capacity) */
     /* the reaper: every open connection and its deadline */
     pthread_mutex_t track_mu; /* guards the list, the deadlines, reaper_stop */
     pthread_cond_t track_cv;
@@ -351,6 +353,7 @@ void http_get_stats(const http_exchange *x, http_stats *out) {
     pthread_mutex_lock(&s->mu);
     out->body_bytes = s->body_bytes;
     pthread_mutex_unlock(&s->mu);
+    out->stream_bytes = atomic_load(&s->stream_bytes);
     pthread_mutex_lock(&s->track_mu);
     out->n_deadline_closed = s->n_reaped;
     out->n_culled = s->n_culled;
@@ -551,6 +554,7 @@ void http_reply(http_exchange *x, int status, const char *content_type, const ch
  * MHD released the response. */
 static void stream_finish(http_stream *s) {
     s->free_fn(s->sctx, s->done && !s->failed && s->delivered);
+    atomic_fetch_sub(&s->srv->stream_bytes, s->buf.cap);
     http_buf_free(&s->buf);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -609,7 +613,9 @@ static void produce(http_stream *s) {
                     s->buf.n -= s->off;
                     s->off = 0;
                 }
+                size_t cap0 = s->buf.cap;
                 http_buf_add(&s->buf, out.p, out.n);
+                if (s->buf.cap != cap0) atomic_fetch_add(&s->srv->stream_bytes, s->buf.cap - cap0);
             }
             if (rc == 0) s->done = true;
         }

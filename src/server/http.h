@@ -227,6 +227,9 @@ const char *http_reason(const http_exchange *x);
 /* The HTTP layer's state for /metrics (any handler may read it). */
 typedef struct http_stats {
     size_t body_bytes;                    /* request bodies held now       */
+    size_t stream_bytes;                  /* streams' buffers now (output
+                                             produced, not yet sent; at most
+                                             about HTTP_STREAM_BUFFER each) */
     unsigned long long n_deadline_closed; /* connections closed past their
                                              header / body / idle deadline */
     unsigned long long n_culled;          /* idle connections closed to make

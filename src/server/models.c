@@ -519,6 +519,7 @@ int models_stats(models *ms, const char *name, engine_stats *st, const char **na
         if (!en->rc || (only && en != only)) continue;
         memset(&st[n], 0, sizeof st[n]);
         if (en->en) engine_get_stats(en->en, &st[n]); /* an encoder has no KV pool */
+        st[n].mem_grammar_idle = constrainer_idle_bytes(en->rc->cons);
         names[n++] = en->name;
     }
     pthread_mutex_unlock(&ms->mu);

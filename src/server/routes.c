@@ -265,7 +265,8 @@ static void handle_metrics(routes_ctx *root, http_exchange *x) {
     metrics_render(rc->met, st, names, n, &b);
     uint64_t accounted = 0;
     for (int i = 0; i < n; i++)
-        accounted += st[i].mem_weights + st[i].mem_kv_pool + st[i].mem_requests + st[i].mem_grammar_caches;
+        accounted += st[i].mem_weights + st[i].mem_kv_pool + st[i].mem_requests + st[i].mem_grammar_caches +
+                     st[i].mem_grammar_idle + st[i].mem_kv_disk;
     free(st);
     free(names);
     http_stats hs;
@@ -278,13 +279,15 @@ static void handle_metrics(routes_ctx *root, http_exchange *x) {
                     "# TYPE kvloom_http_deadline_closed_total counter\nkvloom_http_deadline_closed_total %llu\n"
                     "# HELP kvloom_http_connections Open HTTP connections.\n"
                     "# TYPE kvloom_http_connections gauge\nkvloom_http_connections %d\n"
+                    "# HELP kvloom_http_stream_bytes Streams' output buffers now (produced, not yet sent).\n"
+                    "# TYPE kvloom_http_stream_bytes gauge\nkvloom_http_stream_bytes %zu\n"
                     "# HELP kvloom_http_culled_total Idle connections closed to make room for new ones "
                     "(--max-connections).\n"
                     "# TYPE kvloom_http_culled_total counter\nkvloom_http_culled_total %llu\n"
                     "# HELP kvloom_http_refused_total New connections closed at once (--max-conns-per-ip, or every "
                     "slot in a request).\n"
                     "# TYPE kvloom_http_refused_total counter\nkvloom_http_refused_total %llu\n",
-                    hs.body_bytes, hs.n_deadline_closed, hs.n_connections, hs.n_culled, hs.n_refused);
+                    hs.body_bytes, hs.n_deadline_closed, hs.n_connections, hs.stream_bytes, hs.n_culled, hs.n_refused);
     int n_stored;
     size_t stored_bytes;
     resp_store_stats(rc->responses, &n_stored, &stored_bytes);
@@ -296,10 +299,10 @@ static void handle_metrics(routes_ctx *root, http_exchange *x) {
                     n_stored, stored_bytes);
     http_buf_printf(&b,
                     "# HELP kvloom_memory_accounted_bytes kvloom_memory_bytes of every loaded model, request bodies "
-                    "held and stored responses, together (the process's RSS adds code, libraries, thread stacks, "
-                    "stream buffers and the allocator's slack).\n"
+                    "held, stream buffers and stored responses, together (the process's RSS adds code, libraries, "
+                    "thread stacks, the sockets' kernel buffers and the allocator's slack).\n"
                     "# TYPE kvloom_memory_accounted_bytes gauge\nkvloom_memory_accounted_bytes %llu\n",
-                    (unsigned long long)(accounted + hs.body_bytes + stored_bytes));
+                    (unsigned long long)(accounted + hs.body_bytes + hs.stream_bytes + stored_bytes));
     http_reply(x, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n, NULL, NULL);
     http_buf_free(&b);
 }
