@@ -148,7 +148,10 @@ static void test_type(const wcase *c, pool *pools[4]) {
  * 4-block group (Q4_0: 1, 2, 3), k-blocks (Q4_K: 8 super-blocks; avx2's
  * Q4_0 and MXFP4 pack 64 blocks: 8224 is 4 of them and 1 block) and
  * widths whose prepared activations do not fit one token chunk (Q4_0 and
- * MXFP4 8224, Q4_K 12288; MXFP4 2880 is gpt-oss's width), and the
+ * MXFP4 8224, Q4_K 12288; MXFP4 2880 is gpt-oss's width), avx2's Q8_0
+ * rows-in-lanes path (4 tokens on) over k-chunks of 32 blocks with a last
+ * chunk of 1 block (1056, 8224), of 26 (2880) and rows of 1 and 3 blocks
+ * (the odd block alone in the even accumulators), and the
  * eight-row decode path (up to 3 tokens) on rows cut in two k-chunks (1025
  * blocks). Each output must be bitwise the table's
  * dot product, within rounding of the exact product of the dequantised
@@ -160,7 +163,8 @@ static void test_gemm_ranges(void) {
         int max_tok; /* 0: every n_toks */
     } gcases[] = {
         {DT_Q4_0, 32, 0}, {DT_Q4_0, 64, 0}, {DT_Q4_0, 96, 0}, {DT_Q4_0, 160, 0}, {DT_Q4_0, 224, 0},
-        {DT_Q4_0, 576, 0}, {DT_Q4_0, 8224, 0}, {DT_Q8_0, 96, 0}, {DT_Q8_0, 8224, 0}, {DT_Q4_K, 256, 0},
+        {DT_Q4_0, 576, 0}, {DT_Q4_0, 8224, 0}, {DT_Q8_0, 32, 0}, {DT_Q8_0, 96, 0}, {DT_Q8_0, 1056, 0}, {DT_Q8_0, 2880, 0},
+        {DT_Q8_0, 8224, 0}, {DT_Q4_K, 256, 0},
         {DT_Q4_K, 768, 0}, {DT_Q4_K, 2304, 0}, {DT_Q4_K, 12288, 0}, {DT_Q5_K, 768, 0}, {DT_Q6_K, 256, 0},
         {DT_Q6_K, 2304, 0}, {DT_Q6_K, 12288, 0}, {DT_MXFP4, 32, 0}, {DT_MXFP4, 96, 0}, {DT_MXFP4, 2880, 0},
         {DT_MXFP4, 8224, 0}, {DT_Q4_0, 32800, 3}, {DT_MXFP4, 32800, 3},

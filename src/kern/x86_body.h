@@ -246,29 +246,149 @@ static inline int kx_q8_sum(const block_q8_0 *a) {
 #ifdef KX_Q0_TILE_OK
 KX_Q0_TILE(q8_0_tile, block_q8_0, wload_q8_0)
 
-#define KX_Q0_GEMM_FN(NAME, BT, TILE)                                                               \
-    static void NAME(const kern_mat *wm, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, \
-                     float *y, int64_t ldy) {                                                       \
-        const int64_t nb = wm->n_in / QK8_0;                                                        \
-        const uint8_t *wd = wm->data;                                                               \
-        for (int t0 = 0; t0 < n_tok; t0 += KX_TOK_CHUNK) {                                          \
-            const int t1 = MIN(n_tok, t0 + KX_TOK_CHUNK);                                           \
-            for (int64_t r = r0; r < r1; r++) {                                                     \
-                const BT *w = (const BT *)(wd + (size_t)r * wm->row_bytes);                         \
-                int t = t0;                                                                         \
-                for (; t + 4 <= t1; t += 4)                                                         \
-                    TILE(4, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); \
-                switch (t1 - t) {                                                                   \
-                case 3: TILE(3, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break; \
-                case 2: TILE(2, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break; \
-                case 1: TILE(1, nb, w, (const uint8_t *)act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break; \
-                }                                                                                   \
-            }                                                                                       \
-        }                                                                                           \
+/* Rows r0..r1-1 of the one-row tile for the tokens [t0, t1). */
+static void q8_0_rows(const kern_mat *wm, int64_t r0, int64_t r1, const uint8_t *act, size_t arb, int t0, int t1,
+                      float *y, int64_t ldy) {
+    const int64_t nb = wm->n_in / QK8_0;
+    for (int64_t r = r0; r < r1; r++) {
+        const block_q8_0 *w = (const block_q8_0 *)((const uint8_t *)wm->data + (size_t)r * wm->row_bytes);
+        int t = t0;
+        for (; t + 4 <= t1; t += 4) q8_0_tile(4, nb, w, act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy);
+        switch (t1 - t) {
+        case 3: q8_0_tile(3, nb, w, act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break;
+        case 2: q8_0_tile(2, nb, w, act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break;
+        case 1: q8_0_tile(1, nb, w, act + (size_t)t * arb, arb, y + (size_t)t * ldy + r, ldy); break;
+        }
     }
-#define KX_TOK_CHUNK 64
-KX_Q0_GEMM_FN(gemm_q8_0, block_q8_0, q8_0_tile)
-#undef KX_TOK_CHUNK
+}
+
+/* ---- Q8_0 with rows in lanes (4 tokens and more) ------------------------------
+ * The one-row tile spends, per (row, token, block), a sign, maddubs, madd,
+ * convert and FMA on the 8 lanes of the block's products plus, in scalar,
+ * the f16 activation scale's convert, the product d_w * d_a and its
+ * broadcast: about 8 vector-unit operations, so with 8 sequences decoding
+ * together the Q8_0 matrices (gpt-oss's attention and its 0.62 GB output
+ * matrix) run below the memory's speed. Here 8 rows' blocks are transposed
+ * (q8p_pack, per call into a stack buffer in L1, as oct_pack does) so that
+ * vector j of a block holds elements 4j..4j+3 of each of the 8 rows, lane r
+ * being row r. Against the activation block's dword j broadcast to every
+ * lane, the sign trick, maddubs and madd give in lane r exactly the integer
+ * that lane j of KX_Q0_DOT's mm_dot_i8 gives for row r; its convert and FMA
+ * into accumulator j (even or odd block, as KX_Q0_DOT's acc0/acc1) with the
+ * 8 rows' d_w times d_a as one vector are KX_Q0_DOT's float steps in its
+ * order, and q8p_finish adds the accumulators in hsum_ps's order. So every
+ * element is bitwise the table's dot product (test_matmul), and the
+ * AVX-512 table, which keeps its own Q8_0 gemm and dot in that same float
+ * order, still agrees with this one to the bit. Per (row, token, block) the
+ * scalar work is gone and the vector work is about 5 operations.
+ * The 16 accumulators of a token do not fit in registers beside the
+ * operands, so a token runs its even blocks, then its odd ones (8 each),
+ * and they wait between k-chunks in a carry buffer (cr, stack). */
+#define KX_Q8P_KB 32 /* blocks per packed k-chunk: 16 KB of packed weights; even, so parity is the block's */
+#define KX_Q8P_TC 64 /* tokens per chunk: 32 KB of carried accumulators */
+#define KX_Q8P_PMIN 4
+
+/* Blocks [0, n) of rows r..r+7 (row stride rb from w0): wl[16 i + j] holds
+ * dword j (elements 4j..4j+3) of the 8 rows as signed bytes, wl[16 i + 8 + j]
+ * their absolute values (as unsigned bytes, -128 -> 128), dl[i] the 8 rows'
+ * d_w. An 8 x 8 dword transpose: unpacks of 32 and 64 bits, then the
+ * 128-bit halves of rows 0-3 and 4-7 joined. */
+static inline __attribute__((always_inline)) void q8p_pack(const uint8_t *w0, size_t rb, int n, __m256i *wl,
+                                                          __m256 *dl) {
+    for (int i = 0; i < n; i++) {
+        const uint8_t *b[8];
+        __m256i v[8];
+        _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
+            b[r] = w0 + (size_t)r * rb + (size_t)i * sizeof(block_q8_0);
+            v[r] = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)b[r])->qs);
+        }
+        __m256i u[8];
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const __m256i *q = v + 4 * h;
+            const __m256i l01 = _mm256_unpacklo_epi32(q[0], q[1]), h01 = _mm256_unpackhi_epi32(q[0], q[1]);
+            const __m256i l23 = _mm256_unpacklo_epi32(q[2], q[3]), h23 = _mm256_unpackhi_epi32(q[2], q[3]);
+            /* u[4h + k]: dword k (low 128 bits) and k + 4 (high) of rows 4h..4h+3 */
+            u[4 * h + 0] = _mm256_unpacklo_epi64(l01, l23);
+            u[4 * h + 1] = _mm256_unpackhi_epi64(l01, l23);
+            u[4 * h + 2] = _mm256_unpacklo_epi64(h01, h23);
+            u[4 * h + 3] = _mm256_unpackhi_epi64(h01, h23);
+        }
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const __m256i lo = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+            const __m256i hi = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+            _mm256_store_si256(&wl[16 * i + k], lo);
+            _mm256_store_si256(&wl[16 * i + 4 + k], hi);
+            _mm256_store_si256(&wl[16 * i + 8 + k], _mm256_sign_epi8(lo, lo));
+            _mm256_store_si256(&wl[16 * i + 12 + k], _mm256_sign_epi8(hi, hi));
+        }
+#define KX_D(r) ((short)((const block_q8_0 *)b[r])->d)
+        dl[i] = _mm256_cvtph_ps(_mm_setr_epi16(KX_D(0), KX_D(1), KX_D(2), KX_D(3), KX_D(4), KX_D(5), KX_D(6), KX_D(7)));
+#undef KX_D
+    }
+}
+
+/* One token's blocks par, par + 2, ... < n of the packed rows (ab: the
+ * token's activation blocks of this k-chunk) into acc[0..8). */
+static inline __attribute__((always_inline)) void q8p_run(const __m256i *wl, const __m256 *dl, int n, int par,
+                                                         const block_q8_0 *ab, __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = par; i < n; i += 2) {
+        const __m256 d = _mm256_mul_ps(dl[i], _mm256_set1_ps(f16s(ab[i].d)));
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+            int32_t q;
+            memcpy(&q, ab[i].qs + 4 * j, 4);
+            const __m256i s = _mm256_sign_epi8(_mm256_set1_epi32(q), _mm256_load_si256(&wl[16 * i + j]));
+            const __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_load_si256(&wl[16 * i + 8 + j]), s), ones);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(l), d, acc[j]);
+        }
+    }
+}
+
+/* The 8 rows of one token from its carried accumulators (even c[0..8), odd
+ * c[8..16)): lane j of KX_Q0_DOT's acc0 + acc1 is c[j] + c[8 + j], summed
+ * as hsum_ps sums lanes. */
+static inline void q8p_finish(const __m256 *c, float *y) {
+    __m256 v[8];
+    for (int j = 0; j < 8; j++) v[j] = _mm256_add_ps(c[j], c[8 + j]);
+    const __m256 a = _mm256_add_ps(_mm256_add_ps(v[0], v[4]), _mm256_add_ps(v[2], v[6]));
+    const __m256 b = _mm256_add_ps(_mm256_add_ps(v[1], v[5]), _mm256_add_ps(v[3], v[7]));
+    _mm256_storeu_ps(y, _mm256_add_ps(a, b));
+}
+
+static void gemm_q8_0(const kern_mat *wm, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, float *y,
+                      int64_t ldy) {
+    const int64_t nb = wm->n_in / QK8_0;
+    const uint8_t *wd = wm->data, *ab = act;
+    const size_t rb = wm->row_bytes;
+    const int64_t r8 = r0 + ((r1 - r0) & ~(int64_t)7);
+    __m256i wl[16 * KX_Q8P_KB];
+    __m256 dl[KX_Q8P_KB], cr[16 * KX_Q8P_TC];
+    for (int t0 = 0; t0 < n_tok; t0 += KX_Q8P_TC) {
+        const int t1 = MIN(n_tok, t0 + KX_Q8P_TC), nt = t1 - t0;
+        if (nt < KX_Q8P_PMIN) {
+            q8_0_rows(wm, r0, r1, ab, arb, t0, t1, y, ldy);
+            continue;
+        }
+        for (int64_t r = r0; r < r8; r += 8) {
+            for (int k = 0; k < 16 * nt; k++) cr[k] = _mm256_setzero_ps();
+            for (int64_t i0 = 0; i0 < nb; i0 += KX_Q8P_KB) {
+                const int n = (int)MIN(KX_Q8P_KB, nb - i0);
+                q8p_pack(wd + (size_t)r * rb + (size_t)i0 * sizeof(block_q8_0), rb, n, wl, dl);
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_0 *at = (const block_q8_0 *)(ab + (size_t)(t0 + t) * arb) + i0;
+                    __m256 acc[8];
+                    _Pragma("GCC unroll 2") for (int par = 0; par < 2; par++) {
+                        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) acc[j] = cr[16 * t + 8 * par + j];
+                        q8p_run(wl, dl, n, par, at, acc);
+                        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) cr[16 * t + 8 * par + j] = acc[j];
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) q8p_finish(cr + 16 * t, y + (size_t)(t0 + t) * ldy + r);
+        }
+        q8_0_rows(wm, r8, r1, ab, arb, t0, t1, y, ldy);
+    }
+}
 
 #define KX_DOT_Q8_0 dot_q8_0
 #define KX_DOT_Q4_0 dot_q4_0r
