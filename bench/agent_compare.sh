@@ -8,7 +8,8 @@
 #   bench/agent_compare.sh MODEL.gguf [agentbench flags...]
 #   env: KVLOOM_BIN (build/kvloom), LLAMA_SERVER (unset: kvloom only),
 #        THREADS (2), KV_MEM (2G), NP (8, llama-server slots), CTX (16384),
-#        WORKLOADS ("agents flat")
+#        WORKLOADS ("agents flat"), KEEP (a directory: the servers' logs and
+#        agentbench's JSON summaries are kept there instead of removed)
 #
 # llama-server gets its best prefix-reuse settings: cache_prompt on (sent by
 # agentbench), -np 8 parallel slots, continuous batching (its default).
@@ -22,12 +23,13 @@ NP=${NP:-8}
 CTX=${CTX:-16384}
 WORKLOADS=${WORKLOADS:-agents flat}
 SHARED=${KVLOOM_SHARED:-../shared}
-OUT=$(mktemp -d)
+OUT=${KEEP:-$(mktemp -d)}
+mkdir -p "$OUT"
 PY=/usr/bin/python3
 PORT_K=18431
 PORT_L=18432
 pids=""
-trap 'for p in $pids; do kill $p 2>/dev/null; done; rm -rf "$OUT"' EXIT
+trap 'for p in $pids; do kill $p 2>/dev/null; done; [ -n "${KEEP:-}" ] || rm -rf "$OUT"' EXIT
 
 wait_up() { # url
     i=0
@@ -75,11 +77,13 @@ def get(s, key):
     for k in key.split("."):
         v = v.get(k) if isinstance(v, dict) else None
     return v
-print("| server | workload | ok/req | wall s | out tok/s | TTFT p50 ms | TTFT p90 ms | TPOT p50 ms | cache hit |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| server | workload | ok/req | wall s | out tok/s | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | TPOT p50 ms "
+      "| cache hit | cache hit (resumed turns) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for (label, w), s in sorted(rows.items()):
     print(f"| {label} | {w} | {s['ok']}/{s['requests']} | {s['wall_s']} | {get(s,'out_tok_per_s')} | "
-          f"{get(s,'ttft_ms.p50')} | {get(s,'ttft_ms.p90')} | {get(s,'tpot_ms.p50')} | {get(s,'cache_hit_frac')} |")
+          f"{get(s,'ttft_ms.p50')} | {get(s,'ttft_ms.p90')} | {get(s,'ttft_ms.p99')} | {get(s,'tpot_ms.p50')} | "
+          f"{get(s,'cache_hit_frac')} | {get(s,'resume_cache_hit_frac')} |")
 for w in ("agents", "flat"):
     k, l = rows.get(("kvloom", w)), rows.get(("llama", w))
     if k and l:
