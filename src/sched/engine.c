@@ -1233,6 +1233,13 @@ static int64_t thread_cpu_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* --mask-spin-us (testing): a mask that started at CPU time c0 takes at
+ * least that long. */
+static void mask_spin(const engine *en, int64_t c0) {
+    if (en->o.mask_spin_us > 0)
+        while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
+}
+
 /* The mask worker's loop ("Masks off the engine thread"). */
 static void *mask_worker(void *arg) {
     engine *en = arg;
@@ -1253,8 +1260,7 @@ static void *mask_worker(void *arg) {
         grammar_lock(g);
         int64_t c0 = thread_cpu_ns();
         int n_ok = gmatch_mask(j->gm, j->mask);
-        if (en->o.mask_spin_us > 0)
-            while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
+        mask_spin(en, c0);
         int64_t cpu = thread_cpu_ns() - c0;
         grammar_unlock(g);
         int64_t wall = clock_ns() - t0;
@@ -1354,8 +1360,7 @@ static int apply_mask(engine *en, seq *s, float *lg) {
     } else {
         int64_t t0 = clock_ns(), c0 = thread_cpu_ns();
         n_ok = gmatch_mask(s->gm, en->mask);
-        if (en->o.mask_spin_us > 0)
-            while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
+        mask_spin(en, c0);
         wall = clock_ns() - t0;
         cpu = thread_cpu_ns() - c0; /* CPU, not wall: a descheduled engine thread is not the grammar's cost */
     }
@@ -2093,6 +2098,15 @@ static void check_state(engine *en) {
     if (refs != held) PANIC("engine: %ld pool references but %ld held", refs, held);
 }
 
+/* CLOCK_MONOTONIC 20 ms from now (en->cv's clock): the engine's idle waits. */
+static struct timespec mono_in_20ms(void) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_nsec += 20 * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    return dl;
+}
+
 static void *engine_thread(void *arg) {
     engine *en = arg;
     for (;;) {
@@ -2101,10 +2115,7 @@ static void *engine_thread(void *arg) {
         uint64_t gen = en->mask_gen;
         bool idle = en->n_submitq == 0 && en->running.n == 0;
         if (!stop && idle) {
-            struct timespec dl;
-            clock_gettime(CLOCK_MONOTONIC, &dl);
-            dl.tv_nsec += 20 * 1000000L;
-            if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+            struct timespec dl = mono_in_20ms();
             /* Live pins expire on time while nothing runs too (a second
              * late at most): their blocks go back to the pool and /metrics
              * shows them gone, not only at the next arrival. */
@@ -2124,10 +2135,7 @@ static void *engine_thread(void *arg) {
              * (or a request comes, or 20 ms for cancellations) */
             pthread_mutex_lock(&en->mu);
             if (en->mask_gen == gen && en->n_submitq == 0 && !en->stop) {
-                struct timespec dl;
-                clock_gettime(CLOCK_MONOTONIC, &dl);
-                dl.tv_nsec += 20 * 1000000L;
-                if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+                struct timespec dl = mono_in_20ms();
                 pthread_cond_timedwait(&en->cv, &en->mu, &dl);
             }
             pthread_mutex_unlock(&en->mu);
