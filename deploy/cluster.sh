@@ -111,6 +111,7 @@ EOF
     http-check expect status 200
     default-server check inter 500ms fall 2 rise 1 observe layer4 error-limit 1 on-error mark-down
     http-response set-header X-Kvloom-Replica %s
+    http-response lua.kvloom_done
 EOF
     i=1
     while [ $i -le "$n_slots" ]; do

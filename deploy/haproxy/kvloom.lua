@@ -463,3 +463,15 @@ core.register_action("kvloom_route", { "http-req" }, function(txn)
         end
     end
 end, 0)
+
+-- A routed request stops being pending when its answer starts (the
+-- server's own counters, polled, hold it from then on). Without this,
+-- pending counted every request routed since the last poll, finished or
+-- not: short requests sent one after another made an idle replica look as
+-- loaded as one with six long generations, and new sessions went to the
+-- hot one (deploy_test: 3 of 24 in a CI run).
+core.register_action("kvloom_done", { "http-res" }, function(txn)
+    local nm = txn:get_var("txn.kvloom_srv")
+    local s = nm and servers[nm]
+    if s and s.pending > 0 then s.pending = s.pending - 1 end
+end, 0)
