@@ -253,8 +253,35 @@ static void test_validation(void) {
     CHECK_MSG(strstr(e.msg, "chat template") && strstr(e.msg, "1:"), "%s", e.msg);
 }
 
+/* chat_tmpl_one_call: Llama 3.1/3.2's templates raise on two calls in a
+ * message (and render one); the others and the ChatML fallback take both. */
+static void test_one_call(void) {
+    static const struct {
+        const char *file;
+        bool one;
+    } cases[] = {{"llama31.jinja", true}, {"llama32.jinja", true},  {"qwen3.jinja", false}, {"smollm2.jinja", false},
+                 {"gpt-oss.jinja", false}, {"mistral-v03.jinja", false}, {NULL, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[256], *src = NULL;
+        if (cases[i].file) {
+            snprintf(path, sizeof path, FIX "%s", cases[i].file);
+            src = read_text(path);
+            CHECK_MSG(src != NULL, "one call: %s", path);
+            if (!src) continue;
+        }
+        chat_tmpl *t = NULL;
+        err_t e = {0};
+        CHECK_EQ_INT(chat_tmpl_new(src, &t, &e), 0);
+        CHECK_MSG(chat_tmpl_one_call(t) == cases[i].one, "one call: %s: %d, want %d",
+                  cases[i].file ? cases[i].file : "(ChatML fallback)", chat_tmpl_one_call(t), cases[i].one);
+        chat_tmpl_free(t);
+        free(src);
+    }
+}
+
 int main(void) {
     run_cases();
+    test_one_call();
     test_fallback_reasons();
     test_validation();
     return test_summary("test_chat");

@@ -27,6 +27,7 @@
 struct chat_tmpl {
     jinja_tmpl *tmpl;
     char *fallback_reason; /* NULL: the model's own template */
+    bool one_call;         /* refuses two tool calls in one message */
 };
 
 /* The fallback: plain ChatML. Assistant tool calls are written Hermes-style
@@ -57,6 +58,36 @@ static const char CHATML_TEMPLATE[] =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+/* Whether the template renders a conversation whose assistant message
+ * holds n tool calls (then their results and a generation prompt). */
+static bool renders_calls(const chat_tmpl *t, int n) {
+    json_t *tools = json_pack("[{s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s}}}}}]", "type", "function", "function", "name",
+                              "probe", "description", "probe", "parameters", "type", "object", "properties", "a",
+                              "type", "integer");
+    json_t *calls = json_array(), *msgs = json_array();
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", "probe"));
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "call_%d", i);
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                                               "name", "probe", "arguments", "{\"a\": 1}"));
+    }
+    json_array_append_new(msgs, json_pack("{s:s, s:n, s:o}", "role", "assistant", "content", "tool_calls", calls));
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "call_%d", i);
+        json_array_append_new(msgs, json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", id, "content", "1"));
+    }
+    chat_opts o = {.add_generation_prompt = true, .tools = tools};
+    char *out = NULL;
+    err_t e = {0};
+    const bool ok = tools && chat_render(t, msgs, &o, &out, &e) == 0;
+    free(out);
+    json_decref(msgs);
+    json_decref(tools);
+    return ok;
+}
+
 int chat_tmpl_new(const char *template_src, chat_tmpl **out, err_t *e) {
     chat_tmpl *t = xcalloc(1, sizeof *t);
     char reason[512];
@@ -64,6 +95,12 @@ int chat_tmpl_new(const char *template_src, chat_tmpl **out, err_t *e) {
     if (template_src && *template_src) {
         err_t pe = {0};
         if (jinja_parse(template_src, strlen(template_src), &t->tmpl, &pe) == 0) {
+            /* Llama 3.1/3.2's templates raise_exception on a message with
+             * two calls: then a server asks the model for one call per
+             * answer, else the client's next turn (the calls sent back)
+             * could not be rendered. A template that cannot render even
+             * one call is not marked (it has no tool calls at all). */
+            t->one_call = renders_calls(t, 1) && !renders_calls(t, 2);
             *out = t;
             return 0;
         }
@@ -81,6 +118,8 @@ int chat_tmpl_new(const char *template_src, chat_tmpl **out, err_t *e) {
 }
 
 const char *chat_tmpl_fallback_reason(const chat_tmpl *t) { return t ? t->fallback_reason : NULL; }
+
+bool chat_tmpl_one_call(const chat_tmpl *t) { return t && t->one_call; }
 
 void chat_tmpl_free(chat_tmpl *t) {
     if (!t) return;

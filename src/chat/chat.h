@@ -67,6 +67,13 @@ int chat_tmpl_new(const char *template_src, chat_tmpl **out, err_t *e);
  * unsupported filter 'wordwrap'"). Owned by the template. */
 const char *chat_tmpl_fallback_reason(const chat_tmpl *t);
 
+/* True when the template renders an assistant message with one tool call
+ * but refuses one with two (Llama 3.1 and 3.2 raise "This model only
+ * supports single tool-calls at once!"): probed once by chat_tmpl_new. A
+ * server then allows one call per answer (parallel_tool_calls false), so
+ * the calls a client sends back can be rendered. */
+bool chat_tmpl_one_call(const chat_tmpl *t);
+
 /* Frees a template; NULL is a no-op. */
 void chat_tmpl_free(chat_tmpl *t);
 

@@ -247,9 +247,10 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
         goto fail;
     }
     bool reasoning = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "<think>");
-    log_info("serve: %s: tool calls in the %s format (%s)%s", en->name, tc_format_name(tool_format),
+    log_info("serve: %s: tool calls in the %s format (%s)%s%s", en->name, tc_format_name(tool_format),
              o->tool_format && strcmp(o->tool_format, "auto") ? "--tool-format" : "from the chat template",
-             reasoning ? "; reasoning split at <think>" : "");
+             reasoning ? "; reasoning split at <think>" : "",
+             chat_tmpl_one_call(chat) ? "; one call per answer (the template refuses two in a message)" : "");
     int64_t t_gv = clock_ns();
     en->gv = constrain_vocab_new(en->tk);
     log_info("serve: grammar vocabulary of %d tokens in %.1f ms", tok_n_vocab(en->tk), (double)(clock_ns() - t_gv) / 1e6);
@@ -315,6 +316,7 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     rc->tool_format = tool_format;
     rc->reasoning = reasoning;
     rc->template_calls = !chat_tmpl_fallback_reason(chat) && tmpl_src && strstr(tmpl_src, "tool_calls");
+    rc->one_call = chat_tmpl_one_call(chat);
     rc->cons = constrainer_new(32, ms->shared->o->grammar_cache_bytes);
     rc->max_piece_bytes = 0;
     for (int32_t id = 0; id < tok_n_vocab(en->tk); id++) {

@@ -488,6 +488,12 @@ static void handle_props(routes_ctx *rc, http_exchange *x) {
                           "eos_token", oai_text_json(eos ? eos : "", eos ? strlen(eos) : 0), "build_info",
                           "kvloom " KVLOOM_VERSION, "version", KVLOOM_VERSION, "is_sleeping", 0);
     free(tmpl);
+    /* llama-server's names: whether the template writes assistant calls
+     * (without, kvloom explains the calls in a system message), and whether
+     * an answer may hold several (not when the template refuses them) */
+    if (o) json_object_set_new(o, "chat_template_caps",
+                               json_pack("{s:b, s:b}", "supports_tool_calls", rc->template_calls,
+                                         "supports_parallel_tool_calls", !rc->one_call));
     reply_json(rc, x, 200, o, f0);
     json_decref(o);
 }

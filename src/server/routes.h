@@ -29,6 +29,8 @@ typedef struct routes_ctx {
     tc_format tool_format;   /* the template's tool-call syntax                */
     bool reasoning;          /* the template writes <think>...</think>         */
     bool template_calls;     /* the template writes assistant tool_calls       */
+    bool one_call;           /* the template takes one call per message
+                                (chat_tmpl_one_call): answers hold one call   */
     constrainer *cons;       /* request fields -> grammars, with a cache       */
     struct resp_store *responses; /* stored Responses-API answers (apis.h)      */
     engine *en;              /* generation and decoder embeddings; NULL for an
