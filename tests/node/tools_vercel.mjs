@@ -191,6 +191,25 @@ async function main() {
   // the limit cuts the next, so there each step must end with one complete
   // call or a cut first one ("length"), and the loop must go on with it.
   const caps = (await (await fetch(baseURL.replace(/\/v1$/, "") + "/props")).json()).chat_template_caps || {};
+  // One tool loop of two steps (a forced call, then text) at maxOutputTokens
+  // 45; resolves to its steps once every logged request has ended.
+  const cutLoop = async (executed, seed, stream, what) => {
+    const args = {
+      model, tools: makeTools(executed), prompt: "Weather in Paris, Oslo and Rome?",
+      prepareStep: ({ stepNumber }) => (stepNumber === 0 ? { toolChoice: "required" } : { toolChoice: "none" }),
+      temperature: 1, seed, maxOutputTokens: 45, stopWhen: stepCountIs(2), maxRetries: 0, abortSignal: signal(),
+    };
+    let steps;
+    if (stream) {
+      const r = streamText({ ...args, onError: ({ error }) => check(false, `${what}: error`, String(error)) });
+      for await (const _ of r.fullStream) { /* drain */ }
+      steps = await r.steps;
+    } else {
+      steps = (await generateText(args)).steps;
+    }
+    await Promise.all(log.map((e) => e.done));
+    return steps;
+  };
   for (const stream of [false, true]) {
     const what = `cut by maxOutputTokens${stream ? ", streamed" : ""}`;
     if (caps.supports_parallel_tool_calls === false) {
@@ -199,20 +218,7 @@ async function main() {
         for (let seed = 1; seed <= 4; seed++) {
           const executed = [];
           const n0 = log.length;
-          const args = {
-            model, tools: makeTools(executed), prompt: "Weather in Paris, Oslo and Rome?",
-            prepareStep: ({ stepNumber }) => (stepNumber === 0 ? { toolChoice: "required" } : { toolChoice: "none" }),
-            temperature: 1, seed, maxOutputTokens: 45, stopWhen: stepCountIs(2), maxRetries: 0, abortSignal: signal(),
-          };
-          let steps;
-          if (stream) {
-            const r = streamText({ ...args, onError: ({ error }) => check(false, `${what}: error`, String(error)) });
-            for await (const _ of r.fullStream) { /* drain */ }
-            steps = await r.steps;
-          } else {
-            steps = (await generateText(args)).steps;
-          }
-          await Promise.all(log.map((e) => e.done));
+          const steps = await cutLoop(executed, seed, stream, what);
           const s0 = steps[0];
           const valid = s0 ? s0.toolCalls.filter((tc) => !tc.invalid) : [];
           check(valid.length <= 1, `${what} seed ${seed}: at most one call per answer`, s0 && s0.toolCalls);
@@ -233,20 +239,7 @@ async function main() {
       for (let seed = 1; seed <= 8 && cut < 2; seed++) {
         const executed = [];
         const n0 = log.length;
-        const args = {
-          model, tools: makeTools(executed), prompt: "Weather in Paris, Oslo and Rome?",
-          prepareStep: ({ stepNumber }) => (stepNumber === 0 ? { toolChoice: "required" } : { toolChoice: "none" }),
-          temperature: 1, seed, maxOutputTokens: 45, stopWhen: stepCountIs(2), maxRetries: 0, abortSignal: signal(),
-        };
-        let steps;
-        if (stream) {
-          const r = streamText({ ...args, onError: ({ error }) => check(false, `${what}: error`, String(error)) });
-          for await (const _ of r.fullStream) { /* drain */ }
-          steps = await r.steps;
-        } else {
-          steps = (await generateText(args)).steps;
-        }
-        await Promise.all(log.map((e) => e.done));
+        const steps = await cutLoop(executed, seed, stream, what);
         const first = log[n0] && log[n0].body;
         check(first && first.parallel_tool_calls === undefined && first.max_tokens === 45,
               `${what}: parallel_tool_calls left at its default`, first);
