@@ -505,12 +505,13 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     char *relaxed = NULL;
     /* a template that refuses two calls in a message gets one per answer
      * (whatever parallel_tool_calls says: the client would send them back) */
+    const oai_params *pc = p;
     oai_params one;
     if (rc->one_call && p->parallel_tool_calls) {
         one = *p;
         one.parallel_tool_calls = false;
+        pc = &one;
     }
-    const oai_params *pc = rc->one_call && p->parallel_tool_calls ? &one : p;
     if (constrain_request(rc->cons, pc, rc->tool_format, &gr, &trigger, &f->param, &relaxed, &f->e) < 0) goto fail;
     if (relaxed) snprintf(f->relaxed, sizeof f->relaxed, "%s", relaxed);
     free(relaxed);
