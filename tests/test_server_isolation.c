@@ -701,6 +701,86 @@ static void check_client_queue(int port) {
               metric(port, "kvloom_http_stream_bytes"));
 }
 
+/* --api-key-file with priority classes: parsing (a key's class; a bad
+ * class word is refused naming its line) */
+static void check_key_file_parse(void) {
+    char path[] = "/tmp/kvloom_keys_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    const char *good = "# tenants\n  alice  \nbatchy batch\ncarol interactive\ndave\tpriority=7\n";
+    CHECK(write(fd, good, strlen(good)) == (ssize_t)strlen(good));
+    close(fd);
+    server_opts o;
+    server_opts_default(&o);
+    err_t e = {0};
+    char *argv[] = {"--api-key-file", path, NULL};
+    CHECK_MSG(server_parse_args(2, argv, &o, &e) == 0, "good key file: %s", e.msg);
+    CHECK_EQ_INT(o.n_api_keys, 4);
+    static const char *const want_key[] = {"alice", "batchy", "carol", "dave"};
+    static const int want_prio[] = {0, SERVER_PRIORITY_BATCH, 0, 7};
+    for (int i = 0; i < 4 && i < o.n_api_keys; i++) {
+        CHECK_MSG(!strcmp(o.api_keys[i], want_key[i]), "key %d: '%s'", i, o.api_keys[i]);
+        CHECK_EQ_INT(o.api_key_priority[i], want_prio[i]);
+    }
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("alice\nbatchy urgent\n", f);
+        fclose(f);
+    }
+    server_opts_default(&o);
+    e.msg[0] = 0;
+    CHECK(server_parse_args(2, argv, &o, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "line 2") && strstr(e.msg, "'urgent' is not a priority class"), "bad class: %s", e.msg);
+    unlink(path);
+}
+
+/* One slot (--max-running 1). `holder` streams a long answer; once it
+ * runs, alice (interactive) sends a short request. Returns the fair
+ * preemptions that took: the holder yields only when its class is larger
+ * than alice's. */
+static double preempted_for_alice(int port, const char *holder, const char *extra) {
+    char h[128], body[256];
+    snprintf(h, sizeof h, "Authorization: Bearer %s\r\n", holder);
+    snprintf(body, sizeof body, "{\"prompt\":\"Once\",\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true%s}", extra);
+    double p0 = metric(port, "kvloom_fair_preemptions_total");
+    int fd = su_send_request(port, "POST", "/v1/completions", h, body, strlen(body), 30);
+    CHECK(fd >= 0);
+    CHECK_MSG(su_read_until(fd, "data: ", 20), "%s's stream gave no token", holder);
+    resp r;
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n",
+                  "{\"prompt\":\"Once\",\"max_tokens\":2}", &r) == 0);
+    CHECK_MSG(r.status == 200, "alice beside %s: %d %.200s", holder, r.status, r.body ? r.body : "");
+    resp_free(&r);
+    double d = metric(port, "kvloom_fair_preemptions_total") - p0;
+    if (fd >= 0) close(fd);
+    double t0 = su_now();
+    while ((metric(port, "kvloom_requests_running") > 0 || metric(port, "kvloom_requests_waiting") > 0) &&
+           su_now() - t0 < 20)
+        usleep(20000);
+    return d;
+}
+
+/* A key's class applies to its requests: a batch key's stream yields its
+ * slot to an interactive request, also when it asks for priority 0 (the
+ * key's class is the most urgent it may have); an interactive key's does
+ * not (same class: one slot each is the fair share), and an interactive
+ * key may still ask for a larger class. */
+static void check_key_classes(int port) {
+    su_metrics_headers = "Authorization: Bearer alice\r\n";
+    double d_batch = preempted_for_alice(port, "batchy", "");
+    double d_batch0 = preempted_for_alice(port, "batchy", ",\"priority\":0");
+    double d_inter = preempted_for_alice(port, "carol", "");
+    double d_inter5 = preempted_for_alice(port, "carol", ",\"priority\":5");
+    printf("  key classes: fair preemptions for alice: batch key %.0f, batch key asking 0 %.0f, interactive %.0f, "
+           "interactive asking 5 %.0f\n", d_batch, d_batch0, d_inter, d_inter5);
+    CHECK_MSG(d_batch >= 1, "the batch key's stream did not yield (%.0f)", d_batch);
+    CHECK_MSG(d_batch0 >= 1, "the batch key asking priority 0 did not yield (%.0f)", d_batch0);
+    CHECK_MSG(d_inter == 0, "an interactive key's stream yielded (%.0f)", d_inter);
+    CHECK_MSG(d_inter5 >= 1, "an interactive key asking priority 5 did not yield (%.0f)", d_inter5);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -791,5 +871,26 @@ int main(void) {
         if (test_n_fail > before) srv_print_log(&q);
         CHECK_EQ_INT(srv_stop(&q), 0);
     }
+    check_key_file_parse();
+    char kf[] = "/tmp/kvloom_keys_XXXXXX";
+    int kfd = mkstemp(kf);
+    CHECK(kfd >= 0);
+    const char *keys = "alice\nbatchy batch\ncarol interactive\n";
+    if (kfd >= 0) {
+        CHECK(write(kfd, keys, strlen(keys)) == (ssize_t)strlen(keys));
+        close(kfd);
+    }
+    srv kc;
+    const char *flags_kc[] = {"--api-key-file", kf, "--max-running", "1", "--step-delay-us", "20000", "--kv-mem", "8M",
+                              "-t", "1", NULL};
+    rc = srv_start(&kc, flags_kc);
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc == 0) {
+        int before = test_n_fail;
+        check_key_classes(kc.port);
+        if (test_n_fail > before) srv_print_log(&kc);
+        CHECK_EQ_INT(srv_stop(&kc), 0);
+    }
+    unlink(kf);
     return test_summary("test_server_isolation");
 }

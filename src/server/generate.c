@@ -584,6 +584,7 @@ gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char
     req *r = gen_request(rc, p, engine_n_ctx(rc->en), &think_open, f);
     if (!r) return NULL;
     r->client = routes_client_id(rc, x, p->user);
+    r->priority = routes_priority(rc, x, r->priority);
     r->cache_salt = routes_cache_salt(rc, x, p->cache_salt);
     /* a session (its pin, its kv_hint) is the client's own: another client
      * naming the same prompt_cache_key releases nothing of it */

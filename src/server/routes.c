@@ -540,6 +540,11 @@ uint64_t routes_client_id(const routes_ctx *rc, http_exchange *x, const char *us
     return hash_bytes(a, sizeof a, 0x61646472ull) | 1;
 }
 
+int routes_priority(const routes_ctx *rc, http_exchange *x, int requested) {
+    int k = routes_key_index(rc, x);
+    return k >= 0 ? MAX(requested, rc->o->api_key_priority[k]) : requested;
+}
+
 uint64_t routes_cache_salt(const routes_ctx *rc, http_exchange *x, const char *cache_salt) {
     int k = routes_key_index(rc, x);
     uint64_t s = k >= 0 ? hash_bytes(rc->o->api_keys[k], strlen(rc->o->api_keys[k]), 0x73616c74ull) : 0;

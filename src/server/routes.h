@@ -69,6 +69,12 @@ int routes_key_index(const routes_ctx *rc, http_exchange *x);
  * body's `user` (NULL or "": none), else the peer address as the
  * per-address cap counts it (every loopback address one). */
 uint64_t routes_client_id(const routes_ctx *rc, http_exchange *x, const char *user);
+/* A request's priority class (req.priority): the body's `priority`
+ * raised to its API key's class (--api-key-file's `batch` /
+ * `priority=N`), so a batch key's requests are batch whatever they ask,
+ * and any key may still ask for a larger (less urgent) class. Without
+ * keys, or for a key without a class, the body's. */
+int routes_priority(const routes_ctx *rc, http_exchange *x, int requested);
 /* The prefix cache's partition of a request (req.cache_salt): with API
  * keys each key has its own, mixed with the body's `cache_salt` when it
  * has one; without keys, `cache_salt`'s alone (0: none, the partition

@@ -93,7 +93,10 @@ const char *server_usage(void) {
            "                           fair share preempts a client above it for one below it)\n"
            "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health);\n"
            "                           repeatable: each key is a client of its own\n"
-           "  --api-key-file FILE      the same, every non-empty line of FILE a key ('#' comments)\n"
+           "  --api-key-file FILE      the same, every non-empty line of FILE a key ('#' comments),\n"
+           "                           optionally followed by its priority class: interactive\n"
+           "                           (default), batch or priority=N (its requests' default and\n"
+           "                           the most urgent 'priority' they may ask for)\n"
            "  -t, --threads N          compute threads (default: all CPUs)\n"
            "  -c, --ctx N              positions per sequence (default: the model's training context)\n"
            "  --block-tokens N         tokens per KV block (default 16)\n"
@@ -164,8 +167,26 @@ static int add_key(server_opts *o, const char *key, err_t *e) {
     return 0;
 }
 
-/* --api-key-file: every non-empty line is a key (trailing whitespace
- * dropped; lines that start with '#' are comments). */
+/* --api-key-file: every non-empty line is a key, its first word
+ * (trailing whitespace dropped; lines that start with '#' are comments),
+ * optionally followed by the key's priority class: `interactive` (0, the
+ * default), `batch` (SERVER_PRIORITY_BATCH) or `priority=N` (0..1000).
+ * The class is the key's requests' default and the most urgent they may
+ * ask for: a `priority` field below it is raised to it, one above it is
+ * kept (docs/server.md, "Many clients"). */
+static int key_class(const char *path, int line_no, const char *w, int *out, err_t *e) {
+    long v;
+    if (!strcmp(w, "interactive")) *out = 0;
+    else if (!strcmp(w, "batch")) *out = SERVER_PRIORITY_BATCH;
+    else if (!strncmp(w, "priority=", 9) && parse_long(w + 9, 0, OAI_MAX_PRIORITY, &v)) *out = (int)v;
+    else
+        return err_set(e, ERR_INVALID,
+                       "--api-key-file: '%s' line %d: '%s' is not a priority class (interactive, batch or "
+                       "priority=N with N in [0, %d])",
+                       path, line_no, w, OAI_MAX_PRIORITY);
+    return 0;
+}
+
 static int read_key_file(const char *path, server_opts *o, err_t *e) {
     char *buf = NULL;
     size_t n = 0;
@@ -174,19 +195,31 @@ static int read_key_file(const char *path, server_opts *o, err_t *e) {
         return ERR_INVALID;
     }
     size_t used = 0;
-    int n_keys = 0, rc = 0;
+    int n_keys = 0, rc = 0, line_no = 0;
     for (char *line = buf; *line && rc == 0;) {
         size_t k = strcspn(line, "\r\n");
         char *next = line + k + (line[k] ? 1 : 0);
         line[k] = 0;
+        line_no++;
         while (k && isspace((unsigned char)line[k - 1])) line[--k] = 0;
-        if (k && line[0] != '#') {
+        while (k && isspace((unsigned char)*line)) line++, k--;
+        size_t kw = strcspn(line, " \t"); /* the key; then its class, if any */
+        int prio = 0;
+        if (kw < k) {
+            line[kw] = 0;
+            char *w = line + kw + 1;
+            while (isspace((unsigned char)*w)) w++;
+            if (line[0] != '#' && kw) rc = key_class(path, line_no, w, &prio, e);
+            k = kw;
+        }
+        if (rc == 0 && k && line[0] != '#') {
             if (used + k + 1 > sizeof o->api_key_file_buf)
                 rc = err_set(e, ERR_INVALID, "--api-key-file: the keys in '%s' take more than %zu bytes", path,
                              sizeof o->api_key_file_buf - 1);
             else {
                 memcpy(o->api_key_file_buf + used, line, k + 1);
                 rc = add_key(o, o->api_key_file_buf + used, e);
+                if (rc == 0) o->api_key_priority[o->n_api_keys - 1] = prio;
                 used += k + 1;
                 n_keys++;
             }

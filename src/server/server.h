@@ -27,6 +27,9 @@
 #define SERVER_MAX_MODELS 64        /* -m given at most this often              */
 #define SERVER_MODELS_MAX_DEFAULT 4 /* --models-max                             */
 #define SERVER_MAX_API_KEYS 64
+/* The priority class of --api-key-file's `batch` keys (req.priority; 0 is
+ * interactive): room below and above it for finer classes (priority=N). */
+#define SERVER_PRIORITY_BATCH 100
 
 typedef struct server_opts {
     const char *model_path;   /* -m; NULL: SERVER_DEFAULT_MODEL                       */
@@ -60,6 +63,10 @@ typedef struct server_opts {
      * --api-key-file. Each key is a client identity (its stored responses,
      * its prefix-cache salt). */
     const char *api_keys[SERVER_MAX_API_KEYS];
+    /* Each key's priority class (--api-key-file's `batch` / `priority=N`;
+     * 0: interactive): its requests' default and the most urgent class they
+     * may ask for (req.priority = max(the body's priority, this)). */
+    int api_key_priority[SERVER_MAX_API_KEYS];
     int n_api_keys;
     char api_key_file_buf[8192]; /* holds the keys read from --api-key-file          */
     int n_threads;            /* -t; default: online CPUs                             */
