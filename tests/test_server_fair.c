@@ -268,6 +268,111 @@ static void check_kv_victim(const model *m) {
     engine_free(en);
 }
 
+/* Prefill order between clients, step by step (engine.c, "Prefill order";
+ * engine_opts.plan_hook): no timing. Client A submits one 400-token
+ * prompt, and 11 more at the first step; at the fourth step client B
+ * submits 2 of the same length (the hook submits: each arrives at the next
+ * step exactly). 128 tokens a step, max_tokens 1: every step is prefill.
+ * From B's arrival until its last prompt is computed, B must get at least
+ * 40% of the prefill tokens (fair: half) and finish within 2 x 800 / 128
+ * steps + 2. Shortest-remaining-first (before) gave A's further-along
+ * prompts the budget and B chunks mostly by the starvation rule: 16% of
+ * the tokens, done after 42 steps. A alone afterwards gets the whole budget in at least 4 steps
+ * of 5 (work conserving: a prompt's last chunk may leave some), and every
+ * prompt gets its first token. */
+enum { PF_LEN = 400, PF_NA = 12, PF_NB = 2, PF_BUDGET = 128 };
+typedef struct pf_ctx {
+    engine *en;
+    req *a[PF_NA], *b[PF_NB];
+    uint64_t step0, b_arrive, b_done;
+    long tok_a, tok_b;  /* prefill tokens from B's arrival until B is done   */
+    long a_alone_steps, a_alone_full; /* after B: steps, of them with a full budget */
+    int b_left;         /* B's prompt tokens not yet scheduled                */
+} pf_ctx;
+
+static void pf_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n) {
+    pf_ctx *c = ctx;
+    err_t e = {0};
+    if (!c->step0) {
+        c->step0 = step;
+        for (int i = 1; i < PF_NA; i++) CHECK(engine_submit(c->en, c->a[i], &e) == 0);
+    } else if (step == c->step0 + 3) {
+        for (int i = 0; i < PF_NB; i++) CHECK(engine_submit(c->en, c->b[i], &e) == 0);
+        c->b_arrive = step + 1;
+    }
+    long ta = 0, tb = 0;
+    for (int j = 0; j < n; j++) {
+        if (!rows[j].prefill) continue;
+        if (rows[j].r->client == 0xB) tb += rows[j].n_tokens;
+        else ta += rows[j].n_tokens;
+    }
+    if (c->b_arrive && step >= c->b_arrive && !c->b_done) {
+        c->tok_a += ta;
+        c->tok_b += tb;
+        c->b_left -= (int)tb;
+        if (c->b_left <= 0) c->b_done = step;
+    } else if (c->b_done && ta > 0) {
+        c->a_alone_steps++;
+        c->a_alone_full += ta >= PF_BUDGET;
+    }
+}
+
+static req *pf_req(uint64_t client, uint64_t *rs, int n_vocab) {
+    int32_t *p = xmalloc(PF_LEN * sizeof *p);
+    for (int i = 0; i < PF_LEN; i++) {
+        *rs ^= *rs << 13, *rs ^= *rs >> 7, *rs ^= *rs << 17;
+        p[i] = i == 0 ? 1 : (int32_t)(3 + *rs % (uint64_t)(n_vocab - 3));
+    }
+    req *r = req_new(p, PF_LEN);
+    r->max_tokens = 1;
+    r->ignore_eos = true;
+    r->sp.temperature = 0;
+    r->client = client;
+    return r;
+}
+
+static void check_prefill_share(const model *m) {
+    static pf_ctx c;
+    memset(&c, 0, sizeof c);
+    uint64_t rs = 0x9f3ull;
+    for (int i = 0; i < PF_NA; i++) c.a[i] = pf_req(0xA, &rs, m->cfg.n_vocab);
+    for (int i = 0; i < PF_NB; i++) c.b[i] = pf_req(0xB, &rs, m->cfg.n_vocab);
+    c.b_left = PF_NB * PF_LEN;
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.max_running = 32;
+    o.max_batch_tokens = PF_BUDGET;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 512;
+    o.plan_hook = pf_hook;
+    o.plan_hook_ctx = &c;
+    err_t e = {0};
+    CHECK_MSG(engine_new(m, &o, &c.en, &e) == 0, "engine_new: %s", e.msg);
+    if (!c.en) return;
+    CHECK(engine_submit(c.en, c.a[0], &e) == 0);
+    int32_t out[1];
+    int n_ok = 0;
+    for (int i = 0; i < PF_NA + PF_NB; i++) {
+        req *r = i < PF_NA ? c.a[i] : c.b[i - PF_NA];
+        req_finish f;
+        n_ok += finish(r, out, 1, &f) == 1 && f == REQ_FINISH_LENGTH;
+    }
+    engine_free(c.en);
+    long tot = c.tok_a + c.tok_b;
+    double share = tot ? (double)c.tok_b / (double)tot : 0;
+    long steps = c.b_done ? (long)(c.b_done - c.b_arrive + 1) : -1;
+    printf("  prefill share: B %ld of %ld prefill tokens (%.0f%%) in %ld steps after its arrival; A alone after: "
+           "%ld of %ld steps with the whole budget\n",
+           c.tok_b, tot, 100 * share, steps, c.a_alone_full, c.a_alone_steps);
+    CHECK_EQ_INT(n_ok, PF_NA + PF_NB);
+    CHECK_MSG(c.b_done, "B's prompts were never computed");
+    CHECK_MSG(share >= 0.4, "B got %.0f%% of the prefill tokens while both prefilled (fair: 50%%)", 100 * share);
+    CHECK_MSG(steps > 0 && steps <= 2 * PF_NB * PF_LEN / PF_BUDGET + 2, "B's prompts took %ld steps", steps);
+    CHECK_MSG(c.a_alone_steps > 0 && c.a_alone_full * 5 >= c.a_alone_steps * 4,
+              "A alone used the whole budget in %ld of %ld steps", c.a_alone_full, c.a_alone_steps);
+    for (int i = 0; i < PF_NA; i++) req_unref(c.a[i]);
+    for (int i = 0; i < PF_NB; i++) req_unref(c.b[i]);
+}
+
 int main(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -299,6 +404,7 @@ int main(void) {
     check_priority(m);
     check_client_limit(m);
     check_kv_victim(m);
+    check_prefill_share(m);
     model_free(m);
     return test_summary("test_server_fair");
 }

@@ -37,8 +37,10 @@
  *      tier (--kv-disk), blocks past the RAM match that are on disk are read
  *      back first (the sequence waits for its reads, then is matched again);
  *   5. build one ragged batch under the token budget: one decode token per
- *      running sequence, then prefill chunks, shortest remaining prefill
- *      first (ENGINE_PREFILL_STEP_MIN below); forward;
+ *      running sequence, then prefill chunks: priority class first, then
+ *      the client with the least prefill service (virtual time), within a
+ *      client shortest remaining prefill first (ENGINE_PREFILL_STEP_MIN
+ *      below); forward;
  *   6. sample, post tokens, index newly completed blocks READY (and queue
  *      their write to the disk tier), finish.
  *
@@ -81,7 +83,18 @@
  * ENGINE_PREFILL_STEP_MIN prefill tokens (tiny ones still share steps).
  * A prefill that has not run for ENGINE_PREFILL_STARVE_STEPS steps goes
  * first, oldest first, so a long prompt under a stream of short turns still
- * advances by a chunk at least that often. */
+ * advances by a chunk at least that often.
+ *
+ * Between clients (issue 26) shortest-first is not fair: a client that
+ * floods with prompts always has one further along (or shorter) than
+ * another's, and the starvation rule then lets every one of its old
+ * prompts go first; the other's prompt advanced by one chunk in 17 steps.
+ * So the prefill budget goes by priority class, then to the client with
+ * the least prefill tokens computed so far (virtual time, pf_vt: a client
+ * that starts prefilling again starts at the least of those prefilling,
+ * so idling earns no credit), and shortest-first with the starvation rule
+ * orders a client's own prefills. One client alone: shortest-first as
+ * before. */
 #define ENGINE_PREFILL_STEP_MIN 64
 #define ENGINE_PREFILL_STARVE_STEPS 16
 /* Waiting sequences are admitted (FCFS) while fewer than this many running
@@ -239,6 +252,8 @@ typedef struct client {
     int n_prefilling;    /* running sequences still prefilling (this step)     */
     uint64_t seen_step;  /* fair_yield's count of the clients with work        */
     int kv_blocks;       /* kv_victim's count of the blocks its running hold    */
+    double pf_vt;        /* prefill tokens scheduled for it (prefill order)     */
+    uint64_t pf_step;    /* the last step it had a prefill to schedule          */
 } client;
 
 struct engine {
@@ -308,6 +323,8 @@ struct engine {
     int cap_clients, hi_clients; /* capacity; entries [0, hi) were ever used */
     int n_clients;               /* used entries (under mu)                    */
     uint64_t n_client_refused;   /* engine_submit's refusals at client_max_queued (under mu) */
+    double pf_v;                 /* the least pf_vt of the clients prefilling last step */
+    engine_plan_row *plan_rows;  /* (max_running) plan_hook's rows, or NULL          */
     /* the mask worker ("Masks off the engine thread"); mk_on false: none */
     bool mk_on;
     pthread_t mk_thread;
@@ -385,6 +402,8 @@ static int client_get_locked(engine *en, uint64_t id) {
     c->n_inflight = 0;
     atomic_store(&c->n_running, 0);
     c->n_prefilling = 0;
+    c->pf_vt = 0;
+    c->pf_step = 0;
     en->n_clients++;
     return fr;
 }
@@ -1799,11 +1818,75 @@ static void fair_yield(engine *en, seq *w, int *n_tok, int *n_bs) {
     en->cnt.fair_preemptions_total++;
 }
 
+/* Whether running sequence a's prefill goes before b's ("Prefill order"):
+ * priority class, then the client with less prefill service, then (the
+ * same client, or a tie) a starved one (oldest first), then the shortest
+ * remaining; running is in arrival order, so callers keep the first of
+ * equals: ties go to the oldest. */
+static bool prefill_before(engine *en, const seq *a, bool a_starved, const seq *b, bool b_starved) {
+    if (a->r->priority != b->r->priority) return a->r->priority < b->r->priority;
+    client *ca = seq_client(en, a), *cb = seq_client(en, b);
+    if (ca != cb && ca->pf_vt != cb->pf_vt) return ca->pf_vt < cb->pf_vt;
+    if (a_starved != b_starved) return a_starved;
+    return !a_starved && a->n_tokens - a->n_computed < b->n_tokens - b->n_computed;
+}
+
+/* The step's prefill chunks (after the decode tokens) while the step has
+ * fewer than ENGINE_PREFILL_STEP_MIN prefill tokens and budget is left. */
+static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
+    /* clients that start prefilling again start at the least virtual time
+     * of those that prefilled last step */
+    double v = 0;
+    bool any = false;
+    for (int i = 0; i < en->running.n; i++) {
+        seq *s = en->running.v[i];
+        if (s->n_tokens - s->n_computed < 1 || s->sched_step == en->step_no) continue;
+        client *c = seq_client(en, s);
+        if (c->pf_step != en->step_no) {
+            if (c->pf_step + 1 != en->step_no) c->pf_vt = MAX(c->pf_vt, en->pf_v);
+            c->pf_step = en->step_no;
+        }
+        if (!any || c->pf_vt < v) v = c->pf_vt, any = true;
+    }
+    if (any) en->pf_v = v;
+    int prefill_tok = 0;
+    while (*n_tok < budget && prefill_tok < ENGINE_PREFILL_STEP_MIN) {
+        seq *best = NULL;
+        bool best_starved = false;
+        for (int i = 0; i < en->running.n; i++) {
+            seq *s = en->running.v[i];
+            int pend = s->n_tokens - s->n_computed;
+            if (pend < 1 || s->sched_step == en->step_no) continue;
+            bool starved = en->step_no - s->wait_from > ENGINE_PREFILL_STARVE_STEPS;
+            if (!best || prefill_before(en, s, starved, best, best_starved)) {
+                best = s;
+                best_starved = starved;
+            }
+        }
+        if (!best) break;
+        int before = *n_tok;
+        schedule(en, best, budget, n_tok, n_bs);
+        best->wait_from = en->step_no;
+        prefill_tok += *n_tok - before;
+        seq_client(en, best)->pf_vt += *n_tok - before;
+    }
+}
+
+/* plan_hook's view of the planned step. */
+static void plan_report(engine *en, int n_bs) {
+    if (!en->o.plan_hook) return;
+    for (int j = 0; j < n_bs; j++) {
+        seq *s = en->b_owner[j];
+        en->plan_rows[j] = (engine_plan_row){s->r, en->b_chunk[j], s->n_tokens - s->n_computed > 1};
+    }
+    en->o.plan_hook(en->o.plan_hook_ctx, en->step_no, en->plan_rows, n_bs);
+}
+
 /* The step, in four phases that read top to bottom:
  *   step_plan     housekeeping (arrivals, pins, hints, cancellations), then
  *                 the batch's contents: one decode token per running
  *                 sequence, admission of waiting ones (returning agents
- *                 first, then FCFS), prefill chunks shortest-remaining-first;
+ *                 first, then the fair order), prefill chunks (prefill_plan);
  *   step_build    the ragged batch (tokens, positions, block tables);
  *   step_forward  one model_forward over it;
  *   step_advance  positions, indexing, write-through, sampling, finishing.
@@ -1826,8 +1909,8 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     *n_bs = 0;
 
     /* The budget goes first to one decode token per running sequence. Then
-     * waiting sequences are admitted (FCFS, ENGINE_MAX_PREFILLING), and the
-     * prefill tokens go shortest-remaining-first (ENGINE_PREFILL_STEP_MIN). */
+     * waiting sequences are admitted (the fair order, ENGINE_MAX_PREFILLING),
+     * and the prefill tokens go by "Prefill order" (prefill_plan). */
     en->step_no++;
     for (int i = 0; i < en->running.n && *n_tok < budget; i++) {
         seq *s = en->running.v[i];
@@ -1893,27 +1976,7 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     pthread_mutex_lock(&en->mu);
     queue_publish_locked(en);
     pthread_mutex_unlock(&en->mu);
-    int prefill_tok = 0;
-    while (*n_tok < budget && prefill_tok < ENGINE_PREFILL_STEP_MIN) {
-        seq *best = NULL;
-        bool best_starved = false;
-        for (int i = 0; i < en->running.n; i++) {
-            seq *s = en->running.v[i];
-            int pend = s->n_tokens - s->n_computed;
-            if (pend < 1 || s->sched_step == en->step_no) continue;
-            bool starved = en->step_no - s->wait_from > ENGINE_PREFILL_STARVE_STEPS;
-            if (!best || (starved && !best_starved) ||
-                (starved == best_starved && !starved && pend < best->n_tokens - best->n_computed)) {
-                best = s; /* running is in arrival order: ties go to the oldest */
-                best_starved = starved;
-            }
-        }
-        if (!best) break;
-        int before = *n_tok;
-        schedule(en, best, budget, n_tok, n_bs);
-        best->wait_from = en->step_no;
-        prefill_tok += *n_tok - before;
-    }
+    prefill_plan(en, budget, n_tok, n_bs);
     spec_plan(en, n_tok, *n_bs);
 }
 
@@ -2060,6 +2123,7 @@ static void step_advance(engine *en, int n_bs) {
 static bool engine_step(engine *en) {
     int n_tok, n_bs;
     step_plan(en, &n_tok, &n_bs);
+    plan_report(en, n_bs);
     if (n_bs == 0) {
         mem_publish(en);
         stats_publish(en);
@@ -2243,6 +2307,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->b_seqs = xcalloc((size_t)mr, sizeof *en->b_seqs);
     en->b_owner = xcalloc((size_t)mr, sizeof *en->b_owner);
     en->b_chunk = xcalloc((size_t)mr, sizeof *en->b_chunk);
+    if (o->plan_hook) en->plan_rows = xcalloc((size_t)mr, sizeof *en->plan_rows);
     en->mask = xmalloc(((size_t)m->cfg.n_vocab + 63) / 64 * sizeof *en->mask);
     en->forced = xmalloc(ENGINE_FORCED_MAX);
     en->forced_ids = xmalloc(ENGINE_FORCED_MAX * sizeof *en->forced_ids);
@@ -2366,6 +2431,7 @@ void engine_free(engine *en) {
     free(en->b_logits);
     free(en->b_seqs);
     free(en->b_owner);
+    free(en->plan_rows);
     free(en->b_chunk);
     free(en->scratch);
     free(en->mask);

@@ -39,6 +39,8 @@ typedef int (*engine_tokenize_fn)(void *ctx, const char *text, size_t n, int32_t
 /* A token's bytes (like tok_piece). */
 typedef int (*engine_piece_fn)(void *ctx, int32_t token, char *buf, int cap);
 
+struct engine_plan_row;
+
 typedef struct engine_opts {
     int n_threads;          /* kernel worker threads (>= 1)                       */
     size_t kv_mem_bytes;    /* KV pool size in bytes (>= one block per ctx)       */
@@ -121,7 +123,20 @@ typedef struct engine_opts {
      * (engine.c, "Masks off the engine thread"); with speculative decoding
      * masks are always inside the step. */
     bool mask_sync;
+    /* Testing: called on the engine thread after every step's plan, with
+     * the batch's rows (engine_plan_row), before the forward pass; it may
+     * call engine_submit (the request arrives at the next step). Makes a
+     * scheduler test step-exact without timing (test_server_fair). */
+    void (*plan_hook)(void *ctx, uint64_t step, const struct engine_plan_row *rows, int n);
+    void *plan_hook_ctx;
 } engine_opts;
+
+/* One sequence's part of a step (engine_opts.plan_hook). */
+typedef struct engine_plan_row {
+    const req *r;
+    int n_tokens;   /* its tokens in the step                                  */
+    bool prefill;   /* a prompt (or recompute) chunk, not one decode token     */
+} engine_plan_row;
 
 enum { ENGINE_KV_LRU = 0, ENGINE_KV_AGENT = 1 };
 #define ENGINE_NEW_WAIT_MAX_MS 60000
