@@ -110,7 +110,7 @@ static void fuzz_drafters(cursor *c) {
         draft_opts o = draft_defaults((draft_kind)kind);
         o.max_draft = 1 + (int)(c->n % DRAFT_MAX);
         o.suffix_depth = 2 + (int)(c->n % 30);
-        o.seq_max_nodes = 64;
+        o.seq_window = 64;
         o.global_max_nodes = 512;
         drafter *d = draft_new(&o);
         if (!d) continue;

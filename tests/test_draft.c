@@ -10,8 +10,11 @@
  *   - proposals: the most frequent continuation with count ratios as
  *     probabilities, the longest matching suffix first, the p_min cut;
  *   - the n-gram drafter against a naive lookup;
- *   - the suffix drafter: a request's own trie stays bounded over a long
- *     context and still drafts from its recent part; the global store keeps
+ *   - the scan (suffix_scan_propose) against the trie of the context it
+ *     stands for, randomized; the suffix drafter proposes the same drafts
+ *     for a sequence drafting from its first token, one starting late and
+ *     the eager trie it used to keep; it searches the newest seq_window
+ *     tokens of the context, not older ones; the global store keeps
  *     its node bound, evicts the oldest outputs first and drafts from the
  *     ones it keeps;
  *   - the policy: thresholds grow with the batch, draft lengths with alpha.
@@ -200,28 +203,103 @@ static void test_ngram(void) {
     draft_free(d);
 }
 
-/* A request's trie over a long context: bounded, and it drafts the
- * continuation of a pattern the recent context repeats. */
-static void test_suffix_seq(void) {
+/* The scan proposes what the trie of the context proposes: random
+ * contexts over small alphabets (many repeats, ties, overlapping matches),
+ * every depth and draft length, against suffix_propose on a trie built by
+ * suffix_add of the whole context and on one grown by a cursor. */
+static void test_scan_vs_trie(void) {
+    static int32_t ctx[400], scratch[800];
+    int bad = 0;
+    for (int round = 0; round < 400 && !bad; round++) {
+        int n = 1 + (int)(rng_u64() % 400), alpha = 2 + round % 7, depth = 2 + (int)(rng_u64() % 23);
+        for (int i = 0; i < n; i++) ctx[i] = (int32_t)(rng_u64() % (uint64_t)alpha) * 7 + 3;
+        suffix_tree *t = suffix_new(depth, n * depth + 16), *g = suffix_new(depth, n * depth + 16);
+        err_t e = {0};
+        CHECK(suffix_add(t, ctx, n, &e) == 0);
+        suffix_cursor c;
+        suffix_cursor_reset(&c);
+        for (int i = 0; i < n; i++) suffix_push(g, &c, ctx[i]);
+        int mm = 1 + (int)(rng_u64() % 16), max = 1 + (int)(rng_u64() % DRAFT_MAX);
+        float pmin = (float)(rng_u64() % 4) * 0.1f;
+        int32_t a[DRAFT_MAX], b[DRAFT_MAX], gb[DRAFT_MAX];
+        float pa[DRAFT_MAX], pb[DRAFT_MAX];
+        int la = -1, lb = -1, lg = -1;
+        int ka = suffix_scan_propose(ctx, n, depth, mm, max, pmin, scratch, a, pa, &la);
+        int kb = suffix_propose(t, NULL, ctx, n, mm, max, pmin, b, pb, &lb);
+        int kg = suffix_propose(g, &c, ctx, n, mm, max, pmin, gb, NULL, &lg);
+        CHECK_MSG(ka == kb && la == lb, "n %d depth %d: scan %d tokens (match %d), trie %d (match %d)", n, depth, ka, la,
+                  kb, lb);
+        CHECK(kg == kb && lg == lb && !memcmp(gb, b, (size_t)kb * sizeof *b));
+        bad = ka != kb || la != lb;
+        for (int i = 0; i < ka && !bad; i++) {
+            CHECK_EQ_INT(a[i], b[i]);
+            CHECK(pa[i] == pb[i]);
+            bad = a[i] != b[i] || pa[i] != pb[i];
+        }
+        suffix_free(t);
+        suffix_free(g);
+    }
+}
+
+/* The suffix drafter over a context grown token by token: a sequence that
+ * drafts from its first token, one that drafts only from late on (nothing
+ * was built for it before) and the eager trie the drafter used to keep (a
+ * cursor grown over every token) propose the same. */
+static void test_suffix_late(void) {
     draft_opts o = draft_defaults(DRAFT_SUFFIX);
-    o.seq_max_nodes = 2000;
+    o.suffix_depth = 12;
+    o.max_draft = 4;
+    o.global_max_nodes = 0;
+    drafter *d = draft_new(&o);
+    draft_seq *early = draft_seq_new(d), *late = draft_seq_new(d);
+    suffix_tree *t = suffix_new(12, 1 << 16);
+    suffix_cursor c;
+    suffix_cursor_reset(&c);
+    static int32_t toks[3000];
+    int32_t a[DRAFT_MAX], b[DRAFT_MAX], r[DRAFT_MAX];
+    int n_drafts = 0;
+    for (int n = 1; n <= 3000; n++) {
+        /* phrases of 3-9 tokens from a small set, with noise: copies to find */
+        toks[n - 1] = rng_u64() % 5 == 0 ? (int32_t)(rng_u64() % 50) : (int32_t)((n / (3 + n % 7)) % 11);
+        suffix_push(t, &c, toks[n - 1]);
+        int ka = draft_propose(d, early, toks, n, 4, a);
+        int kr = suffix_propose(t, &c, toks, n, MIN(16, 12 - 4), 4, DRAFT_P_MIN, r, NULL, NULL);
+        CHECK(ka == kr && !memcmp(a, r, (size_t)ka * sizeof *a));
+        if (n < 2000 || n % 7) continue;
+        int kb = draft_propose(d, late, toks, n, 4, b);
+        CHECK(kb == ka && !memcmp(a, b, (size_t)ka * sizeof *a));
+        n_drafts += kb > 0;
+    }
+    CHECK_MSG(n_drafts > 50, "%d of the late sequence's 143 proposals drafted", n_drafts);
+    draft_seq_end(d, early, toks, 0, 3000, false);
+    draft_seq_end(d, late, toks, 0, 3000, false);
+    suffix_free(t);
+    draft_free(d);
+}
+
+/* A request's context is searched in its newest seq_window tokens: a
+ * pattern repeated there is drafted, one only older than that is not. */
+static void test_suffix_window(void) {
+    draft_opts o = draft_defaults(DRAFT_SUFFIX);
+    o.seq_window = 2000;
     o.suffix_depth = 12;
     o.global_max_nodes = 0;
     drafter *d = draft_new(&o);
     draft_seq *s = draft_seq_new(d);
     static int32_t t[20000];
     int n = 0;
-    int32_t pat[10] = {901, 902, 903, 904, 905, 906, 907, 908, 909, 910};
+    int32_t pat[10] = {901, 902, 903, 904, 905, 906, 907, 908, 909, 910}, old[4] = {950, 951, 952, 953};
     int32_t out[DRAFT_MAX];
-    for (int i = 0; i < 19000; i++) {
-        t[n++] = (int32_t)(rng_u64() % 800);
-        if (i % 97 == 0) draft_propose(d, s, t, n, 8, out); /* grows the trie */
-    }
+    for (int i = 0; i < 4; i++) t[n++] = old[i];
+    for (int i = 0; i < 19000; i++) t[n++] = (int32_t)(rng_u64() % 800);
     for (int r = 0; r < 3; r++)
         for (int i = 0; i < 10; i++) t[n++] = pat[i];
     for (int i = 0; i < 3; i++) t[n++] = pat[i];
     int k = draft_propose(d, s, t, n, 8, out);
     CHECK_MSG(k >= 5 && out[0] == 904 && out[4] == 908, "drafted %d tokens, first %d", k, k ? out[0] : -1);
+    t[n++] = 950;
+    t[n++] = 951;
+    CHECK_EQ_INT(draft_propose(d, s, t, n, 8, out), 0);
     draft_seq_end(d, s, t, 0, n, false);
     draft_free(d);
 }
@@ -326,7 +404,9 @@ int main(void) {
     test_bounds();
     test_propose();
     test_ngram();
-    test_suffix_seq();
+    test_scan_vs_trie();
+    test_suffix_late();
+    test_suffix_window();
     test_global_store();
     test_policy();
     return test_summary("test_draft");

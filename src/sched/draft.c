@@ -3,10 +3,16 @@
  *
  * NGRAM keeps no state: a backwards scan of the context per proposal
  * (a few microseconds for thousands of tokens, far below a forward pass).
- * SUFFIX keeps a suffix trie per request, grown by a cursor as the context
- * grows (depth lookups per token); when the request's trie is full it is
- * rebuilt from the newer half of what it held, so memory stays bounded
- * and the recent context (what an agent copies from) stays in it. The
+ * SUFFIX keeps nothing per request either: a proposal scans the request's
+ * context (its newest seq_window tokens) for the places its suffix occurs
+ * and counts what followed them, which is exactly what a suffix trie of
+ * the context would propose (suffix_scan_propose). It used to keep that
+ * trie, grown by a cursor: depth nodes per token of the whole context,
+ * built at the sequence's first draft and then kept up to date. At 8
+ * concurrent agents on stories260K (every request of every turn a new
+ * context of ~400-1,100 tokens) building it was ~17% of the engine thread
+ * and throughput fell to 0.84x of no speculation (docs/perf.md); the scan
+ * keeps nothing and costs one pass over the context per proposal. The
  * global store is a FIFO of earlier outputs, each added to one shared
  * trie; the oldest are removed (exactly what they added) until a new one
  * fits in the trie's node bound.
@@ -49,18 +55,16 @@ struct drafter {
     int ring_cap, ring_head, ring_n;
     size_t ring_bytes;
     uint64_t evicted;
+    int32_t *scan;          /* (2 * scan_cap) suffix_scan_propose's scratch   */
+    int scan_cap;
 };
 
 struct draft_seq {
-    double acc, rej;        /* decayed accepted tokens and rejections        */
-    suffix_tree *tree;      /* SUFFIX: the request's context                  */
-    suffix_cursor cur;      /* follows tokens[base, n)                       */
-    int base;
-    bool tree_failed;       /* no memory for a trie: the global one only     */
+    double acc, rej; /* decayed accepted tokens and rejections */
 };
 
 draft_opts draft_defaults(draft_kind kind) {
-    return (draft_opts){.kind = kind, .max_draft = 8, .suffix_depth = 24, .seq_max_nodes = 1 << 18,
+    return (draft_opts){.kind = kind, .max_draft = 8, .suffix_depth = 24, .seq_window = 1 << 15,
                         .global_max_nodes = 1 << 18};
 }
 
@@ -79,7 +83,7 @@ const char *draft_kind_name(draft_kind k) { return k >= 0 && k < DRAFT_N_KINDS ?
 
 drafter *draft_new(const draft_opts *o) {
     if (o->kind == DRAFT_OFF) return NULL;
-    ASSERT(o->max_draft >= 1 && o->max_draft <= DRAFT_MAX);
+    ASSERT(o->max_draft >= 1 && o->max_draft <= DRAFT_MAX && o->seq_window >= 1);
     drafter *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     d->o = *o;
@@ -110,6 +114,7 @@ void draft_free(drafter *d) {
     while (d->ring_n) ring_pop(d);
     free(d->ring);
     suffix_free(d->global);
+    free(d->scan);
     free(d);
 }
 
@@ -117,10 +122,8 @@ draft_kind draft_get_kind(const drafter *d) { return d ? d->o.kind : DRAFT_OFF; 
 int draft_max(const drafter *d) { return d ? d->o.max_draft : 0; }
 
 draft_seq *draft_seq_new(drafter *d) {
-    draft_seq *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    suffix_cursor_reset(&s->cur);
-    return s;
+    (void)d;
+    return calloc(1, sizeof(draft_seq));
 }
 
 /* ---- NGRAM ---- */
@@ -142,30 +145,6 @@ static int ngram_propose(const int32_t *t, int n, int max, int32_t *out) {
 
 /* ---- SUFFIX ---- */
 
-/* Brings the request's trie up to tokens[0, n). */
-static void seq_tree_sync(drafter *d, draft_seq *s, const int32_t *tokens, int n) {
-    if (s->tree_failed) return;
-    if (!s->tree) {
-        s->tree = suffix_new(d->o.suffix_depth, d->o.seq_max_nodes);
-        if (!s->tree) {
-            s->tree_failed = true;
-            return;
-        }
-    }
-    while (s->base + s->cur.n_tokens < n) {
-        int i = s->base + s->cur.n_tokens;
-        if (suffix_push(s->tree, &s->cur, tokens[i]) == 0) continue;
-        /* full: keep the newer half of what it held (at least the token
-         * just pushed and the depth before it) */
-        int held = s->cur.n_tokens;
-        int keep = MAX(held / 2, MIN(held, d->o.suffix_depth));
-        suffix_clear(s->tree);
-        suffix_cursor_reset(&s->cur);
-        s->base = i + 1 - keep;
-        for (int j = s->base; j <= i; j++) suffix_push(s->tree, &s->cur, tokens[j]);
-    }
-}
-
 /* Expected accepted tokens of a proposal: the sum of its path's
  * probabilities. */
 static double score(const float *prob, int k) {
@@ -174,15 +153,20 @@ static double score(const float *prob, int k) {
     return sum;
 }
 
-static int suffix_draft(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out) {
-    seq_tree_sync(d, s, tokens, n);
+static int suffix_draft(drafter *d, const int32_t *tokens, int n, int max, int32_t *out) {
     int32_t a[DRAFT_MAX], b[DRAFT_MAX];
     float pa[DRAFT_MAX], pb[DRAFT_MAX];
     int na = 0, nb = 0;
     /* a match leaves room for the draft below the trie's depth */
     int match_max = MAX(1, MIN(SUFFIX_MATCH_MAX, d->o.suffix_depth - max));
-    if (s->tree && !s->tree_failed)
-        na = suffix_propose(s->tree, &s->cur, tokens + s->base, n - s->base, match_max, max, DRAFT_P_MIN, a, pa, NULL);
+    int w = MIN(n, d->o.seq_window); /* the request's newest context */
+    if (w > d->scan_cap) {           /* (grows to the longest context seen, at most the window) */
+        int cap = MAX(w, MIN(2 * d->scan_cap, d->o.seq_window));
+        int32_t *p = realloc(d->scan, 2 * (size_t)cap * sizeof *p);
+        if (p) d->scan = p, d->scan_cap = cap;
+    }
+    if (w <= d->scan_cap)
+        na = suffix_scan_propose(tokens + n - w, w, d->o.suffix_depth, match_max, max, DRAFT_P_MIN, d->scan, a, pa, NULL);
     if (d->global && d->ring_n) nb = suffix_propose(d->global, NULL, tokens, n, match_max, max, DRAFT_P_MIN, b, pb, NULL);
     if (nb > 0 && score(pb, nb) > score(pa, na)) {
         memcpy(out, b, (size_t)nb * sizeof *b);
@@ -197,7 +181,7 @@ int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int ma
     if (max <= 0 || n <= 0) return 0;
     switch (d->o.kind) {
     case DRAFT_NGRAM: return ngram_propose(tokens, n, max, out);
-    case DRAFT_SUFFIX: return suffix_draft(d, s, tokens, n, max, out);
+    case DRAFT_SUFFIX: return suffix_draft(d, tokens, n, max, out);
     default: return 0;
     }
 }
@@ -255,7 +239,6 @@ static void global_add(drafter *d, const int32_t *toks, int n) {
 void draft_seq_end(drafter *d, draft_seq *s, const int32_t *tokens, int n_prompt, int n, bool keep) {
     if (!s) return;
     if (keep && d && d->global && n > n_prompt) global_add(d, tokens + n_prompt, n - n_prompt);
-    suffix_free(s->tree);
     free(s);
 }
 

@@ -26,8 +26,9 @@
  * Drafters (draft_kind):
  *   NGRAM   prompt lookup: the most recent earlier occurrence of the last
  *           4..2 tokens of the sequence's own context, and what followed.
- *   SUFFIX  SuffixDecoding: a suffix trie (suffix.h) over the request's
- *           context, grown as it goes, and one over a bounded global store
+ *   SUFFIX  SuffixDecoding: the proposal of a suffix trie over the
+ *           request's context (found by scanning it when the sequence
+ *           drafts: suffix_scan_propose), and of one over a bounded global store
  *           of recent outputs of other requests (oldest evicted first);
  *           the longest matching suffix proposes the most frequent
  *           continuation, as long as the product of its empirical
@@ -71,14 +72,14 @@ typedef struct draft_opts {
     int max_draft;        /* 1..DRAFT_MAX                                   */
     int suffix_depth;     /* suffix trie depth (match + draft), 2..64; at
                              least max_draft + 8 is used                    */
-    int seq_max_nodes;    /* a request's trie at most (it keeps its newest
-                             context when full)                             */
+    int seq_window;       /* SUFFIX: the newest tokens of a request's
+                             context it searches (>= 1)                     */
     int global_max_nodes; /* the global store's trie; 0: no global store    */
 } draft_opts;
 
-/* kind with max_draft 8, depth 24, 256 Ki nodes per request (up to ~10 MB:
- * a context of ~10,000 varied tokens stays whole, so an agent copying from
- * its prompt finds it), 256 Ki global. */
+/* kind with max_draft 8, depth 24, a request's newest 32 Ki tokens (an
+ * agent copying from its prompt finds it; a proposal scans them, ~30 us at
+ * most), 256 Ki nodes global. */
 draft_opts draft_defaults(draft_kind kind);
 /* "off", "ngram", "suffix", "draft" -> kind; ERR_INVALID naming the value otherwise. */
 int draft_kind_parse(const char *name, draft_kind *out, err_t *e);

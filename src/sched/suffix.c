@@ -29,9 +29,12 @@ struct suffix_tree {
     uint32_t hcap;        /* power of two, > 2 * cap                           */
 };
 
+/* A multiplicative hash of the pair (its high half is well mixed): every
+ * lookup and insertion hashes, and hash_bytes' general loop was a fifth of
+ * the trie's time (perf, docs/perf.md) */
 static uint32_t hkey(int32_t parent, int32_t tok) {
-    int32_t k[2] = {parent, tok};
-    return (uint32_t)hash_bytes(k, sizeof k, 0);
+    uint64_t k = ((uint64_t)(uint32_t)parent << 32 | (uint32_t)tok) * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(k >> 32) ^ (uint32_t)k;
 }
 
 static int32_t find(const suffix_tree *t, int32_t parent, int32_t tok) {
@@ -314,4 +317,71 @@ int suffix_check(const suffix_tree *t, err_t *e) {
     for (uint32_t i = 0; i < t->hcap; i++) in_hash += t->slot[i] >= 0;
     if (in_hash != t->n_nodes) return err_set(e, ERR_INVALID, "suffix tree: %d hash entries, %d nodes", in_hash, t->n_nodes);
     return 0;
+}
+
+/* ---- the scan: suffix_propose of a one-sequence trie, without the trie ---- */
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int suffix_scan_propose(const int32_t *ctx, int n, int depth, int match_max, int max, float p_min, int32_t *scratch,
+                        int32_t *out, float *prob, int *match_len) {
+    if (match_len) *match_len = 0;
+    match_max = MIN(MIN(match_max, depth - 1), n);
+    if (match_max < 1 || max <= 0) return 0;
+    /* The trie's longest suffix with a child: the longest match, backwards
+     * from an earlier place of the last token that has a token after it. */
+    const int32_t last = ctx[n - 1];
+    int l = 0;
+    for (int e = 0; e + 1 < n; e++) {
+        if (ctx[e] != last) continue;
+        int m = 1;
+        while (m < match_max && e - m >= 0 && ctx[e - m] == ctx[n - 1 - m]) m++;
+        if (m > l) l = m;
+    }
+    if (l < 1) return 0;
+    if (match_len) *match_len = l;
+    /* occ: where the path's string ends (its occurrences: the node's count);
+     * the context's own end is one of them, with no token after it */
+    int32_t *occ = scratch, *next = scratch + n;
+    int n_occ = 0;
+    for (int e = 0; e + 1 < n; e++) {
+        if (ctx[e] != last) continue;
+        int m = 1;
+        while (m < l && e - m >= 0 && ctx[e - m] == ctx[n - 1 - m]) m++;
+        if (m >= l) occ[n_occ++] = e;
+    }
+    occ[n_occ++] = n - 1;
+    int k = 0;
+    double p = 1;
+    for (int dep = l; k < max && dep < depth; dep++) {
+        /* the children: the tokens after the occurrences; the most frequent
+         * (ties: the lowest token) */
+        int n_next = 0;
+        for (int i = 0; i < n_occ; i++)
+            if (occ[i] + 1 < n) next[n_next++] = ctx[occ[i] + 1];
+        if (!n_next) break;
+        qsort(next, (size_t)n_next, sizeof *next, cmp_i32);
+        int32_t best = next[0];
+        int best_c = 0;
+        for (int i = 0; i < n_next;) {
+            int j = i;
+            while (j < n_next && next[j] == next[i]) j++;
+            if (j - i > best_c) best_c = j - i, best = next[i];
+            i = j;
+        }
+        double q = (double)best_c / (double)n_occ;
+        p *= q;
+        if (p < p_min) break;
+        out[k] = best;
+        if (prob) prob[k] = (float)q;
+        k++;
+        int w = 0;
+        for (int i = 0; i < n_occ; i++)
+            if (occ[i] + 1 < n && ctx[occ[i] + 1] == best) occ[w++] = occ[i] + 1;
+        n_occ = w;
+    }
+    return k;
 }

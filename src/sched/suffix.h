@@ -98,6 +98,17 @@ int suffix_count(const suffix_tree *t, const int32_t *s, int n);
 int suffix_propose(const suffix_tree *t, const suffix_cursor *c, const int32_t *ctx, int n, int match_max, int max,
                    float p_min, int32_t *out, float *prob, int *match_len);
 
+/* What suffix_propose gives on a trie of this depth holding ctx[0, n)
+ * alone (suffix_add(ctx, n), or a cursor grown over it), found by scanning
+ * ctx instead: nothing is built or kept, so a sequence costs nothing until
+ * it asks for a draft, and a proposal costs O(n) plus the sort of the
+ * matched places' next tokens (the suffix drafter's request context:
+ * building its trie, depth nodes per token for every sequence, was what
+ * lost throughput at 8 agents; docs/perf.md). scratch: 2 * n int32.
+ * depth in [2, SUFFIX_MAX_DEPTH]. */
+int suffix_scan_propose(const int32_t *ctx, int n, int depth, int match_max, int max, float p_min, int32_t *scratch,
+                        int32_t *out, float *prob, int *match_len);
+
 /* Checks the structure (counts, child links, hash table); 0 or ERR_INVALID
  * naming the first broken node. For tests. */
 int suffix_check(const suffix_tree *t, err_t *e);
