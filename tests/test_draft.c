@@ -208,7 +208,8 @@ static void test_ngram(void) {
  * every depth and draft length, against suffix_propose on a trie built by
  * suffix_add of the whole context and on one grown by a cursor. */
 static void test_scan_vs_trie(void) {
-    static int32_t ctx[400], scratch[800];
+    static int32_t ctx[400], scratch[400 + 2 * 1024];
+    CHECK(suffix_scan_scratch(400) <= ARRAY_LEN(scratch));
     int bad = 0;
     for (int round = 0; round < 400 && !bad; round++) {
         int n = 1 + (int)(rng_u64() % 400), alpha = 2 + round % 7, depth = 2 + (int)(rng_u64() % 23);

@@ -55,7 +55,7 @@ struct drafter {
     int ring_cap, ring_head, ring_n;
     size_t ring_bytes;
     uint64_t evicted;
-    int32_t *scan;          /* (2 * scan_cap) suffix_scan_propose's scratch   */
+    int32_t *scan;          /* suffix_scan_propose's scratch for scan_cap tokens */
     int scan_cap;
 };
 
@@ -162,7 +162,7 @@ static int suffix_draft(drafter *d, const int32_t *tokens, int n, int max, int32
     int w = MIN(n, d->o.seq_window); /* the request's newest context */
     if (w > d->scan_cap) {           /* (grows to the longest context seen, at most the window) */
         int cap = MAX(w, MIN(2 * d->scan_cap, d->o.seq_window));
-        int32_t *p = realloc(d->scan, 2 * (size_t)cap * sizeof *p);
+        int32_t *p = realloc(d->scan, suffix_scan_scratch(cap) * sizeof *p);
         if (p) d->scan = p, d->scan_cap = cap;
     }
     if (w <= d->scan_cap)

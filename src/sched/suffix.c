@@ -321,64 +321,72 @@ int suffix_check(const suffix_tree *t, err_t *e) {
 
 /* ---- the scan: suffix_propose of a one-sequence trie, without the trie ---- */
 
-static int cmp_i32(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
+/* The hash table of the children's counts: a power of two >= 2 * n slots. */
+static int scan_hcap(int n) {
+    int h = 4;
+    while (h < 2 * n) h *= 2;
+    return h;
 }
+
+size_t suffix_scan_scratch(int n) { return (size_t)n + 2 * (size_t)scan_hcap(n); }
 
 int suffix_scan_propose(const int32_t *ctx, int n, int depth, int match_max, int max, float p_min, int32_t *scratch,
                         int32_t *out, float *prob, int *match_len) {
     if (match_len) *match_len = 0;
     match_max = MIN(MIN(match_max, depth - 1), n);
     if (match_max < 1 || max <= 0) return 0;
-    /* The trie's longest suffix with a child: the longest match, backwards
-     * from an earlier place of the last token that has a token after it. */
+    /* occ: the places of the last token that have a token after them
+     * (branch-free, the one pass over the whole context), then each one's
+     * match backwards; the trie's longest suffix with a child is the
+     * longest match */
+    int32_t *occ = scratch, *key = scratch + n, *cnt = key + scan_hcap(n);
     const int32_t last = ctx[n - 1];
-    int l = 0;
+    int n_occ = 0;
     for (int e = 0; e + 1 < n; e++) {
-        if (ctx[e] != last) continue;
-        int m = 1;
+        occ[n_occ] = e;
+        n_occ += ctx[e] == last;
+    }
+    int l = 0;
+    for (int i = 0; i < n_occ; i++) {
+        int e = occ[i], m = 1;
         while (m < match_max && e - m >= 0 && ctx[e - m] == ctx[n - 1 - m]) m++;
+        key[i] = m; /* (key: free until the counting below) */
         if (m > l) l = m;
     }
     if (l < 1) return 0;
     if (match_len) *match_len = l;
     /* occ: where the path's string ends (its occurrences: the node's count);
      * the context's own end is one of them, with no token after it */
-    int32_t *occ = scratch, *next = scratch + n;
-    int n_occ = 0;
-    for (int e = 0; e + 1 < n; e++) {
-        if (ctx[e] != last) continue;
-        int m = 1;
-        while (m < l && e - m >= 0 && ctx[e - m] == ctx[n - 1 - m]) m++;
-        if (m >= l) occ[n_occ++] = e;
-    }
+    int w = 0;
+    for (int i = 0; i < n_occ; i++)
+        if (key[i] >= l) occ[w++] = occ[i];
+    n_occ = w;
     occ[n_occ++] = n - 1;
     int k = 0;
     double p = 1;
     for (int dep = l; k < max && dep < depth; dep++) {
-        /* the children: the tokens after the occurrences; the most frequent
-         * (ties: the lowest token) */
-        int n_next = 0;
-        for (int i = 0; i < n_occ; i++)
-            if (occ[i] + 1 < n) next[n_next++] = ctx[occ[i] + 1];
-        if (!n_next) break;
-        qsort(next, (size_t)n_next, sizeof *next, cmp_i32);
-        int32_t best = next[0];
-        int best_c = 0;
-        for (int i = 0; i < n_next;) {
-            int j = i;
-            while (j < n_next && next[j] == next[i]) j++;
-            if (j - i > best_c) best_c = j - i, best = next[i];
-            i = j;
+        /* the children: the tokens after the occurrences, counted in a hash
+         * table; the most frequent (ties: the lowest token) */
+        int hcap = scan_hcap(n_occ), best_c = 0;
+        int32_t best = -1;
+        for (int i = 0; i < hcap; i++) cnt[i] = 0;
+        for (int i = 0; i < n_occ; i++) {
+            if (occ[i] + 1 >= n) continue;
+            int32_t t = ctx[occ[i] + 1];
+            uint32_t h = (uint32_t)(((uint64_t)(uint32_t)t * 0x9E3779B97F4A7C15ull) >> 32) & (uint32_t)(hcap - 1);
+            while (cnt[h] && key[h] != t) h = (h + 1) & (uint32_t)(hcap - 1);
+            key[h] = t;
+            int c = ++cnt[h];
+            if (c > best_c || (c == best_c && t < best)) best_c = c, best = t;
         }
+        if (!best_c) break;
         double q = (double)best_c / (double)n_occ;
         p *= q;
         if (p < p_min) break;
         out[k] = best;
         if (prob) prob[k] = (float)q;
         k++;
-        int w = 0;
+        w = 0;
         for (int i = 0; i < n_occ; i++)
             if (occ[i] + 1 < n && ctx[occ[i] + 1] == best) occ[w++] = occ[i] + 1;
         n_occ = w;
