@@ -341,8 +341,12 @@ static void test_global_store(void) {
 }
 
 static void test_policy(void) {
-    double t1 = draft_threshold(1, 1, 0.05), t8 = draft_threshold(8, 8, 0.05), t64 = draft_threshold(64, 64, 0.05);
+    double t1 = draft_threshold(1, 1, 0.05, 0), t8 = draft_threshold(8, 8, 0.05, 0), t64 = draft_threshold(64, 64, 0.05, 0);
     CHECK(t1 < t8 && t8 < t64 && t64 < 1);
+    /* a draft that costs a step of its own (a draft model as large as the
+     * target) never pays at batch 8, however sure; a cheap one may */
+    CHECK(draft_threshold(8, 8, 1.0, 9.0) > 1);
+    CHECK(draft_threshold(8, 8, 1.0, 0.01) < 1);
     CHECK_EQ_INT(draft_plan(8, 0.9, t1), 8);
     CHECK_EQ_INT(draft_plan(8, 0.1, 0.2), 0);
     CHECK_EQ_INT(draft_plan(8, 0.5, 0.1), 3); /* 0.5, 0.25, 0.125 > 0.1; 0.0625 not */
@@ -360,7 +364,7 @@ static void test_policy(void) {
     draft_seq *r = draft_seq_new(d);
     int n_drafting = 0;
     for (int step = 0; step < 200; step++) {
-        int k = draft_plan(8, draft_seq_alpha(r), draft_threshold(1, 1, 0.03));
+        int k = draft_plan(8, draft_seq_alpha(r), draft_threshold(1, 1, 0.03, 0));
         if (k > 0) draft_seq_feedback(r, k, 0);
         else draft_seq_idle(r);
         n_drafting += k > 0;

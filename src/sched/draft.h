@@ -45,9 +45,10 @@
  * estimate alpha of the chance a drafted token is accepted (accepted /
  * (accepted + rejections), decayed, with a prior of one each); the j-th
  * draft is expected to add alpha^j tokens. A draft token costs the step
- * `token_cost` (relative to the step's fixed cost of reading the weights)
- * and every sequence in the step waits for it, so it pays when
- * alpha^j > draft_threshold(n_decode, n_tokens, token_cost): at batch 1
+ * `token_cost` (relative to the step's fixed cost of reading the weights),
+ * plus the drafter's own cost (a draft model's forward), and every
+ * sequence in the step waits for it, so it pays when alpha^j >
+ * draft_threshold(n_decode, n_tokens, token_cost, draft_cost): at batch 1
  * nearly any draft pays; at large batches (decode no longer bandwidth-
  * bound) only confident ones do.
  *
@@ -116,8 +117,10 @@ void draft_seq_end(drafter *d, draft_seq *s, const int32_t *tokens, int n_prompt
 
 /* ---- policy (pure) ---- */
 /* The expected tokens a draft must add to pay for itself in a step with
- * n_decode decoding sequences and n_tokens tokens so far. */
-double draft_threshold(int n_decode, int n_tokens, double token_cost);
+ * n_decode decoding sequences and n_tokens tokens so far, where a token
+ * costs token_cost of the step's fixed part and drafting it draft_cost
+ * more (0 for ngram and suffix). Above 1: no draft can pay. */
+double draft_threshold(int n_decode, int n_tokens, double token_cost, double draft_cost);
 /* How many of n proposed drafts to verify: the largest j with
  * alpha^j > threshold. */
 int draft_plan(int n, double alpha, double threshold);

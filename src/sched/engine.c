@@ -1617,20 +1617,20 @@ static int spec_reserve(engine *en, seq *s, int k) {
     return MIN(k, s->n_blocks * B - s->n_tokens);
 }
 
-/* The cost of one more draft token in this step relative to the step's
- * fixed cost (draft_threshold's token_cost): the target's cost per token
- * and, with a draft model, one of its one-token forwards against the
+/* The cost of one more token in this step relative to the step's fixed
+ * cost (draft_threshold's token_cost), and with a draft model the cost of
+ * drafting it (draft_cost): one of its one-token forwards against the
  * target step's fixed part (until both are measured: the ratio of the
  * bytes the two models read per token). A fixed spec_token_cost replaces
  * both. */
-static double spec_cost(engine *en) {
+static double spec_cost(engine *en, double *draft_cost) {
+    *draft_cost = 0;
     if (en->o.spec_token_cost > 0) return en->o.spec_token_cost;
-    double c = draft_cost_token(&en->cost, ENGINE_SPEC_TOKEN_COST);
     if (en->dm) {
         double fixed = draft_cost_fixed(&en->cost);
-        c += fixed > 0 && en->dm_ms > 0 ? en->dm_ms / fixed : en->dm_ratio;
+        *draft_cost = fixed > 0 && en->dm_ms > 0 ? en->dm_ms / fixed : en->dm_ratio;
     }
-    return c;
+    return draft_cost_token(&en->cost, ENGINE_SPEC_TOKEN_COST);
 }
 
 /* The draft model's drafts of the sequences dmodel_add took: its forwards
@@ -1666,14 +1666,14 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         s->n_draft = 0;
         n_decode += s->n_tokens - s->n_computed == 1;
     }
-    double cost = spec_cost(en);
+    double dcost, cost = spec_cost(en, &dcost);
     int rows = en->spec_rows, room = en->o.max_batch_tokens - *n_tok;
     for (int j = 0; j < n_bs && rows > 0; j++) {
         seq *s = en->b_owner[j];
         if (!s->ds || en->b_chunk[j] != 1 || s->n_tokens - s->n_computed != 1) continue;
         int max = MIN(MIN(MIN(rows, room), en->n_ctx - s->n_tokens), draft_max(en->dr));
         max = MIN(max, s->r->max_tokens - s->n_generated - 1); /* the last token needs no draft */
-        int want = draft_plan(max, draft_seq_alpha(s->ds), draft_threshold(n_decode, en->o.max_batch_tokens - room, cost));
+        int want = draft_plan(max, draft_seq_alpha(s->ds), draft_threshold(n_decode, en->o.max_batch_tokens - room, cost, dcost));
         if (want <= 0) {
             draft_seq_idle(s->ds);
             continue;
