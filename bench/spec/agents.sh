@@ -2,11 +2,15 @@
 # agents.sh KVLOOM MODEL ROUNDS "SERVE ARGS" "AGENTBENCH ARGS" CONFIG... :
 # concurrent agents (../shared/bench/agentbench.py, temperature 0) against
 # `kvloom serve` with and without speculation (docs/perf.md, "Speculative
-# decoding"). Each round starts one server per CONFIG in order (a CONFIG is
-# its extra serve arguments, e.g. "--spec off", "--spec suffix"), so the
-# configurations are interleaved; prints per run the output tokens/s and
-# the server's drafted / accepted counters, then the median per
-# configuration and its ratio to the first one's. Run it under
+# decoding"). Each round starts one server per CONFIG (a CONFIG is its extra
+# serve arguments, e.g. "--spec off", "--spec suffix"), so the
+# configurations are interleaved, round i starting at the i-th CONFIG
+# (rotated: a load that drifts within a round, or a slot that runs after
+# a warm cache, falls on each in turn; with a fixed order the first always
+# ran first, and --spec ngram, unchanged, measured 0.77x-1.15x of it);
+# prints per run the output tokens/s and the server's drafted / accepted
+# counters, then the median per configuration and its ratio to the first
+# one's, and the median of the rounds' paired ratios. Run it under
 # `flock /tmp/kvloom-bench.lock` (and bench/cpu_share.sh).
 set -u
 [ $# -ge 6 ] || { echo "usage: agents.sh KVLOOM MODEL ROUNDS \"SERVE ARGS\" \"AGENTBENCH ARGS\" CONFIG..." >&2; exit 2; }
@@ -18,10 +22,13 @@ tmp=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 i=1
+n_cfg=$#
 while [ "$i" -le "$rounds" ]; do
-    c=0
-    for cfg in "$@"; do
-        c=$((c + 1))
+    j=0
+    while [ "$j" -lt "$n_cfg" ]; do
+        c=$(((i - 1 + j) % n_cfg + 1))
+        j=$((j + 1))
+        eval "cfg=\${$c}"
         # shellcheck disable=SC2086 # word lists
         "$bin" serve -m "$model" --port $port $sargs $cfg 2>"$tmp/serve.log" &
         pid=$!
@@ -43,7 +50,19 @@ while [ "$i" -le "$rounds" ]; do
         pid=
         echo "round $i config $c ($cfg): $tps out tokens/s, $met"
         echo "$c $tps" >>"$tmp/all"
+        echo "$i $c $tps" >>"$tmp/rounds"
     done
     i=$((i + 1))
 done
 sh "$(dirname "$0")/median.sh" "$tmp/all" "out tokens/s" "" "$@"
+# each round's ratio to the first CONFIG's run of that round: the median,
+# and in how many rounds it was below 1
+c=1
+for cfg in "$@"; do
+    awk -v c=$c '$2 == 1 { b[$1] = $3 } $2 == c { v[$1] = $3 }
+        END { for (r in v) if (b[r] > 0) print v[r] / b[r] }' "$tmp/rounds" | sort -n |
+        awk -v cfg="$cfg" '{ v[NR] = $1; lo += $1 < 1 }
+            END { printf "paired %-40s median ratio %.3f, below 1 in %d of %d rounds\n", cfg,
+                  NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, lo, NR }'
+    c=$((c + 1))
+done

@@ -339,6 +339,8 @@ bool dmodel_run(dmodel *d, double *ms_per_forward) {
     return true;
 }
 
+int dmodel_seq_computed(const dmodel_seq *s) { return s->n_computed; }
+
 int dmodel_seq_drafts(const dmodel_seq *s, const int32_t **drafts) {
     *drafts = s->draft;
     return s->n_draft;

@@ -109,6 +109,9 @@ int dmodel_add(dmodel *d, dmodel_seq *s, const int32_t *tokens, int n, int k, co
  * drafts this step; the draft KV of the sequences involved is dropped).
  * *ms_per_forward: the mean time of its one-token forwards (0: none). */
 bool dmodel_run(dmodel *d, double *ms_per_forward);
+/* The positions whose draft K/V s holds (the rest of its context is the
+ * catch-up its next draft runs first). */
+int dmodel_seq_computed(const dmodel_seq *s);
 /* s's drafts of this step (0 when it did not draft) and the q row of draft
  * j (NULL at temperature 0: a point mass; and for s NULL). */
 int dmodel_seq_drafts(const dmodel_seq *s, const int32_t **drafts);

@@ -1633,6 +1633,33 @@ static double spec_cost(engine *en, double *draft_cost) {
     return draft_cost_token(&en->cost, ENGINE_SPEC_TOKEN_COST);
 }
 
+/* Whether a draft model's drafting of s pays for the catch-up it needs
+ * first: the draft K/V lacks the positions [computed, n - 1) (a new
+ * prompt, tokens decoded while s did not draft, everything after a
+ * preemption), and drafting starts with the draft model's prefill of them,
+ * g tokens at ~token_cost * dm_ratio of a step's fixed part each. That is
+ * paid once; what pays it back is drafting in the decode steps after it
+ * (at their threshold: no prefill chunk in them to hide the drafts in),
+ * counted over at most ENGINE_SPEC_CATCHUP_STEPS steps of what s may still
+ * generate. Without this, a step carrying a prefill chunk made drafts look
+ * nearly free: stories260K drafting for itself at 8 agents started a
+ * catch-up of a whole context 57 times for 4 drafted tokens and ran at
+ * 0.76x (docs/perf.md). */
+#define ENGINE_SPEC_CATCHUP_STEPS 64
+static bool spec_catchup_pays(engine *en, seq *s, int n_decode, double cost, double dcost) {
+    int g = s->n_tokens - 1 - dmodel_seq_computed(s->dms);
+    if (g <= 0 || en->o.spec_token_cost > 0) return true; /* (a fixed cost: drafts forced, tests) */
+    double thr = draft_threshold(n_decode, n_decode, cost, dcost), alpha = draft_seq_alpha(s->ds), e = 1, gain = 0;
+    for (int j = 0; j < draft_max(en->dr); j++) {
+        e *= alpha;
+        if (e <= thr) break;
+        gain += e - thr;
+    }
+    int steps = MIN(ENGINE_SPEC_CATCHUP_STEPS, s->r->max_tokens - s->n_generated);
+    double lost = g * cost * en->dm_ratio * MAX(n_decode, 1) / (1 + cost * MAX(n_decode, 1));
+    return gain * steps > lost;
+}
+
 /* The draft model's drafts of the sequences dmodel_add took: its forwards
  * run, each sequence's drafts go into the batch after its last token. */
 static void spec_run_model(engine *en, int *n_tok, int n_bs) {
@@ -1680,6 +1707,10 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         }
         if (en->dm) { /* drafted below, in the draft model's batched forwards */
             if (!s->dms) continue;
+            if (!spec_catchup_pays(en, s, n_decode, cost, dcost)) {
+                draft_seq_idle(s->ds);
+                continue;
+            }
             req *r = s->r;
             dmodel_how how = {.sp = r->sp, .gm = s->gm, .bias_ids = r->bias_ids, .bias_vals = r->bias_vals,
                               .n_bias = r->n_bias, .ignore_eos = r->ignore_eos};
