@@ -18,9 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (o) {
         for (int kind = 0; kind < 2; kind++) {
             oai_params p;
-            const char *param = NULL;
-            err_t e = {0};
-            if (oai_parse(o, (oai_kind)kind, 512, &p, &param, &e) == 0) oai_params_free(&p);
+            oai_error e;
+            if (oai_parse(o, (oai_kind)kind, 512, &p, &e) == 0) oai_params_free(&p);
         }
         json_decref(o);
     }

@@ -43,6 +43,7 @@
 #include "chat/toolcall.h"
 #include "model/gguf.h"
 #include "sched/req.h"
+#include "server/api.h"
 #include "server/apis.h"
 #include "server/constrain.h"
 #include "server/generate.h"
@@ -121,6 +122,8 @@ static void init(void) {
     g_verbose = getenv("FUZZ_VERBOSE") && atoi(getenv("FUZZ_VERBOSE"));
 }
 
+static void refused(const api_ops *api, const oai_error *e);
+
 /* The request as the server would build it, then freed. */
 static void run_request(routes_ctx *rc, oai_params *p) {
     gen_fail f;
@@ -135,23 +138,21 @@ static void run_request(routes_ctx *rc, oai_params *p) {
                                r->grammar ? ", grammar" : "", r->grammar_trigger ? " (lazy)" : "");
         req_unref(r);
     } else {
-        if (g_verbose) fprintf(stderr, "  %s: %d %s\n", g_route, f.status, f.e.msg);
-        if (f.status < 400 || f.status > 499 || !f.e.msg[0]) {
-            fprintf(stderr, "fuzz_request: a refusal without a 4xx status and message (%d '%s')\n", f.status, f.e.msg);
-            abort();
-        }
-        free(oai_error_json(f.e.msg, oai_error_type(f.status), f.param, f.code));
+        refused(&api_openai, &f.err);
     }
     oai_params_free(p);
 }
 
-static void refused(int status, const char *msg, const char *param) {
-    if (g_verbose) fprintf(stderr, "  %s: %d %s\n", g_route, status, msg);
-    if (status < 400 || status > 499 || !msg[0]) {
-        fprintf(stderr, "fuzz_request: a refusal without a 4xx status and message (%d '%s')\n", status, msg);
+/* A refusal: a 4xx with a message, rendered in the API's terms and shape. */
+static void refused(const api_ops *api, const oai_error *e) {
+    char msg[1024];
+    api_error_text(api, e->e.msg, msg, sizeof msg);
+    if (g_verbose) fprintf(stderr, "  %s: %d %s\n", g_route, e->status, msg);
+    if (e->status < 400 || e->status > 499 || !msg[0]) {
+        fprintf(stderr, "fuzz_request: a refusal without a 4xx status and message (%d '%s')\n", e->status, msg);
         abort();
     }
-    free(oai_error_json(msg, oai_error_type(status), param, NULL));
+    free(api->error_json(e->status, msg, api_error_param(api, e), e->code));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -182,39 +183,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int n_vocab = tok_n_vocab(g_tok);
     for (int kind = 0; kind < 2; kind++) {
         oai_params p;
-        const char *param = NULL;
-        err_t e = {0};
+        oai_error e;
         g_route = kind ? "chat" : "completions";
-        if (oai_parse(body, (oai_kind)kind, n_vocab, &p, &param, &e) == 0) run_request(&rc, &p);
-        else refused(400, e.msg, param);
+        if (oai_parse(body, (oai_kind)kind, n_vocab, &p, &e) == 0) run_request(&rc, &p);
+        else refused(&api_openai, &e);
     }
     for (int count_only = 0; count_only < 2; count_only++) {
         oai_params p;
-        int status = 0;
-        char msg[700];
+        oai_error e;
         g_route = count_only ? "messages/count_tokens" : "messages";
-        if (api_anthropic_params(&rc, body, count_only, &p, &status, msg, sizeof msg) == 0) run_request(&rc, &p);
-        else refused(status, msg, NULL);
+        if (api_anthropic_params(&rc, body, count_only, &p, &e) == 0) run_request(&rc, &p);
+        else refused(&api_anthropic, &e);
     }
     {
         oai_params p;
-        int status = 0;
-        const char *param = NULL;
-        char msg[700];
+        oai_error e;
         g_route = "responses";
-        if (api_responses_params(&rc, body, &p, &status, &param, msg, sizeof msg) == 0) run_request(&rc, &p);
-        else refused(status, msg, param);
+        if (api_responses_params(&rc, body, &p, &e) == 0) run_request(&rc, &p);
+        else refused(&api_responses, &e);
     }
     for (int chat = 0; chat < 2; chat++) {
         oai_params p;
         oai_kind kind;
         bool stream;
-        int status = 0;
-        char msg[700];
+        oai_error e;
         g_route = chat ? "api/chat" : "api/generate";
-        int t = api_ollama_params(&rc, body, chat, &p, &kind, &stream, &status, msg, sizeof msg);
+        int t = api_ollama_params(&rc, body, chat, &p, &kind, &stream, &e);
         if (t > 0) run_request(&rc, &p);
-        else if (t < 0) refused(status, msg, NULL);
+        else if (t < 0) refused(&api_ollama_api, &e);
     }
     constrainer_free(rc.cons);
     json_decref(body);

@@ -17,6 +17,7 @@
 #include "chat/chat.h"
 #include "model/gguf.h"
 #include "sched/req.h"
+#include "server/api.h"
 #include "server/apis.h"
 #include "server/constrain.h"
 #include "server/generate.h"
@@ -37,11 +38,10 @@ static json_t *body(const char *s) {
 static req *chat_req(const char *s, int n_ctx, gen_fail *f) {
     json_t *b = body(s);
     oai_params p;
-    const char *param = NULL;
-    err_t e = {0};
-    int r = oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &param, &e);
+    oai_error e;
+    int r = oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &e);
     json_decref(b);
-    CHECK_MSG(r == 0, "%s: %s", s, e.msg);
+    CHECK_MSG(r == 0, "%s: %s", s, e.e.msg);
     if (r != 0) return NULL;
     bool think_open;
     req *q = gen_request(&rc, &p, n_ctx, &think_open, f);
@@ -64,7 +64,7 @@ static void test_fields(void) {
                       " \"top_logprobs\": 3, \"ignore_eos\": true, \"kv_ttl\": 30, \"kv_hint\": {\"next_use_s\": 5},"
                       " \"stop\": [\"x\"], \"jump_forward\": false}",
                       512, &f);
-    CHECK_MSG(q != NULL, "%s", f.e.msg);
+    CHECK_MSG(q != NULL, "%s", f.err.e.msg);
     if (!q) return;
     CHECK_NEAR(q->sp.temperature, 0.5, 1e-6);
     CHECK_EQ_INT(q->sp.top_k, 7);
@@ -107,10 +107,9 @@ static void test_reasoning_effort(void) {
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         json_t *b = body(cases[i].body);
         oai_params p;
-        const char *param = NULL;
-        err_t e = {0};
-        const int r = oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &param, &e);
-        CHECK_MSG(r == 0, "%s: %s", cases[i].body, e.msg);
+        oai_error e;
+        const int r = oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &e);
+        CHECK_MSG(r == 0, "%s: %s", cases[i].body, e.e.msg);
         const char *got = json_string_value(json_object_get(p.template_kwargs, "reasoning_effort"));
         CHECK_MSG(cases[i].want ? got && strcmp(got, cases[i].want) == 0 : got == NULL, "%s: %s", cases[i].body,
                   got ? got : "(none)");
@@ -121,10 +120,9 @@ static void test_reasoning_effort(void) {
     }
     json_t *b = body("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"reasoning_effort\": \"max\"}");
     oai_params p;
-    const char *param = NULL;
-    err_t e = {0};
-    CHECK_EQ_INT(oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &param, &e), ERR_INVALID);
-    CHECK(param && strcmp(param, "reasoning_effort") == 0 && strstr(e.msg, "reasoning_effort"));
+    oai_error e;
+    CHECK_EQ_INT(oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &e), ERR_INVALID);
+    CHECK(e.status == 400 && e.field && strcmp(e.field, "reasoning_effort") == 0 && strstr(e.e.msg, "reasoning_effort"));
     json_decref(b);
 }
 
@@ -133,13 +131,13 @@ static void test_constraints(void) {
     req *q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"json\"}],"
                       " \"response_format\": {\"type\": \"json_object\"}}",
                       512, &f);
-    CHECK_MSG(q && q->grammar && !q->grammar_trigger, "%s", q ? "" : f.e.msg);
+    CHECK_MSG(q && q->grammar && !q->grammar_trigger, "%s", q ? "" : f.err.e.msg);
     req_unref(q);
     q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"w\"}], \"tools\": [{\"type\": \"function\","
                  " \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\":"
                  " {\"city\": {\"type\": \"string\"}}}}}]}",
                  4096, &f);
-    CHECK_MSG(q && q->grammar && q->grammar_trigger, "%s", q ? "" : f.e.msg);
+    CHECK_MSG(q && q->grammar && q->grammar_trigger, "%s", q ? "" : f.err.e.msg);
     req_unref(q);
     /* harmony: the trigger is the call header's, and message bodies (the
      * analysis) do not count as calls */
@@ -151,16 +149,16 @@ static void test_constraints(void) {
     CHECK_MSG(q && q->grammar && q->grammar_trigger && !strcmp(q->grammar_trigger, "to=functions.") &&
                   q->trigger_skip_open && !strcmp(q->trigger_skip_open, "<|message|>") &&
                   !strcmp(q->trigger_skip_close, "<|end|>") && !q->trigger_skip_now,
-              "%s", q ? "" : f.e.msg);
+              "%s", q ? "" : f.err.e.msg);
     req_unref(q);
     rc.tool_format = was;
     /* an empty character class first: compiles (it matches nothing) */
     q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"g\"}], \"grammar\": \"root ::= [] | \\\"a\\\"\"}",
                  512, &f);
-    CHECK_MSG(q && q->grammar, "%s", q ? "" : f.e.msg);
+    CHECK_MSG(q && q->grammar, "%s", q ? "" : f.err.e.msg);
     req_unref(q);
     q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"g\"}], \"grammar\": \"root ::= nowhere\"}", 512, &f);
-    CHECK(q == NULL && f.status == 400 && f.param && !strcmp(f.param, "grammar") && strstr(f.e.msg, "nowhere"));
+    CHECK(q == NULL && f.err.status == 400 && f.err.field && !strcmp(f.err.field, "grammar") && strstr(f.err.e.msg, "nowhere"));
     req_unref(q);
 }
 
@@ -173,9 +171,9 @@ static void test_context(void) {
     req_unref(q);
     q = chat_req(s, n, &f); /* the prompt must be shorter than the context */
     CHECK(q == NULL);
-    CHECK_EQ_INT(f.status, 400);
-    CHECK_STR(f.code, "context_length_exceeded");
-    CHECK_MSG(strstr(f.e.msg, "tokens") != NULL, "%s", f.e.msg);
+    CHECK_EQ_INT(f.err.status, 400);
+    CHECK_STR(f.err.code, "context_length_exceeded");
+    CHECK_MSG(strstr(f.err.e.msg, "tokens") != NULL, "%s", f.err.e.msg);
     req_unref(q);
     q = chat_req(s, n + 1, &f);
     CHECK(q && q->n_prompt == n);
@@ -187,10 +185,9 @@ static void test_other_apis(void) {
     json_t *b = body("{\"model\": \"m\", \"max_tokens\": 5, \"system\": \"Be brief.\", \"messages\": [{\"role\": \"user\","
                      " \"content\": \"Say hi\"}, {\"role\": \"assistant\", \"content\": \"Hi, I am\"}]}");
     oai_params p;
-    int status = 0;
-    char msg[700];
-    int r = api_anthropic_params(&rc, b, false, &p, &status, msg, sizeof msg);
-    CHECK_MSG(r == 0, "%s", msg);
+    oai_error e;
+    int r = api_anthropic_params(&rc, b, false, &p, &e);
+    CHECK_MSG(r == 0, "%s", e.e.msg);
     if (r == 0) {
         CHECK(p.continue_final);
         CHECK_EQ_INT(p.max_tokens, 5);
@@ -210,18 +207,16 @@ static void test_other_apis(void) {
     }
     /* max_tokens is required, except for count_tokens */
     json_object_del(b, "max_tokens");
-    CHECK(api_anthropic_params(&rc, b, false, &p, &status, msg, sizeof msg) < 0 && status == 400 &&
-          strstr(msg, "max_tokens"));
-    r = api_anthropic_params(&rc, b, true, &p, &status, msg, sizeof msg);
-    CHECK_MSG(r == 0, "%s", msg);
+    CHECK(api_anthropic_params(&rc, b, false, &p, &e) < 0 && e.status == 400 && strstr(e.e.msg, "max_tokens"));
+    r = api_anthropic_params(&rc, b, true, &p, &e);
+    CHECK_MSG(r == 0, "%s", e.e.msg);
     if (r == 0) oai_params_free(&p);
     json_decref(b);
 
     /* Responses: input and instructions; an unknown previous response */
     b = body("{\"input\": \"Once upon a time\", \"instructions\": \"Tell stories.\", \"max_output_tokens\": 7}");
-    const char *param = NULL;
-    r = api_responses_params(&rc, b, &p, &status, &param, msg, sizeof msg);
-    CHECK_MSG(r == 0, "%s", msg);
+    r = api_responses_params(&rc, b, &p, &e);
+    CHECK_MSG(r == 0, "%s", e.e.msg);
     if (r == 0) {
         CHECK_EQ_INT(p.max_tokens, 7);
         gen_fail f;
@@ -229,15 +224,15 @@ static void test_other_apis(void) {
         req *q = gen_request(&rc, &p, 512, &think_open, &f);
         char *text = q ? prompt_text(q) : NULL;
         CHECK_MSG(text && strstr(text, "system\nTell stories.") && strstr(text, "user\nOnce upon a time"), "%s",
-                  text ? text : f.e.msg);
+                  text ? text : f.err.e.msg);
         free(text);
         req_unref(q);
         oai_params_free(&p);
     }
     json_object_set_new(b, "previous_response_id", json_string("resp_nope"));
-    CHECK(api_responses_params(&rc, b, &p, &status, &param, msg, sizeof msg) < 0);
-    CHECK_EQ_INT(status, 404);
-    CHECK_STR(param, "previous_response_id");
+    CHECK(api_responses_params(&rc, b, &p, &e) < 0);
+    CHECK_EQ_INT(e.status, 404);
+    CHECK_STR(api_error_param(&api_responses, &e), "previous_response_id");
     json_decref(b);
 }
 
@@ -245,9 +240,9 @@ static void test_other_apis(void) {
  * (a grammar from the regex), or refused naming the field; stories260K has
  * no fill-in-the-middle tokens, so suffix is the builder's 400. */
 /* oai_parse of a /v1/completions body given as text. */
-static int parse_completion(const char *text, oai_params *p, const char **param, err_t *e) {
+static int parse_completion(const char *text, oai_params *p, oai_error *e) {
     json_t *b = body(text);
-    int r = oai_parse(b, OAI_COMPLETION, tok_n_vocab(rc.tok), p, param, e);
+    int r = oai_parse(b, OAI_COMPLETION, tok_n_vocab(rc.tok), p, e);
     json_decref(b);
     return r;
 }
@@ -272,23 +267,23 @@ static void test_completion_extras(void) {
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         oai_params p;
-        const char *param = NULL;
-        err_t e = {0};
-        int r = parse_completion(cases[i].body, &p, &param, &e);
+        oai_error e;
+        int r = parse_completion(cases[i].body, &p, &e);
+        const char *param = r < 0 ? e.field : NULL;
         gen_fail f = {0};
         req *q = NULL;
         if (r == 0) {
             bool think_open;
             q = gen_request(&rc, &p, 512, &think_open, &f);
-            if (!q) param = f.param;
+            if (!q) param = f.err.field;
             if (q && strstr(cases[i].body, "guided_regex")) CHECK_MSG(q->grammar != NULL, "%s: no grammar", cases[i].body);
             oai_params_free(&p);
         }
         if (cases[i].param)
             CHECK_MSG(!q && param && !strcmp(param, cases[i].param), "%s: want a refusal naming %s, got %s (%s %s)",
-                      cases[i].body, cases[i].param, param ? param : "none", e.msg, f.e.msg);
+                      cases[i].body, cases[i].param, param ? param : "none", e.e.msg, f.err.e.msg);
         else
-            CHECK_MSG(q != NULL, "%s: refused: %s %s", cases[i].body, e.msg, f.e.msg);
+            CHECK_MSG(q != NULL, "%s: refused: %s %s", cases[i].body, e.e.msg, f.err.e.msg);
         if (q) req_unref(q);
     }
 }
@@ -310,17 +305,66 @@ static void test_logprob_budget(void) {
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         oai_params p;
-        const char *param = NULL;
-        err_t e = {0};
-        int r = parse_completion(cases[i].body, &p, &param, &e);
+        oai_error e = {0};
+        int r = parse_completion(cases[i].body, &p, &e);
         if (cases[i].max_tokens == 0) {
-            CHECK_MSG(r < 0 && param && !strcmp(param, "max_tokens") && strstr(e.msg, "at most 262144"), "%s: %d %s",
-                      cases[i].body, r, e.msg);
+            CHECK_MSG(r < 0 && e.field && !strcmp(e.field, "max_tokens") && strstr(e.e.msg, "at most 262144"),
+                      "%s: %d %s", cases[i].body, r, e.e.msg);
         } else {
             CHECK_MSG(r == 0 && p.max_tokens == cases[i].max_tokens, "%s: %d, max_tokens %d (want %d) %s", cases[i].body,
-                      r, r == 0 ? p.max_tokens : 0, cases[i].max_tokens, e.msg);
+                      r, r == 0 ? p.max_tokens : 0, cases[i].max_tokens, e.e.msg);
         }
         if (r == 0) oai_params_free(&p);
+    }
+}
+
+/* A refusal of the core names its fields in each API's terms (api.h): the
+ * field paths of the message and the reported param, written out here as
+ * each API's documentation names them. */
+static void test_error_names(void) {
+    static const struct {
+        const char *body;
+        const api_ops *api;
+        const char *msg, *param;
+    } cases[] = {
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", &api_openai,
+         "'max_tokens' must be an integer in [1, 2147483647]; got 0", "max_tokens"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", &api_responses,
+         "'max_output_tokens' must be an integer in [1, 2147483647]; got 0", "max_output_tokens"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", &api_ollama_api,
+         "'max_tokens' must be an integer in [1, 2147483647]; got 0", "options.num_predict"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+         "{\"name\":\"f\",\"parameters\":5}}]}", &api_openai,
+         "tools[0].function.parameters must be a JSON Schema object", "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+         "{\"name\":\"f\",\"parameters\":5}}]}", &api_anthropic, "tools.0.input_schema must be a JSON Schema object",
+         "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+         "{\"name\":\"f\",\"parameters\":5}}]}", &api_responses, "tools[0].parameters must be a JSON Schema object",
+         "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",3]}", &api_anthropic,
+         "'stop_sequences.1' must be a string", "stop"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+         "\"json_schema\":{\"name\":5}}}", &api_responses, "'text.format.name' must be a string", "text.format"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        json_t *b = body(cases[i].body);
+        oai_params p;
+        oai_error e;
+        int r = oai_parse(b, OAI_CHAT, tok_n_vocab(rc.tok), &p, &e);
+        json_decref(b);
+        CHECK_MSG(r < 0 && e.status == 400, "%s: not refused", cases[i].body);
+        if (r == 0) {
+            oai_params_free(&p);
+            continue;
+        }
+        char msg[512];
+        api_error_text(cases[i].api, e.e.msg, msg, sizeof msg);
+        CHECK_MSG(!strcmp(msg, cases[i].msg), "%s: %s says \"%s\", want \"%s\"", cases[i].body, cases[i].api->name, msg,
+                  cases[i].msg);
+        const char *param = api_error_param(cases[i].api, &e);
+        CHECK_MSG(param && !strcmp(param, cases[i].param), "%s: %s param %s, want %s", cases[i].body,
+                  cases[i].api->name, param ? param : "none", cases[i].param);
     }
 }
 
@@ -345,6 +389,7 @@ int main(void) {
     test_constraints();
     test_context();
     test_other_apis();
+    test_error_names();
     test_completion_extras();
     test_logprob_budget();
     constrainer_free(rc.cons);

@@ -12,6 +12,9 @@
  *    --timeout, a second request dribbled after its request line is
  *    answered 408 after --header-timeout; a request stalled in its headers,
  *    its body or its chunked body gets 408 and Connection: close;
+ *  - the HTTP layer's errors (413, a framing 400, 408) in the error shape of
+ *    the path's API: OpenAI's, Responses' (the same object), Anthropic's,
+ *    Ollama's;
  *  - bodies: an unauthenticated 8 MB upload is answered 401 from its headers
  *    (no body byte sent), --max-body-total gives 503 while two big bodies
  *    are held (kvloom_http_body_bytes) and not after, huge token arrays and /detokenize text past
@@ -107,6 +110,31 @@ static void post_raw(int port, const char *path, const char *headers, const char
     memcpy(req + k, body, n);
     raw_send(port, NULL, req, (size_t)k + n, 30, r);
     free(req);
+}
+
+/* The JSON body of a raw answer (after its headers), or NULL. */
+static json_t *raw_json(const raw *r) {
+    const char *b = strstr(r->text, "\r\n\r\n");
+    return b ? json_loads(b + 4, 0, NULL) : NULL;
+}
+
+/* Whether o is an error object of the API `api` names, with `code` (the
+ * OpenAI shapes) and a message holding `needle`:
+ *   openai, responses: {"error": {"message", "type", "param", "code"}}
+ *   anthropic: {"type": "error", "error": {"type": anthropic_type, "message"}}
+ *   ollama: {"error": message} and nothing else. */
+static bool error_shape_is(json_t *o, const char *api, const char *code, const char *anthropic_type,
+                           const char *needle) {
+    json_t *e = json_object_get(o, "error");
+    if (!strcmp(api, "ollama"))
+        return json_object_size(o) == 1 && json_is_string(e) && strstr(json_string_value(e), needle);
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    if (!json_is_object(e) || !msg || !strstr(msg, needle)) return false;
+    if (!strcmp(api, "anthropic"))
+        return json_object_size(o) == 2 && !strcmp(json_string_value(json_object_get(o, "type")), "error") &&
+               json_object_size(e) == 2 && !strcmp(json_string_value(json_object_get(e, "type")), anthropic_type);
+    return json_object_size(o) == 1 && json_object_size(e) == 4 && json_is_string(json_object_get(e, "type")) &&
+           json_is_null(json_object_get(e, "param")) && !strcmp(json_string_value(json_object_get(e, "code")), code);
 }
 
 static int count_str(const char *hay, const char *needle) {
@@ -281,6 +309,57 @@ static void check_408(int port) {
     CHECK_EQ_INT(health_from(port, NULL, "localhost"), 200);
 }
 
+/* The HTTP layer's own errors (a body over --max-body, a malformed
+ * Content-Length, a request stalled past --header-timeout) in the shape of
+ * the API of the path (api.h, routes_error_body): each client reads its own
+ * error object, never another API's. */
+static void check_transport_shapes(int port) {
+    static const struct {
+        const char *path, *api;
+    } apis[] = {{"/v1/chat/completions", "openai"}, {"/v1/responses", "responses"},
+                {"/v1/messages", "anthropic"}, {"/api/chat", "ollama"}};
+    enum { N = 4 };
+    int fds[N];
+    for (int i = 0; i < N; i++) { /* stalled bodies first: their 408s come while the others run */
+        char req[300];
+        int k = snprintf(req, sizeof req,
+                         "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 100\r\n\r\n{\"model\":",
+                         apis[i].path);
+        fds[i] = su_connect_from(NULL, port, 30, false);
+        CHECK(fds[i] >= 0 && su_send_all(fds[i], req, (size_t)k) == 0);
+    }
+    for (int i = 0; i < N; i++) {
+        char req[300];
+        raw r;
+        snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: 50000000\r\n\r\n", apis[i].path);
+        raw_send(port, NULL, req, strlen(req), 30, &r);
+        json_t *o = raw_json(&r);
+        CHECK_MSG(r.status == 413 && error_shape_is(o, apis[i].api, "body_too_large", "request_too_large", "larger than the limit"),
+                  "413 on %s: want %s's error shape: %.400s", apis[i].path, apis[i].api, r.text);
+        json_decref(o);
+        raw_free(&r);
+        snprintf(req, sizeof req, "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+                 apis[i].path);
+        raw_send(port, NULL, req, strlen(req), 30, &r);
+        o = raw_json(&r);
+        CHECK_MSG(r.status == 400 && error_shape_is(o, apis[i].api, "bad_content_length", "invalid_request_error", "Content-Length"),
+                  "a framing 400 on %s: want %s's error shape: %.400s", apis[i].path, apis[i].api, r.text);
+        json_decref(o);
+        raw_free(&r);
+    }
+    for (int i = 0; i < N; i++) {
+        raw r = {0};
+        if (fds[i] >= 0) raw_read(fds[i], &r);
+        json_t *o = r.text ? raw_json(&r) : NULL;
+        CHECK_MSG(r.status == 408 && error_shape_is(o, apis[i].api, "request_timeout", "invalid_request_error", "did not arrive in time"),
+                  "408 on %s: want %s's error shape: %.400s", apis[i].path, apis[i].api, r.text ? r.text : "");
+        json_decref(o);
+        raw_free(&r);
+        if (fds[i] >= 0) close(fds[i]);
+    }
+}
+
 /* Open descriptors of pid, or -1. */
 static int proc_fds(pid_t pid) {
     char path[64];
@@ -399,6 +478,12 @@ static void check_bodies(int port_a, int port_b) {
     post_raw(port_a, "/api/chat", NULL, body, &r);
     CHECK_MSG(r.status == 503 && strstr(r.text, "{\"error\":\"") && !strstr(r.text, "\"type\""),
               "/api/chat while the bodies are held: want a 503 {\"error\": string}: %.400s", r.text);
+    raw_free(&r);
+    post_raw(port_a, "/v1/messages", NULL, body, &r); /* and in Anthropic's */
+    json_t *ao = raw_json(&r);
+    CHECK_MSG(r.status == 503 && error_shape_is(ao, "anthropic", NULL, "overloaded_error", "too many request bodies"),
+              "/v1/messages while the bodies are held: want a 503 in Anthropic's shape: %.400s", r.text);
+    json_decref(ao);
     raw_free(&r);
     for (int i = 0; i < 2; i++) close(held[i]);
     for (double t0 = su_now(); v > 0 && su_now() - t0 < 20; usleep(20000)) v = metric(port_a, "kvloom_http_body_bytes");
@@ -825,6 +910,7 @@ int main(void) {
     check_per_ip(g_b.port);
     check_keepalive(g_a.port, g_b.port);
     check_408(g_a.port);
+    check_transport_shapes(g_a.port);
     check_idle_threads(&g_c);
     check_flood(g_a.port);
     CHECK(wait_idle(g_a.port, 10)); /* nothing left running or holding blocks */

@@ -38,6 +38,13 @@ int err_set(err_t *e, int code, const char *fmt, ...) {
     return code;
 }
 
+void err_untag(err_t *e) {
+    char *w = e->msg;
+    for (const char *r = e->msg; *r; r++)
+        if (*r != ERR_TAG) *w++ = *r;
+    *w = 0;
+}
+
 void err_prefix(err_t *e, const char *fmt, ...) {
     if (!e) return;
     char head[192], old[sizeof e->msg], joined[sizeof head + sizeof old + 2];

@@ -54,6 +54,17 @@ typedef struct err {
     char msg[384];  /* NUL-terminated, one line                   */
 } err_t;
 
+/* A field path of a request inside an error message, tagged so that the
+ * caller can name it in its own terms (the server's APIs each name the
+ * fields of the body they were sent: server/api.h, api_error_text):
+ * err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.name") " is required", i).
+ * ERR_TAG never occurs in a path. */
+#define ERR_TAG '\x1f'
+#define ERR_F(path) "\x1f" path "\x1f"
+/* e's message with its tags removed (its paths as the caller tagged them):
+ * for a reader that does not rename fields. */
+void err_untag(err_t *e);
+
 /* Records an error and returns `code`, so callers can `return err_set(...)`.
  * `e` may be NULL. */
 int err_set(err_t *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -110,50 +110,50 @@ static bool name_ok(const char *s) {
 }
 
 int tc_check_tools(json_t *tools, err_t *e) {
-    if (!json_is_array(tools)) return err_set(e, ERR_INVALID, "tools must be an array");
+    if (!json_is_array(tools)) return err_set(e, ERR_INVALID, ERR_F("tools") " must be an array");
     size_t n = json_array_size(tools);
-    if (n == 0) return err_set(e, ERR_INVALID, "tools must not be empty");
-    if (n > TC_MAX_TOOLS) return err_set(e, ERR_INVALID, "tools has %zu elements; at most %d", n, TC_MAX_TOOLS);
+    if (n == 0) return err_set(e, ERR_INVALID, ERR_F("tools") " must not be empty");
+    if (n > TC_MAX_TOOLS) return err_set(e, ERR_INVALID, ERR_F("tools") " has %zu elements; at most %d", n, TC_MAX_TOOLS);
     for (size_t i = 0; i < n; i++) {
         json_t *t = json_array_get(tools, i);
-        if (!json_is_object(t)) return err_set(e, ERR_INVALID, "tools[%zu] must be an object", i);
+        if (!json_is_object(t)) return err_set(e, ERR_INVALID, ERR_F("tools[%zu]") " must be an object", i);
         const char *k;
         json_t *v;
         json_object_foreach(t, k, v) {
             if (strcmp(k, "type") != 0 && strcmp(k, "function") != 0)
-                return err_set(e, ERR_INVALID, "tools[%zu]: unknown field '%.64s'", i, k);
+                return err_set(e, ERR_INVALID, ERR_F("tools[%zu]") ": unknown field '%.64s'", i, k);
         }
         json_t *type = json_object_get(t, "type");
         if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0)
-            return err_set(e, ERR_INVALID, "tools[%zu].type must be \"function\"", i);
+            return err_set(e, ERR_INVALID, ERR_F("tools[%zu].type") " must be \"function\"", i);
         json_t *fn = json_object_get(t, "function");
-        if (!json_is_object(fn)) return err_set(e, ERR_INVALID, "tools[%zu].function must be an object", i);
+        if (!json_is_object(fn)) return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function") " must be an object", i);
         json_object_foreach(fn, k, v) {
             if (strcmp(k, "name") != 0 && strcmp(k, "description") != 0 && strcmp(k, "parameters") != 0 &&
                 strcmp(k, "strict") != 0)
-                return err_set(e, ERR_INVALID, "tools[%zu].function: unknown field '%.64s'", i, k);
+                return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function") ": unknown field '%.64s'", i, k);
         }
         json_t *name = json_object_get(fn, "name");
-        if (!name) return err_set(e, ERR_INVALID, "tools[%zu].function.name is required", i);
+        if (!name) return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.name") " is required", i);
         if (!json_is_string(name) || strlen(json_string_value(name)) != json_string_length(name) ||
             !name_ok(json_string_value(name)))
-            return err_set(e, ERR_INVALID, "tools[%zu].function.name must be 1 to 64 characters of [A-Za-z0-9_.-]", i);
+            return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.name") " must be 1 to 64 characters of [A-Za-z0-9_.-]", i);
         json_t *d = json_object_get(fn, "description");
-        if (d && !json_is_string(d)) return err_set(e, ERR_INVALID, "tools[%zu].function.description must be a string", i);
+        if (d && !json_is_string(d)) return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.description") " must be a string", i);
         json_t *s = json_object_get(fn, "strict");
-        if (s && !json_is_boolean(s)) return err_set(e, ERR_INVALID, "tools[%zu].function.strict must be a boolean", i);
+        if (s && !json_is_boolean(s)) return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.strict") " must be a boolean", i);
         json_t *par = json_object_get(fn, "parameters");
         if (par) {
             if (!json_is_object(par))
-                return err_set(e, ERR_INVALID, "tools[%zu].function.parameters must be a JSON Schema object", i);
+                return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.parameters") " must be a JSON Schema object", i);
             json_t *pt = json_object_get(par, "type");
             if (pt && !(json_is_string(pt) && strcmp(json_string_value(pt), "object") == 0))
-                return err_set(e, ERR_INVALID, "tools[%zu].function.parameters.type must be \"object\"", i);
+                return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.parameters.type") " must be \"object\"", i);
         }
         for (size_t j = 0; j < i; j++) {
             json_t *o = json_object_get(json_object_get(json_array_get(tools, j), "function"), "name");
             if (strcmp(json_string_value(o), json_string_value(name)) == 0)
-                return err_set(e, ERR_INVALID, "tools[%zu].function.name '%s' repeats tools[%zu]'s", i,
+                return err_set(e, ERR_INVALID, ERR_F("tools[%zu].function.name") " '%s' repeats " ERR_F("tools[%zu]") "'s", i,
                                json_string_value(name), j);
         }
     }
@@ -255,7 +255,7 @@ int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel
             json_t *nm = json_object_get(json_object_get(json_array_get(tools, i), "function"), "name");
             if (strcmp(json_string_value(nm), only) == 0) break;
         }
-        if (i == n_tools) return err_set(e, ERR_INVALID, "tool_choice names '%.64s', which is not in tools", only);
+        if (i == n_tools) return err_set(e, ERR_INVALID, ERR_F("tool_choice") " names '%.64s', which is not in " ERR_F("tools"), only);
     }
     char *g = NULL;
     size_t n = 0;
@@ -309,7 +309,7 @@ int tc_grammar_relax(tc_format f, json_t *tools, const char *only, bool parallel
         char *r = NULL;
         rc = schema_compile(par, args_rule, strict, &r, &g, &n, e);
         if (rc < 0) {
-            err_prefix(e, "tools[%zu].function.parameters", i);
+            err_prefix(e, ERR_F("tools[%zu].function.parameters"), i);
             free(g);
             if (relaxed) {
                 free(*relaxed);

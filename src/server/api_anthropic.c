@@ -54,7 +54,8 @@
  *
  * Errors: {"type":"error","error":{"type":..,"message":..}} with the type
  * Anthropic gives the status (invalid_request_error, authentication_error,
- * not_found_error, rate_limit_error, api_error, overloaded_error).
+ * not_found_error, request_too_large, rate_limit_error, api_error,
+ * overloaded_error).
  */
 #include <jansson.h>
 #include <stdarg.h>
@@ -62,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "apis.h"
 #include "generate.h"
 #include "oai.h"
@@ -70,7 +72,8 @@
 
 static const char *error_type(int status) {
     switch (status) {
-    case 400: case 405: case 413: case 415: case 422: return "invalid_request_error";
+    case 400: case 405: case 415: case 422: return "invalid_request_error";
+    case 413: return "request_too_large";
     case 401: return "authentication_error";
     case 403: return "permission_error";
     case 404: return "not_found_error";
@@ -80,7 +83,8 @@ static const char *error_type(int status) {
     }
 }
 
-static char *error_json(int status, const char *msg) {
+static char *error_json(int status, const char *msg, const char *param, const char *code) {
+    (void)param, (void)code; /* Anthropic's errors carry neither */
     json_t *o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", error_type(status), "message", msg);
     if (!o) o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", error_type(status), "message",
                           "(the error message is not valid UTF-8)");
@@ -91,25 +95,44 @@ static char *error_json(int status, const char *msg) {
     return s;
 }
 
-void api_anthropic_error(http_exchange *x, int status, const char *msg) {
-    char *s = error_json(status, msg);
-    http_set_reason(x, msg);
-    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
-               status == 429 ? "1" : NULL);
-    free(s);
+/* The Anthropic name of an internal (OpenAI chat) field path, written with
+ * dots as Anthropic does: messages[2].content -> messages.2.content,
+ * tools[0].function.parameters -> tools.0.input_schema, tools[0].function.X
+ * -> tools.0.X, tool_choice.function.name -> tool_choice.name, stop[1] ->
+ * stop_sequences.1, response_format(.json_schema).schema ->
+ * output_format.schema. */
+static void field_name(const char *path, char *out, size_t cap) {
+    static const char *const top[][2] = {{"stop", "stop_sequences"}, {"response_format", "output_format"}};
+    const char *s = path;
+    size_t k = api_field_rename(top, ARRAY_LEN(top), &s, out, cap);
+    while (*s && k + 1 < cap) {
+        if (*s == '[') { /* an index: .N */
+            out[k++] = '.';
+            s++;
+            while (*s && *s != ']' && k + 1 < cap) out[k++] = *s++;
+            if (*s == ']') s++;
+        } else if (!strncmp(s, ".function.parameters", 20)) {
+            k += (size_t)snprintf(out + k, cap - k, ".input_schema");
+            s += 20;
+        } else if (!strncmp(s, ".json_schema", 12) && !strncmp(path, "response_format", 15)) {
+            s += 12; /* output_format holds the schema itself */
+        } else if (!strncmp(s, ".function", 9) && (s[9] == '.' || !s[9])) {
+            s += 9;
+        } else {
+            out[k++] = *s++;
+        }
+    }
+    out[k < cap ? k : cap - 1] = 0;
 }
 
-/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
- * ran out of memory on this thread since f0 (oai_json_nomem, oai.h). */
-static void reply_json(http_exchange *x, json_t *o, unsigned long f0) {
-    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
-    if (s)
-        http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
-    else
-        api_anthropic_error(x, 500, "out of memory building the answer");
-    free(s);
+const api_ops api_anthropic = {.name = "anthropic", .field = field_name, .param = NULL, .error_json = error_json};
+
+/* Answers an error in Anthropic's shape. */
+static void reply_error(http_exchange *x, int status, const char *msg) {
+    api_reply_error(&api_anthropic, x, status, msg, NULL, NULL);
 }
 
+static void reply_json(http_exchange *x, json_t *o, unsigned long f0) { api_reply_json(&api_anthropic, x, 200, o, f0); }
 
 /* ---- request translation: Messages body -> OpenAI chat body ---- */
 
@@ -465,44 +488,23 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     return map_messages(body, chat, prefill, f);
 }
 
-/* Messages of oai_parse and gen_start about the chat body, in this API's
- * terms (field paths are written with dots, as Anthropic does). */
-static void rename_error(char *msg, size_t cap) {
-    static const char *const from[] = {"'stop'", "'messages[", "'tools[", "].function.parameters", "].function.",
-                                       "tool_choice.function.name"};
-    static const char *const to[] = {"'stop_sequences'", "'messages.", "'tools.", "].input_schema", "].",
-                                     "tool_choice.name"};
-    for (size_t k = 0; k < ARRAY_LEN(from); k++) {
-        size_t nf = strlen(from[k]), nt = strlen(to[k]);
-        for (char *p = strstr(msg, from[k]); p; p = strstr(p + nt, from[k])) {
-            size_t tail = strlen(p + nf);
-            if ((size_t)(p - msg) + nt + tail + 1 > cap) break;
-            memmove(p + nt, p + nf, tail + 1);
-            memcpy(p, to[k], nt);
-        }
-    }
-}
-
-int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, int *status, char *msg,
-                         size_t cap) {
+int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, oai_error *err) {
     json_t *chat = NULL;
     bool prefill = false;
     afail f = {0};
     int r = translate(rc, body, count_only, &chat, &prefill, &f);
     if (r < 0) {
         json_decref(chat);
-        *status = f.status;
-        snprintf(msg, cap, "%s", f.msg);
+        memset(err, 0, sizeof *err);
+        err->status = f.status;
+        err_set(&err->e, f.status == 503 ? ERR_NOMEM : ERR_INVALID, "%s", f.msg);
         return -1;
     }
-    const char *param = NULL;
-    err_t e = {0};
-    r = oai_parse(chat, OAI_CHAT, tok_n_vocab(rc->tok), p, &param, &e);
+    r = oai_parse(chat, OAI_CHAT, tok_n_vocab(rc->tok), p, err);
     json_decref(chat); /* p holds its own references */
     if (r < 0) {
-        rename_error(e.msg, sizeof e.msg);
-        *status = 400;
-        snprintf(msg, cap, "%s", e.msg);
+        err->status = 400;
+        err->e.code = ERR_INVALID;
         return -1;
     }
     p->continue_final = prefill;
@@ -511,26 +513,20 @@ int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_para
 
 /* Parses the body and translates it; answers the error itself (-1). */
 static int request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai_params *p) {
-    char msg[700];
     unsigned long f0 = oai_json_nomem();
-    json_t *body = oai_load_body(x, msg, sizeof msg);
-    if (!body) {
-        /* jansson reports a refused allocation as a syntax error */
-        bool nomem = oai_json_nomem() != f0;
-        api_anthropic_error(x, nomem ? 503 : 400, nomem ? "out of memory reading the request body" : msg);
-        return -1;
-    }
-    int status = 400;
-    int r = api_anthropic_params(rc, body, count_only, p, &status, msg, sizeof msg);
+    json_t *body = api_body_json(&api_anthropic, x);
+    if (!body) return -1;
+    oai_error err;
+    int r = api_anthropic_params(rc, body, count_only, p, &err);
     json_decref(body);
     if (r == 0 && oai_json_nomem() != f0) { /* read with a part missing */
         oai_params_free(p);
         r = -1;
     }
     if (r < 0 && oai_json_nomem() != f0)
-        api_anthropic_error(x, 503, "out of memory reading the request");
+        reply_error(x, 503, "out of memory reading the request");
     else if (r < 0)
-        api_anthropic_error(x, status, msg);
+        api_reply_refusal(&api_anthropic, x, &err, f0);
     return r;
 }
 
@@ -735,11 +731,11 @@ static void answer_whole(msg_out *o, http_exchange *x) {
     if (!done) {
         gen_cancel(o->g);
         status = 499;
-        api_anthropic_error(x, 499, "client closed the connection");
+        reply_error(x, 499, "client closed the connection");
     } else if (!gen_finish_reason(o->g)) {
         char msg[320];
         snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
-        api_anthropic_error(x, status, msg);
+        reply_error(x, status, msg);
     } else {
         out_finish(o);
         json_t *m = message_json(o, true);
@@ -784,7 +780,7 @@ static int stream_next(void *sctx, http_buf *out) {
             char msg[320];
             int status = 500;
             snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
-            char *s = error_json(status, msg);
+            char *s = error_json(status, msg, NULL, NULL);
             http_buf_add(out, "event: error\ndata: ", 19);
             http_buf_add(out, s, strlen(s));
             http_buf_add(out, "\n\n", 2);
@@ -820,10 +816,7 @@ bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
     gen_fail gf;
     gen *g = gen_start(rc, x, &p, "/v1/messages", t0, &gf);
     if (!g) {
-        rename_error(gf.e.msg, sizeof gf.e.msg);
-        /* out of memory is the server's state, not the client's mistake */
-        bool nomem = gf.e.code == ERR_NOMEM || oai_json_nomem() != f0;
-        api_anthropic_error(x, nomem ? 503 : gf.status, nomem ? "out of memory starting the request" : gf.e.msg);
+        api_reply_refusal(&api_anthropic, x, &gf.err, f0);
         oai_params_free(&p);
         return false;
     }
@@ -831,7 +824,7 @@ bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
     if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
         gen_cancel(g);
         gen_done(g, "POST", 503, p.stream);
-        api_anthropic_error(x, 503, "out of memory starting the request");
+        reply_error(x, 503, "out of memory starting the request");
         oai_params_free(&p);
         return true;
     }
@@ -858,9 +851,7 @@ void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
     int n = gen_count_prompt(rc, &p, &gf);
     oai_params_free(&p);
     if (n < 0) {
-        rename_error(gf.e.msg, sizeof gf.e.msg);
-        bool nomem = gf.e.code == ERR_NOMEM || oai_json_nomem() != f0;
-        api_anthropic_error(x, nomem ? 503 : gf.status ? gf.status : 400, nomem ? "out of memory" : gf.e.msg);
+        api_reply_refusal(&api_anthropic, x, &gf.err, f0);
         return;
     }
     json_t *o = json_pack("{s:i}", "input_tokens", n);

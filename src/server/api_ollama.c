@@ -43,6 +43,7 @@
 
 #include "../kern/types.h"
 #include "../chat/chat.h"
+#include "api.h"
 #include "apis.h"
 #include "embed.h"
 #include "generate.h"
@@ -63,52 +64,37 @@
 
 /* ---- replies ---- */
 
-static void reply_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
- * ran out of memory on this thread since f0 (oai_json_nomem, oai.h). */
-static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0) {
-    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
-    if (s)
-        http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
-    else
-        reply_error(x, 500, "out of memory building the answer");
-    free(s);
+static char *error_json(int status, const char *msg, const char *param, const char *code) {
+    (void)status, (void)param, (void)code; /* {"error": msg} and nothing else */
+    json_t *o = json_pack("{s:s}", "error", msg);
+    if (!o) o = json_pack("{s:s}", "error", "invalid request"); /* msg was not UTF-8 */
+    char *s = oai_json_dump(o);
+    json_decref(o);
+    return s ? s : xstrdup("{\"error\":\"out of memory\"}");
 }
 
+static const char *param_name(const char *field);
+
+/* Ollama's field names are the internal ones in messages; an error names
+ * its field before the message ("options.temperature: ..."). */
+const api_ops api_ollama_api = {
+    .name = "ollama", .field = NULL, .param = param_name, .error_json = error_json, .param_in_message = true};
+
+static void reply_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
     char msg[640];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *o = json_pack("{s:s}", "error", msg);
-    if (!o) o = json_pack("{s:s}", "error", "invalid request"); /* msg was not UTF-8 */
-    char *s = oai_json_dump(o);
-    json_decref(o);
-    if (!s) s = xstrdup("{\"error\":\"out of memory\"}");
-    http_set_reason(x, msg);
-    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
-               status == 429 ? "1" : NULL);
-    free(s);
+    api_reply_error(&api_ollama_api, x, status, msg, NULL, NULL);
 }
 
-/* Parses the body as a JSON object; on failure answers (400, or 503 when
- * the parse ran out of memory) and returns NULL. */
-static json_t *body_object(http_exchange *x) {
-    char msg[400];
-    unsigned long f0 = oai_json_nomem();
-    json_t *o = oai_load_body(x, msg, sizeof msg);
-    if (o && oai_json_nomem() != f0) {
-        json_decref(o);
-        o = NULL;
-    }
-    if (!o && oai_json_nomem() != f0)
-        reply_error(x, 503, "out of memory reading the request body");
-    else if (!o)
-        reply_error(x, 400, "%s", msg);
-    return o;
+static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0) {
+    api_reply_json(&api_ollama_api, x, status, o, f0);
 }
+
+static json_t *body_object(http_exchange *x) { return api_body_json(&api_ollama_api, x); }
 
 /* RFC 3339 in UTC with nanoseconds, as Go writes time.Time. */
 static void rfc3339(const struct timespec *ts, char *buf, size_t cap) {
@@ -529,8 +515,8 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
 }
 
 /* The Ollama name of an OpenAI field named in an oai_parse or gen_start
- * error. */
-static const char *ollama_param(const char *p) {
+ * error (NULL: none to name). */
+static const char *param_name(const char *p) {
     static const char *const map[][2] = {
         {"temperature", "options.temperature"}, {"top_p", "options.top_p"}, {"top_k", "options.top_k"},
         {"min_p", "options.min_p"}, {"seed", "options.seed"}, {"max_tokens", "options.num_predict"},
@@ -873,15 +859,16 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
 }
 
 int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oai_kind *kind, bool *stream,
-                      int *status, char *msg, size_t cap) {
+                      oai_error *err) {
     unsigned long f0 = oai_json_nomem();
     json_t *oai = json_object();
     olla_fail f = {0};
     int t = oai ? translate(rc, body, chat, oai, kind, &f) : -1;
     *stream = json_is_true(json_object_get(oai, "stream"));
     if (t < 0 || oai_json_nomem() != f0) { /* out of memory is the server's state, not the client's mistake */
-        *status = oai_json_nomem() != f0 || !oai ? 503 : f.status;
-        snprintf(msg, cap, "%s", *status == 503 ? "out of memory reading the request" : f.msg);
+        memset(err, 0, sizeof *err);
+        err->status = oai_json_nomem() != f0 || !oai ? 503 : f.status;
+        err_set(&err->e, ERR_INVALID, "%s", err->status == 503 ? "out of memory reading the request" : f.msg);
         json_decref(oai);
         return -1;
     }
@@ -889,16 +876,9 @@ int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oa
         json_decref(oai);
         return 0;
     }
-    const char *param = NULL;
-    err_t e = {0};
-    int rc_ = oai_parse(oai, *kind, tok_n_vocab(rc->tok), p, &param, &e);
+    int rc_ = oai_parse(oai, *kind, tok_n_vocab(rc->tok), p, err);
     json_decref(oai);
-    if (rc_ < 0) {
-        const char *op = ollama_param(param);
-        *status = e.code == ERR_NOMEM ? 503 : 400;
-        snprintf(msg, cap, "%s%s%s", op ? op : "", op ? ": " : "", e.msg);
-        return -1;
-    }
+    if (rc_ < 0) return -1;
     *stream = p->stream;
     return 1;
 }
@@ -918,27 +898,21 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
     oai_params p;
     oai_kind kind;
     bool stream;
-    int status;
-    char msg[700];
-    int t = api_ollama_params(rc, body, chat, &p, &kind, &stream, &status, msg, sizeof msg);
+    oai_error err;
+    int t = api_ollama_params(rc, body, chat, &p, &kind, &stream, &err);
     json_decref(body);
     if (t < 0) {
-        reply_error(x, status, "%s", msg);
+        api_reply_refusal(&api_ollama_api, x, &err, oai_json_nomem());
         return false;
     }
     if (t == 0) {
         answer_load(x, chat, model_name, stream);
         return false;
     }
-    const char *op;
     gen_fail gf;
     gen *g = gen_start(rc, x, &p, chat ? "/api/chat" : "/api/generate", t0, &gf);
     if (!g) {
-        op = ollama_param(gf.param);
-        if (gf.e.code == ERR_NOMEM || oai_json_nomem() != f0)
-            reply_error(x, 503, "out of memory starting the request");
-        else
-            reply_error(x, gf.status, "%s%s%s", op ? op : "", op ? ": " : "", gf.e.msg);
+        api_reply_refusal(&api_ollama_api, x, &gf.err, f0);
         oai_params_free(&p);
         return false;
     }
@@ -967,8 +941,6 @@ static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
         answer_whole(o, x);
     return true;
 }
-
-void api_ollama_error(http_exchange *x, int status, const char *msg) { reply_error(x, status, "%s", msg); }
 
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path) {
     if (!strcmp(path, "/api/chat")) return handle_generation(rc, x, true);

@@ -86,6 +86,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api.h"
 #include "apis.h"
 #include "generate.h"
 #include "oai.h"
@@ -268,28 +269,52 @@ void resp_store_free(resp_store *s) {
 
 /* ---- replies ---- */
 
+/* The Responses name of an internal (OpenAI chat) field path:
+ * response_format(.json_schema) -> text.format, max_tokens ->
+ * max_output_tokens, tools[N].function.X -> tools[N].X (likewise a
+ * message's tool_calls), tool_choice.function.name -> tool_choice.name. */
+static void field_name(const char *path, char *out, size_t cap) {
+    static const char *const pre[][2] = {{"response_format.json_schema.schema", "text.format.schema"},
+                                         {"response_format.json_schema", "text.format"},
+                                         {"response_format", "text.format"},
+                                         {"tool_choice.function.name", "tool_choice.name"},
+                                         {"max_tokens", "max_output_tokens"}};
+    const char *s = path;
+    size_t k = api_field_rename(pre, ARRAY_LEN(pre), &s, out, cap);
+    while (*s && k + 1 < cap) {
+        if (!strncmp(s, "].function.", 11)) { /* a tool's or a call's fields are the item's own */
+            out[k++] = ']';
+            s += 10;
+        } else {
+            out[k++] = *s++;
+        }
+    }
+    out[k < cap ? k : cap - 1] = 0;
+}
+
+/* The field an error names, as the Responses request names it. */
+static const char *param_name(const char *field) {
+    if (!strcmp(field, "messages")) return "input";
+    if (!strcmp(field, "max_tokens")) return "max_output_tokens";
+    if (!strcmp(field, "response_format")) return "text.format";
+    return field;
+}
+
+static char *error_json(int status, const char *msg, const char *param, const char *code) {
+    return oai_error_json(msg, oai_error_type(status), param, code); /* OpenAI's error object */
+}
+
+const api_ops api_responses = {.name = "responses", .field = field_name, .param = param_name, .error_json = error_json};
+
 static void reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
-    char *s = oai_error_json(msg, oai_error_type(status), param, code);
-    http_set_reason(x, msg);
-    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
-               status == 429 ? "1" : NULL);
-    free(s);
+    api_reply_error(&api_responses, x, status, msg, param, code);
 }
 
-/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
- * ran out of memory on this thread since f0 (oai_json_nomem, oai.h). */
 static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0) {
-    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
-    if (s)
-        http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
-    else
-        reply_error(x, 500, "out of memory building the answer", NULL, NULL);
-    free(s);
+    api_reply_json(&api_responses, x, status, o, f0);
 }
 
-/* Parses the body as a JSON object; on failure answers (400, or 503 when
- * the parse ran out of memory) and returns NULL. */
-static json_t *body_json(http_exchange *x) { return oai_body_json(x); }
+static json_t *body_json(http_exchange *x) { return api_body_json(&api_responses, x); }
 
 /* ---- request translation: Responses body -> OpenAI chat body ---- */
 
@@ -759,33 +784,6 @@ out:
     return r;
 }
 
-/* Replaces every `from` in buf (NUL-terminated, capacity cap) with `to`. */
-static void replace_all(char *buf, size_t cap, const char *from, const char *to) {
-    size_t nf = strlen(from), nt = strlen(to);
-    for (char *p = strstr(buf, from); p; p = strstr(p + nt, from)) {
-        size_t tail = strlen(p + nf);
-        if ((size_t)(p - buf) + nt + tail + 1 > cap) return;
-        memmove(p + nt, p + nf, tail + 1);
-        memcpy(p, to, nt);
-    }
-}
-
-/* An error of oai_parse or gen_start, about the chat body, in terms of the
- * Responses request. */
-static const char *rename_error(const char *param, char *msg, size_t cap) {
-    replace_all(msg, cap, "response_format.json_schema.schema", "text.format.schema");
-    replace_all(msg, cap, "response_format.json_schema", "text.format");
-    replace_all(msg, cap, "response_format", "text.format");
-    replace_all(msg, cap, "'max_tokens'", "'max_output_tokens'");
-    replace_all(msg, cap, "].function.", "].");
-    replace_all(msg, cap, "tool_choice.function.name", "tool_choice.name");
-    if (!param) return NULL;
-    if (!strcmp(param, "messages")) return "input";
-    if (!strcmp(param, "max_tokens")) return "max_output_tokens";
-    if (!strcmp(param, "response_format")) return "text.format";
-    return param;
-}
-
 /* ---- the answer: output items from generate.h events ---- */
 
 enum { IT_REASONING, IT_MESSAGE, IT_CALL };
@@ -1140,29 +1138,28 @@ static void stream_done(void *sctx, bool completed) {
 
 /* The body translated (*rq, freed by the caller either way) and checked by
  * oai_parse (*p, owned on success). */
-static int parse_request(routes_ctx *rc, json_t *body, int owner, resp_req *rq, oai_params *p, rfail *f) {
-    if (translate(rc, body, owner, rq, f) < 0) return -1;
-    err_t e = {0};
-    const char *param = NULL;
-    if (oai_parse(rq->chat, OAI_CHAT, tok_n_vocab(rc->tok), p, &param, &e) < 0) {
-        param = rename_error(param, e.msg, sizeof e.msg);
-        rbad(f, param, "%s", e.msg);
+static int parse_request(routes_ctx *rc, json_t *body, int owner, resp_req *rq, oai_params *p, oai_error *err) {
+    rfail f = {0};
+    if (translate(rc, body, owner, rq, &f) < 0) {
+        memset(err, 0, sizeof *err);
+        err->status = f.status;
+        err->code = f.code;
+        err->field = f.param; /* already the Responses name */
+        err_set(&err->e, ERR_INVALID, "%s", f.msg);
+        return -1;
+    }
+    if (oai_parse(rq->chat, OAI_CHAT, tok_n_vocab(rc->tok), p, err) < 0) {
+        err->status = 400;
+        err->e.code = ERR_INVALID;
         return -1;
     }
     return 0;
 }
 
-int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, int *status, const char **param, char *msg,
-                         size_t cap) {
+int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, oai_error *err) {
     resp_req rq;
-    rfail f = {0};
-    int r = parse_request(rc, body, ROUTES_NO_KEYS, &rq, p, &f);
+    int r = parse_request(rc, body, ROUTES_NO_KEYS, &rq, p, err);
     resp_req_free(&rq);
-    if (r < 0) {
-        *status = f.status;
-        *param = f.param;
-        snprintf(msg, cap, "%s", f.msg);
-    }
     return r;
 }
 
@@ -1172,9 +1169,9 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
     json_t *body = body_json(x);
     if (!body) return false;
     resp_req rq;
-    rfail f = {0};
+    oai_error err;
     oai_params p;
-    int r = parse_request(rc, body, routes_key_index(rc, x), &rq, &p, &f);
+    int r = parse_request(rc, body, routes_key_index(rc, x), &rq, &p, &err);
     json_decref(body);
     if (r == 0 && oai_json_nomem() != f0) { /* read with a part missing */
         oai_params_free(&p);
@@ -1185,18 +1182,14 @@ bool api_responses_create(routes_ctx *rc, http_exchange *x) {
         if (oai_json_nomem() != f0)
             reply_error(x, 503, "out of memory reading the request", NULL, NULL);
         else
-            reply_error(x, f.status, f.msg, f.param, f.code);
+            api_reply_refusal(&api_responses, x, &err, f0);
         resp_req_free(&rq);
         return false;
     }
     gen_fail gf;
     gen *g = gen_start(rc, x, &p, "/v1/responses", t0, &gf);
     if (!g) {
-        const char *gp = rename_error(gf.param, gf.e.msg, sizeof gf.e.msg);
-        if (gf.e.code == ERR_NOMEM || oai_json_nomem() != f0)
-            reply_error(x, 503, "out of memory starting the request", NULL, NULL);
-        else
-            reply_error(x, gf.status, gf.e.msg, gp, gf.code);
+        api_reply_refusal(&api_responses, x, &gf.err, f0);
         oai_params_free(&p);
         resp_req_free(&rq);
         return false;

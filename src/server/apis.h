@@ -42,14 +42,12 @@ bool api_anthropic_messages(routes_ctx *rc, http_exchange *x);
 /* The Anthropic Messages body (only read) as the chat request it becomes:
  * translated, checked by oai_parse, continue_final set for a prefill;
  * count_only: the count_tokens form (max_tokens not required). Returns 0
- * (free *p with oai_params_free), or -1 with the HTTP status and the message
- * in Anthropic's terms in msg. */
-int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, int *status, char *msg,
-                         size_t cap);
+ * (free *p with oai_params_free), or -1 with *err filled (its message's
+ * field paths tagged: api_error_text with api_anthropic names them as
+ * Anthropic does). */
+int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, oai_error *err);
 /* POST /v1/messages/count_tokens. */
 void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x);
-/* An error in Anthropic's shape, its type from the status. */
-void api_anthropic_error(http_exchange *x, int status, const char *msg);
 
 /* Responses kept for previous_response_id (bounded in count and time). */
 typedef struct resp_store resp_store;
@@ -63,25 +61,21 @@ void resp_store_stats(resp_store *s, int *n, size_t *bytes);
 bool api_responses_create(routes_ctx *rc, http_exchange *x);
 /* The Responses body (only read) as the chat request it becomes (with the
  * stored conversation of previous_response_id): 0 (free *p with
- * oai_params_free), or -1 with the HTTP status, the field (static string or
- * NULL) and the message in msg, as api_responses_create answers them. */
-int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, int *status, const char **param, char *msg,
-                         size_t cap);
+ * oai_params_free), or -1 with *err filled, as api_responses_create answers
+ * it through api_responses (api.h). */
+int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, oai_error *err);
 /* GET or DELETE /v1/responses/{id}. */
 void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id);
 
 /* An Ollama /api/chat (chat) or /api/generate body (only read) as the
  * request it becomes: 1 (free *p with oai_params_free; *kind the OpenAI
  * kind, *stream Ollama's default true unless false), 0 for a load-only
- * request (no messages, or an empty prompt; *stream set), or -1 with the
- * HTTP status (400, 503 out of memory) and the message in msg, its field
- * named as Ollama names it. */
+ * request (no messages, or an empty prompt; *stream set), or -1 with *err
+ * filled (400, 503 out of memory), answered through api_ollama_api (api.h),
+ * which names the field as Ollama does. */
 int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oai_kind *kind, bool *stream,
-                      int *status, char *msg, size_t cap);
+                      oai_error *err);
 /* Any /api/... route (path as requested). */
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path);
-/* An error in Ollama's shape, {"error": msg} (routes.c answers unknown
- * /api/ routes, a missing key and refusals with it). */
-void api_ollama_error(http_exchange *x, int status, const char *msg);
 
 #endif

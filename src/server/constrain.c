@@ -189,7 +189,7 @@ static int format_gbnf(const oai_params *p, const char *name, char **buf, size_t
         char *r = NULL;
         rc = schema_compile(p->schema, name, p->schema_strict, &r, buf, len, e);
         *param = p->schema_param;
-        if (rc < 0) err_prefix(e, "'%s' schema", p->schema_param);
+        if (rc < 0) err_prefix(e, "'" ERR_F("%s") "' schema", p->schema_param);
         else report_add(report, p->schema_param, r);
     }
     return rc;
@@ -209,7 +209,7 @@ int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar 
     if (p->format == OAI_FORMAT_GRAMMAR) {
         if (tools) {
             *param = "grammar";
-            return err_set(e, ERR_INVALID, "'grammar' cannot be combined with 'tools' (set tool_choice to \"none\")");
+            return err_set(e, ERR_INVALID, "'" ERR_F("grammar") "' cannot be combined with '" ERR_F("tools") "' (set " ERR_F("tool_choice") " to \"none\")");
         }
         gbnf = xstrdup(p->grammar);
         *param = "grammar";
@@ -267,7 +267,7 @@ int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar 
         *relaxed = NULL;
         free(*trigger);
         *trigger = NULL;
-        if (p->format == OAI_FORMAT_GRAMMAR) err_prefix(e, "'grammar'");
+        if (p->format == OAI_FORMAT_GRAMMAR) err_prefix(e, "'" ERR_F("grammar") "'");
         return rc;
     }
     return 0;

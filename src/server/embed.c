@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../sched/encoder.h"
+#include "api.h"
 #include "apis.h"
 #include "oai.h"
 
@@ -201,16 +202,6 @@ static json_t *vec_base64(const float *v, int n) {
     return j;
 }
 
-static void reply_json(http_exchange *x, json_t *o, unsigned long f0, bool ollama) {
-    char *s = o && oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
-    if (s)
-        http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
-    else if (ollama)
-        api_ollama_error(x, 500, "out of memory building the answer");
-    else
-        oai_reply_error(x, 500, "out of memory building the answer", NULL, NULL);
-    free(s);
-}
 
 
 /* dimensions: absent (NULL) = the model's; else 1..n_embd. */
@@ -226,7 +217,7 @@ static int parse_dims(const routes_ctx *rc, json_t *d, int *dims, char *msg, siz
 
 void embed_openai(routes_ctx *rc, http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
-    json_t *body = oai_body_json(x);
+    json_t *body = api_body_json(&api_openai, x);
     if (!body) return;
     char msg[640];
     const char *param = NULL;
@@ -268,7 +259,7 @@ void embed_openai(routes_ctx *rc, http_exchange *x) {
         }
         json_t *o = json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model", rc->model_id,
                               "usage", "prompt_tokens", (json_int_t)n_tok, "total_tokens", (json_int_t)n_tok);
-        reply_json(x, o, f0, false);
+        api_reply_json(&api_openai, x, 200, o, f0);
         json_decref(o);
     }
     free(vecs);
@@ -279,11 +270,8 @@ void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy) {
     int64_t t0 = clock_ns();
     unsigned long f0 = oai_json_nomem();
     char msg[640];
-    json_t *body = oai_load_body(x, msg, sizeof msg);
-    if (!body) {
-        api_ollama_error(x, oai_json_nomem() != f0 ? 503 : 400, msg);
-        return;
-    }
+    json_t *body = api_body_json(&api_ollama_api, x);
+    if (!body) return;
     embed_in in = {0};
     int dims = 0, status = 400;
     /* /api/embed: "input" (string or strings), "truncate" (default true),
@@ -302,13 +290,13 @@ void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy) {
     }
     json_decref(body);
     if (status) {
-        api_ollama_error(x, status, msg);
+        api_reply_error(&api_ollama_api, x, status, msg, NULL, NULL);
         return;
     }
     float *vecs = xmalloc(sizeof(float) * (size_t)in.n * (size_t)dims);
     status = run_inputs(rc, &in, dims, vecs, msg, sizeof msg);
     if (status) {
-        api_ollama_error(x, status, msg);
+        api_reply_error(&api_ollama_api, x, status, msg, NULL, NULL);
     } else {
         json_t *o;
         long n_tok = 0;
@@ -322,7 +310,7 @@ void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy) {
                           (json_int_t)(clock_ns() - t0), "load_duration", (json_int_t)0, "prompt_eval_count",
                           (json_int_t)n_tok);
         }
-        reply_json(x, o, f0, true);
+        api_reply_json(&api_ollama_api, x, 200, o, f0);
         json_decref(o);
     }
     free(vecs);

@@ -359,16 +359,16 @@ static bool ends_in_think(const char *text) {
 static int32_t *fim_prompt(routes_ctx *rc, const oai_params *p, int *n_out, gen_fail *f) {
     int32_t fim[3];
     if (!tok_fim(rc->tok, fim)) {
-        f->param = "suffix";
-        err_set(&f->e, ERR_INVALID,
+        f->err.field = "suffix";
+        err_set(&f->err.e, ERR_INVALID,
                 "the model '%s' has no fill-in-the-middle tokens (<|fim_prefix|>, <fim_prefix>, <PRE> or the GGUF's "
-                "fim_pre/suf/mid token ids): 'suffix' needs a code model trained for it",
+                "fim_pre/suf/mid token ids): '" ERR_F("suffix") "' needs a code model trained for it",
                 rc->model_id);
         return NULL;
     }
     int n_pre = 0, n_suf = 0;
-    int32_t *pre = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), false, &n_pre, &f->e);
-    int32_t *suf = pre ? gen_encode(rc->tok, p->suffix, strlen(p->suffix), false, &n_suf, &f->e) : NULL;
+    int32_t *pre = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), false, &n_pre, &f->err.e);
+    int32_t *suf = pre ? gen_encode(rc->tok, p->suffix, strlen(p->suffix), false, &n_suf, &f->err.e) : NULL;
     int32_t *ids = NULL;
     if (suf) {
         int bos = tok_add_bos(rc->tok) && tok_bos(rc->tok) >= 0, k = 0;
@@ -396,10 +396,10 @@ static int32_t *fim_prompt(routes_ctx *rc, const oai_params *p, int *n_out, gen_
  * 13). True when refused (f filled). */
 static bool text_too_long(const routes_ctx *rc, size_t len, int n_ctx, gen_fail *f) {
     if (rc->max_piece_bytes <= 0 || n_ctx <= 0 || len / (size_t)rc->max_piece_bytes < (size_t)n_ctx) return false;
-    err_set(&f->e, ERR_INVALID,
+    err_set(&f->err.e, ERR_INVALID,
             "the prompt has at least %zu tokens (%zu bytes, at most %d per token); this model's context is %d tokens",
             len / (size_t)rc->max_piece_bytes, len, rc->max_piece_bytes, n_ctx);
-    f->code = "context_length_exceeded";
+    f->err.code = "context_length_exceeded";
     return true;
 }
 
@@ -427,11 +427,11 @@ static bool count_too_long(const routes_ctx *rc, const char *text, size_t len, b
         if (c <= cut / 2) c = cut; /* no whitespace: a word cut in two counts at most one token more */
         int n = tok_encode(rc->tok, text, c, add_bos, true, NULL, 0);
         if (n >= 0 && n > n_ctx + GEN_COUNT_SLACK) {
-            err_set(&f->e, ERR_INVALID,
+            err_set(&f->err.e, ERR_INVALID,
                     "the prompt has more than %d tokens in its first %zu of %zu bytes; this model's context is %d "
                     "tokens",
                     n - GEN_COUNT_SLACK, c, len, n_ctx);
-            f->code = "context_length_exceeded";
+            f->err.code = "context_length_exceeded";
             return true;
         }
     }
@@ -445,11 +445,11 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *
     int32_t *ids = NULL;
     int n_ids = 0;
     *think_open = false;
-    f->status = 400;
-    f->param = chat ? "messages" : "prompt"; /* the field any error below is about */
+    f->err.status = 400;
+    f->err.field = chat ? "messages" : "prompt"; /* the field any error below is about */
     if (chat) {
         char *text = NULL;
-        if (render_chat(rc, p, &text, &f->e) < 0) return NULL;
+        if (render_chat(rc, p, &text, &f->err.e) < 0) return NULL;
         *think_open = rc->reasoning && ends_in_think(text);
         /* Templates that want BOS write it themselves; otherwise add it as
          * plain completions do. */
@@ -459,7 +459,7 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *
             free(text);
             return NULL;
         }
-        ids = gen_encode(rc->tok, text, strlen(text), add_bos, &n_ids, &f->e);
+        ids = gen_encode(rc->tok, text, strlen(text), add_bos, &n_ids, &f->err.e);
         free(text);
     } else if (p->prompt_tokens) {
         ids = xmalloc((size_t)p->n_prompt_tokens * sizeof *ids);
@@ -472,11 +472,11 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *
         if (text_too_long(rc, strlen(p->prompt_text), n_ctx, f) ||
             count_too_long(rc, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), n_ctx, f))
             return NULL;
-        ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->e);
+        ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->err.e);
     }
     if (!ids) return NULL;
     if (n_ids == 0) {
-        err_set(&f->e, ERR_INVALID, "the prompt is empty after tokenization");
+        err_set(&f->err.e, ERR_INVALID, "the prompt is empty after tokenization");
         free(ids);
         return NULL;
     }
@@ -501,7 +501,7 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     int32_t *ids = NULL;
     int n_ids = 0;
     *think_open = false;
-    f->status = 400;
+    f->err.status = 400;
     char *relaxed = NULL;
     /* a template that refuses two calls in a message gets one per answer
      * (whatever parallel_tool_calls says: the client would send them back) */
@@ -512,16 +512,16 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
         one.parallel_tool_calls = false;
         pc = &one;
     }
-    if (constrain_request(rc->cons, pc, rc->tool_format, &gr, &trigger, &f->param, &relaxed, &f->e) < 0) goto fail;
+    if (constrain_request(rc->cons, pc, rc->tool_format, &gr, &trigger, &f->err.field, &relaxed, &f->err.e) < 0) goto fail;
     if (relaxed) snprintf(f->relaxed, sizeof f->relaxed, "%s", relaxed);
     free(relaxed);
     ids = prompt_ids(rc, p, n_ctx, &n_ids, think_open, f);
     if (!ids) goto fail;
     if (n_ids >= n_ctx) {
         /* rc->m is absent where a request is only parsed (test_gen_request) */
-        err_set(&f->e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens (--ctx raises it, up to "
+        err_set(&f->err.e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens (--ctx raises it, up to "
                 "the model's %d)", n_ids, n_ctx, rc->m ? rc->m->cfg.n_ctx_train : n_ctx);
-        f->code = "context_length_exceeded";
+        f->err.code = "context_length_exceeded";
         goto fail;
     }
     req *r = req_new(ids, n_ids);
@@ -574,10 +574,10 @@ fail:
 gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
     bool think_open = false;
     if (!rc->en) { /* an encoder (bert) embeds and never generates */
-        f->status = 400;
-        f->param = "model";
-        f->code = "model_not_supported";
-        err_set(&f->e, ERR_INVALID, "the model '%s' is an embedding model: it answers /v1/embeddings only",
+        f->err.status = 400;
+        f->err.field = "model";
+        f->err.code = "model_not_supported";
+        err_set(&f->err.e, ERR_INVALID, "the model '%s' is an embedding model: it answers /v1/embeddings only",
                 rc->model_id);
         return NULL;
     }
@@ -589,15 +589,15 @@ gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char
     /* a session (its pin, its kv_hint) is the client's own: another client
      * naming the same prompt_cache_key releases nothing of it */
     if (r->kv_session) r->kv_session = hash_bytes(&r->client, sizeof r->client, r->kv_session) | 1;
-    int src = engine_submit(rc->en, r, &f->e);
+    int src = engine_submit(rc->en, r, &f->err.e);
     if (src < 0) {
         if (src == ERR_RANGE) {
-            f->status = 429;
-            f->param = NULL;
+            f->err.status = 429;
+            f->err.field = NULL;
             /* this client's own limit, or everyone's queue */
-            f->code = strstr(f->e.msg, "client-max-queued") ? "client_queue_full" : "queue_full";
+            f->err.code = strstr(f->err.e.msg, "client-max-queued") ? "client_queue_full" : "queue_full";
         } else if (src == ERR_INVALID) {
-            f->code = "context_length_exceeded";
+            f->err.code = "context_length_exceeded";
         }
         req_unref(r);
         return NULL;

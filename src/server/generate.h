@@ -34,14 +34,11 @@
 
 typedef struct gen gen;
 
-/* Why gen_start refused: the HTTP status (400, 429), the request field at
- * fault (or NULL), an error code (e.g. "context_length_exceeded", or NULL)
- * and the message in e. */
+/* Why gen_start refused (err: the HTTP status, 400 or 429; an error code
+ * such as "context_length_exceeded", or NULL; the field at fault; the
+ * message, its field paths tagged: oai.h), and what gen_request hands on. */
 typedef struct gen_fail {
-    int status;
-    const char *param;
-    const char *code;
-    err_t e;
+    oai_error err;
     char relaxed[1024]; /* on success: the schema keywords relaxed (constrain.h),
                            "" when none (cut at 1023 bytes)                  */
 } gen_fail;

@@ -107,8 +107,8 @@ typedef bool (*http_precheck_fn)(void *ctx, http_exchange *x);
 
 /* Writes the JSON body of an error that this layer answers itself (413,
  * 408, 503 over budget or draining, 400/501 framing, 500 no answer) to a
- * request for `path`, in the shape of the API that path belongs to (the
- * Ollama client cannot read an OpenAI error object). msg is plain text, code
+ * request for `path`, in the shape of the API that path belongs to (an
+ * Ollama or Anthropic client cannot read an OpenAI error object). msg is plain text, code
  * an identifier or NULL. Returns the length written (< cap, NUL-terminated),
  * 0 to fall back to the OpenAI shape. Runs on the I/O thread and the reaper:
  * it must not block. */

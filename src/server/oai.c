@@ -2,12 +2,16 @@
  * oai.c — validates OpenAI completion / chat request bodies into oai_params
  * and builds the OpenAI error object.
  *
- * Every rejection names the field (the message and *param), so a client sees
- * exactly what to fix; nothing here asserts on request content. A JSON null
+ * Every rejection names the field (the message and oai_error.field), so a
+ * client sees exactly what to fix; the message tags every field path it
+ * names (OAI_F) so that each API names it in its own terms (api.h). Nothing
+ * here asserts on request content. A JSON null
  * counts as an absent field, because many clients send nulls for unset
  * options.
  */
 #include "oai.h"
+
+#include "api.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -55,7 +59,7 @@ json_t *oai_buf_json(const http_buf *b) { return oai_text_json(b->p, b->n); }
 
 static int bad(const char **param, const char *name, err_t *e, const char *msg) {
     *param = name;
-    return err_set(e, ERR_INVALID, "'%s' %s", name, msg);
+    return err_set(e, ERR_INVALID, "'" OAI_F("%s") "' %s", name, msg);
 }
 
 /* Number field in [lo, hi] (open ends when lo_open / hi_open). */
@@ -67,7 +71,7 @@ static int get_float(json_t *o, const char *name, double lo, bool lo_open, doubl
     double x = json_number_value(v);
     if (!isfinite(x) || x < lo || (lo_open && x == lo) || x > hi) {
         *param = name;
-        return err_set(e, ERR_INVALID, "'%s' must be in %s%g, %g]; got %g", name, lo_open ? "(" : "[", lo, hi, x);
+        return err_set(e, ERR_INVALID, "'" OAI_F("%s") "' must be in %s%g, %g]; got %g", name, lo_open ? "(" : "[", lo, hi, x);
     }
     *out = (float)x;
     return 0;
@@ -91,7 +95,7 @@ static int get_int(json_t *o, const char *name, long long lo, long long hi, long
     }
     if (x < lo || x > hi) {
         *param = name;
-        return err_set(e, ERR_INVALID, "'%s' must be an integer in [%lld, %lld]; got %lld", name, lo, hi, x);
+        return err_set(e, ERR_INVALID, "'" OAI_F("%s") "' must be an integer in [%lld, %lld]; got %lld", name, lo, hi, x);
     }
     *out = x;
     return 0;
@@ -126,7 +130,7 @@ static int logprob_budget(oai_params *p, const char **param, err_t *e) {
     if ((long long)p->max_tokens <= cap) return 0;
     *param = "max_tokens";
     return err_set(e, ERR_INVALID,
-                   "'max_tokens' %d with %d logprob entries per token (chosen + top_logprobs, over %lld choices) asks "
+                   "'" OAI_F("max_tokens") "' %d with %d logprob entries per token (chosen + top_logprobs, over %lld choices) asks "
                    "for up to %lld entries in one answer; a non-streamed answer holds at most %d (max_tokens %lld "
                    "here): stream it, or ask for fewer",
                    p->max_tokens, p->n_logprobs + 1, (long long)p->n * MAX(p->n_prompts, 1),
@@ -193,7 +197,7 @@ static int parse_token_array(json_t *a, const char *where, int n_vocab, int32_t 
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= n_vocab) {
             free(t);
             *param = "prompt";
-            return err_set(e, ERR_INVALID, "'%s[%zu]' must be a token id in [0, %d)", where, i, n_vocab);
+            return err_set(e, ERR_INVALID, "'" OAI_F("%s[%zu]") "' must be a token id in [0, %d)", where, i, n_vocab);
         }
         t[i] = (int32_t)json_integer_value(v);
     }
@@ -216,7 +220,7 @@ static int parse_prompt(json_t *body, int n_vocab, oai_params *p, const char **p
     if (json_is_integer(first)) return parse_token_array(v, "prompt", n_vocab, &p->prompt_tokens, &p->n_prompt_tokens, param, e);
     if (n > OAI_MAX_PROMPTS) {
         *param = "prompt";
-        return err_set(e, ERR_INVALID, "'prompt' holds %zu prompts; at most %d in one request", n, OAI_MAX_PROMPTS);
+        return err_set(e, ERR_INVALID, "'" OAI_F("prompt") "' holds %zu prompts; at most %d in one request", n, OAI_MAX_PROMPTS);
     }
     p->n_prompts = (int)n;
     for (size_t i = 1; i < n; i++) { /* checked here; routes.c runs each one */
@@ -226,7 +230,7 @@ static int parse_prompt(json_t *body, int n_vocab, oai_params *p, const char **p
         if (json_is_string(pi) && json_is_string(first)) continue;
         if (!json_is_array(pi) || !json_is_array(first)) {
             *param = "prompt";
-            return err_set(e, ERR_INVALID, "'%s' must be a %s, as prompt[0] is", name,
+            return err_set(e, ERR_INVALID, "'" OAI_F("%s") "' must be a %s, as " OAI_F("prompt[0]") " is", name,
                            json_is_string(first) ? "string" : "token id array");
         }
         int32_t *ids = NULL;
@@ -265,33 +269,33 @@ static int check_tool_messages(json_t *msgs, size_t i, json_t *m, err_t *e) {
     json_t *calls = oai_field(m, "tool_calls");
     if (calls) {
         if (strcmp(role, "assistant") != 0)
-            return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
-        if (!json_is_array(calls)) return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls' must be an array", i);
+            return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].tool_calls") "' is only allowed in assistant messages", i);
+        if (!json_is_array(calls)) return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].tool_calls") "' must be an array", i);
         for (size_t j = 0; j < json_array_size(calls); j++) {
             json_t *c = json_array_get(calls, j);
             json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
             json_t *type = json_is_object(c) ? oai_field(c, "type") : NULL;
             if (!json_is_object(c) || !json_is_string(json_object_get(c, "id")))
-                return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
+                return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].tool_calls[%zu].id") "' must be a string", i, j);
             if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
-                return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls[%zu].type' must be \"function\"", i, j);
+                return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].tool_calls[%zu].type") "' must be \"function\"", i, j);
             if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
-                return err_set(e, ERR_INVALID, "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, j);
+                return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].tool_calls[%zu].function.name") "' must be a string", i, j);
             json_t *args = json_object_get(fn, "arguments");
             if (!json_is_string(args) && !json_is_object(args))
                 return err_set(e, ERR_INVALID,
-                               "'messages[%zu].tool_calls[%zu].function.arguments' must be a string or an object", i,
+                               "'" OAI_F("messages[%zu].tool_calls[%zu].function.arguments") "' must be a string or an object", i,
                                j);
         }
     }
     if (strcmp(role, "tool") == 0) {
         json_t *id = json_object_get(m, "tool_call_id");
         if (!json_is_string(id))
-            return err_set(e, ERR_INVALID, "'messages[%zu].tool_call_id' must be a string (the id of the call it answers)",
+            return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].tool_call_id") "' must be a string (the id of the call it answers)",
                            i);
         if (!tool_call_id_known(msgs, i, json_string_value(id)))
             return err_set(e, ERR_INVALID,
-                           "'messages[%zu].tool_call_id' '%.100s' matches no tool call of an earlier assistant message",
+                           "'" OAI_F("messages[%zu].tool_call_id") "' '%.100s' matches no tool call of an earlier assistant message",
                            i, json_string_value(id));
     }
     return 0;
@@ -304,23 +308,23 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *m = json_array_get(v, i);
         *param = "messages";
-        if (!json_is_object(m)) return err_set(e, ERR_INVALID, "'messages[%zu]' must be an object", i);
+        if (!json_is_object(m)) return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu]") "' must be an object", i);
         json_t *role = json_object_get(m, "role");
-        if (!json_is_string(role)) return err_set(e, ERR_INVALID, "'messages[%zu].role' must be a string", i);
+        if (!json_is_string(role)) return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].role") "' must be a string", i);
         json_t *c = json_object_get(m, "content");
         if (c && !json_is_null(c) && !json_is_string(c) && !json_is_array(c))
-            return err_set(e, ERR_INVALID, "'messages[%zu].content' must be a string, an array of parts or null", i);
+            return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].content") "' must be a string, an array of parts or null", i);
         if (json_is_array(c)) {
             for (size_t j = 0; j < json_array_size(c); j++) {
                 json_t *part = json_array_get(c, j);
                 json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
                 if (!json_is_string(type))
-                    return err_set(e, ERR_INVALID, "'messages[%zu].content[%zu]' must be an object with a 'type'", i, j);
+                    return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].content[%zu]") "' must be an object with a 'type'", i, j);
                 if (strcmp(json_string_value(type), "text") != 0)
-                    return err_set(e, ERR_INVALID, "'messages[%zu].content[%zu].type' '%s' is not supported (text only)", i,
+                    return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].content[%zu].type") "' '%s' is not supported (text only)", i,
                                    j, json_string_value(type));
                 if (!json_is_string(json_object_get(part, "text")))
-                    return err_set(e, ERR_INVALID, "'messages[%zu].content[%zu].text' must be a string", i, j);
+                    return err_set(e, ERR_INVALID, "'" OAI_F("messages[%zu].content[%zu].text") "' must be a string", i, j);
             }
         }
         int rc = check_tool_messages(v, i, m, e);
@@ -333,7 +337,7 @@ static int parse_messages(json_t *body, oai_params *p, const char **param, err_t
         for (size_t i = 0; i < json_array_size(tools); i++)
             if (!json_is_object(json_array_get(tools, i))) {
                 *param = "tools";
-                return err_set(e, ERR_INVALID, "'tools[%zu]' must be an object {\"type\":\"function\",\"function\":{...}}", i);
+                return err_set(e, ERR_INVALID, "'" OAI_F("tools[%zu]") "' must be an object {\"type\":\"function\",\"function\":{...}}", i);
             }
         if (tc_check_tools(tools, e) < 0) {
             *param = "tools";
@@ -379,7 +383,7 @@ static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e)
     if (json_is_string(v)) {
         if (json_string_length(v) > OAI_MAX_STOP_BYTES) {
             *param = "stop";
-            return err_set(e, ERR_INVALID, "'stop' has %zu bytes; at most %d", json_string_length(v), OAI_MAX_STOP_BYTES);
+            return err_set(e, ERR_INVALID, "'" OAI_F("stop") "' has %zu bytes; at most %d", json_string_length(v), OAI_MAX_STOP_BYTES);
         }
         if (json_string_length(v) > 0) p->stop[p->n_stop++] = xstrndup(json_string_value(v), json_string_length(v));
         return 0;
@@ -387,17 +391,17 @@ static int parse_stop(json_t *body, oai_params *p, const char **param, err_t *e)
     if (!json_is_array(v)) return bad(param, "stop", e, "must be a string or an array of strings");
     if (json_array_size(v) > OAI_MAX_STOP) {
         *param = "stop";
-        return err_set(e, ERR_INVALID, "'stop' may hold at most %d strings", OAI_MAX_STOP);
+        return err_set(e, ERR_INVALID, "'" OAI_F("stop") "' may hold at most %d strings", OAI_MAX_STOP);
     }
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *s = json_array_get(v, i);
         if (!json_is_string(s)) {
             *param = "stop";
-            return err_set(e, ERR_INVALID, "'stop[%zu]' must be a string", i);
+            return err_set(e, ERR_INVALID, "'" OAI_F("stop[%zu]") "' must be a string", i);
         }
         if (json_string_length(s) > OAI_MAX_STOP_BYTES) {
             *param = "stop";
-            return err_set(e, ERR_INVALID, "'stop[%zu]' has %zu bytes; at most %d", i, json_string_length(s),
+            return err_set(e, ERR_INVALID, "'" OAI_F("stop[%zu]") "' has %zu bytes; at most %d", i, json_string_length(s),
                            OAI_MAX_STOP_BYTES);
         }
         if (json_string_length(s) > 0) p->stop[p->n_stop++] = xstrndup(json_string_value(s), json_string_length(s));
@@ -417,21 +421,21 @@ static int parse_tool_choice(json_t *body, oai_params *p, const char **param, er
         else if (!strcmp(c, "none")) p->tool_choice = OAI_TOOLS_NONE;
         else if (!strcmp(c, "required")) p->tool_choice = OAI_TOOLS_REQUIRED;
         else
-            return err_set(e, ERR_INVALID, "'tool_choice' must be \"auto\", \"none\", \"required\" or a function; got \"%.64s\"",
+            return err_set(e, ERR_INVALID, "'" OAI_F("tool_choice") "' must be \"auto\", \"none\", \"required\" or a function; got \"%.64s\"",
                            c);
     } else if (json_is_object(v)) {
         json_t *type = oai_field(v, "type"), *fn = oai_field(v, "function");
         json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
         if (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
-            return err_set(e, ERR_INVALID, "'tool_choice.type' must be \"function\"");
-        if (!json_is_string(name)) return err_set(e, ERR_INVALID, "'tool_choice.function.name' must be a string");
+            return err_set(e, ERR_INVALID, "'" OAI_F("tool_choice.type") "' must be \"function\"");
+        if (!json_is_string(name)) return err_set(e, ERR_INVALID, "'" OAI_F("tool_choice.function.name") "' must be a string");
         p->tool_choice = OAI_TOOLS_NAMED;
         p->tool_name = xstrdup(json_string_value(name));
     } else {
-        return err_set(e, ERR_INVALID, "'tool_choice' must be a string or an object");
+        return err_set(e, ERR_INVALID, "'" OAI_F("tool_choice") "' must be a string or an object");
     }
     if ((p->tool_choice == OAI_TOOLS_REQUIRED || p->tool_choice == OAI_TOOLS_NAMED) && !p->tools)
-        return err_set(e, ERR_INVALID, "'tool_choice' asks for a tool call but 'tools' is empty or missing");
+        return err_set(e, ERR_INVALID, "'" OAI_F("tool_choice") "' asks for a tool call but '" OAI_F("tools") "' is empty or missing");
     if (p->tool_choice == OAI_TOOLS_NAMED) {
         bool found = false;
         for (size_t i = 0; i < json_array_size(p->tools); i++) {
@@ -439,7 +443,7 @@ static int parse_tool_choice(json_t *body, oai_params *p, const char **param, er
             if (json_is_string(n) && strcmp(json_string_value(n), p->tool_name) == 0) found = true;
         }
         if (!found)
-            return err_set(e, ERR_INVALID, "'tool_choice' names the function '%.64s', which is not in 'tools'",
+            return err_set(e, ERR_INVALID, "'" OAI_F("tool_choice") "' names the function '%.64s', which is not in '" OAI_F("tools") "'",
                            p->tool_name);
     }
     *param = NULL;
@@ -489,20 +493,20 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
             json_error_t je;
             schema = json_loadb(json_string_value(v), json_string_length(v), JSON_REJECT_DUPLICATES, &je);
             if (!schema)
-                return err_set(e, ERR_INVALID, "'guided_json' is not valid JSON at line %d column %d: %s", je.line,
+                return err_set(e, ERR_INVALID, "'" OAI_F("guided_json") "' is not valid JSON at line %d column %d: %s", je.line,
                                je.column, je.text);
         } else {
             schema = json_incref(v);
         }
         if (take_schema(p, schema, "guided_json", e) < 0)
-            return err_set(e, ERR_INVALID, "'guided_json' must be a JSON Schema object (or its JSON text)");
+            return err_set(e, ERR_INVALID, "'" OAI_F("guided_json") "' must be a JSON Schema object (or its JSON text)");
     } else if (!strcmp(which, "guided_regex")) {
         if (!json_is_string(v) || json_string_length(v) == 0)
-            return err_set(e, ERR_INVALID, "'guided_regex' must be a non-empty string");
+            return err_set(e, ERR_INVALID, "'" OAI_F("guided_regex") "' must be a non-empty string");
         regex_pat pat;
         int rc = regex_parse(json_string_value(v), json_string_length(v), 0, &pat, e);
         if (rc < 0) {
-            err_prefix(e, "'guided_regex'");
+            err_prefix(e, "'" OAI_F("guided_regex") "'");
             return rc;
         }
         sbuf gb = {0};
@@ -515,13 +519,13 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
         p->grammar = gb.p;
     } else if (!strcmp(which, "guided_grammar")) {
         if (!json_is_string(v) || json_string_length(v) == 0)
-            return err_set(e, ERR_INVALID, "'guided_grammar' must be a non-empty string (GBNF)");
+            return err_set(e, ERR_INVALID, "'" OAI_F("guided_grammar") "' must be a non-empty string (GBNF)");
         p->format = OAI_FORMAT_GRAMMAR;
         p->grammar = xstrndup(json_string_value(v), json_string_length(v));
     } else {
         size_t n = json_array_size(v);
         if (!json_is_array(v) || n == 0 || n > OAI_MAX_CHOICES)
-            return err_set(e, ERR_INVALID, "'guided_choice' must be an array of 1 to %d strings", OAI_MAX_CHOICES);
+            return err_set(e, ERR_INVALID, "'" OAI_F("guided_choice") "' must be an array of 1 to %d strings", OAI_MAX_CHOICES);
         http_buf gb = {0};
         http_buf_printf(&gb, "root ::= ");
         for (size_t i = 0; i < n; i++) {
@@ -529,7 +533,7 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
             const char *t = json_string_value(c);
             if (!json_is_string(c) || json_string_length(c) == 0 || strlen(t) != json_string_length(c)) {
                 http_buf_free(&gb);
-                return err_set(e, ERR_INVALID, "'guided_choice[%zu]' must be a non-empty string without NUL", i);
+                return err_set(e, ERR_INVALID, "'" OAI_F("guided_choice[%zu]") "' must be a non-empty string without NUL", i);
             }
             http_buf_printf(&gb, "%s\"", i ? " | " : "");
             for (const char *q = t; *q; q++) {
@@ -557,7 +561,7 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
         *param = "response_format";
         json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         if (!json_is_string(type))
-            return err_set(e, ERR_INVALID, "'response_format' must be an object with a string 'type'");
+            return err_set(e, ERR_INVALID, "'" OAI_F("response_format") "' must be an object with a string 'type'");
         const char *t = json_string_value(type);
         if (!strcmp(t, "text")) {
         } else if (!strcmp(t, "json_object")) {
@@ -565,29 +569,29 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
             n_set++;
         } else if (!strcmp(t, "json_schema")) {
             json_t *js = oai_field(rf, "json_schema");
-            if (!json_is_object(js)) return err_set(e, ERR_INVALID, "'response_format.json_schema' must be an object");
+            if (!json_is_object(js)) return err_set(e, ERR_INVALID, "'" OAI_F("response_format.json_schema") "' must be an object");
             json_t *name = oai_field(js, "name"), *strict = oai_field(js, "strict");
             if (name && !json_is_string(name))
-                return err_set(e, ERR_INVALID, "'response_format.json_schema.name' must be a string");
+                return err_set(e, ERR_INVALID, "'" OAI_F("response_format.json_schema.name") "' must be a string");
             if (strict && !json_is_boolean(strict))
-                return err_set(e, ERR_INVALID, "'response_format.json_schema.strict' must be a boolean");
+                return err_set(e, ERR_INVALID, "'" OAI_F("response_format.json_schema.strict") "' must be a boolean");
             json_t *schema = oai_field(js, "schema");
             if (!schema) schema = json_true(); /* no schema: any JSON value */
             else json_incref(schema);
             if (take_schema(p, schema, "response_format", e) < 0)
-                return err_set(e, ERR_INVALID, "'response_format.json_schema.schema' must be an object");
+                return err_set(e, ERR_INVALID, "'" OAI_F("response_format.json_schema.schema") "' must be an object");
             p->schema_strict = json_is_true(strict);
             n_set++;
         } else {
             return err_set(e, ERR_INVALID,
-                           "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"", t);
+                           "'" OAI_F("response_format.type") "' must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"", t);
         }
     }
     json_t *js = oai_field(body, "json_schema");
     if (js) {
         *param = "json_schema";
-        if (!json_is_object(js) && !json_is_boolean(js)) return err_set(e, ERR_INVALID, "'json_schema' must be an object");
-        if (n_set) return err_set(e, ERR_INVALID, "give either 'json_schema' or a JSON 'response_format', not both");
+        if (!json_is_object(js) && !json_is_boolean(js)) return err_set(e, ERR_INVALID, "'" OAI_F("json_schema") "' must be an object");
+        if (n_set) return err_set(e, ERR_INVALID, "give either '" OAI_F("json_schema") "' or a JSON '" OAI_F("response_format") "', not both");
         p->format = OAI_FORMAT_SCHEMA;
         p->schema = json_incref(js);
         p->schema_param = "json_schema";
@@ -596,9 +600,9 @@ static int parse_format(json_t *body, oai_params *p, const char **param, err_t *
     json_t *g = oai_field(body, "grammar");
     if (g) {
         *param = "grammar";
-        if (!json_is_string(g)) return err_set(e, ERR_INVALID, "'grammar' must be a string (GBNF)");
-        if (n_set) return err_set(e, ERR_INVALID, "give only one of 'grammar', 'json_schema' and a JSON 'response_format'");
-        if (json_string_length(g) == 0) return err_set(e, ERR_INVALID, "'grammar' is empty");
+        if (!json_is_string(g)) return err_set(e, ERR_INVALID, "'" OAI_F("grammar") "' must be a string (GBNF)");
+        if (n_set) return err_set(e, ERR_INVALID, "give only one of '" OAI_F("grammar") "', '" OAI_F("json_schema") "' and a JSON '" OAI_F("response_format") "'");
+        if (json_string_length(g) == 0) return err_set(e, ERR_INVALID, "'" OAI_F("grammar") "' is empty");
         p->format = OAI_FORMAT_GRAMMAR;
         p->grammar = xstrndup(json_string_value(g), json_string_length(g));
         n_set++;
@@ -614,9 +618,9 @@ static int parse_bias(json_t *body, int n_vocab, oai_params *p, const char **par
     json_t *v = oai_field(body, "logit_bias");
     if (!v) return 0;
     *param = "logit_bias";
-    if (!json_is_object(v)) return err_set(e, ERR_INVALID, "'logit_bias' must be an object of token id -> bias");
+    if (!json_is_object(v)) return err_set(e, ERR_INVALID, "'" OAI_F("logit_bias") "' must be an object of token id -> bias");
     size_t n = json_object_size(v);
-    if (n > OAI_MAX_BIAS) return err_set(e, ERR_INVALID, "'logit_bias' has %zu entries; at most %d", n, OAI_MAX_BIAS);
+    if (n > OAI_MAX_BIAS) return err_set(e, ERR_INVALID, "'" OAI_F("logit_bias") "' has %zu entries; at most %d", n, OAI_MAX_BIAS);
     if (n == 0) return *param = NULL, 0;
     p->bias_ids = xmalloc(n * sizeof *p->bias_ids);
     p->bias_vals = xmalloc(n * sizeof *p->bias_vals);
@@ -625,9 +629,9 @@ static int parse_bias(json_t *body, int n_vocab, oai_params *p, const char **par
     json_object_foreach(v, key, b) {
         long id;
         if (!parse_long(key, 0, (long)n_vocab - 1, &id))
-            return err_set(e, ERR_INVALID, "'logit_bias' key '%.32s' is not a token id in [0, %d)", key, n_vocab);
+            return err_set(e, ERR_INVALID, "'" OAI_F("logit_bias") "' key '%.32s' is not a token id in [0, %d)", key, n_vocab);
         if (!json_is_number(b) || json_number_value(b) < -100 || json_number_value(b) > 100)
-            return err_set(e, ERR_INVALID, "'logit_bias[\"%s\"]' must be a number in [-100, 100]", key);
+            return err_set(e, ERR_INVALID, "'" OAI_F("logit_bias[\"%s\"]") "' must be a number in [-100, 100]", key);
         double x = json_number_value(b);
         p->bias_ids[p->n_bias] = (int32_t)id;
         p->bias_vals[p->n_bias++] = x <= -100 ? -INFINITY : (float)x; /* -100 bans, as OpenAI says */
@@ -646,7 +650,7 @@ static int parse_completion_extras(json_t *body, oai_params *p, const char **par
     int rc;
     if ((rc = get_bool(body, "echo", &p->echo, param, e)) < 0) return rc;
     if (p->echo && p->n_logprobs >= 0)
-        return bad(param, "echo", e, "with 'logprobs' is not supported (the prompt's own logprobs are not computed)");
+        return bad(param, "echo", e, "with '" OAI_F("logprobs") "' is not supported (the prompt's own logprobs are not computed)");
     if ((v = oai_field(body, "suffix")) && !json_is_string(v)) return bad(param, "suffix", e, "must be a string");
     if (v && json_string_length(v)) {
         if (strlen(json_string_value(v)) != json_string_length(v)) return bad(param, "suffix", e, "must not hold NUL");
@@ -656,17 +660,26 @@ static int parse_completion_extras(json_t *body, oai_params *p, const char **par
     }
     if ((rc = get_int(body, "best_of", 1, OAI_MAX_N, &x, &present, param, e)) < 0) return rc;
     p->best_of = present ? (int)x : p->n;
-    if (p->best_of < p->n) return bad(param, "best_of", e, "must be at least 'n'");
+    if (p->best_of < p->n) return bad(param, "best_of", e, "must be at least '" OAI_F("n") "'");
     if (p->best_of > p->n && p->stream) return bad(param, "best_of", e, "above n cannot be streamed (send stream: false)");
     if (p->best_of * MAX(p->n_prompts, 1) > OAI_MAX_FORKS) {
         *param = "best_of";
-        return err_set(e, ERR_INVALID, "'best_of' x prompts is %d; at most %d generations in one request",
+        return err_set(e, ERR_INVALID, "'" OAI_F("best_of") "' x prompts is %d; at most %d generations in one request",
                        p->best_of * p->n_prompts, OAI_MAX_FORKS);
     }
     return 0;
 }
 
-int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e) {
+static int parse_body(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e);
+
+int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, oai_error *err) {
+    memset(err, 0, sizeof *err);
+    int rc = parse_body(body, kind, n_vocab, p, &err->field, &err->e);
+    if (rc < 0) err->status = rc == ERR_NOMEM ? 503 : 400;
+    return rc;
+}
+
+static int parse_body(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e) {
     memset(p, 0, sizeof *p);
     p->kind = kind;
     p->n = 1;
@@ -724,7 +737,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
     if (present) p->n = (int)x;
     if (p->n * MAX(p->n_prompts, 1) > OAI_MAX_FORKS) {
         *param = "n";
-        rc = err_set(e, ERR_INVALID, "'n' x prompts is %d; at most %d generations in one request", p->n * p->n_prompts,
+        rc = err_set(e, ERR_INVALID, "'" OAI_F("n") "' x prompts is %d; at most %d generations in one request", p->n * p->n_prompts,
                      OAI_MAX_FORKS);
         goto fail;
     }
@@ -752,7 +765,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
         if ((rc = get_bool(body, "logprobs", &lp, param, e)) < 0) goto fail;
         if ((rc = get_int(body, "top_logprobs", 0, 20, &x, &present, param, e)) < 0) goto fail;
         if (present && !lp) {
-            rc = bad(param, "top_logprobs", e, "requires 'logprobs' to be true");
+            rc = bad(param, "top_logprobs", e, "requires '" OAI_F("logprobs") "' to be true");
             goto fail;
         }
         if (lp) p->n_logprobs = present ? (int)x : 0;
@@ -761,7 +774,7 @@ int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const cha
     p->best_of = p->n;
     if (kind == OAI_COMPLETION && (rc = parse_completion_extras(body, p, param, e)) < 0) goto fail;
     if (kind == OAI_CHAT && (v = oai_field(body, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
-        rc = bad(param, "best_of", e, "is a /v1/completions field (chat takes 'n')");
+        rc = bad(param, "best_of", e, "is a /v1/completions field (chat takes '" OAI_F("n") "')");
         goto fail;
     }
     if ((rc = sampler_params_check(&p->sp, e)) < 0) {
@@ -874,25 +887,13 @@ json_t *oai_load_body(http_exchange *x, char *msg, size_t cap) {
     return o;
 }
 
-json_t *oai_body_json(http_exchange *x) {
-    char msg[400];
-    unsigned long f0 = json_nomem;
-    json_t *o = oai_load_body(x, msg, sizeof msg);
-    if (o && json_nomem != f0) { /* a parse that succeeded but dropped something */
-        json_decref(o);
-        o = NULL;
-    }
-    if (!o && json_nomem != f0)
-        oai_reply_error(x, 503, "out of memory reading the request body", NULL, NULL);
-    else if (!o)
-        oai_reply_error(x, 400, msg, NULL, "invalid_json");
-    return o;
+void oai_reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
+    api_reply_error(&api_openai, x, status, msg, param, code);
 }
 
-void oai_reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
-    char *s = oai_error_json(msg, oai_error_type(status), param, code);
-    http_set_reason(x, msg);
-    http_reply(x, status, "application/json", s, strlen(s), status == 429 ? "Retry-After" : NULL,
-               status == 429 ? "1" : NULL);
-    free(s);
+static char *openai_error_json(int status, const char *msg, const char *param, const char *code) {
+    return oai_error_json(msg, oai_error_type(status), param, code);
 }
+
+/* OpenAI's names are the internal ones (api.h). */
+const api_ops api_openai = {.name = "openai", .error_json = openai_error_json};

@@ -5,8 +5,8 @@
  * Place in the flow: server/, on an HTTP thread, right after the body has
  * been read and before tokenization. Nothing here touches the engine.
  *
- * Validation rules (each failure names the field, e.g. "temperature must be
- * a number in [0, 2]", and sets *param to "temperature"):
+ * Validation rules (each failure names the field, e.g. "'temperature' must
+ * be in [0, 2]; got 3", and sets oai_error.field to "temperature"):
  *   model string (any name accepted) · prompt string | [string] | [int] |
  *   [[int]] (completions; up to OAI_MAX_PROMPTS strings or id arrays) ·
  *   echo bool, suffix string (one text prompt), best_of integer [n,
@@ -156,11 +156,31 @@ typedef struct oai_params {
                                 answer continues (set by the Anthropic route)  */
 } oai_params;
 
+/* A field path inside an error message, tagged so that each API writes it
+ * in its own terms (api_error_text, api.h): "'" OAI_F("messages[%zu].role")
+ * "' must be a string" (base.h's ERR_F). */
+#define OAI_TAG ERR_TAG
+#define OAI_F(path) ERR_F(path)
+
+/* Why a request is refused before it reaches the engine (oai_parse,
+ * gen_start, an API's own translation): the HTTP status (400; 429; 503 out
+ * of memory), an error code (an identifier, e.g.
+ * "context_length_exceeded", or NULL), the top-level field at fault in
+ * internal terms (the OpenAI chat body's name, a static string, or NULL),
+ * and e: ERR_NOMEM when memory ran out, the message with its field paths
+ * tagged (OAI_F). */
+typedef struct oai_error {
+    int status;
+    const char *code;
+    const char *field;
+    err_t e;
+} oai_error;
+
 /* Parses and validates a request body. `n_vocab` bounds token ids in a token
- * prompt. On error returns ERR_INVALID (or ERR_RANGE), writes the message to
- * `e` and the offending field's name to *param (a static string). On
- * success *p owns its allocations: release them with oai_params_free. */
-int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, const char **param, err_t *e);
+ * prompt. On error returns ERR_INVALID (or ERR_RANGE, ERR_NOMEM) and fills
+ * *err (status 400, or 503 when memory ran out). On success *p owns its
+ * allocations: release them with oai_params_free. */
+int oai_parse(json_t *body, oai_kind kind, int n_vocab, oai_params *p, oai_error *err);
 void oai_params_free(oai_params *p);
 
 /* {"error":{"message":msg,"type":type,"param":param|null,"code":code|null}}
@@ -168,7 +188,7 @@ void oai_params_free(oai_params *p);
 char *oai_error_json(const char *msg, const char *type, const char *param, const char *code);
 
 /* Answers x with status and oai_error_json (its type from the status;
- * a 429 carries Retry-After: 1). */
+ * a 429 carries Retry-After: 1): api_reply_error with api_openai. */
 void oai_reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code);
 
 /* The error "type" OpenAI uses for an HTTP status (400 -> invalid_request_error,
@@ -202,9 +222,6 @@ unsigned long oai_json_nomem(void);
 /* json_dumps(o, JSON_COMPACT), or NULL when o is NULL or an allocation failed
  * while dumping (the text would be incomplete). */
 char *oai_json_dump(const json_t *o);
-/* Like oai_load_body, but answers the failure itself: 400 with the message,
- * or 503 when the parse ran out of memory. Returns the object or NULL. */
-json_t *oai_body_json(http_exchange *x);
 
 /* JSON helpers shared by the request readers and answer writers of every
  * API (oai.c, api_*.c):

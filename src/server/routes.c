@@ -24,6 +24,7 @@
 
 #include "../chat/toolcall.h"
 #include "../sched/req.h"
+#include "api.h"
 #include "apis.h"
 #include "embed.h"
 #include "models.h"
@@ -41,22 +42,15 @@ static void reply_error(http_exchange *x, int status, const char *msg, const cha
     oai_reply_error(x, status, msg, param, code);
 }
 
-/* Answers o, or 500 when it could not be built whole: o is NULL, or jansson
- * ran out of memory on this thread since f0 (oai_json_nomem) — a member may
- * be missing. */
+/* Answers o (api.h: 500 when it could not be built whole). */
 static void reply_json(routes_ctx *rc, http_exchange *x, int status, json_t *o, unsigned long f0) {
-    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
-    if (s)
-        http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
-    else
-        reply_error(x, 500, "out of memory building the answer", NULL, NULL);
-    free(s);
+    api_reply_json(&api_openai, x, status, o, f0);
     (void)rc;
 }
 
 /* Parses the body as a JSON object; on failure answers (400, or 503 out of
  * memory) and returns NULL. */
-static json_t *body_json(http_exchange *x) { return oai_body_json(x); }
+static json_t *body_json(http_exchange *x) { return api_body_json(&api_openai, x); }
 
 /* A ChatML template in Jinja: what the server renders with when the model
  * has no template it can run (chat/chat.h's fallback). */
@@ -102,10 +96,8 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
         if (b && kind == OAI_COMPLETION) json_object_set_new(b, "best_of", json_integer(1));
         oai_params q;
         memset(&q, 0, sizeof q);
-        const char *param = NULL;
-        err_t e = {0};
         gen_fail f = {0};
-        int st = !b ? 503 : oai_parse(b, kind, tok_n_vocab(rc->tok), &q, &param, &e) < 0 ? 400 : 0;
+        int st = !b ? 503 : oai_parse(b, kind, tok_n_vocab(rc->tok), &q, &f.err) < 0 ? 400 : 0;
         json_decref(b);
         if (per > p->n && q.n_logprobs < 0) q.n_logprobs = 0; /* the ranking needs each token's logprob */
         /* not streamed, the forks are read one after the other: the later
@@ -115,9 +107,7 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
         for (int j = 0; !st && j < per; j++) {
             if (q.seed_set) q.sp.seed = p->sp.seed + (uint64_t)j; /* forks differ, reproducibly */
             if (!(gs[k] = gen_start(rc, x, &q, oai_route_of(kind)->path, t0, &f))) {
-                st = f.status;
-                e = f.e;
-                param = f.param;
+                st = f.err.status;
             } else {
                 k++;
             }
@@ -129,7 +119,8 @@ static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t
                 gen_done(gs[i], "POST", st, false);
             }
             free(gs);
-            reply_error(x, st, st == 503 ? "out of memory starting the request" : e.msg, param, NULL);
+            if (st == 503) reply_error(x, st, "out of memory starting the request", NULL, NULL);
+            else api_reply_refusal(&api_openai, x, &(oai_error){.status = st, .field = f.err.field, .e = f.err.e}, 0);
             return k > 0;
         }
     }
@@ -147,12 +138,12 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
     json_t *body = body_json(x);
     if (!body) return false;
     oai_params p;
-    const char *param = NULL;
-    err_t e = {0};
-    int rc_ = oai_parse(body, kind, tok_n_vocab(rc->tok), &p, &param, &e);
-    if (rc_ < 0) {
+    oai_error err;
+    if (oai_parse(body, kind, tok_n_vocab(rc->tok), &p, &err) < 0) {
         json_decref(body);
-        reply_error(x, 400, e.msg, param, NULL);
+        err.status = 400;
+        err.e.code = ERR_INVALID;
+        api_reply_refusal(&api_openai, x, &err, oai_json_nomem());
         return false;
     }
     if (p.n > 1 || p.n_prompts > 1 || p.best_of > 1) {
@@ -165,10 +156,7 @@ static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
     gen_fail f;
     gen *g = gen_start(rc, x, &p, oai_route_of(kind)->path, t0, &f);
     if (!g) {
-        /* out of memory is the server's state, not the client's mistake */
-        bool nomem = f.e.code == ERR_NOMEM || oai_json_nomem() != f0;
-        reply_error(x, nomem ? 503 : f.status, nomem ? "out of memory starting the request" : f.e.msg,
-                    nomem ? NULL : f.param, nomem ? NULL : f.code);
+        api_reply_refusal(&api_openai, x, &f.err, f0);
         oai_params_free(&p);
         return false;
     }
@@ -672,29 +660,18 @@ static bool form_content_type(const char *ct) {
     return false;
 }
 
-/* The API a path belongs to, for the shape of its errors. */
-enum { SHAPE_OPENAI, SHAPE_ANTHROPIC, SHAPE_OLLAMA };
-static int error_shape(const char *path) {
-    if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) return SHAPE_ANTHROPIC;
-    if (!strcmp(path, "/api") || !strncmp(path, "/api/", 5)) return SHAPE_OLLAMA;
-    return SHAPE_OPENAI;
-}
-
 /* An error answered in the shape of the path's API (code: OpenAI's). */
 static void reply_error_shaped(http_exchange *x, int status, const char *msg, const char *code) {
-    switch (error_shape(http_path(x))) {
-    case SHAPE_ANTHROPIC: api_anthropic_error(x, status, msg); break;
-    case SHAPE_OLLAMA: api_ollama_error(x, status, msg); break;
-    default: reply_error(x, status, msg, NULL, code); break;
-    }
+    api_reply_error(api_of_path(http_path(x)), x, status, msg, NULL, code);
 }
 
 size_t routes_error_body(const char *path, int status, const char *code, const char *msg, char *out, size_t cap) {
-    (void)code;
-    if (error_shape(path) != SHAPE_OLLAMA) return 0; /* the HTTP layer's OpenAI object */
-    int k = snprintf(out, cap, "{\"error\":\"%s\"}", msg); /* msg: plain text, nothing to escape (http.h) */
-    (void)status;
-    return k > 0 && (size_t)k < cap ? (size_t)k : 0;
+    char *s = api_of_path(path)->error_json(status, msg, NULL, code);
+    size_t n = strlen(s);
+    if (n >= cap) n = 0; /* the HTTP layer's own OpenAI object */
+    else memcpy(out, s, n + 1);
+    free(s);
+    return n;
 }
 
 /* Answers a refusal in the API's shape, counts and logs it. */
@@ -773,7 +750,7 @@ static const char *body_model(http_exchange *x, char *buf, size_t cap) {
  * the route's shape (an unknown name is a 404 model_not_found). */
 static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *rt, const char *path) {
     models *ms = root->models;
-    bool multi = models_count(ms) > 1, ollama = !strncmp(path, "/api/", 5);
+    bool multi = models_count(ms) > 1;
     switch (rt->id) {
     case R_HEALTH: case R_MODELS_LOAD: case R_MODELS_UNLOAD: return root;
     case R_MODELS: case R_MODEL:
@@ -804,9 +781,7 @@ static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *
     }
     routes_ctx *rc = models_acquire(ms, want, &st, msg, sizeof msg);
     if (rc) return rc;
-    if (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13)) api_anthropic_error(x, st, msg);
-    else if (ollama) api_ollama_error(x, st, msg);
-    else reply_error(x, st, msg, st == 404 ? "model" : NULL, st == 404 ? "model_not_found" : NULL);
+    api_reply_error(api_of_path(path), x, st, msg, st == 404 ? "model" : NULL, st == 404 ? "model_not_found" : NULL);
     return NULL;
 }
 

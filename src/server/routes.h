@@ -100,8 +100,9 @@ bool routes_precheck(void *ctx, http_exchange *x);
 char *routes_template_source(const routes_ctx *rc);
 
 /* The http_error_fn (http.h): errors of the HTTP layer (413, 408, 503, the
- * framing 400s) on an Ollama path (/api/...) as {"error": msg}; 0 (the
- * OpenAI object) elsewhere. */
+ * framing 400s) in the error shape of the path's API (api_of_path, api.h):
+ * Anthropic's under /v1/messages, Ollama's {"error": msg} under /api, the
+ * OpenAI object elsewhere (Responses too). */
 size_t routes_error_body(const char *path, int status, const char *code, const char *msg, char *out, size_t cap);
 
 #endif
