@@ -8,10 +8,16 @@
  * when the socket takes bytes, so once the kernel buffers are full their
  * readers stop taking tokens; the engine must
  *  - keep serving others: a normal client gets its answers meanwhile;
- *  - cancel each stuck request after --stall-timeout (1 s here), freeing its
+ *  - park each stuck request after --park-timeout (0.3 s here): while all
+ *    are parked nothing runs and every block in use is in the prefix cache
+ *    (they hold no slot and no block: before, they decoded on into buffers
+ *    nobody read until they were cut); the stuck client (one identity: its
+ *    address) gets a 429 naming --client-max-parked while another (another
+ *    `user`) is served;
+ *  - cancel each stuck request after --stall-timeout (3 s here), freeing its
  *    KV blocks: kvloom_requests_stalled_total reaches 4, nothing is left
- *    running or holding blocks, and far fewer than 4 x 16000 tokens were
- *    generated;
+ *    running, parked or holding blocks, and far fewer than 4 x 16000 tokens
+ *    were generated;
  *  - close their connections (--stall-timeout + 2 s), each counted as a
  *    499 (a client that never reads held its socket until libmicrohttpd's
  *    600 s timeout before);
@@ -94,15 +100,18 @@ int main(void) {
     su_watchdog(STALL_WAIT_S + 180);
     double t_start = su_now();
     srv s;
-    const char *flags[] = {"-c", "16384", "--kv-mem", "48M", "--stall-timeout", "1", "--step-delay-us", "1000",
-                           "-t", "1", NULL};
+    char max_parked[16];
+    snprintf(max_parked, sizeof max_parked, "%d", N_STUCK);
+    const char *flags[] = {"-c", "16384", "--kv-mem", "48M", "--stall-timeout", "3", "--park-timeout", "0.3",
+                           "--client-max-parked", max_parked, "--step-delay-us", "1000", "-t", "1", NULL};
     if (srv_start(&s, flags) != 0) {
         CHECK_MSG(false, "the server did not start");
         srv_print_log(&s);
         su_kill_all();
         return test_summary("test_server_backpressure");
     }
-    const char *normal = "{\"prompt\":\"Once upon a time\",\"max_tokens\":8}";
+    /* another client than the stuck ones (all of them one address) */
+    const char *normal = "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"user\":\"normal\"}";
     resp r;
     CHECK(http_do(s.port, "POST", "/v1/completions", NULL, normal, &r) == 0 && r.status == 200); /* warm-up */
     resp_free(&r);
@@ -127,11 +136,36 @@ int main(void) {
         resp_free(&r);
     }
 
+    /* the stuck ones are parked: no slot, no block outside the cache */
+    t0 = su_now();
+    double parked = 0;
+    while (su_now() - t0 < STALL_WAIT_S && (parked = metric(s.port, "kvloom_requests_parked")) < N_STUCK &&
+           metric(s.port, "kvloom_requests_stalled_total") < 1)
+        usleep(20000);
+    double run = metric(s.port, "kvloom_requests_running");
+    double used = metric(s.port, "kvloom_kv_blocks_used"), cached = metric(s.port, "kvloom_kv_blocks_cached");
+    printf("  [%.1f s] %.0f parked: %.0f running, %.0f blocks used, %.0f cached\n", su_now() - t_start, parked, run,
+           used, cached);
+    CHECK_MSG(parked == N_STUCK, "%.0f of %d stuck requests parked before the first was cut", parked, N_STUCK);
+    CHECK_MSG(run == 0 && used == cached, "parked requests hold engine capacity: %.0f running, %.0f blocks used, "
+              "%.0f cached", run, used, cached);
+    /* their client is at --client-max-parked; another is served */
+    CHECK(http_do(s.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Once\",\"max_tokens\":2}", &r) == 0);
+    CHECK_MSG(r.status == 429 && r.body && strstr(r.body, "per-client parked stream limit (client-max-parked") &&
+                  strstr(r.body, "\"code\":\"client_limit\""),
+              "the stuck client's next request: %d %.300s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    CHECK(http_do(s.port, "POST", "/v1/completions", NULL, normal, &r) == 0);
+    CHECK_MSG(r.status == 200, "another client beside the parked ones: %d", r.status);
+    resp_free(&r);
+    CHECK_EQ_INT((int)metric(s.port, "kvloom_requests_parked_total"), N_STUCK);
+
     /* the stuck ones are cancelled, their blocks freed */
     t0 = su_now();
     while (su_now() - t0 < STALL_WAIT_S && metric(s.port, "kvloom_requests_stalled_total") < N_STUCK) usleep(50000);
     CHECK_EQ_INT((int)metric(s.port, "kvloom_requests_stalled_total"), N_STUCK);
     CHECK(wait_idle(s.port, 30));
+    CHECK_EQ_INT((int)metric(s.port, "kvloom_requests_parked"), 0);
     double gen = metric(s.port, "kvloom_generation_tokens_total");
     CHECK_MSG(gen > 0 && gen < 0.5 * N_STUCK * 16000, "%.0f tokens generated: the stuck answers ran on", gen);
     long rss1 = rss_kb(s.pid);

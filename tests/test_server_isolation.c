@@ -781,6 +781,40 @@ static void check_key_classes(int port) {
     CHECK_MSG(d_inter5 >= 1, "an interactive key asking priority 5 did not yield (%.0f)", d_inter5);
 }
 
+/* --client-max-kv 10% (21 of 204 blocks): alice's request is served; then
+ * her stream of a ~420-token prompt (27 blocks from its admission on)
+ * runs, and her next request is a 429 naming the limit (code
+ * client_limit, Retry-After) while bob's is served. */
+static void check_kv_share(int port) {
+    su_metrics_headers = "Authorization: Bearer alice\r\n";
+    const char *ka = "Authorization: Bearer alice\r\n";
+    const char *probe = "{\"prompt\":\"Once\",\"max_tokens\":1}";
+    resp r;
+    CHECK(http_do(port, "POST", "/v1/completions", ka, probe, &r) == 0);
+    CHECK_MSG(r.status == 200, "alice holding nothing: %d %.300s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    char hold[4096] = "{\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true,\"prompt\":\"";
+    for (int i = 0; i < 28; i++) strcat(hold, "Once upon a time, there was a little girl named Lily. ");
+    strcat(hold, "\"}");
+    int fd = su_send_request(port, "POST", "/v1/completions", ka, hold, strlen(hold), 30);
+    CHECK(fd >= 0);
+    CHECK_MSG(fd >= 0 && su_read_until(fd, "data: ", 20), "alice's stream gave no token");
+    double used = metric(port, "kvloom_kv_blocks_used"), total = metric(port, "kvloom_kv_blocks_total");
+    CHECK(http_do(port, "POST", "/v1/completions", ka, probe, &r) == 0);
+    printf("  kv share: alice's stream running (%.0f of %.0f blocks used): her next request %d\n", used, total,
+           r.status);
+    CHECK_MSG(used >= 0.1 * total, "the stream holds %.0f blocks of %.0f", used, total);
+    CHECK_MSG(r.status == 429 && r.head && strcasestr(r.head, "\r\nRetry-After: ") && r.body &&
+                  strstr(r.body, "per-client KV share limit (client-max-kv 10%") &&
+                  strstr(r.body, "\"code\":\"client_limit\""),
+              "alice past her KV share: %d %.300s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer bob\r\n", probe, &r) == 0);
+    CHECK_MSG(r.status == 200, "bob beside alice at her KV share: %d %.300s", r.status, r.body ? r.body : "");
+    resp_free(&r);
+    if (fd >= 0) close(fd);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -870,6 +904,17 @@ int main(void) {
         check_client_queue(q.port);
         if (test_n_fail > before) srv_print_log(&q);
         CHECK_EQ_INT(srv_stop(&q), 0);
+    }
+    srv kv;
+    const char *flags_kv[] = {"--api-key", "alice", "--api-key", "bob", "--client-max-kv", "10%", "--kv-mem", "2M",
+                              "--step-delay-us", "5000", "-t", "1", NULL};
+    rc = srv_start(&kv, flags_kv);
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc == 0) {
+        int before = test_n_fail;
+        check_kv_share(kv.port);
+        if (test_n_fail > before) srv_print_log(&kv);
+        CHECK_EQ_INT(srv_stop(&kv), 0);
     }
     check_key_file_parse();
     char kf[] = "/tmp/kvloom_keys_XXXXXX";

@@ -141,6 +141,8 @@ typedef struct seq {
     uint64_t sched_step; /* the step that last put it in a batch               */
     uint64_t wait_from;  /* step of admission or of its last prefill chunk     */
     bool running;
+    bool parked;         /* its reader took nothing for park_ms: not admitted
+                            until it has taken every posted token             */
     /* disk tier */
     uint64_t *keys;      /* (n_keys) prefix hash of each full block (kv/disk.h) */
     int n_keys, cap_keys;
@@ -253,6 +255,8 @@ typedef struct client {
     uint64_t seen_step;  /* fair_yield's count of the clients with work        */
     int kv_blocks;       /* kv_victim's count of the blocks its running hold    */
     double pf_vt;        /* prefill tokens scheduled for it (prefill order)     */
+    atomic_int kv_held;  /* blocks its running sequences hold (client_max_kv)  */
+    atomic_int n_parked; /* its parked sequences (client_max_parked)           */
     uint64_t pf_step;    /* the last step it had a prefill to schedule          */
 } client;
 
@@ -324,6 +328,8 @@ struct engine {
     int n_clients;               /* used entries (under mu)                    */
     uint64_t n_client_refused;   /* engine_submit's refusals at client_max_queued (under mu) */
     double pf_v;                 /* the least pf_vt of the clients prefilling last step */
+    int kv_limit;                /* client_max_kv in blocks (0: none)              */
+    int park_ms;                 /* park_ms as applied (below stall_timeout_ms)     */
     engine_plan_row *plan_rows;  /* (max_running) plan_hook's rows, or NULL          */
     /* the mask worker ("Masks off the engine thread"); mk_on false: none */
     bool mk_on;
@@ -404,6 +410,8 @@ static int client_get_locked(engine *en, uint64_t id) {
     c->n_prefilling = 0;
     c->pf_vt = 0;
     c->pf_step = 0;
+    atomic_store(&c->kv_held, 0);
+    atomic_store(&c->n_parked, 0);
     en->n_clients++;
     return fr;
 }
@@ -956,6 +964,11 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     s->ds = NULL;
     if (s->running) atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
     s->running = false;
+    if (s->parked) { /* cut (stall_timeout_ms) or cancelled while parked */
+        atomic_fetch_sub(&seq_client(en, s)->n_parked, 1);
+        en->cnt.n_parked--;
+        s->parked = false;
+    }
     pthread_mutex_lock(&en->mu);
     client_put_locked(en, s->r->client_slot);
     pthread_mutex_unlock(&en->mu);
@@ -1143,7 +1156,7 @@ static void take_submitted(engine *en) {
  * than stall_timeout_ms (the clock restarts whenever the reader takes some:
  * a slow reader is not a stalled one). */
 static bool seq_stalled(engine *en, seq *s, int64_t now) {
-    if (en->o.stall_timeout_ms <= 0 || s->r->no_stall) return false;
+    if ((en->o.stall_timeout_ms <= 0 && en->park_ms <= 0) || s->r->no_stall) return false;
     int n_read = atomic_load(&s->r->n_read);
     if (n_read >= s->n_generated) {
         s->stall_since_ns = 0;
@@ -1151,7 +1164,54 @@ static bool seq_stalled(engine *en, seq *s, int64_t now) {
         s->stall_since_ns = now;
     }
     s->stall_n_read = n_read;
-    return s->stall_since_ns && now - s->stall_since_ns > (int64_t)en->o.stall_timeout_ms * 1000000;
+    return en->o.stall_timeout_ms > 0 && s->stall_since_ns &&
+           now - s->stall_since_ns > (int64_t)en->o.stall_timeout_ms * 1000000;
+}
+
+/* Parks the running sequences whose reader took nothing for park_ms (the
+ * clock seq_stalled keeps) and unparks the waiting ones whose reader took
+ * everything posted. A parked sequence holds no slot and no block: a
+ * client that does not read costs the engine nothing while it waits to be
+ * cut (before, it kept decoding into a buffer nobody read, holding its
+ * slot and blocks, until --stall-timeout). */
+static void park_step(engine *en) {
+    if (en->park_ms <= 0) return;
+    int64_t now = clock_ns();
+    for (int i = en->waiting.n - 1; i >= 0; i--) {
+        seq *s = en->waiting.v[i];
+        if (s->parked && atomic_load(&s->r->n_read) >= s->n_generated) {
+            s->parked = false;
+            atomic_fetch_sub(&seq_client(en, s)->n_parked, 1);
+            en->cnt.n_parked--;
+        }
+    }
+    bool was = en->preempted_this_step;
+    for (int i = en->running.n - 1; i >= 0; i--) {
+        seq *s = en->running.v[i];
+        if (!s->stall_since_ns || now - s->stall_since_ns <= (int64_t)en->park_ms * 1000000) continue;
+        log_info("engine: request %llu parked: its client took none of its output for %.1f s",
+                 (unsigned long long)s->order, en->park_ms / 1000.0);
+        preempt(en, s);
+        en->cnt.preemptions_total--; /* not for memory or fairness: counted as parked */
+        s->r->n_preemptions--;
+        s->parked = true;
+        atomic_fetch_add(&seq_client(en, s)->n_parked, 1);
+        en->cnt.n_parked++;
+        en->cnt.parked_total++;
+    }
+    en->preempted_this_step = was; /* what it gave back may be used at once */
+}
+
+/* Publishes the blocks each client's running sequences hold (client_max_kv). */
+static void clients_kv_count(engine *en) {
+    if (!en->kv_limit) return;
+    for (int i = 0; i < en->hi_clients; i++) en->clients[i].kv_blocks = 0;
+    for (int i = 0; i < en->running.n; i++) seq_client(en, en->running.v[i])->kv_blocks += en->running.v[i]->n_blocks;
+    for (int i = 0; i < en->hi_clients; i++) {
+        client *c = &en->clients[i];
+        bool runs = atomic_load(&c->n_running) > 0;
+        atomic_store(&c->kv_held, runs ? c->kv_blocks : 0);
+    }
 }
 
 static void drop_finished_controls(engine *en) {
@@ -1784,7 +1844,9 @@ static bool fair_before(engine *en, const seq *a, const seq *b) {
  * step, of a client at client_max_running, or of a client that already
  * prefills while ENGINE_MAX_PREFILLING are, are passed over: the cap keeps
  * a flood of cold prompts from taking every block before they can run,
- * and a client with nothing prefilling may still start one. O(waiting). */
+ * and a client with nothing prefilling may still start one. So are parked
+ * sequences and those that would take their client past client_max_kv.
+ * O(waiting). */
 static seq *fair_pick(engine *en, int pass, int64_t now, int n_prefilling) {
     seq *best = NULL;
     for (int i = 0; i < en->waiting.n; i++) {
@@ -1794,6 +1856,12 @@ static seq *fair_pick(engine *en, int pass, int64_t now, int n_prefilling) {
         client *c = seq_client(en, s);
         if (en->o.client_max_running > 0 && atomic_load(&c->n_running) >= en->o.client_max_running) continue;
         if (n_prefilling >= ENGINE_MAX_PREFILLING && c->n_prefilling > 0) continue;
+        if (s->parked) continue;
+        /* client_max_kv: within it, or alone (a prompt larger than the
+         * share still runs when its client runs nothing else) */
+        if (en->kv_limit && atomic_load(&c->n_running) > 0 &&
+            c->kv_blocks + (s->n_tokens + en->o.block_tokens - 1) / en->o.block_tokens > en->kv_limit)
+            continue;
         if (!best || fair_before(en, s, best)) best = s;
     }
     return best;
@@ -1933,7 +2001,9 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     drop_finished_controls(en);
     sample_held(en);
     en->preempted_this_step = false;
+    park_step(en);
     reserve_decode_slots(en);
+    clients_kv_count(en);
 
     int budget = en->o.max_batch_tokens;
     *n_tok = 0;
@@ -1992,11 +2062,13 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
         list_remove(&en->waiting, s);
         list_insert_ordered(&en->running, s);
         s->wait_from = en->step_no;
+        seq_client(en, s)->kv_blocks += s->n_blocks;
         bool pre = s->n_tokens - s->n_computed > 1;
         n_prefilling += pre;
         seq_client(en, s)->n_prefilling += pre;
     }
     if (blocked && !en->preempted_this_step) fair_yield(en, blocked, n_tok, n_bs);
+    clients_kv_count(en);
     /* Blocks read back from disk for a waiting sequence go to the tree
      * (READY, evictable) as soon as they are in, also when admission
      * stopped before it: held by a sequence that is not tried, they kept an
@@ -2273,6 +2345,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     if (o->max_batch_tokens < 1) return err_set(e, ERR_INVALID, "max-batch-tokens must be >= 1 (got %d)", o->max_batch_tokens);
     if (o->max_running < 1) return err_set(e, ERR_INVALID, "max-running must be >= 1 (got %d)", o->max_running);
     if (o->max_queue < 0) return err_set(e, ERR_INVALID, "max-queue must be >= 0 (got %d)", o->max_queue);
+    if (!(o->client_max_kv >= 0 && o->client_max_kv <= 1))
+        return err_set(e, ERR_INVALID, "client-max-kv must be a share in [0, 1] (got %g)", o->client_max_kv);
     if (o->spec < DRAFT_OFF || o->spec >= DRAFT_N_KINDS) return err_set(e, ERR_INVALID, "spec: unknown drafter %d", o->spec);
     if (o->spec_max < 0 || o->spec_max > DRAFT_MAX)
         return err_set(e, ERR_INVALID, "spec-max must be in [1, %d] (got %d)", DRAFT_MAX, o->spec_max);
@@ -2379,6 +2453,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->cnt.kv_type = o->kv_type;
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;
+    en->kv_limit = o->client_max_kv > 0 ? (int)MIN(n_blocks, MAX(1, (int64_t)ceil(o->client_max_kv * (double)n_blocks))) : 0;
+    en->park_ms = o->park_ms <= 0 ? 0 : o->stall_timeout_ms > 0 ? MIN(o->park_ms, o->stall_timeout_ms / 2) : o->park_ms;
     if (o->kv_disk_dir) {
         kvdisk_opts ko = {.dir = o->kv_disk_dir,
                           .max_bytes = o->kv_disk_max_bytes,
@@ -2512,6 +2588,25 @@ int engine_submit(engine *en, req *r, err_t *e) {
         return err_set(e, ERR_RANGE, "the server is busy: %d clients have requests in flight", n);
     }
     client *c = &en->clients[slot];
+    int c_parked = atomic_load(&c->n_parked), c_kv = atomic_load(&c->kv_held);
+    if (en->o.client_max_parked > 0 && c_parked >= en->o.client_max_parked) {
+        en->n_client_refused++;
+        en->stats.client_refused_total = en->n_client_refused;
+        pthread_mutex_unlock(&en->mu);
+        return err_set(e, ERR_RANGE,
+                       "per-client parked stream limit (client-max-parked %d) reached: %d of this client's streams "
+                       "are not being read (each is cut after --stall-timeout)",
+                       en->o.client_max_parked, c_parked);
+    }
+    if (en->kv_limit && c_kv >= en->kv_limit) {
+        en->n_client_refused++;
+        en->stats.client_refused_total = en->n_client_refused;
+        pthread_mutex_unlock(&en->mu);
+        return err_set(e, ERR_RANGE,
+                       "per-client KV share limit (client-max-kv %g%%: %d of %d blocks) reached: this client's "
+                       "running requests hold %d blocks; retry when they finish",
+                       en->o.client_max_kv * 100, en->kv_limit, en->n_blocks, c_kv);
+    }
     int c_waiting = c->n_inflight - atomic_load(&c->n_running);
     if (en->o.client_max_queued > 0 && c_waiting >= en->o.client_max_queued) {
         en->n_client_refused++;

@@ -112,6 +112,21 @@ typedef struct engine_opts {
      * max_queue). */
     int client_max_running;
     int client_max_queued;
+    /* Per-client limits (issue 26), each refused by engine_submit with
+     * ERR_RANGE and a message naming it (the server answers 429):
+     * client_max_kv: the share of the pool's blocks (0..1; 0: none) a
+     * client's running sequences may hold — at or past it its new requests
+     * are refused, and its waiting ones are admitted only within it (one
+     * at a time when it runs nothing); client_max_parked: a client's parked
+     * requests (below) at most (0: none).
+     * park_ms: a running request whose reader has taken none of its posted
+     * tokens for this long is parked: preempted (slot and blocks given back,
+     * its output kept, its full blocks cached) and not admitted again until
+     * its reader has taken everything posted; stall_timeout_ms then cuts it
+     * (0: never parked; at most half of stall_timeout_ms when that is set). */
+    double client_max_kv;
+    int client_max_parked;
+    int park_ms;
     /* Grammar masks (issue 26 finding 1): a request whose masks take more
      * than this per constrained token on average (after 8 tokens' worth of
      * allowance) fails with REQ_ERR_MASK_BUDGET (engine.c,
@@ -199,7 +214,10 @@ typedef struct engine_stats {
     int n_clients;                  /* clients with requests queued or running   */
     uint64_t fair_preemptions_total;   /* sequences preempted for a client below
                                           its share or a smaller priority class */
-    uint64_t client_refused_total;  /* engine_submit refusals at client_max_queued */
+    uint64_t client_refused_total;  /* engine_submit refusals at a per-client limit
+                                       (client_max_queued, _kv, _parked)        */
+    int n_parked;                   /* requests parked (their reader took nothing) */
+    uint64_t parked_total;          /* times a request was parked                */
     uint64_t mask_budget_failed_total; /* requests failed: masks over mask_budget_us */
     /* memory (bytes; /metrics kvloom_memory_bytes{part}) */
     uint64_t mem_weights;           /* the model's tensors (mapped read-only)     */

@@ -595,7 +595,9 @@ gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char
             f->err.status = 429;
             f->err.field = NULL;
             /* this client's own limit, or everyone's queue */
-            f->err.code = strstr(f->err.e.msg, "client-max-queued") ? "client_queue_full" : "queue_full";
+            f->err.code = strstr(f->err.e.msg, "client-max-queued") ? "client_queue_full"
+                          : strstr(f->err.e.msg, "per-client")      ? "client_limit"
+                                                                    : "queue_full";
         } else if (src == ERR_INVALID) {
             f->err.code = "context_length_exceeded";
         }

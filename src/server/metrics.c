@@ -6,6 +6,7 @@
  * kvloom_prompt_tokens_computed_total, kvloom_generation_tokens_total,
  * kvloom_preemptions_total, kvloom_requests_stalled_total, kvloom_clients,
  * kvloom_fair_preemptions_total, kvloom_client_refused_total,
+ * kvloom_requests_parked(_total),
  * kvloom_kv_blocks_{used,total,cached},
  * kvloom_constrained_tokens_total, kvloom_forced_tokens_total,
  * kvloom_grammar_mask_seconds_total, kvloom_decode_passes_total,
@@ -230,8 +231,15 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
     EACH(b, "kvloom_fair_preemptions_total",
          "Sequences preempted so that a client below its fair share (or a smaller priority class) could start.",
          "counter", (double)s->fair_preemptions_total);
-    EACH(b, "kvloom_client_refused_total", "Requests refused (429) at --client-max-queued.", "counter",
-         (double)s->client_refused_total);
+    EACH(b, "kvloom_client_refused_total",
+         "Requests refused (429) at a per-client limit: --client-max-queued, --client-max-kv, --client-max-parked.",
+         "counter", (double)s->client_refused_total);
+    EACH(b, "kvloom_requests_parked",
+         "Requests parked: their client took none of their output for --park-timeout; they hold no slot and no KV "
+         "block until it reads, and are cut at --stall-timeout.",
+         "gauge", s->n_parked);
+    EACH(b, "kvloom_requests_parked_total", "Times a request was parked (--park-timeout).", "counter",
+         (double)s->parked_total);
     head(b, "kvloom_memory_bytes",
          "Memory by part: weights (mapped read-only), kv_pool (allocated at start), requests (queued and running "
          "requests' tokens, tables, samplers and posted output), grammar_caches (of the grammars in use), grammar_idle "

@@ -269,6 +269,9 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     eo.max_queue = o->max_queue;
     eo.client_max_queued = o->client_max_queued >= 0 ? o->client_max_queued : o->max_queue - o->max_queue / 4;
     eo.client_max_running = o->client_max_running;
+    eo.client_max_kv = o->client_max_kv;
+    eo.client_max_parked = o->client_max_parked;
+    eo.park_ms = (int)(o->park_timeout_s * 1000);
     eo.mask_budget_us = (int)MIN(o->mask_budget_ms * 1000, (double)INT32_MAX);
     eo.n_ctx = o->n_ctx;
     eo.is_eog = eog_cb;

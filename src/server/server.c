@@ -52,6 +52,8 @@ void server_opts_default(server_opts *o) {
     o->max_running = 64;
     o->max_queue = 256;
     o->client_max_queued = -1;
+    o->client_max_parked = 16;
+    o->park_timeout_s = 2;
     o->mask_budget_ms = 20;
     o->block_tokens = 16;
     o->max_body_bytes = (size_t)8 << 20;
@@ -125,6 +127,12 @@ const char *server_usage(void) {
            "  --timeout S              close a keep-alive connection idle for S seconds (default 60)\n"
            "  --stall-timeout S        cancel a request whose client has taken none of its generated\n"
            "                           output for S seconds (a stream nobody reads; default 30, 0: never)\n"
+           "  --park-timeout S         park such a request after S seconds (default 2, at most half of\n"
+           "                           --stall-timeout; 0: never): it gives back its slot and KV blocks\n"
+           "                           and runs again once its client has read what it had\n"
+           "  --client-max-parked N    one client's parked requests before its 429 (default 16; 0: none)\n"
+           "  --client-max-kv PCT      one client's running requests may hold PCT% of the KV pool; at it\n"
+           "                           its new requests get a 429 (default 0: no limit of its own)\n"
            "  --allowed-hosts LIST     Host names accepted besides localhost and the bound address\n"
            "                           (comma list; checked on loopback without --api-key)\n"
            "  --ready-file PATH        write the bound port to PATH once listening\n"
@@ -404,6 +412,26 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--shutdown-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 86400, &o->shutdown_timeout_s, e);
+        } else if (!strcmp(a, "--client-max-kv")) {
+            NEED_VALUE;
+            float pct;
+            size_t lv = strlen(v);
+            char num[32];
+            snprintf(num, sizeof num, "%.*s", (int)(lv && v[lv - 1] == '%' ? lv - 1 : lv), v);
+            if (lv >= sizeof num || !parse_float(num, &pct) || !(pct >= 0) || pct > 100)
+                rc = err_set(e, ERR_INVALID, "%s: expected a percentage of the KV pool in [0, 100], got '%s'", a, v);
+            else
+                o->client_max_kv = pct / 100.0;
+        } else if (!strcmp(a, "--client-max-parked")) {
+            NEED_VALUE;
+            rc = parse_int(a, v, 0, 1 << 20, &o->client_max_parked, e);
+        } else if (!strcmp(a, "--park-timeout")) {
+            NEED_VALUE;
+            float sec;
+            if (!parse_float(v, &sec) || !(sec >= 0) || sec > 86400)
+                rc = err_set(e, ERR_INVALID, "%s: expected seconds in [0, 86400], got '%s'", a, v);
+            else
+                o->park_timeout_s = sec;
         } else if (!strcmp(a, "--stall-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 86400, &o->stall_timeout_s, e);

@@ -55,6 +55,9 @@ typedef struct server_opts {
                                  before its 429; -1 (default): 3/4 of max_queue (the
                                  last quarter is for the others); 0: no own limit */
     int client_max_running;   /* --client-max-running; 0 (default): the fair share only */
+    double client_max_kv;     /* --client-max-kv PCT as a share (0..1); 0 (default): none */
+    int client_max_parked;    /* --client-max-parked; default 16; 0: none              */
+    double park_timeout_s;    /* --park-timeout: park a stream unread this long; default 2 */
     double mask_budget_ms;    /* --grammar-mask-budget: CPU per constrained token of a
                                  request's grammar masks, on average; default 20; 0: none */
     bool mask_sync;           /* --grammar-mask-sync: masks inside the step (engine_opts) */
