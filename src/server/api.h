@@ -28,10 +28,66 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "generate.h"
 #include "http.h"
 #include "oai.h"
 
-typedef struct api_ops {
+/* ---- the answer: segments ----
+ *
+ * api_serve turns a generation's events (generate.h) into segments, at
+ * most one open at a time: REASONING text, TEXT, and a tool CALL (opened by
+ * its CALL_START, filled by its arguments). Text of another kind, or a new
+ * call, closes the open segment; consecutive fragments of one kind reach
+ * the API as one delta. A segment closes complete, except a call that text
+ * follows (it broke: toolcall.h, its raw text comes as content), a call
+ * the end cut (its index >= gen_n_calls) and text the end cut (gen_cut).
+ * An API that answers with no segment (api_ops.empty) gets an empty TEXT
+ * segment at the end: clients look for the text there. */
+typedef enum api_seg_kind { API_SEG_REASONING, API_SEG_TEXT, API_SEG_CALL } api_seg_kind;
+
+typedef struct api_seg {
+    api_seg_kind kind;
+    http_buf text;        /* the reasoning, the text, or the call's arguments */
+    char *call_id, *name; /* a call's id and name from the parser (owned)     */
+    int call_index;       /* a call's tc_event index                          */
+    bool complete;        /* once closed (see above)                          */
+    char id[64];          /* the API's id of the segment (its open fills it)  */
+} api_seg;
+
+typedef struct api_ops api_ops;
+
+/* One answer in progress (api_serve's; the callbacks read and write it). */
+typedef struct api_answer {
+    const api_ops *api;
+    routes_ctx *rc;
+    gen *g;
+    void *ctx;             /* the API's own state (its parse sets it)         */
+    int64_t t0_ns;         /* when the request arrived (clock_ns)             */
+    bool stream;
+    api_seg *segs;
+    int n_segs;
+    int open;              /* the segment receiving deltas, or -1             */
+    http_buf *out;         /* a stream's output while the callbacks run; NULL
+                              otherwise (api_emit then writes nothing)        */
+    tc_events ev;
+    unsigned long nomem0;  /* oai_json_nomem() when the request arrived       */
+    bool started, failed;  /* failed: a stream cut short (out of memory)      */
+} api_answer;
+
+/* What an answer does when no segment answered (api_ops.empty). */
+enum {
+    API_EMPTY_NONE = 0,    /* nothing                                          */
+    API_EMPTY_IF_NONE,     /* an empty TEXT segment when there is no segment   */
+    API_EMPTY_IF_UNANSWERED, /* ... when there is no TEXT and no complete CALL */
+};
+
+/* How a stream frames its events (api_emit). */
+enum {
+    API_SSE = 0,  /* "event: TYPE\ndata: JSON\n\n" ("data: JSON\n\n" without a type) */
+    API_NDJSON,   /* "JSON\n"                                                       */
+};
+
+struct api_ops {
     const char *name; /* "openai", "anthropic", "responses", "ollama" */
     /* The API's name for an internal field path (NUL-terminated, cut to
      * cap). NULL: the internal names are the API's (OpenAI). */
@@ -47,7 +103,40 @@ typedef struct api_ops {
     /* Its error objects have no param: a refusal names the field before
      * its message ("options.temperature: ...") — Ollama. */
     bool param_in_message;
-} api_ops;
+
+    /* ---- generation (api_serve; NULL where the API has no such route) ----
+     * parse: the body (only read) as oai_params: 1 to run it (a->ctx may
+     * hold the API's state for the answer), 0 when the API answered itself
+     * (Ollama's load-only request), -1 with *err filled (refused). */
+    int (*parse)(api_answer *a, http_exchange *x, json_t *body, oai_params *p, oai_error *err);
+    /* Once the generation started (a->g set; p still readable). Optional. */
+    void (*start)(api_answer *a, const oai_params *p);
+    /* Polls the generation into a->ev (gen_poll; an API that reads logprobs
+     * adds them). Optional: gen_poll without. */
+    bool (*poll)(api_answer *a, int timeout_ms);
+    /* A stream's first events, before the first poll. Optional. */
+    void (*begin)(api_answer *a);
+    /* Segment i opened (a->open is i), grew by text (already appended to
+     * its text), closed (its complete set, a->open -1). */
+    void (*open)(api_answer *a, int i);
+    void (*delta)(api_answer *a, int i, const char *text, size_t n);
+    void (*close)(api_answer *a, int i);
+    /* After a poll's events of an unfinished generation. Optional. */
+    void (*polled)(api_answer *a);
+    /* The generation finished (the segments closed): a stream's last events
+     * (returns NULL), or a whole answer's body (a new reference). */
+    json_t *(*finish)(api_answer *a);
+    /* The generation failed: a stream's error events (msg: "generation
+     * failed: ...", status its HTTP status). */
+    void (*fail)(api_answer *a, const char *msg, int status);
+    /* Frees a->ctx (NULL: free()). */
+    void (*free_ctx)(void *ctx);
+    int empty;                 /* API_EMPTY_*                                  */
+    int framing;               /* API_SSE, API_NDJSON                          */
+    const char *stream_type;   /* a stream's Content-Type                      */
+    /* A stream's last event when building one ran out of memory (static). */
+    const char *stream_nomem;
+};
 
 /* The rows (defined by the API's own file). */
 extern const api_ops api_openai;    /* oai.c: /v1/completions, /v1/chat/completions and the rest */
@@ -81,6 +170,21 @@ json_t *api_body_json(const api_ops *a, http_exchange *x);
  * name (row[i][1]) to out and moves *s past it. Returns the bytes written
  * (0: no row matched). */
 size_t api_field_rename(const char *const (*rows)[2], size_t n_rows, const char **s, char *out, size_t cap);
+
+/* Serves a generation route of api: the body (api_body_json), api->parse,
+ * gen_start (path names the route in the log line), then the answer
+ * streamed (http_reply_stream, api->framing) or whole, through the
+ * callbacks; every refusal and failure in the API's shape, out of memory
+ * checked at each step (503 before the answer, 500 or the stream's
+ * stream_nomem event after), a client that leaves cancels, gen_done counts
+ * and logs. Returns true when the request reached the engine. */
+bool api_serve(const api_ops *api, routes_ctx *rc, http_exchange *x, const char *path);
+
+/* One event of a stream in api->framing (data taken; type NULL: an SSE
+ * event without a type line); nothing when a->out is NULL (a whole answer). */
+void api_emit(api_answer *a, const char *type, json_t *data);
+/* Closes the open segment, if any, with `complete`. */
+void api_seg_close(api_answer *a, bool complete);
 
 /* e's message with every tagged field path (OAI_F) in a's terms. */
 void api_error_text(const api_ops *a, const char *tagged, char *out, size_t cap);

@@ -125,7 +125,6 @@ static void field_name(const char *path, char *out, size_t cap) {
     out[k < cap ? k : cap - 1] = 0;
 }
 
-const api_ops api_anthropic = {.name = "anthropic", .field = field_name, .param = NULL, .error_json = error_json};
 
 /* Answers an error in Anthropic's shape. */
 static void reply_error(http_exchange *x, int status, const char *msg) {
@@ -530,68 +529,23 @@ static int request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai
     return r;
 }
 
-/* ---- the answer: content blocks from generate.h events ---- */
+/* ---- the answer: content blocks from api_serve's segments (api.h) ---- */
 
-enum { BL_THINKING, BL_TEXT, BL_TOOL };
-
-typedef struct out_block {
-    int kind;
-    http_buf text; /* thinking, text, or the tool's input as JSON text */
-    char id[64];   /* tool_use                                         */
-    char *name;
-    int call_index;
-} out_block;
-
-typedef struct msg_out {
-    routes_ctx *rc;
-    gen *g;
-    char id[64];
-    bool started;
-    out_block *blocks;
-    int n_blocks;
-    int open;      /* the block receiving deltas, or -1 */
-    tc_events ev;
-    http_buf *sse; /* where events go (streaming), or NULL */
-    unsigned long nomem0; /* oai_json_nomem() when the request began */
-    bool failed;   /* a stream cut short: out of memory building an event */
-} msg_out;
-
-static void out_free(msg_out *o) {
-    for (int i = 0; i < o->n_blocks; i++) {
-        http_buf_free(&o->blocks[i].text);
-        free(o->blocks[i].name);
-    }
-    free(o->blocks);
-    tc_events_free(&o->ev);
-    free(o);
-}
-
-/* One SSE event (ev taken); nothing when not streaming. */
-static void emit(msg_out *o, const char *type, json_t *ev) {
-    if (!o->sse) {
-        json_decref(ev);
-        return;
-    }
+/* One SSE event (ev taken, its "type" set); nothing when not streaming. */
+static void emit(api_answer *a, const char *type, json_t *ev) {
     json_object_set_new(ev, "type", json_string(type));
-    char *s = json_dumps(ev, JSON_COMPACT);
-    json_decref(ev);
-    if (!s) return;
-    http_buf_add(o->sse, "event: ", 7);
-    http_buf_add(o->sse, type, strlen(type));
-    http_buf_add(o->sse, "\ndata: ", 7);
-    http_buf_add(o->sse, s, strlen(s));
-    http_buf_add(o->sse, "\n\n", 2);
-    free(s);
+    api_emit(a, type, ev);
 }
 
-/* A block as the whole answer (final) or a stream's content_block_start
- * shows it (empty). */
-static json_t *block_json(const out_block *b, bool final) {
+/* A segment as the whole answer's content block (final) or a stream's
+ * content_block_start shows it (empty). */
+static json_t *block_json(const api_seg *b, bool final) {
     switch (b->kind) {
-    case BL_THINKING:
+    case API_SEG_REASONING:
         return json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
                          final ? oai_buf_json(&b->text) : json_string(""), "signature", "");
-    case BL_TEXT: return json_pack("{s:s, s:o}", "type", "text", "text", final ? oai_buf_json(&b->text) : json_string(""));
+    case API_SEG_TEXT:
+        return json_pack("{s:s, s:o}", "type", "text", "text", final ? oai_buf_json(&b->text) : json_string(""));
     default: {
         json_t *input = final ? json_loadb(b->text.p ? b->text.p : "", b->text.n, 0, NULL) : NULL;
         if (!json_is_object(input)) {
@@ -603,78 +557,28 @@ static json_t *block_json(const out_block *b, bool final) {
     }
 }
 
-static void block_open(msg_out *o, int kind, const tc_event *call) {
-    o->blocks = xrealloc(o->blocks, (size_t)(o->n_blocks + 1) * sizeof *o->blocks);
-    out_block *b = &o->blocks[o->n_blocks];
-    memset(b, 0, sizeof *b);
-    b->kind = kind;
-    if (call) {
-        /* The call's id from the parser, as an Anthropic id: the round
-         * trip sends it back in tool_result, whatever it looks like. */
-        snprintf(b->id, sizeof b->id, "toolu_%s", call->id ? call->id : "");
-        b->name = xstrdup(call->name ? call->name : "");
-        b->call_index = call->index;
-    }
-    o->open = o->n_blocks++;
-    emit(o, "content_block_start", json_pack("{s:i, s:o}", "index", o->open, "content_block", block_json(b, false)));
+static void block_open(api_answer *a, int i) {
+    api_seg *b = &a->segs[i];
+    /* The call's id from the parser, as an Anthropic id: the round trip
+     * sends it back in tool_result, whatever it looks like. */
+    if (b->kind == API_SEG_CALL) snprintf(b->id, sizeof b->id, "toolu_%s", b->call_id);
+    emit(a, "content_block_start", json_pack("{s:i, s:o}", "index", i, "content_block", block_json(b, false)));
 }
 
-static void block_delta(msg_out *o, const char *text, size_t n) {
-    out_block *b = &o->blocks[o->open];
-    http_buf_add(&b->text, text, n);
-    json_t *d = b->kind == BL_TEXT       ? json_pack("{s:s, s:o}", "type", "text_delta", "text", oai_text_json(text, n))
-                : b->kind == BL_THINKING ? json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking", oai_text_json(text, n))
+static void block_delta(api_answer *a, int i, const char *text, size_t n) {
+    api_seg_kind k = a->segs[i].kind;
+    json_t *d = k == API_SEG_TEXT        ? json_pack("{s:s, s:o}", "type", "text_delta", "text", oai_text_json(text, n))
+                : k == API_SEG_REASONING ? json_pack("{s:s, s:o}", "type", "thinking_delta", "thinking", oai_text_json(text, n))
                                          : json_pack("{s:s, s:o}", "type", "input_json_delta", "partial_json",
                                                      oai_text_json(text, n));
-    emit(o, "content_block_delta", json_pack("{s:i, s:o}", "index", o->open, "delta", d));
+    emit(a, "content_block_delta", json_pack("{s:i, s:o}", "index", i, "delta", d));
 }
 
-static void block_close(msg_out *o) {
-    if (o->open < 0) return;
-    if (o->blocks[o->open].kind == BL_THINKING)
-        emit(o, "content_block_delta",
-             json_pack("{s:i, s:{s:s, s:s}}", "index", o->open, "delta", "type", "signature_delta", "signature", ""));
-    emit(o, "content_block_stop", json_pack("{s:i}", "index", o->open));
-    o->open = -1;
-}
-
-static void out_text(msg_out *o, int kind, const char *text, size_t n) {
-    if (n == 0) return;
-    if (o->open < 0 || o->blocks[o->open].kind != kind) {
-        block_close(o);
-        block_open(o, kind, NULL);
-    }
-    block_delta(o, text, n);
-}
-
-/* The new events into blocks (consecutive fragments of one kind become one
- * delta). */
-static void out_events(msg_out *o) {
-    tc_events *ev = &o->ev;
-    for (int i = 0; i < ev->n;) {
-        tc_event *e = &ev->v[i];
-        if (e->kind == TC_EV_CALL_START) {
-            block_close(o);
-            block_open(o, BL_TOOL, e);
-            i++;
-            continue;
-        }
-        http_buf b = {0};
-        int j = i;
-        for (; j < ev->n && ev->v[j].kind == e->kind && ev->v[j].index == e->index; j++)
-            http_buf_add(&b, ev->v[j].text, ev->v[j].n);
-        if (e->kind == TC_EV_CONTENT) {
-            out_text(o, BL_TEXT, b.p, b.n);
-        } else if (e->kind == TC_EV_REASONING) {
-            out_text(o, BL_THINKING, b.p, b.n);
-        } else if (o->open >= 0 && o->blocks[o->open].kind == BL_TOOL && o->blocks[o->open].call_index == e->index &&
-                   b.n) {
-            block_delta(o, b.p, b.n);
-        }
-        http_buf_free(&b);
-        i = j;
-    }
-    tc_events_clear(ev);
+static void block_close(api_answer *a, int i) {
+    if (a->segs[i].kind == API_SEG_REASONING)
+        emit(a, "content_block_delta",
+             json_pack("{s:i, s:{s:s, s:s}}", "index", i, "delta", "type", "signature_delta", "signature", ""));
+    emit(a, "content_block_stop", json_pack("{s:i}", "index", i));
 }
 
 static const char *stop_reason(const gen *g) {
@@ -693,155 +597,79 @@ static json_t *usage_json(const gen *g, bool final) {
 }
 
 /* The message object: empty (a stream's message_start) or final. */
-static json_t *message_json(msg_out *o, bool final) {
+static json_t *message_json(api_answer *a, bool final) {
     json_t *content = json_array();
-    int n_calls = final ? gen_n_calls(o->g) : 0;
-    for (int i = 0; final && i < o->n_blocks; i++) {
-        const out_block *b = &o->blocks[i];
-        if (b->kind == BL_TOOL && b->call_index >= n_calls) continue; /* broken: its text follows */
+    int n_calls = final ? gen_n_calls(a->g) : 0;
+    for (int i = 0; final && i < a->n_segs; i++) {
+        const api_seg *b = &a->segs[i];
+        if (b->kind == API_SEG_CALL && b->call_index >= n_calls) continue; /* broken: its text follows */
         json_array_append_new(content, block_json(b, true));
     }
-    const char *sseq = final ? gen_stop_string(o->g) : NULL;
-    json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", o->id, "type", "message", "role", "assistant", "model",
-                          o->rc->model_id, "content", content);
-    json_object_set_new(m, "stop_reason", final ? json_string(stop_reason(o->g)) : json_null());
+    const char *sseq = final ? gen_stop_string(a->g) : NULL;
+    json_t *m = json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", (const char *)a->ctx, "type", "message", "role",
+                          "assistant", "model", a->rc->model_id, "content", content);
+    json_object_set_new(m, "stop_reason", final ? json_string(stop_reason(a->g)) : json_null());
     json_object_set_new(m, "stop_sequence", sseq ? oai_text_json(sseq, strlen(sseq)) : json_null());
-    json_object_set_new(m, "usage", usage_json(o->g, final));
+    json_object_set_new(m, "usage", usage_json(a->g, final));
     return m;
 }
 
-/* Closes the blocks of a finished generation (an answer with no block gets
- * an empty text block: clients look for the text there). */
-static void out_finish(msg_out *o) {
-    block_close(o);
-    if (o->n_blocks == 0) {
-        block_open(o, BL_TEXT, NULL);
-        block_close(o);
-    }
+static int answer_parse(api_answer *a, http_exchange *x, json_t *body, oai_params *p, oai_error *err) {
+    (void)x;
+    return api_anthropic_params(a->rc, body, false, p, err) < 0 ? -1 : 1;
 }
 
-static void answer_whole(msg_out *o, http_exchange *x) {
-    bool done = false;
-    while (!done) {
-        done = gen_poll(o->g, 20, &o->ev, NULL);
-        out_events(o);
-        if (!done && http_client_gone(x)) break;
-    }
-    int status = 200;
-    if (!done) {
-        gen_cancel(o->g);
-        status = 499;
-        reply_error(x, 499, "client closed the connection");
-    } else if (!gen_finish_reason(o->g)) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
-        reply_error(x, status, msg);
-    } else {
-        out_finish(o);
-        json_t *m = message_json(o, true);
-        if (oai_json_nomem() != o->nomem0) status = 500;
-        reply_json(x, m, o->nomem0);
-        json_decref(m);
-    }
-    gen_done(o->g, "POST", status, false);
-    out_free(o);
+static void answer_start(api_answer *a, const oai_params *p) {
+    (void)p;
+    a->ctx = xmalloc(64); /* the message id */
+    snprintf(a->ctx, 64, "msg_%llx%06llx", (unsigned long long)a->rc->created, gen_serial(a->g));
 }
 
-/* Out of memory while building this call's events (one may lack a member,
- * or be missing): they are dropped, the stream ends with an error event,
- * and the generation is cancelled. */
-static int stream_fail(msg_out *o, http_buf *out, size_t keep) {
-    static const char ev[] = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
-                             "\"message\":\"generation failed: out of memory building the answer\"}}\n\n";
-    out->n = keep;
-    http_buf_add(out, ev, sizeof ev - 1);
-    o->sse = NULL;
-    o->failed = true;
-    gen_cancel(o->g);
-    return 0;
+static void answer_begin(api_answer *a) {
+    emit(a, "message_start", json_pack("{s:o}", "message", message_json(a, false)));
+    emit(a, "ping", json_object());
 }
 
-static int stream_next(void *sctx, http_buf *out) {
-    msg_out *o = sctx;
-    unsigned long f0 = oai_json_nomem();
-    size_t keep = out->n;
-    o->sse = out;
-    if (!o->started) {
-        o->started = true;
-        emit(o, "message_start", json_pack("{s:o}", "message", message_json(o, false)));
-        emit(o, "ping", json_object());
-        o->sse = NULL;
-        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
-    }
-    bool done = gen_poll(o->g, 20, &o->ev, NULL);
-    out_events(o);
-    if (done) {
-        if (!gen_finish_reason(o->g)) {
-            char msg[320];
-            int status = 500;
-            snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
-            char *s = error_json(status, msg, NULL, NULL);
-            http_buf_add(out, "event: error\ndata: ", 19);
-            http_buf_add(out, s, strlen(s));
-            http_buf_add(out, "\n\n", 2);
-            free(s);
-        } else {
-            out_finish(o);
-            const char *sseq = gen_stop_string(o->g);
-            emit(o, "message_delta",
-                 json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(o->g), "stop_sequence",
-                           sseq ? oai_text_json(sseq, strlen(sseq)) : json_null(), "usage", usage_json(o->g, true)));
-            emit(o, "message_stop", json_object());
-        }
-    }
-    if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
-    o->sse = NULL;
-    return done ? 0 : 1;
+static json_t *answer_finish(api_answer *a) {
+    if (!a->stream) return message_json(a, true);
+    const char *sseq = gen_stop_string(a->g);
+    emit(a, "message_delta",
+         json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(a->g), "stop_sequence",
+                   sseq ? oai_text_json(sseq, strlen(sseq)) : json_null(), "usage", usage_json(a->g, true)));
+    emit(a, "message_stop", json_object());
+    return NULL;
 }
 
-static void stream_done(void *sctx, bool completed) {
-    msg_out *o = sctx;
-    if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
-    out_free(o);
+static void answer_fail(api_answer *a, const char *msg, int status) {
+    char *s = error_json(status, msg, NULL, NULL);
+    http_buf_add(a->out, "event: error\ndata: ", 19);
+    http_buf_add(a->out, s, strlen(s));
+    http_buf_add(a->out, "\n\n", 2);
+    free(s);
 }
+
+const api_ops api_anthropic = {
+    .name = "anthropic",
+    .field = field_name,
+    .error_json = error_json,
+    .parse = answer_parse,
+    .start = answer_start,
+    .begin = answer_begin,
+    .open = block_open,
+    .delta = block_delta,
+    .close = block_close,
+    .finish = answer_finish,
+    .fail = answer_fail,
+    .empty = API_EMPTY_IF_NONE,
+    .framing = API_SSE,
+    .stream_type = "text/event-stream",
+    .stream_nomem = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
+                    "\"message\":\"generation failed: out of memory building the answer\"}}\n\n",
+};
 
 /* ---- routes ---- */
 
-bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) {
-    int64_t t0 = clock_ns();
-    unsigned long f0 = oai_json_nomem();
-    oai_params p;
-    if (request_params(rc, x, false, &p) < 0) return false;
-    gen_fail gf;
-    gen *g = gen_start(rc, x, &p, "/v1/messages", t0, &gf);
-    if (!g) {
-        api_reply_refusal(&api_anthropic, x, &gf.err, f0);
-        oai_params_free(&p);
-        return false;
-    }
-    gen_add_headers(g, x);
-    if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
-        gen_cancel(g);
-        gen_done(g, "POST", 503, p.stream);
-        reply_error(x, 503, "out of memory starting the request");
-        oai_params_free(&p);
-        return true;
-    }
-    msg_out *o = xcalloc(1, sizeof *o);
-    o->rc = rc;
-    o->g = g;
-    o->open = -1;
-    o->nomem0 = f0;
-    snprintf(o->id, sizeof o->id, "msg_%llx%06llx", (unsigned long long)rc->created, gen_serial(g));
-    bool stream = p.stream;
-    oai_params_free(&p);
-    if (stream)
-        http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
-    else
-        answer_whole(o, x);
-    return true;
-}
+bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) { return api_serve(&api_anthropic, rc, x, "/v1/messages"); }
 
 void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
     unsigned long f0 = oai_json_nomem();

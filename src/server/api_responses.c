@@ -304,7 +304,6 @@ static char *error_json(int status, const char *msg, const char *param, const ch
     return oai_error_json(msg, oai_error_type(status), param, code); /* OpenAI's error object */
 }
 
-const api_ops api_responses = {.name = "responses", .field = field_name, .param = param_name, .error_json = error_json};
 
 static void reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
     api_reply_error(&api_responses, x, status, msg, param, code);
@@ -314,7 +313,6 @@ static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0
     api_reply_json(&api_responses, x, status, o, f0);
 }
 
-static json_t *body_json(http_exchange *x) { return api_body_json(&api_responses, x); }
 
 /* ---- request translation: Responses body -> OpenAI chat body ---- */
 
@@ -784,198 +782,111 @@ out:
     return r;
 }
 
-/* ---- the answer: output items from generate.h events ---- */
+/* ---- the answer: output items from api_serve's segments (api.h) ---- */
 
-enum { IT_REASONING, IT_MESSAGE, IT_CALL };
-
-typedef struct out_item {
-    int kind;
-    char id[64];
-    http_buf text;      /* reasoning, message text or call arguments */
-    char *call_id, *name;
-    int call_index;     /* the tc_event index of a call */
-    const char *status; /* "in_progress", "completed", "incomplete" */
-} out_item;
-
+/* The Responses side of an answer (api_answer.ctx). */
 typedef struct resp_out {
-    routes_ctx *rc;
-    gen *g;
     resp_req rq;
     char id[64], base[48];
-    bool stream, started;
     int seq;                /* the next sequence_number */
     float temperature, top_p;
-    out_item *items;
-    int n_items;
-    int open;               /* the item receiving deltas, or -1 */
-    tc_events ev;
-    http_buf *sse;          /* where events go (streaming), or NULL */
-    unsigned long nomem0;   /* oai_json_nomem() when the request began */
-    bool failed;            /* a stream cut short: out of memory building an event */
 } resp_out;
 
-static void out_free(resp_out *o) {
-    for (int i = 0; i < o->n_items; i++) {
-        http_buf_free(&o->items[i].text);
-        free(o->items[i].call_id);
-        free(o->items[i].name);
-    }
-    free(o->items);
-    tc_events_free(&o->ev);
+static void out_free(void *ctx) {
+    resp_out *o = ctx;
     resp_req_free(&o->rq);
     free(o);
 }
 
-/* One SSE event (ev taken); nothing when not streaming. */
-static void emit(resp_out *o, const char *type, json_t *ev) {
-    if (!o->sse) {
+/* One SSE event (ev taken, its "type" and "sequence_number" set); nothing
+ * when not streaming. */
+static void emit(api_answer *a, const char *type, json_t *ev) {
+    resp_out *o = a->ctx;
+    if (!a->out) {
         json_decref(ev);
         return;
     }
     json_object_set_new(ev, "type", json_string(type));
     json_object_set_new(ev, "sequence_number", json_integer(o->seq++));
-    char *s = json_dumps(ev, JSON_COMPACT);
-    json_decref(ev);
-    if (!s) return;
-    http_buf_add(o->sse, "event: ", 7);
-    http_buf_add(o->sse, type, strlen(type));
-    http_buf_add(o->sse, "\ndata: ", 7);
-    http_buf_add(o->sse, s, strlen(s));
-    http_buf_add(o->sse, "\n\n", 2);
-    free(s);
+    api_emit(a, type, ev);
+}
+
+/* An item's status: open, or closed complete or not. */
+static const char *item_status(const api_answer *a, int i) {
+    return i == a->open ? "in_progress" : a->segs[i].complete ? "completed" : "incomplete";
 }
 
 /* A content part of a message or reasoning item. */
-static json_t *part_json(const out_item *it) {
-    if (it->kind == IT_REASONING)
+static json_t *part_json(const api_seg *it) {
+    if (it->kind == API_SEG_REASONING)
         return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", oai_buf_json(&it->text));
     return json_pack("{s:s, s:o, s:[]}", "type", "output_text", "text", oai_buf_json(&it->text), "annotations");
 }
 
-static json_t *item_json(const out_item *it) {
-    bool open = !strcmp(it->status, "in_progress");
+static json_t *item_json(const api_answer *a, int i) {
+    const api_seg *it = &a->segs[i];
+    const char *status = item_status(a, i);
+    bool open = i == a->open;
     switch (it->kind) {
-    case IT_REASONING:
+    case API_SEG_REASONING:
         return json_pack("{s:s, s:s, s:[], s:o, s:s}", "type", "reasoning", "id", it->id, "summary", "content",
-                         open ? json_array() : json_pack("[o]", part_json(it)), "status", it->status);
-    case IT_MESSAGE:
-        return json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", "message", "id", it->id, "status", it->status, "role",
+                         open ? json_array() : json_pack("[o]", part_json(it)), "status", status);
+    case API_SEG_TEXT:
+        return json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", "message", "id", it->id, "status", status, "role",
                          "assistant", "content", open ? json_array() : json_pack("[o]", part_json(it)));
     default:
         return json_pack("{s:s, s:s, s:s, s:s, s:o, s:s}", "type", "function_call", "id", it->id, "call_id",
-                         it->call_id, "name", it->name, "arguments", oai_buf_json(&it->text), "status", it->status);
+                         it->call_id, "name", it->name, "arguments", oai_buf_json(&it->text), "status", status);
     }
 }
 
-/* {"item_id", "output_index"[, "content_index": 0]} of the open item. */
-static json_t *ev_at(resp_out *o, bool content_index) {
-    json_t *ev = json_pack("{s:s, s:i}", "item_id", o->items[o->open].id, "output_index", o->open);
+/* {"item_id", "output_index"[, "content_index": 0]} of item i. */
+static json_t *ev_at(const api_answer *a, int i, bool content_index) {
+    json_t *ev = json_pack("{s:s, s:i}", "item_id", a->segs[i].id, "output_index", i);
     if (content_index) json_object_set_new(ev, "content_index", json_integer(0));
     return ev;
 }
 
-/* Opens an item (for a call: the CALL_START event `call`). */
-static void item_open(resp_out *o, int kind, const tc_event *call) {
-    o->items = xrealloc(o->items, (size_t)(o->n_items + 1) * sizeof *o->items);
-    out_item *it = &o->items[o->n_items];
-    memset(it, 0, sizeof *it);
-    it->kind = kind;
-    it->status = "in_progress";
-    if (call) {
-        it->call_id = xstrdup(call->id ? call->id : "");
-        it->name = xstrdup(call->name ? call->name : "");
-        it->call_index = call->index;
-    }
-    static const char *const prefix[] = {"rs", "msg", "fc"};
-    snprintf(it->id, sizeof it->id, "%s_%s%02x", prefix[kind], o->base, (unsigned)o->n_items & 0xff);
-    o->open = o->n_items++;
-    emit(o, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", o->open, "item", item_json(it)));
-    if (kind != IT_CALL) {
-        json_t *ev = ev_at(o, true);
+static void item_open(api_answer *a, int i) {
+    resp_out *o = a->ctx;
+    api_seg *it = &a->segs[i];
+    static const char *const prefix[] = {"rs", "msg", "fc"}; /* by api_seg_kind */
+    snprintf(it->id, sizeof it->id, "%s_%s%02x", prefix[it->kind], o->base, (unsigned)i & 0xff);
+    emit(a, "response.output_item.added", json_pack("{s:i, s:o}", "output_index", i, "item", item_json(a, i)));
+    if (it->kind != API_SEG_CALL) {
+        json_t *ev = ev_at(a, i, true);
         json_object_set_new(ev, "part", part_json(it));
-        emit(o, "response.content_part.added", ev);
+        emit(a, "response.content_part.added", ev);
     }
 }
 
-static void item_delta(resp_out *o, const char *text, size_t n) {
-    out_item *it = &o->items[o->open];
-    http_buf_add(&it->text, text, n);
-    json_t *ev = ev_at(o, it->kind != IT_CALL);
+static void item_delta(api_answer *a, int i, const char *text, size_t n) {
+    api_seg_kind k = a->segs[i].kind;
+    json_t *ev = ev_at(a, i, k != API_SEG_CALL);
     json_object_set_new(ev, "delta", oai_text_json(text, n));
-    if (it->kind == IT_MESSAGE) json_object_set_new(ev, "logprobs", json_array());
-    emit(o, it->kind == IT_MESSAGE     ? "response.output_text.delta"
-            : it->kind == IT_REASONING ? "response.reasoning_text.delta"
-                                       : "response.function_call_arguments.delta",
+    if (k == API_SEG_TEXT) json_object_set_new(ev, "logprobs", json_array());
+    emit(a, k == API_SEG_TEXT        ? "response.output_text.delta"
+            : k == API_SEG_REASONING ? "response.reasoning_text.delta"
+                                     : "response.function_call_arguments.delta",
          ev);
 }
 
-static void item_close(resp_out *o, const char *status) {
-    if (o->open < 0) return;
-    out_item *it = &o->items[o->open];
-    it->status = status;
-    json_t *ev = ev_at(o, it->kind != IT_CALL);
-    if (it->kind == IT_CALL) {
+static void item_close(api_answer *a, int i) {
+    const api_seg *it = &a->segs[i];
+    json_t *ev = ev_at(a, i, it->kind != API_SEG_CALL);
+    if (it->kind == API_SEG_CALL) {
         json_object_set_new(ev, "name", json_string(it->name));
         json_object_set_new(ev, "arguments", oai_buf_json(&it->text));
-        emit(o, "response.function_call_arguments.done", ev);
+        emit(a, "response.function_call_arguments.done", ev);
     } else {
         json_object_set_new(ev, "text", oai_buf_json(&it->text));
-        if (it->kind == IT_MESSAGE) json_object_set_new(ev, "logprobs", json_array());
-        emit(o, it->kind == IT_MESSAGE ? "response.output_text.done" : "response.reasoning_text.done", ev);
-        ev = ev_at(o, true);
+        if (it->kind == API_SEG_TEXT) json_object_set_new(ev, "logprobs", json_array());
+        emit(a, it->kind == API_SEG_TEXT ? "response.output_text.done" : "response.reasoning_text.done", ev);
+        ev = ev_at(a, i, true);
         json_object_set_new(ev, "part", part_json(it));
-        emit(o, "response.content_part.done", ev);
+        emit(a, "response.content_part.done", ev);
     }
-    emit(o, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", o->open, "item", item_json(it)));
-    o->open = -1;
-}
-
-/* Closes the open item because an event of another kind came: a call that
- * text follows broke (toolcall.h), anything else is complete. */
-static void item_close_for(resp_out *o, int next_kind) {
-    if (o->open < 0) return;
-    bool broken_call = o->items[o->open].kind == IT_CALL && next_kind != IT_CALL;
-    item_close(o, broken_call ? "incomplete" : "completed");
-}
-
-/* Text for a message or reasoning item (opened when another is open). */
-static void out_text(resp_out *o, int kind, const char *text, size_t n) {
-    if (n == 0) return;
-    if (o->open < 0 || o->items[o->open].kind != kind) {
-        item_close_for(o, kind);
-        item_open(o, kind, NULL);
-    }
-    item_delta(o, text, n);
-}
-
-/* The new events of the generation into items (consecutive fragments of one
- * kind become one delta). */
-static void out_events(resp_out *o) {
-    tc_events *ev = &o->ev;
-    for (int i = 0; i < ev->n;) {
-        tc_event *e = &ev->v[i];
-        if (e->kind == TC_EV_CALL_START) {
-            item_close_for(o, IT_CALL);
-            item_open(o, IT_CALL, e);
-            i++;
-            continue;
-        }
-        http_buf b = {0};
-        int j = i;
-        for (; j < ev->n && ev->v[j].kind == e->kind && ev->v[j].index == e->index; j++)
-            http_buf_add(&b, ev->v[j].text, ev->v[j].n);
-        if (e->kind == TC_EV_CONTENT) {
-            out_text(o, IT_MESSAGE, b.p, b.n);
-        } else if (e->kind == TC_EV_REASONING) {
-            out_text(o, IT_REASONING, b.p, b.n);
-        } else if (o->open >= 0 && o->items[o->open].kind == IT_CALL && o->items[o->open].call_index == e->index &&
-                   b.n) {
-            item_delta(o, b.p, b.n);
-        }
-        http_buf_free(&b);
-        i = j;
-    }
-    tc_events_clear(ev);
+    emit(a, "response.output_item.done", json_pack("{s:i, s:o}", "output_index", i, "item", item_json(a, i)));
 }
 
 static json_t *usage_json(const gen *g) {
@@ -988,13 +899,14 @@ static json_t *usage_json(const gen *g) {
 
 /* The response object: status "in_progress" (no output yet), "completed",
  * "incomplete" or "failed" (error: the message). */
-static json_t *response_json(resp_out *o, const char *status, const char *error) {
+static json_t *response_json(api_answer *a, const char *status, const char *error) {
+    resp_out *o = a->ctx;
     resp_req *rq = &o->rq;
     bool final = strcmp(status, "in_progress") != 0;
     json_t *output = json_array();
-    for (int i = 0; final && i < o->n_items; i++) json_array_append_new(output, item_json(&o->items[i]));
+    for (int i = 0; final && i < a->n_segs; i++) json_array_append_new(output, item_json(a, i));
     json_t *r = json_pack("{s:s, s:s, s:I, s:s, s:b, s:o, s:o}", "id", o->id, "object", "response", "created_at",
-                          (json_int_t)gen_created(o->g), "status", status, "background", 0, "error",
+                          (json_int_t)gen_created(a->g), "status", status, "background", 0, "error",
                           error ? json_pack("{s:s, s:s}", "code", "server_error", "message", error) : json_null(),
                           "incomplete_details",
                           strcmp(status, "incomplete") ? json_null()
@@ -1003,7 +915,7 @@ static json_t *response_json(resp_out *o, const char *status, const char *error)
     json_object_set_new(r, "max_output_tokens",
                         rq->max_output_tokens > 0 ? json_integer(rq->max_output_tokens) : json_null());
     json_object_set_new(r, "metadata", rq->metadata ? json_incref(rq->metadata) : json_object());
-    json_object_set_new(r, "model", json_string(o->rc->model_id));
+    json_object_set_new(r, "model", json_string(a->rc->model_id));
     json_object_set_new(r, "output", output);
     json_object_set_new(r, "parallel_tool_calls", json_boolean(rq->parallel));
     json_object_set_new(r, "previous_response_id", rq->previous_id ? json_string(rq->previous_id) : json_null());
@@ -1015,124 +927,85 @@ static json_t *response_json(resp_out *o, const char *status, const char *error)
     json_object_set_new(r, "tools", rq->tools ? json_incref(rq->tools) : json_array());
     json_object_set_new(r, "top_p", json_real(o->top_p));
     json_object_set_new(r, "truncation", json_string("disabled"));
-    json_object_set_new(r, "usage", final ? usage_json(o->g) : json_null());
+    json_object_set_new(r, "usage", final ? usage_json(a->g) : json_null());
     if (rq->user) json_object_set_new(r, "user", json_string(rq->user));
     if (final) json_object_set_new(r, "completed_at", json_integer((json_int_t)time(NULL)));
     return r;
 }
 
-/* The end of a generation that finished: closes the items, and returns the
- * final response (a new reference), stored unless "store": false. */
-static json_t *out_finish(resp_out *o) {
-    /* the Responses shape says a cut per item and in the status: a cut after
-     * complete calls is "incomplete" here (the calls are items of their own) */
-    bool truncated = gen_cut(o->g);
-    int n_calls = gen_n_calls(o->g);
-    if (o->open >= 0) {
-        out_item *it = &o->items[o->open];
-        bool ok = it->kind == IT_CALL ? it->call_index < n_calls : !truncated;
-        item_close(o, ok ? "completed" : "incomplete");
-    }
-    bool answered = false;
-    for (int i = 0; i < o->n_items; i++)
-        answered |= o->items[i].kind == IT_MESSAGE ||
-                    (o->items[i].kind == IT_CALL && !strcmp(o->items[i].status, "completed"));
-    if (!answered) {
-        /* clients look for the text in a message: an empty answer is one */
-        item_open(o, IT_MESSAGE, NULL);
-        item_close(o, truncated ? "incomplete" : "completed");
-    }
-    json_t *r = response_json(o, truncated ? "incomplete" : "completed", NULL);
+static void answer_begin(api_answer *a) {
+    emit(a, "response.created", json_pack("{s:o}", "response", response_json(a, "in_progress", NULL)));
+    emit(a, "response.in_progress", json_pack("{s:o}", "response", response_json(a, "in_progress", NULL)));
+}
+
+/* The final response, stored unless "store": false; the Responses shape
+ * says a cut per item and in the status: a cut after complete calls is
+ * "incomplete" here (the calls are items of their own). */
+static json_t *answer_finish(api_answer *a) {
+    resp_out *o = a->ctx;
+    bool truncated = gen_cut(a->g);
+    json_t *r = response_json(a, truncated ? "incomplete" : "completed", NULL);
     if (o->rq.store) {
         /* never store an answer jansson could not build whole */
-        char *text = oai_json_nomem() == o->nomem0 ? oai_json_dump(r) : NULL;
+        char *text = oai_json_nomem() == a->nomem0 ? oai_json_dump(r) : NULL;
         json_t *history = json_array();
         json_array_extend(history, o->rq.history);
-        for (int i = 0; i < o->n_items; i++) json_array_append_new(history, item_json(&o->items[i]));
-        if (text) store_put(o->rc->responses, o->rq.owner, o->id, text, history);
+        for (int i = 0; i < a->n_segs; i++) json_array_append_new(history, item_json(a, i));
+        if (text) store_put(a->rc->responses, o->rq.owner, o->id, text, history);
         else json_decref(history);
     }
-    return r;
+    if (!a->stream) return r;
+    emit(a, truncated ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", r));
+    return NULL;
 }
 
-static void answer_whole(resp_out *o, http_exchange *x) {
-    bool done = false;
-    while (!done) {
-        done = gen_poll(o->g, 20, &o->ev, NULL);
-        out_events(o);
-        if (!done && http_client_gone(x)) break;
-    }
-    int status = 200;
-    if (!done) {
-        gen_cancel(o->g);
-        status = 499;
-        reply_error(x, 499, "client closed the connection", NULL, NULL);
-    } else if (!gen_finish_reason(o->g)) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, &status));
-        reply_error(x, status, msg, NULL, NULL);
-    } else {
-        json_t *r = out_finish(o);
-        if (oai_json_nomem() != o->nomem0) status = 500;
-        reply_json(x, 200, r, o->nomem0);
-        json_decref(r);
-    }
-    gen_done(o->g, "POST", status, false);
-    out_free(o);
+static void answer_fail(api_answer *a, const char *msg, int status) {
+    (void)status;
+    api_seg_close(a, false);
+    emit(a, "response.failed", json_pack("{s:o}", "response", response_json(a, "failed", msg)));
 }
 
-/* Out of memory while building this call's events (one may lack a member,
- * or be missing): they are dropped, the stream ends with an error event,
- * and the generation is cancelled. */
-static int stream_fail(resp_out *o, http_buf *out, size_t keep) {
-    static const char ev[] = "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\","
-                             "\"message\":\"generation failed: out of memory building the answer\",\"param\":null}\n\n";
-    out->n = keep;
-    http_buf_add(out, ev, sizeof ev - 1);
-    o->sse = NULL;
-    o->failed = true;
-    gen_cancel(o->g);
-    return 0;
+/* The body translated and checked by oai_parse (*p, owned on success). */
+static int parse_request(routes_ctx *rc, json_t *body, int owner, resp_req *rq, oai_params *p, oai_error *err);
+
+static int answer_parse(api_answer *a, http_exchange *x, json_t *body, oai_params *p, oai_error *err) {
+    resp_out *o = xcalloc(1, sizeof *o);
+    a->ctx = o;
+    return parse_request(a->rc, body, routes_key_index(a->rc, x), &o->rq, p, err) < 0 ? -1 : 1;
 }
 
-static int stream_next(void *sctx, http_buf *out) {
-    resp_out *o = sctx;
-    unsigned long f0 = oai_json_nomem();
-    size_t keep = out->n;
-    o->sse = out;
-    if (!o->started) {
-        o->started = true;
-        emit(o, "response.created", json_pack("{s:o}", "response", response_json(o, "in_progress", NULL)));
-        emit(o, "response.in_progress", json_pack("{s:o}", "response", response_json(o, "in_progress", NULL)));
-        o->sse = NULL;
-        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
-    }
-    bool done = gen_poll(o->g, 20, &o->ev, NULL);
-    out_events(o);
-    if (done) {
-        const char *fr = gen_finish_reason(o->g);
-        if (!fr) {
-            char msg[320];
-            snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, NULL));
-            item_close(o, "incomplete");
-            emit(o, "response.failed", json_pack("{s:o}", "response", response_json(o, "failed", msg)));
-        } else {
-            json_t *r = out_finish(o);
-            bool complete = !strcmp(json_string_value(json_object_get(r, "status")), "completed");
-            emit(o, complete ? "response.completed" : "response.incomplete", json_pack("{s:o}", "response", r));
-        }
-    }
-    if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
-    o->sse = NULL;
-    return done ? 0 : 1;
+static void answer_start(api_answer *a, const oai_params *p) {
+    resp_out *o = a->ctx;
+    json_decref(o->rq.chat);
+    o->rq.chat = NULL;
+    o->temperature = p->sp.temperature;
+    o->top_p = p->sp.top_p;
+    /* unguessable: the id is all a client needs to read, continue or
+     * delete a stored response (item ids share it) */
+    os_random_hex(o->base, 16);
+    snprintf(o->id, sizeof o->id, "resp_%s", o->base);
 }
 
-static void stream_done(void *sctx, bool completed) {
-    resp_out *o = sctx;
-    if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
-    out_free(o);
-}
+const api_ops api_responses = {
+    .name = "responses",
+    .field = field_name,
+    .param = param_name,
+    .error_json = error_json,
+    .parse = answer_parse,
+    .start = answer_start,
+    .begin = answer_begin,
+    .open = item_open,
+    .delta = item_delta,
+    .close = item_close,
+    .finish = answer_finish,
+    .fail = answer_fail,
+    .free_ctx = out_free,
+    .empty = API_EMPTY_IF_UNANSWERED,
+    .framing = API_SSE,
+    .stream_type = "text/event-stream",
+    .stream_nomem = "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\","
+                    "\"message\":\"generation failed: out of memory building the answer\",\"param\":null}\n\n",
+};
 
 /* ---- routes ---- */
 
@@ -1163,68 +1036,7 @@ int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, oai_error 
     return r;
 }
 
-bool api_responses_create(routes_ctx *rc, http_exchange *x) {
-    int64_t t0 = clock_ns();
-    unsigned long f0 = oai_json_nomem();
-    json_t *body = body_json(x);
-    if (!body) return false;
-    resp_req rq;
-    oai_error err;
-    oai_params p;
-    int r = parse_request(rc, body, routes_key_index(rc, x), &rq, &p, &err);
-    json_decref(body);
-    if (r == 0 && oai_json_nomem() != f0) { /* read with a part missing */
-        oai_params_free(&p);
-        r = -1;
-    }
-    if (r < 0) {
-        /* out of memory is the server's state, not the client's mistake */
-        if (oai_json_nomem() != f0)
-            reply_error(x, 503, "out of memory reading the request", NULL, NULL);
-        else
-            api_reply_refusal(&api_responses, x, &err, f0);
-        resp_req_free(&rq);
-        return false;
-    }
-    gen_fail gf;
-    gen *g = gen_start(rc, x, &p, "/v1/responses", t0, &gf);
-    if (!g) {
-        api_reply_refusal(&api_responses, x, &gf.err, f0);
-        oai_params_free(&p);
-        resp_req_free(&rq);
-        return false;
-    }
-    gen_add_headers(g, x);
-    if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
-        gen_cancel(g);
-        gen_done(g, "POST", 503, p.stream);
-        reply_error(x, 503, "out of memory starting the request", NULL, NULL);
-        oai_params_free(&p);
-        resp_req_free(&rq);
-        return true;
-    }
-    resp_out *o = xcalloc(1, sizeof *o);
-    o->rc = rc;
-    o->g = g;
-    o->rq = rq;
-    json_decref(o->rq.chat);
-    o->rq.chat = NULL;
-    o->open = -1;
-    o->nomem0 = f0;
-    o->stream = p.stream;
-    o->temperature = p.sp.temperature;
-    o->top_p = p.sp.top_p;
-    /* unguessable: the id is all a client needs to read, continue or
-     * delete a stored response (item ids share it) */
-    os_random_hex(o->base, 16);
-    snprintf(o->id, sizeof o->id, "resp_%s", o->base);
-    oai_params_free(&p);
-    if (o->stream)
-        http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
-    else
-        answer_whole(o, x);
-    return true;
-}
+bool api_responses_create(routes_ctx *rc, http_exchange *x) { return api_serve(&api_responses, rc, x, "/v1/responses"); }
 
 void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
     unsigned long f0 = oai_json_nomem();
