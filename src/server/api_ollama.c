@@ -73,12 +73,6 @@ static char *error_json(int status, const char *msg, const char *param, const ch
     return s ? s : xstrdup("{\"error\":\"out of memory\"}");
 }
 
-static const char *param_name(const char *field);
-
-/* Ollama's field names are the internal ones in messages; an error names
- * its field before the message ("options.temperature: ..."). */
-const api_ops api_ollama_api = {
-    .name = "ollama", .field = NULL, .param = param_name, .error_json = error_json, .param_in_message = true};
 
 static void reply_error(http_exchange *x, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
@@ -529,40 +523,24 @@ static const char *param_name(const char *p) {
     return NULL;
 }
 
-/* ---- answers ---- */
+/* ---- answers (api_serve's callbacks, api.h) ---- */
 
-typedef struct olla_call {
-    char *name;
-    http_buf args;
-} olla_call;
-
-/* One generation's Ollama side. */
+/* One generation's Ollama side (api_answer.ctx). The calls are the answer's
+ * CALL segments. */
 typedef struct olla_out {
-    routes_ctx *rc;
-    gen *g;
     bool chat;            /* /api/chat ("message") vs /api/generate ("response") */
     char model[256];      /* the name as the client gave it                     */
-    int64_t t0_ns, t_end_ns; /* arrival, end of generation (clock_ns)         */
-    tc_events ev;
+    int64_t t_end_ns;     /* end of generation (clock_ns)                       */
     http_buf content, thinking; /* whole answers: everything; streams: the delta */
-    olla_call *calls;
-    int n_calls;          /* calls started                                      */
     oai_kind kind;        /* the OpenAI shape of the logprobs gen_poll writes   */
     bool logprobs;        /* the request asked for them                         */
     json_t *lp;           /* Ollama logprobs entries not sent yet (array)       */
-    unsigned long nomem0; /* oai_json_nomem() when a whole answer began         */
-    bool failed;          /* a stream cut short: out of memory building a line  */
 } olla_out;
 
-static void out_free(olla_out *o) {
-    tc_events_free(&o->ev);
+static void out_free(void *ctx) {
+    olla_out *o = ctx;
     http_buf_free(&o->content);
     http_buf_free(&o->thinking);
-    for (int i = 0; i < o->n_calls; i++) {
-        free(o->calls[i].name);
-        http_buf_free(&o->calls[i].args);
-    }
-    free(o->calls);
     json_decref(o->lp);
     free(o);
 }
@@ -598,35 +576,29 @@ static void lp_take(olla_out *o, json_t *lp) {
     json_decref(lp);
 }
 
-/* Polls once; moves the new events into content / thinking / calls. Returns
- * true once the generation is over. */
-static bool out_poll(olla_out *o, int timeout_ms) {
+/* Polls once, the logprobs too. */
+static bool out_poll(api_answer *a, int timeout_ms) {
+    olla_out *o = a->ctx;
     json_t *lp = o->logprobs ? gen_logprobs_new(o->kind) : NULL;
-    bool done = gen_poll(o->g, timeout_ms, &o->ev, lp);
+    bool done = gen_poll(a->g, timeout_ms, &a->ev, lp);
     if (lp) lp_take(o, lp);
     if (done) o->t_end_ns = clock_ns();
-    for (int i = 0; i < o->ev.n; i++) {
-        tc_event *e = &o->ev.v[i];
-        if (e->kind == TC_EV_CONTENT) {
-            http_buf_add(&o->content, e->text, e->n);
-        } else if (e->kind == TC_EV_REASONING) {
-            http_buf_add(&o->thinking, e->text, e->n);
-        } else if (e->kind == TC_EV_CALL_START && e->index == o->n_calls) {
-            o->calls = xrealloc(o->calls, (size_t)(o->n_calls + 1) * sizeof *o->calls);
-            olla_call *c = &o->calls[o->n_calls++];
-            memset(c, 0, sizeof *c);
-            c->name = xstrdup(e->name);
-        } else if (e->kind == TC_EV_CALL_ARGS && e->index < o->n_calls) {
-            http_buf_add(&o->calls[e->index].args, e->text, e->n);
-        }
-    }
-    tc_events_clear(&o->ev);
     return done;
+}
+
+/* Text and thinking go to the next line; a call's arguments stay in its
+ * segment (the last line carries the complete calls). */
+static void out_open(api_answer *a, int i) { (void)a, (void)i; }
+static void out_close(api_answer *a, int i) { (void)a, (void)i; }
+static void out_delta(api_answer *a, int i, const char *text, size_t n) {
+    olla_out *o = a->ctx;
+    if (a->segs[i].kind != API_SEG_CALL) http_buf_add(a->segs[i].kind == API_SEG_TEXT ? &o->content : &o->thinking, text, n);
 }
 
 /* {"model","created_at"} + "message" {role, content, thinking?} or
  * "response" (+ "thinking"?), from the current buffers (then emptied). */
-static json_t *line_new(olla_out *o, bool with_calls) {
+static json_t *line_new(api_answer *a, bool with_calls) {
+    olla_out *o = a->ctx;
     json_t *l = json_pack("{s:s, s:o}", "model", o->model, "created_at", now_json());
     json_t *holder = l;
     if (o->chat) {
@@ -643,17 +615,18 @@ static json_t *line_new(olla_out *o, bool with_calls) {
         o->lp = json_array();
     }
     /* complete calls only: those before gen_n_calls */
-    int n = with_calls ? gen_n_calls(o->g) : 0;
+    int n = with_calls ? gen_n_calls(a->g) : 0;
     if (o->chat && n > 0) {
         json_t *calls = json_array();
-        for (int i = 0; i < n && i < o->n_calls; i++) {
-            json_t *args = json_loadb(o->calls[i].args.p ? o->calls[i].args.p : "", o->calls[i].args.n, 0, NULL);
+        for (int i = 0; i < a->n_segs; i++) {
+            const api_seg *c = &a->segs[i];
+            if (c->kind != API_SEG_CALL || c->call_index >= n) continue;
+            json_t *args = json_loadb(c->text.p ? c->text.p : "", c->text.n, 0, NULL);
             if (!json_is_object(args)) {
                 json_decref(args);
                 args = json_object(); /* the parser only completes calls whose arguments parse */
             }
-            json_array_append_new(calls, json_pack("{s:{s:s, s:o}}", "function", "name", o->calls[i].name,
-                                                   "arguments", args));
+            json_array_append_new(calls, json_pack("{s:{s:s, s:o}}", "function", "name", c->name, "arguments", args));
         }
         json_object_set_new(holder, "tool_calls", calls);
     }
@@ -661,24 +634,48 @@ static json_t *line_new(olla_out *o, bool with_calls) {
 }
 
 /* The last line: done, the reason and the counts (durations in ns). */
-static json_t *final_new(olla_out *o) {
-    json_t *l = line_new(o, true);
-    const char *fr = gen_finish_reason(o->g);
+static json_t *final_new(api_answer *a) {
+    olla_out *o = a->ctx;
+    json_t *l = line_new(a, true);
+    const char *fr = gen_finish_reason(a->g);
     int n_prompt = 0, n_gen = 0;
-    gen_usage(o->g, &n_prompt, &n_gen, NULL);
+    gen_usage(a->g, &n_prompt, &n_gen, NULL);
     int64_t end = o->t_end_ns ? o->t_end_ns : clock_ns();
-    int64_t first = gen_first_token_ns(o->g) ? gen_first_token_ns(o->g) : end;
+    int64_t first = gen_first_token_ns(a->g) ? gen_first_token_ns(a->g) : end;
     int64_t eval = end - first;
     if (eval <= 0 && n_gen > 0) eval = 1; /* clients divide by it */
     json_object_set_new(l, "done", json_true());
     json_object_set_new(l, "done_reason", json_string(fr && !strcmp(fr, "length") ? "length" : "stop"));
-    json_object_set_new(l, "total_duration", json_integer((json_int_t)(clock_ns() - o->t0_ns)));
+    json_object_set_new(l, "total_duration", json_integer((json_int_t)(clock_ns() - a->t0_ns)));
     json_object_set_new(l, "load_duration", json_integer(0));
     json_object_set_new(l, "prompt_eval_count", json_integer(n_prompt));
-    json_object_set_new(l, "prompt_eval_duration", json_integer((json_int_t)(first - o->t0_ns)));
+    json_object_set_new(l, "prompt_eval_duration", json_integer((json_int_t)(first - a->t0_ns)));
     json_object_set_new(l, "eval_count", json_integer(n_gen));
     json_object_set_new(l, "eval_duration", json_integer((json_int_t)eval));
     return l;
+}
+
+/* A stream's line of the text (and logprobs) produced since the last. */
+static void out_polled(api_answer *a) {
+    olla_out *o = a->ctx;
+    if (!a->stream || !(o->content.n || o->thinking.n || json_array_size(o->lp))) return;
+    json_t *l = line_new(a, false);
+    json_object_set_new(l, "done", json_false());
+    api_emit(a, NULL, l);
+}
+
+static json_t *out_finish(api_answer *a) {
+    if (!a->stream) return final_new(a);
+    /* text released at the end (held stop-string prefixes, a cut call) goes
+     * in a line of its own: the last line carries only the calls */
+    out_polled(a);
+    api_emit(a, NULL, final_new(a));
+    return NULL;
+}
+
+static void out_fail(api_answer *a, const char *msg, int status) {
+    (void)status;
+    api_emit(a, NULL, json_pack("{s:s}", "error", msg));
 }
 
 static void ndjson_line(http_buf *out, json_t *l) {
@@ -688,80 +685,6 @@ static void ndjson_line(http_buf *out, json_t *l) {
     http_buf_add(out, s, strlen(s));
     http_buf_add(out, "\n", 1);
     free(s);
-}
-
-static void answer_whole(olla_out *o, http_exchange *x) {
-    int status = 200;
-    bool done = false;
-    while (!done) {
-        done = out_poll(o, 20);
-        if (!done && http_client_gone(x)) break;
-    }
-    if (!done) {
-        gen_cancel(o->g);
-        status = 499;
-        reply_error(x, 499, "client closed the connection");
-    } else if (!gen_finish_reason(o->g)) {
-        const char *why = gen_error(o->g, &status);
-        reply_error(x, status, "generation failed: %s", why);
-    } else {
-        json_t *l = final_new(o);
-        unsigned long f0 = o->nomem0;
-        if (oai_json_nomem() != f0) status = 500;
-        reply_json(x, 200, l, f0);
-        json_decref(l);
-    }
-    gen_done(o->g, "POST", status, false);
-    out_free(o);
-}
-
-/* Out of memory while building this call's lines (one may lack a member or
- * be missing): they are dropped, the stream ends with an error line, and
- * the generation is cancelled. */
-static int stream_fail(olla_out *o, http_buf *out, size_t keep) {
-    static const char line[] = "{\"error\":\"generation failed: out of memory building the answer\"}\n";
-    out->n = keep;
-    http_buf_add(out, line, sizeof line - 1);
-    o->failed = true;
-    gen_cancel(o->g);
-    return 0;
-}
-
-static int stream_next(void *sctx, http_buf *out) {
-    olla_out *o = sctx;
-    unsigned long f0 = oai_json_nomem();
-    size_t keep = out->n;
-    bool done = out_poll(o, 20);
-    if (!done) {
-        if (o->content.n || o->thinking.n || json_array_size(o->lp)) {
-            json_t *l = line_new(o, false);
-            json_object_set_new(l, "done", json_false());
-            ndjson_line(out, l);
-        }
-        return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
-    }
-    if (!gen_finish_reason(o->g)) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(o->g, NULL));
-        ndjson_line(out, json_pack("{s:s}", "error", msg));
-        return 0;
-    }
-    /* text released at the end (held stop-string prefixes, a cut call) goes
-     * in a line of its own: the last line carries only the calls */
-    if (o->content.n || o->thinking.n || json_array_size(o->lp)) {
-        json_t *l = line_new(o, false);
-        json_object_set_new(l, "done", json_false());
-        ndjson_line(out, l);
-    }
-    ndjson_line(out, final_new(o));
-    return oai_json_nomem() == f0 ? 0 : stream_fail(o, out, keep);
-}
-
-static void stream_done(void *sctx, bool completed) {
-    olla_out *o = sctx;
-    if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
-    out_free(o);
 }
 
 /* An empty prompt (or no messages) loads the model in Ollama: answered at
@@ -883,68 +806,54 @@ int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oa
     return 1;
 }
 
-static bool handle_generation(routes_ctx *rc, http_exchange *x, bool chat) {
-    int64_t t0 = clock_ns();
-    unsigned long f0 = oai_json_nomem();
-    json_t *body = body_object(x);
-    if (!body) return false;
-    const char *model = check_model(rc, x, body);
-    if (!model) {
-        json_decref(body);
-        return false;
-    }
-    char model_name[256];
-    snprintf(model_name, sizeof model_name, "%s", model);
-    oai_params p;
-    oai_kind kind;
-    bool stream;
-    oai_error err;
-    int t = api_ollama_params(rc, body, chat, &p, &kind, &stream, &err);
-    json_decref(body);
-    if (t < 0) {
-        api_reply_refusal(&api_ollama_api, x, &err, oai_json_nomem());
-        return false;
-    }
-    if (t == 0) {
-        answer_load(x, chat, model_name, stream);
-        return false;
-    }
-    gen_fail gf;
-    gen *g = gen_start(rc, x, &p, chat ? "/api/chat" : "/api/generate", t0, &gf);
-    if (!g) {
-        api_reply_refusal(&api_ollama_api, x, &gf.err, f0);
-        oai_params_free(&p);
-        return false;
-    }
-    gen_add_headers(g, x);
-    if (oai_json_nomem() != f0) { /* the request was read or rendered with a part missing */
-        gen_cancel(g);
-        gen_done(g, "POST", 503, p.stream);
-        reply_error(x, 503, "out of memory starting the request");
-        oai_params_free(&p);
-        return true;
-    }
+static int out_parse(api_answer *a, http_exchange *x, json_t *body, oai_params *p, oai_error *err) {
+    bool chat = !strcmp(http_path(x), "/api/chat");
+    const char *model = check_model(a->rc, x, body);
+    if (!model) return 0; /* answered */
     olla_out *o = xcalloc(1, sizeof *o);
-    o->rc = rc;
-    o->g = g;
+    a->ctx = o;
     o->chat = chat;
-    o->t0_ns = t0;
-    snprintf(o->model, sizeof o->model, "%s", model_name);
-    o->kind = kind;
-    o->logprobs = p.n_logprobs >= 0;
-    o->lp = json_array();
-    o->nomem0 = f0;
-    oai_params_free(&p);
-    if (stream)
-        http_reply_stream(x, 200, "application/x-ndjson", stream_next, stream_done, o);
-    else
-        answer_whole(o, x);
-    return true;
+    snprintf(o->model, sizeof o->model, "%s", model);
+    bool stream;
+    int t = api_ollama_params(a->rc, body, chat, p, &o->kind, &stream, err);
+    if (t == 0) answer_load(x, chat, o->model, stream);
+    return t;
 }
 
+static void out_start(api_answer *a, const oai_params *p) {
+    olla_out *o = a->ctx;
+    o->logprobs = p->n_logprobs >= 0;
+    o->lp = json_array();
+}
+
+/* Ollama's field names are the internal ones in messages; an error names
+ * its field before the message ("options.temperature: ..."). Its answer is
+ * NDJSON lines: a stream's after each poll that produced text, then the
+ * last with the complete calls and the counts. */
+const api_ops api_ollama_api = {
+    .name = "ollama",
+    .param = param_name,
+    .error_json = error_json,
+    .param_in_message = true,
+    .parse = out_parse,
+    .start = out_start,
+    .poll = out_poll,
+    .open = out_open,
+    .delta = out_delta,
+    .close = out_close,
+    .polled = out_polled,
+    .finish = out_finish,
+    .fail = out_fail,
+    .free_ctx = out_free,
+    .empty = API_EMPTY_NONE,
+    .framing = API_NDJSON,
+    .stream_type = "application/x-ndjson",
+    .stream_nomem = "{\"error\":\"generation failed: out of memory building the answer\"}\n",
+};
+
 bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path) {
-    if (!strcmp(path, "/api/chat")) return handle_generation(rc, x, true);
-    if (!strcmp(path, "/api/generate")) return handle_generation(rc, x, false);
+    if (!strcmp(path, "/api/chat")) return api_serve(&api_ollama_api, rc, x, "/api/chat");
+    if (!strcmp(path, "/api/generate")) return api_serve(&api_ollama_api, rc, x, "/api/generate");
     if (!strcmp(path, "/api/embed") || !strcmp(path, "/api/embeddings")) {
         embed_ollama(rc, x, !strcmp(path, "/api/embeddings"));
         return false;
