@@ -697,11 +697,13 @@ bool routes_precheck(void *ctx, http_exchange *x) {
         refuse(rc, x, 403, msg, "host_not_allowed");
         return false;
     }
-    /* the key before the body is read; the same exemptions as
-     * routes_handle: GET /health and the chat page's files. These take no
-     * body: a body there would be read and held without a key. */
+    /* the key before the body is read, the only place it is checked
+     * (routes_handle trusts it): all but GET /health, /load and the chat
+     * page's files (unless --no-webui). These take no body: a body there
+     * would be read and held without a key. */
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    bool exempt = get && (!strcmp(http_path(x), "/health") || !strcmp(http_path(x), "/load") || webui_find(http_path(x)));
+    bool exempt = get && (!strcmp(http_path(x), "/health") || !strcmp(http_path(x), "/load") ||
+                          (!o->no_webui && webui_find(http_path(x))));
     if (exempt && http_body_announced(x)) {
         refuse(rc, x, 400, "this route takes no request body", "body_not_allowed");
         return false;
@@ -808,13 +810,9 @@ void routes_handle(void *ctx, http_exchange *x) {
     char allow[120];
     const route *rt = route_find(method, path, &path_known, allow, sizeof allow);
     bool generation = false;
+    /* the API key was checked once, from the headers (routes_precheck) */
     if (!rt && !rc->o->no_webui && webui_serve(x)) {
         /* the chat page and its assets: public, no API key (webui.h) */
-    } else if (!(rt && (rt->id == R_HEALTH || rt->id == R_LOAD)) && routes_key_index(rc, x) == ROUTES_BAD_KEY) {
-        const char *msg = http_header(x, "Authorization") || http_header(x, "x-api-key")
-                              ? "invalid API key"
-                              : "missing API key (Authorization: Bearer KEY, or x-api-key: KEY)";
-        reply_error_shaped(x, 401, msg, "invalid_api_key"); /* each client reads its API's shape */
     } else if (!rt) {
         char msg[300];
         if (path_known) {

@@ -88,7 +88,8 @@ void routes_handle(void *ctx, http_exchange *x);
  * route's error shape, counted and logged: 403 a Host that is not this
  * server's (DNS rebinding; on a loopback address without an API key, or
  * with --allowed-hosts), 401 a missing or wrong API key (all but GET
- * /health and the chat page, as routes_handle), 415 a POST
+ * /health, /load and the chat page; the only check of the key: every
+ * request but OPTIONS passes here first), 415 a POST
  * from a browser (an Origin header) to a server without an API key whose
  * Content-Type a cross-site form can send (urlencoded, multipart,
  * text/plain). */
