@@ -545,43 +545,53 @@ static void out_free(void *ctx) {
     free(o);
 }
 
-/* A token's bytes as an array of integers. */
+/* A string's bytes as an array of integers. */
 static json_t *bytes_json(const char *s) {
     json_t *a = json_array();
     for (; s && *s; s++) json_array_append_new(a, json_integer((unsigned char)*s));
     return a;
 }
 
-/* Moves the entries of an OpenAI logprobs object (lp, taken) to o->lp in
- * Ollama's shape: [{"token","logprob","bytes","top_logprobs":[{"token",
- * "logprob","bytes"}]}] — the chat shape already is; the completions shape
- * (parallel arrays, alternatives as an object) is rebuilt. */
-static void lp_take(olla_out *o, json_t *lp) {
-    if (o->kind == OAI_CHAT) {
-        json_array_extend(o->lp, json_object_get(lp, "content"));
-    } else {
-        json_t *toks = json_object_get(lp, "tokens"), *lps = json_object_get(lp, "token_logprobs");
-        json_t *tops = json_object_get(lp, "top_logprobs");
-        for (size_t i = 0; i < json_array_size(toks); i++) {
-            const char *tok = json_string_value(json_array_get(toks, i));
-            json_t *alts = json_array(), *v;
-            const char *k;
-            json_object_foreach(json_array_get(tops, i), k, v)
-                json_array_append_new(alts, json_pack("{s:s, s:O, s:o}", "token", k, "logprob", v, "bytes", bytes_json(k)));
-            json_array_append_new(o->lp, json_pack("{s:s, s:O, s:o, s:o}", "token", tok ? tok : "", "logprob",
-                                                   json_array_get(lps, i), "bytes", bytes_json(tok), "top_logprobs",
-                                                   alts));
+/* One token (or alternative) in Ollama's shape: {"token", "logprob",
+ * "bytes"}. A chat's bytes are the token's own; a raw generate's are its
+ * text's (what the completions route names it by). */
+static json_t *lp_entry(const tokenizer *tk, bool chat, int32_t id, float logprob) {
+    json_t *bytes = NULL;
+    json_t *tok = gen_piece_json(tk, id, chat ? &bytes : NULL);
+    if (!chat) bytes = bytes_json(json_string_value(tok));
+    return json_pack("{s:o, s:o, s:o}", "token", tok, "logprob", gen_logprob_json(logprob), "bytes", bytes);
+}
+
+/* Appends the entries of l to o->lp in Ollama's shape: [{"token",
+ * "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}];
+ * a raw generate names an alternative once (the first of those whose text
+ * is the same), as the completions route does. */
+static void lp_take(const tokenizer *tk, olla_out *o, const gen_logprobs *l) {
+    bool chat = o->kind == OAI_CHAT;
+    for (int j = 0; j < l->n; j++) {
+        const req_token *t = &l->v[j].t;
+        json_t *e = lp_entry(tk, chat, t->id, t->logprob), *alts = json_array();
+        for (int i = 0; i < t->n_top; i++) {
+            json_t *alt = lp_entry(tk, chat, t->top_ids[i], t->top_lps[i]);
+            const char *ts = json_string_value(json_object_get(alt, "token"));
+            bool seen = false;
+            for (size_t k = 0; !chat && ts && k < json_array_size(alts); k++)
+                seen |= !strcmp(json_string_value(json_object_get(json_array_get(alts, k), "token")), ts);
+            if (seen) json_decref(alt);
+            else json_array_append_new(alts, alt);
         }
+        json_object_set_new(e, "top_logprobs", alts);
+        json_array_append_new(o->lp, e);
     }
-    json_decref(lp);
 }
 
 /* Polls once, the logprobs too. */
 static bool out_poll(api_answer *a, int timeout_ms) {
     olla_out *o = a->ctx;
-    json_t *lp = o->logprobs ? gen_logprobs_new(o->kind) : NULL;
-    bool done = gen_poll(a->g, timeout_ms, &a->ev, lp);
-    if (lp) lp_take(o, lp);
+    gen_logprobs l = {0};
+    bool done = gen_poll(a->g, timeout_ms, &a->ev, o->logprobs ? &l : NULL);
+    lp_take(a->rc->tok, o, &l);
+    gen_logprobs_free(&l);
     if (done) o->t_end_ns = clock_ns();
     return done;
 }

@@ -80,7 +80,7 @@ json_t *gen_piece_json(const tokenizer *t, int32_t id, json_t **bytes) {
 
 /* A log-probability as JSON: -inf (a token the grammar refused) as -9999,
  * the value OpenAI uses for "impossible". */
-static json_t *lp_json(float x) { return json_real(isfinite(x) ? (double)x : -9999.0); }
+json_t *gen_logprob_json(float x) { return json_real(isfinite(x) ? (double)x : -9999.0); }
 
 /* ---- the request's state on the HTTP side ---- */
 
@@ -112,42 +112,9 @@ struct gen {
     double logprob_sum;   /* of the tokens taken (when the req has logprobs) */
 };
 
-/* One logprobs entry for token t (appended to lp, whose shape depends on the
- * API: completions {tokens, token_logprobs, top_logprobs, text_offset},
- * chat {content: [...]}). */
-static void add_logprob(gen *g, json_t *lp, const req_token *t, size_t offset) {
-    const tokenizer *tk = g->rc->tok;
-    if (g->kind == OAI_COMPLETION) {
-        json_array_append_new(json_object_get(lp, "tokens"), gen_piece_json(tk, t->id, NULL));
-        json_array_append_new(json_object_get(lp, "token_logprobs"), lp_json(t->logprob));
-        json_t *top = json_object();
-        for (int i = 0; i < t->n_top; i++) {
-            json_t *k = gen_piece_json(tk, t->top_ids[i], NULL);
-            if (k && !json_object_get(top, json_string_value(k)))
-                json_object_set_new(top, json_string_value(k), lp_json(t->top_lps[i]));
-            json_decref(k);
-        }
-        json_array_append_new(json_object_get(lp, "top_logprobs"), top);
-        json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)offset));
-    } else {
-        json_t *bytes;
-        json_t *tok = gen_piece_json(tk, t->id, &bytes);
-        json_t *top = json_array();
-        for (int i = 0; i < t->n_top; i++) {
-            json_t *tb;
-            json_t *ts = gen_piece_json(tk, t->top_ids[i], &tb);
-            json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", ts, "logprob", lp_json(t->top_lps[i]), "bytes", tb));
-        }
-        json_array_append_new(json_object_get(lp, "content"),
-                              json_pack("{s:o, s:o, s:o, s:o}", "token", tok, "logprob", lp_json(t->logprob), "bytes",
-                                        bytes, "top_logprobs", top));
-    }
-}
-
-json_t *gen_logprobs_new(oai_kind kind) {
-    if (kind == OAI_COMPLETION)
-        return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
-    return json_pack("{s:[]}", "content");
+void gen_logprobs_free(gen_logprobs *l) {
+    free(l->v);
+    memset(l, 0, sizeof *l);
 }
 
 /* The generation has ended (g->finished just set): its latency goes to the
@@ -164,7 +131,7 @@ static void observe_end(gen *g) {
 
 /* Waits up to timeout_ms for output; appends new text to `text` and, when lp
  * is not NULL, logprobs entries. Sets g->finished at the end. */
-static void gen_pump(gen *g, int timeout_ms, http_buf *text, json_t *lp) {
+static void gen_pump(gen *g, int timeout_ms, http_buf *text, gen_logprobs *lp) {
     if (g->finished) return;
     req_finish fin;
     int n = req_wait(g->r, g->n_seen, timeout_ms, &fin);
@@ -177,7 +144,13 @@ static void gen_pump(gen *g, int timeout_ms, http_buf *text, json_t *lp) {
             if (m < 0) m = 0;
             g->n_completion++;
             if (g->r->n_logprobs >= 0) g->logprob_sum += toks[i].logprob;
-            if (lp && g->n_logprobs >= 0) add_logprob(g, lp, &toks[i], g->text_offset);
+            if (lp && g->n_logprobs >= 0) {
+                if (lp->n == lp->cap) {
+                    lp->cap = lp->cap ? lp->cap * 2 : 16;
+                    lp->v = xrealloc(lp->v, (size_t)lp->cap * sizeof *lp->v);
+                }
+                lp->v[lp->n++] = (gen_logprob){.t = toks[i], .text_offset = g->text_offset};
+            }
             g->text_offset += (size_t)m;
             const char *out;
             size_t out_n;
@@ -653,7 +626,7 @@ void gen_add_headers(const gen *g, http_exchange *x) {
 
 /* ---- reading ---- */
 
-bool gen_poll(gen *g, int timeout_ms, tc_events *ev, json_t *lp) {
+bool gen_poll(gen *g, int timeout_ms, tc_events *ev, gen_logprobs *lp) {
     if (g->finished) return true;
     http_buf text = {0};
     gen_pump(g, timeout_ms, &text, lp);
@@ -747,7 +720,7 @@ void gen_done(gen *g, const char *method, int status, bool stream) {
 
 /* ---- whole answers ---- */
 
-bool gen_collect(gen *g, http_exchange *x, gen_result *out, json_t *lp) {
+bool gen_collect(gen *g, http_exchange *x, gen_result *out, gen_logprobs *lp) {
     memset(out, 0, sizeof *out);
     tc_events ev = {0};
     int n_started = 0;

@@ -62,11 +62,26 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
  * printable ASCII). Call after gen_start, before replying. */
 void gen_add_headers(const gen *g, http_exchange *x);
 
+/* One output token's logprobs, as data (each API writes its own shape): the
+ * token, its logprob and its most likely alternatives (t.top_*), and the
+ * byte of the output where its text starts. */
+typedef struct gen_logprob {
+    req_token t;
+    size_t text_offset;
+} gen_logprob;
+
+typedef struct gen_logprobs {
+    gen_logprob *v;
+    int n, cap;
+} gen_logprobs;
+
+void gen_logprobs_free(gen_logprobs *l);
+
 /* Waits up to timeout_ms for output and appends the new events to ev; with
- * lp (an OpenAI logprobs object of the request's kind, logprobs_new), its
- * per-token entries too. Returns true once everything is out (then
- * gen_finish_reason and gen_usage are final). */
-bool gen_poll(gen *g, int timeout_ms, tc_events *ev, json_t *lp);
+ * lp (and a request that asked for logprobs), each new token's entry too.
+ * Returns true once everything is out (then gen_finish_reason and gen_usage
+ * are final). */
+bool gen_poll(gen *g, int timeout_ms, tc_events *ev, gen_logprobs *lp);
 
 /* "stop", "length", "tool_calls", or NULL when the generation failed or was
  * cancelled (see gen_error). "tool_calls" whenever there are complete calls,
@@ -122,7 +137,7 @@ int gen_count_prompt(routes_ctx *rc, const oai_params *p, gen_fail *f);
 
 /* Polls until finished, gathering the events into *out (and lp entries);
  * returns false (after gen_cancel) if the client of x went away first. */
-bool gen_collect(gen *g, http_exchange *x, gen_result *out, json_t *lp);
+bool gen_collect(gen *g, http_exchange *x, gen_result *out, gen_logprobs *lp);
 void gen_result_free(gen_result *r);
 
 /* ---- helpers shared by the routes ---- */
@@ -132,7 +147,7 @@ int32_t *gen_encode(const tokenizer *t, const char *text, size_t len, bool add_b
 /* A token's text as a JSON string (invalid UTF-8 bytes become U+FFFD) and,
  * when bytes is not NULL, its raw bytes as an array of integers. */
 json_t *gen_piece_json(const tokenizer *t, int32_t id, json_t **bytes);
-/* An empty OpenAI logprobs object for the kind of request. */
-json_t *gen_logprobs_new(oai_kind kind);
+/* A logprob as a JSON number (JSON has no -infinity: -9999 instead). */
+json_t *gen_logprob_json(float x);
 
 #endif

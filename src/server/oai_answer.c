@@ -45,6 +45,48 @@ static json_t *json_text(const http_buf *b) {
     return s ? s : json_string("");
 }
 
+/* OpenAI's logprobs object of the entries l holds: completions {tokens,
+ * token_logprobs, top_logprobs (an object: piece -> logprob, a repeated
+ * piece once), text_offset}, chat {content: [{token, logprob, bytes,
+ * top_logprobs: [{token, logprob, bytes}]}]}. */
+static json_t *logprobs_json(const tokenizer *tk, oai_kind kind, const gen_logprobs *l) {
+    if (kind == OAI_COMPLETION) {
+        json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+        for (int j = 0; j < l->n; j++) {
+            const req_token *t = &l->v[j].t;
+            json_array_append_new(toks, gen_piece_json(tk, t->id, NULL));
+            json_array_append_new(lps, gen_logprob_json(t->logprob));
+            json_t *top = json_object();
+            for (int i = 0; i < t->n_top; i++) {
+                json_t *k = gen_piece_json(tk, t->top_ids[i], NULL);
+                if (k && !json_object_get(top, json_string_value(k)))
+                    json_object_set_new(top, json_string_value(k), gen_logprob_json(t->top_lps[i]));
+                json_decref(k);
+            }
+            json_array_append_new(tops, top);
+            json_array_append_new(offs, json_integer((json_int_t)l->v[j].text_offset));
+        }
+        return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                         "text_offset", offs);
+    }
+    json_t *content = json_array();
+    for (int j = 0; j < l->n; j++) {
+        const req_token *t = &l->v[j].t;
+        json_t *bytes;
+        json_t *tok = gen_piece_json(tk, t->id, &bytes);
+        json_t *top = json_array();
+        for (int i = 0; i < t->n_top; i++) {
+            json_t *tb;
+            json_t *ts = gen_piece_json(tk, t->top_ids[i], &tb);
+            json_array_append_new(top, json_pack("{s:o, s:o, s:o}", "token", ts, "logprob",
+                                                 gen_logprob_json(t->top_lps[i]), "bytes", tb));
+        }
+        json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:o}", "token", tok, "logprob",
+                                                 gen_logprob_json(t->logprob), "bytes", bytes, "top_logprobs", top));
+    }
+    return json_pack("{s:o}", "content", content);
+}
+
 /* The fields every answer and chunk starts with: id, object, created,
  * model. */
 static json_t *answer_head(oai_out *o, bool chunk) {
@@ -111,9 +153,11 @@ static int reply_answer(http_exchange *x, json_t *ans, unsigned long f0) {
 static void answer_whole(oai_out *o, http_exchange *x) {
     gen *g = o->g;
     unsigned long f0 = oai_json_nomem();
-    json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
+    gen_logprobs lps = {0};
     gen_result res;
-    bool ok = gen_collect(g, x, &res, lp);
+    bool ok = gen_collect(g, x, &res, &lps);
+    json_t *lp = ok && o->n_logprobs >= 0 ? logprobs_json(o->rc->tok, o->kind, &lps) : NULL;
+    gen_logprobs_free(&lps);
     add_echo(g, &res);
     int status = 200;
     const char *fr = gen_finish_reason(g);
@@ -160,8 +204,10 @@ void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int per, int n, const
             gen_cancel(gs[i]);
             continue;
         }
-        lps[i] = p->n_logprobs >= 0 ? gen_logprobs_new(kind) : NULL;
-        bool ok = gen_collect(gs[i], x, &res[i], lps[i]);
+        gen_logprobs l = {0};
+        bool ok = gen_collect(gs[i], x, &res[i], &l);
+        lps[i] = ok && p->n_logprobs >= 0 ? logprobs_json(rc->tok, kind, &l) : NULL;
+        gen_logprobs_free(&l);
         add_echo(gs[i], &res[i]);
         if (!ok) {
             status = 499;
@@ -310,14 +356,10 @@ static bool stream_head(oai_out *o, http_buf *out) {
 /* Polls o's generation (up to timeout_ms) and writes its chunks; true when
  * it has ended, *fr its finish reason (NULL: it failed). */
 static bool stream_poll(oai_out *o, http_buf *out, int timeout_ms, const char **fr) {
-    json_t *lp = o->n_logprobs >= 0 ? gen_logprobs_new(o->kind) : NULL;
-    bool done = gen_poll(o->g, timeout_ms, &o->ev, lp);
-    bool has_lp = lp && (o->kind == OAI_COMPLETION ? json_array_size(json_object_get(lp, "tokens"))
-                                                   : json_array_size(json_object_get(lp, "content")));
-    if (lp && !has_lp) {
-        json_decref(lp);
-        lp = NULL;
-    }
+    gen_logprobs l = {0};
+    bool done = gen_poll(o->g, timeout_ms, &o->ev, &l);
+    json_t *lp = o->n_logprobs >= 0 && l.n ? logprobs_json(o->rc->tok, o->kind, &l) : NULL;
+    gen_logprobs_free(&l);
     stream_events(o, out, lp);
     *fr = done ? gen_finish_reason(o->g) : NULL;
     return done;
