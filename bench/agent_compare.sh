@@ -9,7 +9,9 @@
 #   env: KVLOOM_BIN (build/kvloom), LLAMA_SERVER (unset: kvloom only),
 #        THREADS (2), KV_MEM (2G), NP (8, llama-server slots), CTX (16384),
 #        WORKLOADS ("agents flat"), KEEP (a directory: the servers' logs and
-#        agentbench's JSON summaries are kept there instead of removed)
+#        agentbench's JSON summaries are kept there instead of removed),
+#        KVLOOM_FLAGS (more `kvloom serve` flags, e.g. -v: a line per
+#        admission with the tokens matched and copied)
 #
 # llama-server gets its best prefix-reuse settings: cache_prompt on (sent by
 # agentbench), -np 8 parallel slots, continuous batching (its default).
@@ -50,7 +52,8 @@ run_bench() { # label url
     done
 }
 
-"$BIN" serve -m "$MODEL" --port $PORT_K -t "$THREADS" --kv-mem "$KV_MEM" 2> "$OUT/kvloom.log" &
+# shellcheck disable=SC2086 # KVLOOM_FLAGS: several words
+"$BIN" serve -m "$MODEL" --port $PORT_K -t "$THREADS" --kv-mem "$KV_MEM" ${KVLOOM_FLAGS:-} 2> "$OUT/kvloom.log" &
 pids="$!"
 wait_up "http://127.0.0.1:$PORT_K"
 run_bench kvloom "http://127.0.0.1:$PORT_K"

@@ -662,7 +662,10 @@ static void test_engine_disk(model *m) {
     CHECK_EQ_INT(a.cached, 96);
     CHECK_MSG(same_answer(&a, &ref[0]), "prompt 0 restored from disk differs from the recompute");
     engine_get_stats(en, &st);
-    CHECK_EQ_INT(st.kv_disk_restored_tokens_total, 96);
+    /* its first block may still be in RAM: every later prompt copied its
+     * first row (the shared token 1) from it, a use ("A partial last block") */
+    CHECK_MSG(st.kv_disk_restored_tokens_total == 96 || st.kv_disk_restored_tokens_total == 80, "restored %llu",
+              (unsigned long long)st.kv_disk_restored_tokens_total);
     CHECK(st.kv_disk_read_bytes_total > 0);
     engine_free(en);
 

@@ -381,7 +381,68 @@ static void test_running_overdue_first(void) {
     kvpool_free(p);
 }
 
+/* Pinned partial last blocks (kvpolicy_pin_tail / kvpolicy_find_tail):
+ * found only after exactly the pin's blocks, the longest run of the next
+ * tokens, never past the tokens given; the pin's own reference, counted
+ * and dropped however the pin ends (yield returns it too); one tail per
+ * pin, none for an unknown owner. */
+static void test_tails(void) {
+    kvpool *p = kvpool_new(16);
+    kvpolicy *k = kvpolicy_new(p, 60, 0);
+    int32_t a[2], b[3];
+    fresh(p, a, 2);
+    fresh(p, b, 3);
+    kvpolicy_pin(k, a, 2, 0, NULL, -1, -1, 11, S(1));
+    kvpolicy_pin(k, b, 3, 0, NULL, -1, -1, 12, S(2));
+    int32_t ta = kvpool_alloc(p), tb = kvpool_alloc(p), tc = kvpool_alloc(p);
+    int32_t tok_a[5] = {1, 2, 3, 4, 5}, tok_b[3] = {1, 2, 9};
+    CHECK(kvpolicy_pin_tail(k, 11, ta, tok_a, 5));
+    CHECK(!kvpolicy_pin_tail(k, 11, tc, tok_a, 5)); /* one per pin */
+    CHECK(!kvpolicy_pin_tail(k, 99, tc, tok_a, 5)); /* no such pin */
+    CHECK(!kvpolicy_pin_tail(k, 0, tc, tok_a, 5));
+    CHECK(kvpolicy_pin_tail(k, 12, tb, tok_b, 3));
+    CHECK_EQ_INT(kvpool_refcount(p, ta), 2); /* the caller's and the pin's */
+    CHECK_EQ_INT(kvpool_refcount(p, tc), 1);
+    kvpool_unref(p, ta);
+    kvpool_unref(p, tb);
+    kvpool_unref(p, tc);
+    kvpolicy_stats st;
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT(st.n_pinned_refs, 2 + 3 + 2);
+    int rows = -1;
+    int32_t want[6] = {1, 2, 3, 7, 7, 7};
+    CHECK_EQ_INT(kvpolicy_find_tail(k, a, 2, want, 6, &rows), ta);
+    CHECK_EQ_INT(rows, 3);
+    CHECK_EQ_INT(kvpolicy_find_tail(k, a, 2, want, 2, &rows), ta); /* capped by the tokens given */
+    CHECK_EQ_INT(rows, 2);
+    CHECK_EQ_INT(kvpolicy_find_tail(k, a, 2, tok_a, 5, &rows), ta);
+    CHECK_EQ_INT(rows, 5);
+    int32_t other[2] = {a[0], b[1]}; /* the same length, another last block */
+    CHECK_EQ_INT(kvpolicy_find_tail(k, other, 2, want, 6, &rows), -1);
+    CHECK_EQ_INT(rows, 0);
+    CHECK_EQ_INT(kvpolicy_find_tail(k, a, 1, want, 6, &rows), -1); /* only after all of a pin's blocks */
+    CHECK_EQ_INT(kvpolicy_find_tail(k, b, 3, want, 6, &rows), tb);
+    CHECK_EQ_INT(rows, 2);
+    int32_t none[3] = {8, 8, 8};
+    CHECK_EQ_INT(kvpolicy_find_tail(k, b, 3, none, 3, &rows), -1);
+    CHECK_EQ_INT(kvpolicy_find_tail(k, b, 0, none, 3, &rows), -1);
+    /* a yield returns the tail's reference too, and frees the block */
+    int got = kvpolicy_yield(k, S(3), KVPOL_FOR_RUNNING);
+    CHECK(got == 3 || got == 4);
+    int32_t gone = got == 3 ? ta : tb, left = got == 3 ? tb : ta;
+    CHECK_EQ_INT(kvpool_refcount(p, gone), 0);
+    CHECK_EQ_INT(kvpool_refcount(p, left), 1);
+    kvpolicy_get_stats(k, &st);
+    CHECK_EQ_INT(st.n_pinned_refs, 2 + 3 + 2 - got);
+    /* and freeing the policy drops the rest: back to the pool's 16 */
+    kvpolicy_free(k);
+    CHECK_EQ_INT(kvpool_n_free(p), 16);
+    CHECK_EQ_INT(kvpool_check(p, NULL), 0);
+    kvpool_free(p);
+}
+
 int main(void) {
+    test_tails();
     test_expiry_and_default();
     test_prediction();
     test_tool_learnt_later();

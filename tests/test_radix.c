@@ -359,6 +359,152 @@ static void test_many_children(void) {
     kvpool_free(p);
 }
 
+/* radix_match_partial: a match that ends inside a block finds the READY
+ * block whose label starts with the next tokens (mid-block), nothing at a
+ * block edge, never a PENDING block (still being written) until it is READY,
+ * the run capped by the tokens given and by bt - 1, salts at the root, the
+ * lowest id on ties; the source is held while the caller copies (not
+ * evictable: under memory pressure the caller drops it and evicts, i.e.
+ * recomputes), and every reference comes back. */
+static void test_partial(void) {
+    kvpool *p = kvpool_new(8);
+    radix *t = radix_new(p, 4);
+    /* blocks 0 [1 2 3 4], below it 1 [5 6 7 8] and 2 [5 6 7 9] READY, and
+     * 3 [5 6 7 1] PENDING (its computing request holds it) */
+    int32_t path[8] = {1, 2, 3, 4, 5, 6, 7, 8}, sib[8] = {1, 2, 3, 4, 5, 6, 7, 9}, pend[8] = {1, 2, 3, 4, 5, 6, 7, 1};
+    int32_t x[2] = {kvpool_alloc(p), kvpool_alloc(p)};
+    CHECK_EQ_INT(radix_insert(t, path, 2, x, RADIX_READY), 2);
+    int32_t b0 = x[0], b1 = x[1];
+    x[1] = kvpool_alloc(p);
+    int32_t b2 = x[1];
+    CHECK_EQ_INT(radix_insert(t, sib, 2, x, RADIX_READY), 1);
+    x[1] = kvpool_alloc(p);
+    int32_t b3 = x[1];
+    CHECK_EQ_INT(radix_insert(t, pend, 2, x, RADIX_PENDING), 1);
+    CHECK(b0 == 0 && b1 == 1 && b2 == 2 && b3 == 3);
+    kvpool_unref(p, b0);
+    kvpool_unref(p, b1);
+    kvpool_unref(p, b2);
+    CHECK_EQ_INT(radix_n_evictable(t), 2);
+    CHECK_EQ_INT(checks_ok(t, p), 0);
+    int32_t got[4];
+    int rows = -1;
+    /* 1. mid-block: [1 2 3 4 | 5 6 7 1 2] matches one block, then 3 rows of
+     *    a READY child (1 and 2 tie: the lower id), never the PENDING 3 */
+    int32_t q1[9] = {1, 2, 3, 4, 5, 6, 7, 1, 2};
+    CHECK_EQ_INT(radix_match(t, q1, 9, got, 4, NULL), 1);
+    CHECK_EQ_INT(got[0], b0);
+    uint64_t clock0 = radix_clock(t);
+    int32_t src = radix_match_partial(t, 0, q1, 9, got, 1, &rows);
+    CHECK_EQ_INT(src, b1);
+    CHECK_EQ_INT(rows, 3);
+    CHECK_EQ_INT(radix_clock(t), clock0); /* the release counts as the use */
+    CHECK_EQ_INT(kvpool_refcount(p, b1), 2);
+    CHECK_EQ_INT(radix_n_evictable(t), 1); /* held for the copy: only 2 is evictable */
+    CHECK_EQ_INT(checks_ok(t, p), 0);
+    kvpool_unref(p, b1);
+    CHECK(radix_last_use(t, b1) > clock0);
+    /* the tokens given cap the run: [1 2 3 4 | 5 6] */
+    CHECK_EQ_INT(radix_match_partial(t, 0, q1, 6, got, 1, &rows), b1);
+    CHECK_EQ_INT(rows, 2);
+    kvpool_unref(p, b1);
+    /* a whole matching block is radix_match's: the run stops at bt - 1 */
+    CHECK_EQ_INT(radix_match_partial(t, 0, path, 8, got, 1, &rows), b1);
+    CHECK_EQ_INT(rows, 3);
+    kvpool_unref(p, b1);
+    /* [1 2 3 4 | 5 9]: one row */
+    int32_t q4[6] = {1, 2, 3, 4, 5, 9};
+    CHECK_EQ_INT(radix_match_partial(t, 0, q4, 6, got, 1, &rows), b1);
+    CHECK_EQ_INT(rows, 1);
+    kvpool_unref(p, b1);
+    /* no token left after the match, or none shared: nothing */
+    CHECK_EQ_INT(radix_match_partial(t, 0, q1, 4, got, 1, &rows), -1);
+    CHECK_EQ_INT(rows, 0);
+    int32_t q3[6] = {1, 2, 3, 4, 9, 5};
+    CHECK_EQ_INT(radix_match_partial(t, 0, q3, 6, got, 1, &rows), -1);
+    CHECK_EQ_INT(rows, 0);
+    kvpool_unref(p, got[0]);
+    /* 2. the match ends exactly at a block edge: [1 2 3 4 | 5 6 7 8 | 3]
+     *    matches two blocks and there is nothing below to copy */
+    int32_t q2[9] = {1, 2, 3, 4, 5, 6, 7, 8, 3};
+    CHECK_EQ_INT(radix_match(t, q2, 9, got, 4, NULL), 2);
+    CHECK_EQ_INT(radix_match_partial(t, 0, q2, 9, got, 2, &rows), -1);
+    CHECK_EQ_INT(rows, 0);
+    kvpool_unref(p, got[0]);
+    kvpool_unref(p, got[1]);
+    /* 3. the block still being written (3, PENDING) matches [5 6 7 1] in
+     *    full but is not used; once READY it is: all three share 3 rows
+     *    with [.. | 5 6 7 1 2] (the cap), the lowest id, then, with a 4th
+     *    block differing from the start, 3 alone */
+    CHECK_EQ_INT(radix_match(t, q1, 9, got, 4, NULL), 1);
+    CHECK_EQ_INT(radix_match_partial(t, 0, pend, 8, got, 1, &rows), b1);
+    kvpool_unref(p, b1);
+    CHECK_EQ_INT(radix_set_ready(t, b3), 0);
+    kvpool_unref(p, b3); /* its computing request is done */
+    CHECK_EQ_INT(radix_match_partial(t, 0, pend, 8, got, 1, &rows), b1);
+    CHECK_EQ_INT(rows, 3);
+    kvpool_unref(p, b1);
+    int32_t x4[2] = {b0, kvpool_alloc(p)};
+    int32_t b4 = x4[1];
+    int32_t other[8] = {1, 2, 3, 4, 8, 8, 8, 8};
+    CHECK_EQ_INT(radix_insert(t, other, 2, x4, RADIX_PENDING), 1);
+    int32_t q5[7] = {1, 2, 3, 4, 8, 8, 0};
+    CHECK_EQ_INT(radix_match_partial(t, 0, q5, 7, got, 1, &rows), -1); /* 4 is PENDING */
+    radix_set_ready(t, b4);
+    CHECK_EQ_INT(radix_match_partial(t, 0, q5, 7, got, 1, &rows), b4);
+    CHECK_EQ_INT(rows, 2);
+    kvpool_unref(p, b4);
+    kvpool_unref(p, b4);
+    kvpool_unref(p, got[0]);
+    /* 4. at the root (nothing matched): salts separate the partitions */
+    int32_t q8[3] = {1, 2, 9};
+    CHECK_EQ_INT(radix_match_partial(t, 0, q8, 3, got, 0, &rows), b0);
+    CHECK_EQ_INT(rows, 2);
+    kvpool_unref(p, b0);
+    CHECK_EQ_INT(radix_match_partial(t, 5, q8, 3, got, 0, &rows), -1);
+    /* bad inputs: an unindexed or out-of-range block, negative counts */
+    int32_t bogus[1] = {7};
+    CHECK_EQ_INT(radix_match_partial(t, 0, q1, 9, bogus, 1, &rows), -1);
+    bogus[0] = 99;
+    CHECK_EQ_INT(radix_match_partial(t, 0, q1, 9, bogus, 1, &rows), -1);
+    CHECK_EQ_INT(radix_match_partial(t, 0, q1, -1, got, 0, &rows), -1);
+    CHECK_EQ_INT(radix_match_partial(t, 0, q1, 9, got, -1, &rows), -1);
+    CHECK_EQ_INT(checks_ok(t, p), 0);
+    CHECK_EQ_INT(radix_n_cached(t), 5);
+    CHECK_EQ_INT(radix_n_idle(t), 5); /* every reference taken above came back */
+    /* 5. memory pressure: the pool full, the source held for the copy is
+     *    not evictable, so the caller (engine.c try_admit) drops it and
+     *    evicts: the rows are recomputed, nothing fails */
+    int32_t fill[8];
+    int n_fill = 0;
+    while (n_fill < 8 && (fill[n_fill] = kvpool_alloc(p)) >= 0) n_fill++;
+    CHECK_EQ_INT(n_fill, 3);
+    int32_t q9[9] = {1, 2, 3, 4, 5, 6, 7, 2, 2};
+    CHECK_EQ_INT(radix_match(t, q9, 9, got, 4, NULL), 1);
+    src = radix_match_partial(t, 0, q9, 9, got, 1, &rows);
+    CHECK_EQ_INT(src, b1);
+    kvpool_unref(p, got[0]);
+    CHECK_EQ_INT(radix_evict(t, 8), 3); /* 2, 3 and 4; 1 is held, 0 is its parent */
+    CHECK_EQ_INT(radix_block_state(t, src), RADIX_READY);
+    for (int i = 0; i < 3; i++) CHECK((fill[n_fill++] = kvpool_alloc(p)) >= 0);
+    CHECK_EQ_INT(kvpool_alloc(p), -1);
+    CHECK_EQ_INT(radix_evict(t, 1), 0);
+    kvpool_unref(p, src);               /* fall back: drop the source ... */
+    CHECK_EQ_INT(radix_evict(t, 1), 1); /* ... and it is the block freed */
+    CHECK_EQ_INT(radix_block_state(t, src), RADIX_NONE);
+    CHECK_EQ_INT(kvpool_alloc(p), src);
+    fill[n_fill++] = src;
+    CHECK_EQ_INT(checks_ok(t, p), 0);
+    /* 6. no leak: the test's references back, everything evicted */
+    for (int i = 0; i < n_fill; i++) kvpool_unref(p, fill[i]);
+    CHECK_EQ_INT(radix_evict(t, 8), 1);
+    CHECK_EQ_INT(radix_n_cached(t), 0);
+    CHECK_EQ_INT(kvpool_n_free(p), 8);
+    CHECK_EQ_INT(checks_ok(t, p), 0);
+    radix_free(t);
+    kvpool_free(p);
+}
+
 /* ---- randomized differential test ---------------------------------------- */
 
 enum { MAXD = 7, MAXBT = 4, MAXTOK = MAXD * MAXBT + MAXBT };
@@ -472,7 +618,7 @@ static int gen_seq(model *m, int32_t *toks, int max_blocks) {
 }
 
 typedef struct stats {
-    int match_ready, match_pending, ins_new, ins_dup, ins_invalid, evicted, removed, alloc_fail;
+    int match_ready, match_pending, ins_new, ins_dup, ins_invalid, evicted, removed, alloc_fail, partial;
 } stats;
 
 static void op_match(model *m, radix *t, stats *st) {
@@ -503,6 +649,49 @@ static void op_match(model *m, radix *t, stats *st) {
     }
     if (nr) st->match_ready++;
     if (nw) st->match_pending++;
+}
+
+/* A ready match (no waiting), then radix_match_partial after it: the model
+ * picks, among its READY entries one block longer than the match with the
+ * same prefix, the longest run of the next tokens (at most bt - 1 and the
+ * tokens left), the lowest id on ties. */
+static void op_match_partial(model *m, radix *t, stats *st) {
+    int32_t toks[MAXTOK], got[MAXD + 1];
+    int n_tok = gen_seq(m, toks, MAXD), bt = m->bt;
+    int nr = 0;
+    while (nr < n_tok / bt) {
+        int b = m_find(m, toks, nr + 1);
+        if (b < 0 || m->e[b].state == RADIX_PENDING) break;
+        nr++;
+    }
+    int r = radix_match(t, toks, n_tok, got, MAXD + 1, NULL);
+    m->clock++;
+    EXPECT(r == nr, "partial's match: ready %d, model %d", r, nr);
+    if (r != nr) return;
+    for (int i = 0; i < nr; i++) {
+        m->ref[got[i]]++;
+        m->e[got[i]].last_use = m->clock;
+        m_hold(m, got[i]);
+    }
+    int want = -1, want_run = 0;
+    int avail = MIN(n_tok - nr * bt, bt - 1);
+    for (int b = 0; b < m->n && avail > 0; b++) {
+        const ment *x = &m->e[b];
+        if (!x->live || x->state != RADIX_READY || x->nb != nr + 1 || memcmp(x->toks, toks, (size_t)(nr * bt) * 4))
+            continue;
+        int run = 0;
+        while (run < avail && x->toks[nr * bt + run] == toks[nr * bt + run]) run++;
+        if (run > want_run) want = b, want_run = run;
+    }
+    int rows = -1;
+    int32_t src = radix_match_partial(t, 0, toks, n_tok, got, nr, &rows);
+    EXPECT(src == want && rows == want_run, "partial after %d blocks: block %d rows %d, model %d rows %d", nr,
+           (int)src, rows, want, want_run);
+    if (src >= 0 && src == want) {
+        m->ref[src]++;
+        m_hold(m, src);
+        st->partial++;
+    }
 }
 
 static void op_insert(model *m, radix *t, kvpool *p, stats *st) {
@@ -696,8 +885,9 @@ static void test_differential(int n_blocks, int bt, int alpha, int n_ops, uint64
     stats st = {0};
     n_bad = 0;
     for (int op = 0; op < n_ops && n_bad == 0; op++) {
-        uint32_t r = rnd(16);
+        uint32_t r = rnd(18);
         if (r < 3) op_match(&m, t, &st);
+        else if (r >= 16) op_match_partial(&m, t, &st);
         else if (r < 7) op_insert(&m, t, p, &st);
         else if (r < 12) { /* release a few references; phases of hoarding fill the pool */
             bool hoard = (op / 1000) % 2 == 1;
@@ -729,10 +919,11 @@ static void test_differential(int n_blocks, int bt, int alpha, int n_ops, uint64
               st.ins_new, st.ins_dup, st.ins_invalid);
     CHECK_MSG(st.evicted > 0 && st.removed > 0 && st.alloc_fail > 0, "evicted %d removed %d alloc_fail %d",
               st.evicted, st.removed, st.alloc_fail);
+    CHECK_MSG(bt == 1 || st.partial > 0, "partial matches %d", st.partial);
     printf("differential n_blocks=%d bt=%d alpha=%d: match ready %d pending %d, insert new %d dup %d invalid %d, "
-           "evicted %d, removed %d, pool full %d\n",
+           "evicted %d, removed %d, pool full %d, partial %d\n",
            n_blocks, bt, alpha, st.match_ready, st.match_pending, st.ins_new, st.ins_dup, st.ins_invalid,
-           st.evicted, st.removed, st.alloc_fail);
+           st.evicted, st.removed, st.alloc_fail, st.partial);
     radix_free(t);
     CHECK_EQ_INT(kvpool_check(p, NULL), 0);
     kvpool_free(p);
@@ -788,6 +979,7 @@ int main(void) {
     test_pending();
     test_duplicates_and_errors();
     test_many_children();
+    test_partial();
     test_differential(48, 2, 3, 20000, 0x1234567ULL);
     test_differential(16, 1, 4, 20000, 0xdeadbeefULL);
     test_differential(64, 4, 2, 20000, 0xabcdef12345ULL);

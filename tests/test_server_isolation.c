@@ -537,8 +537,12 @@ static void check_cache_salt(int port) {
     long s1 = cached_of(port, "alice", "\"cache_salt\":\"tenant-x\","),
          s2 = cached_of(port, "alice", "\"cache_salt\":\"tenant-x\",");
     printf("  cached tokens: alice %ld then %ld, bob %ld then %ld, alice salted %ld then %ld\n", a1, a2, b1, b2, s1, s2);
-    CHECK_MSG(a1 == 0 && a2 >= 16, "alice's own prompt: %ld then %ld cached", a1, a2);
-    CHECK_MSG(b1 == 0, "bob got %ld cached tokens of alice's prompt", b1);
+    /* a1, b1: at most the BOS token, copied from a block of the key's own
+     * earlier prompts (both keys sent some above: every prompt begins with
+     * it; "A partial last block" in docs/kv-cache.md); the salted
+     * partition s1 is new, so nothing */
+    CHECK_MSG(a1 <= 1 && a2 >= 16, "alice's own prompt: %ld then %ld cached", a1, a2);
+    CHECK_MSG(b1 <= 1, "bob got %ld cached tokens of alice's prompt", b1);
     CHECK_MSG(b2 >= 16, "bob's own second send: %ld cached", b2);
     CHECK_MSG(s1 == 0 && s2 >= 16, "alice with cache_salt: %ld then %ld cached", s1, s2);
     resp r;

@@ -362,6 +362,34 @@ int radix_match_salted(radix *t, uint64_t salt, const int32_t *tokens, int n_tok
     return n_ready;
 }
 
+int32_t radix_match_partial(radix *t, uint64_t salt, const int32_t *tokens, int n_tokens, const int32_t *blocks,
+                            int n_matched, int *n_rows) {
+    *n_rows = 0;
+    if (n_matched < 0 || n_tokens < 0 || (int64_t)n_matched * t->bt >= n_tokens) return -1;
+    int32_t parent = t->root;
+    if (n_matched > 0) {
+        parent = blocks[n_matched - 1];
+        if (parent < 0 || parent >= t->n_blocks || t->nodes[parent].parent == NIL) return -1;
+    }
+    const int32_t *want = tokens + (size_t)n_matched * (size_t)t->bt;
+    int avail = MIN(n_tokens - n_matched * t->bt, t->bt - 1);
+    int32_t best = -1;
+    int best_run = 0;
+    for (int32_t c = t->nodes[parent].first_child; c != NIL; c = t->nodes[c].next_sib) {
+        const rnode *x = &t->nodes[c];
+        if (x->state != RADIX_READY || (parent == t->root && x->salt != salt)) continue;
+        const int32_t *label = label_of(t, c);
+        int run = 0;
+        while (run < avail && label[run] == want[run]) run++;
+        if (run > best_run || (run == best_run && run > 0 && c < best)) best = c, best_run = run;
+    }
+    if (best < 0) return -1;
+    kvpool_ref(t->pool, best); /* the caller's; the hook takes it off the heap */
+    *n_rows = best_run;
+    debug_check(t, "radix_match_partial");
+    return best;
+}
+
 int radix_insert(radix *t, const int32_t *tokens, int n_full_blocks, int32_t *blocks, int state) {
     return radix_insert_salted(t, 0, tokens, n_full_blocks, blocks, state);
 }

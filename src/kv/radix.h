@@ -105,6 +105,25 @@ int radix_match(radix *t, const int32_t *tokens, int n_tokens, int32_t *blocks, 
 int radix_match_salted(radix *t, uint64_t salt, const int32_t *tokens, int n_tokens, int32_t *blocks, int cap,
                        int *n_pending);
 
+/* Copy-on-write of a partial last block (docs/kv-cache.md, "A partial last
+ * block"): a prompt whose match ends INSIDE a block still finds the rows
+ * before the divergence in the block another sequence completed there (an
+ * edited message, a reply that the client re-tokenised differently). After
+ * blocks[0..n_matched) — a radix_match of the same tokens and salt, all
+ * READY — returns the READY child of blocks[n_matched - 1] (of the root
+ * under `salt` when n_matched is 0) whose label shares the longest leading
+ * run with tokens[n_matched * bt .. n_tokens), writes the run's length (1 ..
+ * bt - 1: a whole block is radix_match's) to *n_rows and takes one pool
+ * reference on it for the caller, who copies the first *n_rows rows of its
+ * K/V into a block of its own and drops the reference (kvpool_unref). Ties:
+ * the lowest block id. PENDING children are not considered: their rows are
+ * still being written. Returns -1 (and *n_rows 0) when no READY child shares
+ * the first token, or when n_matched or n_tokens is out of range. O(children
+ * of that node x run length); neither the clock nor any last_use moves (the
+ * caller's release counts as the use). */
+int32_t radix_match_partial(radix *t, uint64_t salt, const int32_t *tokens, int n_tokens, const int32_t *blocks,
+                            int n_matched, int *n_rows);
+
 /* Registers that blocks[i] holds (or will hold) the tokens of full block i of
  * the sequence tokens[0 .. n_full_blocks * block_tokens), for every i.
  *   - where the tree already has a node for that prefix, the node is kept and

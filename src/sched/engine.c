@@ -517,9 +517,14 @@ static bool disk_cancel_loads(engine *en);
  * kvpolicy_yield) and their blocks are evicted in turn. Returns how many
  * were freed. */
 static int evict(engine *en, int n, kvpol_yield_for why) {
-    int got = radix_evict(en->tree, n);
-    int64_t now = en->pol && got < n ? clock_ns() : 0;
-    while (got < n && en->pol && kvpolicy_yield(en->pol, now, why) > 0) got += radix_evict(en->tree, n - got);
+    /* counted as blocks the pool got back: a yielded pin's partial last
+     * block (kvpolicy_pin_tail) is freed by the yield itself, not by the tree */
+    int free0 = kvpool_n_free(en->pool);
+    radix_evict(en->tree, n);
+    int64_t now = en->pol && kvpool_n_free(en->pool) - free0 < n ? clock_ns() : 0;
+    while (kvpool_n_free(en->pool) - free0 < n && en->pol && kvpolicy_yield(en->pol, now, why) > 0)
+        radix_evict(en->tree, n - (kvpool_n_free(en->pool) - free0));
+    int got = kvpool_n_free(en->pool) - free0;
     en->cnt.kv_evicted_blocks_total += (uint64_t)got;
     return got;
 }
@@ -886,6 +891,7 @@ static void stats_publish(engine *en) {
         kvpolicy_get_stats(en->pol, &ps);
         en->cnt.kv_pins = ps.n_pins;
         en->cnt.kv_pinned_blocks = ps.n_pinned_refs;
+        en->cnt.kv_pinned_partial_blocks = ps.n_tails;
         for (int i = 0; i < KVPOL_N_REASONS && i < 5; i++) en->cnt.kv_pins_released_total[i] = ps.released[i];
         en->cnt.kv_ttl_error_seconds_sum = ps.ttl_error_sum_s;
         en->cnt.kv_ttl_error_count = ps.ttl_error_count;
@@ -916,8 +922,13 @@ static void seq_pin(engine *en, seq *s, req_finish why) {
     if (n <= 0) return;
     scratch_reserve(en, n);
     int k = radix_match_salted(en->tree, s->salt, s->tokens, n * B, en->scratch, n, NULL);
-    if (k > 0)
-        kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, clock_ns());
+    if (k <= 0) return;
+    kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, clock_ns());
+    /* and the rows computed after them, in the turn's own partial block: the
+     * next turn copies those its prompt repeats ("A partial last block") */
+    int rows = s->n_computed - k * B;
+    if (k == n && rows > 0 && rows < B && s->n_blocks > k && radix_block_state(en->tree, s->blocks[k]) == RADIX_NONE)
+        kvpolicy_pin_tail(en->pol, r->serial, s->blocks[k], s->tokens + (size_t)k * B, rows);
 }
 
 /* Its logits row is no longer waited on (it sampled, ended or was preempted). */
@@ -1014,6 +1025,63 @@ static void preempt(engine *en, seq *s) {
 
 /* ---- admission ---- */
 
+/* Copy-on-write of a partial last block (docs/kv-cache.md, "A partial last
+ * block"). The prompt of s matched n_ready whole blocks (en->scratch); the
+ * rows right after them may already be computed elsewhere: in a READY block
+ * of the tree that branches inside the block (radix_match_partial), in the
+ * block a running sequence with the same prefix is still writing (its
+ * computed rows only), or in a pinned turn's last block (kvpolicy_pin_tail).
+ * Returns the block with the longest run of s's next tokens (at most
+ * block_tokens - 1, and never s's last token: its logits are needed), a
+ * reference held on it for the copy, and the run in *n_rows; -1 and 0 when
+ * none shares the next token. Cost: a scan of the node's children, the
+ * running sequences and the pins. */
+static int32_t partial_source(engine *en, seq *s, int n_ready, int *n_rows) {
+    int B = en->o.block_tokens;
+    *n_rows = 0;
+    int avail = MIN(B - 1, s->n_tokens - 1 - n_ready * B);
+    if (avail <= 0) return -1;
+    const int32_t *want = s->tokens + (size_t)n_ready * B;
+    int run = 0;
+    int32_t best = radix_match_partial(en->tree, s->salt, s->tokens, s->n_tokens - 1, en->scratch, n_ready, &run);
+    int best_run = best >= 0 ? run : 0;
+    int32_t other = -1;
+    int other_run = 0;
+    for (int i = 0; i < en->running.n; i++) {
+        const seq *o = en->running.v[i];
+        if (o == s || o->n_blocks <= n_ready || o->salt != s->salt) continue;
+        if (n_ready > 0 && o->blocks[n_ready - 1] != en->scratch[n_ready - 1]) continue;
+        if (radix_block_state(en->tree, o->blocks[n_ready]) == RADIX_READY) continue; /* the tree's, above */
+        int lim = MIN(avail, o->n_computed - n_ready * B);
+        int r = 0;
+        while (r < lim && o->tokens[(size_t)n_ready * B + r] == want[r]) r++;
+        if (r > other_run) other = o->blocks[n_ready], other_run = r;
+    }
+    if (en->pol && n_ready > 0) {
+        int r = 0;
+        int32_t b = kvpolicy_find_tail(en->pol, en->scratch, n_ready, want, avail, &r);
+        if (b >= 0 && r > other_run) other = b, other_run = r;
+    }
+    if (other >= 0 && other_run > best_run) {
+        if (best >= 0) kvpool_unref(en->pool, best);
+        kvpool_ref(en->pool, other);
+        best = other, best_run = other_run;
+    }
+    *n_rows = best_run;
+    return best;
+}
+
+/* Copies block src's K/V into dst, all layers at once: a block is one run
+ * of bytes per K and V whatever the element type (f16, q8_0 with its
+ * scales) and whichever layers are windowed. Rows past the ones the caller
+ * counts as computed are overwritten before anything reads them (a position
+ * attends only to rows before it, written first). */
+static void kv_copy_block(engine *en, int32_t dst, int32_t src) {
+    size_t E = en->kv->block_elems;
+    memcpy(en->kv->k + (size_t)dst * E, en->kv->k + (size_t)src * E, E * sizeof *en->kv->k);
+    memcpy(en->kv->v + (size_t)dst * E, en->kv->v + (size_t)src * E, E * sizeof *en->kv->v);
+}
+
 /* Tries to admit s (from the waiting list). Returns 1 admitted, 0 must wait
  * (a later sequence may still be tried), -1 no blocks (stop admitting). */
 static int try_admit(engine *en, seq *s) {
@@ -1042,8 +1110,18 @@ static int try_admit(engine *en, seq *s) {
             return 0;
         }
     }
-    int n_new = n_need_blocks - n_ready;
-    if (!ensure_free(en, n_new, yield_for(en, s))) {
+    int n_new = n_need_blocks - n_ready; /* >= 1: the first takes the copied rows */
+    int n_rows = 0;
+    int32_t src = partial_source(en, s, n_ready, &n_rows);
+    bool fits = ensure_free(en, n_new, yield_for(en, s));
+    if (!fits && src >= 0) {
+        /* the source held for the copy may be the block the pool is short
+         * of: recompute those rows instead */
+        kvpool_unref(en->pool, src);
+        src = -1, n_rows = 0;
+        fits = ensure_free(en, n_new, yield_for(en, s));
+    }
+    if (!fits) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
         s->disk_tried = false; /* what it restored may be evicted before it runs */
         return -1;
@@ -1056,6 +1134,14 @@ static int try_admit(engine *en, seq *s) {
         seq_push_block(s, b, false);
     }
     s->n_computed = n_ready * B;
+    if (src >= 0) {
+        kv_copy_block(en, s->blocks[n_ready], src);
+        kvpool_unref(en->pool, src);
+        s->n_computed += n_rows;
+        en->cnt.kv_partial_tokens_total += (uint64_t)n_rows;
+    }
+    log_debug("engine: admit request %llu: %d tokens, %d from %d whole blocks + %d copied rows of a partial block",
+              (unsigned long long)s->order, s->n_tokens, s->n_computed, n_ready, n_rows);
     s->n_indexed = n_ready;
     s->n_prefill_end = s->n_tokens;
     /* Index the full blocks still to compute as PENDING: later requests with

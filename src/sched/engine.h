@@ -172,6 +172,8 @@ typedef struct engine_stats {
     uint64_t prompt_tokens_total;   /* prompt tokens of admitted requests         */
     uint64_t prompt_tokens_cached_total;   /* of which served from the cache      */
     uint64_t prompt_tokens_computed_total; /* prompt tokens run through the model */
+    uint64_t kv_partial_tokens_total; /* of the cached, rows copied from a partial
+                                         block (docs/kv-cache.md)              */
     uint64_t generation_tokens_total;
     uint64_t preemptions_total;
     uint64_t constrained_tokens_total;  /* tokens sampled under a grammar mask   */
@@ -197,6 +199,7 @@ typedef struct engine_stats {
     uint64_t kv_evicted_blocks_total; /* blocks the radix tree gave back          */
     int kv_pins;                    /* live pins                                  */
     int kv_pinned_blocks;           /* block references they hold                 */
+    int kv_pinned_partial_blocks;   /* of them, turns' partial last blocks        */
     uint64_t kv_pins_released_total[5]; /* by kvpolicy_reason                     */
     double kv_ttl_error_seconds_sum; /* |predicted - observed| return gap         */
     uint64_t kv_ttl_error_count;

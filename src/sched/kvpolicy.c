@@ -23,6 +23,9 @@ const char *const kvpolicy_reason_names[KVPOL_N_REASONS] = {"resumed", "expired"
 typedef struct pin {
     int32_t *blocks;
     int n;
+    int32_t tail;          /* the partial last block (kvpolicy_pin_tail), or -1 */
+    int32_t *tail_tok;     /* (n_tail) its tokens                              */
+    int n_tail;
     uint64_t session, tool;
     uint64_t owner;
     bool ttl_given;        /* kv_ttl or next_use_s: not re-predicted           */
@@ -69,8 +72,14 @@ static void release_at(kvpolicy *p, int i, kvpolicy_reason why) {
     pin *q = &p->pins[i];
     for (int k = 0; k < q->n; k++) kvpool_unref(p->pool, q->blocks[k]);
     p->st.n_pinned_refs -= q->n;
+    if (q->tail >= 0) {
+        kvpool_unref(p->pool, q->tail);
+        p->st.n_pinned_refs--;
+        p->st.n_tails--;
+    }
     p->st.released[why]++;
     free(q->blocks);
+    free(q->tail_tok);
     p->pins[i] = p->pins[--p->n_pins];
     p->st.n_pins = p->n_pins;
 }
@@ -155,6 +164,7 @@ double kvpolicy_pin(kvpolicy *p, const int32_t *blocks, int n, uint64_t session,
     q->blocks = xmalloc((size_t)n * sizeof *q->blocks);
     memcpy(q->blocks, blocks, (size_t)n * sizeof *blocks);
     q->n = n;
+    q->tail = -1;
     q->session = session;
     q->tool = kvpolicy_session_hash(tool);
     q->owner = owner;
@@ -175,6 +185,39 @@ double kvpolicy_pin(kvpolicy *p, const int32_t *blocks, int n, uint64_t session,
         ttl = MIN(ttl_s, p->ttl_max);
     }
     return pin_schedule(p, q, ttl);
+}
+
+bool kvpolicy_pin_tail(kvpolicy *p, uint64_t owner, int32_t block, const int32_t *tokens, int n_rows) {
+    if (!owner || n_rows < 1) return false;
+    for (int i = 0; i < p->n_pins; i++) {
+        pin *q = &p->pins[i];
+        if (q->owner != owner) continue;
+        if (q->tail >= 0) return false;
+        q->tail_tok = xmalloc((size_t)n_rows * sizeof *q->tail_tok);
+        memcpy(q->tail_tok, tokens, (size_t)n_rows * sizeof *tokens);
+        q->n_tail = n_rows;
+        q->tail = block;
+        kvpool_ref(p->pool, block);
+        p->st.n_pinned_refs++;
+        p->st.n_tails++;
+        return true;
+    }
+    return false;
+}
+
+int32_t kvpolicy_find_tail(const kvpolicy *p, const int32_t *blocks, int n, const int32_t *tokens, int n_avail,
+                           int *n_rows) {
+    int32_t best = -1;
+    int best_run = 0;
+    for (int i = 0; n >= 1 && i < p->n_pins; i++) {
+        const pin *q = &p->pins[i];
+        if (q->tail < 0 || q->n != n || q->blocks[n - 1] != blocks[n - 1]) continue;
+        int run = 0, lim = MIN(q->n_tail, n_avail);
+        while (run < lim && q->tail_tok[run] == tokens[run]) run++;
+        if (run > best_run) best = q->tail, best_run = run;
+    }
+    *n_rows = best_run;
+    return best;
 }
 
 void kvpolicy_set_tool(kvpolicy *p, uint64_t owner, const char *tool, int64_t now_ns) {
@@ -297,7 +340,7 @@ int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why) {
      * unprotected pins only, and an overdue one when nothing runs. */
     int take = why == KVPOL_FOR_RUNNING ? (overdue >= 0 ? overdue : far) : (far >= 0 ? far : overdue);
     if (take < 0) return 0;
-    int n = p->pins[take].n;
+    int n = p->pins[take].n + (p->pins[take].tail >= 0);
     release_at(p, take, KVPOL_YIELDED);
     return n;
 }

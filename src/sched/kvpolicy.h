@@ -69,6 +69,8 @@ extern const char *const kvpolicy_reason_names[KVPOL_N_REASONS];
 typedef struct kvpolicy_stats {
     int n_pins;                      /* live pins                               */
     int n_pinned_refs;               /* block references they hold              */
+    int n_tails;                     /* of them, partial last blocks (no tree   */
+                                     /* indexes them: kvpolicy_pin_tail)       */
     uint64_t released[KVPOL_N_REASONS];
     double ttl_error_sum_s;          /* |predicted - observed| gap, resumed pins */
     uint64_t ttl_error_count;
@@ -92,6 +94,24 @@ void kvpolicy_free(kvpolicy *p);
  * Returns the TTL given, in seconds. */
 double kvpolicy_pin(kvpolicy *p, const int32_t *blocks, int n, uint64_t session, const char *tool, double ttl_s,
                     double next_use_s, uint64_t owner, int64_t now_ns);
+
+/* A pinned turn's partial last block (copy-on-write, docs/kv-cache.md, "A
+ * partial last block"): `block` (no tree indexes it) holds the K/V of
+ * tokens[0..n_rows) (1 <= n_rows), the positions right after the blocks of
+ * the pin of `owner` (owner != 0). That pin takes its own pool reference on
+ * the block and a copy of the tokens, and drops the reference when it ends,
+ * however it ends (counted in n_pinned_refs and in what kvpolicy_yield
+ * returns). Returns false, changing nothing, when owner has no pin or its
+ * pin has a tail already. */
+bool kvpolicy_pin_tail(kvpolicy *p, uint64_t owner, int32_t block, const int32_t *tokens, int n_rows);
+
+/* The tail (kvpolicy_pin_tail) of a pin whose blocks are exactly
+ * blocks[0..n) (n >= 1; pinned blocks stay indexed, so the last id names
+ * the prefix) whose tokens share the longest leading run with
+ * tokens[0..n_avail): returns its block (no reference taken) and the run in
+ * *n_rows (>= 1); -1 and 0 when no tail shares the first token. */
+int32_t kvpolicy_find_tail(const kvpolicy *p, const int32_t *blocks, int n, const int32_t *tokens, int n_avail,
+                           int *n_rows);
 
 /* The tool of the turn `owner` pinned became known: the pin's TTL is
  * predicted again for that tool (unless it was given). */

@@ -3,7 +3,8 @@
  *
  * Names: kvloom_requests_running, kvloom_requests_waiting,
  * kvloom_prompt_tokens_total, kvloom_prompt_tokens_cached_total,
- * kvloom_prompt_tokens_computed_total, kvloom_generation_tokens_total,
+ * kvloom_prompt_tokens_computed_total, kvloom_kv_partial_tokens_total,
+ * kvloom_generation_tokens_total,
  * kvloom_preemptions_total, kvloom_requests_stalled_total, kvloom_clients,
  * kvloom_fair_preemptions_total, kvloom_client_refused_total,
  * kvloom_requests_parked(_total),
@@ -216,6 +217,9 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
          (double)s->prompt_tokens_total);
     EACH(b, "kvloom_prompt_tokens_cached_total", "Prompt tokens served from the prefix cache.", "counter",
          (double)s->prompt_tokens_cached_total);
+    EACH(b, "kvloom_kv_partial_tokens_total",
+         "Of the cached prompt tokens, those copied from a partially matching block (copy-on-write).", "counter",
+         (double)s->kv_partial_tokens_total);
     EACH(b, "kvloom_prompt_tokens_computed_total",
          "Prompt tokens run through the model (prefill, including recomputation after preemption).", "counter",
          (double)s->prompt_tokens_computed_total);
@@ -323,6 +327,9 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
     EACH(b, "kvloom_kv_pins", "Finished turns whose KV blocks are pinned for the agent's return (--kv-policy agent).",
          "gauge", s->kv_pins);
     EACH(b, "kvloom_kv_pinned_blocks", "KV block references held by pins.", "gauge", s->kv_pinned_blocks);
+    EACH(b, "kvloom_kv_pinned_partial_blocks",
+         "Of them, pinned turns' partial last blocks (used, not indexed by the prefix tree).", "gauge",
+         s->kv_pinned_partial_blocks);
     head(b, "kvloom_kv_pins_released_total",
          "Pins ended, by reason: resumed (the agent came back), expired (TTL), yielded (the pool needed the blocks), "
          "superseded (a newer turn of the session), hint (kv_hint done / kv_ttl 0).", "counter");
