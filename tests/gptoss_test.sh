@@ -60,7 +60,7 @@ else
 fi
 
 # prefix reuse across turns
-out=$(TESTS="$ROOT/tests" timeout 120 /usr/bin/python3 "$ROOT/tests/gptoss_turns.py" "$BIN" "$M" "$tmp" 2>&1)
+out=$(TESTS="$ROOT/tests" timeout 240 /usr/bin/python3 "$ROOT/tests/gptoss_turns.py" "$BIN" "$M" "$tmp" 2>&1)
 echo "$out" | grep FAIL
 n=$(echo "$out" | tail -1 | sed -n 's/^gptoss_turns: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
 if [ -n "$n" ]; then pass=$((pass + ${n% *})); fail=$((fail + ${n#* })); else echo "$out" | tail -8; bad "gptoss_turns.py"; fi

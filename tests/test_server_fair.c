@@ -310,7 +310,10 @@ static void pf_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n
         c->tok_a += ta;
         c->tok_b += tb;
         c->b_left -= (int)tb;
-        if (c->b_left <= 0) c->b_done = step;
+        /* every prompt begins with token 1: each of B's may find that row
+         * in another prompt's block and copy it (docs/kv-cache.md, "A
+         * partial last block"), so up to PF_NB tokens are never scheduled */
+        if (c->b_left <= PF_NB) c->b_done = step;
     } else if (c->b_done && ta > 0) {
         c->a_alone_steps++;
         c->a_alone_full += ta >= PF_BUDGET;
