@@ -279,13 +279,12 @@ static int stream_next(void *sctx, http_buf *out) {
     unsigned long f0 = oai_json_nomem();
     size_t keep = out->n;
     a->out = out;
-    if (!a->started && a->api->begin) {
-        a->started = true;
-        a->api->begin(a);
+    bool first = !a->started;
+    a->started = true;
+    if (first && a->api->begin && a->api->begin(a)) {
         a->out = NULL;
         return oai_json_nomem() == f0 ? 1 : stream_fail(a, out, keep);
     }
-    a->started = true;
     bool done = answer_poll(a, 20);
     if (done) {
         if (!gen_finish_reason(a->g)) {
@@ -318,12 +317,17 @@ bool api_serve(const api_ops *api, routes_ctx *rc, http_exchange *x, const char 
     a->api = api;
     a->rc = rc;
     a->t0_ns = t0;
+    a->path = path;
     a->open = -1;
     a->nomem0 = f0;
     oai_params p;
     oai_error err;
     int r = api->parse(a, x, body, &p, &err);
     json_decref(body);
+    if (r == 2) { /* answered, and counted and logged by its generations */
+        answer_free(a);
+        return true;
+    }
     if (r > 0 && oai_json_nomem() != f0) { /* read with a part missing */
         oai_params_free(&p);
         r = -1;

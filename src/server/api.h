@@ -63,6 +63,7 @@ typedef struct api_answer {
     gen *g;
     void *ctx;             /* the API's own state (its parse sets it)         */
     int64_t t0_ns;         /* when the request arrived (clock_ns)             */
+    const char *path;      /* the route's canonical path (api_serve's)        */
     bool stream;
     api_seg *segs;
     int n_segs;
@@ -107,15 +108,18 @@ struct api_ops {
     /* ---- generation (api_serve; NULL where the API has no such route) ----
      * parse: the body (only read) as oai_params: 1 to run it (a->ctx may
      * hold the API's state for the answer), 0 when the API answered itself
-     * (Ollama's load-only request), -1 with *err filled (refused). */
+     * (Ollama's load-only request), -1 with *err filled (refused), 2 when
+     * it answered itself and the request reached the engine (OpenAI's
+     * forks: they count and log themselves; *p already freed). */
     int (*parse)(api_answer *a, http_exchange *x, json_t *body, oai_params *p, oai_error *err);
     /* Once the generation started (a->g set; p still readable). Optional. */
     void (*start)(api_answer *a, const oai_params *p);
     /* Polls the generation into a->ev (gen_poll; an API that reads logprobs
      * adds them). Optional: gen_poll without. */
     bool (*poll)(api_answer *a, int timeout_ms);
-    /* A stream's first events, before the first poll. Optional. */
-    void (*begin)(api_answer *a);
+    /* A stream's first events, before the first poll; true when it wrote
+     * any (the first poll comes in the next call). Optional. */
+    bool (*begin)(api_answer *a);
     /* Segment i opened (a->open is i), grew by text (already appended to
      * its text), closed (its complete set, a->open -1). */
     void (*open)(api_answer *a, int i);

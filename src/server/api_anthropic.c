@@ -625,9 +625,10 @@ static void answer_start(api_answer *a, const oai_params *p) {
     snprintf(a->ctx, 64, "msg_%llx%06llx", (unsigned long long)a->rc->created, gen_serial(a->g));
 }
 
-static void answer_begin(api_answer *a) {
+static bool answer_begin(api_answer *a) {
     emit(a, "message_start", json_pack("{s:o}", "message", message_json(a, false)));
     emit(a, "ping", json_object());
+    return true;
 }
 
 static json_t *answer_finish(api_answer *a) {

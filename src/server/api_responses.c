@@ -933,9 +933,10 @@ static json_t *response_json(api_answer *a, const char *status, const char *erro
     return r;
 }
 
-static void answer_begin(api_answer *a) {
+static bool answer_begin(api_answer *a) {
     emit(a, "response.created", json_pack("{s:o}", "response", response_json(a, "in_progress", NULL)));
     emit(a, "response.in_progress", json_pack("{s:o}", "response", response_json(a, "in_progress", NULL)));
+    return true;
 }
 
 /* The final response, stored unless "store": false; the Responses shape

@@ -890,10 +890,3 @@ json_t *oai_load_body(http_exchange *x, char *msg, size_t cap) {
 void oai_reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
     api_reply_error(&api_openai, x, status, msg, param, code);
 }
-
-static char *openai_error_json(int status, const char *msg, const char *param, const char *code) {
-    return oai_error_json(msg, oai_error_type(status), param, code);
-}
-
-/* OpenAI's names are the internal ones (api.h). */
-const api_ops api_openai = {.name = "openai", .error_json = openai_error_json};

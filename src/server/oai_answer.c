@@ -1,12 +1,14 @@
 /*
  * oai_answer.c — the output side of the OpenAI generation routes (contract
- * in oai_answer.h): the whole JSON answer (gen_collect) or the SSE chunks
+ * in oai_answer.h): the whole JSON answer or the SSE chunks
  * (gen_poll's events: text, reasoning and content deltas, tool-call deltas
  * with index, id and name first, then argument fragments), logprobs, the
  * finish reason and usage; an engine failure after a stream started is an
  * error chunk, then [DONE].
  */
 #include "oai_answer.h"
+
+#include "api.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -26,10 +28,17 @@ typedef struct oai_out {
     int n_logprobs;
     char id[64];
     tc_events ev;
+    gen_logprobs lps;  /* api_serve's answers: the entries of the poll (a
+                          stream) or of the whole answer                  */
+    json_t *lp;        /* a stream's logprobs of this poll, until a chunk
+                          takes them                                      */
 } oai_out;
 
-static void oai_out_free(oai_out *o) {
+static void oai_out_free(void *ctx) {
+    oai_out *o = ctx;
     tc_events_free(&o->ev);
+    gen_logprobs_free(&o->lps);
+    json_decref(o->lp);
     free(o);
 }
 
@@ -150,38 +159,6 @@ static int reply_answer(http_exchange *x, json_t *ans, unsigned long f0) {
     return status;
 }
 
-static void answer_whole(oai_out *o, http_exchange *x) {
-    gen *g = o->g;
-    unsigned long f0 = oai_json_nomem();
-    gen_logprobs lps = {0};
-    gen_result res;
-    bool ok = gen_collect(g, x, &res, &lps);
-    json_t *lp = ok && o->n_logprobs >= 0 ? logprobs_json(o->rc->tok, o->kind, &lps) : NULL;
-    gen_logprobs_free(&lps);
-    add_echo(g, &res);
-    int status = 200;
-    const char *fr = gen_finish_reason(g);
-    if (!ok) {
-        status = 499;
-        oai_reply_error(x, 499, "client closed the connection", NULL, NULL);
-    } else if (!fr) {
-        char msg[320];
-        failed_msg(g, msg, sizeof msg, &status);
-        oai_reply_error(x, status, msg, NULL, NULL);
-    } else {
-        json_t *choice = choice_json(o->kind, 0, &res, lp, fr);
-        lp = NULL;
-        json_t *ans = answer_head(o, false);
-        json_object_set_new(ans, "choices", json_pack("[o]", choice));
-        json_object_set_new(ans, "usage", usage_json(g));
-        status = reply_answer(x, ans, f0);
-        json_decref(ans);
-    }
-    if (lp) json_decref(lp);
-    gen_result_free(&res);
-    gen_done(g, "POST", status, false);
-    oai_out_free(o);
-}
 
 static int by_logprob_desc(const void *a, const void *b, void *ctx) {
     gen **gs = ctx;
@@ -189,8 +166,15 @@ static int by_logprob_desc(const void *a, const void *b, void *ctx) {
     return x < y ? 1 : x > y ? -1 : *(const int *)a - *(const int *)b; /* ties: fork order */
 }
 
-void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int per, int n, const oai_params *p, oai_kind kind,
-                     http_exchange *x) {
+/* One whole answer (not streamed) from n_gens generations started together
+ * (taken): `per` per prompt, in prompt order. Each prompt answers n of its
+ * forks: all of them (per == n), or best_of's n of the highest cumulative
+ * logprob, best first (per > n; the forks were started with logprobs);
+ * choice indexes run 0 .. n x prompts - 1. usage counts each prompt once
+ * (its first fork's prompt and cached tokens) and every generated token. A
+ * client that leaves cancels them all; a failed one fails the answer. */
+static void oai_answer_many(routes_ctx *rc, gen **gs, int n_gens, int per, int n, const oai_params *p, oai_kind kind,
+                            http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
     oai_out head = {.rc = rc, .g = gs[0], .kind = kind, .rt = oai_route_of(kind)};
     snprintf(head.id, sizeof head.id, "%s-%llx%06llx", head.rt->id_prefix, (unsigned long long)rc->created,
@@ -374,39 +358,7 @@ static void stream_error(gen *g, http_buf *out) {
     free(s);
 }
 
-static int stream_next(void *sctx, http_buf *out) {
-    oai_out *o = sctx;
-    gen *g = o->g;
-    unsigned long f0 = oai_json_nomem();
-    size_t keep = out->n;
-    if (stream_head(o, out)) return oai_json_nomem() == f0 ? 1 : stream_fail(o, out, keep);
-    const char *fr;
-    bool done = stream_poll(o, out, 20, &fr);
-    if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
-    if (!done) return 1;
-    if (!fr) {
-        stream_error(g, out);
-    } else {
-        sse_choice(o, out, empty_payload(o), NULL, fr);
-        if (o->include_usage) {
-            json_t *u = answer_head(o, true);
-            json_object_set_new(u, "choices", json_array());
-            json_object_set_new(u, "usage", usage_json(g));
-            sse_event(out, u);
-            json_decref(u);
-        }
-        if (oai_json_nomem() != f0) return stream_fail(o, out, keep);
-    }
-    http_buf_add(out, "data: [DONE]\n\n", 14);
-    return 0;
-}
 
-static void stream_done(void *sctx, bool completed) {
-    oai_out *o = sctx;
-    if (!completed) gen_cancel(o->g);
-    gen_done(o->g, "POST", !completed ? 499 : o->failed ? 500 : 200, true);
-    oai_out_free(o);
-}
 
 /* ---- streaming several choices (n > 1, several prompts) ---- */
 
@@ -497,8 +449,13 @@ static void multi_done(void *sctx, bool completed) {
     free(m);
 }
 
-void oai_answer_many_stream(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
-                            http_exchange *x) {
+/* The same streamed (n per prompt, no best_of): every fork's chunks carry
+ * its choice index (OpenAI's n > 1 streams), interleaved as they come;
+ * each choice gets its role (chat) or echo first and its finish chunk; one
+ * usage chunk with stream_options.include_usage, one [DONE]. A failed fork
+ * ends the stream with an error event and [DONE], the others cancelled. */
+static void oai_answer_many_stream(routes_ctx *rc, gen **gs, int n_gens, int n, const oai_params *p, oai_kind kind,
+                                   http_exchange *x) {
     oai_multi *m = xcalloc(1, sizeof *m);
     m->o = xcalloc((size_t)n_gens, sizeof *m->o);
     m->n_gens = n_gens;
@@ -528,18 +485,251 @@ const oai_route *oai_route_of(oai_kind kind) {
     return &routes[kind];
 }
 
-void oai_answer(routes_ctx *rc, gen *g, const oai_params *p, oai_kind kind, http_exchange *x) {
+
+/* ---- one generation: api_serve's callbacks (api.h) ---- */
+
+/* One chunk of the stream (lp: the poll's logprobs, which ride on its first
+ * chunk). */
+static void emit_choice(api_answer *a, json_t *text_or_delta, const char *finish) {
+    oai_out *o = a->ctx;
+    json_t *lp = o->lp;
+    o->lp = NULL;
+    api_emit(a, NULL, chunk_new(o, json_pack("{s:i, s:o, s:o, s:o}", "index", o->index, o->rt->payload_key,
+                                             text_or_delta, "logprobs", lp ? lp : json_null(), "finish_reason",
+                                             finish ? json_string(finish) : json_null())));
+}
+
+/* The poll's logprobs that no chunk took: a chunk of their own. */
+static void emit_lp(api_answer *a) {
+    oai_out *o = a->ctx;
+    if (o->lp) emit_choice(a, empty_payload(o), NULL);
+}
+
+static bool one_poll(api_answer *a, int timeout_ms) {
+    oai_out *o = a->ctx;
+    if (a->stream) o->lps.n = 0; /* a stream's chunks carry each poll's entries */
+    bool done = gen_poll(a->g, timeout_ms, &a->ev, &o->lps);
+    if (a->stream && o->n_logprobs >= 0 && o->lps.n) o->lp = logprobs_json(a->rc->tok, o->kind, &o->lps);
+    return done;
+}
+
+/* The first chunk: chat's role, or completions' echo. */
+static bool one_begin(api_answer *a) {
+    oai_out *o = a->ctx;
+    const char *echo = o->kind == OAI_COMPLETION ? gen_echo(a->g) : NULL;
+    if (o->kind == OAI_CHAT)
+        emit_choice(a, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL);
+    else if (echo && *echo)
+        emit_choice(a, oai_text_json(echo, strlen(echo)), NULL);
+    else
+        return false;
+    return true;
+}
+
+/* A call's first chunk: its index, id, type and name. */
+static void one_open(api_answer *a, int i) {
+    const api_seg *s = &a->segs[i];
+    oai_out *o = a->ctx;
+    if (s->kind != API_SEG_CALL || !a->stream || o->kind == OAI_COMPLETION) return;
+    emit_choice(a, json_pack("{s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "tool_calls", "index", s->call_index, "id",
+                             s->call_id, "type", "function", "function", "name", s->name, "arguments", ""),
+                NULL);
+}
+
+/* Text (completions), a content or reasoning delta, or a call's argument
+ * fragment. */
+static void one_delta(api_answer *a, int i, const char *text, size_t n) {
+    const api_seg *s = &a->segs[i];
+    oai_out *o = a->ctx;
+    if (!a->stream) return;
+    json_t *str = oai_text_json(text, n), *payload;
+    if (o->kind == OAI_COMPLETION)
+        payload = str;
+    else if (s->kind == API_SEG_CALL)
+        payload = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", s->call_index, "function", "arguments", str);
+    else
+        payload = json_pack("{s:o}", s->kind == API_SEG_TEXT ? "content" : "reasoning_content", str);
+    emit_choice(a, payload, NULL);
+}
+
+static void one_close(api_answer *a, int i) { (void)a, (void)i; }
+
+static void one_polled(api_answer *a) {
+    if (a->stream) emit_lp(a);
+}
+
+/* The whole answer's parts from the segments: the text (after completions'
+ * echo), the reasoning, the complete calls. */
+static void one_result(api_answer *a, gen_result *res) {
+    memset(res, 0, sizeof *res);
+    const char *echo = gen_echo(a->g);
+    if (echo) http_buf_add(&res->content, echo, strlen(echo));
+    int n_calls = gen_n_calls(a->g);
+    for (int i = 0; i < a->n_segs; i++) {
+        const api_seg *s = &a->segs[i];
+        if (s->kind == API_SEG_TEXT) {
+            http_buf_add(&res->content, s->text.p ? s->text.p : "", s->text.n);
+        } else if (s->kind == API_SEG_REASONING) {
+            http_buf_add(&res->reasoning, s->text.p ? s->text.p : "", s->text.n);
+        } else if (s->call_index < n_calls) {
+            res->calls = xrealloc(res->calls, (size_t)(res->n_calls + 1) * sizeof *res->calls);
+            gen_call *c = &res->calls[res->n_calls++];
+            memset(c, 0, sizeof *c);
+            c->id = xstrdup(s->call_id);
+            c->name = xstrdup(s->name);
+            http_buf_add(&c->args, s->text.p ? s->text.p : "", s->text.n);
+        }
+    }
+}
+
+static json_t *one_finish(api_answer *a) {
+    oai_out *o = a->ctx;
+    const char *fr = gen_finish_reason(a->g);
+    if (!a->stream) {
+        gen_result res;
+        one_result(a, &res);
+        json_t *lp = o->n_logprobs >= 0 ? logprobs_json(a->rc->tok, o->kind, &o->lps) : NULL;
+        json_t *ans = answer_head(o, false);
+        json_object_set_new(ans, "choices", json_pack("[o]", choice_json(o->kind, 0, &res, lp, fr)));
+        json_object_set_new(ans, "usage", usage_json(a->g));
+        gen_result_free(&res);
+        return ans;
+    }
+    emit_lp(a);
+    emit_choice(a, empty_payload(o), fr);
+    if (o->include_usage) {
+        json_t *u = answer_head(o, true);
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", usage_json(a->g));
+        api_emit(a, NULL, u);
+    }
+    http_buf_add(a->out, "data: [DONE]\n\n", 14);
+    return NULL;
+}
+
+static void one_fail(api_answer *a, const char *msg, int status) {
+    (void)status;
+    emit_lp(a);
+    char *s = oai_error_json(msg, "server_error", NULL, NULL);
+    http_buf_printf(a->out, "data: %s\n\n", s);
+    free(s);
+    http_buf_add(a->out, "data: [DONE]\n\n", 14);
+}
+
+/* n > 1, best_of > 1 or several prompts: every generation is started at
+ * once (prompt by prompt, n forks each, or best_of with logprobs on for
+ * the ranking), so the engine batches them and the forks of a
+ * prompt share its KV through the radix tree: the first computes the
+ * prompt's blocks, the others join them while they are PENDING, and only
+ * each fork's last partial block is computed again (docs/server.md). Each
+ * prompt is the body with that prompt and n 1, parsed as a request of its
+ * own. Returns true when a generation reached the engine. */
+static bool answer_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t *body, const oai_params *p,
+                         int64_t t0) {
+    int per = MAX(p->best_of, p->n); /* best_of: forks per prompt, the best n answered */
+    int n_prompts = MAX(p->n_prompts, 1), total = n_prompts * per;
+    gen **gs = xcalloc((size_t)total, sizeof *gs);
+    json_t *prompts = json_object_get(body, "prompt");
+    int k = 0;
+    for (int pi = 0; pi < n_prompts; pi++) {
+        json_t *b = json_copy(body);
+        if (b && kind == OAI_COMPLETION && p->n_prompts > 1) json_object_set(b, "prompt", json_array_get(prompts, pi));
+        if (b) json_object_set_new(b, "n", json_integer(1));
+        /* the whole request's logprob budget, not each fork's (oai.c) */
+        if (b && p->max_tokens > 0) json_object_set_new(b, "max_tokens", json_integer(p->max_tokens));
+        if (b && kind == OAI_COMPLETION) json_object_set_new(b, "best_of", json_integer(1));
+        oai_params q;
+        memset(&q, 0, sizeof q);
+        gen_fail f = {0};
+        int st = !b ? 503 : oai_parse(b, kind, tok_n_vocab(rc->tok), &q, &f.err) < 0 ? 400 : 0;
+        json_decref(b);
+        if (per > p->n && q.n_logprobs < 0) q.n_logprobs = 0; /* the ranking needs each token's logprob */
+        /* not streamed, the forks are read one after the other: the later
+         * ones' tokens wait untaken, which is not a stalled client (their
+         * --stall-timeout cancelled them under load: the soak with tenants) */
+        q.no_stall = !p->stream;
+        for (int j = 0; !st && j < per; j++) {
+            if (q.seed_set) q.sp.seed = p->sp.seed + (uint64_t)j; /* forks differ, reproducibly */
+            if (!(gs[k] = gen_start(rc, x, &q, oai_route_of(kind)->path, t0, &f))) {
+                st = f.err.status;
+            } else {
+                k++;
+            }
+        }
+        oai_params_free(&q);
+        if (st) {
+            for (int i = 0; i < k; i++) {
+                gen_cancel(gs[i]);
+                gen_done(gs[i], "POST", st, false);
+            }
+            free(gs);
+            char msg[sizeof f.err.e.msg];
+            api_error_text(&api_openai, f.err.e.msg, msg, sizeof msg);
+            oai_reply_error(x, st, st == 503 ? "out of memory starting the request" : msg, st == 503 ? NULL : f.err.field,
+                            NULL);
+            return k > 0;
+        }
+    }
+    if (p->stream) oai_answer_many_stream(rc, gs, total, p->n, p, kind, x);
+    else oai_answer_many(rc, gs, total, per, p->n, p, kind, x);
+    free(gs);
+    return true;
+}
+
+static int one_parse(api_answer *a, http_exchange *x, json_t *body, oai_params *p, oai_error *err) {
+    oai_kind kind = !strcmp(a->path, oai_route_of(OAI_COMPLETION)->path) ? OAI_COMPLETION : OAI_CHAT;
+    if (oai_parse(body, kind, tok_n_vocab(a->rc->tok), p, err) < 0) {
+        err->status = 400; /* the body's fault, whatever it ran out of */
+        err->e.code = ERR_INVALID;
+        return -1;
+    }
+    if (p->n > 1 || p->n_prompts > 1 || p->best_of > 1) {
+        bool started = answer_forks(a->rc, x, kind, body, p, a->t0_ns);
+        oai_params_free(p);
+        return started ? 2 : 0;
+    }
     oai_out *o = xcalloc(1, sizeof *o);
-    o->rc = rc;
-    o->g = g;
+    a->ctx = o;
     o->kind = kind;
     o->rt = oai_route_of(kind);
+    return 1;
+}
+
+static void one_start(api_answer *a, const oai_params *p) {
+    oai_out *o = a->ctx;
+    o->rc = a->rc;
+    o->g = a->g;
     o->stream = p->stream;
     o->include_usage = p->include_usage;
     o->n_logprobs = p->n_logprobs;
-    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", o->rt->id_prefix, (unsigned long long)rc->created, gen_serial(g));
-    if (o->stream)
-        http_reply_stream(x, 200, "text/event-stream", stream_next, stream_done, o);
-    else
-        answer_whole(o, x);
+    snprintf(o->id, sizeof o->id, "%s-%llx%06llx", o->rt->id_prefix, (unsigned long long)a->rc->created,
+             gen_serial(a->g));
 }
+
+static char *openai_error_json(int status, const char *msg, const char *param, const char *code) {
+    return oai_error_json(msg, oai_error_type(status), param, code);
+}
+
+/* OpenAI's row: its names are the internal ones; chat and completions (the
+ * route's path tells them apart) answer in chunks without event lines,
+ * ending with [DONE]. */
+const api_ops api_openai = {
+    .name = "openai",
+    .error_json = openai_error_json,
+    .parse = one_parse,
+    .start = one_start,
+    .poll = one_poll,
+    .begin = one_begin,
+    .open = one_open,
+    .delta = one_delta,
+    .close = one_close,
+    .polled = one_polled,
+    .finish = one_finish,
+    .fail = one_fail,
+    .free_ctx = oai_out_free,
+    .empty = API_EMPTY_NONE,
+    .framing = API_SSE,
+    .stream_type = "text/event-stream",
+    .stream_nomem = "data: {\"error\":{\"message\":\"generation failed: out of memory building the answer\","
+                    "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n",
+};

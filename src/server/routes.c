@@ -1,10 +1,11 @@
 /*
- * routes.c — the OpenAI routes (see routes.h, server.h, docs/server.md).
+ * routes.c — the routes (see routes.h, server.h, docs/server.md).
  *
- * A generation request goes:
- *   body ─json─▶ oai_parse ─▶ gen_start (generate.h: prompt, constraint,
- *   engine) ─▶ oai_answer (oai_answer.c: the JSON answer or the SSE
- *   chunks built from gen_poll's events) ─▶ usage.
+ * A generation request of any API goes through api_serve (api.h):
+ *   body ─json─▶ the API's parse (oai_parse) ─▶ gen_start (generate.h:
+ *   prompt, constraint, engine) ─▶ the answer from gen_poll's events,
+ *   through the API's callbacks (oai_answer.c for OpenAI's chat and
+ *   completions: the JSON answer or the SSE chunks) ─▶ usage.
  *
  * Every failure before submission is a 4xx with the OpenAI error object; after
  * submission the only errors are the engine's (500) or the client going away
@@ -70,110 +71,7 @@ char *routes_template_source(const routes_ctx *rc) {
     return xstrdup(t ? t : "");
 }
 
-/* ---- generation routes ---- */
-
-/* n > 1, best_of > 1 or several prompts: every generation is started at
- * once (prompt by prompt, n forks each, or best_of with logprobs on for
- * the ranking), so the engine batches them and the forks of a
- * prompt share its KV through the radix tree: the first computes the
- * prompt's blocks, the others join them while they are PENDING, and only
- * each fork's last partial block is computed again (docs/server.md). Each
- * prompt is the body with that prompt and n 1, parsed as a request of its
- * own. Returns true when a generation reached the engine. */
-static bool handle_forks(routes_ctx *rc, http_exchange *x, oai_kind kind, json_t *body, const oai_params *p,
-                         int64_t t0) {
-    int per = MAX(p->best_of, p->n); /* best_of: forks per prompt, the best n answered */
-    int n_prompts = MAX(p->n_prompts, 1), total = n_prompts * per;
-    gen **gs = xcalloc((size_t)total, sizeof *gs);
-    json_t *prompts = json_object_get(body, "prompt");
-    int k = 0;
-    for (int pi = 0; pi < n_prompts; pi++) {
-        json_t *b = json_copy(body);
-        if (b && kind == OAI_COMPLETION && p->n_prompts > 1) json_object_set(b, "prompt", json_array_get(prompts, pi));
-        if (b) json_object_set_new(b, "n", json_integer(1));
-        /* the whole request's logprob budget, not each fork's (oai.c) */
-        if (b && p->max_tokens > 0) json_object_set_new(b, "max_tokens", json_integer(p->max_tokens));
-        if (b && kind == OAI_COMPLETION) json_object_set_new(b, "best_of", json_integer(1));
-        oai_params q;
-        memset(&q, 0, sizeof q);
-        gen_fail f = {0};
-        int st = !b ? 503 : oai_parse(b, kind, tok_n_vocab(rc->tok), &q, &f.err) < 0 ? 400 : 0;
-        json_decref(b);
-        if (per > p->n && q.n_logprobs < 0) q.n_logprobs = 0; /* the ranking needs each token's logprob */
-        /* not streamed, the forks are read one after the other: the later
-         * ones' tokens wait untaken, which is not a stalled client (their
-         * --stall-timeout cancelled them under load: the soak with tenants) */
-        q.no_stall = !p->stream;
-        for (int j = 0; !st && j < per; j++) {
-            if (q.seed_set) q.sp.seed = p->sp.seed + (uint64_t)j; /* forks differ, reproducibly */
-            if (!(gs[k] = gen_start(rc, x, &q, oai_route_of(kind)->path, t0, &f))) {
-                st = f.err.status;
-            } else {
-                k++;
-            }
-        }
-        oai_params_free(&q);
-        if (st) {
-            for (int i = 0; i < k; i++) {
-                gen_cancel(gs[i]);
-                gen_done(gs[i], "POST", st, false);
-            }
-            free(gs);
-            if (st == 503) reply_error(x, st, "out of memory starting the request", NULL, NULL);
-            else api_reply_refusal(&api_openai, x, &(oai_error){.status = st, .field = f.err.field, .e = f.err.e}, 0);
-            return k > 0;
-        }
-    }
-    if (p->stream) oai_answer_many_stream(rc, gs, total, p->n, p, kind, x);
-    else oai_answer_many(rc, gs, total, per, p->n, p, kind, x);
-    free(gs);
-    return true;
-}
-
-/* Returns true when the request reached the engine (it then counts and logs
- * itself when it ends). */
-static bool handle_generate(routes_ctx *rc, http_exchange *x, oai_kind kind) {
-    int64_t t0 = clock_ns();
-    unsigned long f0 = oai_json_nomem();
-    json_t *body = body_json(x);
-    if (!body) return false;
-    oai_params p;
-    oai_error err;
-    if (oai_parse(body, kind, tok_n_vocab(rc->tok), &p, &err) < 0) {
-        json_decref(body);
-        err.status = 400;
-        err.e.code = ERR_INVALID;
-        api_reply_refusal(&api_openai, x, &err, oai_json_nomem());
-        return false;
-    }
-    if (p.n > 1 || p.n_prompts > 1 || p.best_of > 1) {
-        bool started = handle_forks(rc, x, kind, body, &p, t0);
-        json_decref(body);
-        oai_params_free(&p);
-        return started;
-    }
-    json_decref(body);
-    gen_fail f;
-    gen *g = gen_start(rc, x, &p, oai_route_of(kind)->path, t0, &f);
-    if (!g) {
-        api_reply_refusal(&api_openai, x, &f.err, f0);
-        oai_params_free(&p);
-        return false;
-    }
-    gen_add_headers(g, x);
-    if (oai_json_nomem() != f0) { /* the request was read or rendered with a part missing */
-        gen_cancel(g);
-        gen_done(g, "POST", 503, p.stream);
-        reply_error(x, 503, "out of memory starting the request", NULL, NULL);
-        oai_params_free(&p);
-        return true;
-    }
-    oai_answer(rc, g, &p, kind, x);
-    oai_params_free(&p);
-    return true;
-}
-
-/* ---- other routes ---- */
+/* ---- other routes (the generation routes: api_serve, api.h) ---- */
 
 /* GET /v1/models (id NULL) or /v1/models/{id}. */
 static void handle_models(routes_ctx *rc, http_exchange *x, const char *id) {
@@ -829,8 +727,8 @@ void routes_handle(void *ctx, http_exchange *x) {
                                rt->id == R_RESPONSES || rt->id == R_OLLAMA;
         if (gen_route) atomic_fetch_add(&root->n_pending, 1);
         switch (rt->id) {
-        case R_COMPL: generation = handle_generate(rc, x, OAI_COMPLETION); break;
-        case R_CHAT: generation = handle_generate(rc, x, OAI_CHAT); break;
+        case R_COMPL: generation = api_serve(&api_openai, rc, x, oai_route_of(OAI_COMPLETION)->path); break;
+        case R_CHAT: generation = api_serve(&api_openai, rc, x, oai_route_of(OAI_CHAT)->path); break;
         case R_MODELS: case R_MODEL:
             if (rc == root) handle_model_list(rc, x, rt->id == R_MODEL ? path + strlen(rt->path) : NULL);
             else handle_models(rc, x, rt->id == R_MODEL ? path + strlen(rt->path) : NULL);
