@@ -1,7 +1,8 @@
 /*
  * apis.h — the other HTTP APIs the server speaks on the same engine, each in
- * its own file, each translating its request into oai_params and its answer
- * from the events of generate.h:
+ * its own file, each translating its request into oai_params and defining
+ * the callbacks of its answer (its api_ops row, api.h: the generation
+ * routes run through api_serve):
  *
  *   POST /v1/messages            Anthropic Messages        (api_anthropic.c)
  *   POST /v1/messages/count_tokens

@@ -1,11 +1,13 @@
 /*
- * routes.h — the OpenAI routes on top of http.h: auth, dispatch, request
- * validation (oai.h), tokenization, submission to the engine, and the JSON or
- * SSE answers built from the tokens the engine posts.
+ * routes.h — the routes on top of http.h: the precheck (Host, API key,
+ * cross-site forms), dispatch, and the routes of no single API (/tokenize,
+ * /detokenize, /v1/models, /props, /metrics, /load, models load/unload).
+ * The generation routes of every API go through api_serve (api.h).
  *
- * Place in the flow: server/, on HTTP connection threads. Each generation
- * request is read back on its own connection thread: detokenized
- * (tok_stream), checked for stop strings (stop.h), formatted.
+ * Place in the flow: server/, the precheck on http.c's I/O thread, the
+ * handlers on its handler threads; a streamed answer is produced in steps
+ * on handler threads (http_reply_stream) into a buffer the I/O thread
+ * sends from: no request holds a thread of its own while it streams.
  */
 #ifndef KVLOOM_ROUTES_H
 #define KVLOOM_ROUTES_H

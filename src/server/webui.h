@@ -4,9 +4,10 @@
  * those files into byte arrays at build time (build/gen/webui_assets.c), so
  * the binary serves the page with nothing on disk and no network.
  *
- * Place in the flow: server/, on HTTP connection threads, before the API key
- * check: the page is public, the API calls it makes carry the key (the page
- * asks for it on a 401 and keeps it in the browser's localStorage).
+ * Place in the flow: server/, on http.c's handler threads (routes_handle),
+ * exempt from the API key check (routes_precheck): the page is public, the
+ * API calls it makes carry the key (the page asks for it on a 401 and keeps
+ * it in the browser's localStorage).
  *
  *   GET /            index.html
  *   GET /NAME        the asset NAME (app.js, app.css, favicon.svg ...)
