@@ -4,7 +4,7 @@
  *
  * Place in the flow: the bottom. base/ includes nothing from kvloom.
  *
- * Errors come in three kinds (see ../shared/STYLE.md):
+ * Errors come in three kinds:
  *   1. a broken invariant is a bug: ASSERT / PANIC print file:line and abort;
  *   2. untrusted bytes get a negative return value and an err_t whose message
  *      names the field and the offset;

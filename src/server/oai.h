@@ -37,9 +37,11 @@
  *   bool (extension; default true: false turns off --spec). At most one of
  *   grammar, json_schema and a JSON response_format. vLLM's guided_json
  *   (schema or its text), guided_choice (strings), guided_grammar (GBNF)
- *   map onto the same formats (at most one constraint in all);
- *   guided_regex is refused. The schema and the grammar themselves are
- *   compiled later (routes.c), where their errors are named too.
+ *   map onto the same formats, and guided_regex (a regular expression,
+ *   grammar/regex.h) onto a grammar (at most one constraint in all). The
+ *   schema and the grammar themselves are
+ *   compiled later (gen_request: constrain.h), where their errors are named
+ *   too.
  *
  * logit_bias: an object of token id (a decimal string) -> bias in
  * [-100, 100], at most OAI_MAX_BIAS entries; -100 bans the token.
