@@ -35,6 +35,23 @@ Two modes:
       without reading a byte, each dropped after --hold seconds (15: past
       the server's --stall-timeout 10, which ends it) and replaced.
 
+  soak_clients.py bodies|slots|lastbyte|masks --url URL --seconds S --api-key K
+                  [--conns N] [--json OUT]
+      The attacks of bench/hostile_probe.py as a tenant that keeps at it
+      (issue 26's benchmark, bench/tenant_bench.sh), each connection
+      replaced when the server ends it:
+        bodies    N (4) connections announce 1 MiB bodies on GET /health
+                  without a key and hold them half sent (finding 3)
+        slots     N (64, the bench server's --max-connections) kept-alive
+                  connections that made one GET /health each and idle
+                  (finding 4)
+        lastbyte  N (4) POST /tokenize with 1 MB bodies sent but for their
+                  last byte, with the tenant's key (finding 8)
+        masks     N (4) threads send chats whose schema has the pattern
+                  ^([^ ]{1,40} ?){1,60}$ back to back (finding 1): a 200, or
+                  a 400 naming --grammar-mask-budget, is expected
+      Counted: connections opened / ended by the server, or answers.
+
   soak_clients.py agentbench --api-key K -- AGENTBENCH_ARGS...
       Runs ../shared/bench/agentbench.py with 'Authorization: Bearer K' added
       to its requests (agentbench has no key option), so that the soak can
@@ -46,6 +63,7 @@ import json
 import os
 import random
 import runpy
+import signal
 import socket
 import sys
 import threading
@@ -369,6 +387,107 @@ def noread(a):
                              "error_samples": st.samples})
 
 
+STOP = threading.Event()  # SIGTERM (tenant_bench ends an attack): stop, write the summary
+
+
+def held_conns(a, make, what):
+    """Keeps a.conns connections from make() open for a.seconds, replacing
+    each one the server ends (read returns EOF or an answer)."""
+    st = Stats()
+    end = time.monotonic() + a.seconds
+    u = urllib.parse.urlparse(a.url)
+    socks = []
+    while time.monotonic() < end and not STOP.is_set():
+        while len(socks) < a.conns:
+            try:
+                s = socket.create_connection((u.hostname, u.port), timeout=10)
+                make(s)
+                s.setblocking(False)
+                socks.append(s)
+                st.ok(what + "_opened")
+            except OSError as e:
+                st.ok(what + "_refused")  # the server may refuse an attacker: not the agents' error
+                time.sleep(0.2)
+                break
+        time.sleep(0.5)
+        keep = []
+        for s in socks:
+            try:
+                b = s.recv(65536)
+                ended = True  # an answer (400, 408 ...) or EOF: the server ended it
+            except BlockingIOError:
+                b, ended = b"", False
+            except OSError:
+                ended = True
+            if ended:
+                st.ok(what + "_ended")
+                s.close()
+            else:
+                keep.append(s)
+        socks = keep
+    for s in socks:
+        s.close()
+    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
+                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
+                             "error_samples": st.samples})
+
+
+def attack(a):
+    if a.mode == "bodies":
+        def make(s):
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1048576\r\n\r\n" + b"x" * (512 << 10))
+        return held_conns(a, make, "bodies")
+    if a.mode == "slots":
+        def make(s):
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            s.recv(4096)  # its answer; then the connection idles, kept alive
+        return held_conns(a, make, "slots")
+    if a.mode == "lastbyte":
+        def make(s):
+            n = 1000000
+            s.sendall(b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                      b"Authorization: Bearer " + a.api_key.encode() + b"\r\nContent-Length: " + str(n).encode() +
+                      b"\r\n\r\n" + (b'{"content":"' + b"a" * (n - 15) + b'"}')[:n - 1])
+        return held_conns(a, make, "lastbyte")
+    # masks
+    st = Stats()
+    end = time.monotonic() + a.seconds
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^([^ ]{1,40} ?){1,60}$"}},
+              "required": ["s"]}
+
+    def worker(i):
+        cl = Client(a.url, a.api_key, 8 << 20, a.seed * 1000 + i)
+        seed = i
+        while time.monotonic() < end and not STOP.is_set():
+            body = json.dumps({"messages": [{"role": "user", "content": "Write a line."}], "max_tokens": 8,
+                               "temperature": 1, "seed": seed,
+                               "response_format": {"type": "json_schema",
+                                                   "json_schema": {"name": "x", "strict": True, "schema": schema}}})
+            seed += a.conns
+            try:
+                s, b = cl.call("POST", "/v1/chat/completions", body)
+                if s == 200:
+                    st.ok("masks_ok")
+                elif s == 400 and b"grammar-mask-budget" in b:
+                    st.ok("masks_budget")
+                elif s == 429:
+                    st.ok("masks_limited")
+                    time.sleep(0.05)
+                else:
+                    st.err("masks", f"HTTP {s}: {b[:200]!r}")
+            except Exception as e:  # noqa: BLE001
+                st.err("masks", f"{type(e).__name__}: {e}")
+
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(a.conns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
+                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
+                             "error_samples": st.samples})
+
+
 def agentbench(a, rest):
     orig = http.client.HTTPConnection.request
 
@@ -408,6 +527,14 @@ def main():
             mp.add_argument("--hold", type=float, default=15, help="seconds a stream is held unread")
         mp.add_argument("--json", default="")
         mp.add_argument("--seed", type=int, default=1)
+    for mode, n in (("bodies", 4), ("slots", 64), ("lastbyte", 4), ("masks", 4)):
+        mp = sub.add_parser(mode)
+        mp.add_argument("--url", required=True)
+        mp.add_argument("--seconds", type=float, required=True)
+        mp.add_argument("--api-key", default="")
+        mp.add_argument("--conns", type=int, default=n)
+        mp.add_argument("--json", default="")
+        mp.add_argument("--seed", type=int, default=1)
     bp = sub.add_parser("agentbench")
     bp.add_argument("--api-key", required=True)
     bp.add_argument("--agentbench", default="", help="path of agentbench.py (default ../shared/bench/)")
@@ -421,6 +548,9 @@ def main():
         return flood(a)
     if a.mode == "noread":
         return noread(a)
+    if a.mode in ("bodies", "slots", "lastbyte", "masks"):
+        signal.signal(signal.SIGTERM, lambda *_: STOP.set())
+        return attack(a)
     return load(a) if a.mode == "load" else agentbench(a, rest)
 
 

@@ -16,8 +16,11 @@
 # under their own key) and with soak_clients.py noread (8 streams of 2,000
 # tokens never read). Printed: per condition the median over rounds of the
 # agents' TTFT p50 and p99 and of out tok/s, the ratio to "alone", and the
-# agents' errors (the issue's bar: within 1.5x, no error). Hold the bench
-# lock: flock /tmp/kvloom-bench.lock sh bench/tenant_bench.sh
+# agents' errors (the issue's bar: within 1.5x, no error), and the server's
+# peak RSS in each condition (VmRSS sampled every 0.2 s; max over rounds)
+# against its budget (docs/reliability.md). --max-connections 64 so that the
+# slots attack holds every slot. Hold the bench lock:
+# flock /tmp/kvloom-bench.lock sh bench/tenant_bench.sh
 set -u
 SHARED=${KVLOOM_SHARED:-../shared}
 MODEL=${MODEL:-$SHARED/models/stories260K.gguf}
@@ -31,13 +34,15 @@ PY=python3
 KEY=sk-agents-$$
 FKEY=sk-flood-$$
 NKEY=sk-noread-$$
+AKEY=sk-attack-$$
+CONDS=${CONDS:-flood noread bodies slots lastbyte masks}
 mkdir -p "$OUT"
 pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT INT TERM
 
 "$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" --api-key "$KEY" --api-key "$FKEY" --api-key "$NKEY" \
-    --stall-timeout 10 -t 1 2> "$OUT/server.log" &
+    --api-key "$AKEY" --max-connections 64 --stall-timeout 10 -t 1 2> "$OUT/server.log" &
 SPID=$!
 pids="$SPID"
 i=0
@@ -47,11 +52,16 @@ until [ -s "$OUT/port" ]; do
 done
 URL=http://127.0.0.1:$(cat "$OUT/port")
 
-agents() { # json
+agents() { # json: the agents' run, and the server's peak RSS meanwhile in json.rss (kB)
+    ( while :; do sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$SPID/status; sleep 0.2; done ) > "$1.rsslog" 2>/dev/null &
+    RS=$!
     "$PY" "$HERE/soak_clients.py" agentbench --api-key "$KEY" --agentbench "$SHARED/bench/agentbench.py" -- \
         --url "$URL" --agents "$AGENTS" --turns "$TURNS" --gen 24 --sys-words 60 --tool-words 20 \
         --user-words 3-6 --tool-pause 0.2-1 --tool-result-words 5-10 --stagger 1 --timeout 300 --seed 7 \
         --warmup 0 --json "$1" > "$1.log" 2>&1
+    kill $RS 2>/dev/null
+    wait $RS 2>/dev/null
+    sort -n "$1.rsslog" | tail -1 > "$1.rss"
 }
 
 beside() { # mode key round: the agents beside that hostile tenant
@@ -68,27 +78,33 @@ beside() { # mode key round: the agents beside that hostile tenant
 agents "$OUT/warmup.json" # the same seed every run: each one finds the prompts cached alike
 for r in $(seq 1 "$ROUNDS"); do
     agents "$OUT/alone-$r.json"
-    beside flood "$FKEY" "$r"
-    beside noread "$NKEY" "$r"
-    sleep 12 # the non-read streams end (--stall-timeout 10)
+    for c in $CONDS; do
+        case $c in
+            flood) beside flood "$FKEY" "$r" ;;
+            noread) beside noread "$NKEY" "$r"; sleep 12 ;; # the non-read streams end (--stall-timeout 10)
+            *) beside "$c" "$AKEY" "$r" ;;
+        esac
+    done
 done
 curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" > "$OUT/metrics.txt"
 
-"$PY" - "$OUT" "$ROUNDS" <<'PYEOF'
+"$PY" - "$OUT" "$ROUNDS" $CONDS <<'PYEOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 rows = {}
-for cond in ("alone", "flood", "noread"):
+for cond in ["alone"] + sys.argv[3:]:
     d = [json.load(open(f"{out}/{cond}-{r}.json")) for r in range(1, rounds + 1)]
     rows[cond] = {"p50": statistics.median(x["ttft_ms"]["p50"] for x in d),
                   "p99": statistics.median(x["ttft_ms"]["p99"] for x in d),
                   "tps": statistics.median(x["out_tok_per_s"] for x in d),
-                  "errors": sum(x["errors"] for x in d), "requests": sum(x["requests"] for x in d)}
+                  "errors": sum(x["errors"] for x in d), "requests": sum(x["requests"] for x in d),
+                  "rss": max(int(open(f"{out}/{cond}-{r}.json.rss").read() or 0) for r in range(1, rounds + 1))}
 a = rows["alone"]
-print(f"{'condition':8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7}  ratios to alone (p50, p99, tok/s)")
+print(f"{'condition':8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7} {'peak RSS MB':>11}"
+      "  ratios to alone (p50, p99, tok/s)")
 for cond, v in rows.items():
     print(f"{cond:8} {v['p50']:12.1f} {v['p99']:12.1f} {v['tps']:10.1f} {v['errors']:4}/{v['requests']:<4} "
-          f"{v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
+          f"{v['rss'] / 1024:11.1f}  {v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
 PYEOF
-grep -E "^kvloom_(fair_preemptions_total|client_refused_total|requests_stalled_total) " "$OUT/metrics.txt"
+grep -E "^kvloom_(fair_preemptions_total|client_refused_total|requests_stalled_total|requests_parked_total|kv_blocks_total|memory_accounted_bytes) |^kvloom_memory_bytes" "$OUT/metrics.txt"
 echo "tenant_bench: output in $OUT"
