@@ -315,6 +315,42 @@ def write_summary(a, out):
     return 1 if out.get("n_errors") else 0
 
 
+def tally(st, what, call, expected):
+    """One request of a hostile tenant: a 200 is what_ok; a (status, text in
+    the body) of `expected` is what_<its label> (a 429 also waits 50 ms);
+    anything else, or no answer, an error."""
+    try:
+        s, b = call()
+    except Exception as e:  # noqa: BLE001
+        st.err(what, f"{type(e).__name__}: {e}")
+        return
+    if s == 200:
+        st.ok(what + "_ok")
+        return
+    for (status, needle), label in expected.items():
+        if s == status and needle in b:
+            st.ok(what + "_" + label)
+            if s == 429:
+                time.sleep(0.05)
+            return
+    st.err(what, f"HTTP {s}: {b[:200]!r}")
+
+
+def tenant_summary(a, st):
+    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
+                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
+                             "error_samples": st.samples})
+
+
+def run_threads(a, st, worker, n):
+    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return tenant_summary(a, st)
+
+
 def flood(a):
     st = Stats()
     end = time.monotonic() + a.seconds
@@ -323,26 +359,9 @@ def flood(a):
         cl = Client(a.url, a.api_key, 8 << 20, a.seed * 1000 + i)
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "ignore_eos": True})
         while time.monotonic() < end:
-            try:
-                s, b = cl.call("POST", "/v1/completions", body)
-                if s == 200:
-                    st.ok("flood_ok")
-                elif s == 429 and b"client-max-queued" in b:
-                    st.ok("flood_limited")
-                    time.sleep(0.05)
-                else:
-                    st.err("flood", f"HTTP {s}: {b[:200]!r}")
-            except Exception as e:  # noqa: BLE001
-                st.err("flood", f"{type(e).__name__}: {e}")
+            tally(st, "flood", lambda: cl.call("POST", "/v1/completions", body), {(429, b"client-max-queued"): "limited"})
 
-    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(a.threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
-                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
-                             "error_samples": st.samples})
+    return run_threads(a, st, worker, a.threads)
 
 
 def noread(a):
@@ -382,9 +401,7 @@ def noread(a):
     socks = [s for s, _ in socks]
     for s in socks:
         s.close()
-    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
-                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
-                             "error_samples": st.samples})
+    return tenant_summary(a, st)
 
 
 STOP = threading.Event()  # SIGTERM (tenant_bench ends an attack): stop, write the summary
@@ -427,9 +444,7 @@ def held_conns(a, make, what):
         socks = keep
     for s in socks:
         s.close()
-    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
-                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
-                             "error_samples": st.samples})
+    return tenant_summary(a, st)
 
 
 def attack(a):
@@ -464,28 +479,10 @@ def attack(a):
                                "response_format": {"type": "json_schema",
                                                    "json_schema": {"name": "x", "strict": True, "schema": schema}}})
             seed += a.conns
-            try:
-                s, b = cl.call("POST", "/v1/chat/completions", body)
-                if s == 200:
-                    st.ok("masks_ok")
-                elif s == 400 and b"grammar-mask-budget" in b:
-                    st.ok("masks_budget")
-                elif s == 429:
-                    st.ok("masks_limited")
-                    time.sleep(0.05)
-                else:
-                    st.err("masks", f"HTTP {s}: {b[:200]!r}")
-            except Exception as e:  # noqa: BLE001
-                st.err("masks", f"{type(e).__name__}: {e}")
+            tally(st, "masks", lambda: cl.call("POST", "/v1/chat/completions", body),
+                  {(400, b"grammar-mask-budget"): "budget", (429, b""): "limited"})
 
-    ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(a.conns)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return write_summary(a, {"seconds": a.seconds, "requests": dict(sorted(st.n.items())),
-                             "n_requests": sum(st.n.values()), "n_errors": sum(st.errors.values()),
-                             "error_samples": st.samples})
+    return run_threads(a, st, worker, a.conns)
 
 
 def agentbench(a, rest):

@@ -803,7 +803,9 @@ static void check_kv_share(int port) {
     int fd = su_send_request(port, "POST", "/v1/completions", ka, hold, strlen(hold), 30);
     CHECK(fd >= 0);
     CHECK_MSG(fd >= 0 && su_read_until(fd, "data: ", 20), "alice's stream gave no token");
-    double used = metric(port, "kvloom_kv_blocks_used"), total = metric(port, "kvloom_kv_blocks_total");
+    /* (the counters are published at the step's end, after its tokens) */
+    double used = 0, total = metric(port, "kvloom_kv_blocks_total"), t0 = su_now();
+    while ((used = metric(port, "kvloom_kv_blocks_used")) < 0.1 * total && su_now() - t0 < 10) usleep(10000);
     CHECK(http_do(port, "POST", "/v1/completions", ka, probe, &r) == 0);
     printf("  kv share: alice's stream running (%.0f of %.0f blocks used): her next request %d\n", used, total,
            r.status);
@@ -817,6 +819,19 @@ static void check_kv_share(int port) {
     CHECK_MSG(r.status == 200, "bob beside alice at her KV share: %d %.300s", r.status, r.body ? r.body : "");
     resp_free(&r);
     if (fd >= 0) close(fd);
+}
+
+/* Starts a server with `flags`, runs `check` on it (the server's log
+ * printed when a check failed), stops it. */
+static void with_server(const char *const *flags, void (*check)(int port)) {
+    srv s;
+    int rc = srv_start(&s, flags);
+    CHECK_MSG(rc == 0, "server did not start");
+    if (rc != 0) return;
+    int before = test_n_fail;
+    check(s.port);
+    if (test_n_fail > before) srv_print_log(&s);
+    CHECK_EQ_INT(srv_stop(&s), 0);
 }
 
 int main(void) {
@@ -909,17 +924,10 @@ int main(void) {
         if (test_n_fail > before) srv_print_log(&q);
         CHECK_EQ_INT(srv_stop(&q), 0);
     }
-    srv kv;
+    /* (no parking: a test starved for 2 s between reads would see its stream parked) */
     const char *flags_kv[] = {"--api-key", "alice", "--api-key", "bob", "--client-max-kv", "10%", "--kv-mem", "2M",
-                              "--step-delay-us", "5000", "-t", "1", NULL};
-    rc = srv_start(&kv, flags_kv);
-    CHECK_MSG(rc == 0, "server did not start");
-    if (rc == 0) {
-        int before = test_n_fail;
-        check_kv_share(kv.port);
-        if (test_n_fail > before) srv_print_log(&kv);
-        CHECK_EQ_INT(srv_stop(&kv), 0);
-    }
+                              "--step-delay-us", "5000", "--park-timeout", "0", "-t", "1", NULL};
+    with_server(flags_kv, check_kv_share);
     check_key_file_parse();
     char kf[] = "/tmp/kvloom_keys_XXXXXX";
     int kfd = mkstemp(kf);
@@ -929,17 +937,9 @@ int main(void) {
         CHECK(write(kfd, keys, strlen(keys)) == (ssize_t)strlen(keys));
         close(kfd);
     }
-    srv kc;
     const char *flags_kc[] = {"--api-key-file", kf, "--max-running", "1", "--step-delay-us", "20000", "--kv-mem", "8M",
-                              "-t", "1", NULL};
-    rc = srv_start(&kc, flags_kc);
-    CHECK_MSG(rc == 0, "server did not start");
-    if (rc == 0) {
-        int before = test_n_fail;
-        check_key_classes(kc.port);
-        if (test_n_fail > before) srv_print_log(&kc);
-        CHECK_EQ_INT(srv_stop(&kc), 0);
-    }
+                              "--park-timeout", "0", "-t", "1", NULL};
+    with_server(flags_kc, check_key_classes);
     unlink(kf);
     return test_summary("test_server_isolation");
 }

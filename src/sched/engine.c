@@ -2674,34 +2674,30 @@ int engine_submit(engine *en, req *r, err_t *e) {
         return err_set(e, ERR_RANGE, "the server is busy: %d clients have requests in flight", n);
     }
     client *c = &en->clients[slot];
+    /* the per-client limits, each named in its refusal */
     int c_parked = atomic_load(&c->n_parked), c_kv = atomic_load(&c->kv_held);
-    if (en->o.client_max_parked > 0 && c_parked >= en->o.client_max_parked) {
-        en->n_client_refused++;
-        en->stats.client_refused_total = en->n_client_refused;
-        pthread_mutex_unlock(&en->mu);
-        return err_set(e, ERR_RANGE,
-                       "per-client parked stream limit (client-max-parked %d) reached: %d of this client's streams "
-                       "are not being read (each is cut after --stall-timeout)",
-                       en->o.client_max_parked, c_parked);
-    }
-    if (en->kv_limit && c_kv >= en->kv_limit) {
-        en->n_client_refused++;
-        en->stats.client_refused_total = en->n_client_refused;
-        pthread_mutex_unlock(&en->mu);
-        return err_set(e, ERR_RANGE,
-                       "per-client KV share limit (client-max-kv %g%%: %d of %d blocks) reached: this client's "
-                       "running requests hold %d blocks; retry when they finish",
-                       en->o.client_max_kv * 100, en->kv_limit, en->n_blocks, c_kv);
-    }
     int c_waiting = c->n_inflight - atomic_load(&c->n_running);
-    if (en->o.client_max_queued > 0 && c_waiting >= en->o.client_max_queued) {
+    char why[256] = "";
+    if (en->o.client_max_parked > 0 && c_parked >= en->o.client_max_parked)
+        snprintf(why, sizeof why,
+                 "per-client parked stream limit (client-max-parked %d) reached: %d of this client's streams are not "
+                 "being read (each is cut after --stall-timeout)",
+                 en->o.client_max_parked, c_parked);
+    else if (en->kv_limit && c_kv >= en->kv_limit)
+        snprintf(why, sizeof why,
+                 "per-client KV share limit (client-max-kv %g%%: %d of %d blocks) reached: this client's running "
+                 "requests hold %d blocks; retry when they finish",
+                 en->o.client_max_kv * 100, en->kv_limit, en->n_blocks, c_kv);
+    else if (en->o.client_max_queued > 0 && c_waiting >= en->o.client_max_queued)
+        snprintf(why, sizeof why,
+                 "this client already has %d request%s waiting (client-max-queued %d); others' requests are admitted "
+                 "before its next ones",
+                 c_waiting, c_waiting == 1 ? "" : "s", en->o.client_max_queued);
+    if (why[0]) {
         en->n_client_refused++;
         en->stats.client_refused_total = en->n_client_refused;
         pthread_mutex_unlock(&en->mu);
-        return err_set(e, ERR_RANGE,
-                       "this client already has %d request%s waiting (client-max-queued %d); others' requests are "
-                       "admitted before its next ones",
-                       c_waiting, c_waiting == 1 ? "" : "s", en->o.client_max_queued);
+        return err_set(e, ERR_RANGE, "%s", why);
     }
     c->n_inflight++;
     r->client_slot = slot;

@@ -166,6 +166,15 @@ static int parse_int(const char *flag, const char *v, long lo, long hi, int *out
     return 0;
 }
 
+/* A number in [lo, hi] of `unit` (named in the error). */
+static int parse_real(const char *flag, const char *v, double lo, double hi, const char *unit, double *out, err_t *e) {
+    float x;
+    if (!v || !parse_float(v, &x) || !(x >= lo) || x > hi)
+        return err_set(e, ERR_INVALID, "%s: expected %s in [%.10g, %.10g], got '%s'", flag, unit, lo, hi, v ? v : "");
+    *out = x;
+    return 0;
+}
+
 /* Adds an accepted key (the first is also o->api_key). */
 static int add_key(server_opts *o, const char *key, err_t *e) {
     if (o->n_api_keys >= SERVER_MAX_API_KEYS)
@@ -323,11 +332,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             rc = parse_int(a, v, 0, 1 << 20, &o->client_max_queued, e);
         } else if (!strcmp(a, "--grammar-mask-budget")) {
             NEED_VALUE;
-            float ms;
-            if (!parse_float(v, &ms) || !(ms >= 0) || ms > 3600e3)
-                rc = err_set(e, ERR_INVALID, "%s: expected milliseconds in [0, 3600000], got '%s'", a, v);
-            else
-                o->mask_budget_ms = ms;
+            rc = parse_real(a, v, 0, 3600e3, "milliseconds", &o->mask_budget_ms, e);
         } else if (!strcmp(a, "--grammar-mask-sync")) {
             o->mask_sync = true;
         } else if (!strcmp(a, "--client-max-running")) {
@@ -414,24 +419,18 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             rc = parse_int(a, v, 0, 86400, &o->shutdown_timeout_s, e);
         } else if (!strcmp(a, "--client-max-kv")) {
             NEED_VALUE;
-            float pct;
             size_t lv = strlen(v);
-            char num[32];
+            char num[32]; /* "50" or "50%" */
             snprintf(num, sizeof num, "%.*s", (int)(lv && v[lv - 1] == '%' ? lv - 1 : lv), v);
-            if (lv >= sizeof num || !parse_float(num, &pct) || !(pct >= 0) || pct > 100)
-                rc = err_set(e, ERR_INVALID, "%s: expected a percentage of the KV pool in [0, 100], got '%s'", a, v);
-            else
-                o->client_max_kv = pct / 100.0;
+            double pct = 0;
+            rc = parse_real(a, lv < sizeof num ? num : NULL, 0, 100, "a percentage of the KV pool", &pct, e);
+            o->client_max_kv = pct / 100.0;
         } else if (!strcmp(a, "--client-max-parked")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 1 << 20, &o->client_max_parked, e);
         } else if (!strcmp(a, "--park-timeout")) {
             NEED_VALUE;
-            float sec;
-            if (!parse_float(v, &sec) || !(sec >= 0) || sec > 86400)
-                rc = err_set(e, ERR_INVALID, "%s: expected seconds in [0, 86400], got '%s'", a, v);
-            else
-                o->park_timeout_s = sec;
+            rc = parse_real(a, v, 0, 86400, "seconds", &o->park_timeout_s, e);
         } else if (!strcmp(a, "--stall-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 86400, &o->stall_timeout_s, e);
