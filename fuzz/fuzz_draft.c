@@ -124,7 +124,12 @@ static void fuzz_drafters(cursor *c) {
                 int max = 1 + toks[n - 1] % DRAFT_MAX;
                 int k = draft_propose(d, s, toks, n, max, out);
                 check_draft(out, k, MIN(max, o.max_draft), draft_kind_name((draft_kind)kind));
-                draft_seq_feedback(s, k, k / 2);
+                int j = draft_plan_seq(d, s, k, 0.01 * (toks[n - 1] % 100));
+                for (int q = 0; q < j; q++) {
+                    double p = draft_seq_accept_p(d, s, q);
+                    if (!(p > 0 && p < 1)) PANIC("acceptance estimate %g", p);
+                }
+                draft_seq_feedback(d, s, j, j / 2);
                 double a = draft_seq_alpha(s);
                 if (!(a > 0 && a < 1)) PANIC("alpha %g", a);
             }

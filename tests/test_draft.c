@@ -17,7 +17,11 @@
  *     tokens of the context, not older ones; the global store keeps
  *     its node bound, evicts the oldest outputs first and drafts from the
  *     ones it keeps;
- *   - the policy: thresholds grow with the batch, draft lengths with alpha.
+ *   - the policy: thresholds grow with the batch, draft lengths with alpha;
+ *   - the acceptance table (ngram, suffix): a class of evidence whose
+ *     drafts are rejected stops being drafted, for new sequences too,
+ *     without silencing other classes, and is retried only now and then;
+ *     after long accepted drafts a new sequence drafts them whole at once.
  */
 #include <string.h>
 
@@ -356,7 +360,7 @@ static void test_policy(void) {
     drafter *d = draft_new(&o);
     draft_seq *s = draft_seq_new(d);
     CHECK_NEAR(draft_seq_alpha(s), 0.5, 1e-9);
-    for (int i = 0; i < 30; i++) draft_seq_feedback(s, 8, 0);
+    for (int i = 0; i < 30; i++) draft_seq_feedback(d, s, 8, 0);
     CHECK(draft_seq_alpha(s) < 0.15);
     /* drafts never accepted stop even where a draft costs little (a
      * draft model's one-token draft: ~3% of a step at batch 1, docs/perf.md)
@@ -365,7 +369,7 @@ static void test_policy(void) {
     int n_drafting = 0;
     for (int step = 0; step < 200; step++) {
         int k = draft_plan(8, draft_seq_alpha(r), draft_threshold(1, 1, 0.03, 0));
-        if (k > 0) draft_seq_feedback(r, k, 0);
+        if (k > 0) draft_seq_feedback(d, r, k, 0);
         else draft_seq_idle(r);
         n_drafting += k > 0;
         if (step == 9) CHECK_MSG(n_drafting <= 3, "%d of the first 10 steps drafted", n_drafting);
@@ -374,7 +378,7 @@ static void test_policy(void) {
     draft_seq_end(d, r, NULL, 0, 0, false);
     for (int i = 0; i < 300; i++) draft_seq_idle(s);
     CHECK(draft_seq_alpha(s) > 0.45);
-    for (int i = 0; i < 30; i++) draft_seq_feedback(s, 8, 8);
+    for (int i = 0; i < 30; i++) draft_seq_feedback(d, s, 8, 8);
     CHECK(draft_seq_alpha(s) > 0.85);
     draft_seq_end(d, s, NULL, 0, 0, false);
     draft_free(d);
@@ -402,6 +406,93 @@ static void test_cost(void) {
     CHECK(draft_cost_token(&d, 0.05) >= 1);
 }
 
+/* One proposal of a new sequence on d after ctx, planned at threshold thr;
+ * verified with `accept` of the planned tokens accepted (-1: all).
+ * Returns how many were planned. */
+static int episode(drafter *d, const int32_t *ctx, int n, double thr, int accept) {
+    draft_seq *s = draft_seq_new(d);
+    int32_t out[DRAFT_MAX];
+    int k = draft_propose(d, s, ctx, n, 8, out);
+    int j = draft_plan_seq(d, s, k, thr);
+    if (j > 0) draft_seq_feedback(d, s, j, accept < 0 ? j : MIN(accept, j));
+    draft_seq_end(d, s, NULL, 0, 0, false);
+    return j;
+}
+
+static void test_evidence(void) {
+    double thr1 = draft_threshold(1, 1, 0.05, 0); /* batch 1, ~0.048 */
+    /* ngram: "20 30" recurs (a 2-gram match, 6 tokens after it to draft);
+     * "1 2 3 4" recurs with 10 after it (a 4-gram match) */
+    int32_t g2[] = {10, 20, 30, 40, 50, 60, 70, 80, 99, 20, 30};
+    int32_t g4[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 2, 3, 4};
+    int n2 = (int)(sizeof g2 / sizeof *g2), n4 = (int)(sizeof g4 / sizeof *g4);
+    draft_opts o = draft_defaults(DRAFT_NGRAM);
+    drafter *d = draft_new(&o);
+    /* a fresh table drafts a few tokens on the prior (0.5 each) */
+    int first = episode(d, g4, n4, thr1, 0);
+    CHECK_MSG(first >= 1 && first <= 5, "a fresh table planned %d", first);
+    /* rejected 2-gram drafts: new sequences soon stop drafting them */
+    int drafted = 0, late = 0;
+    for (int i = 0; i < 200; i++) {
+        int j = episode(d, g2, n2, thr1, 0);
+        drafted += j > 0;
+        late += j > 0 && i >= 100;
+    }
+    CHECK_MSG(drafted >= 2 && drafted <= 16, "2-gram drafts always rejected: %d of 200 drafted", drafted);
+    CHECK_MSG(late <= 6, "%d of the last 100 drafted", late);
+    /* which does not silence the 4-gram class: accepted whole, it soon
+     * drafts all 8 at batch 8's threshold (a token costing 0.1) */
+    double thr8 = draft_threshold(8, 8, 0.1, 0); /* ~0.44 */
+    for (int i = 0; i < 30; i++) episode(d, g4, n4, thr1, -1);
+    CHECK_EQ_INT(episode(d, g4, n4, thr8, -1), 8);
+    /* ... while a 2-gram proposal still is not */
+    CHECK_EQ_INT(episode(d, g2, n2, thr8, 0), 0);
+    /* accepted 3 tokens at a time: the 4-gram class learns to stop there */
+    drafter *d3 = draft_new(&o);
+    for (int i = 0; i < 60; i++) episode(d3, g4, n4, thr1, 3);
+    int j3 = episode(d3, g4, n4, thr8, 3);
+    CHECK_MSG(j3 >= 3 && j3 <= 4, "drafts accepted 3 at a time: %d planned at batch 8", j3);
+    draft_free(d3);
+    /* the estimates stay in (0, 1) */
+    draft_seq *s = draft_seq_new(d);
+    int32_t out[DRAFT_MAX];
+    int k = draft_propose(d, s, g4, n4, 8, out);
+    for (int j = 0; j < k; j++) {
+        double p = draft_seq_accept_p(d, s, j);
+        CHECK(p > 0 && p < 1);
+    }
+    CHECK(draft_seq_accept_p(d, s, 0) > 0.9);
+    draft_seq_end(d, s, NULL, 0, 0, false);
+    /* the sampled class is apart from the greedy one: on the prior still */
+    s = draft_seq_new(d);
+    draft_seq_set_sampled(s, true);
+    CHECK_EQ_INT(draft_propose(d, s, g4, n4, 8, out), 8);
+    CHECK_NEAR(draft_seq_accept_p(d, s, 0), 0.5, 1e-6);
+    draft_seq_end(d, s, NULL, 0, 0, false);
+    draft_free(d);
+
+    /* suffix: the match depth is evidence. One token repeated after
+     * varied ones (a depth-1 match: "7" always followed by something else)
+     * is rejected; a long repeated phrase (depth 8+) accepted. */
+    o = draft_defaults(DRAFT_SUFFIX);
+    o.global_max_nodes = 0;
+    d = draft_new(&o);
+    int32_t sh[64], lg[64];
+    int ns = 0, nl = 0;
+    for (int i = 0; i < 20; i++) sh[ns++] = i % 2 ? 7 : 100 + i;
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 16; i++) lg[nl++] = 200 + i;
+    for (int i = 0; i < 9; i++) lg[nl++] = 200 + i;
+    sh[ns++] = 7;
+    drafted = 0;
+    for (int i = 0; i < 100; i++) drafted += episode(d, sh, ns, thr1, 0) > 0;
+    CHECK_MSG(drafted <= 10, "depth-1 suffix drafts always rejected: %d of 100 drafted", drafted);
+    for (int i = 0; i < 30; i++) episode(d, lg, nl, thr1, -1);
+    CHECK_EQ_INT(episode(d, lg, nl, thr8, -1), 8);
+    CHECK_EQ_INT(episode(d, sh, ns, thr8, 0), 0);
+    draft_free(d);
+}
+
 int main(void) {
     test_cost();
     test_trie_vs_naive();
@@ -414,5 +505,6 @@ int main(void) {
     test_suffix_window();
     test_global_store();
     test_policy();
+    test_evidence();
     return test_summary("test_draft");
 }

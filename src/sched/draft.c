@@ -42,6 +42,31 @@
 #define ALPHA_IDLE_DECAY 0.97
 #define ALPHA_PRIOR 0.05
 
+/* The acceptance table (NGRAM, SUFFIX; draft.h "Policy"): one entry per
+ * evidence class and draft position, shared by all sequences.
+ * Evidence: the sampling (greedy or not), whether the sequence's last
+ * verified draft was accepted whole, and the drafter's match: ngram the
+ * n-gram length found (2..4); suffix the match depth (1, 2, 3, 4-7, 8+)
+ * and the token's count ratio (>= 0.99, >= 0.5, below). Positions 0..6,
+ * then 7 and later together.
+ * An entry's estimate is (accepted + EV_PRIOR * m) / (tried + EV_PRIOR),
+ * where m is the estimate of the entry one position earlier (0.5 at
+ * position 0): a position never reached yet inherits its predecessor's
+ * rate, so a class whose first tokens are always accepted drafts long at
+ * once. Counts decay by EV_DECAY per update of the entry (it follows the
+ * last ~50 drafts of its class, across sequences), and a class's position
+ * 0 by EV_IDLE_DECAY each time one of its proposals is not drafted, so a
+ * class that stopped paying is tried again now and then (with only
+ * rejections, about once per 30 declined proposals; the prior's weight
+ * keeps that rare: EV_PRIOR 0.2 of one draft). */
+#define EV_POS 8
+#define EV_NGRAM (NGRAM_MAX - NGRAM_MIN + 1)
+#define EV_SUFFIX (5 * 3)
+#define EV_CLASSES (4 * MAX(EV_NGRAM, EV_SUFFIX))
+#define EV_PRIOR 0.2
+#define EV_DECAY 0.98
+#define EV_IDLE_DECAY 0.99
+
 typedef struct stored {
     int32_t *toks;
     int n;
@@ -57,10 +82,16 @@ struct drafter {
     uint64_t evicted;
     int32_t *scan;          /* suffix_scan_propose's scratch for scan_cap tokens */
     int scan_cap;
+    /* the acceptance table: decayed accepted and tried counts */
+    float ev_acc[EV_CLASSES][EV_POS], ev_try[EV_CLASSES][EV_POS];
 };
 
 struct draft_seq {
-    double acc, rej; /* decayed accepted tokens and rejections */
+    double acc, rej; /* decayed accepted tokens and rejections (DRAFT_MODEL) */
+    bool sampled;    /* temperature > 0 (draft_seq_set_sampled)               */
+    bool whole;      /* its last verified draft was accepted whole            */
+    int n_ev;        /* the last proposal's tokens and their evidence classes */
+    uint8_t ev[DRAFT_MAX];
 };
 
 draft_opts draft_defaults(draft_kind kind) {
@@ -130,13 +161,14 @@ draft_seq *draft_seq_new(drafter *d) {
 
 /* The most recent earlier occurrence of the context's last g tokens
  * (g = NGRAM_MAX .. NGRAM_MIN, longest first), and the tokens after it. */
-static int ngram_propose(const int32_t *t, int n, int max, int32_t *out) {
+static int ngram_propose(const int32_t *t, int n, int max, int32_t *out, int *match) {
     for (int g = MIN(NGRAM_MAX, n - 1); g >= NGRAM_MIN; g--) {
         const int32_t *key = t + n - g;
         for (int i = n - g - 1; i >= 0; i--) { /* occurrence t[i, i+g), followed by t[i+g] */
             if (t[i] != key[0] || memcmp(t + i, key, (size_t)g * sizeof *t) != 0) continue;
             int k = 0;
             for (int j = i + g; j < n && k < max; j++) out[k++] = t[j];
+            *match = g;
             return k;
         }
     }
@@ -153,10 +185,10 @@ static double score(const float *prob, int k) {
     return sum;
 }
 
-static int suffix_draft(drafter *d, const int32_t *tokens, int n, int max, int32_t *out) {
+static int suffix_draft(drafter *d, const int32_t *tokens, int n, int max, int32_t *out, float *prob, int *match) {
     int32_t a[DRAFT_MAX], b[DRAFT_MAX];
     float pa[DRAFT_MAX], pb[DRAFT_MAX];
-    int na = 0, nb = 0;
+    int na = 0, nb = 0, la = 0, lb = 0;
     /* a match leaves room for the draft below the trie's depth */
     int match_max = MAX(1, MIN(SUFFIX_MATCH_MAX, d->o.suffix_depth - max));
     int w = MIN(n, d->o.seq_window); /* the request's newest context */
@@ -166,29 +198,84 @@ static int suffix_draft(drafter *d, const int32_t *tokens, int n, int max, int32
         if (p) d->scan = p, d->scan_cap = cap;
     }
     if (w <= d->scan_cap)
-        na = suffix_scan_propose(tokens + n - w, w, d->o.suffix_depth, match_max, max, DRAFT_P_MIN, d->scan, a, pa, NULL);
-    if (d->global && d->ring_n) nb = suffix_propose(d->global, NULL, tokens, n, match_max, max, DRAFT_P_MIN, b, pb, NULL);
+        na = suffix_scan_propose(tokens + n - w, w, d->o.suffix_depth, match_max, max, DRAFT_P_MIN, d->scan, a, pa, &la);
+    if (d->global && d->ring_n) nb = suffix_propose(d->global, NULL, tokens, n, match_max, max, DRAFT_P_MIN, b, pb, &lb);
     if (nb > 0 && score(pb, nb) > score(pa, na)) {
         memcpy(out, b, (size_t)nb * sizeof *b);
+        memcpy(prob, pb, (size_t)nb * sizeof *pb);
+        *match = lb;
         return nb;
     }
     memcpy(out, a, (size_t)na * sizeof *a);
+    memcpy(prob, pa, (size_t)na * sizeof *pa);
+    *match = la;
     return na;
+}
+
+/* The evidence class of a proposal's token (see EV_PRIOR): ngram by the
+ * n-gram length, suffix by the match depth and the token's count ratio. */
+static int ev_class(const drafter *d, const draft_seq *s, int match, float prob) {
+    int c;
+    if (d->o.kind == DRAFT_NGRAM) c = match - NGRAM_MIN;
+    else c = (match >= 8 ? 4 : match >= 4 ? 3 : MAX(match, 1) - 1) * 3 + (prob >= 0.99f ? 0 : prob >= 0.5f ? 1 : 2);
+    return (c * 2 + s->whole) * 2 + s->sampled;
 }
 
 int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out) {
     max = MIN(max, d->o.max_draft);
+    s->n_ev = 0;
     if (max <= 0 || n <= 0) return 0;
+    float prob[DRAFT_MAX];
+    int k = 0, match = 0;
     switch (d->o.kind) {
-    case DRAFT_NGRAM: return ngram_propose(tokens, n, max, out);
-    case DRAFT_SUFFIX: return suffix_draft(d, tokens, n, max, out);
+    case DRAFT_NGRAM: k = ngram_propose(tokens, n, max, out, &match); break;
+    case DRAFT_SUFFIX: k = suffix_draft(d, tokens, n, max, out, prob, &match); break;
     default: return 0;
     }
+    for (int i = 0; i < k; i++) s->ev[i] = (uint8_t)ev_class(d, s, match, d->o.kind == DRAFT_SUFFIX ? prob[i] : 1);
+    s->n_ev = k;
+    return k;
 }
 
-void draft_seq_feedback(draft_seq *s, int n_drafted, int n_accepted) {
+void draft_seq_set_sampled(draft_seq *s, bool sampled) { s->sampled = sampled; }
+
+double draft_seq_accept_p(const drafter *d, const draft_seq *s, int j) {
+    ASSERT(j >= 0 && j < s->n_ev);
+    double m = 0.5;
+    for (int i = 0; i <= j; i++) {
+        int c = s->ev[i], p = MIN(i, EV_POS - 1);
+        m = (d->ev_acc[c][p] + EV_PRIOR * m) / (d->ev_try[c][p] + EV_PRIOR);
+    }
+    return m;
+}
+
+int draft_plan_seq(drafter *d, draft_seq *s, int n, double threshold) {
+    n = MIN(n, s->n_ev);
+    double e = 1, m = 0.5;
+    int j = 0;
+    for (; j < n; j++) { /* draft_seq_accept_p of each position, in one pass */
+        int c = s->ev[j], p = MIN(j, EV_POS - 1);
+        m = (d->ev_acc[c][p] + EV_PRIOR * m) / (d->ev_try[c][p] + EV_PRIOR);
+        if ((e *= m) <= threshold) break;
+    }
+    if (j == 0 && n > 0) { /* declined: its class drifts back toward the prior */
+        d->ev_acc[s->ev[0]][0] *= (float)EV_IDLE_DECAY;
+        d->ev_try[s->ev[0]][0] *= (float)EV_IDLE_DECAY;
+    }
+    return j;
+}
+
+void draft_seq_feedback(drafter *d, draft_seq *s, int n_drafted, int n_accepted) {
     s->acc = s->acc * ALPHA_DECAY + n_accepted;
     s->rej = s->rej * ALPHA_DECAY + (n_accepted < n_drafted);
+    if (d && n_drafted <= s->n_ev) /* positions up to the first rejection were tried */
+        for (int i = 0; i < n_drafted && i <= n_accepted; i++) {
+            int c = s->ev[i], p = MIN(i, EV_POS - 1);
+            d->ev_acc[c][p] = d->ev_acc[c][p] * (float)EV_DECAY + (i < n_accepted);
+            d->ev_try[c][p] = d->ev_try[c][p] * (float)EV_DECAY + 1;
+        }
+    s->n_ev = 0;
+    s->whole = n_drafted > 0 && n_accepted >= n_drafted;
 }
 
 void draft_seq_idle(draft_seq *s) {

@@ -41,16 +41,29 @@
  *           deterministic above temperature 0, so they are verified by the
  *           general rule (sample.h, sampler_sample_spec).
  *
- * Policy (how many drafts are worth verifying): each sequence keeps an
- * estimate alpha of the chance a drafted token is accepted (accepted /
- * (accepted + rejections), decayed, with a prior of one each); the j-th
- * draft is expected to add alpha^j tokens. A draft token costs the step
- * `token_cost` (relative to the step's fixed cost of reading the weights),
- * plus the drafter's own cost (a draft model's forward), and every
- * sequence in the step waits for it, so it pays when alpha^j >
- * draft_threshold(n_decode, n_tokens, token_cost, draft_cost): at batch 1
- * nearly any draft pays; at large batches (decode no longer bandwidth-
- * bound) only confident ones do.
+ * Policy (how many drafts are worth verifying): the j-th draft token is
+ * expected to add P(tokens 0..j all accepted) tokens. A draft token costs
+ * the step `token_cost` (relative to the step's fixed cost of reading the
+ * weights), plus the drafter's own cost (a draft model's forward), and
+ * every sequence in the step waits for it, so it pays when that
+ * probability > draft_threshold(n_decode, n_tokens, token_cost,
+ * draft_cost): at batch 1 nearly any draft pays; at large batches (decode
+ * no longer bandwidth-bound) only confident ones do.
+ *   NGRAM, SUFFIX: the probability is conditioned on the evidence each
+ *   drafted token carries: a table shared by all sequences (learnt at
+ *   verification, draft_seq_feedback) of the acceptance rate per evidence
+ *   class and position; the class is the drafter's match (the n-gram
+ *   length; the suffix match depth and the token's count ratio), whether
+ *   the sequence samples, and whether its last draft was accepted whole.
+ *   P(0..j) is the product of the entries of positions 0..j
+ *   (draft_plan_seq). So a long exact match in repetitive text drafts long
+ *   from a sequence's first step, and the short matches random text
+ *   offers stop being drafted once their class has been rejected, for
+ *   every sequence.
+ *   MODEL: no evidence per token; each sequence keeps an estimate alpha of
+ *   the chance a drafted token is accepted (accepted / (accepted +
+ *   rejections), decayed, weak prior) and P(0..j) = alpha^(j+1)
+ *   (draft_plan).
  *
  * Thread: the engine thread only.
  */
@@ -99,12 +112,28 @@ int draft_max(const drafter *d);
 /* A sequence's drafting state (NULL when out of memory: it does not
  * speculate). */
 draft_seq *draft_seq_new(drafter *d);
+/* Whether the sequence samples (temperature > 0): part of its drafts'
+ * evidence (greedy decoding accepts more of the same drafts). */
+void draft_seq_set_sampled(draft_seq *s, bool sampled);
 /* Up to max (<= DRAFT_MAX) tokens likely to follow tokens[0, n), the whole
  * context so far (prompt and output). Between calls the context only
- * grows (a sequence's tokens never change). Returns the count. */
+ * grows (a sequence's tokens never change). Returns the count; s keeps
+ * each token's evidence class for draft_plan_seq and the feedback. */
 int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out);
-/* The verification's outcome: of n_drafted tokens, n_accepted were kept. */
-void draft_seq_feedback(draft_seq *s, int n_drafted, int n_accepted);
+/* NGRAM, SUFFIX: how many of the first n tokens of s's last proposal to
+ * verify: the largest j with P(tokens 0..j-1 accepted) > threshold, from
+ * the acceptance table. When that is none of them, the class of the first
+ * token drifts back toward the prior (so a class that stopped paying is
+ * tried again now and then). */
+int draft_plan_seq(drafter *d, draft_seq *s, int n, double threshold);
+/* The table's estimate that token j of s's last proposal is accepted,
+ * given tokens 0..j-1 were (j < the proposal's length). */
+double draft_seq_accept_p(const drafter *d, const draft_seq *s, int j);
+/* The verification's outcome: of the n_drafted first tokens of the last
+ * proposal (NGRAM, SUFFIX) or of a draft model's draft, n_accepted were
+ * kept. Updates the sequence's alpha and the table (d may be NULL: alpha
+ * only). */
+void draft_seq_feedback(drafter *d, draft_seq *s, int n_drafted, int n_accepted);
 /* A step the sequence decoded without drafting: the estimate drifts back
  * toward the prior, so a sequence whose drafts stopped paying tries again
  * later. */
@@ -121,7 +150,7 @@ void draft_seq_end(drafter *d, draft_seq *s, const int32_t *tokens, int n_prompt
  * costs token_cost of the step's fixed part and drafting it draft_cost
  * more (0 for ngram and suffix). Above 1: no draft can pay. */
 double draft_threshold(int n_decode, int n_tokens, double token_cost, double draft_cost);
-/* How many of n proposed drafts to verify: the largest j with
+/* How many of n proposed drafts to verify (MODEL): the largest j with
  * alpha^j > threshold. */
 int draft_plan(int n, double alpha, double threshold);
 

@@ -1222,6 +1222,7 @@ static void take_submitted(engine *en) {
         }
         hint_drop_session(en, r->kv_session); /* its agent is back */
         if (en->dr && !r->no_spec && !r->embd) s->ds = draft_seq_new(en->dr); /* NULL: it does not speculate */
+        if (s->ds) draft_seq_set_sampled(s->ds, r->sp.temperature > 0);
         if (s->ds && en->dm) s->dms = dmodel_seq_new(en->dm, r->sp.seed);
         list_push(&en->waiting, s);
         s->in_skip = r->trigger_skip_now;
@@ -1846,13 +1847,13 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         if (!s->ds || en->b_chunk[j] != 1 || s->n_tokens - s->n_computed != 1) continue;
         int max = MIN(MIN(MIN(rows, room), en->n_ctx - s->n_tokens), draft_max(en->dr));
         max = MIN(max, s->r->max_tokens - s->n_generated - 1); /* the last token needs no draft */
-        int want = draft_plan(max, draft_seq_alpha(s->ds), draft_threshold(n_decode, en->o.max_batch_tokens - room, cost, dcost));
-        if (want <= 0) {
-            draft_seq_idle(s->ds);
-            continue;
-        }
+        double thr = draft_threshold(n_decode, en->o.max_batch_tokens - room, cost, dcost);
         if (en->dm) { /* drafted below, in the draft model's batched forwards */
-            if (!s->dms) continue;
+            int want = draft_plan(max, draft_seq_alpha(s->ds), thr);
+            if (want <= 0 || !s->dms) {
+                if (want <= 0) draft_seq_idle(s->ds);
+                continue;
+            }
             if (!spec_catchup_pays(en, s, n_decode, cost, dcost)) {
                 draft_seq_idle(s->ds);
                 continue;
@@ -1865,7 +1866,11 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
             room -= k;
             continue;
         }
-        int k = draft_propose(en->dr, s->ds, s->tokens, s->n_tokens, want, s->draft);
+        /* ngram, suffix: the proposal first, then how much of it its
+         * evidence says pays (no estimate reaches 1: nothing pays above) */
+        if (max <= 0 || thr >= 1) continue;
+        int k = draft_propose(en->dr, s->ds, s->tokens, s->n_tokens, max, s->draft);
+        k = draft_plan_seq(en->dr, s->ds, k, thr);
         k = spec_reserve(en, s, spec_cut_grammar(s, k));
         if (k <= 0) continue;
         s->n_draft = k;
@@ -1896,7 +1901,7 @@ static req_finish spec_verify(engine *en, seq *s, int n0, int nd, int row0, req_
     s->n_computed += MAX(0, MIN(n_acc, s->n_tokens - 1 - n0));
     en->cnt.spec_drafted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)nd;
     en->cnt.spec_accepted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)n_acc;
-    draft_seq_feedback(s->ds, nd, n_acc);
+    draft_seq_feedback(en->dr, s->ds, nd, n_acc);
     return why;
 }
 
