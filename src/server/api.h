@@ -1,13 +1,21 @@
 /*
  * api.h — what every HTTP API the server speaks (OpenAI, Anthropic,
- * Responses, Ollama) has in common, in one place: its error shape, its names
- * for the request fields the core validates, and the replies every handler
- * writes (errors, whole JSON answers, the request body as JSON with the
- * out-of-memory checkpoint).
+ * Responses, Ollama) has in common, in one place: one answer path
+ * (api_serve: body, parse, gen_start, the answer whole or streamed, through
+ * the API's callbacks), its error shape, its names for the request fields
+ * the core validates, and the replies every handler writes (errors, whole
+ * JSON answers, the request body as JSON with the out-of-memory checkpoint).
+ *
+ *   body ─api_body_json─▶ ops.parse ─▶ gen_start ─▶ ops.start ─▶
+ *   [stream: ops.begin] ─▶ poll (ops.poll | gen_poll) ─▶ segments:
+ *   ops.open / ops.delta / ops.close ... ─▶ ops.finish (or ops.fail) ─▶
+ *   gen_done
  *
  * Place in the flow: server/, between routes.c (which finds a request's API
- * by its path) and the API files (oai.c, api_anthropic.c, api_responses.c,
- * api_ollama.c), each of which defines its api_ops row. The HTTP layer's own
+ * by its path and calls api_serve for the generation routes) and the API
+ * files (oai_answer.c for OpenAI's chat and completions, api_anthropic.c,
+ * api_responses.c, api_ollama.c), each of which defines its api_ops row: a
+ * callback set of about 150 lines for an API's answer. The HTTP layer's own
  * errors (413, 408, 503, framing) are rendered through the row of the
  * request's path (routes_error_body), so a client reads its own API's shape
  * on every path.
