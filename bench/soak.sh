@@ -24,7 +24,8 @@
 #     64-token completions: each gets a 200 or its 429 client_queue_full)
 #     and soak_clients.py noread (8 streams of 2,000 tokens never read,
 #     ended by --stall-timeout 10 and replaced). The agents and the load
-#     above share the first key and must still see no error.
+#     above share the first key and must still see no error. The three
+#     keys come from --api-key-file (OUT/keys).
 # Samples (samples.csv): RSS (VmRSS), open fds (/proc/PID/fd), threads, and
 # from /metrics the running/waiting requests, KV blocks used/cached/pinned,
 # pins, request-body bytes held.
@@ -32,6 +33,11 @@
 # It FAILS (exit 1, the reasons printed) when:
 #   - any well-formed request errs (agentbench's errors, soak_clients.py's
 #     good_* classes) or a hostile one gets anything but its 4xx;
+#   - with TENANTS=1: a tenant wrote no summary or erred (a flood request
+#     answered with anything but 200 or its 429), or the non-reading
+#     tenant opened streams and kvloom_requests_parked_total or
+#     kvloom_requests_stalled_total is still 0 (its streams must be parked,
+#     then cut);
 #   - the server dies;
 #   - RSS grows after warm-up: the median of the samples of the load's last
 #     quarter exceeds the median of its second quarter by more than
@@ -53,7 +59,9 @@
 #     value before the load (+2 fds of slack for the disk tier's
 #     descriptors). The cache itself keeps its blocks: that is its job.
 # It prints a summary: duration, requests by class, errors, RSS start/end/
-# max, fds start/end, threads start/end.
+# max, fds start/end, threads start/end; the well-behaved clients' requests
+# and errors with the agents' TTFT beside the tenants; the tenants' counts
+# and the server's parked / cut streams and per-client refusals.
 set -u
 MIN=${SOAK_MINUTES:-30}
 SHARED=${KVLOOM_SHARED:-../shared}
@@ -78,7 +86,10 @@ pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT INT TERM
 
-"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" --api-key "$KEY" --api-key "$FKEY" --api-key "$NKEY" \
+# one key per tenant, from a file (kept out of ps): each is a client of its
+# own for the fair admission, the parking and the per-client limits
+printf '%s\n%s\n%s\n' "$KEY" "$FKEY" "$NKEY" > "$OUT/keys"
+"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" --api-key-file "$OUT/keys" \
     --kv-mem "$KV_MEM" --kv-disk "$OUT/kvdisk" --kv-ttl-max 20 --max-body $MAX_BODY --stall-timeout 10 -t 2 \
     2> "$OUT/server.log" &
 SPID=$!
@@ -100,11 +111,11 @@ sample() { # phase
     thr=$(awk '/^Threads:/ {print $2}' /proc/$SPID/status)
     fds=$(ls /proc/$SPID/fd | wc -l)
     curl -s -m 10 -H "Authorization: Bearer $KEY" "$URL/metrics" > "$OUT/metrics.txt" || : > "$OUT/metrics.txt"
-    echo "$(($(date +%s) - T0)),$1,$rss,$fds,$thr,$(metric kvloom_requests_running),$(metric kvloom_requests_waiting),$(metric kvloom_kv_blocks_used),$(metric kvloom_kv_blocks_cached),$(metric kvloom_kv_pinned_blocks),$(metric kvloom_kv_pins),$(metric kvloom_http_body_bytes),$(metric kvloom_preemptions_total),$(metric kvloom_kv_evicted_blocks_total),$(metric kvloom_kv_disk_restored_tokens_total)" >> "$OUT/samples.csv"
+    echo "$(($(date +%s) - T0)),$1,$rss,$fds,$thr,$(metric kvloom_requests_running),$(metric kvloom_requests_waiting),$(metric kvloom_kv_blocks_used),$(metric kvloom_kv_blocks_cached),$(metric kvloom_kv_pinned_blocks),$(metric kvloom_kv_pins),$(metric kvloom_http_body_bytes),$(metric kvloom_preemptions_total),$(metric kvloom_kv_evicted_blocks_total),$(metric kvloom_kv_disk_restored_tokens_total),$(metric kvloom_requests_parked_total),$(metric kvloom_requests_stalled_total),$(metric kvloom_client_refused_total)" >> "$OUT/samples.csv"
 }
 
 T0=$(date +%s)
-echo "t_s,phase,rss_kb,fds,threads,running,waiting,kv_used,kv_cached,kv_pinned_blocks,kv_pins,body_bytes,preemptions,evicted_blocks,disk_restored_tokens" > "$OUT/samples.csv"
+echo "t_s,phase,rss_kb,fds,threads,running,waiting,kv_used,kv_cached,kv_pinned_blocks,kv_pins,body_bytes,preemptions,evicted_blocks,disk_restored_tokens,parked,stalled,client_refused" > "$OUT/samples.csv"
 sleep 1
 # two idle samples, the baseline from the second: the first one's /metrics
 # request starts a handler thread, which the sampling (every SAMPLE_S, less
@@ -173,9 +184,9 @@ while [ -z "$fail" ] && [ "$(date +%s)" -lt "$s_end" ]; do
 done
 [ -z "$fail" ] && [ $settled = 0 ] && fail="$fail; not back to baseline after ${SETTLE_S}s: $(tail -n 1 "$OUT/samples.csv") (start: fds $FDS0, threads $THR0)"
 
-SUMMARY=$("$PY" - "$OUT" "$SECS" <<'PYEOF'
+SUMMARY=$("$PY" - "$OUT" "$SECS" "$TENANTS" <<'PYEOF'
 import csv, glob, json, statistics, sys
-out, secs = sys.argv[1], int(sys.argv[2])
+out, secs, with_tenants = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 rows = list(csv.DictReader(open(out + "/samples.csv")))
 load = [r for r in rows if r["phase"] == "load"]
 msgs = []
@@ -236,14 +247,28 @@ print(f"fds: start {rows[0]['fds']}, end {last['fds']}; threads: start {rows[0][
 print(f"engine: preemptions {last['preemptions']}, evicted blocks {last['evicted_blocks']}, "
       f"disk-restored tokens {last['disk_restored_tokens']}; end: running {last['running']}, waiting "
       f"{last['waiting']}, kv used/cached {last['kv_used']}/{last['kv_cached']}, pins {last['kv_pins']}")
-if tenants:
-    print("tenants: " + "; ".join(f"{k}: " + ", ".join(f"{c} {n}" for c, n in v["requests"].items())
-                                  for k, v in tenants.items()))
+good_n, good_err = ab["requests"] + cl["n_requests"], ab["errors"] + cl["n_errors"]
+lat = ""
 if ttft:
     p50 = [v for k, v in ttft if k == "ttft_p50_ms"]
     p99 = [v for k, v in ttft if k == "ttft_p99_ms"]
-    print(f"agents' TTFT per round: p50 {statistics.median(p50):.0f} ms (median of rounds), "
-          f"p99 {max(p99):.0f} ms (worst round)")
+    lat = (f"; agents' TTFT p50 {statistics.median(p50):.0f} ms (median of rounds), "
+           f"p99 {max(p99):.0f} ms (worst round)")
+print(f"well-behaved (agents + load, their own key): {good_n} requests, {good_err} errors (must be 0)"
+      + (", beside the tenants" if with_tenants else "") + lat)
+if with_tenants:
+    for name in ("flood", "noread"):
+        if name not in tenants:
+            msgs.append(f"{name}: the tenant wrote no summary")
+    print("tenants: " + "; ".join(f"{k}: " + ", ".join(f"{c} {n}" for c, n in v["requests"].items())
+                                  for k, v in tenants.items()))
+    parked, stalled = int(last["parked"] or 0), int(last["stalled"] or 0)
+    print(f"server: streams parked {parked} (kvloom_requests_parked_total), cut {stalled} "
+          f"(kvloom_requests_stalled_total), per-client refusals {last['client_refused'] or 0} "
+          f"(kvloom_client_refused_total)")
+    opened = tenants.get("noread", {}).get("requests", {}).get("noread_opened", 0)
+    if opened and (not parked or not stalled):
+        msgs.append(f"the non-reading tenant opened {opened} streams but the server parked {parked} and cut {stalled}")
 for m in msgs:
     print("FAIL: " + m)
 PYEOF
