@@ -315,6 +315,9 @@ def write_summary(a, out):
     return 1 if out.get("n_errors") else 0
 
 
+STOP = threading.Event()  # SIGTERM (tenant_bench ends an attack): stop, write the summary
+
+
 def tally(st, what, call, expected):
     """One request of a hostile tenant: a 200 is what_ok; a (status, text in
     the body) of `expected` is what_<its label> (a 429 also waits 50 ms);
@@ -358,7 +361,7 @@ def flood(a):
     def worker(i):
         cl = Client(a.url, a.api_key, 8 << 20, a.seed * 1000 + i)
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "ignore_eos": True})
-        while time.monotonic() < end:
+        while time.monotonic() < end and not STOP.is_set():
             tally(st, "flood", lambda: cl.call("POST", "/v1/completions", body), {(429, b"client-max-queued"): "limited"})
 
     return run_threads(a, st, worker, a.threads)
@@ -374,7 +377,7 @@ def noread(a):
            b"Authorization: Bearer " + a.api_key.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
            b"\r\n\r\n" + body)
     socks = []  # (socket, opened at)
-    while time.monotonic() < end:
+    while time.monotonic() < end and not STOP.is_set():
         while len(socks) < a.streams:
             try:
                 s = socket.create_connection((u.hostname, u.port), timeout=10)
@@ -402,9 +405,6 @@ def noread(a):
     for s in socks:
         s.close()
     return tenant_summary(a, st)
-
-
-STOP = threading.Event()  # SIGTERM (tenant_bench ends an attack): stop, write the summary
 
 
 def held_conns(a, make, what):
@@ -541,12 +541,13 @@ def main():
         rest = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
     a = ap.parse_args(argv)
+    if a.mode in ("flood", "noread", "bodies", "slots", "lastbyte", "masks"):
+        signal.signal(signal.SIGTERM, lambda *_: STOP.set())
     if a.mode == "flood":
         return flood(a)
     if a.mode == "noread":
         return noread(a)
     if a.mode in ("bodies", "slots", "lastbyte", "masks"):
-        signal.signal(signal.SIGTERM, lambda *_: STOP.set())
         return attack(a)
     return load(a) if a.mode == "load" else agentbench(a, rest)
 

@@ -6,7 +6,20 @@
 #
 #   bench/tenant_bench.sh    env: MODEL (../shared/models/stories260K.gguf),
 #                            KVLOOM_BIN (build/kvloom), ROUNDS (3), AGENTS (8),
-#                            TURNS (4), OUT (a temp dir, kept)
+#                            TURNS (4), OUT (a temp dir, kept), CONDS (the
+#                            attacks, default all six), ATTACKER_NICE (19)
+#
+# An attack named with the suffix _remote in CONDS (e.g. CONDS="flood
+# flood_remote noread noread_remote") is the same attack with its client
+# under nice -n ATTACKER_NICE: a model of an attacker on another machine.
+# Without it the attacker's Python threads take their share of the same
+# two cores as the server and the agents, so part of what the agents lose
+# is the attacker's own CPU, which a deployment does not pay. At nice 19
+# (weight 15 against the server's and the agents' 1024; cpu_share.sh
+# switches autogrouping off, so nice acts across sessions) it runs on the
+# CPU they leave idle: its requests still reach the server, as fast as
+# that idle CPU lets it send, so it under-states an attacker whose rate
+# does not depend on ours. Both run in the same rounds, interleaved.
 #
 # The server has one key per tenant (--api-key x3, so each tenant is a
 # client of its own for the fair admission) and --stall-timeout 10. Each
@@ -64,9 +77,11 @@ agents() { # json: the agents' run, and the server's peak RSS meanwhile in json.
     sort -n "$1.rsslog" | tail -1 > "$1.rss"
 }
 
-beside() { # mode key round: the agents beside that hostile tenant
-    "$PY" "$HERE/soak_clients.py" "$1" --url "$URL" --seconds 600 --api-key "$2" --json "$OUT/$1-$3.tenant.json" \
-        > /dev/null 2>&1 &
+beside() { # condition key round: the agents beside that hostile tenant (condition: mode[_remote])
+    nice_=""
+    [ "${1%_remote}" != "$1" ] && nice_="nice -n ${ATTACKER_NICE:-19}"
+    $nice_ "$PY" "$HERE/soak_clients.py" "${1%_remote}" --url "$URL" --seconds 600 --api-key "$2" \
+        --json "$OUT/$1-$3.tenant.json" > /dev/null 2>&1 &
     H=$!
     pids="$pids $H"
     sleep 2
@@ -80,8 +95,8 @@ for r in $(seq 1 "$ROUNDS"); do
     agents "$OUT/alone-$r.json"
     for c in $CONDS; do
         case $c in
-            flood) beside flood "$FKEY" "$r" ;;
-            noread) beside noread "$NKEY" "$r"; sleep 12 ;; # the non-read streams end (--stall-timeout 10)
+            flood | flood_remote) beside "$c" "$FKEY" "$r" ;;
+            noread | noread_remote) beside "$c" "$NKEY" "$r"; sleep 12 ;; # the non-read streams end (--stall-timeout 10)
             *) beside "$c" "$AKEY" "$r" ;;
         esac
     done
@@ -99,12 +114,22 @@ for cond in ["alone"] + sys.argv[3:]:
                   "tps": statistics.median(x["out_tok_per_s"] for x in d),
                   "errors": sum(x["errors"] for x in d), "requests": sum(x["requests"] for x in d),
                   "rss": max(int(open(f"{out}/{cond}-{r}.json.rss").read() or 0) for r in range(1, rounds + 1))}
+    t = []  # the attacker's own count (requests answered, or connections/streams opened) per round
+    for r in range(1, rounds + 1):
+        try:
+            t.append(json.load(open(f"{out}/{cond}-{r}.tenant.json"))["requests"])
+        except (OSError, ValueError):
+            pass
+    rows[cond]["tenant"] = t
 a = rows["alone"]
-print(f"{'condition':8} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7} {'peak RSS MB':>11}"
+print(f"{'condition':13} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7} {'peak RSS MB':>11}"
       "  ratios to alone (p50, p99, tok/s)")
 for cond, v in rows.items():
-    print(f"{cond:8} {v['p50']:12.1f} {v['p99']:12.1f} {v['tps']:10.1f} {v['errors']:4}/{v['requests']:<4} "
+    print(f"{cond:13} {v['p50']:12.1f} {v['p99']:12.1f} {v['tps']:10.1f} {v['errors']:4}/{v['requests']:<4} "
           f"{v['rss'] / 1024:11.1f}  {v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
+for cond, v in rows.items():
+    if v["tenant"]:
+        print(f"{cond}: the attacker's counts per round: {v['tenant']}")
 PYEOF
 grep -E "^kvloom_(fair_preemptions_total|client_refused_total|requests_stalled_total|requests_parked_total|kv_blocks_total|memory_accounted_bytes) |^kvloom_memory_bytes" "$OUT/metrics.txt"
 echo "tenant_bench: output in $OUT"
