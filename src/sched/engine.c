@@ -30,8 +30,10 @@
  *      do not and a client below its share waits, preempt one sequence of
  *      the client furthest above its share:
  *      radix_match the known tokens (all but the last one, whose logits we
- *      need), skip a sequence whose next blocks another sequence is still
- *      computing (PENDING: it waits rather than recomputes), allocate all
+ *      need), copy the rows before the divergence when the match ends
+ *      inside a block (docs/kv-cache.md "A partial last block"), skip a sequence
+ *      whose next blocks another sequence is still computing (PENDING: it
+ *      waits rather than recomputes), allocate all
  *      blocks for its known tokens at once, index its full prompt blocks as
  *      PENDING so later requests join instead of recomputing; with the disk
  *      tier (--kv-disk), blocks past the RAM match that are on disk are read
