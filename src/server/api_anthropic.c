@@ -670,8 +670,6 @@ const api_ops api_anthropic = {
 
 /* ---- routes ---- */
 
-bool api_anthropic_messages(routes_ctx *rc, http_exchange *x) { return api_serve(&api_anthropic, rc, x, "/v1/messages"); }
-
 void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
     oai_params p;

@@ -254,7 +254,7 @@ static void sha256_hex(const void *data, size_t n, char *out) {
 
 /* ---- GET /api/tags, POST /api/show, GET /api/version ---- */
 
-static void handle_tags(routes_ctx *rc, http_exchange *x) {
+void api_ollama_tags(routes_ctx *rc, http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
     size_t size = gguf_file_size(rc->m->gguf);
     /* The digest names this model file: the SHA-256 of "<model id>\n<file
@@ -311,7 +311,7 @@ static json_t *model_info_json(const routes_ctx *rc) {
 }
 
 
-static void handle_show(routes_ctx *rc, http_exchange *x) {
+void api_ollama_show(routes_ctx *rc, http_exchange *x) {
     unsigned long f0 = oai_json_nomem();
     json_t *body = body_object(x);
     if (!body) return;
@@ -861,30 +861,18 @@ const api_ops api_ollama_api = {
     .stream_nomem = "{\"error\":\"generation failed: out of memory building the answer\"}\n",
 };
 
-bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path) {
-    if (!strcmp(path, "/api/chat")) return api_serve(&api_ollama_api, rc, x, "/api/chat");
-    if (!strcmp(path, "/api/generate")) return api_serve(&api_ollama_api, rc, x, "/api/generate");
-    if (!strcmp(path, "/api/embed") || !strcmp(path, "/api/embeddings")) {
-        embed_ollama(rc, x, !strcmp(path, "/api/embeddings"));
-        return false;
-    }
-    if (!strcmp(path, "/api/tags")) {
-        handle_tags(rc, x);
-    } else if (!strcmp(path, "/api/show")) {
-        handle_show(rc, x);
-    } else if (!strcmp(path, "/api/version")) {
-        static const char v[] = "{\"version\":\"" OLLAMA_VERSION "\"}";
-        http_reply(x, 200, "application/json", v, strlen(v), NULL, NULL);
-    } else if (!strcmp(path, "/api/pull") || !strcmp(path, "/api/push") || !strcmp(path, "/api/create") ||
-               !strcmp(path, "/api/copy") || !strcmp(path, "/api/delete")) {
-        /* Decision: 501 with what to do instead; kvloom has no model
-         * registry to pull from, its models are GGUF files on disk */
-        reply_error(x, 501,
-                    "%s is not supported: kvloom loads models from GGUF files on disk, it does not download or "
-                    "manage them (start it with 'kvloom serve -m FILE.gguf'; /api/tags lists what it serves)",
-                    path);
-    } else {
-        reply_error(x, 404, "no route for %.200s", path);
-    }
-    return false;
+void api_ollama_version(routes_ctx *rc, http_exchange *x) {
+    static const char v[] = "{\"version\":\"" OLLAMA_VERSION "\"}";
+    http_reply(x, 200, "application/json", v, strlen(v), NULL, NULL);
+    (void)rc;
+}
+
+void api_ollama_unsupported(routes_ctx *rc, http_exchange *x) {
+    /* Decision: 501 with what to do instead; kvloom has no model registry
+     * to pull from, its models are GGUF files on disk */
+    reply_error(x, 501,
+                "%s is not supported: kvloom loads models from GGUF files on disk, it does not download or "
+                "manage them (start it with 'kvloom serve -m FILE.gguf'; /api/tags lists what it serves)",
+                http_path(x));
+    (void)rc;
 }

@@ -1037,8 +1037,6 @@ int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, oai_error 
     return r;
 }
 
-bool api_responses_create(routes_ctx *rc, http_exchange *x) { return api_serve(&api_responses, rc, x, "/v1/responses"); }
-
 void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
     unsigned long f0 = oai_json_nomem();
     char msg[300];

@@ -20,7 +20,7 @@
  * contract, like every header of src/server/ but server.h — http.h,
  * generate.h, oai.h, oai_answer.h, metrics.h, ... — each of which declares
  * the functions of one file named after that file (api_anthropic_*,
- * api_responses_*, api_ollama; resp_store_* is api_responses.c's store).
+ * api_responses_*, api_ollama_*; resp_store_* is api_responses.c's store).
  * The module__ prefix (tok__, jinja__, grammar__, kern__, sched__, cli__) is
  * for what a module's internal header (*_internal.h, cli.h) shares among its
  * files beside their per-file contracts; the server splits its internals
@@ -39,7 +39,6 @@
 #include "oai.h"
 #include "routes.h"
 
-bool api_anthropic_messages(routes_ctx *rc, http_exchange *x);
 /* The Anthropic Messages body (only read) as the chat request it becomes:
  * translated, checked by oai_parse, continue_final set for a prefill;
  * count_only: the count_tokens form (max_tokens not required). Returns 0
@@ -59,10 +58,9 @@ resp_store *resp_store_new(size_t max_bytes);
 void resp_store_free(resp_store *s); /* NULL is a no-op */
 /* Entries and their bytes now (/metrics). Any thread. */
 void resp_store_stats(resp_store *s, int *n, size_t *bytes);
-bool api_responses_create(routes_ctx *rc, http_exchange *x);
 /* The Responses body (only read) as the chat request it becomes (with the
  * stored conversation of previous_response_id): 0 (free *p with
- * oai_params_free), or -1 with *err filled, as api_responses_create answers
+ * oai_params_free), or -1 with *err filled, as POST /v1/responses answers
  * it through api_responses (api.h). */
 int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, oai_error *err);
 /* GET or DELETE /v1/responses/{id}. */
@@ -76,7 +74,14 @@ void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id);
  * which names the field as Ollama does. */
 int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oai_kind *kind, bool *stream,
                       oai_error *err);
-/* Any /api/... route (path as requested). */
-bool api_ollama(routes_ctx *rc, http_exchange *x, const char *path);
+/* Ollama's routes of no generation (routes.c's rows; /api/chat and
+ * /api/generate are api_serve's with api_ollama_api, /api/embed and
+ * /api/embeddings embed.h's): GET /api/tags (one model: several are
+ * routes.c's listing), POST /api/show, GET /api/version, and the model
+ * management routes (pull, push, create, copy, delete), refused with 501. */
+void api_ollama_tags(routes_ctx *rc, http_exchange *x);
+void api_ollama_show(routes_ctx *rc, http_exchange *x);
+void api_ollama_version(routes_ctx *rc, http_exchange *x);
+void api_ollama_unsupported(routes_ctx *rc, http_exchange *x);
 
 #endif

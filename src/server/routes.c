@@ -438,56 +438,185 @@ uint64_t routes_cache_salt(const routes_ctx *rc, http_exchange *x, const char *c
     return s;
 }
 
-typedef struct route {
-    const char *path;
-    const char *method;
-    int id;
-} route;
+/* The "model" of a POST body (Ollama also "name"), copied to buf; NULL
+ * when the body is not JSON or names none (the handler reports that). */
+static const char *body_model(http_exchange *x, char *buf, size_t cap) {
+    size_t n;
+    const char *b = http_body(x, &n);
+    json_t *o = b && n ? json_loadb(b, n, 0, NULL) : NULL;
+    json_t *m = json_is_object(o) ? json_object_get(o, "model") : NULL;
+    if (!json_is_string(m) && json_is_object(o)) m = json_object_get(o, "name");
+    const char *r = NULL;
+    if (json_is_string(m)) {
+        snprintf(buf, cap, "%s", json_string_value(m));
+        r = buf;
+    }
+    json_decref(o);
+    return r;
+}
 
-enum {
-    R_COMPL, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_LOAD, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
-    R_ANTHROPIC, R_ANTHROPIC_COUNT, R_RESPONSES, R_RESPONSE_ITEM, R_OLLAMA, R_EMBED, R_PROPS, R_MODELS_LOAD,
-    R_MODELS_UNLOAD
+/* POST /models/load and /models/unload {"model": NAME}. */
+static void handle_model_load(routes_ctx *root, http_exchange *x, bool load) {
+    char name[300], msg[700];
+    const char *want = body_model(x, name, sizeof name);
+    if (!want) {
+        reply_error(x, 400, "'model' (a string) is required", "model", NULL);
+        return;
+    }
+    int st = 0;
+    int r = load ? models_load(root->models, want, &st, msg, sizeof msg)
+                 : models_unload(root->models, want, &st, msg, sizeof msg);
+    if (r < 0) reply_error(x, st, msg, "model", st == 404 ? "model_not_found" : NULL);
+    else http_reply(x, 200, "application/json", "{\"success\":true}", 16, NULL, NULL);
+}
+
+/* A route: method, path, its handler, its API (the shape of its errors,
+ * the HTTP layer's too: routes_error_body) and flags. One table holds every
+ * route of every API; routes_precheck and routes_handle read it. */
+typedef struct route route;
+/* Answers the request: rc is the model that serves it (route_model), root
+ * the server's own context. True when it reached the engine (it then counts
+ * and logs itself when it ends, through gen_done). */
+typedef bool route_fn(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
+struct route {
+    const char *method, *path;
+    route_fn *handler;
+    const api_ops *ops;
+    unsigned flags; /* RF_* */
 };
+#define RF_PREFIX 1u  /* path is a prefix, an id follows (GET /v1/models/{id})       */
+#define RF_EXEMPT 2u  /* no API key, and no body (routes_precheck): what a balancer polls */
+#define RF_ROOT 4u    /* of no model: listings, load and unload, Ollama's refusals     */
+#define RF_LIST 8u    /* a listing of the models: the root's when several are served  */
+#define RF_NAMED 16u  /* one model's answer: with several served the request names it */
+#define RF_GEN 32u    /* a generation: counted in n_pending (/load) in its handler    */
+#define RF_POLL 64u   /* its 200s are debug log lines (balancers poll it)             */
+
+/* The id after a prefix route's path ("" for the others). */
+static const char *route_rest(const route *rt, http_exchange *x) {
+    return rt->flags & RF_PREFIX ? http_path(x) + strlen(rt->path) : "";
+}
+
+static bool r_completion(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)rt, (void)root;
+    return api_serve(&api_openai, rc, x, oai_route_of(OAI_COMPLETION)->path);
+}
+static bool r_chat(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)rt, (void)root;
+    return api_serve(&api_openai, rc, x, oai_route_of(OAI_CHAT)->path);
+}
+/* The generation route of another API: its row's path is its canonical one. */
+static bool r_generate(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)root;
+    return api_serve(rt->ops, rc, x, rt->path);
+}
+static bool r_models(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    const char *id = rt->flags & RF_PREFIX ? route_rest(rt, x) : NULL;
+    if (rc == root) handle_model_list(root, x, id);
+    else handle_models(rc, x, id);
+    return false;
+}
+static bool r_health(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    static const char ok[] = "{\"status\":\"ok\",\"version\":\"" KVLOOM_VERSION "\"}";
+    (void)rt, (void)root, (void)rc;
+    http_reply(x, 200, "application/json", ok, sizeof ok - 1, NULL, NULL);
+    return false;
+}
+static bool r_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)rt;
+    handle_load(rc, x, atomic_load(&root->n_pending));
+    return false;
+}
+/* The routes whose handler takes (rc, x) and never reaches the engine. */
+#define ROUTE_PLAIN(name, fn)                                                                   \
+    static bool name(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {    \
+        (void)rt, (void)root;                                                                   \
+        fn(rc, x);                                                                              \
+        return false;                                                                           \
+    }
+ROUTE_PLAIN(r_props, handle_props)
+ROUTE_PLAIN(r_metrics, handle_metrics)
+ROUTE_PLAIN(r_tokenize, handle_tokenize)
+ROUTE_PLAIN(r_detokenize, handle_detokenize)
+ROUTE_PLAIN(r_count_tokens, api_anthropic_count_tokens)
+ROUTE_PLAIN(r_embed, embed_openai)
+ROUTE_PLAIN(r_ollama_show, api_ollama_show)
+ROUTE_PLAIN(r_ollama_version, api_ollama_version)
+ROUTE_PLAIN(r_ollama_unsupported, api_ollama_unsupported)
+static bool r_response_item(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)root;
+    api_responses_item(rc, x, route_rest(rt, x));
+    return false;
+}
+static bool r_ollama_embed(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)root;
+    embed_ollama(rc, x, !strcmp(rt->path, "/api/embeddings"));
+    return false;
+}
+/* GET /api/tags: one model's (api_ollama.c), or the listing of several. */
+static bool r_ollama_tags(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    if (rc == root) handle_model_list(root, x, rt->path);
+    else api_ollama_tags(rc, x);
+    return false;
+}
+static bool r_ollama_ps(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)rc;
+    handle_model_list(root, x, rt->path);
+    return false;
+}
+static bool r_models_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    (void)root;
+    handle_model_load(rc, x, !strcmp(rt->path, "/models/load"));
+    return false;
+}
 
 static const route routes[] = {
-    {"/v1/completions", "POST", R_COMPL},     {"/completions", "POST", R_COMPL},
-    {"/v1/chat/completions", "POST", R_CHAT}, {"/chat/completions", "POST", R_CHAT},
-    {"/v1/models", "GET", R_MODELS},          {"/models", "GET", R_MODELS},
-    {"/health", "GET", R_HEALTH},             {"/metrics", "GET", R_METRICS},
-    {"/load", "GET", R_LOAD},                 {"/props", "GET", R_PROPS},
-    {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE},
-    {"/v1/messages", "POST", R_ANTHROPIC},    {"/v1/responses", "POST", R_RESPONSES},
-    {"/v1/messages/count_tokens", "POST", R_ANTHROPIC_COUNT},
-    {"/api/chat", "POST", R_OLLAMA},          {"/api/generate", "POST", R_OLLAMA},
-    {"/api/tags", "GET", R_OLLAMA},           {"/api/show", "POST", R_OLLAMA},
-    {"/api/version", "GET", R_OLLAMA},
-    {"/v1/embeddings", "POST", R_EMBED},      {"/embeddings", "POST", R_EMBED},
-    {"/api/embed", "POST", R_OLLAMA},         {"/api/embeddings", "POST", R_OLLAMA},
+    {"POST", "/v1/completions", r_completion, &api_openai, RF_GEN},
+    {"POST", "/completions", r_completion, &api_openai, RF_GEN},
+    {"POST", "/v1/chat/completions", r_chat, &api_openai, RF_GEN},
+    {"POST", "/chat/completions", r_chat, &api_openai, RF_GEN},
+    {"GET", "/v1/models", r_models, &api_openai, RF_LIST},
+    {"GET", "/models", r_models, &api_openai, RF_LIST},
+    {"GET", "/v1/models/", r_models, &api_openai, RF_LIST | RF_PREFIX},
+    {"GET", "/models/", r_models, &api_openai, RF_LIST | RF_PREFIX},
+    {"GET", "/health", r_health, &api_openai, RF_ROOT | RF_EXEMPT | RF_POLL},
+    {"GET", "/metrics", r_metrics, &api_openai, RF_ROOT}, /* per model, never loading one (route_stats) */
+    {"GET", "/load", r_load, &api_openai, RF_ROOT | RF_EXEMPT | RF_POLL},
+    {"GET", "/props", r_props, &api_openai, RF_NAMED},
+    {"POST", "/tokenize", r_tokenize, &api_openai, RF_NAMED},
+    {"POST", "/detokenize", r_detokenize, &api_openai, RF_NAMED},
+    {"POST", "/v1/embeddings", r_embed, &api_openai, 0},
+    {"POST", "/embeddings", r_embed, &api_openai, 0},
+    {"POST", "/models/load", r_models_load, &api_openai, RF_ROOT},
+    {"POST", "/models/unload", r_models_load, &api_openai, RF_ROOT},
+    {"POST", "/v1/messages", r_generate, &api_anthropic, RF_GEN},
+    {"POST", "/v1/messages/count_tokens", r_count_tokens, &api_anthropic, 0},
+    {"POST", "/v1/responses", r_generate, &api_responses, RF_GEN},
+    {"GET", "/v1/responses/", r_response_item, &api_responses, RF_PREFIX},
+    {"DELETE", "/v1/responses/", r_response_item, &api_responses, RF_PREFIX},
+    {"POST", "/api/chat", r_generate, &api_ollama_api, RF_GEN},
+    {"POST", "/api/generate", r_generate, &api_ollama_api, RF_GEN},
+    {"GET", "/api/tags", r_ollama_tags, &api_ollama_api, RF_LIST},
+    {"GET", "/api/ps", r_ollama_ps, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/show", r_ollama_show, &api_ollama_api, 0},
+    {"GET", "/api/version", r_ollama_version, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/embed", r_ollama_embed, &api_ollama_api, 0},
+    {"POST", "/api/embeddings", r_ollama_embed, &api_ollama_api, 0},
     /* model management: refused with a message (models are files here) */
-    {"/api/pull", "POST", R_OLLAMA},          {"/api/push", "POST", R_OLLAMA},
-    {"/api/create", "POST", R_OLLAMA},        {"/api/copy", "POST", R_OLLAMA},
-    {"/api/delete", "DELETE", R_OLLAMA},
-    {"/api/ps", "GET", R_OLLAMA},
-    {"/models/load", "POST", R_MODELS_LOAD},  {"/models/unload", "POST", R_MODELS_UNLOAD},
-};
-
-/* Paths with an id after a prefix: GET /v1/models/{id} (and /models/{id}),
- * GET|DELETE /v1/responses/{id}. */
-static const route prefix_routes[] = {
-    {"/v1/models/", "GET", R_MODEL},
-    {"/models/", "GET", R_MODEL},
-    {"/v1/responses/", "GET", R_RESPONSE_ITEM},
-    {"/v1/responses/", "DELETE", R_RESPONSE_ITEM},
+    {"POST", "/api/pull", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/push", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/create", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/copy", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"DELETE", "/api/delete", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
 };
 
 static bool method_fits(const route *r, const char *method) {
     return !strcmp(r->method, method) || (!strcmp(method, "HEAD") && !strcmp(r->method, "GET"));
 }
 
-static bool path_fits(const route *r, const char *path, bool prefix) {
+static bool path_fits(const route *r, const char *path) {
     size_t k = strlen(r->path);
-    return prefix ? !strncmp(path, r->path, k) && path[k] : !strcmp(path, r->path);
+    return r->flags & RF_PREFIX ? !strncmp(path, r->path, k) && path[k] : !strcmp(path, r->path);
 }
 
 /* The route for method + path (NULL if none); *path_known when some method
@@ -497,21 +626,30 @@ static const route *route_find(const char *method, const char *path, bool *path_
     const route *rt = NULL;
     *path_known = false;
     if (allow) snprintf(allow, cap, "OPTIONS");
-    for (int pass = 0; pass < 2; pass++) {
-        const route *v = pass ? prefix_routes : routes;
-        size_t n = pass ? ARRAY_LEN(prefix_routes) : ARRAY_LEN(routes);
-        for (size_t i = 0; i < n; i++) {
-            if (!path_fits(&v[i], path, pass == 1)) continue;
+    /* the exact paths first: POST /models/load is not GET /models/{id} */
+    for (unsigned pass = 0; pass < 2 && !*path_known; pass++) {
+        for (size_t i = 0; i < ARRAY_LEN(routes); i++) {
+            const route *v = &routes[i];
+            if ((v->flags & RF_PREFIX) != (pass ? RF_PREFIX : 0u) || !path_fits(v, path)) continue;
             *path_known = true;
-            if (!rt && method_fits(&v[i], method)) rt = &v[i];
-            if (allow && !strstr(allow, v[i].method)) {
+            if (!rt && method_fits(v, method)) rt = v;
+            if (allow && !strstr(allow, v->method)) {
                 size_t k = strlen(allow);
-                snprintf(allow + k, cap - k, ", %s%s", v[i].method, strcmp(v[i].method, "GET") ? "" : ", HEAD");
+                snprintf(allow + k, cap - k, ", %s%s", v->method, strcmp(v->method, "GET") ? "" : ", HEAD");
             }
         }
-        if (*path_known) break;
     }
     return rt;
+}
+
+/* The API of a path (its errors' shape): its route's, else by its prefix
+ * (api_of_path: a 404 under /api/ is Ollama's). */
+static const api_ops *path_api(const char *path) {
+    for (unsigned pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < ARRAY_LEN(routes); i++)
+            if ((routes[i].flags & RF_PREFIX) == (pass ? RF_PREFIX : 0u) && path_fits(&routes[i], path))
+                return routes[i].ops;
+    return api_of_path(path);
 }
 
 /* Whether `host` (a Host header: name or [v6], maybe a port) names this
@@ -560,11 +698,11 @@ static bool form_content_type(const char *ct) {
 
 /* An error answered in the shape of the path's API (code: OpenAI's). */
 static void reply_error_shaped(http_exchange *x, int status, const char *msg, const char *code) {
-    api_reply_error(api_of_path(http_path(x)), x, status, msg, NULL, code);
+    api_reply_error(path_api(http_path(x)), x, status, msg, NULL, code);
 }
 
 size_t routes_error_body(const char *path, int status, const char *code, const char *msg, char *out, size_t cap) {
-    char *s = api_of_path(path)->error_json(status, msg, NULL, code);
+    char *s = path_api(path)->error_json(status, msg, NULL, code);
     size_t n = strlen(s);
     if (n >= cap) n = 0; /* the HTTP layer's own OpenAI object */
     else memcpy(out, s, n + 1);
@@ -600,8 +738,9 @@ bool routes_precheck(void *ctx, http_exchange *x) {
      * page's files (unless --no-webui). These take no body: a body there
      * would be read and held without a key. */
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    bool exempt = get && (!strcmp(http_path(x), "/health") || !strcmp(http_path(x), "/load") ||
-                          (!o->no_webui && webui_find(http_path(x))));
+    bool path_known;
+    const route *rt = route_find(method, http_path(x), &path_known, NULL, 0);
+    bool exempt = (rt && rt->flags & RF_EXEMPT) || (get && !o->no_webui && webui_find(http_path(x)));
     if (exempt && http_body_announced(x)) {
         refuse(rc, x, 400, "this route takes no request body", "body_not_allowed");
         return false;
@@ -627,77 +766,33 @@ bool routes_precheck(void *ctx, http_exchange *x) {
     return true;
 }
 
-/* The "model" of a POST body (Ollama also "name"), copied to buf; NULL
- * when the body is not JSON or names none (the handler reports that). */
-static const char *body_model(http_exchange *x, char *buf, size_t cap) {
-    size_t n;
-    const char *b = http_body(x, &n);
-    json_t *o = b && n ? json_loadb(b, n, 0, NULL) : NULL;
-    json_t *m = json_is_object(o) ? json_object_get(o, "model") : NULL;
-    if (!json_is_string(m) && json_is_object(o)) m = json_object_get(o, "name");
-    const char *r = NULL;
-    if (json_is_string(m)) {
-        snprintf(buf, cap, "%s", json_string_value(m));
-        r = buf;
-    }
-    json_decref(o);
-    return r;
-}
-
 /* The routes_ctx that serves this request: the model its "model" field
  * names (models.h), with a reference, or root for the routes of no model
  * (listings, /health, load and unload). NULL when it answered an error in
  * the route's shape (an unknown name is a 404 model_not_found). */
-static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *rt, const char *path) {
+static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *rt) {
     models *ms = root->models;
     bool multi = models_count(ms) > 1;
-    switch (rt->id) {
-    case R_HEALTH: case R_MODELS_LOAD: case R_MODELS_UNLOAD: return root;
-    case R_MODELS: case R_MODEL:
-        if (multi) return root;
-        break;
-    case R_METRICS: case R_LOAD: return root; /* per model, never loading one (route_stats) */
-    case R_OLLAMA:
-        if (!strcmp(path, "/api/ps") || !strcmp(path, "/api/version") || (multi && !strcmp(path, "/api/tags")) ||
-            !strcmp(path, "/api/pull") || !strcmp(path, "/api/push") || !strcmp(path, "/api/create") ||
-            !strcmp(path, "/api/copy") || !strcmp(path, "/api/delete"))
-            return root; /* listings, and the refusals of model management (no model needed) */
-        break;
-    default: break;
-    }
+    if (rt->flags & RF_ROOT || (multi && rt->flags & RF_LIST)) return root;
     char name[300];
     const char *want = NULL;
+    bool get = !strcmp(rt->method, "GET");
     if (multi && !strcmp(http_method(x), "POST")) want = body_model(x, name, sizeof name);
-    if (multi && rt->id == R_PROPS) want = http_query(x, "model"); /* llama-server's router: GET /props?model= */
+    if (multi && get && rt->flags & RF_NAMED) want = http_query(x, "model"); /* llama-server's router: GET /props?model= */
     int st = 0;
     char msg[700];
-    if (multi && !want && (rt->id == R_PROPS || rt->id == R_TOKENIZE || rt->id == R_DETOKENIZE)) {
+    if (multi && !want && rt->flags & RF_NAMED) {
         /* their answers are one model's (tokenizer, context, template):
          * another model's would be wrong without a sign of it */
-        snprintf(msg, sizeof msg, "%d models are served here: name one (%s)", models_count(ms),
-                 rt->id == R_PROPS ? "GET /props?model=NAME" : "\"model\": NAME in the body");
+        snprintf(msg, sizeof msg, "%d models are served here: name one (%s%s%s)", models_count(ms),
+                 get ? "GET " : "\"model\": NAME in the body", get ? rt->path : "", get ? "?model=NAME" : "");
         reply_error(x, 400, msg, "model", NULL);
         return NULL;
     }
     routes_ctx *rc = models_acquire(ms, want, &st, msg, sizeof msg);
     if (rc) return rc;
-    api_reply_error(api_of_path(path), x, st, msg, st == 404 ? "model" : NULL, st == 404 ? "model_not_found" : NULL);
+    api_reply_error(rt->ops, x, st, msg, st == 404 ? "model" : NULL, st == 404 ? "model_not_found" : NULL);
     return NULL;
-}
-
-/* POST /models/load and /models/unload {"model": NAME}. */
-static void handle_model_load(routes_ctx *root, http_exchange *x, bool load) {
-    char name[300], msg[700];
-    const char *want = body_model(x, name, sizeof name);
-    if (!want) {
-        reply_error(x, 400, "'model' (a string) is required", "model", NULL);
-        return;
-    }
-    int st = 0;
-    int r = load ? models_load(root->models, want, &st, msg, sizeof msg)
-                 : models_unload(root->models, want, &st, msg, sizeof msg);
-    if (r < 0) reply_error(x, st, msg, "model", st == 404 ? "model_not_found" : NULL);
-    else http_reply(x, 200, "application/json", "{\"success\":true}", 16, NULL, NULL);
 }
 
 void routes_handle(void *ctx, http_exchange *x) {
@@ -720,43 +815,12 @@ void routes_handle(void *ctx, http_exchange *x) {
             snprintf(msg, sizeof msg, "no route for %.16s %.200s", method, path);
         }
         reply_error_shaped(x, path_known ? 405 : 404, msg, NULL);
-    } else if (!(rc = route_model(root, x, rt, path))) {
+    } else if (!(rc = route_model(root, x, rt))) {
         /* unknown name or a model that cannot load: answered in the API's shape */
     } else {
-        const bool gen_route = rt->id == R_COMPL || rt->id == R_CHAT || rt->id == R_ANTHROPIC ||
-                               rt->id == R_RESPONSES || rt->id == R_OLLAMA;
-        if (gen_route) atomic_fetch_add(&root->n_pending, 1);
-        switch (rt->id) {
-        case R_COMPL: generation = api_serve(&api_openai, rc, x, oai_route_of(OAI_COMPLETION)->path); break;
-        case R_CHAT: generation = api_serve(&api_openai, rc, x, oai_route_of(OAI_CHAT)->path); break;
-        case R_MODELS: case R_MODEL:
-            if (rc == root) handle_model_list(rc, x, rt->id == R_MODEL ? path + strlen(rt->path) : NULL);
-            else handle_models(rc, x, rt->id == R_MODEL ? path + strlen(rt->path) : NULL);
-            break;
-        case R_HEALTH: {
-            static const char ok[] = "{\"status\":\"ok\",\"version\":\"" KVLOOM_VERSION "\"}";
-            http_reply(x, 200, "application/json", ok, sizeof ok - 1, NULL, NULL);
-            break;
-        }
-        case R_LOAD: handle_load(rc, x, atomic_load(&root->n_pending)); break;
-        case R_PROPS: handle_props(rc, x); break;
-        case R_METRICS: handle_metrics(rc, x); break;
-        case R_TOKENIZE: handle_tokenize(rc, x); break;
-        case R_DETOKENIZE: handle_detokenize(rc, x); break;
-        case R_ANTHROPIC: generation = api_anthropic_messages(rc, x); break;
-        case R_ANTHROPIC_COUNT: api_anthropic_count_tokens(rc, x); break;
-        case R_RESPONSES: generation = api_responses_create(rc, x); break;
-        case R_RESPONSE_ITEM: api_responses_item(rc, x, path + strlen(rt->path)); break;
-        case R_OLLAMA:
-            if (rc == root && (!strcmp(path, "/api/ps") || !strcmp(path, "/api/tags"))) /* models.h's listings */
-                handle_model_list(rc, x, !strcmp(path, "/api/ps") ? "/api/ps" : "/api/tags");
-            else
-                generation = api_ollama(rc, x, path);
-            break;
-        case R_EMBED: embed_openai(rc, x); break;
-        case R_MODELS_LOAD: case R_MODELS_UNLOAD: handle_model_load(rc, x, rt->id == R_MODELS_LOAD); break;
-        }
-        if (gen_route) atomic_fetch_sub(&root->n_pending, 1);
+        if (rt->flags & RF_GEN) atomic_fetch_add(&root->n_pending, 1);
+        generation = rt->handler(rt, root, rc, x);
+        if (rt->flags & RF_GEN) atomic_fetch_sub(&root->n_pending, 1);
         /* a generation releases its model when its answer is written (gen_done) */
         if (!generation && rc != root) models_release(rc);
     }
@@ -766,7 +830,7 @@ void routes_handle(void *ctx, http_exchange *x) {
     metrics_count(root->met, http_status(x));
     /* a balancer polls /health and /load several times a second: those
      * successes are debug lines, not the log */
-    bool poll = rt && (rt->id == R_HEALTH || rt->id == R_LOAD) && http_status(x) == 200;
+    bool poll = rt && rt->flags & RF_POLL && http_status(x) == 200;
     const char *why = http_status(x) >= 400 ? http_reason(x) : "";
     log_msg(poll ? LOG_DEBUG : LOG_INFO, "%s %s %d %.1fms%s%s%s", http_method_log(x), http_path_log(x),
             http_status(x), (double)(clock_ns() - t0) / 1e6, *why ? " (" : "", why, *why ? ")" : "");

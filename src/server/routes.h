@@ -103,7 +103,8 @@ bool routes_precheck(void *ctx, http_exchange *x);
 char *routes_template_source(const routes_ctx *rc);
 
 /* The http_error_fn (http.h): errors of the HTTP layer (413, 408, 503, the
- * framing 400s) in the error shape of the path's API (api_of_path, api.h):
+ * framing 400s) in the error shape of the path's route's API (its row's
+ * api_ops; a path of no route: api_of_path, api.h):
  * Anthropic's under /v1/messages, Ollama's {"error": msg} under /api, the
  * OpenAI object elsewhere (Responses too). */
 size_t routes_error_body(const char *path, int status, const char *code, const char *msg, char *out, size_t cap);
