@@ -135,52 +135,37 @@ static void reply_json(http_exchange *x, json_t *o, unsigned long f0) { api_repl
 
 /* ---- request translation: Messages body -> OpenAI chat body ---- */
 
-typedef struct afail {
-    int status;
-    char msg[640];
-} afail;
-
-static int abad(afail *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int abad(afail *f, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
-    va_end(ap);
-    f->status = 400;
-    return -1;
-}
-
 /* The text of a content given as a string or as text blocks (other block
  * types refused, naming where). */
-static int text_of(json_t *c, const char *where, http_buf *out, afail *f) {
+static int text_of(json_t *c, const char *where, http_buf *out, api_fail *f) {
     if (json_is_string(c)) {
         http_buf_add(out, json_string_value(c), json_string_length(c));
         return 0;
     }
-    if (!json_is_array(c)) return abad(f, "%s: must be a string or an array of text blocks", where);
+    if (!json_is_array(c)) return api_bad(f, NULL, "%s: must be a string or an array of text blocks", where);
     for (size_t j = 0; j < json_array_size(c); j++) {
         json_t *b = json_array_get(c, j);
         json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
-        if (!json_is_string(type)) return abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
+        if (!json_is_string(type)) return api_bad(f, NULL, "%s.%zu: must be an object with a string 'type'", where, j);
         if (strcmp(json_string_value(type), "text"))
-            return abad(f, "%s.%zu.type: '%.64s' blocks are not supported here (text only)", where, j,
+            return api_bad(f, NULL, "%s.%zu.type: '%.64s' blocks are not supported here (text only)", where, j,
                         json_string_value(type));
         json_t *text = oai_field(b, "text");
-        if (!json_is_string(text)) return abad(f, "%s.%zu.text: must be a string", where, j);
+        if (!json_is_string(text)) return api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
         http_buf_add(out, json_string_value(text), json_string_length(text));
     }
     return 0;
 }
 
 /* The tool_use ids seen so far (an object used as a set) live in `ids`. */
-static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, afail *f) {
+static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, api_fail *f) {
     char where[64];
     snprintf(where, sizeof where, "messages.%zu.content", i);
     if (json_is_string(content)) {
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", content));
         return 0;
     }
-    if (!json_is_array(content)) return abad(f, "%s: must be a string or an array of content blocks", where);
+    if (!json_is_array(content)) return api_bad(f, NULL, "%s: must be a string or an array of content blocks", where);
     http_buf text = {0};
     bool any_text = false;
     int r = 0;
@@ -188,14 +173,14 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
         json_t *b = json_array_get(content, j);
         json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
         if (!json_is_string(type)) {
-            r = abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
+            r = api_bad(f, NULL, "%s.%zu: must be an object with a string 'type'", where, j);
             break;
         }
         const char *t = json_string_value(type);
         if (!strcmp(t, "text")) {
             json_t *s = oai_field(b, "text");
             if (!json_is_string(s)) {
-                r = abad(f, "%s.%zu.text: must be a string", where, j);
+                r = api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
                 break;
             }
             if (any_text) http_buf_add(&text, "\n", 1);
@@ -204,16 +189,16 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
         } else if (!strcmp(t, "tool_result")) {
             json_t *id = oai_field(b, "tool_use_id"), *c = oai_field(b, "content"), *err = oai_field(b, "is_error");
             if (!json_is_string(id) || !json_string_length(id)) {
-                r = abad(f, "%s.%zu.tool_use_id: must be a non-empty string", where, j);
+                r = api_bad(f, NULL, "%s.%zu.tool_use_id: must be a non-empty string", where, j);
                 break;
             }
             if (!json_object_get(ids, json_string_value(id))) {
-                r = abad(f, "%s.%zu.tool_use_id: '%.100s' matches no tool_use block of an earlier assistant message",
+                r = api_bad(f, NULL, "%s.%zu.tool_use_id: '%.100s' matches no tool_use block of an earlier assistant message",
                          where, j, json_string_value(id));
                 break;
             }
             if (err && !json_is_boolean(err)) {
-                r = abad(f, "%s.%zu.is_error: must be a boolean", where, j);
+                r = api_bad(f, NULL, "%s.%zu.is_error: must be a boolean", where, j);
                 break;
             }
             http_buf out = {0};
@@ -227,7 +212,7 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
             }
             http_buf_free(&out);
         } else {
-            r = abad(f, "%s.%zu.type: '%.64s' blocks are not supported in user messages (text and tool_result only)",
+            r = api_bad(f, NULL, "%s.%zu.type: '%.64s' blocks are not supported in user messages (text and tool_result only)",
                      where, j, t);
         }
     }
@@ -236,14 +221,14 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, af
     return r;
 }
 
-static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t i, afail *f) {
+static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t i, api_fail *f) {
     char where[64];
     snprintf(where, sizeof where, "messages.%zu.content", i);
     if (json_is_string(content)) {
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "assistant", "content", content));
         return 0;
     }
-    if (!json_is_array(content)) return abad(f, "%s: must be a string or an array of content blocks", where);
+    if (!json_is_array(content)) return api_bad(f, NULL, "%s: must be a string or an array of content blocks", where);
     http_buf text = {0}, thinking = {0};
     json_t *calls = json_array();
     int r = 0;
@@ -251,21 +236,21 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
         json_t *b = json_array_get(content, j);
         json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
         if (!json_is_string(type)) {
-            r = abad(f, "%s.%zu: must be an object with a string 'type'", where, j);
+            r = api_bad(f, NULL, "%s.%zu: must be an object with a string 'type'", where, j);
             break;
         }
         const char *t = json_string_value(type);
         if (!strcmp(t, "text")) {
             json_t *s = oai_field(b, "text");
             if (!json_is_string(s)) {
-                r = abad(f, "%s.%zu.text: must be a string", where, j);
+                r = api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
                 break;
             }
             http_buf_add(&text, json_string_value(s), json_string_length(s));
         } else if (!strcmp(t, "thinking")) {
             json_t *s = oai_field(b, "thinking");
             if (!json_is_string(s)) {
-                r = abad(f, "%s.%zu.thinking: must be a string", where, j);
+                r = api_bad(f, NULL, "%s.%zu.thinking: must be a string", where, j);
                 break;
             }
             http_buf_add(&thinking, json_string_value(s), json_string_length(s));
@@ -274,22 +259,22 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
         } else if (!strcmp(t, "tool_use")) {
             json_t *id = oai_field(b, "id"), *name = oai_field(b, "name"), *input = oai_field(b, "input");
             if (!json_is_string(id) || !json_string_length(id)) {
-                r = abad(f, "%s.%zu.id: must be a non-empty string", where, j);
+                r = api_bad(f, NULL, "%s.%zu.id: must be a non-empty string", where, j);
                 break;
             }
             if (!json_is_string(name) || !json_string_length(name)) {
-                r = abad(f, "%s.%zu.name: must be a non-empty string", where, j);
+                r = api_bad(f, NULL, "%s.%zu.name: must be a non-empty string", where, j);
                 break;
             }
             if (!json_is_object(input)) {
-                r = abad(f, "%s.%zu.input: must be an object", where, j);
+                r = api_bad(f, NULL, "%s.%zu.input: must be an object", where, j);
                 break;
             }
             json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function",
                                                    "function", "name", name, "arguments", input));
             json_object_set_new(ids, json_string_value(id), json_true());
         } else {
-            r = abad(f, "%s.%zu.type: '%.64s' blocks are not supported in assistant messages (text, thinking and "
+            r = api_bad(f, NULL, "%s.%zu.type: '%.64s' blocks are not supported in assistant messages (text, thinking and "
                         "tool_use only)",
                      where, j, t);
         }
@@ -307,11 +292,11 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
     return r;
 }
 
-static int map_messages(json_t *body, json_t *chat, bool *prefill, afail *f) {
+static int map_messages(json_t *body, json_t *chat, bool *prefill, api_fail *f) {
     json_t *messages = oai_field(body, "messages");
-    if (!messages) return abad(f, "messages: Field required");
+    if (!messages) return api_bad(f, NULL, "messages: Field required");
     if (!json_is_array(messages) || !json_array_size(messages))
-        return abad(f, "messages: must be a non-empty array of messages");
+        return api_bad(f, NULL, "messages: must be a non-empty array of messages");
     json_t *msgs = json_array(), *ids = json_object();
     int r = 0;
     json_t *system = oai_field(body, "system");
@@ -325,35 +310,35 @@ static int map_messages(json_t *body, json_t *chat, bool *prefill, afail *f) {
     for (size_t i = 0; i < json_array_size(messages) && r == 0; i++) {
         json_t *m = json_array_get(messages, i);
         if (!json_is_object(m)) {
-            r = abad(f, "messages.%zu: must be an object", i);
+            r = api_bad(f, NULL, "messages.%zu: must be an object", i);
             break;
         }
         json_t *role = oai_field(m, "role"), *content = oai_field(m, "content");
         if (!json_is_string(role)) {
-            r = abad(f, "messages.%zu.role: must be \"user\" or \"assistant\"", i);
+            r = api_bad(f, NULL, "messages.%zu.role: must be \"user\" or \"assistant\"", i);
             break;
         }
         role_s = json_string_value(role);
         if (!content) {
-            r = abad(f, "messages.%zu.content: Field required", i);
+            r = api_bad(f, NULL, "messages.%zu.content: Field required", i);
             break;
         }
         if (json_is_array(content) && !json_array_size(content) &&
             !(i + 1 == json_array_size(messages) && !strcmp(role_s, "assistant"))) {
             /* as Anthropic: only a final assistant message may be empty */
-            r = abad(f, "messages.%zu.content: must not be empty (only a final assistant message may be)", i);
+            r = api_bad(f, NULL, "messages.%zu.content: must not be empty (only a final assistant message may be)", i);
             break;
         }
         if (!strcmp(role_s, "user")) r = user_message(msgs, content, ids, i, f);
         else if (!strcmp(role_s, "assistant")) r = assistant_message(msgs, content, ids, i, f);
-        else r = abad(f, "messages.%zu.role: must be \"user\" or \"assistant\"; got \"%.40s\"", i, role_s);
+        else r = api_bad(f, NULL, "messages.%zu.role: must be \"user\" or \"assistant\"; got \"%.40s\"", i, role_s);
     }
     if (r == 0) {
         /* A final assistant message (text only) is the answer's beginning. */
         json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
         *prefill = role_s && !strcmp(role_s, "assistant") && !json_object_get(last, "tool_calls");
         if (role_s && !strcmp(role_s, "assistant") && json_object_get(last, "tool_calls"))
-            r = abad(f, "messages: the last message is an assistant message with tool_use blocks; send their "
+            r = api_bad(f, NULL, "messages: the last message is an assistant message with tool_use blocks; send their "
                         "tool_result blocks in a user message");
     }
     if (r == 0) json_object_set(chat, "messages", msgs);
@@ -362,28 +347,28 @@ static int map_messages(json_t *body, json_t *chat, bool *prefill, afail *f) {
     return r;
 }
 
-static int map_tools(json_t *tools, json_t *chat, afail *f) {
-    if (!json_is_array(tools)) return abad(f, "tools: must be an array");
+static int map_tools(json_t *tools, json_t *chat, api_fail *f) {
+    if (!json_is_array(tools)) return api_bad(f, NULL, "tools: must be an array");
     if (!json_array_size(tools)) return 0;
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
-        if (!json_is_object(t)) return abad(f, "tools.%zu: must be an object", i);
+        if (!json_is_object(t)) return api_bad(f, NULL, "tools.%zu: must be an object", i);
         json_t *type = oai_field(t, "type"), *name = oai_field(t, "name"), *desc = oai_field(t, "description"),
                *schema = oai_field(t, "input_schema");
         if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "custom")))
-            return abad(f, "tools.%zu.type: %s%.64s%s tools are not supported (custom tools with an input_schema only)",
+            return api_bad(f, NULL, "tools.%zu.type: %s%.64s%s tools are not supported (custom tools with an input_schema only)",
                         i, json_is_string(type) ? "'" : "", json_is_string(type) ? json_string_value(type) : "non-string",
                         json_is_string(type) ? "'" : "");
-        if (!json_is_string(name) || !json_string_length(name)) return abad(f, "tools.%zu.name: must be a non-empty string", i);
-        if (desc && !json_is_string(desc)) return abad(f, "tools.%zu.description: must be a string", i);
-        if (!schema) return abad(f, "tools.%zu.input_schema: Field required", i);
-        if (!json_is_object(schema)) return abad(f, "tools.%zu.input_schema: must be a JSON Schema object", i);
+        if (!json_is_string(name) || !json_string_length(name)) return api_bad(f, NULL, "tools.%zu.name: must be a non-empty string", i);
+        if (desc && !json_is_string(desc)) return api_bad(f, NULL, "tools.%zu.description: must be a string", i);
+        if (!schema) return api_bad(f, NULL, "tools.%zu.input_schema: Field required", i);
+        if (!json_is_object(schema)) return api_bad(f, NULL, "tools.%zu.input_schema: must be a JSON Schema object", i);
         /* in the order OpenAI clients send (the generic tool prompt writes
          * the tools as given: the same tools give the same prompt) */
         json_t *strict = oai_field(t, "strict");
-        if (strict && !json_is_boolean(strict)) return abad(f, "tools.%zu.strict: must be a boolean", i);
+        if (strict && !json_is_boolean(strict)) return api_bad(f, NULL, "tools.%zu.strict: must be a boolean", i);
         json_t *fn = json_pack("{s:O}", "name", name);
         if (desc) json_object_set(fn, "description", desc);
         json_object_set(fn, "parameters", schema);
@@ -393,62 +378,62 @@ static int map_tools(json_t *tools, json_t *chat, afail *f) {
     return 0;
 }
 
-static int map_tool_choice(json_t *tc, json_t *chat, afail *f) {
-    if (!json_is_object(tc)) return abad(f, "tool_choice: must be an object {\"type\": ...}");
+static int map_tool_choice(json_t *tc, json_t *chat, api_fail *f) {
+    if (!json_is_object(tc)) return api_bad(f, NULL, "tool_choice: must be an object {\"type\": ...}");
     json_t *type = oai_field(tc, "type"), *name = oai_field(tc, "name"), *dp = oai_field(tc, "disable_parallel_tool_use");
-    if (!json_is_string(type)) return abad(f, "tool_choice.type: must be a string");
-    if (dp && !json_is_boolean(dp)) return abad(f, "tool_choice.disable_parallel_tool_use: must be a boolean");
+    if (!json_is_string(type)) return api_bad(f, NULL, "tool_choice.type: must be a string");
+    if (dp && !json_is_boolean(dp)) return api_bad(f, NULL, "tool_choice.disable_parallel_tool_use: must be a boolean");
     if (json_is_true(dp)) json_object_set_new(chat, "parallel_tool_calls", json_false());
     const char *t = json_string_value(type);
     if (!strcmp(t, "auto")) json_object_set_new(chat, "tool_choice", json_string("auto"));
     else if (!strcmp(t, "any")) json_object_set_new(chat, "tool_choice", json_string("required"));
     else if (!strcmp(t, "none")) json_object_set_new(chat, "tool_choice", json_string("none"));
     else if (!strcmp(t, "tool")) {
-        if (!json_is_string(name)) return abad(f, "tool_choice.name: must be a string (the tool to call)");
+        if (!json_is_string(name)) return api_bad(f, NULL, "tool_choice.name: must be a string (the tool to call)");
         json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
     } else {
-        return abad(f, "tool_choice.type: must be \"auto\", \"any\", \"tool\" or \"none\"; got \"%.40s\"", t);
+        return api_bad(f, NULL, "tool_choice.type: must be \"auto\", \"any\", \"tool\" or \"none\"; got \"%.40s\"", t);
     }
     return 0;
 }
 
-static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **chat_out, bool *prefill, afail *f) {
+static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **chat_out, bool *prefill, api_fail *f) {
     json_t *chat = *chat_out = json_object();
     json_t *v;
     *prefill = false;
     if ((v = oai_field(body, "model"))) {
-        if (!json_is_string(v)) return abad(f, "model: must be a string");
+        if (!json_is_string(v)) return api_bad(f, NULL, "model: must be a string");
         json_object_set(chat, "model", v);
     }
     if (!count_only) {
         v = oai_field(body, "max_tokens");
-        if (!v) return abad(f, "max_tokens: Field required");
+        if (!v) return api_bad(f, NULL, "max_tokens: Field required");
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
-            return abad(f, "max_tokens: must be an integer >= 1");
+            return api_bad(f, NULL, "max_tokens: must be an integer >= 1");
         json_object_set(chat, "max_tokens", v);
     }
     if ((v = oai_field(body, "temperature"))) {
         if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
-            return abad(f, "temperature: must be a number in [0, 1]");
+            return api_bad(f, NULL, "temperature: must be a number in [0, 1]");
         json_object_set(chat, "temperature", v);
     }
     if ((v = oai_field(body, "top_p"))) json_object_set(chat, "top_p", v);
     if ((v = oai_field(body, "top_k"))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0) return abad(f, "top_k: must be an integer >= 0");
+        if (!json_is_integer(v) || json_integer_value(v) < 0) return api_bad(f, NULL, "top_k: must be an integer >= 0");
         json_object_set(chat, "top_k", v);
     }
     if ((v = oai_field(body, "stream"))) json_object_set(chat, "stream", v);
     if ((v = oai_field(body, "stop_sequences"))) {
-        if (!json_is_array(v)) return abad(f, "stop_sequences: must be an array of strings");
+        if (!json_is_array(v)) return api_bad(f, NULL, "stop_sequences: must be an array of strings");
         for (size_t i = 0; i < json_array_size(v); i++)
             if (!json_is_string(json_array_get(v, i)) || !json_string_length(json_array_get(v, i)))
-                return abad(f, "stop_sequences.%zu: must be a non-empty string", i);
+                return api_bad(f, NULL, "stop_sequences.%zu: must be a non-empty string", i);
         if (json_array_size(v)) json_object_set(chat, "stop", v);
     }
     if ((v = oai_field(body, "metadata"))) {
-        if (!json_is_object(v)) return abad(f, "metadata: must be an object");
+        if (!json_is_object(v)) return api_bad(f, NULL, "metadata: must be an object");
         json_t *u = oai_field(v, "user_id");
-        if (u && !json_is_string(u)) return abad(f, "metadata.user_id: must be a string");
+        if (u && !json_is_string(u)) return api_bad(f, NULL, "metadata.user_id: must be a string");
         if (u) json_object_set(chat, "user", u);
     }
     /* kvloom's extensions, named as on the chat route */
@@ -458,17 +443,17 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
     for (size_t i = 0; i < ARRAY_LEN(ext); i++)
         if ((v = oai_field(body, ext[i]))) json_object_set(chat, ext[i], v);
     json_t *kw = oai_field(body, "chat_template_kwargs");
-    if (kw && !json_is_object(kw)) return abad(f, "chat_template_kwargs: must be an object");
+    if (kw && !json_is_object(kw)) return api_bad(f, NULL, "chat_template_kwargs: must be an object");
     kw = kw ? json_deep_copy(kw) : json_object();
     json_object_set_new(chat, "chat_template_kwargs", kw);
     if ((v = oai_field(body, "thinking"))) {
         json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL;
         const char *tt = json_is_string(type) ? json_string_value(type) : "";
         if (strcmp(tt, "enabled") && strcmp(tt, "adaptive") && strcmp(tt, "disabled"))
-            return abad(f, "thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
+            return api_bad(f, NULL, "thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
         json_t *budget = oai_field(v, "budget_tokens");
         if (budget && (!json_is_integer(budget) || json_integer_value(budget) < 0))
-            return abad(f, "thinking.budget_tokens: must be an integer >= 0");
+            return api_bad(f, NULL, "thinking.budget_tokens: must be an integer >= 0");
         if (rc->reasoning && !json_object_get(kw, "enable_thinking"))
             json_object_set_new(kw, "enable_thinking", json_boolean(strcmp(tt, "disabled") != 0));
     }
@@ -476,8 +461,8 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
         /* structured outputs: {type: "json_schema", schema} */
         json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL, *schema = json_is_object(v) ? oai_field(v, "schema") : NULL;
         if (!json_is_string(type) || strcmp(json_string_value(type), "json_schema"))
-            return abad(f, "output_format.type: must be \"json_schema\"");
-        if (!json_is_object(schema)) return abad(f, "output_format.schema: must be a JSON Schema object");
+            return api_bad(f, NULL, "output_format.type: must be \"json_schema\"");
+        if (!json_is_object(schema)) return api_bad(f, NULL, "output_format.schema: must be a JSON Schema object");
         json_object_set_new(chat, "response_format",
                             json_pack("{s:s, s:{s:s, s:O, s:b}}", "type", "json_schema", "json_schema", "name", "output",
                                       "schema", schema, "strict", 1));
@@ -490,13 +475,11 @@ static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **cha
 int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, oai_error *err) {
     json_t *chat = NULL;
     bool prefill = false;
-    afail f = {0};
+    api_fail f = {0};
     int r = translate(rc, body, count_only, &chat, &prefill, &f);
     if (r < 0) {
         json_decref(chat);
-        memset(err, 0, sizeof *err);
-        err->status = f.status;
-        err_set(&err->e, f.status == 503 ? ERR_NOMEM : ERR_INVALID, "%s", f.msg);
+        api_fail_error(&f, err);
         return -1;
     }
     r = oai_parse(chat, OAI_CHAT, tok_n_vocab(rc->tok), p, err);

@@ -337,34 +337,19 @@ void api_ollama_show(routes_ctx *rc, http_exchange *x) {
 
 /* ---- request translation: Ollama body -> OpenAI body ---- */
 
-typedef struct olla_fail {
-    int status;
-    char msg[512];
-} olla_fail;
-
-static int fail(olla_fail *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(olla_fail *f, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
-    va_end(ap);
-    f->status = 400;
-    return -1;
-}
-
 /* options: the sampling fields under their OpenAI names (oai_parse checks
  * types and ranges; its messages are renamed back by ollama_param). Options
  * that have no meaning here (num_ctx: the context is the server's;
  * num_thread, num_gpu, mirostat...) are ignored, as Ollama ignores what a
  * runner does not use. */
-static int map_options(json_t *opts, json_t *oai, olla_fail *f) {
+static int map_options(json_t *opts, json_t *oai, api_fail *f) {
     static const char *const same[] = {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
                                        "frequency_penalty", "stop"};
     json_object_set_new(oai, "temperature", json_real(OLLAMA_TEMPERATURE));
     json_object_set_new(oai, "top_k", json_integer(OLLAMA_TOP_K));
     json_object_set_new(oai, "top_p", json_real(OLLAMA_TOP_P));
     if (!opts) return 0;
-    if (!json_is_object(opts)) return fail(f, "'options' must be an object");
+    if (!json_is_object(opts)) return api_bad(f, NULL, "'options' must be an object");
     for (size_t i = 0; i < ARRAY_LEN(same); i++) {
         json_t *v = oai_field(opts, same[i]);
         if (v) json_object_set(oai, same[i], v);
@@ -380,7 +365,7 @@ static int map_options(json_t *opts, json_t *oai, olla_fail *f) {
 
 /* format: "json" -> json_object, a JSON Schema object -> json_schema, ""
  * -> none. */
-static int map_format(json_t *fmt, json_t *oai, olla_fail *f) {
+static int map_format(json_t *fmt, json_t *oai, api_fail *f) {
     if (!fmt || (json_is_string(fmt) && json_string_length(fmt) == 0)) return 0;
     if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) {
         json_object_set_new(oai, "response_format", json_pack("{s:s}", "type", "json_object"));
@@ -390,11 +375,11 @@ static int map_format(json_t *fmt, json_t *oai, olla_fail *f) {
         json_object_set(oai, "json_schema", fmt);
         return 0;
     }
-    return fail(f, "'format' must be \"json\" or a JSON Schema object");
+    return api_bad(f, NULL, "'format' must be \"json\" or a JSON Schema object");
 }
 
 /* think: true / false, or a level ("high", "medium", "low": on). */
-static int map_think(routes_ctx *rc, json_t *think, json_t *oai, olla_fail *f) {
+static int map_think(routes_ctx *rc, json_t *think, json_t *oai, api_fail *f) {
     if (!think) return 0;
     bool on;
     if (json_is_boolean(think)) {
@@ -404,19 +389,19 @@ static int map_think(routes_ctx *rc, json_t *think, json_t *oai, olla_fail *f) {
                                          !strcmp(json_string_value(think), "low"))) {
         on = true;
     } else {
-        return fail(f, "'think' must be a boolean or \"high\", \"medium\", \"low\"");
+        return api_bad(f, NULL, "'think' must be a boolean or \"high\", \"medium\", \"low\"");
     }
-    if (on && !rc->reasoning) return fail(f, "'think': the model '%.200s' does not support thinking", rc->model_id);
+    if (on && !rc->reasoning) return api_bad(f, NULL, "'think': the model '%.200s' does not support thinking", rc->model_id);
     json_object_set_new(oai, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", on));
     return 0;
 }
 
 /* images (Ollama sends base64 pictures): refused, there is no vision
  * encoder; an empty list is fine. */
-static int check_images(json_t *images, const char *where, olla_fail *f) {
+static int check_images(json_t *images, const char *where, api_fail *f) {
     if (!images || (json_is_array(images) && json_array_size(images) == 0)) return 0;
-    if (!json_is_array(images)) return fail(f, "'%s' must be an array of base64 images", where);
-    return fail(f, "'%s': images are not supported (the model has no vision encoder)", where);
+    if (!json_is_array(images)) return api_bad(f, NULL, "'%s' must be an array of base64 images", where);
+    return api_bad(f, NULL, "'%s': images are not supported (the model has no vision encoder)", where);
 }
 
 /* A pending assistant tool call, for tool messages that do not name one. */
@@ -430,38 +415,38 @@ typedef struct pending_call {
  * message the id of the call it answers: the one its tool_call_id names,
  * else the first unanswered call of the latest assistant message named
  * tool_name, else its first unanswered call, else its last. */
-static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
-    if (!json_is_array(msgs)) return fail(f, "'messages' must be an array");
+static int map_messages(json_t *msgs, json_t *oai, api_fail *f) {
+    if (!json_is_array(msgs)) return api_bad(f, NULL, "'messages' must be an array");
     json_t *out = json_array();
     json_object_set_new(oai, "messages", out);
     pending_call pend[TC_MAX_TOOLS * 2];
     int n_pend = 0;
     for (size_t i = 0; i < json_array_size(msgs); i++) {
         json_t *m = json_array_get(msgs, i);
-        if (!json_is_object(m)) return fail(f, "'messages[%zu]' must be an object", i);
+        if (!json_is_object(m)) return api_bad(f, NULL, "'messages[%zu]' must be an object", i);
         json_t *role = oai_field(m, "role");
-        if (!json_is_string(role)) return fail(f, "'messages[%zu].role' must be a string", i);
+        if (!json_is_string(role)) return api_bad(f, NULL, "'messages[%zu].role' must be a string", i);
         const char *r = json_string_value(role);
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
-            return fail(f, "'messages[%zu].role' must be \"system\", \"user\", \"assistant\" or \"tool\"; got \"%.40s\"",
+            return api_bad(f, NULL, "'messages[%zu].role' must be \"system\", \"user\", \"assistant\" or \"tool\"; got \"%.40s\"",
                         i, r);
         json_t *content = oai_field(m, "content");
-        if (content && !json_is_string(content)) return fail(f, "'messages[%zu].content' must be a string", i);
+        if (content && !json_is_string(content)) return api_bad(f, NULL, "'messages[%zu].content' must be a string", i);
         char where[64];
         snprintf(where, sizeof where, "messages[%zu].images", i);
         if (check_images(oai_field(m, "images"), where, f) < 0) return -1;
         json_t *o = json_pack("{s:s}", "role", r);
         json_object_set_new(o, "content", content ? json_incref(content) : json_string(""));
-        if (json_array_append_new(out, o) < 0) return fail(f, "out of memory"); /* o freed; counted: a 503 */
+        if (json_array_append_new(out, o) < 0) return api_bad(f, NULL, "out of memory"); /* o freed; counted: a 503 */
         json_t *thinking = oai_field(m, "thinking");
-        if (thinking && !json_is_string(thinking)) return fail(f, "'messages[%zu].thinking' must be a string", i);
+        if (thinking && !json_is_string(thinking)) return api_bad(f, NULL, "'messages[%zu].thinking' must be a string", i);
         if (thinking && !strcmp(r, "assistant")) json_object_set(o, "reasoning_content", thinking);
         json_t *calls = oai_field(m, "tool_calls");
         if (calls) {
-            if (strcmp(r, "assistant")) return fail(f, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
-            if (!json_is_array(calls)) return fail(f, "'messages[%zu].tool_calls' must be an array", i);
+            if (strcmp(r, "assistant")) return api_bad(f, NULL, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
+            if (!json_is_array(calls)) return api_bad(f, NULL, "'messages[%zu].tool_calls' must be an array", i);
             if (json_array_size(calls) > ARRAY_LEN(pend))
-                return fail(f, "'messages[%zu].tool_calls' holds more than %zu calls", i, ARRAY_LEN(pend));
+                return api_bad(f, NULL, "'messages[%zu].tool_calls' holds more than %zu calls", i, ARRAY_LEN(pend));
             json_t *oc = json_array();
             json_object_set_new(o, "tool_calls", oc);
             n_pend = 0;
@@ -471,25 +456,25 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
                 json_t *name = json_is_object(fn) ? oai_field(fn, "name") : NULL;
                 json_t *args = json_is_object(fn) ? oai_field(fn, "arguments") : NULL;
                 if (!json_is_string(name))
-                    return fail(f, "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, j);
+                    return api_bad(f, NULL, "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, j);
                 if (args && !json_is_object(args) && !json_is_string(args))
-                    return fail(f, "'messages[%zu].tool_calls[%zu].function.arguments' must be an object", i, j);
+                    return api_bad(f, NULL, "'messages[%zu].tool_calls[%zu].function.arguments' must be an object", i, j);
                 json_t *id = oai_field(c, "id");
-                if (id && !json_is_string(id)) return fail(f, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
+                if (id && !json_is_string(id)) return api_bad(f, NULL, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
                 char made[48];
                 snprintf(made, sizeof made, "call_%zu_%zu", i, j);
                 json_t *call = json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", id ? json_string_value(id) : made, "type",
                                          "function", "function", "name", name, "arguments",
                                          args ? json_incref(args) : json_object());
-                if (json_array_append_new(oc, call) < 0) return fail(f, "out of memory"); /* call freed */
+                if (json_array_append_new(oc, call) < 0) return api_bad(f, NULL, "out of memory"); /* call freed */
                 pend[n_pend++] = (pending_call){json_string_value(json_object_get(call, "id")), json_string_value(name),
                                                 false};
             }
         }
         if (!strcmp(r, "tool")) {
             json_t *tname = oai_field(m, "tool_name"), *tid = oai_field(m, "tool_call_id");
-            if (tname && !json_is_string(tname)) return fail(f, "'messages[%zu].tool_name' must be a string", i);
-            if (tid && !json_is_string(tid)) return fail(f, "'messages[%zu].tool_call_id' must be a string", i);
+            if (tname && !json_is_string(tname)) return api_bad(f, NULL, "'messages[%zu].tool_name' must be a string", i);
+            if (tid && !json_is_string(tid)) return api_bad(f, NULL, "'messages[%zu].tool_call_id' must be a string", i);
             int k = -1;
             for (int j = 0; tid && j < n_pend && k < 0; j++)
                 if (!strcmp(pend[j].id, json_string_value(tid))) k = j;
@@ -499,7 +484,7 @@ static int map_messages(json_t *msgs, json_t *oai, olla_fail *f) {
                 if (!pend[j].answered) k = j;
             if (k < 0 && n_pend) k = n_pend - 1;
             if (k < 0)
-                return fail(f, "'messages[%zu]': a tool message must follow an assistant message with tool_calls", i);
+                return api_bad(f, NULL, "'messages[%zu]': a tool message must follow an assistant message with tool_calls", i);
             pend[k].answered = true;
             json_object_set_new(o, "tool_call_id", json_string(pend[k].id));
             if (tname) json_object_set(o, "name", tname);
@@ -721,9 +706,9 @@ static void answer_load(http_exchange *x, bool chat, const char *model, bool str
 
 /* Builds the OpenAI body of a chat or generate request. Returns 1 when it
  * should run, 0 for a load-only request, -1 on error (f). */
-static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_kind *kind, olla_fail *f) {
+static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_kind *kind, api_fail *f) {
     json_t *stream = oai_field(body, "stream");
-    if (stream && !json_is_boolean(stream)) return fail(f, "'stream' must be a boolean");
+    if (stream && !json_is_boolean(stream)) return api_bad(f, NULL, "'stream' must be a boolean");
     json_object_set_new(oai, "stream", json_boolean(!stream || json_is_true(stream)));
     if (map_options(oai_field(body, "options"), oai, f) < 0) return -1;
     if (map_format(oai_field(body, "format"), oai, f) < 0) return -1;
@@ -732,11 +717,11 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
     for (size_t i = 0; i < ARRAY_LEN(tenant); i++)
         if (oai_field(body, tenant[i])) json_object_set(oai, tenant[i], oai_field(body, tenant[i]));
     json_t *lp = oai_field(body, "logprobs"), *top = oai_field(body, "top_logprobs");
-    if (lp && !json_is_boolean(lp)) return fail(f, "'logprobs' must be a boolean");
+    if (lp && !json_is_boolean(lp)) return api_bad(f, NULL, "'logprobs' must be a boolean");
     bool want_lp = json_is_true(lp);
-    if (top && !want_lp) return fail(f, "'top_logprobs' requires 'logprobs' to be true");
+    if (top && !want_lp) return api_bad(f, NULL, "'top_logprobs' requires 'logprobs' to be true");
     if (top && (!json_is_integer(top) || json_integer_value(top) < 0 || json_integer_value(top) > 20))
-        return fail(f, "'top_logprobs' must be an integer in [0, 20]");
+        return api_bad(f, NULL, "'top_logprobs' must be an integer in [0, 20]");
     *kind = OAI_CHAT;
     if (chat) {
         json_t *msgs = oai_field(body, "messages");
@@ -759,17 +744,17 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
     }
     json_t *prompt = oai_field(body, "prompt"), *system = oai_field(body, "system"), *raw = oai_field(body, "raw");
     json_t *suffix = oai_field(body, "suffix"), *tmpl = oai_field(body, "template"), *ctx = oai_field(body, "context");
-    if (prompt && !json_is_string(prompt)) return fail(f, "'prompt' must be a string");
-    if (system && !json_is_string(system)) return fail(f, "'system' must be a string");
-    if (raw && !json_is_boolean(raw)) return fail(f, "'raw' must be a boolean");
-    if (suffix && !json_is_string(suffix)) return fail(f, "'suffix' must be a string");
+    if (prompt && !json_is_string(prompt)) return api_bad(f, NULL, "'prompt' must be a string");
+    if (system && !json_is_string(system)) return api_bad(f, NULL, "'system' must be a string");
+    if (raw && !json_is_boolean(raw)) return api_bad(f, NULL, "'raw' must be a boolean");
+    if (suffix && !json_is_string(suffix)) return api_bad(f, NULL, "'suffix' must be a string");
     if (suffix && json_string_length(suffix))
-        return fail(f, "'suffix' (fill-in-the-middle) is not supported by this server");
-    if (tmpl && !json_is_string(tmpl)) return fail(f, "'template' must be a string");
+        return api_bad(f, NULL, "'suffix' (fill-in-the-middle) is not supported by this server");
+    if (tmpl && !json_is_string(tmpl)) return api_bad(f, NULL, "'template' must be a string");
     if (tmpl && json_string_length(tmpl))
-        return fail(f, "'template' (a Go template) is not supported: the model's chat template is used, or raw");
-    if (ctx && !json_is_array(ctx)) return fail(f, "'context' must be an array");
-    if (ctx && json_array_size(ctx)) return fail(f, "'context' is not supported: send the history with /api/chat");
+        return api_bad(f, NULL, "'template' (a Go template) is not supported: the model's chat template is used, or raw");
+    if (ctx && !json_is_array(ctx)) return api_bad(f, NULL, "'context' must be an array");
+    if (ctx && json_array_size(ctx)) return api_bad(f, NULL, "'context' is not supported: send the history with /api/chat");
     if (check_images(oai_field(body, "images"), "images", f) < 0) return -1;
     if (!prompt || json_string_length(prompt) == 0) return 0;
     if (raw && json_is_true(raw)) {
@@ -795,13 +780,15 @@ int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oa
                       oai_error *err) {
     unsigned long f0 = oai_json_nomem();
     json_t *oai = json_object();
-    olla_fail f = {0};
+    api_fail f = {0};
     int t = oai ? translate(rc, body, chat, oai, kind, &f) : -1;
     *stream = json_is_true(json_object_get(oai, "stream"));
     if (t < 0 || oai_json_nomem() != f0) { /* out of memory is the server's state, not the client's mistake */
-        memset(err, 0, sizeof *err);
-        err->status = oai_json_nomem() != f0 || !oai ? 503 : f.status;
-        err_set(&err->e, ERR_INVALID, "%s", err->status == 503 ? "out of memory reading the request" : f.msg);
+        if (oai_json_nomem() != f0 || !oai) {
+            f.status = 503;
+            snprintf(f.msg, sizeof f.msg, "out of memory reading the request");
+        }
+        api_fail_error(&f, err);
         json_decref(oai);
         return -1;
     }

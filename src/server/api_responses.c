@@ -316,26 +316,6 @@ static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0
 
 /* ---- request translation: Responses body -> OpenAI chat body ---- */
 
-/* Why a request was refused: the HTTP status, the field (a static string),
- * an error code, the message. */
-typedef struct rfail {
-    int status;
-    const char *param;
-    const char *code;
-    char msg[640];
-} rfail;
-
-static int rbad(rfail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int rbad(rfail *f, const char *param, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
-    va_end(ap);
-    f->status = 400;
-    f->param = param;
-    return -1;
-}
-
 /* What the translation keeps for the answer. */
 typedef struct resp_req {
     json_t *chat;     /* the chat body for oai_parse                          */
@@ -373,24 +353,24 @@ typedef struct conv {
 } conv;
 
 /* The text of a content: a string, or the text of its parts joined. */
-static int content_text(json_t *c, const char *where, http_buf *out, rfail *f) {
+static int content_text(json_t *c, const char *where, http_buf *out, api_fail *f) {
     if (json_is_string(c)) {
         http_buf_add(out, json_string_value(c), json_string_length(c));
         return 0;
     }
-    if (!json_is_array(c)) return rbad(f, "input", "%s.content: must be a string or an array of content parts", where);
+    if (!json_is_array(c)) return api_bad(f, "input", "%s.content: must be a string or an array of content parts", where);
     for (size_t j = 0; j < json_array_size(c); j++) {
         json_t *part = json_array_get(c, j);
         json_t *type = json_is_object(part) ? oai_field(part, "type") : NULL;
         if (!json_is_string(type))
-            return rbad(f, "input", "%s.content[%zu]: must be an object with a string 'type'", where, j);
+            return api_bad(f, "input", "%s.content[%zu]: must be an object with a string 'type'", where, j);
         const char *t = json_string_value(type);
         const char *key = !strcmp(t, "refusal") ? "refusal" : "text";
         if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal"))
-            return rbad(f, "input", "%s.content[%zu].type: '%.64s' is not supported (this server takes text only)", where,
+            return api_bad(f, "input", "%s.content[%zu].type: '%.64s' is not supported (this server takes text only)", where,
                         j, t);
         json_t *text = oai_field(part, key);
-        if (!json_is_string(text)) return rbad(f, "input", "%s.content[%zu].%s: must be a string", where, j, key);
+        if (!json_is_string(text)) return api_bad(f, "input", "%s.content[%zu].%s: must be a string", where, j, key);
         http_buf_add(out, json_string_value(text), json_string_length(text));
     }
     return 0;
@@ -409,15 +389,15 @@ static json_t *conv_assistant(conv *c, json_t *content) {
     return m;
 }
 
-static int conv_message(conv *c, json_t *it, const char *where, rfail *f) {
+static int conv_message(conv *c, json_t *it, const char *where, api_fail *f) {
     json_t *role = oai_field(it, "role");
-    if (!json_is_string(role)) return rbad(f, "input", "%s.role: must be a string", where);
+    if (!json_is_string(role)) return api_bad(f, "input", "%s.role: must be a string", where);
     const char *r = json_string_value(role);
     if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
-        return rbad(f, "input", "%s.role: must be \"user\", \"system\", \"developer\" or \"assistant\"; got \"%.40s\"",
+        return api_bad(f, "input", "%s.role: must be \"user\", \"system\", \"developer\" or \"assistant\"; got \"%.40s\"",
                     where, r);
     json_t *content = oai_field(it, "content");
-    if (!content) return rbad(f, "input", "%s.content: is required", where);
+    if (!content) return api_bad(f, "input", "%s.content: is required", where);
     http_buf text = {0};
     if (content_text(content, where, &text, f) < 0) {
         http_buf_free(&text);
@@ -434,22 +414,22 @@ static int conv_message(conv *c, json_t *it, const char *where, rfail *f) {
     return 0;
 }
 
-static int conv_call(conv *c, json_t *it, const char *where, rfail *f) {
+static int conv_call(conv *c, json_t *it, const char *where, api_fail *f) {
     json_t *status = oai_field(it, "status");
     /* a call cut by max_output_tokens (or broken) was never a call */
     if (json_is_string(status) && !strcmp(json_string_value(status), "incomplete")) return 0;
     json_t *id = oai_field(it, "call_id"), *name = oai_field(it, "name"), *args = oai_field(it, "arguments");
     if (!json_is_string(id) || json_string_length(id) == 0)
-        return rbad(f, "input", "%s.call_id: must be a non-empty string", where);
-    if (!json_is_string(name)) return rbad(f, "input", "%s.name: must be a string", where);
+        return api_bad(f, "input", "%s.call_id: must be a non-empty string", where);
+    if (!json_is_string(name)) return api_bad(f, "input", "%s.name: must be a string", where);
     if (!json_is_string(args) && !json_is_object(args))
-        return rbad(f, "input", "%s.arguments: must be a string (the arguments as JSON text)", where);
+        return api_bad(f, "input", "%s.arguments: must be a string (the arguments as JSON text)", where);
     json_t *m = c->asst ? c->asst : conv_assistant(c, json_null());
     json_t *calls = json_object_get(m, "tool_calls");
     if (!calls) {
         calls = json_array();
         /* a failed set frees calls: stop (out of memory, counted: a 503) */
-        if (!m || json_object_set_new(m, "tool_calls", calls) < 0) return rbad(f, "input", "out of memory");
+        if (!m || json_object_set_new(m, "tool_calls", calls) < 0) return api_bad(f, "input", "out of memory");
     }
     json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name",
                                            name, "arguments", args));
@@ -457,12 +437,12 @@ static int conv_call(conv *c, json_t *it, const char *where, rfail *f) {
     return 0;
 }
 
-static int conv_call_output(conv *c, json_t *it, const char *where, rfail *f) {
+static int conv_call_output(conv *c, json_t *it, const char *where, api_fail *f) {
     json_t *id = oai_field(it, "call_id"), *output = oai_field(it, "output");
-    if (!json_is_string(id)) return rbad(f, "input", "%s.call_id: must be a string (the call_id of the call it answers)", where);
+    if (!json_is_string(id)) return api_bad(f, "input", "%s.call_id: must be a string (the call_id of the call it answers)", where);
     if (!json_object_get(c->call_ids, json_string_value(id)))
-        return rbad(f, "input", "%s.call_id: '%.100s' matches no function_call before it", where, json_string_value(id));
-    if (!output) return rbad(f, "input", "%s.output: is required", where);
+        return api_bad(f, "input", "%s.call_id: '%.100s' matches no function_call before it", where, json_string_value(id));
+    if (!output) return api_bad(f, "input", "%s.output: is required", where);
     http_buf text = {0};
     char w[96];
     snprintf(w, sizeof w, "%s.output", where);
@@ -481,7 +461,7 @@ static int conv_call_output(conv *c, json_t *it, const char *where, rfail *f) {
     } else if (json_is_string(output)) {
         http_buf_add(&text, json_string_value(output), json_string_length(output));
     } else {
-        return rbad(f, "input", "%s: must be a string or an array of content parts", w);
+        return api_bad(f, "input", "%s: must be a string or an array of content parts", w);
     }
     json_array_append_new(c->msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
                                              oai_buf_json(&text)));
@@ -504,15 +484,15 @@ static void conv_reasoning(conv *c, json_t *it) {
     }
 }
 
-static int conv_item(conv *c, json_t *it, const char *where, rfail *f) {
-    if (!json_is_object(it)) return rbad(f, "input", "%s: must be an object (an input item)", where);
+static int conv_item(conv *c, json_t *it, const char *where, api_fail *f) {
+    if (!json_is_object(it)) return api_bad(f, "input", "%s: must be an object (an input item)", where);
     json_t *type = oai_field(it, "type");
     const char *t;
     if (!type) {
-        if (!oai_field(it, "role")) return rbad(f, "input", "%s.type: is required (or a 'role' for a message)", where);
+        if (!oai_field(it, "role")) return api_bad(f, "input", "%s.type: is required (or a 'role' for a message)", where);
         t = "message";
     } else if (!json_is_string(type)) {
-        return rbad(f, "input", "%s.type: must be a string", where);
+        return api_bad(f, "input", "%s.type: must be a string", where);
     } else {
         t = json_string_value(type);
     }
@@ -523,24 +503,24 @@ static int conv_item(conv *c, json_t *it, const char *where, rfail *f) {
         conv_reasoning(c, it);
         return 0;
     }
-    return rbad(f, "input",
+    return api_bad(f, "input",
                 "%s.type: unsupported item type '%.64s' (supported: message, function_call, function_call_output, "
                 "reasoning)",
                 where, t);
 }
 
 /* tools: the flat Responses shape to chat's. */
-static int map_tools(json_t *tools, json_t *chat, rfail *f) {
-    if (!json_is_array(tools)) return rbad(f, "tools", "tools: must be an array");
+static int map_tools(json_t *tools, json_t *chat, api_fail *f) {
+    if (!json_is_array(tools)) return api_bad(f, "tools", "tools: must be an array");
     if (json_array_size(tools) == 0) return 0; /* agents send [] for no tools */
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
         json_t *type = json_is_object(t) ? oai_field(t, "type") : NULL;
-        if (!json_is_string(type)) return rbad(f, "tools", "tools[%zu]: must be an object with a string 'type'", i);
+        if (!json_is_string(type)) return api_bad(f, "tools", "tools[%zu]: must be an object with a string 'type'", i);
         if (strcmp(json_string_value(type), "function"))
-            return rbad(f, "tools", "tools[%zu].type: unsupported tool type '%.64s' (only function tools run on this server)",
+            return api_bad(f, "tools", "tools[%zu].type: unsupported tool type '%.64s' (only function tools run on this server)",
                         i, json_string_value(type));
         json_t *fn = json_object();
         static const char *const keys[] = {"name", "description", "parameters", "strict"};
@@ -551,49 +531,49 @@ static int map_tools(json_t *tools, json_t *chat, rfail *f) {
     return 0;
 }
 
-static int map_tool_choice(json_t *tc, json_t *chat, rfail *f) {
+static int map_tool_choice(json_t *tc, json_t *chat, api_fail *f) {
     if (json_is_string(tc)) {
         json_object_set(chat, "tool_choice", tc);
         return 0;
     }
-    if (!json_is_object(tc)) return rbad(f, "tool_choice", "tool_choice: must be a string or an object");
+    if (!json_is_object(tc)) return api_bad(f, "tool_choice", "tool_choice: must be a string or an object");
     json_t *type = oai_field(tc, "type"), *name = oai_field(tc, "name");
-    if (!json_is_string(type)) return rbad(f, "tool_choice", "tool_choice.type: must be a string");
+    if (!json_is_string(type)) return api_bad(f, "tool_choice", "tool_choice.type: must be a string");
     if (strcmp(json_string_value(type), "function"))
-        return rbad(f, "tool_choice", "tool_choice.type: '%.64s' is not supported (\"function\" only)",
+        return api_bad(f, "tool_choice", "tool_choice.type: '%.64s' is not supported (\"function\" only)",
                     json_string_value(type));
-    if (!json_is_string(name)) return rbad(f, "tool_choice", "tool_choice.name: must be a string");
+    if (!json_is_string(name)) return api_bad(f, "tool_choice", "tool_choice.name: must be a string");
     json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
     return 0;
 }
 
 /* text: {format: {type: text | json_object | json_schema}, verbosity}. */
-static int map_text(json_t *text, json_t *chat, resp_req *rq, rfail *f) {
+static int map_text(json_t *text, json_t *chat, resp_req *rq, api_fail *f) {
     json_t *fmt = NULL;
     if (text) {
-        if (!json_is_object(text)) return rbad(f, "text", "text: must be an object");
+        if (!json_is_object(text)) return api_bad(f, "text", "text: must be an object");
         json_t *verb = oai_field(text, "verbosity");
-        if (verb && !json_is_string(verb)) return rbad(f, "text", "text.verbosity: must be a string");
+        if (verb && !json_is_string(verb)) return api_bad(f, "text", "text.verbosity: must be a string");
         fmt = oai_field(text, "format");
     }
     if (fmt) {
         json_t *type = json_is_object(fmt) ? oai_field(fmt, "type") : NULL;
-        if (!json_is_string(type)) return rbad(f, "text.format", "text.format: must be an object with a string 'type'");
+        if (!json_is_string(type)) return api_bad(f, "text.format", "text.format: must be an object with a string 'type'");
         const char *t = json_string_value(type);
         if (!strcmp(t, "json_object")) {
             json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
         } else if (!strcmp(t, "json_schema")) {
             json_t *name = oai_field(fmt, "name"), *schema = oai_field(fmt, "schema"), *strict = oai_field(fmt, "strict");
-            if (name && !json_is_string(name)) return rbad(f, "text.format", "text.format.name: must be a string");
+            if (name && !json_is_string(name)) return api_bad(f, "text.format", "text.format.name: must be a string");
             if (!json_is_object(schema) && !json_is_boolean(schema))
-                return rbad(f, "text.format", "text.format.schema: must be a JSON Schema object");
-            if (strict && !json_is_boolean(strict)) return rbad(f, "text.format", "text.format.strict: must be a boolean");
+                return api_bad(f, "text.format", "text.format.schema: must be a JSON Schema object");
+            if (strict && !json_is_boolean(strict)) return api_bad(f, "text.format", "text.format.strict: must be a boolean");
             json_t *js = json_pack("{s:O}", "schema", schema);
             if (name) json_object_set(js, "name", name);
             if (strict) json_object_set(js, "strict", strict);
             json_object_set_new(chat, "response_format", json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
         } else if (strcmp(t, "text")) {
-            return rbad(f, "text.format", "text.format.type: must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"",
+            return api_bad(f, "text.format", "text.format.type: must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"",
                         t);
         }
     }
@@ -604,17 +584,17 @@ static int map_text(json_t *text, json_t *chat, resp_req *rq, rfail *f) {
 
 /* reasoning: {effort, summary}; effort switches a reasoning template's
  * thinking on or off (unless chat_template_kwargs already does). */
-static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq, rfail *f) {
+static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq, api_fail *f) {
     json_t *effort = NULL;
     if (rs) {
-        if (!json_is_object(rs)) return rbad(f, "reasoning", "reasoning: must be an object");
+        if (!json_is_object(rs)) return api_bad(f, "reasoning", "reasoning: must be an object");
         effort = oai_field(rs, "effort");
         static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
         bool ok = false;
         for (size_t i = 0; effort && json_is_string(effort) && i < ARRAY_LEN(efforts); i++)
             ok |= !strcmp(json_string_value(effort), efforts[i]);
         if (effort && !ok)
-            return rbad(f, "reasoning", "reasoning.effort: must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or "
+            return api_bad(f, "reasoning", "reasoning.effort: must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or "
                                         "\"xhigh\"");
     }
     rq->reasoning = json_pack("{s:O?, s:n}", "effort", effort, "summary");
@@ -628,23 +608,23 @@ static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq,
 }
 
 /* Fields refused because what they ask for does not exist here. */
-static int check_unsupported(json_t *body, rfail *f) {
+static int check_unsupported(json_t *body, api_fail *f) {
     json_t *v;
     if ((v = oai_field(body, "background")) && !json_is_false(v))
-        return rbad(f, "background", "background: background responses are not supported by this server");
+        return api_bad(f, "background", "background: background responses are not supported by this server");
     if (oai_field(body, "conversation"))
-        return rbad(f, "conversation", "conversation: conversations are not supported; chain responses with "
+        return api_bad(f, "conversation", "conversation: conversations are not supported; chain responses with "
                                        "previous_response_id");
     if (oai_field(body, "prompt"))
-        return rbad(f, "prompt", "prompt: stored prompt templates are not supported; send instructions and input");
+        return api_bad(f, "prompt", "prompt: stored prompt templates are not supported; send instructions and input");
     if ((v = oai_field(body, "truncation")) &&
         !(json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "disabled"))))
-        return rbad(f, "truncation", "truncation: must be \"auto\" or \"disabled\"");
-    if ((v = oai_field(body, "include")) && !json_is_array(v)) return rbad(f, "include", "include: must be an array");
+        return api_bad(f, "truncation", "truncation: must be \"auto\" or \"disabled\"");
+    if ((v = oai_field(body, "include")) && !json_is_array(v)) return api_bad(f, "include", "include: must be an array");
     return 0;
 }
 
-static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfail *f) {
+static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, api_fail *f) {
     memset(rq, 0, sizeof *rq);
     rq->owner = owner;
     rq->max_output_tokens = -1;
@@ -671,7 +651,7 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfai
 
     if ((v = oai_field(body, "max_output_tokens"))) {
         if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX) {
-            rbad(f, "max_output_tokens", "max_output_tokens: must be an integer >= 1");
+            api_bad(f, "max_output_tokens", "max_output_tokens: must be an integer >= 1");
             goto out;
         }
         rq->max_output_tokens = json_integer_value(v);
@@ -679,7 +659,7 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfai
     }
     if ((v = oai_field(body, "store"))) {
         if (!json_is_boolean(v)) {
-            rbad(f, "store", "store: must be a boolean");
+            api_bad(f, "store", "store: must be a boolean");
             goto out;
         }
         rq->store = json_is_true(v);
@@ -688,24 +668,24 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfai
         const char *k;
         json_t *mv;
         if (!json_is_object(v)) {
-            rbad(f, "metadata", "metadata: must be an object of strings");
+            api_bad(f, "metadata", "metadata: must be an object of strings");
             goto out;
         }
         if (json_object_size(v) > RESP_METADATA_MAX) {
-            rbad(f, "metadata", "metadata: %zu pairs, at most %d", json_object_size(v), RESP_METADATA_MAX);
+            api_bad(f, "metadata", "metadata: %zu pairs, at most %d", json_object_size(v), RESP_METADATA_MAX);
             goto out;
         }
         json_object_foreach(v, k, mv) {
             if (utf8_chars(k, strlen(k)) > RESP_METADATA_KEY_MAX) {
-                rbad(f, "metadata", "metadata: the key '%.64s...' is longer than %d characters", k, RESP_METADATA_KEY_MAX);
+                api_bad(f, "metadata", "metadata: the key '%.64s...' is longer than %d characters", k, RESP_METADATA_KEY_MAX);
                 goto out;
             }
             if (!json_is_string(mv)) {
-                rbad(f, "metadata", "metadata.%.64s: must be a string", k);
+                api_bad(f, "metadata", "metadata.%.64s: must be a string", k);
                 goto out;
             }
             if (utf8_chars(json_string_value(mv), json_string_length(mv)) > RESP_METADATA_VALUE_MAX) {
-                rbad(f, "metadata", "metadata.%.64s: longer than %d characters", k, RESP_METADATA_VALUE_MAX);
+                api_bad(f, "metadata", "metadata.%.64s: longer than %d characters", k, RESP_METADATA_VALUE_MAX);
                 goto out;
             }
         }
@@ -725,13 +705,13 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfai
     /* the conversation: the previous response's, then the input */
     if ((v = oai_field(body, "previous_response_id"))) {
         if (!json_is_string(v)) {
-            rbad(f, "previous_response_id", "previous_response_id: must be a string");
+            api_bad(f, "previous_response_id", "previous_response_id: must be a string");
             goto out;
         }
         rq->previous_id = xstrdup(json_string_value(v));
         json_t *prev = NULL;
         if (!store_get(rc->responses, owner, rq->previous_id, NULL, &prev)) {
-            rbad(f, "previous_response_id",
+            api_bad(f, "previous_response_id",
                  "previous_response_id: no stored response with id '%.100s' (unknown, deleted, expired, or created with "
                  "store: false)",
                  rq->previous_id);
@@ -762,12 +742,12 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, rfai
             json_array_append(rq->history, it);
         }
     } else {
-        rbad(f, "input", input ? "input: must be a string or a non-empty array of items" : "input: is required");
+        api_bad(f, "input", input ? "input: must be a string or a non-empty array of items" : "input: is required");
         goto out;
     }
     if ((v = oai_field(body, "instructions"))) {
         if (!json_is_string(v)) {
-            rbad(f, "instructions", "instructions: must be a string");
+            api_bad(f, "instructions", "instructions: must be a string");
             goto out;
         }
         rq->instructions = xstrdup(json_string_value(v));
@@ -1013,13 +993,9 @@ const api_ops api_responses = {
 /* The body translated (*rq, freed by the caller either way) and checked by
  * oai_parse (*p, owned on success). */
 static int parse_request(routes_ctx *rc, json_t *body, int owner, resp_req *rq, oai_params *p, oai_error *err) {
-    rfail f = {0};
+    api_fail f = {0};
     if (translate(rc, body, owner, rq, &f) < 0) {
-        memset(err, 0, sizeof *err);
-        err->status = f.status;
-        err->code = f.code;
-        err->field = f.param; /* already the Responses name */
-        err_set(&err->e, ERR_INVALID, "%s", f.msg);
+        api_fail_error(&f, err);
         return -1;
     }
     if (oai_parse(rq->chat, OAI_CHAT, tok_n_vocab(rc->tok), p, err) < 0) {
