@@ -807,7 +807,7 @@ void routes_handle(void *ctx, http_exchange *x) {
     if (!rt && !rc->o->no_webui && webui_serve(x)) {
         /* the chat page and its assets: public, no API key (webui.h) */
     } else if (!rt) {
-        char msg[300];
+        char msg[400]; /* the 405 line with the longest Allow list fits */
         if (path_known) {
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.200s (allowed: %s)", method, path, allow);
             http_add_header(x, "Allow", allow);
