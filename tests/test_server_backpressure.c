@@ -8,7 +8,8 @@
  * when the socket takes bytes, so once the kernel buffers are full their
  * readers stop taking tokens; the engine must
  *  - keep serving others: a normal client gets its answers meanwhile;
- *  - park each stuck request after --park-timeout (0.3 s here): while all
+ *  - park each stuck request once 64 KiB of it wait unsent (--park-bytes,
+ *    default), else after --park-timeout (0.3 s here): while all
  *    are parked nothing runs and every block in use is in the prefix cache
  *    (they hold no slot and no block: before, they decoded on into buffers
  *    nobody read until they were cut); the stuck client (one identity: its
@@ -59,7 +60,7 @@ static long rss_kb(pid_t pid) {
 
 /* A connected socket whose receive buffer is small (set before connect, so
  * the window is small from the start), the request sent, nothing read. */
-static int stuck_client(int port, int i) {
+static int stuck_client(int port, int i, int top_logprobs) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     int small = 4096;
@@ -77,8 +78,8 @@ static int stuck_client(int port, int i) {
     char body[512], req[1024];
     int nb = snprintf(body, sizeof body,
                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a long story, number %d.\"}],"
-                      "\"max_tokens\":16000,\"ignore_eos\":true,\"stream\":true,\"logprobs\":true,\"top_logprobs\":20}",
-                      i);
+                      "\"max_tokens\":16000,\"ignore_eos\":true,\"stream\":true,\"logprobs\":true,\"top_logprobs\":%d}",
+                      i, top_logprobs);
     int nr = snprintf(req, sizeof req,
                       "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\n\r\n%s",
@@ -90,6 +91,65 @@ static int stuck_client(int port, int i) {
     return fd;
 }
 
+/* --park-bytes: a stream whose client reads nothing is parked once 16 KiB
+ * wait unsent (its buffer and the socket's send queue), whatever the time:
+ * --park-timeout 60 here, so the time rule alone would let it run on for
+ * the whole test (before, the buffers absorbed ~1000 tokens of 5 top
+ * logprobs before its clock could even start). A normal streaming reader
+ * beside it, whose answer is far larger than the bound, is never parked;
+ * the stuck one resumes once its client reads. */
+static void park_bytes_check(void) {
+    srv s;
+    const char *flags[] = {"-c", "16384", "--kv-mem", "48M", "--stall-timeout", "0", "--park-timeout", "60",
+                           "--park-bytes", "16K", "--step-delay-us", "1000", "-t", "1", NULL};
+    if (srv_start(&s, flags) != 0) {
+        CHECK_MSG(false, "the server (park-bytes) did not start");
+        srv_print_log(&s);
+        return;
+    }
+    resp r;
+    const char *warm = "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"user\":\"normal\"}";
+    CHECK(http_do(s.port, "POST", "/v1/completions", NULL, warm, &r) == 0 && r.status == 200);
+    resp_free(&r);
+    double gen0 = metric(s.port, "kvloom_generation_tokens_total");
+    int fd = stuck_client(s.port, 0, 5);
+    CHECK_MSG(fd >= 0, "the stuck client could not send its request");
+    double t0 = su_now();
+    while (su_now() - t0 < 20 && metric(s.port, "kvloom_requests_parked") < 1) usleep(20000);
+    double t_park = su_now() - t0;
+    usleep(200000); /* a parked request generates nothing more */
+    double gen = metric(s.port, "kvloom_generation_tokens_total") - gen0;
+    printf("  park-bytes: parked after %.2f s and %.0f tokens (5 top logprobs each; --park-timeout 60)\n", t_park,
+           gen);
+    CHECK_MSG(metric(s.port, "kvloom_requests_parked") == 1, "the unread stream was not parked by --park-bytes");
+    CHECK_MSG(metric(s.port, "kvloom_requests_running") == 0, "the parked stream still runs");
+    /* a 16 KiB bound plus the 4 KiB the client's kernel takes and MHD's
+     * 16 KiB block: ~40 KiB of events of >= 200 bytes each */
+    CHECK_MSG(gen > 0 && gen < 250, "%.0f tokens generated for a stream nobody reads (bound 16 KiB)", gen);
+    /* a reader beside it takes an answer of ~100 KB, never parked */
+    double pt0 = metric(s.port, "kvloom_requests_parked_total");
+    const char *reader = "{\"prompt\":\"Once upon a time\",\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true,"
+                         "\"logprobs\":5,\"user\":\"reader\"}";
+    CHECK(http_do(s.port, "POST", "/v1/completions", NULL, reader, &r) == 0);
+    CHECK_MSG(r.status == 200 && r.body && r.n > 32 * 1024 && strstr(r.body, "data: [DONE]"),
+              "the reading stream: %d, %zu bytes", r.status, r.n);
+    resp_free(&r);
+    CHECK_MSG(metric(s.port, "kvloom_requests_parked_total") == pt0 && pt0 >= 1,
+              "the reading stream was parked (%.0f parks, %.0f before it)", metric(s.port, "kvloom_requests_parked_total"), pt0);
+    /* the stuck client reads: its request is unparked and goes on */
+    struct timeval tv = {0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[65536];
+    t0 = su_now();
+    double more = 0;
+    while (su_now() - t0 < 20 && (more = metric(s.port, "kvloom_generation_tokens_total") - gen0 - gen - 300) < 100)
+        if (read(fd, buf, sizeof buf) == 0) break;
+    CHECK_MSG(more >= 100, "the stuck stream did not resume once read (%.0f more tokens)", more);
+    close(fd);
+    CHECK(srv_stop(&s) == 0);
+    if (test_n_fail) srv_print_log(&s);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -97,8 +157,9 @@ int main(void) {
     (void)usage_int;
     (void)post_json;
     (void)get_json;
-    su_watchdog(STALL_WAIT_S + 180);
+    su_watchdog(STALL_WAIT_S + 240);
     double t_start = su_now();
+    park_bytes_check();
     srv s;
     char max_parked[16];
     snprintf(max_parked, sizeof max_parked, "%d", N_STUCK);
@@ -120,12 +181,14 @@ int main(void) {
 
     int fds[N_STUCK];
     for (int i = 0; i < N_STUCK; i++) {
-        fds[i] = stuck_client(s.port, i);
+        fds[i] = stuck_client(s.port, i, 20);
         CHECK_MSG(fds[i] >= 0, "stuck client %d could not send its request", i);
     }
     /* all four admitted and generating */
     double t0 = su_now();
-    while (su_now() - t0 < 60 && metric(s.port, "kvloom_requests_running") < N_STUCK) usleep(20000);
+    while (su_now() - t0 < 60 &&
+           metric(s.port, "kvloom_requests_running") + metric(s.port, "kvloom_requests_parked") < N_STUCK)
+        usleep(20000);
     printf("  [%.1f s] %.0f requests running while the normal client asks\n", su_now() - t_start, metric(s.port, "kvloom_requests_running"));
 
     /* the engine keeps serving others */

@@ -1247,7 +1247,9 @@ static void take_submitted(engine *en) {
 static bool seq_stalled(engine *en, seq *s, int64_t now) {
     if ((en->o.stall_timeout_ms <= 0 && en->park_ms <= 0) || s->r->no_stall) return false;
     int n_read = atomic_load(&s->r->n_read);
-    if (n_read >= s->n_generated) {
+    /* a blocked reader (--park-bytes) may have taken every token while its
+     * client still takes nothing: its clock runs too */
+    if (n_read >= s->n_generated && !atomic_load(&s->r->reader_blocked)) {
         s->stall_since_ns = 0;
     } else if (n_read != s->stall_n_read || !s->stall_since_ns) {
         s->stall_since_ns = now;
@@ -1268,7 +1270,7 @@ static void park_step(engine *en) {
     int64_t now = clock_ns();
     for (int i = en->waiting.n - 1; i >= 0; i--) {
         seq *s = en->waiting.v[i];
-        if (s->parked && atomic_load(&s->r->n_read) >= s->n_generated) {
+        if (s->parked && atomic_load(&s->r->n_read) >= s->n_generated && !atomic_load(&s->r->reader_blocked)) {
             s->parked = false;
             atomic_fetch_sub(&seq_client(en, s)->n_parked, 1);
             en->cnt.n_parked--;
@@ -1277,9 +1279,15 @@ static void park_step(engine *en) {
     bool was = en->preempted_this_step;
     for (int i = en->running.n - 1; i >= 0; i--) {
         seq *s = en->running.v[i];
-        if (!s->stall_since_ns || now - s->stall_since_ns <= (int64_t)en->park_ms * 1000000) continue;
-        log_info("engine: request %llu parked: its client took none of its output for %.1f s",
-                 (unsigned long long)s->order, en->park_ms / 1000.0);
+        if (!s->stall_since_ns) continue;
+        bool blocked = atomic_load(&s->r->reader_blocked);
+        if (!blocked && now - s->stall_since_ns <= (int64_t)en->park_ms * 1000000) continue;
+        if (blocked)
+            log_info("engine: request %llu parked: its client left --park-bytes of its output unread",
+                     (unsigned long long)s->order);
+        else
+            log_info("engine: request %llu parked: its client took none of its output for %.1f s",
+                     (unsigned long long)s->order, en->park_ms / 1000.0);
         preempt(en, s);
         en->cnt.preemptions_total--; /* not for memory or fairness: counted as parked */
         s->r->n_preemptions--;
@@ -1305,7 +1313,9 @@ static void clients_kv_count(engine *en) {
 
 static void drop_finished_controls(engine *en) {
     seq_list *lists[2] = {&en->running, &en->waiting};
-    int64_t now = en->o.stall_timeout_ms > 0 ? clock_ns() : 0;
+    /* park_step reads the clock seq_stalled keeps: it runs for parking too
+     * (with --stall-timeout 0 nothing was ever parked before) */
+    int64_t now = en->o.stall_timeout_ms > 0 || en->park_ms > 0 ? clock_ns() : 0;
     for (int k = 0; k < 2; k++) {
         seq_list *l = lists[k];
         for (int i = 0; i < l->n;) {

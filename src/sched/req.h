@@ -120,6 +120,10 @@ typedef struct req {
     atomic_int n_read;     /* tokens the reader has taken: req_wait's n_seen (the
                               engine cancels a request whose posted tokens stay
                               untaken for engine_opts.stall_timeout_ms)         */
+    atomic_bool reader_blocked; /* its reader stopped taking tokens: what it
+                              holds for its client passed a byte bound
+                              (--park-bytes); the engine parks it at once
+                              rather than after park_ms                         */
 
     /* ---- output: guarded by `mu`, written by the engine thread ---- */
     void *sync;            /* mutex + condvar (private to req.c)                 */

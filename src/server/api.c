@@ -320,6 +320,8 @@ static int stream_next(void *sctx, http_buf *out) {
     return done ? 0 : 1;
 }
 
+static void stream_block(void *sctx, bool blocked) { gen_reader_blocked(((api_answer *)sctx)->g, blocked); }
+
 static void stream_done(void *sctx, bool completed) {
     api_answer *a = sctx;
     if (!completed) gen_cancel(a->g);
@@ -381,7 +383,7 @@ bool api_serve(const api_ops *api, routes_ctx *rc, http_exchange *x, const char 
     if (api->start) api->start(a, &p);
     oai_params_free(&p);
     if (a->stream)
-        http_reply_stream(x, 200, api->stream_type, stream_next, stream_done, a);
+        http_reply_stream(x, 200, api->stream_type, stream_next, stream_done, stream_block, a);
     else
         answer_whole(a, x);
     return true;

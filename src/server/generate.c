@@ -701,6 +701,8 @@ const char *gen_stop_string(const gen *g) { return g->finished ? stop_which(g->s
 
 void gen_cancel(gen *g) { req_cancel(g->r); }
 
+void gen_reader_blocked(gen *g, bool blocked) { atomic_store(&g->r->reader_blocked, blocked); }
+
 void gen_done(gen *g, const char *method, int status, bool stream) {
     if (!g) return;
     metrics_count(g->rc->met, status);

@@ -114,6 +114,9 @@ const char *gen_stop_string(const gen *g);
 
 /* The client went away: the engine drops the request. */
 void gen_cancel(gen *g);
+/* The stream's reader stopped taking tokens (blocked: --park-bytes of it wait
+ * for the client) or goes on: the engine parks the request at once. */
+void gen_reader_blocked(gen *g, bool blocked);
 /* Logs "METHOD path status prompt=... cached=... generated=... ms", counts
  * the status, frees. NULL is a no-op. */
 void gen_done(gen *g, const char *method, int status, bool stream);

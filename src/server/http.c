@@ -95,10 +95,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <linux/sockios.h> /* SIOCOUTQ */
+#endif
 
 enum { TRACK_IDLE, TRACK_REQUEST, TRACK_STALL, TRACK_KEEPALIVE };
 
@@ -216,6 +220,7 @@ typedef struct http_stream {
     int fd;                      /* the connection's socket, idem          */
     http_stream_fn fn;
     http_stream_free_fn free_fn;
+    http_stream_block_fn block_fn; /* NULL: none                         */
     void *sctx;
     work job;
     pthread_mutex_t mu;
@@ -228,6 +233,7 @@ typedef struct http_stream {
     bool failed;         /* it returned -1, the client went away, or stop   */
     bool delivered;      /* the reader returned the end of the stream       */
     bool released;       /* MHD freed the response (connection over)        */
+    bool blocked;        /* stopped at park_bytes; block_fn told (producer) */
 } http_stream;
 
 static void *worker_main(void *arg);
@@ -580,13 +586,47 @@ static void stall_arm(http_stream *s) {
     track_deadline(s->srv, s->conn, clock_ns() + secs_ns(s->srv->c.stall_timeout_s), false, TRACK_STALL);
 }
 
+/* Bytes the socket holds that its peer has not acknowledged (its send
+ * queue); 0 where that cannot be asked. */
+static size_t sock_unsent(int fd) {
+#if defined(SIOCOUTQ)
+    int q = 0;
+    if (fd >= 0 && ioctl(fd, SIOCOUTQ, &q) == 0 && q > 0) return (size_t)q;
+#else
+    (void)fd;
+#endif
+    return 0;
+}
+
+/* The buffer level below which the reader hands a stopped producer back to
+ * a worker: half of what stops it. */
+static size_t resume_level(const http_stream *s) {
+    size_t pb = s->srv->c.park_bytes;
+    return (pb && pb < HTTP_STREAM_BUFFER ? pb : HTTP_STREAM_BUFFER) / 2;
+}
+
 static void produce(http_stream *s) {
     http_buf out = {0};
     bool finish = false;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         bool stop = s->done || s->failed || s->released;
-        if (stop || s->buf.n - s->off >= HTTP_STREAM_BUFFER) {
+        size_t pending = s->buf.n - s->off, pb = s->srv->c.park_bytes;
+        /* park_bytes: what the client has not taken counts the socket's
+         * send queue too (a client that does not read leaves it full; on
+         * loopback it and the buffer held ~1000 tokens of logprobs before
+         * the buffer alone filled). Only with bytes of our own pending, so
+         * the reader always has some to send and brings the producer back. */
+        size_t unsent = pb && (pending || s->blocked) ? pending + sock_unsent(s->fd) : pending;
+        /* stopped at pb, it stays so (the engine keeps it parked) until
+         * half of that is left: a client that takes a little does not flip
+         * it parked and back for every event */
+        bool over = !stop && pb && pending && unsent >= (s->blocked ? resume_level(s) : pb);
+        if (stop || over || pending >= HTTP_STREAM_BUFFER) {
+            /* told under s->mu: sctx lives until the stream is finished,
+             * which waits for it (and the tellings keep their order) */
+            if (over && !s->blocked && s->block_fn) s->block_fn(s->sctx, true);
+            if (over) s->blocked = true;
             s->active = false;
             finish = s->released;
             /* parked, or done with bytes unsent: a client that reads none of
@@ -597,6 +637,10 @@ static void produce(http_stream *s) {
             pthread_mutex_unlock(&s->mu);
             if (!stop) log_debug("http: a stream's client is not reading; its producer waits");
             break;
+        }
+        if (s->blocked && unsent < resume_level(s)) {
+            if (s->block_fn) s->block_fn(s->sctx, false);
+            s->blocked = false;
         }
         pthread_mutex_unlock(&s->mu);
         out.n = 0;
@@ -649,7 +693,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         ret = (ssize_t)k;
         if (s->stall_armed) stall_arm(s); /* it reads: the clock restarts */
         /* a parked producer goes back to work once half the buffer is free */
-        if (!s->active && !s->done && s->buf.n - s->off < HTTP_STREAM_BUFFER / 2) {
+        if (!s->active && !s->done && s->buf.n - s->off < resume_level(s)) {
             s->active = true;
             if (s->stall_armed) {
                 s->stall_armed = false;
@@ -689,7 +733,7 @@ static void stream_release(void *cls) {
 }
 
 void http_reply_stream(http_exchange *x, int status, const char *content_type, http_stream_fn fn,
-                       http_stream_free_fn free_fn, void *sctx) {
+                       http_stream_free_fn free_fn, http_stream_block_fn block_fn, void *sctx) {
     if (x->answered) {
         log_error("http: handler answered twice (%s %s)", x->method_log, http_path_log(x));
         free_fn(sctx, false);
@@ -707,9 +751,14 @@ void http_reply_stream(http_exchange *x, int status, const char *content_type, h
      * in the kernel, and the producer would go on for thousands of tokens
      * before it parks. A fixed size keeps both bounded. */
     int sndbuf = HTTP_STREAM_SNDBUF;
+    /* with --park-bytes, no more than half of it in the kernel (doubled
+     * there): what a client that does not read is sent before its request
+     * parks stays near that bound */
+    if (x->srv->c.park_bytes) sndbuf = (int)MIN((size_t)sndbuf, MAX(x->srv->c.park_bytes / 2, (size_t)4096));
     if (s->fd >= 0) setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     s->fn = fn;
     s->free_fn = free_fn;
+    s->block_fn = block_fn;
     s->sctx = sctx;
     s->job.st = s;
     s->active = true; /* its producer starts after the answer is queued */

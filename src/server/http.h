@@ -95,6 +95,11 @@ typedef void (*http_handler_fn)(void *ctx, http_exchange *x);
  * once. Returns 1 while more will follow, 0 when this was the end, -1 to
  * abort the connection. */
 typedef int (*http_stream_fn)(void *sctx, http_buf *out);
+/* Told when the stream's producer stops because more than
+ * http_config.park_bytes wait for its client (blocked true), and when it
+ * goes on (false): the generation behind it should stop at once rather than
+ * wait for a timer. Runs on a handler thread; must not block. */
+typedef void (*http_stream_block_fn)(void *sctx, bool blocked);
 /* Frees the producer's state, after its last call; `completed` is false
  * when the client went away or the connection failed before the end. Runs
  * on a handler thread or the I/O thread: it must not block. */
@@ -163,6 +168,10 @@ typedef struct http_config {
     int stall_timeout_s;    /* a stream whose client read none of a full buffer
                                for this long is closed (its free function sees
                                completed false); 0: MHD's own timeout only    */
+    size_t park_bytes;      /* a stream's producer stops (and its block_fn is
+                               told) while more than this many bytes wait for
+                               its client: its buffer plus the socket's send
+                               queue (SIOCOUTQ); 0: only at HTTP_STREAM_BUFFER */
     http_precheck_fn precheck; /* NULL: none; called with the handler's ctx      */
     http_error_fn error_body;  /* NULL: errors in OpenAI's shape only            */
     int listen_fd;          /* > 0: a socket from http_listen, owned by the server
@@ -258,10 +267,11 @@ void http_add_header(http_exchange *x, const char *name, const char *value);
 void http_reply(http_exchange *x, int status, const char *content_type, const char *body, size_t n,
                 const char *extra_header, const char *extra_value);
 /* Answers with a stream: fn is called until it returns 0 or -1; free_fn runs
- * exactly once afterwards (also when the reply is never sent). Chunked
- * transfer encoding with `content_type`. */
+ * exactly once afterwards (also when the reply is never sent); block_fn
+ * (NULL: none) as http_stream_block_fn says. Chunked transfer encoding with
+ * `content_type`. */
 void http_reply_stream(http_exchange *x, int status, const char *content_type, http_stream_fn fn,
-                       http_stream_free_fn free_fn, void *sctx);
+                       http_stream_free_fn free_fn, http_stream_block_fn block_fn, void *sctx);
 /* The status the handler answered with (0 before). */
 int http_status(const http_exchange *x);
 

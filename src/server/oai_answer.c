@@ -436,6 +436,11 @@ static int multi_next(void *sctx, http_buf *out) {
     return 0;
 }
 
+static void multi_block(void *sctx, bool blocked) {
+    oai_multi *m = sctx;
+    for (int i = 0; i < m->n_gens; i++) gen_reader_blocked(m->o[i]->g, blocked);
+}
+
 static void multi_done(void *sctx, bool completed) {
     oai_multi *m = sctx;
     bool failed = false;
@@ -473,7 +478,7 @@ static void oai_answer_many_stream(routes_ctx *rc, gen **gs, int n_gens, int n, 
         snprintf(o->id, sizeof o->id, "%s-%llx%06llx", o->rt->id_prefix, (unsigned long long)rc->created,
                  gen_serial(gs[0]));
     }
-    http_reply_stream(x, 200, "text/event-stream", multi_next, multi_done, m);
+    http_reply_stream(x, 200, "text/event-stream", multi_next, multi_done, multi_block, m);
 }
 
 const oai_route *oai_route_of(oai_kind kind) {

@@ -54,6 +54,7 @@ void server_opts_default(server_opts *o) {
     o->client_max_queued = -1;
     o->client_max_parked = 16;
     o->park_timeout_s = 2;
+    o->park_bytes = 64 << 10;
     o->mask_budget_ms = 20;
     o->block_tokens = 16;
     o->max_body_bytes = (size_t)8 << 20;
@@ -130,6 +131,8 @@ const char *server_usage(void) {
            "  --park-timeout S         park such a request after S seconds (default 2, at most half of\n"
            "                           --stall-timeout; 0: never): it gives back its slot and KV blocks\n"
            "                           and runs again once its client has read what it had\n"
+           "  --park-bytes BYTES       park it at once when BYTES of its stream wait unsent (the stream's\n"
+           "                           buffer and the socket's send queue; default 64K; 0: by time only)\n"
            "  --client-max-parked N    one client's parked requests before its 429 (default 16; 0: none)\n"
            "  --client-max-kv PCT      one client's running requests may hold PCT% of the KV pool; at it\n"
            "                           its new requests get a 429 (default 0: no limit of its own)\n"
@@ -431,6 +434,9 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         } else if (!strcmp(a, "--park-timeout")) {
             NEED_VALUE;
             rc = parse_real(a, v, 0, 86400, "seconds", &o->park_timeout_s, e);
+        } else if (!strcmp(a, "--park-bytes")) {
+            NEED_VALUE;
+            rc = parse_size(a, v, &o->park_bytes, e);
         } else if (!strcmp(a, "--stall-timeout")) {
             NEED_VALUE;
             rc = parse_int(a, v, 0, 86400, &o->stall_timeout_s, e);
@@ -639,6 +645,8 @@ int server_main(const server_opts *o) {
                       /* the engine cancels such a request at --stall-timeout
                        * (and counts it); the connection goes 2 s later */
                       .stall_timeout_s = o->stall_timeout_s > 0 ? o->stall_timeout_s + 2 : 0,
+                      /* parked by bytes only where parking is on */
+                      .park_bytes = o->park_timeout_s > 0 ? o->park_bytes : 0,
                       .precheck = routes_precheck,
                       .error_body = routes_error_body,
                       .listen_fd = listen_fd,

@@ -58,6 +58,7 @@ typedef struct server_opts {
     double client_max_kv;     /* --client-max-kv PCT as a share (0..1); 0 (default): none */
     int client_max_parked;    /* --client-max-parked; default 16; 0: none              */
     double park_timeout_s;    /* --park-timeout: park a stream unread this long; default 2 */
+    size_t park_bytes;        /* --park-bytes: park it once this much waits unsent; 64K; 0: off */
     double mask_budget_ms;    /* --grammar-mask-budget: CPU per constrained token of a
                                  request's grammar masks, on average; default 20; 0: none */
     bool mask_sync;           /* --grammar-mask-sync: masks inside the step (engine_opts) */
