@@ -966,6 +966,15 @@ static void mjob_release(engine *en, seq *s) {
     }
 }
 
+/* Marks s parked or not, keeping its client's and the engine's counts. */
+static void set_parked(engine *en, seq *s, bool on) {
+    if (s->parked == on) return;
+    s->parked = on;
+    atomic_fetch_add(&seq_client(en, s)->n_parked, on ? 1 : -1);
+    en->cnt.n_parked += on ? 1 : -1;
+    if (on) en->cnt.parked_total++;
+}
+
 static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     hold_drop(en, s);
     mjob_release(en, s);
@@ -977,11 +986,7 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     s->ds = NULL;
     if (s->running) atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
     s->running = false;
-    if (s->parked) { /* cut (stall_timeout_ms) or cancelled while parked */
-        atomic_fetch_sub(&seq_client(en, s)->n_parked, 1);
-        en->cnt.n_parked--;
-        s->parked = false;
-    }
+    set_parked(en, s, false); /* cut (stall_timeout_ms) or cancelled while parked */
     pthread_mutex_lock(&en->mu);
     client_put_locked(en, s->r->client_slot);
     pthread_mutex_unlock(&en->mu);
@@ -1009,7 +1014,9 @@ static void seq_free(seq *s) {
     free(s);
 }
 
-static void preempt(engine *en, seq *s) {
+/* Moves running s back to the waiting list without its blocks (they stay
+ * in the tree as cache); it is computed again when admitted. */
+static void unschedule(engine *en, seq *s) {
     hold_drop(en, s); /* its row is computed again (its mask stays valid) */
     seq_release_blocks(en, s);
     dmodel_seq_drop(s->dms); /* recomputed by the draft model when it drafts again */
@@ -1019,6 +1026,12 @@ static void preempt(engine *en, seq *s) {
     list_remove(&en->running, s);
     list_insert_ordered(&en->waiting, s);
     s->wait_start_ns = clock_ns();
+}
+
+/* Unschedules s for memory or fairness: counted, and no admission this
+ * step takes what it gave back. */
+static void preempt(engine *en, seq *s) {
+    unschedule(en, s);
     en->preempted_this_step = true;
     en->cnt.preemptions_total++;
     s->r->n_preemptions++;
@@ -1270,13 +1283,9 @@ static void park_step(engine *en) {
     int64_t now = clock_ns();
     for (int i = en->waiting.n - 1; i >= 0; i--) {
         seq *s = en->waiting.v[i];
-        if (s->parked && atomic_load(&s->r->n_read) >= s->n_generated && !atomic_load(&s->r->reader_blocked)) {
-            s->parked = false;
-            atomic_fetch_sub(&seq_client(en, s)->n_parked, 1);
-            en->cnt.n_parked--;
-        }
+        if (s->parked && atomic_load(&s->r->n_read) >= s->n_generated && !atomic_load(&s->r->reader_blocked))
+            set_parked(en, s, false);
     }
-    bool was = en->preempted_this_step;
     for (int i = en->running.n - 1; i >= 0; i--) {
         seq *s = en->running.v[i];
         if (!s->stall_since_ns) continue;
@@ -1288,15 +1297,9 @@ static void park_step(engine *en) {
         else
             log_info("engine: request %llu parked: its client took none of its output for %.1f s",
                      (unsigned long long)s->order, en->park_ms / 1000.0);
-        preempt(en, s);
-        en->cnt.preemptions_total--; /* not for memory or fairness: counted as parked */
-        s->r->n_preemptions--;
-        s->parked = true;
-        atomic_fetch_add(&seq_client(en, s)->n_parked, 1);
-        en->cnt.n_parked++;
-        en->cnt.parked_total++;
+        unschedule(en, s); /* not a preemption: counted as parked */
+        set_parked(en, s, true);
     }
-    en->preempted_this_step = was; /* what it gave back may be used at once */
 }
 
 /* Publishes the blocks each client's running sequences hold (client_max_kv). */
