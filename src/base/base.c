@@ -143,13 +143,8 @@ uint64_t hash_bytes(const void *p, size_t n, uint64_t seed) {
         h ^= b[i];
         h *= 0x100000001b3ULL;
     }
-    /* final avalanche (splitmix64) so nearby inputs spread over all bits */
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    h ^= h >> 31;
-    return h;
+    /* final avalanche so nearby inputs spread over all bits */
+    return mix64(h);
 }
 
 uint16_t f32_to_fp16(float f) {
@@ -312,12 +307,7 @@ void os_random_hex(char *out, size_t n) {
 
 void rng_seed(rng *r, uint64_t seed) {
     /* splitmix64 to expand the seed into the xorshift128+ state */
-    for (int i = 0; i < 2; i++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        r->s[i] = z ^ (z >> 31);
-    }
+    for (int i = 0; i < 2; i++) r->s[i] = splitmix64_next(&seed);
     if (!r->s[0] && !r->s[1]) r->s[0] = 1;
 }
 

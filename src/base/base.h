@@ -112,9 +112,29 @@ int64_t clock_ns(void); /* monotonic */
 double clock_ms(void);  /* monotonic, milliseconds as double */
 
 /* ---- hashing -------------------------------------------------------------- */
+/* splitmix64's finalizer: a bijection of 64-bit words in which every input
+ * bit reaches every output bit, so the low bits of the result can index a
+ * power-of-two table. Stable across runs and machines (hash_bytes and the
+ * disk tier's checksums end with it, and those are on disk). */
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+/* The next word of a splitmix64 stream whose state is *s (advanced). */
+static inline uint64_t splitmix64_next(uint64_t *s) { return mix64(*s += 0x9e3779b97f4a7c15ULL); }
+
 /* 64-bit FNV-1a style hash with a better final mix; stable across runs and
  * machines (used in on-disk keys). */
 uint64_t hash_bytes(const void *p, size_t n, uint64_t seed);
+
+/* SHA-256 (FIPS 180-4) of data[0..n): the 32-byte digest into out, or as
+ * 64 lowercase hex digits and a NUL into hex (65 bytes). */
+void sha256(const void *data, size_t n, uint8_t out[32]);
+void sha256_hex(const void *data, size_t n, char hex[65]);
 
 /* ---- half precision ------------------------------------------------------ */
 /* IEEE half bits -> float, exact for every input (NaN payloads kept). The

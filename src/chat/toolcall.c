@@ -663,18 +663,11 @@ static void emit_text(tc_parser *p, tc_events *out, tc_event_kind kind, size_t t
     if (to > p->emit_pos) p->emit_pos = to;
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void make_id(unsigned long long seed, int index, char out[30]) {
     static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     uint64_t s = (uint64_t)seed ^ ((uint64_t)(index + 1) * 0xd1b54a32d192ed03ull);
     memcpy(out, "call_", 5);
-    for (int i = 0; i < 24; i++) out[5 + i] = al[splitmix64(&s) % 62];
+    for (int i = 0; i < 24; i++) out[5 + i] = al[splitmix64_next(&s) % 62];
     out[29] = 0;
 }
 

@@ -142,15 +142,6 @@ struct gmatch {
 
 /* ---- interned stacks ------------------------------------------------------- */
 
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 static void cache_init(gcache *c) {
     if (c->cap_st) return;
     c->cap_st = 1024;

@@ -1069,16 +1069,8 @@ typedef struct {
     bool over;
 } side;
 
-/* A slot for a 64-bit key in a power-of-two table (splitmix64's finalizer:
- * every key bit reaches the low bits). */
-static size_t hslot(uint64_t k, size_t cap) {
-    k ^= k >> 30;
-    k *= 0xBF58476D1CE4E5B9ull;
-    k ^= k >> 27;
-    k *= 0x94D049BB133111EBull;
-    k ^= k >> 31;
-    return (size_t)k & (cap - 1);
-}
+/* A slot for a 64-bit key in a power-of-two table. */
+static size_t hslot(uint64_t k, size_t cap) { return (size_t)mix64(k) & (cap - 1); }
 
 static void push_pair(int **v, size_t *n, size_t *cap, int x, int y) {
     if (*n + 2 > *cap) {

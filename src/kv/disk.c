@@ -106,15 +106,6 @@ static uint64_t get_u64(const uint8_t *p) {
     return v;
 }
 
-static uint64_t mix64(uint64_t h) {
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    h ^= h >> 31;
-    return h;
-}
-
 static uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 /* Four independent lanes over 8-byte words (so the multiplies overlap), the
