@@ -7,7 +7,7 @@
  *     scalar dot and of a double dot over the dequantised rows, on odd sizes
  *     and tails, with weights from the quantiser and from raw random bytes;
  *   - kern_matmul_multi == kern_matmul bitwise (each table, 1 and 3 threads);
- *   - gemm == dot bitwise for 37-token batches, and for MXFP4 over all 256
+ *   - gemm == dot bitwise for 37-token batches (float types too), and for MXFP4 over all 256
  *     E8M0 scales (the scalar dot = isum * 2^(e-128) * d_a exactly);
  *   - attention chunk kernel against the scalar part and against a double
  *     softmax, odd head sizes and chunk lengths; attn_head over several
@@ -248,8 +248,8 @@ static void test_multi(pool *pools[2]) {
  * 37-token matmul is bitwise its row's dot product, for widths where the
  * prepared chunk holds all tokens and where it holds fewer (n_in 8224). */
 static void test_gemm_large(pool *p) {
-    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_MXFP4};
-    static const int64_t widths[] = {288, 8224, 2304};
+    static const uint32_t types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_MXFP4, DT_F32, DT_F16, DT_BF16};
+    static const int64_t widths[] = {288, 8224, 2304, 172, 37, 7}; /* float tails: 172 = 5x32 + 8 + 4 */
     enum { NT = 37, NO = 13 };
     for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
         for (size_t wi = 0; wi < ARRAY_LEN(widths); wi++) {
@@ -257,7 +257,7 @@ static void test_gemm_large(pool *p) {
             const int64_t n_in = widths[wi];
             if (n_in % dtype_get(type)->blck) continue;
             const size_t rb = dtype_row_bytes(type, n_in), arb = kern_act_row_bytes(type, n_in);
-            uint8_t *w = xmalloc(rb * NO), *act = xmalloc(arb * NT);
+            uint8_t *w = xmalloc(rb * NO), *act = xmalloc(arb ? arb * NT : 64);
             float *x = xmalloc(sizeof(float) * n_in * NT), *y = xmalloc(sizeof(float) * NO * NT);
             for (int r = 0; r < NO; r++) random_row(type, w + r * rb, n_in);
             for (int64_t i = 0; i < n_in * NT; i++) x[i] = rng_gauss();
@@ -267,10 +267,11 @@ static void test_gemm_large(pool *p) {
                 kern_matmul(p, &m, x, NT, y, act);
                 int diff = 0;
                 for (int t = 0; t < NT; t++) {
-                    kern->act[type](x + t * n_in, act, n_in);
+                    const void *at = x + t * n_in; /* float weights: the f32 rows as they are */
+                    if (kern->act[type]) kern->act[type](x + t * n_in, act, n_in), at = act;
                     for (int r = 0; r < NO; r++) {
                         float d = NAN;
-                        kern->dot[type](n_in, &d, w + r * rb, act);
+                        kern->dot[type](n_in, &d, w + r * rb, at);
                         diff += memcmp(&d, &y[t * NO + r], sizeof d) != 0;
                     }
                 }

@@ -59,6 +59,8 @@ typedef __m256 kxa_v;
 #define KXA_QK_V 2
 #define KXA_PV_Q 2 /* 8 accumulators + 4 V vectors + a broadcast */
 #define KXA_PV_V 4
+#define KXA_PV_Q1 8 /* single vectors of dims: 8 accumulators + a V vector + a broadcast */
+#define KXA_PV_QMAX (KXA_PV_Q1 > KXA_PV_Q ? KXA_PV_Q1 : KXA_PV_Q)
 static inline float kxa_hmax(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

@@ -30,6 +30,7 @@
  *                     lanes), kxa_sum16(e, n16) (8 lanes: e summed in 16-key
  *                     blocks into 16 lanes, then lanes 0-7 + 8-15) and the
  *                     register tiles KXA_QK_Q x KXA_QK_V, KXA_PV_Q x KXA_PV_V
+ *                     (KXA_PV_Q1 x 1 when head_dim < KXA_PV_V x KXA_W)
  * Both primitives must be exact integer arithmetic, so the two tables
  * compute the same integers and differ only in how fast they get there.
  *
@@ -144,6 +145,111 @@ static inline __m256 load8_bf16(const uint16_t *p) {
 KX_FLOAT_DOT(dot_f32, float, load8_f32)
 KX_FLOAT_DOT(dot_f16, uint16_t, load8_f16)
 KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
+
+/* Float gemm: tiles of up to KX_FG_R rows x KX_FG_T tokens, each (row,
+ * token) summed exactly as KX_FLOAT_DOT sums it — the four accumulator
+ * chains s0..s3 over the 32-element steps in order, s0 continuing with the
+ * 8-element steps and the zero-padded tail, then hsum_ps((s0 + s1) + (s2 +
+ * s3)) — so gemm == dot bitwise. The chains run two at a time (s0, s1 then
+ * s2, s3), which keeps a 2 x 2 tile's 8 accumulators and its weight and
+ * activation vectors in registers; a whole tile's four sums are reduced
+ * together (kx_hsum4). What it saves over one dot per (row, token) is a
+ * weight load per token and a call and most of a reduction per output: on
+ * a small f32 model (stories260K, n_in 64-172) a verification step's 1 + k
+ * tokens cost a fraction of that many decode steps' matmuls. */
+#define KX_FG_R 2
+#define KX_FG_T 2
+#define KX_FG_CHUNK 32 /* tokens whose f32 rows stay in L2 while a chunk's row tiles run */
+
+/* hsum_ps of a, b, c, d in lanes 0, 4, 1, 5: the same additions in the
+ * same order (lo + hi halves, then lanes 0 + 2 and 1 + 3, then those two),
+ * four at a time. */
+static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 x = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    const __m256 y = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    const __m256 g = _mm256_add_ps(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm256_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_hadd_ps(g, g);
+}
+
+#define KX_FG_LOOP(v, n) _Pragma("GCC unroll 2") for (int v = 0; v < (n); v++)
+#define KX_FLOAT_GEMM(NAME, WT, LOAD8)                                                                                 \
+    static inline __attribute__((always_inline)) void NAME##_tile(const int R, const int T, int64_t n,                 \
+                                                                  const uint8_t *wd, size_t wrb, const uint8_t *ab,    \
+                                                                  size_t arb, float *y, int64_t ldy) {                 \
+        const WT *w[KX_FG_R];                                                                                          \
+        const float *a[KX_FG_T];                                                                                       \
+        KX_FG_LOOP(r, R) w[r] = (const WT *)(wd + (size_t)r * wrb);                                                    \
+        KX_FG_LOOP(t, T) a[t] = (const float *)(ab + (size_t)t * arb);                                                 \
+        const int64_t n32 = n / 32 * 32;                                                                               \
+        __m256 v01[KX_FG_R][KX_FG_T], s[KX_FG_R][KX_FG_T][2];                                                          \
+        KX_FG_LOOP(h, 2) { /* chains 2h and 2h + 1 */                                                                  \
+            KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) s[r][t][0] = s[r][t][1] = _mm256_setzero_ps();                           \
+            for (int64_t i = 16 * h; i < n32; i += 32) {                                                               \
+                if (h == 0) KX_FG_LOOP(r, R) kx_pf_lines(w[r] + i, (int)(32 * sizeof(WT) / 64));                       \
+                KX_FG_LOOP(c, 2) {                                                                                     \
+                    __m256 wv[KX_FG_R];                                                                                \
+                    KX_FG_LOOP(r, R) wv[r] = LOAD8(w[r] + i + 8 * c);                                                  \
+                    KX_FG_LOOP(t, T) {                                                                                 \
+                        const __m256 av = _mm256_loadu_ps(a[t] + i + 8 * c);                                           \
+                        KX_FG_LOOP(r, R) s[r][t][c] = _mm256_fmadd_ps(wv[r], av, s[r][t][c]);                          \
+                    }                                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+            if (h == 1) break;                                                                                         \
+            int64_t i = n32;                                                                                           \
+            for (; i + 8 <= n; i += 8)                                                                                 \
+                KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) s[r][t][0] =                                                         \
+                    _mm256_fmadd_ps(LOAD8(w[r] + i), _mm256_loadu_ps(a[t] + i), s[r][t][0]);                           \
+            if (i < n) KX_FG_LOOP(r, R) {                                                                              \
+                    WT wt[8] = {0};                                                                                    \
+                    memcpy(wt, w[r] + i, sizeof(WT) * (size_t)(n - i));                                                \
+                    KX_FG_LOOP(t, T) {                                                                                 \
+                        float at[8] = {0};                                                                             \
+                        memcpy(at, a[t] + i, sizeof(float) * (size_t)(n - i));                                         \
+                        s[r][t][0] = _mm256_fmadd_ps(LOAD8(wt), _mm256_loadu_ps(at), s[r][t][0]);                      \
+                    }                                                                                                  \
+                }                                                                                                      \
+            KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) v01[r][t] = _mm256_add_ps(s[r][t][0], s[r][t][1]);                       \
+        }                                                                                                              \
+        __m256 v[KX_FG_R][KX_FG_T];                                                                                    \
+        KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) v[r][t] = _mm256_add_ps(v01[r][t], _mm256_add_ps(s[r][t][0], s[r][t][1]));   \
+        if (R == 2 && T == 2) {                                                                                        \
+            const __m256 h4 = kx_hsum4(v[0][0], v[1][0], v[0][1], v[1][1]);                                            \
+            const __m128 lo = _mm256_castps256_ps128(h4), hi = _mm256_extractf128_ps(h4, 1);                           \
+            const __m128 rows = _mm_unpacklo_ps(lo, hi); /* (r0 t0) (r1 t0) (r0 t1) (r1 t1) */                         \
+            _mm_storel_pi((__m64 *)y, rows);                                                                           \
+            _mm_storeh_pi((__m64 *)(y + ldy), rows);                                                                   \
+            return;                                                                                                    \
+        }                                                                                                              \
+        KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) y[(size_t)t * ldy + r] = hsum_ps(v[r][t]);                                   \
+    }                                                                                                                  \
+    static void NAME(const kern_mat *wm, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, float *y,    \
+                     int64_t ldy) {                                                                                    \
+        const uint8_t *wd = wm->data, *ab = act;                                                                       \
+        for (int t0 = 0; t0 < n_tok; t0 += KX_FG_CHUNK) {                                                              \
+            const int t1 = MIN(n_tok, t0 + KX_FG_CHUNK);                                                               \
+            for (int64_t r = r0; r < r1; r += KX_FG_R) {                                                               \
+                const uint8_t *wr = wd + (size_t)r * wm->row_bytes;                                                    \
+                for (int t = t0; t < t1; t += KX_FG_T) {                                                               \
+                    const uint8_t *at = ab + (size_t)t * arb;                                                          \
+                    float *yt = y + (size_t)t * ldy + r;                                                               \
+                    if (r + 2 <= r1 && t + 2 <= t1)                                                                    \
+                        NAME##_tile(2, 2, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                    else if (r + 2 <= r1)                                                                              \
+                        NAME##_tile(2, 1, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                    else if (t + 2 <= t1)                                                                              \
+                        NAME##_tile(1, 2, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                    else                                                                                               \
+                        NAME##_tile(1, 1, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+KX_FLOAT_GEMM(gemm_f32, float, load8_f32)
+KX_FLOAT_GEMM(gemm_f16, uint16_t, load8_f16)
+KX_FLOAT_GEMM(gemm_bf16, uint16_t, load8_bf16)
 
 /* ---- 32-element blocks against Q8_0 ----------------------------------------- */
 
@@ -1051,7 +1157,8 @@ static void swiglu(float *gate, const float *up, int n) {
  *   3. per query: keys at or past its p1 set to -inf, max, e = exp(s - max)
  *      in place, l = sum of e;
  *   4. O = E V, register tiles of KXA_PV_Q queries x KXA_PV_V vectors of
- *      dims, each V row widened once per tile.
+ *      dims (KXA_PV_Q1 queries x 1 vector at small head sizes), each V row
+ *      widened once per tile.
  * A group of G queries reads and widens every K and V row once instead of
  * G/n_head times, and the tiles do several FMAs per load, so a prefill turn
  * over a long cached context runs at FMA speed from L1/L2 instead of
@@ -1198,18 +1305,18 @@ static void kxa_qk_tile_any(const float *const *q, const float *kt, const uint16
 static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *const *vrow, int d0, const float *const *e,
                                                               const int *n, int n_min, float *const *o, const int NQ,
                                                               const int NV) {
-    kxa_v acc[KXA_PV_Q][KXA_PV_V];
-    _Pragma("GCC unroll 6") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_zero();
+    kxa_v acc[KXA_PV_QMAX][KXA_PV_V];
+    _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_zero();
     for (int i = 0; i < n_min; i++) {
         kxa_v vv[KXA_PV_V];
         const uint16_t *vr = vrow[i] + d0;
         _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) vv[b] = kxa_f16(vr + b * KXA_W);
-        _Pragma("GCC unroll 6") for (int a = 0; a < NQ; a++) {
+        _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
             const kxa_v w = kxa_set1(e[a][i]);
             _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, vv[b], acc[a][b]);
         }
     }
-    _Pragma("GCC unroll 6") for (int a = 0; a < NQ; a++) {
+    _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
         for (int i = n_min; i < n[a]; i++) {
             const kxa_v w = kxa_set1(e[a][i]);
             _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, kxa_f16(vrow[i] + d0 + b * KXA_W), acc[a][b]);
@@ -1219,7 +1326,8 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
 }
 
 /* nq (1..KXA_PV_Q) as a constant; cases above KXA_PV_Q never run (they are
- * clamped only so that both tables compile). */
+ * clamped only so that both tables compile). KXA_PV_CASE1: nq up to
+ * KXA_PV_Q1 for single vectors of dims (kxa_pv_rows). */
 #define KXA_PV_CASE(nv)                                                                                                \
     switch (nq) {                                                                                                      \
     case 1: kxa_pv_tile(vrow, d0, e, n, n_min, o, 1, nv); break;                                                       \
@@ -1230,14 +1338,30 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
     default: kxa_pv_tile(vrow, d0, e, n, n_min, o, KXA_PV_Q, nv); break;                                               \
     }
 
-/* All of step 4 for nq <= KXA_PV_Q queries: whole tiles of dims, single
- * vectors, then the last dims (fewer than W) with fmaf in the same order. */
+#define KXA_PV_CASE1                                                                                                   \
+    switch (nq) {                                                                                                      \
+    case 1: kxa_pv_tile(vrow, d0, e, n, n_min, o, 1, 1); break;                                                        \
+    case 2: kxa_pv_tile(vrow, d0, e, n, n_min, o, 2, 1); break;                                                        \
+    case 3: kxa_pv_tile(vrow, d0, e, n, n_min, o, 3, 1); break;                                                        \
+    case 4: kxa_pv_tile(vrow, d0, e, n, n_min, o, 4, 1); break;                                                        \
+    case 5: kxa_pv_tile(vrow, d0, e, n, n_min, o, 5, 1); break;                                                        \
+    case 6: kxa_pv_tile(vrow, d0, e, n, n_min, o, 6, 1); break;                                                        \
+    case 7: kxa_pv_tile(vrow, d0, e, n, n_min, o, 7 < KXA_PV_QMAX ? 7 : KXA_PV_QMAX, 1); break;                       \
+    default: kxa_pv_tile(vrow, d0, e, n, n_min, o, KXA_PV_QMAX, 1); break;                                             \
+    }
+
+/* All of step 4 for nq queries (at most KXA_PV_Q, or KXA_PV_Q1 when hd <
+ * KXA_PV_V * W): whole tiles of dims, single vectors, then the last dims
+ * (fewer than W) with fmaf in the same order. With hd below a whole tile
+ * each query has a single accumulator per vector of dims, whose fma chain
+ * over the keys is latency-bound; KXA_PV_Q1 chains side by side keep the
+ * FMA units busy (a verification group's 1 + k tokens at head_dim 8). */
 static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *const *e, const int *n, float *const *o, int nq) {
     int n_min = n[0];
     for (int a = 1; a < nq; a++) n_min = MIN(n_min, n[a]);
     int d0 = 0;
     for (; d0 + KXA_PV_V * KXA_W <= hd; d0 += KXA_PV_V * KXA_W) KXA_PV_CASE(KXA_PV_V)
-    for (; d0 + KXA_W <= hd; d0 += KXA_W) KXA_PV_CASE(1)
+    for (; d0 + KXA_W <= hd; d0 += KXA_W) KXA_PV_CASE1
     for (; d0 < hd; d0++)
         for (int a = 0; a < nq; a++) {
             float acc = 0;
@@ -1463,9 +1587,10 @@ static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_qu
             aq->l[g] = hsum_ps(kxa_sum16(s, n16));
         }
         /* 4. weighted sums of the V rows */
-        for (int a = 0; a < nr; a += KXA_PV_Q) {
-            const int nq = MIN(KXA_PV_Q, nr - a);
-            float *o[KXA_PV_Q];
+        const int pv_q = hd < KXA_PV_V * KXA_W ? KXA_PV_Q1 : KXA_PV_Q;
+        for (int a = 0; a < nr; a += pv_q) {
+            const int nq = MIN(pv_q, nr - a);
+            float *o[KXA_PV_QMAX];
             for (int b = 0; b < nq; b++) {
                 const attn_query *aq = &qs[(r0 + a + b) / n_head];
                 o[b] = aq->o + (size_t)((r0 + a + b) % n_head) * hd;
@@ -1500,6 +1625,9 @@ const kern_ops KX_OPS_NAME = {
         },
     .gemm =
         {
+            [DT_F32] = gemm_f32,
+            [DT_F16] = gemm_f16,
+            [DT_BF16] = gemm_bf16,
             [DT_Q8_0] = KX_GEMM_Q8_0,
             [DT_Q4_0] = KX_GEMM_Q4_0,
             [DT_Q4_K] = KX_GEMM_Q4_K,
