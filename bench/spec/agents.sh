@@ -55,14 +55,4 @@ while [ "$i" -le "$rounds" ]; do
     i=$((i + 1))
 done
 sh "$(dirname "$0")/median.sh" "$tmp/all" "out tokens/s" "" "$@"
-# each round's ratio to the first CONFIG's run of that round: the median,
-# and in how many rounds it was below 1
-c=1
-for cfg in "$@"; do
-    awk -v c=$c '$2 == 1 { b[$1] = $3 } $2 == c { v[$1] = $3 }
-        END { for (r in v) if (b[r] > 0) print v[r] / b[r] }' "$tmp/rounds" | sort -n |
-        awk -v cfg="$cfg" '{ v[NR] = $1; lo += $1 < 1 }
-            END { printf "paired %-40s median ratio %.3f, below 1 in %d of %d rounds\n", cfg,
-                  NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, lo, NR }'
-    c=$((c + 1))
-done
+sh "$(dirname "$0")/paired.sh" "$tmp/rounds" "$@"
