@@ -57,22 +57,15 @@
 #include "engine.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../kv/disk.h"
-#include "../kv/kvpool.h"
-#include "../kv/radix.h"
-#include "../sample/sample.h"
-#include "dmodel.h"
-#include "draft.h"
-#include "kvpolicy.h"
-#include "sched_internal.h"
+#include "engine_disk.h"
+#include "engine_grammar.h"
+#include "engine_impl.h"
 
 /* Prefill order (LAPS, shortest remaining first). When several prefills
  * wait, the one with the fewest tokens left goes first, so a cache hit's new
@@ -104,245 +97,14 @@
  * whole burst of turns at once while the blocks of a flood of cold prompts
  * are not all taken before they can run. */
 #define ENGINE_MAX_PREFILLING 16
-/* A hinted context's spilled blocks are read back from disk this long
- * before its agent says it returns (a few hundred MB take well under a
- * second from the page cache or an SSD). Hints wait at most
- * ENGINE_HINT_MAX; a late agent's hint is dropped ENGINE_HINT_GIVE_UP_S
- * after its return. */
-#define ENGINE_HINT_LEAD_S 2.0
-#define ENGINE_HINT_MAX 256
-#define ENGINE_HINT_GIVE_UP_S 60.0
-/* Jump-forward: at most this many bytes of a forced run are appended at once. */
-#define ENGINE_FORCED_MAX 1024
 /* Speculative decoding: draft tokens in one step at most (each wants a row
  * of logits, n_vocab floats, beyond the one per running sequence). */
 #define ENGINE_SPEC_ROWS 64
-/* mask_over_budget: the allowance, in tokens' worth of the budget */
-#define ENGINE_MASK_GRACE 8
 _Static_assert(DRAFT_N_KINDS <= 4, "engine_stats has 4 slots per drafter");
 
-typedef struct seq {
-    req *r;
-    uint64_t order;      /* arrival number: lower is older                     */
-    int32_t *tokens;     /* (n_tokens) prompt followed by generated tokens     */
-    int n_tokens, cap_tokens;
-    int n_computed;      /* positions with K/V in the cache                    */
-    int n_generated;
-    int n_prefill_end;   /* positions < this count as prompt work (metrics)    */
-    int32_t *blocks;     /* block table, one pool reference per entry          */
-    uint8_t *pending;    /* blocks[i] is indexed PENDING by this sequence      */
-    int n_blocks, cap_blocks;
-    int n_indexed;       /* leading full blocks the tree holds READY for us    */
-    sampler *smp;
-    gmatch *gm;          /* the grammar's state after `tokens`, or NULL        */
-    bool gm_failed;      /* a lazy grammar's trigger came with text it refuses  */
-    char *trig;          /* lazy grammar: the newest output bytes (trigger scan) */
-    int n_trig;
-    bool in_skip;        /* between trigger_skip_open and _close               */
-    bool admitted_once;  /* prompt metrics and cached count recorded           */
-    uint64_t sched_step; /* the step that last put it in a batch               */
-    uint64_t wait_from;  /* step of admission or of its last prefill chunk     */
-    bool running;
-    bool parked;         /* its reader took nothing for park_ms: not admitted
-                            until it has taken every posted token             */
-    /* disk tier */
-    uint64_t *keys;      /* (n_keys) prefix hash of each full block (kv/disk.h) */
-    int n_keys, cap_keys;
-    int n_disk_done;     /* leading indexed blocks offered to the disk         */
-    int *load_slot;      /* (n_loading) disk reads of blocks[n_load_from ..]   */
-    int cap_load_slot;
-    int n_loading, n_load_from;
-    bool disk_tried;     /* looked in the disk index since admission/preemption */
-    bool resumes;        /* agent policy: it extends a pinned turn (arrived back) */
-    uint64_t tried_step; /* the step admission last tried it in (fair_pick)    */
-    int64_t mask_ns;     /* time its grammar masks took (mask_over_budget)     */
-    int n_masks;
-    struct mjob *mj;     /* its next mask on the mask worker, or NULL          */
-    grammar *g_locked;   /* its grammar, while the engine thread holds its lock */
-    bool gm_start;       /* the grammar's opening forced run is still to append
-                            (its grammar was busy at submission)            */
-    float *held;         /* (n_vocab) its logits row while it sits out waiting
-                            for its mask, when held_ok                       */
-    bool held_ok;
-    char fail[256];      /* why it failed with REQ_FINISH_ERROR, when not the default */
-    uint64_t salt;       /* the prefix cache's partition (req.cache_salt): its
-                            tree paths and its disk keys' first seed       */
-    int64_t wait_start_ns; /* submitted, or last preempted (seq_overdue)     */
-    /* backpressure (stall_timeout_ms): the reader's n_read when last seen to
-     * move, and since when posted tokens have waited without it moving */
-    int stall_n_read;
-    int64_t stall_since_ns; /* 0: nothing waits for the reader              */
-    /* speculative decoding: the drafter's state, and this step's drafts
-     * (positions n_tokens.., run after the last token, verified in
-     * step_advance; they never enter `tokens` unless sampled) */
-    draft_seq *ds;
-    dmodel_seq *dms;     /* the draft model's state (--spec draft), or NULL   */
-    int32_t draft[DRAFT_MAX];
-    int n_draft;
-} seq;
 
-typedef struct seq_list {
-    seq **v;
-    int n, cap;
-} seq_list;
 
-/* Fair admission. A client (req.client) with requests queued or running
- * has an entry here; the table has room for every request the engine can
- * hold at once (max_queue + max_running + 1, at most ENGINE_MAX_CLIENTS),
- * so a request finds its client's entry or makes one, and an entry is free
- * again once its last request finished. Why this shape:
- *   - the order of admission is (priority class, the client's running
- *     sequences, the client's served tokens, arrival): a client that floods
- *     the queue gets its turn after every other client with work got one,
- *     whatever the order of arrival (first-come-first-served let 300 parked
- *     streams of one client delay another's 4-token completion by ~128 s,
- *     issue 26 finding 7); `served` (the tokens computed for it) breaks the
- *     ties toward the client that got less, and a new client starts at the
- *     least served of the active ones (virtual time), so coming and going
- *     gives no credit;
- *   - being first in the order is not enough when the flooder holds every
- *     slot or block with long generations: then the newest sequence of the
- *     client furthest above its share (max_running over the clients with
- *     work) is preempted, one per step, so the other client starts within
- *     a step or two (work conserving: with nobody else waiting, one client
- *     may use the whole engine). A larger priority class yields the same
- *     way to a smaller one. The preempted sequence keeps its output and its
- *     blocks stay in the cache: it costs a recompute of at most a block.
- * Threads: id, used, fresh, n_inflight under en->mu (engine_submit counts
- * a client's waiting requests); n_running is written by the engine thread
- * and read by engine_submit; served and n_prefilling are the engine
- * thread's. */
-#define ENGINE_MAX_CLIENTS 65536
 
-/* Masks off the engine thread (issue 26 finding 1). A constrained
- * sequence's next mask depends only on its matcher's state, which is known
- * once its token is sampled and its forced run appended; so the mask is
- * handed to the mask worker then and computed while the next forward pass
- * runs. At sampling time a sequence whose mask is not in yet (or whose
- * grammar the worker holds for another sequence) sits out: its logits row
- * is kept, it samples when the mask arrives and rejoins a later step, and
- * the others never wait for it. The worker takes the queued mask of the
- * sequence whose masks have cost the least CPU so far, so one slow grammar
- * does not queue a cheap one behind all its masks. The sequences of a
- * grammar share its cache, so the worker and the engine thread take turns
- * by grammar_lock (the engine thread only ever tries it: a busy grammar
- * makes its sequence sit out, never the engine wait), except when a lazy
- * grammar's trigger starts it (once per request, bounded by one mask).
- * Output is unchanged: the same mask, applied to the same logits. With
- * speculative decoding (a row's mask needs the previous row's token) or
- * engine_opts.mask_sync, masks run inside the step as before. States
- * (under mk_mu): IDLE -> QUEUED (engine) -> RUNNING (worker) -> DONE
- * (worker) -> IDLE (engine, when it samples with it). A sequence that ends
- * while its mask runs leaves the job, its matcher included, to the worker
- * (orphan). */
-enum { MJ_IDLE, MJ_QUEUED, MJ_RUNNING, MJ_DONE };
-typedef struct mjob {
-    struct mjob *next;   /* the worker's queue                                 */
-    gmatch *gm;          /* the sequence's matcher                              */
-    uint64_t *mask;      /* (n_vocab/64 rounded up) the result                  */
-    int n_ok;
-    int64_t cpu_ns, wall_ns; /* the last mask's                                 */
-    int64_t cost_ns;     /* CPU of all its masks so far: the worker's order     */
-    int state;
-    bool orphan;
-} mjob;
-typedef struct client {
-    uint64_t id;
-    bool used;
-    bool fresh;          /* its `served` is not set yet (take_submitted does) */
-    int n_inflight;      /* submitted and not finished                         */
-    atomic_int n_running;
-    double served;       /* tokens computed for it (virtual time)              */
-    int n_prefilling;    /* running sequences still prefilling (this step)     */
-    uint64_t seen_step;  /* fair_yield's count of the clients with work        */
-    int kv_blocks;       /* kv_victim's count of the blocks its running hold    */
-    double pf_vt;        /* prefill tokens scheduled for it (prefill order)     */
-    atomic_int kv_held;  /* blocks its running sequences hold (client_max_kv)  */
-    atomic_int n_parked; /* its parked sequences (client_max_parked)           */
-    uint64_t pf_step;    /* the last step it had a prefill to schedule          */
-} client;
-
-struct engine {
-    const model *m;
-    engine_opts o;
-    int n_ctx;
-    kvpool *pool;
-    radix *tree;
-    model_kv *kv;
-    model_state *st;
-    float *logits;       /* (max_running, n_vocab)                              */
-    /* batch scratch (max_batch_tokens / max_running entries) */
-    int32_t *b_tok, *b_pos, *b_seq;
-    uint8_t *b_logits;
-    model_seq *b_seqs;
-    seq **b_owner;       /* sequence of each batch sequence slot               */
-    int *b_chunk;        /* tokens of that sequence in the batch               */
-    int32_t *scratch;    /* block ids for radix_insert                          */
-    int scratch_cap;
-    uint64_t *mask;      /* (n_vocab/64 rounded up) allowed tokens of a grammar  */
-    char *forced;        /* (ENGINE_FORCED_MAX) a forced run's bytes            */
-    int32_t *forced_ids; /* (ENGINE_FORCED_MAX) and its tokens                  */
-    drafter *dr;         /* speculative decoding's drafter, or NULL            */
-    draft_cost cost;     /* the steps' times: what one more token costs        */
-    int spec_rows;       /* draft tokens per step at most (extra logits rows)  */
-    dmodel *dm;          /* the draft model's runner (--spec draft), or NULL   */
-    float *spec_p;       /* (n_vocab) the target's distribution at a verified row */
-    double dm_ms;        /* a one-token draft forward's time (decayed mean)    */
-    double dm_ratio;     /* its cost against the target's before it is measured */
-
-    seq_list running;    /* in arrival order                                    */
-    seq_list waiting;    /* in arrival order (preempted ones keep theirs)       */
-    uint64_t next_order;
-    uint64_t step_no;
-
-    pthread_t thread;
-    pthread_mutex_t mu;  /* guards submitq, stop, stats, n_waiting_shared       */
-    pthread_cond_t cv;
-    req **submitq;
-    int n_submitq, cap_submitq;
-    bool stop;
-    bool preempted_this_step; /* no admission right after a preemption (thrash) */
-    int n_waiting_shared;
-    engine_stats stats;  /* published copy (under mu)                         */
-    engine_stats cnt;    /* the engine thread's own counters                  */
-    int n_blocks;        /* pool size, constant                                */
-    kvdisk *disk;        /* the disk tier, or NULL                             */
-    kvpolicy *pol;       /* the agent KV policy's pins, or NULL (LRU)          */
-    uint64_t next_serial;/* req.serial (under mu)                              */
-    struct {
-        uint64_t serial;
-        char tool[64];
-    } toolq[64];         /* engine_turn_tool's news (under mu)                 */
-    int n_toolq;
-    /* kv_hint prefetch (disk tier): contexts whose agent said when it is
-     * back; their spilled blocks are read back ENGINE_HINT_LEAD_S before */
-    struct hint {
-        uint64_t session;
-        int64_t start_ns;  /* start reading at                               */
-        int64_t return_ns; /* the agent's predicted return                   */
-        seq *s;            /* tokens (whole blocks) and the reads in flight  */
-        bool loaded;       /* some blocks were read back                     */
-    } *hints;
-    int n_hints;
-    /* fair admission (the client table above) */
-    client *clients;
-    int cap_clients, hi_clients; /* capacity; entries [0, hi) were ever used */
-    int n_clients;               /* used entries (under mu)                    */
-    uint64_t n_client_refused;   /* engine_submit's refusals at client_max_queued (under mu) */
-    double pf_v;                 /* the least pf_vt of the clients prefilling last step */
-    int kv_limit;                /* client_max_kv in blocks (0: none)              */
-    int park_ms;                 /* park_ms as applied (below stall_timeout_ms)     */
-    engine_plan_row *plan_rows;  /* (max_running) plan_hook's rows, or NULL          */
-    /* the mask worker ("Masks off the engine thread"); mk_on false: none */
-    bool mk_on;
-    pthread_t mk_thread;
-    pthread_mutex_t mk_mu; /* guards mk_queue, mk_stop and every mjob's state */
-    pthread_cond_t mk_cv;
-    mjob *mk_queue;
-    bool mk_stop;
-    uint64_t mask_gen;   /* masks the worker finished (under mu: wakes the engine) */
-    int n_held;          /* running sequences sitting out for their mask       */
-};
 
 engine_opts engine_defaults(void) {
     engine_opts o = {0};
@@ -391,7 +153,6 @@ static void list_remove(seq_list *l, seq *s) {
 
 /* ---- the client table (fair admission) ---- */
 
-static client *seq_client(engine *en, const seq *s) { return &en->clients[s->r->client_slot]; }
 
 /* With en->mu held: the entry of client `id`, made if new; -1 when the
  * table is full. */
@@ -441,54 +202,54 @@ static void client_start_locked(engine *en, client *c) {
 }
 
 static void seq_push_token(seq *s, int32_t t) {
-    if (s->n_tokens == s->cap_tokens) {
-        s->cap_tokens = s->cap_tokens ? s->cap_tokens * 2 : 64;
-        s->tokens = xrealloc(s->tokens, (size_t)s->cap_tokens * sizeof *s->tokens);
+    if (s->tok.n == s->tok.cap) {
+        s->tok.cap = s->tok.cap ? s->tok.cap * 2 : 64;
+        s->tok.ids = xrealloc(s->tok.ids, (size_t)s->tok.cap * sizeof *s->tok.ids);
     }
-    s->tokens[s->n_tokens++] = t;
+    s->tok.ids[s->tok.n++] = t;
 }
 
-static void seq_push_block(seq *s, int32_t b, bool pending) {
-    if (s->n_blocks == s->cap_blocks) {
-        s->cap_blocks = s->cap_blocks ? s->cap_blocks * 2 : 16;
-        s->blocks = xrealloc(s->blocks, (size_t)s->cap_blocks * sizeof *s->blocks);
-        s->pending = xrealloc(s->pending, (size_t)s->cap_blocks);
+void sched__seq_push_block(seq *s, int32_t b, bool pending) {
+    if (s->kv.n_blocks == s->kv.cap_blocks) {
+        s->kv.cap_blocks = s->kv.cap_blocks ? s->kv.cap_blocks * 2 : 16;
+        s->kv.blocks = xrealloc(s->kv.blocks, (size_t)s->kv.cap_blocks * sizeof *s->kv.blocks);
+        s->kv.pending = xrealloc(s->kv.pending, (size_t)s->kv.cap_blocks);
     }
-    s->blocks[s->n_blocks] = b;
-    s->pending[s->n_blocks] = pending;
-    s->n_blocks++;
+    s->kv.blocks[s->kv.n_blocks] = b;
+    s->kv.pending[s->kv.n_blocks] = pending;
+    s->kv.n_blocks++;
 }
 
 /* Gives s room for n tokens and their blocks, disk keys and read slots at
  * once, so that a request's state never grows (and never aborts the process
  * on an allocation failure) while it runs. false: out of memory (s keeps
  * what it had; seq_free frees it). */
-static bool seq_reserve(engine *en, seq *s, int n) {
+bool sched__seq_reserve(engine *en, seq *s, int n) {
     int nb = n / en->o.block_tokens + 2;
-    if (n > s->cap_tokens) {
-        int32_t *t = realloc(s->tokens, (size_t)n * sizeof *t);
+    if (n > s->tok.cap) {
+        int32_t *t = realloc(s->tok.ids, (size_t)n * sizeof *t);
         if (!t) return false;
-        s->tokens = t;
-        s->cap_tokens = n;
+        s->tok.ids = t;
+        s->tok.cap = n;
     }
-    if (nb > s->cap_blocks) {
-        int32_t *b = realloc(s->blocks, (size_t)nb * sizeof *b);
+    if (nb > s->kv.cap_blocks) {
+        int32_t *b = realloc(s->kv.blocks, (size_t)nb * sizeof *b);
         if (!b) return false;
-        s->blocks = b;
-        uint8_t *p = realloc(s->pending, (size_t)nb);
+        s->kv.blocks = b;
+        uint8_t *p = realloc(s->kv.pending, (size_t)nb);
         if (!p) return false;
-        s->pending = p;
-        s->cap_blocks = nb;
+        s->kv.pending = p;
+        s->kv.cap_blocks = nb;
     }
-    if (en->disk && nb > s->cap_keys) {
-        uint64_t *k = realloc(s->keys, (size_t)nb * sizeof *k);
+    if (en->disk && nb > s->disk.cap_keys) {
+        uint64_t *k = realloc(s->disk.keys, (size_t)nb * sizeof *k);
         if (!k) return false;
-        s->keys = k;
-        s->cap_keys = nb;
-        int *l = realloc(s->load_slot, (size_t)nb * sizeof *l);
+        s->disk.keys = k;
+        s->disk.cap_keys = nb;
+        int *l = realloc(s->disk.load_slot, (size_t)nb * sizeof *l);
         if (!l) return false;
-        s->load_slot = l;
-        s->cap_load_slot = nb;
+        s->disk.load_slot = l;
+        s->disk.cap_load_slot = nb;
     }
     return true;
 }
@@ -497,22 +258,21 @@ static bool seq_reserve(engine *en, seq *s, int n) {
 
 /* Drops every block of s. Blocks it indexed as PENDING (not computed) leave
  * the tree with their subtree first, so nobody waits for them forever. */
-static void seq_release_blocks(engine *en, seq *s) {
-    for (int i = 0; i < s->n_blocks; i++) {
-        if (s->pending[i] && radix_block_state(en->tree, s->blocks[i]) == RADIX_PENDING) {
-            radix_remove_pending(en->tree, s->blocks[i]);
+void sched__seq_release_blocks(engine *en, seq *s) {
+    for (int i = 0; i < s->kv.n_blocks; i++) {
+        if (s->kv.pending[i] && radix_block_state(en->tree, s->kv.blocks[i]) == RADIX_PENDING) {
+            radix_remove_pending(en->tree, s->kv.blocks[i]);
         }
     }
-    for (int i = 0; i < s->n_blocks; i++) kvpool_unref(en->pool, s->blocks[i]);
-    for (int i = 0; i < s->n_loading; i++) kvdisk_read_drop(en->disk, s->load_slot[i]);
-    s->n_loading = 0;
-    s->n_blocks = 0;
-    s->n_computed = 0;
-    s->n_indexed = 0;
-    s->n_disk_done = 0;
+    for (int i = 0; i < s->kv.n_blocks; i++) kvpool_unref(en->pool, s->kv.blocks[i]);
+    for (int i = 0; i < s->disk.n_loading; i++) kvdisk_read_drop(en->disk, s->disk.load_slot[i]);
+    s->disk.n_loading = 0;
+    s->kv.n_blocks = 0;
+    s->tok.n_computed = 0;
+    s->kv.n_indexed = 0;
+    s->disk.n_done = 0;
 }
 
-static bool disk_cancel_loads(engine *en);
 
 /* Frees up to n cached blocks: the radix tree's evictable ones (least
  * recently used first); when those run out, pins yield (which ones: `why`,
@@ -537,7 +297,7 @@ static int32_t alloc_block(engine *en) {
     int32_t b = kvpool_alloc(en->pool);
     if (b >= 0) return b;
     if (evict(en, 1, KVPOL_FOR_RUNNING) > 0) b = kvpool_alloc(en->pool);
-    if (b < 0 && disk_cancel_loads(en)) return alloc_block(en);
+    if (b < 0 && sched__disk_cancel_loads(en)) return alloc_block(en);
     return b;
 }
 
@@ -557,17 +317,17 @@ static int32_t alloc_block(engine *en) {
  * nobody is admitted past it while it is not (no blocks yet, or its blocks
  * still being read from disk). */
 static bool seq_overdue(const engine *en, const seq *s, int64_t now) {
-    return now - s->wait_start_ns > (int64_t)en->o.new_wait_max_ms * 1000000;
+    return now - s->sch.wait_start_ns > (int64_t)en->o.new_wait_max_ms * 1000000;
 }
 
 static kvpol_yield_for yield_for(const engine *en, const seq *s) {
-    if (!en->pol || s->resumes || s->admitted_once || seq_overdue(en, s, clock_ns())) return KVPOL_FOR_RUNNING;
+    if (!en->pol || s->sch.resumes || s->sch.admitted_once || seq_overdue(en, s, clock_ns())) return KVPOL_FOR_RUNNING;
     return en->running.n == 0 ? KVPOL_FOR_NEW_IDLE : KVPOL_FOR_NEW;
 }
 
 /* Makes sure free >= n blocks by evicting (and by the pins `why` allows
  * yielding); returns whether it worked. */
-static bool ensure_free(engine *en, int n, kvpol_yield_for why) {
+bool sched__ensure_free(engine *en, int n, kvpol_yield_for why) {
     int have = kvpool_n_free(en->pool);
     while (have < n) {
         int got = evict(en, n - have, why);
@@ -577,7 +337,7 @@ static bool ensure_free(engine *en, int n, kvpol_yield_for why) {
     return true;
 }
 
-static void scratch_reserve(engine *en, int n) {
+void sched__scratch_reserve(engine *en, int n) {
     if (n > en->scratch_cap) {
         en->scratch_cap = n * 2;
         en->scratch = xrealloc(en->scratch, (size_t)en->scratch_cap * sizeof *en->scratch);
@@ -588,259 +348,18 @@ static void scratch_reserve(engine *en, int n) {
  * as READY (its own PENDING ones become READY). */
 static void seq_index_computed(engine *en, seq *s) {
     int B = en->o.block_tokens;
-    int n_full = s->n_computed / B;
-    if (n_full <= s->n_indexed) return;
-    scratch_reserve(en, n_full);
-    memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
-    if (radix_insert_salted(en->tree, s->salt, s->tokens, n_full, en->scratch, RADIX_READY) < 0) {
+    int n_full = s->tok.n_computed / B;
+    if (n_full <= s->kv.n_indexed) return;
+    sched__scratch_reserve(en, n_full);
+    memcpy(en->scratch, s->kv.blocks, (size_t)n_full * sizeof *s->kv.blocks);
+    if (radix_insert_salted(en->tree, s->salt, s->tok.ids, n_full, en->scratch, RADIX_READY) < 0) {
         log_warn("engine: radix_insert failed for a computed prefix (ignored)");
     }
-    for (int i = 0; i < n_full; i++) s->pending[i] = 0;
-    s->n_indexed = n_full;
+    for (int i = 0; i < n_full; i++) s->kv.pending[i] = 0;
+    s->kv.n_indexed = n_full;
 }
 
-/* ---- the disk tier ---- */
-
-/* Extends s->keys to the first n full blocks of s->tokens. */
-static void seq_keys(engine *en, seq *s, int n) {
-    int B = en->o.block_tokens;
-    if (n > s->cap_keys) {
-        s->cap_keys = MAX(n, 2 * s->cap_keys);
-        s->keys = xrealloc(s->keys, (size_t)s->cap_keys * sizeof *s->keys);
-    }
-    for (int i = s->n_keys; i < n; i++)
-        s->keys[i] = kvdisk_key_next(i ? s->keys[i - 1] : KVDISK_KEY_SEED ^ s->salt, s->tokens + (size_t)i * B, B);
-    if (n > s->n_keys) s->n_keys = n;
-}
-
-/* Write-through: offers the indexed (READY, full) blocks of s to the disk.
- * A full queue leaves the rest for the next step; blocks already on disk
- * cost a lookup. */
-static void disk_write_through(engine *en, seq *s) {
-    if (!en->disk || s->n_disk_done >= s->n_indexed) return;
-    int B = en->o.block_tokens;
-    size_t E = en->kv->block_elems;
-    seq_keys(en, s, s->n_indexed);
-    while (s->n_disk_done < s->n_indexed) {
-        int i = s->n_disk_done;
-        int32_t b = s->blocks[i];
-        int rc = kvdisk_write_async(en->disk, s->keys[i], i ? s->keys[i - 1] : 0, s->tokens + (size_t)i * B,
-                                    en->kv->k + (size_t)b * E, en->kv->v + (size_t)b * E);
-        if (rc == ERR_RANGE) break; /* queue full: later */
-        s->n_disk_done++;
-    }
-}
-
-/* At admission, after the RAM match of n_ready blocks (their references are
- * in en->scratch): queues reads of the blocks after them that are on disk,
- * into fresh pool blocks, as many as the queue takes (the rest follow after
- * this batch is restored). Returns the number of reads queued (s then holds
- * the matched and the fresh blocks and waits), 0 when nothing is to load or
- * the sequence does not fit in the pool now, -1 when blocks are on disk but
- * the queue has no free slot (s waits for one rather than recompute). */
-static int disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n_need_blocks, kvpol_yield_for why) {
-    s->disk_tried = true;
-    seq_keys(en, s, n_match_cap);
-    int m = 0;
-    while (n_ready + m < n_match_cap && kvdisk_contains(en->disk, s->keys[n_ready + m])) m++;
-    if (m == 0) return 0;
-    /* only when the whole sequence fits: restored blocks of a sequence that
-     * cannot run yet would just be evicted again */
-    if (!ensure_free(en, n_need_blocks - n_ready, why)) return 0;
-    int B = en->o.block_tokens;
-    if (m > s->cap_load_slot) { /* reserved at admission (seq_reserve): not reached */
-        s->load_slot = xrealloc(s->load_slot, (size_t)m * sizeof *s->load_slot);
-        s->cap_load_slot = m;
-    }
-    int q = 0;
-    for (; q < m; q++) {
-        int i = n_ready + q;
-        int slot = kvdisk_read_async(en->disk, s->keys[i], i ? s->keys[i - 1] : 0, s->tokens + (size_t)i * B);
-        if (slot < 0) break;
-        s->load_slot[q] = slot;
-    }
-    if (q == 0) {
-        s->disk_tried = false; /* the queue is busy with others' reads: next step */
-        return -1;
-    }
-    s->n_blocks = 0;
-    for (int i = 0; i < n_ready; i++) seq_push_block(s, en->scratch[i], false);
-    for (int i = 0; i < q; i++) {
-        int32_t b = kvpool_alloc(en->pool);
-        ASSERT(b >= 0);
-        seq_push_block(s, b, false);
-    }
-    s->n_loading = q;
-    s->n_load_from = n_ready;
-    return q;
-}
-
-/* A running sequence needs a block and none is left: the waiting sequences
- * that hold blocks for disk reads let them go (they look again when next
- * admitted). Returns whether any block was released. */
-static bool disk_cancel_loads(engine *en) {
-    bool any = false;
-    for (int i = 0; i < en->waiting.n; i++) {
-        seq *s = en->waiting.v[i];
-        if (s->n_loading == 0) continue;
-        seq_release_blocks(en, s);
-        s->disk_tried = false;
-        any = true;
-    }
-    return any;
-}
-
-/* Returns false while reads of s are running. When all are done: copies the
- * good leading run into its blocks, indexes the prefix READY (the tree takes
- * its references) and releases s's blocks, so admission matches it all from
- * RAM. */
-static bool disk_restore(engine *en, seq *s) {
-    for (int i = 0; i < s->n_loading; i++)
-        if (kvdisk_read_poll(en->disk, s->load_slot[i]) == 1) return false;
-    int n_ok = 0;
-    size_t E = en->kv->block_elems;
-    for (int i = 0; i < s->n_loading; i++) {
-        if (n_ok == i && kvdisk_read_poll(en->disk, s->load_slot[i]) == 0) {
-            int32_t b = s->blocks[s->n_load_from + i];
-            kvdisk_read_take(en->disk, s->load_slot[i], en->kv->k + (size_t)b * E, en->kv->v + (size_t)b * E);
-            n_ok++;
-        } else {
-            kvdisk_read_drop(en->disk, s->load_slot[i]);
-        }
-    }
-    s->disk_tried = n_ok < s->n_loading; /* all good: look for the next batch */
-    s->n_loading = 0;
-    int n_full = s->n_load_from + n_ok;
-    if (n_ok > 0) {
-        scratch_reserve(en, n_full);
-        memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
-        if (radix_insert_salted(en->tree, s->salt, s->tokens, n_full, en->scratch, RADIX_READY) >= 0)
-            en->cnt.kv_disk_restored_tokens_total += (uint64_t)n_ok * (uint64_t)en->o.block_tokens;
-    }
-    seq_release_blocks(en, s);
-    return true;
-}
-
-/* ---- kv_hint prefetch ---- */
-
-/* A context whose agent said when it comes back (kv_hint next_use_s): its
- * blocks are on disk (write-through), and may leave RAM meanwhile (the pin
- * expires or yields, or kv_ttl 0 asked for no pin). ENGINE_HINT_LEAD_S
- * before the return, hints_step reads the spilled ones back into free or
- * LRU-evictable blocks — never a protected pin's — and indexes them, and
- * pins the whole prefix until the return (a pin with that prediction), so
- * the agent's turn finds it in RAM. A hint of the same session replaces the
- * older one; kv_hint "done" drops the session's. */
-static void seq_free(seq *s);
-static void grammar_start(engine *en, seq *s);
 static void sample_held(engine *en);
-
-static void hint_drop(engine *en, int i) {
-    seq *s = en->hints[i].s;
-    seq_release_blocks(en, s);
-    seq_free(s);
-    en->hints[i] = en->hints[--en->n_hints];
-}
-
-static void hint_drop_session(engine *en, uint64_t session) {
-    if (!session) return;
-    for (int i = 0; i < en->n_hints;)
-        if (en->hints[i].session == session) hint_drop(en, i);
-        else i++;
-}
-
-static void hint_add(engine *en, const seq *src, uint64_t session, double next_use_s) {
-    int n = src->n_indexed;
-    if (!en->disk || n <= 0 || !(next_use_s > 0)) return;
-    hint_drop_session(en, session);
-    if (en->n_hints == ENGINE_HINT_MAX) {
-        int oldest = 0;
-        for (int i = 1; i < en->n_hints; i++)
-            if (en->hints[i].return_ns < en->hints[oldest].return_ns) oldest = i;
-        hint_drop(en, oldest);
-    }
-    if (!en->hints) en->hints = xcalloc(ENGINE_HINT_MAX, sizeof *en->hints);
-    struct hint *h = &en->hints[en->n_hints++];
-    int64_t now = clock_ns();
-    h->session = session;
-    h->return_ns = now + (int64_t)(next_use_s * 1e9);
-    h->start_ns = h->return_ns - (int64_t)(ENGINE_HINT_LEAD_S * 1e9);
-    size_t nt = (size_t)n * (size_t)en->o.block_tokens;
-    h->s = calloc(1, sizeof *h->s);
-    if (!h->s || !seq_reserve(en, h->s, (int)nt)) { /* a prefetch is optional */
-        log_warn("engine: out of memory for a kv_hint prefetch of %zu tokens (dropped)", nt);
-        if (h->s) seq_free(h->s);
-        en->n_hints--;
-        return;
-    }
-    memcpy(h->s->tokens, src->tokens, nt * sizeof *h->s->tokens);
-    h->s->salt = src->salt;
-    h->s->n_tokens = (int)nt;
-    h->loaded = false;
-}
-
-/* Starts, advances and finishes the prefetch of hinted contexts that are
- * due. */
-static void hints_step(engine *en) {
-    if (!en->n_hints) return;
-    int64_t now = clock_ns();
-    int B = en->o.block_tokens;
-    for (int i = 0; i < en->n_hints;) {
-        struct hint *h = &en->hints[i];
-        seq *s = h->s;
-        int n_full = s->n_tokens / B;
-        if (s->n_loading > 0) {
-            uint64_t before = en->cnt.kv_disk_restored_tokens_total;
-            if (!disk_restore(en, s)) {
-                i++;
-                continue;
-            }
-            uint64_t got = en->cnt.kv_disk_restored_tokens_total - before;
-            en->cnt.kv_hint_prefetched_tokens_total += got;
-            h->loaded |= got > 0;
-            /* then, below: the next batch if the queue did not take all, or
-             * the pin */
-        }
-        if (now > h->return_ns + (int64_t)(ENGINE_HINT_GIVE_UP_S * 1e9)) {
-            hint_drop(en, i);
-            continue;
-        }
-        if (now < h->start_ns) {
-            i++;
-            continue;
-        }
-        scratch_reserve(en, n_full + 1);
-        int n_pending = 0;
-        int n_ready = radix_match_salted(en->tree, s->salt, s->tokens, n_full * B, en->scratch, n_full, &n_pending);
-        if (n_ready < 0) n_ready = 0, n_pending = 0;
-        int q = 0;
-        if (n_ready < n_full && n_pending == 0) {
-            s->disk_tried = false;
-            q = disk_prefetch(en, s, n_ready, n_full, n_full, KVPOL_FOR_NEW);
-        }
-        if (q > 0) { /* s holds the matched blocks and the reads */
-            i++;
-            continue;
-        }
-        if (q < 0) { /* the I/O queue is busy: next step */
-            for (int j = 0; j < n_ready + n_pending; j++) kvpool_unref(en->pool, en->scratch[j]);
-            i++;
-            continue;
-        }
-        /* all in RAM now (or what is missing is not on disk, or does not
-         * fit without taking a protected pin): pin what is there until the
-         * agent is back, and forget the hint */
-        if (en->pol && n_ready > 0 && n_pending == 0 && (h->loaded || h->session)) {
-            double left = (double)(h->return_ns - now) / 1e9;
-            kvpolicy_pin(en->pol, en->scratch, n_ready, h->session, NULL, -1, left > 0 ? left : 0, 0, now);
-        } else {
-            for (int j = 0; j < n_ready; j++) kvpool_unref(en->pool, en->scratch[j]);
-        }
-        for (int j = n_ready; j < n_ready + n_pending; j++) kvpool_unref(en->pool, en->scratch[j]);
-        hint_drop(en, i);
-    }
-
-}
 
 /* ---- finishing ---- */
 
@@ -857,10 +376,10 @@ static void mem_publish(engine *en) {
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < lists[k]->n; i++) {
             const seq *s = lists[k]->v[i];
-            req_b += sizeof *s + (uint64_t)s->cap_tokens * sizeof *s->tokens +
-                     (uint64_t)s->cap_blocks * (sizeof *s->blocks + sizeof *s->pending) +
-                     (uint64_t)s->cap_keys * sizeof *s->keys + (uint64_t)s->cap_load_slot * sizeof *s->load_slot +
-                     sampler_bytes(s->smp) + (uint64_t)s->r->cap_tokens * sizeof(req_token) +
+            req_b += sizeof *s + (uint64_t)s->tok.cap * sizeof *s->tok.ids +
+                     (uint64_t)s->kv.cap_blocks * (sizeof *s->kv.blocks + sizeof *s->kv.pending) +
+                     (uint64_t)s->disk.cap_keys * sizeof *s->disk.keys + (uint64_t)s->disk.cap_load_slot * sizeof *s->disk.load_slot +
+                     sampler_bytes(s->out.smp) + (uint64_t)s->r->cap_tokens * sizeof(req_token) +
                      (uint64_t)s->r->n_prompt * sizeof *s->r->prompt;
             const grammar *g = s->r->grammar;
             if (!g) continue;
@@ -910,9 +429,9 @@ static void stats_publish(engine *en) {
  * the request said otherwise. */
 static void seq_pin(engine *en, seq *s, req_finish why) {
     req *r = s->r;
-    if (r->kv_done) hint_drop_session(en, r->kv_session);
+    if (r->kv_done) sched__hint_drop_session(en, r->kv_session);
     if (!r->kv_done && (why == REQ_FINISH_STOP || why == REQ_FINISH_LENGTH))
-        hint_add(en, s, r->kv_session, r->kv_next_use_s);
+        sched__hint_add(en, s, r->kv_session, r->kv_next_use_s);
     if (!en->pol) return;
     if (r->kv_done || r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, r->kv_session);
     if (why != REQ_FINISH_STOP && why != REQ_FINISH_LENGTH) return;
@@ -920,72 +439,41 @@ static void seq_pin(engine *en, seq *s, req_finish why) {
     /* The tree's blocks for the sequence's indexed prefix (its own may be
      * duplicates of blocks another sequence indexed first): a match takes
      * the references the pin keeps. */
-    int B = en->o.block_tokens, n = s->n_indexed;
+    int B = en->o.block_tokens, n = s->kv.n_indexed;
     if (n <= 0) return;
-    scratch_reserve(en, n);
-    int k = radix_match_salted(en->tree, s->salt, s->tokens, n * B, en->scratch, n, NULL);
+    sched__scratch_reserve(en, n);
+    int k = radix_match_salted(en->tree, s->salt, s->tok.ids, n * B, en->scratch, n, NULL);
     if (k <= 0) return;
     kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, clock_ns());
     /* and the rows computed after them, in the turn's own partial block: the
      * next turn copies those its prompt repeats ("A partial last block") */
-    int rows = s->n_computed - k * B;
-    if (k == n && rows > 0 && rows < B && s->n_blocks > k && radix_block_state(en->tree, s->blocks[k]) == RADIX_NONE)
-        kvpolicy_pin_tail(en->pol, r->serial, s->blocks[k], s->tokens + (size_t)k * B, rows);
+    int rows = s->tok.n_computed - k * B;
+    if (k == n && rows > 0 && rows < B && s->kv.n_blocks > k && radix_block_state(en->tree, s->kv.blocks[k]) == RADIX_NONE)
+        kvpolicy_pin_tail(en->pol, r->serial, s->kv.blocks[k], s->tok.ids + (size_t)k * B, rows);
 }
 
-/* Its logits row is no longer waited on (it sampled, ended or was preempted). */
-static void hold_drop(engine *en, seq *s) {
-    if (!s->held_ok) return;
-    s->held_ok = false;
-    en->n_held--;
-}
 
-/* Takes s's mask job back from the worker as s ends: a queued one leaves
- * the queue, a running one is left to the worker with the matcher (it
- * frees both when the mask is done). */
-static void mjob_release(engine *en, seq *s) {
-    mjob *j = s->mj;
-    if (!j) return;
-    s->mj = NULL;
-    pthread_mutex_lock(&en->mk_mu);
-    if (j->state == MJ_QUEUED)
-        for (mjob **p = &en->mk_queue; *p; p = &(*p)->next)
-            if (*p == j) {
-                *p = j->next;
-                break;
-            }
-    bool orphan = j->state == MJ_RUNNING;
-    if (orphan) {
-        j->orphan = true;
-        s->gm = NULL; /* the worker's now */
-    }
-    pthread_mutex_unlock(&en->mk_mu);
-    if (!orphan) {
-        free(j->mask);
-        free(j);
-    }
-}
 
 /* Marks s parked or not, keeping its client's and the engine's counts. */
 static void set_parked(engine *en, seq *s, bool on) {
-    if (s->parked == on) return;
-    s->parked = on;
+    if (s->sch.parked == on) return;
+    s->sch.parked = on;
     atomic_fetch_add(&seq_client(en, s)->n_parked, on ? 1 : -1);
     en->cnt.n_parked += on ? 1 : -1;
     if (on) en->cnt.parked_total++;
 }
 
 static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
-    hold_drop(en, s);
-    mjob_release(en, s);
-    if (why != REQ_FINISH_CANCEL) disk_write_through(en, s);
+    sched__hold_drop(en, s);
+    sched__mjob_release(en, s);
+    if (why != REQ_FINISH_CANCEL) sched__disk_write_through(en, s);
     seq_pin(en, s, why);
-    if (s->n_blocks) seq_release_blocks(en, s);
-    draft_seq_end(en->dr, s->ds, s->tokens, s->r->n_prompt, s->n_tokens,
+    if (s->kv.n_blocks) sched__seq_release_blocks(en, s);
+    draft_seq_end(en->dr, s->spec.ds, s->tok.ids, s->r->n_prompt, s->tok.n,
                   why == REQ_FINISH_STOP || why == REQ_FINISH_LENGTH);
-    s->ds = NULL;
-    if (s->running) atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
-    s->running = false;
+    s->spec.ds = NULL;
+    if (s->sch.running) atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
+    s->sch.running = false;
     set_parked(en, s, false); /* cut (stall_timeout_ms) or cancelled while parked */
     pthread_mutex_lock(&en->mu);
     client_put_locked(en, s->r->client_slot);
@@ -995,37 +483,37 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     stats_publish(en);
     sched__req_post_finish(s->r, why, msg);
     req_unref(s->r);
-    seq_free(s);
+    sched__seq_free(s);
 }
 
 /* Frees a sequence's memory (its blocks already released). */
-static void seq_free(seq *s) {
-    draft_seq_end(NULL, s->ds, NULL, 0, 0, false);
-    dmodel_seq_free(s->dms);
-    sampler_free(s->smp);
-    gmatch_free(s->gm);
-    free(s->trig);
-    free(s->held);
-    free(s->tokens);
-    free(s->blocks);
-    free(s->pending);
-    free(s->keys);
-    free(s->load_slot);
+void sched__seq_free(seq *s) {
+    draft_seq_end(NULL, s->spec.ds, NULL, 0, 0, false);
+    dmodel_seq_free(s->spec.dms);
+    sampler_free(s->out.smp);
+    gmatch_free(s->out.gm);
+    free(s->out.trig);
+    free(s->out.held);
+    free(s->tok.ids);
+    free(s->kv.blocks);
+    free(s->kv.pending);
+    free(s->disk.keys);
+    free(s->disk.load_slot);
     free(s);
 }
 
 /* Moves running s back to the waiting list without its blocks (they stay
  * in the tree as cache); it is computed again when admitted. */
 static void unschedule(engine *en, seq *s) {
-    hold_drop(en, s); /* its row is computed again (its mask stays valid) */
-    seq_release_blocks(en, s);
-    dmodel_seq_drop(s->dms); /* recomputed by the draft model when it drafts again */
-    s->disk_tried = false; /* its blocks may be on disk by the time it returns */
-    s->running = false;
+    sched__hold_drop(en, s); /* its row is computed again (its mask stays valid) */
+    sched__seq_release_blocks(en, s);
+    dmodel_seq_drop(s->spec.dms); /* recomputed by the draft model when it drafts again */
+    s->disk.tried = false; /* its blocks may be on disk by the time it returns */
+    s->sch.running = false;
     atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
     list_remove(&en->running, s);
     list_insert_ordered(&en->waiting, s);
-    s->wait_start_ns = clock_ns();
+    s->sch.wait_start_ns = clock_ns();
 }
 
 /* Unschedules s for memory or fairness: counted, and no admission this
@@ -1035,7 +523,7 @@ static void preempt(engine *en, seq *s) {
     en->preempted_this_step = true;
     en->cnt.preemptions_total++;
     s->r->n_preemptions++;
-    log_debug("engine: preempted request %llu (%d tokens)", (unsigned long long)s->order, s->n_tokens);
+    log_debug("engine: preempted request %llu (%d tokens)", (unsigned long long)s->order, s->tok.n);
 }
 
 /* ---- admission ---- */
@@ -1054,23 +542,23 @@ static void preempt(engine *en, seq *s) {
 static int32_t partial_source(engine *en, seq *s, int n_ready, int *n_rows) {
     int B = en->o.block_tokens;
     *n_rows = 0;
-    int avail = MIN(B - 1, s->n_tokens - 1 - n_ready * B);
+    int avail = MIN(B - 1, s->tok.n - 1 - n_ready * B);
     if (avail <= 0) return -1;
-    const int32_t *want = s->tokens + (size_t)n_ready * B;
+    const int32_t *want = s->tok.ids + (size_t)n_ready * B;
     int run = 0;
-    int32_t best = radix_match_partial(en->tree, s->salt, s->tokens, s->n_tokens - 1, en->scratch, n_ready, &run);
+    int32_t best = radix_match_partial(en->tree, s->salt, s->tok.ids, s->tok.n - 1, en->scratch, n_ready, &run);
     int best_run = best >= 0 ? run : 0;
     int32_t other = -1;
     int other_run = 0;
     for (int i = 0; i < en->running.n; i++) {
         const seq *o = en->running.v[i];
-        if (o == s || o->n_blocks <= n_ready || o->salt != s->salt) continue;
-        if (n_ready > 0 && o->blocks[n_ready - 1] != en->scratch[n_ready - 1]) continue;
-        if (radix_block_state(en->tree, o->blocks[n_ready]) == RADIX_READY) continue; /* the tree's, above */
-        int lim = MIN(avail, o->n_computed - n_ready * B);
+        if (o == s || o->kv.n_blocks <= n_ready || o->salt != s->salt) continue;
+        if (n_ready > 0 && o->kv.blocks[n_ready - 1] != en->scratch[n_ready - 1]) continue;
+        if (radix_block_state(en->tree, o->kv.blocks[n_ready]) == RADIX_READY) continue; /* the tree's, above */
+        int lim = MIN(avail, o->tok.n_computed - n_ready * B);
         int r = 0;
-        while (r < lim && o->tokens[(size_t)n_ready * B + r] == want[r]) r++;
-        if (r > other_run) other = o->blocks[n_ready], other_run = r;
+        while (r < lim && o->tok.ids[(size_t)n_ready * B + r] == want[r]) r++;
+        if (r > other_run) other = o->kv.blocks[n_ready], other_run = r;
     }
     if (en->pol && n_ready > 0) {
         int r = 0;
@@ -1100,25 +588,25 @@ static void kv_copy_block(engine *en, int32_t dst, int32_t src) {
 /* Tries to admit s (from the waiting list). Returns 1 admitted, 0 must wait
  * (a later sequence may still be tried), -1 no blocks (stop admitting). */
 static int try_admit(engine *en, seq *s) {
-    if (s->gm_start) { /* its opening forced run first (part of what it computes) */
-        grammar_start(en, s);
-        if (s->gm_start) return 0;
+    if (s->out.gm_start) { /* its opening forced run first (part of what it computes) */
+        sched__grammar_start(en, s);
+        if (s->out.gm_start) return 0;
     }
     int B = en->o.block_tokens;
-    int n_need_blocks = (s->n_tokens + B - 1) / B;
-    int n_match_cap = (s->n_tokens - 1) / B; /* keep the last token to compute */
-    if (s->n_loading > 0 && !disk_restore(en, s)) return 0; /* blocks coming from disk */
-    scratch_reserve(en, n_need_blocks + 1);
+    int n_need_blocks = (s->tok.n + B - 1) / B;
+    int n_match_cap = (s->tok.n - 1) / B; /* keep the last token to compute */
+    if (s->disk.n_loading > 0 && !sched__disk_restore(en, s)) return 0; /* blocks coming from disk */
+    sched__scratch_reserve(en, n_need_blocks + 1);
     int n_pending = 0;
-    int n_ready = radix_match_salted(en->tree, s->salt, s->tokens, s->n_tokens - 1, en->scratch, n_match_cap, &n_pending);
+    int n_ready = radix_match_salted(en->tree, s->salt, s->tok.ids, s->tok.n - 1, en->scratch, n_match_cap, &n_pending);
     if (n_ready < 0) n_ready = 0, n_pending = 0;
     if (n_pending > 0) {
         /* Another sequence is computing our next blocks: wait for them. */
         for (int i = 0; i < n_ready + n_pending; i++) kvpool_unref(en->pool, en->scratch[i]);
         return 0;
     }
-    if (en->disk && !s->disk_tried) {
-        int q = disk_prefetch(en, s, n_ready, n_match_cap, n_need_blocks, yield_for(en, s));
+    if (en->disk && !s->disk.tried) {
+        int q = sched__disk_prefetch(en, s, n_ready, n_match_cap, n_need_blocks, yield_for(en, s));
         if (q > 0) return 0;
         if (q < 0) {
             for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
@@ -1128,50 +616,50 @@ static int try_admit(engine *en, seq *s) {
     int n_new = n_need_blocks - n_ready; /* >= 1: the first takes the copied rows */
     int n_rows = 0;
     int32_t src = partial_source(en, s, n_ready, &n_rows);
-    bool fits = ensure_free(en, n_new, yield_for(en, s));
+    bool fits = sched__ensure_free(en, n_new, yield_for(en, s));
     if (!fits && src >= 0) {
         /* the source held for the copy may be the block the pool is short
          * of: recompute those rows instead */
         kvpool_unref(en->pool, src);
         src = -1, n_rows = 0;
-        fits = ensure_free(en, n_new, yield_for(en, s));
+        fits = sched__ensure_free(en, n_new, yield_for(en, s));
     }
     if (!fits) {
         for (int i = 0; i < n_ready; i++) kvpool_unref(en->pool, en->scratch[i]);
-        s->disk_tried = false; /* what it restored may be evicted before it runs */
+        s->disk.tried = false; /* what it restored may be evicted before it runs */
         return -1;
     }
-    s->n_blocks = 0;
-    for (int i = 0; i < n_ready; i++) seq_push_block(s, en->scratch[i], false);
+    s->kv.n_blocks = 0;
+    for (int i = 0; i < n_ready; i++) sched__seq_push_block(s, en->scratch[i], false);
     for (int i = 0; i < n_new; i++) {
         int32_t b = kvpool_alloc(en->pool);
         ASSERT(b >= 0);
-        seq_push_block(s, b, false);
+        sched__seq_push_block(s, b, false);
     }
-    s->n_computed = n_ready * B;
+    s->tok.n_computed = n_ready * B;
     if (src >= 0) {
-        kv_copy_block(en, s->blocks[n_ready], src);
+        kv_copy_block(en, s->kv.blocks[n_ready], src);
         kvpool_unref(en->pool, src);
-        s->n_computed += n_rows;
+        s->tok.n_computed += n_rows;
         en->cnt.kv_partial_tokens_total += (uint64_t)n_rows;
     }
     log_debug("engine: admit request %llu: %d tokens, %d from %d whole blocks + %d copied rows of a partial block",
-              (unsigned long long)s->order, s->n_tokens, s->n_computed, n_ready, n_rows);
-    s->n_indexed = n_ready;
-    s->n_prefill_end = s->n_tokens;
+              (unsigned long long)s->order, s->tok.n, s->tok.n_computed, n_ready, n_rows);
+    s->kv.n_indexed = n_ready;
+    s->tok.n_prefill_end = s->tok.n;
     /* Index the full blocks still to compute as PENDING: later requests with
      * the same prefix join them instead of recomputing. */
-    int n_full = s->n_tokens / B;
+    int n_full = s->tok.n / B;
     if (n_full > n_ready) {
-        memcpy(en->scratch, s->blocks, (size_t)n_full * sizeof *s->blocks);
-        if (radix_insert_salted(en->tree, s->salt, s->tokens, n_full, en->scratch, RADIX_PENDING) >= 0) {
-            for (int i = n_ready; i < n_full; i++) s->pending[i] = en->scratch[i] == s->blocks[i];
+        memcpy(en->scratch, s->kv.blocks, (size_t)n_full * sizeof *s->kv.blocks);
+        if (radix_insert_salted(en->tree, s->salt, s->tok.ids, n_full, en->scratch, RADIX_PENDING) >= 0) {
+            for (int i = n_ready; i < n_full; i++) s->kv.pending[i] = en->scratch[i] == s->kv.blocks[i];
         }
     }
-    if (!s->admitted_once) {
-        s->admitted_once = true;
+    if (!s->sch.admitted_once) {
+        s->sch.admitted_once = true;
         /* (a forced run appended at submission is output, not prompt) */
-        int cached = MIN(s->n_computed, s->r->n_prompt);
+        int cached = MIN(s->tok.n_computed, s->r->n_prompt);
         sched__req_set_cached(s->r, cached);
         en->cnt.prompt_tokens_total += (uint64_t)s->r->n_prompt;
         en->cnt.prompt_tokens_cached_total += (uint64_t)cached;
@@ -1180,16 +668,14 @@ static int try_admit(engine *en, seq *s) {
      * says its context is done releases its session's pin as such) */
     if (en->pol) {
         if (s->r->kv_done || s->r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, s->r->kv_session);
-        kvpolicy_resume(en->pol, s->blocks, n_ready, s->r->kv_session, clock_ns());
+        kvpolicy_resume(en->pol, s->kv.blocks, n_ready, s->r->kv_session, clock_ns());
     }
-    s->running = true;
+    s->sch.running = true;
     atomic_fetch_add(&seq_client(en, s)->n_running, 1);
     return 1;
 }
 
 /* ---- the step ---- */
-
-static void jump_forward(engine *en, seq *s);
 
 /* With en->mu held: the queue's counts as they are now. A request handed
  * over by take_submitted, or admitted, moves between the counts that
@@ -1211,11 +697,11 @@ static void take_submitted(engine *en) {
          * (+2: the step may look one past the end) */
         int64_t n_max = MIN((int64_t)r->n_prompt + r->max_tokens, (int64_t)en->n_ctx) + 2;
         seq *s = calloc(1, sizeof *s);
-        if (s) s->smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
-        if (!s || !s->smp || !seq_reserve(en, s, (int)n_max)) {
+        if (s) s->out.smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
+        if (!s || !s->out.smp || !sched__seq_reserve(en, s, (int)n_max)) {
             log_warn("engine: out of memory for a request of %d prompt tokens (room for %lld tokens); it fails",
                      r->n_prompt, (long long)n_max);
-            if (s) seq_free(s);
+            if (s) sched__seq_free(s);
             client_put_locked(en, r->client_slot);
             sched__req_post_finish(r, REQ_FINISH_ERROR, "out of memory for the request's state");
             req_unref(r);
@@ -1225,28 +711,28 @@ static void take_submitted(engine *en) {
         s->salt = r->cache_salt;
         client_start_locked(en, seq_client(en, s));
         s->order = en->next_order++;
-        s->wait_start_ns = r->t_submit_ns;
+        s->sch.wait_start_ns = r->t_submit_ns;
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
         if (en->pol) {
             /* an agent back from its tool: its pin yields last from now on */
-            int cap = (s->n_tokens - 1) / en->o.block_tokens;
-            scratch_reserve(en, cap + 1);
-            int n = radix_match_salted(en->tree, s->salt, s->tokens, s->n_tokens - 1, en->scratch, cap, NULL);
-            s->resumes = kvpolicy_returned(en->pol, en->scratch, n > 0 ? n : 0, r->kv_session, clock_ns());
+            int cap = (s->tok.n - 1) / en->o.block_tokens;
+            sched__scratch_reserve(en, cap + 1);
+            int n = radix_match_salted(en->tree, s->salt, s->tok.ids, s->tok.n - 1, en->scratch, cap, NULL);
+            s->sch.resumes = kvpolicy_returned(en->pol, en->scratch, n > 0 ? n : 0, r->kv_session, clock_ns());
             for (int j = 0; j < n; j++) kvpool_unref(en->pool, en->scratch[j]);
         }
-        hint_drop_session(en, r->kv_session); /* its agent is back */
-        if (en->dr && !r->no_spec && !r->embd) s->ds = draft_seq_new(en->dr); /* NULL: it does not speculate */
-        if (s->ds) draft_seq_set_sampled(s->ds, r->sp.temperature > 0);
-        if (s->ds && en->dm) s->dms = dmodel_seq_new(en->dm, r->sp.seed);
+        sched__hint_drop_session(en, r->kv_session); /* its agent is back */
+        if (en->dr && !r->no_spec && !r->embd) s->spec.ds = draft_seq_new(en->dr); /* NULL: it does not speculate */
+        if (s->spec.ds) draft_seq_set_sampled(s->spec.ds, r->sp.temperature > 0);
+        if (s->spec.ds && en->dm) s->spec.dms = dmodel_seq_new(en->dm, r->sp.seed);
         list_push(&en->waiting, s);
-        s->in_skip = r->trigger_skip_now;
+        s->out.in_skip = r->trigger_skip_now;
         if (r->grammar && !r->grammar_trigger) {
             /* A forced start (a call's opening syntax, "{\"" of a schema's
              * object...) joins the prompt's prefill. */
-            s->gm = gmatch_new(r->grammar, en->o.gvocab);
-            s->gm_start = true;
-            grammar_start(en, s);
+            s->out.gm = gmatch_new(r->grammar, en->o.gvocab);
+            s->out.gm_start = true;
+            sched__grammar_start(en, s);
         }
     }
     en->n_submitq = 0;
@@ -1262,14 +748,14 @@ static bool seq_stalled(engine *en, seq *s, int64_t now) {
     int n_read = atomic_load(&s->r->n_read);
     /* a blocked reader (--park-bytes) may have taken every token while its
      * client still takes nothing: its clock runs too */
-    if (n_read >= s->n_generated && !atomic_load(&s->r->reader_blocked)) {
-        s->stall_since_ns = 0;
-    } else if (n_read != s->stall_n_read || !s->stall_since_ns) {
-        s->stall_since_ns = now;
+    if (n_read >= s->tok.n_generated && !atomic_load(&s->r->reader_blocked)) {
+        s->sch.stall_since_ns = 0;
+    } else if (n_read != s->sch.stall_n_read || !s->sch.stall_since_ns) {
+        s->sch.stall_since_ns = now;
     }
-    s->stall_n_read = n_read;
-    return en->o.stall_timeout_ms > 0 && s->stall_since_ns &&
-           now - s->stall_since_ns > (int64_t)en->o.stall_timeout_ms * 1000000;
+    s->sch.stall_n_read = n_read;
+    return en->o.stall_timeout_ms > 0 && s->sch.stall_since_ns &&
+           now - s->sch.stall_since_ns > (int64_t)en->o.stall_timeout_ms * 1000000;
 }
 
 /* Parks the running sequences whose reader took nothing for park_ms (the
@@ -1283,14 +769,14 @@ static void park_step(engine *en) {
     int64_t now = clock_ns();
     for (int i = en->waiting.n - 1; i >= 0; i--) {
         seq *s = en->waiting.v[i];
-        if (s->parked && atomic_load(&s->r->n_read) >= s->n_generated && !atomic_load(&s->r->reader_blocked))
+        if (s->sch.parked && atomic_load(&s->r->n_read) >= s->tok.n_generated && !atomic_load(&s->r->reader_blocked))
             set_parked(en, s, false);
     }
     for (int i = en->running.n - 1; i >= 0; i--) {
         seq *s = en->running.v[i];
-        if (!s->stall_since_ns) continue;
+        if (!s->sch.stall_since_ns) continue;
         bool blocked = atomic_load(&s->r->reader_blocked);
-        if (!blocked && now - s->stall_since_ns <= (int64_t)en->park_ms * 1000000) continue;
+        if (!blocked && now - s->sch.stall_since_ns <= (int64_t)en->park_ms * 1000000) continue;
         if (blocked)
             log_info("engine: request %llu parked: its client left --park-bytes of its output unread",
                      (unsigned long long)s->order);
@@ -1306,7 +792,7 @@ static void park_step(engine *en) {
 static void clients_kv_count(engine *en) {
     if (!en->kv_limit) return;
     for (int i = 0; i < en->hi_clients; i++) en->clients[i].kv_blocks = 0;
-    for (int i = 0; i < en->running.n; i++) seq_client(en, en->running.v[i])->kv_blocks += en->running.v[i]->n_blocks;
+    for (int i = 0; i < en->running.n; i++) seq_client(en, en->running.v[i])->kv_blocks += en->running.v[i]->kv.n_blocks;
     for (int i = 0; i < en->hi_clients; i++) {
         client *c = &en->clients[i];
         bool runs = atomic_load(&c->n_running) > 0;
@@ -1358,8 +844,8 @@ static seq *kv_victim(engine *en) {
         seq *s = en->running.v[i];
         client *c = seq_client(en, s);
         n_cl += c->kv_blocks == 0;
-        c->kv_blocks += s->n_blocks + (s->n_blocks == 0); /* (a client counted once even with 0 blocks) */
-        held += s->n_blocks;
+        c->kv_blocks += s->kv.n_blocks + (s->kv.n_blocks == 0); /* (a client counted once even with 0 blocks) */
+        held += s->kv.n_blocks;
     }
     client *top = NULL;
     for (int i = 0; i < en->running.n; i++) {
@@ -1378,11 +864,11 @@ static void reserve_decode_slots(engine *en) {
     int B = en->o.block_tokens;
     for (int i = 0; i < en->running.n; i++) {
         seq *s = en->running.v[i];
-        int last_pos = s->n_tokens - 1; /* the last token is always computed */
-        while (s->n_blocks * B <= last_pos) {
+        int last_pos = s->tok.n - 1; /* the last token is always computed */
+        while (s->kv.n_blocks * B <= last_pos) {
             int32_t b = alloc_block(en);
             if (b >= 0) {
-                seq_push_block(s, b, false);
+                sched__seq_push_block(s, b, false);
                 continue;
             }
             seq *victim = kv_victim(en);
@@ -1407,286 +893,25 @@ static void reserve_decode_slots(engine *en) {
     }
 }
 
-/* This thread's CPU time (ns). */
-static int64_t thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
-/* --mask-spin-us (testing): a mask that started at CPU time c0 takes at
- * least that long. */
-static void mask_spin(const engine *en, int64_t c0) {
-    if (en->o.mask_spin_us > 0)
-        while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
-}
 
-/* The mask worker's loop ("Masks off the engine thread"). */
-static void *mask_worker(void *arg) {
-    engine *en = arg;
-    pthread_mutex_lock(&en->mk_mu);
-    for (;;) {
-        while (!en->mk_stop && !en->mk_queue) pthread_cond_wait(&en->mk_cv, &en->mk_mu);
-        if (en->mk_stop) break;
-        mjob **best = &en->mk_queue;
-        for (mjob **p = &en->mk_queue; *p; p = &(*p)->next)
-            if ((*p)->cost_ns < (*best)->cost_ns) best = p; /* ties: the first queued */
-        mjob *j = *best;
-        *best = j->next;
-        j->next = NULL;
-        j->state = MJ_RUNNING;
-        pthread_mutex_unlock(&en->mk_mu);
-        grammar *g = gmatch_grammar(j->gm);
-        int64_t t0 = clock_ns();
-        grammar_lock(g);
-        int64_t c0 = thread_cpu_ns();
-        int n_ok = gmatch_mask(j->gm, j->mask);
-        mask_spin(en, c0);
-        int64_t cpu = thread_cpu_ns() - c0;
-        grammar_unlock(g);
-        int64_t wall = clock_ns() - t0;
-        pthread_mutex_lock(&en->mk_mu);
-        if (j->orphan) {
-            gmatch_free(j->gm);
-            free(j->mask);
-            free(j);
-        } else {
-            j->n_ok = n_ok;
-            j->cpu_ns = cpu;
-            j->wall_ns = wall;
-            j->cost_ns += cpu;
-            j->state = MJ_DONE;
-        }
-        pthread_mutex_unlock(&en->mk_mu);
-        pthread_mutex_lock(&en->mu);
-        en->mask_gen++;
-        pthread_cond_broadcast(&en->cv);
-        pthread_mutex_unlock(&en->mu);
-        pthread_mutex_lock(&en->mk_mu);
-    }
-    pthread_mutex_unlock(&en->mk_mu);
-    return NULL;
-}
 
-/* Hands s's next mask to the worker (its matcher is at the state the next
- * token is sampled in). No-op without the worker, or when the grammar's
- * output is complete (no mask is needed). */
-static void mask_launch(engine *en, seq *s) {
-    if (!en->mk_on || !s->gm || s->ds || gmatch_must_end(s->gm)) return;
-    if (!s->mj) {
-        s->mj = xcalloc(1, sizeof *s->mj);
-        s->mj->mask = xmalloc(((size_t)en->m->cfg.n_vocab + 63) / 64 * sizeof *s->mj->mask);
-    }
-    mjob *j = s->mj;
-    pthread_mutex_lock(&en->mk_mu);
-    ASSERT(j->state == MJ_IDLE);
-    j->gm = s->gm;
-    j->state = MJ_QUEUED;
-    j->next = en->mk_queue;
-    en->mk_queue = j;
-    pthread_cond_signal(&en->mk_cv);
-    pthread_mutex_unlock(&en->mk_mu);
-}
 
-/* Whether s may sample now. A constrained sequence needs its mask (when
- * the worker computes it) and its grammar's lock, which it then holds
- * (s->g_locked) until mask_gate_end. */
-static bool mask_gate(engine *en, seq *s) {
-    if (!s->gm) return true;
-    if (s->mj) {
-        pthread_mutex_lock(&en->mk_mu);
-        int st = s->mj->state;
-        pthread_mutex_unlock(&en->mk_mu);
-        if (st == MJ_QUEUED || st == MJ_RUNNING) return false;
-    }
-    grammar *g = gmatch_grammar(s->gm);
-    if (!grammar_trylock(g)) return false;
-    s->g_locked = g;
-    return true;
-}
 
-/* After s sampled: its grammar's lock back, its next mask to the worker. */
-static void mask_gate_end(engine *en, seq *s, req_finish why) {
-    if (s->g_locked) grammar_unlock(s->g_locked);
-    s->g_locked = NULL;
-    if (why == REQ_RUNNING) mask_launch(en, s);
-}
 
-/* The opening forced run of s's grammar (s->gm_start), appended at
- * submission, or later when the mask worker held the grammar then: the
- * engine thread does not wait for it. Then its first mask to the worker. */
-static void grammar_start(engine *en, seq *s) {
-    grammar *g = gmatch_grammar(s->gm);
-    if (!grammar_trylock(g)) return;
-    jump_forward(en, s);
-    grammar_unlock(g);
-    s->gm_start = false;
-    mask_launch(en, s);
-}
 
-/* Sets the logits of the tokens the grammar refuses to -inf: with the
- * worker's mask when it computed one (mask_gate saw it in), else computed
- * here. Returns how many tokens are allowed. */
-static int apply_mask(engine *en, seq *s, float *lg) {
-    const uint64_t *mask = en->mask;
-    int n_ok;
-    int64_t wall, cpu;
-    if (s->mj && s->mj->state == MJ_DONE) { /* (only the engine thread moves it from DONE) */
-        mjob *j = s->mj;
-        mask = j->mask;
-        n_ok = j->n_ok;
-        wall = j->wall_ns;
-        cpu = j->cpu_ns;
-        j->state = MJ_IDLE;
-    } else {
-        int64_t t0 = clock_ns(), c0 = thread_cpu_ns();
-        n_ok = gmatch_mask(s->gm, en->mask);
-        mask_spin(en, c0);
-        wall = clock_ns() - t0;
-        cpu = thread_cpu_ns() - c0; /* CPU, not wall: a descheduled engine thread is not the grammar's cost */
-    }
-    en->cnt.mask_ns_total += (uint64_t)wall;
-    s->mask_ns += cpu;
-    s->n_masks++;
-    en->cnt.constrained_tokens_total++;
-    int n_vocab = en->m->cfg.n_vocab;
-    for (int w = 0; w * 64 < n_vocab; w++) {
-        uint64_t m = mask[w];
-        if (m == ~0ull) continue;
-        int end = MIN(64, n_vocab - w * 64);
-        for (int i = 0; i < end; i++)
-            if (!(m >> i & 1)) lg[w * 64 + i] = -INFINITY;
-    }
-    return n_ok;
-}
 
-/* The grammar's masks run on the engine thread, inside the step every
- * running request waits for: a schema `pattern` or a GBNF grammar whose
- * masks take 100-300 ms per token stalled everyone's steps by that much
- * (16 such requests took an unrelated 16-token chat from 0.04 s to 72 s,
- * issue 26 finding 1). So a request's masks may take mask_budget_us of CPU
- * per constrained token on average, counted from ENGINE_MASK_GRACE tokens'
- * worth of allowance (a slow first mask, a DFA cache warming up); past it
- * the request fails with an error that says so (the server answers 400:
- * the grammar is the request's), and the others lose at most that
- * allowance plus one mask to it. True when over (s->fail written). */
-static bool mask_over_budget(engine *en, seq *s) {
-    int64_t budget = (int64_t)en->o.mask_budget_us * 1000;
-    if (budget <= 0 || s->mask_ns <= budget * (s->n_masks + ENGINE_MASK_GRACE)) return false;
-    snprintf(s->fail, sizeof s->fail,
-             REQ_ERR_MASK_BUDGET " %.1f ms per token over %d tokens (budget %.1f ms per token, --grammar-mask-budget): "
-             "a simpler schema or grammar (fewer nested repetitions, shorter patterns) fits",
-             (double)s->mask_ns / 1e6 / s->n_masks, s->n_masks, (double)budget / 1e6);
-    log_info("engine: request %llu failed: %s", (unsigned long long)s->order, s->fail);
-    en->cnt.mask_budget_failed_total++;
-    return true;
-}
 
-/* Where `what` first occurs in w[0, n), or NULL (what may be NULL). */
-static char *find_in(char *w, int n, const char *what) {
-    return what && *what ? memmem(w, (size_t)n, what, strlen(what)) : NULL;
-}
 
-/* A lazy grammar starts at its trigger: scans the newest bytes of the
- * output for it and, once found, starts the matcher on the bytes after it.
- * A trigger between trigger_skip_open and trigger_skip_close (reasoning) does
- * not count, so engine and output parser agree on what is a call. */
-static void grammar_watch(engine *en, seq *s, int32_t id) {
-    req *r = s->r;
-    if (!r->grammar || s->gm || s->gm_failed) return;
-    char piece[512];
-    int n = en->o.piece(en->o.tok_ctx, id, piece, (int)sizeof piece);
-    if (n <= 0) return;
-    if (n > (int)sizeof piece) n = (int)sizeof piece;
-    /* keep the bytes before this piece that a marker may span */
-    int span = (int)strlen(r->grammar_trigger);
-    if (r->trigger_skip_open) span = MAX(span, (int)MAX(strlen(r->trigger_skip_open), strlen(r->trigger_skip_close)));
-    int keep = MIN(s->n_trig, span - 1);
-    char *w = xmalloc((size_t)(keep + n) + 1);
-    if (keep) memcpy(w, s->trig + s->n_trig - keep, (size_t)keep);
-    memcpy(w + keep, piece, (size_t)n);
-    free(s->trig);
-    s->trig = w;
-    s->n_trig = keep + n;
-    for (;;) {
-        if (s->in_skip) {
-            char *end = find_in(w, s->n_trig, r->trigger_skip_close);
-            if (!end) return;
-            end += strlen(r->trigger_skip_close);
-            s->in_skip = false;
-            s->n_trig -= (int)(end - w);
-            memmove(w, end, (size_t)s->n_trig);
-            continue;
-        }
-        char *hit = find_in(w, s->n_trig, r->grammar_trigger);
-        char *open = find_in(w, s->n_trig, r->trigger_skip_open);
-        if (open && (!hit || open < hit)) {
-            char *after = open + strlen(r->trigger_skip_open);
-            s->in_skip = true;
-            s->n_trig -= (int)(after - w);
-            memmove(w, after, (size_t)s->n_trig);
-            continue;
-        }
-        if (!hit) return;
-        s->gm = gmatch_new(r->grammar, en->o.gvocab);
-        /* (the worker may hold it for another sequence: at most one mask,
-         * once per request) */
-        grammar_lock(r->grammar);
-        s->g_locked = r->grammar;
-        size_t tlen = strlen(r->grammar_trigger);
-        size_t rest = (size_t)(w + s->n_trig - (hit + tlen));
-        if (rest && gmatch_accept_bytes(s->gm, hit + tlen, rest) < 0) {
-            /* The token that completed the trigger went on with text the
-             * grammar refuses: the output cannot be constrained any more. */
-            log_debug("engine: request %llu: the text after the trigger does not fit the grammar",
-                      (unsigned long long)s->order);
-            gmatch_free(s->gm);
-            s->gm = NULL;
-            s->gm_failed = true;
-        }
-        return;
-    }
-}
 
 /* Appends one generated token (not end-of-generation) to s and its req. */
-static void push_generated(engine *en, seq *s, const req_token *t) {
+void sched__push_generated(engine *en, seq *s, const req_token *t) {
     sched__req_post_token(s->r, t);
-    s->n_generated++;
+    s->tok.n_generated++;
     seq_push_token(s, t->id);
     en->cnt.generation_tokens_total++;
 }
 
-/* Jump-forward: where the grammar admits a single continuation, its tokens
- * are appended at once (they run through the model together in the next
- * step, like a prompt chunk) instead of being sampled one per step. The run
- * is tokenized as the tokenizer would have written it; its last token is left
- * to the model (it may merge with what follows) unless the output ends
- * there. Not for requests that want logprobs: forced tokens have none. */
-static void jump_forward(engine *en, seq *s) {
-    req *r = s->r;
-    if (!s->gm || r->no_jump_forward || r->n_logprobs >= 0) return;
-    int n = gmatch_forced(s->gm, en->forced, ENGINE_FORCED_MAX);
-    if (n <= 0) return;
-    int nt = en->o.tokenize(en->o.tok_ctx, en->forced, (size_t)n, en->forced_ids, ENGINE_FORCED_MAX);
-    if (nt <= 0) return;
-    bool whole = nt <= ENGINE_FORCED_MAX;
-    if (!whole) nt = ENGINE_FORCED_MAX;
-    bool ends = false;
-    if (whole) {
-        gmatch *probe = gmatch_clone(s->gm);
-        ends = gmatch_accept_bytes(probe, en->forced, (size_t)n) == 0 && gmatch_must_end(probe);
-        gmatch_free(probe);
-    }
-    int keep = ends ? nt : nt - 1;
-    for (int i = 0; i < keep; i++) {
-        if (s->n_generated >= r->max_tokens || s->n_tokens >= en->n_ctx) break;
-        if (gmatch_accept(s->gm, en->forced_ids[i]) < 0) break; /* a token split the grammar does not take */
-        req_token t = {.id = en->forced_ids[i]};
-        push_generated(en, s, &t);
-        r->n_forced++;
-        en->cnt.forced_tokens_total++;
-    }
-}
 
 /* A draft model's draft at a verified row: the token and its q row (NULL:
  * a point mass). */
@@ -1706,39 +931,39 @@ static req_finish post_token(engine *en, seq *s, const float *row, const spec_ro
     req *r = s->r;
     req_token t = {0};
     float *lg = (float *)row;
-    if (s->gm) {
-        if (gmatch_must_end(s->gm)) return REQ_FINISH_STOP;
-        if (apply_mask(en, s, lg) == 0) return REQ_FINISH_ERROR;
-        if (mask_over_budget(en, s)) return REQ_FINISH_ERROR;
+    if (s->out.gm) {
+        if (gmatch_must_end(s->out.gm)) return REQ_FINISH_STOP;
+        if (sched__apply_mask(en, s, lg) == 0) return REQ_FINISH_ERROR;
+        if (sched__mask_over_budget(en, s)) return REQ_FINISH_ERROR;
     }
     for (int k = 0; k < r->n_bias; k++) lg[r->bias_ids[k]] += r->bias_vals[k]; /* -inf + b stays -inf */
     int top_n = r->n_logprobs;
     if (top_n > REQ_MAX_TOP_LOGPROBS) top_n = REQ_MAX_TOP_LOGPROBS;
     bool kept;
-    t.id = sr ? sampler_sample_spec(s->smp, lg, sr->d, sr->q, en->spec_p, &kept, top_n, &t.logprob, t.top_ids,
+    t.id = sr ? sampler_sample_spec(s->out.smp, lg, sr->d, sr->q, en->spec_p, &kept, top_n, &t.logprob, t.top_ids,
                                     t.top_lps)
-              : sampler_sample(s->smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);
+              : sampler_sample(s->out.smp, lg, top_n, &t.logprob, t.top_ids, t.top_lps);
     if (t.id < 0) return REQ_FINISH_ERROR;
     t.n_top = top_n > 0 ? top_n : 0;
-    sampler_accept(s->smp, t.id);
-    if (s->gm && gmatch_accept(s->gm, t.id) < 0) return REQ_FINISH_ERROR;
+    sampler_accept(s->out.smp, t.id);
+    if (s->out.gm && gmatch_accept(s->out.gm, t.id) < 0) return REQ_FINISH_ERROR;
     bool eog = !r->ignore_eos && en->o.is_eog && en->o.is_eog(en->o.eog_ctx, t.id);
     if (eog) return REQ_FINISH_STOP;
-    push_generated(en, s, &t);
-    grammar_watch(en, s, t.id);
-    jump_forward(en, s);
-    if (s->gm && gmatch_must_end(s->gm)) return REQ_FINISH_STOP;
+    sched__push_generated(en, s, &t);
+    sched__grammar_watch(en, s, t.id);
+    sched__jump_forward(en, s);
+    if (s->out.gm && gmatch_must_end(s->out.gm)) return REQ_FINISH_STOP;
     return REQ_RUNNING;
 }
 
 /* Puts the next chunk of s (as much of its pending tokens as the budget
  * allows) into this step's batch. */
 static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
-    int c = MIN(s->n_tokens - s->n_computed, budget - *n_tok);
+    int c = MIN(s->tok.n - s->tok.n_computed, budget - *n_tok);
     if (c <= 0) return;
     en->b_owner[*n_bs] = s;
     en->b_chunk[*n_bs] = c;
-    s->sched_step = en->step_no;
+    s->sch.sched_step = en->step_no;
     (*n_bs)++;
     *n_tok += c;
 }
@@ -1757,11 +982,11 @@ static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
 /* Cuts the drafts the grammar refuses (the engine would mask them anyway:
  * verifying them is wasted work). */
 static int spec_cut_grammar(seq *s, int k) {
-    if (!s->gm || k == 0) return k;
-    gmatch *probe = gmatch_clone(s->gm);
+    if (!s->out.gm || k == 0) return k;
+    gmatch *probe = gmatch_clone(s->out.gm);
     if (!probe) return 0;
     int ok = 0;
-    while (ok < k && !gmatch_must_end(probe) && gmatch_accept(probe, s->draft[ok]) == 0) ok++;
+    while (ok < k && !gmatch_must_end(probe) && gmatch_accept(probe, s->spec.draft[ok]) == 0) ok++;
     gmatch_free(probe);
     return ok;
 }
@@ -1771,12 +996,12 @@ static int spec_cut_grammar(seq *s, int k) {
  * drafts have a slot. */
 static int spec_reserve(engine *en, seq *s, int k) {
     int B = en->o.block_tokens;
-    while (s->n_blocks * B < s->n_tokens + k && kvpool_n_free(en->pool) > 0) {
+    while (s->kv.n_blocks * B < s->tok.n + k && kvpool_n_free(en->pool) > 0) {
         int32_t b = kvpool_alloc(en->pool);
         ASSERT(b >= 0);
-        seq_push_block(s, b, false);
+        sched__seq_push_block(s, b, false);
     }
-    return MIN(k, s->n_blocks * B - s->n_tokens);
+    return MIN(k, s->kv.n_blocks * B - s->tok.n);
 }
 
 /* The cost of one more token in this step relative to the step's fixed
@@ -1809,15 +1034,15 @@ static double spec_cost(engine *en, double *draft_cost) {
  * 0.76x (docs/perf.md). */
 #define ENGINE_SPEC_CATCHUP_STEPS 64
 static bool spec_catchup_pays(engine *en, seq *s, int n_decode, double cost, double dcost) {
-    int g = s->n_tokens - 1 - dmodel_seq_computed(s->dms);
+    int g = s->tok.n - 1 - dmodel_seq_computed(s->spec.dms);
     if (g <= 0 || en->o.spec_token_cost > 0) return true; /* (a fixed cost: drafts forced, tests) */
-    double thr = draft_threshold(n_decode, n_decode, cost, dcost), alpha = draft_seq_alpha(s->ds), e = 1, gain = 0;
+    double thr = draft_threshold(n_decode, n_decode, cost, dcost), alpha = draft_seq_alpha(s->spec.ds), e = 1, gain = 0;
     for (int j = 0; j < draft_max(en->dr); j++) {
         e *= alpha;
         if (e <= thr) break;
         gain += e - thr;
     }
-    int steps = MIN(ENGINE_SPEC_CATCHUP_STEPS, s->r->max_tokens - s->n_generated);
+    int steps = MIN(ENGINE_SPEC_CATCHUP_STEPS, s->r->max_tokens - s->tok.n_generated);
     double lost = g * cost * en->dm_ratio * MAX(n_decode, 1) / (1 + cost * MAX(n_decode, 1));
     return gain * steps > lost;
 }
@@ -1830,16 +1055,16 @@ static void spec_run_model(engine *en, int *n_tok, int n_bs) {
     if (ms > 0) en->dm_ms = en->dm_ms > 0 ? 0.9 * en->dm_ms + 0.1 * ms : ms;
     for (int j = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
-        if (!s->dms || en->b_chunk[j] != 1 || s->n_tokens - s->n_computed != 1) continue;
+        if (!s->spec.dms || en->b_chunk[j] != 1 || s->tok.n - s->tok.n_computed != 1) continue;
         const int32_t *d;
-        int k = dmodel_seq_drafts(s->dms, &d);
+        int k = dmodel_seq_drafts(s->spec.dms, &d);
         if (k <= 0) continue;
-        memcpy(s->draft, d, (size_t)k * sizeof *d);
+        memcpy(s->spec.draft, d, (size_t)k * sizeof *d);
         /* (fewer target slots than drafts: the rest is not verified; the
          * cut depends on the pool, not on the drafts, so the rule stays exact) */
         k = spec_reserve(en, s, k);
         if (k <= 0) continue;
-        s->n_draft = k;
+        s->spec.n_draft = k;
         en->b_chunk[j] += k;
         *n_tok += k;
     }
@@ -1853,16 +1078,16 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
     int n_decode = 0;
     for (int j = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
-        s->n_draft = 0;
-        n_decode += s->n_tokens - s->n_computed == 1;
+        s->spec.n_draft = 0;
+        n_decode += s->tok.n - s->tok.n_computed == 1;
     }
     double dcost, cost = spec_cost(en, &dcost);
     int rows = en->spec_rows, room = en->o.max_batch_tokens - *n_tok;
     for (int j = 0; j < n_bs && rows > 0; j++) {
         seq *s = en->b_owner[j];
-        if (!s->ds || en->b_chunk[j] != 1 || s->n_tokens - s->n_computed != 1) continue;
-        int max = MIN(MIN(MIN(rows, room), en->n_ctx - s->n_tokens), draft_max(en->dr));
-        max = MIN(max, s->r->max_tokens - s->n_generated - 1); /* the last token needs no draft */
+        if (!s->spec.ds || en->b_chunk[j] != 1 || s->tok.n - s->tok.n_computed != 1) continue;
+        int max = MIN(MIN(MIN(rows, room), en->n_ctx - s->tok.n), draft_max(en->dr));
+        max = MIN(max, s->r->max_tokens - s->tok.n_generated - 1); /* the last token needs no draft */
         /* (at the threshold of a decode-only step: an accepted draft saves
          * the sequence a slot in a later decode step, whatever else is in
          * this one; counting a prefill chunk's tokens in this step made its
@@ -1870,19 +1095,19 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
          * rode in such steps at thresholds ~0.05, 42% accepted, 0.91x) */
         double thr = draft_threshold(n_decode, n_decode, cost, dcost);
         if (en->dm) { /* drafted below, in the draft model's batched forwards */
-            int want = draft_plan(max, draft_seq_alpha(s->ds), thr);
-            if (want <= 0 || !s->dms) {
-                if (want <= 0) draft_seq_idle(s->ds);
+            int want = draft_plan(max, draft_seq_alpha(s->spec.ds), thr);
+            if (want <= 0 || !s->spec.dms) {
+                if (want <= 0) draft_seq_idle(s->spec.ds);
                 continue;
             }
             if (!spec_catchup_pays(en, s, n_decode, cost, dcost)) {
-                draft_seq_idle(s->ds);
+                draft_seq_idle(s->spec.ds);
                 continue;
             }
             req *r = s->r;
-            dmodel_how how = {.sp = r->sp, .gm = s->gm, .bias_ids = r->bias_ids, .bias_vals = r->bias_vals,
+            dmodel_how how = {.sp = r->sp, .gm = s->out.gm, .bias_ids = r->bias_ids, .bias_vals = r->bias_vals,
                               .n_bias = r->n_bias, .ignore_eos = r->ignore_eos};
-            int k = dmodel_add(en->dm, s->dms, s->tokens, s->n_tokens, want, &how);
+            int k = dmodel_add(en->dm, s->spec.dms, s->tok.ids, s->tok.n, want, &how);
             rows -= k;
             room -= k;
             continue;
@@ -1890,11 +1115,11 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         /* ngram, suffix: the proposal first, then how much of it its
          * evidence says pays (no estimate reaches 1: nothing pays above) */
         if (max <= 0 || thr >= 1) continue;
-        int k = draft_propose(en->dr, s->ds, s->tokens, s->n_tokens, max, s->draft);
-        k = draft_plan_seq(en->dr, s->ds, k, thr);
+        int k = draft_propose(en->dr, s->spec.ds, s->tok.ids, s->tok.n, max, s->spec.draft);
+        k = draft_plan_seq(en->dr, s->spec.ds, k, thr);
         k = spec_reserve(en, s, spec_cut_grammar(s, k));
         if (k <= 0) continue;
-        s->n_draft = k;
+        s->spec.n_draft = k;
         en->b_chunk[j] += k;
         *n_tok += k;
         rows -= k;
@@ -1911,18 +1136,18 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
 static req_finish spec_verify(engine *en, seq *s, int n0, int nd, int row0, req_finish why) {
     size_t n_vocab = (size_t)en->m->cfg.n_vocab;
     int a = 0;
-    while (why == REQ_RUNNING && a < nd && s->n_tokens == n0 + a + 1 && s->tokens[n0 + a] == s->draft[a] &&
-           s->n_generated < s->r->max_tokens && s->n_tokens <= en->n_ctx) {
+    while (why == REQ_RUNNING && a < nd && s->tok.n == n0 + a + 1 && s->tok.ids[n0 + a] == s->spec.draft[a] &&
+           s->tok.n_generated < s->r->max_tokens && s->tok.n <= en->n_ctx) {
         a++;
-        spec_row sr = {a < nd ? s->draft[a] : -1, dmodel_seq_q(s->dms, a)}; /* a draft model's: the rule */
+        spec_row sr = {a < nd ? s->spec.draft[a] : -1, dmodel_seq_q(s->spec.dms, a)}; /* a draft model's: the rule */
         why = post_token(en, s, en->logits + (size_t)(row0 + a) * n_vocab, en->dm && a < nd ? &sr : NULL);
     }
     int n_acc = 0; /* drafts equal to the tokens sampled (or forced) at their place */
-    while (n_acc < nd && n0 + n_acc < s->n_tokens && s->tokens[n0 + n_acc] == s->draft[n_acc]) n_acc++;
-    s->n_computed += MAX(0, MIN(n_acc, s->n_tokens - 1 - n0));
+    while (n_acc < nd && n0 + n_acc < s->tok.n && s->tok.ids[n0 + n_acc] == s->spec.draft[n_acc]) n_acc++;
+    s->tok.n_computed += MAX(0, MIN(n_acc, s->tok.n - 1 - n0));
     en->cnt.spec_drafted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)nd;
     en->cnt.spec_accepted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)n_acc;
-    draft_seq_feedback(en->dr, s->ds, nd, n_acc);
+    draft_seq_feedback(en->dr, s->spec.ds, nd, n_acc);
     return why;
 }
 
@@ -1963,16 +1188,16 @@ static seq *fair_pick(engine *en, int pass, int64_t now, int n_prefilling) {
     seq *best = NULL;
     for (int i = 0; i < en->waiting.n; i++) {
         seq *s = en->waiting.v[i];
-        if (s->tried_step == en->step_no) continue;
-        if (pass == 0 && !s->resumes && !(en->pol && seq_overdue(en, s, now))) continue;
+        if (s->sch.tried_step == en->step_no) continue;
+        if (pass == 0 && !s->sch.resumes && !(en->pol && seq_overdue(en, s, now))) continue;
         client *c = seq_client(en, s);
         if (en->o.client_max_running > 0 && atomic_load(&c->n_running) >= en->o.client_max_running) continue;
         if (n_prefilling >= ENGINE_MAX_PREFILLING && c->n_prefilling > 0) continue;
-        if (s->parked) continue;
+        if (s->sch.parked) continue;
         /* client_max_kv: within it, or alone (a prompt larger than the
          * share still runs when its client runs nothing else) */
         if (en->kv_limit && atomic_load(&c->n_running) > 0 &&
-            c->kv_blocks + (s->n_tokens + en->o.block_tokens - 1) / en->o.block_tokens > en->kv_limit)
+            c->kv_blocks + (s->tok.n + en->o.block_tokens - 1) / en->o.block_tokens > en->kv_limit)
             continue;
         if (!best || fair_before(en, s, best)) best = s;
     }
@@ -2039,7 +1264,7 @@ static bool prefill_before(engine *en, const seq *a, bool a_starved, const seq *
     client *ca = seq_client(en, a), *cb = seq_client(en, b);
     if (ca != cb && ca->pf_vt != cb->pf_vt) return ca->pf_vt < cb->pf_vt;
     if (a_starved != b_starved) return a_starved;
-    return !a_starved && a->n_tokens - a->n_computed < b->n_tokens - b->n_computed;
+    return !a_starved && a->tok.n - a->tok.n_computed < b->tok.n - b->tok.n_computed;
 }
 
 /* The step's prefill chunks (after the decode tokens) while the step has
@@ -2051,7 +1276,7 @@ static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
     bool any = false;
     for (int i = 0; i < en->running.n; i++) {
         seq *s = en->running.v[i];
-        if (s->n_tokens - s->n_computed < 1 || s->sched_step == en->step_no) continue;
+        if (s->tok.n - s->tok.n_computed < 1 || s->sch.sched_step == en->step_no) continue;
         client *c = seq_client(en, s);
         if (c->pf_step != en->step_no) {
             if (c->pf_step + 1 != en->step_no) c->pf_vt = MAX(c->pf_vt, en->pf_v);
@@ -2066,9 +1291,9 @@ static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
         bool best_starved = false;
         for (int i = 0; i < en->running.n; i++) {
             seq *s = en->running.v[i];
-            int pend = s->n_tokens - s->n_computed;
-            if (pend < 1 || s->sched_step == en->step_no) continue;
-            bool starved = en->step_no - s->wait_from > ENGINE_PREFILL_STARVE_STEPS;
+            int pend = s->tok.n - s->tok.n_computed;
+            if (pend < 1 || s->sch.sched_step == en->step_no) continue;
+            bool starved = en->step_no - s->sch.wait_from > ENGINE_PREFILL_STARVE_STEPS;
             if (!best || prefill_before(en, s, starved, best, best_starved)) {
                 best = s;
                 best_starved = starved;
@@ -2077,7 +1302,7 @@ static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
         if (!best) break;
         int before = *n_tok;
         schedule(en, best, budget, n_tok, n_bs);
-        best->wait_from = en->step_no;
+        best->sch.wait_from = en->step_no;
         prefill_tok += *n_tok - before;
         seq_client(en, best)->pf_vt += *n_tok - before;
     }
@@ -2088,7 +1313,7 @@ static void plan_report(engine *en, int n_bs) {
     if (!en->o.plan_hook) return;
     for (int j = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
-        en->plan_rows[j] = (engine_plan_row){s->r, en->b_chunk[j], s->n_tokens - s->n_computed > 1};
+        en->plan_rows[j] = (engine_plan_row){s->r, en->b_chunk[j], s->tok.n - s->tok.n_computed > 1};
     }
     en->o.plan_hook(en->o.plan_hook_ctx, en->step_no, en->plan_rows, n_bs);
 }
@@ -2109,7 +1334,7 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     int B = en->o.block_tokens;
     take_submitted(en);
     pins_step(en);
-    hints_step(en);
+    sched__hints_step(en);
     drop_finished_controls(en);
     sample_held(en);
     en->preempted_this_step = false;
@@ -2127,13 +1352,13 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     en->step_no++;
     for (int i = 0; i < en->running.n && *n_tok < budget; i++) {
         seq *s = en->running.v[i];
-        if (s->n_tokens - s->n_computed == 1) schedule(en, s, budget, n_tok, n_bs);
+        if (s->tok.n - s->tok.n_computed == 1) schedule(en, s, budget, n_tok, n_bs);
     }
     int n_prefilling = 0;
     for (int i = 0; i < en->running.n; i++) seq_client(en, en->running.v[i])->n_prefilling = 0;
     for (int i = 0; i < en->running.n; i++) {
         seq *s = en->running.v[i];
-        bool pre = s->n_tokens - s->n_computed > 1;
+        bool pre = s->tok.n - s->tok.n_computed > 1;
         n_prefilling += pre;
         seq_client(en, s)->n_prefilling += pre;
     }
@@ -2148,13 +1373,13 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     while (!en->preempted_this_step) {
         seq *s = fair_pick(en, pass, now, n_prefilling);
         if (!s) break;
-        s->tried_step = en->step_no;
+        s->sch.tried_step = en->step_no;
         if (en->running.n >= en->o.max_running) {
             if (!blocked) blocked = s;
             break;
         }
         bool overdue = en->pol && seq_overdue(en, s, now);
-        int need = (s->n_tokens + B - 1) / B;
+        int need = (s->tok.n + B - 1) / B;
         if (need + 1 > kvpool_n_blocks(en->pool)) {
             list_remove(&en->waiting, s);
             seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
@@ -2173,9 +1398,9 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
         }
         list_remove(&en->waiting, s);
         list_insert_ordered(&en->running, s);
-        s->wait_from = en->step_no;
-        seq_client(en, s)->kv_blocks += s->n_blocks;
-        bool pre = s->n_tokens - s->n_computed > 1;
+        s->sch.wait_from = en->step_no;
+        seq_client(en, s)->kv_blocks += s->kv.n_blocks;
+        bool pre = s->tok.n - s->tok.n_computed > 1;
         n_prefilling += pre;
         seq_client(en, s)->n_prefilling += pre;
     }
@@ -2187,7 +1412,7 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
      * overdue request from the blocks it waited for, and nothing moved until
      * its client gave up (soak run 5: every request stalled for 120 s). */
     for (int i = 0; i < en->waiting.n; i++)
-        if (en->waiting.v[i]->n_loading > 0) disk_restore(en, en->waiting.v[i]);
+        if (en->waiting.v[i]->disk.n_loading > 0) sched__disk_restore(en, en->waiting.v[i]);
     pthread_mutex_lock(&en->mu);
     queue_publish_locked(en);
     pthread_mutex_unlock(&en->mu);
@@ -2205,18 +1430,18 @@ static model_batch step_build(engine *en, int n_tok, int n_bs, int *n_logits, ui
         seq *s = en->b_owner[j];
         int c = en->b_chunk[j];
         for (int q = 0; q < c; q++) {
-            int p = s->n_computed + q;
-            en->b_tok[k] = p < s->n_tokens ? s->tokens[p] : s->draft[p - s->n_tokens];
+            int p = s->tok.n_computed + q;
+            en->b_tok[k] = p < s->tok.n ? s->tok.ids[p] : s->spec.draft[p - s->tok.n];
             en->b_pos[k] = p;
             en->b_seq[k] = j;
             /* the last token and its drafts (embeddings: model_hidden) */
-            en->b_logits[k] = p >= s->n_tokens - 1 && !s->r->embd;
+            en->b_logits[k] = p >= s->tok.n - 1 && !s->r->embd;
             *n_logits += en->b_logits[k];
-            if (p < s->n_prefill_end && p < s->n_tokens) (*n_prompt_work)++;
+            if (p < s->tok.n_prefill_end && p < s->tok.n) (*n_prompt_work)++;
             k++;
         }
-        en->b_seqs[j].block_table = s->blocks;
-        en->b_seqs[j].n_blocks = s->n_blocks;
+        en->b_seqs[j].block_table = s->kv.blocks;
+        en->b_seqs[j].n_blocks = s->kv.n_blocks;
     }
     return (model_batch){.n_tokens = n_tok,
                          .token = en->b_tok,
@@ -2254,11 +1479,11 @@ static bool seq_after_sample(engine *en, seq *s, req_finish why) {
         list_remove(&en->running, s);
         seq_finish(en, s, why,
                    s->fail[0] ? s->fail
-                   : s->gm    ? "no token can be sampled: the model's logits hold NaN/inf, or the grammar allows none"
+                   : s->out.gm    ? "no token can be sampled: the model's logits hold NaN/inf, or the grammar allows none"
                               : "the model's logits hold NaN or inf (a broken model file?)");
         return true;
     }
-    if (why == REQ_RUNNING && (s->n_generated >= s->r->max_tokens || s->n_tokens > en->n_ctx))
+    if (why == REQ_RUNNING && (s->tok.n_generated >= s->r->max_tokens || s->tok.n > en->n_ctx))
         why = REQ_FINISH_LENGTH; /* max_tokens, or the context cannot take the next token */
     if (why == REQ_RUNNING) return false;
     list_remove(&en->running, s);
@@ -2266,14 +1491,6 @@ static bool seq_after_sample(engine *en, seq *s, req_finish why) {
     return true;
 }
 
-/* Sits s out of sampling until its mask is in: keeps its logits row. */
-static void seq_hold(engine *en, seq *s, const float *row) {
-    size_t n_vocab = (size_t)en->m->cfg.n_vocab;
-    if (!s->held) s->held = xmalloc(n_vocab * sizeof *s->held);
-    memcpy(s->held, row, n_vocab * sizeof *row);
-    s->held_ok = true;
-    en->n_held++;
-}
 
 /* The sequences that sat out for their masks and whose masks are in now
  * sample from their kept rows (before the step's plan: they join it). */
@@ -2281,10 +1498,10 @@ static void sample_held(engine *en) {
     if (!en->n_held) return;
     for (int i = 0; i < en->running.n; i++) {
         seq *s = en->running.v[i];
-        if (!s->held_ok || !mask_gate(en, s)) continue;
-        hold_drop(en, s);
-        req_finish why = post_token(en, s, s->held, NULL);
-        mask_gate_end(en, s, why);
+        if (!s->out.held_ok || !sched__mask_gate(en, s)) continue;
+        sched__hold_drop(en, s);
+        req_finish why = post_token(en, s, s->out.held, NULL);
+        sched__mask_gate_end(en, s, why);
         if (seq_after_sample(en, s, why)) i--;
     }
 }
@@ -2296,15 +1513,15 @@ static void step_advance(engine *en, int n_bs) {
     int row = 0;
     for (int j = 0, k_end = 0; j < n_bs; j++) {
         seq *s = en->b_owner[j];
-        int nd = s->n_draft, n0 = s->n_tokens;
-        s->n_draft = 0;
-        s->n_computed += en->b_chunk[j] - nd;
+        int nd = s->spec.n_draft, n0 = s->tok.n;
+        s->spec.n_draft = 0;
+        s->tok.n_computed += en->b_chunk[j] - nd;
         k_end += en->b_chunk[j];
         seq_client(en, s)->served += en->b_chunk[j];
         s->r->n_forward_steps++;
         seq_index_computed(en, s);
-        disk_write_through(en, s);
-        if (s->n_computed < s->n_tokens) continue;
+        sched__disk_write_through(en, s);
+        if (s->tok.n_computed < s->tok.n) continue;
         if (s->r->embd) { /* an embedding: the last token's hidden state, nothing generated */
             model_hidden(en->m, en->st, k_end - 1, s->r->embd);
             list_remove(&en->running, s);
@@ -2314,22 +1531,22 @@ static void step_advance(engine *en, int n_bs) {
         en->cnt.decode_passes_total++;
         const float *lg = en->logits + (size_t)row * en->m->cfg.n_vocab;
         /* (a forced run at admission may already have reached max_tokens) */
-        if (s->n_generated < s->r->max_tokens && !mask_gate(en, s)) {
+        if (s->tok.n_generated < s->r->max_tokens && !sched__mask_gate(en, s)) {
             ASSERT(nd == 0); /* (no worker with speculation) */
-            seq_hold(en, s, lg);
+            sched__seq_hold(en, s, lg);
             row++;
             continue;
         }
-        spec_row sr = {nd > 0 ? s->draft[0] : -1, dmodel_seq_q(s->dms, 0)}; /* a draft model's: the rule */
-        req_finish why = s->n_generated >= s->r->max_tokens ? REQ_FINISH_LENGTH
+        spec_row sr = {nd > 0 ? s->spec.draft[0] : -1, dmodel_seq_q(s->spec.dms, 0)}; /* a draft model's: the rule */
+        req_finish why = s->tok.n_generated >= s->r->max_tokens ? REQ_FINISH_LENGTH
                                                              : post_token(en, s, lg, en->dm && nd > 0 ? &sr : NULL);
         if (nd > 0) {
             why = spec_verify(en, s, n0, nd, row, why);
             row += nd;
             seq_index_computed(en, s);
         }
-        mask_gate_end(en, s, why);
-        if (s->dms) dmodel_seq_sync(s->dms, s->tokens, s->n_tokens);
+        sched__mask_gate_end(en, s, why);
+        if (s->spec.dms) dmodel_seq_sync(s->spec.dms, s->tok.ids, s->tok.n);
         row++;
         seq_after_sample(en, s, why);
     }
@@ -2371,9 +1588,9 @@ static void check_state(engine *en) {
         kvpolicy_get_stats(en->pol, &ps);
         held += ps.n_pinned_refs;
     }
-    for (int i = 0; i < en->running.n; i++) held += en->running.v[i]->n_blocks;
-    for (int i = 0; i < en->waiting.n; i++) held += en->waiting.v[i]->n_blocks;
-    for (int i = 0; i < en->n_hints; i++) held += en->hints[i].s->n_blocks;
+    for (int i = 0; i < en->running.n; i++) held += en->running.v[i]->kv.n_blocks;
+    for (int i = 0; i < en->waiting.n; i++) held += en->waiting.v[i]->kv.n_blocks;
+    for (int i = 0; i < en->n_hints; i++) held += en->hints[i].s->kv.n_blocks;
     if (refs != held) PANIC("engine: %ld pool references but %ld held", refs, held);
 }
 
@@ -2587,12 +1804,9 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
             return rc;
         }
     }
-    if (!o->mask_sync && o->spec == DRAFT_OFF && o->gvocab) {
-        if (pthread_create(&en->mk_thread, NULL, mask_worker, en) != 0) {
-            engine_free(en);
-            return err_set(e, ERR_NOMEM, "cannot start the grammar mask worker thread");
-        }
-        en->mk_on = true;
+    if (!o->mask_sync && o->spec == DRAFT_OFF && o->gvocab && !sched__mask_worker_start(en)) {
+        engine_free(en);
+        return err_set(e, ERR_NOMEM, "cannot start the grammar mask worker thread");
     }
     if (pthread_create(&en->thread, NULL, engine_thread, en) != 0) {
         engine_free(en);
@@ -2612,28 +1826,17 @@ void engine_stop(engine *en) {
     en->thread = 0;
 }
 
-/* After the engine thread: its sequences have ended, so the queue is empty
- * and a running orphan is freed by the worker before it sees mk_stop. */
-static void mask_worker_stop(engine *en) {
-    if (!en->mk_on) return;
-    pthread_mutex_lock(&en->mk_mu);
-    en->mk_stop = true;
-    pthread_cond_broadcast(&en->mk_cv);
-    pthread_mutex_unlock(&en->mk_mu);
-    pthread_join(en->mk_thread, NULL);
-    en->mk_on = false;
-}
 
 void engine_free(engine *en) {
     if (!en) return;
     engine_stop(en);
-    mask_worker_stop(en);
+    sched__mask_worker_stop(en);
     for (int i = 0; i < en->n_submitq; i++) {
         sched__req_post_finish(en->submitq[i], REQ_FINISH_CANCEL, NULL);
         req_unref(en->submitq[i]);
     }
     free(en->submitq);
-    while (en->n_hints) hint_drop(en, en->n_hints - 1);
+    sched__hints_free(en);
     free(en->hints);
     free(en->running.v);
     free(en->waiting.v);

@@ -129,13 +129,13 @@ typedef struct engine_opts {
     int park_ms;
     /* Grammar masks (issue 26 finding 1): a request whose masks take more
      * than this per constrained token on average (after 8 tokens' worth of
-     * allowance) fails with REQ_ERR_MASK_BUDGET (engine.c,
-     * mask_over_budget). 0: no budget. */
+     * allowance) fails with REQ_ERR_MASK_BUDGET (engine_grammar.c,
+     * sched__mask_over_budget). 0: no budget. */
     int mask_budget_us;
     /* Masks inside the step, on the engine thread (the path before issue
      * 26; tests compare the worker's output with it). Default false: a
      * mask worker thread computes them overlapped with the forward pass
-     * (engine.c, "Masks off the engine thread"); with speculative decoding
+     * (engine_grammar.c, "Masks off the engine thread"); with speculative decoding
      * masks are always inside the step. */
     bool mask_sync;
     /* Testing: called on the engine thread after every step's plan, with
