@@ -11,6 +11,7 @@
  * done no block may be held outside the prefix cache.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -218,6 +219,116 @@ static void check_new_not_starved(const model *m) {
     engine_free(en);
 }
 
+/* The engine's clock (engine_opts.clock), moved by the test, and the
+ * engine's step count (plan_hook). */
+static _Atomic int64_t fake_ns;
+static _Atomic uint64_t fake_steps;
+static int64_t fake_clock(void *ctx) {
+    (void)ctx;
+    return atomic_load(&fake_ns);
+}
+static void count_step(void *ctx, uint64_t step, const engine_plan_row *rows, int n) {
+    (void)ctx, (void)rows, (void)n;
+    atomic_store(&fake_steps, step);
+}
+/* Waits (10 s at most) until the engine ran k more steps. */
+static void wait_steps(int k) {
+    uint64_t s0 = atomic_load(&fake_steps);
+    for (int i = 0; i < 10000 && atomic_load(&fake_steps) < s0 + (uint64_t)k; i++) usleep(1000);
+}
+/* Tokens posted to r so far, without taking any (its reader stays at 0). */
+static int posted(req *r, req_finish *f) { return req_wait(r, 0, 0, f); }
+
+static req *clock_req(int max_tokens) {
+    int32_t *p = xmalloc(8 * sizeof *p);
+    for (int i = 0; i < 8; i++) p[i] = i == 0 ? 1 : 100 + 7 * i;
+    req *r = req_new(p, 8);
+    r->max_tokens = max_tokens;
+    r->ignore_eos = true;
+    r->sp.temperature = 0;
+    return r;
+}
+
+/* The backpressure rules on an injected clock, at their exact boundaries
+ * (before, the server tests could only sleep past them): a reader that
+ * takes nothing is cut when its posted tokens have waited strictly longer
+ * than stall_timeout_ms (not at exactly that long), and parked strictly
+ * after park_ms: then it generates nothing, and once its reader takes
+ * everything it resumes and ends with the tokens it gives unparked. */
+static void check_clock_backpressure(const model *m) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 64;
+    o.step_delay_us = 1000;
+    o.check = true;
+    o.clock = fake_clock;
+    o.plan_hook = count_step;
+    const int64_t t0 = (int64_t)1 << 40;
+    err_t e = {0};
+    req_finish f;
+    engine_stats st;
+
+    /* stall_timeout_ms 1000 */
+    atomic_store(&fake_ns, t0);
+    o.stall_timeout_ms = 1000;
+    engine *en = NULL;
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+    if (!en) return;
+    req *r = clock_req(400);
+    CHECK(engine_submit(en, r, &e) == 0);
+    for (int i = 0; i < 10000 && posted(r, &f) < 2 && f == REQ_RUNNING; i++) usleep(1000);
+    atomic_store(&fake_ns, t0 + 1000 * 1000000ll); /* waited exactly the timeout */
+    wait_steps(3);
+    int n_at = posted(r, &f);
+    CHECK_MSG(f == REQ_RUNNING, "cut at exactly stall_timeout_ms (finish %d)", (int)f);
+    atomic_store(&fake_ns, t0 + 1000 * 1000000ll + 1);
+    for (int i = 0; i < 10000 && f == REQ_RUNNING; i++) usleep(1000), posted(r, &f);
+    char msg[256] = "";
+    req_get_finish(r, NULL, msg, sizeof msg);
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT(f, REQ_FINISH_CANCEL);
+    CHECK_MSG(strstr(msg, "did not read its output"), "cut with \"%s\"", msg);
+    CHECK_EQ_INT((int)st.stalled_total, 1);
+    CHECK_MSG(posted(r, &f) < 400 && n_at >= 2, "%d tokens at the timeout", n_at);
+    req_unref(r);
+    engine_free(en);
+
+    /* park_ms 300 (no stall timeout) */
+    atomic_store(&fake_ns, t0);
+    o.stall_timeout_ms = 0;
+    o.park_ms = 300;
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+    if (!en) return;
+    enum { N_GEN = 48 };
+    int32_t ref[N_GEN], out[N_GEN];
+    int n_ref = 0, n_out = 0;
+    r = clock_req(N_GEN); /* read as it comes: never parked (the clock stands still) */
+    CHECK(engine_submit(en, r, &e) == 0);
+    CHECK_EQ_INT(collect(r, ref, &n_ref), REQ_FINISH_LENGTH);
+    req_unref(r);
+    r = clock_req(N_GEN);
+    CHECK(engine_submit(en, r, &e) == 0);
+    for (int i = 0; i < 10000 && posted(r, &f) < 2 && f == REQ_RUNNING; i++) usleep(1000);
+    atomic_store(&fake_ns, t0 + 300 * 1000000ll);
+    wait_steps(3);
+    engine_get_stats(en, &st);
+    CHECK_MSG(st.n_parked == 0, "parked at exactly park_ms");
+    atomic_store(&fake_ns, t0 + 300 * 1000000ll + 1);
+    for (int i = 0; i < 10000 && st.n_parked == 0; i++) usleep(1000), engine_get_stats(en, &st);
+    CHECK_EQ_INT(st.n_parked, 1);
+    int p1 = posted(r, &f);
+    wait_steps(3);
+    CHECK_MSG(posted(r, &f) == p1 && f == REQ_RUNNING, "a parked request went on: %d tokens, then %d", p1,
+              posted(r, &f));
+    CHECK_EQ_INT(collect(r, out, &n_out), REQ_FINISH_LENGTH); /* reads everything: unparked */
+    CHECK_MSG(n_out == n_ref && !memcmp(out, ref, (size_t)n_ref * sizeof *out), "parked and resumed: other tokens");
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT((int)st.parked_total, 1);
+    CHECK_EQ_INT(st.n_parked, 0);
+    req_unref(r);
+    engine_free(en);
+}
+
 /* The queue count between a request's hand-over and the step's end: the
  * engine takes submitted requests into its waiting list at a step's start
  * and published its counts only at the step's end, so during that step a
@@ -394,6 +505,7 @@ int main(void) {
     check_prefill_order(m);
     check_queue_count(m);
     check_new_not_starved(m);
+    check_clock_backpressure(m);
 
     /* Refusals: a prompt longer than the context or the pool; a full queue. */
     engine_opts qo = engine_defaults();

@@ -16,35 +16,45 @@
  * generated tokens simply become part of what it has to recompute; its
  * sampler, RNG and penalties included, is kept).
  *
- * One step:
- *   1. take new requests from the submit queue (FCFS);
- *   2. finish cancelled / stopped sequences, release their blocks;
- *   3. reserve a KV slot for every running sequence's chunk, oldest first;
- *      when the pool is empty: evict LRU cached blocks, then preempt the
- *      newest running sequence;
- *   4. admit waiting sequences in the fair order (priority class, then
- *      the client with the fewest running, then the least served client,
- *      then arrival; "Fair admission" below) while fewer than
- *      ENGINE_MAX_PREFILLING sequences are prefilling (a client with none
- *      prefilling may pass that cap) and slots and blocks allow; when they
- *      do not and a client below its share waits, preempt one sequence of
- *      the client furthest above its share:
- *      radix_match the known tokens (all but the last one, whose logits we
- *      need), copy the rows before the divergence when the match ends
- *      inside a block (docs/kv-cache.md "A partial last block"), skip a sequence
- *      whose next blocks another sequence is still computing (PENDING: it
- *      waits rather than recomputes), allocate all
- *      blocks for its known tokens at once, index its full prompt blocks as
- *      PENDING so later requests join instead of recomputing; with the disk
- *      tier (--kv-disk), blocks past the RAM match that are on disk are read
- *      back first (the sequence waits for its reads, then is matched again);
- *   5. build one ragged batch under the token budget: one decode token per
- *      running sequence, then prefill chunks: priority class first, then
- *      the client with the least prefill service (virtual time), within a
- *      client shortest remaining prefill first (ENGINE_PREFILL_STEP_MIN
- *      below); forward;
- *   6. sample, post tokens, index newly completed blocks READY (and queue
- *      their write to the disk tier), finish.
+ * One step (engine_step; the rules it applies are sched/policy.h's):
+ *   plan     (step_plan)
+ *     1. take the submitted requests into the waiting list (arrival order);
+ *        expire pins and apply tool names (agent policy), advance kv_hint
+ *        prefetches (engine_disk.h);
+ *     2. end cancelled, stalled (stall_timeout_ms) and stopped sequences;
+ *        sample the sequences whose grammar masks came in since they sat
+ *        out; park running sequences whose reader took nothing for park_ms,
+ *        unpark waiting ones whose reader caught up;
+ *     3. give every running sequence a KV slot for its next token, oldest
+ *        first; when the pool has no free block: evict cached blocks (least
+ *        recently used, then pins as kvpolicy_yield orders them), take back
+ *        waiting sequences' disk-read blocks, then preempt policy_kv_victim
+ *        (alone and still out of blocks, a sequence ends at `length`);
+ *     4. one decode token per running sequence goes into the batch first;
+ *     5. admission (pass 0 with the agent policy: returning agents and
+ *        overdue sequences; pass 1: all), in the fair order among those
+ *        policy_may_try allows, until policy_after_try stops it, slots run
+ *        out, or a preemption happened this step: try_admit radix_matches
+ *        the known tokens (all but the last one, whose logits we need),
+ *        copies the rows before the divergence when the match ends inside a
+ *        block (docs/kv-cache.md "A partial last block"), makes a sequence
+ *        whose next blocks another one is still computing (PENDING) wait
+ *        rather than recompute, reads blocks past the RAM match back from
+ *        the disk tier first (the sequence waits for its reads, then is
+ *        matched again), allocates all blocks for its known tokens at once
+ *        and indexes its full prompt blocks PENDING so later requests join
+ *        them instead of recomputing;
+ *     6. the first sequence that slots or blocks kept out may make one
+ *        running sequence yield (policy_fair_victim); disk reads that are
+ *        done go to the tree;
+ *     7. prefill chunks (policy_pick_prefill) while the step has fewer than
+ *        POLICY_PREFILL_STEP_MIN prefill tokens and budget; then drafts
+ *        (speculative decoding) for the decoding sequences;
+ *   build    one ragged batch (step_build); forward (step_forward);
+ *   advance  (step_advance) count the computed positions, index newly full
+ *            blocks READY and offer them to the disk tier, sample and post
+ *            a token for each sequence at its end (or keep its logits row
+ *            while its mask is not in), verify drafts, finish.
  *
  * Reference invariant: each entry of a sequence's block table holds exactly
  * one pool reference, dropped when the sequence finishes or is preempted;
@@ -66,37 +76,8 @@
 #include "engine_disk.h"
 #include "engine_grammar.h"
 #include "engine_impl.h"
+#include "policy.h"
 
-/* Prefill order (LAPS, shortest remaining first). When several prefills
- * wait, the one with the fewest tokens left goes first, so a cache hit's new
- * turn never waits behind a cold prompt, and of k turns that arrive together
- * the i-th gets its first token after i turns' worth of work instead of all
- * of them: one step of prefill costs a fixed part (reading the weights once)
- * plus a part per token, and a turn of a few dozen tokens is already many
- * times the fixed part, so batching turns together only delays the first of
- * them. Further prefills join a step only while it has fewer than
- * ENGINE_PREFILL_STEP_MIN prefill tokens (tiny ones still share steps).
- * A prefill that has not run for ENGINE_PREFILL_STARVE_STEPS steps goes
- * first, oldest first, so a long prompt under a stream of short turns still
- * advances by a chunk at least that often.
- *
- * Between clients (issue 26) shortest-first is not fair: a client that
- * floods with prompts always has one further along (or shorter) than
- * another's, and the starvation rule then lets every one of its old
- * prompts go first; the other's prompt advanced by one chunk in 17 steps.
- * So the prefill budget goes by priority class, then to the client with
- * the least prefill tokens computed so far (virtual time, pf_vt: a client
- * that starts prefilling again starts at the least of those prefilling,
- * so idling earns no credit), and shortest-first with the starvation rule
- * orders a client's own prefills. One client alone: shortest-first as
- * before. */
-#define ENGINE_PREFILL_STEP_MIN 64
-#define ENGINE_PREFILL_STARVE_STEPS 16
-/* Waiting sequences are admitted (FCFS) while fewer than this many running
- * sequences are still prefilling, so the shortest-first choice sees a
- * whole burst of turns at once while the blocks of a flood of cold prompts
- * are not all taken before they can run. */
-#define ENGINE_MAX_PREFILLING 16
 /* Speculative decoding: draft tokens in one step at most (each wants a row
  * of logits, n_vocab floats, beyond the one per running sequence). */
 #define ENGINE_SPEC_ROWS 64
@@ -283,7 +264,7 @@ static int evict(engine *en, int n, kvpol_yield_for why) {
      * block (kvpolicy_pin_tail) is freed by the yield itself, not by the tree */
     int free0 = kvpool_n_free(en->pool);
     radix_evict(en->tree, n);
-    int64_t now = en->pol && kvpool_n_free(en->pool) - free0 < n ? clock_ns() : 0;
+    int64_t now = en->pol && kvpool_n_free(en->pool) - free0 < n ? sched__now(en) : 0;
     while (kvpool_n_free(en->pool) - free0 < n && en->pol && kvpolicy_yield(en->pol, now, why) > 0)
         radix_evict(en->tree, n - (kvpool_n_free(en->pool) - free0));
     int got = kvpool_n_free(en->pool) - free0;
@@ -301,28 +282,29 @@ static int32_t alloc_block(engine *en) {
     return b;
 }
 
-/* Which pins may yield memory to s. Pins yield to running work and to
- * agents coming back; a new conversation takes only pins without a
- * prediction, and otherwise waits (a paused agent expected back keeps its
- * context; pins expire within their TTL) — unless nothing runs: then
- * waiting would leave the cores idle, and it also takes the pins whose
- * agent is overdue (docs/kv-cache.md, "Who may take a pin's memory"). */
-/* Agent policy: a waiting sequence (a new conversation, or one preempted)
- * whose wait began more than new_wait_max_ms (by default --kv-ttl-max, at
- * most ENGINE_NEW_WAIT_MAX_MS) ago.
- * Agents that come back every few seconds re-pin their contexts and are
- * admitted first, so in a small pool a long new prompt could wait for ever
- * (test_server_sched check_new_not_starved): past the limit it is admitted
- * with the returning agents, may take any pin (the most overdue first), and
- * nobody is admitted past it while it is not (no blocks yet, or its blocks
- * still being read from disk). */
-static bool seq_overdue(const engine *en, const seq *s, int64_t now) {
-    return now - s->sch.wait_start_ns > (int64_t)en->o.new_wait_max_ms * 1000000;
+/* s as admission sees it (policy.h). */
+static policy_waiting waiting_view(engine *en, const seq *s) {
+    const client *c = seq_client(en, s);
+    int B = en->o.block_tokens;
+    return (policy_waiting){.priority = s->r->priority,
+                            .client = s->r->client_slot,
+                            .order = s->order,
+                            .tried = s->sch.tried_step == en->step_no,
+                            .resumes = s->sch.resumes,
+                            .admitted_once = s->sch.admitted_once,
+                            .parked = s->sch.parked,
+                            .wait_start_ns = s->sch.wait_start_ns,
+                            .need_blocks = (s->tok.n + B - 1) / B,
+                            .c_running = atomic_load(&c->n_running),
+                            .c_prefilling = c->n_prefilling,
+                            .c_kv_blocks = c->kv_blocks,
+                            .c_served = c->served};
 }
 
-static kvpol_yield_for yield_for(const engine *en, const seq *s) {
-    if (!en->pol || s->sch.resumes || s->sch.admitted_once || seq_overdue(en, s, clock_ns())) return KVPOL_FOR_RUNNING;
-    return en->running.n == 0 ? KVPOL_FOR_NEW_IDLE : KVPOL_FOR_NEW;
+/* Which pins may yield memory to waiting s (policy_yield_for). */
+static kvpol_yield_for yield_for(engine *en, const seq *s) {
+    policy_waiting w = waiting_view(en, s);
+    return policy_yield_for(&en->lim, &w, sched__now(en), en->running.n);
 }
 
 /* Makes sure free >= n blocks by evicting (and by the pins `why` allows
@@ -444,7 +426,7 @@ static void seq_pin(engine *en, seq *s, req_finish why) {
     sched__scratch_reserve(en, n);
     int k = radix_match_salted(en->tree, s->salt, s->tok.ids, n * B, en->scratch, n, NULL);
     if (k <= 0) return;
-    kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, clock_ns());
+    kvpolicy_pin(en->pol, en->scratch, k, r->kv_session, NULL, r->kv_ttl_s, r->kv_next_use_s, r->serial, sched__now(en));
     /* and the rows computed after them, in the turn's own partial block: the
      * next turn copies those its prompt repeats ("A partial last block") */
     int rows = s->tok.n_computed - k * B;
@@ -513,7 +495,7 @@ static void unschedule(engine *en, seq *s) {
     atomic_fetch_sub(&seq_client(en, s)->n_running, 1);
     list_remove(&en->running, s);
     list_insert_ordered(&en->waiting, s);
-    s->sch.wait_start_ns = clock_ns();
+    s->sch.wait_start_ns = sched__now(en);
 }
 
 /* Unschedules s for memory or fairness: counted, and no admission this
@@ -585,8 +567,10 @@ static void kv_copy_block(engine *en, int32_t dst, int32_t src) {
     memcpy(en->kv->v + (size_t)dst * E, en->kv->v + (size_t)src * E, E * sizeof *en->kv->v);
 }
 
-/* Tries to admit s (from the waiting list). Returns 1 admitted, 0 must wait
- * (a later sequence may still be tried), -1 no blocks (stop admitting). */
+/* Tries to admit s (from the waiting list). Returns 1 admitted (s holds
+ * its blocks), 0 it waits (its grammar's opening run, a PENDING prefix, its
+ * disk reads, or a busy read queue), -1 the pool cannot give it its blocks
+ * now; what admission does next is policy_after_try's. */
 static int try_admit(engine *en, seq *s) {
     if (s->out.gm_start) { /* its opening forced run first (part of what it computes) */
         sched__grammar_start(en, s);
@@ -668,7 +652,7 @@ static int try_admit(engine *en, seq *s) {
      * says its context is done releases its session's pin as such) */
     if (en->pol) {
         if (s->r->kv_done || s->r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, s->r->kv_session);
-        kvpolicy_resume(en->pol, s->kv.blocks, n_ready, s->r->kv_session, clock_ns());
+        kvpolicy_resume(en->pol, s->kv.blocks, n_ready, s->r->kv_session, sched__now(en));
     }
     s->sch.running = true;
     atomic_fetch_add(&seq_client(en, s)->n_running, 1);
@@ -711,14 +695,14 @@ static void take_submitted(engine *en) {
         s->salt = r->cache_salt;
         client_start_locked(en, seq_client(en, s));
         s->order = en->next_order++;
-        s->sch.wait_start_ns = r->t_submit_ns;
+        s->sch.wait_start_ns = en->submit_ns[i];
         for (int j = 0; j < r->n_prompt; j++) seq_push_token(s, r->prompt[j]);
         if (en->pol) {
             /* an agent back from its tool: its pin yields last from now on */
             int cap = (s->tok.n - 1) / en->o.block_tokens;
             sched__scratch_reserve(en, cap + 1);
             int n = radix_match_salted(en->tree, s->salt, s->tok.ids, s->tok.n - 1, en->scratch, cap, NULL);
-            s->sch.resumes = kvpolicy_returned(en->pol, en->scratch, n > 0 ? n : 0, r->kv_session, clock_ns());
+            s->sch.resumes = kvpolicy_returned(en->pol, en->scratch, n > 0 ? n : 0, r->kv_session, sched__now(en));
             for (int j = 0; j < n; j++) kvpool_unref(en->pool, en->scratch[j]);
         }
         sched__hint_drop_session(en, r->kv_session); /* its agent is back */
@@ -766,7 +750,7 @@ static bool seq_stalled(engine *en, seq *s, int64_t now) {
  * slot and blocks, until --stall-timeout). */
 static void park_step(engine *en) {
     if (en->park_ms <= 0) return;
-    int64_t now = clock_ns();
+    int64_t now = sched__now(en);
     for (int i = en->waiting.n - 1; i >= 0; i--) {
         seq *s = en->waiting.v[i];
         if (s->sch.parked && atomic_load(&s->r->n_read) >= s->tok.n_generated && !atomic_load(&s->r->reader_blocked))
@@ -804,7 +788,7 @@ static void drop_finished_controls(engine *en) {
     seq_list *lists[2] = {&en->running, &en->waiting};
     /* park_step reads the clock seq_stalled keeps: it runs for parking too
      * (with --stall-timeout 0 nothing was ever parked before) */
-    int64_t now = en->o.stall_timeout_ms > 0 || en->park_ms > 0 ? clock_ns() : 0;
+    int64_t now = en->o.stall_timeout_ms > 0 || en->park_ms > 0 ? sched__now(en) : 0;
     for (int k = 0; k < 2; k++) {
         seq_list *l = lists[k];
         for (int i = 0; i < l->n;) {
@@ -830,32 +814,22 @@ static void drop_finished_controls(engine *en) {
     }
 }
 
-/* The sequence that gives its blocks back when the pool is out of them:
- * the newest running sequence of the client holding the most blocks, when
- * that client holds more than an even share of what the running hold
- * (soak with tenants: 8 streams of one client that never read grew to fill
- * the pool and the newest sequence, usually an agent's, was the one
- * preempted, until agents' requests timed out after 120 s); else the newest
- * running sequence, as before. */
+/* The running sequences as preemption sees them (policy.h), in en->pr. */
+static policy_running *running_views(engine *en) {
+    for (int i = 0; i < en->running.n; i++) {
+        const seq *s = en->running.v[i];
+        en->pr[i] = (policy_running){.priority = s->r->priority,
+                                     .client = s->r->client_slot,
+                                     .n_blocks = s->kv.n_blocks,
+                                     .c_running = atomic_load(&seq_client(en, s)->n_running)};
+    }
+    return en->pr;
+}
+
+/* The sequence that gives its blocks back when the pool is out of them
+ * (policy_kv_victim). */
 static seq *kv_victim(engine *en) {
-    int n_cl = 0, held = 0;
-    for (int i = 0; i < en->running.n; i++) seq_client(en, en->running.v[i])->kv_blocks = 0;
-    for (int i = 0; i < en->running.n; i++) {
-        seq *s = en->running.v[i];
-        client *c = seq_client(en, s);
-        n_cl += c->kv_blocks == 0;
-        c->kv_blocks += s->kv.n_blocks + (s->kv.n_blocks == 0); /* (a client counted once even with 0 blocks) */
-        held += s->kv.n_blocks;
-    }
-    client *top = NULL;
-    for (int i = 0; i < en->running.n; i++) {
-        client *c = seq_client(en, en->running.v[i]);
-        if (!top || c->kv_blocks > top->kv_blocks) top = c;
-    }
-    if (n_cl > 1 && top && top->kv_blocks > held / n_cl)
-        for (int i = en->running.n - 1; i >= 0; i--)
-            if (seq_client(en, en->running.v[i]) == top) return en->running.v[i];
-    return en->running.v[en->running.n - 1];
+    return en->running.v[policy_kv_victim(running_views(en), en->running.n)];
 }
 
 /* Ensures every running sequence has a slot for its next decode token.
@@ -1154,7 +1128,7 @@ static req_finish spec_verify(engine *en, seq *s, int n0, int nd, int row0, req_
 /* Pins: tool names learnt since the last step, expiry. */
 static void pins_step(engine *en) {
     if (!en->pol) return;
-    int64_t now = clock_ns();
+    int64_t now = sched__now(en);
     pthread_mutex_lock(&en->mu);
     for (int i = 0; i < en->n_toolq; i++) kvpolicy_set_tool(en->pol, en->toolq[i].serial, en->toolq[i].tool, now);
     en->n_toolq = 0;
@@ -1162,57 +1136,23 @@ static void pins_step(engine *en) {
     kvpolicy_expire(en->pol, now);
 }
 
-/* Whether waiting sequence a goes before b in the fair order: priority
- * class, the client's running sequences, the client's served tokens,
- * arrival. */
-static bool fair_before(engine *en, const seq *a, const seq *b) {
-    if (a->r->priority != b->r->priority) return a->r->priority < b->r->priority;
-    client *ca = seq_client(en, a), *cb = seq_client(en, b);
-    if (ca != cb) {
-        int ra = atomic_load(&ca->n_running), rb = atomic_load(&cb->n_running);
-        if (ra != rb) return ra < rb;
-        if (ca->served != cb->served) return ca->served < cb->served;
-    }
-    return a->order < b->order;
-}
-
-/* The next waiting sequence to try this step (pass 0: only those that
- * resume a pinned turn or waited too long), or NULL. Sequences tried this
- * step, of a client at client_max_running, or of a client that already
- * prefills while ENGINE_MAX_PREFILLING are, are passed over: the cap keeps
- * a flood of cold prompts from taking every block before they can run,
- * and a client with nothing prefilling may still start one. So are parked
- * sequences and those that would take their client past client_max_kv.
- * O(waiting). */
+/* The next waiting sequence to try this step (policy_pick_waiting), or
+ * NULL. O(waiting). */
 static seq *fair_pick(engine *en, int pass, int64_t now, int n_prefilling) {
-    seq *best = NULL;
-    for (int i = 0; i < en->waiting.n; i++) {
-        seq *s = en->waiting.v[i];
-        if (s->sch.tried_step == en->step_no) continue;
-        if (pass == 0 && !s->sch.resumes && !(en->pol && seq_overdue(en, s, now))) continue;
-        client *c = seq_client(en, s);
-        if (en->o.client_max_running > 0 && atomic_load(&c->n_running) >= en->o.client_max_running) continue;
-        if (n_prefilling >= ENGINE_MAX_PREFILLING && c->n_prefilling > 0) continue;
-        if (s->sch.parked) continue;
-        /* client_max_kv: within it, or alone (a prompt larger than the
-         * share still runs when its client runs nothing else) */
-        if (en->kv_limit && atomic_load(&c->n_running) > 0 &&
-            c->kv_blocks + (s->tok.n + en->o.block_tokens - 1) / en->o.block_tokens > en->kv_limit)
-            continue;
-        if (!best || fair_before(en, s, best)) best = s;
+    if (en->waiting.n > en->cap_pw) {
+        en->cap_pw = en->waiting.n * 2;
+        en->pw = xrealloc(en->pw, (size_t)en->cap_pw * sizeof *en->pw);
     }
-    return best;
+    for (int i = 0; i < en->waiting.n; i++) en->pw[i] = waiting_view(en, en->waiting.v[i]);
+    int i = policy_pick_waiting(&en->lim, en->pw, en->waiting.n, pass, now, n_prefilling);
+    return i < 0 ? NULL : en->waiting.v[i];
 }
 
-/* Slots or blocks kept `w` out. If its client is below its fair share
- * (max_running over the clients with work, at least 1) while another
- * client is above it, or a running sequence is of a larger priority class,
- * the newest running sequence of the client furthest above its share (of
- * the largest class first) yields: preempted now, so w is admitted at the
- * next step. One per step (the preemption stops this step's admissions);
- * the victim's decode token leaves the step's batch (n_tok, n_bs). */
+/* Slots or blocks kept `w` out: the sequence policy_fair_victim names
+ * yields, preempted now, so w is admitted at the next step. One per step
+ * (the preemption stops this step's admissions); the victim's decode token
+ * leaves the step's batch (n_tok, n_bs). */
 static void fair_yield(engine *en, seq *w, int *n_tok, int *n_bs) {
-    client *cw = seq_client(en, w);
     /* the clients with work (engine-side count: en->n_clients is engine_submit's) */
     int n_active = 0;
     seq_list *lists[2] = {&en->running, &en->waiting};
@@ -1221,25 +1161,11 @@ static void fair_yield(engine *en, seq *w, int *n_tok, int *n_bs) {
             client *c = seq_client(en, lists[k]->v[i]);
             if (c->seen_step != en->step_no) c->seen_step = en->step_no, n_active++;
         }
-    int share = MAX(1, en->o.max_running / MAX(1, n_active));
-    int w_run = atomic_load(&cw->n_running);
-    seq *victim = NULL;
-    for (int i = en->running.n - 1; i >= 0; i--) { /* newest first */
-        seq *s = en->running.v[i];
-        if (s->r->priority > w->r->priority && (!victim || s->r->priority > victim->r->priority)) victim = s;
-    }
-    if (!victim && w_run < share) {
-        int v_run = 0;
-        for (int i = en->running.n - 1; i >= 0; i--) {
-            seq *s = en->running.v[i];
-            client *c = seq_client(en, s);
-            int run = atomic_load(&c->n_running);
-            /* above its share, and by more than w's client has (no ping-pong) */
-            if (c != cw && s->r->priority == w->r->priority && run > share && run > w_run + 1 && run > v_run)
-                victim = s, v_run = run;
-        }
-    }
-    if (!victim) return;
+    policy_waiting wv = waiting_view(en, w);
+    int share;
+    int vi = policy_fair_victim(&en->lim, running_views(en), en->running.n, &wv, n_active, &share);
+    if (vi < 0) return;
+    seq *victim = en->running.v[vi];
     log_debug("engine: request %llu yields to request %llu (fair share %d of %d clients)",
               (unsigned long long)victim->order, (unsigned long long)w->order, share, n_active);
     for (int j = 0; j < *n_bs; j++) /* its decode token is in the batch already */
@@ -1254,21 +1180,9 @@ static void fair_yield(engine *en, seq *w, int *n_tok, int *n_bs) {
     en->cnt.fair_preemptions_total++;
 }
 
-/* Whether running sequence a's prefill goes before b's ("Prefill order"):
- * priority class, then the client with less prefill service, then (the
- * same client, or a tie) a starved one (oldest first), then the shortest
- * remaining; running is in arrival order, so callers keep the first of
- * equals: ties go to the oldest. */
-static bool prefill_before(engine *en, const seq *a, bool a_starved, const seq *b, bool b_starved) {
-    if (a->r->priority != b->r->priority) return a->r->priority < b->r->priority;
-    client *ca = seq_client(en, a), *cb = seq_client(en, b);
-    if (ca != cb && ca->pf_vt != cb->pf_vt) return ca->pf_vt < cb->pf_vt;
-    if (a_starved != b_starved) return a_starved;
-    return !a_starved && a->tok.n - a->tok.n_computed < b->tok.n - b->tok.n_computed;
-}
-
-/* The step's prefill chunks (after the decode tokens) while the step has
- * fewer than ENGINE_PREFILL_STEP_MIN prefill tokens and budget is left. */
+/* The step's prefill chunks (after the decode tokens), in the order of
+ * policy_pick_prefill, while the step has fewer than
+ * POLICY_PREFILL_STEP_MIN prefill tokens and budget is left. */
 static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
     /* clients that start prefilling again start at the least virtual time
      * of those that prefilled last step */
@@ -1279,27 +1193,27 @@ static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
         if (s->tok.n - s->tok.n_computed < 1 || s->sch.sched_step == en->step_no) continue;
         client *c = seq_client(en, s);
         if (c->pf_step != en->step_no) {
-            if (c->pf_step + 1 != en->step_no) c->pf_vt = MAX(c->pf_vt, en->pf_v);
+            c->pf_vt = policy_pf_vt_join(c->pf_vt, c->pf_step, en->step_no, en->pf_v);
             c->pf_step = en->step_no;
         }
         if (!any || c->pf_vt < v) v = c->pf_vt, any = true;
     }
     if (any) en->pf_v = v;
     int prefill_tok = 0;
-    while (*n_tok < budget && prefill_tok < ENGINE_PREFILL_STEP_MIN) {
-        seq *best = NULL;
-        bool best_starved = false;
+    while (*n_tok < budget && prefill_tok < POLICY_PREFILL_STEP_MIN) {
         for (int i = 0; i < en->running.n; i++) {
-            seq *s = en->running.v[i];
+            const seq *s = en->running.v[i];
             int pend = s->tok.n - s->tok.n_computed;
-            if (pend < 1 || s->sch.sched_step == en->step_no) continue;
-            bool starved = en->step_no - s->sch.wait_from > ENGINE_PREFILL_STARVE_STEPS;
-            if (!best || prefill_before(en, s, starved, best, best_starved)) {
-                best = s;
-                best_starved = starved;
-            }
+            en->pp[i] = (policy_prefill){.priority = s->r->priority,
+                                         .client = s->r->client_slot,
+                                         .eligible = pend >= 1 && s->sch.sched_step != en->step_no,
+                                         .starved = en->step_no - s->sch.wait_from > POLICY_PREFILL_STARVE_STEPS,
+                                         .pending = pend,
+                                         .c_pf_vt = seq_client(en, s)->pf_vt};
         }
-        if (!best) break;
+        int bi = policy_pick_prefill(en->pp, en->running.n);
+        if (bi < 0) break;
+        seq *best = en->running.v[bi];
         int before = *n_tok;
         schedule(en, best, budget, n_tok, n_bs);
         best->sch.wait_from = en->step_no;
@@ -1318,18 +1232,11 @@ static void plan_report(engine *en, int n_bs) {
     en->o.plan_hook(en->o.plan_hook_ctx, en->step_no, en->plan_rows, n_bs);
 }
 
-/* The step, in four phases that read top to bottom:
- *   step_plan     housekeeping (arrivals, pins, hints, cancellations), then
- *                 the batch's contents: one decode token per running
- *                 sequence, admission of waiting ones (returning agents
- *                 first, then the fair order), prefill chunks (prefill_plan);
- *   step_build    the ragged batch (tokens, positions, block tables);
- *   step_forward  one model_forward over it;
- *   step_advance  positions, indexing, write-through, sampling, finishing.
- * Returns true when something ran (or changed). */
+/* The step reads top to bottom in four phases: step_plan, step_build,
+ * step_forward, step_advance (the list at the top of this file). */
 
 /* Plans the step's batch (en->b_owner / b_chunk: n_bs sequences, n_tok
- * tokens). */
+ * tokens): the plan's steps 1-7 at the top of this file. */
 static void step_plan(engine *en, int *n_tok, int *n_bs) {
     int B = en->o.block_tokens;
     take_submitted(en);
@@ -1347,8 +1254,8 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     *n_bs = 0;
 
     /* The budget goes first to one decode token per running sequence. Then
-     * waiting sequences are admitted (the fair order, ENGINE_MAX_PREFILLING),
-     * and the prefill tokens go by "Prefill order" (prefill_plan). */
+     * waiting sequences are admitted (policy_pick_waiting), and the prefill
+     * tokens go by policy_pick_prefill (prefill_plan). */
     en->step_no++;
     for (int i = 0; i < en->running.n && *n_tok < budget; i++) {
         seq *s = en->running.v[i];
@@ -1364,9 +1271,9 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     }
     /* Agents coming back (agent policy) are admitted first: their context
      * is in the cache, so they cost little and free their pins; so are new
-     * conversations that waited too long (seq_overdue). Within a pass, the
-     * fair order (fair_pick). */
-    int64_t now = en->pol ? clock_ns() : 0;
+     * conversations that waited too long (policy_overdue). Within a pass,
+     * the fair order (fair_pick). */
+    int64_t now = en->pol ? sched__now(en) : 0;
     bool stop_admit = false;
     seq *blocked = NULL; /* the first in the fair order that slots or blocks kept out */
     for (int pass = en->pol ? 0 : 1; pass < 2 && !stop_admit; pass++)
@@ -1378,7 +1285,7 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
             if (!blocked) blocked = s;
             break;
         }
-        bool overdue = en->pol && seq_overdue(en, s, now);
+        bool overdue = en->lim.agent && policy_overdue(&en->lim, s->sch.wait_start_ns, now);
         int need = (s->tok.n + B - 1) / B;
         if (need + 1 > kvpool_n_blocks(en->pool)) {
             list_remove(&en->waiting, s);
@@ -1386,16 +1293,11 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
             continue;
         }
         int rc = try_admit(en, s);
-        if (rc == 0 && overdue) { /* its blocks are on their way: no one goes past it */
-            stop_admit = true;
-            break;
-        }
+        if (rc < 0 && !blocked) blocked = s;
+        policy_after next = policy_after_try(rc, overdue, pass);
+        if (next == POLICY_STOP) stop_admit = true;
+        if (next != POLICY_NEXT) break;
         if (rc == 0) continue;
-        if (rc < 0) {
-            if (!blocked) blocked = s;
-            stop_admit = overdue || pass == 1; /* no one goes past it */
-            break;
-        }
         list_remove(&en->waiting, s);
         list_insert_ordered(&en->running, s);
         s->sch.wait_from = en->step_no;
@@ -1552,6 +1454,7 @@ static void step_advance(engine *en, int n_bs) {
     }
 }
 
+/* One step. Returns false when there was nothing to run. */
 static bool engine_step(engine *en) {
     int n_tok, n_bs;
     step_plan(en, &n_tok, &n_bs);
@@ -1658,6 +1561,12 @@ static void *engine_thread(void *arg) {
 
 /* ---- public ---- */
 
+/* engine_opts.clock's default. */
+static int64_t clock_monotonic(void *ctx) {
+    (void)ctx;
+    return clock_ns();
+}
+
 /* An I/O thread finished a disk read: wake an idle engine thread. */
 static void engine_wake(void *ctx) {
     engine *en = ctx;
@@ -1707,6 +1616,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     engine *en = xcalloc(1, sizeof *en);
     en->m = m;
     en->o = *o;
+    if (!en->o.clock) en->o.clock = clock_monotonic;
     /* A new conversation waits for protected pins at most one pin lifetime
      * (--kv-ttl-max, at most ENGINE_NEW_WAIT_MAX_MS): longer, it is the
      * agents' returns re-pinning that keep it out, not one pin. */
@@ -1741,6 +1651,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->b_seqs = xcalloc((size_t)mr, sizeof *en->b_seqs);
     en->b_owner = xcalloc((size_t)mr, sizeof *en->b_owner);
     en->b_chunk = xcalloc((size_t)mr, sizeof *en->b_chunk);
+    en->pr = xcalloc((size_t)mr, sizeof *en->pr);
+    en->pp = xcalloc((size_t)mr, sizeof *en->pp);
     if (o->plan_hook) en->plan_rows = xcalloc((size_t)mr, sizeof *en->plan_rows);
     en->mask = xmalloc(((size_t)m->cfg.n_vocab + 63) / 64 * sizeof *en->mask);
     en->forced = xmalloc(ENGINE_FORCED_MAX);
@@ -1783,6 +1695,11 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;
     en->kv_limit = o->client_max_kv > 0 ? (int)MIN(n_blocks, MAX(1, (int64_t)ceil(o->client_max_kv * (double)n_blocks))) : 0;
+    en->lim = (policy_limits){.max_running = en->o.max_running,
+                              .client_max_running = o->client_max_running,
+                              .kv_limit = en->kv_limit,
+                              .new_wait_max_ns = (int64_t)en->o.new_wait_max_ms * 1000000,
+                              .agent = en->pol != NULL};
     en->park_ms = o->park_ms <= 0 ? 0 : o->stall_timeout_ms > 0 ? MIN(o->park_ms, o->stall_timeout_ms / 2) : o->park_ms;
     if (o->kv_disk_dir) {
         kvdisk_opts ko = {.dir = o->kv_disk_dir,
@@ -1836,6 +1753,10 @@ void engine_free(engine *en) {
         req_unref(en->submitq[i]);
     }
     free(en->submitq);
+    free(en->submit_ns);
+    free(en->pw);
+    free(en->pr);
+    free(en->pp);
     sched__hints_free(en);
     free(en->hints);
     free(en->running.v);
@@ -1933,10 +1854,12 @@ int engine_submit(engine *en, req *r, err_t *e) {
     if (en->n_submitq == en->cap_submitq) {
         en->cap_submitq = en->cap_submitq ? en->cap_submitq * 2 : 16;
         en->submitq = xrealloc(en->submitq, (size_t)en->cap_submitq * sizeof *en->submitq);
+        en->submit_ns = xrealloc(en->submit_ns, (size_t)en->cap_submitq * sizeof *en->submit_ns);
     }
     req_ref(r);
     r->t_submit_ns = clock_ns();
     r->serial = ++en->next_serial;
+    en->submit_ns[en->n_submitq] = sched__now(en);
     en->submitq[en->n_submitq++] = r;
     pthread_cond_broadcast(&en->cv);
     pthread_mutex_unlock(&en->mu);

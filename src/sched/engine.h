@@ -99,7 +99,7 @@ typedef struct engine_opts {
      * outlive the engine), run by the engine thread (sched/dmodel.h) with
      * its own KV pool of as many blocks as this one. */
     const model *draft_model;
-    /* Fairness between clients (req.client; engine.c, "Fair admission").
+    /* Fairness between clients (req.client; sched/policy.h and engine_impl.h, "Fair admission").
      * Waiting requests are admitted lowest priority class first, then the
      * client with the fewest running sequences, then the one served the
      * fewest tokens, then in arrival order; when slots or blocks run out
@@ -144,6 +144,16 @@ typedef struct engine_opts {
      * scheduler test step-exact without timing (test_server_fair). */
     void (*plan_hook)(void *ctx, uint64_t step, const struct engine_plan_row *rows, int n);
     void *plan_hook_ctx;
+    /* The scheduling clock, ns on a monotonic scale (NULL: CLOCK_MONOTONIC,
+     * clock_ns): the waits, stalls, parking, pins' lifetimes and kv_hint
+     * times the scheduling rules read (sched/policy.h). A test passes its
+     * own to replay a schedule without sleeping (test_server_sched). Called
+     * on the engine thread, and by engine_submit (any thread, under the
+     * engine's lock). The times the engine measures for costs (masks, a
+     * step's forward for speculation) and req.t_submit_ns / t_first_ns
+     * stay on CLOCK_MONOTONIC. */
+    int64_t (*clock)(void *ctx);
+    void *clock_ctx;
 } engine_opts;
 
 /* One sequence's part of a step (engine_opts.plan_hook). */

@@ -176,7 +176,7 @@ void sched__hint_add(engine *en, const seq *src, uint64_t session, double next_u
     }
     if (!en->hints) en->hints = xcalloc(ENGINE_HINT_MAX, sizeof *en->hints);
     struct hint *h = &en->hints[en->n_hints++];
-    int64_t now = clock_ns();
+    int64_t now = sched__now(en);
     h->session = session;
     h->return_ns = now + (int64_t)(next_use_s * 1e9);
     h->start_ns = h->return_ns - (int64_t)(ENGINE_HINT_LEAD_S * 1e9);
@@ -198,7 +198,7 @@ void sched__hint_add(engine *en, const seq *src, uint64_t session, double next_u
  * due. */
 void sched__hints_step(engine *en) {
     if (!en->n_hints) return;
-    int64_t now = clock_ns();
+    int64_t now = sched__now(en);
     int B = en->o.block_tokens;
     for (int i = 0; i < en->n_hints;) {
         struct hint *h = &en->hints[i];

@@ -24,6 +24,7 @@
 #include "draft.h"
 #include "engine.h"
 #include "kvpolicy.h"
+#include "policy.h"
 #include "sched_internal.h"
 
 /* Jump-forward: at most this many bytes of a forced run are appended at once. */
@@ -114,7 +115,8 @@ typedef struct seq_list {
     int n, cap;
 } seq_list;
 
-/* Fair admission. A client (req.client) with requests queued or running
+/* Fair admission (the rules: policy.h). A client (req.client) with
+ * requests queued or running
  * has an entry here; the table has room for every request the engine can
  * hold at once (max_queue + max_running + 1, at most ENGINE_MAX_CLIENTS),
  * so a request finds its client's entry or makes one, and an entry is free
@@ -150,7 +152,7 @@ typedef struct client {
     double served;       /* tokens computed for it (virtual time)              */
     int n_prefilling;    /* running sequences still prefilling (this step)     */
     uint64_t seen_step;  /* fair_yield's count of the clients with work        */
-    int kv_blocks;       /* kv_victim's count of the blocks its running hold    */
+    int kv_blocks;       /* the blocks its running hold (clients_kv_count)     */
     double pf_vt;        /* prefill tokens scheduled for it (prefill order)     */
     atomic_int kv_held;  /* blocks its running sequences hold (client_max_kv)  */
     atomic_int n_parked; /* its parked sequences (client_max_parked)           */
@@ -196,6 +198,7 @@ struct engine {
     pthread_mutex_t mu;  /* guards submitq, stop, stats, n_waiting_shared       */
     pthread_cond_t cv;
     req **submitq;
+    int64_t *submit_ns;  /* (cap_submitq) each one's submission, engine clock  */
     int n_submitq, cap_submitq;
     bool stop;
     bool preempted_this_step; /* no admission right after a preemption (thrash) */
@@ -229,6 +232,13 @@ struct engine {
     double pf_v;                 /* the least pf_vt of the clients prefilling last step */
     int kv_limit;                /* client_max_kv in blocks (0: none)              */
     int park_ms;                 /* park_ms as applied (below stall_timeout_ms)     */
+    /* the scheduling rules' inputs (policy.h): the limits, and the views of
+     * the waiting (cap_pw) and running (max_running) sequences */
+    policy_limits lim;
+    policy_waiting *pw;
+    int cap_pw;
+    policy_running *pr;
+    policy_prefill *pp;
     engine_plan_row *plan_rows;  /* (max_running) plan_hook's rows, or NULL          */
     /* the mask worker ("Masks off the engine thread"); mk_on false: none */
     bool mk_on;
@@ -242,6 +252,9 @@ struct engine {
 };
 
 static inline client *seq_client(engine *en, const seq *s) { return &en->clients[s->r->client_slot]; }
+
+/* The scheduling clock (engine_opts.clock): ns, monotonic. */
+static inline int64_t sched__now(const engine *en) { return en->o.clock(en->o.clock_ctx); }
 
 /* engine.c's helpers for the other engine files */
 

@@ -87,7 +87,7 @@ typedef struct req {
     const char *trigger_skip_close; /* between these (static strings, e.g. the
                                        reasoning of "<think>" ... "</think>")  */
     bool trigger_skip_now; /* the output starts between them (prompt opened it) */
-    /* Fairness between clients (engine.c, "Fair admission"): who sent it (a
+    /* Fairness between clients (sched/policy.h; engine_impl.h, "Fair admission"): who sent it (a
      * hash of the API key, else of `user`, else of the peer address; 0: the
      * anonymous client, all such requests one client) and its priority
      * class (0: interactive, the default and the highest; larger values are

@@ -1,0 +1,114 @@
+/*
+ * policy.c — the engine's scheduling rules (contract and the step's order
+ * in policy.h). Pure functions: no clock, no locks, no engine state.
+ */
+#include "policy.h"
+
+#include "../base/base.h"
+
+bool policy_overdue(const policy_limits *l, int64_t wait_start_ns, int64_t now) {
+    return now - wait_start_ns > l->new_wait_max_ns;
+}
+
+kvpol_yield_for policy_yield_for(const policy_limits *l, const policy_waiting *w, int64_t now, int n_running) {
+    if (!l->agent || w->resumes || w->admitted_once || policy_overdue(l, w->wait_start_ns, now))
+        return KVPOL_FOR_RUNNING;
+    return n_running == 0 ? KVPOL_FOR_NEW_IDLE : KVPOL_FOR_NEW;
+}
+
+bool policy_admit_before(const policy_waiting *a, const policy_waiting *b) {
+    if (a->priority != b->priority) return a->priority < b->priority;
+    if (a->client != b->client) {
+        if (a->c_running != b->c_running) return a->c_running < b->c_running;
+        if (a->c_served != b->c_served) return a->c_served < b->c_served;
+    }
+    return a->order < b->order;
+}
+
+bool policy_may_try(const policy_limits *l, const policy_waiting *w, int pass, int64_t now, int n_prefilling) {
+    if (w->tried) return false;
+    if (pass == 0 && !w->resumes && !(l->agent && policy_overdue(l, w->wait_start_ns, now))) return false;
+    if (l->client_max_running > 0 && w->c_running >= l->client_max_running) return false;
+    if (n_prefilling >= POLICY_MAX_PREFILLING && w->c_prefilling > 0) return false;
+    if (w->parked) return false;
+    if (l->kv_limit && w->c_running > 0 && w->c_kv_blocks + w->need_blocks > l->kv_limit) return false;
+    return true;
+}
+
+int policy_pick_waiting(const policy_limits *l, const policy_waiting *v, int n, int pass, int64_t now,
+                        int n_prefilling) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!policy_may_try(l, &v[i], pass, now, n_prefilling)) continue;
+        if (best < 0 || policy_admit_before(&v[i], &v[best])) best = i;
+    }
+    return best;
+}
+
+policy_after policy_after_try(int rc, bool overdue, int pass) {
+    if (rc > 0) return POLICY_NEXT;
+    if (rc == 0) return overdue ? POLICY_STOP : POLICY_NEXT;
+    return overdue || pass == 1 ? POLICY_STOP : POLICY_END_PASS;
+}
+
+/* The blocks of v[i]'s client, as policy_kv_victim counts them. */
+static int client_blocks(const policy_running *v, int n, int i) {
+    int sum = 0;
+    for (int j = 0; j < n; j++)
+        if (v[j].client == v[i].client) sum += v[j].n_blocks + (v[j].n_blocks == 0);
+    return sum;
+}
+
+int policy_kv_victim(const policy_running *v, int n) {
+    int n_cl = 0, held = 0, top = -1, top_blocks = 0;
+    for (int i = 0; i < n; i++) {
+        held += v[i].n_blocks;
+        int first = 0;
+        while (v[first].client != v[i].client) first++;
+        if (first != i) continue; /* its client is counted at its first sequence */
+        n_cl++;
+        int b = client_blocks(v, n, i);
+        if (top < 0 || b > top_blocks) top = i, top_blocks = b;
+    }
+    if (n_cl > 1 && top >= 0 && top_blocks > held / n_cl)
+        for (int i = n - 1; i >= 0; i--)
+            if (v[i].client == v[top].client) return i;
+    return n - 1;
+}
+
+int policy_fair_victim(const policy_limits *l, const policy_running *v, int n, const policy_waiting *w, int n_active,
+                       int *share) {
+    int sh = MAX(1, l->max_running / MAX(1, n_active));
+    *share = sh;
+    int victim = -1;
+    for (int i = n - 1; i >= 0; i--) /* newest first */
+        if (v[i].priority > w->priority && (victim < 0 || v[i].priority > v[victim].priority)) victim = i;
+    if (victim >= 0 || w->c_running >= sh) return victim;
+    int v_run = 0;
+    for (int i = n - 1; i >= 0; i--) {
+        int run = v[i].c_running;
+        /* above its share, and by more than w's client has (no ping-pong) */
+        if (v[i].client != w->client && v[i].priority == w->priority && run > sh && run > w->c_running + 1 &&
+            run > v_run)
+            victim = i, v_run = run;
+    }
+    return victim;
+}
+
+bool policy_prefill_before(const policy_prefill *a, const policy_prefill *b) {
+    if (a->priority != b->priority) return a->priority < b->priority;
+    if (a->client != b->client && a->c_pf_vt != b->c_pf_vt) return a->c_pf_vt < b->c_pf_vt;
+    if (a->starved != b->starved) return a->starved;
+    return !a->starved && a->pending < b->pending;
+}
+
+int policy_pick_prefill(const policy_prefill *v, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (v[i].eligible && (best < 0 || policy_prefill_before(&v[i], &v[best]))) best = i;
+    return best;
+}
+
+double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double pf_v) {
+    return last_step + 1 != step ? MAX(pf_vt, pf_v) : pf_vt;
+}

@@ -1,0 +1,212 @@
+/*
+ * policy.h — the engine's scheduling rules, as pure functions over a small
+ * state: who is admitted next and which waiting sequences may be tried at
+ * all, what admission does after a try, whose memory a waiting sequence may
+ * take (the pins it may make yield), which running sequence gives its
+ * blocks back when the pool is out of them or yields its slot to a client
+ * below its fair share, and which prefill gets the step's prefill budget.
+ *
+ * Place in the flow: sched/. engine.c owns the state (sequences, clients,
+ * the KV pool) and the mechanics (matching, allocating, preempting); before
+ * each decision it describes the candidates in the structs below and asks
+ * here. Nothing here reads a clock, a lock or the engine: time comes in as
+ * `now` (the engine's clock, engine_opts.clock), so tests/test_policy.c
+ * replays the rules step by step without sleeping.
+ *
+ * One step, as the engine applies these rules (engine.c, step_plan):
+ *
+ *   decode tokens  every running sequence's next token first (oldest first;
+ *                  when the pool has no block for one: policy_kv_victim is
+ *                  preempted, and cached blocks are evicted before that:
+ *                  least recently used first, then pins in kvpolicy_yield's
+ *                  order for KVPOL_FOR_RUNNING);
+ *   admission      pass 0 (agent policy only): sequences that resume a
+ *                  pinned turn or are overdue (policy_overdue); pass 1:
+ *                  everyone. Within a pass, policy_pick_waiting (the fair
+ *                  order among those policy_may_try allows), tried once per
+ *                  step; policy_after_try says whether to go on. No
+ *                  admission in a step that preempted (thrash); the memory
+ *                  an admission may free is policy_yield_for's;
+ *   fair yield     the first sequence that slots or blocks kept out may make
+ *                  policy_fair_victim yield (one per step);
+ *   prefill        policy_pick_prefill, repeatedly, while the step has fewer
+ *                  than POLICY_PREFILL_STEP_MIN prefill tokens and budget.
+ *
+ * Thread: any (pure functions).
+ */
+#ifndef KVLOOM_POLICY_H
+#define KVLOOM_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvpolicy.h"
+
+/* Prefill order (LAPS, shortest remaining first). When several prefills
+ * wait, the one with the fewest tokens left goes first, so a cache hit's new
+ * turn never waits behind a cold prompt, and of k turns that arrive together
+ * the i-th gets its first token after i turns' worth of work instead of all
+ * of them: one step of prefill costs a fixed part (reading the weights once)
+ * plus a part per token, and a turn of a few dozen tokens is already many
+ * times the fixed part, so batching turns together only delays the first of
+ * them. Further prefills join a step only while it has fewer than
+ * POLICY_PREFILL_STEP_MIN prefill tokens (tiny ones still share steps).
+ * A prefill that has not run for POLICY_PREFILL_STARVE_STEPS steps goes
+ * first, oldest first, so a long prompt under a stream of short turns still
+ * advances by a chunk at least that often.
+ *
+ * Between clients (issue 26) shortest-first is not fair: a client that
+ * floods with prompts always has one further along (or shorter) than
+ * another's, and the starvation rule then lets every one of its old
+ * prompts go first; the other's prompt advanced by one chunk in 17 steps.
+ * So the prefill budget goes by priority class, then to the client with
+ * the least prefill tokens computed so far (virtual time, pf_vt: a client
+ * that starts prefilling again starts at the least of those prefilling,
+ * so idling earns no credit: policy_pf_vt_join), and shortest-first with
+ * the starvation rule orders a client's own prefills. One client alone:
+ * shortest-first. */
+#define POLICY_PREFILL_STEP_MIN 64
+#define POLICY_PREFILL_STARVE_STEPS 16
+/* Waiting sequences are admitted while fewer than this many running
+ * sequences are still prefilling (a client with none prefilling may pass
+ * the cap), so the shortest-first choice sees a whole burst of turns at
+ * once while the blocks of a flood of cold prompts are not all taken
+ * before they can run. */
+#define POLICY_MAX_PREFILLING 16
+
+/* The limits the rules read (from engine_opts, as the engine applies them). */
+typedef struct policy_limits {
+    int max_running;          /* sequences in one batch at most               */
+    int client_max_running;   /* running sequences per client (0: none)       */
+    int kv_limit;             /* client_max_kv in blocks (0: none)            */
+    int64_t new_wait_max_ns;  /* agent policy: a wait longer than this is
+                                 overdue (engine_opts.new_wait_max_ms)        */
+    bool agent;               /* the agent KV policy (pins) is on             */
+} policy_limits;
+
+/* A waiting sequence as admission sees it, with its client's counts. */
+typedef struct policy_waiting {
+    int priority;             /* req.priority: smaller goes first             */
+    int client;               /* its client (equal: the same client)          */
+    uint64_t order;           /* arrival number: lower is older               */
+    bool tried;               /* admission tried it this step already         */
+    bool resumes;             /* agent policy: it extends a pinned turn       */
+    bool admitted_once;       /* it ran before (a preempted sequence)         */
+    bool parked;              /* its reader took nothing: not admitted        */
+    int64_t wait_start_ns;    /* submitted, or last preempted (engine clock)  */
+    int need_blocks;          /* blocks its known tokens take                 */
+    int c_running;            /* its client's running sequences               */
+    int c_prefilling;         /* of them, still prefilling                    */
+    int c_kv_blocks;          /* the blocks they hold (with kv_limit)         */
+    double c_served;          /* tokens computed for its client (virtual time) */
+} policy_waiting;
+
+/* A running sequence as preemption sees it (arrays in arrival order). */
+typedef struct policy_running {
+    int priority;
+    int client;
+    int n_blocks;             /* blocks it holds                              */
+    int c_running;            /* its client's running sequences               */
+} policy_running;
+
+/* A running sequence as the prefill pick sees it. */
+typedef struct policy_prefill {
+    int priority;
+    int client;
+    bool eligible;            /* has prompt tokens left and no chunk this step */
+    bool starved;             /* no chunk for POLICY_PREFILL_STARVE_STEPS steps */
+    int pending;              /* tokens still to compute                      */
+    double c_pf_vt;           /* its client's prefill virtual time            */
+} policy_prefill;
+
+/* Agent policy: a waiting sequence (a new conversation, or one preempted)
+ * whose wait began more than new_wait_max_ns ago (strictly). Agents that
+ * come back every few seconds re-pin their contexts and are admitted first,
+ * so in a small pool a long new prompt could wait for ever
+ * (test_server_sched check_new_not_starved): an overdue one is admitted
+ * with the returning agents (pass 0), may take any pin (the most overdue
+ * first), and nobody is admitted past it while it is not (no blocks yet,
+ * or its blocks still being read from disk: policy_after_try). */
+bool policy_overdue(const policy_limits *l, int64_t wait_start_ns, int64_t now);
+
+/* Whose memory w may take (kvpolicy.h, "Who may take a pin's memory"): pins
+ * yield to running work, to agents coming back, to sequences that ran
+ * before and to overdue ones (KVPOL_FOR_RUNNING); a new conversation takes
+ * only pins without a prediction and otherwise waits (KVPOL_FOR_NEW) —
+ * unless nothing runs (n_running 0): waiting would leave the cores idle, so
+ * it also takes the pins whose agent is overdue (KVPOL_FOR_NEW_IDLE).
+ * Without the agent policy there are no pins: KVPOL_FOR_RUNNING. */
+kvpol_yield_for policy_yield_for(const policy_limits *l, const policy_waiting *w, int64_t now, int n_running);
+
+/* The fair order of admission: priority class, then (different clients)
+ * the client with fewer running sequences, then the client served fewer
+ * tokens, then arrival. A client that floods the queue gets its turn after
+ * every other client with work got one, whatever the order of arrival. */
+bool policy_admit_before(const policy_waiting *a, const policy_waiting *b);
+
+/* Whether admission may try w now (pass 0: only those that resume a pinned
+ * turn or, with the agent policy, are overdue). Passed over: sequences
+ * tried this step, parked ones, those of a client at client_max_running,
+ * of a client that already prefills while POLICY_MAX_PREFILLING sequences
+ * do (n_prefilling: the running ones still prefilling), and those that
+ * would take a client that runs something past kv_limit (a prompt larger
+ * than the share still runs when its client runs nothing else). */
+bool policy_may_try(const policy_limits *l, const policy_waiting *w, int pass, int64_t now, int n_prefilling);
+
+/* The next waiting sequence to try: the first in the fair order among
+ * those policy_may_try allows; its index in v, or -1. O(n). */
+int policy_pick_waiting(const policy_limits *l, const policy_waiting *v, int n, int pass, int64_t now,
+                        int n_prefilling);
+
+/* What admission does after trying a sequence (try_admit's result: 1
+ * admitted, 0 must wait, -1 no blocks; overdue: policy_overdue of it). */
+typedef enum {
+    POLICY_NEXT,      /* try the next one                                     */
+    POLICY_END_PASS,  /* blocked: nobody else in this pass (pass 1 is tried)   */
+    POLICY_STOP,      /* nobody else this step                                 */
+} policy_after;
+/* Admitted, or waiting for its blocks (a PENDING prefix, disk reads): the
+ * next one. An overdue one that waits stops admission (its blocks are on
+ * their way: nobody goes past it); one that found no blocks ends the pass,
+ * and stops admission when overdue or in pass 1 (nobody goes past it). */
+policy_after policy_after_try(int rc, bool overdue, int pass);
+
+/* The running sequence that gives its blocks back when the pool is out of
+ * them: the newest running sequence of the client holding the most blocks
+ * (the first such client in arrival order on a tie), when that client holds
+ * more than an even share of what the running hold (soak with tenants: 8
+ * streams of one client that never read grew to fill the pool and the
+ * newest sequence, usually an agent's, was the one preempted, until agents'
+ * requests timed out after 120 s); else the newest running sequence. A
+ * sequence with no block counts as one toward its client's total (so a
+ * client is counted even then). v in arrival order, n >= 1; returns an index.
+ * O(n^2) over the running sequences (at most max_running). */
+int policy_kv_victim(const policy_running *v, int n);
+
+/* Slots or blocks kept w out. The running sequence that yields to it (its
+ * index in v, arrival order), or -1: of the running ones of a larger
+ * priority class than w's, the newest of the largest class; else, when w's
+ * client runs fewer than its fair share (max_running over the n_active
+ * clients with work, at least 1), the newest running sequence of the same
+ * class of the client furthest above its share, provided that client runs
+ * more than the share and more than w's client + 1 (no ping-pong). The
+ * share is written to *share (logs). */
+int policy_fair_victim(const policy_limits *l, const policy_running *v, int n, const policy_waiting *w, int n_active,
+                       int *share);
+
+/* Whether running sequence a's prefill goes before b's: priority class,
+ * then (different clients) the client with less prefill service, then a
+ * starved one, then (neither starved) the shortest remaining. */
+bool policy_prefill_before(const policy_prefill *a, const policy_prefill *b);
+
+/* The prefill that gets the next chunk: the first in that order among the
+ * eligible ones (v in arrival order: ties go to the oldest); -1: none. */
+int policy_pick_prefill(const policy_prefill *v, int n);
+
+/* A client's prefill virtual time as it prefills in step `step`, having
+ * last prefilled in `last_step`: one that starts prefilling again (it did
+ * not prefill in the step before) starts at least at pf_v, the least
+ * virtual time of the clients that prefilled in the step before. */
+double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double pf_v);
+
+#endif

@@ -1,0 +1,344 @@
+/* test_policy.c — sched/policy: the engine's scheduling rules, step by step
+ * and without a model or a clock (time is a number passed in): the fair
+ * order of admission and its gates, the agent policy's overdue boundary and
+ * whose pins a waiting sequence may take, what admission does after a try,
+ * the victim when the pool runs out of blocks and the one that yields to a
+ * client below its fair share, the prefill pick and the virtual time a
+ * returning client joins at.
+ *
+ * Each rule is checked on hand-made cases whose answers follow from the
+ * rule as policy.h states it, and the three picks (admission, KV victim,
+ * prefill) against naive references on random cases: the admission pick
+ * sorts the candidates by the documented key, the KV victim sums each
+ * client's blocks in a table of clients, the prefill pick compares every
+ * pair. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/policy.h"
+#include "test.h"
+
+#define MS(x) ((int64_t)(x) * 1000000)
+
+static policy_limits limits(void) {
+    return (policy_limits){.max_running = 8, .new_wait_max_ns = MS(500), .agent = true};
+}
+
+static policy_waiting waiting(int priority, int client, uint64_t order) {
+    return (policy_waiting){.priority = priority, .client = client, .order = order, .need_blocks = 1};
+}
+
+/* The admission order: class, then (other clients) fewer running, then
+ * less served, then arrival; a client's own requests go by arrival. */
+static void test_admit_order(void) {
+    policy_waiting a = waiting(0, 1, 10), b = waiting(0, 2, 5);
+    CHECK(policy_admit_before(&b, &a)); /* all equal but arrival */
+    a.c_running = 1, b.c_running = 2;
+    CHECK(policy_admit_before(&a, &b)); /* fewer running beats arrival */
+    b.c_running = 1, a.c_served = 300, b.c_served = 200;
+    CHECK(policy_admit_before(&b, &a)); /* less served */
+    a.priority = 0, b.priority = 1, b.c_running = 0, b.c_served = 0;
+    CHECK(policy_admit_before(&a, &b)); /* the class first, whatever else */
+    /* the same client: its counts do not order its own requests */
+    policy_waiting c = waiting(0, 3, 7), d = waiting(0, 3, 8);
+    c.c_running = 5, d.c_running = 0, c.c_served = 99, d.c_served = 0;
+    CHECK(policy_admit_before(&c, &d));
+    CHECK(!policy_admit_before(&d, &c));
+    CHECK(!policy_admit_before(&c, &c));
+}
+
+/* Every gate of policy_may_try, one at a time. */
+static void test_gates(void) {
+    policy_limits l = limits();
+    int64_t now = MS(10000);
+    policy_waiting w = waiting(0, 1, 1);
+    w.wait_start_ns = now - MS(100);
+    CHECK(policy_may_try(&l, &w, 1, now, 0));
+    CHECK(!policy_may_try(&l, &w, 0, now, 0)); /* pass 0: resuming or overdue only */
+    w.resumes = true;
+    CHECK(policy_may_try(&l, &w, 0, now, 0));
+    w.resumes = false;
+    w.wait_start_ns = now - MS(501);
+    CHECK(policy_may_try(&l, &w, 0, now, 0)); /* overdue */
+    l.agent = false;
+    CHECK(!policy_may_try(&l, &w, 0, now, 0)); /* no overdue rule without pins */
+    l = limits();
+    w.tried = true;
+    CHECK(!policy_may_try(&l, &w, 1, now, 0));
+    w.tried = false;
+    w.parked = true;
+    CHECK(!policy_may_try(&l, &w, 1, now, 0));
+    w.parked = false;
+    l.client_max_running = 2, w.c_running = 1;
+    CHECK(policy_may_try(&l, &w, 1, now, 0));
+    w.c_running = 2;
+    CHECK(!policy_may_try(&l, &w, 1, now, 0));
+    l.client_max_running = 0;
+    /* the prefilling cap binds only a client that already prefills */
+    w.c_prefilling = 0;
+    CHECK(policy_may_try(&l, &w, 1, now, POLICY_MAX_PREFILLING));
+    w.c_prefilling = 1;
+    CHECK(policy_may_try(&l, &w, 1, now, POLICY_MAX_PREFILLING - 1));
+    CHECK(!policy_may_try(&l, &w, 1, now, POLICY_MAX_PREFILLING));
+    w.c_prefilling = 0;
+    /* kv_limit: within it, or alone */
+    l.kv_limit = 10, w.c_kv_blocks = 6, w.need_blocks = 4, w.c_running = 1;
+    CHECK(policy_may_try(&l, &w, 1, now, 0));
+    w.need_blocks = 5;
+    CHECK(!policy_may_try(&l, &w, 1, now, 0));
+    w.c_running = 0, w.c_kv_blocks = 0, w.need_blocks = 50;
+    CHECK(policy_may_try(&l, &w, 1, now, 0));
+}
+
+/* The overdue boundary (strictly longer than new_wait_max) and the pins a
+ * waiting sequence may make yield, on an injected time. */
+static void test_overdue_and_yield(void) {
+    policy_limits l = limits();
+    int64_t t0 = 123456789;
+    CHECK(!policy_overdue(&l, t0, t0 + MS(500)));
+    CHECK(policy_overdue(&l, t0, t0 + MS(500) + 1));
+    policy_waiting w = waiting(0, 1, 1);
+    w.wait_start_ns = t0;
+    CHECK_EQ_INT(policy_yield_for(&l, &w, t0 + MS(500), 3), KVPOL_FOR_NEW);
+    CHECK_EQ_INT(policy_yield_for(&l, &w, t0 + MS(500), 0), KVPOL_FOR_NEW_IDLE);
+    CHECK_EQ_INT(policy_yield_for(&l, &w, t0 + MS(500) + 1, 3), KVPOL_FOR_RUNNING);
+    w.resumes = true;
+    CHECK_EQ_INT(policy_yield_for(&l, &w, t0, 3), KVPOL_FOR_RUNNING);
+    w.resumes = false, w.admitted_once = true;
+    CHECK_EQ_INT(policy_yield_for(&l, &w, t0, 3), KVPOL_FOR_RUNNING);
+    w.admitted_once = false, l.agent = false;
+    CHECK_EQ_INT(policy_yield_for(&l, &w, t0, 3), KVPOL_FOR_RUNNING);
+}
+
+static void test_after_try(void) {
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK_EQ_INT(policy_after_try(1, false, pass), POLICY_NEXT);
+        CHECK_EQ_INT(policy_after_try(1, true, pass), POLICY_NEXT);
+        CHECK_EQ_INT(policy_after_try(0, false, pass), POLICY_NEXT);
+        CHECK_EQ_INT(policy_after_try(0, true, pass), POLICY_STOP);
+        CHECK_EQ_INT(policy_after_try(-1, true, pass), POLICY_STOP);
+    }
+    CHECK_EQ_INT(policy_after_try(-1, false, 0), POLICY_END_PASS);
+    CHECK_EQ_INT(policy_after_try(-1, false, 1), POLICY_STOP);
+}
+
+/* A naive admission pick: the allowed candidates sorted by the documented
+ * key (class, then for different clients running and served, then
+ * arrival), the first. With distinct arrival numbers and per-client counts
+ * the key is a total order except across clients, where it is exactly
+ * (class, running, served, arrival) and within a client (class, arrival). */
+static int ref_pick_waiting(const policy_limits *l, const policy_waiting *v, int n, int pass, int64_t now, int npf) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!policy_may_try(l, &v[i], pass, now, npf)) continue;
+        /* v[i] wins if no allowed candidate precedes it */
+        bool first = true;
+        for (int j = 0; j < n && first; j++) {
+            if (j == i || !policy_may_try(l, &v[j], pass, now, npf)) continue;
+            const policy_waiting *a = &v[j], *b = &v[i];
+            bool before;
+            if (a->priority != b->priority) before = a->priority < b->priority;
+            else if (a->client != b->client && a->c_running != b->c_running) before = a->c_running < b->c_running;
+            else if (a->client != b->client && a->c_served != b->c_served) before = a->c_served < b->c_served;
+            else before = a->order < b->order;
+            if (before) first = false;
+        }
+        if (first) {
+            best = i;
+            break;
+        }
+    }
+    return best;
+}
+
+/* A naive KV victim: each client's blocks summed in a table of clients. */
+static int ref_kv_victim(const policy_running *v, int n) {
+    int ids[64], sums[64], n_cl = 0, held = 0;
+    for (int i = 0; i < n; i++) {
+        held += v[i].n_blocks;
+        int k = 0;
+        while (k < n_cl && ids[k] != v[i].client) k++;
+        if (k == n_cl) ids[n_cl] = v[i].client, sums[n_cl++] = 0;
+        sums[k] += v[i].n_blocks > 0 ? v[i].n_blocks : 1;
+    }
+    int top = 0;
+    for (int k = 1; k < n_cl; k++)
+        if (sums[k] > sums[top]) top = k;
+    if (n_cl > 1 && sums[top] > held / n_cl)
+        for (int i = n - 1; i >= 0; i--)
+            if (v[i].client == ids[top]) return i;
+    return n - 1;
+}
+
+static void test_random_picks(void) {
+    rng_state = 0x5ced01ull;
+    policy_limits l = limits();
+    for (int iter = 0; iter < 3000; iter++) {
+        enum { N = 24 };
+        int n = 1 + (int)(rng_u64() % N), n_clients = 1 + (int)(rng_u64() % 5);
+        int running[6], prefilling[6], kvb[6];
+        double served[6];
+        for (int c = 0; c < 6; c++)
+            running[c] = (int)(rng_u64() % 4), prefilling[c] = (int)(rng_u64() % 2), kvb[c] = (int)(rng_u64() % 8),
+            served[c] = (double)(rng_u64() % 3) * 100;
+        l.client_max_running = (int)(rng_u64() % 4);
+        l.kv_limit = (int)(rng_u64() % 12);
+        policy_waiting v[N];
+        int64_t now = MS(1000);
+        for (int i = 0; i < n; i++) {
+            int c = (int)(rng_u64() % (uint64_t)n_clients);
+            v[i] = waiting((int)(rng_u64() % 2), c, (uint64_t)(i * 7 + 3) % 97);
+            v[i].tried = rng_u64() % 6 == 0;
+            v[i].resumes = rng_u64() % 3 == 0;
+            v[i].parked = rng_u64() % 8 == 0;
+            v[i].wait_start_ns = now - MS(rng_u64() % 1000);
+            v[i].need_blocks = 1 + (int)(rng_u64() % 6);
+            v[i].c_running = running[c], v[i].c_prefilling = prefilling[c], v[i].c_kv_blocks = kvb[c];
+            v[i].c_served = served[c];
+        }
+        int pass = (int)(rng_u64() % 2), npf = (int)(rng_u64() % 20);
+        int got = policy_pick_waiting(&l, v, n, pass, now, npf), want = ref_pick_waiting(&l, v, n, pass, now, npf);
+        if (got != want) {
+            CHECK_MSG(0, "admission pick, case %d: %d, the reference %d", iter, got, want);
+            return;
+        }
+        policy_running r[N];
+        for (int i = 0; i < n; i++)
+            r[i] = (policy_running){.client = (int)(rng_u64() % (uint64_t)n_clients),
+                                    .n_blocks = (int)(rng_u64() % 5)};
+        got = policy_kv_victim(r, n), want = ref_kv_victim(r, n);
+        if (got != want) {
+            CHECK_MSG(0, "kv victim, case %d: %d, the reference %d", iter, got, want);
+            return;
+        }
+    }
+    CHECK(1);
+}
+
+/* Scenarios of the KV victim (policy.h's soak case). */
+static void test_kv_victim(void) {
+    /* one client (A: 0) holds 12 of 16 blocks over three sequences; B (1)
+     * holds 4 and is newest: A's newest gives its blocks back */
+    policy_running v[4] = {{0, 0, 4, 3}, {0, 0, 4, 3}, {0, 0, 4, 3}, {0, 1, 4, 1}};
+    CHECK_EQ_INT(policy_kv_victim(v, 4), 2);
+    /* even shares: the newest overall */
+    policy_running e[4] = {{0, 0, 4, 2}, {0, 1, 4, 2}, {0, 0, 4, 2}, {0, 1, 4, 2}};
+    CHECK_EQ_INT(policy_kv_victim(e, 4), 3);
+    /* one client only: its newest */
+    CHECK_EQ_INT(policy_kv_victim(v, 3), 2);
+    /* a tie for the most blocks: the client seen first (arrival) */
+    policy_running t[3] = {{0, 1, 6, 1}, {0, 0, 6, 1}, {0, 2, 0, 1}};
+    CHECK_EQ_INT(policy_kv_victim(t, 3), 0); /* 6 > 12 / 3 */
+}
+
+/* Scenarios of the fair yield. */
+static void test_fair_victim(void) {
+    policy_limits l = limits(); /* max_running 8 */
+    int share;
+    /* A (client 0) runs 7, B (1) runs 1 and waits for a second: share 4 */
+    policy_running v[8];
+    for (int i = 0; i < 8; i++) v[i] = (policy_running){0, i == 3 ? 1 : 0, 2, i == 3 ? 1 : 7};
+    policy_waiting w = waiting(0, 1, 100);
+    w.c_running = 1;
+    CHECK_EQ_INT(policy_fair_victim(&l, v, 8, &w, 2, &share), 7); /* A's newest */
+    CHECK_EQ_INT(share, 4);
+    /* B at its share: nobody yields */
+    w.c_running = 4;
+    CHECK_EQ_INT(policy_fair_victim(&l, v, 8, &w, 2, &share), -1);
+    /* share 2 (max_running 4): A runs 3, above it, but B already has its
+     * 2: nobody yields (no ping-pong) */
+    for (int i = 0; i < 8; i++) v[i].c_running = v[i].client == 0 ? 3 : 2;
+    w.c_running = 2;
+    l.max_running = 4;
+    CHECK_EQ_INT(policy_fair_victim(&l, v, 8, &w, 2, &share), -1);
+    l.max_running = 8;
+    /* a larger class yields to a smaller one first, the largest class,
+     * newest first, whatever the shares */
+    for (int i = 0; i < 8; i++) v[i] = (policy_running){i == 2 || i == 5 ? 2 : i == 6 ? 1 : 0, 0, 1, 8};
+    w = waiting(0, 1, 100);
+    w.c_running = 100;
+    CHECK_EQ_INT(policy_fair_victim(&l, v, 8, &w, 2, &share), 5);
+    w.priority = 1;
+    CHECK_EQ_INT(policy_fair_victim(&l, v, 8, &w, 2, &share), 5);
+    w.priority = 2;
+    CHECK_EQ_INT(policy_fair_victim(&l, v, 8, &w, 2, &share), -1); /* same class, w above its share */
+    /* among clients above their share, the one furthest above (its newest);
+     * share 2 with 4 active clients */
+    policy_running f[8] = {{0, 0, 1, 3}, {0, 0, 1, 3}, {0, 0, 1, 3}, {0, 2, 1, 4},
+                           {0, 2, 1, 4}, {0, 2, 1, 4}, {0, 2, 1, 4}, {0, 3, 1, 1}};
+    w = waiting(0, 1, 100);
+    CHECK_EQ_INT(policy_fair_victim(&l, f, 8, &w, 4, &share), 6);
+    CHECK_EQ_INT(share, 2);
+}
+
+/* The naive prefill pick: the eligible one that no other eligible one
+ * precedes, the oldest of those. */
+static int ref_pick_prefill(const policy_prefill *v, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!v[i].eligible) continue;
+        bool first = true;
+        for (int j = 0; j < n && first; j++)
+            if (j != i && v[j].eligible &&
+                (policy_prefill_before(&v[j], &v[i]) || (j < i && !policy_prefill_before(&v[i], &v[j]))))
+                first = false;
+        if (first) return i;
+    }
+    return -1;
+}
+
+static void test_prefill(void) {
+    /* one client: shortest first, a starved one first, ties to the oldest */
+    policy_prefill v[4] = {{0, 0, true, false, 300, 0}, {0, 0, true, false, 20, 0},
+                           {0, 0, true, false, 50, 0}, {0, 0, false, false, 5, 0}};
+    CHECK_EQ_INT(policy_pick_prefill(v, 4), 1); /* 20 (5 is not eligible) */
+    v[0].starved = true;
+    CHECK_EQ_INT(policy_pick_prefill(v, 4), 0);
+    v[2].starved = true;
+    CHECK_EQ_INT(policy_pick_prefill(v, 4), 0); /* starved ones: oldest first */
+    v[0].starved = v[2].starved = false;
+    v[2].pending = 20;
+    CHECK_EQ_INT(policy_pick_prefill(v, 4), 1); /* a tie: the oldest */
+    /* two clients: less virtual time first, even over a starved or shorter
+     * one of the other client; the class before all */
+    policy_prefill c[3] = {{0, 0, true, true, 10, 500}, {0, 1, true, false, 900, 100}, {1, 1, true, false, 1, 0}};
+    CHECK_EQ_INT(policy_pick_prefill(c, 3), 1);
+    c[1].c_pf_vt = 500; /* equal virtual time: the starved one */
+    CHECK_EQ_INT(policy_pick_prefill(c, 3), 0);
+    c[2].priority = -1;
+    CHECK_EQ_INT(policy_pick_prefill(c, 3), 2);
+    CHECK_EQ_INT(policy_pick_prefill(c, 0), -1);
+    /* random cases against the pairwise reference */
+    rng_state = 0x9f111ull;
+    for (int iter = 0; iter < 3000; iter++) {
+        policy_prefill r[12];
+        double vt[3] = {(double)(rng_u64() % 3), (double)(rng_u64() % 3), (double)(rng_u64() % 3)};
+        int n = (int)(rng_u64() % 12);
+        for (int i = 0; i < n; i++) {
+            int c = (int)(rng_u64() % 3);
+            r[i] = (policy_prefill){(int)(rng_u64() % 2), c, rng_u64() % 4 != 0, rng_u64() % 4 == 0,
+                                    1 + (int)(rng_u64() % 5), vt[c]};
+        }
+        int got = policy_pick_prefill(r, n), want = ref_pick_prefill(r, n);
+        if (got != want) {
+            CHECK_MSG(0, "prefill pick, case %d: %d, the reference %d", iter, got, want);
+            return;
+        }
+    }
+    /* a client joins at least at the least virtual time of last step's
+     * prefilling clients, unless it prefilled in the step before */
+    CHECK_NEAR(policy_pf_vt_join(10, 3, 9, 400), 400, 0);
+    CHECK_NEAR(policy_pf_vt_join(900, 3, 9, 400), 900, 0);
+    CHECK_NEAR(policy_pf_vt_join(10, 8, 9, 400), 10, 0);
+}
+
+int main(void) {
+    test_admit_order();
+    test_gates();
+    test_overdue_and_yield();
+    test_after_try();
+    test_kv_victim();
+    test_fair_victim();
+    test_random_picks();
+    test_prefill();
+    return test_summary("test_policy");
+}
