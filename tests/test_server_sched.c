@@ -144,81 +144,6 @@ static void check_prefill_order(const model *m) {
     engine_free(en);
 }
 
-/* A new conversation is not starved by agents that keep coming back (agent
- * policy): three agents with pinned 10-block contexts return every few tens
- * of milliseconds (a returning agent is admitted first and re-pins), in a
- * 48-block pool, while a new 30-block prompt waits. A new conversation may
- * not take a protected pin, so it waited as long as the agents kept coming
- * (the soak's 1,500-token prompts timed out after 120 s); after
- * new_wait_max_ms (500 here) it is served like running work and must finish
- * while the agents still come back. */
-static void check_new_not_starved(const model *m) {
-    engine_opts o = engine_defaults();
-    o.n_threads = 1;
-    o.kv_policy = ENGINE_KV_AGENT;
-    o.kv_ttl_max_s = 60;
-    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 48;
-    o.new_wait_max_ms = 500;
-    engine *en = NULL;
-    err_t e;
-    CHECK(engine_new(m, &o, &en, &e) == 0);
-    if (!en) return;
-    int nv = m->cfg.n_vocab;
-    int32_t base[3][160];
-    for (int a = 0; a < 3; a++)
-        for (int i = 0; i < 160; i++) base[a][i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
-    req *big = NULL;
-    req_finish fb = REQ_RUNNING;
-    double t_big = 0, t_done = -1;
-    int n_turns = 0;
-    double t0 = (double)clock_ns() / 1e9;
-    for (int turn = 0; turn < 400 && (double)clock_ns() / 1e9 - t0 < 20; turn++) {
-        for (int a = 0; a < 3; a++) {
-            int n = 160 + turn % 8; /* the conversation grows a little, its prefix stays */
-            int32_t *p = xmalloc((size_t)n * sizeof *p);
-            memcpy(p, base[a], sizeof base[a]);
-            for (int i = 160; i < n; i++) p[i] = 3 + (int32_t)((a * 7 + i) % (nv - 3));
-            req *r = req_new(p, n);
-            r->max_tokens = 2;
-            r->ignore_eos = true;
-            r->sp.temperature = 0;
-            r->kv_pin = true;
-            r->kv_session = 0x5e55100ull + (uint64_t)a;
-            r->kv_ttl_s = -1;
-            if (engine_submit(en, r, &e) == 0) {
-                req_finish f = REQ_RUNNING;
-                for (int spins = 0; spins < 600 && f == REQ_RUNNING; spins++) req_wait(r, 0, 100, &f);
-                n_turns++;
-            }
-            req_unref(r);
-        }
-        if (turn == 0) { /* the agents' contexts are pinned: now the new one */
-            int32_t *p = xmalloc(480 * sizeof *p);
-            for (int i = 0; i < 480; i++) p[i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
-            big = req_new(p, 480);
-            big->max_tokens = 4;
-            big->ignore_eos = true;
-            big->sp.temperature = 0;
-            CHECK(engine_submit(en, big, &e) == 0);
-            t_big = (double)clock_ns() / 1e9;
-        }
-        if (big && t_done < 0) {
-            req_wait(big, 0, 0, &fb);
-            if (fb != REQ_RUNNING) t_done = (double)clock_ns() / 1e9 - t_big;
-        }
-        if (t_done >= 0 && (double)clock_ns() / 1e9 - t_big > 2) break; /* and the agents went on meanwhile */
-        usleep(20000);
-    }
-    CHECK_MSG(t_done >= 0, "the new 480-token prompt was not served in 20 s of returning agents (%d turns)", n_turns);
-    CHECK_MSG(fb == REQ_FINISH_LENGTH, "the new prompt ended with %d", (int)fb);
-    if (t_done >= 0) printf("  new 480-token prompt served after %.2f s among %d agent turns\n", t_done, n_turns);
-    if (big) {
-        req_cancel(big);
-        req_unref(big);
-    }
-    engine_free(en);
-}
-
 /* The engine's clock (engine_opts.clock), moved by the test, and the
  * engine's step count (plan_hook). */
 static _Atomic int64_t fake_ns;
@@ -247,6 +172,81 @@ static req *clock_req(int max_tokens) {
     r->ignore_eos = true;
     r->sp.temperature = 0;
     return r;
+}
+
+/* A new conversation is not starved by agents that keep coming back (agent
+ * policy): three agents with pinned 10-block contexts return every 100 ms
+ * (of the engine's clock, moved by the test: a returning agent is admitted
+ * first and re-pins), in a 48-block pool, while a new 30-block prompt waits.
+ * A new conversation may not take a protected pin, so it waited as long as
+ * the agents kept coming (the soak's 1,500-token prompts timed out after
+ * 120 s); once it has waited strictly longer than new_wait_max_ms (500
+ * here) it is served like running work. Exact on the injected clock: no
+ * token before the wait passes 500 ms (the turns at +100 .. +500 ms), its
+ * answer in the turn after (+600 ms). */
+static void check_new_not_starved(const model *m) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.kv_policy = ENGINE_KV_AGENT;
+    o.kv_ttl_max_s = 60;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 48;
+    o.new_wait_max_ms = 500;
+    o.clock = fake_clock;
+    atomic_store(&fake_ns, (int64_t)1 << 41);
+    engine *en = NULL;
+    err_t e;
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+    if (!en) return;
+    int nv = m->cfg.n_vocab;
+    int32_t base[3][160];
+    for (int a = 0; a < 3; a++)
+        for (int i = 0; i < 160; i++) base[a][i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
+    req *big = NULL;
+    req_finish fb = REQ_RUNNING;
+    int n_turns = 0, done_turn = -1;
+    for (int turn = 0; turn < 10 && done_turn < 0; turn++) {
+        for (int a = 0; a < 3; a++) {
+            int n = 160 + turn % 8; /* the conversation grows a little, its prefix stays */
+            int32_t *p = xmalloc((size_t)n * sizeof *p);
+            memcpy(p, base[a], sizeof base[a]);
+            for (int i = 160; i < n; i++) p[i] = 3 + (int32_t)((a * 7 + i) % (nv - 3));
+            req *r = req_new(p, n);
+            r->max_tokens = 2;
+            r->ignore_eos = true;
+            r->sp.temperature = 0;
+            r->kv_pin = true;
+            r->kv_session = 0x5e55100ull + (uint64_t)a;
+            r->kv_ttl_s = -1;
+            if (engine_submit(en, r, &e) == 0) {
+                req_finish f = REQ_RUNNING;
+                for (int spins = 0; spins < 600 && f == REQ_RUNNING; spins++) req_wait(r, 0, 100, &f);
+                n_turns++;
+            }
+            req_unref(r);
+        }
+        if (turn == 0) { /* the agents' contexts are pinned: now the new one */
+            int32_t *p = xmalloc(480 * sizeof *p);
+            for (int i = 0; i < 480; i++) p[i] = i == 0 ? 1 : (int32_t)(3 + rnd((unsigned)nv - 3));
+            big = req_new(p, 480);
+            big->max_tokens = 4;
+            big->ignore_eos = true;
+            big->sp.temperature = 0;
+            CHECK(engine_submit(en, big, &e) == 0);
+        }
+        if (turn == 6) /* overdue since the clock moved to +600 ms: served now */
+            for (int spins = 0; spins < 100 && fb == REQ_RUNNING; spins++) req_wait(big, 0, 100, &fb);
+        if (req_wait(big, 0, 0, &fb) > 0 && done_turn < 0) done_turn = turn;
+        atomic_fetch_add(&fake_ns, 100 * 1000000ll);
+    }
+    CHECK_MSG(done_turn == 6, "the new 480-token prompt got its first token in turn %d (+%d ms), not at +600 ms",
+              done_turn, done_turn * 100);
+    CHECK_MSG(fb == REQ_FINISH_LENGTH, "the new prompt ended with %d", (int)fb);
+    printf("  new 480-token prompt served in turn %d among %d agent turns\n", done_turn, n_turns);
+    if (big) {
+        req_cancel(big);
+        req_unref(big);
+    }
+    engine_free(en);
 }
 
 /* The backpressure rules on an injected clock, at their exact boundaries

@@ -80,7 +80,8 @@ typedef struct kvpolicy_stats {
 typedef struct kvpolicy kvpolicy;
 
 /* A policy over pool (references are dropped there). ttl_max_s > 0 caps
- * every TTL; ttl_default_s is the TTL before any gap was observed. */
+ * every TTL; ttl_default_s is the TTL before any gap was observed (<= 0:
+ * 10 s; capped by ttl_max_s too; the engine passes 0). */
 kvpolicy *kvpolicy_new(kvpool *pool, double ttl_max_s, double ttl_default_s);
 /* Releases every pin (drops its references) and frees. NULL is a no-op. */
 void kvpolicy_free(kvpolicy *p);
