@@ -4,7 +4,7 @@
  * whose pins a waiting sequence may take, what admission does after a try,
  * the victim when the pool runs out of blocks and the one that yields to a
  * client below its fair share, the prefill pick and the virtual time a
- * returning client joins at.
+ * returning client joins at, and the decode share between clients.
  *
  * Each rule is checked on hand-made cases whose answers follow from the
  * rule as policy.h states it, and the three picks (admission, KV victim,
@@ -331,6 +331,55 @@ static void test_prefill(void) {
     CHECK_NEAR(policy_pf_vt_join(10, 8, 9, 400), 10, 0);
 }
 
+/* The decode share (policy.h): a client with 16 decode rows beside one
+ * with 6 keeps 6 (equal tokens), the ones that ran most recently sitting
+ * out; in a step with the other's first token it keeps 2; alone, or when
+ * it is not the widest, it keeps all; prefill rows never sit out (a
+ * client whose tokens are a prefill chunk keeps it, and counts it). */
+static policy_row row(int client, int n_tokens, uint64_t last_ran, uint64_t order) {
+    return (policy_row){.client = client, .n_tokens = n_tokens, .decode = n_tokens == 1, .last_ran = last_ran,
+                        .order = order};
+}
+
+static int tokens_kept(const policy_row *v, int n, const bool *out, int client) {
+    int t = 0;
+    for (int j = 0; j < n; j++) t += v[j].client == client && !out[j] ? v[j].n_tokens : 0;
+    return t;
+}
+
+static void test_decode_share(void) {
+    policy_row v[32];
+    bool out[32];
+    int n = 0;
+    for (int i = 0; i < 16; i++) v[n++] = row(0, 1, i < 10 ? 99 : 98, (uint64_t)i); /* A: 10 ran last step */
+    for (int i = 0; i < 6; i++) v[n++] = row(1, 1, 99, (uint64_t)(100 + i));
+    CHECK_EQ_INT(policy_decode_share(v, n, out), 10);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 0), 6);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 1), 6);
+    for (int i = 10; i < 16; i++) CHECK(!out[i]); /* the six that sat out last step run */
+    v[16].first = true; /* B's first token: A keeps POLICY_DECODE_SHARE_MIN */
+    CHECK_EQ_INT(policy_decode_share(v, n, out), 16 - POLICY_DECODE_SHARE_MIN);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 0), POLICY_DECODE_SHARE_MIN);
+    CHECK(!out[10] && !out[11]); /* the oldest of those that waited longest */
+    v[16].first = false;
+    CHECK_EQ_INT(policy_decode_share(v, 16, out), 0); /* A alone */
+    /* B with one row: A keeps the minimum, not one */
+    CHECK_EQ_INT(policy_decode_share(v, 17, out), 16 - POLICY_DECODE_SHARE_MIN);
+    /* A's 16 rows beside B's prefill chunk of 40: A is not the widest, nothing sits out */
+    v[16] = row(1, 40, 99, 100);
+    CHECK_EQ_INT(policy_decode_share(v, 17, out), 0);
+    /* B's chunk of 10 beside A's 16 rows: A keeps 10; B's chunk never sits out */
+    v[16] = row(1, 10, 99, 100);
+    v[16].decode = false;
+    CHECK_EQ_INT(policy_decode_share(v, 17, out), 6);
+    CHECK(!out[16]);
+    CHECK_EQ_INT(tokens_kept(v, 17, out, 0), 10);
+    /* A's tokens all prefill: nothing can sit out */
+    policy_row w[2] = {row(0, 64, 1, 0), row(1, 1, 1, 1)};
+    w[0].decode = false;
+    CHECK_EQ_INT(policy_decode_share(w, 2, out), 0);
+}
+
 int main(void) {
     test_admit_order();
     test_gates();
@@ -340,5 +389,6 @@ int main(void) {
     test_fair_victim();
     test_random_picks();
     test_prefill();
+    test_decode_share();
     return test_summary("test_policy");
 }

@@ -376,6 +376,119 @@ static void check_prefill_share(const model *m) {
     for (int i = 0; i < PF_NB; i++) req_unref(c.b[i]);
 }
 
+/* Decode share between clients, step by step (engine.c decode_share;
+ * plan_hook, no timing). Client A runs 16 greedy generations of 40 tokens;
+ * once all 16 decode, client B submits 6 of 12 tokens (their prompts are
+ * cached: each is one row a step from its first, which gives its first
+ * token). In every step with both clients in it, A may have no
+ * more tokens than B (or 2), and no more than 2 in the steps that give B a
+ * first token; before, A kept its 16 rows in every step (B's steps 2.2x as
+ * many tokens as alone, 3.7x in its first-token step). A alone has all
+ * 16 rows a step (work conserving: B is sent after 3 such steps); A's
+ * sequences take turns (none sits out more than 8 steps in a row: 16 rows
+ * in turns of 6, or of 2 in a first-token step); every output is the
+ * reference's (sitting out changes no token). */
+enum { DS_NA = 16, DS_NB = 6, DS_B_GEN = 12 };
+typedef struct ds_ctx {
+    engine *en;
+    req *a[DS_NA], *b[DS_NB];
+    bool b_sent;
+    uint64_t step0;
+    long both_steps, over_share, b_rows, a_rows_both;
+    long first_steps, first_over; /* steps with a first token of B's; of them, A over 2 tokens */
+    bool b_seen[DS_NB];
+    long a_alone_steps;
+    uint64_t a_last[DS_NA]; /* the last step each of A's sequences ran */
+    long a_gap_max;         /* steps in a row one of A's decoding sequences sat out, while B ran */
+} ds_ctx;
+
+static void ds_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n) {
+    ds_ctx *c = ctx;
+    err_t e = {0};
+    if (!c->step0) { /* the rest of A's arrive together at the next step */
+        c->step0 = step;
+        for (int i = 1; i < DS_NA; i++) CHECK(engine_submit(c->en, c->a[i], &e) == 0);
+    }
+    long ta = 0, tb = 0, a_dec = 0, b_pre = 0;
+    for (int j = 0; j < n; j++) {
+        if (rows[j].r->client != 0xB) {
+            ta += rows[j].n_tokens, a_dec += !rows[j].prefill;
+            continue;
+        }
+        tb += rows[j].n_tokens;
+        for (int i = 0; i < DS_NB; i++) /* B's first step: its prompt's end, its first token */
+            if (rows[j].r == c->b[i] && !c->b_seen[i]) c->b_seen[i] = true, b_pre++;
+    }
+    for (int j = 0; j < n; j++) /* the steps each of A's sat out before this one */
+        for (int i = 0; i < DS_NA; i++)
+            if (rows[j].r == c->a[i]) {
+                if (tb > 0 && c->a_last[i] && (long)(step - c->a_last[i] - 1) > c->a_gap_max)
+                    c->a_gap_max = (long)(step - c->a_last[i] - 1);
+                c->a_last[i] = step;
+            }
+    if (tb > 0 && ta > 0) {
+        c->both_steps++;
+        c->b_rows += tb;
+        c->a_rows_both += ta;
+        if (ta > (tb > 2 ? tb : 2)) c->over_share++;
+        if (b_pre) c->first_steps++, c->first_over += ta > 2;
+    } else if (!c->b_sent && a_dec == DS_NA) {
+        c->a_alone_steps++;
+    }
+    if (!c->b_sent && c->a_alone_steps >= 3) {
+        for (int i = 0; i < DS_NB; i++) CHECK(engine_submit(c->en, c->b[i], &e) == 0);
+        c->b_sent = true;
+    }
+}
+
+static void check_decode_share(const model *m) {
+    static ds_ctx c;
+    memset(&c, 0, sizeof c);
+    for (int i = 0; i < DS_NA; i++) c.a[i] = mk(i % N_FAM, A_GEN, 0xA, 0);
+    for (int i = 0; i < DS_NB; i++) c.b[i] = mk(i % N_FAM, DS_B_GEN, 0xB, 0);
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.max_running = 32;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 256;
+    o.plan_hook = ds_hook;
+    o.plan_hook_ctx = &c;
+    err_t e = {0};
+    CHECK_MSG(engine_new(m, &o, &c.en, &e) == 0, "engine_new: %s", e.msg);
+    if (!c.en) return;
+    CHECK(engine_submit(c.en, c.a[0], &e) == 0);
+    int32_t out[A_GEN];
+    int n_ok = 0;
+    for (int i = 0; i < DS_NA + DS_NB; i++) {
+        if (i == DS_NA && !c.b_sent) break; /* (checked below) */
+        req *r = i < DS_NA ? c.a[i] : c.b[i - DS_NA];
+        int want = i < DS_NA ? A_GEN : DS_B_GEN;
+        req_finish f;
+        memset(out, 0, sizeof out);
+        n_ok += finish(r, out, A_GEN, &f) == want && f == REQ_FINISH_LENGTH &&
+                !memcmp(out, ref[(i < DS_NA ? i : i - DS_NA) % N_FAM], (size_t)want * sizeof *out);
+    }
+    engine_stats st;
+    engine_get_stats(c.en, &st);
+    engine_free(c.en);
+    printf("  decode share: %ld steps with both clients: A %.1f tokens a step, B %.1f; %ld over B's; A alone "
+           "%ld steps with its 16 rows; longest sit-out %ld steps; %llu rows deferred; %ld of %ld first-token steps "
+           "with A over 2\n",
+           c.both_steps, c.both_steps ? (double)c.a_rows_both / (double)c.both_steps : 0,
+           c.both_steps ? (double)c.b_rows / (double)c.both_steps : 0, c.over_share, c.a_alone_steps, c.a_gap_max, (unsigned long long)st.decode_deferred_total,
+           c.first_over, c.first_steps);
+    CHECK_EQ_INT(n_ok, DS_NA + DS_NB);
+    /* B is sent once A alone had its 16 rows in 3 steps (work conserving) */
+    CHECK_MSG(c.b_sent, "A alone never had its 16 rows in 3 steps");
+    CHECK_MSG(c.both_steps >= DS_B_GEN, "B ran beside A in %ld steps", c.both_steps);
+    CHECK_MSG(c.over_share == 0, "A had more tokens than B in %ld of %ld steps", c.over_share, c.both_steps);
+    CHECK_MSG(c.first_steps > 0 && c.first_over == 0, "A had more than 2 tokens in %ld of B's %ld first-token steps",
+              c.first_over, c.first_steps);
+    CHECK_MSG(c.a_gap_max <= 8, "one of A's sequences sat out %ld steps in a row", c.a_gap_max);
+    CHECK(st.decode_deferred_total > 0);
+    for (int i = 0; i < DS_NA; i++) req_unref(c.a[i]);
+    for (int i = 0; i < DS_NB; i++) req_unref(c.b[i]);
+}
+
 int main(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -408,6 +521,7 @@ int main(void) {
     check_client_limit(m);
     check_kv_victim(m);
     check_prefill_share(m);
+    check_decode_share(m);
     model_free(m);
     return test_summary("test_server_fair");
 }

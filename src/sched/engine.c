@@ -48,7 +48,9 @@
  *        running sequence yield (policy_fair_victim); disk reads that are
  *        done go to the tree;
  *     7. prefill chunks (policy_pick_prefill) while the step has fewer than
- *        POLICY_PREFILL_STEP_MIN prefill tokens and budget; then drafts
+ *        POLICY_PREFILL_STEP_MIN prefill tokens and budget; the decode
+ *        share between clients (policy_decode_share: the client with the
+ *        most tokens beside others sits some decode rows out); then drafts
  *        (speculative decoding) for the decoding sequences;
  *   build    one ragged batch (step_build); forward (step_forward);
  *   advance  (step_advance) count the computed positions, index newly full
@@ -937,6 +939,7 @@ static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
     if (c <= 0) return;
     en->b_owner[*n_bs] = s;
     en->b_chunk[*n_bs] = c;
+    if (s->sch.sched_step != en->step_no) s->sch.prev_sched = s->sch.sched_step;
     s->sch.sched_step = en->step_no;
     (*n_bs)++;
     *n_tok += c;
@@ -1222,6 +1225,36 @@ static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
     }
 }
 
+/* The decode share between clients (policy_decode_share): the rows it
+ * picks leave the batch and sit out the step (their pending token runs in
+ * a later one; nothing is freed or recomputed). */
+static void decode_share(engine *en, int *n_tok, int *n_bs) {
+    for (int j = 0; j < *n_bs; j++) {
+        const seq *s = en->b_owner[j];
+        int c = en->b_chunk[j];
+        en->pd[j] = (policy_row){.client = s->r->client_slot,
+                                 .n_tokens = c,
+                                 .decode = c == 1 && s->tok.n_generated > 0,
+                                 .first = s->tok.n_generated == 0 && s->tok.n_computed + c >= s->tok.n,
+                                 .last_ran = s->sch.prev_sched,
+                                 .order = s->order};
+    }
+    if (!policy_decode_share(en->pd, *n_bs, en->pd_out)) return;
+    int k = 0;
+    for (int j = 0; j < *n_bs; j++) {
+        seq *s = en->b_owner[j];
+        if (en->pd_out[j]) {
+            s->sch.sched_step = s->sch.prev_sched; /* it did not run */
+            *n_tok -= en->b_chunk[j];
+            en->cnt.decode_deferred_total++;
+            continue;
+        }
+        en->b_owner[k] = s;
+        en->b_chunk[k++] = en->b_chunk[j];
+    }
+    *n_bs = k;
+}
+
 /* plan_hook's view of the planned step. */
 static void plan_report(engine *en, int n_bs) {
     if (!en->o.plan_hook) return;
@@ -1319,6 +1352,7 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
     queue_publish_locked(en);
     pthread_mutex_unlock(&en->mu);
     prefill_plan(en, budget, n_tok, n_bs);
+    decode_share(en, n_tok, n_bs);
     spec_plan(en, n_tok, *n_bs);
 }
 
@@ -1653,6 +1687,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->b_chunk = xcalloc((size_t)mr, sizeof *en->b_chunk);
     en->pr = xcalloc((size_t)mr, sizeof *en->pr);
     en->pp = xcalloc((size_t)mr, sizeof *en->pp);
+    en->pd = xcalloc((size_t)mr, sizeof *en->pd);
+    en->pd_out = xcalloc((size_t)mr, sizeof *en->pd_out);
     if (o->plan_hook) en->plan_rows = xcalloc((size_t)mr, sizeof *en->plan_rows);
     en->mask = xmalloc(((size_t)m->cfg.n_vocab + 63) / 64 * sizeof *en->mask);
     en->forced = xmalloc(ENGINE_FORCED_MAX);
@@ -1757,6 +1793,8 @@ void engine_free(engine *en) {
     free(en->pw);
     free(en->pr);
     free(en->pp);
+    free(en->pd);
+    free(en->pd_out);
     sched__hints_free(en);
     free(en->hints);
     free(en->running.v);

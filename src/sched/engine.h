@@ -227,6 +227,8 @@ typedef struct engine_stats {
     int n_clients;                  /* clients with requests queued or running   */
     uint64_t fair_preemptions_total;   /* sequences preempted for a client below
                                           its share or a smaller priority class */
+    uint64_t decode_deferred_total; /* decode rows that sat out a step for
+                                       another client's share (decode_share)  */
     uint64_t client_refused_total;  /* engine_submit refusals at a per-client limit
                                        (client_max_queued, _kv, _parked)        */
     int n_parked;                   /* requests parked (their reader took nothing) */

@@ -100,6 +100,7 @@ typedef struct seq {
         bool parked;     /* its reader took nothing for park_ms: not admitted
                             until it has taken every posted token             */
         uint64_t sched_step; /* the step that last put it in a batch           */
+        uint64_t prev_sched; /* sched_step before that (policy_decode_share)   */
         uint64_t wait_from; /* step of admission or of its last prefill chunk  */
         uint64_t tried_step; /* the step admission last tried it in (fair_pick) */
         int64_t wait_start_ns; /* submitted, or last preempted (seq_overdue)   */
@@ -239,6 +240,8 @@ struct engine {
     int cap_pw;
     policy_running *pr;
     policy_prefill *pp;
+    policy_row *pd;              /* (max_running) decode_share's rows        */
+    bool *pd_out;
     engine_plan_row *plan_rows;  /* (max_running) plan_hook's rows, or NULL          */
     /* the mask worker ("Masks off the engine thread"); mk_on false: none */
     bool mk_on;

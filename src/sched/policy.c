@@ -112,3 +112,43 @@ int policy_pick_prefill(const policy_prefill *v, int n) {
 double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double pf_v) {
     return last_step + 1 != step ? MAX(pf_vt, pf_v) : pf_vt;
 }
+
+/* client's tokens in v, the rows out aside */
+static int client_tokens(const policy_row *v, int n, const bool *out, int client) {
+    int t = 0;
+    for (int j = 0; j < n; j++)
+        if (v[j].client == client && !out[j]) t += v[j].n_tokens;
+    return t;
+}
+
+int policy_decode_share(const policy_row *v, int n, bool *out) {
+    for (int j = 0; j < n; j++) out[j] = false;
+    int top = -1, top_tok = 0;
+    for (int j = 0; j < n; j++) {
+        int t = client_tokens(v, n, out, v[j].client);
+        if (t > top_tok) top = v[j].client, top_tok = t;
+    }
+    int level = 0;
+    bool first = false;
+    for (int j = 0; j < n; j++)
+        if (v[j].client != top) {
+            level = MAX(level, client_tokens(v, n, out, v[j].client));
+            first |= v[j].first;
+        }
+    if (top < 0 || level == 0) return 0; /* alone in the step */
+    level = first ? POLICY_DECODE_SHARE_MIN : MAX(level, POLICY_DECODE_SHARE_MIN);
+    int n_out = 0;
+    while (top_tok > level) {
+        int w = -1; /* a decode row of top's: ran most recently, then the newest */
+        for (int j = 0; j < n; j++) {
+            if (v[j].client != top || out[j] || !v[j].decode) continue;
+            if (w < 0 || v[j].last_ran > v[w].last_ran || (v[j].last_ran == v[w].last_ran && v[j].order > v[w].order))
+                w = j;
+        }
+        if (w < 0) break;
+        out[w] = true;
+        top_tok -= v[w].n_tokens;
+        n_out++;
+    }
+    return n_out;
+}

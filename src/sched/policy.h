@@ -30,7 +30,9 @@
  *   fair yield     the first sequence that slots or blocks kept out may make
  *                  policy_fair_victim yield (one per step);
  *   prefill        policy_pick_prefill, repeatedly, while the step has fewer
- *                  than POLICY_PREFILL_STEP_MIN prefill tokens and budget.
+ *                  than POLICY_PREFILL_STEP_MIN prefill tokens and budget;
+ *   decode share   policy_decode_share: the client with the most tokens in
+ *                  the step beside others sits decode rows out.
  *
  * Thread: any (pure functions).
  */
@@ -208,5 +210,38 @@ int policy_pick_prefill(const policy_prefill *v, int n);
  * not prefill in the step before) starts at least at pf_v, the least
  * virtual time of the clients that prefilled in the step before. */
 double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double pf_v);
+
+/* Decode share between clients (issue 26). On a CPU a step costs a fixed
+ * part plus a part per token, so every decode row of one client lengthens
+ * the step of every other: a client with 16 streams beside 8 agents made
+ * the agents' steps about twice as long although slots and blocks never
+ * ran out (SmolLM2-135M, bench/tenant_bench.sh: the agents' TTFT p50 2.8x,
+ * out tok/s 0.45x of their run alone). So when more than one client has
+ * tokens in a step, the client with the most gives up decode rows until it
+ * has no more than the largest other client (at least
+ * POLICY_DECODE_SHARE_MIN, so a lone chat beside a flood does not cut the
+ * flood to one row, wasting the step's fixed part); in a step that gives
+ * another client a first token (its prompt's end) it keeps only
+ * POLICY_DECODE_SHARE_MIN: TTFT is what an agent waits for, and such steps
+ * are few beside a generation's (equal shares alone left the agents' TTFT
+ * p50 at 1.66x of alone, this 1.34x). The rows that sit out are those that
+ * ran most recently, then the newest, so the client's sequences take
+ * turns; only decode rows sit out (prefill chunks are the prefill order's,
+ * and count as their client's tokens). A client alone in a step, or not the
+ * one with the most, is never cut (work conserving). */
+#define POLICY_DECODE_SHARE_MIN 2
+typedef struct policy_row {
+    int client;
+    int n_tokens;             /* its tokens in the step                       */
+    bool decode;              /* one token of a sequence that has generated:
+                                 it may sit out                               */
+    bool first;               /* it ends its prompt: its first token          */
+    uint64_t last_ran;        /* the step it last ran in before this one      */
+    uint64_t order;           /* arrival: lower is older                      */
+} policy_row;
+
+/* The rows of a step's batch (v, n) that sit out for the decode share:
+ * out[j] set for each; returns how many. */
+int policy_decode_share(const policy_row *v, int n, bool *out);
 
 #endif

@@ -6,7 +6,8 @@
  * kvloom_prompt_tokens_computed_total, kvloom_kv_partial_tokens_total,
  * kvloom_generation_tokens_total,
  * kvloom_preemptions_total, kvloom_requests_stalled_total, kvloom_clients,
- * kvloom_fair_preemptions_total, kvloom_client_refused_total,
+ * kvloom_fair_preemptions_total, kvloom_fair_decode_deferred_total,
+ * kvloom_client_refused_total,
  * kvloom_requests_parked(_total),
  * kvloom_kv_blocks_{used,total,cached},
  * kvloom_constrained_tokens_total, kvloom_forced_tokens_total,
@@ -235,6 +236,9 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
     EACH(b, "kvloom_fair_preemptions_total",
          "Sequences preempted so that a client below its fair share (or a smaller priority class) could start.",
          "counter", (double)s->fair_preemptions_total);
+    EACH(b, "kvloom_fair_decode_deferred_total",
+         "Decode tokens that sat out a step because their client had more tokens in it than any other client.",
+         "counter", (double)s->decode_deferred_total);
     EACH(b, "kvloom_client_refused_total",
          "Requests refused (429) at a per-client limit: --client-max-queued, --client-max-kv, --client-max-parked.",
          "counter", (double)s->client_refused_total);
