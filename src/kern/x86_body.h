@@ -613,11 +613,18 @@ static inline __attribute__((always_inline)) __m256 oct_scales(const int ty, con
  * permutes per 8 rows: about 1.4x slower per core at batch 1, 1.6x at 2-3,
  * from L2.) The unpacked weights go through a small buffer in L1 rather than 8
  * registers: AVX2 has 16, and with them held the 4 accumulators were spilled
- * and reloaded every block. */
+ * and reloaded every block.
+ * Prefetch: with pf set, one stream front to back over the matrix: block i
+ * prefetches the 3 lines from pf + 8 i bsz (8 blocks' bytes per block, what
+ * the tile consumes, so the stream keeps its distance), none from pf_end on;
+ * oct_gemm puts pf one octet minus a row plus KX_OCT_LEAD ahead of the
+ * octet (oct_pf). With pf NULL each row prefetches its own line KX_PF_BYTES
+ * ahead, 8 streams. The single stream streamed 1.3-1.5x faster from DRAM
+ * (docs/perf.md, qwen3-30b-a3b decode). */
 static inline __attribute__((always_inline)) void oct_tile(const int ty, const int T, int64_t nb, const uint8_t *w0,
                                                           size_t rb, const uint8_t *a, size_t arb, const int32_t *cs,
                                                           const float *ds, size_t ncs, float *y, int64_t ldy,
-                                                          int first) {
+                                                          int first, const uint8_t *pf, const uint8_t *pf_end) {
     __m256 acc[4];
     _Pragma("GCC unroll 4") for (int t = 0; t < T; t++) acc[t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + t * ldy);
     const __m256i ones = _mm256_set1_epi16(1), lut = mx_lut_u(), m = _mm256_set1_epi8(15);
@@ -628,7 +635,13 @@ static inline __attribute__((always_inline)) void oct_tile(const int ty, const i
         const uint8_t *b[8];
         _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
             b[r] = w0 + (size_t)r * rb + (size_t)i * bsz;
-            if ((i & 1) == 0) kx_pf_lines(b[r], 1);
+            if (!pf && (i & 1) == 0) kx_pf_lines(b[r], 1);
+        }
+        if (pf && pf + (size_t)i * 8 * bsz < pf_end) {
+            const char *q = (const char *)pf + (size_t)i * 8 * bsz;
+            _mm_prefetch(q, _MM_HINT_T0);
+            _mm_prefetch(q + 64, _MM_HINT_T0);
+            _mm_prefetch(q + 128, _MM_HINT_T0);
         }
         _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
             const __m256i v = _mm256_loadu2_m128i((const __m128i *)(b[k + 4] + qo), (const __m128i *)(b[k] + qo));
@@ -753,6 +766,21 @@ static inline __attribute__((always_inline)) void oct_ptile(const int ty, const 
  * sums of a chunk are on the stack (KX_OCT_SUMS); the partial sums of a
  * k-chunk wait in y. Every width runs the same code. */
 #define KX_OCT_KR 1024
+/* oct_tile's single prefetch stream (decode): at block i of an octet (rows
+ * r..r+7 at w) the tile has read i blocks of each row, and prefetches
+ * 7 rb + KX_OCT_LEAD + 8 i bsz bytes past w, so row r+7's block i is
+ * fetched KX_OCT_LEAD bytes of stream (about 0.1 us at a core's share of
+ * DRAM bandwidth) before the tile reaches it, and every row of the next
+ * octet before its turn. The lines fetched ahead and not yet used are
+ * 7 rb + KX_OCT_LEAD bytes: rows wider than KX_OCT_PF_MAX / 7 (about 11,000
+ * Q4_0 weights) or a row cut in k-chunks keep the 8 per-row streams rather
+ * than overrun L1 (32 KB). Measured on qwen3-30b-a3b's shapes (2 threads, from DRAM, a
+ * 2048-wide matrix; docs/perf.md): lead 512-2048 about equal, 4096 slower. */
+#define KX_OCT_LEAD 1024
+#define KX_OCT_PF_MAX 24576
+static inline const uint8_t *oct_pf(bool packed, bool whole_rows, const uint8_t *w, size_t rb) {
+    return !packed && whole_rows && 7 * rb + KX_OCT_LEAD <= KX_OCT_PF_MAX ? w + 7 * rb + KX_OCT_LEAD : NULL;
+}
 #define KX_OCT_SUMS MAX(KX_OCT_KR * (KX_OCT_PMIN - 1), KX_OCT_KB * KX_OCT_TC)
 static inline __attribute__((always_inline)) void oct_gemm(const int ty, const kern_mat *wm, int64_t r0, int64_t r1,
                                                           const void *act, size_t arb, int n_tok, float *y,
@@ -761,6 +789,7 @@ static inline __attribute__((always_inline)) void oct_gemm(const int ty, const k
     const uint8_t *wd = wm->data, *ab = act;
     const size_t rb = wm->row_bytes, bsz = ty == OCT_MXFP4 ? sizeof(block_mxfp4) : sizeof(block_q4_0);
     const int64_t r8 = r0 + ((r1 - r0) & ~(int64_t)7);
+    const uint8_t *pf_end = wd + (size_t)r8 * rb; /* nothing past this call's rows */
     int32_t cs[KX_OCT_SUMS];
     float ds[KX_OCT_SUMS];
     __m256i wl[8 * KX_OCT_KB];
@@ -784,6 +813,7 @@ static inline __attribute__((always_inline)) void oct_gemm(const int ty, const k
                 const uint8_t *w = wd + (size_t)r * rb + (size_t)i0 * bsz;
                 float *yr = y + (size_t)t0 * ldy + r;
                 if (packed) oct_pack(ty, w, rb, (int)n, wl, dl);
+                const uint8_t *pf = oct_pf(packed, n == nb, w, rb);
                 for (int t = 0; t < nt; t += 4) {
                     const uint8_t *aa = a0 + (size_t)t * arb;
                     const int32_t *ct = cs + (size_t)t * n;
@@ -796,10 +826,10 @@ static inline __attribute__((always_inline)) void oct_gemm(const int ty, const k
                         case 1: oct_ptile(ty, 1, (int)n, wl, dl, aa, arb, ct, dt, n, yt, ldy, first); break;
                         }
                     else switch (MIN(4, nt - t)) {
-                        case 4: oct_tile(ty, 4, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
-                        case 3: oct_tile(ty, 3, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
-                        case 2: oct_tile(ty, 2, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
-                        case 1: oct_tile(ty, 1, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first); break;
+                        case 4: oct_tile(ty, 4, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first, pf, pf_end); break;
+                        case 3: oct_tile(ty, 3, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first, pf, pf_end); break;
+                        case 2: oct_tile(ty, 2, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first, pf, pf_end); break;
+                        case 1: oct_tile(ty, 1, n, w, rb, aa, arb, ct, dt, n, yt, ldy, first, pf, pf_end); break;
                         }
                 }
             }
@@ -810,6 +840,8 @@ static inline __attribute__((always_inline)) void oct_gemm(const int ty, const k
 }
 #undef KX_OCT_SUMS
 #undef KX_OCT_KR
+#undef KX_OCT_LEAD
+#undef KX_OCT_PF_MAX
 
 static __attribute__((unused)) void dot_q4_0r(int64_t n, float *out, const void *w, const void *a) {
     oct_dot(OCT_Q4_0, n, out, w, a);
