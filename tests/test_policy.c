@@ -108,6 +108,11 @@ static void test_overdue_and_yield(void) {
     CHECK_EQ_INT(policy_yield_for(&l, &w, t0, 3), KVPOL_FOR_RUNNING);
     w.admitted_once = false, l.agent = false;
     CHECK_EQ_INT(policy_yield_for(&l, &w, t0, 3), KVPOL_FOR_RUNNING);
+    /* the limit: as set, else one pin's lifetime, at most the cap */
+    CHECK_EQ_INT(policy_new_wait_ms(500, 60, 60000), 500);
+    CHECK_EQ_INT(policy_new_wait_ms(0, 20, 60000), 20000);
+    CHECK_EQ_INT(policy_new_wait_ms(0, 600, 60000), 60000);
+    CHECK_EQ_INT(policy_new_wait_ms(-1, 0.25, 60000), 250);
 }
 
 static void test_after_try(void) {

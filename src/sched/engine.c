@@ -192,7 +192,7 @@ static void seq_push_token(seq *s, int32_t t) {
     s->tok.ids[s->tok.n++] = t;
 }
 
-void sched__seq_push_block(seq *s, int32_t b, bool pending) {
+static void seq_push_block(seq *s, int32_t b, bool pending) {
     if (s->kv.n_blocks == s->kv.cap_blocks) {
         s->kv.cap_blocks = s->kv.cap_blocks ? s->kv.cap_blocks * 2 : 16;
         s->kv.blocks = xrealloc(s->kv.blocks, (size_t)s->kv.cap_blocks * sizeof *s->kv.blocks);
@@ -201,6 +201,16 @@ void sched__seq_push_block(seq *s, int32_t b, bool pending) {
     s->kv.blocks[s->kv.n_blocks] = b;
     s->kv.pending[s->kv.n_blocks] = pending;
     s->kv.n_blocks++;
+}
+
+void sched__seq_take_blocks(engine *en, seq *s, int n_matched, int n_new) {
+    s->kv.n_blocks = 0;
+    for (int i = 0; i < n_matched; i++) seq_push_block(s, en->scratch[i], false);
+    for (int i = 0; i < n_new; i++) {
+        int32_t b = kvpool_alloc(en->pool);
+        ASSERT(b >= 0);
+        seq_push_block(s, b, false);
+    }
 }
 
 /* Gives s room for n tokens and their blocks, disk keys and read slots at
@@ -615,13 +625,7 @@ static int try_admit(engine *en, seq *s) {
         s->disk.tried = false; /* what it restored may be evicted before it runs */
         return -1;
     }
-    s->kv.n_blocks = 0;
-    for (int i = 0; i < n_ready; i++) sched__seq_push_block(s, en->scratch[i], false);
-    for (int i = 0; i < n_new; i++) {
-        int32_t b = kvpool_alloc(en->pool);
-        ASSERT(b >= 0);
-        sched__seq_push_block(s, b, false);
-    }
+    sched__seq_take_blocks(en, s, n_ready, n_new);
     s->tok.n_computed = n_ready * B;
     if (src >= 0) {
         kv_copy_block(en, s->kv.blocks[n_ready], src);
@@ -844,7 +848,7 @@ static void reserve_decode_slots(engine *en) {
         while (s->kv.n_blocks * B <= last_pos) {
             int32_t b = alloc_block(en);
             if (b >= 0) {
-                sched__seq_push_block(s, b, false);
+                seq_push_block(s, b, false);
                 continue;
             }
             seq *victim = kv_victim(en);
@@ -976,7 +980,7 @@ static int spec_reserve(engine *en, seq *s, int k) {
     while (s->kv.n_blocks * B < s->tok.n + k && kvpool_n_free(en->pool) > 0) {
         int32_t b = kvpool_alloc(en->pool);
         ASSERT(b >= 0);
-        sched__seq_push_block(s, b, false);
+        seq_push_block(s, b, false);
     }
     return MIN(k, s->kv.n_blocks * B - s->tok.n);
 }
@@ -1651,12 +1655,8 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->m = m;
     en->o = *o;
     if (!en->o.clock) en->o.clock = clock_monotonic;
-    /* A new conversation waits for protected pins at most one pin lifetime
-     * (--kv-ttl-max, at most ENGINE_NEW_WAIT_MAX_MS): longer, it is the
-     * agents' returns re-pinning that keep it out, not one pin. */
     double ttl_max_s = o->kv_ttl_max_s > 0 ? o->kv_ttl_max_s : 60;
-    if (en->o.new_wait_max_ms <= 0)
-        en->o.new_wait_max_ms = ttl_max_s * 1000 < ENGINE_NEW_WAIT_MAX_MS ? (int)(ttl_max_s * 1000) : ENGINE_NEW_WAIT_MAX_MS;
+    en->o.new_wait_max_ms = policy_new_wait_ms(o->new_wait_max_ms, ttl_max_s, ENGINE_NEW_WAIT_MAX_MS);
     en->o.max_running = MIN(o->max_running, o->max_batch_tokens);
     en->n_ctx = n_ctx;
     en->kv = model_kv_new_type(m, (int)n_blocks, o->block_tokens, o->kv_type);

@@ -81,13 +81,7 @@ int sched__disk_prefetch(engine *en, seq *s, int n_ready, int n_match_cap, int n
         s->disk.tried = false; /* the queue is busy with others' reads: next step */
         return -1;
     }
-    s->kv.n_blocks = 0;
-    for (int i = 0; i < n_ready; i++) sched__seq_push_block(s, en->scratch[i], false);
-    for (int i = 0; i < q; i++) {
-        int32_t b = kvpool_alloc(en->pool);
-        ASSERT(b >= 0);
-        sched__seq_push_block(s, b, false);
-    }
+    sched__seq_take_blocks(en, s, n_ready, q);
     s->disk.n_loading = q;
     s->disk.n_load_from = n_ready;
     return q;

@@ -103,7 +103,7 @@ typedef struct seq {
         uint64_t prev_sched; /* sched_step before that (policy_decode_share)   */
         uint64_t wait_from; /* step of admission or of its last prefill chunk  */
         uint64_t tried_step; /* the step admission last tried it in (fair_pick) */
-        int64_t wait_start_ns; /* submitted, or last preempted (seq_overdue)   */
+        int64_t wait_start_ns; /* submitted, or last preempted (policy_overdue) */
         /* backpressure (stall_timeout_ms): the reader's n_read when last seen
          * to move, and since when posted tokens have waited without it moving */
         int stall_n_read;
@@ -264,7 +264,9 @@ static inline int64_t sched__now(const engine *en) { return en->o.clock(en->o.cl
 /* Gives s room for n tokens and their blocks, disk keys and read slots at
  * once; false: out of memory (s keeps what it had). */
 bool sched__seq_reserve(engine *en, seq *s, int n);
-void sched__seq_push_block(seq *s, int32_t b, bool pending);
+/* s's block table becomes the n_matched blocks in en->scratch (their
+ * references taken over) and n_new fresh ones (the pool has them free). */
+void sched__seq_take_blocks(engine *en, seq *s, int n_matched, int n_new);
 /* Drops every block of s (its PENDING ones leave the tree first). */
 void sched__seq_release_blocks(engine *en, seq *s);
 /* Frees a sequence's memory (its blocks already released). */

@@ -10,6 +10,11 @@ bool policy_overdue(const policy_limits *l, int64_t wait_start_ns, int64_t now) 
     return now - wait_start_ns > l->new_wait_max_ns;
 }
 
+int policy_new_wait_ms(int new_wait_max_ms, double ttl_max_s, int cap_ms) {
+    if (new_wait_max_ms > 0) return new_wait_max_ms;
+    return ttl_max_s * 1000 < cap_ms ? (int)(ttl_max_s * 1000) : cap_ms;
+}
+
 kvpol_yield_for policy_yield_for(const policy_limits *l, const policy_waiting *w, int64_t now, int n_running) {
     if (!l->agent || w->resumes || w->admitted_once || policy_overdue(l, w->wait_start_ns, now))
         return KVPOL_FOR_RUNNING;

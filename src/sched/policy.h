@@ -131,6 +131,12 @@ typedef struct policy_prefill {
  * or its blocks still being read from disk: policy_after_try). */
 bool policy_overdue(const policy_limits *l, int64_t wait_start_ns, int64_t now);
 
+/* The overdue limit in ms: new_wait_max_ms when > 0, else one pin's
+ * lifetime (ttl_max_s, --kv-ttl-max) at most cap_ms (ENGINE_NEW_WAIT_MAX_MS):
+ * a new conversation that waited longer than a pin lives is kept out by the
+ * agents' returns re-pinning, not by one pin. */
+int policy_new_wait_ms(int new_wait_max_ms, double ttl_max_s, int cap_ms);
+
 /* Whose memory w may take (kvpolicy.h, "Who may take a pin's memory"): pins
  * yield to running work, to agents coming back, to sequences that ran
  * before and to overdue ones (KVPOL_FOR_RUNNING); a new conversation takes
