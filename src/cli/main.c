@@ -73,7 +73,8 @@ static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = "", *draft_path = NULL;
     long n_predict = 256, threads = 0, spec_max = 8;
     float spec_cost = 0;
-    draft_kind spec = DRAFT_OFF;
+    draft_kind spec = DRAFT_NGRAM; /* serve's default (docs/perf.md) */
+    bool spec_given = false;     /* --draft-model alone means --spec draft */
     sampler_params sp = sampler_defaults();
     sp.temperature = 0.8f;
     sp.top_k = 40;
@@ -91,7 +92,8 @@ static int cmd_run(int argc, char **argv) {
                    "                  [--spec-token-cost C]\n"
                    "  generates text after PROMPT (printed first) with the model (default: the shipped\n"
                    "  " SERVER_DEFAULT_MODEL "); -n: at most N new tokens (256); --temp 0: greedy;\n"
-                   "  defaults --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05, a random seed, up to 8 threads\n");
+                   "  defaults --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05, a random seed, up to 8 threads,\n"
+                   "  --spec ngram (exact: the output is --spec off's with the same seed)\n");
             return 0;
         }
         if (!v && a[0] == '-') die("option %s needs a value", a);
@@ -117,6 +119,7 @@ static int cmd_run(int argc, char **argv) {
             sp.seed = (uint64_t)iv;
         } else if (strcmp(a, "--spec") == 0) {
             if (draft_kind_parse(v, &spec, &e) < 0) die("--spec: %s", e.msg);
+            spec_given = true;
         } else if (strcmp(a, "--spec-token-cost") == 0) {
             if (!parse_float(v, &spec_cost) || !(spec_cost > 0)) die("--spec-token-cost: expected a cost > 0, got '%s'", v);
         } else if (strcmp(a, "--draft-model") == 0) {
@@ -126,7 +129,7 @@ static int cmd_run(int argc, char **argv) {
         } else die("run: unknown option '%s' (see kvloom --help)", a);
     }
     if (sampler_params_check(&sp, &e)) die("%s", e.msg);
-    if (draft_path && spec == DRAFT_OFF) spec = DRAFT_MODEL;
+    if (draft_path && !spec_given) spec = DRAFT_MODEL;
     if (spec == DRAFT_MODEL && !draft_path) die("--spec draft needs --draft-model FILE.gguf%s", "");
     if (draft_path && spec != DRAFT_MODEL) die("--draft-model drafts with --spec draft, not --spec %s", draft_kind_name(spec));
     if (!model_path) model_path = default_model();

@@ -64,7 +64,7 @@ void server_opts_default(server_opts *o) {
     o->body_timeout_s = 60;
     o->shutdown_timeout_s = 10;
     o->stall_timeout_s = 30;
-    o->spec = DRAFT_OFF;
+    o->spec = DRAFT_NGRAM; /* docs/perf.md, "The default: --spec ngram" */
     o->spec_max = 8;
 }
 
@@ -109,7 +109,7 @@ const char *server_usage(void) {
            "  --kv-disk DIR            keep KV blocks on disk in DIR too (written through, read\n"
            "                           back instead of recomputed; survives restarts)\n"
            "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
-           "  --spec off|ngram|suffix|draft  speculative decoding's drafter (default off): ngram looks\n"
+           "  --spec off|ngram|suffix|draft  speculative decoding's drafter (default ngram): ngram looks\n"
            "                           the last tokens up in the request's context; suffix also uses\n"
            "                           earlier requests' outputs; draft runs --draft-model (exact: the\n"
            "                           output is --spec off's, in distribution above temperature 0)\n"
@@ -281,6 +281,7 @@ static int parse_cors(const char *v, server_opts *o, err_t *e) {
 }
 
 int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
+    bool spec_given = false; /* --draft-model alone means --spec draft */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -458,7 +459,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
             NEED_VALUE;
             draft_kind k;
             if ((rc = draft_kind_parse(v, &k, e)) < 0) err_prefix(e, "--spec");
-            else o->spec = (int)k;
+            else o->spec = (int)k, spec_given = true;
         } else if (!strcmp(a, "--draft-model")) {
             NEED_VALUE;
             o->draft_model = v;
@@ -502,7 +503,7 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
         if (rc < 0) return rc;
 #undef NEED_VALUE
     }
-    if (o->draft_model && o->spec == DRAFT_OFF) o->spec = DRAFT_MODEL;
+    if (o->draft_model && !spec_given) o->spec = DRAFT_MODEL;
     if (o->spec == DRAFT_MODEL && !o->draft_model)
         return err_set(e, ERR_INVALID, "--spec draft needs --draft-model FILE.gguf");
     if (o->draft_model && o->spec != DRAFT_MODEL)
