@@ -126,9 +126,9 @@ static void refused(const api_ops *api, const oai_error *e);
 
 /* The request as the server would build it, then freed. */
 static void run_request(routes_ctx *rc, oai_params *p) {
-    gen_fail f;
+    oai_error err;
     bool think_open;
-    req *r = gen_request(rc, p, N_CTX, &think_open, &f);
+    req *r = gen_request(rc, p, N_CTX, &think_open, NULL, &err);
     if (r) {
         if (r->n_prompt < 1 || r->n_prompt >= N_CTX) {
             fprintf(stderr, "fuzz_request: a request of %d prompt tokens was built\n", r->n_prompt);
@@ -138,7 +138,7 @@ static void run_request(routes_ctx *rc, oai_params *p) {
                                r->grammar ? ", grammar" : "", r->grammar_trigger ? " (lazy)" : "");
         req_unref(r);
     } else {
-        refused(&api_openai, &f.err);
+        refused(&api_openai, &err);
     }
     oai_params_free(p);
 }

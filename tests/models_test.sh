@@ -98,6 +98,13 @@ check '[ "$c1" = 0 ] && [ "${c2:-0}" -ge 32 ] && [ "$c3" = 0 ]' "prefix cache pe
 pa=$(metric 'kvloom_memory_bytes{model="a",part="kv_pool"}'); pb=$(metric 'kvloom_memory_bytes{model="b",part="kv_pool"}')
 check '[ -n "$pa" ] && [ "$pa" = "$pb" ] && [ "$pa" -le 16777216 ] && [ "$pa" -ge 15000000 ]' \
     "KV budget: --kv-mem 32M over --models-max 2 is at most 16M each, the same for both: a $pa, b $pb"
+# the choices of one request (n 3) each hold the model and release it once:
+# the server outlives them (it panicked on the second release) and a is idle
+# after them (unloaded: 200, not 409 busy)
+n3=$(curl -s -m 30 "$U/v1/completions" -d '{"model":"a","prompt":"Once","max_tokens":2,"n":3}' |
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin)["choices"]))' 2>/dev/null)
+st=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$U/models/unload" -d '{"model":"a"}')
+check '[ "$n3" = 3 ] && [ "$st" = 200 ]' "n 3 with several models served: $n3 choices, then a unloads: $st"
 cached a "$P2" > /dev/null
 stop2
 check '[ -n "$(ls "$tmp/kvd/a")" ] && [ -n "$(ls "$tmp/kvd/b")" ]' "a disk tier directory per model: $(ls "$tmp/kvd" | tr '\n' ' ')"

@@ -35,7 +35,7 @@ static json_t *body(const char *s) {
 }
 
 /* The chat request of a body, built with n_ctx; NULL (f filled) when refused. */
-static req *chat_req(const char *s, int n_ctx, gen_fail *f) {
+static req *chat_req(const char *s, int n_ctx, oai_error *f) {
     json_t *b = body(s);
     oai_params p;
     oai_error e;
@@ -44,7 +44,7 @@ static req *chat_req(const char *s, int n_ctx, gen_fail *f) {
     CHECK_MSG(r == 0, "%s: %s", s, e.e.msg);
     if (r != 0) return NULL;
     bool think_open;
-    req *q = gen_request(&rc, &p, n_ctx, &think_open, f);
+    req *q = gen_request(&rc, &p, n_ctx, &think_open, NULL, f);
     oai_params_free(&p);
     return q;
 }
@@ -58,13 +58,13 @@ static char *prompt_text(const req *q) {
 }
 
 static void test_fields(void) {
-    gen_fail f;
+    oai_error f;
     req *q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}], \"temperature\": 0.5,"
                       " \"top_k\": 7, \"top_p\": 0.9, \"seed\": 9, \"max_tokens\": 12, \"logprobs\": true,"
                       " \"top_logprobs\": 3, \"ignore_eos\": true, \"kv_ttl\": 30, \"kv_hint\": {\"next_use_s\": 5},"
                       " \"stop\": [\"x\"], \"jump_forward\": false}",
                       512, &f);
-    CHECK_MSG(q != NULL, "%s", f.err.e.msg);
+    CHECK_MSG(q != NULL, "%s", f.e.msg);
     if (!q) return;
     CHECK_NEAR(q->sp.temperature, 0.5, 1e-6);
     CHECK_EQ_INT(q->sp.top_k, 7);
@@ -127,17 +127,17 @@ static void test_reasoning_effort(void) {
 }
 
 static void test_constraints(void) {
-    gen_fail f;
+    oai_error f;
     req *q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"json\"}],"
                       " \"response_format\": {\"type\": \"json_object\"}}",
                       512, &f);
-    CHECK_MSG(q && q->grammar && !q->grammar_trigger, "%s", q ? "" : f.err.e.msg);
+    CHECK_MSG(q && q->grammar && !q->grammar_trigger, "%s", q ? "" : f.e.msg);
     req_unref(q);
     q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"w\"}], \"tools\": [{\"type\": \"function\","
                  " \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", \"properties\":"
                  " {\"city\": {\"type\": \"string\"}}}}}]}",
                  4096, &f);
-    CHECK_MSG(q && q->grammar && q->grammar_trigger, "%s", q ? "" : f.err.e.msg);
+    CHECK_MSG(q && q->grammar && q->grammar_trigger, "%s", q ? "" : f.e.msg);
     req_unref(q);
     /* harmony: the trigger is the call header's, and message bodies (the
      * analysis) do not count as calls */
@@ -149,21 +149,21 @@ static void test_constraints(void) {
     CHECK_MSG(q && q->grammar && q->grammar_trigger && !strcmp(q->grammar_trigger, "to=functions.") &&
                   q->trigger_skip_open && !strcmp(q->trigger_skip_open, "<|message|>") &&
                   !strcmp(q->trigger_skip_close, "<|end|>") && !q->trigger_skip_now,
-              "%s", q ? "" : f.err.e.msg);
+              "%s", q ? "" : f.e.msg);
     req_unref(q);
     rc.tool_format = was;
     /* an empty character class first: compiles (it matches nothing) */
     q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"g\"}], \"grammar\": \"root ::= [] | \\\"a\\\"\"}",
                  512, &f);
-    CHECK_MSG(q && q->grammar, "%s", q ? "" : f.err.e.msg);
+    CHECK_MSG(q && q->grammar, "%s", q ? "" : f.e.msg);
     req_unref(q);
     q = chat_req("{\"messages\": [{\"role\": \"user\", \"content\": \"g\"}], \"grammar\": \"root ::= nowhere\"}", 512, &f);
-    CHECK(q == NULL && f.err.status == 400 && f.err.field && !strcmp(f.err.field, "grammar") && strstr(f.err.e.msg, "nowhere"));
+    CHECK(q == NULL && f.status == 400 && f.field && !strcmp(f.field, "grammar") && strstr(f.e.msg, "nowhere"));
     req_unref(q);
 }
 
 static void test_context(void) {
-    gen_fail f;
+    oai_error f;
     const char *s = "{\"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time there was a cat\"}]}";
     req *q = chat_req(s, 512, &f);
     CHECK(q != NULL);
@@ -171,9 +171,9 @@ static void test_context(void) {
     req_unref(q);
     q = chat_req(s, n, &f); /* the prompt must be shorter than the context */
     CHECK(q == NULL);
-    CHECK_EQ_INT(f.err.status, 400);
-    CHECK_STR(f.err.code, "context_length_exceeded");
-    CHECK_MSG(strstr(f.err.e.msg, "tokens") != NULL, "%s", f.err.e.msg);
+    CHECK_EQ_INT(f.status, 400);
+    CHECK_STR(f.code, "context_length_exceeded");
+    CHECK_MSG(strstr(f.e.msg, "tokens") != NULL, "%s", f.e.msg);
     req_unref(q);
     q = chat_req(s, n + 1, &f);
     CHECK(q && q->n_prompt == n);
@@ -191,9 +191,9 @@ static void test_other_apis(void) {
     if (r == 0) {
         CHECK(p.continue_final);
         CHECK_EQ_INT(p.max_tokens, 5);
-        gen_fail f;
+        oai_error f;
         bool think_open;
-        req *q = gen_request(&rc, &p, 512, &think_open, &f);
+        req *q = gen_request(&rc, &p, 512, &think_open, NULL, &f);
         CHECK(q != NULL);
         if (q) {
             char *text = prompt_text(q);
@@ -219,12 +219,12 @@ static void test_other_apis(void) {
     CHECK_MSG(r == 0, "%s", e.e.msg);
     if (r == 0) {
         CHECK_EQ_INT(p.max_tokens, 7);
-        gen_fail f;
+        oai_error f;
         bool think_open;
-        req *q = gen_request(&rc, &p, 512, &think_open, &f);
+        req *q = gen_request(&rc, &p, 512, &think_open, NULL, &f);
         char *text = q ? prompt_text(q) : NULL;
         CHECK_MSG(text && strstr(text, "system\nTell stories.") && strstr(text, "user\nOnce upon a time"), "%s",
-                  text ? text : f.err.e.msg);
+                  text ? text : f.e.msg);
         free(text);
         req_unref(q);
         oai_params_free(&p);
@@ -270,20 +270,20 @@ static void test_completion_extras(void) {
         oai_error e;
         int r = parse_completion(cases[i].body, &p, &e);
         const char *param = r < 0 ? e.field : NULL;
-        gen_fail f = {0};
+        oai_error f = {0};
         req *q = NULL;
         if (r == 0) {
             bool think_open;
-            q = gen_request(&rc, &p, 512, &think_open, &f);
-            if (!q) param = f.err.field;
+            q = gen_request(&rc, &p, 512, &think_open, NULL, &f);
+            if (!q) param = f.field;
             if (q && strstr(cases[i].body, "guided_regex")) CHECK_MSG(q->grammar != NULL, "%s: no grammar", cases[i].body);
             oai_params_free(&p);
         }
         if (cases[i].param)
             CHECK_MSG(!q && param && !strcmp(param, cases[i].param), "%s: want a refusal naming %s, got %s (%s %s)",
-                      cases[i].body, cases[i].param, param ? param : "none", e.e.msg, f.err.e.msg);
+                      cases[i].body, cases[i].param, param ? param : "none", e.e.msg, f.e.msg);
         else
-            CHECK_MSG(q != NULL, "%s: refused: %s %s", cases[i].body, e.e.msg, f.err.e.msg);
+            CHECK_MSG(q != NULL, "%s: refused: %s %s", cases[i].body, e.e.msg, f.e.msg);
         if (q) req_unref(q);
     }
 }

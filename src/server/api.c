@@ -3,6 +3,8 @@
  */
 #include "api.h"
 
+#include "models.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdarg.h>
@@ -82,9 +84,9 @@ const char *api_error_param(const api_ops *a, const oai_error *e) {
     return a->param ? a->param(e->field) : e->field;
 }
 
-void api_reply_refusal(const api_ops *a, http_exchange *x, const oai_error *e, unsigned long nomem0) {
+void api_reply_refusal(const api_ops *a, http_exchange *x, const oai_error *e) {
     /* out of memory is the server's state, not the client's mistake */
-    if (e->e.code == ERR_NOMEM || oai_json_nomem() != nomem0) {
+    if (e->e.code == ERR_NOMEM || oai_json_failed()) {
         api_reply_error(a, x, 503, "out of memory starting the request", NULL, NULL);
         return;
     }
@@ -96,10 +98,10 @@ void api_reply_refusal(const api_ops *a, http_exchange *x, const oai_error *e, u
     api_reply_error(a, x, e->status ? e->status : 400, msg, a->param_in_message ? NULL : param, e->code);
 }
 
-void api_reply_json(const api_ops *a, http_exchange *x, int status, json_t *o, unsigned long f0) {
-    char *s = oai_json_nomem() == f0 ? oai_json_dump(o) : NULL;
+void api_reply_json(const api_ops *a, http_exchange *x, json_t *o) {
+    char *s = !oai_json_failed() ? oai_json_dump(o) : NULL;
     if (s)
-        http_reply(x, status, "application/json", s, strlen(s), NULL, NULL);
+        http_reply(x, 200, "application/json", s, strlen(s), NULL, NULL);
     else
         api_reply_error(a, x, 500, "out of memory building the answer", NULL, NULL);
     free(s);
@@ -107,14 +109,13 @@ void api_reply_json(const api_ops *a, http_exchange *x, int status, json_t *o, u
 
 json_t *api_body_json(const api_ops *a, http_exchange *x) {
     char msg[400];
-    unsigned long f0 = oai_json_nomem();
     json_t *o = oai_load_body(x, msg, sizeof msg);
-    if (o && oai_json_nomem() != f0) { /* a parse that succeeded but dropped something */
+    if (o && oai_json_failed()) { /* a parse that succeeded but dropped something */
         json_decref(o);
         o = NULL;
     }
     /* jansson reports a refused allocation as a syntax error */
-    if (!o && oai_json_nomem() != f0)
+    if (!o && oai_json_failed())
         api_reply_error(a, x, 503, "out of memory reading the request body", NULL, NULL);
     else if (!o)
         api_reply_error(a, x, 400, msg, NULL, "invalid_json");
@@ -224,8 +225,8 @@ static bool answer_poll(api_answer *a, int timeout_ms) {
 
 /* The end of a finished generation: the open segment closed (a call
  * complete when the parser completed it, text when the output was not
- * cut), the empty-answer rule, then the API's finish. */
-static json_t *answer_finish(api_answer *a) {
+ * cut), the empty-answer rule, then a stream's end of the choice. */
+static void answer_end(api_answer *a) {
     bool cut = gen_cut(a->g);
     if (a->open >= 0) {
         const api_seg *s = &a->segs[a->open];
@@ -241,7 +242,24 @@ static json_t *answer_finish(api_answer *a) {
         seg_open(a, API_SEG_TEXT, NULL);
         api_seg_close(a, !cut);
     }
-    return a->api->finish(a);
+    a->done = true;
+    if (a->stream && a->api->end) a->api->end(a);
+}
+
+/* "generation failed: ..." of a choice whose generation failed; *status
+ * the HTTP status to answer it with. */
+static void failed_msg(const api_answer *a, char *msg, size_t cap, int *status) {
+    snprintf(msg, cap, "generation failed: %s", gen_error(a->g, status));
+}
+
+static api_answer *answer_new(const api_ops *api, routes_ctx *rc, int64_t t0, const char *path) {
+    api_answer *a = xcalloc(1, sizeof *a);
+    a->api = api;
+    a->rc = rc;
+    a->t0_ns = t0;
+    a->path = path;
+    a->open = -1;
+    return a;
 }
 
 static void answer_free(api_answer *a) {
@@ -256,132 +274,193 @@ static void answer_free(api_answer *a) {
     free(a);
 }
 
+/* Frees every choice of the answer (a: choices[0]). */
+static void answers_free(api_answer *a) {
+    for (int i = 1; i < a->n_choices; i++) answer_free(a->choices[i]);
+    free(a->choices);
+    answer_free(a);
+}
+
+static void cancel_all(api_answer *a) {
+    for (int i = 0; i < a->n_choices; i++) gen_cancel(a->choices[i]->g);
+}
+
+/* Every choice read to its end in order (the engine runs them together),
+ * then one answer; a failed one or a client that leaves fails it, the
+ * others cancelled. */
 static void answer_whole(api_answer *a, http_exchange *x) {
-    bool done = false;
-    while (!done) {
-        done = answer_poll(a, 20);
-        if (!done && http_client_gone(x)) break;
-    }
     int status = 200;
-    if (!done) {
-        gen_cancel(a->g);
-        status = 499;
-        api_reply_error(a->api, x, 499, "client closed the connection", NULL, NULL);
-    } else if (!gen_finish_reason(a->g)) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "generation failed: %s", gen_error(a->g, &status));
+    char msg[320];
+    for (int i = 0; i < a->n_choices && status == 200; i++) {
+        api_answer *c = a->choices[i];
+        bool done = false;
+        while (!done) {
+            done = answer_poll(c, 20);
+            if (!done && http_client_gone(x)) break;
+        }
+        if (!done) {
+            status = 499;
+            snprintf(msg, sizeof msg, "client closed the connection");
+        } else if (!gen_finish_reason(c->g)) {
+            failed_msg(c, msg, sizeof msg, &status);
+        } else {
+            answer_end(c);
+        }
+    }
+    if (status != 200) {
+        cancel_all(a);
         api_reply_error(a->api, x, status, msg, NULL, NULL);
     } else {
-        json_t *r = answer_finish(a);
-        if (oai_json_nomem() != a->nomem0) status = 500;
-        api_reply_json(a->api, x, 200, r, a->nomem0);
+        json_t *r = a->api->finish(a);
+        if (oai_json_failed()) status = 500;
+        api_reply_json(a->api, x, r);
         json_decref(r);
     }
-    gen_done(a->g, "POST", status, false);
-    answer_free(a);
+    for (int i = 0; i < a->n_choices; i++) gen_done(a->choices[i]->g, "POST", status, false);
+    answers_free(a);
 }
 
 /* Out of memory while building this call's events (one may lack a member,
  * or be missing): they are dropped, the stream ends with the API's error
- * event, and the generation is cancelled. */
+ * event, and the generations are cancelled. */
 static int stream_fail(api_answer *a, http_buf *out, size_t keep) {
     out->n = keep;
     http_buf_add(out, a->api->stream_nomem, strlen(a->api->stream_nomem));
-    a->out = NULL;
+    for (int i = 0; i < a->n_choices; i++) a->choices[i]->out = NULL;
     a->failed = true;
-    gen_cancel(a->g);
+    cancel_all(a);
     return 0;
 }
 
 static int stream_next(void *sctx, http_buf *out) {
     api_answer *a = sctx;
-    unsigned long f0 = oai_json_nomem();
+    oai_json_mark();
     size_t keep = out->n;
-    a->out = out;
-    bool first = !a->started;
+    bool first = !a->started, wrote = false;
     a->started = true;
-    if (first && a->api->begin && a->api->begin(a)) {
-        a->out = NULL;
-        return oai_json_nomem() == f0 ? 1 : stream_fail(a, out, keep);
+    for (int i = 0; first && a->api->begin && i < a->n_choices; i++) {
+        a->choices[i]->out = out;
+        wrote |= a->api->begin(a->choices[i]);
+        a->choices[i]->out = NULL;
     }
-    bool done = answer_poll(a, 20);
-    if (done) {
-        if (!gen_finish_reason(a->g)) {
+    if (wrote) return !oai_json_failed() ? 1 : stream_fail(a, out, keep);
+    /* the engine steps every choice together: wait on the first that runs,
+     * then take what the others have */
+    int waited = 0, n_done = 0;
+    for (int i = 0; i < a->n_choices; i++) {
+        api_answer *c = a->choices[i];
+        if (c->done) {
+            n_done++;
+            continue;
+        }
+        c->out = out;
+        bool done = answer_poll(c, waited++ ? 0 : 20);
+        if (done && !gen_finish_reason(c->g)) { /* one failed: the answer fails */
             char msg[320];
             int status = 500;
-            snprintf(msg, sizeof msg, "generation failed: %s", gen_error(a->g, &status));
-            a->api->fail(a, msg, status);
-        } else {
-            json_decref(answer_finish(a));
+            failed_msg(c, msg, sizeof msg, &status);
+            a->api->fail(c, msg, status);
+            c->out = NULL;
+            cancel_all(a);
+            return !oai_json_failed() ? 0 : stream_fail(a, out, keep);
         }
+        if (done) answer_end(c), n_done++;
+        c->out = NULL;
+        if (oai_json_failed()) return stream_fail(a, out, keep);
     }
-    if (oai_json_nomem() != f0) return stream_fail(a, out, keep);
+    if (n_done < a->n_choices) return 1;
+    a->out = out;
+    json_decref(a->api->finish(a));
     a->out = NULL;
-    return done ? 0 : 1;
+    return !oai_json_failed() ? 0 : stream_fail(a, out, keep);
 }
 
-static void stream_block(void *sctx, bool blocked) { gen_reader_blocked(((api_answer *)sctx)->g, blocked); }
+static void stream_block(void *sctx, bool blocked) {
+    api_answer *a = sctx;
+    for (int i = 0; i < a->n_choices; i++) gen_reader_blocked(a->choices[i]->g, blocked);
+}
 
 static void stream_done(void *sctx, bool completed) {
     api_answer *a = sctx;
-    if (!completed) gen_cancel(a->g);
-    gen_done(a->g, "POST", !completed ? 499 : a->failed ? 500 : 200, true);
-    answer_free(a);
+    for (int i = 0; i < a->n_choices; i++) {
+        if (!completed) gen_cancel(a->choices[i]->g);
+        gen_done(a->choices[i]->g, "POST", !completed ? 499 : a->failed ? 500 : 200, true);
+    }
+    answers_free(a);
+}
+
+int api_parsed(const api_ops *a, http_exchange *x, int r, oai_params *p, const oai_error *err) {
+    if (r > 0 && oai_json_failed()) { /* read with a part missing */
+        for (int i = 0; i < r; i++) oai_params_free(&p[i]);
+        r = -1;
+    }
+    /* out of memory is the server's state, not the client's mistake */
+    if (r < 0 && oai_json_failed()) api_reply_error(a, x, 503, "out of memory reading the request", NULL, NULL);
+    else if (r < 0) api_reply_refusal(a, x, err);
+    return r;
+}
+
+/* Starts the generation of every choice: n_p parameter sets, a->forks of
+ * each. False when one was refused (the started ones then end with its
+ * status, and it is answered). */
+static bool answer_start(api_answer *a, http_exchange *x, oai_params *p, int n_p) {
+    int forks = MAX(a->forks, 1), total = n_p * forks;
+    oai_error err;
+    a->choices = xcalloc((size_t)total, sizeof *a->choices);
+    uint64_t seed0 = 0;
+    for (int i = 0; i < total; i++) {
+        oai_params *q = &p[i / forks];
+        api_answer *c = a->choices[i] = i ? answer_new(a->api, a->rc, a->t0_ns, a->path) : a;
+        a->n_choices = i + 1;
+        c->index = i;
+        c->stream = q->stream;
+        if (i % forks == 0) seed0 = q->sp.seed;
+        if (q->seed_set) q->sp.seed = seed0 + (uint64_t)(i % forks); /* forks differ, reproducibly */
+        if (!(c->g = gen_start(a->rc, x, q, a->path, a->t0_ns, &err))) break;
+        if (i) models_retain(a->rc); /* each generation's gen_done releases the model */
+    }
+    for (int i = 0; i < a->n_choices; i++) {
+        a->choices[i]->choices = a->choices;
+        a->choices[i]->n_choices = a->n_choices;
+    }
+    if (a->choices[a->n_choices - 1]->g) return true;
+    for (int i = 0; i < a->n_choices - 1; i++) {
+        gen_cancel(a->choices[i]->g);
+        gen_done(a->choices[i]->g, "POST", err.e.code == ERR_NOMEM ? 503 : err.status, false);
+    }
+    api_reply_refusal(a->api, x, &err);
+    return false;
 }
 
 bool api_serve(const api_ops *api, routes_ctx *rc, http_exchange *x, const char *path) {
     int64_t t0 = clock_ns();
-    unsigned long f0 = oai_json_nomem();
     json_t *body = api_body_json(api, x);
     if (!body) return false;
-    api_answer *a = xcalloc(1, sizeof *a);
-    a->api = api;
-    a->rc = rc;
-    a->t0_ns = t0;
-    a->path = path;
-    a->open = -1;
-    a->nomem0 = f0;
-    oai_params p;
+    api_answer *a = answer_new(api, rc, t0, path);
+    oai_params p[OAI_MAX_PROMPTS];
     oai_error err;
-    int r = api->parse(a, x, body, &p, &err);
+    int n_p = api->parse(a, x, body, p, &err);
     json_decref(body);
-    if (r == 2) { /* answered, and counted and logged by its generations */
-        answer_free(a);
-        return true;
+    n_p = api_parsed(api, x, n_p, p, &err);
+    bool started = n_p > 0 && answer_start(a, x, p, n_p);
+    bool reached = started || (a->n_choices > 1);
+    if (started) {
+        gen_add_headers(a->g, x);
+        if (oai_json_failed()) { /* a prompt was rendered with a part missing */
+            cancel_all(a);
+            for (int i = 0; i < a->n_choices; i++) gen_done(a->choices[i]->g, "POST", 503, a->stream);
+            api_reply_error(api, x, 503, "out of memory starting the request", NULL, NULL);
+            started = false;
+        }
     }
-    if (r > 0 && oai_json_nomem() != f0) { /* read with a part missing */
-        oai_params_free(&p);
-        r = -1;
+    for (int i = 0; started && api->start && i < a->n_choices; i++)
+        api->start(a->choices[i], &p[i / MAX(a->forks, 1)]);
+    for (int i = 0; i < n_p; i++) oai_params_free(&p[i]);
+    if (!started) {
+        answers_free(a);
+        return reached;
     }
-    if (r < 0) {
-        /* out of memory is the server's state, not the client's mistake */
-        if (oai_json_nomem() != f0) api_reply_error(api, x, 503, "out of memory reading the request", NULL, NULL);
-        else api_reply_refusal(api, x, &err, f0);
-    }
-    if (r <= 0) {
-        answer_free(a);
-        return false;
-    }
-    gen_fail gf;
-    a->g = gen_start(rc, x, &p, path, t0, &gf);
-    if (!a->g) {
-        api_reply_refusal(api, x, &gf.err, f0);
-        oai_params_free(&p);
-        answer_free(a);
-        return false;
-    }
-    gen_add_headers(a->g, x);
-    a->stream = p.stream;
-    if (oai_json_nomem() != f0) { /* the prompt was rendered with a part missing */
-        gen_cancel(a->g);
-        gen_done(a->g, "POST", 503, p.stream);
-        api_reply_error(api, x, 503, "out of memory starting the request", NULL, NULL);
-        oai_params_free(&p);
-        answer_free(a);
-        return true;
-    }
-    if (api->start) api->start(a, &p);
-    oai_params_free(&p);
+    a->stream = a->choices[0]->stream;
     if (a->stream)
         http_reply_stream(x, 200, api->stream_type, stream_next, stream_done, stream_block, a);
     else

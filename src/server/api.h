@@ -64,12 +64,14 @@ typedef struct api_seg {
 
 typedef struct api_ops api_ops;
 
-/* One answer in progress (api_serve's; the callbacks read and write it). */
+/* One answer in progress (api_serve's; the callbacks read and write it):
+ * one generation, the answer's only choice or one of several (OpenAI's n,
+ * best_of and prompt arrays: a->choices). */
 typedef struct api_answer {
     const api_ops *api;
     routes_ctx *rc;
     gen *g;
-    void *ctx;             /* the API's own state (its parse sets it)         */
+    void *ctx;             /* the API's own state (its parse or start sets it) */
     int64_t t0_ns;         /* when the request arrived (clock_ns)             */
     const char *path;      /* the route's canonical path (api_serve's)        */
     bool stream;
@@ -79,8 +81,13 @@ typedef struct api_answer {
     http_buf *out;         /* a stream's output while the callbacks run; NULL
                               otherwise (api_emit then writes nothing)        */
     tc_events ev;
-    unsigned long nomem0;  /* oai_json_nomem() when the request arrived       */
     bool started, failed;  /* failed: a stream cut short (out of memory)      */
+    int index;             /* its choice's index, in request order            */
+    int forks;             /* parse: generations per parameter set (0: one)   */
+    bool done;             /* its generation finished                         */
+    struct api_answer **choices; /* every choice, choices[0] first (the answer
+                              api_serve drives); n_choices of them            */
+    int n_choices;
 } api_answer;
 
 /* What an answer does when no segment answered (api_ops.empty). */
@@ -114,13 +121,15 @@ struct api_ops {
     bool param_in_message;
 
     /* ---- generation (api_serve; NULL where the API has no such route) ----
-     * parse: the body (only read) as oai_params: 1 to run it (a->ctx may
-     * hold the API's state for the answer), 0 when the API answered itself
-     * (Ollama's load-only request), -1 with *err filled (refused), 2 when
-     * it answered itself and the request reached the engine (OpenAI's
-     * forks: they count and log themselves; *p already freed). */
+     * parse: the body (only read) as oai_params: how many parameter sets
+     * it filled in p[0 .. OAI_MAX_PROMPTS - 1] (one but for OpenAI's
+     * prompt arrays), each started a->forks times (OpenAI's n and best_of;
+     * forks differ by seed: seed + j), a choice each, in order (a->ctx may
+     * hold the API's state for the answer); 0 when the API answered itself
+     * (Ollama's load-only request); -1 with *err filled (refused). */
     int (*parse)(api_answer *a, http_exchange *x, json_t *body, oai_params *p, oai_error *err);
-    /* Once the generation started (a->g set; p still readable). Optional. */
+    /* Once a choice's generation started (a->g set; p its parameters, still
+     * readable). Optional. */
     void (*start)(api_answer *a, const oai_params *p);
     /* Polls the generation into a->ev (gen_poll; an API that reads logprobs
      * adds them). Optional: gen_poll without. */
@@ -135,20 +144,26 @@ struct api_ops {
     void (*close)(api_answer *a, int i);
     /* After a poll's events of an unfinished generation. Optional. */
     void (*polled)(api_answer *a);
-    /* The generation finished (the segments closed): a stream's last events
-     * (returns NULL), or a whole answer's body (a new reference). */
+    /* A stream's choice finished (its segments closed): its last events,
+     * before finish. Optional. */
+    void (*end)(api_answer *a);
+    /* Every generation finished (the segments closed), called on choices[0]:
+     * a stream's last events (returns NULL), or the whole answer's body (a
+     * new reference). */
     json_t *(*finish)(api_answer *a);
-    /* The generation failed: a stream's error events (msg: "generation
-     * failed: ...", status its HTTP status). */
+    /* A choice's generation failed: a stream's error events, its last (msg:
+     * "generation failed: ...", status its HTTP status). */
     void (*fail)(api_answer *a, const char *msg, int status);
     /* Frees a->ctx (NULL: free()). */
     void (*free_ctx)(void *ctx);
     int empty;                 /* API_EMPTY_*                                  */
     int framing;               /* API_SSE, API_NDJSON                          */
     const char *stream_type;   /* a stream's Content-Type                      */
-    /* A stream's last event when building one ran out of memory (static). */
+    /* A stream's last event when building one ran out of memory (static:
+     * its message API_NOMEM_MSG). */
     const char *stream_nomem;
 };
+#define API_NOMEM_MSG "generation failed: out of memory building the answer"
 
 /* The rows (defined by the API's own file). */
 extern const api_ops api_openai;    /* oai.c: /v1/completions, /v1/chat/completions and the rest */
@@ -164,18 +179,27 @@ const api_ops *api_of_path(const char *path);
  * the log line's reason. */
 void api_reply_error(const api_ops *a, http_exchange *x, int status, const char *msg, const char *param,
                      const char *code);
-/* Answers oai_parse's or gen_start's refusal: its message and field in a's
+/* Out of memory: every reply below checks oai_json_failed (oai.h), jansson
+ * failing on this thread since the request's mark (routes_handle's).
+ *
+ * Answers oai_parse's or gen_start's refusal: its message and field in a's
  * terms; 503 when it ran out of memory (e->e.code ERR_NOMEM, or jansson
- * failed on this thread since nomem0). */
-void api_reply_refusal(const api_ops *a, http_exchange *x, const oai_error *e, unsigned long nomem0);
-/* Answers o (200 or status) as JSON, or a 500 in a's shape when it could not
- * be built whole: o is NULL, or jansson ran out of memory on this thread
- * since f0 (oai_json_nomem) — a member may be missing. */
-void api_reply_json(const api_ops *a, http_exchange *x, int status, json_t *o, unsigned long f0);
-/* The request body as a JSON object (oai_load_body); on failure answers it
- * in a's shape (400 with the parser's message, code "invalid_json"; 503 when
- * the parse ran out of memory) and returns NULL. */
+ * failed). */
+void api_reply_refusal(const api_ops *a, http_exchange *x, const oai_error *e);
+/* Answers o as JSON (200), or a 500 in a's shape when it could not be built
+ * whole: o is NULL, or jansson failed (a member may be missing). */
+void api_reply_json(const api_ops *a, http_exchange *x, json_t *o);
+/* The request body as a JSON object (oai_load_body; the first JSON a
+ * handler reads); on failure answers it in a's shape (400 with the parser's
+ * message, code "invalid_json"; 503 when the parse ran out of memory) and
+ * returns NULL. */
 json_t *api_body_json(const api_ops *a, http_exchange *x);
+
+/* After an API's translation (r: how many parameter sets it filled in p,
+ * 0 when it answered itself, -1 when it refused with *err): r, or -1 when
+ * it refused (answered: api_reply_refusal) or ran out of memory (a 503;
+ * p freed). */
+int api_parsed(const api_ops *a, http_exchange *x, int r, oai_params *p, const oai_error *err);
 
 /* For an api_ops.field: when a row's internal name (row[i][0]) starts the
  * path *s up to a path boundary ('.', '[' or its end), writes the row's API
@@ -184,12 +208,16 @@ json_t *api_body_json(const api_ops *a, http_exchange *x);
 size_t api_field_rename(const char *const (*rows)[2], size_t n_rows, const char **s, char *out, size_t cap);
 
 /* Serves a generation route of api: the body (api_body_json), api->parse,
- * gen_start (path names the route in the log line), then the answer
- * streamed (http_reply_stream, api->framing) or whole, through the
- * callbacks; every refusal and failure in the API's shape, out of memory
- * checked at each step (503 before the answer, 500 or the stream's
- * stream_nomem event after), a client that leaves cancels, gen_done counts
- * and logs. Returns true when the request reached the engine. */
+ * gen_start for every choice (path names the route in the log line; all
+ * started at once, so the engine batches them and the forks of a prompt
+ * share its KV through the radix tree: docs/server.md), then the answer
+ * streamed (http_reply_stream, api->framing; several choices' events
+ * interleave as they come) or whole, through the callbacks; every refusal
+ * and failure in the API's shape (one failed choice fails the answer, the
+ * others cancelled), out of memory checked at each step (503 before the
+ * answer, 500 or the stream's stream_nomem event after), a client that
+ * leaves cancels, gen_done counts and logs each generation. Returns true
+ * when the request reached the engine. */
 bool api_serve(const api_ops *api, routes_ctx *rc, http_exchange *x, const char *path);
 
 /* One event of a stream in api->framing (data taken; type NULL: an SSE

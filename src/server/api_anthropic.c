@@ -126,13 +126,6 @@ static void field_name(const char *path, char *out, size_t cap) {
 }
 
 
-/* Answers an error in Anthropic's shape. */
-static void reply_error(http_exchange *x, int status, const char *msg) {
-    api_reply_error(&api_anthropic, x, status, msg, NULL, NULL);
-}
-
-static void reply_json(http_exchange *x, json_t *o, unsigned long f0) { api_reply_json(&api_anthropic, x, 200, o, f0); }
-
 /* ---- request translation: Messages body -> OpenAI chat body ---- */
 
 /* The text of a content given as a string or as text blocks (other block
@@ -493,25 +486,6 @@ int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_para
     return 0;
 }
 
-/* Parses the body and translates it; answers the error itself (-1). */
-static int request_params(routes_ctx *rc, http_exchange *x, bool count_only, oai_params *p) {
-    unsigned long f0 = oai_json_nomem();
-    json_t *body = api_body_json(&api_anthropic, x);
-    if (!body) return -1;
-    oai_error err;
-    int r = api_anthropic_params(rc, body, count_only, p, &err);
-    json_decref(body);
-    if (r == 0 && oai_json_nomem() != f0) { /* read with a part missing */
-        oai_params_free(p);
-        r = -1;
-    }
-    if (r < 0 && oai_json_nomem() != f0)
-        reply_error(x, 503, "out of memory reading the request");
-    else if (r < 0)
-        api_reply_refusal(&api_anthropic, x, &err, f0);
-    return r;
-}
-
 /* ---- the answer: content blocks from api_serve's segments (api.h) ---- */
 
 /* One SSE event (ev taken, its "type" set); nothing when not streaming. */
@@ -648,23 +622,26 @@ const api_ops api_anthropic = {
     .framing = API_SSE,
     .stream_type = "text/event-stream",
     .stream_nomem = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\","
-                    "\"message\":\"generation failed: out of memory building the answer\"}}\n\n",
+                    "\"message\":\"" API_NOMEM_MSG "\"}}\n\n",
 };
 
 /* ---- routes ---- */
 
-void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x) {
-    unsigned long f0 = oai_json_nomem();
+void api_anthropic_count_tokens(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    json_t *body = api_body_json(&api_anthropic, x);
+    if (!body) return;
     oai_params p;
-    if (request_params(rc, x, true, &p) < 0) return;
-    gen_fail gf;
-    int n = gen_count_prompt(rc, &p, &gf);
+    oai_error err;
+    int r = api_anthropic_params(rc, body, true, &p, &err);
+    json_decref(body);
+    if (api_parsed(&api_anthropic, x, r < 0 ? -1 : 1, &p, &err) < 0) return;
+    int n = gen_count_prompt(rc, &p, &err);
     oai_params_free(&p);
     if (n < 0) {
-        api_reply_refusal(&api_anthropic, x, &gf.err, f0);
+        api_reply_refusal(&api_anthropic, x, &err);
         return;
     }
     json_t *o = json_pack("{s:i}", "input_tokens", n);
-    reply_json(x, o, f0);
+    api_reply_json(&api_anthropic, x, o);
     json_decref(o);
 }

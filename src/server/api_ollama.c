@@ -84,9 +84,6 @@ static void reply_error(http_exchange *x, int status, const char *fmt, ...) {
     api_reply_error(&api_ollama_api, x, status, msg, NULL, NULL);
 }
 
-static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0) {
-    api_reply_json(&api_ollama_api, x, status, o, f0);
-}
 
 static json_t *body_object(http_exchange *x) { return api_body_json(&api_ollama_api, x); }
 
@@ -206,7 +203,6 @@ static json_t *modified_at_json(const routes_ctx *rc) {
 /* ---- GET /api/tags, POST /api/show, GET /api/version ---- */
 
 void api_ollama_tags(routes_ctx *rc, http_exchange *x) {
-    unsigned long f0 = oai_json_nomem();
     size_t size = gguf_file_size(rc->m->gguf);
     /* The digest names this model file: the SHA-256 of "<model id>\n<file
      * bytes>" (hashing gigabytes of weights per listing would be slow; a
@@ -218,7 +214,7 @@ void api_ollama_tags(routes_ctx *rc, http_exchange *x) {
                           modified_at_json(rc), "size", (json_int_t)size, "digest", digest, "details",
                           details_json(rc));
     json_t *o = json_pack("{s:[o]}", "models", m);
-    reply_json(x, 200, o, f0);
+    api_reply_json(&api_ollama_api, x, o);
     json_decref(o);
 }
 
@@ -262,8 +258,7 @@ static json_t *model_info_json(const routes_ctx *rc) {
 }
 
 
-void api_ollama_show(routes_ctx *rc, http_exchange *x) {
-    unsigned long f0 = oai_json_nomem();
+void api_ollama_show(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     json_t *body = body_object(x);
     if (!body) return;
     if (!check_model(rc, x, body)) {
@@ -282,7 +277,7 @@ void api_ollama_show(routes_ctx *rc, http_exchange *x) {
     json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "modelfile", "", "parameters", "", "template",
                           t ? t : json_string(""), "details", details_json(rc), "model_info", model_info_json(rc),
                           "capabilities", caps, "modified_at", modified_at_json(rc));
-    reply_json(x, 200, o, f0);
+    api_reply_json(&api_ollama_api, x, o);
     json_decref(o);
 }
 
@@ -636,7 +631,6 @@ static void ndjson_line(http_buf *out, json_t *l) {
 /* An empty prompt (or no messages) loads the model in Ollama: answered at
  * once with done_reason "load". */
 static void answer_load(http_exchange *x, bool chat, const char *model, bool stream) {
-    unsigned long f0 = oai_json_nomem();
     json_t *l = json_pack("{s:s, s:o}", "model", model, "created_at", now_json());
     if (chat)
         json_object_set_new(l, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
@@ -646,7 +640,7 @@ static void answer_load(http_exchange *x, bool chat, const char *model, bool str
     json_object_set_new(l, "done_reason", json_string("load"));
     http_buf b = {0};
     ndjson_line(&b, l);
-    if (oai_json_nomem() != f0 || !b.n)
+    if (oai_json_failed() || !b.n)
         reply_error(x, 500, "out of memory building the answer");
     else
         http_reply(x, 200, stream ? "application/x-ndjson" : "application/json", b.p, b.n, NULL, NULL);
@@ -796,21 +790,19 @@ const api_ops api_ollama_api = {
     .empty = API_EMPTY_NONE,
     .framing = API_NDJSON,
     .stream_type = "application/x-ndjson",
-    .stream_nomem = "{\"error\":\"generation failed: out of memory building the answer\"}\n",
+    .stream_nomem = "{\"error\":\"" API_NOMEM_MSG "\"}\n",
 };
 
-void api_ollama_version(routes_ctx *rc, http_exchange *x) {
+void api_ollama_version(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     static const char v[] = "{\"version\":\"" OLLAMA_VERSION "\"}";
     http_reply(x, 200, "application/json", v, strlen(v), NULL, NULL);
-    (void)rc;
 }
 
-void api_ollama_unsupported(routes_ctx *rc, http_exchange *x) {
+void api_ollama_unsupported(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     /* Decision: 501 with what to do instead; kvloom has no model registry
      * to pull from, its models are GGUF files on disk */
     reply_error(x, 501,
                 "%s is not supported: kvloom loads models from GGUF files on disk, it does not download or "
                 "manage them (start it with 'kvloom serve -m FILE.gguf'; /api/tags lists what it serves)",
                 http_path(x));
-    (void)rc;
 }

@@ -309,9 +309,6 @@ static void reply_error(http_exchange *x, int status, const char *msg, const cha
     api_reply_error(&api_responses, x, status, msg, param, code);
 }
 
-static void reply_json(http_exchange *x, int status, json_t *o, unsigned long f0) {
-    api_reply_json(&api_responses, x, status, o, f0);
-}
 
 
 /* ---- request translation: Responses body -> OpenAI chat body ---- */
@@ -928,7 +925,7 @@ static json_t *answer_finish(api_answer *a) {
     json_t *r = response_json(a, truncated ? "incomplete" : "completed", NULL);
     if (o->rq.store) {
         /* never store an answer jansson could not build whole */
-        char *text = oai_json_nomem() == a->nomem0 ? oai_json_dump(r) : NULL;
+        char *text = !oai_json_failed() ? oai_json_dump(r) : NULL;
         json_t *history = json_array();
         json_array_extend(history, o->rq.history);
         for (int i = 0; i < a->n_segs; i++) json_array_append_new(history, item_json(a, i));
@@ -985,7 +982,7 @@ const api_ops api_responses = {
     .framing = API_SSE,
     .stream_type = "text/event-stream",
     .stream_nomem = "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\","
-                    "\"message\":\"generation failed: out of memory building the answer\",\"param\":null}\n\n",
+                    "\"message\":\"" API_NOMEM_MSG "\",\"param\":null}\n\n",
 };
 
 /* ---- routes ---- */
@@ -1013,8 +1010,8 @@ int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, oai_error 
     return r;
 }
 
-void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
-    unsigned long f0 = oai_json_nomem();
+void api_responses_item(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    const char *id = http_path(x) + strlen(rt->path);
     char msg[300];
     if (!*id || strchr(id, '/')) {
         snprintf(msg, sizeof msg, "no route for %s /v1/responses/%.200s", http_method(x), id);
@@ -1029,7 +1026,7 @@ void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id) {
         }
         json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "object", "response", "deleted", 1);
         if (!o) o = json_pack("{s:s, s:b}", "object", "response", "deleted", 1); /* id not UTF-8 */
-        reply_json(x, 200, o, f0);
+        api_reply_json(&api_responses, x, o);
         json_decref(o);
         return;
     }

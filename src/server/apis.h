@@ -47,7 +47,7 @@
  * Anthropic does). */
 int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, oai_error *err);
 /* POST /v1/messages/count_tokens. */
-void api_anthropic_count_tokens(routes_ctx *rc, http_exchange *x);
+void api_anthropic_count_tokens(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
 
 /* Responses kept for previous_response_id (bounded in count and time). */
 typedef struct resp_store resp_store;
@@ -63,8 +63,8 @@ void resp_store_stats(resp_store *s, int *n, size_t *bytes);
  * oai_params_free), or -1 with *err filled, as POST /v1/responses answers
  * it through api_responses (api.h). */
 int api_responses_params(routes_ctx *rc, json_t *body, oai_params *p, oai_error *err);
-/* GET or DELETE /v1/responses/{id}. */
-void api_responses_item(routes_ctx *rc, http_exchange *x, const char *id);
+/* GET or DELETE /v1/responses/{id} (the id after rt->path). */
+void api_responses_item(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
 
 /* An Ollama /api/chat (chat) or /api/generate body (only read) as the
  * request it becomes: 1 (free *p with oai_params_free; *kind the OpenAI
@@ -80,8 +80,8 @@ int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oa
  * routes.c's listing), POST /api/show, GET /api/version, and the model
  * management routes (pull, push, create, copy, delete), refused with 501. */
 void api_ollama_tags(routes_ctx *rc, http_exchange *x);
-void api_ollama_show(routes_ctx *rc, http_exchange *x);
-void api_ollama_version(routes_ctx *rc, http_exchange *x);
-void api_ollama_unsupported(routes_ctx *rc, http_exchange *x);
+void api_ollama_show(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
+void api_ollama_version(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
+void api_ollama_unsupported(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
 
 #endif

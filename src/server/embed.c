@@ -215,8 +215,7 @@ static int parse_dims(const routes_ctx *rc, json_t *d, int *dims, char *msg, siz
     return 0;
 }
 
-void embed_openai(routes_ctx *rc, http_exchange *x) {
-    unsigned long f0 = oai_json_nomem();
+void embed_openai(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     json_t *body = api_body_json(&api_openai, x);
     if (!body) return;
     char msg[640];
@@ -259,16 +258,16 @@ void embed_openai(routes_ctx *rc, http_exchange *x) {
         }
         json_t *o = json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model", rc->model_id,
                               "usage", "prompt_tokens", (json_int_t)n_tok, "total_tokens", (json_int_t)n_tok);
-        api_reply_json(&api_openai, x, 200, o, f0);
+        api_reply_json(&api_openai, x, o);
         json_decref(o);
     }
     free(vecs);
     in_free(&in);
 }
 
-void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy) {
+void embed_ollama(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    bool legacy = !strcmp(rt->path, "/api/embeddings");
     int64_t t0 = clock_ns();
-    unsigned long f0 = oai_json_nomem();
     char msg[640];
     json_t *body = api_body_json(&api_ollama_api, x);
     if (!body) return;
@@ -310,7 +309,7 @@ void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy) {
                           (json_int_t)(clock_ns() - t0), "load_duration", (json_int_t)0, "prompt_eval_count",
                           (json_int_t)n_tok);
         }
-        api_reply_json(&api_ollama_api, x, 200, o, f0);
+        api_reply_json(&api_ollama_api, x, o);
         json_decref(o);
     }
     free(vecs);

@@ -22,9 +22,9 @@
 #include "http.h"
 #include "routes.h"
 
-void embed_openai(routes_ctx *rc, http_exchange *x);
-/* legacy: /api/embeddings (prompt -> embedding) instead of /api/embed. */
-void embed_ollama(routes_ctx *rc, http_exchange *x, bool legacy);
+void embed_openai(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
+/* /api/embed, and the legacy /api/embeddings (prompt -> embedding). */
+void embed_ollama(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
 /* Positions one input may have: the engine's context, or an encoder's
  * training context. */
 int embed_n_ctx(const routes_ctx *rc);

@@ -329,19 +329,19 @@ static bool ends_in_think(const char *text) {
 /* Fill-in-the-middle (completions' suffix), prefix-suffix-middle order as
  * the code models are trained: [BOS] PRE prompt SUF suffix MID; the model
  * writes the middle. A vocabulary without the three tokens is a 400. */
-static int32_t *fim_prompt(routes_ctx *rc, const oai_params *p, int *n_out, gen_fail *f) {
+static int32_t *fim_prompt(routes_ctx *rc, const oai_params *p, int *n_out, oai_error *err) {
     int32_t fim[3];
     if (!tok_fim(rc->tok, fim)) {
-        f->err.field = "suffix";
-        err_set(&f->err.e, ERR_INVALID,
+        err->field = "suffix";
+        err_set(&err->e, ERR_INVALID,
                 "the model '%s' has no fill-in-the-middle tokens (<|fim_prefix|>, <fim_prefix>, <PRE> or the GGUF's "
                 "fim_pre/suf/mid token ids): '" ERR_F("suffix") "' needs a code model trained for it",
                 rc->model_id);
         return NULL;
     }
     int n_pre = 0, n_suf = 0;
-    int32_t *pre = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), false, &n_pre, &f->err.e);
-    int32_t *suf = pre ? gen_encode(rc->tok, p->suffix, strlen(p->suffix), false, &n_suf, &f->err.e) : NULL;
+    int32_t *pre = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), false, &n_pre, &err->e);
+    int32_t *suf = pre ? gen_encode(rc->tok, p->suffix, strlen(p->suffix), false, &n_suf, &err->e) : NULL;
     int32_t *ids = NULL;
     if (suf) {
         int bos = tok_add_bos(rc->tok) && tok_bos(rc->tok) >= 0, k = 0;
@@ -367,12 +367,12 @@ static int32_t *fim_prompt(routes_ctx *rc, const oai_params *p, int *n_out, gen_
  * token covers at most max_piece_bytes): refused before tokenizing it, which
  * for megabytes costs seconds of CPU and hundreds of MB (issue 26 finding
  * 13). True when refused (f filled). */
-static bool text_too_long(const routes_ctx *rc, size_t len, int n_ctx, gen_fail *f) {
+static bool text_too_long(const routes_ctx *rc, size_t len, int n_ctx, oai_error *err) {
     if (rc->max_piece_bytes <= 0 || n_ctx <= 0 || len / (size_t)rc->max_piece_bytes < (size_t)n_ctx) return false;
-    err_set(&f->err.e, ERR_INVALID,
+    err_set(&err->e, ERR_INVALID,
             "the prompt has at least %zu tokens (%zu bytes, at most %d per token); this model's context is %d tokens",
             len / (size_t)rc->max_piece_bytes, len, rc->max_piece_bytes, n_ctx);
-    f->err.code = "context_length_exceeded";
+    err->code = "context_length_exceeded";
     return true;
 }
 
@@ -392,7 +392,7 @@ static bool text_too_long(const routes_ctx *rc, size_t len, int n_ctx, gen_fail 
  * not by the text; a prompt that fits costs at most 2 more tokenizations
  * of itself, and only when it averages over 4 bytes per token. True when
  * refused (f filled). */
-static bool count_too_long(const routes_ctx *rc, const char *text, size_t len, bool add_bos, int n_ctx, gen_fail *f) {
+static bool count_too_long(const routes_ctx *rc, const char *text, size_t len, bool add_bos, int n_ctx, oai_error *err) {
     if (n_ctx <= 0) return false;
     for (size_t cut = (size_t)n_ctx * 4; cut < len; cut *= 2) {
         size_t c = cut;
@@ -400,11 +400,11 @@ static bool count_too_long(const routes_ctx *rc, const char *text, size_t len, b
         if (c <= cut / 2) c = cut; /* no whitespace: a word cut in two counts at most one token more */
         int n = tok_encode(rc->tok, text, c, add_bos, true, NULL, 0);
         if (n >= 0 && n > n_ctx + GEN_COUNT_SLACK) {
-            err_set(&f->err.e, ERR_INVALID,
+            err_set(&err->e, ERR_INVALID,
                     "the prompt has more than %d tokens in its first %zu of %zu bytes; this model's context is %d "
                     "tokens",
                     n - GEN_COUNT_SLACK, c, len, n_ctx);
-            f->err.code = "context_length_exceeded";
+            err->code = "context_length_exceeded";
             return true;
         }
     }
@@ -413,43 +413,43 @@ static bool count_too_long(const routes_ctx *rc, const char *text, size_t len, b
 
 /* n_ctx: a text longer than text_too_long allows is refused untokenized
  * (0: no limit, e.g. to count tokens). */
-static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *n_out, bool *think_open, gen_fail *f) {
+static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *n_out, bool *think_open, oai_error *err) {
     const bool chat = p->kind == OAI_CHAT;
     int32_t *ids = NULL;
     int n_ids = 0;
     *think_open = false;
-    f->err.status = 400;
-    f->err.field = chat ? "messages" : "prompt"; /* the field any error below is about */
+    err->status = 400;
+    err->field = chat ? "messages" : "prompt"; /* the field any error below is about */
     if (chat) {
         char *text = NULL;
-        if (render_chat(rc, p, &text, &f->err.e) < 0) return NULL;
+        if (render_chat(rc, p, &text, &err->e) < 0) return NULL;
         *think_open = rc->reasoning && ends_in_think(text);
         /* Templates that want BOS write it themselves; otherwise add it as
          * plain completions do. */
         const char *bos = tok_bos(rc->tok) >= 0 ? tok_piece_str(rc->tok, tok_bos(rc->tok)) : NULL;
         bool add_bos = tok_add_bos(rc->tok) && !(bos && *bos && strncmp(text, bos, strlen(bos)) == 0);
-        if (text_too_long(rc, strlen(text), n_ctx, f) || count_too_long(rc, text, strlen(text), add_bos, n_ctx, f)) {
+        if (text_too_long(rc, strlen(text), n_ctx, err) || count_too_long(rc, text, strlen(text), add_bos, n_ctx, err)) {
             free(text);
             return NULL;
         }
-        ids = gen_encode(rc->tok, text, strlen(text), add_bos, &n_ids, &f->err.e);
+        ids = gen_encode(rc->tok, text, strlen(text), add_bos, &n_ids, &err->e);
         free(text);
     } else if (p->prompt_tokens) {
         ids = xmalloc((size_t)p->n_prompt_tokens * sizeof *ids);
         memcpy(ids, p->prompt_tokens, (size_t)p->n_prompt_tokens * sizeof *ids);
         n_ids = p->n_prompt_tokens;
     } else if (p->suffix) {
-        if (text_too_long(rc, strlen(p->prompt_text) + strlen(p->suffix), n_ctx, f)) return NULL;
-        ids = fim_prompt(rc, p, &n_ids, f);
+        if (text_too_long(rc, strlen(p->prompt_text) + strlen(p->suffix), n_ctx, err)) return NULL;
+        ids = fim_prompt(rc, p, &n_ids, err);
     } else {
-        if (text_too_long(rc, strlen(p->prompt_text), n_ctx, f) ||
-            count_too_long(rc, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), n_ctx, f))
+        if (text_too_long(rc, strlen(p->prompt_text), n_ctx, err) ||
+            count_too_long(rc, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), n_ctx, err))
             return NULL;
-        ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &f->err.e);
+        ids = gen_encode(rc->tok, p->prompt_text, strlen(p->prompt_text), tok_add_bos(rc->tok), &n_ids, &err->e);
     }
     if (!ids) return NULL;
     if (n_ids == 0) {
-        err_set(&f->err.e, ERR_INVALID, "the prompt is empty after tokenization");
+        err_set(&err->e, ERR_INVALID, "the prompt is empty after tokenization");
         free(ids);
         return NULL;
     }
@@ -457,25 +457,25 @@ static int32_t *prompt_ids(routes_ctx *rc, const oai_params *p, int n_ctx, int *
     return ids;
 }
 
-int gen_count_prompt(routes_ctx *rc, const oai_params *p, gen_fail *f) {
-    memset(f, 0, sizeof *f);
+int gen_count_prompt(routes_ctx *rc, const oai_params *p, oai_error *err) {
+    memset(err, 0, sizeof *err);
     bool think_open;
     int n = 0;
-    int32_t *ids = prompt_ids(rc, p, 0, &n, &think_open, f);
+    int32_t *ids = prompt_ids(rc, p, 0, &n, &think_open, err);
     if (!ids) return -1;
     free(ids);
     return n;
 }
 
-req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_open, gen_fail *f) {
-    memset(f, 0, sizeof *f);
+req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_open, char **relaxed, oai_error *err) {
+    memset(err, 0, sizeof *err);
     grammar *gr = NULL;
     char *trigger = NULL;
     int32_t *ids = NULL;
     int n_ids = 0;
     *think_open = false;
-    f->err.status = 400;
-    char *relaxed = NULL;
+    err->status = 400;
+    char *report = NULL;
     /* a template that refuses two calls in a message gets one per answer
      * (whatever parallel_tool_calls says: the client would send them back) */
     const oai_params *pc = p;
@@ -485,16 +485,14 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
         one.parallel_tool_calls = false;
         pc = &one;
     }
-    if (constrain_request(rc->cons, pc, rc->tool_format, &gr, &trigger, &f->err.field, &relaxed, &f->err.e) < 0) goto fail;
-    if (relaxed) snprintf(f->relaxed, sizeof f->relaxed, "%s", relaxed);
-    free(relaxed);
-    ids = prompt_ids(rc, p, n_ctx, &n_ids, think_open, f);
+    if (constrain_request(rc->cons, pc, rc->tool_format, &gr, &trigger, &err->field, &report, &err->e) < 0) goto fail;
+    ids = prompt_ids(rc, p, n_ctx, &n_ids, think_open, err);
     if (!ids) goto fail;
     if (n_ids >= n_ctx) {
         /* rc->m is absent where a request is only parsed (test_gen_request) */
-        err_set(&f->err.e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens (--ctx raises it, up to "
+        err_set(&err->e, ERR_INVALID, "the prompt has %d tokens; this model's context is %d tokens (--ctx raises it, up to "
                 "the model's %d)", n_ids, n_ctx, rc->m ? rc->m->cfg.n_ctx_train : n_ctx);
-        f->err.code = "context_length_exceeded";
+        err->code = "context_length_exceeded";
         goto fail;
     }
     req *r = req_new(ids, n_ids);
@@ -536,25 +534,29 @@ req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_ope
     r->kv_done = p->kv_done;
     r->priority = p->priority;
     r->no_stall = p->no_stall;
+    if (relaxed) *relaxed = report;
+    else free(report);
     return r;
 fail:
+    free(report);
     free(ids);
     grammar_unref(gr);
     free(trigger);
     return NULL;
 }
 
-gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f) {
+gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char *path, int64_t t0_ns, oai_error *err) {
     bool think_open = false;
     if (!rc->en) { /* an encoder (bert) embeds and never generates */
-        f->err.status = 400;
-        f->err.field = "model";
-        f->err.code = "model_not_supported";
-        err_set(&f->err.e, ERR_INVALID, "the model '%s' is an embedding model: it answers /v1/embeddings only",
+        err->status = 400;
+        err->field = "model";
+        err->code = "model_not_supported";
+        err_set(&err->e, ERR_INVALID, "the model '%s' is an embedding model: it answers /v1/embeddings only",
                 rc->model_id);
         return NULL;
     }
-    req *r = gen_request(rc, p, engine_n_ctx(rc->en), &think_open, f);
+    char *relaxed = NULL;
+    req *r = gen_request(rc, p, engine_n_ctx(rc->en), &think_open, &relaxed, err);
     if (!r) return NULL;
     r->client = routes_client_id(rc, x, p->user);
     r->priority = routes_priority(rc, x, r->priority);
@@ -562,19 +564,20 @@ gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char
     /* a session (its pin, its kv_hint) is the client's own: another client
      * naming the same prompt_cache_key releases nothing of it */
     if (r->kv_session) r->kv_session = hash_bytes(&r->client, sizeof r->client, r->kv_session) | 1;
-    int src = engine_submit(rc->en, r, &f->err.e);
+    int src = engine_submit(rc->en, r, &err->e);
     if (src < 0) {
         if (src == ERR_RANGE) {
-            f->err.status = 429;
-            f->err.field = NULL;
+            err->status = 429;
+            err->field = NULL;
             /* this client's own limit, or everyone's queue */
-            f->err.code = strstr(f->err.e.msg, "client-max-queued") ? "client_queue_full"
-                          : strstr(f->err.e.msg, "per-client")      ? "client_limit"
+            err->code = strstr(err->e.msg, "client-max-queued") ? "client_queue_full"
+                          : strstr(err->e.msg, "per-client")      ? "client_limit"
                                                                     : "queue_full";
         } else if (src == ERR_INVALID) {
-            f->err.code = "context_length_exceeded";
+            err->code = "context_length_exceeded";
         }
         req_unref(r);
+        free(relaxed);
         return NULL;
     }
 
@@ -587,7 +590,8 @@ gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char
     g->created = (long long)time(NULL);
     g->t0_ns = t0_ns;
     g->path = path;
-    if (f->relaxed[0]) g->relaxed = xstrdup(f->relaxed);
+    if (relaxed && strlen(relaxed) > 1023) relaxed[1023] = 0; /* the header's bound */
+    g->relaxed = relaxed;
     if (p->echo && p->prompt_text) {
         g->echo = xstrdup(p->prompt_text);
     } else if (p->echo) { /* token ids: their text, special tokens left out */
@@ -718,61 +722,4 @@ void gen_done(gen *g, const char *method, int status, bool stream) {
     req_unref(g->r);
     models_release(g->rc); /* the reference routes_handle took (models.h) */
     free(g);
-}
-
-/* ---- whole answers ---- */
-
-bool gen_collect(gen *g, http_exchange *x, gen_result *out, gen_logprobs *lp) {
-    memset(out, 0, sizeof *out);
-    tc_events ev = {0};
-    int n_started = 0;
-    bool done = false;
-    while (!done) {
-        done = gen_poll(g, 20, &ev, lp);
-        for (int i = 0; i < ev.n; i++) {
-            tc_event *e = &ev.v[i];
-            if (e->kind == TC_EV_CONTENT) {
-                http_buf_add(&out->content, e->text, e->n);
-            } else if (e->kind == TC_EV_REASONING) {
-                http_buf_add(&out->reasoning, e->text, e->n);
-            } else if (e->kind == TC_EV_CALL_START && e->index == n_started) {
-                out->calls = xrealloc(out->calls, (size_t)(n_started + 1) * sizeof *out->calls);
-                gen_call *c = &out->calls[n_started++];
-                memset(c, 0, sizeof *c);
-                c->id = xstrdup(e->id);
-                c->name = xstrdup(e->name);
-            } else if (e->kind == TC_EV_CALL_ARGS && e->index < n_started) {
-                http_buf_add(&out->calls[e->index].args, e->text, e->n);
-            }
-        }
-        tc_events_clear(&ev);
-        if (!done && http_client_gone(x)) {
-            gen_cancel(g);
-            tc_events_free(&ev);
-            out->n_calls = n_started;
-            return false;
-        }
-    }
-    tc_events_free(&ev);
-    /* only complete calls count */
-    out->n_calls = n_started;
-    while (out->n_calls > g->n_calls) {
-        gen_call *c = &out->calls[--out->n_calls];
-        free(c->id);
-        free(c->name);
-        http_buf_free(&c->args);
-    }
-    return true;
-}
-
-void gen_result_free(gen_result *r) {
-    http_buf_free(&r->content);
-    http_buf_free(&r->reasoning);
-    for (int i = 0; i < r->n_calls; i++) {
-        free(r->calls[i].id);
-        free(r->calls[i].name);
-        http_buf_free(&r->calls[i].args);
-    }
-    free(r->calls);
-    memset(r, 0, sizeof *r);
 }

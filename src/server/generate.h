@@ -34,27 +34,22 @@
 
 typedef struct gen gen;
 
-/* Why gen_start refused (err: the HTTP status, 400 or 429; an error code
- * such as "context_length_exceeded", or NULL; the field at fault; the
- * message, its field paths tagged: oai.h), and what gen_request hands on. */
-typedef struct gen_fail {
-    oai_error err;
-    char relaxed[1024]; /* on success: the schema keywords relaxed (constrain.h),
-                           "" when none (cut at 1023 bytes)                  */
-} gen_fail;
-
 /* Starts generating for p (validated by oai_parse; only read). `path` names
  * the route in the log line (a static string); t0_ns is when the request
- * arrived. Returns NULL and fills *f when the request cannot run. */
-gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char *path, int64_t t0_ns, gen_fail *f);
+ * arrived. Returns NULL and fills *err when the request cannot run (the
+ * HTTP status, 400 or 429; an error code such as "context_length_exceeded",
+ * or NULL; the field at fault; the message, its field paths tagged: oai.h). */
+gen *gen_start(routes_ctx *rc, http_exchange *x, const oai_params *p, const char *path, int64_t t0_ns, oai_error *err);
 
 /* The engine request gen_start submits, built and not submitted: the
  * constraint (tools, tool_choice, response format, grammar), the rendered
  * and tokenized prompt (refused when it has n_ctx tokens or more), sampling,
  * limits, logprobs and KV lifetime fields. *think_open: the prompt leaves
- * the model inside <think>. NULL with *f filled when the request cannot
- * run. The caller owns the req (req_unref). fuzz/fuzz_request.c stops here. */
-req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_open, gen_fail *f);
+ * the model inside <think>. *relaxed (when not NULL): the schema keywords
+ * relaxed (constrain.h; malloc'd), or NULL when none. NULL with *err filled
+ * when the request cannot run. The caller owns the req (req_unref).
+ * fuzz/fuzz_request.c stops here. */
+req *gen_request(routes_ctx *rc, const oai_params *p, int n_ctx, bool *think_open, char **relaxed, oai_error *err);
 
 /* Adds the answer's headers that come from the request's constraint:
  * X-Kvloom-Schema-Relaxed, when a schema keyword could not be enforced and
@@ -121,27 +116,9 @@ void gen_reader_blocked(gen *g, bool blocked);
  * the status, frees. NULL is a no-op. */
 void gen_done(gen *g, const char *method, int status, bool stream);
 
-/* ---- whole answers ---- */
-
-typedef struct gen_call {
-    char *id, *name;
-    http_buf args;
-} gen_call;
-
-typedef struct gen_result {
-    http_buf content, reasoning;
-    gen_call *calls; /* complete calls only */
-    int n_calls;
-} gen_result;
-
 /* The number of prompt tokens p would run with (rendered and tokenized as
- * gen_start does, nothing submitted), or -1 with *f filled. */
-int gen_count_prompt(routes_ctx *rc, const oai_params *p, gen_fail *f);
-
-/* Polls until finished, gathering the events into *out (and lp entries);
- * returns false (after gen_cancel) if the client of x went away first. */
-bool gen_collect(gen *g, http_exchange *x, gen_result *out, gen_logprobs *lp);
-void gen_result_free(gen_result *r);
+ * gen_start does, nothing submitted), or -1 with *err filled. */
+int gen_count_prompt(routes_ctx *rc, const oai_params *p, oai_error *err);
 
 /* ---- helpers shared by the routes ---- */
 

@@ -1450,6 +1450,19 @@ static void stop_reaper(http_server *s) {
     s->reaper_started = false;
 }
 
+/* The server's locks and memory, once nothing runs. */
+static void server_free(http_server *s) {
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->idle);
+    pthread_mutex_destroy(&s->track_mu);
+    pthread_cond_destroy(&s->track_cv);
+    pthread_mutex_destroy(&s->pool_mu);
+    pthread_cond_destroy(&s->pool_cv);
+    pthread_cond_destroy(&s->pool_exit);
+    free(s->cors);
+    free(s);
+}
+
 int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server **out, err_t *e) {
     *out = NULL;
     int fd = c->listen_fd;
@@ -1506,15 +1519,7 @@ int http_start(const http_config *c, http_handler_fn fn, void *ctx, http_server 
         if (s->d) MHD_stop_daemon(s->d);
         else close(fd);
         stop_reaper(s);
-        pthread_mutex_destroy(&s->mu);
-        pthread_cond_destroy(&s->idle);
-        pthread_mutex_destroy(&s->track_mu);
-        pthread_cond_destroy(&s->track_cv);
-        pthread_mutex_destroy(&s->pool_mu);
-        pthread_cond_destroy(&s->pool_cv);
-        pthread_cond_destroy(&s->pool_exit);
-        free(s->cors);
-        free(s);
+        server_free(s);
         return err_set(e, ERR_IO, "cannot start the HTTP server on port %d", c->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -1577,13 +1582,5 @@ void http_stop(http_server *s) {
         else produce(w->st);
     }
     MHD_stop_daemon(s->d);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->idle);
-    pthread_mutex_destroy(&s->track_mu);
-    pthread_cond_destroy(&s->track_cv);
-    pthread_mutex_destroy(&s->pool_mu);
-    pthread_cond_destroy(&s->pool_cv);
-    pthread_cond_destroy(&s->pool_exit);
-    free(s->cors);
-    free(s);
+    server_free(s);
 }

@@ -454,6 +454,14 @@ routes_ctx *models_acquire(models *ms, const char *name, int *status, char *msg,
     return rc;
 }
 
+void models_retain(routes_ctx *rc) {
+    models_entry *en = rc ? rc->entry : NULL;
+    if (!en) return;
+    pthread_mutex_lock(&en->ms->mu);
+    en->refs++;
+    pthread_mutex_unlock(&en->ms->mu);
+}
+
 void models_release(routes_ctx *rc) {
     models_entry *en = rc ? rc->entry : NULL;
     if (!en) return;

@@ -55,6 +55,9 @@ int models_count(const models *ms);
 routes_ctx *models_acquire(models *ms, const char *name, int *status, char *msg, size_t cap);
 /* Drops the reference models_acquire took (rc->entry; NULL entry: no-op). */
 void models_release(routes_ctx *rc);
+/* One more reference to rc, which the caller holds one of (the forks of
+ * one request: each generation releases its own). */
+void models_retain(routes_ctx *rc);
 
 /* Explicit load / unload (POST /models/load, /models/unload): 0, or the
  * HTTP status (404 unknown, 409 busy, 503) with msg. */

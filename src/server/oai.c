@@ -34,6 +34,12 @@ void oai_json_init(void) { json_set_alloc_funcs(json_alloc, free); }
 
 unsigned long oai_json_nomem(void) { return json_nomem; }
 
+static _Thread_local unsigned long json_mark;
+
+void oai_json_mark(void) { json_mark = json_nomem; }
+
+bool oai_json_failed(void) { return json_nomem != json_mark; }
+
 char *oai_json_dump(const json_t *o) {
     if (!o) return NULL;
     unsigned long f0 = json_nomem;

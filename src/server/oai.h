@@ -221,6 +221,12 @@ json_t *oai_load_body(http_exchange *x, char *msg, size_t cap);
 void oai_json_init(void);
 /* Failed jansson allocations on the calling thread so far. */
 unsigned long oai_json_nomem(void);
+/* A request's checkpoint: marks the calling thread's count now (a
+ * request's handler starts from one, routes_handle's, and so does each
+ * step of a stream, api.c's), and whether jansson failed on this thread
+ * since. */
+void oai_json_mark(void);
+bool oai_json_failed(void);
 /* json_dumps(o, JSON_COMPACT), or NULL when o is NULL or an allocation failed
  * while dumping (the text would be incomplete). */
 char *oai_json_dump(const json_t *o);

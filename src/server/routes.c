@@ -31,27 +31,10 @@
 #include "models.h"
 #include "generate.h"
 #include "oai.h"
-#include "oai_answer.h"
 #include "server.h"
 #include "stop.h"
 #include "webui.h"
 #include "../chat/chat.h"
-
-/* ---- small helpers ---- */
-
-static void reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
-    oai_reply_error(x, status, msg, param, code);
-}
-
-/* Answers o (api.h: 500 when it could not be built whole). */
-static void reply_json(routes_ctx *rc, http_exchange *x, int status, json_t *o, unsigned long f0) {
-    api_reply_json(&api_openai, x, status, o, f0);
-    (void)rc;
-}
-
-/* Parses the body as a JSON object; on failure answers (400, or 503 out of
- * memory) and returns NULL. */
-static json_t *body_json(http_exchange *x) { return api_body_json(&api_openai, x); }
 
 /* A ChatML template in Jinja: what the server renders with when the model
  * has no template it can run (chat/chat.h's fallback). */
@@ -75,25 +58,23 @@ char *routes_template_source(const routes_ctx *rc) {
 
 /* GET /v1/models (id NULL) or /v1/models/{id}. */
 static void handle_models(routes_ctx *rc, http_exchange *x, const char *id) {
-    unsigned long f0 = oai_json_nomem();
     if (id && strcmp(id, rc->model_id) != 0) {
         char msg[600];
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist; this server serves '%.256s'", id, rc->model_id);
-        reply_error(x, 404, msg, "model", "model_not_found");
+        oai_reply_error(x, 404, msg, "model", "model_not_found");
         return;
     }
     json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:{s:i, s:i, s:I}}", "id", rc->model_id, "object", "model", "created",
                           (json_int_t)rc->created, "owned_by", "kvloom", "meta", "n_vocab", rc->m->cfg.n_vocab, "n_ctx",
                           embed_n_ctx(rc), "weight_bytes", (json_int_t)rc->m->weight_bytes);
     json_t *o = id ? m : json_pack("{s:s, s:[o]}", "object", "list", "data", m);
-    reply_json(rc, x, 200, o, f0);
+    api_reply_json(&api_openai, x, o);
     json_decref(o);
 }
 
 /* The listings of several models (models.h): GET /v1/models (what NULL),
  * /v1/models/{id} (what = the id), Ollama's /api/tags and /api/ps. */
 static void handle_model_list(routes_ctx *root, http_exchange *x, const char *what) {
-    unsigned long f0 = oai_json_nomem();
     bool tags = what && !strcmp(what, "/api/tags"), ps = what && !strcmp(what, "/api/ps");
     json_t *o = models_list_json(root->models, tags ? MODELS_OLLAMA_TAGS : ps ? MODELS_OLLAMA_PS : MODELS_OPENAI);
     if (what && !tags && !ps) { /* one model by id */
@@ -103,7 +84,7 @@ static void handle_model_list(routes_ctx *root, http_exchange *x, const char *wh
         if (!hit) {
             char msg[600];
             snprintf(msg, sizeof msg, "the model '%.200s' does not exist (GET /v1/models lists them)", what);
-            reply_error(x, 404, msg, "model", "model_not_found");
+            oai_reply_error(x, 404, msg, "model", "model_not_found");
             json_decref(o);
             return;
         }
@@ -111,7 +92,7 @@ static void handle_model_list(routes_ctx *root, http_exchange *x, const char *wh
         json_decref(o);
         o = hit;
     }
-    reply_json(root, x, 200, o, f0);
+    api_reply_json(&api_openai, x, o);
     json_decref(o);
 }
 
@@ -127,7 +108,7 @@ static engine_stats *route_stats(routes_ctx *root, http_exchange *x, const char 
     if (*n < 0) {
         char msg[400];
         snprintf(msg, sizeof msg, "the model '%.200s' does not exist (GET /v1/models lists them)", want);
-        reply_error(x, 404, msg, "model", "model_not_found");
+        oai_reply_error(x, 404, msg, "model", "model_not_found");
         free(st);
         free(*names);
         return NULL;
@@ -141,12 +122,11 @@ static engine_stats *route_stats(routes_ctx *root, http_exchange *x, const char 
 
 /* GET /metrics[?model=NAME]: with several models served, each engine metric
  * has one sample per loaded model, labelled model="NAME" (models.h). */
-static void handle_metrics(routes_ctx *root, http_exchange *x) {
+static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     const char **names;
     int n;
     engine_stats *st = route_stats(root, x, &names, &n);
     if (!st) return;
-    routes_ctx *rc = root;
     http_buf b = {0};
     metrics_render(rc->met, st, names, n, &b);
     uint64_t accounted = 0;
@@ -198,7 +178,7 @@ static void handle_metrics(routes_ctx *root, http_exchange *x) {
 /* With several models: ?model=NAME's numbers, else the sums over the
  * loaded models (kv_usage: the fullest pool's, since a request lands in
  * one), and "models": each loaded model's own. */
-static void handle_load(routes_ctx *root, http_exchange *x, int pending) {
+static void r_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     const char **names;
     int n;
     engine_stats *st = route_stats(root, x, &names, &n);
@@ -224,7 +204,7 @@ static void handle_load(routes_ctx *root, http_exchange *x, int pending) {
      * must mean that nothing is on its way in (deploy_test kills a replica
      * it reads idle; a request between its body and the engine's queue
      * failed there). For a moment after the hand-over one is counted twice. */
-    waiting += pending; /* every model's: the handler runs before the model is known to /load */
+    waiting += atomic_load(&root->n_pending); /* every model's: the handler runs before the model is known to /load */
     http_buf b = {0};
     http_buf_printf(&b, "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f", running, waiting,
                     kv, metrics_ttft_recent(root->met));
@@ -237,9 +217,8 @@ static void handle_load(routes_ctx *root, http_exchange *x, int pending) {
     free(names);
 }
 
-static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
-    unsigned long f0 = oai_json_nomem();
-    json_t *body = body_json(x);
+static void r_tokenize(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    json_t *body = api_body_json(&api_openai, x);
     if (!body) return;
     json_t *c = json_object_get(body, "content");
     const char *param = "content";
@@ -247,11 +226,11 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
     json_t *as = json_object_get(body, "add_special");
     json_t *wp = json_object_get(body, "with_pieces");
     if (!json_is_string(c)) {
-        reply_error(x, 400, "'content' must be a string", param, NULL);
+        oai_reply_error(x, 400, "'content' must be a string", param, NULL);
     } else if (as && !json_is_boolean(as)) {
-        reply_error(x, 400, "'add_special' must be a boolean", "add_special", NULL);
+        oai_reply_error(x, 400, "'add_special' must be a boolean", "add_special", NULL);
     } else if (wp && !json_is_boolean(wp)) {
-        reply_error(x, 400, "'with_pieces' must be a boolean", "with_pieces", NULL);
+        oai_reply_error(x, 400, "'with_pieces' must be a boolean", "with_pieces", NULL);
     } else {
         bool add = as ? json_is_true(as) : true;
         err_t e = {0};
@@ -262,11 +241,11 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
         size_t max_n = (size_t)MAX(embed_n_ctx(rc), ROUTES_MAX_DETOKENIZE); /* no engine: an encoder */
         if (!ids) {
             bool nomem = e.code == ERR_NOMEM;
-            reply_error(x, nomem ? 503 : 400, e.msg, nomem ? NULL : param, NULL);
+            oai_reply_error(x, nomem ? 503 : 400, e.msg, nomem ? NULL : param, NULL);
         } else if ((size_t)n > max_n) {
             char msg[200];
             snprintf(msg, sizeof msg, "'%s' is %d tokens, more than the limit of %zu", param, n, max_n);
-            reply_error(x, 400, msg, param, NULL);
+            oai_reply_error(x, 400, msg, param, NULL);
             free(ids);
         } else {
             json_t *arr = json_array();
@@ -278,7 +257,7 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
                     json_array_append_new(arr, json_integer(ids[i]));
             }
             json_t *o = json_pack("{s:o}", "tokens", arr);
-            reply_json(rc, x, 200, o, f0);
+            api_reply_json(&api_openai, x, o);
             json_decref(o);
             free(ids);
         }
@@ -286,14 +265,13 @@ static void handle_tokenize(routes_ctx *rc, http_exchange *x) {
     json_decref(body);
 }
 
-static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
-    unsigned long f0 = oai_json_nomem();
-    json_t *body = body_json(x);
+static void r_detokenize(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    json_t *body = api_body_json(&api_openai, x);
     if (!body) return;
     json_t *t = json_object_get(body, "tokens");
     int nv = tok_n_vocab(rc->tok);
     if (!json_is_array(t)) {
-        reply_error(x, 400, "'tokens' must be an array of token ids", "tokens", NULL);
+        oai_reply_error(x, 400, "'tokens' must be an array of token ids", "tokens", NULL);
         json_decref(body);
         return;
     }
@@ -302,7 +280,7 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
     if (n > max_n) {
         char msg[160];
         snprintf(msg, sizeof msg, "'tokens' holds %zu ids, more than the limit of %zu", n, max_n);
-        reply_error(x, 400, msg, "tokens", NULL);
+        oai_reply_error(x, 400, msg, "tokens", NULL);
         json_decref(body);
         return;
     }
@@ -312,7 +290,7 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= nv) {
             char msg[120];
             snprintf(msg, sizeof msg, "'tokens[%zu]' must be a token id in [0, %d)", i, nv);
-            reply_error(x, 400, msg, "tokens", NULL);
+            oai_reply_error(x, 400, msg, "tokens", NULL);
             free(ids);
             json_decref(body);
             return;
@@ -320,7 +298,7 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
         ids[i] = (int32_t)json_integer_value(v);
     }
     if (!ids) {
-        reply_error(x, 503, "out of memory", NULL, NULL);
+        oai_reply_error(x, 503, "out of memory", NULL, NULL);
         json_decref(body);
         return;
     }
@@ -329,7 +307,7 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
         char msg[160];
         snprintf(msg, sizeof msg, "the decoded text would be %d bytes, more than the limit of %zu (--max-body)", need,
                  rc->o->max_body_bytes);
-        reply_error(x, 400, msg, "tokens", NULL);
+        oai_reply_error(x, 400, msg, "tokens", NULL);
         free(ids);
         json_decref(body);
         return;
@@ -337,13 +315,13 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
     char *text = need >= 0 ? malloc((size_t)need + 1) : NULL;
     if (text) tok_decode(rc->tok, ids, (int)n, true, text, need + 1);
     if (!text && need >= 0) {
-        reply_error(x, 503, "out of memory decoding the tokens", NULL, NULL);
+        oai_reply_error(x, 503, "out of memory decoding the tokens", NULL, NULL);
     } else if (!text) {
-        reply_error(x, 400, "the tokens cannot be decoded", "tokens", NULL);
+        oai_reply_error(x, 400, "the tokens cannot be decoded", "tokens", NULL);
     } else {
         json_t *s = json_stringn(text, (size_t)need);
         json_t *o = json_pack("{s:o}", "content", s ? s : json_string(""));
-        reply_json(rc, x, 200, o, f0);
+        api_reply_json(&api_openai, x, o);
         json_decref(o);
     }
     free(text);
@@ -353,8 +331,7 @@ static void handle_detokenize(routes_ctx *rc, http_exchange *x) {
 
 /* GET /props: llama-server's shape (its web UI and tools read it), with
  * kvloom's values; "version" added. */
-static void handle_props(routes_ctx *rc, http_exchange *x) {
-    unsigned long f0 = oai_json_nomem();
+static void r_props(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     sampler_params sp = sampler_defaults();
     json_t *params = json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:[], s:b}", "n_predict", -1, "seed",
                                (json_int_t)-1, "temperature", sp.temperature, "top_k", sp.top_k, "top_p", sp.top_p,
@@ -380,7 +357,7 @@ static void handle_props(routes_ctx *rc, http_exchange *x) {
     if (o) json_object_set_new(o, "chat_template_caps",
                                json_pack("{s:b, s:b}", "supports_tool_calls", rc->template_calls,
                                          "supports_parallel_tool_calls", !rc->one_call));
-    reply_json(rc, x, 200, o, f0);
+    api_reply_json(&api_openai, x, o);
     json_decref(o);
 }
 
@@ -456,125 +433,58 @@ static const char *body_model(http_exchange *x, char *buf, size_t cap) {
 }
 
 /* POST /models/load and /models/unload {"model": NAME}. */
-static void handle_model_load(routes_ctx *root, http_exchange *x, bool load) {
+static void r_models_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    bool load = !strcmp(rt->path, "/models/load");
     char name[300], msg[700];
     const char *want = body_model(x, name, sizeof name);
     if (!want) {
-        reply_error(x, 400, "'model' (a string) is required", "model", NULL);
+        oai_reply_error(x, 400, "'model' (a string) is required", "model", NULL);
         return;
     }
     int st = 0;
     int r = load ? models_load(root->models, want, &st, msg, sizeof msg)
                  : models_unload(root->models, want, &st, msg, sizeof msg);
-    if (r < 0) reply_error(x, st, msg, "model", st == 404 ? "model_not_found" : NULL);
+    if (r < 0) oai_reply_error(x, st, msg, "model", st == 404 ? "model_not_found" : NULL);
     else http_reply(x, 200, "application/json", "{\"success\":true}", 16, NULL, NULL);
 }
 
-/* A route: method, path, its handler, its API (the shape of its errors,
- * the HTTP layer's too: routes_error_body) and flags. One table holds every
- * route of every API; routes_precheck and routes_handle read it. */
-typedef struct route route;
-/* Answers the request: rc is the model that serves it (route_model), root
- * the server's own context. True when it reached the engine (it then counts
- * and logs itself when it ends, through gen_done). */
-typedef bool route_fn(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
-struct route {
-    const char *method, *path;
-    route_fn *handler;
-    const api_ops *ops;
-    unsigned flags; /* RF_* */
-};
+/* Route flags (route.flags). */
 #define RF_PREFIX 1u  /* path is a prefix, an id follows (GET /v1/models/{id})       */
 #define RF_EXEMPT 2u  /* no API key, and no body (routes_precheck): what a balancer polls */
 #define RF_ROOT 4u    /* of no model: listings, load and unload, Ollama's refusals     */
 #define RF_LIST 8u    /* a listing of the models: the root's when several are served  */
 #define RF_NAMED 16u  /* one model's answer: with several served the request names it */
-#define RF_GEN 32u    /* a generation: counted in n_pending (/load) in its handler    */
+#define RF_GEN 32u    /* a generation (api_serve): counted in n_pending (/load)      */
 #define RF_POLL 64u   /* its 200s are debug log lines (balancers poll it)             */
 
-/* The id after a prefix route's path ("" for the others). */
-static const char *route_rest(const route *rt, http_exchange *x) {
-    return rt->flags & RF_PREFIX ? http_path(x) + strlen(rt->path) : "";
-}
-
-static bool r_completion(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)rt, (void)root;
-    return api_serve(&api_openai, rc, x, oai_route_of(OAI_COMPLETION)->path);
-}
-static bool r_chat(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)rt, (void)root;
-    return api_serve(&api_openai, rc, x, oai_route_of(OAI_CHAT)->path);
-}
-/* The generation route of another API: its row's path is its canonical one. */
-static bool r_generate(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)root;
-    return api_serve(rt->ops, rc, x, rt->path);
-}
-static bool r_models(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    const char *id = rt->flags & RF_PREFIX ? route_rest(rt, x) : NULL;
+/* GET /v1/models (the listing) or /v1/models/{id}. */
+static void r_models(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+    const char *id = rt->flags & RF_PREFIX ? http_path(x) + strlen(rt->path) : NULL;
     if (rc == root) handle_model_list(root, x, id);
     else handle_models(rc, x, id);
-    return false;
 }
-static bool r_health(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+static void r_health(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     static const char ok[] = "{\"status\":\"ok\",\"version\":\"" KVLOOM_VERSION "\"}";
-    (void)rt, (void)root, (void)rc;
     http_reply(x, 200, "application/json", ok, sizeof ok - 1, NULL, NULL);
-    return false;
 }
-static bool r_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)rt;
-    handle_load(rc, x, atomic_load(&root->n_pending));
-    return false;
-}
-/* The routes whose handler takes (rc, x) and never reaches the engine. */
-#define ROUTE_PLAIN(name, fn)                                                                   \
-    static bool name(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {    \
-        (void)rt, (void)root;                                                                   \
-        fn(rc, x);                                                                              \
-        return false;                                                                           \
-    }
-ROUTE_PLAIN(r_props, handle_props)
-ROUTE_PLAIN(r_metrics, handle_metrics)
-ROUTE_PLAIN(r_tokenize, handle_tokenize)
-ROUTE_PLAIN(r_detokenize, handle_detokenize)
-ROUTE_PLAIN(r_count_tokens, api_anthropic_count_tokens)
-ROUTE_PLAIN(r_embed, embed_openai)
-ROUTE_PLAIN(r_ollama_show, api_ollama_show)
-ROUTE_PLAIN(r_ollama_version, api_ollama_version)
-ROUTE_PLAIN(r_ollama_unsupported, api_ollama_unsupported)
-static bool r_response_item(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)root;
-    api_responses_item(rc, x, route_rest(rt, x));
-    return false;
-}
-static bool r_ollama_embed(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)root;
-    embed_ollama(rc, x, !strcmp(rt->path, "/api/embeddings"));
-    return false;
-}
-/* GET /api/tags: one model's (api_ollama.c), or the listing of several. */
-static bool r_ollama_tags(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
+/* GET /api/tags: one model's (api_ollama.c), or the listing of several;
+ * GET /api/ps (a root route): the listing. */
+static void r_ollama_tags(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     if (rc == root) handle_model_list(root, x, rt->path);
     else api_ollama_tags(rc, x);
-    return false;
 }
-static bool r_ollama_ps(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)rc;
-    handle_model_list(root, x, rt->path);
-    return false;
-}
-static bool r_models_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
-    (void)root;
-    handle_model_load(rc, x, !strcmp(rt->path, "/models/load"));
-    return false;
+
+/* The path a generation route logs: OpenAI's are served without /v1 too. */
+static const char *gen_path(const route *rt) {
+    if (!strcmp(rt->path, "/completions")) return "/v1/completions";
+    return !strcmp(rt->path, "/chat/completions") ? "/v1/chat/completions" : rt->path;
 }
 
 static const route routes[] = {
-    {"POST", "/v1/completions", r_completion, &api_openai, RF_GEN},
-    {"POST", "/completions", r_completion, &api_openai, RF_GEN},
-    {"POST", "/v1/chat/completions", r_chat, &api_openai, RF_GEN},
-    {"POST", "/chat/completions", r_chat, &api_openai, RF_GEN},
+    {"POST", "/v1/completions", NULL, &api_openai, RF_GEN},
+    {"POST", "/completions", NULL, &api_openai, RF_GEN},
+    {"POST", "/v1/chat/completions", NULL, &api_openai, RF_GEN},
+    {"POST", "/chat/completions", NULL, &api_openai, RF_GEN},
     {"GET", "/v1/models", r_models, &api_openai, RF_LIST},
     {"GET", "/models", r_models, &api_openai, RF_LIST},
     {"GET", "/v1/models/", r_models, &api_openai, RF_LIST | RF_PREFIX},
@@ -585,29 +495,29 @@ static const route routes[] = {
     {"GET", "/props", r_props, &api_openai, RF_NAMED},
     {"POST", "/tokenize", r_tokenize, &api_openai, RF_NAMED},
     {"POST", "/detokenize", r_detokenize, &api_openai, RF_NAMED},
-    {"POST", "/v1/embeddings", r_embed, &api_openai, 0},
-    {"POST", "/embeddings", r_embed, &api_openai, 0},
+    {"POST", "/v1/embeddings", embed_openai, &api_openai, 0},
+    {"POST", "/embeddings", embed_openai, &api_openai, 0},
     {"POST", "/models/load", r_models_load, &api_openai, RF_ROOT},
     {"POST", "/models/unload", r_models_load, &api_openai, RF_ROOT},
-    {"POST", "/v1/messages", r_generate, &api_anthropic, RF_GEN},
-    {"POST", "/v1/messages/count_tokens", r_count_tokens, &api_anthropic, 0},
-    {"POST", "/v1/responses", r_generate, &api_responses, RF_GEN},
-    {"GET", "/v1/responses/", r_response_item, &api_responses, RF_PREFIX},
-    {"DELETE", "/v1/responses/", r_response_item, &api_responses, RF_PREFIX},
-    {"POST", "/api/chat", r_generate, &api_ollama_api, RF_GEN},
-    {"POST", "/api/generate", r_generate, &api_ollama_api, RF_GEN},
+    {"POST", "/v1/messages", NULL, &api_anthropic, RF_GEN},
+    {"POST", "/v1/messages/count_tokens", api_anthropic_count_tokens, &api_anthropic, 0},
+    {"POST", "/v1/responses", NULL, &api_responses, RF_GEN},
+    {"GET", "/v1/responses/", api_responses_item, &api_responses, RF_PREFIX},
+    {"DELETE", "/v1/responses/", api_responses_item, &api_responses, RF_PREFIX},
+    {"POST", "/api/chat", NULL, &api_ollama_api, RF_GEN},
+    {"POST", "/api/generate", NULL, &api_ollama_api, RF_GEN},
     {"GET", "/api/tags", r_ollama_tags, &api_ollama_api, RF_LIST},
-    {"GET", "/api/ps", r_ollama_ps, &api_ollama_api, RF_ROOT},
-    {"POST", "/api/show", r_ollama_show, &api_ollama_api, 0},
-    {"GET", "/api/version", r_ollama_version, &api_ollama_api, RF_ROOT},
-    {"POST", "/api/embed", r_ollama_embed, &api_ollama_api, 0},
-    {"POST", "/api/embeddings", r_ollama_embed, &api_ollama_api, 0},
+    {"GET", "/api/ps", r_ollama_tags, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/show", api_ollama_show, &api_ollama_api, 0},
+    {"GET", "/api/version", api_ollama_version, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/embed", embed_ollama, &api_ollama_api, 0},
+    {"POST", "/api/embeddings", embed_ollama, &api_ollama_api, 0},
     /* model management: refused with a message (models are files here) */
-    {"POST", "/api/pull", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
-    {"POST", "/api/push", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
-    {"POST", "/api/create", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
-    {"POST", "/api/copy", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
-    {"DELETE", "/api/delete", r_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/pull", api_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/push", api_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/create", api_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"POST", "/api/copy", api_ollama_unsupported, &api_ollama_api, RF_ROOT},
+    {"DELETE", "/api/delete", api_ollama_unsupported, &api_ollama_api, RF_ROOT},
 };
 
 static bool method_fits(const route *r, const char *method) {
@@ -786,7 +696,7 @@ static routes_ctx *route_model(routes_ctx *root, http_exchange *x, const route *
          * another model's would be wrong without a sign of it */
         snprintf(msg, sizeof msg, "%d models are served here: name one (%s%s%s)", models_count(ms),
                  get ? "GET " : "\"model\": NAME in the body", get ? rt->path : "", get ? "?model=NAME" : "");
-        reply_error(x, 400, msg, "model", NULL);
+        oai_reply_error(x, 400, msg, "model", NULL);
         return NULL;
     }
     routes_ctx *rc = models_acquire(ms, want, &st, msg, sizeof msg);
@@ -818,9 +728,14 @@ void routes_handle(void *ctx, http_exchange *x) {
     } else if (!(rc = route_model(root, x, rt))) {
         /* unknown name or a model that cannot load: answered in the API's shape */
     } else {
-        if (rt->flags & RF_GEN) atomic_fetch_add(&root->n_pending, 1);
-        generation = rt->handler(rt, root, rc, x);
-        if (rt->flags & RF_GEN) atomic_fetch_sub(&root->n_pending, 1);
+        oai_json_mark(); /* the replies' out-of-memory checkpoint (api.h) */
+        if (rt->flags & RF_GEN) {
+            atomic_fetch_add(&root->n_pending, 1);
+            generation = api_serve(rt->ops, rc, x, gen_path(rt));
+            atomic_fetch_sub(&root->n_pending, 1);
+        } else {
+            rt->handler(rt, root, rc, x);
+        }
         /* a generation releases its model when its answer is written (gen_done) */
         if (!generation && rc != root) models_release(rc);
     }

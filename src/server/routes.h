@@ -83,6 +83,22 @@ int routes_priority(const routes_ctx *rc, http_exchange *x, int requested);
  * every request without a salt shares). */
 uint64_t routes_cache_salt(const routes_ctx *rc, http_exchange *x, const char *cache_salt);
 
+/* A route: method, path, its handler, its API (the shape of its errors,
+ * the HTTP layer's too: routes_error_body) and flags (routes.c's RF_*).
+ * One table in routes.c holds every route of every API. */
+typedef struct route route;
+/* Answers the request: rc is the model that serves it, root the server's
+ * own context. A generation route has none: api_serve (api.h) with its
+ * ops answers it. */
+typedef void route_fn(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x);
+struct api_ops;
+struct route {
+    const char *method, *path;
+    route_fn *handler;
+    const struct api_ops *ops;
+    unsigned flags;
+};
+
 /* The http_handler_fn of the server: ctx is a routes_ctx. */
 void routes_handle(void *ctx, http_exchange *x);
 
