@@ -18,7 +18,7 @@
  *
  * Naming (decided in issue 13): this is part of the server's internal
  * contract, like every header of src/server/ but server.h — http.h,
- * generate.h, oai.h, oai_answer.h, metrics.h, ... — each of which declares
+ * generate.h, oai.h, api.h, metrics.h, ... — each of which declares
  * the functions of one file named after that file (api_anthropic_*,
  * api_responses_*, api_ollama_*; resp_store_* is api_responses.c's store).
  * The module__ prefix (tok__, jinja__, grammar__, kern__, sched__, cli__) is
