@@ -13,6 +13,7 @@
  * and exit 0; usage errors print it on stderr and exit 2.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "../base/base.h"
+#include "../base/flags.h"
 #include "../kern/kern.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
@@ -69,65 +71,76 @@ _Noreturn static void die(const char *fmt, const char *arg) {
 
 static bool run_is_eog(void *ctx, int32_t id) { return tok_is_eog((const tokenizer *)ctx, id); }
 
+/* run's options (its flag table's fields). */
+typedef struct run_opts {
+    const char *model_path, *prompt, *draft_path;
+    long n_predict, threads, spec_max;
+    float spec_cost;
+    draft_kind spec;
+    bool spec_given; /* --draft-model alone means --spec draft */
+    sampler_params sp;
+} run_opts;
+
+#define RO(field) offsetof(run_opts, field)
+static int run_seed(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    long x;
+    if (!parse_long(v, 0, LONG_MAX, &x)) return err_set(e, ERR_INVALID, "--seed: expected a non-negative integer, got '%s'", v);
+    ((run_opts *)opts)->sp.seed = (uint64_t)x;
+    return 0;
+}
+static int run_spec(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    if (draft_kind_parse(v, &((run_opts *)opts)->spec, e) < 0) return err_prefix(e, "--spec"), ERR_INVALID;
+    ((run_opts *)opts)->spec_given = true;
+    return 0;
+}
+static int run_spec_cost(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    float *c = &((run_opts *)opts)->spec_cost;
+    if (!parse_float(v, c) || !(*c > 0)) return err_set(e, ERR_INVALID, "--spec-token-cost: expected a cost > 0, got '%s'", v);
+    return 0;
+}
+
+static const flag_row run_flags[] = {
+    FLAG_ROW("-m", NULL, "MODEL.gguf", "the model (default: the shipped " SERVER_DEFAULT_MODEL ")", FLAG_STR,
+             RO(model_path)),
+    FLAG_ROW("-p", NULL, "PROMPT", "generate after PROMPT (printed first; default \"\")", FLAG_STR, RO(prompt)),
+    FLAG_ROW("-n", NULL, "N", "at most N new tokens (default 256)", FLAG_LONG, RO(n_predict), 0, 1 << 24, "a count"),
+    FLAG_ROW("--temp", NULL, "T", "temperature (default 0.8; 0: greedy)", FLAG_FLOAT, RO(sp.temperature)),
+    FLAG_ROW("--top-k", NULL, "K", "top-k (default 40)", FLAG_INT, RO(sp.top_k), 0, INT_MAX, "an integer"),
+    FLAG_ROW("--top-p", NULL, "P", "top-p (default 0.95)", FLAG_FLOAT, RO(sp.top_p)),
+    FLAG_ROW("--min-p", NULL, "P", "min-p (default 0.05)", FLAG_FLOAT, RO(sp.min_p)),
+    FLAG_ROW("--repeat-penalty", NULL, "R", "repetition penalty (default 1: none)", FLAG_FLOAT, RO(sp.repeat_penalty)),
+    FLAG_ROW("--seed", NULL, "S", "sampling seed (default: a random one)", FLAG_FN, .set = run_seed),
+    FLAG_ROW("-t", NULL, "THREADS", "compute threads (default: the CPUs, up to 8)", FLAG_LONG, RO(threads), 1, 1024,
+             "a thread count"),
+    FLAG_ROW("--spec", NULL, "off|ngram|suffix|draft", "speculative decoding's drafter (default ngram: exact, the output is --spec off's with the same seed)",
+             FLAG_FN, .set = run_spec),
+    FLAG_ROW("--spec-max", NULL, "K", "draft tokens per step at most (default 8)", FLAG_LONG, RO(spec_max), 1, DRAFT_MAX,
+             "a count in [1, 32]"),
+    FLAG_ROW("--draft-model", NULL, "FILE.gguf", "--spec draft's model (implies --spec draft)", FLAG_STR, RO(draft_path)),
+    FLAG_ROW("--spec-token-cost", NULL, "C", "a draft token's cost relative to a step's (testing; default: learnt)",
+             FLAG_FN, .set = run_spec_cost),
+};
+#undef RO
+
 static int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = "", *draft_path = NULL;
-    long n_predict = 256, threads = 0, spec_max = 8;
-    float spec_cost = 0;
-    draft_kind spec = DRAFT_NGRAM; /* serve's default (docs/perf.md) */
-    bool spec_given = false;     /* --draft-model alone means --spec draft */
-    sampler_params sp = sampler_defaults();
-    sp.temperature = 0.8f;
-    sp.top_k = 40;
-    sp.top_p = 0.95f;
-    sp.min_p = 0.05f;
-    sp.seed = (uint64_t)clock_ns();
+    run_opts ro = {.prompt = "", .n_predict = 256, .spec_max = 8, .spec = DRAFT_NGRAM, .sp = sampler_defaults()};
+    ro.sp.temperature = 0.8f;
+    ro.sp.top_k = 40;
+    ro.sp.top_p = 0.95f;
+    ro.sp.min_p = 0.05f;
+    ro.sp.seed = (uint64_t)clock_ns();
+    static const flag_cmd run_cmd = {"run", "usage: kvloom run [options]: generates text after PROMPT with the model\n",
+                                     NULL, run_flags, ARRAY_LEN(run_flags)};
     err_t e = {0};
-    for (int i = 0; i < argc; i += 2) { /* every option but -h takes a value */
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long iv;
-        if (is_help(a)) {
-            printf("usage: kvloom run [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-                   "                  [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
-                   "                  [--spec off|ngram|suffix|draft] [--spec-max K] [--draft-model FILE.gguf]\n"
-                   "                  [--spec-token-cost C]\n"
-                   "  generates text after PROMPT (printed first) with the model (default: the shipped\n"
-                   "  " SERVER_DEFAULT_MODEL "); -n: at most N new tokens (256); --temp 0: greedy;\n"
-                   "  defaults --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05, a random seed, up to 8 threads,\n"
-                   "  --spec ngram (exact: the output is --spec off's with the same seed)\n");
-            return 0;
-        }
-        if (!v && a[0] == '-') die("option %s needs a value", a);
-        if (strcmp(a, "-m") == 0) model_path = v;
-        else if (strcmp(a, "-p") == 0) prompt = v;
-        else if (strcmp(a, "-n") == 0) {
-            if (!parse_long(v, 0, 1 << 24, &n_predict)) die("-n: expected a count, got '%s'", v);
-        } else if (strcmp(a, "-t") == 0) {
-            if (!parse_long(v, 1, 1024, &threads)) die("-t: expected a thread count, got '%s'", v);
-        } else if (strcmp(a, "--temp") == 0) {
-            if (!parse_float(v, &sp.temperature)) die("--temp: expected a number, got '%s'", v);
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (!parse_long(v, 0, INT_MAX, &iv)) die("--top-k: expected an integer, got '%s'", v);
-            sp.top_k = (int)iv;
-        } else if (strcmp(a, "--top-p") == 0) {
-            if (!parse_float(v, &sp.top_p)) die("--top-p: expected a number, got '%s'", v);
-        } else if (strcmp(a, "--min-p") == 0) {
-            if (!parse_float(v, &sp.min_p)) die("--min-p: expected a number, got '%s'", v);
-        } else if (strcmp(a, "--repeat-penalty") == 0) {
-            if (!parse_float(v, &sp.repeat_penalty)) die("--repeat-penalty: expected a number, got '%s'", v);
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!parse_long(v, 0, LONG_MAX, &iv)) die("--seed: expected a non-negative integer, got '%s'", v);
-            sp.seed = (uint64_t)iv;
-        } else if (strcmp(a, "--spec") == 0) {
-            if (draft_kind_parse(v, &spec, &e) < 0) die("--spec: %s", e.msg);
-            spec_given = true;
-        } else if (strcmp(a, "--spec-token-cost") == 0) {
-            if (!parse_float(v, &spec_cost) || !(spec_cost > 0)) die("--spec-token-cost: expected a cost > 0, got '%s'", v);
-        } else if (strcmp(a, "--draft-model") == 0) {
-            draft_path = v;
-        } else if (strcmp(a, "--spec-max") == 0) {
-            if (!parse_long(v, 1, DRAFT_MAX, &spec_max)) die("--spec-max: expected a count in [1, 32], got '%s'", v);
-        } else die("run: unknown option '%s' (see kvloom --help)", a);
-    }
+    int rc0 = flags_parse(&run_cmd, argc, argv, &ro, &e);
+    if (rc0 > 0) return 0; /* --help */
+    if (rc0 < 0) die("%s", e.msg);
+    const char *model_path = ro.model_path, *prompt = ro.prompt, *draft_path = ro.draft_path;
+    long n_predict = ro.n_predict, threads = ro.threads, spec_max = ro.spec_max;
+    float spec_cost = ro.spec_cost;
+    draft_kind spec = ro.spec;
+    bool spec_given = ro.spec_given;
+    sampler_params sp = ro.sp;
     if (sampler_params_check(&sp, &e)) die("%s", e.msg);
     if (draft_path && !spec_given) spec = DRAFT_MODEL;
     if (spec == DRAFT_MODEL && !draft_path) die("--spec draft needs --draft-model FILE.gguf%s", "");

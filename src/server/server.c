@@ -33,6 +33,7 @@
 #include "routes.h"
 #include "models.h"
 #include "../chat/chat.h"
+#include "../base/flags.h"
 
 bool server_host_is_loopback(const char *host) {
     if (!host || !*host || !strcasecmp(host, "localhost") || !strcmp(host, "::1")) return true;
@@ -66,116 +67,6 @@ void server_opts_default(server_opts *o) {
     o->stall_timeout_s = 30;
     o->spec = DRAFT_NGRAM; /* docs/perf.md, "The default: --spec ngram" */
     o->spec_max = 8;
-}
-
-const char *server_usage(void) {
-    return "usage: kvloom serve [-m MODEL.gguf [--alias NAME]]... [--models-dir DIR] [options]\n"
-           "  -m, --model PATH         GGUF model (default " SERVER_DEFAULT_MODEL ")\n"
-           "  --alias NAME             model id of the -m before it (default: file name without .gguf)\n"
-           "  --models-dir DIR         serve every DIR/*.gguf, by file name (with -m: those too);\n"
-           "                           the request's model field selects, loaded on first use\n"
-           "  --models-max N           models resident at once, least recently used unloaded (default 4)\n"
-           "  --models-idle S          unload a model unused for S seconds (default 0: never)\n"
-           "  --host ADDR              numeric address to bind (default 127.0.0.1)\n"
-           "  --port N                 TCP port (default 8080; 0 = any free port)\n"
-           "  --kv-mem BYTES           KV cache size, K/M/G suffixes allowed (default: one full context\n"
-           "                           of the model, at least 256M, within the free memory)\n"
-           "  --max-batch-tokens N     tokens per engine step (default 512)\n"
-           "  --max-running N          sequences decoded together at most (default 64)\n"
-           "  --max-queue N            waiting requests before 429 (default 256)\n"
-           "  --client-max-queued N    one client's waiting requests before its 429 (default 3/4 of\n"
-           "                           --max-queue; 0: no limit of its own). A client is its API key,\n"
-           "                           else the body's 'user', else its address\n"
-           "  --grammar-mask-budget MS a request's grammar masks may take MS of CPU per token on average\n"
-           "                           (after 8 tokens' worth); past it the request fails with a 400\n"
-           "                           (default 20, fractions allowed; 0: no budget)\n"
-           "  --grammar-mask-sync      compute grammar masks inside the engine's step (default: on a\n"
-           "                           worker thread, overlapped with the forward pass; a request\n"
-           "                           whose mask is late sits out a step instead of stalling all)\n"
-           "  --client-max-running N   one client's running sequences at most (default 0: no cap; the\n"
-           "                           fair share preempts a client above it for one below it)\n"
-           "  --api-key KEY            require 'Authorization: Bearer KEY' (all routes but /health);\n"
-           "                           repeatable: each key is a client of its own\n"
-           "  --api-key-file FILE      the same, every non-empty line of FILE a key ('#' comments),\n"
-           "                           optionally followed by its priority class: interactive\n"
-           "                           (default), batch or priority=N (its requests' default and\n"
-           "                           the most urgent 'priority' they may ask for)\n"
-           "  -t, --threads N          compute threads (default: all CPUs)\n"
-           "  -c, --ctx N              positions per sequence (default: the model's training context)\n"
-           "  --block-tokens N         tokens per KV block (default 16)\n"
-           "  --kv-policy agent|lru    KV lifetime: agent (default) pins a finished turn's blocks for\n"
-           "                           the client's predicted return; lru keeps recency order only\n"
-           "  --kv-ttl-max SECONDS     upper bound of a pin's time-to-live (default 60)\n"
-           "  --kv-disk DIR            keep KV blocks on disk in DIR too (written through, read\n"
-           "                           back instead of recomputed; survives restarts)\n"
-           "  --kv-disk-size BYTES     size cap of --kv-disk, least recently used deleted (default none)\n"
-           "  --spec off|ngram|suffix|draft  speculative decoding's drafter (default ngram): ngram looks\n"
-           "                           the last tokens up in the request's context; suffix also uses\n"
-           "                           earlier requests' outputs; draft runs --draft-model (exact: the\n"
-           "                           output is --spec off's, in distribution above temperature 0)\n"
-           "  --draft-model FILE.gguf  a small model with the model's vocabulary drafting for it\n"
-           "                           (implies --spec draft; one -m only)\n"
-           "  --spec-max K             draft tokens per sequence per step at most (default 8, <= 32)\n"
-           "  --max-body BYTES         request body limit (default 8M)\n"
-           "  --max-connections N      simultaneous connections (default 1024; an idle one costs no thread)\n"
-           "  --max-conns-per-ip N     connections per client address, all loopback addresses as one\n"
-           "                           (default 64, none when --host is a loopback address)\n"
-           "  --max-body-total BYTES   request bodies held at once, 503 beyond (default 4x --max-body)\n"
-           "  --header-timeout S       a request's headers must arrive within S seconds (default 10)\n"
-           "  --grammar-cache BYTES    masks and DFA states of the 32 cached grammars together (default 1G)\n"
-           "  --responses-store BYTES  memory of the stored /v1/responses answers (default 256M)\n"
-           "  --body-timeout S         a request's body must be complete S seconds after its headers (default 60)\n"
-           "  --timeout S              close a keep-alive connection idle for S seconds (default 60)\n"
-           "  --stall-timeout S        cancel a request whose client has taken none of its generated\n"
-           "                           output for S seconds (a stream nobody reads; default 30, 0: never)\n"
-           "  --park-timeout S         park such a request after S seconds (default 2, at most half of\n"
-           "                           --stall-timeout; 0: never): it gives back its slot and KV blocks\n"
-           "                           and runs again once its client has read what it had\n"
-           "  --park-bytes BYTES       park it at once when BYTES of its stream wait unsent (the stream's\n"
-           "                           buffer and the socket's send queue; default 64K; 0: by time only)\n"
-           "  --client-max-parked N    one client's parked requests before its 429 (default 16; 0: none)\n"
-           "  --client-max-kv PCT      one client's running requests may hold PCT% of the KV pool; at it\n"
-           "                           its new requests get a 429 (default 0: no limit of its own)\n"
-           "  --allowed-hosts LIST     Host names accepted besides localhost and the bound address\n"
-           "                           (comma list; checked on loopback without --api-key)\n"
-           "  --ready-file PATH        write the bound port to PATH once listening\n"
-           "  --chat-template-file F   use the Jinja chat template in F instead of the model's\n"
-           "  --tool-format NAME       tool-call syntax: auto (from the chat template), hermes,\n"
-           "                           llama3, mistral, generic\n"
-           "  --cors-origin ORIGIN     let pages of ORIGIN call the API from a browser (repeatable,\n"
-           "                           or a comma list; * for any); default: none (same origin only)\n"
-           "  --shutdown-timeout S     on SIGINT/SIGTERM, let running requests finish for S seconds\n"
-           "                           before cancelling them (default 10)\n"
-           "  --check                  verify KV pool and prefix tree after every step (debug)\n"
-           "  --step-delay-us N        sleep N us after every engine step (testing)\n"
-           "  --spec-token-cost C      a draft token's cost relative to a step's fixed cost, instead of\n"
-           "                           the one learnt from the steps' times (testing)\n"
-           "  --mask-spin-us N         every grammar mask also spins N us on the CPU (testing)\n"
-           "  --load-delay-ms N        sleep N ms in every model load (testing)\n"
-           "  --no-webui               no chat page at /\n"
-           "  --log-file FILE          append the log to FILE too\n"
-           "  --kv-type f16|q8_0       KV cache type, K and V (-ctk/-ctv, --cache-type-k/v: the same); q8_0 takes\n"
-           "                           about half the memory per token\n"
-           "  -v, --verbose            debug logging\n"
-           "llama-server spellings: -c/--ctx-size (--ctx), -np/--parallel (--max-running), -a (--alias);\n"
-           "--jinja, -fa/--flash-attn [on|off|auto] and --metrics are accepted and change nothing.\n";
-}
-
-static int parse_int(const char *flag, const char *v, long lo, long hi, int *out, err_t *e) {
-    long x;
-    if (!parse_long(v, lo, hi, &x))
-        return err_set(e, ERR_INVALID, "%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, v ? v : "");
-    *out = (int)x;
-    return 0;
-}
-
-/* A number in [lo, hi] of `unit` (named in the error). */
-static int parse_real(const char *flag, const char *v, double lo, double hi, const char *unit, double *out, err_t *e) {
-    float x;
-    if (!v || !parse_float(v, &x) || !(x >= lo) || x > hi)
-        return err_set(e, ERR_INVALID, "%s: expected %s in [%.10g, %.10g], got '%s'", flag, unit, lo, hi, v ? v : "");
-    *out = x;
-    return 0;
 }
 
 /* Adds an accepted key (the first is also o->api_key). */
@@ -280,230 +171,278 @@ static int parse_cors(const char *v, server_opts *o, err_t *e) {
     return 0;
 }
 
+/* ---- the flags (flags.h) ---- */
+
+#define O(field) offsetof(server_opts, field)
+#define SET(fn) static int fn(const flag_row *f, const char *a, const char *v, void *opts, err_t *e)
+
+SET(set_model) {
+    server_opts *o = opts;
+    if (o->n_models == SERVER_MAX_MODELS) return err_set(e, ERR_INVALID, "-m: at most %d models", SERVER_MAX_MODELS);
+    if (!o->model_path) o->model_path = v;
+    o->model_paths[o->n_models++] = v;
+    return 0;
+}
+SET(set_alias) {
+    server_opts *o = opts;
+    /* the alias of the -m before it (of the first or only model when none) */
+    if (!o->alias) o->alias = v;
+    o->model_aliases[o->n_models ? o->n_models - 1 : 0] = v;
+    return 0;
+}
+SET(set_api_key) {
+    if (!*v) return err_set(e, ERR_INVALID, "--api-key: the key is empty (omit --api-key to serve without one)");
+    return add_key(opts, v, e);
+}
+SET(set_key_file) { return read_key_file(v, opts, e); }
+SET(set_cors) { return parse_cors(v, opts, e); }
+SET(set_allowed_hosts) {
+    if (!*v) return err_set(e, ERR_INVALID, "--allowed-hosts: empty list");
+    ((server_opts *)opts)->allowed_hosts = v;
+    return 0;
+}
+SET(set_spec_cost) {
+    float c;
+    if (!parse_float(v, &c) || !(c > 0) || c > 100)
+        return err_set(e, ERR_INVALID, "--spec-token-cost: expected a cost in (0, 100], got '%s'", v);
+    ((server_opts *)opts)->spec_token_cost = c;
+    return 0;
+}
+SET(set_tool_format) {
+    tc_format t;
+    if (strcmp(v, "auto") != 0 && tc_format_from_name(v, &t, e) < 0) return err_prefix(e, "--tool-format"), ERR_INVALID;
+    ((server_opts *)opts)->tool_format = v;
+    return 0;
+}
+SET(set_client_max_kv) {
+    size_t lv = strlen(v);
+    char num[32]; /* "50" or "50%" */
+    snprintf(num, sizeof num, "%.*s", (int)(lv && v[lv - 1] == '%' ? lv - 1 : lv), v);
+    float pct;
+    if (lv >= sizeof num || !parse_float(num, &pct) || !(pct >= 0) || pct > 100)
+        return err_set(e, ERR_INVALID, "%s: expected a percentage of the KV pool in [0, 100], got '%s'", a, v);
+    ((server_opts *)opts)->client_max_kv = pct / 100.0;
+    return 0;
+}
+SET(set_kv_policy) {
+    server_opts *o = opts;
+    if (!strcmp(v, "agent")) o->kv_policy = ENGINE_KV_AGENT;
+    else if (!strcmp(v, "lru")) o->kv_policy = ENGINE_KV_LRU;
+    else return err_set(e, ERR_INVALID, "--kv-policy: '%s' is not a policy (agent or lru)", v);
+    return 0;
+}
+SET(set_spec) {
+    draft_kind k;
+    if (draft_kind_parse(v, &k, e) < 0) return err_prefix(e, "--spec"), ERR_INVALID;
+    ((server_opts *)opts)->spec = (int)k;
+    ((server_opts *)opts)->spec_given = true;
+    return 0;
+}
+SET(set_kv_type) {
+    server_opts *o = opts;
+    /* K and V share one type (model.h's model_kv): -ctk and -ctv that
+     * disagree are refused, not resolved by order */
+    model_kv_type t;
+    if (!model_kv_type_parse(v, &t))
+        return err_set(e, ERR_INVALID, "%s: KV cache type '%s' is not supported (f16 or q8_0)", a, v);
+    if (o->kv_type_set && t != o->kv_type)
+        return err_set(e, ERR_INVALID, "%s %s: K and V share one cache type here, and another flag gave %s", a, v,
+                       model_kv_type_name(o->kv_type));
+    o->kv_type = t;
+    o->kv_type_set = true;
+    return 0;
+}
+/* llama-server's flags that change nothing here (said once at start) */
+SET(set_jinja) { return ((server_opts *)opts)->noop_flags |= SERVER_NOOP_JINJA, 0; }
+SET(set_metrics) { return ((server_opts *)opts)->noop_flags |= SERVER_NOOP_METRICS, 0; }
+SET(set_flash_attn) {
+    /* the older spelling is a bare flag, the newer one takes on|off|auto */
+    ((server_opts *)opts)->noop_flags |= SERVER_NOOP_FLASH_ATTN;
+    return v && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "auto")) ? 0 : 1;
+}
+SET(set_verbose) { return log_level = LOG_DEBUG, 0; }
+
+/* serve's flags, in the order of its usage (docs/server.md lists the same:
+ * tests/flags_doc_test.sh). */
+static const flag_row serve_flags[] = {
+    FLAG_ROW("-m, --model", NULL, "PATH", "GGUF model (default " SERVER_DEFAULT_MODEL ")", FLAG_FN, .set = set_model),
+    FLAG_ROW("--alias", "-a", "NAME", "model id of the -m before it (default: file name without .gguf)", FLAG_FN,
+             .set = set_alias),
+    FLAG_ROW(
+        "--models-dir", NULL, "DIR",
+        "serve every DIR/*.gguf, by file name (with -m: those too);\nthe request's model field selects, loaded on first use",
+        FLAG_STR, O(models_dir)),
+    FLAG_ROW("--models-max", NULL, "N", "models resident at once, least recently used unloaded (default 4)", FLAG_INT,
+             O(models_max), 1, 256),
+    FLAG_ROW("--models-idle", NULL, "S", "unload a model unused for S seconds (default 0: never)", FLAG_INT,
+             O(models_idle_s), 0, 1 << 30),
+    FLAG_ROW("--host", NULL, "ADDR", "numeric address to bind (default 127.0.0.1)", FLAG_STR, O(host)),
+    FLAG_ROW("--port", NULL, "N", "TCP port (default 8080; 0 = any free port)", FLAG_INT, O(port), 0, 65535),
+    FLAG_ROW(
+        "--kv-mem", NULL, "BYTES",
+        "KV cache size, K/M/G suffixes allowed (default: one full context\nof the model, at least 256M, within the free "
+        "memory)",
+        FLAG_SIZE, O(kv_mem_bytes)),
+    FLAG_ROW("--max-batch-tokens", NULL, "N", "tokens per engine step (default 512)", FLAG_INT, O(max_batch_tokens), 1,
+             1 << 20),
+    FLAG_ROW("--max-running", "-np --parallel", "N", "sequences decoded together at most (default 64)", FLAG_INT,
+             O(max_running), 1, 4096),
+    FLAG_ROW("--max-queue", NULL, "N", "waiting requests before 429 (default 256)", FLAG_INT, O(max_queue), 0, 1 << 20),
+    FLAG_ROW(
+        "--client-max-queued", NULL, "N",
+        "one client's waiting requests before its 429 (default 3/4 of\n--max-queue; 0: no limit of its own). A client is "
+        "its API key,\nelse the body's 'user', else its address",
+        FLAG_INT, O(client_max_queued), 0, 1 << 20),
+    FLAG_ROW(
+        "--grammar-mask-budget", NULL, "MS",
+        "a request's grammar masks may take MS of CPU per token on average\n(after 8 tokens' worth); past it the request "
+        "fails with a 400\n(default 20, fractions allowed; 0: no budget)",
+        FLAG_REAL, O(mask_budget_ms), 0, 3600e3, "milliseconds"),
+    FLAG_ROW(
+        "--grammar-mask-sync", NULL, NULL,
+        "compute grammar masks inside the engine's step (default: on a\nworker thread, overlapped with the forward pass; a "
+        "request\nwhose mask is late sits out a step instead of stalling all)",
+        FLAG_ON, O(mask_sync)),
+    FLAG_ROW(
+        "--client-max-running", NULL, "N",
+        "one client's running sequences at most (default 0: no cap; the\nfair share preempts a client above it for one "
+        "below it)",
+        FLAG_INT, O(client_max_running), 0, 4096),
+    FLAG_ROW(
+        "--api-key", NULL, "KEY",
+        "require 'Authorization: Bearer KEY' (all routes but /health);\nrepeatable: each key is a client of its own",
+        FLAG_FN, .set = set_api_key),
+    FLAG_ROW(
+        "--api-key-file", NULL, "FILE",
+        "the same, every non-empty line of FILE a key ('#' comments),\noptionally followed by its priority class: "
+        "interactive\n(default), batch or priority=N (its requests' default and\nthe most urgent 'priority' they may ask "
+        "for)",
+        FLAG_FN, .set = set_key_file),
+    FLAG_ROW("-t, --threads", NULL, "N", "compute threads (default: all CPUs)", FLAG_INT, O(n_threads), 1, 1024),
+    FLAG_ROW("-c, --ctx", "--ctx-size", "N", "positions per sequence (default: the model's training context)", FLAG_INT,
+             O(n_ctx), 0, 1 << 24),
+    FLAG_ROW("--block-tokens", NULL, "N", "tokens per KV block (default 16)", FLAG_INT, O(block_tokens), 1, 1024),
+    FLAG_ROW(
+        "--kv-policy", NULL, "agent|lru",
+        "KV lifetime: agent (default) pins a finished turn's blocks for\nthe client's predicted return; lru keeps recency "
+        "order only",
+        FLAG_FN, .set = set_kv_policy),
+    FLAG_ROW("--kv-ttl-max", NULL, "SECONDS", "upper bound of a pin's time-to-live (default 60)", FLAG_INT,
+             O(kv_ttl_max_s), 1, 86400),
+    FLAG_ROW("--kv-disk", NULL, "DIR",
+             "keep KV blocks on disk in DIR too (written through, read\nback instead of recomputed; survives restarts)",
+             FLAG_STR, O(kv_disk_dir)),
+    FLAG_ROW("--kv-disk-size", NULL, "BYTES", "size cap of --kv-disk, least recently used deleted (default none)",
+             FLAG_SIZE, O(kv_disk_max_bytes)),
+    FLAG_ROW(
+        "--spec", NULL, "off|ngram|suffix|draft",
+        "speculative decoding's drafter (default ngram): ngram looks\nthe last tokens up in the request's context; suffix "
+        "also uses\nearlier requests' outputs; draft runs --draft-model (exact: the\noutput is --spec off's, in "
+        "distribution above temperature 0)",
+        FLAG_FN, .set = set_spec),
+    FLAG_ROW("--draft-model", NULL, "FILE.gguf",
+             "a small model with the model's vocabulary drafting for it\n(implies --spec draft; one -m only)", FLAG_STR,
+             O(draft_model)),
+    FLAG_ROW("--spec-max", NULL, "K", "draft tokens per sequence per step at most (default 8, <= 32)", FLAG_INT,
+             O(spec_max), 1, DRAFT_MAX),
+    FLAG_ROW("--max-body", NULL, "BYTES", "request body limit (default 8M)", FLAG_SIZE, O(max_body_bytes)),
+    FLAG_ROW("--max-connections", NULL, "N", "simultaneous connections (default 1024; an idle one costs no thread)",
+             FLAG_INT, O(max_connections), 1, 65536),
+    FLAG_ROW(
+        "--max-conns-per-ip", NULL, "N",
+        "connections per client address, all loopback addresses as one\n(default 64, none when --host is a loopback "
+        "address)",
+        FLAG_INT, O(max_conns_per_ip), 1, 65536),
+    FLAG_ROW("--max-body-total", NULL, "BYTES", "request bodies held at once, 503 beyond (default 4x --max-body)",
+             FLAG_SIZE, O(max_body_total)),
+    FLAG_ROW("--header-timeout", NULL, "S", "a request's headers must arrive within S seconds (default 10)", FLAG_INT,
+             O(header_timeout_s), 1, 3600),
+    FLAG_ROW("--grammar-cache", NULL, "BYTES", "masks and DFA states of the 32 cached grammars together (default 1G)",
+             FLAG_SIZE, O(grammar_cache_bytes)),
+    FLAG_ROW("--responses-store", NULL, "BYTES", "memory of the stored /v1/responses answers (default 256M)", FLAG_SIZE,
+             O(responses_store_bytes)),
+    FLAG_ROW("--body-timeout", NULL, "S", "a request's body must be complete S seconds after its headers (default 60)",
+             FLAG_INT, O(body_timeout_s), 1, 86400),
+    FLAG_ROW("--timeout", NULL, "S", "close a keep-alive connection idle for S seconds (default 60)", FLAG_INT,
+             O(timeout_s), 1, 86400),
+    FLAG_ROW(
+        "--stall-timeout", NULL, "S",
+        "cancel a request whose client has taken none of its generated\noutput for S seconds (a stream nobody reads; "
+        "default 30, 0: never)",
+        FLAG_INT, O(stall_timeout_s), 0, 86400),
+    FLAG_ROW(
+        "--park-timeout", NULL, "S",
+        "park such a request after S seconds (default 2, at most half of\n--stall-timeout; 0: never): it gives back its "
+        "slot and KV blocks\nand runs again once its client has read what it had",
+        FLAG_REAL, O(park_timeout_s), 0, 86400, "seconds"),
+    FLAG_ROW(
+        "--park-bytes", NULL, "BYTES",
+        "park it at once when BYTES of its stream wait unsent (the stream's\nbuffer and the socket's send queue; default "
+        "64K; 0: by time only)",
+        FLAG_SIZE, O(park_bytes)),
+    FLAG_ROW("--client-max-parked", NULL, "N", "one client's parked requests before its 429 (default 16; 0: none)",
+             FLAG_INT, O(client_max_parked), 0, 1 << 20),
+    FLAG_ROW(
+        "--client-max-kv", NULL, "PCT",
+        "one client's running requests may hold PCT% of the KV pool; at it\nits new requests get a 429 (default 0: no "
+        "limit of its own)",
+        FLAG_FN, .set = set_client_max_kv),
+    FLAG_ROW(
+        "--allowed-hosts", NULL, "LIST",
+        "Host names accepted besides localhost and the bound address\n(comma list; checked on loopback without --api-key)",
+        FLAG_FN, .set = set_allowed_hosts),
+    FLAG_ROW("--ready-file", NULL, "PATH", "write the bound port to PATH once listening", FLAG_STR, O(ready_file)),
+    FLAG_ROW("--chat-template-file", NULL, "F", "use the Jinja chat template in F instead of the model's", FLAG_STR,
+             O(chat_template_file)),
+    FLAG_ROW("--tool-format", NULL, "NAME",
+             "tool-call syntax: auto (from the chat template), hermes,\nllama3, mistral, generic", FLAG_FN,
+             .set = set_tool_format),
+    FLAG_ROW(
+        "--cors-origin", NULL, "ORIGIN",
+        "let pages of ORIGIN call the API from a browser (repeatable,\nor a comma list; * for any); default: none (same "
+        "origin only)",
+        FLAG_FN, .set = set_cors),
+    FLAG_ROW("--shutdown-timeout", NULL, "S",
+             "on SIGINT/SIGTERM, let running requests finish for S seconds\nbefore cancelling them (default 10)",
+             FLAG_INT, O(shutdown_timeout_s), 0, 86400),
+    FLAG_ROW("--check", NULL, NULL, "verify KV pool and prefix tree after every step (debug)", FLAG_ON, O(check)),
+    FLAG_ROW("--step-delay-us", NULL, "N", "sleep N us after every engine step (testing)", FLAG_INT, O(step_delay_us),
+             0, 10000000),
+    FLAG_ROW(
+        "--spec-token-cost", NULL, "C",
+        "a draft token's cost relative to a step's fixed cost, instead of\nthe one learnt from the steps' times (testing)",
+        FLAG_FN, .set = set_spec_cost),
+    FLAG_ROW("--mask-spin-us", NULL, "N", "every grammar mask also spins N us on the CPU (testing)", FLAG_INT,
+             O(mask_spin_us), 0, 10000000),
+    FLAG_ROW("--load-delay-ms", NULL, "N", "sleep N ms in every model load (testing)", FLAG_INT, O(load_delay_ms), 0,
+             600000),
+    FLAG_ROW("--no-webui", NULL, NULL, "no chat page at /", FLAG_ON, O(no_webui)),
+    FLAG_ROW("--log-file", NULL, "FILE", "append the log to FILE too", FLAG_STR, O(log_file)),
+    FLAG_ROW(
+        "--kv-type", "-ctk -ctv --cache-type-k --cache-type-v", "f16|q8_0",
+        "KV cache type, K and V (-ctk/-ctv, --cache-type-k/v: the same); q8_0 takes\nabout half the memory per token",
+        FLAG_FN, .set = set_kv_type),
+    FLAG_ROW("-v, --verbose", NULL, NULL, "debug logging", FLAG_FN, .set = set_verbose),
+    /* llama-server's, said in the usage's last lines */
+    FLAG_ROW("--jinja", NULL, NULL, NULL, FLAG_FN, .set = set_jinja),
+    FLAG_ROW("--metrics", NULL, NULL, NULL, FLAG_FN, .set = set_metrics),
+    FLAG_ROW("-fa, --flash-attn", NULL, "[on|off|auto]", NULL, FLAG_FN, .set = set_flash_attn),
+};
+
+static const flag_cmd serve_cmd = {
+    "serve",
+    "usage: kvloom serve [-m MODEL.gguf [--alias NAME]]... [--models-dir DIR] [options]\n",
+    "llama-server spellings: -c/--ctx-size (--ctx), -np/--parallel (--max-running), -a (--alias),\n"
+    "-ctk/-ctv/--cache-type-k/--cache-type-v (--kv-type); --jinja, -fa/--flash-attn [on|off|auto] and\n"
+    "--metrics are accepted and change nothing.\n",
+    serve_flags,
+    ARRAY_LEN(serve_flags),
+};
+
 int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
-    bool spec_given = false; /* --draft-model alone means --spec draft */
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_VALUE                                                                                                     \
-    do {                                                                                                               \
-        if (!v) return err_set(e, ERR_INVALID, "%s needs a value", a);                                                 \
-        i++;                                                                                                           \
-    } while (0)
-        int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(server_usage(), stdout);
-            return 1;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            NEED_VALUE;
-            if (o->n_models == SERVER_MAX_MODELS) return err_set(e, ERR_INVALID, "-m: at most %d models", SERVER_MAX_MODELS);
-            if (!o->model_path) o->model_path = v;
-            o->model_paths[o->n_models++] = v;
-        } else if (!strcmp(a, "--alias") || !strcmp(a, "-a")) {
-            NEED_VALUE;
-            /* the alias of the -m before it (of the first or only model when none) */
-            if (!o->alias) o->alias = v;
-            o->model_aliases[o->n_models ? o->n_models - 1 : 0] = v;
-        } else if (!strcmp(a, "--models-dir")) {
-            NEED_VALUE;
-            o->models_dir = v;
-        } else if (!strcmp(a, "--models-max")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 256, &o->models_max, e);
-        } else if (!strcmp(a, "--models-idle")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 1 << 30, &o->models_idle_s, e);
-        } else if (!strcmp(a, "--host")) {
-            NEED_VALUE;
-            o->host = v;
-        } else if (!strcmp(a, "--port")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 65535, &o->port, e);
-        } else if (!strcmp(a, "--kv-mem")) {
-            NEED_VALUE;
-            rc = parse_size(a, v, &o->kv_mem_bytes, e);
-        } else if (!strcmp(a, "--max-batch-tokens")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 1 << 20, &o->max_batch_tokens, e);
-        } else if (!strcmp(a, "--max-running") || !strcmp(a, "-np") || !strcmp(a, "--parallel")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 4096, &o->max_running, e);
-        } else if (!strcmp(a, "--max-queue")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 1 << 20, &o->max_queue, e);
-        } else if (!strcmp(a, "--client-max-queued")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 1 << 20, &o->client_max_queued, e);
-        } else if (!strcmp(a, "--grammar-mask-budget")) {
-            NEED_VALUE;
-            rc = parse_real(a, v, 0, 3600e3, "milliseconds", &o->mask_budget_ms, e);
-        } else if (!strcmp(a, "--grammar-mask-sync")) {
-            o->mask_sync = true;
-        } else if (!strcmp(a, "--client-max-running")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 4096, &o->client_max_running, e);
-        } else if (!strcmp(a, "--api-key")) {
-            NEED_VALUE;
-            if (!*v) return err_set(e, ERR_INVALID, "--api-key: the key is empty (omit --api-key to serve without one)");
-            rc = add_key(o, v, e);
-        } else if (!strcmp(a, "--api-key-file")) {
-            NEED_VALUE;
-            rc = read_key_file(v, o, e);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 1024, &o->n_threads, e);
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 1 << 24, &o->n_ctx, e);
-        } else if (!strcmp(a, "--block-tokens")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 1024, &o->block_tokens, e);
-        } else if (!strcmp(a, "--max-body")) {
-            NEED_VALUE;
-            rc = parse_size(a, v, &o->max_body_bytes, e);
-        } else if (!strcmp(a, "--max-connections")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 65536, &o->max_connections, e);
-        } else if (!strcmp(a, "--max-conns-per-ip")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 65536, &o->max_conns_per_ip, e);
-        } else if (!strcmp(a, "--max-body-total")) {
-            NEED_VALUE;
-            rc = parse_size(a, v, &o->max_body_total, e);
-        } else if (!strcmp(a, "--timeout")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 86400, &o->timeout_s, e);
-        } else if (!strcmp(a, "--header-timeout")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 3600, &o->header_timeout_s, e);
-        } else if (!strcmp(a, "--grammar-cache")) {
-            NEED_VALUE;
-            rc = parse_size(a, v, &o->grammar_cache_bytes, e);
-        } else if (!strcmp(a, "--responses-store")) {
-            NEED_VALUE;
-            rc = parse_size(a, v, &o->responses_store_bytes, e);
-        } else if (!strcmp(a, "--body-timeout")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 86400, &o->body_timeout_s, e);
-        } else if (!strcmp(a, "--allowed-hosts")) {
-            NEED_VALUE;
-            if (!*v) return err_set(e, ERR_INVALID, "--allowed-hosts: empty list");
-            o->allowed_hosts = v;
-        } else if (!strcmp(a, "--ready-file")) {
-            NEED_VALUE;
-            o->ready_file = v;
-        } else if (!strcmp(a, "--load-delay-ms")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 600000, &o->load_delay_ms, e);
-        } else if (!strcmp(a, "--mask-spin-us")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 10000000, &o->mask_spin_us, e);
-        } else if (!strcmp(a, "--spec-token-cost")) {
-            NEED_VALUE;
-            float c;
-            if (!parse_float(v, &c) || !(c > 0) || c > 100)
-                rc = err_set(e, ERR_INVALID, "--spec-token-cost: expected a cost in (0, 100], got '%s'", v);
-            else o->spec_token_cost = c;
-        } else if (!strcmp(a, "--step-delay-us")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 10000000, &o->step_delay_us, e);
-        } else if (!strcmp(a, "--chat-template-file")) {
-            NEED_VALUE;
-            o->chat_template_file = v;
-        } else if (!strcmp(a, "--tool-format")) {
-            NEED_VALUE;
-            tc_format f;
-            if (strcmp(v, "auto") != 0 && (rc = tc_format_from_name(v, &f, e)) < 0) err_prefix(e, "--tool-format");
-            o->tool_format = v;
-        } else if (!strcmp(a, "--cors-origin")) {
-            NEED_VALUE;
-            rc = parse_cors(v, o, e);
-        } else if (!strcmp(a, "--shutdown-timeout")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 86400, &o->shutdown_timeout_s, e);
-        } else if (!strcmp(a, "--client-max-kv")) {
-            NEED_VALUE;
-            size_t lv = strlen(v);
-            char num[32]; /* "50" or "50%" */
-            snprintf(num, sizeof num, "%.*s", (int)(lv && v[lv - 1] == '%' ? lv - 1 : lv), v);
-            double pct = 0;
-            rc = parse_real(a, lv < sizeof num ? num : NULL, 0, 100, "a percentage of the KV pool", &pct, e);
-            o->client_max_kv = pct / 100.0;
-        } else if (!strcmp(a, "--client-max-parked")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 1 << 20, &o->client_max_parked, e);
-        } else if (!strcmp(a, "--park-timeout")) {
-            NEED_VALUE;
-            rc = parse_real(a, v, 0, 86400, "seconds", &o->park_timeout_s, e);
-        } else if (!strcmp(a, "--park-bytes")) {
-            NEED_VALUE;
-            rc = parse_size(a, v, &o->park_bytes, e);
-        } else if (!strcmp(a, "--stall-timeout")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 0, 86400, &o->stall_timeout_s, e);
-        } else if (!strcmp(a, "--kv-policy")) {
-            NEED_VALUE;
-            if (!strcmp(v, "agent")) o->kv_policy = ENGINE_KV_AGENT;
-            else if (!strcmp(v, "lru")) o->kv_policy = ENGINE_KV_LRU;
-            else rc = err_set(e, ERR_INVALID, "--kv-policy: '%s' is not a policy (agent or lru)", v);
-        } else if (!strcmp(a, "--kv-ttl-max")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, 86400, &o->kv_ttl_max_s, e);
-        } else if (!strcmp(a, "--kv-disk")) {
-            NEED_VALUE;
-            o->kv_disk_dir = v;
-        } else if (!strcmp(a, "--kv-disk-size")) {
-            NEED_VALUE;
-            rc = parse_size(a, v, &o->kv_disk_max_bytes, e);
-        } else if (!strcmp(a, "--spec")) {
-            NEED_VALUE;
-            draft_kind k;
-            if ((rc = draft_kind_parse(v, &k, e)) < 0) err_prefix(e, "--spec");
-            else o->spec = (int)k, spec_given = true;
-        } else if (!strcmp(a, "--draft-model")) {
-            NEED_VALUE;
-            o->draft_model = v;
-        } else if (!strcmp(a, "--spec-max")) {
-            NEED_VALUE;
-            rc = parse_int(a, v, 1, DRAFT_MAX, &o->spec_max, e);
-        } else if (!strcmp(a, "--check")) {
-            o->check = true;
-        } else if (!strcmp(a, "--kv-type") || !strcmp(a, "-ctk") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-k") ||
-                   !strcmp(a, "--cache-type-v")) {
-            NEED_VALUE;
-            /* K and V share one type (model.h's model_kv): -ctk and -ctv
-             * that disagree are refused, not resolved by order */
-            model_kv_type t;
-            if (!model_kv_type_parse(v, &t))
-                rc = err_set(e, ERR_INVALID, "%s: KV cache type '%s' is not supported (f16 or q8_0)", a, v);
-            else if (o->kv_type_set && t != o->kv_type)
-                rc = err_set(e, ERR_INVALID, "%s %s: K and V share one cache type here, and another flag gave %s", a, v,
-                             model_kv_type_name(o->kv_type));
-            o->kv_type = t;
-            o->kv_type_set = true;
-        } else if (!strcmp(a, "--no-webui")) {
-            o->no_webui = true;
-        } else if (!strcmp(a, "--log-file")) {
-            NEED_VALUE;
-            o->log_file = v;
-        } else if (!strcmp(a, "--jinja")) {
-            o->noop_flags |= SERVER_NOOP_JINJA;
-        } else if (!strcmp(a, "--metrics")) {
-            o->noop_flags |= SERVER_NOOP_METRICS;
-        } else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
-            /* llama-server's older spelling is a bare flag, the newer one
-             * takes on|off|auto */
-            if (v && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "auto"))) i++;
-            o->noop_flags |= SERVER_NOOP_FLASH_ATTN;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            log_level = LOG_DEBUG;
-        } else {
-            return err_set(e, ERR_INVALID, "serve: unknown option '%s' (see kvloom serve --help)", a);
-        }
-        if (rc < 0) return rc;
-#undef NEED_VALUE
-    }
-    if (o->draft_model && !spec_given) o->spec = DRAFT_MODEL;
+    int rc = flags_parse(&serve_cmd, argc, argv, o, e);
+    if (rc) return rc;
+    if (o->draft_model && !o->spec_given) o->spec = DRAFT_MODEL;
     if (o->spec == DRAFT_MODEL && !o->draft_model)
         return err_set(e, ERR_INVALID, "--spec draft needs --draft-model FILE.gguf");
     if (o->draft_model && o->spec != DRAFT_MODEL)
@@ -516,6 +455,8 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e) {
                        o->max_body_total, o->max_body_bytes);
     return 0;
 }
+#undef SET
+#undef O
 
 /* Signals (decisions in docs/server.md "Shutdown"): SIGINT, SIGTERM, SIGHUP
  * (the terminal went away) and SIGQUIT drain: the first starts the drain,

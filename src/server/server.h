@@ -114,6 +114,7 @@ typedef struct server_opts {
     unsigned noop_flags;      /* llama-server flags given that change nothing here
                                  (SERVER_NOOP_*): server_main says so once each     */
     int spec;                 /* --spec: the drafter (draft_kind; docs/server.md)     */
+    bool spec_given;          /* --spec was given (--draft-model alone: --spec draft) */
     int spec_max;             /* --spec-max: draft tokens per step per sequence (8)   */
     const char *draft_model;  /* --draft-model: --spec draft's model file, or NULL    */
     double spec_token_cost;   /* --spec-token-cost: fixed (testing); 0 = learnt       */
@@ -147,8 +148,6 @@ int server_parse_args(int argc, char **argv, server_opts *o, err_t *e);
  * e naming the file and what differs. Used by serve and run. */
 int server_load_draft(const char *path, const tokenizer *tk, const char *model_name, model **out, err_t *e);
 
-/* Usage text of the serve flags. */
-const char *server_usage(void);
 
 /* Runs the server until SIGINT or SIGTERM, then shuts down gracefully: no
  * new connections, new requests on open ones get 503, running requests have
