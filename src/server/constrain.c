@@ -38,7 +38,7 @@ struct constrainer {
     cache_entry *v;
     int n, cap;
     size_t grammar_bytes; /* each grammar's cache budget */
-    unsigned long long tick, hits, misses;
+    unsigned long long tick;
 };
 
 constrainer *constrainer_new(int n_cache, size_t cache_bytes) {
@@ -70,13 +70,6 @@ size_t constrainer_idle_bytes(constrainer *c) {
     return b;
 }
 
-void constrainer_stats(constrainer *c, unsigned long long *hits, unsigned long long *misses) {
-    pthread_mutex_lock(&c->mu);
-    *hits = c->hits;
-    *misses = c->misses;
-    pthread_mutex_unlock(&c->mu);
-}
-
 /* The compiled grammar of `gbnf` (a new reference), from the cache or
  * compiled now (outside the lock: compiling may take a while). */
 static int compile_cached(constrainer *c, const char *gbnf, grammar **out, bool *miss, err_t *e) {
@@ -84,14 +77,12 @@ static int compile_cached(constrainer *c, const char *gbnf, grammar **out, bool 
     for (int i = 0; i < c->n; i++) {
         if (strcmp(c->v[i].gbnf, gbnf) == 0) {
             c->v[i].used = ++c->tick;
-            c->hits++;
             grammar_ref(c->v[i].g);
             *out = c->v[i].g;
             pthread_mutex_unlock(&c->mu);
             return 0;
         }
     }
-    c->misses++;
     *miss = true;
     pthread_mutex_unlock(&c->mu);
     grammar *g = NULL;

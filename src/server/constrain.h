@@ -54,8 +54,6 @@ void constrainer_free(constrainer *c);
 int constrain_request(constrainer *c, const oai_params *p, tc_format f, grammar **g, char **trigger,
                       const char **param, char **relaxed, err_t *e);
 
-/* Cache counters (for /metrics and tests). */
-void constrainer_stats(constrainer *c, unsigned long long *hits, unsigned long long *misses);
 /* The mask and DFA caches of the cached grammars no request holds now
  * (those in use are the engine's mem_grammar_caches), as of their last
  * use (grammar_cache_bytes). Any thread. */

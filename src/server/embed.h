@@ -13,8 +13,8 @@
  * embedders (pooling_type last, e.g. Qwen3-Embedding) through the engine.
  * A model that is not an embedding model is a 400 naming it.
  *
- * Place in the flow: server/, HTTP threads, dispatched by routes.c and
- * api_ollama.c. Each answers exactly once, in its API's error shape.
+ * Place in the flow: server/, HTTP threads, dispatched by routes.c (route
+ * handlers: routes.h). Each answers exactly once, in its API's error shape.
  */
 #ifndef KVLOOM_EMBED_H
 #define KVLOOM_EMBED_H

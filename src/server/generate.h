@@ -1,8 +1,8 @@
 /*
  * generate.h — one generation request from validated parameters to output
- * events, shared by every API the server speaks (OpenAI chat and completions
- * in routes.c; other APIs translate their requests into oai_params and their
- * answers from these events).
+ * events, shared by every API the server speaks (each translates its request
+ * into oai_params, and api_serve, api.h, makes its answer from these
+ * events).
  *
  * Place in the flow: server/, on the HTTP thread that owns the request.
  *

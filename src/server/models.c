@@ -366,13 +366,6 @@ static models_entry *find(models *ms, const char *name) {
     return NULL;
 }
 
-bool models_has(models *ms, const char *name) {
-    pthread_mutex_lock(&ms->mu);
-    bool r = find(ms, name) != NULL;
-    pthread_mutex_unlock(&ms->mu);
-    return r;
-}
-
 static void entry_drop(models *ms, models_entry *en, const char *why) {
     log_info("serve: unloading model %s (%s)", en->name, why);
     entry_unload(en);

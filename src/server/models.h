@@ -79,8 +79,6 @@ int models_stats(models *ms, const char *name, engine_stats *st, const char **na
  * "unloaded"), Ollama's /api/tags (every model) and /api/ps (loaded ones). */
 enum { MODELS_OPENAI, MODELS_OLLAMA_TAGS, MODELS_OLLAMA_PS };
 json_t *models_list_json(models *ms, int style);
-/* Whether `name` is one of the models (an Ollama ":latest" tag allowed). */
-bool models_has(models *ms, const char *name);
 
 /* Stops every engine (their requests end as cancelled); then models_free. */
 void models_stop(models *ms);

@@ -229,7 +229,7 @@ static int parse_prompt(json_t *body, int n_vocab, oai_params *p, const char **p
         return err_set(e, ERR_INVALID, "'" OAI_F("prompt") "' holds %zu prompts; at most %d in one request", n, OAI_MAX_PROMPTS);
     }
     p->n_prompts = (int)n;
-    for (size_t i = 1; i < n; i++) { /* checked here; routes.c runs each one */
+    for (size_t i = 1; i < n; i++) { /* checked here; oai_answer.c runs each one */
         json_t *pi = json_array_get(v, i);
         char name[32];
         snprintf(name, sizeof name, "prompt[%zu]", i);

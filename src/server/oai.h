@@ -45,8 +45,9 @@
  *
  * logit_bias: an object of token id (a decimal string) -> bias in
  * [-100, 100], at most OAI_MAX_BIAS entries; -100 bans the token.
- * Refused by name (400), never ignored: best_of other than 1, and on
- * completions echo (true) and suffix (non-empty).
+ * Refused by name (400), never ignored: best_of other than 1 on chat,
+ * echo with logprobs (the prompt's own logprobs are not computed), best_of
+ * above n with stream, suffix without one text prompt.
  * reasoning_effort (chat) "none" | "minimal" | "low" | "medium" | "high" |
  * "xhigh" sets chat_template_kwargs.enable_thinking (false for "none")
  * unless chat_template_kwargs has it.
@@ -102,8 +103,8 @@ typedef struct oai_params {
     int32_t *prompt_tokens;  /* completions with token ids (owned) or NULL       */
     int n_prompt_tokens;
     int n_prompts;           /* completions: prompts in `prompt` (>= 1); the
-                                fields above hold the first (routes.c parses
-                                the others one by one)                       */
+                                fields above hold the first (oai_answer.c
+                                parses each as a request of its own)         */
     int n;                   /* choices per prompt, [1, OAI_MAX_N]            */
     int best_of;             /* completions: generations per prompt, the n with
                                 the highest cumulative logprob answered (>= n;
