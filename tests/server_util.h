@@ -452,6 +452,41 @@ static bool wait_idle(int port, double timeout_s) {
     return false;
 }
 
+/* One event of a typed SSE stream (Anthropic's, Responses'). */
+typedef struct sse_ev {
+    char type[64];
+    json_t *data;
+} sse_ev;
+
+/* Parses "event: T\ndata: J\n\n" records into evs (at most cap); checks
+ * that T is J's "type". Returns the count (free with sse_events_free). */
+static inline int sse_events(const char *body, sse_ev *evs, int cap) {
+    int n = 0;
+    for (const char *p = body; p && *p && n < cap;) {
+        const char *ev = strstr(p, "event: ");
+        if (!ev) break;
+        const char *nl = strchr(ev, '\n');
+        if (!nl || strncmp(nl + 1, "data: ", 6)) {
+            CHECK_MSG(0, "event without data at %zu", (size_t)(ev - body));
+            break;
+        }
+        const char *d = nl + 7, *end = strstr(d, "\n\n");
+        if (!end) break;
+        snprintf(evs[n].type, sizeof evs[n].type, "%.*s", (int)(nl - ev - 7), ev + 7);
+        evs[n].data = json_loadb(d, (size_t)(end - d), 0, NULL);
+        const char *t = json_string_value(json_object_get(evs[n].data, "type"));
+        CHECK_MSG(evs[n].data && t && !strcmp(t, evs[n].type), "event %s: data type %s", evs[n].type,
+                  evs[n].data ? (t ? t : "(none)") : "(bad JSON)");
+        n++;
+        p = end + 2;
+    }
+    return n;
+}
+
+static inline void sse_events_free(sse_ev *evs, int n) {
+    for (int i = 0; i < n; i++) json_decref(evs[i].data);
+}
+
 /* Concatenates the text of an SSE stream body (completions or chat); sets
  * *done when "data: [DONE]" ended it, *usage to the usage object if any
  * (new reference), *finish to the last finish_reason (static buffer). */

@@ -122,38 +122,6 @@ static void check_shape(json_t *m) {
 
 /* ---- SSE ---- */
 
-typedef struct sse_ev {
-    char type[64];
-    json_t *data;
-} sse_ev;
-
-/* Parses "event: T\ndata: J\n\n" records; checks that T is data.type. */
-static int sse_parse(const char *body, sse_ev *evs, int cap) {
-    int n = 0;
-    for (const char *p = body; p && *p && n < cap;) {
-        const char *ev = strstr(p, "event: ");
-        if (!ev) break;
-        const char *nl = strchr(ev, '\n');
-        if (!nl || strncmp(nl + 1, "data: ", 6)) {
-            CHECK_MSG(0, "event without data at %zu", (size_t)(ev - body));
-            break;
-        }
-        const char *d = nl + 7, *end = strstr(d, "\n\n");
-        if (!end) break;
-        snprintf(evs[n].type, sizeof evs[n].type, "%.*s", (int)(nl - ev - 7), ev + 7);
-        evs[n].data = json_loadb(d, (size_t)(end - d), 0, NULL);
-        CHECK_MSG(evs[n].data && str(evs[n].data, "type") && !strcmp(str(evs[n].data, "type"), evs[n].type),
-                  "event %s: data type %s", evs[n].type, evs[n].data ? str(evs[n].data, "type") : "(bad JSON)");
-        n++;
-        p = end + 2;
-    }
-    return n;
-}
-
-static void sse_free(sse_ev *evs, int n) {
-    for (int i = 0; i < n; i++) json_decref(evs[i].data);
-}
-
 static char *post_stream(const char *body) {
     resp r;
     if (http_do(g_port, "POST", "/v1/messages", NULL, body, &r) < 0) return xstrdup("");
@@ -273,7 +241,7 @@ static void check_text(void) {
     snprintf(sb, sizeof sb, "%.*s,\"stream\":true}", (int)strlen(body) - 1, body);
     char *sse = post_stream(sb);
     sse_ev evs[200];
-    int n = sse_parse(sse, evs, 200);
+    int n = sse_events(sse, evs, 200);
     json_t *sm = sse_message(evs, n);
     check_shape(sm);
     char *stext = text_of(sm);
@@ -286,7 +254,7 @@ static void check_text(void) {
     CHECK_MSG(usage_of(sm, "cache_read_input_tokens") > 0, "cache read %ld", usage_of(sm, "cache_read_input_tokens"));
     free(stext);
     json_decref(sm);
-    sse_free(evs, n);
+    sse_events_free(evs, n);
     free(sse);
 
     /* max_tokens */
@@ -371,7 +339,7 @@ static void check_tools(void) {
     snprintf(b + strlen(b) - 1, sizeof b - strlen(b) + 1, ",\"stream\":true}");
     char *sse = post_stream(b);
     sse_ev evs[400];
-    int n = sse_parse(sse, evs, 400);
+    int n = sse_events(sse, evs, 400);
     json_t *sm = sse_message(evs, n);
     CHECK_STR(str(sm, "stop_reason"), "tool_use");
     json_t *su = blocks_of(sm, "tool_use");
@@ -381,7 +349,7 @@ static void check_tools(void) {
               "streamed input differs from %s", in_text ? in_text : "-");
     json_decref(su);
     json_decref(sm);
-    sse_free(evs, n);
+    sse_events_free(evs, n);
     free(sse);
 
     /* a named tool */
@@ -913,7 +881,7 @@ static void check_qwen3(void) {
     snprintf(sb, sizeof sb, "%.*s,\"stream\":true}", (int)strlen(b) - 1, b);
     char *sse = post_stream(sb);
     sse_ev evs[200];
-    int n = sse_parse(sse, evs, 200);
+    int n = sse_events(sse, evs, 200);
     json_t *sm = sse_message(evs, n);
     CHECK_STR(str(json_array_get(json_object_get(sm, "content"), 0), "type"), "thinking");
     CHECK_STR(str(json_array_get(json_object_get(sm, "content"), 0), "thinking"), tt ? tt : "-");
@@ -921,7 +889,7 @@ static void check_qwen3(void) {
     CHECK_STR(stext, text);
     free(stext);
     json_decref(sm);
-    sse_free(evs, n);
+    sse_events_free(evs, n);
     free(sse);
     free(text);
     json_decref(m);

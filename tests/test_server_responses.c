@@ -126,39 +126,14 @@ static void check_shape(json_t *r) {
 
 /* ---- SSE ---- */
 
-typedef struct sse_ev {
-    char type[64];
-    json_t *data;
-} sse_ev;
-
-/* Parses "event: T\ndata: J\n\n" records; checks that T is data.type and
- * that sequence numbers count from 0. Returns the count. */
+/* sse_events (server_util.h), checking that sequence numbers count from 0. */
 static int sse_parse(const char *body, sse_ev *evs, int cap) {
-    int n = 0;
-    for (const char *p = body; p && *p && n < cap;) {
-        const char *ev = strstr(p, "event: ");
-        if (!ev) break;
-        const char *nl = strchr(ev, '\n');
-        if (!nl || strncmp(nl + 1, "data: ", 6)) {
-            CHECK_MSG(0, "event without data at %zu", (size_t)(ev - body));
-            break;
-        }
-        const char *d = nl + 7, *end = strstr(d, "\n\n");
-        if (!end) break;
-        snprintf(evs[n].type, sizeof evs[n].type, "%.*s", (int)(nl - ev - 7), ev + 7);
-        evs[n].data = json_loadb(d, (size_t)(end - d), 0, NULL);
-        CHECK_MSG(evs[n].data && str(evs[n].data, "type") && !strcmp(str(evs[n].data, "type"), evs[n].type),
-                  "event %s: data type %s", evs[n].type, evs[n].data ? str(evs[n].data, "type") : "(bad JSON)");
-        json_t *seq = json_object_get(evs[n].data, "sequence_number");
-        CHECK_MSG(json_is_integer(seq) && json_integer_value(seq) == n, "sequence_number of event %d", n);
-        n++;
-        p = end + 2;
+    int n = sse_events(body, evs, cap);
+    for (int i = 0; i < n; i++) {
+        json_t *seq = json_object_get(evs[i].data, "sequence_number");
+        CHECK_MSG(json_is_integer(seq) && json_integer_value(seq) == i, "sequence_number of event %d", i);
     }
     return n;
-}
-
-static void sse_free(sse_ev *evs, int n) {
-    for (int i = 0; i < n; i++) json_decref(evs[i].data);
 }
 
 static char *post_stream(const char *body) {
@@ -263,7 +238,7 @@ static void check_text(void) {
     if (fin) check_shape(fin);
     free(ftext);
     http_buf_free(&d);
-    sse_free(evs, n);
+    sse_events_free(evs, n);
     free(sse);
     free(text);
     json_decref(r);
@@ -324,7 +299,7 @@ static void check_tools(void) {
               args ? args : "-");
     CHECK_STR(n ? evs[n - 1].type : "", "response.completed");
     http_buf_free(&d);
-    sse_free(evs, n);
+    sse_events_free(evs, n);
     free(sse);
     json_decref(calls);
     json_decref(r);
@@ -749,7 +724,7 @@ static void check_qwen3(void) {
           !strcmp(str(json_object_get(evs[2].data, "item"), "type"), "reasoning"));
     http_buf_free(&sr);
     http_buf_free(&sc);
-    sse_free(evs, n);
+    sse_events_free(evs, n);
     free(sse);
 
     /* the next turn: the reasoning item goes back with the message; the

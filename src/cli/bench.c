@@ -41,12 +41,14 @@
  * bandwidth probe.
  */
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../base/base.h"
+#include "../base/flags.h"
 #include "../base/pool.h"
 #include "../model/model.h"
 #include "../sched/draft.h"
@@ -54,18 +56,6 @@
 #include "cli.h"
 
 #define BENCH_BW_BYTES ((size_t)512 << 20) /* 16x the L3 of these machines */
-
-/* Prints the usage on out; returns 2, the status of a usage error. */
-static int bench_usage(FILE *out) {
-    fprintf(out, "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
-                 "                    [--kv-type f16|q8_0]\n"
-                 "       kvloom bench -m MODEL.gguf --verify [--depth D] [--kmax 16] [-r REPS] [-t THREADS]\n"
-                 "       kvloom bench -m MODEL.gguf --spec-replay --text FILE [--text FILE ...] [--kmax 8]\n"
-                 "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
-                 "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n"
-                 "       kvloom bench -m MODEL.gguf --grammar --schemas FILE.jsonl [-n WALKS]\n");
-    return 2;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -224,59 +214,87 @@ static int bench_decode_shared(bench_ctx *b, int S, int depth, int p_begin, int 
 }
 
 
-int cli__bench(int argc, char **argv) {
-    const char *path = NULL, *text_path = NULL;
-    const char *tools_path = NULL, *schemas_path = NULL;
-    bool tokenizer_mode = false, grammar_mode = false, verify_mode = false, replay_mode = false;
+/* bench's options (its flag table's fields). */
+typedef struct bench_opts {
+    const char *path, *text_path, *tools_path, *schemas_path;
+    bool tokenizer_mode, grammar_mode, verify_mode, replay_mode;
     const char *texts[16];
-    int n_texts = 0;
-    long kmax = -1;
-    long n_objects = 20;
-    long threads = 0, pp = 512, tg = 128, depth = 0, reps = 3, n_seqs = 1;
-    model_kv_type kv_type = MODEL_KV_F16;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = v != NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            bench_usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--verify") == 0 || strcmp(a, "--spec-replay") == 0) { /* bench_spec.c */
-            verify_mode |= a[2] == 'v';
-            replay_mode |= a[2] == 's';
-            continue;
-        }
-        if (strcmp(a, "--tokenizer") == 0 || strcmp(a, "--grammar") == 0) {
-            tokenizer_mode |= a[2] == 't';
-            grammar_mode |= a[2] == 'g';
-            continue;
-        }
-        if (strcmp(a, "-m") == 0) path = v;
-        else if (strcmp(a, "--text") == 0) {
-            if (!text_path) text_path = v;
-            if (v && n_texts < (int)ARRAY_LEN(texts)) texts[n_texts++] = v;
-        } else if (strcmp(a, "--kmax") == 0) ok = parse_long(v, 1, DRAFT_MAX, &kmax);
-        else if (strcmp(a, "--tools") == 0) tools_path = v;
-        else if (strcmp(a, "--schemas") == 0) schemas_path = v;
-        else if (strcmp(a, "-n") == 0) ok = parse_long(v, 1, 100000, &n_objects);
-        else if (strcmp(a, "-t") == 0) ok = parse_long(v, 1, 256, &threads);
-        else if (strcmp(a, "--pp") == 0) ok = parse_long(v, 0, 1 << 16, &pp);
-        else if (strcmp(a, "--tg") == 0) ok = parse_long(v, 0, 1 << 16, &tg);
-        else if (strcmp(a, "--depth") == 0) ok = parse_long(v, 0, 1 << 20, &depth);
-        else if (strcmp(a, "-r") == 0) ok = parse_long(v, 1, 1000, &reps);
-        else if (strcmp(a, "--seqs") == 0) ok = parse_long(v, 1, 256, &n_seqs);
-        else if (strcmp(a, "--kv-type") == 0) ok = v && model_kv_type_parse(v, &kv_type);
-        else {
-            fprintf(stderr, "kvloom bench: unknown option '%s'\n", a);
-            return bench_usage(stderr);
-        }
-        if (!ok) {
-            fprintf(stderr, "kvloom bench: bad or missing value for %s\n", a);
-            return bench_usage(stderr);
-        }
-        i++;
+    int n_texts;
+    long kmax, n_objects, threads, pp, tg, depth, reps, n_seqs;
+    model_kv_type kv_type;
+} bench_opts;
+
+static int bench_text(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    bench_opts *o = opts;
+    if (!o->text_path) o->text_path = v;
+    if (o->n_texts < (int)ARRAY_LEN(o->texts)) o->texts[o->n_texts++] = v;
+    return 0;
+}
+static int bench_kv_type(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    if (!model_kv_type_parse(v, &((bench_opts *)opts)->kv_type))
+        return err_set(e, ERR_INVALID, "--kv-type: '%s' is not a KV cache type (f16 or q8_0)", v);
+    return 0;
+}
+
+#define BO(field) offsetof(bench_opts, field)
+static const flag_row bench_flags[] = {
+    FLAG_ROW("-m", NULL, "MODEL.gguf", "the model (required)", FLAG_STR, BO(path)),
+    FLAG_ROW("-t", NULL, "THREADS", "compute threads (default: the CPUs, up to 64)", FLAG_LONG, BO(threads), 1, 256),
+    FLAG_ROW("--pp", NULL, "N", "prompt tokens of the prefill test (default 512)", FLAG_LONG, BO(pp), 0, 1 << 16),
+    FLAG_ROW("--tg", NULL, "N", "tokens of the generation test (default 128)", FLAG_LONG, BO(tg), 0, 1 << 16),
+    FLAG_ROW("--depth", NULL, "D", "tokens already in the context (default 0)", FLAG_LONG, BO(depth), 0, 1 << 20),
+    FLAG_ROW("--seqs", NULL, "S", "sequences decoded together (default 1)", FLAG_LONG, BO(n_seqs), 1, 256),
+    FLAG_ROW("-r", NULL, "REPS", "repetitions, the median reported (default 3)", FLAG_LONG, BO(reps), 1, 1000),
+    FLAG_ROW("--kv-type", NULL, "f16|q8_0", "KV cache type (default f16)", FLAG_FN, .set = bench_kv_type),
+    FLAG_ROW("--verify", NULL, NULL, "speculative verification: K draft tokens checked in one step", FLAG_ON,
+             BO(verify_mode)),
+    FLAG_ROW("--spec-replay", NULL, NULL, "the drafters replayed over --text files", FLAG_ON, BO(replay_mode)),
+    FLAG_ROW("--kmax", NULL, "K", "draft tokens at most (--verify 16, --spec-replay 8)", FLAG_LONG, BO(kmax), 1,
+             DRAFT_MAX),
+    FLAG_ROW("--tokenizer", NULL, NULL, "tokenizer speed over --text (or a built-in text)", FLAG_ON,
+             BO(tokenizer_mode)),
+    FLAG_ROW("--text", NULL, "FILE", "a text file (--spec-replay: repeatable, up to 16)", FLAG_FN, .set = bench_text),
+    FLAG_ROW("--grammar", NULL, NULL, "constrained decoding: masks per token over tool schemas", FLAG_ON,
+             BO(grammar_mode)),
+    FLAG_ROW("--tools", NULL, "FILE.json", "--grammar's tools (default: built-in ones)", FLAG_STR, BO(tools_path)),
+    FLAG_ROW("--schemas", NULL, "FILE.jsonl", "--grammar over the schemas of FILE, one walk each", FLAG_STR,
+             BO(schemas_path)),
+    FLAG_ROW("-n", NULL, "N", "--grammar's objects or walks (default 20)", FLAG_LONG, BO(n_objects), 1, 100000),
+};
+#undef BO
+
+static const flag_cmd bench_cmd = {
+    "bench",
+    "usage: kvloom bench -m MODEL.gguf [-t THREADS] [--pp 512] [--tg 128] [--depth D] [--seqs S] [-r REPS]\n"
+    "                    [--kv-type f16|q8_0]\n"
+    "       kvloom bench -m MODEL.gguf --verify [--depth D] [--kmax 16] [-r REPS] [-t THREADS]\n"
+    "       kvloom bench -m MODEL.gguf --spec-replay --text FILE [--text FILE ...] [--kmax 8]\n"
+    "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
+    "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n"
+    "       kvloom bench -m MODEL.gguf --grammar --schemas FILE.jsonl [-n WALKS]\n",
+    NULL,
+    bench_flags,
+    ARRAY_LEN(bench_flags),
+};
+
+int cli__bench(int argc, char **argv) {
+    bench_opts o = {.kmax = -1, .n_objects = 20, .pp = 512, .tg = 128, .reps = 3, .n_seqs = 1, .kv_type = MODEL_KV_F16};
+    err_t e = {0};
+    int rc = flags_parse(&bench_cmd, argc, argv, &o, &e);
+    if (rc > 0) return 0; /* --help */
+    if (rc < 0 || !o.path) {
+        if (rc < 0) fprintf(stderr, "kvloom: %s\n", e.msg);
+        flags_usage(&bench_cmd, stderr);
+        return 2;
     }
-    if (!path) return bench_usage(stderr);
+    const char *path = o.path, *text_path = o.text_path, *tools_path = o.tools_path, *schemas_path = o.schemas_path;
+    bool tokenizer_mode = o.tokenizer_mode, grammar_mode = o.grammar_mode, verify_mode = o.verify_mode;
+    bool replay_mode = o.replay_mode;
+    const char **texts = o.texts;
+    int n_texts = o.n_texts;
+    long kmax = o.kmax, n_objects = o.n_objects, threads = o.threads, pp = o.pp, tg = o.tg, depth = o.depth;
+    long reps = o.reps, n_seqs = o.n_seqs;
+    model_kv_type kv_type = o.kv_type;
     if (threads == 0) threads = MIN(sysconf(_SC_NPROCESSORS_ONLN), 64);
 
     if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);
@@ -284,7 +302,6 @@ int cli__bench(int argc, char **argv) {
     if (replay_mode) return cli__bench_spec_replay(path, texts, n_texts, kmax > 0 ? kmax : 8);
     if (grammar_mode && schemas_path) return cli__bench_grammar_schemas(path, schemas_path, n_objects);
     if (grammar_mode) return cli__bench_grammar(path, tools_path, n_objects, threads);
-    err_t e = {0};
     model *m;
     if (model_load(path, &m, &e)) {
         fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);

@@ -34,7 +34,9 @@
  * are multiples of 256; SmolLM2's width is 576) fall back per tensor, as
  * llama.cpp's quantizer does: Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0.
  */
+#include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,7 @@
 #include <unistd.h>
 
 #include "../base/base.h"
+#include "../base/flags.h"
 #include "../kern/quant.h"
 #include "../model/gguf.h"
 #include "../sample/sample.h"
@@ -92,26 +95,6 @@ static const gen_shape presets[] = {
     {"gpt-oss-20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 131072, 150000, 1e-5f, false, false, "@o200k_harmony",
      0, 32, 4, 2880, 128, "MXFP4"},
 };
-
-static void gen_usage(FILE *out) {
-    fprintf(out,
-            "usage: kvloom gen (--preset NAME | --arch ARCH --n-embd N --n-layer N --n-head N [--n-head-kv N]\n"
-            "                  [--head-dim N] --n-ff N --n-vocab N) [--type TYPE] [--seed S] [--vocab FILE]\n"
-            "                  [--rope-freqs] [--tied] [--untied] [--n-ctx N] [--pooling mean|cls|last]\n"
-            "                  [--shared DIR] [--template FILE.jinja] -o OUT.gguf\n"
-            "                  [--n-expert N --n-expert-used K --n-ff-exp N] [--expert-type TYPE]\n"
-            "                                                  (--arch qwen3moe, gpt-oss)\n"
-            "                  [--n-swa N]                     (--arch gpt-oss: sliding window, default 128)\n"
-            "  ARCH: llama qwen2 qwen3 qwen3moe (mixture of experts) gpt-oss (MoE, sinks, sliding windows, YaRN)\n"
-            "        bert (an encoder: bidirectional, LayerNorm, GELU, learned positions)\n"
-            "  every shape flag also overrides a preset's value (reduced test shapes)\n"
-            "  presets:");
-    for (size_t i = 0; i < ARRAY_LEN(presets); i++) fprintf(out, " %s", presets[i].name);
-    fprintf(out,
-            "\n  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4 (default F16)\n"
-            "  --vocab: a GGUF with tokenizer.* metadata or a Hugging Face tokenizer.json\n"
-            "           (default: the preset's; none for custom shapes = a byte vocabulary)\n");
-}
 
 /* The type a tensor of row length n_in gets when `want` does not fit. */
 static uint32_t fit_type(uint32_t want, int64_t n_in) {
@@ -415,82 +398,122 @@ static void llama3_rope_freqs(float *out, int n_rot, float base) {
     }
 }
 
-int cli__gen(int argc, char **argv) {
-    gen_shape s = {0};
-    const char *out = NULL, *vocab = NULL, *type_name = "F16", *template_path = NULL;
-    char shared_buf[PATH_MAX];
-    const char *shared = cli__shared_dir(shared_buf, sizeof shared_buf);
-    uint64_t seed = 1;
-    bool have_preset = false;
-    s.n_ctx = 2048;
-    s.rope_theta = 10000;
-    s.rms_eps = 1e-5f;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define INTARG(flag, field) else if (strcmp(a, flag) == 0 && v) { s.field = atoi(v); i++; }
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            gen_usage(stdout);
+/* gen's options (its flag table's fields). */
+typedef struct gen_opts {
+    gen_shape s;
+    const char *out, *vocab, *type_name, *template_path, *shared;
+    uint64_t seed;
+    bool have_preset;
+} gen_opts;
+
+static int gen_preset(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    gen_opts *o = opts;
+    for (size_t k = 0; k < ARRAY_LEN(presets); k++)
+        if (strcmp(presets[k].name, v) == 0) {
+            o->s = presets[k];
+            o->have_preset = true;
             return 0;
         }
-        else if (strcmp(a, "--preset") == 0 && v) {
-            size_t k;
-            for (k = 0; k < ARRAY_LEN(presets); k++)
-                if (strcmp(presets[k].name, v) == 0) break;
-            if (k == ARRAY_LEN(presets)) {
-                fprintf(stderr, "kvloom gen: unknown preset '%s'\n", v);
-                gen_usage(stderr);
-                return 2;
-            }
-            s = presets[k];
-            have_preset = true;
-            i++;
-        }
-        else if (strcmp(a, "--arch") == 0 && v) { s.arch = v; s.name = v; i++; }
-        INTARG("--n-embd", n_embd)
-        INTARG("--n-layer", n_layer)
-        INTARG("--n-head", n_head)
-        INTARG("--n-head-kv", n_head_kv)
-        INTARG("--head-dim", head_dim)
-        INTARG("--n-ff", n_ff)
-        INTARG("--n-vocab", n_vocab)
-        INTARG("--n-ctx", n_ctx)
-        else if (strcmp(a, "--pooling") == 0 && v) {
-            s.pooling = !strcmp(v, "mean") ? 1 : !strcmp(v, "cls") ? 2 : !strcmp(v, "last") ? 3 : -1;
-            if (s.pooling < 0) {
-                fprintf(stderr, "kvloom gen: --pooling must be mean, cls or last\n");
-                return 2;
-            }
-            i++;
-        }
-        INTARG("--n-expert", n_expert)
-        INTARG("--n-expert-used", n_expert_used)
-        INTARG("--n-ff-exp", n_ff_exp)
-        INTARG("--n-swa", n_swa)
-        else if (strcmp(a, "--expert-type") == 0 && v) { s.expert_type = v; i++; }
-        else if (strcmp(a, "--type") == 0 && v) { type_name = v; i++; }
-        else if (strcmp(a, "--seed") == 0 && v) { seed = strtoull(v, NULL, 10); i++; }
-        else if (strcmp(a, "--vocab") == 0 && v) { vocab = v; i++; }
-        else if (strcmp(a, "--shared") == 0 && v) { shared = v; i++; }
-        else if (strcmp(a, "--template") == 0 && v) { template_path = v; i++; }
-        else if (strcmp(a, "-o") == 0 && v) { out = v; i++; }
-        else if (strcmp(a, "--rope-freqs") == 0) s.rope_freqs = true;
-        else if (strcmp(a, "--tied") == 0) s.tied = true;
-        else if (strcmp(a, "--untied") == 0) s.tied = false;
-        else {
-            fprintf(stderr, "kvloom gen: unknown or incomplete argument '%s'\n", a);
-            gen_usage(stderr);
-            return 2;
-        }
-#undef INTARG
+    return err_set(e, ERR_INVALID, "unknown preset '%s'", v);
+}
+static int gen_arch(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    ((gen_opts *)opts)->s.arch = ((gen_opts *)opts)->s.name = v;
+    return 0;
+}
+static int gen_pooling(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    int p = !strcmp(v, "mean") ? 1 : !strcmp(v, "cls") ? 2 : !strcmp(v, "last") ? 3 : -1;
+    if (p < 0) return err_set(e, ERR_INVALID, "--pooling must be mean, cls or last");
+    ((gen_opts *)opts)->s.pooling = p;
+    return 0;
+}
+static int gen_seed(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (end == v || *end || errno || v[0] == '-')
+        return err_set(e, ERR_INVALID, "--seed: expected a non-negative integer, got '%s'", v);
+    ((gen_opts *)opts)->seed = x;
+    return 0;
+}
+static int gen_untied(const flag_row *f, const char *a, const char *v, void *opts, err_t *e) {
+    ((gen_opts *)opts)->s.tied = false;
+    return 0;
+}
+
+#define GO(field) offsetof(gen_opts, field)
+#define SHAPE(flag, field, help) FLAG_ROW(flag, NULL, "N", help, FLAG_INT, GO(s.field), 0, 1 << 30)
+static const flag_row gen_flags[] = {
+    FLAG_ROW("--preset", NULL, "NAME", "a preset's shape and vocabulary (below)", FLAG_FN, .set = gen_preset),
+    FLAG_ROW("--arch", NULL, "ARCH", "the architecture (below)", FLAG_FN, .set = gen_arch),
+    SHAPE("--n-embd", n_embd, "width"),
+    SHAPE("--n-layer", n_layer, "layers"),
+    SHAPE("--n-head", n_head, "query heads"),
+    SHAPE("--n-head-kv", n_head_kv, "KV heads (default: --n-head)"),
+    SHAPE("--head-dim", head_dim, "head width (default: --n-embd / --n-head)"),
+    SHAPE("--n-ff", n_ff, "feed-forward width"),
+    SHAPE("--n-vocab", n_vocab, "vocabulary size"),
+    SHAPE("--n-ctx", n_ctx, "training context (default 2048)"),
+    FLAG_ROW("--pooling", NULL, "mean|cls|last", "an embedding model's pooling", FLAG_FN, .set = gen_pooling),
+    SHAPE("--n-expert", n_expert, "experts (qwen3moe, gpt-oss)"),
+    SHAPE("--n-expert-used", n_expert_used, "experts per token"),
+    SHAPE("--n-ff-exp", n_ff_exp, "an expert's feed-forward width"),
+    SHAPE("--n-swa", n_swa, "gpt-oss: sliding window (default 128)"),
+    FLAG_ROW("--expert-type", NULL, "TYPE", "the expert tensors' type (default: --type)", FLAG_STR, GO(s.expert_type)),
+    FLAG_ROW("--type", NULL, "TYPE", "the weights' type (default F16)", FLAG_STR, GO(type_name)),
+    FLAG_ROW("--seed", NULL, "S", "the random weights' seed (default 1)", FLAG_FN, .set = gen_seed),
+    FLAG_ROW("--vocab", NULL, "FILE", "a GGUF with tokenizer.* metadata or a Hugging Face tokenizer.json\n(default: "
+             "the preset's; none for custom shapes = a byte vocabulary)", FLAG_STR, GO(vocab)),
+    FLAG_ROW("--shared", NULL, "DIR", "the shared data folder (presets' vocabularies)", FLAG_STR, GO(shared)),
+    FLAG_ROW("--template", NULL, "FILE.jinja", "the chat template to store", FLAG_STR, GO(template_path)),
+    FLAG_ROW("-o", NULL, "OUT.gguf", "the file to write (required)", FLAG_STR, GO(out)),
+    FLAG_ROW("--rope-freqs", NULL, NULL, "Llama 3.1+ RoPE scaling factors", FLAG_ON, GO(s.rope_freqs)),
+    FLAG_ROW("--tied", NULL, NULL, "output weights tied to the embeddings", FLAG_ON, GO(s.tied)),
+    FLAG_ROW("--untied", NULL, NULL, "output weights of their own", FLAG_FN, .set = gen_untied),
+};
+#undef SHAPE
+#undef GO
+
+/* gen's usage (the presets are the table's). */
+static void gen_cmd_init(flag_cmd *c, char *tail, size_t cap) {
+    size_t k = (size_t)snprintf(tail, cap,
+                                "  ARCH: llama qwen2 qwen3 qwen3moe (mixture of experts) gpt-oss (MoE, sinks, sliding "
+                                "windows, YaRN)\n        bert (an encoder: bidirectional, LayerNorm, GELU, learned "
+                                "positions)\n  every shape flag also overrides a preset's value (reduced test shapes)\n"
+                                "  presets:");
+    for (size_t i = 0; i < ARRAY_LEN(presets) && k < cap; i++) k += (size_t)snprintf(tail + k, cap - k, " %s", presets[i].name);
+    if (k < cap) snprintf(tail + k, cap - k, "\n  TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K MXFP4\n");
+    *c = (flag_cmd){"gen",
+                    "usage: kvloom gen (--preset NAME | --arch ARCH --n-embd N --n-layer N --n-head N --n-ff N "
+                    "--n-vocab N) -o OUT.gguf [options]\n",
+                    tail, gen_flags, ARRAY_LEN(gen_flags)};
+}
+
+int cli__gen(int argc, char **argv) {
+    char shared_buf[PATH_MAX], tail[1024];
+    gen_opts o = {.type_name = "F16", .seed = 1, .s = {.n_ctx = 2048, .rope_theta = 10000, .rms_eps = 1e-5f}};
+    o.shared = cli__shared_dir(shared_buf, sizeof shared_buf);
+    flag_cmd cmd;
+    gen_cmd_init(&cmd, tail, sizeof tail);
+    err_t e = {0};
+    int rc = flags_parse(&cmd, argc, argv, &o, &e);
+    if (rc > 0) return 0; /* --help */
+    if (rc < 0) {
+        fprintf(stderr, "kvloom gen: %s\n", e.msg);
+        flags_usage(&cmd, stderr);
+        return 2;
     }
+    gen_shape s = o.s;
+    const char *out = o.out, *vocab = o.vocab, *type_name = o.type_name, *template_path = o.template_path;
+    const char *shared = o.shared;
+    uint64_t seed = o.seed;
+    bool have_preset = o.have_preset;
     int type = dtype_from_name(type_name);
     if (type < 0 || !quant_supported((uint32_t)type)) {
         fprintf(stderr, "kvloom gen: unsupported --type '%s'\n", type_name);
         return 2;
     }
     if (!out || !s.arch || s.n_embd <= 0 || s.n_layer <= 0 || s.n_head <= 0 || s.n_ff <= 0 || s.n_vocab <= 3) {
-        gen_usage(stderr);
+        flags_usage(&cmd, stderr);
         return 2;
     }
     const bool oss = strcmp(s.arch, "gpt-oss") == 0;
@@ -543,7 +566,7 @@ int cli__gen(int argc, char **argv) {
         s.rope_theta = have_preset ? s.rope_theta : oss ? 150000 : 1000000;
 
     gguf_writer *w = gguf_writer_new();
-    err_t e = {0};
+    e = (err_t){0};
     char key[128];
     gguf_writer_set_str(w, "general.architecture", s.arch);
     gguf_writer_set_str(w, "general.name", have_preset ? s.name : "kvloom random test model");
