@@ -10,32 +10,10 @@
 # generation-only model: a 400).
 # Env: KVLOOM_BIN, KVLOOM_BUILD (where the models are cached), KVLOOM_SHARED.
 # Ends with "N passed, N failed".
-BIN=${KVLOOM_BIN:-build/kvloom}
-B=${KVLOOM_BUILD:-build}
-SHARED=${KVLOOM_SHARED:-../shared}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh" embed_test
 T=${EMBED_TEST_T:-90}
-pass=0; fail=0
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() {
-    echo "embed_test: $pass passed, $fail failed"
-    [ $fail -eq 0 ]
-    exit $?
-}
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 
-if ! command -v node >/dev/null 2>&1; then bad "node is missing (tools/setup.sh installs it)"; finish; fi
-for p in openai ollama @langchain/openai; do
-    [ -f "$ROOT/tests/node_modules/$p/package.json" ] || bad "tests/node_modules/$p is missing: run tools/setup.sh"
-done
-[ $fail -ne 0 ] && finish
+need_node openai ollama @langchain/openai
 
 M="$B/embed-models"
 mkdir -p "$M"

@@ -10,28 +10,9 @@
 #    equal to a cold server's).
 # Env: KVLOOM_BIN, KVLOOM_BUILD (where the vocabulary and model are cached).
 # Ends with "N passed, N failed".
-BIN=${KVLOOM_BIN:-build/kvloom}
-B=${KVLOOM_BUILD:-build}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-pass=0; fail=0
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() {
-    echo "gptoss_test: $pass passed, $fail failed"
-    [ $fail -eq 0 ]
-    exit $?
-}
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/lib.sh" gptoss_test
 
-if ! command -v node >/dev/null 2>&1; then bad "node is missing (tools/setup.sh installs it)"; finish; fi
-[ -f "$ROOT/tests/node_modules/js-tiktoken/package.json" ] ||
-    { bad "tests/node_modules/js-tiktoken is missing: run tools/setup.sh"; finish; }
+need_node js-tiktoken
 
 # the vocabulary (exported once per build directory) and the model
 . "$ROOT/tests/o200k_lib.sh"

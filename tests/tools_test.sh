@@ -18,41 +18,16 @@
 # harmony format (channels, to=functions.NAME calls, tool results) end to end.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
 # models are cached), KVLOOM_SHARED (../shared). Ends with "N passed, N failed".
-BIN=${KVLOOM_BIN:-build/kvloom}
-B=${KVLOOM_BUILD:-build}
-SHARED=${KVLOOM_SHARED:-../shared}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/lib.sh" tools_test
 # Deadline of one node script in seconds (its own deadline is 10 s shorter);
 # the models run side by side, each its three scripts one after another.
 T_OPENAI=${TOOLS_TEST_T_OPENAI:-110}
 T_AGENTS=${TOOLS_TEST_T_AGENTS:-50}
 T_VERCEL=${TOOLS_TEST_T_VERCEL:-50}
-pass=0; fail=0
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() {
-    echo "tools_test: $pass passed, $fail failed"
-    [ $fail -eq 0 ]
-    exit $?
-}
 
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-# Node and the packages: missing ones are failures, never a silent skip.
-if ! command -v node >/dev/null 2>&1; then
-    bad "node is missing (tools/setup.sh installs it)"
-    finish
-fi
-for pkg in $(node -e 'for (const d of Object.keys(require(process.argv[1]).dependencies)) console.log(d)' "$ROOT/tests/package.json"); do
-    [ -f "$ROOT/tests/node_modules/$pkg/package.json" ] || bad "tests/node_modules/$pkg is missing: run tools/setup.sh (npm ci in tests/)"
-done
-[ $fail -ne 0 ] && finish
+# Node and every package of tests/package.json: missing ones are failures.
+command -v node >/dev/null 2>&1 || need_node
+need_node $(node -e 'for (const d of Object.keys(require(process.argv[1]).dependencies)) console.log(d)' "$ROOT/tests/package.json")
 
 # The models: random weights, real vocabularies; generated once per build
 # directory (again when the kvloom binary is newer).
