@@ -460,7 +460,6 @@ bool api_serve(const api_ops *api, routes_ctx *rc, http_exchange *x, const char 
         answers_free(a);
         return reached;
     }
-    a->stream = a->choices[0]->stream;
     if (a->stream)
         http_reply_stream(x, 200, api->stream_type, stream_next, stream_done, stream_block, a);
     else
