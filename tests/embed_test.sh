@@ -10,7 +10,7 @@
 # generation-only model: a 400).
 # Env: KVLOOM_BIN, KVLOOM_BUILD (where the models are cached), KVLOOM_SHARED.
 # Ends with "N passed, N failed".
-. "$(dirname "$0")/lib.sh" embed_test
+. "$(dirname "$0")/lib.sh"
 T=${EMBED_TEST_T:-90}
 
 need_node openai ollama @langchain/openai

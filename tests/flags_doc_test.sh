@@ -6,7 +6,7 @@
 # help's last lines are ones the parser takes (an unknown one is refused by
 # name).
 # Env: KVLOOM_BIN (the kvloom binary).
-. "$(dirname "$0")/lib.sh" flags_doc_test
+. "$(dirname "$0")/lib.sh"
 DOC=${KVLOOM_DOC:-$ROOT/docs/server.md}
 flags() { grep -oE '(^|[^A-Za-z0-9-])--?[a-z][a-z0-9-]*' | sed -E 's/^[^-]+//' | sort -u; }
 # the help: each row's flag column (up to column 27), and the last lines

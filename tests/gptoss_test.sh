@@ -10,7 +10,7 @@
 #    equal to a cold server's).
 # Env: KVLOOM_BIN, KVLOOM_BUILD (where the vocabulary and model are cached).
 # Ends with "N passed, N failed".
-. "$(dirname "$0")/lib.sh" gptoss_test
+. "$(dirname "$0")/lib.sh"
 
 need_node js-tiktoken
 

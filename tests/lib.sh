@@ -1,6 +1,7 @@
 # lib.sh — what the shell tests share; sourced by a test as
-#   . "$(dirname "$0")/lib.sh" NAME
-# (NAME: the test's name in its last line, "NAME: N passed, N failed").
+#   . "$(dirname "$0")/lib.sh"
+# (the test's last line is "NAME: N passed, N failed", NAME its file's name
+# without .sh).
 # It sets BIN, B, SHARED, ROOT from the environment tests/run.sh gives
 # (KVLOOM_BIN, KVLOOM_BUILD, KVLOOM_SHARED), the counters and checks (ok,
 # bad, check, finish), a temporary directory $tmp removed on exit together
@@ -15,7 +16,7 @@
 #                              build directory (again when kvloom is newer)
 #   node_tally LABEL FILE ST   a node script's "N passed, N failed" (in FILE,
 #                              exit status ST) added to the counters
-TEST_NAME=$1
+TEST_NAME=$(basename "$0" .sh)
 BIN=${KVLOOM_BIN:-build/kvloom}
 B=${KVLOOM_BUILD:-build}
 SHARED=${KVLOOM_SHARED:-../shared}

@@ -8,7 +8,7 @@
 # validates them against their schemas itself.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
 # model is cached), KVLOOM_SHARED (../shared). Ends with "N passed, N failed".
-. "$(dirname "$0")/lib.sh" ollama_test
+. "$(dirname "$0")/lib.sh"
 T=${OLLAMA_TEST_T:-90} # deadline of one node script in seconds (its own is 10 s shorter)
 
 need_node ollama

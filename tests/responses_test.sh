@@ -9,7 +9,7 @@
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
 # model is cached, shared with tools_test.sh), KVLOOM_SHARED (../shared).
 # Ends with "N passed, N failed".
-. "$(dirname "$0")/lib.sh" responses_test
+. "$(dirname "$0")/lib.sh"
 T=${RESPONSES_TEST_T:-150} # deadline of the node script in seconds
 
 need_node openai @openai/agents zod

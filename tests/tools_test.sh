@@ -18,7 +18,7 @@
 # harmony format (channels, to=functions.NAME calls, tool results) end to end.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_BUILD (where the generated
 # models are cached), KVLOOM_SHARED (../shared). Ends with "N passed, N failed".
-. "$(dirname "$0")/lib.sh" tools_test
+. "$(dirname "$0")/lib.sh"
 # Deadline of one node script in seconds (its own deadline is 10 s shorter);
 # the models run side by side, each its three scripts one after another.
 T_OPENAI=${TOOLS_TEST_T_OPENAI:-110}
