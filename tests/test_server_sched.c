@@ -86,32 +86,64 @@ static int64_t first_token_ns(req *r) {
     return r->t_first_ns;
 }
 
-/* Prefill order (engine.c, ENGINE_PREFILL_*): the shortest remaining prefill
- * goes first, so turns that arrive while a long prompt is prefilling get
- * their first tokens before it and in order of size; and a long prompt under
- * a steady stream of turns still advances (it finishes before the stream
- * does). Steps are slowed down so that requests submitted back to back land
- * in the same step. */
+/* check_prefill_order's plan_hook: in the first step that runs a chunk of
+ * the long prompt, it submits the short ones, so they arrive together (the
+ * next step) while the long one is under way, whatever the timing. */
+typedef struct order_hook_ctx {
+    engine *en;
+    const req *lng;
+    req *sh[3];
+    _Atomic int fired; /* 1: submitted, 2: a submission failed */
+} order_hook_ctx;
+static void order_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n) {
+    order_hook_ctx *c = ctx;
+    (void)step;
+    if (atomic_load(&c->fired)) return;
+    for (int i = 0; i < n; i++)
+        if (rows[i].r == c->lng && rows[i].prefill) {
+            err_t e = {0};
+            int bad = 0;
+            for (int k = 0; k < 3; k++) bad |= engine_submit(c->en, c->sh[k], &e) != 0;
+            atomic_store(&c->fired, bad ? 2 : 1);
+            return;
+        }
+}
+
+/* Prefill order (sched/policy.h, POLICY_PREFILL_*): the shortest remaining
+ * prefill goes first, so turns that arrive while a long prompt is
+ * prefilling get their first tokens before it and in order of size; and a
+ * long prompt under a steady stream of turns still advances (it finishes
+ * before the stream does). Steps are slowed down so that the stream's
+ * requests, submitted back to back, land in the same step. */
 static void check_prefill_order(const model *m) {
     const int nv = m->cfg.n_vocab;
+    static order_hook_ctx hc;
     engine_opts o = engine_defaults();
     o.n_threads = 1;
     o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 1024;
     o.max_batch_tokens = 64;
     o.step_delay_us = 3000;
     o.check = true;
+    o.plan_hook = order_hook;
+    o.plan_hook_ctx = &hc;
     err_t e = {0};
     engine *en = NULL;
     CHECK(engine_new(m, &o, &en, &e) == 0);
     if (!en) return;
     req *lng = order_req(400, nv);
-    CHECK(engine_submit(en, lng, &e) == 0);
-    usleep(8000); /* the long prompt is under way */
     const int sizes[3] = {90, 20, 50};
-    req *sh[3];
-    for (int i = 0; i < 3; i++) {
-        sh[i] = order_req(sizes[i], nv);
-        CHECK(engine_submit(en, sh[i], &e) == 0);
+    req **sh = hc.sh;
+    for (int i = 0; i < 3; i++) sh[i] = order_req(sizes[i], nv);
+    hc.en = en;
+    hc.lng = lng;
+    CHECK(engine_submit(en, lng, &e) == 0); /* the short ones: order_hook */
+    for (int i = 0; i < 10000 && !atomic_load(&hc.fired); i++) usleep(1000);
+    if (atomic_load(&hc.fired) != 1) { /* (not submitted: nothing to wait for) */
+        CHECK_MSG(0, "the short prompts were not submitted (%d)", atomic_load(&hc.fired));
+        engine_free(en);
+        for (int i = 0; i < 3; i++) req_unref(sh[i]);
+        req_unref(lng);
+        return;
     }
     const int64_t t90 = first_token_ns(sh[0]), t20 = first_token_ns(sh[1]), t50 = first_token_ns(sh[2]);
     const int64_t tl = first_token_ns(lng);
