@@ -37,16 +37,7 @@ gen "$QWEN" --arch qwen3 --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff
 
 start_server() { # name, model file, more flags
     n=$1; f=$2; shift 2
-    "$BIN" serve -m "$f" --port 0 --ready-file "$tmp/$n.port" -t 1 --kv-mem 16M "$@" 2> "$tmp/$n.log" &
-    echo $! > "$tmp/$n.pid"
-    pids="$pids $!"
-}
-wait_port() {
-    i=0
-    while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do
-        sleep 0.1; i=$((i + 1))
-    done
-    cat "$tmp/$1.port" 2>/dev/null
+    serve_start "$n" -m "$f" -t 1 --kv-mem 16M "$@"
 }
 abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 
@@ -55,34 +46,16 @@ start_server bert "$BERT" -m "$BMEAN"
 # an embedding to be asked and answered while it runs (embed.mjs)
 start_server qwen "$QWEN" --step-delay-us 2000
 start_server stories "$SHARED/models/stories260K.gguf"
-gp=$(wait_port stories)
+gp=$(serve_port stories)
 for id in bert-tiny bert-mean qwen3-emb-tiny; do
     m=$([ $id = qwen3-emb-tiny ] && echo qwen || echo bert)
-    port=$(wait_port $m)
+    port=$(serve_port $m)
     if [ -z "$port" ]; then bad "server $m did not start"; tail -n 20 "$tmp/$m.log"; continue; fi
     file=$(abs "$M/$id.gguf")
     gen_url=""; [ $id = bert-tiny ] && [ -n "$gp" ] && gen_url="http://127.0.0.1:$gp"
     (cd "$ROOT/tests" && timeout -k 5 "$T" node node/embed.mjs "http://127.0.0.1:$port" "$id" "$file" \
         "$ROOT/tools/ref/gguf_ref.py" "$gen_url" $(( (T - 10) * 1000 ))) > "$tmp/$id.out" 2>&1
-    st=$?
-    grep -v -E '^embed \([^)]*\): [0-9]+ passed, [0-9]+ failed$' "$tmp/$id.out"
-    line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$tmp/$id.out" | tail -n 1)
-    if [ -z "$line" ]; then
-        bad "embed.mjs ($id): no result (exit $st)"
-    else
-        p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
-        echo "embed.mjs ($id): $p passed, $f failed"
-        pass=$((pass + p)); fail=$((fail + f))
-        [ "$f" -ne 0 ] && { echo "--- server log ($m)"; tail -n 20 "$tmp/$m.log"; }
-    fi
+    node_tally "embed.mjs ($id)" "$tmp/$id.out" $? || { echo "--- server log ($m)"; tail -n 20 "$tmp/$m.log"; }
 done
-for m in bert qwen stories; do
-    pid=$(cat "$tmp/$m.pid")
-    kill -TERM "$pid" 2>/dev/null
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -9 "$pid" 2>/dev/null
-    wait "$pid"; st=$?
-    if [ $st -eq 0 ]; then pass=$((pass + 1)); else bad "server $m: exit status $st on SIGTERM"; fi
-done
+for m in bert qwen stories; do serve_stop $m; done
 finish

@@ -93,7 +93,7 @@ qwen3_tiny() {
 }
 
 node_tally() {
-    grep -v -E '^[a-z]+( \([^)]*\))?: [0-9]+ passed, [0-9]+ failed$' "$2"
+    grep -v -E '^[^ ]+( \([^)]*\))?: [0-9]+ passed, [0-9]+ failed$' "$2"
     line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$2" | tail -n 1)
     if [ -z "$line" ]; then
         bad "$1: no result (exit $3; 124 = timed out)"

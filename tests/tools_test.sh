@@ -65,9 +65,7 @@ fi
 # One server per model, each on a free port.
 start_server() { # name, model file, extra flags...
     name=$1; model=$2; shift 2
-    "$BIN" serve -m "$model" --port 0 --ready-file "$tmp/$name.port" -t 1 --kv-mem 64M "$@" 2> "$tmp/$name.log" &
-    echo $! > "$tmp/$name.pid"
-    pids="$pids $!"
+    serve_start "$name" -m "$model" -t 1 --kv-mem 64M "$@"
 }
 start_server qwen3 "$M/qwen3-tiny.gguf"
 start_server llama32 "$M/llama32-tiny.gguf" --chat-template-file "$ROOT/tests/fixtures/templates/llama32.jinja"
@@ -77,18 +75,11 @@ start_server smollm2 "$M/smollm2-tiny.gguf" --chat-template-file "$ROOT/tests/fi
 # the weights do not fit (and then serve anyway: they are memory-mapped).
 KVLOOM_MEM_AVAILABLE=1000000 start_server qwen3moe "$M/qwen3moe-tiny.gguf"
 start_server gptoss "$M/gptoss-tiny.gguf"
-wait_port() { # name -> prints the port, or nothing
-    i=0
-    while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do
-        sleep 0.1; i=$((i + 1))
-    done
-    cat "$tmp/$1.port" 2>/dev/null
-}
 
 # The three scripts against one server, one after another; each prints
 # "NAME: N passed, N failed" last.
 run_model() { # name
-    port=$(wait_port "$1")
+    port=$(serve_port "$1")
     if [ -z "$port" ]; then
         echo "server $1 did not start" > "$tmp/$1.nostart"
         return
@@ -127,26 +118,9 @@ for m in qwen3 llama32 smollm2 qwen3moe gptoss; do
     [ "$m" = qwen3moe ] && names=agents
     [ "$m" = gptoss ] && names="openai agents"
     for n in $names; do
-        out="$tmp/$m.$n.out"; st=$(cat "$tmp/$m.$n.status" 2>/dev/null || echo 1)
-        grep -v -E '^[^ ]+: [0-9]+ passed, [0-9]+ failed$' "$out"
-        line=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)
-        if [ -z "$line" ]; then
-            bad "tools_$n.mjs ($m): no result (exit $st; 124 = timed out)"; mfail=1; continue
-        fi
-        p=$(echo "$line" | awk '{print $1}'); f=$(echo "$line" | awk '{print $3}')
-        echo "tools_$n.mjs ($m): $p passed, $f failed"
-        pass=$((pass + p)); fail=$((fail + f))
-        [ "$f" -ne 0 ] && mfail=1
-        if [ "$st" -ne 0 ] && [ "$f" -eq 0 ]; then bad "tools_$n.mjs ($m): exit status $st"; mfail=1; fi
+        node_tally "tools_$n.mjs ($m)" "$tmp/$m.$n.out" "$(cat "$tmp/$m.$n.status" 2>/dev/null || echo 1)" || mfail=1
     done
-    # A clean exit on SIGTERM (under ASan this also catches leaks).
-    pid=$(cat "$tmp/$m.pid")
-    kill -TERM "$pid" 2>/dev/null
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -9 "$pid" 2>/dev/null
-    wait "$pid"; st=$?
-    if [ $st -eq 0 ]; then pass=$((pass + 1)); else bad "server $m: exit status $st on SIGTERM"; mfail=1; fi
+    serve_stop "$m" || mfail=1
     if [ $mfail -ne 0 ]; then echo "--- server log ($m), last 40 lines"; tail -n 40 "$tmp/$m.log"; fi
 done
 finish
