@@ -268,6 +268,23 @@ static void check_kv_victim(const model *m) {
     engine_free(en);
 }
 
+/* An engine of 32 slots and n_blocks blocks whose plan_hook is hook (the
+ * step-exact checks below). */
+static engine *hook_engine(const model *m, int max_batch_tokens, int n_blocks,
+                           void (*hook)(void *, uint64_t, const engine_plan_row *, int), void *ctx) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.max_running = 32;
+    o.max_batch_tokens = max_batch_tokens;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * (size_t)n_blocks;
+    o.plan_hook = hook;
+    o.plan_hook_ctx = ctx;
+    engine *en = NULL;
+    err_t e = {0};
+    CHECK_MSG(engine_new(m, &o, &en, &e) == 0, "engine_new: %s", e.msg);
+    return en;
+}
+
 /* Prefill order between clients, step by step (engine.c, "Prefill order";
  * engine_opts.plan_hook): no timing. Client A submits one 400-token
  * prompt, and 11 more at the first step; at the fourth step client B
@@ -341,16 +358,9 @@ static void check_prefill_share(const model *m) {
     for (int i = 0; i < PF_NA; i++) c.a[i] = pf_req(0xA, &rs, m->cfg.n_vocab);
     for (int i = 0; i < PF_NB; i++) c.b[i] = pf_req(0xB, &rs, m->cfg.n_vocab);
     c.b_left = PF_NB * PF_LEN;
-    engine_opts o = engine_defaults();
-    o.n_threads = 1;
-    o.max_running = 32;
-    o.max_batch_tokens = PF_BUDGET;
-    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 512;
-    o.plan_hook = pf_hook;
-    o.plan_hook_ctx = &c;
-    err_t e = {0};
-    CHECK_MSG(engine_new(m, &o, &c.en, &e) == 0, "engine_new: %s", e.msg);
+    c.en = hook_engine(m, PF_BUDGET, 512, pf_hook, &c);
     if (!c.en) return;
+    err_t e = {0};
     CHECK(engine_submit(c.en, c.a[0], &e) == 0);
     int32_t out[1];
     int n_ok = 0;
@@ -446,15 +456,9 @@ static void check_decode_share(const model *m) {
     memset(&c, 0, sizeof c);
     for (int i = 0; i < DS_NA; i++) c.a[i] = mk(i % N_FAM, A_GEN, 0xA, 0);
     for (int i = 0; i < DS_NB; i++) c.b[i] = mk(i % N_FAM, DS_B_GEN, 0xB, 0);
-    engine_opts o = engine_defaults();
-    o.n_threads = 1;
-    o.max_running = 32;
-    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 256;
-    o.plan_hook = ds_hook;
-    o.plan_hook_ctx = &c;
-    err_t e = {0};
-    CHECK_MSG(engine_new(m, &o, &c.en, &e) == 0, "engine_new: %s", e.msg);
+    c.en = hook_engine(m, engine_defaults().max_batch_tokens, 256, ds_hook, &c);
     if (!c.en) return;
+    err_t e = {0};
     CHECK(engine_submit(c.en, c.a[0], &e) == 0);
     int32_t out[A_GEN];
     int n_ok = 0;
