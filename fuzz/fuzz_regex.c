@@ -25,14 +25,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (regex_parse((const char *)data + 1, size - 1, flags, &p, &e)) return 0;
     if (!p.n_look) {
         sbuf b = {0};
-        sb_puts(&b, "root ::= \"\\\"\" ");
+        sbuf_puts(&b, "root ::= \"\\\"\" ");
         regex_emit(&b, p.r);
-        sb_puts(&b, " \"\\\"\"\n");
+        sbuf_puts(&b, " \"\\\"\"\n");
         grammar *g = NULL;
         int rc = grammar_from_gbnf(b.p, b.n, &g, &e);
         if (rc != 0 && rc != ERR_RANGE) abort();
         grammar_unref(g);
-        sb_free(&b);
+        sbuf_free(&b);
         if (regex_subset(&p, &p) == 0) abort();
         regex_pat q;
         static const char fixed[] = "^[a-z0-9.]+@[a-z]+\\.[a-z]{2,}$";

@@ -71,7 +71,7 @@ static void load_all(void) {
 
 static void check_utf8(const char *s, int n) {
     for (int o = 0; o < n;) {
-        int c = unicode_check_prefix(s + o, (size_t)(n - o));
+        int c = utf8_check(s + o, (size_t)(n - o));
         if (c <= 0) __builtin_trap();
         o += c;
     }

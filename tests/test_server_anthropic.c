@@ -84,14 +84,14 @@ static long prompt_of(json_t *m) { return usage_of(m, "input_tokens") + usage_of
 
 /* The text blocks of a message, joined (a malloc'd string). */
 static char *text_of(json_t *m) {
-    http_buf b = {0};
+    sbuf b = {0};
     json_t *c = json_object_get(m, "content");
     for (size_t i = 0; i < json_array_size(c); i++)
         if (!strcmp(str(json_array_get(c, i), "type"), "text")) {
             const char *t = str(json_array_get(c, i), "text");
-            http_buf_add(&b, t, strlen(t));
+            sbuf_put(&b, t, strlen(t));
         }
-    http_buf_add(&b, "", 1);
+    sbuf_put(&b, "", 1);
     return b.p;
 }
 
@@ -146,7 +146,7 @@ static json_t *sse_message(sse_ev *evs, int n) {
     CHECK(m && json_array_size(json_object_get(m, "content")) == 0 && json_is_null(json_object_get(m, "stop_reason")));
     if (!m) return json_object();
     json_t *content = json_object_get(m, "content");
-    http_buf acc = {0};
+    sbuf acc = {0};
     int open = -1;
     for (int i = 2; i < n - 2; i++) {
         json_t *d = evs[i].data;
@@ -178,7 +178,7 @@ static json_t *sse_message(sse_ev *evs, int n) {
             } else if (!strcmp(dt, "input_json_delta")) {
                 CHECK_STR(str(b, "type"), "tool_use");
                 const char *pj = str(delta, "partial_json");
-                if (pj) http_buf_add(&acc, pj, strlen(pj));
+                if (pj) sbuf_put(&acc, pj, strlen(pj));
             } else if (!strcmp(dt, "signature_delta")) {
                 CHECK_STR(str(b, "type"), "thinking");
             } else {
@@ -202,7 +202,7 @@ static json_t *sse_message(sse_ev *evs, int n) {
     json_object_set(m, "stop_reason", json_object_get(json_object_get(md, "delta"), "stop_reason"));
     json_object_set(m, "stop_sequence", json_object_get(json_object_get(md, "delta"), "stop_sequence"));
     json_object_set(m, "usage", json_object_get(md, "usage"));
-    http_buf_free(&acc);
+    sbuf_free(&acc);
     return m;
 }
 
@@ -787,15 +787,15 @@ static void check_auth(void) {
 /* Everything left on fd until the peer closes (raw bytes: chunk sizes
  * included), NUL-terminated. */
 static char *read_rest(int fd) {
-    http_buf b = {0};
+    sbuf b = {0};
     char tmp[4096];
     for (;;) {
         ssize_t k = recv(fd, tmp, sizeof tmp, 0);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) break;
-        http_buf_add(&b, tmp, (size_t)k);
+        sbuf_put(&b, tmp, (size_t)k);
     }
-    http_buf_add(&b, "", 1);
+    sbuf_put(&b, "", 1);
     return b.p;
 }
 

@@ -496,32 +496,32 @@ static void check_bodies(int port_a, int port_b) {
 
     /* token arrays that expand: /detokenize over its cap, a prompt of more
      * JSON values than any request needs */
-    http_buf b = {0};
-    http_buf_add(&b, "{\"tokens\":[", 11);
-    for (int i = 0; i < 70000; i++) http_buf_add(&b, i ? ",0" : "0", i ? 2 : 1);
-    http_buf_add(&b, "]}", 2);
+    sbuf b = {0};
+    sbuf_put(&b, "{\"tokens\":[", 11);
+    for (int i = 0; i < 70000; i++) sbuf_put(&b, i ? ",0" : "0", i ? 2 : 1);
+    sbuf_put(&b, "]}", 2);
     post_raw(port_a, "/detokenize", NULL, b.p, &r);
     CHECK_EQ_INT(r.status, 400);
     CHECK_MSG(strstr(r.text, "70000 ids, more than the limit of 65536"), "%.300s", r.text);
     raw_free(&r);
-    http_buf_free(&b);
-    http_buf_add(&b, "{\"max_tokens\":1,\"prompt\":[", 26);
-    for (int i = 0; i < 300000; i++) http_buf_add(&b, i ? ",1" : "1", i ? 2 : 1);
-    http_buf_add(&b, "]}", 2);
+    sbuf_free(&b);
+    sbuf_put(&b, "{\"max_tokens\":1,\"prompt\":[", 26);
+    for (int i = 0; i < 300000; i++) sbuf_put(&b, i ? ",1" : "1", i ? 2 : 1);
+    sbuf_put(&b, "]}", 2);
     post_raw(port_a, "/v1/completions", NULL, b.p, &r);
     CHECK_EQ_INT(r.status, 400);
     CHECK_MSG(strstr(r.text, "more than 262144 JSON values"), "%.300s", r.text);
     raw_free(&r);
-    http_buf_free(&b);
+    sbuf_free(&b);
     CHECK_EQ_INT(health_from(port_a, NULL, "localhost"), 200);
 
     /* /detokenize text past --max-body (B: 256K): token 376 is " little",
      * 7 bytes for 4 of body; 40000 of them would be ~280 KB of text */
     for (int k = 0; k < 2; k++) {
         int n = k ? 40000 : 30000;
-        http_buf_add(&b, "{\"tokens\":[", 11);
-        for (int i = 0; i < n; i++) http_buf_add(&b, i ? ",376" : "376", i ? 4 : 3);
-        http_buf_add(&b, "]}", 2);
+        sbuf_put(&b, "{\"tokens\":[", 11);
+        for (int i = 0; i < n; i++) sbuf_put(&b, i ? ",376" : "376", i ? 4 : 3);
+        sbuf_put(&b, "]}", 2);
         post_raw(port_b, "/detokenize", "Authorization: Bearer sekret\r\nContent-Type: application/json\r\n", b.p, &r);
         if (k) {
             CHECK_EQ_INT(r.status, 400);
@@ -531,7 +531,7 @@ static void check_bodies(int port_a, int port_b) {
             CHECK_MSG(r.n > 200000, "30000 ids gave %zu bytes", r.n);
         }
         raw_free(&r);
-        http_buf_free(&b);
+        sbuf_free(&b);
     }
 }
 
@@ -702,18 +702,18 @@ static void check_routes_minor(int port) {
 /* Each limit past its bound: a 400 whose error names the field (param) and
  * whose message says what is wrong; the server serves the next request. */
 static void check_limits(int port) {
-    http_buf big = {0}; /* a stop string one byte over OAI_MAX_STOP_BYTES */
-    for (int i = 0; i < 1025; i++) http_buf_add(&big, "x", 1);
-    http_buf tools = {0}; /* 129 tools: one over TC_MAX_TOOLS */
-    http_buf_printf(&tools, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":[");
+    sbuf big = {0}; /* a stop string one byte over OAI_MAX_STOP_BYTES */
+    for (int i = 0; i < 1025; i++) sbuf_put(&big, "x", 1);
+    sbuf tools = {0}; /* 129 tools: one over TC_MAX_TOOLS */
+    sbuf_printf(&tools, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":[");
     for (int i = 0; i < 129; i++)
-        http_buf_printf(&tools, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\",\"parameters\":{\"type\":\"object\"}}}",
+        sbuf_printf(&tools, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\",\"parameters\":{\"type\":\"object\"}}}",
                         i ? "," : "", i);
-    http_buf_printf(&tools, "]}");
-    http_buf longp = {0}; /* a prompt past the 2048-token context */
-    http_buf_printf(&longp, "{\"prompt\":\"");
-    for (int i = 0; i < 3000; i++) http_buf_printf(&longp, "Lily saw a dog. ");
-    http_buf_printf(&longp, "\",\"max_tokens\":4}");
+    sbuf_printf(&tools, "]}");
+    sbuf longp = {0}; /* a prompt past the 2048-token context */
+    sbuf_printf(&longp, "{\"prompt\":\"");
+    for (int i = 0; i < 3000; i++) sbuf_printf(&longp, "Lily saw a dog. ");
+    sbuf_printf(&longp, "\",\"max_tokens\":4}");
     char stop1[1200], stop2[1200];
     snprintf(stop1, sizeof stop1, "{\"prompt\":\"a\",\"max_tokens\":2,\"stop\":\"%.*s\"}", (int)big.n, big.p);
     snprintf(stop2, sizeof stop2, "{\"prompt\":\"a\",\"max_tokens\":2,\"stop\":[\"ok\",\"%.*s\"]}", (int)big.n, big.p);
@@ -765,9 +765,9 @@ static void check_limits(int port) {
                   usage_int(o, "prompt_tokens") + usage_int(o, "completion_tokens") <= 2049,
               "max_tokens 100000: %d", st);
     json_decref(o);
-    http_buf_free(&big);
-    http_buf_free(&tools);
-    http_buf_free(&longp);
+    sbuf_free(&big);
+    sbuf_free(&tools);
+    sbuf_free(&longp);
 }
 
 /* ---- 6. the table ---- */
@@ -819,20 +819,20 @@ static void check_table(int port) {
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         /* the request: `req` up to "%zu", the body length, the rest, the body */
-        http_buf b = {0};
+        sbuf b = {0};
         const char *req = cases[i].req;
         size_t n_req = strlen(req);
         if (!strcmp(cases[i].name, "a NUL in the path")) n_req = sizeof NUL_PATH - 1;
         const char *fmt = cases[i].body ? strstr(req, "%zu") : NULL;
         if (fmt) {
-            http_buf_add(&b, req, (size_t)(fmt - req));
-            http_buf_printf(&b, "%zu", cases[i].n_body);
+            sbuf_put(&b, req, (size_t)(fmt - req));
+            sbuf_printf(&b, "%zu", cases[i].n_body);
             const char *rest = fmt + 3;
             const char *s = strstr(rest, "%s");
-            http_buf_add(&b, rest, (size_t)(s - rest));
-            http_buf_add(&b, cases[i].body, cases[i].n_body);
+            sbuf_put(&b, rest, (size_t)(s - rest));
+            sbuf_put(&b, cases[i].body, cases[i].n_body);
         } else {
-            http_buf_add(&b, req, n_req);
+            sbuf_put(&b, req, n_req);
         }
         raw r;
         raw_send(port, NULL, b.p, b.n, 20, &r);
@@ -840,28 +840,28 @@ static void check_table(int port) {
                   r.text);
         CHECK_MSG(r.closed, "%s: the server kept the connection", cases[i].name);
         raw_free(&r);
-        http_buf_free(&b);
+        sbuf_free(&b);
         CHECK_MSG(health_from(port, NULL, "localhost") == 200, "not serving after '%s'", cases[i].name);
     }
     /* generated ones: a 70 KB header, a 70 KB path, nesting 10000 deep */
-    http_buf b = {0};
-    http_buf_printf(&b, "GET /health HTTP/1.1\r\n" H "X-Big: ");
-    for (int i = 0; i < 70000; i++) http_buf_add(&b, "a", 1);
-    http_buf_printf(&b, "\r\n\r\n");
+    sbuf b = {0};
+    sbuf_printf(&b, "GET /health HTTP/1.1\r\n" H "X-Big: ");
+    for (int i = 0; i < 70000; i++) sbuf_put(&b, "a", 1);
+    sbuf_printf(&b, "\r\n\r\n");
     raw r;
     raw_send(port, NULL, b.p, b.n, 20, &r);
     CHECK_MSG(r.status == 431, "a 70 KB header: %d, want 431", r.status);
     raw_free(&r);
-    http_buf_free(&b);
-    http_buf_printf(&b, "GET /");
-    for (int i = 0; i < 70000; i++) http_buf_add(&b, "a", 1);
-    http_buf_printf(&b, " HTTP/1.1\r\n" H "\r\n");
+    sbuf_free(&b);
+    sbuf_printf(&b, "GET /");
+    for (int i = 0; i < 70000; i++) sbuf_put(&b, "a", 1);
+    sbuf_printf(&b, " HTTP/1.1\r\n" H "\r\n");
     raw_send(port, NULL, b.p, b.n, 20, &r);
     CHECK_MSG(r.status == 414, "a 70 KB path: %d, want 414", r.status);
     raw_free(&r);
-    http_buf_free(&b);
-    for (int i = 0; i < 10000; i++) http_buf_add(&b, "[", 1);
-    for (int i = 0; i < 10000; i++) http_buf_add(&b, "]", 1);
+    sbuf_free(&b);
+    for (int i = 0; i < 10000; i++) sbuf_put(&b, "[", 1);
+    for (int i = 0; i < 10000; i++) sbuf_put(&b, "]", 1);
     char *deep = xstrndup(b.p, b.n);
     char *obj = xmalloc(b.n + 64);
     snprintf(obj, b.n + 64, "{\"prompt\":%s}", deep);
@@ -870,7 +870,7 @@ static void check_table(int port) {
     raw_free(&r);
     free(obj);
     free(deep);
-    http_buf_free(&b);
+    sbuf_free(&b);
     CHECK_EQ_INT(health_from(port, NULL, "localhost"), 200);
 #undef H
 #undef JSON_POST

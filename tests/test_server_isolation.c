@@ -398,32 +398,32 @@ static void check_responses(int port) {
     CHECK_EQ_INT(resp_call(port, "GET", "alice", a1), 200);
     /* metadata within OpenAI's bounds only (before: unbounded, +320 MB for
      * 40 entries) */
-    http_buf m = {0};
-    http_buf_printf(&m, ",\"metadata\":{");
-    for (int i = 0; i < 17; i++) http_buf_printf(&m, "%s\"k%d\":\"v\"", i ? "," : "", i);
-    http_buf_printf(&m, "}");
+    sbuf m = {0};
+    sbuf_printf(&m, ",\"metadata\":{");
+    for (int i = 0; i < 17; i++) sbuf_printf(&m, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    sbuf_printf(&m, "}");
     CHECK_EQ_INT(resp_create(port, "alice", m.p, b1, sizeof b1), 400);
-    http_buf_free(&m);
+    sbuf_free(&m);
     char big[700];
     memset(big, 'x', 513);
     big[513] = 0;
     snprintf(extra, sizeof extra, ",\"metadata\":{\"k\":\"");
-    http_buf_printf(&m, "%s%s\"}", extra, big);
+    sbuf_printf(&m, "%s%s\"}", extra, big);
     CHECK_EQ_INT(resp_create(port, "alice", m.p, b1, sizeof b1), 400);
-    http_buf_free(&m);
+    sbuf_free(&m);
     /* The bound (--responses-store 64K here): bob floods the store with
      * entries of 8 KB of metadata (16 values of 500 bytes, the most
      * allowed); alice's older entries stay, bob's own go (before: the least
      * recently used went, alice's first) */
     memset(big, 'x', 500);
     big[500] = 0;
-    http_buf_printf(&m, ",\"metadata\":{");
-    for (int i = 0; i < 16; i++) http_buf_printf(&m, "%s\"k%d\":\"%s\"", i ? "," : "", i, big);
-    http_buf_printf(&m, "}");
+    sbuf_printf(&m, ",\"metadata\":{");
+    for (int i = 0; i < 16; i++) sbuf_printf(&m, "%s\"k%d\":\"%s\"", i ? "," : "", i, big);
+    sbuf_printf(&m, "}");
     int ok = 0;
     for (int i = 0; i < 24; i++) ok += resp_create(port, "bob", m.p, b1, sizeof b1) == 200;
     CHECK_EQ_INT(ok, 24);
-    http_buf_free(&m);
+    sbuf_free(&m);
     CHECK_EQ_INT(resp_call(port, "GET", "alice", a1), 200);
     CHECK_EQ_INT(resp_call(port, "GET", "alice", a2), 200);
     CHECK_EQ_INT(resp_call(port, "GET", "bob", b1), 200);
@@ -438,19 +438,19 @@ static void check_responses(int port) {
 static void check_grammar_limit(int port) {
     /* anyOf of 5000 const strings: a 400 naming the limit when the grammar
      * compiles (before: a 500 "no token can be sampled" mid-generation) */
-    http_buf b = {0};
-    http_buf_printf(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"pick\"}],\"max_tokens\":8,"
+    sbuf b = {0};
+    sbuf_printf(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"pick\"}],\"max_tokens\":8,"
                         "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
                         "\"schema\":{\"anyOf\":[");
-    for (int i = 0; i < 5000; i++) http_buf_printf(&b, "%s{\"const\":\"v%d\"}", i ? "," : "", i);
-    http_buf_printf(&b, "]}}}}");
+    for (int i = 0; i < 5000; i++) sbuf_printf(&b, "%s{\"const\":\"v%d\"}", i ? "," : "", i);
+    sbuf_printf(&b, "]}}}}");
     resp r;
     CHECK(http_do(port, "POST", "/v1/chat/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
     CHECK_MSG(r.status == 400 && strstr(r.body, "more than 4096 alternatives at one position") &&
                   strstr(r.body, "response_format"),
               "anyOf of 5000 const: %d %.300s", r.status, r.body);
     resp_free(&r);
-    http_buf_free(&b);
+    sbuf_free(&b);
 }
 
 /* ---- 9. answers and prompts that scale with input (findings 2, 13) ---- */
@@ -459,40 +459,40 @@ static void check_bounded(int port) {
     /* /tokenize with pieces: 70000 tokens (" a" each) is past the limit of
      * max(context, 65536): a 400 (before: the answer grew with the body,
      * 115 MB for a 7.4 MB body, 3 GB of peak RSS) */
-    http_buf b = {0};
-    http_buf_printf(&b, "{\"with_pieces\":true,\"content\":\"");
-    for (int i = 0; i < 70000; i++) http_buf_add(&b, " a", 2);
-    http_buf_printf(&b, "\"}");
+    sbuf b = {0};
+    sbuf_printf(&b, "{\"with_pieces\":true,\"content\":\"");
+    for (int i = 0; i < 70000; i++) sbuf_put(&b, " a", 2);
+    sbuf_printf(&b, "\"}");
     resp r;
     CHECK(http_do(port, "POST", "/tokenize", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
     CHECK_MSG(r.status == 400 && strstr(r.body, "more than the limit of 65536"), "/tokenize of 70000 tokens: %d %.200s",
               r.status, r.body);
     resp_free(&r);
-    http_buf_free(&b);
+    sbuf_free(&b);
     /* a 600 KB prompt for a 2048-token context is refused from its length,
      * untokenized ("at least"; before: tokenized in full first, 7 MB took up
      * to 9 s of CPU and 330 MB) */
-    http_buf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
-    for (int i = 0; i < 100000; i++) http_buf_add(&b, " once ", 6);
-    http_buf_printf(&b, "\"}");
+    sbuf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
+    for (int i = 0; i < 100000; i++) sbuf_put(&b, " once ", 6);
+    sbuf_printf(&b, "\"}");
     CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
     CHECK_MSG(r.status == 400 && strstr(r.body, "the prompt has at least") && strstr(r.body, "context_length_exceeded"),
               "a 600 KB prompt: %d %.300s", r.status, r.body);
     resp_free(&r);
-    http_buf_free(&b);
+    sbuf_free(&b);
     /* within that bound (12,000 bytes of 1-token words, ~6,000 tokens, under
      * stories260K's 7 bytes per token times 2048), the streaming count:
      * refused from its first 8192 bytes (4 per context token), the rest
      * never tokenized (before: tokenized in full, then refused) */
-    http_buf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
-    for (int i = 0; i < 6000; i++) http_buf_add(&b, " a", 2);
-    http_buf_printf(&b, "\"}");
+    sbuf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
+    for (int i = 0; i < 6000; i++) sbuf_put(&b, " a", 2);
+    sbuf_printf(&b, "\"}");
     CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
     CHECK_MSG(r.status == 400 && strstr(r.body, "tokens in its first 8192 of 12000 bytes") &&
                   strstr(r.body, "context_length_exceeded"),
               "12,000 bytes of 6,000 tokens: %d %.300s", r.status, r.body);
     resp_free(&r);
-    http_buf_free(&b);
+    sbuf_free(&b);
     /* logprobs: a non-streamed answer holds at most 262,144 entries (chosen
      * + alternatives over every choice): max_tokens 20000 with 20
      * alternatives is a 400 naming the limit (before: ~45 MB of JSON per
@@ -503,13 +503,13 @@ static void check_bounded(int port) {
               "logprobs 20 x 20000 tokens: %d %.300s", r.status, r.body);
     resp_free(&r);
     /* the same words under 4 bytes per context token: tokenized, served */
-    http_buf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
-    for (int i = 0; i < 1750; i++) http_buf_add(&b, " a", 2);
-    http_buf_printf(&b, "\"}");
+    sbuf_printf(&b, "{\"max_tokens\":1,\"prompt\":\"");
+    for (int i = 0; i < 1750; i++) sbuf_put(&b, " a", 2);
+    sbuf_printf(&b, "\"}");
     CHECK(http_do(port, "POST", "/v1/completions", "Authorization: Bearer alice\r\n", b.p, &r) == 0);
     CHECK_MSG(r.status == 200 && strstr(r.body, "\"prompt_tokens\":1752"), "1,750 words: %d %.300s", r.status, r.body);
     resp_free(&r);
-    http_buf_free(&b);
+    sbuf_free(&b);
 }
 
 /* ---- 10. the prefix cache between keys (finding 12) ---- */

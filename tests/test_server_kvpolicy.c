@@ -19,11 +19,11 @@
 
 /* A completions body: the token ids, then extra fields. */
 static char *body_of(const int32_t *ids, int n, int max_tokens, const char *extra) {
-    http_buf b = {0};
-    http_buf_printf(&b, "{\"prompt\":[");
-    for (int i = 0; i < n; i++) http_buf_printf(&b, "%s%d", i ? "," : "", ids[i]);
-    http_buf_printf(&b, "],\"max_tokens\":%d,\"temperature\":0%s%s}", max_tokens, *extra ? "," : "", extra);
-    http_buf_add(&b, "", 1);
+    sbuf b = {0};
+    sbuf_printf(&b, "{\"prompt\":[");
+    for (int i = 0; i < n; i++) sbuf_printf(&b, "%s%d", i ? "," : "", ids[i]);
+    sbuf_printf(&b, "],\"max_tokens\":%d,\"temperature\":0%s%s}", max_tokens, *extra ? "," : "", extra);
+    sbuf_put(&b, "", 1);
     return b.p;
 }
 

@@ -112,8 +112,8 @@ static json_t *ndjson(const char *path, const char *body, char **text, char **th
     CHECK_EQ_INT(r.status, 200);
     CHECK_MSG(strcasestr(r.head, "content-type: application/x-ndjson") != NULL, "%s", r.head);
     json_t *lines = json_array();
-    http_buf t = {0}, th = {0};
-    http_buf_add(&t, "", 0);
+    sbuf t = {0}, th = {0};
+    sbuf_put(&t, "", 0);
     bool chat = !strcmp(path, "/api/chat");
     for (char *p = r.body, *nl; p && *p; p = nl + 1) {
         nl = strchr(p, '\n');
@@ -126,8 +126,8 @@ static json_t *ndjson(const char *path, const char *body, char **text, char **th
         if (chat) CHECK_STR(jstr(holder, "role"), "assistant");
         const char *c = jstr(holder, chat ? "content" : "response");
         CHECK(c != NULL);
-        if (c) http_buf_add(&t, c, strlen(c));
-        if (jstr(holder, "thinking")) http_buf_add(&th, jstr(holder, "thinking"), strlen(jstr(holder, "thinking")));
+        if (c) sbuf_put(&t, c, strlen(c));
+        if (jstr(holder, "thinking")) sbuf_put(&th, jstr(holder, "thinking"), strlen(jstr(holder, "thinking")));
         json_array_append_new(lines, o);
     }
     for (size_t i = 0; i + 1 < json_array_size(lines); i++) {
@@ -137,8 +137,8 @@ static json_t *ndjson(const char *path, const char *body, char **text, char **th
         CHECK(rfc3339_ok(jstr(o, "created_at")));
     }
     CHECK(json_array_size(lines) >= 1);
-    http_buf_add(&t, "", 1);
-    http_buf_add(&th, "", 1);
+    sbuf_put(&t, "", 1);
+    sbuf_put(&th, "", 1);
     *text = t.p;
     *thinking = th.p;
     resp_free(&r);
@@ -293,7 +293,7 @@ static void check_chat(void) {
  * concatenate to text (greedy: the chosen token is the first alternative). */
 static void check_lp_entries(json_t *lp, size_t n, int n_top, const char *text, const char *what) {
     CHECK_MSG(json_array_size(lp) == n, "%s: %zu logprobs entries, want %zu", what, json_array_size(lp), n);
-    http_buf cat = {0};
+    sbuf cat = {0};
     for (size_t i = 0; i < json_array_size(lp); i++) {
         json_t *e = json_array_get(lp, i), *top = json_object_get(e, "top_logprobs");
         const char *tok = jstr(e, "token");
@@ -301,11 +301,11 @@ static void check_lp_entries(json_t *lp, size_t n, int n_top, const char *text, 
         CHECK_EQ_INT(json_array_size(json_object_get(e, "bytes")), tok ? strlen(tok) : 0);
         CHECK_EQ_INT(json_array_size(top), n_top);
         if (n_top) CHECK_STR(jstr(json_array_get(top, 0), "token"), tok);
-        if (tok) http_buf_add(&cat, tok, strlen(tok));
+        if (tok) sbuf_put(&cat, tok, strlen(tok));
     }
-    http_buf_add(&cat, "", 1);
+    sbuf_put(&cat, "", 1);
     CHECK_MSG(text && !strcmp(cat.p, text), "%s: tokens '%s' vs text '%s'", what, cat.p, text ? text : "-");
-    http_buf_free(&cat);
+    sbuf_free(&cat);
 }
 
 static void check_logprobs(void) {

@@ -83,18 +83,18 @@ static const char *str(json_t *o, const char *k) { return json_string_value(json
 /* The text of the response's message items, joined (NULL: none). */
 static char *output_text(json_t *r) {
     json_t *out = json_object_get(r, "output");
-    http_buf b = {0};
+    sbuf b = {0};
     bool any = false;
     for (size_t i = 0; i < json_array_size(out); i++) {
         json_t *it = json_array_get(out, i);
         if (strcmp(str(it, "type") ? str(it, "type") : "", "message")) continue;
         json_t *c = json_array_get(json_object_get(it, "content"), 0);
         const char *t = str(c, "text");
-        if (t) http_buf_add(&b, t, strlen(t)), any = true;
+        if (t) sbuf_put(&b, t, strlen(t)), any = true;
     }
-    http_buf_add(&b, "", 1);
+    sbuf_put(&b, "", 1);
     if (!any) {
-        http_buf_free(&b);
+        sbuf_free(&b);
         return NULL;
     }
     return b.p;
@@ -212,14 +212,14 @@ static void check_text(void) {
                                         "response.content_part.added"};
     CHECK_MSG(n >= 9, "%d events", n);
     for (int i = 0; i < 4 && i < n; i++) CHECK_STR(evs[i].type, order[i]);
-    http_buf d = {0};
+    sbuf d = {0};
     int i = 4;
     for (; i < n && !strcmp(evs[i].type, "response.output_text.delta"); i++) {
         const char *delta = str(evs[i].data, "delta");
         CHECK(delta && str(evs[i].data, "item_id") && json_integer_value(json_object_get(evs[i].data, "output_index")) == 0);
-        if (delta) http_buf_add(&d, delta, strlen(delta));
+        if (delta) sbuf_put(&d, delta, strlen(delta));
     }
-    http_buf_add(&d, "", 1);
+    sbuf_put(&d, "", 1);
     CHECK_MSG(text && !strcmp(d.p, text), "streamed '%s' vs whole '%s'", d.p, text ? text : "-");
     static const char *const tail[] = {"response.output_text.done", "response.content_part.done",
                                        "response.output_item.done"};
@@ -237,7 +237,7 @@ static void check_text(void) {
     CHECK_STR(str(json_object_get(evs[0].data, "response"), "status"), "in_progress");
     if (fin) check_shape(fin);
     free(ftext);
-    http_buf_free(&d);
+    sbuf_free(&d);
     sse_events_free(evs, n);
     free(sse);
     free(text);
@@ -272,7 +272,7 @@ static void check_tools(void) {
     char *sse = post_stream(b);
     sse_ev evs[400];
     int n = sse_parse(sse, evs, 400);
-    http_buf d = {0};
+    sbuf d = {0};
     int n_added = 0, n_done = 0;
     const char *done_args = NULL, *item_id = NULL;
     for (int i = 0; i < n; i++) {
@@ -285,20 +285,20 @@ static void check_tools(void) {
             CHECK_STR(str(it, "status"), "in_progress");
         } else if (!strcmp(evs[i].type, "response.function_call_arguments.delta")) {
             CHECK_MSG(item_id && !strcmp(str(evs[i].data, "item_id"), item_id), "delta before its item");
-            http_buf_add(&d, str(evs[i].data, "delta"), strlen(str(evs[i].data, "delta")));
+            sbuf_put(&d, str(evs[i].data, "delta"), strlen(str(evs[i].data, "delta")));
         } else if (!strcmp(evs[i].type, "response.function_call_arguments.done")) {
             n_done++;
             done_args = str(evs[i].data, "arguments");
             CHECK_STR(str(evs[i].data, "name"), name ? name : "-");
         }
     }
-    http_buf_add(&d, "", 1);
+    sbuf_put(&d, "", 1);
     CHECK_EQ_INT(n_added, 1);
     CHECK_EQ_INT(n_done, 1);
     CHECK_MSG(args && !strcmp(d.p, args) && done_args && !strcmp(done_args, args), "streamed args '%s' vs '%s'", d.p,
               args ? args : "-");
     CHECK_STR(n ? evs[n - 1].type : "", "response.completed");
-    http_buf_free(&d);
+    sbuf_free(&d);
     sse_events_free(evs, n);
     free(sse);
     json_decref(calls);
@@ -709,21 +709,21 @@ static void check_qwen3(void) {
     char *sse = post_stream(b);
     sse_ev evs[200];
     int n = sse_parse(sse, evs, 200);
-    http_buf sr = {0}, sc = {0};
+    sbuf sr = {0}, sc = {0};
     for (int i = 0; i < n; i++) {
         if (!strcmp(evs[i].type, "response.reasoning_text.delta"))
-            http_buf_add(&sr, str(evs[i].data, "delta"), strlen(str(evs[i].data, "delta")));
+            sbuf_put(&sr, str(evs[i].data, "delta"), strlen(str(evs[i].data, "delta")));
         if (!strcmp(evs[i].type, "response.output_text.delta"))
-            http_buf_add(&sc, str(evs[i].data, "delta"), strlen(str(evs[i].data, "delta")));
+            sbuf_put(&sc, str(evs[i].data, "delta"), strlen(str(evs[i].data, "delta")));
     }
-    http_buf_add(&sr, "", 1);
-    http_buf_add(&sc, "", 1);
+    sbuf_put(&sr, "", 1);
+    sbuf_put(&sc, "", 1);
     CHECK_MSG(rt && !strcmp(sr.p, rt), "streamed reasoning '%s' vs '%s'", sr.p, rt ? rt : "-");
     CHECK_MSG(t && !strcmp(sc.p, t), "streamed text '%s' vs '%s'", sc.p, t ? t : "-");
     CHECK(n > 3 && !strcmp(evs[2].type, "response.output_item.added") &&
           !strcmp(str(json_object_get(evs[2].data, "item"), "type"), "reasoning"));
-    http_buf_free(&sr);
-    http_buf_free(&sc);
+    sbuf_free(&sr);
+    sbuf_free(&sc);
     sse_events_free(evs, n);
     free(sse);
 

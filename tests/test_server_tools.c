@@ -491,7 +491,7 @@ static void check_qwen3(void) {
              g);
     resp r;
     CHECK(http_do(g_port, "POST", "/v1/chat/completions", NULL, body, &r) == 0);
-    http_buf srs = {0}, sct = {0};
+    sbuf srs = {0}, sct = {0};
     for (const char *p = r.body ? r.body : ""; (p = strstr(p, "data: "));) {
         p += 6;
         const char *end = strstr(p, "\n\n");
@@ -499,8 +499,8 @@ static void check_qwen3(void) {
         json_t *c = json_loadb(p, (size_t)(end - p), 0, NULL);
         json_t *d = json_object_get(json_array_get(json_object_get(c, "choices"), 0), "delta");
         json_t *a = json_object_get(d, "reasoning_content"), *b = json_object_get(d, "content");
-        if (json_is_string(a)) http_buf_add(&srs, json_string_value(a), json_string_length(a));
-        if (json_is_string(b)) http_buf_add(&sct, json_string_value(b), json_string_length(b));
+        if (json_is_string(a)) sbuf_put(&srs, json_string_value(a), json_string_length(a));
+        if (json_is_string(b)) sbuf_put(&sct, json_string_value(b), json_string_length(b));
         json_decref(c);
         p = end;
     }
@@ -508,8 +508,8 @@ static void check_qwen3(void) {
               srs.p ? srs.p : "");
     CHECK_MSG(ct && sct.n == strlen(ct) && !memcmp(sct.p, ct, sct.n), "streamed content '%.*s'", (int)sct.n,
               sct.p ? sct.p : "");
-    http_buf_free(&srs);
-    http_buf_free(&sct);
+    sbuf_free(&srs);
+    sbuf_free(&sct);
     resp_free(&r);
     json_decref(o);
 

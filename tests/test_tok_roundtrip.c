@@ -120,7 +120,7 @@ static bool roundtrip_one(const tokenizer *t, const char *s, int len, bool spm) 
         int k = i < n ? tok_stream_push(&st, ids[i], sbuf + sl, cap) : tok_stream_flush(&st, sbuf + sl, cap);
         if (k < 0) return false;
         for (int o = 0; o < k;) {
-            int c = unicode_check_prefix(sbuf + sl + o, (size_t)(k - o));
+            int c = utf8_check(sbuf + sl + o, (size_t)(k - o));
             if (c <= 0) {
                 fprintf(stderr, "stream chunk %d is not whole UTF-8\n", i);
                 return false;

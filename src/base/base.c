@@ -207,31 +207,6 @@ int file_read_all(const char *path, char **out, size_t *n_out, err_t *e) {
     return 0;
 }
 
-int utf8_encode(uint32_t cp, char *out) {
-    uint8_t *o = (uint8_t *)out;
-    if (cp > 0x10FFFF) cp = 0xFFFD;
-    if (cp < 0x80) {
-        o[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (uint8_t)(0xC0 | (cp >> 6));
-        o[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (cp >> 12));
-        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | (cp >> 18));
-    o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* ---- numbers from text ---- */
 
 bool parse_long(const char *s, long lo, long hi, long *out) {

@@ -164,10 +164,6 @@ static inline float bf16_to_f32(uint16_t h) {
 uint16_t f32_to_bf16(float f);   /* round to nearest even, NaN kept quiet */
 
 /* ---- files ----------------------------------------------------------------- */
-/* Writes the UTF-8 of code point cp to out (4 bytes of room) and returns its
- * length; a cp above U+10FFFF is written as U+FFFD. */
-int utf8_encode(uint32_t cp, char *out);
-
 /* Reads a whole file into a malloc'd NUL-terminated buffer. */
 int file_read_all(const char *path, char **out, size_t *n_out, err_t *e);
 

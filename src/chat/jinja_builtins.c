@@ -87,18 +87,11 @@ static bool py_space(unsigned char c) { return c == ' ' || (c >= 9 && c <= 13) |
 static bool in_chars(jv chars, const char *p, size_t clen) {
     /* is the code point p[0..clen) one of `chars`? */
     for (size_t i = 0; i + clen <= chars.s.n;) {
-        size_t l = 1;
-        while (i + l < chars.s.n && ((unsigned char)chars.s.p[i + l] & 0xC0) == 0x80) l++;
+        size_t l = utf8_char_len(chars.s.p + i, chars.s.n - i);
         if (l == clen && memcmp(chars.s.p + i, p, clen) == 0) return true;
         i += l;
     }
     return false;
-}
-
-static size_t cp_len_at(const char *p, size_t n) {
-    size_t l = 1;
-    while (l < n && ((unsigned char)p[l] & 0xC0) == 0x80) l++;
-    return l;
 }
 
 /* strip/lstrip/rstrip with Python semantics; chars NULL → whitespace. */
@@ -108,7 +101,7 @@ static jv do_strip(jv s, const jv *chars, bool left, bool right) {
     bool ws = !chars || chars->t != JV_STR;
     if (left) {
         while (a < b) {
-            size_t l = cp_len_at(p + a, b - a);
+            size_t l = utf8_char_len(p + a, b - a);
             if (ws ? !(l == 1 && py_space((unsigned char)p[a])) : !in_chars(*chars, p + a, l)) break;
             a += l;
         }
@@ -161,7 +154,7 @@ static int case_map(jrender *R, const jnode *n, jv s, int mode, jv *out) {
             l = 2;
             cp = ((uint32_t)(c & 0x1F) << 6) | ((unsigned char)s.s.p[i + 1] & 0x3F);
         } else if (c >= 0x80) {
-            l = cp_len_at(s.s.p + i, s.s.n - i);
+            l = utf8_char_len(s.s.p + i, s.s.n - i);
         }
         uint32_t up_cp = cp < 0x80 ? (cp >= 'a' && cp <= 'z' ? cp - 32 : 0) : l == 2 ? cp_to_upper(cp) : 0;
         uint32_t lo_cp = cp < 0x80 ? (cp >= 'A' && cp <= 'Z' ? cp + 32 : 0) : l == 2 ? cp_to_lower(cp) : 0;
@@ -204,7 +197,7 @@ static int str_replace(jrender *R, const jnode *n, jv s, jv old, jv rep, int64_t
                 done++;
             }
             if (i == s.s.n) break;
-            size_t l = cp_len_at(s.s.p + i, s.s.n - i);
+            size_t l = utf8_char_len(s.s.p + i, s.s.n - i);
             jinja__buf_put(&b, s.s.p + i, l);
             i += l;
         }
@@ -377,14 +370,14 @@ int jinja__builtins_method(jrender *R, const jnode *n, jv obj, const char *m, co
             int64_t pos = -1, cnt = 0;
             for (size_t i = 0; i + a0->s.n <= obj.s.n;) {
                 if (memcmp(obj.s.p + i, a0->s.p, a0->s.n) == 0) {
-                    if (pos < 0 || m[0] == 'r') pos = (int64_t)jinja__utf8_len(obj.s.p, i);
+                    if (pos < 0 || m[0] == 'r') pos = (int64_t)utf8_count(obj.s.p, i);
                     cnt++;
                     if (m[0] == 'c') { i += a0->s.n ? a0->s.n : 1; continue; }
                     if (m[0] != 'r') break;
                 }
                 i++;
             }
-            if (m[0] == 'c') { *out = jv_int(a0->s.n ? cnt : (int64_t)jinja__utf8_len(obj.s.p, obj.s.n) + 1); return 0; }
+            if (m[0] == 'c') { *out = jv_int(a0->s.n ? cnt : (int64_t)utf8_count(obj.s.p, obj.s.n) + 1); return 0; }
             if (m[0] == 'i' && pos < 0) return jinja__eval_err(R, n, ERR_INVALID, "substring not found");
             *out = jv_int(pos);
             return 0;
@@ -617,7 +610,7 @@ static int filter_tojson(jrender *R, const jnode *n, const char *name, jv v, con
 
 static int filter_length(jrender *R, const jnode *n, const char *name, jv v, const jargs *a, jv *out) {
     switch (v.t) {
-    case JV_STR: *out = jv_int((int64_t)jinja__utf8_len(v.s.p, v.s.n)); return 0;
+    case JV_STR: *out = jv_int((int64_t)utf8_count(v.s.p, v.s.n)); return 0;
     case JV_LIST: *out = jv_int((int64_t)v.l->n); return 0;
     case JV_DICT: case JV_NS: *out = jv_int((int64_t)v.d->n); return 0;
     case JV_UNDEF: *out = jv_int(0); return 0;

@@ -120,7 +120,7 @@ int jinja__eval_make_list(jrender *R, const jnode *n, size_t len, jv *out) {
 
 /* Byte offsets of the code points of a UTF-8 string: off[i]..off[i+1]. */
 int jinja__eval_cp_offsets(jrender *R, const jnode *n, jv s, size_t **off, size_t *n_cp) {
-    size_t c = jinja__utf8_len(s.s.p, s.s.n);
+    size_t c = utf8_count(s.s.p, s.s.n);
     size_t *o = jinja__arena_alloc(&R->a, (c + 1) * sizeof *o);
     if (!o) return jinja__eval_oom(R, n);
     size_t k = 0;
@@ -412,7 +412,7 @@ static int str_percent(jrender *R, const jnode *n, jv fmt, jv args, jv *out) {
             if (dot) prec = atoi(dot + 1);
             size_t len = sb.n;
             if (prec >= 0 && (size_t)prec < len) len = (size_t)prec;
-            size_t chars = jinja__utf8_len(sb.p ? sb.p : "", len);
+            size_t chars = utf8_count(sb.p ? sb.p : "", len);
             if (!left)
                 for (size_t i = chars; (int)i < width; i++) jinja__buf_putc(&b, ' ');
             jinja__buf_put(&b, sb.p ? sb.p : "", len);

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/utf8.h"
 #include "chat/jinja.h"
 
 /* ---- arena ----------------------------------------------------------------
@@ -161,7 +162,6 @@ const char *jinja__value_type(jv v);
 /* Converts a jansson value into an arena value; false on cap. */
 bool jinja__value_from_json(jarena *a, json_t *j, jv *out, int depth);
 /* UTF-8 helpers */
-size_t jinja__utf8_len(const char *p, size_t n); /* number of code points */
 
 /* ---- AST --------------------------------------------------------------------
  * Statements and expressions share one node type; `kind` says which fields

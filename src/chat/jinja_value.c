@@ -180,13 +180,6 @@ bool jinja__str_dup(jarena *a, const char *p, size_t n, jv *out) {
     return true;
 }
 
-size_t jinja__utf8_len(const char *p, size_t n) {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        if (((unsigned char)p[i] & 0xC0) != 0x80) c++;
-    return c;
-}
-
 /* ---- printing ---------------------------------------------------------------- */
 
 /* Python repr(float). */

@@ -48,7 +48,7 @@
  *      emitted        held (may become a marker,     not examined yet
  *    (events out)     a call, or is whitespace)
  *   |--------------|-----------------------------|................|
- *   0           emit_pos                        pos               n
+ *   0           emit_pos                        pos          text.n
  *
  * and a state machine over the bytes from pos (the states below). A call's
  * bytes are scanned once, byte by byte (jskip tracks JSON nesting and
@@ -61,6 +61,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/sbuf.h"
+#include "../base/utf8.h"
 #include "../grammar/schema.h"
 
 /* ---- formats ---------------------------------------------------------- */
@@ -546,8 +548,7 @@ struct tc_parser {
     const marker *markers;
     int n_markers;
 
-    char *buf; /* the whole output so far (see the diagram at the top) */
-    size_t n, cap;
+    sbuf text; /* the whole output so far (see the diagram at the top) */
     size_t pos, emit_pos;
     int st;
     bool skip_ws; /* TEXT: drop leading whitespace (after a call block) */
@@ -600,14 +601,13 @@ tc_parser *tc_parser_new(tc_format f, bool tools_on, bool reasoning, bool think_
     }
     p->st = !reasoning ? S_TEXT : think_open ? S_REASON_LEAD : S_THINK_START;
     if (f == TC_HARMONY) p->st = S_HM_HEAD;
-    p->cap = 256;
-    p->buf = xmalloc(p->cap);
+    sbuf_put(&p->text, "", 0);
     return p;
 }
 
 void tc_parser_free(tc_parser *p) {
     if (!p) return;
-    free(p->buf);
+    sbuf_free(&p->text);
     free(p);
 }
 
@@ -639,27 +639,13 @@ static void push_event(tc_parser *p, tc_events *out, tc_event_kind kind, const c
     if (name) ev->name = xstrdup(name);
 }
 
-/* The end of [from, to) without a trailing incomplete UTF-8 sequence. */
-static size_t utf8_floor(const char *b, size_t from, size_t to) {
-    size_t i = to;
-    for (int k = 0; k < 4 && i > from; k++) {
-        unsigned char c = (unsigned char)b[i - 1];
-        if ((c & 0xC0) != 0x80) { /* a lead byte or ASCII at i-1 */
-            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-            return to - (i - 1) < need ? i - 1 : to;
-        }
-        i--;
-    }
-    return to;
-}
-
 static size_t rtrim_ws(const char *b, size_t from, size_t to) {
     while (to > from && is_ws(b[to - 1])) to--;
     return to;
 }
 
 static void emit_text(tc_parser *p, tc_events *out, tc_event_kind kind, size_t to) {
-    if (to > p->emit_pos) push_event(p, out, kind, p->buf + p->emit_pos, to - p->emit_pos, NULL, NULL);
+    if (to > p->emit_pos) push_event(p, out, kind, p->text.p + p->emit_pos, to - p->emit_pos, NULL, NULL);
     if (to > p->emit_pos) p->emit_pos = to;
 }
 
@@ -695,9 +681,9 @@ static void call_start(tc_parser *p, tc_events *out, const char *name) {
 static void emit_args(tc_parser *p, tc_events *out, bool all) {
     if (!p->started || p->args_type != '{') return;
     size_t end = p->args_done ? p->args_end : p->pos;
-    if (!all) end = utf8_floor(p->buf, p->args_emitted, end);
+    if (!all) end = utf8_floor(p->text.p, p->args_emitted, end);
     if (end > p->args_emitted) {
-        push_event(p, out, TC_EV_CALL_ARGS, p->buf + p->args_emitted, end - p->args_emitted, NULL, NULL);
+        push_event(p, out, TC_EV_CALL_ARGS, p->text.p + p->args_emitted, end - p->args_emitted, NULL, NULL);
         p->args_emitted = end;
     }
 }
@@ -734,7 +720,7 @@ static void begin_call(tc_parser *p, size_t at) {
 /* The call object closed at obj_end: check it with jansson, report it. */
 static void finish_call(tc_parser *p, tc_events *out, size_t obj_end) {
     json_error_t je;
-    json_t *o = json_loadb(p->buf + p->obj_start, obj_end - p->obj_start, JSON_REJECT_DUPLICATES, &je);
+    json_t *o = json_loadb(p->text.p + p->obj_start, obj_end - p->obj_start, JSON_REJECT_DUPLICATES, &je);
     json_t *nm = json_object_get(o, "name");
     bool ok = json_is_string(nm) && json_string_length(nm) > 0 &&
               strlen(json_string_value(nm)) == json_string_length(nm);
@@ -763,7 +749,7 @@ static void finish_call(tc_parser *p, tc_events *out, size_t obj_end) {
 }
 
 static void key_classify(tc_parser *p, size_t end) {
-    const char *k = p->buf + p->key_start;
+    const char *k = p->text.p + p->key_start;
     size_t n = end - p->key_start;
     p->key_kind = K_OTHER;
     if (n == 4 && memcmp(k, "name", 4) == 0) p->key_kind = K_NAME;
@@ -780,7 +766,7 @@ static void key_classify(tc_parser *p, size_t end) {
 static void try_start(tc_parser *p, tc_events *out) {
     if (p->started || !p->have_name) return;
     if (p->fmt == TC_LLAMA3 && !(p->have_args && (p->args_type == '{' || p->args_type == '"'))) return;
-    char *nm = decode_name(p->buf + p->name_start, p->name_end - p->name_start);
+    char *nm = decode_name(p->text.p + p->name_start, p->name_end - p->name_start);
     if (nm) call_start(p, out, nm);
     free(nm);
 }
@@ -800,7 +786,7 @@ static void value_end(tc_parser *p, tc_events *out, size_t end) {
 /* One byte of the call object at p->pos. Returns false when the call ended
  * (completed or failed: the state has moved on). */
 static bool call_byte(tc_parser *p, tc_events *out) {
-    char c = p->buf[p->pos];
+    char c = p->text.p[p->pos];
     switch (p->cst) {
     case C_OPEN:
         if (is_ws(c)) break;
@@ -879,24 +865,24 @@ static bool call_byte(tc_parser *p, tc_events *out) {
  * (and the whitespace before it). Returns true when it found a marker. */
 static bool step_text(tc_parser *p, tc_events *out) {
     if (p->skip_ws) {
-        while (p->pos < p->n && is_ws(p->buf[p->pos])) p->pos++;
+        while (p->pos < p->text.n && is_ws(p->text.p[p->pos])) p->pos++;
         p->emit_pos = p->pos;
-        if (p->pos == p->n) return false;
+        if (p->pos == p->text.n) return false;
         p->skip_ws = false;
     }
     if (p->n_markers == 0) {
-        emit_text(p, out, TC_EV_CONTENT, utf8_floor(p->buf, p->emit_pos, p->n));
-        p->pos = p->n;
+        emit_text(p, out, TC_EV_CONTENT, utf8_floor(p->text.p, p->emit_pos, p->text.n));
+        p->pos = p->text.n;
         return false;
     }
     size_t i = p->pos;
     const marker *found = NULL;
-    for (; i < p->n && !found; i++) {
+    for (; i < p->text.n && !found; i++) {
         bool partial = false;
         for (int m = 0; m < p->n_markers; m++) {
             const marker *mk = &p->markers[m];
-            size_t k = MIN(mk->n, p->n - i);
-            if (p->buf[i] != mk->s[0] || memcmp(p->buf + i, mk->s, k) != 0) continue;
+            size_t k = MIN(mk->n, p->text.n - i);
+            if (p->text.p[i] != mk->s[0] || memcmp(p->text.p + i, mk->s, k) != 0) continue;
             if (k == mk->n) {
                 found = mk;
                 break;
@@ -906,8 +892,8 @@ static bool step_text(tc_parser *p, tc_events *out) {
         if (found || partial) break;
     }
     /* i: the marker's start, or the start of a possible one, or n */
-    size_t e = rtrim_ws(p->buf, p->emit_pos, i);
-    if (!found) e = utf8_floor(p->buf, p->emit_pos, e);
+    size_t e = rtrim_ws(p->text.p, p->emit_pos, i);
+    if (!found) e = utf8_floor(p->text.p, p->emit_pos, e);
     emit_text(p, out, TC_EV_CONTENT, e);
     p->pos = i;
     if (!found) return false;
@@ -936,17 +922,17 @@ static bool step_text(tc_parser *p, tc_events *out) {
  * the whitespace before it. */
 static bool step_reason(tc_parser *p, tc_events *out) {
     size_t i = p->pos, tn = sizeof THINK_CLOSE - 1;
-    for (; i < p->n; i++) {
-        size_t k = MIN(tn, p->n - i);
-        if (memcmp(p->buf + i, THINK_CLOSE, k) == 0) break;
+    for (; i < p->text.n; i++) {
+        size_t k = MIN(tn, p->text.n - i);
+        if (memcmp(p->text.p + i, THINK_CLOSE, k) == 0) break;
     }
-    if (i + tn <= p->n) { /* found */
-        emit_text(p, out, TC_EV_REASONING, rtrim_ws(p->buf, p->emit_pos, i));
+    if (i + tn <= p->text.n) { /* found */
+        emit_text(p, out, TC_EV_REASONING, rtrim_ws(p->text.p, p->emit_pos, i));
         p->pos = p->emit_pos = i + tn;
         p->st = S_AFTER_THINK;
         return true;
     }
-    emit_text(p, out, TC_EV_REASONING, utf8_floor(p->buf, p->emit_pos, rtrim_ws(p->buf, p->emit_pos, i)));
+    emit_text(p, out, TC_EV_REASONING, utf8_floor(p->text.p, p->emit_pos, rtrim_ws(p->text.p, p->emit_pos, i)));
     p->pos = i;
     return false;
 }
@@ -1008,7 +994,7 @@ static bool hm_field(const char *h, const char *key, char *out, size_t cap) {
 /* The header [hm_head, m) is complete: what its body is. */
 static void hm_header(tc_parser *p, tc_events *out, size_t m) {
     char h[HM_MAX_HEAD + 1], channel[64] = "", to[96] = "";
-    memcpy(h, p->buf + p->hm_head, m - p->hm_head);
+    memcpy(h, p->text.p + p->hm_head, m - p->hm_head);
     h[m - p->hm_head] = 0;
     hm_field(h, "<|channel|>", channel, sizeof channel);
     const size_t body = m + sizeof HM_MESSAGE - 1;
@@ -1032,10 +1018,10 @@ static void hm_body_end(tc_parser *p, tc_events *out, size_t end) {
         emit_text(p, out, p->hm_kind == HM_REASON ? TC_EV_REASONING : TC_EV_CONTENT, end);
         return;
     }
-    if (end > p->args_emitted) push_event(p, out, TC_EV_CALL_ARGS, p->buf + p->args_emitted, end - p->args_emitted, NULL, NULL);
+    if (end > p->args_emitted) push_event(p, out, TC_EV_CALL_ARGS, p->text.p + p->args_emitted, end - p->args_emitted, NULL, NULL);
     p->args_emitted = end;
     json_error_t je;
-    json_t *a = json_loadb(p->buf + p->args_start, end - p->args_start, JSON_REJECT_DUPLICATES, &je);
+    json_t *a = json_loadb(p->text.p + p->args_start, end - p->args_start, JSON_REJECT_DUPLICATES, &je);
     const bool ok = json_is_object(a);
     json_decref(a);
     p->started = false;
@@ -1050,20 +1036,20 @@ static void hm_body_end(tc_parser *p, tc_events *out, size_t end) {
 static void hm_run(tc_parser *p, tc_events *out) {
     for (;;) {
         if (p->st == S_BROKEN) {
-            emit_text(p, out, TC_EV_CONTENT, utf8_floor(p->buf, p->emit_pos, p->n));
-            p->pos = p->n;
+            emit_text(p, out, TC_EV_CONTENT, utf8_floor(p->text.p, p->emit_pos, p->text.n));
+            p->pos = p->text.n;
             return;
         }
         if (p->st == S_HM_HEAD) {
-            const char *h = p->buf + p->hm_head;
-            const size_t avail = p->n - p->hm_head;
+            const char *h = p->text.p + p->hm_head;
+            const size_t avail = p->text.n - p->hm_head;
             if (avail == 0) return;
             bool whole;
             const char *m = hm_match(h, avail, hm_openers, (int)ARRAY_LEN(hm_openers), &whole) < 0
                                 ? NULL
                                 : memmem(h, avail, HM_MESSAGE, sizeof HM_MESSAGE - 1);
             if (m && (size_t)(m - h) <= HM_MAX_HEAD) {
-                hm_header(p, out, (size_t)(m - p->buf));
+                hm_header(p, out, (size_t)(m - p->text.p));
                 continue;
             }
             bool bad = hm_match(h, avail, hm_openers, (int)ARRAY_LEN(hm_openers), &whole) < 0 || avail > HM_MAX_HEAD;
@@ -1080,16 +1066,16 @@ static void hm_run(tc_parser *p, tc_events *out) {
         size_t i = p->pos;
         int term = -1;
         bool whole = false;
-        for (; i < p->n; i++) {
-            if (p->buf[i] != '<') continue;
-            term = hm_match(p->buf + i, p->n - i, hm_terms, (int)ARRAY_LEN(hm_terms), &whole);
+        for (; i < p->text.n; i++) {
+            if (p->text.p[i] != '<') continue;
+            term = hm_match(p->text.p + i, p->text.n - i, hm_terms, (int)ARRAY_LEN(hm_terms), &whole);
             if (term >= 0) break;
         }
         if (!whole) { /* stream what is decided */
             const size_t from = p->hm_kind == HM_CALL ? p->args_emitted : p->emit_pos;
-            const size_t end = utf8_floor(p->buf, from, i);
+            const size_t end = utf8_floor(p->text.p, from, i);
             if (p->hm_kind == HM_CALL && end > p->args_emitted) {
-                push_event(p, out, TC_EV_CALL_ARGS, p->buf + p->args_emitted, end - p->args_emitted, NULL, NULL);
+                push_event(p, out, TC_EV_CALL_ARGS, p->text.p + p->args_emitted, end - p->args_emitted, NULL, NULL);
                 p->args_emitted = end;
             } else if (p->hm_kind != HM_CALL) {
                 emit_text(p, out, p->hm_kind == HM_REASON ? TC_EV_REASONING : TC_EV_CONTENT, end);
@@ -1121,15 +1107,15 @@ static void run(tc_parser *p, tc_events *out) {
             continue;
         }
         if (p->st == S_BROKEN) {
-            emit_text(p, out, TC_EV_CONTENT, utf8_floor(p->buf, p->emit_pos, p->n));
-            p->pos = p->n;
+            emit_text(p, out, TC_EV_CONTENT, utf8_floor(p->text.p, p->emit_pos, p->text.n));
+            p->pos = p->text.n;
             break;
         }
         if (p->st == S_THINK_START) {
             size_t k = 0;
-            while (k < p->n && is_ws(p->buf[k])) k++;
-            size_t avail = MIN(p->n - k, sizeof THINK_OPEN - 1);
-            if (memcmp(p->buf + k, THINK_OPEN, avail) != 0) {
+            while (k < p->text.n && is_ws(p->text.p[k])) k++;
+            size_t avail = MIN(p->text.n - k, sizeof THINK_OPEN - 1);
+            if (memcmp(p->text.p + k, THINK_OPEN, avail) != 0) {
                 to_text(p, 0, false);
             } else if (avail == sizeof THINK_OPEN - 1) {
                 p->pos = p->emit_pos = k + avail;
@@ -1139,8 +1125,8 @@ static void run(tc_parser *p, tc_events *out) {
             }
             continue;
         }
-        if (p->pos >= p->n) break;
-        char c = p->buf[p->pos];
+        if (p->pos >= p->text.n) break;
+        char c = p->text.p[p->pos];
         switch (p->st) {
         case S_REASON_LEAD:
         case S_AFTER_THINK:
@@ -1195,7 +1181,7 @@ static void run(tc_parser *p, tc_events *out) {
             else fail_at(p, out, p->pos);
             break;
         case S_CALL:
-            while (p->st == S_CALL && p->pos < p->n && call_byte(p, out)) {
+            while (p->st == S_CALL && p->pos < p->text.n && call_byte(p, out)) {
             }
             break;
         case S_AFTER_CALL:
@@ -1244,15 +1230,7 @@ static void run(tc_parser *p, tc_events *out) {
 
 void tc_parser_feed(tc_parser *p, const char *text, size_t n, tc_events *out) {
     if (p->finished || n == 0) return;
-    size_t need;
-    if (!add_ok(p->n, n + 1, &need)) PANIC("tc_parser: output too large");
-    if (need > p->cap) {
-        p->cap = MAX(need, p->cap * 2);
-        p->buf = xrealloc(p->buf, p->cap);
-    }
-    memcpy(p->buf + p->n, text, n);
-    p->n += n;
-    p->buf[p->n] = 0;
+    sbuf_put(&p->text, text, n);
     p->ev_base = out->n;
     run(p, out);
 }
@@ -1262,19 +1240,19 @@ int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out) {
     p->finished = true;
     p->ev_base = out->n;
     if (p->st == S_HM_BODY) {
-        hm_body_end(p, out, p->n); /* a held partial terminator is body text */
-        if (p->st != S_BROKEN) p->st = S_HM_HEAD, p->hm_head = p->n;
+        hm_body_end(p, out, p->text.n); /* a held partial terminator is body text */
+        if (p->st != S_BROKEN) p->st = S_HM_HEAD, p->hm_head = p->text.n;
     }
     switch (p->st) {
     case S_REASON_LEAD:
     case S_AFTER_THINK: break;
-    case S_REASON: emit_text(p, out, TC_EV_REASONING, rtrim_ws(p->buf, p->emit_pos, p->n)); break;
+    case S_REASON: emit_text(p, out, TC_EV_REASONING, rtrim_ws(p->text.p, p->emit_pos, p->text.n)); break;
     case S_AFTER_CALL:
     case S_H_CLOSE:
     case S_G_CLOSE:
     case S_L_SEP: break; /* the rest of a complete block's syntax */
     case S_HM_HEAD: p->emit_pos = p->hm_head; /* an unfinished header is content */
-        emit_text(p, out, TC_EV_CONTENT, p->n);
+        emit_text(p, out, TC_EV_CONTENT, p->text.n);
         break;
     case S_ARR_ELEM:
         if (p->calls_in_block > 0) break;
@@ -1289,18 +1267,18 @@ int tc_parser_finish(tc_parser *p, bool truncated, tc_events *out) {
         /* an incomplete call (emit_pos is its start): cut by the length
          * limit it is dropped, never shown as text; otherwise (the output
          * ended inside it) its raw text is content */
-        if (!truncated) emit_text(p, out, TC_EV_CONTENT, p->n);
+        if (!truncated) emit_text(p, out, TC_EV_CONTENT, p->text.n);
         break;
     case S_TEXT:
         /* held: whitespace, then from pos the start of a possible marker; a
          * marker cut by the length limit is dropped with the space before it */
-        emit_text(p, out, TC_EV_CONTENT, truncated && p->pos < p->n ? rtrim_ws(p->buf, p->emit_pos, p->pos) : p->n);
+        emit_text(p, out, TC_EV_CONTENT, truncated && p->pos < p->text.n ? rtrim_ws(p->text.p, p->emit_pos, p->pos) : p->text.n);
         break;
     default:
         /* held text; a broken call's raw text (emit_pos is its start) */
-        emit_text(p, out, TC_EV_CONTENT, p->n);
+        emit_text(p, out, TC_EV_CONTENT, p->text.n);
         break;
     }
-    p->pos = p->n;
+    p->pos = p->text.n;
     return p->n_calls;
 }

@@ -177,34 +177,17 @@ static int hex_val(char ch) {
 
 /* Decodes one UTF-8 code point of the source at c->i (strict). */
 static int read_utf8(cur *c, uint32_t *cp) {
-    const uint8_t *s = (const uint8_t *)c->s;
     size_t i = c->i;
-    uint8_t b0 = s[i];
-    int n;
-    uint32_t v, min;
-    if (b0 < 0x80) {
-        *cp = b0;
-        c->i++;
+    int k = utf8_decode(c->s + i, c->n - i, cp);
+    if (k > 0) {
+        c->i += (size_t)k;
         return 0;
-    } else if (b0 >= 0xC2 && b0 <= 0xDF) {
-        n = 2, v = b0 & 0x1F, min = 0x80;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        n = 3, v = b0 & 0x0F, min = 0x800;
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        n = 4, v = b0 & 0x07, min = 0x10000;
-    } else {
-        return fail_at(c, i, ERR_FORMAT, "invalid UTF-8 byte 0x%02X", b0);
     }
-    if (c->n - i < (size_t)n) return fail_at(c, i, ERR_FORMAT, "truncated UTF-8 sequence");
-    for (int k = 1; k < n; k++) {
-        if ((s[i + k] & 0xC0) != 0x80) return fail_at(c, i, ERR_FORMAT, "invalid UTF-8 sequence");
-        v = (v << 6) | (s[i + k] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        return fail_at(c, i, ERR_FORMAT, "invalid UTF-8 sequence");
-    *cp = v;
-    c->i += (size_t)n;
-    return 0;
+    uint8_t b0 = (uint8_t)c->s[i];
+    int need = utf8_lead_len(b0);
+    if (!need) return fail_at(c, i, ERR_FORMAT, "invalid UTF-8 byte 0x%02X", b0);
+    if (c->n - i < (size_t)need) return fail_at(c, i, ERR_FORMAT, "truncated UTF-8 sequence");
+    return fail_at(c, i, ERR_FORMAT, "invalid UTF-8 sequence");
 }
 
 /* One character of a literal or class: an escape or a UTF-8 code point. */

@@ -571,17 +571,11 @@ static uint32_t run_unit(int cls, const uint8_t *s, uint32_t n) {
         bool alnum = (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
         return alnum || (cls == RUN_IDENT && (c == '_' || c == '-'));
     }
-    uint32_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n) return 0;
-    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-    for (uint32_t j = 1; j < len; j++) {
-        if ((s[j] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[j] & 0x3F);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    uint32_t cp;
+    int len = utf8_decode(s, n, &cp);
+    if (len <= 0) return 0;
     if (cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x2028 || cp == 0x2029) return 0;
-    return len;
+    return (uint32_t)len;
 }
 
 /* The preorder trie of the tokens of r[0..m) (sorted by cmp_tokref), each

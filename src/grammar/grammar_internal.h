@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "../base/utf8.h"
 #include "grammar.h"
 
 /* ---- syntax trees (gbnf.c) ------------------------------------------------

@@ -206,7 +206,7 @@ static int rx_escape(rxp *p, uint32_t *cp, cpset *set) {
 
 /* One code point of the pattern (raw UTF-8). */
 static int rx_cp(rxp *p, uint32_t *cp) {
-    int k = utf8_dec((const unsigned char *)p->s + p->i, p->n - p->i, cp);
+    int k = utf8_decode((const unsigned char *)p->s + p->i, p->n - p->i, cp);
     if (!k) return rx_fail(p, ERR_INVALID, "bad UTF-8"), 0;
     p->i += (size_t)k;
     return 1;
@@ -525,53 +525,53 @@ static void emit_set(sbuf *b, const cpset *s) {
         if (a <= z) regex_set_add(&raw, a, z);
     }
     int n_alt = 0;
-    sb_puts(b, "( ");
+    sbuf_puts(b, "( ");
     if (raw.n) {
-        sb_puts(b, "[");
+        sbuf_puts(b, "[");
         for (int i = 0; i < raw.n; i++) {
             gbnf_cp(b, raw.iv[i][0], true);
             if (raw.iv[i][1] != raw.iv[i][0]) {
-                sb_puts(b, "-");
+                sbuf_puts(b, "-");
                 gbnf_cp(b, raw.iv[i][1], true);
             }
         }
-        sb_puts(b, "]");
+        sbuf_puts(b, "]");
         n_alt++;
     }
     free(raw.iv);
-    if (quote) sb_printf(b, "%s\"\\\\\\\"\"", n_alt++ ? " | " : "");
-    if (bslash) sb_printf(b, "%s\"\\\\\\\\\"", n_alt++ ? " | " : "");
+    if (quote) sbuf_printf(b, "%s\"\\\\\\\"\"", n_alt++ ? " | " : "");
+    if (bslash) sbuf_printf(b, "%s\"\\\\\\\\\"", n_alt++ ? " | " : "");
     static const char short_esc[][2] = {{'\b', 'b'}, {'\f', 'f'}, {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}};
     for (size_t k = 0; k < ARRAY_LEN(short_esc); k++)
         if (esc[(int)short_esc[k][0]]) {
-            sb_printf(b, "%s\"\\\\%c\"", n_alt++ ? " | " : "", short_esc[k][1]);
+            sbuf_printf(b, "%s\"\\\\%c\"", n_alt++ ? " | " : "", short_esc[k][1]);
             esc[(int)short_esc[k][0]] = false;
         }
     for (int hi = 0; hi < 2; hi++) {
         bool any = false;
         for (int lo = 0; lo < 16; lo++) any |= esc[hi * 16 + lo];
         if (!any) continue;
-        sb_printf(b, "%s\"\\\\u00%d\" [", n_alt++ ? " | " : "", hi);
+        sbuf_printf(b, "%s\"\\\\u00%d\" [", n_alt++ ? " | " : "", hi);
         for (int lo = 0; lo < 16; lo++)
-            if (esc[hi * 16 + lo]) sb_printf(b, "%x", lo);
-        sb_puts(b, "]");
+            if (esc[hi * 16 + lo]) sbuf_printf(b, "%x", lo);
+        sbuf_puts(b, "]");
     }
-    sb_puts(b, " )");
+    sbuf_puts(b, " )");
 }
 
 void regex_emit_set(sbuf *b, const regex_set *s) { emit_set(b, s); }
 
 /* A set as one GBNF class of the code points themselves (guided_regex). */
 static void emit_set_raw(sbuf *b, const cpset *s) {
-    sb_puts(b, "[");
+    sbuf_puts(b, "[");
     for (int i = 0; i < s->n; i++) {
         gbnf_cp(b, s->iv[i][0], true);
         if (s->iv[i][1] != s->iv[i][0]) {
-            sb_puts(b, "-");
+            sbuf_puts(b, "-");
             gbnf_cp(b, s->iv[i][1], true);
         }
     }
-    sb_puts(b, "]");
+    sbuf_puts(b, "]");
 }
 
 /* Writes r as a GBNF sequence (nothing for an empty r): of JSON-escaped
@@ -588,7 +588,7 @@ static void emit(sbuf *b, const rx *r, bool raw) {
         size_t before = b->n;
         emit(b, r->a, raw);
         if (!rx_is_empty(r->b)) {
-            if (b->n > before) sb_puts(b, " ");
+            if (b->n > before) sbuf_puts(b, " ");
             emit(b, r->b, raw);
         }
         return;
@@ -597,29 +597,29 @@ static void emit(sbuf *b, const rx *r, bool raw) {
         /* flatten; empty branches make the whole group optional */
         bool a_e = rx_is_empty(r->a), b_e = rx_is_empty(r->b);
         if (a_e && b_e) return;
-        sb_puts(b, "( ");
+        sbuf_puts(b, "( ");
         if (a_e) emit(b, r->b, raw);
         else if (b_e) emit(b, r->a, raw);
         else {
             emit(b, r->a, raw);
-            sb_puts(b, " | ");
+            sbuf_puts(b, " | ");
             emit(b, r->b, raw);
         }
-        sb_puts(b, " )");
-        if (a_e || b_e) sb_puts(b, "?");
+        sbuf_puts(b, " )");
+        if (a_e || b_e) sbuf_puts(b, "?");
         return;
     }
     case RX_REP: {
         if (rx_is_empty(r)) return;
-        sb_puts(b, "( ");
+        sbuf_puts(b, "( ");
         emit(b, r->a, raw);
-        sb_puts(b, " )");
-        if (r->min == 0 && r->max == -1) sb_puts(b, "*");
-        else if (r->min == 1 && r->max == -1) sb_puts(b, "+");
-        else if (r->min == 0 && r->max == 1) sb_puts(b, "?");
-        else if (r->max == -1) sb_printf(b, "{%d,}", r->min);
-        else if (r->min == r->max) sb_printf(b, "{%d}", r->min);
-        else sb_printf(b, "{%d,%d}", r->min, r->max);
+        sbuf_puts(b, " )");
+        if (r->min == 0 && r->max == -1) sbuf_puts(b, "*");
+        else if (r->min == 1 && r->max == -1) sbuf_puts(b, "+");
+        else if (r->min == 0 && r->max == 1) sbuf_puts(b, "?");
+        else if (r->max == -1) sbuf_printf(b, "{%d,}", r->min);
+        else if (r->min == r->max) sbuf_printf(b, "{%d}", r->min);
+        else sbuf_printf(b, "{%d,%d}", r->min, r->max);
         return;
     }
     }

@@ -108,19 +108,19 @@ static unsigned parse_types(gen *g, json_t *t, const char *ptr, int *rc);
 /* A JSON pointer one level down: ptr + "/" + key with ~ and / escaped. */
 static char *ptr_join(const char *ptr, const char *key) {
     sbuf b = {0};
-    sb_puts(&b, ptr);
-    sb_puts(&b, "/");
+    sbuf_puts(&b, ptr);
+    sbuf_puts(&b, "/");
     for (const char *k = key; *k; k++) {
-        if (*k == '~') sb_puts(&b, "~0");
-        else if (*k == '/') sb_puts(&b, "~1");
-        else sb_put(&b, k, 1);
+        if (*k == '~') sbuf_puts(&b, "~0");
+        else if (*k == '/') sbuf_puts(&b, "~1");
+        else sbuf_put(&b, k, 1);
     }
     return b.p;
 }
 static char *ptr_index(const char *ptr, const char *key, size_t i) {
     char *p = ptr_join(ptr, key);
     sbuf b = {.p = p, .n = strlen(p), .cap = strlen(p) + 1};
-    sb_printf(&b, "/%zu", i);
+    sbuf_printf(&b, "/%zu", i);
     return b.p;
 }
 static const char *ptr_show(const char *ptr) { return *ptr ? ptr : "/"; }
@@ -128,18 +128,18 @@ static const char *ptr_show(const char *ptr) { return *ptr ? ptr : "/"; }
 /* A fresh rule name: prefix-hint-N, hint reduced to [A-Za-z0-9_] (at most 24). */
 static char *rule_name(gen *g, const char *hint) {
     sbuf b = {0};
-    sb_puts(&b, g->prefix);
-    sb_puts(&b, "-");
+    sbuf_puts(&b, g->prefix);
+    sbuf_puts(&b, "-");
     int k = 0;
     for (const char *h = hint; *h && k < 24; h++) {
         unsigned char c = (unsigned char)*h;
         if (isalnum(c) || c == '_') {
-            sb_put(&b, (const char *)&c, 1);
+            sbuf_put(&b, (const char *)&c, 1);
             k++;
         }
     }
-    if (!k) sb_puts(&b, "r");
-    sb_printf(&b, "-%d", ++g->counter);
+    if (!k) sbuf_puts(&b, "r");
+    sbuf_printf(&b, "-%d", ++g->counter);
     return b.p;
 }
 
@@ -147,10 +147,10 @@ static char *rule_name(gen *g, const char *hint) {
 static int add_rule(gen *g, const char *name, const char *body) {
     if (++g->n_rules > GRAMMAR_MAX_RULES - 16)
         return err_set(g->e, ERR_RANGE, "schema needs more than %d grammar rules", GRAMMAR_MAX_RULES - 16);
-    sb_puts(&g->rules, name);
-    sb_puts(&g->rules, " ::= ");
-    sb_puts(&g->rules, body);
-    sb_puts(&g->rules, "\n");
+    sbuf_puts(&g->rules, name);
+    sbuf_puts(&g->rules, " ::= ");
+    sbuf_puts(&g->rules, body);
+    sbuf_puts(&g->rules, "\n");
     if (TOO_BIG(g)) return err_set(g->e, ERR_RANGE, "schema grammar exceeds %u bytes", GRAMMAR_MAX_SRC_BYTES);
     return 0;
 }
@@ -186,16 +186,16 @@ static void prim(gen *g, unsigned which, sbuf *out) {
     };
     for (size_t i = 0; i < ARRAY_LEN(defs); i++) {
         if (defs[i].bit != which) continue;
-        if (out) sb_printf(out, "%s-%s", g->prefix, defs[i].suffix);
+        if (out) sbuf_printf(out, "%s-%s", g->prefix, defs[i].suffix);
         if (g->prims & which) return;
         g->prims |= which;
         g->n_rules++;
-        sb_printf(&g->rules, "%s-%s ::= ", g->prefix, defs[i].suffix);
+        sbuf_printf(&g->rules, "%s-%s ::= ", g->prefix, defs[i].suffix);
         for (const char *c = defs[i].body; *c; c++) {
-            if (*c == '@') sb_puts(&g->rules, g->prefix);
-            else sb_put(&g->rules, c, 1);
+            if (*c == '@') sbuf_puts(&g->rules, g->prefix);
+            else sbuf_put(&g->rules, c, 1);
         }
-        sb_puts(&g->rules, "\n");
+        sbuf_puts(&g->rules, "\n");
         for (size_t d = 0; d < ARRAY_LEN(deps); d++)
             if (deps[d][0] == which)
                 for (unsigned bit = 1; bit <= P_PCHAR; bit <<= 1)
@@ -211,27 +211,27 @@ static void prim(gen *g, unsigned which, sbuf *out) {
  * raw text: " \ and controls escaped (\n style where JSON has one, else
  * \u00xx lowercase), everything else as is. Returns false on bad UTF-8. */
 static bool json_str_canon(sbuf *b, const char *s, size_t n) {
-    sb_puts(b, "\"");
+    sbuf_puts(b, "\"");
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
-        int k = utf8_dec((const unsigned char *)s + i, n - i, &cp);
+        int k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
         if (!k) return false;
         switch (cp) {
-        case '"': sb_puts(b, "\\\""); break;
-        case '\\': sb_puts(b, "\\\\"); break;
-        case '\b': sb_puts(b, "\\b"); break;
-        case '\f': sb_puts(b, "\\f"); break;
-        case '\n': sb_puts(b, "\\n"); break;
-        case '\r': sb_puts(b, "\\r"); break;
-        case '\t': sb_puts(b, "\\t"); break;
+        case '"': sbuf_puts(b, "\\\""); break;
+        case '\\': sbuf_puts(b, "\\\\"); break;
+        case '\b': sbuf_puts(b, "\\b"); break;
+        case '\f': sbuf_puts(b, "\\f"); break;
+        case '\n': sbuf_puts(b, "\\n"); break;
+        case '\r': sbuf_puts(b, "\\r"); break;
+        case '\t': sbuf_puts(b, "\\t"); break;
         default:
-            if (cp < 0x20) sb_printf(b, "\\u%04x", cp);
-            else sb_put(b, s + i, (size_t)k);
+            if (cp < 0x20) sbuf_printf(b, "\\u%04x", cp);
+            else sbuf_put(b, s + i, (size_t)k);
         }
         i += (size_t)k;
     }
-    sb_puts(b, "\"");
+    sbuf_puts(b, "\"");
     return true;
 }
 
@@ -242,7 +242,7 @@ static void real_canon(sbuf *b, double x) {
         snprintf(tmp, sizeof tmp, "%.*g", p, x);
         if (strtod(tmp, NULL) == x) break;
     }
-    sb_puts(b, tmp);
+    sbuf_puts(b, tmp);
 }
 
 /* Canonical JSON text of v. Returns false for values that have no JSON text
@@ -250,37 +250,37 @@ static void real_canon(sbuf *b, double x) {
 static bool json_canon(sbuf *b, json_t *v, int depth) {
     if (depth > SCHEMA_MAX_DEPTH) return false;
     switch (json_typeof(v)) {
-    case JSON_NULL: sb_puts(b, "null"); return true;
-    case JSON_TRUE: sb_puts(b, "true"); return true;
-    case JSON_FALSE: sb_puts(b, "false"); return true;
-    case JSON_INTEGER: sb_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return true;
+    case JSON_NULL: sbuf_puts(b, "null"); return true;
+    case JSON_TRUE: sbuf_puts(b, "true"); return true;
+    case JSON_FALSE: sbuf_puts(b, "false"); return true;
+    case JSON_INTEGER: sbuf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return true;
     case JSON_REAL:
         if (!isfinite(json_real_value(v))) return false;
         real_canon(b, json_real_value(v));
         return true;
     case JSON_STRING: return json_str_canon(b, json_string_value(v), json_string_length(v));
     case JSON_ARRAY: {
-        sb_puts(b, "[");
+        sbuf_puts(b, "[");
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) sb_puts(b, ", ");
+            if (i) sbuf_puts(b, ", ");
             if (!json_canon(b, json_array_get(v, i), depth + 1)) return false;
         }
-        sb_puts(b, "]");
+        sbuf_puts(b, "]");
         return true;
     }
     case JSON_OBJECT: {
-        sb_puts(b, "{");
+        sbuf_puts(b, "{");
         const char *k;
         json_t *x;
         bool first = true;
         json_object_foreach(v, k, x) {
-            if (!first) sb_puts(b, ", ");
+            if (!first) sbuf_puts(b, ", ");
             first = false;
             if (!json_str_canon(b, k, strlen(k))) return false;
-            sb_puts(b, ": ");
+            sbuf_puts(b, ": ");
             if (!json_canon(b, x, depth + 1)) return false;
         }
-        sb_puts(b, "}");
+        sbuf_puts(b, "}");
         return true;
     }
     }
@@ -289,16 +289,16 @@ static bool json_canon(sbuf *b, json_t *v, int depth) {
 
 /* Appends raw text (UTF-8) as one GBNF string literal. */
 static void gbnf_lit(sbuf *b, const char *s, size_t n) {
-    sb_puts(b, "\"");
+    sbuf_puts(b, "\"");
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
-        int k = utf8_dec((const unsigned char *)s + i, n - i, &cp);
+        int k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
         if (!k) k = 1, cp = (unsigned char)s[i]; /* callers pass valid UTF-8 */
         gbnf_cp(b, cp, false);
         i += (size_t)k;
     }
-    sb_puts(b, "\"");
+    sbuf_puts(b, "\"");
 }
 
 /* ---- keywords ----------------------------------------------------------- */
@@ -414,11 +414,11 @@ static int get_count(gen *g, json_t *s, const char *ptr, const char *kw, long lo
 static void digits_range(sbuf *b, const char *x, const char *y, int n) {
     if (n == 0) return;
     if (x[0] == y[0]) {
-        sb_put(b, "\"", 1);
-        sb_put(b, x, 1);
-        sb_put(b, "\"", 1);
+        sbuf_put(b, "\"", 1);
+        sbuf_put(b, x, 1);
+        sbuf_put(b, "\"", 1);
         if (n > 1) {
-            sb_puts(b, " ");
+            sbuf_puts(b, " ");
             digits_range(b, x + 1, y + 1, n - 1);
         }
         return;
@@ -433,9 +433,9 @@ static void digits_range(sbuf *b, const char *x, const char *y, int n) {
     memset(zeros, '0', sizeof zeros);
     char lo = x[0], hi = y[0];
     bool first = true;
-    sb_puts(b, "( ");
+    sbuf_puts(b, "( ");
     if (!xlow) {
-        sb_printf(b, "\"%c\" ", x[0]);
+        sbuf_printf(b, "\"%c\" ", x[0]);
         digits_range(b, x + 1, nines, n - 1);
         lo++;
         first = false;
@@ -443,19 +443,19 @@ static void digits_range(sbuf *b, const char *x, const char *y, int n) {
     if (lo <= hi) {
         if (!yhigh && hi == y[0]) hi--;
         if (lo <= hi) {
-            if (!first) sb_puts(b, " | ");
-            if (lo == hi) sb_printf(b, "\"%c\"", lo);
-            else sb_printf(b, "[%c-%c]", lo, hi);
-            if (n > 1) sb_printf(b, " [0-9]{%d}", n - 1);
+            if (!first) sbuf_puts(b, " | ");
+            if (lo == hi) sbuf_printf(b, "\"%c\"", lo);
+            else sbuf_printf(b, "[%c-%c]", lo, hi);
+            if (n > 1) sbuf_printf(b, " [0-9]{%d}", n - 1);
             first = false;
         }
     }
     if (!yhigh) {
-        if (!first) sb_puts(b, " | ");
-        sb_printf(b, "\"%c\" ", y[0]);
+        if (!first) sbuf_puts(b, " | ");
+        sbuf_printf(b, "\"%c\" ", y[0]);
         digits_range(b, zeros, y + 1, n - 1);
     }
-    sb_puts(b, " )");
+    sbuf_puts(b, " )");
 }
 
 static int n_digits(uint64_t x) {
@@ -477,7 +477,7 @@ static void nonneg_range(sbuf *b, uint64_t a, uint64_t hi, bool *first) {
         char xs[24], ys[24];
         snprintf(xs, sizeof xs, "%" PRIu64, lo);
         snprintf(ys, sizeof ys, "%" PRIu64, top);
-        if (!*first) sb_puts(b, " | ");
+        if (!*first) sbuf_puts(b, " | ");
         *first = false;
         digits_range(b, xs, ys, len);
     }
@@ -486,18 +486,18 @@ static void nonneg_range(sbuf *b, uint64_t a, uint64_t hi, bool *first) {
 /* The integers lo..hi in canonical form ("0", no "-0", no leading zeros). */
 static void int_range(sbuf *b, int64_t lo, int64_t hi) {
     bool first = true;
-    sb_puts(b, "( ");
+    sbuf_puts(b, "( ");
     if (lo < 0) {
         uint64_t mlo = hi < 0 ? (uint64_t)(-(hi + 1)) + 1 : 1; /* smallest magnitude */
         uint64_t mhi = (uint64_t)(-(lo + 1)) + 1;
-        sb_puts(b, "\"-\" ( ");
+        sbuf_puts(b, "\"-\" ( ");
         bool f2 = true;
         nonneg_range(b, mlo, mhi, &f2);
-        sb_puts(b, " )");
+        sbuf_puts(b, " )");
         first = false;
     }
     if (hi >= 0) nonneg_range(b, lo < 0 ? 0 : (uint64_t)lo, (uint64_t)hi, &first);
-    sb_puts(b, " )");
+    sbuf_puts(b, " )");
 }
 
 /* One bound: *have set when present; integer bounds rounded inward. */
@@ -574,12 +574,12 @@ static int gen_integer(gen *g, json_t *s, const char *ptr, sbuf *out) {
     int64_t first = lo >= 0 ? (lo + k - 1) / k * k : -((-lo) / k * k);
     if (bounded && (first > hi || (hi - first) / k < SCHEMA_MAX_MULTIPLES)) {
         if (first > hi) return unsat(g, "%s: no integer in range is a multiple of %" PRId64, ptr_show(ptr), k);
-        sb_puts(out, "( ");
+        sbuf_puts(out, "( ");
         for (int64_t x = first; x <= hi; x += k) {
-            sb_printf(out, "%s\"%" PRId64 "\"", x == first ? "" : " | ", x);
+            sbuf_printf(out, "%s\"%" PRId64 "\"", x == first ? "" : " | ", x);
             if (hi - x < k) break;
         }
-        sb_puts(out, " )");
+        sbuf_puts(out, " )");
         return 0;
     }
     int m = 0;
@@ -590,11 +590,11 @@ static int gen_integer(gen *g, json_t *s, const char *ptr, sbuf *out) {
         return unsup(g, ptr, "multipleOf", "%s/multipleOf %" PRId64 " is supported with few multiples in range, or "
                      "dividing 10000 without bounds", ptr, k);
     /* x = 0, or -? (the multiples below 10^m) or -? [1-9][0-9]* (m-digit suffixes that are multiples) */
-    sb_puts(out, "( \"0\" | \"-\"? ( ");
-    for (int64_t x = k; x < p10; x += k) sb_printf(out, "%s\"%" PRId64 "\"", x == k ? "" : " | ", x);
-    sb_printf(out, " | [1-9] [0-9]{0,%d} ( ", SCHEMA_INT_DIGITS - m - 1);
-    for (int64_t x = 0; x < p10; x += k) sb_printf(out, "%s\"%0*" PRId64 "\"", x == 0 ? "" : " | ", m, x);
-    sb_puts(out, " ) ) )");
+    sbuf_puts(out, "( \"0\" | \"-\"? ( ");
+    for (int64_t x = k; x < p10; x += k) sbuf_printf(out, "%s\"%" PRId64 "\"", x == k ? "" : " | ", x);
+    sbuf_printf(out, " | [1-9] [0-9]{0,%d} ( ", SCHEMA_INT_DIGITS - m - 1);
+    for (int64_t x = 0; x < p10; x += k) sbuf_printf(out, "%s\"%0*" PRId64 "\"", x == 0 ? "" : " | ", m, x);
+    sbuf_puts(out, " ) ) )");
     return 0;
 }
 
@@ -663,7 +663,7 @@ static bool frac_tail(sbuf *b, const char *L, bool le, const char *H, bool he, i
     *empty = (!L || (all_zero(L) && !le)) && (!H || !he || !all_zero(H));
     if (r <= 0) return false;
     if (!L && !H) {
-        sb_printf(b, "[0-9]{1,%d}", r);
+        sbuf_printf(b, "[0-9]{1,%d}", r);
         return true;
     }
     sbuf alt = {0};
@@ -690,20 +690,20 @@ static bool frac_tail(sbuf *b, const char *L, bool le, const char *H, bool he, i
             while (d2 < 9 && (!L || d2 + 1 > (*L ? *L - '0' : 0)) && (!H || d2 + 1 < (*H ? *H - '0' : 0))) d2++;
         sbuf sub = {0};
         bool sub_empty;
-        bool sub_ok = !ln && !hn ? (r > 1 ? (sb_printf(&sub, "[0-9]{1,%d}", r - 1), true) : false)
+        bool sub_ok = !ln && !hn ? (r > 1 ? (sbuf_printf(&sub, "[0-9]{1,%d}", r - 1), true) : false)
                                  : frac_tail(&sub, ln, le, hn, he, r - 1, &sub_empty);
         if (!ln && !hn) sub_empty = true;
         if (sub_ok || sub_empty) {
-            if (n++) sb_puts(&alt, " | ");
-            if (d == d2) sb_printf(&alt, "\"%d\"", d);
-            else sb_printf(&alt, "[%d-%d]", d, d2);
-            if (sub_ok) sb_printf(&alt, sub_empty ? " ( %s )?" : " %s", sub.p);
+            if (n++) sbuf_puts(&alt, " | ");
+            if (d == d2) sbuf_printf(&alt, "\"%d\"", d);
+            else sbuf_printf(&alt, "[%d-%d]", d, d2);
+            if (sub_ok) sbuf_printf(&alt, sub_empty ? " ( %s )?" : " %s", sub.p);
         }
-        sb_free(&sub);
+        sbuf_free(&sub);
         d = d2 + 1;
     }
-    if (n) sb_printf(b, "( %s )", alt.p);
-    sb_free(&alt);
+    if (n) sbuf_printf(b, "( %s )", alt.p);
+    sbuf_free(&alt);
     return n > 0;
 }
 
@@ -713,11 +713,11 @@ static void num_alt(sbuf *b, int *n, const char *ip_expr, const char *L, bool le
     bool empty;
     bool ok = frac_tail(&f, L, le, H, he, r, &empty);
     if (ok || empty) {
-        if ((*n)++) sb_puts(b, " | ");
-        sb_printf(b, "%s", ip_expr);
-        if (ok) sb_printf(b, empty ? " ( \".\" %s )?" : " \".\" %s", f.p);
+        if ((*n)++) sbuf_puts(b, " | ");
+        sbuf_printf(b, "%s", ip_expr);
+        if (ok) sbuf_printf(b, empty ? " ( \".\" %s )?" : " \".\" %s", f.p);
     }
-    sb_free(&f);
+    sbuf_free(&f);
 }
 
 /* Magnitudes m with a <= m (< when ae) and m <= bd (< when be; bd NULL: up
@@ -737,10 +737,10 @@ static void mag_range(sbuf *b, int *n, const decimal *a, bool ae, const decimal 
         bool first = true;
         nonneg_range(&ir, A + 1, top, &first);
         sbuf ie = {0};
-        sb_printf(&ie, "( %s )", ir.p);
+        sbuf_printf(&ie, "( %s )", ir.p);
         num_alt(b, n, ie.p, NULL, false, NULL, false, r);
-        sb_free(&ir);
-        sb_free(&ie);
+        sbuf_free(&ir);
+        sbuf_free(&ie);
     }
     if (bd) {
         snprintf(lit, sizeof lit, "\"%" PRIu64 "\"", B);
@@ -827,15 +827,15 @@ static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
         int nn = 0;
         if (hh && hi_neg) mag_range(&nb, &nn, &hi, hx, hl ? &lo : NULL, lx, maxi, r);
         else mag_range(&nb, &nn, &zero, true, hl ? &lo : NULL, lx, maxi, r);
-        if (nn) sb_printf(&b, "%s\"-\" ( %s )", n++ ? " | " : "", nb.p);
-        sb_free(&nb);
+        if (nn) sbuf_printf(&b, "%s\"-\" ( %s )", n++ ? " | " : "", nb.p);
+        sbuf_free(&nb);
     }
     if (!n) {
-        sb_free(&b);
+        sbuf_free(&b);
         return unsat(g, "%s: no number satisfies the bounds", ptr_show(ptr));
     }
-    sb_printf(out, "( %s )", b.p);
-    sb_free(&b);
+    sbuf_printf(out, "( %s )", b.p);
+    sbuf_free(&b);
     return 0;
 }
 
@@ -854,21 +854,21 @@ static int rx_compile(gen *g, const char *s, size_t n, const char *ptr, const ch
  * (hi -1: any number; lo -1: no pad). */
 static void emit_pattern_string(gen *g, const regex *r, long long llo, long long lhi, long long rlo, long long rhi,
                                 sbuf *out) {
-    sb_puts(out, "( \"\\\"\" ");
+    sbuf_puts(out, "( \"\\\"\" ");
     for (int side = 0; side < 2; side++) {
         long long lo = side ? rlo : llo, hi = side ? rhi : lhi;
         if (side) {
             size_t before = out->n;
             regex_emit(out, r);
-            if (out->n > before) sb_puts(out, " ");
+            if (out->n > before) sbuf_puts(out, " ");
         }
         if (lo < 0 || hi == 0) continue;
         prim(g, P_PCHAR, out);
-        if (hi < 0) sb_printf(out, lo ? "{%lld,} " : "* ", lo);
-        else if (lo == hi) sb_printf(out, "{%lld} ", lo);
-        else sb_printf(out, "{%lld,%lld} ", lo, hi);
+        if (hi < 0) sbuf_printf(out, lo ? "{%lld,} " : "* ", lo);
+        else if (lo == hi) sbuf_printf(out, "{%lld} ", lo);
+        else sbuf_printf(out, "{%lld,%lld} ", lo, hi);
     }
-    sb_puts(out, "\"\\\"\" )");
+    sbuf_puts(out, "\"\\\"\" )");
 }
 
 /* A string whose body is the automaton of p (lookaheads, or a format
@@ -901,17 +901,17 @@ static int gen_dfa_string(gen *g, regex_pat *p, long long mn, long long mx, cons
     for (int i = 0; i < d.n && !rc; i++) {
         if (!d.n_tr[i]) continue;
         sbuf b = {0};
-        sb_puts(&b, "( ");
+        sbuf_puts(&b, "( ");
         for (int k = 0; k < d.n_tr[i]; k++) {
-            if (k) sb_puts(&b, " | ");
+            if (k) sbuf_puts(&b, " | ");
             regex_emit_set(&b, &d.tr[i][k].set);
-            if (names[d.tr[i][k].to]) sb_printf(&b, " %s", names[d.tr[i][k].to]);
+            if (names[d.tr[i][k].to]) sbuf_printf(&b, " %s", names[d.tr[i][k].to]);
         }
-        sb_puts(&b, d.accept[i] ? " )?" : " )");
+        sbuf_puts(&b, d.accept[i] ? " )?" : " )");
         rc = add_rule(g, names[i], b.p);
-        sb_free(&b);
+        sbuf_free(&b);
     }
-    if (!rc) sb_printf(out, "( \"\\\"\" %s \"\\\"\" )", names[0] ? names[0] : "");
+    if (!rc) sbuf_printf(out, "( \"\\\"\" %s \"\\\"\" )", names[0] ? names[0] : "");
     for (int i = 0; i < d.n; i++) free(names[i]);
     free(names);
     regex_dfa_free(&d);
@@ -1076,15 +1076,15 @@ static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
         prim(g, P_STRING, out);
         return 0;
     }
-    sb_puts(out, "( \"\\\"\" ");
+    sbuf_puts(out, "( \"\\\"\" ");
     if (mx != 0) {
         prim(g, P_CHAR, out);
-        if (mx < 0) sb_printf(out, "{%lld,}", mn);
-        else if (mx == mn) sb_printf(out, "{%lld}", mn);
-        else sb_printf(out, "{%lld,%lld}", mn, mx);
-        sb_puts(out, " ");
+        if (mx < 0) sbuf_printf(out, "{%lld,}", mn);
+        else if (mx == mn) sbuf_printf(out, "{%lld}", mn);
+        else sbuf_printf(out, "{%lld,%lld}", mn, mx);
+        sbuf_puts(out, " ");
     }
-    sb_puts(out, "\"\\\"\" )");
+    sbuf_puts(out, "\"\\\"\" )");
     return 0;
 }
 
@@ -1112,7 +1112,7 @@ static int gen_pattern_members(gen *g, json_t *pat, json_t *rest, const char *pt
     }
     int n_alt = 0;
     sbuf b = {0};
-    sb_puts(&b, "( ");
+    sbuf_puts(&b, "( ");
     for (unsigned set = rest ? 0 : 1; set < (1u << k) && !rc; set++) {
         regex_pat key = {0};
         err_t e = {0};
@@ -1139,22 +1139,22 @@ static int gen_pattern_members(gen *g, json_t *pat, json_t *rest, const char *pt
         rc = gen_dfa_string(g, &key, 0, -1, ptr, "patternProperties", &item);
         regex_pat_free(&key);
         if (!rc) {
-            sb_puts(&item, " \": \" ");
+            sbuf_puts(&item, " \": \" ");
             g->unsat = false;
             rc = gen_schema(g, value, vp, &item);
             if (rc == ERR_INVALID && g->unsat) { /* keys whose value can be nothing: left out */
                 rc = 0;
-                sb_free(&item);
+                sbuf_free(&item);
                 continue;
             }
         }
-        if (!rc) sb_printf(&b, "%s%s", n_alt++ ? " | " : "", item.p);
+        if (!rc) sbuf_printf(&b, "%s%s", n_alt++ ? " | " : "", item.p);
         else b.n = mark;
-        sb_free(&item);
+        sbuf_free(&item);
     }
-    sb_puts(&b, " )");
-    if (!rc && n_alt) sb_puts(out, b.p); /* none: only {} */
-    sb_free(&b);
+    sbuf_puts(&b, " )");
+    if (!rc && n_alt) sbuf_puts(out, b.p); /* none: only {} */
+    sbuf_free(&b);
     free(vp);
     return rc;
 }
@@ -1188,7 +1188,7 @@ static void trie_add(tnode *root, const char *s) {
     tnode *t = root;
     while (i < n) {
         uint32_t cp;
-        int k = utf8_dec((const unsigned char *)s + i, n - i, &cp);
+        int k = utf8_decode((const unsigned char *)s + i, n - i, &cp);
         if (!k) return;
         i += (size_t)k;
         tnode *c = t->kids;
@@ -1210,7 +1210,7 @@ static int trie_emit(gen *g, tnode *t, sbuf *out) {
     sbuf b = {0};
     int n_alt = 0;
     if (!t->term) {
-        sb_puts(&b, "\"\\\"\"");
+        sbuf_puts(&b, "\"\\\"\"");
         n_alt++;
     }
     /* a code point that is none of the children, then any tail */
@@ -1221,39 +1221,39 @@ static int trie_emit(gen *g, tnode *t, sbuf *out) {
     for (tnode *c = t->kids; c; c = c->next) regex_set_add(&cs, c->cp, c->cp);
     regex_set_negate(&cs);
     if (cs.n) {
-        sb_printf(&b, "%s[", n_alt++ ? " | " : "");
+        sbuf_printf(&b, "%s[", n_alt++ ? " | " : "");
         for (int i = 0; i < cs.n; i++) {
             gbnf_cp(&b, cs.iv[i][0], true);
             if (cs.iv[i][1] != cs.iv[i][0]) {
-                sb_puts(&b, "-");
+                sbuf_puts(&b, "-");
                 gbnf_cp(&b, cs.iv[i][1], true);
             }
         }
-        sb_puts(&b, "] ");
+        sbuf_puts(&b, "] ");
         prim(g, P_KEYCHAR, &b);
-        sb_puts(&b, "* \"\\\"\"");
+        sbuf_puts(&b, "* \"\\\"\"");
     }
     free(cs.iv);
     for (tnode *c = t->kids; c; c = c->next) {
-        sb_printf(&b, "%s\"", n_alt++ ? " | " : "");
+        sbuf_printf(&b, "%s\"", n_alt++ ? " | " : "");
         gbnf_cp(&b, c->cp, false);
-        sb_puts(&b, "\" ");
+        sbuf_puts(&b, "\" ");
         int rc = trie_emit(g, c, &b);
         if (rc) {
-            sb_free(&b);
+            sbuf_free(&b);
             return rc;
         }
     }
     int rc = 0;
     if (!t->kids) { /* a leaf: inline */
-        sb_printf(out, "( %s )", b.p);
+        sbuf_printf(out, "( %s )", b.p);
     } else {
         char *name = rule_name(g, "key");
         rc = add_rule(g, name, b.p);
-        sb_puts(out, name);
+        sbuf_puts(out, name);
         free(name);
     }
-    sb_free(&b);
+    sbuf_free(&b);
     return rc;
 }
 
@@ -1406,10 +1406,10 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
         sbuf body = {0};
         sbuf key = {0};
         json_str_canon(&key, m[i].key, strlen(m[i].key));
-        sb_puts(&key, ": ");
+        sbuf_puts(&key, ": ");
         gbnf_lit(&body, key.p, key.n);
-        sb_free(&key);
-        sb_puts(&body, " ");
+        sbuf_free(&key);
+        sbuf_puts(&body, " ");
         char *vp;
         json_t *ps = props ? json_object_get(props, m[i].key) : NULL;
         if (ps == m[i].schema) vp = ptr_join(pp, m[i].key);
@@ -1420,7 +1420,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
             m[i].kv = rule_name(g, m[i].key);
             rc = add_rule(g, m[i].kv, body.p);
         }
-        sb_free(&body);
+        sbuf_free(&body);
         if (rc) goto done;
     }
     /* propertyNames and patternProperties give the keys of the additional
@@ -1531,11 +1531,11 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
                 for (int i = 0; i < n; i++) trie_add(&root, m[i].key);
                 for (size_t i = 0; i < json_array_size(banned); i++)
                     trie_add(&root, json_string_value(json_array_get(banned, i)));
-                sb_puts(&body, "\"\\\"\" ");
+                sbuf_puts(&body, "\"\\\"\" ");
                 rc = trie_emit(g, &root, &body);
                 trie_free(root.kids);
             }
-            sb_puts(&body, " \": \" ");
+            sbuf_puts(&body, " \": \" ");
             if (!rc) {
                 char *vp = ptr_join(ptr, "additionalProperties");
                 if (extra_schema) rc = gen_schema(g, extra_schema, vp, &body);
@@ -1548,7 +1548,7 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
             xkv = rule_name(g, "extra");
             rc = add_rule(g, xkv, body.p);
         }
-        sb_free(&body);
+        sbuf_free(&body);
         if (rc) {
             free(xkv);
             goto done;
@@ -1562,76 +1562,76 @@ static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
     if (extra && n == 0 && (xlo > 0 || xhi >= 0)) {
         /* counted members, the first without a comma */
         {
-            sb_printf(&s_expr, "%s ( \", \" %s )", xkv, xkv);
+            sbuf_printf(&s_expr, "%s ( \", \" %s )", xkv, xkv);
             long long l1 = xlo > 0 ? xlo - 1 : 0, h1 = xhi < 0 ? -1 : xhi - 1;
-            if (h1 < 0) sb_printf(&s_expr, "{%lld,}", l1);
-            else sb_printf(&s_expr, "{%lld,%lld}", l1, h1);
+            if (h1 < 0) sbuf_printf(&s_expr, "{%lld,}", l1);
+            else sbuf_printf(&s_expr, "{%lld,%lld}", l1, h1);
             if (xlo == 0) {
                 sbuf t2 = {0};
-                sb_printf(&t2, "( %s )?", s_expr.p);
-                sb_free(&s_expr);
+                sbuf_printf(&t2, "( %s )?", s_expr.p);
+                sbuf_free(&s_expr);
                 s_expr = t2;
             } else s_nullable = false;
         }
     } else if (extra) {
         t_names[n] = rule_name(g, "more");
         sbuf body = {0};
-        if (xlo == 0 && xhi < 0) sb_printf(&body, "( \", \" %s )*", xkv);
-        else if (xhi < 0) sb_printf(&body, "( \", \" %s ){%lld,}", xkv, xlo);
-        else sb_printf(&body, "( \", \" %s ){%lld,%lld}", xkv, xlo, xhi);
+        if (xlo == 0 && xhi < 0) sbuf_printf(&body, "( \", \" %s )*", xkv);
+        else if (xhi < 0) sbuf_printf(&body, "( \", \" %s ){%lld,}", xkv, xlo);
+        else sbuf_printf(&body, "( \", \" %s ){%lld,%lld}", xkv, xlo, xhi);
         rc = add_rule(g, t_names[n], body.p);
-        sb_free(&body);
-        if (!rc && n == 0) sb_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
+        sbuf_free(&body);
+        if (!rc && n == 0) sbuf_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
     }
     for (int i = n - 1; i >= 0 && !rc; i--) {
         sbuf body = {0};
-        if (m[i].required) sb_printf(&body, "\", \" %s", m[i].kv);
-        else sb_printf(&body, "( \", \" %s )?", m[i].kv);
-        if (t_names[i + 1]) sb_printf(&body, " %s", t_names[i + 1]);
+        if (m[i].required) sbuf_printf(&body, "\", \" %s", m[i].kv);
+        else sbuf_printf(&body, "( \", \" %s )?", m[i].kv);
+        if (t_names[i + 1]) sbuf_printf(&body, " %s", t_names[i + 1]);
         t_names[i] = rule_name(g, "t");
         rc = add_rule(g, t_names[i], body.p);
-        sb_free(&body);
+        sbuf_free(&body);
     }
     /* S_i chain: s_expr for S_0 built from the end. S_n: extra (first without comma) */
-    if (!rc && extra && n > 0) sb_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
+    if (!rc && extra && n > 0) sbuf_printf(&s_expr, "( %s %s )?", xkv, t_names[n]);
     for (int i = n - 1; i >= 0 && !rc; i--) {
         sbuf e2 = {0};
-        sb_puts(&e2, m[i].kv);
-        if (t_names[i + 1]) sb_printf(&e2, " %s", t_names[i + 1]);
+        sbuf_puts(&e2, m[i].kv);
+        if (t_names[i + 1]) sbuf_printf(&e2, " %s", t_names[i + 1]);
         if (!m[i].required && s_expr.n) {
             /* kv_i T_{i+1} | S_{i+1}: S_{i+1} becomes a rule to keep this linear */
             char *sn = rule_name(g, "s");
             if (s_nullable) {
                 /* S_{i+1} can be empty: written as an optional group */
                 sbuf body = {0};
-                sb_printf(&body, "%s", s_expr.p);
+                sbuf_printf(&body, "%s", s_expr.p);
                 rc = add_rule(g, sn, body.p);
-                sb_free(&body);
+                sbuf_free(&body);
                 s_expr.n = 0;
-                sb_printf(&s_expr, "( %s | %s )?", e2.p, sn);
+                sbuf_printf(&s_expr, "( %s | %s )?", e2.p, sn);
             } else {
                 rc = add_rule(g, sn, s_expr.p);
                 s_expr.n = 0;
-                sb_printf(&s_expr, "( %s | %s )", e2.p, sn);
+                sbuf_printf(&s_expr, "( %s | %s )", e2.p, sn);
             }
             free(sn);
         } else if (!m[i].required) {
             s_expr.n = 0;
-            sb_printf(&s_expr, "( %s )?", e2.p);
+            sbuf_printf(&s_expr, "( %s )?", e2.p);
             s_nullable = true;
         } else {
             s_expr.n = 0;
-            sb_puts(&s_expr, e2.p);
+            sbuf_puts(&s_expr, e2.p);
             s_nullable = false;
         }
-        sb_free(&e2);
+        sbuf_free(&e2);
     }
     if (!rc) {
-        sb_puts(out, "( \"{\" ");
-        if (s_expr.n) sb_printf(out, "%s ", s_expr.p);
-        sb_puts(out, "\"}\" )");
+        sbuf_puts(out, "( \"{\" ");
+        if (s_expr.n) sbuf_printf(out, "%s ", s_expr.p);
+        sbuf_puts(out, "\"}\" )");
     }
-    sb_free(&s_expr);
+    sbuf_free(&s_expr);
     for (int i = 0; i <= n; i++) free(t_names[i]);
     free(t_names);
     free(xkv);
@@ -1733,21 +1733,21 @@ static int gen_unique(gen *g, json_t *vals, long long mn, long long mx, const ch
             const char *take = mx >= 0 && c + 1 > mx ? NULL : nm[i + 1][c2], *skip = nm[i + 1][c];
             if (!take && !skip) continue;
             sbuf b = {0};
-            sb_puts(&b, "( ");
-            if (take) sb_printf(&b, "%s%s %s", c ? "\", \" " : "", v[i], take);
-            if (skip && *skip) sb_printf(&b, "%s%s", take ? " | " : "", skip);
-            sb_puts(&b, " )");
-            if (skip && !*skip) sb_puts(&b, "?");
+            sbuf_puts(&b, "( ");
+            if (take) sbuf_printf(&b, "%s%s %s", c ? "\", \" " : "", v[i], take);
+            if (skip && *skip) sbuf_printf(&b, "%s%s", take ? " | " : "", skip);
+            sbuf_puts(&b, " )");
+            if (skip && !*skip) sbuf_puts(&b, "?");
             if (!take && !*skip) nm[i][c] = xstrdup("");
             else {
                 nm[i][c] = rule_name(g, "uniq");
                 rc = add_rule(g, nm[i][c], b.p);
             }
-            sb_free(&b);
+            sbuf_free(&b);
         }
     if (!rc) {
         if (!nm[0][0]) rc = unsat(g, "%s: no array of distinct values has minItems..maxItems elements", ptr_show(ptr));
-        else sb_printf(out, "( \"[\" %s \"]\" )", nm[0][0]);
+        else sbuf_printf(out, "( \"[\" %s \"]\" )", nm[0][0]);
     }
     for (long long i = 0; i <= n; i++) {
         for (long long c = 0; c <= cap; c++) free(nm[i][c]);
@@ -1787,7 +1787,7 @@ static int gen_contains_count(gen *g, json_t *items, json_t *contains, json_t *n
             el[k] = rule_name(g, k ? "other" : "match");
             rc = add_rule(g, el[k], b.p);
         }
-        sb_free(&b);
+        sbuf_free(&b);
     }
     long long ns = (tcap + 1) * (mcap + 1);
     bool *live = xcalloc((size_t)ns, sizeof *live);
@@ -1815,21 +1815,21 @@ static int gen_contains_count(gen *g, json_t *items, json_t *contains, json_t *n
             if (!live[ST(t, m)]) continue;
             sbuf b = {0};
             int n_alt = 0;
-            sb_puts(&b, "( ");
+            sbuf_puts(&b, "( ");
             for (int k = 0; k < 2; k++) {
                 if (!el[k] || (mx >= 0 && t + 1 > mx) || (k == 0 && cmax >= 0 && m + 1 > cmax)) continue;
                 long long t2 = mx >= 0 ? t + 1 : MIN(t + 1, tcap), m2 = k ? m : (cmax >= 0 ? m + 1 : MIN(m + 1, mcap));
                 if (!live[ST(t2, m2)]) continue;
-                sb_printf(&b, "%s%s%s %s", n_alt++ ? " | " : "", t ? "\", \" " : "", el[k], nm[ST(t2, m2)]);
+                sbuf_printf(&b, "%s%s%s %s", n_alt++ ? " | " : "", t ? "\", \" " : "", el[k], nm[ST(t2, m2)]);
             }
             bool done = t >= mn && m >= cmin;
-            if (!n_alt) sb_puts(&b, "\"\"");
-            sb_puts(&b, n_alt && done ? " )?" : " )");
+            if (!n_alt) sbuf_puts(&b, "\"\"");
+            sbuf_puts(&b, n_alt && done ? " )?" : " )");
             rc = add_rule(g, nm[ST(t, m)], b.p);
-            sb_free(&b);
+            sbuf_free(&b);
         }
 #undef ST
-    if (!rc) sb_printf(out, "( \"[\" %s \"]\" )", nm[0]);
+    if (!rc) sbuf_printf(out, "( \"[\" %s \"]\" )", nm[0]);
     for (long long i = 0; i < ns; i++) free(nm[i]);
     free(nm);
     free(live);
@@ -1900,13 +1900,13 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
             cn = rule_name(g, "contains");
             rc = add_rule(g, cn, ec.p);
         }
-        if (!rc) sb_printf(out, "( \"[\" ( %s \", \" )* %s ( \", \" %s )* \"]\" )", en, cn, en);
+        if (!rc) sbuf_printf(out, "( \"[\" ( %s \", \" )* %s ( \", \" %s )* \"]\" )", en, cn, en);
         free(en);
         free(cn);
         free(ep);
         free(cp);
-        sb_free(&e);
-        sb_free(&ec);
+        sbuf_free(&e);
+        sbuf_free(&ec);
         return rc;
     }
     size_t k = prefix ? json_array_size(prefix) : 0;
@@ -1927,7 +1927,7 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
             el[i] = rule_name(g, "item");
             rc = add_rule(g, el[i], body.p);
         }
-        sb_free(&body);
+        sbuf_free(&body);
     }
     char *rest = NULL;
     bool rest_possible = more && (mx < 0 || (size_t)mx > k);
@@ -1941,7 +1941,7 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
             rest = rule_name(g, "item");
             rc = add_rule(g, rest, body.p);
         }
-        sb_free(&body);
+        sbuf_free(&body);
     }
     if (rc) goto done;
     /* Elements n_pre.. come from `rest`: count between lo and hi (-1 = no bound). */
@@ -1950,46 +1950,46 @@ static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
     sbuf tail = {0}; /* elements after the prefix, each with its leading ", " if n_pre > 0 */
     if (rest && hi != 0) {
         if (n_pre > 0) {
-            sb_printf(&tail, "( \", \" %s )", rest);
-            if (lo == 0 && hi < 0) sb_puts(&tail, "*");
-            else if (hi < 0) sb_printf(&tail, "{%lld,}", lo);
-            else if (lo == hi) sb_printf(&tail, "{%lld}", lo);
-            else sb_printf(&tail, "{%lld,%lld}", lo, hi);
+            sbuf_printf(&tail, "( \", \" %s )", rest);
+            if (lo == 0 && hi < 0) sbuf_puts(&tail, "*");
+            else if (hi < 0) sbuf_printf(&tail, "{%lld,}", lo);
+            else if (lo == hi) sbuf_printf(&tail, "{%lld}", lo);
+            else sbuf_printf(&tail, "{%lld,%lld}", lo, hi);
         } else {
             /* first element without comma */
-            sb_printf(&tail, "%s ( \", \" %s )", rest, rest);
+            sbuf_printf(&tail, "%s ( \", \" %s )", rest, rest);
             long long l1 = lo > 0 ? lo - 1 : 0, h1 = hi < 0 ? -1 : hi - 1;
-            if (l1 == 0 && h1 < 0) sb_puts(&tail, "*");
-            else if (h1 < 0) sb_printf(&tail, "{%lld,}", l1);
-            else if (l1 == h1) sb_printf(&tail, "{%lld}", l1);
-            else sb_printf(&tail, "{%lld,%lld}", l1, h1);
+            if (l1 == 0 && h1 < 0) sbuf_puts(&tail, "*");
+            else if (h1 < 0) sbuf_printf(&tail, "{%lld,}", l1);
+            else if (l1 == h1) sbuf_printf(&tail, "{%lld}", l1);
+            else sbuf_printf(&tail, "{%lld,%lld}", l1, h1);
             if (lo == 0) {
                 sbuf t2 = {0};
-                sb_printf(&t2, "( %s )?", tail.p);
-                sb_free(&tail);
+                sbuf_printf(&t2, "( %s )?", tail.p);
+                sbuf_free(&tail);
                 tail = t2;
             }
         }
     }
     /* prefix elements nest: p0 (", " p1 (", " p2 tail)?)? with required ones unwrapped */
     sbuf expr = {0};
-    sb_puts(&expr, tail.p ? tail.p : "");
+    sbuf_puts(&expr, tail.p ? tail.p : "");
     for (size_t i = n_pre; i-- > 0;) {
         sbuf e2 = {0};
-        if (i > 0) sb_puts(&e2, "\", \" ");
-        sb_puts(&e2, el[i]);
-        if (expr.n) sb_printf(&e2, " %s", expr.p);
-        sb_free(&expr);
+        if (i > 0) sbuf_puts(&e2, "\", \" ");
+        sbuf_puts(&e2, el[i]);
+        if (expr.n) sbuf_printf(&e2, " %s", expr.p);
+        sbuf_free(&expr);
         if ((long long)i >= mn) {
-            sb_printf(&expr, "( %s )?", e2.p);
-            sb_free(&e2);
+            sbuf_printf(&expr, "( %s )?", e2.p);
+            sbuf_free(&e2);
         } else expr = e2;
     }
-    sb_puts(out, "( \"[\" ");
-    if (expr.n) sb_printf(out, "%s ", expr.p);
-    sb_puts(out, "\"]\" )");
-    sb_free(&expr);
-    sb_free(&tail);
+    sbuf_puts(out, "( \"[\" ");
+    if (expr.n) sbuf_printf(out, "%s ", expr.p);
+    sbuf_puts(out, "\"]\" )");
+    sbuf_free(&expr);
+    sbuf_free(&tail);
 done:
     for (size_t i = 0; i <= k; i++) free(el[i]);
     free(el);
@@ -2022,31 +2022,31 @@ static int gen_enum(gen *g, json_t *s, const char *ptr, unsigned types, sbuf *ou
     }
     int rc = 0, n = 0;
     sbuf b = {0};
-    sb_puts(&b, "( ");
+    sbuf_puts(&b, "( ");
     for (size_t i = 0; i < json_array_size(vals); i++) {
         json_t *x = json_array_get(vals, i);
         if (!(json_type_bits(x) & types)) continue;
         sbuf t = {0};
         if (!json_canon(&t, x, 0)) {
-            sb_free(&t);
+            sbuf_free(&t);
             rc = err_set(g->e, ERR_INVALID, "%s/%s: value %zu cannot be written as JSON (or nests too deep)", ptr,
                          cn ? "const" : "enum", i);
             break;
         }
-        if (n++) sb_puts(&b, " | ");
+        if (n++) sbuf_puts(&b, " | ");
         gbnf_lit(&b, t.p, t.n);
-        sb_free(&t);
+        sbuf_free(&t);
         if (b.n > GRAMMAR_MAX_SRC_BYTES) {
             rc = err_set(g->e, ERR_RANGE, "%s/enum: grammar exceeds %u bytes", ptr, GRAMMAR_MAX_SRC_BYTES);
             break;
         }
     }
-    sb_puts(&b, " )");
+    sbuf_puts(&b, " )");
     if (!rc && n == 0)
         rc = unsat(g, "%s: no value satisfies %s%s", ptr_show(ptr), cn ? "const" : "enum",
                      json_object_get(s, "type") ? " and type" : (cn && en ? " and enum" : ""));
-    if (!rc) sb_puts(out, b.p);
-    sb_free(&b);
+    if (!rc) sbuf_puts(out, b.p);
+    sbuf_free(&b);
     json_decref(vals);
     return rc;
 }
@@ -2087,11 +2087,11 @@ static json_t *resolve_ref(json_t *root, const char *ref) {
         if (*p != '/') return NULL;
         p++;
         sbuf tok = {0};
-        sb_puts(&tok, "");
+        sbuf_puts(&tok, "");
         while (*p && *p != '/') {
-            if (p[0] == '~' && p[1] == '0') sb_puts(&tok, "~"), p += 2;
-            else if (p[0] == '~' && p[1] == '1') sb_puts(&tok, "/"), p += 2;
-            else sb_put(&tok, p++, 1);
+            if (p[0] == '~' && p[1] == '0') sbuf_puts(&tok, "~"), p += 2;
+            else if (p[0] == '~' && p[1] == '1') sbuf_puts(&tok, "/"), p += 2;
+            else sbuf_put(&tok, p++, 1);
         }
         if (json_is_object(cur)) cur = json_object_get(cur, tok.p);
         else if (json_is_array(cur)) {
@@ -2099,7 +2099,7 @@ static json_t *resolve_ref(json_t *root, const char *ref) {
             unsigned long i = strtoul(tok.p, &end, 10);
             cur = *end || !*tok.p ? NULL : json_array_get(cur, i);
         } else cur = NULL;
-        sb_free(&tok);
+        sbuf_free(&tok);
         if (!cur) return NULL;
     }
     return cur;
@@ -2113,7 +2113,7 @@ static int gen_ref(gen *g, json_t *refv, const char *ptr, const char *kw, sbuf *
         if (!g->refs[i].done && g->refs[i].n_cont == g->n_cont)
             return err_set(g->e, ERR_INVALID,
                            "%s/$ref: '%.100s' refers back to itself without an object or array in between", ptr, ref);
-        sb_puts(out, g->refs[i].rule);
+        sbuf_puts(out, g->refs[i].rule);
         return 0;
     }
     json_t *target = resolve_ref(g->root, ref);
@@ -2136,9 +2136,9 @@ static int gen_ref(gen *g, json_t *refv, const char *ptr, const char *kw, sbuf *
     sbuf body = {0};
     int rc = gen_schema(g, target, ref[1] == '/' || !ref[1] ? ref + 1 : ref, &body);
     if (!rc) rc = add_rule(g, g->refs[idx].rule, body.p);
-    sb_free(&body);
+    sbuf_free(&body);
     g->refs[idx].done = true;
-    if (!rc) sb_puts(out, g->refs[idx].rule);
+    if (!rc) sbuf_puts(out, g->refs[idx].rule);
     else { /* forget it: its rule was never written */
         free(g->refs[idx].ptr);
         free(g->refs[idx].rule);
@@ -2233,12 +2233,12 @@ static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw
     if (overlap) relax(g, "oneOf", ptr);
     sbuf b = {0};
     int n = 0, rc = 0;
-    sb_puts(&b, "( ");
+    sbuf_puts(&b, "( ");
     for (size_t i = 0; i < json_array_size(arr) && !rc; i++) {
         json_t *x = json_array_get(arr, i);
         if (is_never(x)) continue;
         size_t mark = b.n;
-        if (n++) sb_puts(&b, " | ");
+        if (n++) sbuf_puts(&b, " | ");
         char *p = ptr_index(ptr, kw, i);
         g->unsat = false;
         rc = gen_schema(g, x, p, &b);
@@ -2250,10 +2250,10 @@ static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw
             b.p[mark] = 0;
         }
     }
-    sb_puts(&b, " )");
+    sbuf_puts(&b, " )");
     if (!rc && n == 0) rc = unsat(g, "%s/%s: every alternative is false", ptr, kw);
-    if (!rc) sb_puts(out, b.p);
-    sb_free(&b);
+    if (!rc) sbuf_puts(out, b.p);
+    sbuf_free(&b);
     return rc;
 }
 
@@ -2265,8 +2265,8 @@ static int relax(gen *g, const char *kw, const char *ptr) {
         return err_set(g->e, ERR_UNSUPPORTED, "'%s' at %s cannot be enforced together with the rest of the schema", kw,
                        ptr_show(ptr));
     if (g->n_relaxed++ < 64) {
-        if (g->relaxed.n) sb_puts(&g->relaxed, ", ");
-        sb_printf(&g->relaxed, "%s at %s", kw, ptr_show(ptr));
+        if (g->relaxed.n) sbuf_puts(&g->relaxed, ", ");
+        sbuf_printf(&g->relaxed, "%s at %s", kw, ptr_show(ptr));
     }
     return 0;
 }
@@ -2565,26 +2565,26 @@ static void conjoin(json_t *m, json_t *c) {
  * of them escaped (ASCII punctuation as \uHHHH). */
 static void not_strings_pattern(json_t *x, json_t *vals) {
     sbuf b = {0};
-    sb_puts(&b, "^(?!(?:");
+    sbuf_puts(&b, "^(?!(?:");
     int n = 0;
     for (size_t j = 0; j < json_array_size(vals); j++) {
         json_t *v = json_array_get(vals, j);
         if (!json_is_string(v)) continue;
-        if (n++) sb_puts(&b, "|");
+        if (n++) sbuf_puts(&b, "|");
         const unsigned char *c = (const unsigned char *)json_string_value(v);
         size_t len = json_string_length(v);
         for (size_t i = 0; i < len;) {
             uint32_t cp;
-            int k = utf8_dec(c + i, len - i, &cp);
+            int k = utf8_decode(c + i, len - i, &cp);
             if (!k) break;
-            if (cp < 0x80 && !isalnum((int)cp)) sb_printf(&b, "\\u%04x", (unsigned)cp);
-            else sb_put(&b, (const char *)c + i, (size_t)k);
+            if (cp < 0x80 && !isalnum((int)cp)) sbuf_printf(&b, "\\u%04x", (unsigned)cp);
+            else sbuf_put(&b, (const char *)c + i, (size_t)k);
             i += (size_t)k;
         }
     }
-    sb_puts(&b, ")$)");
+    sbuf_puts(&b, ")$)");
     json_object_set_new(x, "pattern", json_string(b.p));
-    sb_free(&b);
+    sbuf_free(&b);
 }
 
 /* s's `not: {enum: nv}`: *m (created from s when NULL) gets, instead of
@@ -2971,16 +2971,16 @@ static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
             else {
                 if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER;
                 int n = 0;
-                sb_puts(out, "( ");
+                sbuf_puts(out, "( ");
                 for (unsigned bit = 1; bit <= T_ARRAY && !rc; bit <<= 1) {
                     if (!(types & bit)) continue;
-                    if (n++) sb_puts(out, " | ");
+                    if (n++) sbuf_puts(out, " | ");
                     switch (bit) {
                     case T_STRING: rc = gen_string(g, s, ptr, out); break;
                     case T_NUMBER: rc = gen_number(g, s, ptr, out); break;
                     case T_INTEGER: rc = gen_integer(g, s, ptr, out); break;
-                    case T_BOOLEAN: sb_puts(out, "\"true\" | \"false\""); break;
-                    case T_NULL: sb_puts(out, "\"null\""); break;
+                    case T_BOOLEAN: sbuf_puts(out, "\"true\" | \"false\""); break;
+                    case T_NULL: sbuf_puts(out, "\"null\""); break;
                     case T_OBJECT:
                         g->n_cont++;
                         rc = gen_object(g, s, ptr, out);
@@ -2993,7 +2993,7 @@ static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
                         break;
                     }
                 }
-                sb_puts(out, " )");
+                sbuf_puts(out, " )");
             }
         }
     }
@@ -3039,8 +3039,8 @@ static int check_name(const char *name, err_t *e) {
 }
 
 static void gen_free(gen *g) {
-    sb_free(&g->rules);
-    sb_free(&g->relaxed);
+    sbuf_free(&g->rules);
+    sbuf_free(&g->relaxed);
     for (int i = 0; i < g->n_refs; i++) {
         free(g->refs[i].ptr);
         free(g->refs[i].rule);
@@ -3057,8 +3057,8 @@ static int finish(gen *g, const char *top, char **buf, size_t *len, err_t *e) {
     if (old + add > GRAMMAR_MAX_SRC_BYTES)
         return err_set(e, ERR_RANGE, "schema grammar exceeds %u bytes", GRAMMAR_MAX_SRC_BYTES);
     sbuf b = {.p = *buf, .n = old, .cap = *buf ? old + 1 : 0};
-    sb_printf(&b, "%s ::= %s\n", g->prefix, top);
-    if (g->rules.n) sb_put(&b, g->rules.p, g->rules.n);
+    sbuf_printf(&b, "%s ::= %s\n", g->prefix, top);
+    if (g->rules.n) sbuf_put(&b, g->rules.p, g->rules.n);
     *buf = b.p;
     *len = b.n;
     return 0;
@@ -3075,11 +3075,11 @@ int schema_compile(json_t *schema, const char *name, bool strict, char **relaxed
     rc = gen_schema(&g, schema, "", &top);
     if (!rc) rc = finish(&g, top.p, buf, len, e);
     if (!rc && g.n_relaxed && relaxed) {
-        if (g.n_relaxed > 64) sb_printf(&g.relaxed, " and %d more", g.n_relaxed - 64);
+        if (g.n_relaxed > 64) sbuf_printf(&g.relaxed, " and %d more", g.n_relaxed - 64);
         *relaxed = g.relaxed.p;
         g.relaxed.p = NULL;
     }
-    sb_free(&top);
+    sbuf_free(&top);
     gen_free(&g);
     return rc;
 }
@@ -3095,7 +3095,7 @@ int schema_any_object_gbnf(const char *name, char **buf, size_t *len, err_t *e) 
     sbuf top = {0};
     prim(&g, P_OBJECT, &top);
     rc = finish(&g, top.p, buf, len, e);
-    sb_free(&top);
+    sbuf_free(&top);
     gen_free(&g);
     return rc;
 }

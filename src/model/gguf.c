@@ -42,6 +42,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/utf8.h"
+
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "gguf.c assumes a little-endian host");
 
 /* Smallest encodings, used to bound counts before allocating:
@@ -105,31 +107,6 @@ static uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v;
 static uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 
-/* Length of the valid UTF-8 sequence at p (n bytes available), or 0 when
- * the bytes there are not one (stray continuation, overlong form, surrogate,
- * beyond U+10FFFF, or cut short). */
-static size_t utf8_len(const unsigned char *p, uint64_t n) {
-    unsigned char c = p[0];
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the 2nd byte */
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (n < len || p[1] < lo || p[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((p[i] & 0xC0) != 0x80) return 0;
-    return len;
-}
-
 /* Writes a printable, one-line rendering of untrusted bytes into out (cap
  * bytes, always NUL-terminated): valid UTF-8 kept, control characters,
  * quotes, backslashes and invalid bytes escaped; at most about max_chars
@@ -142,7 +119,7 @@ static void show_bytes(const char *p, uint64_t len, char *out, size_t cap, size_
         unsigned char c = u[i];
         char esc[8];
         size_t k, used = 1;
-        if (c >= 0x80 && (k = utf8_len(u + i, len - i)) > 0) {
+        if (c >= 0x80 && (k = (size_t)MAX(utf8_check(u + i, len - i), 0)) > 0) {
             memcpy(esc, u + i, k);
             used = k;
         } else if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
@@ -799,14 +776,7 @@ static void app(char *buf, size_t n, size_t *o, const char *fmt, ...) {
         *o += (size_t)k;
         return;
     }
-    *o = n - 1; /* cut: drop a trailing partial sequence */
-    size_t back = 0;
-    while (back < 3 && back < *o && ((unsigned char)buf[*o - 1 - back] & 0xC0) == 0x80) back++;
-    if (back < *o) {
-        unsigned char lead = (unsigned char)buf[*o - 1 - back];
-        size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-        if (need > back + 1) *o -= back + 1;
-    }
+    *o = utf8_floor(buf, 0, n - 1); /* cut: drop a trailing partial sequence */
     buf[*o] = 0;
 }
 

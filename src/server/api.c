@@ -129,17 +129,17 @@ void api_emit(api_answer *a, const char *type, json_t *data) {
     json_decref(data);
     if (!s) return; /* not streaming, or out of memory (counted: the stream fails) */
     if (a->api->framing == API_NDJSON) {
-        http_buf_add(a->out, s, strlen(s));
-        http_buf_add(a->out, "\n", 1);
+        sbuf_put(a->out, s, strlen(s));
+        sbuf_put(a->out, "\n", 1);
     } else {
         if (type) {
-            http_buf_add(a->out, "event: ", 7);
-            http_buf_add(a->out, type, strlen(type));
-            http_buf_add(a->out, "\n", 1);
+            sbuf_put(a->out, "event: ", 7);
+            sbuf_put(a->out, type, strlen(type));
+            sbuf_put(a->out, "\n", 1);
         }
-        http_buf_add(a->out, "data: ", 6);
-        http_buf_add(a->out, s, strlen(s));
-        http_buf_add(a->out, "\n\n", 2);
+        sbuf_put(a->out, "data: ", 6);
+        sbuf_put(a->out, s, strlen(s));
+        sbuf_put(a->out, "\n\n", 2);
     }
     free(s);
 }
@@ -159,7 +159,7 @@ static void seg_open(api_answer *a, api_seg_kind kind, const tc_event *call) {
 }
 
 static void seg_delta(api_answer *a, const char *text, size_t n) {
-    http_buf_add(&a->segs[a->open].text, text, n);
+    sbuf_put(&a->segs[a->open].text, text, n);
     a->api->delta(a, a->open, text, n);
 }
 
@@ -198,10 +198,10 @@ static void answer_events(api_answer *a) {
             i++;
             continue;
         }
-        http_buf b = {0};
+        sbuf b = {0};
         int j = i;
         for (; j < ev->n && ev->v[j].kind == e->kind && ev->v[j].index == e->index; j++)
-            http_buf_add(&b, ev->v[j].text, ev->v[j].n);
+            sbuf_put(&b, ev->v[j].text, ev->v[j].n);
         if (e->kind == TC_EV_CONTENT) {
             seg_text(a, API_SEG_TEXT, b.p, b.n);
         } else if (e->kind == TC_EV_REASONING) {
@@ -210,7 +210,7 @@ static void answer_events(api_answer *a) {
                    b.n) {
             seg_delta(a, b.p, b.n);
         }
-        http_buf_free(&b);
+        sbuf_free(&b);
         i = j;
     }
     tc_events_clear(ev);
@@ -264,7 +264,7 @@ static api_answer *answer_new(const api_ops *api, routes_ctx *rc, int64_t t0, co
 
 static void answer_free(api_answer *a) {
     for (int i = 0; i < a->n_segs; i++) {
-        http_buf_free(&a->segs[i].text);
+        sbuf_free(&a->segs[i].text);
         free(a->segs[i].call_id);
         free(a->segs[i].name);
     }
@@ -323,16 +323,16 @@ static void answer_whole(api_answer *a, http_exchange *x) {
 /* Out of memory while building this call's events (one may lack a member,
  * or be missing): they are dropped, the stream ends with the API's error
  * event, and the generations are cancelled. */
-static int stream_fail(api_answer *a, http_buf *out, size_t keep) {
+static int stream_fail(api_answer *a, sbuf *out, size_t keep) {
     out->n = keep;
-    http_buf_add(out, a->api->stream_nomem, strlen(a->api->stream_nomem));
+    sbuf_put(out, a->api->stream_nomem, strlen(a->api->stream_nomem));
     for (int i = 0; i < a->n_choices; i++) a->choices[i]->out = NULL;
     a->failed = true;
     cancel_all(a);
     return 0;
 }
 
-static int stream_next(void *sctx, http_buf *out) {
+static int stream_next(void *sctx, sbuf *out) {
     api_answer *a = sctx;
     oai_json_mark();
     size_t keep = out->n;

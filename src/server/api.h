@@ -55,7 +55,7 @@ typedef enum api_seg_kind { API_SEG_REASONING, API_SEG_TEXT, API_SEG_CALL } api_
 
 typedef struct api_seg {
     api_seg_kind kind;
-    http_buf text;        /* the reasoning, the text, or the call's arguments */
+    sbuf text;        /* the reasoning, the text, or the call's arguments */
     char *call_id, *name; /* a call's id and name from the parser (owned)     */
     int call_index;       /* a call's tc_event index                          */
     bool complete;        /* once closed (see above)                          */
@@ -78,7 +78,7 @@ typedef struct api_answer {
     api_seg *segs;
     int n_segs;
     int open;              /* the segment receiving deltas, or -1             */
-    http_buf *out;         /* a stream's output while the callbacks run; NULL
+    sbuf *out;         /* a stream's output while the callbacks run; NULL
                               otherwise (api_emit then writes nothing)        */
     tc_events ev;
     bool started, failed;  /* failed: a stream cut short (out of memory)      */

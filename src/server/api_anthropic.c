@@ -130,9 +130,9 @@ static void field_name(const char *path, char *out, size_t cap) {
 
 /* The text of a content given as a string or as text blocks (other block
  * types refused, naming where). */
-static int text_of(json_t *c, const char *where, http_buf *out, api_fail *f) {
+static int text_of(json_t *c, const char *where, sbuf *out, api_fail *f) {
     if (json_is_string(c)) {
-        http_buf_add(out, json_string_value(c), json_string_length(c));
+        sbuf_put(out, json_string_value(c), json_string_length(c));
         return 0;
     }
     if (!json_is_array(c)) return api_bad(f, NULL, "%s: must be a string or an array of text blocks", where);
@@ -145,7 +145,7 @@ static int text_of(json_t *c, const char *where, http_buf *out, api_fail *f) {
                         json_string_value(type));
         json_t *text = oai_field(b, "text");
         if (!json_is_string(text)) return api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
-        http_buf_add(out, json_string_value(text), json_string_length(text));
+        sbuf_put(out, json_string_value(text), json_string_length(text));
     }
     return 0;
 }
@@ -159,7 +159,7 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, ap
         return 0;
     }
     if (!json_is_array(content)) return api_bad(f, NULL, "%s: must be a string or an array of content blocks", where);
-    http_buf text = {0};
+    sbuf text = {0};
     bool any_text = false;
     int r = 0;
     for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
@@ -176,8 +176,8 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, ap
                 r = api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
                 break;
             }
-            if (any_text) http_buf_add(&text, "\n", 1);
-            http_buf_add(&text, json_string_value(s), json_string_length(s));
+            if (any_text) sbuf_put(&text, "\n", 1);
+            sbuf_put(&text, json_string_value(s), json_string_length(s));
             any_text = true;
         } else if (!strcmp(t, "tool_result")) {
             json_t *id = oai_field(b, "tool_use_id"), *c = oai_field(b, "content"), *err = oai_field(b, "is_error");
@@ -194,7 +194,7 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, ap
                 r = api_bad(f, NULL, "%s.%zu.is_error: must be a boolean", where, j);
                 break;
             }
-            http_buf out = {0};
+            sbuf out = {0};
             char w[96];
             snprintf(w, sizeof w, "%s.%zu.content", where, j);
             if (c) r = text_of(c, w, &out, f);
@@ -203,14 +203,14 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, ap
                                       json_is_true(err) && !out.n ? json_string("error") : oai_buf_json(&out));
                 json_array_append_new(msgs, m);
             }
-            http_buf_free(&out);
+            sbuf_free(&out);
         } else {
             r = api_bad(f, NULL, "%s.%zu.type: '%.64s' blocks are not supported in user messages (text and tool_result only)",
                      where, j, t);
         }
     }
     if (r == 0 && any_text) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content", oai_buf_json(&text)));
-    http_buf_free(&text);
+    sbuf_free(&text);
     return r;
 }
 
@@ -222,7 +222,7 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
         return 0;
     }
     if (!json_is_array(content)) return api_bad(f, NULL, "%s: must be a string or an array of content blocks", where);
-    http_buf text = {0}, thinking = {0};
+    sbuf text = {0}, thinking = {0};
     json_t *calls = json_array();
     int r = 0;
     for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
@@ -239,14 +239,14 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
                 r = api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
                 break;
             }
-            http_buf_add(&text, json_string_value(s), json_string_length(s));
+            sbuf_put(&text, json_string_value(s), json_string_length(s));
         } else if (!strcmp(t, "thinking")) {
             json_t *s = oai_field(b, "thinking");
             if (!json_is_string(s)) {
                 r = api_bad(f, NULL, "%s.%zu.thinking: must be a string", where, j);
                 break;
             }
-            http_buf_add(&thinking, json_string_value(s), json_string_length(s));
+            sbuf_put(&thinking, json_string_value(s), json_string_length(s));
         } else if (!strcmp(t, "redacted_thinking")) {
             /* nothing a local model can read */
         } else if (!strcmp(t, "tool_use")) {
@@ -280,8 +280,8 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
         json_array_append_new(msgs, m);
     }
     json_decref(calls);
-    http_buf_free(&text);
-    http_buf_free(&thinking);
+    sbuf_free(&text);
+    sbuf_free(&thinking);
     return r;
 }
 
@@ -294,10 +294,10 @@ static int map_messages(json_t *body, json_t *chat, bool *prefill, api_fail *f) 
     int r = 0;
     json_t *system = oai_field(body, "system");
     if (system) {
-        http_buf s = {0};
+        sbuf s = {0};
         r = text_of(system, "system", &s, f);
         if (r == 0) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", oai_buf_json(&s)));
-        http_buf_free(&s);
+        sbuf_free(&s);
     }
     const char *role_s = NULL;
     for (size_t i = 0; i < json_array_size(messages) && r == 0; i++) {
@@ -600,9 +600,9 @@ static json_t *answer_finish(api_answer *a) {
 
 static void answer_fail(api_answer *a, const char *msg, int status) {
     char *s = error_json(status, msg, NULL, NULL);
-    http_buf_add(a->out, "event: error\ndata: ", 19);
-    http_buf_add(a->out, s, strlen(s));
-    http_buf_add(a->out, "\n\n", 2);
+    sbuf_put(a->out, "event: error\ndata: ", 19);
+    sbuf_put(a->out, s, strlen(s));
+    sbuf_put(a->out, "\n\n", 2);
     free(s);
 }
 

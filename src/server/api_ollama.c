@@ -462,7 +462,7 @@ typedef struct olla_out {
     bool chat;            /* /api/chat ("message") vs /api/generate ("response") */
     char model[256];      /* the name as the client gave it                     */
     int64_t t_end_ns;     /* end of generation (clock_ns)                       */
-    http_buf content, thinking; /* whole answers: everything; streams: the delta */
+    sbuf content, thinking; /* whole answers: everything; streams: the delta */
     oai_kind kind;        /* the OpenAI shape of the logprobs gen_poll writes   */
     bool logprobs;        /* the request asked for them                         */
     json_t *lp;           /* Ollama logprobs entries not sent yet (array)       */
@@ -470,8 +470,8 @@ typedef struct olla_out {
 
 static void out_free(void *ctx) {
     olla_out *o = ctx;
-    http_buf_free(&o->content);
-    http_buf_free(&o->thinking);
+    sbuf_free(&o->content);
+    sbuf_free(&o->thinking);
     json_decref(o->lp);
     free(o);
 }
@@ -533,7 +533,7 @@ static void out_open(api_answer *a, int i) { (void)a, (void)i; }
 static void out_close(api_answer *a, int i) { (void)a, (void)i; }
 static void out_delta(api_answer *a, int i, const char *text, size_t n) {
     olla_out *o = a->ctx;
-    if (a->segs[i].kind != API_SEG_CALL) http_buf_add(a->segs[i].kind == API_SEG_TEXT ? &o->content : &o->thinking, text, n);
+    if (a->segs[i].kind != API_SEG_CALL) sbuf_put(a->segs[i].kind == API_SEG_TEXT ? &o->content : &o->thinking, text, n);
 }
 
 /* {"model","created_at"} + "message" {role, content, thinking?} or
@@ -619,12 +619,12 @@ static void out_fail(api_answer *a, const char *msg, int status) {
     api_emit(a, NULL, json_pack("{s:s}", "error", msg));
 }
 
-static void ndjson_line(http_buf *out, json_t *l) {
+static void ndjson_line(sbuf *out, json_t *l) {
     char *s = oai_json_dump(l);
     json_decref(l);
     if (!s) return;
-    http_buf_add(out, s, strlen(s));
-    http_buf_add(out, "\n", 1);
+    sbuf_put(out, s, strlen(s));
+    sbuf_put(out, "\n", 1);
     free(s);
 }
 
@@ -638,13 +638,13 @@ static void answer_load(http_exchange *x, bool chat, const char *model, bool str
         json_object_set_new(l, "response", json_string(""));
     json_object_set_new(l, "done", json_true());
     json_object_set_new(l, "done_reason", json_string("load"));
-    http_buf b = {0};
+    sbuf b = {0};
     ndjson_line(&b, l);
     if (oai_json_failed() || !b.n)
         reply_error(x, 500, "out of memory building the answer");
     else
         http_reply(x, 200, stream ? "application/x-ndjson" : "application/json", b.p, b.n, NULL, NULL);
-    http_buf_free(&b);
+    sbuf_free(&b);
 }
 
 /* ---- POST /api/chat, POST /api/generate ---- */

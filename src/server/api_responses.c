@@ -86,6 +86,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/utf8.h"
 #include "api.h"
 #include "apis.h"
 #include "generate.h"
@@ -98,13 +99,6 @@
 #define RESP_METADATA_MAX 16
 #define RESP_METADATA_KEY_MAX 64
 #define RESP_METADATA_VALUE_MAX 512
-
-/* Code points in n bytes of UTF-8 (bytes that do not continue one). */
-static size_t utf8_chars(const char *p, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)p[i] & 0xc0) != 0x80;
-    return k;
-}
 
 /* ---- the store ---- */
 
@@ -346,13 +340,13 @@ typedef struct conv {
     json_t *asst;       /* the last message, when it is an assistant message
                            that following calls join (borrowed), else NULL   */
     json_t *call_ids;   /* the call_ids seen so far (an object used as a set) */
-    http_buf reasoning; /* reasoning waiting for the next assistant message   */
+    sbuf reasoning; /* reasoning waiting for the next assistant message   */
 } conv;
 
 /* The text of a content: a string, or the text of its parts joined. */
-static int content_text(json_t *c, const char *where, http_buf *out, api_fail *f) {
+static int content_text(json_t *c, const char *where, sbuf *out, api_fail *f) {
     if (json_is_string(c)) {
-        http_buf_add(out, json_string_value(c), json_string_length(c));
+        sbuf_put(out, json_string_value(c), json_string_length(c));
         return 0;
     }
     if (!json_is_array(c)) return api_bad(f, "input", "%s.content: must be a string or an array of content parts", where);
@@ -368,7 +362,7 @@ static int content_text(json_t *c, const char *where, http_buf *out, api_fail *f
                         j, t);
         json_t *text = oai_field(part, key);
         if (!json_is_string(text)) return api_bad(f, "input", "%s.content[%zu].%s: must be a string", where, j, key);
-        http_buf_add(out, json_string_value(text), json_string_length(text));
+        sbuf_put(out, json_string_value(text), json_string_length(text));
     }
     return 0;
 }
@@ -395,9 +389,9 @@ static int conv_message(conv *c, json_t *it, const char *where, api_fail *f) {
                     where, r);
     json_t *content = oai_field(it, "content");
     if (!content) return api_bad(f, "input", "%s.content: is required", where);
-    http_buf text = {0};
+    sbuf text = {0};
     if (content_text(content, where, &text, f) < 0) {
-        http_buf_free(&text);
+        sbuf_free(&text);
         return -1;
     }
     if (!strcmp(r, "assistant")) {
@@ -407,7 +401,7 @@ static int conv_message(conv *c, json_t *it, const char *where, api_fail *f) {
         c->asst = NULL;
         c->reasoning.n = 0;
     }
-    http_buf_free(&text);
+    sbuf_free(&text);
     return 0;
 }
 
@@ -440,7 +434,7 @@ static int conv_call_output(conv *c, json_t *it, const char *where, api_fail *f)
     if (!json_object_get(c->call_ids, json_string_value(id)))
         return api_bad(f, "input", "%s.call_id: '%.100s' matches no function_call before it", where, json_string_value(id));
     if (!output) return api_bad(f, "input", "%s.output: is required", where);
-    http_buf text = {0};
+    sbuf text = {0};
     char w[96];
     snprintf(w, sizeof w, "%s.output", where);
     if (json_is_array(output)) {
@@ -452,17 +446,17 @@ static int conv_call_output(conv *c, json_t *it, const char *where, api_fail *f)
             /* name the field "output", not "content" */
             char *p = strstr(f->msg, ".content");
             if (p) memmove(p + 7, p + 8, strlen(p + 8) + 1), memcpy(p, ".output", 7);
-            http_buf_free(&text);
+            sbuf_free(&text);
             return -1;
         }
     } else if (json_is_string(output)) {
-        http_buf_add(&text, json_string_value(output), json_string_length(output));
+        sbuf_put(&text, json_string_value(output), json_string_length(output));
     } else {
         return api_bad(f, "input", "%s: must be a string or an array of content parts", w);
     }
     json_array_append_new(c->msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
                                              oai_buf_json(&text)));
-    http_buf_free(&text);
+    sbuf_free(&text);
     c->asst = NULL;
     return 0;
 }
@@ -476,8 +470,8 @@ static void conv_reasoning(conv *c, json_t *it) {
         json_t *part = json_array_get(content, j);
         json_t *type = oai_field(part, "type"), *text = oai_field(part, "text");
         if (!json_is_string(type) || strcmp(json_string_value(type), want) || !json_is_string(text)) continue;
-        if (c->reasoning.n) http_buf_add(&c->reasoning, "\n", 1);
-        http_buf_add(&c->reasoning, json_string_value(text), json_string_length(text));
+        if (c->reasoning.n) sbuf_put(&c->reasoning, "\n", 1);
+        sbuf_put(&c->reasoning, json_string_value(text), json_string_length(text));
     }
 }
 
@@ -673,7 +667,7 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, api_
             goto out;
         }
         json_object_foreach(v, k, mv) {
-            if (utf8_chars(k, strlen(k)) > RESP_METADATA_KEY_MAX) {
+            if (utf8_count(k, strlen(k)) > RESP_METADATA_KEY_MAX) {
                 api_bad(f, "metadata", "metadata: the key '%.64s...' is longer than %d characters", k, RESP_METADATA_KEY_MAX);
                 goto out;
             }
@@ -681,7 +675,7 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, api_
                 api_bad(f, "metadata", "metadata.%.64s: must be a string", k);
                 goto out;
             }
-            if (utf8_chars(json_string_value(mv), json_string_length(mv)) > RESP_METADATA_VALUE_MAX) {
+            if (utf8_count(json_string_value(mv), json_string_length(mv)) > RESP_METADATA_VALUE_MAX) {
                 api_bad(f, "metadata", "metadata.%.64s: longer than %d characters", k, RESP_METADATA_VALUE_MAX);
                 goto out;
             }
@@ -755,7 +749,7 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, api_
 out:
     json_decref(c.msgs);
     json_decref(c.call_ids);
-    http_buf_free(&c.reasoning);
+    sbuf_free(&c.reasoning);
     return r;
 }
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/sbuf.h"
 #include "../grammar/schema.h"
 
 static int vocab_piece(void *ctx, int32_t id, char *buf, int cap) { return tok_piece((const tokenizer *)ctx, id, buf, cap); }
@@ -109,21 +110,6 @@ static int compile_cached(constrainer *c, const char *gbnf, grammar **out, bool 
     pthread_mutex_unlock(&c->mu);
     *out = g;
     return 0;
-}
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static void sbuf_put(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
 }
 
 static bool name_char(char ch) {

@@ -131,7 +131,7 @@ static void observe_end(gen *g) {
 
 /* Waits up to timeout_ms for output; appends new text to `text` and, when lp
  * is not NULL, logprobs entries. Sets g->finished at the end. */
-static void gen_pump(gen *g, int timeout_ms, http_buf *text, gen_logprobs *lp) {
+static void gen_pump(gen *g, int timeout_ms, sbuf *text, gen_logprobs *lp) {
     if (g->finished) return;
     req_finish fin;
     int n = req_wait(g->r, g->n_seen, timeout_ms, &fin);
@@ -158,7 +158,7 @@ static void gen_pump(gen *g, int timeout_ms, http_buf *text, gen_logprobs *lp) {
                 g->stop_hit = true;
                 req_stop(g->r);
             }
-            http_buf_add(text, out, out_n);
+            sbuf_put(text, out, out_n);
         }
         free(toks);
     }
@@ -175,13 +175,13 @@ static void gen_pump(gen *g, int timeout_ms, http_buf *text, gen_logprobs *lp) {
         const char *out;
         size_t out_n;
         if (m > 0 && stop_feed(g->sm, g->piece, (size_t)m, &out, &out_n)) {
-            http_buf_add(text, out, out_n);
+            sbuf_put(text, out, out_n);
             g->stop_hit = true;
             fin = REQ_FINISH_STOP;
         } else {
-            if (m > 0) http_buf_add(text, out, out_n);
+            if (m > 0) sbuf_put(text, out, out_n);
             stop_flush(g->sm, &out, &out_n);
-            http_buf_add(text, out, out_n);
+            sbuf_put(text, out, out_n);
         }
         g->finished = true;
         g->finish = fin;
@@ -632,7 +632,7 @@ void gen_add_headers(const gen *g, http_exchange *x) {
 
 bool gen_poll(gen *g, int timeout_ms, tc_events *ev, gen_logprobs *lp) {
     if (g->finished) return true;
-    http_buf text = {0};
+    sbuf text = {0};
     gen_pump(g, timeout_ms, &text, lp);
     if (g->tp) {
         int from = ev->n;
@@ -655,7 +655,7 @@ bool gen_poll(gen *g, int timeout_ms, tc_events *ev, gen_logprobs *lp) {
         e->n = text.n;
         text.p = NULL;
     }
-    http_buf_free(&text);
+    sbuf_free(&text);
     return g->finished;
 }
 

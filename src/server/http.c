@@ -180,7 +180,7 @@ struct http_exchange {
     struct MHD_Connection *conn;
     char method[16];
     char *path;
-    http_buf body;
+    sbuf body;
     size_t body_reserved; /* of srv->body_bytes, held by this body          */
     bool too_large;
     bool over_budget;     /* the max_body_total budget was full: 503        */
@@ -224,7 +224,7 @@ typedef struct http_stream {
     void *sctx;
     work job;
     pthread_mutex_t mu;
-    http_buf buf;        /* produced, not yet taken: [off, n)               */
+    sbuf buf;        /* produced, not yet taken: [off, n)               */
     size_t off;
     bool active;         /* the producer is queued or running on a worker   */
     bool reader_waiting; /* the reader suspended the connection (empty)     */
@@ -240,44 +240,6 @@ static void *worker_main(void *arg);
 static void track_answered(http_server *s, struct MHD_Connection *c);
 static void run_handler(http_exchange *x);
 static void produce(http_stream *s);
-
-/* ---- buffers ---- */
-
-void http_buf_add(http_buf *b, const void *data, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, data, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-void http_buf_printf(http_buf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char small[512];
-    int k = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    if ((size_t)k < sizeof small) {
-        http_buf_add(b, small, (size_t)k);
-        return;
-    }
-    char *big = xmalloc((size_t)k + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    http_buf_add(b, big, (size_t)k);
-    free(big);
-}
-
-void http_buf_free(http_buf *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
 
 /* ---- exchange accessors ---- */
 
@@ -308,7 +270,7 @@ void http_body_release(http_exchange *x) {
         pthread_mutex_unlock(&x->srv->mu);
         x->body_reserved = 0;
     }
-    http_buf_free(&x->body);
+    sbuf_free(&x->body);
 }
 
 /* Takes n more bytes of the max_body_total budget for x's body; false when
@@ -561,7 +523,7 @@ void http_reply(http_exchange *x, int status, const char *content_type, const ch
 static void stream_finish(http_stream *s) {
     s->free_fn(s->sctx, s->done && !s->failed && s->delivered);
     atomic_fetch_sub(&s->srv->stream_bytes, s->buf.cap);
-    http_buf_free(&s->buf);
+    sbuf_free(&s->buf);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -606,7 +568,7 @@ static size_t resume_level(const http_stream *s) {
 }
 
 static void produce(http_stream *s) {
-    http_buf out = {0};
+    sbuf out = {0};
     bool finish = false;
     for (;;) {
         pthread_mutex_lock(&s->mu);
@@ -658,7 +620,7 @@ static void produce(http_stream *s) {
                     s->off = 0;
                 }
                 size_t cap0 = s->buf.cap;
-                http_buf_add(&s->buf, out.p, out.n);
+                sbuf_put(&s->buf, out.p, out.n);
                 if (s->buf.cap != cap0) atomic_fetch_add(&s->srv->stream_bytes, s->buf.cap - cap0);
             }
             if (rc == 0) s->done = true;
@@ -673,7 +635,7 @@ static void produce(http_stream *s) {
         }
         pthread_mutex_unlock(&s->mu);
     }
-    http_buf_free(&out);
+    sbuf_free(&out);
     if (finish) stream_finish(s);
 }
 
@@ -1248,7 +1210,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
                 x->over_budget = true;
                 http_body_release(x);
             } else {
-                http_buf_add(&x->body, upload_data, n);
+                sbuf_put(&x->body, upload_data, n);
             }
         }
         x->n_dropped += x->answered || x->too_large || x->over_budget ? n : 0;
@@ -1420,11 +1382,11 @@ int http_listen(const char *host, int port, int *fd_out, err_t *e) {
 
 /* The configured origins as one comma list (NULL when there are none). */
 static char *cors_join(const http_config *c) {
-    http_buf b = {0};
+    sbuf b = {0};
     for (int i = 0; i < c->n_cors_origins; i++) {
         if (!c->cors_origins[i] || !*c->cors_origins[i]) continue;
-        if (b.n) http_buf_add(&b, ",", 1);
-        http_buf_add(&b, c->cors_origins[i], strlen(c->cors_origins[i]));
+        if (b.n) sbuf_put(&b, ",", 1);
+        sbuf_put(&b, c->cors_origins[i], strlen(c->cors_origins[i]));
     }
     return b.p;
 }

@@ -72,18 +72,11 @@
 #include <stddef.h>
 
 #include "../base/base.h"
+#include "../base/sbuf.h"
 
 typedef struct http_exchange http_exchange;
 typedef struct http_server http_server;
 
-/* A growable byte buffer for responses. */
-typedef struct http_buf {
-    char *p;
-    size_t n, cap;
-} http_buf;
-void http_buf_add(http_buf *b, const void *data, size_t n);
-void http_buf_printf(http_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void http_buf_free(http_buf *b);
 
 /* Called on a handler thread once the whole body is in. It must answer
  * with exactly one http_reply* call; it may block (the connection waits). */
@@ -94,7 +87,7 @@ typedef void (*http_handler_fn)(void *ctx, http_exchange *x);
  * appending nothing is fine). Runs on a handler thread, never two calls at
  * once. Returns 1 while more will follow, 0 when this was the end, -1 to
  * abort the connection. */
-typedef int (*http_stream_fn)(void *sctx, http_buf *out);
+typedef int (*http_stream_fn)(void *sctx, sbuf *out);
 /* Told when the stream's producer stops because more than
  * http_config.park_bytes wait for its client (blocked true), and when it
  * goes on (false): the generation behind it should stop at once rather than

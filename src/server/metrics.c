@@ -110,14 +110,14 @@ static void labels(const char *const *names, int i, const char *extra, char *out
     else out[0] = 0;
 }
 
-static void head(http_buf *b, const char *name, const char *help, const char *type) {
-    http_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+static void head(sbuf *b, const char *name, const char *help, const char *type) {
+    sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void sample(http_buf *b, const char *name, const char *const *names, int i, const char *extra, double v) {
+static void sample(sbuf *b, const char *name, const char *const *names, int i, const char *extra, double v) {
     char lab[700];
     labels(names, i, extra, lab, sizeof lab);
-    http_buf_printf(b, "%s%s %.17g\n", name, lab, v);
+    sbuf_printf(b, "%s%s %.17g\n", name, lab, v);
 }
 
 /* One metric: its header, then one sample per model, `expr` read from
@@ -165,7 +165,7 @@ double metrics_kv_usage(const engine_stats *st) {
 }
 
 /* The gateway names (vLLM's), from the same snapshot as kvloom's own. */
-static void render_gateway(const engine_stats *st, const char *const *names, int n, http_buf *b) {
+static void render_gateway(const engine_stats *st, const char *const *names, int n, sbuf *b) {
     EACH(b, "vllm:num_requests_running", "Requests running (= kvloom_requests_running).", "gauge", s->n_running);
     EACH(b, "vllm:num_requests_waiting", "Requests waiting (= kvloom_requests_waiting).", "gauge", s->n_waiting);
     EACH(b, "vllm:kv_cache_usage_perc",
@@ -186,20 +186,20 @@ static void render_gateway(const engine_stats *st, const char *const *names, int
 }
 
 /* (called with m->mu held) */
-static void hist(http_buf *b, const char *name, const char *help, const hist_t *h) {
-    http_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+static void hist(sbuf *b, const char *name, const char *help, const hist_t *h) {
+    sbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     unsigned long long acc = 0;
     for (int i = 0; i < METRICS_HIST_BUCKETS; i++) {
         acc += h->counts[i];
-        http_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], acc);
+        sbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], acc);
     }
-    http_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+    sbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
                     (unsigned long long)h->count, name, h->sum, name, (unsigned long long)h->count);
 }
 
 /* A speculative-decoding counter, one sample per model labelled with its
  * drafter: drafted, or accepted. */
-static void spec_counter(http_buf *b, const char *name, const char *help, const engine_stats *st,
+static void spec_counter(sbuf *b, const char *name, const char *help, const engine_stats *st,
                          const char *const *names, int n, bool accepted) {
     head(b, name, help, "counter");
     for (int i = 0; i < n; i++) {
@@ -210,7 +210,7 @@ static void spec_counter(http_buf *b, const char *name, const char *help, const 
     }
 }
 
-void metrics_render(metrics *m, const engine_stats *st, const char *const *names, int n, http_buf *b) {
+void metrics_render(metrics *m, const engine_stats *st, const char *const *names, int n, sbuf *b) {
     EACH(b, "kvloom_requests_running", "Requests admitted to the engine and not finished.", "gauge", s->n_running);
     EACH(b, "kvloom_requests_waiting", "Requests queued, preempted or waiting for a shared block.", "gauge",
          s->n_waiting);
@@ -352,10 +352,10 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
     hist(b, "kvloom_time_per_output_token_seconds", "Time per generated token after the first.", &m->tpot);
     pthread_mutex_unlock(&m->mu);
     render_gateway(st, names, n, b);
-    http_buf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"
+    sbuf_printf(b, "# HELP kvloom_requests_total HTTP requests answered, by status.\n"
                        "# TYPE kvloom_requests_total counter\n");
     pthread_mutex_lock(&m->mu);
     for (int i = 0; i < m->n_codes; i++)
-        http_buf_printf(b, "kvloom_requests_total{status=\"%d\"} %llu\n", m->codes[i], m->counts[i]);
+        sbuf_printf(b, "kvloom_requests_total{status=\"%d\"} %llu\n", m->codes[i], m->counts[i]);
     pthread_mutex_unlock(&m->mu);
 }

@@ -32,6 +32,6 @@ double metrics_kv_usage(const engine_stats *st);
  * engine metrics of n models (st[i]), each sample labelled
  * model="names[i]" (names NULL: one model served, n 1, no label), then the
  * server's own (HTTP, latency histograms) once. */
-void metrics_render(metrics *m, const engine_stats *st, const char *const *names, int n, http_buf *out);
+void metrics_render(metrics *m, const engine_stats *st, const char *const *names, int n, sbuf *out);
 
 #endif

@@ -61,7 +61,7 @@ json_t *oai_text_json(const char *p, size_t n) {
     return s ? s : json_string("");
 }
 
-json_t *oai_buf_json(const http_buf *b) { return oai_text_json(b->p, b->n); }
+json_t *oai_buf_json(const sbuf *b) { return oai_text_json(b->p, b->n); }
 
 static int bad(const char **param, const char *name, err_t *e, const char *msg) {
     *param = name;
@@ -516,10 +516,10 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
             return rc;
         }
         sbuf gb = {0};
-        sb_puts(&gb, "root ::= ");
+        sbuf_puts(&gb, "root ::= ");
         size_t k = gb.n;
         regex_emit_raw(&gb, pat.r);
-        if (gb.n == k) sb_puts(&gb, "\"\""); /* matches only the empty string */
+        if (gb.n == k) sbuf_puts(&gb, "\"\""); /* matches only the empty string */
         regex_pat_free(&pat);
         p->format = OAI_FORMAT_GRAMMAR;
         p->grammar = gb.p;
@@ -532,25 +532,25 @@ static int parse_guided(json_t *body, oai_params *p, int n_set, const char **par
         size_t n = json_array_size(v);
         if (!json_is_array(v) || n == 0 || n > OAI_MAX_CHOICES)
             return err_set(e, ERR_INVALID, "'" OAI_F("guided_choice") "' must be an array of 1 to %d strings", OAI_MAX_CHOICES);
-        http_buf gb = {0};
-        http_buf_printf(&gb, "root ::= ");
+        sbuf gb = {0};
+        sbuf_printf(&gb, "root ::= ");
         for (size_t i = 0; i < n; i++) {
             json_t *c = json_array_get(v, i);
             const char *t = json_string_value(c);
             if (!json_is_string(c) || json_string_length(c) == 0 || strlen(t) != json_string_length(c)) {
-                http_buf_free(&gb);
+                sbuf_free(&gb);
                 return err_set(e, ERR_INVALID, "'" OAI_F("guided_choice[%zu]") "' must be a non-empty string without NUL", i);
             }
-            http_buf_printf(&gb, "%s\"", i ? " | " : "");
+            sbuf_printf(&gb, "%s\"", i ? " | " : "");
             for (const char *q = t; *q; q++) {
                 unsigned char ch = (unsigned char)*q;
-                if (ch == '"' || ch == '\\') http_buf_printf(&gb, "\\%c", ch);
-                else if (ch < 0x20 || ch == 0x7f) http_buf_printf(&gb, "\\x%02X", ch);
-                else http_buf_add(&gb, q, 1);
+                if (ch == '"' || ch == '\\') sbuf_printf(&gb, "\\%c", ch);
+                else if (ch < 0x20 || ch == 0x7f) sbuf_printf(&gb, "\\x%02X", ch);
+                else sbuf_put(&gb, q, 1);
             }
-            http_buf_add(&gb, "\"", 1);
+            sbuf_put(&gb, "\"", 1);
         }
-        http_buf_add(&gb, "", 1); /* NUL */
+        sbuf_put(&gb, "", 1); /* NUL */
         p->format = OAI_FORMAT_GRAMMAR;
         p->grammar = gb.p;
     }

@@ -240,6 +240,6 @@ json_t *oai_field(json_t *o, const char *name);
  * which generated text can be mid-character); */
 json_t *oai_text_json(const char *p, size_t n);
 /* the same for a buffer's bytes. */
-json_t *oai_buf_json(const http_buf *b);
+json_t *oai_buf_json(const sbuf *b);
 
 #endif

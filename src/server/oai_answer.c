@@ -122,14 +122,14 @@ static json_t *answer_head(const api_answer *a, bool chunk) {
  * (after completions' echo), the reasoning, the complete calls. */
 static json_t *choice_json(const api_answer *a, int index) {
     const oai_out *o = a->ctx;
-    http_buf text = {0}, reasoning = {0};
+    sbuf text = {0}, reasoning = {0};
     const char *echo = gen_echo(a->g);
-    if (echo) http_buf_add(&text, echo, strlen(echo));
+    if (echo) sbuf_put(&text, echo, strlen(echo));
     json_t *calls = json_array();
     for (int i = 0; i < a->n_segs; i++) {
         const api_seg *s = &a->segs[i];
         if (s->kind != API_SEG_CALL)
-            http_buf_add(s->kind == API_SEG_TEXT ? &text : &reasoning, s->text.p ? s->text.p : "", s->text.n);
+            sbuf_put(s->kind == API_SEG_TEXT ? &text : &reasoning, s->text.p ? s->text.p : "", s->text.n);
         else if (s->call_index < gen_n_calls(a->g))
             json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", s->call_id, "type", "function",
                                                    "function", "name", s->name, "arguments", oai_buf_json(&s->text)));
@@ -144,8 +144,8 @@ static json_t *choice_json(const api_answer *a, int index) {
         if (json_array_size(calls)) json_object_set(out, "tool_calls", calls);
     }
     json_decref(calls);
-    http_buf_free(&text);
-    http_buf_free(&reasoning);
+    sbuf_free(&text);
+    sbuf_free(&reasoning);
     json_t *lp = o->n_logprobs >= 0 ? logprobs_json(a->rc->tok, o->kind, &o->lps) : NULL;
     return json_pack("{s:i, s:o, s:o, s:s}", "index", index, o->kind == OAI_COMPLETION ? "text" : "message", out,
                      "logprobs", lp ? lp : json_null(), "finish_reason", gen_finish_reason(a->g));
@@ -269,7 +269,7 @@ static json_t *one_finish(api_answer *a) {
         json_object_set_new(u, "usage", usage_json(a));
         api_emit(a, NULL, u);
     }
-    http_buf_add(a->out, "data: [DONE]\n\n", 14);
+    sbuf_put(a->out, "data: [DONE]\n\n", 14);
     return NULL;
 }
 
@@ -277,7 +277,7 @@ static void one_fail(api_answer *a, const char *msg, int status) {
     (void)status;
     emit_lp(a);
     char *s = oai_error_json(msg, "server_error", NULL, NULL);
-    http_buf_printf(a->out, "data: %s\n\ndata: [DONE]\n\n", s);
+    sbuf_printf(a->out, "data: %s\n\ndata: [DONE]\n\n", s);
     free(s);
 }
 

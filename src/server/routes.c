@@ -127,7 +127,7 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
     int n;
     engine_stats *st = route_stats(root, x, &names, &n);
     if (!st) return;
-    http_buf b = {0};
+    sbuf b = {0};
     metrics_render(rc->met, st, names, n, &b);
     uint64_t accounted = 0;
     for (int i = 0; i < n; i++)
@@ -137,7 +137,7 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
     free(names);
     http_stats hs;
     http_get_stats(x, &hs);
-    http_buf_printf(&b,
+    sbuf_printf(&b,
                     "# HELP kvloom_http_body_bytes Request body bytes held now (bounded by --max-body-total).\n"
                     "# TYPE kvloom_http_body_bytes gauge\nkvloom_http_body_bytes %zu\n"
                     "# HELP kvloom_http_deadline_closed_total Connections closed past their header, body or "
@@ -157,20 +157,20 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
     int n_stored;
     size_t stored_bytes;
     resp_store_stats(rc->responses, &n_stored, &stored_bytes);
-    http_buf_printf(&b,
+    sbuf_printf(&b,
                     "# HELP kvloom_responses_stored Responses kept for previous_response_id and GET.\n"
                     "# TYPE kvloom_responses_stored gauge\nkvloom_responses_stored %d\n"
                     "# HELP kvloom_responses_stored_bytes Their bytes (text and conversation; bounded).\n"
                     "# TYPE kvloom_responses_stored_bytes gauge\nkvloom_responses_stored_bytes %zu\n",
                     n_stored, stored_bytes);
-    http_buf_printf(&b,
+    sbuf_printf(&b,
                     "# HELP kvloom_memory_accounted_bytes kvloom_memory_bytes of every loaded model, request bodies "
                     "held, stream buffers and stored responses, together (the process's RSS adds code, libraries, "
                     "thread stacks, the sockets' kernel buffers and the allocator's slack).\n"
                     "# TYPE kvloom_memory_accounted_bytes gauge\nkvloom_memory_accounted_bytes %llu\n",
                     (unsigned long long)(accounted + hs.body_bytes + hs.stream_bytes + stored_bytes));
     http_reply(x, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n, NULL, NULL);
-    http_buf_free(&b);
+    sbuf_free(&b);
 }
 
 /* GET /load: what a load balancer polls (deploy/haproxy/kvloom.lua) between
@@ -185,7 +185,7 @@ static void r_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_excha
     if (!st) return;
     int running = 0, waiting = 0;
     double kv = 0;
-    http_buf per = {0};
+    sbuf per = {0};
     for (int i = 0; i < n; i++) {
         running += st[i].n_running;
         waiting += st[i].n_waiting;
@@ -193,7 +193,7 @@ static void r_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_excha
         if (names) { /* names: file names or --alias, JSON-escaped by jansson */
             json_t *k = json_string(names[i]);
             char *ks = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
-            http_buf_printf(&per, "%s%s:{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f}", per.n ? "," : "",
+            sbuf_printf(&per, "%s%s:{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f}", per.n ? "," : "",
                             ks ? ks : "\"?\"", st[i].n_running, st[i].n_waiting, metrics_kv_usage(&st[i]));
             free(ks);
             json_decref(k);
@@ -205,14 +205,14 @@ static void r_load(const route *rt, routes_ctx *root, routes_ctx *rc, http_excha
      * it reads idle; a request between its body and the engine's queue
      * failed there). For a moment after the hand-over one is counted twice. */
     waiting += atomic_load(&root->n_pending); /* every model's: the handler runs before the model is known to /load */
-    http_buf b = {0};
-    http_buf_printf(&b, "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f", running, waiting,
+    sbuf b = {0};
+    sbuf_printf(&b, "{\"running\":%d,\"waiting\":%d,\"kv_usage\":%.4f,\"ttft_recent_s\":%.6f", running, waiting,
                     kv, metrics_ttft_recent(root->met));
-    if (names) http_buf_printf(&b, ",\"models\":{%s}", per.p ? per.p : "");
-    http_buf_printf(&b, "}");
+    if (names) sbuf_printf(&b, ",\"models\":{%s}", per.p ? per.p : "");
+    sbuf_printf(&b, "}");
     http_reply(x, 200, "application/json", b.p, b.n, NULL, NULL);
-    http_buf_free(&b);
-    http_buf_free(&per);
+    sbuf_free(&b);
+    sbuf_free(&per);
     free(st);
     free(names);
 }

@@ -835,7 +835,7 @@ static void feed_byte(tok_stream *s, char c, outbuf *o) {
     }
     s->pend[s->n_pend++] = c;
     while (s->n_pend > 0) {
-        int r = unicode_check_prefix(s->pend, s->n_pend);
+        int r = utf8_check(s->pend, s->n_pend);
         if (r == 0) return; /* valid so far, wait for more */
         int drop;
         if (r > 0) {
@@ -845,7 +845,7 @@ static void feed_byte(tok_stream *s, char c, outbuf *o) {
             /* replace the maximal valid-but-incomplete prefix (at least one byte) */
             drop = 1;
             for (int k = s->n_pend - 1; k >= 2; k--)
-                if (unicode_check_prefix(s->pend, (size_t)k) == 0) {
+                if (utf8_check(s->pend, (size_t)k) == 0) {
                     drop = k;
                     break;
                 }

@@ -51,59 +51,11 @@ uint32_t unicode_nfd_first(uint32_t cp) {
     return cp;
 }
 
-/* Expected length of a sequence from its lead byte, 0 if it cannot lead. */
-static int lead_len(uint8_t b) {
-    if (b < 0x80) return 1;
-    if (b < 0xC2) return 0; /* continuation byte or overlong 2-byte lead */
-    if (b < 0xE0) return 2;
-    if (b < 0xF0) return 3;
-    if (b < 0xF5) return 4;
-    return 0;
-}
-
-/* Allowed range of the second byte for a given lead (rules out overlong
- * 3/4-byte forms, surrogates and values above U+10FFFF). */
-static void second_range(uint8_t lead, uint8_t *lo, uint8_t *hi) {
-    *lo = 0x80;
-    *hi = 0xBF;
-    if (lead == 0xE0) *lo = 0xA0;
-    else if (lead == 0xED) *hi = 0x9F;
-    else if (lead == 0xF0) *lo = 0x90;
-    else if (lead == 0xF4) *hi = 0x8F;
-}
-
-int unicode_check_prefix(const char *s, size_t n) {
-    const uint8_t *p = (const uint8_t *)s;
-    if (n == 0) return 0;
-    int len = lead_len(p[0]);
-    if (len == 0) return -1;
-    if (len == 1) return 1;
-    for (int i = 1; i < len; i++) {
-        if ((size_t)i >= n) return 0;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (i == 1) second_range(p[0], &lo, &hi);
-        if (p[i] < lo || p[i] > hi) return -1;
-    }
-    return len;
-}
-
 int unicode_decode(const char *s, size_t n, uint32_t *cp) {
-    const uint8_t *p = (const uint8_t *)s;
-    int len = unicode_check_prefix(s, n);
-    if (len <= 0) {
-        *cp = UNICODE_REPLACEMENT;
-        return 1;
-    }
-    switch (len) {
-    case 1: *cp = p[0]; break;
-    case 2: *cp = ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F); break;
-    case 3: *cp = ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F); break;
-    default:
-        *cp = ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
-              ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-        break;
-    }
-    return len;
+    int len = utf8_decode(s, n, cp);
+    if (len > 0) return len;
+    *cp = UNICODE_REPLACEMENT;
+    return 1;
 }
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes ('!'..'~', '¡'..'¬',

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/utf8.h"
+
 /* Class flags of a code point (one general-category bit, plus SPACE). */
 enum {
     UCF_LETTER = 0x01,  /* L*                                 */
@@ -60,12 +62,6 @@ unsigned unicode_flags(uint32_t cp);
  * exactly one byte and yields U+FFFD. */
 int unicode_decode(const char *s, size_t n, uint32_t *cp);
 
-
-/* Looks at the start of a byte sequence for the streaming detokenizer:
- * returns L > 0 when s[0..L) is one complete valid character, 0 when s[0..n)
- * is a valid but incomplete prefix of a character (more bytes may complete
- * it), and -1 when s[0] cannot start a valid character given what follows. */
-int unicode_check_prefix(const char *s, size_t n);
 
 /* GPT-2 byte-level alphabet: the code point that stands for byte b. */
 uint32_t unicode_byte_to_cp(uint8_t b);
