@@ -209,13 +209,40 @@ test-asan: test-unit
 # pthread calls). The first race report ends the process (halt_on_error), so
 # the test whose server or client raced fails. tests/tsan.supp holds
 # suppressions for reports inside uninstrumented system libraries only, each
-# saying why it is not ours. `make tsan` runs every server test and the
-# client load (tests/test_server_load.c); `make test`'s third phase runs
-# TSAN_SHORT (the client load, ~2 min on 2 cores with the build; the queue
-# counts that made test_server_api's 429 probe flaky under TSan are checked
-# in every phase by test_server_sched, and `make tsan` runs test_server_api).
-# Results: build-thread/test-results.txt.
-TSAN_ALL := $(sort $(basename $(notdir $(wildcard tests/test_server_*.c))))
+# saying why it is not ours. `make tsan` runs TSAN_ALL; `make test`'s third
+# phase runs TSAN_SHORT (the client load, ~2 min on 2 cores with the build;
+# the queue counts that made test_server_api's 429 probe flaky under TSan
+# are checked in every phase by test_engine_sched, and `make tsan` runs
+# test_server_api). Results: build-thread/test-results.txt.
+#
+# TSAN_ALL is chosen, not globbed: a test belongs here when threads of ours
+# share state in it. A new test that runs a server or the engine thread
+# should be added, with its reason.
+#   test_server_load          many client threads against one server, every API
+#                             at once: the race hunt this phase exists for
+#   test_server_api           handler threads and the engine thread on every
+#                             route, the 429 queue counts, cancellation
+#   test_server_engine        concurrent clients, disconnects mid-decode and
+#                             mid-prefill (the engine frees from another thread)
+#   test_server_anthropic, test_server_ollama, test_server_responses
+#                             each API's streaming path (producer vs handler
+#                             thread), the Responses store's lock
+#   test_server_tools, test_server_schema
+#                             the constrainer's shared grammar cache, compiled
+#                             on handler threads, used by the engine thread
+#   test_server_spec          the draft state beside the engine thread
+#   test_server_kvpolicy      pins and the radix tree, released by handlers
+#   test_server_hardening, test_server_isolation, test_server_backpressure
+#                             connection threads, timeouts, parked streams,
+#                             per-client counts read and written across threads
+#   test_engine_sched, test_engine_fair
+#                             the engine thread against submitters and
+#                             cancellers on the test's threads, without HTTP
+# Not here: the single-threaded unit tests (test_stop, the grammar, tokenizer,
+# kernel and model tests): TSan finds nothing where nothing is shared.
+TSAN_ALL := test_server_load test_server_api test_server_engine test_server_anthropic test_server_ollama \
+	test_server_responses test_server_tools test_server_schema test_server_spec test_server_kvpolicy \
+	test_server_hardening test_server_isolation test_server_backpressure test_engine_sched test_engine_fair
 TSAN_SHORT = test_server_load
 TSAN_TESTS ?= $(TSAN_ALL)
 TSAN_OPTS = halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp

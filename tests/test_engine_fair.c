@@ -1,5 +1,5 @@
 /*
- * test_server_fair.c — fairness between clients in the engine (engine.c,
+ * test_engine_fair.c — fairness between clients in the engine (engine.c,
  * "Fair admission"; issue 26 finding 7), without HTTP.
  *
  * Each check is about order and counts, not time: which requests got their
@@ -500,7 +500,7 @@ int main(void) {
     err_t e = {0};
     if (model_load(path, &m, &e) < 0) {
         CHECK_MSG(0, "model_load: %s", e.msg);
-        return test_summary("test_server_fair");
+        return test_summary("test_engine_fair");
     }
     uint64_t rs = 0xfa1full;
     for (int f = 0; f < N_FAM; f++)
@@ -527,5 +527,5 @@ int main(void) {
     check_prefill_share(m);
     check_decode_share(m);
     model_free(m);
-    return test_summary("test_server_fair");
+    return test_summary("test_engine_fair");
 }

@@ -1,5 +1,5 @@
 /*
- * test_server_sched.c — the engine (sched/engine.h) without HTTP, under
+ * test_engine_sched.c — the engine (sched/engine.h) without HTTP, under
  * stress: many requests with shared prefixes (so blocks are shared, joined
  * while PENDING, evicted and recomputed), a tiny KV pool (so sequences are
  * preempted), small token budgets (so prefills are chunked), random
@@ -429,7 +429,7 @@ int main(void) {
     err_t e = {0};
     if (model_load(path, &m, &e) < 0) {
         CHECK_MSG(0, "model_load: %s", e.msg);
-        return test_summary("test_server_sched");
+        return test_summary("test_engine_sched");
     }
     int nv = m->cfg.n_vocab;
 
@@ -460,7 +460,7 @@ int main(void) {
     CHECK(engine_new(m, &o, &ref, &e) == 0);
     if (!ref) {
         model_free(m);
-        return test_summary("test_server_sched");
+        return test_summary("test_engine_sched");
     }
     for (int k = 0; k < N_REQ; k++) {
         req *r = make_req(&specs[k]);
@@ -570,5 +570,5 @@ int main(void) {
     bad.max_batch_tokens = 0;
     CHECK(engine_new(m, &bad, &nb, &e) == ERR_INVALID && nb == NULL);
     model_free(m);
-    return test_summary("test_server_sched");
+    return test_summary("test_engine_sched");
 }

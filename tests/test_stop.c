@@ -1,5 +1,5 @@
 /*
- * test_server_stop.c — the stop-string matcher (server/stop.h) against a
+ * test_stop.c — the stop-string matcher (server/stop.h) against a
  * naive reference: for random texts, random stop sets and random chunkings
  * (tokens), generation stops after the first chunk at which the text so far
  * contains a stop string, and the released text must equal the text cut at
@@ -114,5 +114,5 @@ int main(void) {
         stop_free(m);
         for (int s = 0; s < n_stops; s++) free(stops[s]);
     }
-    return test_summary("test_server_stop");
+    return test_summary("test_stop");
 }

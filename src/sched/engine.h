@@ -141,13 +141,13 @@ typedef struct engine_opts {
     /* Testing: called on the engine thread after every step's plan, with
      * the batch's rows (engine_plan_row), before the forward pass; it may
      * call engine_submit (the request arrives at the next step). Makes a
-     * scheduler test step-exact without timing (test_server_fair). */
+     * scheduler test step-exact without timing (test_engine_fair). */
     void (*plan_hook)(void *ctx, uint64_t step, const struct engine_plan_row *rows, int n);
     void *plan_hook_ctx;
     /* The scheduling clock, ns on a monotonic scale (NULL: CLOCK_MONOTONIC,
      * clock_ns): the waits, stalls, parking, pins' lifetimes and kv_hint
      * times the scheduling rules read (sched/policy.h). A test passes its
-     * own to replay a schedule without sleeping (test_server_sched). Called
+     * own to replay a schedule without sleeping (test_engine_sched). Called
      * on the engine thread, and by engine_submit (any thread, under the
      * engine's lock). The times the engine measures for costs (masks, a
      * step's forward for speculation) and req.t_submit_ns / t_first_ns

@@ -125,7 +125,7 @@ typedef struct policy_prefill {
  * whose wait began more than new_wait_max_ns ago (strictly). Agents that
  * come back every few seconds re-pin their contexts and are admitted first,
  * so in a small pool a long new prompt could wait for ever
- * (test_server_sched check_new_not_starved): an overdue one is admitted
+ * (test_engine_sched check_new_not_starved): an overdue one is admitted
  * with the returning agents (pass 0), may take any pin (the most overdue
  * first), and nobody is admitted past it while it is not (no blocks yet,
  * or its blocks still being read from disk: policy_after_try). */
