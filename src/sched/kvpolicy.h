@@ -79,9 +79,11 @@ typedef struct kvpolicy_stats {
 
 typedef struct kvpolicy kvpolicy;
 
-/* A policy over pool (references are dropped there). ttl_max_s > 0 caps
- * every TTL; ttl_default_s is the TTL before any gap was observed (<= 0:
- * 10 s; capped by ttl_max_s too; the engine passes 0). */
+/* A policy over pool (references are dropped there). Every TTL, given by
+ * the client or predicted, is at most ttl_max_s (<= 0: 60 s), which also
+ * bounds how long a returned pin waits for its request's admission.
+ * ttl_default_s is the TTL before any gap was observed (<= 0: 10 s; at most
+ * the cap; the engine passes 0). */
 kvpolicy *kvpolicy_new(kvpool *pool, double ttl_max_s, double ttl_default_s);
 /* Releases every pin (drops its references) and frees. NULL is a no-op. */
 void kvpolicy_free(kvpolicy *p);
