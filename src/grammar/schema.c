@@ -77,6 +77,9 @@ typedef struct {
     int n_cont; /* containers entered when its generation started       */
 } refent;
 
+/* The state of one compile (schema_compile, schema_any_object_gbnf): named
+ * schema_compiler, not gen, so that it never reads as the server's
+ * generation (server/generate.h). */
 typedef struct {
     const char *prefix;
     json_t *root;
@@ -95,15 +98,15 @@ typedef struct {
     int n_relaxed;
     char *fail_kw;    /* the keyword and schema pointer of the last         */
     char *fail_ptr;   /* ERR_UNSUPPORTED, when one keyword is to blame      */
-    json_t *owned;    /* relaxed copies of schemas (freed with the gen)     */
-} gen;
+    json_t *owned;    /* relaxed copies of schemas (freed with the compiler)*/
+} schema_compiler;
 
 #define TOO_BIG(g) ((g)->rules.n > GRAMMAR_MAX_SRC_BYTES)
 
-static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out);
-static json_t *negate(gen *g, json_t *x, int depth);
-static json_t *deref(gen *g, json_t *s);
-static unsigned parse_types(gen *g, json_t *t, const char *ptr, int *rc);
+static int gen_schema(schema_compiler *g, json_t *s, const char *ptr, sbuf *out);
+static json_t *negate(schema_compiler *g, json_t *x, int depth);
+static json_t *deref(schema_compiler *g, json_t *s);
+static unsigned parse_types(schema_compiler *g, json_t *t, const char *ptr, int *rc);
 
 /* A JSON pointer one level down: ptr + "/" + key with ~ and / escaped. */
 static char *ptr_join(const char *ptr, const char *key) {
@@ -126,7 +129,7 @@ static char *ptr_index(const char *ptr, const char *key, size_t i) {
 static const char *ptr_show(const char *ptr) { return *ptr ? ptr : "/"; }
 
 /* A fresh rule name: prefix-hint-N, hint reduced to [A-Za-z0-9_] (at most 24). */
-static char *rule_name(gen *g, const char *hint) {
+static char *rule_name(schema_compiler *g, const char *hint) {
     sbuf b = {0};
     sbuf_puts(&b, g->prefix);
     sbuf_puts(&b, "-");
@@ -144,7 +147,7 @@ static char *rule_name(gen *g, const char *hint) {
 }
 
 /* Appends "name ::= body\n" to the helper rules. */
-static int add_rule(gen *g, const char *name, const char *body) {
+static int add_rule(schema_compiler *g, const char *name, const char *body) {
     if (++g->n_rules > GRAMMAR_MAX_RULES - 16)
         return err_set(g->e, ERR_RANGE, "schema needs more than %d grammar rules", GRAMMAR_MAX_RULES - 16);
     sbuf_puts(&g->rules, name);
@@ -156,9 +159,9 @@ static int add_rule(gen *g, const char *name, const char *body) {
 }
 
 /* Name of a primitive rule (emitting it on first use). */
-static void prim(gen *g, unsigned which, sbuf *out);
+static void prim(schema_compiler *g, unsigned which, sbuf *out);
 
-static void prim(gen *g, unsigned which, sbuf *out) {
+static void prim(schema_compiler *g, unsigned which, sbuf *out) {
     static const struct {
         unsigned bit;
         const char *suffix;
@@ -359,8 +362,8 @@ static unsigned json_type_bits(json_t *v) {
 
 /* ERR_UNSUPPORTED blamed on keyword kw of the schema at ptr: gen_schema drops
  * that keyword and tries again unless the compile is strict. */
-static int unsup(gen *g, const char *ptr, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int unsup(gen *g, const char *ptr, const char *kw, const char *fmt, ...) {
+static int unsup(schema_compiler *g, const char *ptr, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int unsup(schema_compiler *g, const char *ptr, const char *kw, const char *fmt, ...) {
     char msg[sizeof g->e->msg];
     va_list ap;
     va_start(ap, fmt);
@@ -372,15 +375,15 @@ static int unsup(gen *g, const char *ptr, const char *kw, const char *fmt, ...) 
     g->fail_ptr = xstrdup(ptr);
     return err_set(g->e, ERR_UNSUPPORTED, "%s", msg);
 }
-static int unsupported_kw(gen *g, const char *kw, const char *ptr) {
+static int unsupported_kw(schema_compiler *g, const char *kw, const char *ptr) {
     return unsup(g, ptr, kw, "unsupported JSON Schema keyword '%s' at %s", kw, ptr_show(ptr));
 }
-static int invalid_kw(gen *g, const char *ptr, const char *kw, const char *what) {
+static int invalid_kw(schema_compiler *g, const char *ptr, const char *kw, const char *what) {
     return err_set(g->e, ERR_INVALID, "%s/%s %s", ptr, kw, what);
 }
 /* ERR_INVALID for a well-formed schema that no value satisfies. */
-static int unsat(gen *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int unsat(gen *g, const char *fmt, ...) {
+static int unsat(schema_compiler *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int unsat(schema_compiler *g, const char *fmt, ...) {
     char msg[sizeof g->e->msg];
     va_list ap;
     va_start(ap, fmt);
@@ -391,7 +394,7 @@ static int unsat(gen *g, const char *fmt, ...) {
 }
 
 /* A non-negative integer keyword (absent: def). Bounded by GRAMMAR_MAX_REPEAT. */
-static int get_count(gen *g, json_t *s, const char *ptr, const char *kw, long long def, long long *out) {
+static int get_count(schema_compiler *g, json_t *s, const char *ptr, const char *kw, long long def, long long *out) {
     json_t *v = json_object_get(s, kw);
     *out = def;
     if (!v) return 0;
@@ -501,7 +504,7 @@ static void int_range(sbuf *b, int64_t lo, int64_t hi) {
 }
 
 /* One bound: *have set when present; integer bounds rounded inward. */
-static int int_bound(gen *g, json_t *s, const char *ptr, const char *kw, bool lower, bool excl, bool *have,
+static int int_bound(schema_compiler *g, json_t *s, const char *ptr, const char *kw, bool lower, bool excl, bool *have,
                      int64_t *out) {
     json_t *v = json_object_get(s, kw);
     if (!v) return 0;
@@ -533,7 +536,7 @@ static int int_bound(gen *g, json_t *s, const char *ptr, const char *kw, bool lo
 
 /* multipleOf as a positive integer (*k 0: absent or 1); ERR_UNSUPPORTED
  * when it is not integral. */
-static int int_multiple(gen *g, json_t *s, const char *ptr, int64_t *k) {
+static int int_multiple(schema_compiler *g, json_t *s, const char *ptr, int64_t *k) {
     json_t *v = json_object_get(s, "multipleOf");
     *k = 0;
     if (!v) return 0;
@@ -546,7 +549,7 @@ static int int_multiple(gen *g, json_t *s, const char *ptr, int64_t *k) {
 
 #define SCHEMA_MAX_MULTIPLES 256 /* multiples of multipleOf written out one by one */
 
-static int gen_integer(gen *g, json_t *s, const char *ptr, sbuf *out) {
+static int gen_integer(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     bool have_lo = false, have_hi = false;
     int64_t lo = 0, hi = 0, k;
     json_t *xmin = json_object_get(s, "exclusiveMinimum"), *xmax = json_object_get(s, "exclusiveMaximum");
@@ -749,7 +752,7 @@ static void mag_range(sbuf *b, int *n, const decimal *a, bool ae, const decimal 
 }
 
 /* A number bound: the stricter of `kw` and its draft-4 / exclusive forms. */
-static int num_bound(gen *g, json_t *s, const char *ptr, bool lower, decimal *d, bool *excl, bool *have, bool *seen) {
+static int num_bound(schema_compiler *g, json_t *s, const char *ptr, bool lower, decimal *d, bool *excl, bool *have, bool *seen) {
     const char *kw = lower ? "minimum" : "maximum", *xkw = lower ? "exclusiveMinimum" : "exclusiveMaximum";
     json_t *v = json_object_get(s, kw), *xv = json_object_get(s, xkw);
     *have = false;
@@ -781,7 +784,7 @@ static int num_bound(gen *g, json_t *s, const char *ptr, bool lower, decimal *d,
     return 0;
 }
 
-static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
+static int gen_number(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     decimal lo, hi;
     bool lx = false, hx = false, hl, hh, seen = false;
     int rc;
@@ -840,7 +843,7 @@ static int gen_number(gen *g, json_t *s, const char *ptr, sbuf *out) {
 }
 
 /* Parses pattern text for keyword kw of the schema at ptr. */
-static int rx_compile(gen *g, const char *s, size_t n, const char *ptr, const char *kw, unsigned flags, regex_pat *out) {
+static int rx_compile(schema_compiler *g, const char *s, size_t n, const char *ptr, const char *kw, unsigned flags, regex_pat *out) {
     if (n > SCHEMA_MAX_PATTERN)
         return err_set(g->e, ERR_RANGE, "%s/%s is longer than %d bytes", ptr, kw, SCHEMA_MAX_PATTERN);
     err_t e = {0};
@@ -852,7 +855,7 @@ static int rx_compile(gen *g, const char *s, size_t n, const char *ptr, const ch
 
 /* A quoted string: [pad] r [pad], a pad being lo..hi pattern characters
  * (hi -1: any number; lo -1: no pad). */
-static void emit_pattern_string(gen *g, const regex *r, long long llo, long long lhi, long long rlo, long long rhi,
+static void emit_pattern_string(schema_compiler *g, const regex *r, long long llo, long long lhi, long long rlo, long long rhi,
                                 sbuf *out) {
     sbuf_puts(out, "( \"\\\"\" ");
     for (int side = 0; side < 2; side++) {
@@ -877,7 +880,7 @@ static void emit_pattern_string(gen *g, const regex *r, long long llo, long long
  * accepting ones, so each step is a tail call. Too large: relaxed, blamed on
  * `blame` (or the length keyword when the lengths made it too large). */
 #define SCHEMA_DFA_STATES 512
-static int gen_dfa_string(gen *g, regex_pat *p, long long mn, long long mx, const char *ptr, const char *blame,
+static int gen_dfa_string(schema_compiler *g, regex_pat *p, long long mn, long long mx, const char *ptr, const char *blame,
                           sbuf *out) {
     const char *len_kw = mx >= 0 ? "maxLength" : "minLength";
     if ((mn > 0 || mx >= 0) && !regex_and_len(p, mn, mx))
@@ -921,7 +924,7 @@ static int gen_dfa_string(gen *g, regex_pat *p, long long mn, long long mx, cons
 /* The string body for regex r under lengths mn..mx (mx -1: none): exact,
  * or a narrower language that still satisfies both; else the automaton of
  * both (gen_dfa_string). */
-static int gen_rx_string(gen *g, regex_pat *p, long long mn, long long mx, const char *ptr, sbuf *out) {
+static int gen_rx_string(schema_compiler *g, regex_pat *p, long long mn, long long mx, const char *ptr, sbuf *out) {
     regex *r = p->r;
     bool start = p->start, end = p->end;
     long long lo, hi;
@@ -1009,7 +1012,7 @@ static const struct {
     {"idn-hostname", "^" FX_LABEL "(?:\\." FX_LABEL "){0,3}$"},
 };
 
-static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
+static int gen_string(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     long long mn, mx;
     int rc;
@@ -1095,7 +1098,7 @@ static int gen_string(gen *g, json_t *s, const char *ptr, sbuf *out) {
  * (?!p) for the others, as an automaton), its value allOf the schemas of I.
  * Empty combinations are left out. Writes `( key ": " value | ... )`. */
 #define SCHEMA_MAX_PATTERN_PROPS 4
-static int gen_pattern_members(gen *g, json_t *pat, json_t *rest, const char *ptr, sbuf *out) {
+static int gen_pattern_members(schema_compiler *g, json_t *pat, json_t *rest, const char *ptr, sbuf *out) {
     const char *keys[SCHEMA_MAX_PATTERN_PROPS];
     json_t *vals[SCHEMA_MAX_PATTERN_PROPS];
     int k = 0, rc = 0;
@@ -1206,7 +1209,7 @@ static void trie_add(tnode *root, const char *s) {
 
 /* Expression for the rest of a key (closing quote included) after the path
  * to t: anything that does not end exactly on a name. */
-static int trie_emit(gen *g, tnode *t, sbuf *out) {
+static int trie_emit(schema_compiler *g, tnode *t, sbuf *out) {
     sbuf b = {0};
     int n_alt = 0;
     if (!t->term) {
@@ -1264,7 +1267,7 @@ typedef struct {
     char *kv; /* rule name of `"key": value` */
 } member;
 
-static int gen_object(gen *g, json_t *s, const char *ptr, sbuf *out) {
+static int gen_object(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
     if (props && !json_is_object(props)) return invalid_kw(g, ptr, "properties", "must be an object");
@@ -1655,7 +1658,7 @@ static bool same_value(json_t *x, json_t *y) {
 /* The values of a schema that admits finitely many (enum or const, filtered
  * by a type beside them; type boolean and/or null), deduplicated as JSON
  * Schema compares them (1 and 1.0 are one value); NULL otherwise. */
-static json_t *finite_values(gen *g, json_t *s) {
+static json_t *finite_values(schema_compiler *g, json_t *s) {
     s = deref(g, s);
     if (!json_is_object(s)) return NULL;
     const char *k;
@@ -1704,7 +1707,7 @@ static json_t *finite_values(gen *g, json_t *s) {
  * arrays, never a duplicate), minItems..maxItems of them. U(i, c): at value
  * i with c elements written (c capped where only "c > 0" and "c >= minItems"
  * matter):  U(i, c) ::= [", "] v_i U(i+1, c+1) | U(i+1, c). */
-static int gen_unique(gen *g, json_t *vals, long long mn, long long mx, const char *ptr, sbuf *out) {
+static int gen_unique(schema_compiler *g, json_t *vals, long long mn, long long mx, const char *ptr, sbuf *out) {
     long long n = (long long)json_array_size(vals);
     if (mx > n) mx = n;
     long long cap = mx >= 0 ? mx : MAX(mn, 1);
@@ -1764,7 +1767,7 @@ static int gen_unique(gen *g, json_t *vals, long long mn, long long mx, const ch
  * of them matches (each capped where only the bounds matter):
  *   R(t, m) ::= [", "] EC R(t+1, m+1) | [", "] EN R(t+1, m)  (| "" when done)
  * States that cannot reach "done" are left out. */
-static int gen_contains_count(gen *g, json_t *items, json_t *contains, json_t *ncont, long long mn, long long mx,
+static int gen_contains_count(schema_compiler *g, json_t *items, json_t *contains, json_t *ncont, long long mn, long long mx,
                               long long cmin, long long cmax, const char *ptr, sbuf *out) {
     long long tcap = mx >= 0 ? mx : MAX(mn, 1), mcap = cmax >= 0 ? cmax : cmin;
     if (mx >= 0 && cmax > mx) mcap = cmax = mx;
@@ -1838,7 +1841,7 @@ static int gen_contains_count(gen *g, json_t *items, json_t *contains, json_t *n
     return rc;
 }
 
-static int gen_array(gen *g, json_t *s, const char *ptr, sbuf *out) {
+static int gen_array(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
     const char *pre_kw = "prefixItems", *items_kw = "items";
     if (prefix && !json_is_array(prefix)) return invalid_kw(g, ptr, "prefixItems", "must be an array of schemas");
@@ -1999,7 +2002,7 @@ done:
 
 /* ---- enum / const -------------------------------------------------------- */
 
-static int gen_enum(gen *g, json_t *s, const char *ptr, unsigned types, sbuf *out) {
+static int gen_enum(schema_compiler *g, json_t *s, const char *ptr, unsigned types, sbuf *out) {
     json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     if (en && !json_is_array(en)) return invalid_kw(g, ptr, "enum", "must be an array");
     if (en && json_array_size(en) > SCHEMA_MAX_ENUM)
@@ -2105,7 +2108,7 @@ static json_t *resolve_ref(json_t *root, const char *ref) {
     return cur;
 }
 
-static int gen_ref(gen *g, json_t *refv, const char *ptr, const char *kw, sbuf *out) {
+static int gen_ref(schema_compiler *g, json_t *refv, const char *ptr, const char *kw, sbuf *out) {
     if (!json_is_string(refv)) return invalid_kw(g, ptr, kw, "must be a string");
     const char *ref = json_string_value(refv);
     for (int i = 0; i < g->n_refs; i++) {
@@ -2150,7 +2153,7 @@ static int gen_ref(gen *g, json_t *refv, const char *ptr, const char *kw, sbuf *
 
 /* ---- a schema ------------------------------------------------------------ */
 
-static unsigned parse_types(gen *g, json_t *t, const char *ptr, int *rc) {
+static unsigned parse_types(schema_compiler *g, json_t *t, const char *ptr, int *rc) {
     unsigned bits = 0;
     size_t n = json_is_array(t) ? json_array_size(t) : 1;
     if (json_is_array(t) && n == 0) {
@@ -2175,8 +2178,8 @@ static unsigned parse_types(gen *g, json_t *t, const char *ptr, int *rc) {
     return bits;
 }
 
-static json_t *deref(gen *g, json_t *s);
-static int relax(gen *g, const char *kw, const char *ptr);
+static json_t *deref(schema_compiler *g, json_t *s);
+static int relax(schema_compiler *g, const char *kw, const char *ptr);
 
 /* The types a oneOf branch admits, as far as a glance tells (T_ALL else). */
 static unsigned branch_types(json_t *x) {
@@ -2216,7 +2219,7 @@ static bool discriminated(json_t *a, json_t *b) {
     return false;
 }
 
-static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw, sbuf *out) {
+static int gen_alternatives(schema_compiler *g, json_t *arr, const char *ptr, const char *kw, sbuf *out) {
     if (!json_is_array(arr) || json_array_size(arr) == 0)
         return invalid_kw(g, ptr, kw, "must be a non-empty array of schemas");
     /* oneOf is written as anyOf: exact when no value can match two
@@ -2260,7 +2263,7 @@ static int gen_alternatives(gen *g, json_t *arr, const char *ptr, const char *kw
 /* ---- merging (allOf, $ref and combinators beside other keywords) -------- */
 
 /* Records a relaxed keyword (or, when strict, refuses it). */
-static int relax(gen *g, const char *kw, const char *ptr) {
+static int relax(schema_compiler *g, const char *kw, const char *ptr) {
     if (g->strict)
         return err_set(g->e, ERR_UNSUPPORTED, "'%s' at %s cannot be enforced together with the rest of the schema", kw,
                        ptr_show(ptr));
@@ -2281,7 +2284,7 @@ static bool is_upper(const char *k) {
 }
 
 /* A schema with only a $ref (and annotations): its target; else s. */
-static json_t *deref(gen *g, json_t *s) {
+static json_t *deref(schema_compiler *g, json_t *s) {
     for (int i = 0; i < 16 && json_is_object(s); i++) {
         json_t *r = json_object_get(s, "$ref");
         if (!json_is_string(r)) return s;
@@ -2328,7 +2331,7 @@ static json_t *not_union(json_t *a, json_t *b) {
  * bound, the union of required, properties merged (a name in both becomes
  * {"allOf": [a, b]}), types intersected; a keyword that cannot be combined
  * keeps dst's value and is relaxed. */
-static int merge_into(gen *g, json_t *dst, json_t *src, const char *ptr) {
+static int merge_into(schema_compiler *g, json_t *dst, json_t *src, const char *ptr) {
     src = deref(g, src);
     if (json_is_true(src)) return 0;
     if (json_is_false(src)) return unsat(g, "%s/allOf: an element is the schema false", ptr);
@@ -2448,7 +2451,7 @@ static json_t *without(json_t *s, const char *const *drop, size_t n) {
  * not {properties: {a: S}} = an object whose a fails S; not of enum/const is
  * left as `not: {enum}` and filtered against the sibling enum or a finite
  * type). Anything else: NULL (the caller relaxes or refuses). */
-static json_t *negate(gen *g, json_t *x, int depth);
+static json_t *negate(schema_compiler *g, json_t *x, int depth);
 
 /* Adds "not of type t" and "t with kw: val" as two disjuncts. */
 static void neg_bound(json_t *dis, const char *type, const char *kw, json_t *val) {
@@ -2456,7 +2459,7 @@ static void neg_bound(json_t *dis, const char *type, const char *kw, json_t *val
     if (val) json_array_append_new(dis, json_pack("{s:s,s:O}", "type", type, kw, val));
 }
 
-static json_t *negate(gen *g, json_t *x, int depth) {
+static json_t *negate(schema_compiler *g, json_t *x, int depth) {
     if (depth > 8) return NULL;
     x = deref(g, x);
     if (json_is_true(x)) return json_false();
@@ -2591,7 +2594,7 @@ static void not_strings_pattern(json_t *x, json_t *vals) {
  * it, the enum of s's values (s's enum or const, or every value of a type
  * boolean / null) that are not in nv, or for strings a pattern that refuses
  * exactly those strings. */
-static int not_values(gen *g, json_t *s, json_t *nv, const char *ptr, json_t **m) {
+static int not_values(schema_compiler *g, json_t *s, json_t *nv, const char *ptr, json_t **m) {
     json_t *vals = json_object_get(s, "enum");
     json_t *owned = NULL;
     if (!vals && json_object_get(s, "const")) vals = owned = json_pack("[O]", json_object_get(s, "const"));
@@ -2672,7 +2675,7 @@ static int not_values(gen *g, json_t *s, json_t *nv, const char *ptr, json_t **m
 /* Rewrites if/then/else, dependentSchemas (and dependencies), not (other
  * than of types and of enum/const, which the generator reads itself) into
  * allOf/anyOf: *out the equivalent schema (owned by g), or NULL. */
-static int rewrite_logic(gen *g, json_t *s, const char *ptr, bool with_not, json_t **out) {
+static int rewrite_logic(schema_compiler *g, json_t *s, const char *ptr, bool with_not, json_t **out) {
     *out = NULL;
     json_t *ifs = json_object_get(s, "if"), *then = json_object_get(s, "then"), *els = json_object_get(s, "else");
     json_t *ds = json_object_get(s, "dependentSchemas"), *dep = json_object_get(s, "dependencies");
@@ -2781,7 +2784,7 @@ static int rewrite_logic(gen *g, json_t *s, const char *ptr, bool with_not, json
 /* Rewrites s when allOf, a $ref beside other keywords, or anyOf/oneOf beside
  * other keywords need merging: *out is the equivalent schema (owned by g),
  * or NULL when s is fine as it is. */
-static int normalize(gen *g, json_t *s, const char *ptr, json_t **out) {
+static int normalize(schema_compiler *g, json_t *s, const char *ptr, json_t **out) {
     *out = NULL;
     int n_kw = 0;
     const char *k;
@@ -2864,7 +2867,7 @@ static int normalize(gen *g, json_t *s, const char *ptr, json_t **out) {
 
 /* ---- a schema ------------------------------------------------------------ */
 
-static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
+static int gen_schema_once(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     if (json_is_true(s)) {
         prim(g, P_VALUE, out);
         return 0;
@@ -3006,7 +3009,7 @@ static int gen_schema_once(gen *g, json_t *s, const char *ptr, sbuf *out) {
 /* gen_schema_once, and when it fails on one keyword of this schema that
  * cannot be enforced (and the compile is not strict): the same schema
  * without that keyword, recorded as relaxed. */
-static int gen_schema(gen *g, json_t *s, const char *ptr, sbuf *out) {
+static int gen_schema(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     size_t mark = out->n;
     for (int tries = 0;; tries++) {
         free(g->fail_kw);
@@ -3038,7 +3041,7 @@ static int check_name(const char *name, err_t *e) {
     return 0;
 }
 
-static void gen_free(gen *g) {
+static void gen_free(schema_compiler *g) {
     sbuf_free(&g->rules);
     sbuf_free(&g->relaxed);
     for (int i = 0; i < g->n_refs; i++) {
@@ -3051,7 +3054,7 @@ static void gen_free(gen *g) {
     json_decref(g->owned);
 }
 
-static int finish(gen *g, const char *top, char **buf, size_t *len, err_t *e) {
+static int finish(schema_compiler *g, const char *top, char **buf, size_t *len, err_t *e) {
     size_t old = *buf ? *len : 0;
     size_t add = strlen(g->prefix) + 5 + strlen(top) + 1 + g->rules.n;
     if (old + add > GRAMMAR_MAX_SRC_BYTES)
@@ -3070,7 +3073,7 @@ int schema_compile(json_t *schema, const char *name, bool strict, char **relaxed
     int rc = check_name(name, e);
     if (rc) return rc;
     if (!schema) return err_set(e, ERR_INVALID, "no schema");
-    gen g = {.prefix = name, .root = schema, .e = e, .strict = strict, .owned = json_array()};
+    schema_compiler g = {.prefix = name, .root = schema, .e = e, .strict = strict, .owned = json_array()};
     sbuf top = {0};
     rc = gen_schema(&g, schema, "", &top);
     if (!rc) rc = finish(&g, top.p, buf, len, e);
@@ -3091,7 +3094,7 @@ int schema_to_gbnf(json_t *schema, const char *name, char **buf, size_t *len, er
 int schema_any_object_gbnf(const char *name, char **buf, size_t *len, err_t *e) {
     int rc = check_name(name, e);
     if (rc) return rc;
-    gen g = {.prefix = name, .e = e, .strict = true, .owned = json_array()};
+    schema_compiler g = {.prefix = name, .e = e, .strict = true, .owned = json_array()};
     sbuf top = {0};
     prim(&g, P_OBJECT, &top);
     rc = finish(&g, top.p, buf, len, e);
