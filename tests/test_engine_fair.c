@@ -271,8 +271,10 @@ static void check_kv_victim(const model *m) {
 /* An engine of 32 slots and n_blocks blocks whose plan_hook is hook (the
  * step-exact checks below). */
 static engine *hook_engine(const model *m, int max_batch_tokens, int n_blocks,
-                           void (*hook)(void *, uint64_t, const engine_plan_row *, int), void *ctx) {
+                           void (*hook)(void *, uint64_t, const engine_plan_row *, int), void *ctx,
+                           bool no_decode_share) {
     engine_opts o = engine_defaults();
+    o.no_decode_share = no_decode_share;
     o.n_threads = 1;
     o.max_running = 32;
     o.max_batch_tokens = max_batch_tokens;
@@ -358,7 +360,7 @@ static void check_prefill_share(const model *m) {
     for (int i = 0; i < PF_NA; i++) c.a[i] = pf_req(0xA, &rs, m->cfg.n_vocab);
     for (int i = 0; i < PF_NB; i++) c.b[i] = pf_req(0xB, &rs, m->cfg.n_vocab);
     c.b_left = PF_NB * PF_LEN;
-    c.en = hook_engine(m, PF_BUDGET, 512, pf_hook, &c);
+    c.en = hook_engine(m, PF_BUDGET, 512, pf_hook, &c, false);
     if (!c.en) return;
     err_t e = {0};
     CHECK(engine_submit(c.en, c.a[0], &e) == 0);
@@ -451,12 +453,12 @@ static void ds_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n
     }
 }
 
-static void check_decode_share(const model *m) {
+static void check_decode_share(const model *m, bool off) {
     static ds_ctx c;
     memset(&c, 0, sizeof c);
     for (int i = 0; i < DS_NA; i++) c.a[i] = mk(i % N_FAM, A_GEN, 0xA, 0);
     for (int i = 0; i < DS_NB; i++) c.b[i] = mk(i % N_FAM, DS_B_GEN, 0xB, 0);
-    c.en = hook_engine(m, engine_defaults().max_batch_tokens, 256, ds_hook, &c);
+    c.en = hook_engine(m, engine_defaults().max_batch_tokens, 256, ds_hook, &c, off);
     if (!c.en) return;
     err_t e = {0};
     CHECK(engine_submit(c.en, c.a[0], &e) == 0);
@@ -474,21 +476,28 @@ static void check_decode_share(const model *m) {
     engine_stats st;
     engine_get_stats(c.en, &st);
     engine_free(c.en);
-    printf("  decode share: %ld steps with both clients: A %.1f tokens a step, B %.1f; %ld over B's; A alone "
+    printf("  decode share%s: %ld steps with both clients: A %.1f tokens a step, B %.1f; %ld over B's; A alone "
            "%ld steps with its 16 rows; longest sit-out %ld steps; %llu rows deferred; %ld of %ld first-token steps "
            "with A over 2\n",
-           c.both_steps, c.both_steps ? (double)c.a_rows_both / (double)c.both_steps : 0,
+           off ? " off (--no-fair-decode)" : "", c.both_steps, c.both_steps ? (double)c.a_rows_both / (double)c.both_steps : 0,
            c.both_steps ? (double)c.b_rows / (double)c.both_steps : 0, c.over_share, c.a_alone_steps, c.a_gap_max, (unsigned long long)st.decode_deferred_total,
            c.first_over, c.first_steps);
     CHECK_EQ_INT(n_ok, DS_NA + DS_NB);
     /* B is sent once A alone had its 16 rows in 3 steps (work conserving) */
     CHECK_MSG(c.b_sent, "A alone never had its 16 rows in 3 steps");
     CHECK_MSG(c.both_steps >= DS_B_GEN, "B ran beside A in %ld steps", c.both_steps);
+    if (off) { /* the rule off: A keeps every row beside B, nothing deferred */
+        CHECK_MSG(c.over_share == c.both_steps, "rule off: A had no more tokens than B in %ld of %ld steps",
+                  c.both_steps - c.over_share, c.both_steps);
+        CHECK_EQ_INT((long)st.decode_deferred_total, 0);
+        goto done;
+    }
     CHECK_MSG(c.over_share == 0, "A had more tokens than B in %ld of %ld steps", c.over_share, c.both_steps);
     CHECK_MSG(c.first_steps > 0 && c.first_over == 0, "A had more than 2 tokens in %ld of B's %ld first-token steps",
               c.first_over, c.first_steps);
     CHECK_MSG(c.a_gap_max <= 8, "one of A's sequences sat out %ld steps in a row", c.a_gap_max);
     CHECK(st.decode_deferred_total > 0);
+done:
     for (int i = 0; i < DS_NA; i++) req_unref(c.a[i]);
     for (int i = 0; i < DS_NB; i++) req_unref(c.b[i]);
 }
@@ -525,7 +534,8 @@ int main(void) {
     check_client_limit(m);
     check_kv_victim(m);
     check_prefill_share(m);
-    check_decode_share(m);
+    check_decode_share(m, false);
+    check_decode_share(m, true);
     model_free(m);
     return test_summary("test_engine_fair");
 }

@@ -379,6 +379,15 @@ static void test_decode_share(void) {
     CHECK_EQ_INT(policy_decode_share(v, 17, out), 6);
     CHECK(!out[16]);
     CHECK_EQ_INT(tokens_kept(v, 17, out, 0), 10);
+    /* priority classes: A (16 rows) interactive beside B (6 rows) of the
+     * batch class is not cut; A batch beside B interactive is */
+    for (int i = 0; i < 16; i++) v[i].priority = 0;
+    for (int i = 16; i < 22; i++) v[i] = row(1, 1, 99, (uint64_t)(100 + i)), v[i].priority = 1;
+    CHECK_EQ_INT(policy_decode_share(v, 22, out), 0);
+    for (int i = 0; i < 16; i++) v[i].priority = 1;
+    for (int i = 16; i < 22; i++) v[i].priority = 0;
+    CHECK_EQ_INT(policy_decode_share(v, 22, out), 10);
+    CHECK_EQ_INT(tokens_kept(v, 22, out, 0), 6);
     /* A's tokens all prefill: nothing can sit out */
     policy_row w[2] = {row(0, 64, 1, 0), row(1, 1, 1, 1)};
     w[0].decode = false;

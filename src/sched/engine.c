@@ -1241,9 +1241,10 @@ static void decode_share(engine *en, int *n_tok, int *n_bs) {
                                  .decode = c == 1 && s->tok.n_generated > 0,
                                  .first = s->tok.n_generated == 0 && s->tok.n_computed + c >= s->tok.n,
                                  .last_ran = s->sch.prev_sched,
-                                 .order = s->order};
+                                 .order = s->order,
+                                 .priority = s->r->priority};
     }
-    if (!policy_decode_share(en->pd, *n_bs, en->pd_out)) return;
+    if (en->o.no_decode_share || !policy_decode_share(en->pd, *n_bs, en->pd_out)) return;
     int k = 0;
     for (int j = 0; j < *n_bs; j++) {
         seq *s = en->b_owner[j];

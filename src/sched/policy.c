@@ -2,6 +2,8 @@
  * policy.c — the engine's scheduling rules (contract and the step's order
  * in policy.h). Pure functions: no clock, no locks, no engine state.
  */
+#include <limits.h>
+
 #include "policy.h"
 
 #include "../base/base.h"
@@ -133,10 +135,13 @@ int policy_decode_share(const policy_row *v, int n, bool *out) {
         int t = client_tokens(v, n, out, v[j].client);
         if (t > top_tok) top = v[j].client, top_tok = t;
     }
+    int top_pri = INT_MAX; /* top's best (smallest) priority class in the step */
+    for (int j = 0; j < n; j++)
+        if (v[j].client == top) top_pri = MIN(top_pri, v[j].priority);
     int level = 0;
     bool first = false;
-    for (int j = 0; j < n; j++)
-        if (v[j].client != top) {
+    for (int j = 0; j < n; j++) /* only clients of top's class or a better one */
+        if (v[j].client != top && v[j].priority <= top_pri) {
             level = MAX(level, client_tokens(v, n, out, v[j].client));
             first |= v[j].first;
         }

@@ -234,7 +234,9 @@ double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double
  * ran most recently, then the newest, so the client's sequences take
  * turns; only decode rows sit out (prefill chunks are the prefill order's,
  * and count as their client's tokens). A client alone in a step, or not the
- * one with the most, is never cut (work conserving). */
+ * one with the most, is never cut (work conserving); nor is one for clients
+ * of a larger (worse) priority class only: batch work beside an interactive
+ * client is the one that yields. engine_opts.no_decode_share turns it off. */
 #define POLICY_DECODE_SHARE_MIN 2
 typedef struct policy_row {
     int client;
@@ -244,6 +246,7 @@ typedef struct policy_row {
     bool first;               /* it ends its prompt: its first token          */
     uint64_t last_ran;        /* the step it last ran in before this one      */
     uint64_t order;           /* arrival: lower is older                      */
+    int priority;             /* its request's class (smaller: more urgent)   */
 } policy_row;
 
 /* The rows of a step's batch (v, n) that sit out for the decode share:

@@ -290,6 +290,7 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     eo.step_delay_us = o->step_delay_us;
     eo.mask_spin_us = o->mask_spin_us;
     eo.mask_sync = o->mask_sync;
+    eo.no_decode_share = o->no_fair_decode;
     eo.stall_timeout_ms = o->stall_timeout_s * 1000;
     eo.spec = o->spec;
     eo.spec_max = o->spec_max;

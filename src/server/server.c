@@ -303,6 +303,10 @@ static const flag_row serve_flags[] = {
         "compute grammar masks inside the engine's step (default: on a\nworker thread, overlapped with the forward pass; a "
         "request\nwhose mask is late sits out a step instead of stalling all)",
         FLAG_ON, O(mask_sync)),
+    FLAG_ROW("--no-fair-decode", NULL, NULL,
+             "no decode share between clients: the client with the most rows\nin a step no longer sits rows out "
+             "beside others (throughput\nfor clients that trust each other; docs/server.md \"Decode share\")",
+             FLAG_ON, O(no_fair_decode)),
     FLAG_ROW(
         "--client-max-running", NULL, "N",
         "one client's running sequences at most (default 0: no cap; the\nfair share preempts a client above it for one "

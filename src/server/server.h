@@ -62,6 +62,7 @@ typedef struct server_opts {
     double mask_budget_ms;    /* --grammar-mask-budget: CPU per constrained token of a
                                  request's grammar masks, on average; default 20; 0: none */
     bool mask_sync;           /* --grammar-mask-sync: masks inside the step (engine_opts) */
+    bool no_fair_decode;      /* --no-fair-decode: engine_opts.no_decode_share */
     const char *api_key;      /* the first of api_keys (NULL: no key, open server)     */
     /* Every accepted key: --api-key, repeatable, and the lines of
      * --api-key-file. Each key is a client identity (its stored responses,
