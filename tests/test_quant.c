@@ -242,6 +242,14 @@ static void test_args(void) {
     CHECK_EQ_INT(dtype_get(DT_MXFP4)->type_size, sizeof(block_mxfp4));
     CHECK_EQ_INT(quant_dequant_row(DT_MXFP4, buf, y, 48), ERR_INVALID);
     CHECK(dtype_from_name("mxfp4") == DT_MXFP4);
+    /* general.file_type names, by llama.cpp's LLAMA_FTYPE_MOSTLY_* numbers
+     * (llama.h): 15 Q4_K_M, 7 Q8_0, 32 BF16; 4 (retired) and values past
+     * the table have none */
+    CHECK_STR(dtype_file_type_name(15), "Q4_K_M");
+    CHECK_STR(dtype_file_type_name(7), "Q8_0");
+    CHECK_STR(dtype_file_type_name(32), "BF16");
+    CHECK(dtype_file_type_name(4) == NULL);
+    CHECK(dtype_file_type_name(38) == NULL && dtype_file_type_name(-1) == NULL);
 }
 
 static const uint32_t all_types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q8_K, DT_MXFP4};

@@ -102,5 +102,9 @@ int dtype_from_name(const char *name);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size
  * or `t` is unknown. */
 size_t dtype_row_bytes(uint32_t t, int64_t n);
+/* The name of a GGUF file type (the key general.file_type: llama.cpp's
+ * numbering, which names mixes such as "Q4_K_M" besides the plain types),
+ * or NULL for a number with no name. */
+const char *dtype_file_type_name(int64_t ft);
 
 #endif

@@ -161,17 +161,8 @@ static void human_count(int64_t n, char *buf, size_t cap) {
  * (it names mixes such as Q4_K_M), else the type holding most elements of
  * the 2-D tensors. */
 static const char *quant_level(const model *m) {
-    static const char *const ftypes[] = {
-        [0] = "F32",      [1] = "F16",      [2] = "Q4_0",     [3] = "Q4_1",     [7] = "Q8_0",    [8] = "Q5_0",
-        [9] = "Q5_1",     [10] = "Q2_K",    [11] = "Q3_K_S",  [12] = "Q3_K_M",  [13] = "Q3_K_L", [14] = "Q4_K_S",
-        [15] = "Q4_K_M",  [16] = "Q5_K_S",  [17] = "Q5_K_M",  [18] = "Q6_K",    [19] = "IQ2_XXS", [20] = "IQ2_XS",
-        [21] = "Q2_K_S",  [22] = "IQ3_XS",  [23] = "IQ3_XXS", [24] = "IQ1_S",   [25] = "IQ4_NL", [26] = "IQ3_S",
-        [27] = "IQ3_M",   [28] = "IQ2_S",   [29] = "IQ2_M",   [30] = "IQ4_XS",  [31] = "IQ1_M",  [32] = "BF16",
-        [36] = "TQ1_0",   [37] = "TQ2_0",
-    };
     int64_t ft;
-    if (gguf_get_i64(m->gguf, "general.file_type", &ft) && ft >= 0 && ft < (int64_t)ARRAY_LEN(ftypes) && ftypes[ft])
-        return ftypes[ft];
+    if (gguf_get_i64(m->gguf, "general.file_type", &ft) && dtype_file_type_name(ft)) return dtype_file_type_name(ft);
     int64_t per_type[DT_COUNT] = {0};
     for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
