@@ -6,16 +6,11 @@
  * SUFFIX keeps nothing per request either: a proposal scans the request's
  * context (its newest seq_window tokens) for the places its suffix occurs
  * and counts what followed them, which is exactly what a suffix trie of
- * the context would propose (suffix_scan_propose). It used to keep that
- * trie, grown by a cursor: depth nodes per token of the whole context,
- * built at the sequence's first draft and then kept up to date. At 8
- * concurrent agents on stories260K (every request of every turn a new
- * context of ~400-1,100 tokens) building it was ~17% of the engine thread
- * and throughput fell to 0.84x of no speculation (docs/perf.md); the scan
- * keeps nothing and costs one pass over the context per proposal. The
- * global store is a FIFO of earlier outputs, each added to one shared
- * trie; the oldest are removed (exactly what they added) until a new one
- * fits in the trie's node bound.
+ * the context would propose (suffix_scan_propose), keeping nothing and
+ * costing one pass over the context per proposal (why not a kept trie:
+ * docs/decisions.md, 2026-11-27). The global store is a FIFO of earlier
+ * outputs, each added to one shared trie; the oldest are removed (exactly
+ * what they added) until a new one fits in the trie's node bound.
  */
 #include "draft.h"
 
