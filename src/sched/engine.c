@@ -1233,6 +1233,7 @@ static void prefill_plan(engine *en, int budget, int *n_tok, int *n_bs) {
  * picks leave the batch and sit out the step (their pending token runs in
  * a later one; nothing is freed or recomputed). */
 static void decode_share(engine *en, int *n_tok, int *n_bs) {
+    if (en->o.no_decode_share) return;
     for (int j = 0; j < *n_bs; j++) {
         const seq *s = en->b_owner[j];
         int c = en->b_chunk[j];
@@ -1244,7 +1245,7 @@ static void decode_share(engine *en, int *n_tok, int *n_bs) {
                                  .order = s->order,
                                  .priority = s->r->priority};
     }
-    if (en->o.no_decode_share || !policy_decode_share(en->pd, *n_bs, en->pd_out)) return;
+    if (!policy_decode_share(en->pd, *n_bs, en->pd_out)) return;
     int k = 0;
     for (int j = 0; j < *n_bs; j++) {
         seq *s = en->b_owner[j];
