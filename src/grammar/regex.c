@@ -1374,7 +1374,7 @@ static const uint32_t *state_cuts(side *sd, int id, int *n, uint32_t **tmp, size
         size_t m = 0;
         for (size_t k = 0; k < nc; k++)
             if ((!m || (*tmp)[m - 1] != (*tmp)[k]) && (*tmp)[k] <= 0x10FFFF) (*tmp)[m++] = (*tmp)[k];
-        if (sd->n_cpool + m > sd->cap_cpool) {
+        if (!sd->cpool || sd->n_cpool + m > sd->cap_cpool) { /* never NULL once asked: cpool + 0 */
             sd->cap_cpool = (sd->n_cpool + m) * 2 + 64;
             sd->cpool = xrealloc(sd->cpool, sizeof *sd->cpool * sd->cap_cpool);
         }
