@@ -11,7 +11,12 @@
  * prefill) against naive references on random cases: the admission pick
  * sorts the candidates by the documented key, the KV victim sums each
  * client's blocks in a table of clients, the prefill pick compares every
- * pair. */
+ * pair. The rules engine.c applied inline before (a new client's start in
+ * the fair order, engine_submit's per-client refusals, the gate before a
+ * try, the backpressure stall clock with parking) are checked the same
+ * way: boundaries by hand, and the client start and the stall clock
+ * against references on random cases (the least served by sorting; the
+ * stall clock from the whole history of a reader, not step by step). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -394,6 +399,154 @@ static void test_decode_share(void) {
     CHECK_EQ_INT(policy_decode_share(w, 2, out), 0);
 }
 
+/* A new client's start: the least served of the active clients, inactive
+ * ones (free entries, or new themselves) not counted; 0 with none. The
+ * reference sorts the active ones' served and takes the first. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_client_start(void) {
+    policy_client v[4] = {{true, 300}, {false, 5}, {true, 120}, {true, 900}};
+    CHECK_NEAR(policy_client_start(v, 4), 120, 0); /* 5: not active */
+    CHECK_NEAR(policy_client_start(v, 0), 0, 0);
+    v[0].active = v[2].active = v[3].active = false;
+    CHECK_NEAR(policy_client_start(v, 4), 0, 0); /* nobody active: 0, not 5 */
+    rng_state = 0xc11e47ull;
+    for (int iter = 0; iter < 2000; iter++) {
+        policy_client r[16];
+        double act[16];
+        int n = (int)(rng_u64() % 16), n_act = 0;
+        for (int i = 0; i < n; i++) {
+            r[i] = (policy_client){rng_u64() % 3 != 0, (double)(rng_u64() % 1000) + 0.5};
+            if (r[i].active) act[n_act++] = r[i].served;
+        }
+        qsort(act, (size_t)n_act, sizeof *act, cmp_double);
+        double want = n_act ? act[0] : 0, got = policy_client_start(r, n);
+        if (got != want) {
+            CHECK_MSG(0, "client start, case %d: %g, the reference %g", iter, got, want);
+            return;
+        }
+    }
+    CHECK(1);
+}
+
+/* engine_submit's per-client refusals: each limit at its boundary (a
+ * client at the limit is refused, one below is not), 0 turns it off, and
+ * when several bind the first in the documented order names the refusal. */
+static void test_submit_check(void) {
+    policy_limits l = limits();
+    CHECK_EQ_INT(policy_submit_check(&l, 100, 100, 100), POLICY_SUBMIT_OK); /* no limits */
+    l.client_max_parked = 2, l.kv_limit = 10, l.client_max_queued = 3;
+    CHECK_EQ_INT(policy_submit_check(&l, 1, 9, 2), POLICY_SUBMIT_OK);
+    CHECK_EQ_INT(policy_submit_check(&l, 2, 9, 2), POLICY_SUBMIT_PARKED);
+    CHECK_EQ_INT(policy_submit_check(&l, 1, 10, 2), POLICY_SUBMIT_KV);
+    CHECK_EQ_INT(policy_submit_check(&l, 1, 9, 3), POLICY_SUBMIT_QUEUED);
+    CHECK_EQ_INT(policy_submit_check(&l, 2, 10, 3), POLICY_SUBMIT_PARKED);
+    CHECK_EQ_INT(policy_submit_check(&l, 0, 10, 3), POLICY_SUBMIT_KV);
+    l.client_max_parked = 0, l.kv_limit = 0;
+    CHECK_EQ_INT(policy_submit_check(&l, 50, 50, 3), POLICY_SUBMIT_QUEUED);
+    l.client_max_queued = 0;
+    CHECK_EQ_INT(policy_submit_check(&l, 50, 50, 50), POLICY_SUBMIT_OK);
+}
+
+/* The gate before a try: no slot at max_running (whatever the blocks), a
+ * sequence that needs more than pool_blocks - 1 blocks never fits. */
+static void test_admit_gate(void) {
+    policy_limits l = limits(); /* max_running 8 */
+    l.pool_blocks = 10;
+    CHECK_EQ_INT(policy_admit_gate(&l, 7, 9), POLICY_GATE_TRY);
+    CHECK_EQ_INT(policy_admit_gate(&l, 7, 10), POLICY_GATE_NEVER_FITS);
+    CHECK_EQ_INT(policy_admit_gate(&l, 8, 1), POLICY_GATE_NO_SLOT);
+    CHECK_EQ_INT(policy_admit_gate(&l, 8, 50), POLICY_GATE_NO_SLOT); /* the slot first */
+    CHECK_EQ_INT(policy_admit_gate(&l, 0, 1), POLICY_GATE_TRY);
+}
+
+/* The stall clock, stalling and parking. By hand: the boundaries (strictly
+ * longer than the limit), a slow reader restarting the clock, a blocked
+ * reader, the opt-out. On random reader traces, step by step against a
+ * reference that looks at the whole history: the clock at observation k
+ * is the time of the first observation of the run, ending at k, of
+ * observations in which the reader is behind (or blocked) with the same
+ * n_read as at k; 0 when it is not behind at k. */
+static bool behind(const policy_reader *r) { return r->n_read < r->n_posted || r->blocked; }
+
+static int64_t ref_since(const int64_t *t, const policy_reader *h, int k) {
+    if (!behind(&h[k])) return 0;
+    int j = k;
+    while (j > 0 && h[j - 1].n_read == h[k].n_read && behind(&h[j - 1])) j--;
+    return t[j];
+}
+
+static void test_stall(void) {
+    policy_limits l = limits();
+    l.stall_timeout_ms = 1000, l.park_ms = policy_park_ms(600, 1000);
+    CHECK_EQ_INT(l.park_ms, 500); /* at most half the stall timeout */
+    CHECK_EQ_INT(policy_park_ms(300, 1000), 300);
+    CHECK_EQ_INT(policy_park_ms(300, 0), 300);
+    CHECK_EQ_INT(policy_park_ms(0, 1000), 0);
+    CHECK_EQ_INT(policy_park_ms(-5, 1000), 0);
+    int64_t t0 = MS(7);
+    policy_reader r = {.n_read = 3, .n_posted = 5};
+    int64_t since = policy_stall_since(&l, 0, 0, &r, t0);
+    CHECK(since == t0);
+    CHECK(policy_stall_since(&l, since, 3, &r, t0 + MS(900)) == t0); /* nothing taken: the clock runs */
+    CHECK(!policy_stalled(&l, since, t0 + MS(1000)));
+    CHECK(policy_stalled(&l, since, t0 + MS(1000) + 1));
+    CHECK(!policy_park(&l, since, false, t0 + MS(500)));
+    CHECK(policy_park(&l, since, false, t0 + MS(500) + 1));
+    CHECK(policy_park(&l, since, true, t0)); /* blocked: at once */
+    CHECK(!policy_park(&l, 0, true, t0));    /* (but only on a running clock) */
+    r.n_read = 4; /* it took one: a slow reader, the clock restarts */
+    CHECK(policy_stall_since(&l, since, 3, &r, t0 + MS(900)) == t0 + MS(900));
+    r.n_read = 5; /* it has everything */
+    CHECK(policy_stall_since(&l, since, 4, &r, t0 + MS(900)) == 0);
+    CHECK(!policy_stalled(&l, 0, t0 + MS(5000)));
+    CHECK(policy_unpark(&r));
+    r.blocked = true; /* everything taken, but its client takes nothing */
+    CHECK(!policy_unpark(&r));
+    CHECK(policy_stall_since(&l, 0, 5, &r, t0 + MS(10)) == t0 + MS(10));
+    r.no_stall = true;
+    CHECK(policy_stall_since(&l, 0, 5, &r, t0 + MS(10)) == 0); /* opted out */
+    r.no_stall = false;
+    policy_limits off = l;
+    off.stall_timeout_ms = 0, off.park_ms = 0;
+    CHECK(policy_stall_since(&off, 0, 5, &r, t0 + MS(10)) == 0); /* neither limit set */
+    CHECK(!policy_stalled(&off, t0, t0 + MS(100000)));
+    CHECK(!policy_park(&off, t0, true, t0 + MS(100000)));
+    /* random traces */
+    rng_state = 0x57a11ull;
+    for (int iter = 0; iter < 500; iter++) {
+        enum { K = 40 };
+        int64_t t[K];
+        policy_reader h[K];
+        int posted = 0, read = 0, seen = 0;
+        int64_t now = MS(1), clk = 0;
+        policy_limits lr = l;
+        lr.stall_timeout_ms = 50 + (int)(rng_u64() % 200);
+        lr.park_ms = policy_park_ms((int)(rng_u64() % 150), lr.stall_timeout_ms);
+        for (int k = 0; k < K; k++) {
+            now += MS(rng_u64() % 60);
+            posted += (int)(rng_u64() % 3);
+            if (rng_u64() % 3 == 0) read += (int)(rng_u64() % (uint64_t)(posted - read + 1));
+            t[k] = now;
+            h[k] = (policy_reader){.n_read = read, .n_posted = posted, .blocked = rng_u64() % 7 == 0};
+            clk = policy_stall_since(&lr, clk, seen, &h[k], now);
+            seen = h[k].n_read;
+            int64_t want = ref_since(t, h, k);
+            bool stalled = want && now - want > MS(lr.stall_timeout_ms);
+            bool park = lr.park_ms > 0 && want && (h[k].blocked || now - want > MS(lr.park_ms));
+            if (clk != want || policy_stalled(&lr, clk, now) != stalled || policy_park(&lr, clk, h[k].blocked, now) != park) {
+                CHECK_MSG(0, "stall clock, trace %d step %d: since %lld (reference %lld)", iter, k, (long long)clk,
+                          (long long)want);
+                return;
+            }
+        }
+    }
+    CHECK(1);
+}
+
 int main(void) {
     test_admit_order();
     test_gates();
@@ -404,5 +557,9 @@ int main(void) {
     test_random_picks();
     test_prefill();
     test_decode_share();
+    test_client_start();
+    test_submit_check();
+    test_admit_gate();
+    test_stall();
     return test_summary("test_policy");
 }

@@ -16,15 +16,23 @@
  * generated tokens simply become part of what it has to recompute; its
  * sampler, RNG and penalties included, is kept).
  *
- * One step (engine_step; the rules it applies are sched/policy.h's):
+ * Every scheduling rule (who is refused, admitted, tried, preempted,
+ * parked, cut, charged, which prefill and decode rows run) is a pure
+ * function of sched/policy.h, and the cache's eviction order is
+ * kvpolicy.h's ("Eviction order"); this file builds their inputs and
+ * carries out their answers. At submission engine_submit refuses past a
+ * client's limits (policy_submit_check) and take_submitted places a new
+ * client in the fair order (policy_client_start).
+ *
+ * One step (engine_step):
  *   plan     (step_plan)
  *     1. take the submitted requests into the waiting list (arrival order);
  *        expire pins and apply tool names (agent policy), advance kv_hint
  *        prefetches (engine_disk.h);
- *     2. end cancelled, stalled (stall_timeout_ms) and stopped sequences;
+ *     2. end cancelled, stalled (policy_stalled) and stopped sequences;
  *        sample the sequences whose grammar masks came in since they sat
- *        out; park running sequences whose reader took nothing for park_ms,
- *        unpark waiting ones whose reader caught up;
+ *        out; park running sequences (policy_park), unpark waiting ones
+ *        (policy_unpark);
  *     3. give every running sequence a KV slot for its next token, oldest
  *        first; when the pool has no free block: evict cached blocks (least
  *        recently used, then pins as kvpolicy_yield orders them), take back
@@ -33,9 +41,11 @@
  *     4. one decode token per running sequence goes into the batch first;
  *     5. admission (pass 0 with the agent policy: returning agents and
  *        overdue sequences; pass 1: all), in the fair order among those
- *        policy_may_try allows, until policy_after_try stops it, slots run
- *        out, or a preemption happened this step: try_admit radix_matches
- *        the known tokens (all but the last one, whose logits we need),
+ *        policy_may_try allows, until policy_after_try stops it,
+ *        policy_admit_gate finds no slot, or a preemption happened this
+ *        step (a sequence that can never fit ends at `length`): try_admit
+ *        radix_matches the known tokens (all but the last one, whose
+ *        logits we need),
  *        copies the rows before the divergence when the match ends inside a
  *        block (docs/kv-cache.md "A partial last block"), makes a sequence
  *        whose next blocks another one is still computing (PENDING) wait
@@ -170,17 +180,15 @@ static void client_put_locked(engine *en, int slot) {
     en->n_clients--;
 }
 
-/* Engine thread, en->mu held: a new client starts at the least `served` of
- * the active ones, so it is not owed what it never asked for. */
+/* Engine thread, en->mu held: a new client's place in the fair order
+ * (policy_client_start over the client table, in en->pcl). */
 static void client_start_locked(engine *en, client *c) {
     if (!c->fresh) return;
-    double v = 0;
-    bool any = false;
     for (int i = 0; i < en->hi_clients; i++) {
         const client *o = &en->clients[i];
-        if (o->used && !o->fresh && (!any || o->served < v)) v = o->served, any = true;
+        en->pcl[i] = (policy_client){.active = o->used && !o->fresh, .served = o->served};
     }
-    c->served = v;
+    c->served = policy_client_start(en->pcl, en->hi_clients);
     c->fresh = false;
 }
 
@@ -730,43 +738,41 @@ static void take_submitted(engine *en) {
     pthread_mutex_unlock(&en->mu);
 }
 
-/* Whether the sequence's reader has left posted tokens untaken for longer
- * than stall_timeout_ms (the clock restarts whenever the reader takes some:
- * a slow reader is not a stalled one). */
-static bool seq_stalled(engine *en, seq *s, int64_t now) {
-    if ((en->o.stall_timeout_ms <= 0 && en->park_ms <= 0) || s->r->no_stall) return false;
-    int n_read = atomic_load(&s->r->n_read);
-    /* a blocked reader (--park-bytes) may have taken every token while its
-     * client still takes nothing: its clock runs too */
-    if (n_read >= s->tok.n_generated && !atomic_load(&s->r->reader_blocked)) {
-        s->sch.stall_since_ns = 0;
-    } else if (n_read != s->sch.stall_n_read || !s->sch.stall_since_ns) {
-        s->sch.stall_since_ns = now;
-    }
-    s->sch.stall_n_read = n_read;
-    return en->o.stall_timeout_ms > 0 && s->sch.stall_since_ns &&
-           now - s->sch.stall_since_ns > (int64_t)en->o.stall_timeout_ms * 1000000;
+/* s's reader as the backpressure rules see it (policy.h). */
+static policy_reader reader_view(const seq *s) {
+    return (policy_reader){.n_read = atomic_load(&s->r->n_read),
+                           .n_posted = s->tok.n_generated,
+                           .blocked = atomic_load(&s->r->reader_blocked),
+                           .no_stall = s->r->no_stall};
 }
 
-/* Parks the running sequences whose reader took nothing for park_ms (the
- * clock seq_stalled keeps) and unparks the waiting ones whose reader took
- * everything posted. A parked sequence holds no slot and no block: a
- * client that does not read costs the engine nothing while it waits to be
- * cut (before, it kept decoding into a buffer nobody read, holding its
- * slot and blocks, until --stall-timeout). */
+/* Moves s's stall clock (policy_stall_since) and says whether it is
+ * stalled (policy_stalled: cut). */
+static bool seq_stalled(engine *en, seq *s, int64_t now) {
+    policy_reader rd = reader_view(s);
+    s->sch.stall_since_ns = policy_stall_since(&en->lim, s->sch.stall_since_ns, s->sch.stall_n_read, &rd, now);
+    s->sch.stall_n_read = rd.n_read;
+    return policy_stalled(&en->lim, s->sch.stall_since_ns, now);
+}
+
+/* Parks the running sequences policy_park names (the clock seq_stalled
+ * keeps) and unparks the waiting ones policy_unpark names. A parked
+ * sequence holds no slot and no block: a client that does not read costs
+ * the engine nothing while it waits to be cut (before, it kept decoding
+ * into a buffer nobody read, holding its slot and blocks, until
+ * --stall-timeout). */
 static void park_step(engine *en) {
     if (en->park_ms <= 0) return;
     int64_t now = sched__now(en);
     for (int i = en->waiting.n - 1; i >= 0; i--) {
         seq *s = en->waiting.v[i];
-        if (s->sch.parked && atomic_load(&s->r->n_read) >= s->tok.n_generated && !atomic_load(&s->r->reader_blocked))
-            set_parked(en, s, false);
+        policy_reader rd = reader_view(s);
+        if (s->sch.parked && policy_unpark(&rd)) set_parked(en, s, false);
     }
     for (int i = en->running.n - 1; i >= 0; i--) {
         seq *s = en->running.v[i];
-        if (!s->sch.stall_since_ns) continue;
         bool blocked = atomic_load(&s->r->reader_blocked);
-        if (!blocked && now - s->sch.stall_since_ns <= (int64_t)en->park_ms * 1000000) continue;
+        if (!policy_park(&en->lim, s->sch.stall_since_ns, blocked, now)) continue;
         if (blocked)
             log_info("engine: request %llu parked: its client left --park-bytes of its output unread",
                      (unsigned long long)s->order);
@@ -1320,17 +1326,17 @@ static void step_plan(engine *en, int *n_tok, int *n_bs) {
         seq *s = fair_pick(en, pass, now, n_prefilling);
         if (!s) break;
         s->sch.tried_step = en->step_no;
-        if (en->running.n >= en->o.max_running) {
+        policy_gate g = policy_admit_gate(&en->lim, en->running.n, (s->tok.n + B - 1) / B);
+        if (g == POLICY_GATE_NO_SLOT) {
             if (!blocked) blocked = s;
             break;
         }
-        bool overdue = en->lim.agent && policy_overdue(&en->lim, s->sch.wait_start_ns, now);
-        int need = (s->tok.n + B - 1) / B;
-        if (need + 1 > kvpool_n_blocks(en->pool)) {
+        if (g == POLICY_GATE_NEVER_FITS) {
             list_remove(&en->waiting, s);
             seq_finish(en, s, REQ_FINISH_LENGTH, NULL);
             continue;
         }
+        bool overdue = en->lim.agent && policy_overdue(&en->lim, s->sch.wait_start_ns, now);
         int rc = try_admit(en, s);
         if (rc < 0 && !blocked) blocked = s;
         policy_after next = policy_after_try(rc, overdue, pass);
@@ -1697,6 +1703,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->forced_ids = xmalloc(ENGINE_FORCED_MAX * sizeof *en->forced_ids);
     en->cap_clients = (int)MIN((int64_t)o->max_queue + en->o.max_running + 1, (int64_t)ENGINE_MAX_CLIENTS);
     en->clients = xcalloc((size_t)en->cap_clients, sizeof *en->clients);
+    en->pcl = xcalloc((size_t)en->cap_clients, sizeof *en->pcl);
     pthread_mutex_init(&en->mu, NULL);
     pthread_mutex_init(&en->mk_mu, NULL);
     pthread_cond_init(&en->mk_cv, NULL);
@@ -1737,8 +1744,13 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
                               .client_max_running = o->client_max_running,
                               .kv_limit = en->kv_limit,
                               .new_wait_max_ns = (int64_t)en->o.new_wait_max_ms * 1000000,
-                              .agent = en->pol != NULL};
-    en->park_ms = o->park_ms <= 0 ? 0 : o->stall_timeout_ms > 0 ? MIN(o->park_ms, o->stall_timeout_ms / 2) : o->park_ms;
+                              .agent = en->pol != NULL,
+                              .pool_blocks = (int)n_blocks,
+                              .client_max_queued = o->client_max_queued,
+                              .client_max_parked = o->client_max_parked,
+                              .stall_timeout_ms = o->stall_timeout_ms,
+                              .park_ms = policy_park_ms(o->park_ms, o->stall_timeout_ms)};
+    en->park_ms = en->lim.park_ms;
     if (o->kv_disk_dir) {
         kvdisk_opts ko = {.dir = o->kv_disk_dir,
                           .max_bytes = o->kv_disk_max_bytes,
@@ -1821,6 +1833,7 @@ void engine_free(engine *en) {
     free(en->forced);
     free(en->forced_ids);
     free(en->clients);
+    free(en->pcl);
     draft_free(en->dr);
     dmodel_free(en->dm);
     free(en->spec_p);
@@ -1868,17 +1881,18 @@ int engine_submit(engine *en, req *r, err_t *e) {
     int c_parked = atomic_load(&c->n_parked), c_kv = atomic_load(&c->kv_held);
     int c_waiting = c->n_inflight - atomic_load(&c->n_running);
     char why[256] = "";
-    if (en->o.client_max_parked > 0 && c_parked >= en->o.client_max_parked)
+    policy_submit refusal = policy_submit_check(&en->lim, c_parked, c_kv, c_waiting);
+    if (refusal == POLICY_SUBMIT_PARKED)
         snprintf(why, sizeof why,
                  "per-client parked stream limit (client-max-parked %d) reached: %d of this client's streams are not "
                  "being read (each is cut after --stall-timeout)",
                  en->o.client_max_parked, c_parked);
-    else if (en->kv_limit && c_kv >= en->kv_limit)
+    else if (refusal == POLICY_SUBMIT_KV)
         snprintf(why, sizeof why,
                  "per-client KV share limit (client-max-kv %g%%: %d of %d blocks) reached: this client's running "
                  "requests hold %d blocks; retry when they finish",
                  en->o.client_max_kv * 100, en->kv_limit, en->n_blocks, c_kv);
-    else if (en->o.client_max_queued > 0 && c_waiting >= en->o.client_max_queued)
+    else if (refusal == POLICY_SUBMIT_QUEUED)
         snprintf(why, sizeof why,
                  "this client already has %d request%s waiting (client-max-queued %d); others' requests are admitted "
                  "before its next ones",

@@ -236,6 +236,7 @@ struct engine {
     /* the scheduling rules' inputs (policy.h): the limits, and the views of
      * the waiting (cap_pw) and running (max_running) sequences */
     policy_limits lim;
+    policy_client *pcl;          /* (cap_clients) client_start_locked's view  */
     policy_waiting *pw;
     int cap_pw;
     policy_running *pr;

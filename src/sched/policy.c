@@ -17,6 +17,21 @@ int policy_new_wait_ms(int new_wait_max_ms, double ttl_max_s, int cap_ms) {
     return ttl_max_s * 1000 < cap_ms ? (int)(ttl_max_s * 1000) : cap_ms;
 }
 
+double policy_client_start(const policy_client *v, int n) {
+    double least = 0;
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        if (v[i].active && (!any || v[i].served < least)) least = v[i].served, any = true;
+    return least;
+}
+
+policy_submit policy_submit_check(const policy_limits *l, int c_parked, int c_kv_held, int c_waiting) {
+    if (l->client_max_parked > 0 && c_parked >= l->client_max_parked) return POLICY_SUBMIT_PARKED;
+    if (l->kv_limit && c_kv_held >= l->kv_limit) return POLICY_SUBMIT_KV;
+    if (l->client_max_queued > 0 && c_waiting >= l->client_max_queued) return POLICY_SUBMIT_QUEUED;
+    return POLICY_SUBMIT_OK;
+}
+
 kvpol_yield_for policy_yield_for(const policy_limits *l, const policy_waiting *w, int64_t now, int n_running) {
     if (!l->agent || w->resumes || w->admitted_once || policy_overdue(l, w->wait_start_ns, now))
         return KVPOL_FOR_RUNNING;
@@ -50,6 +65,12 @@ int policy_pick_waiting(const policy_limits *l, const policy_waiting *v, int n, 
         if (best < 0 || policy_admit_before(&v[i], &v[best])) best = i;
     }
     return best;
+}
+
+policy_gate policy_admit_gate(const policy_limits *l, int n_running, int need_blocks) {
+    if (n_running >= l->max_running) return POLICY_GATE_NO_SLOT;
+    if (need_blocks + 1 > l->pool_blocks) return POLICY_GATE_NEVER_FITS;
+    return POLICY_GATE_TRY;
 }
 
 policy_after policy_after_try(int rc, bool overdue, int pass) {
@@ -161,4 +182,25 @@ int policy_decode_share(const policy_row *v, int n, bool *out) {
         n_out++;
     }
     return n_out;
+}
+
+int64_t policy_stall_since(const policy_limits *l, int64_t since, int seen, const policy_reader *r, int64_t now) {
+    if ((l->stall_timeout_ms <= 0 && l->park_ms <= 0) || r->no_stall) return since;
+    if (r->n_read >= r->n_posted && !r->blocked) return 0;
+    return r->n_read != seen || !since ? now : since;
+}
+
+bool policy_stalled(const policy_limits *l, int64_t since, int64_t now) {
+    return l->stall_timeout_ms > 0 && since && now - since > (int64_t)l->stall_timeout_ms * 1000000;
+}
+
+bool policy_park(const policy_limits *l, int64_t since, bool blocked, int64_t now) {
+    return l->park_ms > 0 && since && (blocked || now - since > (int64_t)l->park_ms * 1000000);
+}
+
+bool policy_unpark(const policy_reader *r) { return r->n_read >= r->n_posted && !r->blocked; }
+
+int policy_park_ms(int park_ms, int stall_timeout_ms) {
+    if (park_ms <= 0) return 0;
+    return stall_timeout_ms > 0 ? MIN(park_ms, stall_timeout_ms / 2) : park_ms;
 }

@@ -1,10 +1,14 @@
 /*
  * policy.h — the engine's scheduling rules, as pure functions over a small
- * state: who is admitted next and which waiting sequences may be tried at
- * all, what admission does after a try, whose memory a waiting sequence may
- * take (the pins it may make yield), which running sequence gives its
- * blocks back when the pool is out of them or yields its slot to a client
- * below its fair share, and which prefill gets the step's prefill budget.
+ * state: which submissions a client's limits refuse, where a new client
+ * starts in the fair order, who is admitted next and which waiting
+ * sequences may be tried at all, what admission does before and after a
+ * try, whose memory a waiting sequence may take (the pins it may make
+ * yield), which running sequence gives its blocks back when the pool is out
+ * of them or yields its slot to a client below its fair share, which
+ * prefill gets the step's prefill budget, which decode rows sit out for
+ * the decode share, and which sequences a reader that takes nothing gets
+ * parked or cut (the stall clock).
  *
  * Place in the flow: sched/. engine.c owns the state (sequences, clients,
  * the KV pool) and the mechanics (matching, allocating, preempting); before
@@ -13,8 +17,14 @@
  * `now` (the engine's clock, engine_opts.clock), so tests/test_policy.c
  * replays the rules step by step without sleeping.
  *
- * One step, as the engine applies these rules (engine.c, step_plan):
+ * At submission (engine_submit): policy_submit_check refuses a request
+ * past its client's limits; the engine thread then places a new client in
+ * the fair order (policy_client_start). One step, as the engine applies
+ * these rules (engine.c, step_plan):
  *
+ *   readers        the stall clock (policy_stall_since) of every sequence;
+ *                  policy_stalled ones are cut, policy_park running ones
+ *                  parked, policy_unpark waiting ones unparked;
  *   decode tokens  every running sequence's next token first (oldest first;
  *                  when the pool has no block for one: policy_kv_victim is
  *                  preempted, and cached blocks are evicted before that:
@@ -24,7 +34,8 @@
  *                  pinned turn or are overdue (policy_overdue); pass 1:
  *                  everyone. Within a pass, policy_pick_waiting (the fair
  *                  order among those policy_may_try allows), tried once per
- *                  step; policy_after_try says whether to go on. No
+ *                  step; policy_admit_gate says whether it gets a slot or
+ *                  can never fit, policy_after_try whether to go on. No
  *                  admission in a step that preempted (thrash); the memory
  *                  an admission may free is policy_yield_for's;
  *   fair yield     the first sequence that slots or blocks kept out may make
@@ -33,6 +44,18 @@
  *                  than POLICY_PREFILL_STEP_MIN prefill tokens and budget;
  *   decode share   policy_decode_share: the client with the most tokens in
  *                  the step beside others sits decode rows out.
+ *
+ * Who is charged: every token a step computes for a sequence (prompt,
+ * decode, drafts) counts toward its client's `served` (step_advance), and
+ * every prefill token scheduled toward its client's prefill virtual time
+ * (prefill_plan); nothing else moves them.
+ *
+ * What stays in engine.c is mechanics: building the views below, matching
+ * and allocating blocks (try_admit), the order in which a running sequence
+ * short of a block takes memory (the cache's eviction order, kvpolicy.h
+ * "Eviction order", then waiting sequences' disk reads, then
+ * policy_kv_victim; alone and still short, it ends at `length`), and
+ * preempting.
  *
  * Thread: any (pure functions).
  */
@@ -84,6 +107,12 @@ typedef struct policy_limits {
     int64_t new_wait_max_ns;  /* agent policy: a wait longer than this is
                                  overdue (engine_opts.new_wait_max_ms)        */
     bool agent;               /* the agent KV policy (pins) is on             */
+    int pool_blocks;          /* the KV pool's blocks                         */
+    int client_max_queued;    /* waiting requests per client (0: none)        */
+    int client_max_parked;    /* parked sequences per client (0: none)        */
+    int stall_timeout_ms;     /* reader stall that cuts a sequence (0: never) */
+    int park_ms;              /* reader stall that parks one (0: never; as
+                                 applied: policy_park_ms)                     */
 } policy_limits;
 
 /* A waiting sequence as admission sees it, with its client's counts. */
@@ -137,6 +166,30 @@ bool policy_overdue(const policy_limits *l, int64_t wait_start_ns, int64_t now);
  * agents' returns re-pinning, not by one pin. */
 int policy_new_wait_ms(int new_wait_max_ms, double ttl_max_s, int cap_ms);
 
+/* A client's place in the fair order when it comes (virtual time): a
+ * client with nothing in flight that submits starts at the least `served`
+ * of the clients that already have work (0 when none), so it is not owed
+ * what it never asked for, and coming and going gives no credit. */
+typedef struct policy_client {
+    bool active;              /* has requests in flight, its start already set */
+    double served;            /* tokens computed for it (virtual time)        */
+} policy_client;
+double policy_client_start(const policy_client *v, int n);
+
+/* engine_submit's per-client limits, checked in this order (the first that
+ * binds is the refusal, its message naming the limit): the client's parked
+ * sequences at client_max_parked, the blocks its running sequences hold at
+ * kv_limit, its waiting requests at client_max_queued (0: no such limit).
+ * The queue's own bound (max_queue) and the client table's size are
+ * engine_submit's, checked before these. */
+typedef enum {
+    POLICY_SUBMIT_OK,
+    POLICY_SUBMIT_PARKED,
+    POLICY_SUBMIT_KV,
+    POLICY_SUBMIT_QUEUED,
+} policy_submit;
+policy_submit policy_submit_check(const policy_limits *l, int c_parked, int c_kv_held, int c_waiting);
+
 /* Whose memory w may take (kvpolicy.h, "Who may take a pin's memory"): pins
  * yield to running work, to agents coming back, to sequences that ran
  * before and to overdue ones (KVPOL_FOR_RUNNING); a new conversation takes
@@ -165,6 +218,19 @@ bool policy_may_try(const policy_limits *l, const policy_waiting *w, int pass, i
  * those policy_may_try allows; its index in v, or -1. O(n). */
 int policy_pick_waiting(const policy_limits *l, const policy_waiting *v, int n, int pass, int64_t now,
                         int n_prefilling);
+
+/* What admission does with the sequence policy_pick_waiting named, before
+ * trying it: with max_running sequences running there is no slot (it is
+ * the step's candidate for policy_fair_victim, and nobody else is tried);
+ * a sequence whose known tokens need more than pool_blocks - 1 blocks can
+ * never run (it ends at `length`; the one block left is its next token's);
+ * else it is tried. */
+typedef enum {
+    POLICY_GATE_TRY,
+    POLICY_GATE_NO_SLOT,
+    POLICY_GATE_NEVER_FITS,
+} policy_gate;
+policy_gate policy_admit_gate(const policy_limits *l, int n_running, int need_blocks);
 
 /* What admission does after trying a sequence (try_admit's result: 1
  * admitted, 0 must wait, -1 no blocks; overdue: policy_overdue of it). */
@@ -216,6 +282,36 @@ int policy_pick_prefill(const policy_prefill *v, int n);
  * not prefill in the step before) starts at least at pf_v, the least
  * virtual time of the clients that prefilled in the step before. */
 double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double pf_v);
+
+/* Backpressure on a reader that does not take its output (engine_opts
+ * stall_timeout_ms, park_ms). Each running or waiting sequence keeps a
+ * stall clock: `since` (0: nothing waits for the reader) is set when posted
+ * tokens wait untaken, or a blocked reader (--park-bytes: it has taken
+ * every token while its client still takes nothing) holds them, and set
+ * again whenever the reader takes some: a slow reader is not a stalled
+ * one; it is 0 while the reader has everything. The clock runs only when
+ * one of the two limits is set and the request has not opted out
+ * (no_stall). A sequence is stalled (cut, as cancelled) when the clock
+ * shows strictly more than stall_timeout_ms; a running one is parked (it
+ * gives back its slot and blocks, and is not admitted) when its reader is
+ * blocked or the clock shows strictly more than park_ms; a parked one is
+ * unparked once its reader has taken every token posted and is not
+ * blocked. */
+typedef struct policy_reader {
+    int n_read;               /* tokens its reader took (req.n_read)          */
+    int n_posted;             /* tokens posted to it (generated)              */
+    bool blocked;             /* req.reader_blocked                           */
+    bool no_stall;            /* req.no_stall: never stalled nor parked       */
+} policy_reader;
+/* The stall clock after seeing r at `now`, from `since` and `seen` (the
+ * n_read it saw last time); the caller keeps r->n_read as the next `seen`. */
+int64_t policy_stall_since(const policy_limits *l, int64_t since, int seen, const policy_reader *r, int64_t now);
+bool policy_stalled(const policy_limits *l, int64_t since, int64_t now);
+bool policy_park(const policy_limits *l, int64_t since, bool blocked, int64_t now);
+bool policy_unpark(const policy_reader *r);
+/* park_ms as applied: 0 when <= 0; at most half of stall_timeout_ms when
+ * that is set (a sequence is parked before it would be cut). */
+int policy_park_ms(int park_ms, int stall_timeout_ms);
 
 /* Decode share between clients (issue 26). On a CPU a step costs a fixed
  * part plus a part per token, so every decode row of one client lengthens
