@@ -6,11 +6,16 @@
  * --kv-ttl-max clamp, yield order (furthest predicted return first), resume
  * by the matched blocks or by the session, supersede, release by hint, the
  * bound on the number of pins, the TTL-error statistics, and the reasons
- * counted. The expected numbers are computed here from the documented
+ * counted, and the whole eviction order (LRU leaves, then pins as they
+ * yield, with a real radix tree) block by block. The expected numbers are computed here from the documented
  * formula (kvpolicy.h), not read back from the module. */
 #include <math.h>
 
+#include <stdio.h>
+#include <string.h>
+
 #include "kv/kvpool.h"
+#include "kv/radix.h"
 #include "sched/kvpolicy.h"
 #include "test.h"
 
@@ -441,6 +446,143 @@ static void test_tails(void) {
     kvpool_free(p);
 }
 
+/* The eviction order (kvpolicy.h, "Eviction order"), exactly, on a real
+ * pool and radix tree: a 4-token block each, the scene at time 10 s:
+ *   unpinned  A = [a0 a1] (a chain), C = [c0]; released in the order a0,
+ *             c0, a1, so the LRU leaves are c0 (older) and a1, and a0 has a
+ *             child until a1 goes;
+ *   held      H = [h0]: a sequence holds it (never evicted);
+ *   pins      O [o0]: back at 1 s, overdue; F [f0 f1] + a partial block ft:
+ *             back at 50 s; N [n0]: back at 20 s; R [r0]: back at 9 s, and
+ *             its agent returned then (so the mean prediction error is 0
+ *             and O's slack 1 s). Every pin's TTL is 60 s (none expired).
+ * Evicting one block at a time, the blocks come back in the documented
+ * order: c0, a1, a0 (LRU; the parent after its child even though it was
+ * released first); then for running work the overdue pin (o0), the
+ * furthest predicted return (F: its partial block at the yield, then f1,
+ * f0 as LRU leaves), N, and the returned pin last; never h0. A new
+ * conversation gets the LRU blocks only (every pin is protected), one
+ * while nothing runs also the overdue pin. Evicting 3 at once at the pins
+ * frees o0, ft, f1: a yielded pin's blocks go before the next pin yields. */
+enum { EV_B = 4, EV_N = 32 };
+typedef struct ev_scene {
+    kvpool *pool;
+    radix *t;
+    kvpolicy *k;
+    int32_t a[2], c[1], h[1], o[1], f[2], ft, n[1], r[1];
+} ev_scene;
+
+/* Indexes n fresh blocks under tokens seed.. (the caller keeps a reference). */
+static void ev_insert(ev_scene *s, int32_t *b, int nb, int seed) {
+    int32_t tok[8];
+    for (int i = 0; i < nb * EV_B; i++) tok[i] = seed * 100 + i;
+    fresh(s->pool, b, nb);
+    int32_t tmp[2] = {b[0], nb > 1 ? b[1] : -1};
+    CHECK_EQ_INT(radix_insert(s->t, tok, nb, tmp, RADIX_READY), nb);
+}
+
+static void ev_build(ev_scene *s) {
+    s->pool = kvpool_new(EV_N);
+    s->t = radix_new(s->pool, EV_B);
+    s->k = kvpolicy_new(s->pool, 60, 0);
+    ev_insert(s, s->a, 2, 1);
+    ev_insert(s, s->c, 1, 2);
+    ev_insert(s, s->h, 1, 3);
+    kvpool_unref(s->pool, s->a[0]); /* releases: a0, c0, a1 */
+    kvpool_unref(s->pool, s->c[0]);
+    kvpool_unref(s->pool, s->a[1]);
+    ev_insert(s, s->o, 1, 4);
+    kvpolicy_pin(s->k, s->o, 1, 0, NULL, 60, 1, 1, S(0));
+    ev_insert(s, s->f, 2, 5);
+    kvpolicy_pin(s->k, s->f, 2, 0, NULL, 60, 50, 2, S(0));
+    fresh(s->pool, &s->ft, 1);
+    int32_t rows[2] = {7, 8};
+    CHECK(kvpolicy_pin_tail(s->k, 2, s->ft, rows, 2));
+    kvpool_unref(s->pool, s->ft); /* the pin's reference only */
+    ev_insert(s, s->n, 1, 6);
+    kvpolicy_pin(s->k, s->n, 1, 0, NULL, 60, 20, 3, S(0));
+    ev_insert(s, s->r, 1, 7);
+    kvpolicy_pin(s->k, s->r, 1, 0, NULL, 60, 9, 4, S(0)); /* back on time: no error */
+    CHECK(kvpolicy_returned(s->k, s->r, 1, 0, S(9)));
+}
+
+static void ev_free(ev_scene *s) {
+    kvpolicy_free(s->k);
+    kvpool_unref(s->pool, s->h[0]);
+    radix_free(s->t);
+    kvpool_free(s->pool);
+}
+
+/* Evicts one block at a time until nothing more comes back; the blocks in
+ * the order the pool got them (each call must free exactly one). */
+static int ev_order(ev_scene *s, kvpol_yield_for why, int32_t *out) {
+    int n = 0;
+    for (;;) {
+        int before[EV_N];
+        for (int b = 0; b < EV_N; b++) before[b] = kvpool_refcount(s->pool, b);
+        int got = kvpolicy_evict(s->k, s->t, s->pool, 1, S(10), why);
+        if (got == 0) break;
+        CHECK_EQ_INT(got, 1);
+        for (int b = 0; b < EV_N; b++)
+            if (before[b] > 0 && kvpool_refcount(s->pool, b) == 0) out[n++] = b;
+        if (n > EV_N - 1) break;
+    }
+    return n;
+}
+
+static void check_order(const char *what, const int32_t *got, int n_got, const int32_t *want, int n_want) {
+    bool same = n_got == n_want;
+    for (int i = 0; same && i < n_want; i++) same = got[i] == want[i];
+    char g[256] = "", w[256] = "";
+    for (int i = 0; i < n_got; i++) snprintf(g + strlen(g), sizeof g - strlen(g), " %d", got[i]);
+    for (int i = 0; i < n_want; i++) snprintf(w + strlen(w), sizeof w - strlen(w), " %d", want[i]);
+    CHECK_MSG(same, "%s: blocks freed in the order%s, the documented order%s", what, g, w);
+}
+
+static void test_eviction_order(void) {
+    ev_scene s;
+    int32_t got[EV_N];
+    ev_build(&s);
+    int32_t run[] = {s.c[0], s.a[1], s.a[0], s.o[0], s.ft, s.f[1], s.f[0], s.n[0], s.r[0]};
+    check_order("running work", got, ev_order(&s, KVPOL_FOR_RUNNING, got), run, (int)ARRAY_LEN(run));
+    CHECK_EQ_INT(kvpool_refcount(s.pool, s.h[0]), 2); /* held: never */
+    CHECK_EQ_INT(radix_n_cached(s.t), 1);
+    ev_free(&s);
+
+    ev_build(&s);
+    int32_t nw[] = {s.c[0], s.a[1], s.a[0]};
+    check_order("a new conversation", got, ev_order(&s, KVPOL_FOR_NEW, got), nw, (int)ARRAY_LEN(nw));
+    ev_free(&s);
+
+    ev_build(&s);
+    int32_t idle[] = {s.c[0], s.a[1], s.a[0], s.o[0]};
+    check_order("a new conversation, nothing running", got, ev_order(&s, KVPOL_FOR_NEW_IDLE, got), idle,
+                (int)ARRAY_LEN(idle));
+    ev_free(&s);
+
+    /* n at once: a yielded pin's blocks before the next pin yields */
+    ev_build(&s);
+    CHECK_EQ_INT(kvpolicy_evict(s.k, s.t, s.pool, 3, S(10), KVPOL_FOR_RUNNING), 3); /* c0 a1 a0 */
+    CHECK_EQ_INT(kvpolicy_evict(s.k, s.t, s.pool, 3, S(10), KVPOL_FOR_RUNNING), 3); /* o0 ft f1 */
+    CHECK_EQ_INT(kvpool_refcount(s.pool, s.f[1]), 0);
+    CHECK_EQ_INT(kvpool_refcount(s.pool, s.f[0]), 1); /* F's, evictable now */
+    CHECK_EQ_INT(kvpool_refcount(s.pool, s.n[0]), 2); /* N still pinned */
+    CHECK_EQ_INT(kvpool_n_free(s.pool), EV_N - 4);    /* f0, n0, r0, h0 */
+    ev_free(&s);
+    /* without pins: the LRU alone */
+    kvpool *p = kvpool_new(8);
+    radix *t = radix_new(p, EV_B);
+    int32_t b[2], tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    fresh(p, b, 2);
+    int32_t tmp[2] = {b[0], b[1]};
+    radix_insert(t, tok, 2, tmp, RADIX_READY);
+    kvpool_unref(p, b[1]);
+    CHECK_EQ_INT(kvpolicy_evict(NULL, t, p, 5, S(10), KVPOL_FOR_RUNNING), 1); /* b0 is held */
+    kvpool_unref(p, b[0]);
+    radix_free(t);
+    kvpool_free(p);
+}
+
 int main(void) {
     test_tails();
     test_expiry_and_default();
@@ -454,5 +596,6 @@ int main(void) {
     test_returned();
     test_protection();
     test_bounded();
+    test_eviction_order();
     return test_summary("test_kvpolicy");
 }

@@ -34,8 +34,8 @@
  *        out; park running sequences (policy_park), unpark waiting ones
  *        (policy_unpark);
  *     3. give every running sequence a KV slot for its next token, oldest
- *        first; when the pool has no free block: evict cached blocks (least
- *        recently used, then pins as kvpolicy_yield orders them), take back
+ *        first; when the pool has no free block: evict cached blocks in
+ *        the eviction order (kvpolicy.h, "Eviction order"), take back
  *        waiting sequences' disk-read blocks, then preempt policy_kv_victim
  *        (alone and still out of blocks, a sequence ends at `length`);
  *     4. one decode token per running sequence goes into the batch first;
@@ -275,25 +275,21 @@ void sched__seq_release_blocks(engine *en, seq *s) {
 }
 
 
-/* Frees up to n cached blocks: the radix tree's evictable ones (least
- * recently used first); when those run out, pins yield (which ones: `why`,
- * kvpolicy_yield) and their blocks are evicted in turn. Returns how many
- * were freed. */
+/* Frees up to n cached blocks in the eviction order (kvpolicy.h,
+ * "Eviction order": LRU leaves, then pins as `why` lets them yield).
+ * Returns how many were freed. */
 static int evict(engine *en, int n, kvpol_yield_for why) {
-    /* counted as blocks the pool got back: a yielded pin's partial last
-     * block (kvpolicy_pin_tail) is freed by the yield itself, not by the tree */
-    int free0 = kvpool_n_free(en->pool);
-    radix_evict(en->tree, n);
-    int64_t now = en->pol && kvpool_n_free(en->pool) - free0 < n ? sched__now(en) : 0;
-    while (kvpool_n_free(en->pool) - free0 < n && en->pol && kvpolicy_yield(en->pol, now, why) > 0)
-        radix_evict(en->tree, n - (kvpool_n_free(en->pool) - free0));
-    int got = kvpool_n_free(en->pool) - free0;
+    /* the clock only when pins may have to yield (the LRU alone needs none) */
+    int64_t now = en->pol && radix_n_evictable(en->tree) < n ? sched__now(en) : 0;
+    int got = kvpolicy_evict(en->pol, en->tree, en->pool, n, now, why);
     en->cnt.kv_evicted_blocks_total += (uint64_t)got;
     return got;
 }
 
-/* A free block, evicting cached ones if needed, then taking back the blocks
- * of waiting sequences' disk reads; -1 when none can be had. */
+/* A free block for a running sequence: evicting cached ones if needed
+ * (kvpolicy.h, "Eviction order", as for running work), then taking back
+ * the blocks of waiting sequences' disk reads; -1 when none can be had
+ * (the caller preempts policy_kv_victim). */
 static int32_t alloc_block(engine *en) {
     int32_t b = kvpool_alloc(en->pool);
     if (b >= 0) return b;

@@ -345,4 +345,14 @@ int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why) {
     return n;
 }
 
+int kvpolicy_evict(kvpolicy *p, radix *t, kvpool *pool, int n, int64_t now_ns, kvpol_yield_for why) {
+    /* counted as blocks the pool got back: a yielded pin's partial last
+     * block (kvpolicy_pin_tail) is freed by the yield itself, not by the tree */
+    int free0 = kvpool_n_free(pool);
+    radix_evict(t, n);
+    while (kvpool_n_free(pool) - free0 < n && p && kvpolicy_yield(p, now_ns, why) > 0)
+        radix_evict(t, n - (kvpool_n_free(pool) - free0));
+    return kvpool_n_free(pool) - free0;
+}
+
 void kvpolicy_get_stats(const kvpolicy *p, kvpolicy_stats *out) { *out = p->st; }

@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "../kv/kvpool.h"
+#include "../kv/radix.h"
 
 #define KVPOLICY_MAX_PINS 1024
 #define KVPOLICY_TTL_FACTOR 1.5
@@ -168,6 +169,43 @@ typedef enum {
 } kvpol_yield_for;
 int kvpolicy_yield(kvpolicy *p, int64_t now_ns, kvpol_yield_for why);
 #define KVPOLICY_PROTECT_MIN_RATE 0.25
+
+/* Eviction order: which cached block goes back to the pool first when the
+ * engine needs blocks (engine.c evict; the whole order, in one place):
+ *
+ *   0. Never: a block a sequence holds (running, waiting for its disk
+ *      reads, or a kv_hint prefetch), a PENDING block being computed, and
+ *      a parent while it has a child: none is an evictable leaf (refcount
+ *      > 1, or children). Pins hold a reference too (below).
+ *   1. TTL: a pin whose TTL passed was released by kvpolicy_expire at the
+ *      start of the step (and a returned, resumed, superseded or "done"
+ *      one when that happened); its blocks are then plain cache, in 2.
+ *   2. Unpinned leaves, least recently used first: the smallest radix
+ *      last_use (a match, an insert or a release through the node), ties
+ *      to the lower block id; a parent whose last child went joins the
+ *      order with its own last_use (radix.h, "Recency").
+ *   3. When no unpinned leaf is left, one pin at a time yields (kvpolicy_yield,
+ *      in the order above for `why`: running work takes the most overdue
+ *      pin first, then the furthest predicted return, returned agents'
+ *      last; a new conversation only unprotected pins, furthest return
+ *      first; one while nothing runs also an overdue protected pin). The
+ *      yielded pin's partial last block goes back at once; its indexed
+ *      blocks become plain cache and go by 2 (LRU among themselves and
+ *      with any other), before the next pin yields.
+ *   Without the agent policy (p NULL) there are no pins: 2 alone.
+ *
+ * The disk tier does not change the order: every full indexed block was
+ * offered to the disk when it was computed (write-through), so evicting
+ * one costs a disk read later instead of a recompute; the store deletes
+ * its own files oldest first past its size (kv/disk.h). Beyond the cache,
+ * a running sequence short of a block then takes back waiting sequences'
+ * disk-read blocks and finally preempts policy_kv_victim (engine.c
+ * alloc_block, reserve_decode_slots; policy.h).
+ *
+ * kvpolicy_evict frees up to n blocks in that order (p may be NULL) and
+ * returns how many the pool got back (a yielded pin's partial block
+ * counts). */
+int kvpolicy_evict(kvpolicy *p, radix *t, kvpool *pool, int n, int64_t now_ns, kvpol_yield_for why);
 
 /* The TTL a new pin would get now (tests, logs). */
 double kvpolicy_predict_ttl(const kvpolicy *p, uint64_t session, const char *tool);

@@ -27,9 +27,8 @@
  *                  parked, policy_unpark waiting ones unparked;
  *   decode tokens  every running sequence's next token first (oldest first;
  *                  when the pool has no block for one: policy_kv_victim is
- *                  preempted, and cached blocks are evicted before that:
- *                  least recently used first, then pins in kvpolicy_yield's
- *                  order for KVPOL_FOR_RUNNING);
+ *                  preempted, and cached blocks are evicted before that,
+ *                  in kvpolicy.h's "Eviction order" for KVPOL_FOR_RUNNING);
  *   admission      pass 0 (agent policy only): sequences that resume a
  *                  pinned turn or are overdue (policy_overdue); pass 1:
  *                  everyone. Within a pass, policy_pick_waiting (the fair
@@ -190,8 +189,9 @@ typedef enum {
 } policy_submit;
 policy_submit policy_submit_check(const policy_limits *l, int c_parked, int c_kv_held, int c_waiting);
 
-/* Whose memory w may take (kvpolicy.h, "Who may take a pin's memory"): pins
- * yield to running work, to agents coming back, to sequences that ran
+/* Whose memory w may take (docs/kv-cache.md, "Who may take a pin's
+ * memory"; the order in which pins yield: kvpolicy.h, "Eviction order"):
+ * pins yield to running work, to agents coming back, to sequences that ran
  * before and to overdue ones (KVPOL_FOR_RUNNING); a new conversation takes
  * only pins without a prediction and otherwise waits (KVPOL_FOR_NEW) —
  * unless nothing runs (n_running 0): waiting would leave the cores idle, so
