@@ -35,7 +35,7 @@
 # The merge (libFuzzer -merge=1 -use_counters=0 CORPUS WORK) copies into the
 # corpus only the work inputs that reach code (edges, compare operands) the
 # corpus does not: without -use_counters=0 every new hit-count bucket of an
-# edge counts too, and a one-minute jinja run added 765 files instead of 26.
+# edge counts too, which floods the corpus (docs/decisions.md, 2026-11-26).
 # The committed inputs are never removed (hand-written seeds, reproducers);
 # -max_len caps an input's size per target.
 #

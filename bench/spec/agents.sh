@@ -6,8 +6,8 @@
 # serve arguments, e.g. "--spec off", "--spec suffix"), so the
 # configurations are interleaved, round i starting at the i-th CONFIG
 # (rotated: a load that drifts within a round, or a slot that runs after
-# a warm cache, falls on each in turn; with a fixed order the first always
-# ran first, and --spec ngram, unchanged, measured 0.77x-1.15x of it);
+# a warm cache, falls on each in turn; a fixed order skews the ratios:
+# docs/decisions.md, 2026-11-27);
 # prints per run the output tokens/s and the server's drafted / accepted
 # counters, then the median per configuration and its ratio to the first
 # one's, and the median of the rounds' paired ratios. Run it under

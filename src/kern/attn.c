@@ -52,8 +52,9 @@ static inline float q8_v(const attn_view *v, int p, int h, int d) {
 
 /* The reference part of either cache type: one query at a time, scores and
  * their max, then exp-weights summed and applied in position order. A
- * position's f16 key and value rows are found once, not per element (the
- * sanitizer builds of the server tests spent 78% of their time here). */
+ * position's f16 key and value rows are found once, not per element (this
+ * loop is where the sanitizer builds of the server tests spend their time;
+ * docs/decisions.md, 2026-11-27). */
 static void part_ref(const attn_view *v, int kv_head, int n_head, const attn_query *qs, int n_tok, int p0, float scale,
                      float *scratch) {
     const int hd = v->head_dim;

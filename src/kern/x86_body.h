@@ -90,8 +90,8 @@ static inline float f16s(uint16_t h) { return _cvtsh_ss(h); }
 /* Weight rows are read once per decode step, front to back; prefetching this
  * far ahead (a few dozen rows of a small model, a dozen of a large one)
  * keeps enough misses in flight that one core streams near DRAM speed — the
- * hardware prefetcher alone gets about half (measured: SmolLM2-135M Q4_0
- * decode on one core went from 157 to 290 tokens/s). Prefetches never
+ * hardware prefetcher alone gets about half (docs/decisions.md,
+ * 2026-11-21). Prefetches never
  * fault, so running past the end of a matrix is harmless. */
 #define KX_PF_BYTES 16384
 /* always_inline: left out of line, GCC finds a function that only
@@ -583,8 +583,8 @@ static inline __attribute__((always_inline)) void oct_dot(const int ty, int64_t 
 }
 
 /* d_w of one block of 8 rows (b[r]: row r's block) as 8 floats, inserted
- * word by word (combining them in general registers, or with an unpack
- * tree, measured 15% and 5% slower in the decode tile). */
+ * word by word (faster in the decode tile than combining them in general
+ * registers or with an unpack tree: docs/decisions.md, 2026-11-27). */
 static inline __attribute__((always_inline)) __m256 oct_scales(const int ty, const uint8_t *const *b) {
     if (ty == OCT_MXFP4) {
 #define KX_E(r) (((const block_mxfp4 *)b[r])->e)
@@ -607,20 +607,18 @@ static inline __attribute__((always_inline)) __m256 oct_scales(const int ty, con
  * the activation block's halves, each broadcast to both 128-bit lanes, meet
  * their weights with two maddubs; the i16 sums of the two (at most
  * 2 x 2 x 24 x 128 < 2^15) go through one madd, leaving 4 lanes per row, and
- * two rounds of unpacks and adds put row r's block sum in lane r (3% faster
- * than three hadds here). (The first version unpacked each row into a
- * 32-byte vector in element order and needed 8 madds, 6 hadds and 2
- * permutes per 8 rows: about 1.4x slower per core at batch 1, 1.6x at 2-3,
- * from L2.) The unpacked weights go through a small buffer in L1 rather than 8
- * registers: AVX2 has 16, and with them held the 4 accumulators were spilled
- * and reloaded every block.
+ * two rounds of unpacks and adds put row r's block sum in lane r (cheaper
+ * than three hadds; the layout against others: docs/decisions.md,
+ * 2026-11-27). The unpacked weights go through a small buffer in L1 rather
+ * than 8 registers: AVX2 has 16, and with them held the 4 accumulators
+ * would be spilled and reloaded every block.
  * Prefetch: with pf set, one stream front to back over the matrix: block i
  * prefetches the 3 lines from pf + 8 i bsz (8 blocks' bytes per block, what
  * the tile consumes, so the stream keeps its distance), none from pf_end on;
  * oct_gemm puts pf one octet minus a row plus KX_OCT_LEAD ahead of the
  * octet (oct_pf). With pf NULL each row prefetches its own line KX_PF_BYTES
- * ahead, 8 streams. The single stream streamed 1.3-1.5x faster from DRAM
- * (docs/perf.md, qwen3-30b-a3b decode). */
+ * ahead, 8 streams. The single stream is the faster of the two from DRAM
+ * (docs/decisions.md, 2026-11-28). */
 static inline __attribute__((always_inline)) void oct_tile(const int ty, const int T, int64_t nb, const uint8_t *w0,
                                                           size_t rb, const uint8_t *a, size_t arb, const int32_t *cs,
                                                           const float *ds, size_t ncs, float *y, int64_t ldy,
@@ -689,8 +687,8 @@ static inline __attribute__((always_inline)) void oct_tile(const int ty, const i
  * never written and no second copy of a model is kept (a load-time repack
  * would need one: the file is mapped read-only, and a model may be larger
  * than RAM). Below KX_OCT_PMIN tokens (decode) the transpose costs more than
- * it saves and oct_tile runs. Measured on qwen3-30b-a3b Q4_0 (24 layers,
- * docs/perf.md): pp512 36-37 -> 59 tokens/s. */
+ * it saves and oct_tile runs (what it gained: docs/decisions.md,
+ * 2026-11-27). */
 #define KX_OCT_KB 64
 #define KX_OCT_TC 64
 #define KX_OCT_PMIN 4
@@ -730,8 +728,8 @@ static inline __attribute__((always_inline)) void oct_pack(const int ty, const u
 /* The 8 packed rows x T tokens (T in 1..4) over the n blocks of wl/dl, with
  * oct_tile's other arguments. One token's 8 products of a block are summed
  * before the next token's; the weight vectors are reloaded from L1 for each
- * token (the compiler kept them in registers across tokens and spilled the
- * accumulators: 7% slower); the activation dwords are broadcast from memory. */
+ * token (kept in registers across tokens, they make the compiler spill the
+ * accumulators); the activation dwords are broadcast from memory. */
 static inline __attribute__((always_inline)) void oct_ptile(const int ty, const int T, int n, const __m256i *wl,
                                                            const __m256 *dl, const uint8_t *a, size_t arb,
                                                            const int32_t *cs, const float *ds, size_t ncs, float *y,

@@ -31,8 +31,8 @@
  * rejected). The prior is ALPHA_PRIOR accepted and rejected: weak, so that
  * drafts that are never accepted bring the estimate near 0 (with a prior of
  * one each it could not fall below 1/12, which a draft model's one-token
- * draft at ~3% of a step beats: it kept drafting, 2.5% slower, with random
- * weights; docs/perf.md) */
+ * draft at ~3% of a step beats, so drafts that never pay would never stop;
+ * docs/decisions.md, 2026-11-27) */
 #define ALPHA_DECAY 0.9
 #define ALPHA_IDLE_DECAY 0.97
 #define ALPHA_PRIOR 0.05
@@ -329,9 +329,8 @@ double draft_threshold(int n_decode, int n_tokens, double token_cost, double dra
      * token_cost + draft_cost, and the step yields about n_decode tokens:
      * the draft pays when it adds more than the share those tokens lose.
      * (A draft model's forwards are added to the step, they do not scale
-     * it: with them in the step's length too, the threshold stayed below
-     * 1 however dear the draft, and stories260K drafting for itself at 8
-     * agents, every draft accepted, ran at 0.21x; docs/perf.md) */
+     * it: with them in the step's length too, the threshold would stay
+     * below 1 however dear the draft; docs/decisions.md, 2026-11-27) */
     return (token_cost + draft_cost) * MAX(n_decode, 1) / (1 + token_cost * n_tokens);
 }
 

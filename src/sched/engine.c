@@ -794,8 +794,8 @@ static void clients_kv_count(engine *en) {
 
 static void drop_finished_controls(engine *en) {
     seq_list *lists[2] = {&en->running, &en->waiting};
-    /* park_step reads the clock seq_stalled keeps: it runs for parking too
-     * (with --stall-timeout 0 nothing was ever parked before) */
+    /* park_step reads the clock seq_stalled keeps: it is kept when either
+     * --stall-timeout or parking is on (either may be off alone) */
     int64_t now = en->o.stall_timeout_ms > 0 || en->park_ms > 0 ? sched__now(en) : 0;
     for (int k = 0; k < 2; k++) {
         seq_list *l = lists[k];
@@ -1011,10 +1011,9 @@ static double spec_cost(engine *en, double *draft_cost) {
  * paid once; what pays it back is drafting in the decode steps after it
  * (at their threshold: no prefill chunk in them to hide the drafts in),
  * counted over at most ENGINE_SPEC_CATCHUP_STEPS steps of what s may still
- * generate. Without this, a step carrying a prefill chunk made drafts look
- * nearly free: stories260K drafting for itself at 8 agents started a
- * catch-up of a whole context 57 times for 4 drafted tokens and ran at
- * 0.76x (docs/perf.md). */
+ * generate. Without this, a step carrying a prefill chunk makes drafts look
+ * nearly free, and a whole context's catch-up starts for a few drafted
+ * tokens (docs/decisions.md, 2026-11-27). */
 #define ENGINE_SPEC_CATCHUP_STEPS 64
 static bool spec_catchup_pays(engine *en, seq *s, int n_decode, double cost, double dcost) {
     int g = s->tok.n - 1 - dmodel_seq_computed(s->spec.dms);
@@ -1073,9 +1072,8 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         max = MIN(max, s->r->max_tokens - s->tok.n_generated - 1); /* the last token needs no draft */
         /* (at the threshold of a decode-only step: an accepted draft saves
          * the sequence a slot in a later decode step, whatever else is in
-         * this one; counting a prefill chunk's tokens in this step made its
-         * drafts look nearly free: at 8 agents on stories260K most drafts
-         * rode in such steps at thresholds ~0.05, 42% accepted, 0.91x) */
+         * this one; counting a prefill chunk's tokens in this step would make
+         * its drafts look nearly free: docs/decisions.md, 2026-11-27) */
         double thr = draft_threshold(n_decode, n_decode, cost, dcost);
         if (en->dm) { /* drafted below, in the draft model's batched forwards */
             int want = draft_plan(max, draft_seq_alpha(s->spec.ds), thr);

@@ -132,8 +132,8 @@ typedef struct engine_opts {
      * allowance) fails with REQ_ERR_MASK_BUDGET (engine_grammar.c,
      * sched__mask_over_budget). 0: no budget. */
     int mask_budget_us;
-    /* Masks inside the step, on the engine thread (the path before issue
-     * 26; tests compare the worker's output with it). Default false: a
+    /* Masks inside the step, on the engine thread (the reference path:
+     * tests compare the worker's output with it). Default false: a
      * mask worker thread computes them overlapped with the forward pass
      * (engine_grammar.c, "Masks off the engine thread"); with speculative decoding
      * masks are always inside the step. */

@@ -103,9 +103,9 @@ int suffix_propose(const suffix_tree *t, const suffix_cursor *c, const int32_t *
  * ctx instead: nothing is built or kept, so a sequence costs nothing until
  * it asks for a draft, and a proposal costs O(n) (one pass, then the
  * places of the last token: each step of the draft counts the tokens after
- * the places still matching) (the suffix drafter's request context:
- * building its trie, depth nodes per token for every sequence, was what
- * lost throughput at 8 agents; docs/perf.md). scratch: suffix_scan_scratch(n)
+ * the places still matching) (the suffix drafter's request context: why it
+ * scans rather than keeps a trie, docs/decisions.md, 2026-11-27).
+ * scratch: suffix_scan_scratch(n)
  * int32. depth in [2, SUFFIX_MAX_DEPTH]. */
 size_t suffix_scan_scratch(int n);
 int suffix_scan_propose(const int32_t *ctx, int n, int depth, int match_max, int max, float p_min, int32_t *scratch,

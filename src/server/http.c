@@ -11,9 +11,8 @@
  * connection costs a descriptor and MHD's per-connection state, no thread.
  * poll(), not epoll: MHD 0.9.75's edge-triggered epoll loop misses the end
  * of input of some connections that close in the middle of an upload when
- * many do at once (20 of 20 concurrent ones were left in CLOSE_WAIT, their
- * bodies counted, until the body deadline); level-triggered poll() sees
- * every one. poll() scans every connection on each wakeup, which is cheap at
+ * many do at once (they sit in CLOSE_WAIT until the body deadline;
+ * docs/decisions.md, 2026-11-26); level-triggered poll() sees every one. poll() scans every connection on each wakeup, which is cheap at
  * --max-connections' scale (1024 by default).
  * Once a request's body is complete the connection is suspended
  * (MHD_suspend_connection) and the exchange handed to a handler thread

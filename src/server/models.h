@@ -14,7 +14,7 @@
  * A request holds a reference on its model from routes_handle until its
  * answer is written (gen_done for generations): a model with references is
  * never unloaded. One model: every name maps to it, and it is loaded at
- * start, as before there were several.
+ * start.
  *
  * KV budget: an explicit --kv-mem is the total, split evenly over the
  * --models-max slots; by default each model gets one full context at load
