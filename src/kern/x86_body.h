@@ -112,7 +112,7 @@ static inline __m256i q4_0_unpack(const uint8_t *qs) {
 
 /* The three float dot products share one shape: 4 accumulators over 32
  * elements, then 8 at a time into the first, then a zero-padded tail. */
-#define KX_FLOAT_DOT(NAME, WT, LOAD8)                                                               \
+#define KX_FLOAT_DOT(NAME, WT, LOAD)                                                               \
     static void NAME(int64_t n, float *out, const void *wv, const void *av) {                       \
         const WT *w = wv;                                                                           \
         const float *a = av;                                                                        \
@@ -120,19 +120,13 @@ static inline __m256i q4_0_unpack(const uint8_t *qs) {
         int64_t i = 0;                                                                              \
         for (; i + 32 <= n; i += 32) {                                                              \
             kx_pf_lines(w + i, (int)(32 * sizeof(WT) / 64));                                        \
-            s0 = _mm256_fmadd_ps(LOAD8(w + i), _mm256_loadu_ps(a + i), s0);                         \
-            s1 = _mm256_fmadd_ps(LOAD8(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);                 \
-            s2 = _mm256_fmadd_ps(LOAD8(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);               \
-            s3 = _mm256_fmadd_ps(LOAD8(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);               \
+            s0 = _mm256_fmadd_ps(LOAD(w + i), _mm256_loadu_ps(a + i), s0);                          \
+            s1 = _mm256_fmadd_ps(LOAD(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);                  \
+            s2 = _mm256_fmadd_ps(LOAD(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);                \
+            s3 = _mm256_fmadd_ps(LOAD(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);                \
         }                                                                                           \
-        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD8(w + i), _mm256_loadu_ps(a + i), s0);  \
-        if (i < n) {                                                                                \
-            WT wt[8] = {0};                                                                         \
-            float at[8] = {0};                                                                      \
-            memcpy(wt, w + i, sizeof(WT) * (size_t)(n - i));                                        \
-            memcpy(at, a + i, sizeof(float) * (size_t)(n - i));                                     \
-            s0 = _mm256_fmadd_ps(LOAD8(wt), _mm256_loadu_ps(at), s0);                               \
-        }                                                                                           \
+        for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(LOAD(w + i), _mm256_loadu_ps(a + i), s0);   \
+        if (i < n) s0 = _mm256_fmadd_ps(LOAD##_tail(w + i, (int)(n - i)), load8_f32_tail(a + i, (int)(n - i)), s0); \
         *out = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));                \
     }
 
@@ -140,6 +134,25 @@ static inline __m256 load8_f32(const float *p) { return _mm256_loadu_ps(p); }
 static inline __m256 load8_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static inline __m256 load8_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+/* The first n (1..7) elements, the other lanes +0: what the zero-padded
+ * copy gave, so the tails keep their bits. f32 with a masked load (masked
+ * lanes neither read nor fault): a copy to the stack and a vector load
+ * of it stalls on store forwarding, and at n_in 172 (stories260K's
+ * w_down: 5 x 32 + 8 + 4) the tails were most of the matrix's time. */
+static inline __m256 load8_f32_tail(const float *p, int n) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(p, mask);
+}
+static inline __m256 load8_f16_tail(const uint16_t *p, int n) {
+    uint16_t t[8] = {0};
+    memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+    return load8_f16(t);
+}
+static inline __m256 load8_bf16_tail(const uint16_t *p, int n) {
+    uint16_t t[8] = {0};
+    memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+    return load8_bf16(t);
 }
 
 KX_FLOAT_DOT(dot_f32, float, load8_f32)
@@ -151,14 +164,18 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
  * chains s0..s3 over the 32-element steps in order, s0 continuing with the
  * 8-element steps and the zero-padded tail, then hsum_ps((s0 + s1) + (s2 +
  * s3)) — so gemm == dot bitwise. The chains run two at a time (s0, s1 then
- * s2, s3), which keeps a 2 x 2 tile's 8 accumulators and its weight and
+ * s2, s3), which keeps a tile's 8 accumulators and its weight and
  * activation vectors in registers; a whole tile's four sums are reduced
- * together (kx_hsum4). What it saves over one dot per (row, token) is a
- * weight load per token and a call and most of a reduction per output: on
- * a small f32 model (stories260K, n_in 64-172) a verification step's 1 + k
- * tokens cost a fraction of that many decode steps' matmuls. */
+ * together (kx_hsum4). Tokens go four at a time against one row (1 x 4:
+ * each weight vector serves four tokens, and a verification step's 1 + k
+ * tokens read a matrix's rows once per four tokens from L2 instead of once
+ * per two); the last 1-3 tokens in 2 x 2 / 2 x 1 tiles. What it saves over
+ * one dot per (row, token) is weight loads and a call and most of a
+ * reduction per output: on a small f32 model (stories260K, n_in 64-172) a
+ * verification step's 1 + k tokens cost a fraction of that many decode
+ * steps' matmuls. */
 #define KX_FG_R 2
-#define KX_FG_T 2
+#define KX_FG_T 4
 #define KX_FG_CHUNK 32 /* tokens whose f32 rows stay in L2 while a chunk's row tiles run */
 
 /* hsum_ps of a, b, c, d in lanes 0, 4, 1, 5: the same additions in the
@@ -172,8 +189,8 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm256_hadd_ps(g, g);
 }
 
-#define KX_FG_LOOP(v, n) _Pragma("GCC unroll 2") for (int v = 0; v < (n); v++)
-#define KX_FLOAT_GEMM(NAME, WT, LOAD8)                                                                                 \
+#define KX_FG_LOOP(v, n) _Pragma("GCC unroll 4") for (int v = 0; v < (n); v++)
+#define KX_FLOAT_GEMM(NAME, WT, LOAD)                                                                                 \
     static inline __attribute__((always_inline)) void NAME##_tile(const int R, const int T, int64_t n,                 \
                                                                   const uint8_t *wd, size_t wrb, const uint8_t *ab,    \
                                                                   size_t arb, float *y, int64_t ldy) {                 \
@@ -189,7 +206,7 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
                 if (h == 0) KX_FG_LOOP(r, R) kx_pf_lines(w[r] + i, (int)(32 * sizeof(WT) / 64));                       \
                 KX_FG_LOOP(c, 2) {                                                                                     \
                     __m256 wv[KX_FG_R];                                                                                \
-                    KX_FG_LOOP(r, R) wv[r] = LOAD8(w[r] + i + 8 * c);                                                  \
+                    KX_FG_LOOP(r, R) wv[r] = LOAD(w[r] + i + 8 * c);                                                   \
                     KX_FG_LOOP(t, T) {                                                                                 \
                         const __m256 av = _mm256_loadu_ps(a[t] + i + 8 * c);                                           \
                         KX_FG_LOOP(r, R) s[r][t][c] = _mm256_fmadd_ps(wv[r], av, s[r][t][c]);                          \
@@ -200,16 +217,15 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
             int64_t i = n32;                                                                                           \
             for (; i + 8 <= n; i += 8)                                                                                 \
                 KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) s[r][t][0] =                                                         \
-                    _mm256_fmadd_ps(LOAD8(w[r] + i), _mm256_loadu_ps(a[t] + i), s[r][t][0]);                           \
-            if (i < n) KX_FG_LOOP(r, R) {                                                                              \
-                    WT wt[8] = {0};                                                                                    \
-                    memcpy(wt, w[r] + i, sizeof(WT) * (size_t)(n - i));                                                \
-                    KX_FG_LOOP(t, T) {                                                                                 \
-                        float at[8] = {0};                                                                             \
-                        memcpy(at, a[t] + i, sizeof(float) * (size_t)(n - i));                                         \
-                        s[r][t][0] = _mm256_fmadd_ps(LOAD8(wt), _mm256_loadu_ps(at), s[r][t][0]);                      \
-                    }                                                                                                  \
+                    _mm256_fmadd_ps(LOAD(w[r] + i), _mm256_loadu_ps(a[t] + i), s[r][t][0]);                           \
+            if (i < n) {                                                                                               \
+                __m256 at[KX_FG_T];                                                                                    \
+                KX_FG_LOOP(t, T) at[t] = load8_f32_tail(a[t] + i, (int)(n - i));                                      \
+                KX_FG_LOOP(r, R) {                                                                                     \
+                    const __m256 wt = LOAD##_tail(w[r] + i, (int)(n - i));                                             \
+                    KX_FG_LOOP(t, T) s[r][t][0] = _mm256_fmadd_ps(wt, at[t], s[r][t][0]);                              \
                 }                                                                                                      \
+            }                                                                                                          \
             KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) v01[r][t] = _mm256_add_ps(s[r][t][0], s[r][t][1]);                       \
         }                                                                                                              \
         __m256 v[KX_FG_R][KX_FG_T];                                                                                    \
@@ -222,16 +238,30 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
             _mm_storeh_pi((__m64 *)(y + ldy), rows);                                                                   \
             return;                                                                                                    \
         }                                                                                                              \
+        if (R == 1 && T == 4) {                                                                                        \
+            const __m256 h4 = kx_hsum4(v[0][0], v[0][1], v[0][2], v[0][3]); /* t0 t1 in lanes 0 4, t2 t3 in 1 5 */    \
+            y[0] = _mm256_cvtss_f32(h4);                                                                               \
+            y[ldy] = _mm_cvtss_f32(_mm256_extractf128_ps(h4, 1));                                                      \
+            y[2 * ldy] = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_castps256_ps128(h4)));                                   \
+            y[3 * ldy] = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_extractf128_ps(h4, 1)));                                 \
+            return;                                                                                                    \
+        }                                                                                                              \
         KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) y[(size_t)t * ldy + r] = hsum_ps(v[r][t]);                                   \
     }                                                                                                                  \
     static void NAME(const kern_mat *wm, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, float *y,    \
                      int64_t ldy) {                                                                                    \
         const uint8_t *wd = wm->data, *ab = act;                                                                       \
         for (int t0 = 0; t0 < n_tok; t0 += KX_FG_CHUNK) {                                                              \
-            const int t1 = MIN(n_tok, t0 + KX_FG_CHUNK);                                                               \
-            for (int64_t r = r0; r < r1; r += KX_FG_R) {                                                               \
+            const int t1 = MIN(n_tok, t0 + KX_FG_CHUNK), t4 = t0 + (t1 - t0) / 4 * 4;                                  \
+            for (int64_t r = r0; r < r1 && t4 > t0; r++) { /* tokens in fours: one row's vector serves four */        \
                 const uint8_t *wr = wd + (size_t)r * wm->row_bytes;                                                    \
-                for (int t = t0; t < t1; t += KX_FG_T) {                                                               \
+                for (int t = t0; t < t4; t += 4)                                                                       \
+                    NAME##_tile(1, 4, wm->n_in, wr, wm->row_bytes, ab + (size_t)t * arb, arb, y + (size_t)t * ldy + r, \
+                                ldy);                                                                                  \
+            }                                                                                                          \
+            for (int64_t r = r0; r < r1 && t4 < t1; r += KX_FG_R) { /* the last 1-3 tokens */                         \
+                const uint8_t *wr = wd + (size_t)r * wm->row_bytes;                                                    \
+                for (int t = t4; t < t1; t += 2) {                                                                     \
                     const uint8_t *at = ab + (size_t)t * arb;                                                          \
                     float *yt = y + (size_t)t * ldy + r;                                                               \
                     if (r + 2 <= r1 && t + 2 <= t1)                                                                    \
