@@ -1155,14 +1155,21 @@ static void act_q8_k(const float *x, void *av, int64_t n) {
 
 /* e^x for x <= 0 (scores minus their max), 8 at a time: x = n ln2 + r with
  * |r| <= ln2/2, e^r by a degree-6 polynomial (relative error ~2e-7), times
- * 2^n through the exponent bits. Below -87 the result is 0 (e^-87 < 2^-125),
- * which also covers -inf. */
+ * 2^n through the exponent bits. One fma finds n: t = x log2e + M with M =
+ * 1.5 * 2^23 + 127 lands in [2^23, 2^24), where floats are the integers, so
+ * it rounds x log2e to the nearest integer n and t's low mantissa bits hold
+ * n + 127 — shifted left by 23, the exponent field of 2^n — and t - M is n
+ * exactly. x is clamped at -88 first, where n = -127 and the exponent field
+ * is 0: the result is +0 from about -87.7 down (and for -inf); from there
+ * to -87.3 it is 2^-126 p, which may round to a subnormal, as e^x does. Four
+ * operations fewer than round, convert and a compare-and-mask for the zero
+ * (attention runs one exp per query and key: at head_dim 8 the softmax was a
+ * third of a verification step's attention, docs/perf.md). */
 static inline __m256 kx_exp(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 magic = _mm256_set1_ps(12583039.0f); /* 1.5 * 2^23 + 127 */
+    x = _mm256_max_ps(x, _mm256_set1_ps(-88.0f));
+    const __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(1.0f / 720);
@@ -1172,8 +1179,7 @@ static inline __m256 kx_exp(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
 }
 
 /* silu(g) * u, 8 at a time: with z = e^-|g| (<= 1, so kx_exp's range),
