@@ -86,7 +86,7 @@ int cli__bench_verify(const char *path, long depth, long kmax, long reps, long t
            depth, threads, reps);
     printf("%4s", "k");
     const int batches[3] = {1, 4, 8};
-    for (int bi = 0; bi < 3; bi++) printf("   B=%d ms      x", batches[bi]);
+    for (int bi = 0; bi < 3; bi++) printf("    B=%d ms      x", batches[bi]);
     printf("\n");
     double base[3] = {0};
     double *v = xmalloc(sizeof(double) * (size_t)reps);
@@ -110,7 +110,7 @@ int cli__bench_verify(const char *path, long depth, long kmax, long reps, long t
             }
             double med = median(v, (int)reps);
             if (k == 0) base[bi] = med;
-            printf("  %8.2f %6.3f", med, med / base[bi]);
+            printf("  %8.3f %6.3f", med, med / base[bi]);
         }
         printf("\n");
         fflush(stdout);
