@@ -127,13 +127,19 @@ void attn_merge(int n_parts, int head_dim, const float *m, const float *l, size_
     for (int c = 0; c < n_parts; c++) mx = fmaxf(mx, m[c * m_stride]);
     float sum = 0;
     for (int d = 0; d < head_dim; d++) out[d] = 0;
+    /* expf(0) is 1 and expf(-inf) +0 exactly, so the parts at the max (all
+     * of them in decode at a short context) and the absent sink skip the
+     * call: the same bits, and two of the three expf of a one-part merge,
+     * which runs per (token, head) and showed in a verification step's
+     * profile (docs/perf.md) */
     for (int c = 0; c < n_parts; c++) {
-        const float f = expf(m[c * m_stride] - mx);
+        const float dm = m[c * m_stride] - mx;
+        const float f = dm == 0 ? 1.0f : expf(dm);
         const float *oc = o + c * o_stride;
         sum += l[c * m_stride] * f;
         for (int d = 0; d < head_dim; d++) out[d] += oc[d] * f;
     }
-    sum += expf(sink - mx); /* +0 with no sink */
+    if (sink != -INFINITY) sum += expf(sink - mx);
     const float inv = 1.0f / sum;
     for (int d = 0; d < head_dim; d++) out[d] *= inv;
 }
