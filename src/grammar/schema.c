@@ -26,6 +26,22 @@
  *   T_i ::= (", " kv_i)? T_{i+1}       (optional; ", " kv_i T_{i+1} if required)
  *   S_n / T_n: the additional properties, if allowed
  *
+ * gen_object reaches that chain in phases, each a function object_* working
+ * on what the ones before it learnt (an object_plan):
+ *   1. keywords           properties, required and additionalProperties
+ *                         (or unevaluatedProperties) checked; the required
+ *                         names; whether additional members are allowed
+ *   2. dependentRequired  the names it requires join the required ones
+ *   3. members            the listed properties in schema order, then the
+ *                         required names not listed
+ *   4. kv rules           one rule `"key": value` per member
+ *   5. additional keys    propertyNames and patternProperties checked:
+ *                         which keys additional members may have
+ *   6. counts             minProperties / maxProperties as bounds on the
+ *                         number of additional members
+ *   7. additional member  one rule `key ": " value` for them
+ *   8. chain              the T_i and S_i rules; the expression "{" S_0 "}"
+ *
  * Invariants: no expression matches the empty string except where it is
  * explicitly optional, and no repetition is applied to an expression that can
  * be empty (the matcher need not guard against empty loops); a $ref cycle that
@@ -1267,315 +1283,342 @@ typedef struct {
     char *kv; /* rule name of `"key": value` */
 } member;
 
-static int gen_object(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
-    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
-    json_t *addl = json_object_get(s, "additionalProperties");
-    if (props && !json_is_object(props)) return invalid_kw(g, ptr, "properties", "must be an object");
-    if (req && !json_is_array(req)) return invalid_kw(g, ptr, "required", "must be an array of strings");
-    if (addl && !json_is_object(addl) && !json_is_boolean(addl))
+/* What gen_object's phases learn about one object schema, in phase order. */
+typedef struct {
+    /* 1. keywords */
+    json_t *props, *req, *addl, *pat, *pnames; /* req: with dependentRequired's names (2) */
+    json_t *req_set;      /* the required names, for lookups                    */
+    bool extra;           /* additional members may be written                  */
+    json_t *extra_schema; /* their value's schema, NULL for any value           */
+    /* 2. dependentRequired */
+    json_t *req_all;      /* owns req once dependentRequired added names        */
+    /* 3. members */
+    member *m;
+    int n;
+    json_t *banned;       /* properties whose schema is false                   */
+    char *pp;             /* pointer of properties                              */
+    /* 5. keys of the additional members */
+    bool pn_trivial;      /* propertyNames says nothing beyond "a string"       */
+    bool no_names;        /* no property is listed (nor banned)                 */
+    bool pat_rest;        /* keys no pattern matches are additionalProperties  */
+    json_t *pn_enum;      /* the additional keys as a string enum (owned by g)  */
+    /* 6. counts */
+    long long xlo, xhi;   /* bounds on the additional members, xhi -1: none    */
+    /* 7. the additional member */
+    char *xkv;            /* its rule, NULL when none can be written            */
+} object_plan;
+
+static void object_plan_free(object_plan *o) {
+    for (int i = 0; i < o->n; i++) free(o->m[i].kv);
+    free(o->m);
+    free(o->pp);
+    free(o->xkv);
+    json_decref(o->req_set);
+    json_decref(o->req_all);
+    json_decref(o->banned);
+}
+
+/* Phase 1, keywords: s → o's properties, required, additionalProperties checked; required names; extra allowed. */
+static int object_keywords(schema_compiler *g, json_t *s, const char *ptr, object_plan *o) {
+    o->props = json_object_get(s, "properties");
+    o->req = json_object_get(s, "required");
+    o->addl = json_object_get(s, "additionalProperties");
+    if (o->props && !json_is_object(o->props)) return invalid_kw(g, ptr, "properties", "must be an object");
+    if (o->req && !json_is_array(o->req)) return invalid_kw(g, ptr, "required", "must be an array of strings");
+    if (o->addl && !json_is_object(o->addl) && !json_is_boolean(o->addl))
         return invalid_kw(g, ptr, "additionalProperties", "must be a schema");
-    json_t *req_set = json_object(); /* the required names, for lookups */
-    json_t *banned = json_array();   /* properties whose schema is false */
-    for (size_t i = 0; req && i < json_array_size(req); i++) {
-        json_t *r = json_array_get(req, i);
-        int bad = !json_is_string(r) ? 1 : json_object_get(req_set, json_string_value(r)) ? 2 : 0;
-        if (bad) {
-            json_decref(req_set);
-            json_decref(banned);
-            return invalid_kw(g, ptr, "required", bad == 1 ? "must be an array of strings" : "has duplicates");
-        }
-        json_object_set_new(req_set, json_string_value(r), json_true());
+    o->req_set = json_object();
+    for (size_t i = 0; o->req && i < json_array_size(o->req); i++) {
+        json_t *r = json_array_get(o->req, i);
+        int bad = !json_is_string(r) ? 1 : json_object_get(o->req_set, json_string_value(r)) ? 2 : 0;
+        if (bad) return invalid_kw(g, ptr, "required", bad == 1 ? "must be an array of strings" : "has duplicates");
+        json_object_set_new(o->req_set, json_string_value(r), json_true());
     }
-    json_t *pat = json_object_get(s, "patternProperties"), *pnames = json_object_get(s, "propertyNames");
+    o->pat = json_object_get(s, "patternProperties");
+    o->pnames = json_object_get(s, "propertyNames");
     json_t *uneval = json_object_get(s, "unevaluatedProperties");
-    if (pat && json_is_object(pat) && json_object_size(pat) == 0) pat = NULL;
+    if (o->pat && json_is_object(o->pat) && json_object_size(o->pat) == 0) o->pat = NULL;
     if (uneval) { /* after merging, the properties evaluated here are all there is */
-        if (addl || pat) {
-            json_decref(req_set);
-            json_decref(banned);
+        if (o->addl || o->pat)
             return unsup(g, ptr, "unevaluatedProperties",
                          "%s: unevaluatedProperties beside additionalProperties or patternProperties is not supported",
                          ptr_show(ptr));
-        }
-        addl = uneval;
+        o->addl = uneval;
     }
-    /* dependentRequired: exact when the trigger is always or never there */
+    /* absent additionalProperties: none when properties (or patternProperties) are listed (documented choice) */
+    o->extra = o->addl ? !json_is_false(o->addl) : o->props == NULL && o->pat == NULL;
+    o->extra_schema = o->addl && json_is_object(o->addl) ? o->addl : NULL;
+    return 0;
+}
+
+/* Phase 2: s's dependentRequired (exact when a trigger is always or never there) → names added to o->req_set, req. */
+static int object_dependent_required(schema_compiler *g, json_t *s, const char *ptr, object_plan *o) {
     json_t *dreq = json_object_get(s, "dependentRequired");
     for (int pass = 0; dreq && json_is_object(dreq) && pass < 64; pass++) {
         bool grew = false;
         const char *dk;
         json_t *dv;
         json_object_foreach(dreq, dk, dv) {
-            if (!json_object_get(req_set, dk) || !json_is_array(dv)) continue;
+            if (!json_object_get(o->req_set, dk) || !json_is_array(dv)) continue;
             for (size_t i = 0; i < json_array_size(dv); i++) {
                 json_t *x = json_array_get(dv, i);
-                if (json_is_string(x) && !json_object_get(req_set, json_string_value(x))) {
-                    json_object_set_new(req_set, json_string_value(x), json_true());
+                if (json_is_string(x) && !json_object_get(o->req_set, json_string_value(x))) {
+                    json_object_set_new(o->req_set, json_string_value(x), json_true());
                     grew = true;
                 }
             }
         }
         if (!grew) break;
     }
-    /* absent additionalProperties: none when properties (or patternProperties) are listed (documented choice) */
-    bool extra = addl ? !json_is_false(addl) : props == NULL && pat == NULL;
-    json_t *extra_schema = addl && json_is_object(addl) ? addl : NULL;
     if (dreq && json_is_object(dreq)) {
         const char *dk;
         json_t *dv;
         json_object_foreach(dreq, dk, dv) {
-            if (!json_is_array(dv)) {
-                json_decref(req_set);
-                json_decref(banned);
-                return invalid_kw(g, ptr, "dependentRequired", "must map names to arrays of names");
-            }
-            bool can_appear = (props && json_object_get(props, dk) && !is_never(json_object_get(props, dk))) ||
-                              (extra && !(props && json_object_get(props, dk)));
-            bool ok = !can_appear || json_object_get(req_set, dk);
+            if (!json_is_array(dv)) return invalid_kw(g, ptr, "dependentRequired", "must map names to arrays of names");
+            bool can_appear = (o->props && json_object_get(o->props, dk) && !is_never(json_object_get(o->props, dk))) ||
+                              (o->extra && !(o->props && json_object_get(o->props, dk)));
+            bool ok = !can_appear || json_object_get(o->req_set, dk);
             for (size_t i = 0; i < json_array_size(dv) && !ok; i++) {
                 json_t *x = json_array_get(dv, i);
-                ok = json_is_string(x) && json_object_get(req_set, json_string_value(x));
+                ok = json_is_string(x) && json_object_get(o->req_set, json_string_value(x));
             }
-            if (!ok) {
-                json_decref(req_set);
-                json_decref(banned);
+            if (!ok)
                 return unsup(g, ptr, "dependentRequired",
                              "%s/dependentRequired: '%.64s' is optional; only dependencies of required or absent "
                              "properties are supported",
                              ptr, dk);
-            }
         }
     }
     /* the required names, with those dependentRequired added */
-    json_t *req_all = json_array();
-    for (size_t i = 0; req && i < json_array_size(req); i++) json_array_append(req_all, json_array_get(req, i));
-    {
-        const char *rk;
-        json_t *rv;
-        json_object_foreach(req_set, rk, rv) {
-            bool in = false;
-            for (size_t i = 0; req && i < json_array_size(req) && !in; i++)
-                in = !strcmp(json_string_value(json_array_get(req, i)), rk);
-            if (!in) json_array_append_new(req_all, json_string(rk));
-        }
+    json_t *req = o->req;
+    o->req_all = json_array();
+    for (size_t i = 0; req && i < json_array_size(req); i++) json_array_append(o->req_all, json_array_get(req, i));
+    const char *rk;
+    json_t *rv;
+    json_object_foreach(o->req_set, rk, rv) {
+        bool in = false;
+        for (size_t i = 0; req && i < json_array_size(req) && !in; i++)
+            in = !strcmp(json_string_value(json_array_get(req, i)), rk);
+        if (!in) json_array_append_new(o->req_all, json_string(rk));
     }
-    req = json_array_size(req_all) ? req_all : NULL;
+    o->req = json_array_size(o->req_all) ? o->req_all : NULL;
+    return 0;
+}
 
+/* Phase 3: o's keywords → o->m (listed properties, then required ones not listed), o->banned (schema false). */
+static int object_members(schema_compiler *g, const char *ptr, object_plan *o) {
+    json_t *props = o->props, *req = o->req;
     size_t cap = (props ? json_object_size(props) : 0) + (req ? json_array_size(req) : 0) + 1;
-    member *m = xcalloc(cap, sizeof *m);
-    int n = 0, rc = 0;
+    o->m = xcalloc(cap, sizeof *o->m);
+    o->banned = json_array();
+    o->pp = props ? ptr_join(ptr, "properties") : NULL;
     const char *k;
     json_t *v;
-    char *pp = props ? ptr_join(ptr, "properties") : NULL;
     if (props) json_object_foreach(props, k, v) {
-        bool is_req = json_object_get(req_set, k) != NULL;
+        bool is_req = json_object_get(o->req_set, k) != NULL;
         if (is_never(v)) {
-            json_array_append_new(banned, json_string(k)); /* never written, and not an extra key either */
-            if (is_req) {
-                rc = unsat(g, "%s/required: property '%.64s' is required but its schema is false",
-                             ptr, k);
-                goto done;
-            }
+            json_array_append_new(o->banned, json_string(k)); /* never written, and not an extra key either */
+            if (is_req) return unsat(g, "%s/required: property '%.64s' is required but its schema is false", ptr, k);
             continue;
         }
-        m[n].key = k;
-        m[n].schema = v;
-        m[n].required = is_req;
-        n++;
+        o->m[o->n++] = (member){.key = k, .schema = v, .required = is_req};
     }
     for (size_t i = 0; req && i < json_array_size(req); i++) {
         const char *r = json_string_value(json_array_get(req, i));
         if (props && json_object_get(props, r)) continue;
-        if (addl && json_is_false(addl)) {
-            rc = err_set(g->e, ERR_INVALID,
-                         "%s/required: property '%.64s' is neither in properties nor allowed by "
-                         "additionalProperties",
-                         ptr, r);
-            goto done;
-        }
-        m[n].key = r;
-        m[n].schema = extra_schema ? extra_schema : json_true();
-        m[n].required = true;
-        n++;
+        if (o->addl && json_is_false(o->addl))
+            return err_set(g->e, ERR_INVALID,
+                           "%s/required: property '%.64s' is neither in properties nor allowed by "
+                           "additionalProperties",
+                           ptr, r);
+        o->m[o->n++] = (member){.key = r, .schema = o->extra_schema ? o->extra_schema : json_true(), .required = true};
     }
-    /* kv rules */
-    for (int i = 0; i < n; i++)
-        if (strlen(m[i].key) > SCHEMA_MAX_NAME) {
-            rc = err_set(g->e, ERR_RANGE, "%s: a property name is longer than %d bytes", ptr_show(ptr),
-                         SCHEMA_MAX_NAME);
-            goto done;
-        }
-    for (int i = 0; i < n; i++) {
+    return 0;
+}
+
+/* Phase 4, kv rules: o->m → a rule `"key": value` per member, its name in kv. */
+static int object_member_rules(schema_compiler *g, const char *ptr, object_plan *o) {
+    for (int i = 0; i < o->n; i++)
+        if (strlen(o->m[i].key) > SCHEMA_MAX_NAME)
+            return err_set(g->e, ERR_RANGE, "%s: a property name is longer than %d bytes", ptr_show(ptr),
+                           SCHEMA_MAX_NAME);
+    for (int i = 0; i < o->n; i++) {
+        member *mi = &o->m[i];
         sbuf body = {0};
         sbuf key = {0};
-        json_str_canon(&key, m[i].key, strlen(m[i].key));
+        json_str_canon(&key, mi->key, strlen(mi->key));
         sbuf_puts(&key, ": ");
         gbnf_lit(&body, key.p, key.n);
         sbuf_free(&key);
         sbuf_puts(&body, " ");
-        char *vp;
-        json_t *ps = props ? json_object_get(props, m[i].key) : NULL;
-        if (ps == m[i].schema) vp = ptr_join(pp, m[i].key);
-        else vp = ptr_join(ptr, "additionalProperties");
-        rc = gen_schema(g, m[i].schema, vp, &body);
+        json_t *ps = o->props ? json_object_get(o->props, mi->key) : NULL;
+        char *vp = ps == mi->schema ? ptr_join(o->pp, mi->key) : ptr_join(ptr, "additionalProperties");
+        int rc = gen_schema(g, mi->schema, vp, &body);
         free(vp);
         if (!rc) {
-            m[i].kv = rule_name(g, m[i].key);
-            rc = add_rule(g, m[i].kv, body.p);
+            mi->kv = rule_name(g, mi->key);
+            rc = add_rule(g, mi->kv, body.p);
         }
         sbuf_free(&body);
-        if (rc) goto done;
+        if (rc) return rc;
     }
-    /* propertyNames and patternProperties give the keys of the additional
-     * members when no property is listed */
-    bool pn_trivial = !pnames || json_is_true(pnames);
+    return 0;
+}
+
+/* Phase 5: propertyNames, patternProperties checked → the keys of additional members (o->pn_*, pat_rest, extra). */
+static int object_extra_keys(schema_compiler *g, const char *ptr, object_plan *o) {
+    json_t *pnames = o->pnames;
+    const char *k;
+    json_t *v;
+    o->pn_trivial = !pnames || json_is_true(pnames);
     if (json_is_object(pnames)) {
-        pn_trivial = true;
+        o->pn_trivial = true;
         json_object_foreach(pnames, k, v) if (!is_annotation(k) &&
                                               !(!strcmp(k, "type") && json_is_string(v) &&
-                                                !strcmp(json_string_value(v), "string"))) pn_trivial = false;
+                                                !strcmp(json_string_value(v), "string"))) o->pn_trivial = false;
     }
-    bool no_names = n == 0 && json_array_size(banned) == 0;
-    bool pat_rest = false;
-    if (pat) {
-        if (!json_is_object(pat)) {
-            rc = invalid_kw(g, ptr, "patternProperties", "must be an object");
-            goto done;
-        }
-        if (json_object_size(pat) > SCHEMA_MAX_PATTERN_PROPS || !no_names || !pn_trivial) {
-            rc = unsup(g, ptr, "patternProperties",
-                       "%s/patternProperties: supported as at most %d patterns on an object without properties or "
-                       "propertyNames",
-                       ptr, SCHEMA_MAX_PATTERN_PROPS);
-            goto done;
-        }
-        pat_rest = extra; /* keys no pattern matches: additionalProperties */
-        extra = true;
+    o->no_names = o->n == 0 && json_array_size(o->banned) == 0;
+    if (o->pat) {
+        if (!json_is_object(o->pat)) return invalid_kw(g, ptr, "patternProperties", "must be an object");
+        if (json_object_size(o->pat) > SCHEMA_MAX_PATTERN_PROPS || !o->no_names || !o->pn_trivial)
+            return unsup(g, ptr, "patternProperties",
+                         "%s/patternProperties: supported as at most %d patterns on an object without properties or "
+                         "propertyNames",
+                         ptr, SCHEMA_MAX_PATTERN_PROPS);
+        o->pat_rest = o->extra; /* keys no pattern matches: additionalProperties */
+        o->extra = true;
     }
     /* propertyNames as an enum of names: the additional keys are the names
      * not listed (every listed one must be among them) */
-    json_t *pn_enum = NULL;
-    if (!pn_trivial && json_is_object(pnames) && json_is_array(json_object_get(pnames, "enum")) && !no_names) {
-        pn_enum = json_array();
+    if (!o->pn_trivial && json_is_object(pnames) && json_is_array(json_object_get(pnames, "enum")) && !o->no_names) {
+        json_t *pn_enum = json_array();
         json_t *en = json_object_get(pnames, "enum");
-        bool all_in = json_array_size(banned) == 0;
-        for (int i = 0; i < n && all_in; i++) {
+        bool all_in = json_array_size(o->banned) == 0;
+        for (int i = 0; i < o->n && all_in; i++) {
             bool in = false;
             for (size_t j = 0; j < json_array_size(en) && !in; j++)
-                in = json_is_string(json_array_get(en, j)) && !strcmp(json_string_value(json_array_get(en, j)), m[i].key);
+                in = json_is_string(json_array_get(en, j)) &&
+                     !strcmp(json_string_value(json_array_get(en, j)), o->m[i].key);
             all_in = in;
         }
         for (size_t j = 0; j < json_array_size(en) && all_in; j++) {
             json_t *x = json_array_get(en, j);
             bool listed = false;
-            for (int i = 0; i < n && !listed; i++) listed = json_is_string(x) && !strcmp(json_string_value(x), m[i].key);
+            for (int i = 0; i < o->n && !listed; i++)
+                listed = json_is_string(x) && !strcmp(json_string_value(x), o->m[i].key);
             if (json_is_string(x) && !listed) json_array_append(pn_enum, x);
         }
-        if (!all_in) json_decref(pn_enum), pn_enum = NULL;
+        if (!all_in) json_decref(pn_enum);
         else {
             json_t *ks = json_pack("{s:s, s:O}", "type", "string", "enum", pn_enum);
             json_decref(pn_enum);
             json_array_append_new(g->owned, ks);
-            pn_enum = ks;
-            if (!json_array_size(json_object_get(ks, "enum"))) extra = false;
+            o->pn_enum = ks;
+            if (!json_array_size(json_object_get(ks, "enum"))) o->extra = false;
         }
     }
-    if (!pn_trivial && !pn_enum && (!no_names || !extra)) {
-        rc = unsup(g, ptr, "propertyNames", "%s/propertyNames: supported on objects without listed properties", ptr);
-        goto done;
-    }
-    /* minProperties / maxProperties: bounds on the count of additional members */
-    long long pmin, pmax, xlo = 0, xhi = -1;
+    if (!o->pn_trivial && !o->pn_enum && (!o->no_names || !o->extra))
+        return unsup(g, ptr, "propertyNames", "%s/propertyNames: supported on objects without listed properties", ptr);
+    return 0;
+}
+
+/* Phase 6: minProperties / maxProperties → o->xlo, o->xhi, bounds on the number of additional members. */
+static int object_counts(schema_compiler *g, json_t *s, const char *ptr, object_plan *o) {
+    long long pmin, pmax;
+    int rc;
+    o->xhi = -1;
     if ((rc = get_count(g, s, ptr, "minProperties", 0, &pmin)) || (rc = get_count(g, s, ptr, "maxProperties", -1, &pmax)))
-        goto done;
-    {
-        int n_req = 0;
-        for (int i = 0; i < n; i++) n_req += m[i].required;
-        bool all_req = n_req == n;
-        if (pmax >= 0 && pmax < n_req) {
-            rc = err_set(g->e, ERR_INVALID, "%s: more properties are required than maxProperties allows", ptr_show(ptr));
-            goto done;
-        }
-        if (pmin <= n_req && (pmax < 0 || (!extra && pmax >= n))) {
-        } else if (all_req && extra) {
-            xlo = MAX(0, pmin - n);
-            xhi = pmax < 0 ? -1 : pmax - n;
-        } else {
-            rc = unsup(g, ptr, pmax >= 0 ? "maxProperties" : "minProperties",
-                       "%s: minProperties/maxProperties are supported when every listed property is required", ptr_show(ptr));
-            goto done;
-        }
-        if (!extra && pmin > n) {
-            rc = err_set(g->e, ERR_INVALID, "%s: minProperties asks for more properties than are allowed", ptr_show(ptr));
-            goto done;
-        }
+        return rc;
+    int n = o->n, n_req = 0;
+    for (int i = 0; i < n; i++) n_req += o->m[i].required;
+    bool all_req = n_req == n;
+    if (pmax >= 0 && pmax < n_req)
+        return err_set(g->e, ERR_INVALID, "%s: more properties are required than maxProperties allows", ptr_show(ptr));
+    if (pmin <= n_req && (pmax < 0 || (!o->extra && pmax >= n))) {
+    } else if (all_req && o->extra) {
+        o->xlo = MAX(0, pmin - n);
+        o->xhi = pmax < 0 ? -1 : pmax - n;
+    } else {
+        return unsup(g, ptr, pmax >= 0 ? "maxProperties" : "minProperties",
+                     "%s: minProperties/maxProperties are supported when every listed property is required",
+                     ptr_show(ptr));
     }
-    /* the additional member: key (not a listed name) ": " value */
-    char *xkv = NULL;
-    if (extra) {
-        sbuf body = {0};
-        if (pat) {
-            rc = gen_pattern_members(g, pat, pat_rest ? (extra_schema ? extra_schema : json_true()) : NULL, ptr, &body);
-        } else {
-            if (pn_enum) {
-                char *vp = ptr_join(ptr, "propertyNames");
-                rc = gen_schema(g, pn_enum, vp, &body);
-                free(vp);
-            } else if (!pn_trivial) {
-                json_t *ks = json_copy(pnames);
-                json_object_set_new(ks, "type", json_string("string"));
-                json_array_append_new(g->owned, ks);
-                char *vp = ptr_join(ptr, "propertyNames");
-                rc = gen_schema(g, ks, vp, &body);
-                free(vp);
-            } else if (no_names) prim(g, P_STRING, &body);
-            else {
-                tnode root = {0};
-                for (int i = 0; i < n; i++) trie_add(&root, m[i].key);
-                for (size_t i = 0; i < json_array_size(banned); i++)
-                    trie_add(&root, json_string_value(json_array_get(banned, i)));
-                sbuf_puts(&body, "\"\\\"\" ");
-                rc = trie_emit(g, &root, &body);
-                trie_free(root.kids);
-            }
-            sbuf_puts(&body, " \": \" ");
-            if (!rc) {
+    if (!o->extra && pmin > n)
+        return err_set(g->e, ERR_INVALID, "%s: minProperties asks for more properties than are allowed", ptr_show(ptr));
+    return 0;
+}
+
+/* Phase 7: the keys of phase 5 → o->xkv, the rule `key ": " value` of an additional member (or o->extra false). */
+static int object_extra_rule(schema_compiler *g, const char *ptr, object_plan *o) {
+    if (!o->extra) return 0;
+    int rc = 0;
+    sbuf body = {0};
+    if (o->pat) {
+        rc = gen_pattern_members(g, o->pat, o->pat_rest ? (o->extra_schema ? o->extra_schema : json_true()) : NULL, ptr,
+                                 &body);
+    } else {
+        if (o->pn_enum) {
+            char *vp = ptr_join(ptr, "propertyNames");
+            rc = gen_schema(g, o->pn_enum, vp, &body);
+            free(vp);
+        } else if (!o->pn_trivial) {
+            json_t *ks = json_copy(o->pnames);
+            json_object_set_new(ks, "type", json_string("string"));
+            json_array_append_new(g->owned, ks);
+            char *vp = ptr_join(ptr, "propertyNames");
+            rc = gen_schema(g, ks, vp, &body);
+            free(vp);
+        } else if (o->no_names) prim(g, P_STRING, &body);
+        else {
+            tnode root = {0};
+            for (int i = 0; i < o->n; i++) trie_add(&root, o->m[i].key);
+            for (size_t i = 0; i < json_array_size(o->banned); i++)
+                trie_add(&root, json_string_value(json_array_get(o->banned, i)));
+            sbuf_puts(&body, "\"\\\"\" ");
+            rc = trie_emit(g, &root, &body);
+            trie_free(root.kids);
+        }
+        sbuf_puts(&body, " \": \" ");
+        if (!rc) {
+            if (o->extra_schema) {
                 char *vp = ptr_join(ptr, "additionalProperties");
-                if (extra_schema) rc = gen_schema(g, extra_schema, vp, &body);
-                else prim(g, P_VALUE, &body);
+                rc = gen_schema(g, o->extra_schema, vp, &body);
                 free(vp);
-            }
-        }
-        if (!rc && body.n == 0) extra = false; /* no key pattern can be written */
-        else if (!rc) {
-            xkv = rule_name(g, "extra");
-            rc = add_rule(g, xkv, body.p);
-        }
-        sbuf_free(&body);
-        if (rc) {
-            free(xkv);
-            goto done;
+            } else prim(g, P_VALUE, &body);
         }
     }
+    if (!rc && body.n == 0) o->extra = false; /* no key pattern can be written */
+    else if (!rc) {
+        o->xkv = rule_name(g, "extra");
+        rc = add_rule(g, o->xkv, body.p);
+    }
+    sbuf_free(&body);
+    return rc;
+}
+
+/* Phase 8, the chain: o's kv rules and xkv → the T_i / S_i rules, and `( "{" S_0 "}" )` appended to out. */
+static int object_chain(schema_compiler *g, object_plan *o, sbuf *out) {
+    member *m = o->m;
+    int n = o->n, rc = 0;
+    long long xlo = o->xlo, xhi = o->xhi;
+    const char *xkv = o->xkv;
+    bool extra = o->extra && xhi != 0;
     /* T_i chain, from the end; t_names[i] = rule for T_i or NULL when empty */
-    if (xhi == 0) extra = false;
     char **t_names = xcalloc((size_t)n + 1, sizeof *t_names);
     bool s_nullable = true;
     sbuf s_expr = {0};
     if (extra && n == 0 && (xlo > 0 || xhi >= 0)) {
         /* counted members, the first without a comma */
-        {
-            sbuf_printf(&s_expr, "%s ( \", \" %s )", xkv, xkv);
-            long long l1 = xlo > 0 ? xlo - 1 : 0, h1 = xhi < 0 ? -1 : xhi - 1;
-            if (h1 < 0) sbuf_printf(&s_expr, "{%lld,}", l1);
-            else sbuf_printf(&s_expr, "{%lld,%lld}", l1, h1);
-            if (xlo == 0) {
-                sbuf t2 = {0};
-                sbuf_printf(&t2, "( %s )?", s_expr.p);
-                sbuf_free(&s_expr);
-                s_expr = t2;
-            } else s_nullable = false;
-        }
+        sbuf_printf(&s_expr, "%s ( \", \" %s )", xkv, xkv);
+        long long l1 = xlo > 0 ? xlo - 1 : 0, h1 = xhi < 0 ? -1 : xhi - 1;
+        if (h1 < 0) sbuf_printf(&s_expr, "{%lld,}", l1);
+        else sbuf_printf(&s_expr, "{%lld,%lld}", l1, h1);
+        if (xlo == 0) {
+            sbuf t2 = {0};
+            sbuf_printf(&t2, "( %s )?", s_expr.p);
+            sbuf_free(&s_expr);
+            s_expr = t2;
+        } else s_nullable = false;
     } else if (extra) {
         t_names[n] = rule_name(g, "more");
         sbuf body = {0};
@@ -1637,14 +1680,22 @@ static int gen_object(schema_compiler *g, json_t *s, const char *ptr, sbuf *out)
     sbuf_free(&s_expr);
     for (int i = 0; i <= n; i++) free(t_names[i]);
     free(t_names);
-    free(xkv);
-done:
-    for (int i = 0; i < n; i++) free(m[i].kv);
-    free(m);
-    free(pp);
-    json_decref(req_set);
-    json_decref(req_all);
-    json_decref(banned);
+    return rc;
+}
+
+/* An object schema: the phases of the opening comment in order, each on
+ * what the ones before it learnt. */
+static int gen_object(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
+    object_plan o = {0};
+    int rc = object_keywords(g, s, ptr, &o);
+    if (!rc) rc = object_dependent_required(g, s, ptr, &o);
+    if (!rc) rc = object_members(g, ptr, &o);
+    if (!rc) rc = object_member_rules(g, ptr, &o);
+    if (!rc) rc = object_extra_keys(g, ptr, &o);
+    if (!rc) rc = object_counts(g, s, ptr, &o);
+    if (!rc) rc = object_extra_rule(g, ptr, &o);
+    if (!rc) rc = object_chain(g, &o, out);
+    object_plan_free(&o);
     return rc;
 }
 
