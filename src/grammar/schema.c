@@ -16,6 +16,24 @@
  *   schema ──gen_schema──▶ expression ─┬─▶ "name ::= expression"
  *                                      └─▶ helper rules "name-what-N ::= ..."
  *
+ * gen_schema compiles one subschema in phases (gen_schema_once):
+ *   1. check     `true` is any value; false, a non-object, too deep, too big
+ *                or an unknown keyword is an error (schema_check)
+ *   2. rewrite   if/then/else, dependentSchemas and `not` (other than of
+ *                types or of values) become allOf/anyOf (rewrite_logic);
+ *                allOf, and a $ref or anyOf/oneOf beside other keywords,
+ *                merge into one schema (normalize); a rewritten schema
+ *                starts again at 1 (schema_rewrite)
+ *   3. dispatch  $ref (gen_ref), anyOf/oneOf (gen_alternatives), else 4
+ *   4. types     a. type, nullable and a `not` of types (schema_types);
+ *                b. enum/const: their values of those types (gen_values);
+ *                c. else without type: the types whose keywords appear
+ *                   (schema_infer_types), and
+ *                d. one alternative per type (gen_types: gen_string,
+ *                   gen_number, gen_integer, gen_object, gen_array)
+ * and around them, when the compile is not strict and one keyword cannot be
+ * enforced, gen_schema drops it and runs the phases again (relaxed).
+ *
  * The layout is canonical (schema.h): no whitespace but one space after ':'
  * and ',', properties in schema order. Objects are written as a chain of
  * rules so that optional properties cost O(properties) rules:
@@ -2918,11 +2936,8 @@ static int normalize(schema_compiler *g, json_t *s, const char *ptr, json_t **ou
 
 /* ---- a schema ------------------------------------------------------------ */
 
-static int gen_schema_once(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
-    if (json_is_true(s)) {
-        prim(g, P_VALUE, out);
-        return 0;
-    }
+/* Phase 1, check: s → 0 when it is a schema object within the limits, with known keywords; else the error. */
+static int schema_check(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     if (is_never(s))
         return err_set(g->e, ERR_UNSUPPORTED, "%s: the schema false admits no value", ptr_show(ptr));
     if (!json_is_object(s)) return err_set(g->e, ERR_INVALID, "%s must be a schema (an object or a boolean)", ptr_show(ptr));
@@ -2945,112 +2960,150 @@ static int gen_schema_once(schema_compiler *g, json_t *s, const char *ptr, sbuf 
         json_t *x = json_object_get(s, objects_of_schemas[i]);
         if (x && !json_is_object(x)) return invalid_kw(g, ptr, objects_of_schemas[i], "must be an object");
     }
-    json_t *norm = NULL;
-    int rc = 0;
+    return 0;
+}
+
+/* Phase 2, rewrite: s → *norm, the equivalent schema without logic keywords or merges (owned by g), or NULL if none. */
+static int schema_rewrite(schema_compiler *g, json_t *s, const char *ptr, json_t **norm) {
+    const char *k;
+    json_t *v;
     /* allOf and $ref merges first, so that rewritten `not`s meet the
      * enums beside them */
     bool merges = json_object_get(s, "allOf") != NULL;
     if (!merges && (json_object_get(s, "$ref") || json_object_get(s, "$recursiveRef") || json_object_get(s, "$dynamicRef")))
         json_object_foreach(s, k, v) merges |= !is_annotation(k) && strcmp(k, "$ref") && strcmp(k, "$recursiveRef") &&
                                                strcmp(k, "$dynamicRef");
-    rc = rewrite_logic(g, s, ptr, !merges, &norm);
-    if (rc) return rc;
-    if (norm) return gen_schema(g, norm, ptr, out);
-    rc = normalize(g, s, ptr, &norm);
-    if (rc) return rc;
-    if (norm) return gen_schema(g, norm, ptr, out);
+    int rc = rewrite_logic(g, s, ptr, !merges, norm);
+    if (rc || *norm) return rc;
+    return normalize(g, s, ptr, norm);
+}
 
-    rc = 0;
-    g->depth++;
+/* Phase 4a, types: s's type, nullable and a `not` of types → *types (T_ALL without type); 0 or the error. */
+static int schema_types(schema_compiler *g, json_t *s, const char *ptr, unsigned *types) {
+    int rc = 0;
+    const char *k;
+    json_t *v;
+    json_t *t = json_object_get(s, "type");
+    *types = T_ALL;
+    if (t) *types = parse_types(g, t, ptr, &rc);
+    if (!rc && t && json_is_true(json_object_get(s, "nullable"))) *types |= T_NULL; /* OpenAPI 3.0 */
+    json_t *not = json_object_get(s, "not");
+    if (!rc && not) {
+        /* simple not: of types only */
+        json_t *nt = json_is_object(not) ? json_object_get(not, "type") : NULL;
+        bool only_type = nt != NULL;
+        json_object_foreach(not, k, v) if (strcmp(k, "type") && !is_annotation(k)) only_type = false;
+        if (!only_type) rc = unsup(g, ptr, "not", "%s/not: only a 'not' of types is supported", ptr);
+        else {
+            unsigned nb = parse_types(g, nt, ptr, &rc);
+            if (nb & T_NUMBER) nb |= T_INTEGER;
+            if (nb & T_INTEGER && !(nb & T_NUMBER) && (*types & T_NUMBER))
+                rc = unsup(g, ptr, "not", "%s/not: a 'not' of integer beside number is not supported", ptr);
+            *types &= ~nb;
+            if (!rc && !*types) rc = unsat(g, "%s/not excludes every type", ptr);
+        }
+    }
+    return rc;
+}
+
+/* Phase 4b, values: s's enum / const (only type, not, nullable beside) of the given types → the alternatives on out. */
+static int gen_values(schema_compiler *g, json_t *s, const char *ptr, unsigned types, sbuf *out) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) if (!is_annotation(k) && strcmp(k, "enum") && strcmp(k, "const") &&
+                                     strcmp(k, "type") && strcmp(k, "not") && strcmp(k, "nullable"))
+        return unsup(g, ptr, k, "%s: '%s' beside enum/const is not supported (only type)", ptr_show(ptr), k);
+    return gen_enum(g, s, ptr, types, out);
+}
+
+/* Phase 4c, inferred types: s without type → *types narrowed to the types whose keywords appear (none: unchanged). */
+static int schema_infer_types(schema_compiler *g, json_t *s, const char *ptr, unsigned *types) {
+    static const struct {
+        const char *kw;
+        unsigned bits;
+    } infer[] = {
+        {"properties", T_OBJECT},     {"required", T_OBJECT},   {"additionalProperties", T_OBJECT},
+        {"propertyNames", T_OBJECT},  {"patternProperties", T_OBJECT}, {"minProperties", T_OBJECT},
+        {"maxProperties", T_OBJECT},  {"dependentRequired", T_OBJECT},
+        {"items", T_ARRAY},           {"prefixItems", T_ARRAY}, {"minItems", T_ARRAY},
+        {"maxItems", T_ARRAY},        {"additionalItems", T_ARRAY}, {"contains", T_ARRAY},
+        {"minLength", T_STRING},      {"maxLength", T_STRING},
+        {"pattern", T_STRING},        {"format", T_STRING},     {"minimum", T_NUMBER},
+        {"maximum", T_NUMBER},        {"exclusiveMinimum", T_NUMBER}, {"exclusiveMaximum", T_NUMBER},
+        {"multipleOf", T_NUMBER},
+    };
+    unsigned inf = 0;
+    for (size_t i = 0; i < ARRAY_LEN(infer); i++)
+        if (json_object_get(s, infer[i].kw)) inf |= infer[i].bits;
+    if (inf) *types = (*types & ~(unsigned)T_ALL) | (inf & *types);
+    if (!*types) return unsat(g, "%s/not excludes every type", ptr);
+    return 0;
+}
+
+/* Phase 4d, per type: s and its types → any value, or `( a | b )` with one generator's expression per type, on out. */
+static int gen_types(schema_compiler *g, json_t *s, const char *ptr, unsigned types, sbuf *out) {
+    if (types == T_ALL) {
+        prim(g, P_VALUE, out);
+        return 0;
+    }
+    if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER;
+    int n = 0, rc = 0;
+    sbuf_puts(out, "( ");
+    for (unsigned bit = 1; bit <= T_ARRAY && !rc; bit <<= 1) {
+        if (!(types & bit)) continue;
+        if (n++) sbuf_puts(out, " | ");
+        switch (bit) {
+        case T_STRING: rc = gen_string(g, s, ptr, out); break;
+        case T_NUMBER: rc = gen_number(g, s, ptr, out); break;
+        case T_INTEGER: rc = gen_integer(g, s, ptr, out); break;
+        case T_BOOLEAN: sbuf_puts(out, "\"true\" | \"false\""); break;
+        case T_NULL: sbuf_puts(out, "\"null\""); break;
+        case T_OBJECT:
+            g->n_cont++;
+            rc = gen_object(g, s, ptr, out);
+            g->n_cont--;
+            break;
+        case T_ARRAY:
+            g->n_cont++;
+            rc = gen_array(g, s, ptr, out);
+            g->n_cont--;
+            break;
+        }
+    }
+    sbuf_puts(out, " )");
+    return rc;
+}
+
+/* Phase 3, dispatch: a checked, rewritten s → its expression on out ($ref, anyOf/oneOf, else phase 4 on its types). */
+static int gen_dispatch(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
     json_t *refv = json_object_get(s, "$ref");
     const char *ref_kw = "$ref";
     if (!refv && (refv = json_object_get(s, "$recursiveRef"))) ref_kw = "$recursiveRef";
     if (!refv && (refv = json_object_get(s, "$dynamicRef"))) ref_kw = "$dynamicRef";
-    if (refv) rc = gen_ref(g, refv, ptr, ref_kw, out);
-    else if (json_object_get(s, "anyOf")) rc = gen_alternatives(g, json_object_get(s, "anyOf"), ptr, "anyOf", out);
-    else if (json_object_get(s, "oneOf")) rc = gen_alternatives(g, json_object_get(s, "oneOf"), ptr, "oneOf", out);
-    else {
-        json_t *t = json_object_get(s, "type");
-        unsigned types = T_ALL;
-        if (t) types = parse_types(g, t, ptr, &rc);
-        if (!rc && t && json_is_true(json_object_get(s, "nullable"))) types |= T_NULL; /* OpenAPI 3.0 */
-        json_t *not = json_object_get(s, "not");
-        if (!rc && not) {
-            /* simple not: of types only */
-            json_t *nt = json_is_object(not) ? json_object_get(not, "type") : NULL;
-            bool only_type = nt != NULL;
-            json_object_foreach(not, k, v) if (strcmp(k, "type") && !is_annotation(k)) only_type = false;
-            if (!only_type) rc = unsup(g, ptr, "not", "%s/not: only a 'not' of types is supported", ptr);
-            else {
-                unsigned nb = parse_types(g, nt, ptr, &rc);
-                if (nb & T_NUMBER) nb |= T_INTEGER;
-                if (nb & T_INTEGER && !(nb & T_NUMBER) && (types & T_NUMBER))
-                    rc = unsup(g, ptr, "not", "%s/not: a 'not' of integer beside number is not supported", ptr);
-                types &= ~nb;
-                if (!rc && !types) rc = unsat(g, "%s/not excludes every type", ptr);
-            }
-        }
-        if (!rc && (json_object_get(s, "enum") || json_object_get(s, "const"))) {
-            json_object_foreach(s, k, v) if (!is_annotation(k) && strcmp(k, "enum") && strcmp(k, "const") &&
-                                             strcmp(k, "type") && strcmp(k, "not") && strcmp(k, "nullable")) {
-                rc = unsup(g, ptr, k, "%s: '%s' beside enum/const is not supported (only type)", ptr_show(ptr), k);
-                break;
-            }
-            if (!rc) rc = gen_enum(g, s, ptr, types, out);
-        } else if (!rc) {
-            if (!t) {
-                /* no type: the types whose keywords appear (none: any value) */
-                static const struct {
-                    const char *kw;
-                    unsigned bits;
-                } infer[] = {
-                    {"properties", T_OBJECT},     {"required", T_OBJECT},   {"additionalProperties", T_OBJECT},
-                    {"propertyNames", T_OBJECT},  {"patternProperties", T_OBJECT}, {"minProperties", T_OBJECT},
-                    {"maxProperties", T_OBJECT},  {"dependentRequired", T_OBJECT},
-                    {"items", T_ARRAY},           {"prefixItems", T_ARRAY}, {"minItems", T_ARRAY},
-                    {"maxItems", T_ARRAY},        {"additionalItems", T_ARRAY}, {"contains", T_ARRAY},
-                    {"minLength", T_STRING},      {"maxLength", T_STRING},
-                    {"pattern", T_STRING},        {"format", T_STRING},     {"minimum", T_NUMBER},
-                    {"maximum", T_NUMBER},        {"exclusiveMinimum", T_NUMBER}, {"exclusiveMaximum", T_NUMBER},
-                    {"multipleOf", T_NUMBER},
-                };
-                unsigned inf = 0;
-                for (size_t i = 0; i < ARRAY_LEN(infer); i++)
-                    if (json_object_get(s, infer[i].kw)) inf |= infer[i].bits;
-                if (inf) types = (types & ~(unsigned)T_ALL) | (inf & types);
-                if (!types) rc = unsat(g, "%s/not excludes every type", ptr);
-            }
-            if (rc) {
-            } else if (types == T_ALL) prim(g, P_VALUE, out);
-            else {
-                if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER;
-                int n = 0;
-                sbuf_puts(out, "( ");
-                for (unsigned bit = 1; bit <= T_ARRAY && !rc; bit <<= 1) {
-                    if (!(types & bit)) continue;
-                    if (n++) sbuf_puts(out, " | ");
-                    switch (bit) {
-                    case T_STRING: rc = gen_string(g, s, ptr, out); break;
-                    case T_NUMBER: rc = gen_number(g, s, ptr, out); break;
-                    case T_INTEGER: rc = gen_integer(g, s, ptr, out); break;
-                    case T_BOOLEAN: sbuf_puts(out, "\"true\" | \"false\""); break;
-                    case T_NULL: sbuf_puts(out, "\"null\""); break;
-                    case T_OBJECT:
-                        g->n_cont++;
-                        rc = gen_object(g, s, ptr, out);
-                        g->n_cont--;
-                        break;
-                    case T_ARRAY:
-                        g->n_cont++;
-                        rc = gen_array(g, s, ptr, out);
-                        g->n_cont--;
-                        break;
-                    }
-                }
-                sbuf_puts(out, " )");
-            }
-        }
+    if (refv) return gen_ref(g, refv, ptr, ref_kw, out);
+    if (json_object_get(s, "anyOf")) return gen_alternatives(g, json_object_get(s, "anyOf"), ptr, "anyOf", out);
+    if (json_object_get(s, "oneOf")) return gen_alternatives(g, json_object_get(s, "oneOf"), ptr, "oneOf", out);
+    unsigned types;
+    int rc = schema_types(g, s, ptr, &types);
+    if (rc) return rc;
+    if (json_object_get(s, "enum") || json_object_get(s, "const")) return gen_values(g, s, ptr, types, out);
+    if (!json_object_get(s, "type") && (rc = schema_infer_types(g, s, ptr, &types))) return rc;
+    return gen_types(g, s, ptr, types, out);
+}
+
+/* One subschema, nothing relaxed: the phases of the opening comment in order; a rewritten schema starts again. */
+static int gen_schema_once(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
+    if (json_is_true(s)) {
+        prim(g, P_VALUE, out);
+        return 0;
     }
+    json_t *norm = NULL;
+    int rc = schema_check(g, s, ptr, out);
+    if (!rc) rc = schema_rewrite(g, s, ptr, &norm);
+    if (rc) return rc;
+    if (norm) return gen_schema(g, norm, ptr, out);
+    g->depth++;
+    rc = gen_dispatch(g, s, ptr, out);
     g->depth--;
     if (!rc && (TOO_BIG(g) || out->n > GRAMMAR_MAX_SRC_BYTES))
         rc = err_set(g->e, ERR_RANGE, "schema grammar exceeds %u bytes", GRAMMAR_MAX_SRC_BYTES);
