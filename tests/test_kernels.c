@@ -13,6 +13,7 @@
  *     softmax, odd head sizes and chunk lengths; attn_head over several
  *     chunks == parts computed out of order and merged;
  *   - the thread pool runs every share exactly once, many times over;
+ *   - kern_rmsnorm_rows == kern_rmsnorm row by row, bitwise;
  *   - the forward pass of stories260K at > 2 attention chunks of context:
  *     a decode step alone (attention split over chunks) gives the same
  *     logits bits as inside a batch (unsplit), for every table; and a
@@ -34,6 +35,36 @@
 
 static const char *tables[8];
 static int n_tables;
+
+/* ---- norms ------------------------------------------------------------------------ */
+
+/* kern_rmsnorm_rows (rows four at a time) == kern_rmsnorm row by row,
+ * bitwise: 1..9 rows (whole groups of four and the rest), widths with and
+ * without a weight, in place and into another buffer. */
+static void test_rmsnorm_rows(void) {
+    rng r;
+    rng_seed(&r, 11);
+    static const int widths[] = {1, 7, 64, 172};
+    enum { MAXR = 9, MAXN = 172 };
+    static float x[MAXR * MAXN], got[MAXR * MAXN], want[MAXR * MAXN], w[MAXN];
+    for (size_t wi = 0; wi < ARRAY_LEN(widths); wi++)
+        for (int rows = 1; rows <= MAXR; rows++)
+            for (int in_place = 0; in_place < 2; in_place++)
+                for (int with_w = 0; with_w < 2; with_w++) {
+                    const int n = widths[wi];
+                    for (int i = 0; i < rows * n; i++) x[i] = (float)(rng_uniform(&r) * 4 - 2) * (i % 5 == 0 ? 100 : 1);
+                    for (int i = 0; i < n; i++) w[i] = (float)(rng_uniform(&r) * 2);
+                    for (int k = 0; k < rows; k++)
+                        kern_rmsnorm(want + k * n, x + k * n, with_w ? w : NULL, n, 1e-5f);
+                    if (in_place) {
+                        memcpy(got, x, sizeof(float) * (size_t)(rows * n));
+                        kern_rmsnorm_rows(got, got, (size_t)n, with_w ? w : NULL, n, 1e-5f, rows);
+                    } else {
+                        kern_rmsnorm_rows(got, x, (size_t)n, with_w ? w : NULL, n, 1e-5f, rows);
+                    }
+                    CHECK(memcmp(got, want, sizeof(float) * (size_t)(rows * n)) == 0);
+                }
+}
 
 /* ---- activation converters --------------------------------------------------- */
 
@@ -584,6 +615,7 @@ int main(void) {
     CHECK(n_tables >= 1);
     pool *pools[2] = {pool_new(1), pool_new(3)};
     test_env();
+    test_rmsnorm_rows();
     test_act();
     test_dots();
     test_multi(pools);

@@ -130,6 +130,12 @@ void kern_matmul_rows(const kern_mat *w, int64_t r0, int64_t r1, const void *act
 /* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL for no weight); out
  * may equal x. The sum of squares is taken in double, in index order. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* kern_rmsnorm of `rows` rows at x + r*stride into out + r*stride, each
+ * bitwise what kern_rmsnorm gives it: rows go four at a time, their sums'
+ * chains side by side (one row's sum in double, in order, is a chain of
+ * dependent adds: at n_embd 64 its latency, not its arithmetic, was a
+ * verification step's norms). */
+void kern_rmsnorm_rows(float *out, const float *x, size_t stride, const float *w, int n, float eps, int rows);
 /* In place: x = silu(gate) * up, n elements, written into gate (through the
  * table: the SIMD tables use a polynomial e^x, relative error ~1e-6; each
  * element depends only on its own gate and up, so batch invariance holds). */

@@ -259,6 +259,31 @@ void kern_rmsnorm(float *out, const float *x, const float *w, int n, float eps) 
         for (int i = 0; i < n; i++) out[i] = x[i] * scale;
 }
 
+void kern_rmsnorm_rows(float *out, const float *x, size_t stride, const float *w, int n, float eps, int rows) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) { /* four independent chains, each kern_rmsnorm's */
+        const float *x0 = x + (size_t)r * stride, *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int i = 0; i < n; i++) {
+            s0 += (double)x0[i] * x0[i];
+            s1 += (double)x1[i] * x1[i];
+            s2 += (double)x2[i] * x2[i];
+            s3 += (double)x3[i] * x3[i];
+        }
+        const double ss[4] = {s0, s1, s2, s3};
+        for (int k = 0; k < 4; k++) {
+            const float *xk = x + (size_t)(r + k) * stride;
+            float *ok = out + (size_t)(r + k) * stride;
+            const float scale = (float)(1.0 / sqrt(ss[k] / (n > 0 ? n : 1) + eps));
+            if (w)
+                for (int i = 0; i < n; i++) ok[i] = xk[i] * scale * w[i];
+            else
+                for (int i = 0; i < n; i++) ok[i] = xk[i] * scale;
+        }
+    }
+    for (; r < rows; r++) kern_rmsnorm(out + (size_t)r * stride, x + (size_t)r * stride, w, n, eps);
+}
+
 static void swiglu_scalar(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         const float g = gate[i];

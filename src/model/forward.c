@@ -533,11 +533,14 @@ static void token_ops(const tok_job *j, int t0, int t1) {
     model_state *s = j->s;
     const int D = c->n_embd, hd = c->head_dim, q_dim = c->n_head * hd, kv_dim = c->n_head_kv * hd;
     const int half = c->n_rot / 2;
+    if (j->phase == PH_NORM_ATTN) {
+        kern_rmsnorm_rows(s->xb + (size_t)t0 * D, s->x + (size_t)t0 * D, (size_t)D, L->attn_norm, D, c->rms_eps, t1 - t0);
+        return;
+    }
     for (int t = t0; t < t1; t++) {
-        float *x = s->x + (size_t)t * D, *xb = s->xb + (size_t)t * D, *o = s->o + (size_t)t * D;
+        float *x = s->x + (size_t)t * D, *o = s->o + (size_t)t * D;
         switch (j->phase) {
         case PH_NORM_ATTN:
-            kern_rmsnorm(xb, x, L->attn_norm, D, c->rms_eps);
             break;
         case PH_QKV_POST: {
             float *q = s->q + (size_t)t * q_dim, *k = s->k + (size_t)t * kv_dim, *v = s->v + (size_t)t * kv_dim;
@@ -546,8 +549,8 @@ static void token_ops(const tok_job *j, int t0, int t1) {
                 for (int i = 0; i < kv_dim; i++) k[i] += L->bk[i], v[i] += L->bv[i];
             }
             if (L->q_norm) {
-                for (int h = 0; h < c->n_head; h++) kern_rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, c->rms_eps);
-                for (int h = 0; h < c->n_head_kv; h++) kern_rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, c->rms_eps);
+                kern_rmsnorm_rows(q, q, (size_t)hd, L->q_norm, hd, c->rms_eps, c->n_head);
+                kern_rmsnorm_rows(k, k, (size_t)hd, L->k_norm, hd, c->rms_eps, c->n_head_kv);
             }
             rope_apply(c, q, c->n_head, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
             rope_apply(c, k, c->n_head_kv, s->cosv + (size_t)t * half, s->sinv + (size_t)t * half);
@@ -572,12 +575,11 @@ static void token_ops(const tok_job *j, int t0, int t1) {
             for (int i = 0; i < kv_dim; i++) kc[(size_t)i * bt] = f32_to_fp16(k[i]), vr[i] = f32_to_fp16(v[i]);
             break;
         }
-        case PH_RESID_NORM_FFN:
+        case PH_RESID_NORM_FFN: /* the norms after the loop */
             if (L->bo)
                 for (int i = 0; i < D; i++) x[i] += o[i] + L->bo[i];
             else
                 for (int i = 0; i < D; i++) x[i] += o[i];
-            kern_rmsnorm(xb, x, L->ffn_norm, D, c->rms_eps);
             break;
         case PH_SWIGLU:
             kern_swiglu(s->hb + (size_t)t * c->n_ff, s->hb2 + (size_t)t * c->n_ff, c->n_ff);
@@ -587,6 +589,8 @@ static void token_ops(const tok_job *j, int t0, int t1) {
             break;
         }
     }
+    if (j->phase == PH_RESID_NORM_FFN)
+        kern_rmsnorm_rows(s->xb + (size_t)t0 * D, s->x + (size_t)t0 * D, (size_t)D, L->ffn_norm, D, c->rms_eps, t1 - t0);
 }
 
 static void token_task(void *arg, int ith, int nth) {
@@ -652,8 +656,11 @@ int model_forward(const model *m, model_state *s, model_kv *kv, const model_batc
     for (int t = 0; t < T; t++)
         if (b->logits ? b->logits[t] != 0 : t == T - 1) s->rows[n_rows++] = t;
     if (n_rows == 0) return 0;
-    for (int i = 0; i < n_rows; i++)
-        kern_rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)s->rows[i] * D, m->out_norm, D, c->rms_eps);
+    if (s->rows[n_rows - 1] - s->rows[0] == n_rows - 1) /* one run of rows (decode, verification) */
+        kern_rmsnorm_rows(s->xb, s->x + (size_t)s->rows[0] * D, (size_t)D, m->out_norm, D, c->rms_eps, n_rows);
+    else
+        for (int i = 0; i < n_rows; i++)
+            kern_rmsnorm(s->xb + (size_t)i * D, s->x + (size_t)s->rows[i] * D, m->out_norm, D, c->rms_eps);
     kern_matmul(p, &m->output, s->xb, n_rows, logits, s->act);
     return n_rows;
 }
