@@ -52,10 +52,15 @@ Two modes:
                   a 400 naming --grammar-mask-budget, is expected
       Counted: connections opened / ended by the server, or answers.
 
-  soak_clients.py agentbench --api-key K -- AGENTBENCH_ARGS...
+  soak_clients.py agentbench --api-key K[,K2,...] -- AGENTBENCH_ARGS...
       Runs ../shared/bench/agentbench.py with 'Authorization: Bearer K' added
       to its requests (agentbench has no key option), so that the soak can
-      run the server with --api-key and still send agent traffic.
+      run the server with --api-key and still send agent traffic. With
+      several keys (comma-separated) agent i sends with key i mod their
+      number (agentbench's probe request, from its main thread, the first):
+      each agent a client of its own for the server's fair sharing — the
+      requests, their order and timing are agentbench's, only the header
+      differs (bench/tenant_bench.sh AGENT_CLIENTS).
 """
 import argparse
 import http.client
@@ -487,10 +492,14 @@ def attack(a):
 
 def agentbench(a, rest):
     orig = http.client.HTTPConnection.request
+    keys = a.api_key.split(",")
 
     def request(self, method, url, body=None, headers=None, **kw):
         headers = dict(headers or {})
-        headers["Authorization"] = "Bearer " + a.api_key
+        # agentbench runs agent i in a thread started with args (i,)
+        args = getattr(threading.current_thread(), "_args", ())
+        agent = args[0] if args and isinstance(args[0], int) else 0
+        headers["Authorization"] = "Bearer " + keys[agent % len(keys)]
         return orig(self, method, url, body=body, headers=headers, **kw)
 
     http.client.HTTPConnection.request = request

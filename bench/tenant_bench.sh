@@ -7,7 +7,18 @@
 #   bench/tenant_bench.sh    env: MODEL (../shared/models/stories260K.gguf),
 #                            KVLOOM_BIN (build/kvloom), ROUNDS (3), AGENTS (8),
 #                            TURNS (4), OUT (a temp dir, kept), CONDS (the
-#                            attacks, default all six), ATTACKER_NICE (19)
+#                            attacks, default all six), ATTACKER_NICE (19),
+#                            AGENT_CLIENTS (8)
+#
+# AGENT_CLIENTS: as how many clients the agents come. 8 (the default, one
+# per agent): each agent sends with a key of its own, so the server sees
+# the issue's setting — 8 users' agents and one hostile tenant, 9 clients
+# sharing by the fair rules. 1: all agents under one key (the benchmark
+# before 2026-11-28: one client of 8 streams beside one of as many, each
+# an equal share). A list ("8 1") runs each condition for each, the same
+# server, interleaved within each round; rows are then named
+# condition.N. The traffic is agentbench's either way (soak_clients.py
+# agentbench only picks the key per agent thread).
 #
 # An attack named with the suffix _remote in CONDS (e.g. CONDS="flood
 # flood_remote noread noread_remote") is the same attack with its client
@@ -21,8 +32,8 @@
 # that idle CPU lets it send, so it under-states an attacker whose rate
 # does not depend on ours. Both run in the same rounds, interleaved.
 #
-# The server has one key per tenant (--api-key x3, so each tenant is a
-# client of its own for the fair admission) and --stall-timeout 10. Each
+# The server has one key per tenant and per agent (--api-key, so each
+# tenant is a client of its own for the fair sharing) and --stall-timeout 10. Each
 # round runs agentbench.py with the same seed (after a discarded warm-up run,
 # so every run finds the same prompts cached) three times: alone, with
 # soak_clients.py flood (16 threads of back-to-back 64-token completions
@@ -45,6 +56,15 @@ OUT=${OUT:-$(mktemp -d /tmp/kvloom-tenants.XXXXXX)}
 HERE=$(dirname "$0")
 PY=python3
 KEY=sk-agents-$$
+AGENT_CLIENTS=${AGENT_CLIENTS:-8}
+AKEYS="--api-key $KEY"
+for i in $(seq 1 8); do AKEYS="$AKEYS --api-key sk-agent$i-$$"; done
+keys_for() { # N: the agents' keys as soak_clients.py agentbench takes them
+    [ "$1" = 1 ] && { echo "$KEY"; return; }
+    k=""
+    for i in $(seq 1 "$1"); do k="$k${k:+,}sk-agent$i-$$"; done
+    echo "$k"
+}
 FKEY=sk-flood-$$
 NKEY=sk-noread-$$
 AKEY=sk-attack-$$
@@ -54,7 +74,7 @@ pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT INT TERM
 
-"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" --api-key "$KEY" --api-key "$FKEY" --api-key "$NKEY" \
+"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" $AKEYS --api-key "$FKEY" --api-key "$NKEY" \
     --api-key "$AKEY" --max-connections 64 --stall-timeout 10 -t 1 2> "$OUT/server.log" &
 SPID=$!
 pids="$SPID"
@@ -65,10 +85,10 @@ until [ -s "$OUT/port" ]; do
 done
 URL=http://127.0.0.1:$(cat "$OUT/port")
 
-agents() { # json: the agents' run, and the server's peak RSS meanwhile in json.rss (kB)
+agents() { # json [n_clients]: the agents' run, and the server's peak RSS meanwhile in json.rss (kB)
     ( while :; do sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$SPID/status; sleep 0.2; done ) > "$1.rsslog" 2>/dev/null &
     RS=$!
-    "$PY" "$HERE/soak_clients.py" agentbench --api-key "$KEY" --agentbench "$SHARED/bench/agentbench.py" -- \
+    "$PY" "$HERE/soak_clients.py" agentbench --api-key "$(keys_for "${2:-1}")" --agentbench "$SHARED/bench/agentbench.py" -- \
         --url "$URL" --agents "$AGENTS" --turns "$TURNS" --gen 24 --sys-words 60 --tool-words 20 \
         --user-words 3-6 --tool-pause 0.2-1 --tool-result-words 5-10 --stagger 1 --timeout 300 --seed 7 \
         --warmup 0 --json "$1" > "$1.log" 2>&1
@@ -77,37 +97,45 @@ agents() { # json: the agents' run, and the server's peak RSS meanwhile in json.
     sort -n "$1.rsslog" | tail -1 > "$1.rss"
 }
 
-beside() { # condition key round: the agents beside that hostile tenant (condition: mode[_remote])
+beside() { # condition key round row n_clients: the agents beside that hostile tenant (condition: mode[_remote])
     nice_=""
     [ "${1%_remote}" != "$1" ] && nice_="nice -n ${ATTACKER_NICE:-19}"
     $nice_ "$PY" "$HERE/soak_clients.py" "${1%_remote}" --url "$URL" --seconds 600 --api-key "$2" \
-        --json "$OUT/$1-$3.tenant.json" > /dev/null 2>&1 &
+        --json "$OUT/$4-$3.tenant.json" > /dev/null 2>&1 &
     H=$!
     pids="$pids $H"
     sleep 2
-    agents "$OUT/$1-$3.json"
+    agents "$OUT/$4-$3.json" "$5"
     kill "$H" 2>/dev/null
     wait "$H" 2>/dev/null
 }
 
+NVAR=$(echo $AGENT_CLIENTS | wc -w)
+row() { # condition n_clients: its rows' name
+    if [ "$NVAR" -eq 1 ]; then echo "$1"; else echo "$1.$2"; fi
+}
+ROWS=""
+for n in $AGENT_CLIENTS; do for c in alone $CONDS; do ROWS="$ROWS $(row "$c" "$n")"; done; done
 agents "$OUT/warmup.json" # the same seed every run: each one finds the prompts cached alike
 for r in $(seq 1 "$ROUNDS"); do
-    agents "$OUT/alone-$r.json"
-    for c in $CONDS; do
-        case $c in
-            flood | flood_remote) beside "$c" "$FKEY" "$r" ;;
-            noread | noread_remote) beside "$c" "$NKEY" "$r"; sleep 12 ;; # the non-read streams end (--stall-timeout 10)
-            *) beside "$c" "$AKEY" "$r" ;;
-        esac
+    for n in $AGENT_CLIENTS; do
+        agents "$OUT/$(row alone "$n")-$r.json" "$n"
+        for c in $CONDS; do
+            case $c in
+                flood | flood_remote) beside "$c" "$FKEY" "$r" "$(row "$c" "$n")" "$n" ;;
+                noread | noread_remote) beside "$c" "$NKEY" "$r" "$(row "$c" "$n")" "$n"; sleep 12 ;; # the non-read streams end (--stall-timeout 10)
+                *) beside "$c" "$AKEY" "$r" "$(row "$c" "$n")" "$n" ;;
+            esac
+        done
     done
 done
 curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" > "$OUT/metrics.txt"
 
-"$PY" - "$OUT" "$ROUNDS" $CONDS <<'PYEOF'
+"$PY" - "$OUT" "$ROUNDS" $ROWS <<'PYEOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 rows = {}
-for cond in ["alone"] + sys.argv[3:]:
+for cond in sys.argv[3:]:
     d = [json.load(open(f"{out}/{cond}-{r}.json")) for r in range(1, rounds + 1)]
     rows[cond] = {"p50": statistics.median(x["ttft_ms"]["p50"] for x in d),
                   "p99": statistics.median(x["ttft_ms"]["p99"] for x in d),
@@ -121,10 +149,10 @@ for cond in ["alone"] + sys.argv[3:]:
         except (OSError, ValueError):
             pass
     rows[cond]["tenant"] = t
-a = rows["alone"]
 print(f"{'condition':13} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7} {'peak RSS MB':>11}"
       "  ratios to alone (p50, p99, tok/s)")
 for cond, v in rows.items():
+    a = rows["alone" + cond[cond.index("."):] if "." in cond else "alone"]  # the same agents' clients alone
     print(f"{cond:13} {v['p50']:12.1f} {v['p99']:12.1f} {v['tps']:10.1f} {v['errors']:4}/{v['requests']:<4} "
           f"{v['rss'] / 1024:11.1f}  {v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
 for cond, v in rows.items():

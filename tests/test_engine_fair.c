@@ -19,6 +19,7 @@
 
 #include "model/model.h"
 #include "sched/engine.h"
+#include "sched/policy.h"
 #include "sched/req.h"
 #include "test.h"
 
@@ -298,13 +299,17 @@ static engine *hook_engine(const model *m, int max_batch_tokens, int n_blocks,
  * prompts the budget and B chunks mostly by the starvation rule: 16% of
  * the tokens, done after 42 steps. A alone afterwards gets the whole budget in at least 4 steps
  * of 5 (work conserving: a prompt's last chunk may leave some), and every
- * prompt gets its first token. */
-enum { PF_LEN = 400, PF_NA = 12, PF_NB = 2, PF_BUDGET = 128 };
+ * prompt gets its first token. With `many`, the late prompts are 3 of 3
+ * clients (B, C, D: issue 26's setting of several clients beside one
+ * that floods): while they prefill each must get at least 20% of the
+ * tokens (fair: a quarter) and A at most 30%. */
+enum { PF_LEN = 400, PF_NA = 12, PF_NB_MAX = 3, PF_BUDGET = 128 };
 typedef struct pf_ctx {
     engine *en;
-    req *a[PF_NA], *b[PF_NB];
+    req *a[PF_NA], *b[PF_NB_MAX];
+    int n_b;
     uint64_t step0, b_arrive, b_done;
-    long tok_a, tok_b;  /* prefill tokens from B's arrival until B is done   */
+    long tok_a, tok_b, tok_bi[PF_NB_MAX]; /* prefill tokens from B's arrival until B is done */
     long a_alone_steps, a_alone_full; /* after B: steps, of them with a full budget */
     int b_left;         /* B's prompt tokens not yet scheduled                */
 } pf_ctx;
@@ -316,23 +321,29 @@ static void pf_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n
         c->step0 = step;
         for (int i = 1; i < PF_NA; i++) CHECK(engine_submit(c->en, c->a[i], &e) == 0);
     } else if (step == c->step0 + 3) {
-        for (int i = 0; i < PF_NB; i++) CHECK(engine_submit(c->en, c->b[i], &e) == 0);
+        for (int i = 0; i < c->n_b; i++) CHECK(engine_submit(c->en, c->b[i], &e) == 0);
         c->b_arrive = step + 1;
     }
-    long ta = 0, tb = 0;
+    long ta = 0, tb = 0, tbi[PF_NB_MAX] = {0};
     for (int j = 0; j < n; j++) {
         if (!rows[j].prefill) continue;
-        if (rows[j].r->client == 0xB) tb += rows[j].n_tokens;
-        else ta += rows[j].n_tokens;
+        if (rows[j].r->client == 0xA) {
+            ta += rows[j].n_tokens;
+            continue;
+        }
+        tb += rows[j].n_tokens;
+        for (int i = 0; i < c->n_b; i++)
+            if (rows[j].r == c->b[i]) tbi[i] += rows[j].n_tokens;
     }
     if (c->b_arrive && step >= c->b_arrive && !c->b_done) {
         c->tok_a += ta;
         c->tok_b += tb;
+        for (int i = 0; i < c->n_b; i++) c->tok_bi[i] += tbi[i];
         c->b_left -= (int)tb;
         /* every prompt begins with token 1: each of B's may find that row
          * in another prompt's block and copy it (docs/kv-cache.md, "A
-         * partial last block"), so up to PF_NB tokens are never scheduled */
-        if (c->b_left <= PF_NB) c->b_done = step;
+         * partial last block"), so up to n_b tokens are never scheduled */
+        if (c->b_left <= c->n_b) c->b_done = step;
     } else if (c->b_done && ta > 0) {
         c->a_alone_steps++;
         c->a_alone_full += ta >= PF_BUDGET;
@@ -353,20 +364,21 @@ static req *pf_req(uint64_t client, uint64_t *rs, int n_vocab) {
     return r;
 }
 
-static void check_prefill_share(const model *m) {
+static void check_prefill_share(const model *m, bool many) {
     static pf_ctx c;
     memset(&c, 0, sizeof c);
+    c.n_b = many ? 3 : 2;
     uint64_t rs = 0x9f3ull;
     for (int i = 0; i < PF_NA; i++) c.a[i] = pf_req(0xA, &rs, m->cfg.n_vocab);
-    for (int i = 0; i < PF_NB; i++) c.b[i] = pf_req(0xB, &rs, m->cfg.n_vocab);
-    c.b_left = PF_NB * PF_LEN;
+    for (int i = 0; i < c.n_b; i++) c.b[i] = pf_req(many ? 0xB0 + (uint64_t)i : 0xB, &rs, m->cfg.n_vocab);
+    c.b_left = c.n_b * PF_LEN;
     c.en = hook_engine(m, PF_BUDGET, 512, pf_hook, &c, false);
     if (!c.en) return;
     err_t e = {0};
     CHECK(engine_submit(c.en, c.a[0], &e) == 0);
     int32_t out[1];
     int n_ok = 0;
-    for (int i = 0; i < PF_NA + PF_NB; i++) {
+    for (int i = 0; i < PF_NA + c.n_b; i++) {
         req *r = i < PF_NA ? c.a[i] : c.b[i - PF_NA];
         req_finish f;
         n_ok += finish(r, out, 1, &f) == 1 && f == REQ_FINISH_LENGTH;
@@ -375,17 +387,26 @@ static void check_prefill_share(const model *m) {
     long tot = c.tok_a + c.tok_b;
     double share = tot ? (double)c.tok_b / (double)tot : 0;
     long steps = c.b_done ? (long)(c.b_done - c.b_arrive + 1) : -1;
-    printf("  prefill share: B %ld of %ld prefill tokens (%.0f%%) in %ld steps after its arrival; A alone after: "
+    printf("  prefill share%s: %s %ld of %ld prefill tokens (%.0f%%) in %ld steps after their arrival; A alone after: "
            "%ld of %ld steps with the whole budget\n",
-           c.tok_b, tot, 100 * share, steps, c.a_alone_full, c.a_alone_steps);
-    CHECK_EQ_INT(n_ok, PF_NA + PF_NB);
+           many ? ", 4 clients" : "", many ? "B, C, D" : "B", c.tok_b, tot, 100 * share, steps, c.a_alone_full,
+           c.a_alone_steps);
+    CHECK_EQ_INT(n_ok, PF_NA + c.n_b);
     CHECK_MSG(c.b_done, "B's prompts were never computed");
-    CHECK_MSG(share >= 0.4, "B got %.0f%% of the prefill tokens while both prefilled (fair: 50%%)", 100 * share);
-    CHECK_MSG(steps > 0 && steps <= 2 * PF_NB * PF_LEN / PF_BUDGET + 2, "B's prompts took %ld steps", steps);
+    if (many) {
+        for (int i = 0; i < c.n_b; i++)
+            CHECK_MSG(tot && c.tok_bi[i] * 5 >= tot, "client %d of the late ones got %ld of %ld prefill tokens (fair: "
+                      "a quarter)", i, c.tok_bi[i], tot);
+        CHECK_MSG(c.tok_a * 10 <= tot * 3, "A got %ld of %ld prefill tokens beside 3 clients (fair: a quarter)",
+                  c.tok_a, tot);
+    } else {
+        CHECK_MSG(share >= 0.4, "B got %.0f%% of the prefill tokens while both prefilled (fair: 50%%)", 100 * share);
+    }
+    CHECK_MSG(steps > 0 && steps <= 2 * c.n_b * PF_LEN / PF_BUDGET + 2, "B's prompts took %ld steps", steps);
     CHECK_MSG(c.a_alone_steps > 0 && c.a_alone_full * 5 >= c.a_alone_steps * 4,
               "A alone used the whole budget in %ld of %ld steps", c.a_alone_full, c.a_alone_steps);
     for (int i = 0; i < PF_NA; i++) req_unref(c.a[i]);
-    for (int i = 0; i < PF_NB; i++) req_unref(c.b[i]);
+    for (int i = 0; i < c.n_b; i++) req_unref(c.b[i]);
 }
 
 /* Decode share between clients, step by step (engine.c decode_share;
@@ -502,6 +523,110 @@ done:
     for (int i = 0; i < DS_NB; i++) req_unref(c.b[i]);
 }
 
+/* The decode share among several clients (issue 26's benchmark with one
+ * key per agent), step by step: client A runs 16 generations; once they
+ * all decode, 6 clients of one generation each arrive (cached prompts: one
+ * row a step), and 3 steps later client P's 100-token prompt, whose first
+ * chunk is the widest thing in its step. In every step with another client
+ * A keeps at most 2 tokens (the share's minimum: every other client brings
+ * at most one row, or a first token) — also in P's first-token step, where
+ * the rule cut only the widest client (P, whose chunk cannot sit out) and
+ * A ran its 16 rows. Every output of A and of the 6 is the reference's. */
+enum { DM_NB = 6, DM_P_LEN = 100 };
+typedef struct dm_ctx {
+    engine *en;
+    req *a[DS_NA], *b[DM_NB], *p;
+    uint64_t step0, b_step;
+    long a_alone_steps, shared_steps, a_over, a_rows, other_rows;
+    long p_first_a;        /* A's tokens in P's first-token step (-1: none seen) */
+} dm_ctx;
+
+static void dm_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n) {
+    dm_ctx *c = ctx;
+    err_t e = {0};
+    if (!c->step0) {
+        c->step0 = step;
+        for (int i = 1; i < DS_NA; i++) CHECK(engine_submit(c->en, c->a[i], &e) == 0);
+    }
+    long ta = 0, tother = 0, a_dec = 0;
+    bool p_first = false;
+    for (int j = 0; j < n; j++) {
+        if (rows[j].r->client == 0xA) {
+            ta += rows[j].n_tokens, a_dec += !rows[j].prefill;
+            continue;
+        }
+        tother += rows[j].n_tokens;
+        p_first |= rows[j].r == c->p && rows[j].n_tokens > 1;
+    }
+    if (ta > 0 && tother > 0) {
+        c->shared_steps++;
+        c->a_rows += ta, c->other_rows += tother;
+        c->a_over += ta > POLICY_DECODE_SHARE_MIN;
+        if (p_first) c->p_first_a = ta;
+    } else if (!c->b_step && a_dec == DS_NA) {
+        c->a_alone_steps++;
+    }
+    if (!c->b_step && c->a_alone_steps >= 3) {
+        for (int i = 0; i < DM_NB; i++) CHECK(engine_submit(c->en, c->b[i], &e) == 0);
+        c->b_step = step;
+    } else if (c->b_step && step == c->b_step + 3) {
+        CHECK(engine_submit(c->en, c->p, &e) == 0);
+    }
+}
+
+static void check_decode_share_many(const model *m) {
+    static dm_ctx c;
+    memset(&c, 0, sizeof c);
+    c.p_first_a = -1;
+    for (int i = 0; i < DS_NA; i++) c.a[i] = mk(i % N_FAM, A_GEN, 0xA, 0);
+    for (int i = 0; i < DM_NB; i++) c.b[i] = mk(i % N_FAM, DS_B_GEN, 0xB0 + (uint64_t)i, 0);
+    int32_t *pp = xmalloc(DM_P_LEN * sizeof *pp);
+    uint64_t rs = 0x77e1ull;
+    for (int i = 0; i < DM_P_LEN; i++) {
+        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+        pp[i] = i == 0 ? 1 : (int32_t)(3 + rs % (uint64_t)(m->cfg.n_vocab - 3));
+    }
+    c.p = req_new(pp, DM_P_LEN);
+    c.p->max_tokens = 4;
+    c.p->ignore_eos = true;
+    c.p->sp.temperature = 0;
+    c.p->client = 0xC;
+    c.en = hook_engine(m, engine_defaults().max_batch_tokens, 256, dm_hook, &c, false);
+    if (!c.en) return;
+    err_t e = {0};
+    CHECK(engine_submit(c.en, c.a[0], &e) == 0);
+    int32_t out[A_GEN];
+    int n_ok = 0;
+    for (int i = 0; i < DS_NA + DM_NB; i++) {
+        if (i == DS_NA && !c.b_step) break; /* (checked below) */
+        req *r = i < DS_NA ? c.a[i] : c.b[i - DS_NA];
+        int want = i < DS_NA ? A_GEN : DS_B_GEN;
+        req_finish f;
+        memset(out, 0, sizeof out);
+        n_ok += finish(r, out, A_GEN, &f) == want && f == REQ_FINISH_LENGTH &&
+                !memcmp(out, ref[(i < DS_NA ? i : i - DS_NA) % N_FAM], (size_t)want * sizeof *out);
+    }
+    req_finish f;
+    int n_p = c.b_step ? finish(c.p, out, A_GEN, &f) : 0;
+    engine_free(c.en);
+    printf("  decode share, 8 clients: %ld steps with A and others: A %.1f tokens a step, the others %.1f; A over %d "
+           "in %ld; in P's first-token step A had %ld\n",
+           c.shared_steps, c.shared_steps ? (double)c.a_rows / (double)c.shared_steps : 0,
+           c.shared_steps ? (double)c.other_rows / (double)c.shared_steps : 0, POLICY_DECODE_SHARE_MIN, c.a_over,
+           c.p_first_a);
+    CHECK_MSG(c.b_step, "A alone never had its 16 rows in 3 steps");
+    CHECK_EQ_INT(n_ok, DS_NA + DM_NB);
+    CHECK_EQ_INT(n_p, 4);
+    CHECK_MSG(c.shared_steps >= DS_B_GEN, "the others ran beside A in %ld steps", c.shared_steps);
+    CHECK_MSG(c.a_over == 0, "A had more than %d tokens in %ld of %ld steps with other clients",
+              POLICY_DECODE_SHARE_MIN, c.a_over, c.shared_steps);
+    CHECK_MSG(c.p_first_a >= 0 && c.p_first_a <= POLICY_DECODE_SHARE_MIN,
+              "A had %ld tokens in the step of P's first token (its chunk the widest)", c.p_first_a);
+    for (int i = 0; i < DS_NA; i++) req_unref(c.a[i]);
+    for (int i = 0; i < DM_NB; i++) req_unref(c.b[i]);
+    req_unref(c.p);
+}
+
 int main(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", test_shared_dir());
@@ -533,9 +658,11 @@ int main(void) {
     check_priority(m);
     check_client_limit(m);
     check_kv_victim(m);
-    check_prefill_share(m);
+    check_prefill_share(m, false);
+    check_prefill_share(m, true);
     check_decode_share(m, false);
     check_decode_share(m, true);
+    check_decode_share_many(m);
     model_free(m);
     return test_summary("test_engine_fair");
 }

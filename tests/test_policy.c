@@ -397,6 +397,121 @@ static void test_decode_share(void) {
     policy_row w[2] = {row(0, 64, 1, 0), row(1, 1, 1, 1)};
     w[0].decode = false;
     CHECK_EQ_INT(policy_decode_share(w, 2, out), 0);
+
+    /* Nine clients (issue 26's benchmark with one key per agent): a flood
+     * of 16 rows beside 8 clients of one row keeps the minimum, 2 of the
+     * step's 10 rows. */
+    n = 0;
+    for (int i = 0; i < 16; i++) v[n++] = row(0, 1, 99, (uint64_t)i);
+    for (int c = 1; c <= 8; c++) v[n++] = row(c, 1, 99, (uint64_t)(100 + c));
+    CHECK_EQ_INT(policy_decode_share(v, n, out), 16 - POLICY_DECODE_SHARE_MIN);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 0), POLICY_DECODE_SHARE_MIN);
+    for (int j = 16; j < n; j++) CHECK(!out[j]);
+    /* ... and when one of the 8 ends a prompt of 60 tokens in the step, the
+     * widest client is that one (its chunk cannot sit out): the flood still
+     * keeps only the minimum (before: the widest alone was cut, so the
+     * flood ran its 16 rows in every step that gave another client its
+     * first token) */
+    v[16] = row(1, 60, 99, 101);
+    v[16].first = true;
+    CHECK_EQ_INT(policy_decode_share(v, n, out), 16 - POLICY_DECODE_SHARE_MIN);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 0), POLICY_DECODE_SHARE_MIN);
+    for (int j = 16; j < n; j++) CHECK(!out[j]);
+    /* one key for the 8 agents: their 7 decode rows and a first chunk of
+     * 60 beside a flood of 16: the flood keeps 2 (the agents' first
+     * token), the agents' client, widest, its chunk (its decode rows wait
+     * a step, as beside any narrower client) */
+    n = 0;
+    for (int i = 0; i < 16; i++) v[n++] = row(0, 1, 99, (uint64_t)i);
+    for (int i = 0; i < 7; i++) v[n++] = row(1, 1, 99, (uint64_t)(100 + i));
+    v[n] = row(1, 60, 99, 107), v[n++].first = true;
+    CHECK_EQ_INT(policy_decode_share(v, n, out), 16 - POLICY_DECODE_SHARE_MIN + 7);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 0), POLICY_DECODE_SHARE_MIN);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 1), 60);
+    /* three wide clients, no first token: 16, 12 and 1 rows: the widest
+     * comes down to the second's 12, the second keeps its 12 */
+    n = 0;
+    for (int i = 0; i < 16; i++) v[n++] = row(0, 1, 99, (uint64_t)i);
+    for (int i = 0; i < 12; i++) v[n++] = row(1, 1, 99, (uint64_t)(100 + i));
+    v[n++] = row(2, 1, 99, 200);
+    CHECK_EQ_INT(policy_decode_share(v, n, out), 4);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 0), 12);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 1), 12);
+    /* the same with the third's first token: both wide ones keep 2 */
+    v[n - 1].first = true;
+    CHECK_EQ_INT(policy_decode_share(v, n, out), 28 - 2 * POLICY_DECODE_SHARE_MIN);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 0), POLICY_DECODE_SHARE_MIN);
+    CHECK_EQ_INT(tokens_kept(v, n, out, 1), POLICY_DECODE_SHARE_MIN);
+}
+
+/* The decode share on random steps against its contract (policy.h), with
+ * the clients' tokens summed in a table: afterwards no client with a
+ * decode row left in has more tokens than its level (the most tokens
+ * another client of its class or a better one brought, at least the
+ * minimum; the minimum with another's first token), a client cut has
+ * exactly its level left unless none of its decode rows is left, only
+ * decode rows sit out, a client's rows that sit out ran no earlier than
+ * those that run, and a step of one client is untouched. */
+static void test_decode_share_random(void) {
+    rng_state = 0xd5a2eull;
+    for (int iter = 0; iter < 3000; iter++) {
+        enum { N = 40, NC = 6 };
+        policy_row v[N];
+        bool out[N];
+        int n = 1 + (int)(rng_u64() % N), n_clients = 1 + (int)(rng_u64() % NC);
+        for (int j = 0; j < n; j++) {
+            int c = (int)(rng_u64() % (uint64_t)n_clients), kind = (int)(rng_u64() % 8);
+            v[j] = row(c, kind == 0 ? 1 + (int)(rng_u64() % 70) : 1, rng_u64() % 4, (uint64_t)j);
+            v[j].first = kind == 0 && rng_u64() % 2 == 0;
+            v[j].decode = kind != 0 && kind != 1; /* kind 1: a 1-token prefill chunk */
+            v[j].priority = (int)(rng_u64() % 3 == 0);
+        }
+        int n_out = policy_decode_share(v, n, out);
+        int kept[NC] = {0}, brought[NC] = {0}, pri[NC], in_dec[NC] = {0}, n_cut[NC] = {0}, cnt = 0, n_cl = 0;
+        bool has[NC] = {0};
+        for (int c = 0; c < NC; c++) pri[c] = 99;
+        for (int j = 0; j < n; j++) {
+            int c = v[j].client;
+            n_cl += !has[c];
+            has[c] = true;
+            pri[c] = v[j].priority < pri[c] ? v[j].priority : pri[c];
+            brought[c] += v[j].n_tokens;
+            if (out[j]) {
+                n_cut[c]++, cnt++;
+                if (!v[j].decode) CHECK_MSG(0, "case %d: a row that is not a decode sat out", iter);
+            } else {
+                kept[c] += v[j].n_tokens, in_dec[c] += v[j].decode;
+            }
+        }
+        if (n_out != cnt) CHECK_MSG(0, "case %d: returned %d, %d rows out", iter, n_out, cnt);
+        if (n_cl == 1 && cnt) CHECK_MSG(0, "case %d: one client alone was cut", iter);
+        for (int c = 0; c < NC; c++) {
+            if (!has[c]) continue;
+            int lvl = 0;
+            bool fo = false;
+            for (int d = 0; d < NC; d++)
+                if (d != c && has[d] && pri[d] <= pri[c]) lvl = brought[d] > lvl ? brought[d] : lvl;
+            for (int j = 0; j < n; j++) /* a first token of a row of c's class or a better one */
+                fo |= v[j].client != c && v[j].first && v[j].priority <= pri[c];
+            if (lvl == 0) {
+                if (n_cut[c]) CHECK_MSG(0, "case %d: client %d cut with no other client of its class", iter, c);
+                continue;
+            }
+            lvl = fo ? POLICY_DECODE_SHARE_MIN : (lvl > POLICY_DECODE_SHARE_MIN ? lvl : POLICY_DECODE_SHARE_MIN);
+            if (in_dec[c] && kept[c] > lvl)
+                CHECK_MSG(0, "case %d: client %d kept %d tokens with decode rows in, level %d", iter, c, kept[c], lvl);
+            if (n_cut[c] && in_dec[c] && kept[c] != lvl)
+                CHECK_MSG(0, "case %d: client %d cut to %d, level %d", iter, c, kept[c], lvl);
+            if (n_cut[c] && !in_dec[c] && kept[c] < lvl)
+                CHECK_MSG(0, "case %d: client %d cut below its level (%d < %d)", iter, c, kept[c], lvl);
+            for (int j = 0; j < n; j++) /* those that sat out ran no earlier than any that runs */
+                for (int k = 0; k < n; k++)
+                    if (v[j].client == c && v[k].client == c && out[j] && !out[k] && v[k].decode &&
+                        (v[j].last_ran < v[k].last_ran || (v[j].last_ran == v[k].last_ran && v[j].order < v[k].order)))
+                        CHECK_MSG(0, "case %d: client %d's row %d sat out before row %d", iter, c, j, k);
+        }
+    }
+    CHECK(1);
 }
 
 /* A new client's start: the least served of the active clients, inactive
@@ -557,6 +672,7 @@ int main(void) {
     test_random_picks();
     test_prefill();
     test_decode_share();
+    test_decode_share_random();
     test_client_start();
     test_submit_check();
     test_admit_gate();

@@ -141,45 +141,63 @@ double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double
     return last_step + 1 != step ? MAX(pf_vt, pf_v) : pf_vt;
 }
 
-/* client's tokens in v, the rows out aside */
+/* client's tokens in v, the rows out aside (out NULL: all) */
 static int client_tokens(const policy_row *v, int n, const bool *out, int client) {
     int t = 0;
     for (int j = 0; j < n; j++)
-        if (v[j].client == client && !out[j]) t += v[j].n_tokens;
+        if (v[j].client == client && !(out && out[j])) t += v[j].n_tokens;
     return t;
 }
 
-int policy_decode_share(const policy_row *v, int n, bool *out) {
-    for (int j = 0; j < n; j++) out[j] = false;
-    int top = -1, top_tok = 0;
-    for (int j = 0; j < n; j++) {
-        int t = client_tokens(v, n, out, v[j].client);
-        if (t > top_tok) top = v[j].client, top_tok = t;
-    }
-    int top_pri = INT_MAX; /* top's best (smallest) priority class in the step */
-    for (int j = 0; j < n; j++)
-        if (v[j].client == top) top_pri = MIN(top_pri, v[j].priority);
+/* The level client `client` (of best class `pri`) is cut to: the most
+ * tokens another client of its class or a better one brought to the step
+ * (before any cut: cutting one client never lowers another's level, so
+ * the clients are not cut down one after the other to the minimum), at
+ * least POLICY_DECODE_SHARE_MIN; only POLICY_DECODE_SHARE_MIN when one of
+ * them ends its prompt in the step; INT_MAX when there is none. */
+static int share_level(const policy_row *v, int n, int client, int pri) {
     int level = 0;
     bool first = false;
-    for (int j = 0; j < n; j++) /* only clients of top's class or a better one */
-        if (v[j].client != top && v[j].priority <= top_pri) {
-            level = MAX(level, client_tokens(v, n, out, v[j].client));
+    for (int j = 0; j < n; j++)
+        if (v[j].client != client && v[j].priority <= pri) {
+            level = MAX(level, client_tokens(v, n, NULL, v[j].client));
             first |= v[j].first;
         }
-    if (top < 0 || level == 0) return 0; /* alone in the step */
-    level = first ? POLICY_DECODE_SHARE_MIN : MAX(level, POLICY_DECODE_SHARE_MIN);
+    if (level == 0) return INT_MAX; /* alone among its class and the better ones */
+    return first ? POLICY_DECODE_SHARE_MIN : MAX(level, POLICY_DECODE_SHARE_MIN);
+}
+
+int policy_decode_share(const policy_row *v, int n, bool *out) {
+    bool several = false;
+    for (int j = 0; j < n; j++) out[j] = false, several |= v[j].client != v[0].client;
+    if (!several) return 0; /* one client: the common case, O(n) */
+    /* Every client, not only the widest: a client's prefill chunk (it
+     * cannot sit out) used to make it the widest, and a flood's 16 rows
+     * beside it then all ran in the step of its first token. */
     int n_out = 0;
-    while (top_tok > level) {
-        int w = -1; /* a decode row of top's: ran most recently, then the newest */
-        for (int j = 0; j < n; j++) {
-            if (v[j].client != top || out[j] || !v[j].decode) continue;
-            if (w < 0 || v[j].last_ran > v[w].last_ran || (v[j].last_ran == v[w].last_ran && v[j].order > v[w].order))
-                w = j;
+    for (int i = 0; i < n; i++) {
+        int c = v[i].client, first_row = 0;
+        while (v[first_row].client != c) first_row++;
+        if (first_row != i) continue; /* its client is done at its first row */
+        int tok = client_tokens(v, n, NULL, c);
+        if (tok <= POLICY_DECODE_SHARE_MIN) continue;
+        int pri = INT_MAX; /* c's best (smallest) priority class in the step */
+        for (int j = 0; j < n; j++)
+            if (v[j].client == c) pri = MIN(pri, v[j].priority);
+        int level = share_level(v, n, c, pri);
+        while (tok > level) {
+            int w = -1; /* a decode row of c's: ran most recently, then the newest */
+            for (int j = 0; j < n; j++) {
+                if (v[j].client != c || out[j] || !v[j].decode) continue;
+                if (w < 0 || v[j].last_ran > v[w].last_ran ||
+                    (v[j].last_ran == v[w].last_ran && v[j].order > v[w].order))
+                    w = j;
+            }
+            if (w < 0) break;
+            out[w] = true;
+            tok -= v[w].n_tokens;
+            n_out++;
         }
-        if (w < 0) break;
-        out[w] = true;
-        top_tok -= v[w].n_tokens;
-        n_out++;
     }
     return n_out;
 }

@@ -41,8 +41,8 @@
  *                  policy_fair_victim yield (one per step);
  *   prefill        policy_pick_prefill, repeatedly, while the step has fewer
  *                  than POLICY_PREFILL_STEP_MIN prefill tokens and budget;
- *   decode share   policy_decode_share: the client with the most tokens in
- *                  the step beside others sits decode rows out.
+ *   decode share   policy_decode_share: a client with more tokens in the
+ *                  step than every other sits decode rows out.
  *
  * Who is charged: every token a step computes for a sequence (prompt,
  * decode, drafts) counts toward its client's `served` (step_advance), and
@@ -319,20 +319,24 @@ int policy_park_ms(int park_ms, int stall_timeout_ms);
  * the agents' steps about twice as long although slots and blocks never
  * ran out (SmolLM2-135M, bench/tenant_bench.sh: the agents' TTFT p50 2.8x,
  * out tok/s 0.45x of their run alone). So when more than one client has
- * tokens in a step, the client with the most gives up decode rows until it
- * has no more than the largest other client (at least
- * POLICY_DECODE_SHARE_MIN, so a lone chat beside a flood does not cut the
- * flood to one row, wasting the step's fixed part); in a step that gives
- * another client a first token (its prompt's end) it keeps only
+ * tokens in a step, every client gives up decode rows until it has no more
+ * than the largest other client (at least POLICY_DECODE_SHARE_MIN, so a
+ * lone chat beside a flood does not cut the flood to one row, wasting the
+ * step's fixed part): beside 8 one-stream clients a flood keeps
+ * POLICY_DECODE_SHARE_MIN rows. In a step that gives another client a
+ * first token (its prompt's end) a client keeps only
  * POLICY_DECODE_SHARE_MIN: TTFT is what an agent waits for, and such steps
  * are few beside a generation's (equal shares alone left the agents' TTFT
  * p50 at 1.66x of alone, this 1.34x). The rows that sit out are those that
  * ran most recently, then the newest, so the client's sequences take
  * turns; only decode rows sit out (prefill chunks are the prefill order's,
- * and count as their client's tokens). A client alone in a step, or not the
- * one with the most, is never cut (work conserving); nor is one for clients
- * of a larger (worse) priority class only: batch work beside an interactive
- * client is the one that yields. engine_opts.no_decode_share turns it off. */
+ * and count as their client's tokens). Every client, not only the widest:
+ * a client whose prefill chunk made it the widest cannot sit out, and the
+ * flood beside it then ran all its rows in the step of that client's first
+ * token. A client alone in a step, or with no more than the others, is
+ * never cut (work conserving); nor is one for clients of a larger (worse)
+ * priority class only: batch work beside an interactive client is the one
+ * that yields. engine_opts.no_decode_share turns it off. */
 #define POLICY_DECODE_SHARE_MIN 2
 typedef struct policy_row {
     int client;
@@ -346,7 +350,12 @@ typedef struct policy_row {
 } policy_row;
 
 /* The rows of a step's batch (v, n) that sit out for the decode share:
- * out[j] set for each; returns how many. */
+ * out[j] set for each; returns how many. Afterwards no client with a
+ * decode row left in has more tokens than its level: the most tokens
+ * another client of its class or a better one brought to the step (before
+ * any cut), at least the minimum; the minimum when one of those ends its
+ * prompt in the step. O(n) for one client; O(n^2) for each client above
+ * the minimum otherwise. */
 int policy_decode_share(const policy_row *v, int n, bool *out);
 
 #endif
