@@ -8,7 +8,12 @@
 #                            KVLOOM_BIN (build/kvloom), ROUNDS (3), AGENTS (8),
 #                            TURNS (4), OUT (a temp dir, kept), CONDS (the
 #                            attacks, default all six), ATTACKER_NICE (19),
-#                            AGENT_CLIENTS (8)
+#                            AGENT_CLIENTS (8), KVLOOM_BINS (KVLOOM_BIN)
+#
+# KVLOOM_BINS: several binaries (e.g. the build before a change and
+# after it), each its own server, run interleaved within every round (the
+# machine's drift falls on both alike); rows are then named condition@k,
+# k the binary's place in the list.
 #
 # AGENT_CLIENTS: as how many clients the agents come. 8 (the default, one
 # per agent): each agent sends with a key of its own, so the server sees
@@ -74,16 +79,27 @@ pids=""
 cleanup() { for p in $pids; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT INT TERM
 
-"$BIN" serve -m "$MODEL" --port 0 --ready-file "$OUT/port" $AKEYS --api-key "$FKEY" --api-key "$NKEY" \
-    --api-key "$AKEY" --max-connections 64 --stall-timeout 10 -t 1 2> "$OUT/server.log" &
-SPID=$!
-pids="$SPID"
-i=0
-until [ -s "$OUT/port" ]; do
-    i=$((i + 1)); [ $i -gt 300 ] && { echo "tenant_bench: the server did not start" >&2; exit 1; }
-    sleep 0.2
+BINS=${KVLOOM_BINS:-$BIN}
+NBIN=$(echo $BINS | wc -w)
+k=0
+for b in $BINS; do
+    k=$((k + 1))
+    "$b" serve -m "$MODEL" --port 0 --ready-file "$OUT/port$k" $AKEYS --api-key "$FKEY" --api-key "$NKEY" \
+        --api-key "$AKEY" --max-connections 64 --stall-timeout 10 -t 1 2> "$OUT/server$k.log" &
+    eval "SPID$k=\$!"
+    pids="$pids $!"
 done
-URL=http://127.0.0.1:$(cat "$OUT/port")
+for k in $(seq 1 "$NBIN"); do
+    i=0
+    until [ -s "$OUT/port$k" ]; do
+        i=$((i + 1)); [ $i -gt 300 ] && { echo "tenant_bench: server $k did not start" >&2; exit 1; }
+        sleep 0.2
+    done
+done
+use() { # k: the server (binary) the next runs go to
+    eval "SPID=\$SPID$1"
+    URL=http://127.0.0.1:$(cat "$OUT/port$1")
+}
 
 agents() { # json [n_clients]: the agents' run, and the server's peak RSS meanwhile in json.rss (kB)
     ( while :; do sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$SPID/status; sleep 0.2; done ) > "$1.rsslog" 2>/dev/null &
@@ -111,25 +127,42 @@ beside() { # condition key round row n_clients: the agents beside that hostile t
 }
 
 NVAR=$(echo $AGENT_CLIENTS | wc -w)
-row() { # condition n_clients: its rows' name
-    if [ "$NVAR" -eq 1 ]; then echo "$1"; else echo "$1.$2"; fi
+row() { # condition n_clients binary: its rows' name
+    r=$1
+    [ "$NVAR" -gt 1 ] && r="$r.$2"
+    [ "$NBIN" -gt 1 ] && r="$r@$3"
+    echo "$r"
 }
 ROWS=""
-for n in $AGENT_CLIENTS; do for c in alone $CONDS; do ROWS="$ROWS $(row "$c" "$n")"; done; done
-agents "$OUT/warmup.json" # the same seed every run: each one finds the prompts cached alike
+for k in $(seq 1 "$NBIN"); do
+    for n in $AGENT_CLIENTS; do for c in alone $CONDS; do ROWS="$ROWS $(row "$c" "$n" "$k")"; done; done
+done
+# the same seed every run: each one finds the prompts cached alike (each
+# key has its own partition of the cache: every variant warms its own)
+for k in $(seq 1 "$NBIN"); do
+    use "$k"
+    for n in $AGENT_CLIENTS; do agents "$OUT/warmup-$k-$n.json" "$n"; done
+done
 for r in $(seq 1 "$ROUNDS"); do
-    for n in $AGENT_CLIENTS; do
-        agents "$OUT/$(row alone "$n")-$r.json" "$n"
-        for c in $CONDS; do
-            case $c in
-                flood | flood_remote) beside "$c" "$FKEY" "$r" "$(row "$c" "$n")" "$n" ;;
-                noread | noread_remote) beside "$c" "$NKEY" "$r" "$(row "$c" "$n")" "$n"; sleep 12 ;; # the non-read streams end (--stall-timeout 10)
-                *) beside "$c" "$AKEY" "$r" "$(row "$c" "$n")" "$n" ;;
-            esac
+    for k in $(seq 1 "$NBIN"); do
+        use "$k"
+        for n in $AGENT_CLIENTS; do
+            agents "$OUT/$(row alone "$n" "$k")-$r.json" "$n"
+            for c in $CONDS; do
+                w=$(row "$c" "$n" "$k")
+                case $c in
+                    flood | flood_remote) beside "$c" "$FKEY" "$r" "$w" "$n" ;;
+                    noread | noread_remote) beside "$c" "$NKEY" "$r" "$w" "$n"; sleep 12 ;; # the non-read streams end (--stall-timeout 10)
+                    *) beside "$c" "$AKEY" "$r" "$w" "$n" ;;
+                esac
+            done
         done
     done
 done
-curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" > "$OUT/metrics.txt"
+for k in $(seq 1 "$NBIN"); do
+    use "$k"
+    curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" > "$OUT/metrics$k.txt"
+done
 
 "$PY" - "$OUT" "$ROUNDS" $ROWS <<'PYEOF'
 import json, statistics, sys
@@ -152,12 +185,17 @@ for cond in sys.argv[3:]:
 print(f"{'condition':13} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7} {'peak RSS MB':>11}"
       "  ratios to alone (p50, p99, tok/s)")
 for cond, v in rows.items():
-    a = rows["alone" + cond[cond.index("."):] if "." in cond else "alone"]  # the same agents' clients alone
+    a = rows["alone" + cond.lstrip("abcdefghijklmnopqrstuvwxyz_")]  # the same clients and binary alone
     print(f"{cond:13} {v['p50']:12.1f} {v['p99']:12.1f} {v['tps']:10.1f} {v['errors']:4}/{v['requests']:<4} "
           f"{v['rss'] / 1024:11.1f}  {v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
 for cond, v in rows.items():
     if v["tenant"]:
         print(f"{cond}: the attacker's counts per round: {v['tenant']}")
 PYEOF
-grep -E "^kvloom_(fair_preemptions_total|client_refused_total|requests_stalled_total|requests_parked_total|kv_blocks_total|memory_accounted_bytes) |^kvloom_memory_bytes" "$OUT/metrics.txt"
+k=0
+for b in $BINS; do
+    k=$((k + 1))
+    [ "$NBIN" -gt 1 ] && echo "@$k: $b"
+    grep -E "^kvloom_(fair_preemptions_total|fair_decode_deferred_total|client_refused_total|requests_stalled_total|requests_parked_total|kv_blocks_total|memory_accounted_bytes) |^kvloom_memory_bytes" "$OUT/metrics$k.txt"
+done
 echo "tenant_bench: output in $OUT"
