@@ -150,6 +150,48 @@ static void park_bytes_check(void) {
     if (test_n_fail) srv_print_log(&s);
 }
 
+/* --park-timeout by the socket: a client whose kernel acknowledges none of
+ * what its socket holds (its 4 KiB receive buffer full: it reads nothing)
+ * for --park-timeout (0.5 s) is parked then, whatever the bytes — here
+ * --park-bytes 1M, so the byte rule cannot, and the time rule at the
+ * stream's buffer would only start once ~350 KB (the socket's 128 KiB send
+ * buffer, doubled by the kernel, MHD's block, the stream's 64 KiB) were
+ * queued: ~7 s and ~350 tokens at 50 steps a second (--step-delay-us
+ * 20000). With it: parked within 5 s and 120 tokens (~1 KB an event: the
+ * client's buffer fills in ~10, 0.5 s adds ~25). Reading resumes it. */
+static void park_idle_check(void) {
+    srv s;
+    const char *flags[] = {"-c", "16384", "--kv-mem", "48M", "--stall-timeout", "0", "--park-timeout", "0.5",
+                           "--park-bytes", "1M", "--step-delay-us", "20000", "-t", "1", NULL};
+    if (srv_start(&s, flags) != 0) {
+        CHECK_MSG(false, "the server (park idle) did not start");
+        srv_print_log(&s);
+        return;
+    }
+    double gen0 = metric(s.port, "kvloom_generation_tokens_total");
+    int fd = stuck_client(s.port, 0, 5);
+    CHECK_MSG(fd >= 0, "the stuck client could not send its request");
+    double t0 = su_now();
+    while (su_now() - t0 < 5 && metric(s.port, "kvloom_requests_parked") < 1) usleep(20000);
+    double t_park = su_now() - t0;
+    usleep(200000);
+    double gen = metric(s.port, "kvloom_generation_tokens_total") - gen0;
+    printf("  park idle: parked after %.2f s and %.0f tokens (--park-bytes 1M, --park-timeout 0.5)\n", t_park, gen);
+    CHECK_MSG(metric(s.port, "kvloom_requests_parked") == 1, "the stream nobody reads was not parked in 5 s");
+    CHECK_MSG(gen > 0 && gen < 120, "%.0f tokens generated for a stream nobody reads", gen);
+    struct timeval tv = {0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[65536];
+    t0 = su_now();
+    double more = 0;
+    while (su_now() - t0 < 10 && (more = metric(s.port, "kvloom_generation_tokens_total") - gen0 - gen) < 100)
+        if (read(fd, buf, sizeof buf) == 0) break;
+    CHECK_MSG(more >= 100, "the idle stream did not resume once read (%.0f more tokens)", more);
+    close(fd);
+    CHECK(srv_stop(&s) == 0);
+    if (test_n_fail) srv_print_log(&s);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -160,6 +202,7 @@ int main(void) {
     su_watchdog(STALL_WAIT_S + 240);
     double t_start = su_now();
     park_bytes_check();
+    park_idle_check();
     srv s;
     char max_parked[16];
     snprintf(max_parked, sizeof max_parked, "%d", N_STUCK);

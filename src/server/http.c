@@ -91,6 +91,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,7 @@
 #include <unistd.h>
 #if defined(__linux__)
 #include <linux/sockios.h> /* SIOCOUTQ */
+#include <linux/tcp.h>     /* TCP_INFO: tcpi_bytes_acked */
 #endif
 
 enum { TRACK_IDLE, TRACK_REQUEST, TRACK_STALL, TRACK_KEEPALIVE };
@@ -233,6 +235,10 @@ typedef struct http_stream {
     bool delivered;      /* the reader returned the end of the stream       */
     bool released;       /* MHD freed the response (connection over)        */
     bool blocked;        /* stopped at park_bytes; block_fn told (producer) */
+    int sndbuf;          /* SO_SNDBUF as set at the start                    */
+    bool squeezed;       /* SO_SNDBUF cut to the minimum (sock_idle)         */
+    uint64_t acked;      /* the socket's bytes acknowledged, last seen       */
+    int64_t acked_ns;    /* when that count last moved (or the queue was empty) */
 } http_stream;
 
 static void *worker_main(void *arg);
@@ -559,6 +565,49 @@ static size_t sock_unsent(int fd) {
     return 0;
 }
 
+/* With s->mu held: whether the client's kernel acknowledged none of the
+ * bytes the socket holds for park_idle_ms — its receive buffer is full, so
+ * the client has read nothing for that long (a slow reader's kernel goes on
+ * acknowledging as it reads). Only the queued bytes say it: what the
+ * client's buffer holds, read or not, is invisible to the server, so a
+ * client is known not to read only once that buffer is full (4 KiB for the
+ * tests' and tenant_bench's non-readers; a default socket takes more).
+ * Linux: tcp_info's tcpi_bytes_acked; elsewhere never. */
+static bool sock_idle(http_stream *s, size_t queued, int64_t now) {
+#if defined(__linux__) && defined(TCP_INFO)
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (!s->srv->c.park_idle_ms || s->fd < 0 || getsockopt(s->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)
+        return false;
+    if (!queued || ti.tcpi_bytes_acked != s->acked || !s->acked_ns) {
+        s->acked = ti.tcpi_bytes_acked;
+        s->acked_ns = now;
+        return false;
+    }
+    return now - s->acked_ns >= (int64_t)s->srv->c.park_idle_ms * 1000000;
+#else
+    (void)s, (void)queued, (void)now;
+    return false;
+#endif
+}
+
+/* With s->mu held: the socket's send buffer cut to the least the kernel
+ * allows (squeeze) or given back its size. A client found idle while the
+ * socket still has room would be sent more, and the producer could not stop
+ * with bytes of its own pending (the reader brings a stopped producer back
+ * only by taking them); cut, the socket takes nothing until the client
+ * reads, so the next event stays in the buffer and the producer stops
+ * (test_server_backpressure's idle client: parked after 47-71 tokens; not
+ * cut, 84, the send queue still taking events). */
+static void sock_squeeze(http_stream *s, bool squeeze) {
+    if (s->squeezed == squeeze || s->fd < 0) return;
+    int v = squeeze ? 1 : s->sndbuf; /* the kernel raises 1 to its minimum */
+    setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+    s->squeezed = squeeze;
+}
+
 /* The buffer level below which the reader hands a stopped producer back to
  * a worker: half of what stops it. */
 static size_t resume_level(const http_stream *s) {
@@ -578,11 +627,17 @@ static void produce(http_stream *s) {
          * loopback it and the buffer held ~1000 tokens of logprobs before
          * the buffer alone filled). Only with bytes of our own pending, so
          * the reader always has some to send and brings the producer back. */
-        size_t unsent = pb && (pending || s->blocked) ? pending + sock_unsent(s->fd) : pending;
+        size_t queued = pb ? sock_unsent(s->fd) : 0;
+        size_t unsent = pb && (pending || s->blocked) ? pending + queued : pending;
+        /* a client that read nothing for park_idle_ms stops it too, however
+         * few the bytes: with the socket squeezed the next event stays
+         * pending here, and the producer stops on it */
+        bool idle = !stop && pb && !s->blocked && sock_idle(s, queued, clock_ns());
+        if (idle) sock_squeeze(s, true);
         /* stopped at pb, it stays so (the engine keeps it parked) until
          * half of that is left: a client that takes a little does not flip
          * it parked and back for every event */
-        bool over = !stop && pb && pending && unsent >= (s->blocked ? resume_level(s) : pb);
+        bool over = !stop && pb && pending && (idle || unsent >= (s->blocked ? resume_level(s) : pb));
         if (stop || over || pending >= HTTP_STREAM_BUFFER) {
             /* told under s->mu: sctx lives until the stream is finished,
              * which waits for it (and the tellings keep their order) */
@@ -602,6 +657,8 @@ static void produce(http_stream *s) {
         if (s->blocked && unsent < resume_level(s)) {
             if (s->block_fn) s->block_fn(s->sctx, false);
             s->blocked = false;
+            sock_squeeze(s, false);
+            s->acked_ns = 0; /* the idle clock starts again */
         }
         pthread_mutex_unlock(&s->mu);
         out.n = 0;
@@ -717,6 +774,7 @@ void http_reply_stream(http_exchange *x, int status, const char *content_type, h
      * parks stays near that bound */
     if (x->srv->c.park_bytes) sndbuf = (int)MIN((size_t)sndbuf, MAX(x->srv->c.park_bytes / 2, (size_t)4096));
     if (s->fd >= 0) setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    s->sndbuf = sndbuf;
     s->fn = fn;
     s->free_fn = free_fn;
     s->block_fn = block_fn;

@@ -89,7 +89,8 @@ typedef void (*http_handler_fn)(void *ctx, http_exchange *x);
  * abort the connection. */
 typedef int (*http_stream_fn)(void *sctx, sbuf *out);
 /* Told when the stream's producer stops because more than
- * http_config.park_bytes wait for its client (blocked true), and when it
+ * http_config.park_bytes wait for its client, or its client's kernel took
+ * none of them for http_config.park_idle_ms (blocked true), and when it
  * goes on (false): the generation behind it should stop at once rather than
  * wait for a timer. Runs on a handler thread; must not block. */
 typedef void (*http_stream_block_fn)(void *sctx, bool blocked);
@@ -165,6 +166,11 @@ typedef struct http_config {
                                told) while more than this many bytes wait for
                                its client: its buffer plus the socket's send
                                queue (SIOCOUTQ); 0: only at HTTP_STREAM_BUFFER */
+    int park_idle_ms;       /* with park_bytes: a stream whose client's kernel
+                               acknowledged none of the bytes its socket holds
+                               for this long (the client's receive buffer is
+                               full: it reads nothing) stops as at park_bytes,
+                               whatever the bytes; 0: off (Linux only)          */
     http_precheck_fn precheck; /* NULL: none; called with the handler's ctx      */
     http_error_fn error_body;  /* NULL: errors in OpenAI's shape only            */
     int listen_fd;          /* > 0: a socket from http_listen, owned by the server

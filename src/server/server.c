@@ -593,6 +593,10 @@ int server_main(const server_opts *o) {
                       .stall_timeout_s = o->stall_timeout_s > 0 ? o->stall_timeout_s + 2 : 0,
                       /* parked by bytes only where parking is on */
                       .park_bytes = o->park_timeout_s > 0 ? o->park_bytes : 0,
+                      /* and by the socket: its client's kernel acknowledged
+                       * nothing for --park-timeout (docs/server.md, "Clients
+                       * that never read") */
+                      .park_idle_ms = o->park_timeout_s > 0 && o->park_bytes ? (int)(o->park_timeout_s * 1000) : 0,
                       .precheck = routes_precheck,
                       .error_body = routes_error_body,
                       .listen_fd = listen_fd,
