@@ -158,7 +158,8 @@ static void park_bytes_check(void) {
  * buffer, doubled by the kernel, MHD's block, the stream's 64 KiB) were
  * queued: ~7 s and ~350 tokens at 50 steps a second (--step-delay-us
  * 20000). With it: parked within 5 s and 120 tokens (~1 KB an event: the
- * client's buffer fills in ~10, 0.5 s adds ~25). Reading resumes it. */
+ * client's buffer fills in ~10, 0.5 s adds ~25), and it stays parked for
+ * 1.5 s while nothing is read. Reading resumes it. */
 static void park_idle_check(void) {
     srv s;
     const char *flags[] = {"-c", "16384", "--kv-mem", "48M", "--stall-timeout", "0", "--park-timeout", "0.5",
@@ -179,6 +180,15 @@ static void park_idle_check(void) {
     printf("  park idle: parked after %.2f s and %.0f tokens (--park-bytes 1M, --park-timeout 0.5)\n", t_park, gen);
     CHECK_MSG(metric(s.port, "kvloom_requests_parked") == 1, "the stream nobody reads was not parked in 5 s");
     CHECK_MSG(gen > 0 && gen < 120, "%.0f tokens generated for a stream nobody reads", gen);
+    /* and it stays parked while its client reads nothing (it once came back
+     * every --park-timeout: the reader took the pending event into MHD's
+     * block and brought the producer back) */
+    int flips = 0;
+    for (double t1 = su_now(); su_now() - t1 < 1.5; usleep(50000))
+        flips += metric(s.port, "kvloom_requests_parked") != 1;
+    CHECK_MSG(flips == 0 && metric(s.port, "kvloom_requests_parked_total") == 1,
+              "the idle stream did not stay parked: %d samples of 30 not parked, %.0f parks", flips,
+              metric(s.port, "kvloom_requests_parked_total"));
     struct timeval tv = {0, 200000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char buf[65536];

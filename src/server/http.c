@@ -573,24 +573,41 @@ static size_t sock_unsent(int fd) {
  * client is known not to read only once that buffer is full (4 KiB for the
  * tests' and tenant_bench's non-readers; a default socket takes more).
  * Linux: tcp_info's tcpi_bytes_acked; elsewhere never. */
-static bool sock_idle(http_stream *s, size_t queued, int64_t now) {
+static bool sock_acked(int fd, uint64_t *acked) {
 #if defined(__linux__) && defined(TCP_INFO)
     struct tcp_info ti;
     socklen_t len = sizeof ti;
     memset(&ti, 0, sizeof ti);
-    if (!s->srv->c.park_idle_ms || s->fd < 0 || getsockopt(s->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
         len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)
         return false;
-    if (!queued || ti.tcpi_bytes_acked != s->acked || !s->acked_ns) {
-        s->acked = ti.tcpi_bytes_acked;
+    *acked = ti.tcpi_bytes_acked;
+    return true;
+#else
+    (void)fd, (void)acked;
+    return false;
+#endif
+}
+
+static bool sock_idle(http_stream *s, size_t queued, int64_t now) {
+    uint64_t acked;
+    if (!s->srv->c.park_idle_ms || !sock_acked(s->fd, &acked)) return false;
+    if (!queued || acked != s->acked || !s->acked_ns) {
+        s->acked = acked;
         s->acked_ns = now;
         return false;
     }
     return now - s->acked_ns >= (int64_t)s->srv->c.park_idle_ms * 1000000;
-#else
-    (void)s, (void)queued, (void)now;
-    return false;
-#endif
+}
+
+/* With s->mu held: a stream stopped by sock_idle stays stopped until its
+ * client's kernel acknowledges something (the client read): the reader may
+ * take the pending event into MHD's block and bring the producer back while
+ * the client still reads nothing, and a stream parked and resumed every
+ * park_idle_ms would run a step's worth each time. */
+static bool sock_still_idle(http_stream *s) {
+    uint64_t acked;
+    return s->squeezed && sock_acked(s->fd, &acked) && acked == s->acked;
 }
 
 /* With s->mu held: the socket's send buffer cut to the least the kernel
@@ -654,7 +671,7 @@ static void produce(http_stream *s) {
             if (!stop) log_debug("http: a stream's client is not reading; its producer waits");
             break;
         }
-        if (s->blocked && unsent < resume_level(s)) {
+        if (s->blocked && unsent < resume_level(s) && !sock_still_idle(s)) {
             if (s->block_fn) s->block_fn(s->sctx, false);
             s->blocked = false;
             sock_squeeze(s, false);
