@@ -147,12 +147,15 @@ static void run_request(routes_ctx *rc, oai_params *p) {
 static void refused(const api_ops *api, const oai_error *e) {
     char msg[1024];
     api_error_text(api, e->e.msg, msg, sizeof msg);
-    if (g_verbose) fprintf(stderr, "  %s: %d %s\n", g_route, e->status, msg);
+    const char *param = api_error_param(api, e);
+    if (g_verbose)
+        fprintf(stderr, "  %s: %d %s (param %s, code %s)\n", g_route, e->status, msg, param ? param : "-",
+                e->code ? e->code : "-");
     if (e->status < 400 || e->status > 499 || !msg[0]) {
         fprintf(stderr, "fuzz_request: a refusal without a 4xx status and message (%d '%s')\n", e->status, msg);
         abort();
     }
-    free(api->error_json(e->status, msg, api_error_param(api, e), e->code));
+    free(api->error_json(e->status, msg, param, e->code));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -232,6 +232,11 @@ bool oai_json_failed(void);
  * while dumping (the text would be incomplete). */
 char *oai_json_dump(const json_t *o);
 
+/* reasoning_effort's levels ("none" first: thinking off), as the chat and
+ * Responses routes take them. */
+#define OAI_N_EFFORTS 6
+extern const char *const oai_efforts[OAI_N_EFFORTS];
+
 /* JSON helpers shared by the request readers and answer writers of every
  * API (oai.c, api_*.c):
  * a field's value, or NULL when absent or null (null counts as absent); */
