@@ -61,22 +61,16 @@ size_t api_field_rename(const char *const (*rows)[2], size_t n_rows, const char 
     return 0;
 }
 
-int api_bad(api_fail *f, const char *param, const char *fmt, ...) {
+int api_bad(oai_error *err, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+    vsnprintf(err->e.msg, sizeof err->e.msg, fmt, ap);
     va_end(ap);
-    f->status = 400;
-    f->param = param;
-    return -1;
-}
-
-void api_fail_error(const api_fail *f, oai_error *err) {
-    memset(err, 0, sizeof *err);
-    err->status = f->status;
-    err->code = f->code;
-    err->field = f->param;
-    err_set(&err->e, f->status == 503 ? ERR_NOMEM : ERR_INVALID, "%s", f->msg);
+    err->e.code = ERR_INVALID;
+    err->status = 400;
+    err->code = NULL;
+    err->field = param;
+    return ERR_INVALID;
 }
 
 const char *api_error_param(const api_ops *a, const oai_error *e) {

@@ -226,21 +226,12 @@ void api_emit(api_answer *a, const char *type, json_t *data);
 /* Closes the open segment, if any, with `complete`. */
 void api_seg_close(api_answer *a, bool complete);
 
-/* Why an API's translation (its body -> the OpenAI body oai_parse checks)
- * refused a request: the HTTP status, the field in the API's own terms (a
- * static string, or NULL), an error code (static, or NULL), the message. */
-typedef struct api_fail {
-    int status;
-    const char *param;
-    const char *code;
-    char msg[640];
-} api_fail;
-/* A 400 naming param (NULL: none) with the formatted message. Returns -1,
- * for `return api_bad(f, ...)`. */
-int api_bad(api_fail *f, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* f as the oai_error the API's params function returns (e.code ERR_NOMEM for
- * a 503, else ERR_INVALID); its field is already the API's name. */
-void api_fail_error(const api_fail *f, oai_error *err);
+/* An API's translation (its body -> the OpenAI body oai_parse checks)
+ * refusing a request with a message that does not start with one field's
+ * path (those: jfield.h): a 400 in *err naming param (in the API's own
+ * terms, static; NULL: none) with the formatted message. Returns
+ * ERR_INVALID, for `return api_bad(err, ...)`. */
+int api_bad(oai_error *err, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* e's message with every tagged field path (OAI_F) in a's terms. */
 void api_error_text(const api_ops *a, const char *tagged, char *out, size_t cap);

@@ -66,6 +66,7 @@
 #include "api.h"
 #include "apis.h"
 #include "generate.h"
+#include "jfield.h"
 #include "oai.h"
 
 /* ---- replies ---- */
@@ -128,76 +129,63 @@ static void field_name(const char *path, char *out, size_t cap) {
 
 /* ---- request translation: Messages body -> OpenAI chat body ---- */
 
-/* The text of a content given as a string or as text blocks (other block
- * types refused, naming where). */
-static int text_of(json_t *c, const char *where, sbuf *out, api_fail *f) {
+/* Anthropic writes paths with dots (messages.2.content.0.text), an absent
+ * field is "Field required", and its errors carry no param. */
+static const jf_style names = {.quote = JF_COLON, .dot_index = true, .missing = "Field required"};
+
+/* The text of a content (at w) given as a string or as text blocks (other
+ * block types refused, naming where). */
+static int text_of(json_t *c, const jf *w, sbuf *out) {
     if (json_is_string(c)) {
         sbuf_put(out, json_string_value(c), json_string_length(c));
         return 0;
     }
-    if (!json_is_array(c)) return api_bad(f, NULL, "%s: must be a string or an array of text blocks", where);
+    if (!json_is_array(c)) return jf_fail(w, NULL, "must be a string or an array of text blocks");
     for (size_t j = 0; j < json_array_size(c); j++) {
-        json_t *b = json_array_get(c, j);
-        json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
-        if (!json_is_string(type)) return api_bad(f, NULL, "%s.%zu: must be an object with a string 'type'", where, j);
-        if (strcmp(json_string_value(type), "text"))
-            return api_bad(f, NULL, "%s.%zu.type: '%.64s' blocks are not supported here (text only)", where, j,
-                        json_string_value(type));
-        json_t *text = oai_field(b, "text");
-        if (!json_is_string(text)) return api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
+        json_t *b = json_array_get(c, j), *text;
+        jf bj = jf_index(w, j);
+        const char *t;
+        if (jf_typed(&bj, b, &t) < 0) return ERR_INVALID;
+        if (strcmp(t, "text")) return jf_fail(&bj, "type", "'%.64s' blocks are not supported here (text only)", t);
+        if (jf_get(&bj, b, "text", JF_STRING | JF_REQUIRED, NULL, &text) < 0) return ERR_INVALID;
         sbuf_put(out, json_string_value(text), json_string_length(text));
     }
     return 0;
 }
 
-/* The tool_use ids seen so far (an object used as a set) live in `ids`. */
-static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, api_fail *f) {
-    char where[64];
-    snprintf(where, sizeof where, "messages.%zu.content", i);
+/* The tool_use ids seen so far (an object used as a set) live in `ids`; w
+ * is the message's content. */
+static int user_message(json_t *msgs, json_t *content, json_t *ids, const jf *w) {
     if (json_is_string(content)) {
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", content));
         return 0;
     }
-    if (!json_is_array(content)) return api_bad(f, NULL, "%s: must be a string or an array of content blocks", where);
+    if (!json_is_array(content)) return jf_fail(w, NULL, "must be a string or an array of content blocks");
     sbuf text = {0};
     bool any_text = false;
     int r = 0;
     for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
-        json_t *b = json_array_get(content, j);
-        json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
-        if (!json_is_string(type)) {
-            r = api_bad(f, NULL, "%s.%zu: must be an object with a string 'type'", where, j);
-            break;
-        }
-        const char *t = json_string_value(type);
+        json_t *b = json_array_get(content, j), *s, *id, *err;
+        jf bj = jf_index(w, j);
+        const char *t;
+        if ((r = jf_typed(&bj, b, &t)) < 0) break;
         if (!strcmp(t, "text")) {
-            json_t *s = oai_field(b, "text");
-            if (!json_is_string(s)) {
-                r = api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
-                break;
-            }
+            if ((r = jf_get(&bj, b, "text", JF_STRING | JF_REQUIRED, NULL, &s)) < 0) break;
             if (any_text) sbuf_put(&text, "\n", 1);
             sbuf_put(&text, json_string_value(s), json_string_length(s));
             any_text = true;
         } else if (!strcmp(t, "tool_result")) {
-            json_t *id = oai_field(b, "tool_use_id"), *c = oai_field(b, "content"), *err = oai_field(b, "is_error");
-            if (!json_is_string(id) || !json_string_length(id)) {
-                r = api_bad(f, NULL, "%s.%zu.tool_use_id: must be a non-empty string", where, j);
-                break;
-            }
+            json_t *c = oai_field(b, "content");
+            if ((r = jf_get(&bj, b, "tool_use_id", JF_STRING | JF_NONEMPTY | JF_REQUIRED, NULL, &id)) < 0) break;
             if (!json_object_get(ids, json_string_value(id))) {
-                r = api_bad(f, NULL, "%s.%zu.tool_use_id: '%.100s' matches no tool_use block of an earlier assistant message",
-                         where, j, json_string_value(id));
+                r = jf_fail(&bj, "tool_use_id", "'%.100s' matches no tool_use block of an earlier assistant message",
+                            json_string_value(id));
                 break;
             }
-            if (err && !json_is_boolean(err)) {
-                r = api_bad(f, NULL, "%s.%zu.is_error: must be a boolean", where, j);
-                break;
-            }
+            if ((r = jf_get(&bj, b, "is_error", JF_BOOL, NULL, &err)) < 0) break;
             sbuf out = {0};
-            char w[96];
-            snprintf(w, sizeof w, "%s.%zu.content", where, j);
-            if (c) r = text_of(c, w, &out, f);
+            jf cw = jf_key(&bj, "content");
+            if (c) r = text_of(c, &cw, &out);
             if (r == 0) {
                 json_t *m = json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
                                       json_is_true(err) && !out.n ? json_string("error") : oai_buf_json(&out));
@@ -205,8 +193,7 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, ap
             }
             sbuf_free(&out);
         } else {
-            r = api_bad(f, NULL, "%s.%zu.type: '%.64s' blocks are not supported in user messages (text and tool_result only)",
-                     where, j, t);
+            r = jf_fail(&bj, "type", "'%.64s' blocks are not supported in user messages (text and tool_result only)", t);
         }
     }
     if (r == 0 && any_text) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "user", "content", oai_buf_json(&text)));
@@ -214,62 +201,39 @@ static int user_message(json_t *msgs, json_t *content, json_t *ids, size_t i, ap
     return r;
 }
 
-static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t i, api_fail *f) {
-    char where[64];
-    snprintf(where, sizeof where, "messages.%zu.content", i);
+static int assistant_message(json_t *msgs, json_t *content, json_t *ids, const jf *w) {
     if (json_is_string(content)) {
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "assistant", "content", content));
         return 0;
     }
-    if (!json_is_array(content)) return api_bad(f, NULL, "%s: must be a string or an array of content blocks", where);
+    if (!json_is_array(content)) return jf_fail(w, NULL, "must be a string or an array of content blocks");
     sbuf text = {0}, thinking = {0};
     json_t *calls = json_array();
     int r = 0;
     for (size_t j = 0; j < json_array_size(content) && r == 0; j++) {
-        json_t *b = json_array_get(content, j);
-        json_t *type = json_is_object(b) ? oai_field(b, "type") : NULL;
-        if (!json_is_string(type)) {
-            r = api_bad(f, NULL, "%s.%zu: must be an object with a string 'type'", where, j);
-            break;
-        }
-        const char *t = json_string_value(type);
+        json_t *b = json_array_get(content, j), *s, *id, *name, *input;
+        jf bj = jf_index(w, j);
+        const char *t;
+        if ((r = jf_typed(&bj, b, &t)) < 0) break;
         if (!strcmp(t, "text")) {
-            json_t *s = oai_field(b, "text");
-            if (!json_is_string(s)) {
-                r = api_bad(f, NULL, "%s.%zu.text: must be a string", where, j);
-                break;
-            }
+            if ((r = jf_get(&bj, b, "text", JF_STRING | JF_REQUIRED, NULL, &s)) < 0) break;
             sbuf_put(&text, json_string_value(s), json_string_length(s));
         } else if (!strcmp(t, "thinking")) {
-            json_t *s = oai_field(b, "thinking");
-            if (!json_is_string(s)) {
-                r = api_bad(f, NULL, "%s.%zu.thinking: must be a string", where, j);
-                break;
-            }
+            if ((r = jf_get(&bj, b, "thinking", JF_STRING | JF_REQUIRED, NULL, &s)) < 0) break;
             sbuf_put(&thinking, json_string_value(s), json_string_length(s));
         } else if (!strcmp(t, "redacted_thinking")) {
             /* nothing a local model can read */
         } else if (!strcmp(t, "tool_use")) {
-            json_t *id = oai_field(b, "id"), *name = oai_field(b, "name"), *input = oai_field(b, "input");
-            if (!json_is_string(id) || !json_string_length(id)) {
-                r = api_bad(f, NULL, "%s.%zu.id: must be a non-empty string", where, j);
+            if ((r = jf_get(&bj, b, "id", JF_STRING | JF_NONEMPTY | JF_REQUIRED, NULL, &id)) < 0 ||
+                (r = jf_get(&bj, b, "name", JF_STRING | JF_NONEMPTY | JF_REQUIRED, NULL, &name)) < 0 ||
+                (r = jf_get(&bj, b, "input", JF_OBJECT | JF_REQUIRED, NULL, &input)) < 0)
                 break;
-            }
-            if (!json_is_string(name) || !json_string_length(name)) {
-                r = api_bad(f, NULL, "%s.%zu.name: must be a non-empty string", where, j);
-                break;
-            }
-            if (!json_is_object(input)) {
-                r = api_bad(f, NULL, "%s.%zu.input: must be an object", where, j);
-                break;
-            }
             json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function",
                                                    "function", "name", name, "arguments", input));
             json_object_set_new(ids, json_string_value(id), json_true());
         } else {
-            r = api_bad(f, NULL, "%s.%zu.type: '%.64s' blocks are not supported in assistant messages (text, thinking and "
-                        "tool_use only)",
-                     where, j, t);
+            r = jf_fail(&bj, "type",
+                        "'%.64s' blocks are not supported in assistant messages (text, thinking and tool_use only)", t);
         }
     }
     if (r == 0) {
@@ -285,53 +249,48 @@ static int assistant_message(json_t *msgs, json_t *content, json_t *ids, size_t 
     return r;
 }
 
-static int map_messages(json_t *body, json_t *chat, bool *prefill, api_fail *f) {
-    json_t *messages = oai_field(body, "messages");
-    if (!messages) return api_bad(f, NULL, "messages: Field required");
-    if (!json_is_array(messages) || !json_array_size(messages))
-        return api_bad(f, NULL, "messages: must be a non-empty array of messages");
+static int map_messages(const jf *a, json_t *body, json_t *chat, bool *prefill) {
+    json_t *messages, *system = oai_field(body, "system");
+    if (jf_get(a, body, "messages", JF_ARRAY | JF_NONEMPTY | JF_NEEDED, "a non-empty array of messages", &messages) < 0)
+        return ERR_INVALID;
     json_t *msgs = json_array(), *ids = json_object();
     int r = 0;
-    json_t *system = oai_field(body, "system");
     if (system) {
         sbuf s = {0};
-        r = text_of(system, "system", &s, f);
+        jf sw = jf_key(a, "system");
+        r = text_of(system, &sw, &s);
         if (r == 0) json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", "system", "content", oai_buf_json(&s)));
         sbuf_free(&s);
     }
     const char *role_s = NULL;
+    jf ms = jf_key(a, "messages");
     for (size_t i = 0; i < json_array_size(messages) && r == 0; i++) {
-        json_t *m = json_array_get(messages, i);
+        json_t *m = json_array_get(messages, i), *role, *content;
+        jf mi = jf_index(&ms, i), cw = jf_key(&mi, "content");
         if (!json_is_object(m)) {
-            r = api_bad(f, NULL, "messages.%zu: must be an object", i);
+            r = jf_fail(&mi, NULL, "must be an object");
             break;
         }
-        json_t *role = oai_field(m, "role"), *content = oai_field(m, "content");
-        if (!json_is_string(role)) {
-            r = api_bad(f, NULL, "messages.%zu.role: must be \"user\" or \"assistant\"", i);
+        if ((r = jf_get(&mi, m, "role", JF_STRING | JF_REQUIRED, "\"user\" or \"assistant\"", &role)) < 0 ||
+            (r = jf_get(&mi, m, "content", JF_NEEDED, NULL, &content)) < 0)
             break;
-        }
         role_s = json_string_value(role);
-        if (!content) {
-            r = api_bad(f, NULL, "messages.%zu.content: Field required", i);
-            break;
-        }
         if (json_is_array(content) && !json_array_size(content) &&
             !(i + 1 == json_array_size(messages) && !strcmp(role_s, "assistant"))) {
             /* as Anthropic: only a final assistant message may be empty */
-            r = api_bad(f, NULL, "messages.%zu.content: must not be empty (only a final assistant message may be)", i);
+            r = jf_fail(&cw, NULL, "must not be empty (only a final assistant message may be)");
             break;
         }
-        if (!strcmp(role_s, "user")) r = user_message(msgs, content, ids, i, f);
-        else if (!strcmp(role_s, "assistant")) r = assistant_message(msgs, content, ids, i, f);
-        else r = api_bad(f, NULL, "messages.%zu.role: must be \"user\" or \"assistant\"; got \"%.40s\"", i, role_s);
+        if (!strcmp(role_s, "user")) r = user_message(msgs, content, ids, &cw);
+        else if (!strcmp(role_s, "assistant")) r = assistant_message(msgs, content, ids, &cw);
+        else r = jf_fail(&mi, "role", "must be \"user\" or \"assistant\"; got \"%.40s\"", role_s);
     }
     if (r == 0) {
         /* A final assistant message (text only) is the answer's beginning. */
         json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
         *prefill = role_s && !strcmp(role_s, "assistant") && !json_object_get(last, "tool_calls");
         if (role_s && !strcmp(role_s, "assistant") && json_object_get(last, "tool_calls"))
-            r = api_bad(f, NULL, "messages: the last message is an assistant message with tool_use blocks; send their "
+            r = jf_fail(a, "messages", "the last message is an assistant message with tool_use blocks; send their "
                         "tool_result blocks in a user message");
     }
     if (r == 0) json_object_set(chat, "messages", msgs);
@@ -340,28 +299,29 @@ static int map_messages(json_t *body, json_t *chat, bool *prefill, api_fail *f) 
     return r;
 }
 
-static int map_tools(json_t *tools, json_t *chat, api_fail *f) {
-    if (!json_is_array(tools)) return api_bad(f, NULL, "tools: must be an array");
+static int map_tools(const jf *a, json_t *body, json_t *chat) {
+    json_t *tools;
+    if (jf_get(a, body, "tools", JF_ARRAY, NULL, &tools) < 0) return ERR_INVALID;
     if (!json_array_size(tools)) return 0;
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
+    jf ts = jf_key(a, "tools");
     for (size_t i = 0; i < json_array_size(tools); i++) {
-        json_t *t = json_array_get(tools, i);
-        if (!json_is_object(t)) return api_bad(f, NULL, "tools.%zu: must be an object", i);
-        json_t *type = oai_field(t, "type"), *name = oai_field(t, "name"), *desc = oai_field(t, "description"),
-               *schema = oai_field(t, "input_schema");
+        json_t *t = json_array_get(tools, i), *name, *desc, *schema, *strict;
+        jf ti = jf_index(&ts, i);
+        if (!json_is_object(t)) return jf_fail(&ti, NULL, "must be an object");
+        json_t *type = oai_field(t, "type");
         if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "custom")))
-            return api_bad(f, NULL, "tools.%zu.type: %s%.64s%s tools are not supported (custom tools with an input_schema only)",
-                        i, json_is_string(type) ? "'" : "", json_is_string(type) ? json_string_value(type) : "non-string",
-                        json_is_string(type) ? "'" : "");
-        if (!json_is_string(name) || !json_string_length(name)) return api_bad(f, NULL, "tools.%zu.name: must be a non-empty string", i);
-        if (desc && !json_is_string(desc)) return api_bad(f, NULL, "tools.%zu.description: must be a string", i);
-        if (!schema) return api_bad(f, NULL, "tools.%zu.input_schema: Field required", i);
-        if (!json_is_object(schema)) return api_bad(f, NULL, "tools.%zu.input_schema: must be a JSON Schema object", i);
+            return jf_fail(&ti, "type", "%s%.64s%s tools are not supported (custom tools with an input_schema only)",
+                           json_is_string(type) ? "'" : "", json_is_string(type) ? json_string_value(type) : "non-string",
+                           json_is_string(type) ? "'" : "");
         /* in the order OpenAI clients send (the generic tool prompt writes
          * the tools as given: the same tools give the same prompt) */
-        json_t *strict = oai_field(t, "strict");
-        if (strict && !json_is_boolean(strict)) return api_bad(f, NULL, "tools.%zu.strict: must be a boolean", i);
+        if (jf_get(&ti, t, "name", JF_STRING | JF_NONEMPTY | JF_REQUIRED, NULL, &name) < 0 ||
+            jf_get(&ti, t, "description", JF_STRING, NULL, &desc) < 0 ||
+            jf_get(&ti, t, "input_schema", JF_OBJECT | JF_NEEDED, "a JSON Schema object", &schema) < 0 ||
+            jf_get(&ti, t, "strict", JF_BOOL, NULL, &strict) < 0)
+            return ERR_INVALID;
         json_t *fn = json_pack("{s:O}", "name", name);
         if (desc) json_object_set(fn, "description", desc);
         json_object_set(fn, "parameters", schema);
@@ -371,108 +331,100 @@ static int map_tools(json_t *tools, json_t *chat, api_fail *f) {
     return 0;
 }
 
-static int map_tool_choice(json_t *tc, json_t *chat, api_fail *f) {
-    if (!json_is_object(tc)) return api_bad(f, NULL, "tool_choice: must be an object {\"type\": ...}");
-    json_t *type = oai_field(tc, "type"), *name = oai_field(tc, "name"), *dp = oai_field(tc, "disable_parallel_tool_use");
-    if (!json_is_string(type)) return api_bad(f, NULL, "tool_choice.type: must be a string");
-    if (dp && !json_is_boolean(dp)) return api_bad(f, NULL, "tool_choice.disable_parallel_tool_use: must be a boolean");
+static int map_tool_choice(const jf *a, json_t *body, json_t *chat) {
+    json_t *tc = oai_field(body, "tool_choice"), *type, *name, *dp;
+    if (!tc) return 0;
+    jf w = jf_key(a, "tool_choice");
+    if (!json_is_object(tc)) return jf_fail(&w, NULL, "must be an object {\"type\": ...}");
+    if (jf_get(&w, tc, "type", JF_STRING | JF_REQUIRED, NULL, &type) < 0 ||
+        jf_get(&w, tc, "disable_parallel_tool_use", JF_BOOL, NULL, &dp) < 0)
+        return ERR_INVALID;
     if (json_is_true(dp)) json_object_set_new(chat, "parallel_tool_calls", json_false());
     const char *t = json_string_value(type);
     if (!strcmp(t, "auto")) json_object_set_new(chat, "tool_choice", json_string("auto"));
     else if (!strcmp(t, "any")) json_object_set_new(chat, "tool_choice", json_string("required"));
     else if (!strcmp(t, "none")) json_object_set_new(chat, "tool_choice", json_string("none"));
     else if (!strcmp(t, "tool")) {
-        if (!json_is_string(name)) return api_bad(f, NULL, "tool_choice.name: must be a string (the tool to call)");
+        if (jf_get(&w, tc, "name", JF_STRING | JF_REQUIRED, "a string (the tool to call)", &name) < 0) return ERR_INVALID;
         json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
     } else {
-        return api_bad(f, NULL, "tool_choice.type: must be \"auto\", \"any\", \"tool\" or \"none\"; got \"%.40s\"", t);
+        return jf_fail(&w, "type", "must be \"auto\", \"any\", \"tool\" or \"none\"; got \"%.40s\"", t);
     }
     return 0;
 }
 
-static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **chat_out, bool *prefill, api_fail *f) {
+static int translate(routes_ctx *rc, json_t *body, bool count_only, json_t **chat_out, bool *prefill, oai_error *err) {
     json_t *chat = *chat_out = json_object();
+    jf a = jf_body(&names, err);
     json_t *v;
     *prefill = false;
-    if ((v = oai_field(body, "model"))) {
-        if (!json_is_string(v)) return api_bad(f, NULL, "model: must be a string");
-        json_object_set(chat, "model", v);
-    }
+    if (jf_get(&a, body, "model", JF_STRING, NULL, &v) < 0) return ERR_INVALID;
+    if (v) json_object_set(chat, "model", v);
     if (!count_only) {
-        v = oai_field(body, "max_tokens");
-        if (!v) return api_bad(f, NULL, "max_tokens: Field required");
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
-            return api_bad(f, NULL, "max_tokens: must be an integer >= 1");
+        if (jf_get(&a, body, "max_tokens", JF_NEEDED, NULL, &v) < 0 ||
+            jf_int_in(&a, body, "max_tokens", 1, INT32_MAX, "an integer >= 1", &v) < 0)
+            return ERR_INVALID;
         json_object_set(chat, "max_tokens", v);
     }
-    if ((v = oai_field(body, "temperature"))) {
-        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1)
-            return api_bad(f, NULL, "temperature: must be a number in [0, 1]");
-        json_object_set(chat, "temperature", v);
-    }
+    if (jf_num_in(&a, body, "temperature", 0, 1, "a number in [0, 1]", &v) < 0) return ERR_INVALID;
+    if (v) json_object_set(chat, "temperature", v);
     if ((v = oai_field(body, "top_p"))) json_object_set(chat, "top_p", v);
-    if ((v = oai_field(body, "top_k"))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0) return api_bad(f, NULL, "top_k: must be an integer >= 0");
-        json_object_set(chat, "top_k", v);
-    }
+    if (jf_int_in(&a, body, "top_k", 0, INT64_MAX, "an integer >= 0", &v) < 0) return ERR_INVALID;
+    if (v) json_object_set(chat, "top_k", v);
     if ((v = oai_field(body, "stream"))) json_object_set(chat, "stream", v);
-    if ((v = oai_field(body, "stop_sequences"))) {
-        if (!json_is_array(v)) return api_bad(f, NULL, "stop_sequences: must be an array of strings");
-        for (size_t i = 0; i < json_array_size(v); i++)
-            if (!json_is_string(json_array_get(v, i)) || !json_string_length(json_array_get(v, i)))
-                return api_bad(f, NULL, "stop_sequences.%zu: must be a non-empty string", i);
-        if (json_array_size(v)) json_object_set(chat, "stop", v);
+    if (jf_get(&a, body, "stop_sequences", JF_ARRAY, "an array of strings", &v) < 0) return ERR_INVALID;
+    jf sw = jf_key(&a, "stop_sequences");
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        jf si = jf_index(&sw, i);
+        if (!json_is_string(json_array_get(v, i)) || !json_string_length(json_array_get(v, i)))
+            return jf_fail(&si, NULL, "must be a non-empty string");
     }
-    if ((v = oai_field(body, "metadata"))) {
-        if (!json_is_object(v)) return api_bad(f, NULL, "metadata: must be an object");
-        json_t *u = oai_field(v, "user_id");
-        if (u && !json_is_string(u)) return api_bad(f, NULL, "metadata.user_id: must be a string");
-        if (u) json_object_set(chat, "user", u);
-    }
+    if (json_array_size(v)) json_object_set(chat, "stop", v);
+    jf mw = jf_key(&a, "metadata");
+    if (jf_get(&a, body, "metadata", JF_OBJECT, NULL, &v) < 0 || jf_get(&mw, v, "user_id", JF_STRING, NULL, &v) < 0)
+        return ERR_INVALID;
+    if (v) json_object_set(chat, "user", v);
     /* kvloom's extensions, named as on the chat route */
     static const char *const ext[] = {"seed", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
                                       "ignore_eos", "jump_forward", "speculative", "grammar", "json_schema", "kv_ttl",
                                       "kv_hint", "priority", "cache_salt"};
     for (size_t i = 0; i < ARRAY_LEN(ext); i++)
         if ((v = oai_field(body, ext[i]))) json_object_set(chat, ext[i], v);
-    json_t *kw = oai_field(body, "chat_template_kwargs");
-    if (kw && !json_is_object(kw)) return api_bad(f, NULL, "chat_template_kwargs: must be an object");
+    json_t *kw;
+    if (jf_get(&a, body, "chat_template_kwargs", JF_OBJECT, NULL, &kw) < 0) return ERR_INVALID;
     kw = kw ? json_deep_copy(kw) : json_object();
     json_object_set_new(chat, "chat_template_kwargs", kw);
     if ((v = oai_field(body, "thinking"))) {
-        json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL;
+        jf tw = jf_key(&a, "thinking");
+        json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL, *budget;
         const char *tt = json_is_string(type) ? json_string_value(type) : "";
         if (strcmp(tt, "enabled") && strcmp(tt, "adaptive") && strcmp(tt, "disabled"))
-            return api_bad(f, NULL, "thinking.type: must be \"enabled\", \"adaptive\" or \"disabled\"");
-        json_t *budget = oai_field(v, "budget_tokens");
-        if (budget && (!json_is_integer(budget) || json_integer_value(budget) < 0))
-            return api_bad(f, NULL, "thinking.budget_tokens: must be an integer >= 0");
+            return jf_fail(&tw, "type", "must be \"enabled\", \"adaptive\" or \"disabled\"");
+        if (jf_int_in(&tw, v, "budget_tokens", 0, INT64_MAX, "an integer >= 0", &budget) < 0) return ERR_INVALID;
         if (rc->reasoning && !json_object_get(kw, "enable_thinking"))
             json_object_set_new(kw, "enable_thinking", json_boolean(strcmp(tt, "disabled") != 0));
     }
     if ((v = oai_field(body, "output_format"))) {
         /* structured outputs: {type: "json_schema", schema} */
-        json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL, *schema = json_is_object(v) ? oai_field(v, "schema") : NULL;
+        jf ow = jf_key(&a, "output_format");
+        json_t *type = json_is_object(v) ? oai_field(v, "type") : NULL, *schema;
         if (!json_is_string(type) || strcmp(json_string_value(type), "json_schema"))
-            return api_bad(f, NULL, "output_format.type: must be \"json_schema\"");
-        if (!json_is_object(schema)) return api_bad(f, NULL, "output_format.schema: must be a JSON Schema object");
+            return jf_fail(&ow, "type", "must be \"json_schema\"");
+        if (jf_get(&ow, v, "schema", JF_OBJECT | JF_REQUIRED, "a JSON Schema object", &schema) < 0) return ERR_INVALID;
         json_object_set_new(chat, "response_format",
                             json_pack("{s:s, s:{s:s, s:O, s:b}}", "type", "json_schema", "json_schema", "name", "output",
                                       "schema", schema, "strict", 1));
     }
-    if ((v = oai_field(body, "tools")) && map_tools(v, chat, f) < 0) return -1;
-    if ((v = oai_field(body, "tool_choice")) && map_tool_choice(v, chat, f) < 0) return -1;
-    return map_messages(body, chat, prefill, f);
+    if (map_tools(&a, body, chat) < 0 || map_tool_choice(&a, body, chat) < 0) return ERR_INVALID;
+    return map_messages(&a, body, chat, prefill);
 }
 
 int api_anthropic_params(routes_ctx *rc, json_t *body, bool count_only, oai_params *p, oai_error *err) {
     json_t *chat = NULL;
     bool prefill = false;
-    api_fail f = {0};
-    int r = translate(rc, body, count_only, &chat, &prefill, &f);
+    int r = translate(rc, body, count_only, &chat, &prefill, err);
     if (r < 0) {
         json_decref(chat);
-        api_fail_error(&f, err);
         return -1;
     }
     r = oai_parse(chat, OAI_CHAT, tok_n_vocab(rc->tok), p, err);

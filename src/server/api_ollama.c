@@ -47,6 +47,7 @@
 #include "apis.h"
 #include "embed.h"
 #include "generate.h"
+#include "jfield.h"
 #include "server.h"
 #include "oai.h"
 
@@ -274,19 +275,24 @@ void api_ollama_show(const route *rt, routes_ctx *root, routes_ctx *rc, http_exc
 
 /* ---- request translation: Ollama body -> OpenAI body ---- */
 
+/* Ollama's paths are the body's, quoted ('messages[2].role'); its errors
+ * name the field in the message, not in a param. */
+static const jf_style names = {.quote = JF_QUOTED};
+
 /* options: the sampling fields under their OpenAI names (oai_parse checks
  * types and ranges; its messages are renamed back by ollama_param). Options
  * that have no meaning here (num_ctx: the context is the server's;
  * num_thread, num_gpu, mirostat...) are ignored, as Ollama ignores what a
  * runner does not use. */
-static int map_options(json_t *opts, json_t *oai, api_fail *f) {
+static int map_options(const jf *b, json_t *body, json_t *oai) {
     static const char *const same[] = {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty",
                                        "frequency_penalty", "stop"};
     json_object_set_new(oai, "temperature", json_real(OLLAMA_TEMPERATURE));
     json_object_set_new(oai, "top_k", json_integer(OLLAMA_TOP_K));
     json_object_set_new(oai, "top_p", json_real(OLLAMA_TOP_P));
+    json_t *opts;
+    if (jf_get(b, body, "options", JF_OBJECT, NULL, &opts) < 0) return ERR_INVALID;
     if (!opts) return 0;
-    if (!json_is_object(opts)) return api_bad(f, NULL, "'options' must be an object");
     for (size_t i = 0; i < ARRAY_LEN(same); i++) {
         json_t *v = oai_field(opts, same[i]);
         if (v) json_object_set(oai, same[i], v);
@@ -302,7 +308,8 @@ static int map_options(json_t *opts, json_t *oai, api_fail *f) {
 
 /* format: "json" -> json_object, a JSON Schema object -> json_schema, ""
  * -> none. */
-static int map_format(json_t *fmt, json_t *oai, api_fail *f) {
+static int map_format(const jf *b, json_t *body, json_t *oai) {
+    json_t *fmt = oai_field(body, "format");
     if (!fmt || (json_is_string(fmt) && json_string_length(fmt) == 0)) return 0;
     if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "json")) {
         json_object_set_new(oai, "response_format", json_pack("{s:s}", "type", "json_object"));
@@ -312,11 +319,12 @@ static int map_format(json_t *fmt, json_t *oai, api_fail *f) {
         json_object_set(oai, "json_schema", fmt);
         return 0;
     }
-    return api_bad(f, NULL, "'format' must be \"json\" or a JSON Schema object");
+    return jf_fail(b, "format", "must be \"json\" or a JSON Schema object");
 }
 
 /* think: true / false, or a level ("high", "medium", "low": on). */
-static int map_think(routes_ctx *rc, json_t *think, json_t *oai, api_fail *f) {
+static int map_think(routes_ctx *rc, const jf *b, json_t *body, json_t *oai) {
+    json_t *think = oai_field(body, "think");
     if (!think) return 0;
     bool on;
     if (json_is_boolean(think)) {
@@ -326,19 +334,21 @@ static int map_think(routes_ctx *rc, json_t *think, json_t *oai, api_fail *f) {
                                          !strcmp(json_string_value(think), "low"))) {
         on = true;
     } else {
-        return api_bad(f, NULL, "'think' must be a boolean or \"high\", \"medium\", \"low\"");
+        return jf_fail(b, "think", "must be a boolean or \"high\", \"medium\", \"low\"");
     }
-    if (on && !rc->reasoning) return api_bad(f, NULL, "'think': the model '%.200s' does not support thinking", rc->model_id);
+    if (on && !rc->reasoning) return api_bad(b->err, NULL, "'think': the model '%.200s' does not support thinking", rc->model_id);
     json_object_set_new(oai, "chat_template_kwargs", json_pack("{s:b}", "enable_thinking", on));
     return 0;
 }
 
 /* images (Ollama sends base64 pictures): refused, there is no vision
  * encoder; an empty list is fine. */
-static int check_images(json_t *images, const char *where, api_fail *f) {
-    if (!images || (json_is_array(images) && json_array_size(images) == 0)) return 0;
-    if (!json_is_array(images)) return api_bad(f, NULL, "'%s' must be an array of base64 images", where);
-    return api_bad(f, NULL, "'%s': images are not supported (the model has no vision encoder)", where);
+static int check_images(const jf *w, json_t *o) {
+    json_t *images;
+    if (jf_get(w, o, "images", JF_ARRAY, "an array of base64 images", &images) < 0) return ERR_INVALID;
+    if (!json_array_size(images)) return 0;
+    jf iw = jf_key(w, "images");
+    return api_bad(w->err, NULL, "'%s': images are not supported (the model has no vision encoder)", iw.path);
 }
 
 /* A pending assistant tool call, for tool messages that do not name one. */
@@ -352,66 +362,62 @@ typedef struct pending_call {
  * message the id of the call it answers: the one its tool_call_id names,
  * else the first unanswered call of the latest assistant message named
  * tool_name, else its first unanswered call, else its last. */
-static int map_messages(json_t *msgs, json_t *oai, api_fail *f) {
-    if (!json_is_array(msgs)) return api_bad(f, NULL, "'messages' must be an array");
+static int map_messages(const jf *b, json_t *msgs, json_t *oai) {
+    if (!json_is_array(msgs)) return jf_fail(b, "messages", "must be an array");
     json_t *out = json_array();
     json_object_set_new(oai, "messages", out);
     pending_call pend[TC_MAX_TOOLS * 2];
     int n_pend = 0;
+    jf ms = jf_key(b, "messages");
     for (size_t i = 0; i < json_array_size(msgs); i++) {
-        json_t *m = json_array_get(msgs, i);
-        if (!json_is_object(m)) return api_bad(f, NULL, "'messages[%zu]' must be an object", i);
-        json_t *role = oai_field(m, "role");
-        if (!json_is_string(role)) return api_bad(f, NULL, "'messages[%zu].role' must be a string", i);
+        json_t *m = json_array_get(msgs, i), *role, *content, *thinking;
+        jf mi = jf_index(&ms, i);
+        if (!json_is_object(m)) return jf_fail(&mi, NULL, "must be an object");
+        if (jf_get(&mi, m, "role", JF_STRING | JF_REQUIRED, NULL, &role) < 0) return ERR_INVALID;
         const char *r = json_string_value(role);
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
-            return api_bad(f, NULL, "'messages[%zu].role' must be \"system\", \"user\", \"assistant\" or \"tool\"; got \"%.40s\"",
-                        i, r);
-        json_t *content = oai_field(m, "content");
-        if (content && !json_is_string(content)) return api_bad(f, NULL, "'messages[%zu].content' must be a string", i);
-        char where[64];
-        snprintf(where, sizeof where, "messages[%zu].images", i);
-        if (check_images(oai_field(m, "images"), where, f) < 0) return -1;
+            return jf_fail(&mi, "role", "must be \"system\", \"user\", \"assistant\" or \"tool\"; got \"%.40s\"", r);
+        if (jf_get(&mi, m, "content", JF_STRING, NULL, &content) < 0 || check_images(&mi, m) < 0) return ERR_INVALID;
         json_t *o = json_pack("{s:s}", "role", r);
         json_object_set_new(o, "content", content ? json_incref(content) : json_string(""));
-        if (json_array_append_new(out, o) < 0) return api_bad(f, NULL, "out of memory"); /* o freed; counted: a 503 */
-        json_t *thinking = oai_field(m, "thinking");
-        if (thinking && !json_is_string(thinking)) return api_bad(f, NULL, "'messages[%zu].thinking' must be a string", i);
+        if (json_array_append_new(out, o) < 0) return api_bad(b->err, NULL, "out of memory"); /* o freed; counted: a 503 */
+        if (jf_get(&mi, m, "thinking", JF_STRING, NULL, &thinking) < 0) return ERR_INVALID;
         if (thinking && !strcmp(r, "assistant")) json_object_set(o, "reasoning_content", thinking);
         json_t *calls = oai_field(m, "tool_calls");
         if (calls) {
-            if (strcmp(r, "assistant")) return api_bad(f, NULL, "'messages[%zu].tool_calls' is only allowed in assistant messages", i);
-            if (!json_is_array(calls)) return api_bad(f, NULL, "'messages[%zu].tool_calls' must be an array", i);
+            if (strcmp(r, "assistant")) return jf_fail(&mi, "tool_calls", "is only allowed in assistant messages");
+            if (!json_is_array(calls)) return jf_fail(&mi, "tool_calls", "must be an array");
             if (json_array_size(calls) > ARRAY_LEN(pend))
-                return api_bad(f, NULL, "'messages[%zu].tool_calls' holds more than %zu calls", i, ARRAY_LEN(pend));
+                return jf_fail(&mi, "tool_calls", "holds more than %zu calls", ARRAY_LEN(pend));
             json_t *oc = json_array();
             json_object_set_new(o, "tool_calls", oc);
             n_pend = 0;
+            jf cs = jf_key(&mi, "tool_calls");
             for (size_t j = 0; j < json_array_size(calls); j++) {
-                json_t *c = json_array_get(calls, j);
+                json_t *c = json_array_get(calls, j), *id;
+                jf cj = jf_index(&cs, j);
                 json_t *fn = json_is_object(c) ? oai_field(c, "function") : NULL;
                 json_t *name = json_is_object(fn) ? oai_field(fn, "name") : NULL;
                 json_t *args = json_is_object(fn) ? oai_field(fn, "arguments") : NULL;
-                if (!json_is_string(name))
-                    return api_bad(f, NULL, "'messages[%zu].tool_calls[%zu].function.name' must be a string", i, j);
+                if (!json_is_string(name)) return jf_fail(&cj, "function.name", "must be a string");
                 if (args && !json_is_object(args) && !json_is_string(args))
-                    return api_bad(f, NULL, "'messages[%zu].tool_calls[%zu].function.arguments' must be an object", i, j);
-                json_t *id = oai_field(c, "id");
-                if (id && !json_is_string(id)) return api_bad(f, NULL, "'messages[%zu].tool_calls[%zu].id' must be a string", i, j);
+                    return jf_fail(&cj, "function.arguments", "must be an object");
+                if (jf_get(&cj, c, "id", JF_STRING, NULL, &id) < 0) return ERR_INVALID;
                 char made[48];
                 snprintf(made, sizeof made, "call_%zu_%zu", i, j);
                 json_t *call = json_pack("{s:s, s:s, s:{s:O, s:o}}", "id", id ? json_string_value(id) : made, "type",
                                          "function", "function", "name", name, "arguments",
                                          args ? json_incref(args) : json_object());
-                if (json_array_append_new(oc, call) < 0) return api_bad(f, NULL, "out of memory"); /* call freed */
+                if (json_array_append_new(oc, call) < 0) return api_bad(b->err, NULL, "out of memory"); /* call freed */
                 pend[n_pend++] = (pending_call){json_string_value(json_object_get(call, "id")), json_string_value(name),
                                                 false};
             }
         }
         if (!strcmp(r, "tool")) {
-            json_t *tname = oai_field(m, "tool_name"), *tid = oai_field(m, "tool_call_id");
-            if (tname && !json_is_string(tname)) return api_bad(f, NULL, "'messages[%zu].tool_name' must be a string", i);
-            if (tid && !json_is_string(tid)) return api_bad(f, NULL, "'messages[%zu].tool_call_id' must be a string", i);
+            json_t *tname, *tid;
+            if (jf_get(&mi, m, "tool_name", JF_STRING, NULL, &tname) < 0 ||
+                jf_get(&mi, m, "tool_call_id", JF_STRING, NULL, &tid) < 0)
+                return ERR_INVALID;
             int k = -1;
             for (int j = 0; tid && j < n_pend && k < 0; j++)
                 if (!strcmp(pend[j].id, json_string_value(tid))) k = j;
@@ -421,7 +427,7 @@ static int map_messages(json_t *msgs, json_t *oai, api_fail *f) {
                 if (!pend[j].answered) k = j;
             if (k < 0 && n_pend) k = n_pend - 1;
             if (k < 0)
-                return api_bad(f, NULL, "'messages[%zu]': a tool message must follow an assistant message with tool_calls", i);
+                return api_bad(b->err, NULL, "'%s': a tool message must follow an assistant message with tool_calls", mi.path);
             pend[k].answered = true;
             json_object_set_new(o, "tool_call_id", json_string(pend[k].id));
             if (tname) json_object_set(o, "name", tname);
@@ -642,28 +648,26 @@ static void answer_load(http_exchange *x, bool chat, const char *model, bool str
 
 /* Builds the OpenAI body of a chat or generate request. Returns 1 when it
  * should run, 0 for a load-only request, -1 on error (f). */
-static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_kind *kind, api_fail *f) {
-    json_t *stream = oai_field(body, "stream");
-    if (stream && !json_is_boolean(stream)) return api_bad(f, NULL, "'stream' must be a boolean");
+static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_kind *kind, oai_error *err) {
+    jf b = jf_body(&names, err);
+    json_t *stream, *lp, *top;
+    if (jf_get(&b, body, "stream", JF_BOOL, NULL, &stream) < 0) return ERR_INVALID;
     json_object_set_new(oai, "stream", json_boolean(!stream || json_is_true(stream)));
-    if (map_options(oai_field(body, "options"), oai, f) < 0) return -1;
-    if (map_format(oai_field(body, "format"), oai, f) < 0) return -1;
+    if (map_options(&b, body, oai) < 0 || map_format(&b, body, oai) < 0) return ERR_INVALID;
     /* kvloom's tenant fields, named as on the OpenAI routes */
     static const char *const tenant[] = {"priority", "cache_salt", "user"};
     for (size_t i = 0; i < ARRAY_LEN(tenant); i++)
         if (oai_field(body, tenant[i])) json_object_set(oai, tenant[i], oai_field(body, tenant[i]));
-    json_t *lp = oai_field(body, "logprobs"), *top = oai_field(body, "top_logprobs");
-    if (lp && !json_is_boolean(lp)) return api_bad(f, NULL, "'logprobs' must be a boolean");
+    if (jf_get(&b, body, "logprobs", JF_BOOL, NULL, &lp) < 0) return ERR_INVALID;
     bool want_lp = json_is_true(lp);
-    if (top && !want_lp) return api_bad(f, NULL, "'top_logprobs' requires 'logprobs' to be true");
-    if (top && (!json_is_integer(top) || json_integer_value(top) < 0 || json_integer_value(top) > 20))
-        return api_bad(f, NULL, "'top_logprobs' must be an integer in [0, 20]");
+    if (oai_field(body, "top_logprobs") && !want_lp) return jf_fail(&b, "top_logprobs", "requires 'logprobs' to be true");
+    if (jf_int_in(&b, body, "top_logprobs", 0, 20, "an integer in [0, 20]", &top) < 0) return ERR_INVALID;
     *kind = OAI_CHAT;
     if (chat) {
         json_t *msgs = oai_field(body, "messages");
-        if (check_images(oai_field(body, "images"), "images", f) < 0) return -1;
+        if (check_images(&b, body) < 0) return ERR_INVALID;
         if (!msgs || (json_is_array(msgs) && json_array_size(msgs) == 0)) return 0;
-        if (map_messages(msgs, oai, f) < 0) return -1;
+        if (map_messages(&b, msgs, oai) < 0) return ERR_INVALID;
         if (want_lp) {
             json_object_set_new(oai, "logprobs", json_true());
             if (top) json_object_set(oai, "top_logprobs", top);
@@ -676,22 +680,19 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
         static const char *const ext[] = {"tool_choice", "parallel_tool_calls"};
         for (size_t i = 0; i < ARRAY_LEN(ext); i++)
             if (oai_field(body, ext[i])) json_object_set(oai, ext[i], oai_field(body, ext[i]));
-        return map_think(rc, oai_field(body, "think"), oai, f) < 0 ? -1 : 1;
+        return map_think(rc, &b, body, oai) < 0 ? ERR_INVALID : 1;
     }
-    json_t *prompt = oai_field(body, "prompt"), *system = oai_field(body, "system"), *raw = oai_field(body, "raw");
-    json_t *suffix = oai_field(body, "suffix"), *tmpl = oai_field(body, "template"), *ctx = oai_field(body, "context");
-    if (prompt && !json_is_string(prompt)) return api_bad(f, NULL, "'prompt' must be a string");
-    if (system && !json_is_string(system)) return api_bad(f, NULL, "'system' must be a string");
-    if (raw && !json_is_boolean(raw)) return api_bad(f, NULL, "'raw' must be a boolean");
-    if (suffix && !json_is_string(suffix)) return api_bad(f, NULL, "'suffix' must be a string");
-    if (suffix && json_string_length(suffix))
-        return api_bad(f, NULL, "'suffix' (fill-in-the-middle) is not supported by this server");
-    if (tmpl && !json_is_string(tmpl)) return api_bad(f, NULL, "'template' must be a string");
+    json_t *prompt, *system, *raw, *suffix, *tmpl, *ctx;
+    if (jf_get(&b, body, "prompt", JF_STRING, NULL, &prompt) < 0 || jf_get(&b, body, "system", JF_STRING, NULL, &system) < 0 ||
+        jf_get(&b, body, "raw", JF_BOOL, NULL, &raw) < 0 || jf_get(&b, body, "suffix", JF_STRING, NULL, &suffix) < 0)
+        return ERR_INVALID;
+    if (suffix && json_string_length(suffix)) return jf_fail(&b, "suffix", "(fill-in-the-middle) is not supported by this server");
+    if (jf_get(&b, body, "template", JF_STRING, NULL, &tmpl) < 0) return ERR_INVALID;
     if (tmpl && json_string_length(tmpl))
-        return api_bad(f, NULL, "'template' (a Go template) is not supported: the model's chat template is used, or raw");
-    if (ctx && !json_is_array(ctx)) return api_bad(f, NULL, "'context' must be an array");
-    if (ctx && json_array_size(ctx)) return api_bad(f, NULL, "'context' is not supported: send the history with /api/chat");
-    if (check_images(oai_field(body, "images"), "images", f) < 0) return -1;
+        return jf_fail(&b, "template", "(a Go template) is not supported: the model's chat template is used, or raw");
+    if (jf_get(&b, body, "context", JF_ARRAY, NULL, &ctx) < 0) return ERR_INVALID;
+    if (json_array_size(ctx)) return jf_fail(&b, "context", "is not supported: send the history with /api/chat");
+    if (check_images(&b, body) < 0) return ERR_INVALID;
     if (!prompt || json_string_length(prompt) == 0) return 0;
     if (raw && json_is_true(raw)) {
         *kind = OAI_COMPLETION;
@@ -709,22 +710,21 @@ static int translate(routes_ctx *rc, json_t *body, bool chat, json_t *oai, oai_k
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", system));
     json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", prompt));
     json_object_set_new(oai, "messages", msgs);
-    return map_think(rc, oai_field(body, "think"), oai, f) < 0 ? -1 : 1;
+    return map_think(rc, &b, body, oai) < 0 ? ERR_INVALID : 1;
 }
 
 int api_ollama_params(routes_ctx *rc, json_t *body, bool chat, oai_params *p, oai_kind *kind, bool *stream,
                       oai_error *err) {
     unsigned long f0 = oai_json_nomem();
     json_t *oai = json_object();
-    api_fail f = {0};
-    int t = oai ? translate(rc, body, chat, oai, kind, &f) : -1;
+    int t = oai ? translate(rc, body, chat, oai, kind, err) : -1;
     *stream = json_is_true(json_object_get(oai, "stream"));
     if (t < 0 || oai_json_nomem() != f0) { /* out of memory is the server's state, not the client's mistake */
         if (oai_json_nomem() != f0 || !oai) {
-            f.status = 503;
-            snprintf(f.msg, sizeof f.msg, "out of memory reading the request");
+            memset(err, 0, sizeof *err);
+            err->status = 503;
+            err_set(&err->e, ERR_NOMEM, "out of memory reading the request");
         }
-        api_fail_error(&f, err);
         json_decref(oai);
         return -1;
     }

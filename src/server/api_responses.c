@@ -90,6 +90,7 @@
 #include "api.h"
 #include "apis.h"
 #include "generate.h"
+#include "jfield.h"
 #include "oai.h"
 
 #define RESP_STORE_MAX 1000
@@ -343,30 +344,31 @@ typedef struct conv {
     sbuf reasoning; /* reasoning waiting for the next assistant message   */
 } conv;
 
-/* The text of a content: a string, or the text of its parts joined. */
-static int content_text(json_t *c, const char *where, sbuf *out, api_fail *f) {
+/* The Responses API writes paths as the body has them (input[2].content),
+ * and an error reports its top-level field as param. */
+static const jf_style names = {.quote = JF_COLON, .params = true};
+
+/* The text of a content at w (an item's content, a call output's output):
+ * a string, or the text of its parts joined. */
+static int content_text(json_t *c, const jf *w, sbuf *out) {
     if (json_is_string(c)) {
         sbuf_put(out, json_string_value(c), json_string_length(c));
         return 0;
     }
-    if (!json_is_array(c)) return api_bad(f, "input", "%s.content: must be a string or an array of content parts", where);
+    if (!json_is_array(c)) return jf_fail(w, NULL, "must be a string or an array of content parts");
     for (size_t j = 0; j < json_array_size(c); j++) {
-        json_t *part = json_array_get(c, j);
-        json_t *type = json_is_object(part) ? oai_field(part, "type") : NULL;
-        if (!json_is_string(type))
-            return api_bad(f, "input", "%s.content[%zu]: must be an object with a string 'type'", where, j);
-        const char *t = json_string_value(type);
+        json_t *part = json_array_get(c, j), *text;
+        jf pj = jf_index(w, j);
+        const char *t;
+        if (jf_typed(&pj, part, &t) < 0) return ERR_INVALID;
         const char *key = !strcmp(t, "refusal") ? "refusal" : "text";
         if (strcmp(t, "input_text") && strcmp(t, "output_text") && strcmp(t, "text") && strcmp(t, "refusal"))
-            return api_bad(f, "input", "%s.content[%zu].type: '%.64s' is not supported (this server takes text only)", where,
-                        j, t);
-        json_t *text = oai_field(part, key);
-        if (!json_is_string(text)) return api_bad(f, "input", "%s.content[%zu].%s: must be a string", where, j, key);
+            return jf_fail(&pj, "type", "'%.64s' is not supported (this server takes text only)", t);
+        if (jf_get(&pj, part, key, JF_STRING | JF_REQUIRED, NULL, &text) < 0) return ERR_INVALID;
         sbuf_put(out, json_string_value(text), json_string_length(text));
     }
     return 0;
 }
-
 
 /* A new assistant message (with the reasoning waiting for it). */
 static json_t *conv_assistant(conv *c, json_t *content) {
@@ -380,19 +382,18 @@ static json_t *conv_assistant(conv *c, json_t *content) {
     return m;
 }
 
-static int conv_message(conv *c, json_t *it, const char *where, api_fail *f) {
-    json_t *role = oai_field(it, "role");
-    if (!json_is_string(role)) return api_bad(f, "input", "%s.role: must be a string", where);
+static int conv_message(conv *c, json_t *it, const jf *w) {
+    json_t *role, *content;
+    if (jf_get(w, it, "role", JF_STRING | JF_REQUIRED, NULL, &role) < 0) return ERR_INVALID;
     const char *r = json_string_value(role);
     if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "assistant"))
-        return api_bad(f, "input", "%s.role: must be \"user\", \"system\", \"developer\" or \"assistant\"; got \"%.40s\"",
-                    where, r);
-    json_t *content = oai_field(it, "content");
-    if (!content) return api_bad(f, "input", "%s.content: is required", where);
+        return jf_fail(w, "role", "must be \"user\", \"system\", \"developer\" or \"assistant\"; got \"%.40s\"", r);
+    if (jf_get(w, it, "content", JF_NEEDED, NULL, &content) < 0) return ERR_INVALID;
     sbuf text = {0};
-    if (content_text(content, where, &text, f) < 0) {
+    jf cw = jf_key(w, "content");
+    if (content_text(content, &cw, &text) < 0) {
         sbuf_free(&text);
-        return -1;
+        return ERR_INVALID;
     }
     if (!strcmp(r, "assistant")) {
         conv_assistant(c, oai_buf_json(&text));
@@ -405,22 +406,20 @@ static int conv_message(conv *c, json_t *it, const char *where, api_fail *f) {
     return 0;
 }
 
-static int conv_call(conv *c, json_t *it, const char *where, api_fail *f) {
-    json_t *status = oai_field(it, "status");
+static int conv_call(conv *c, json_t *it, const jf *w) {
+    json_t *status = oai_field(it, "status"), *id, *name, *args;
     /* a call cut by max_output_tokens (or broken) was never a call */
     if (json_is_string(status) && !strcmp(json_string_value(status), "incomplete")) return 0;
-    json_t *id = oai_field(it, "call_id"), *name = oai_field(it, "name"), *args = oai_field(it, "arguments");
-    if (!json_is_string(id) || json_string_length(id) == 0)
-        return api_bad(f, "input", "%s.call_id: must be a non-empty string", where);
-    if (!json_is_string(name)) return api_bad(f, "input", "%s.name: must be a string", where);
-    if (!json_is_string(args) && !json_is_object(args))
-        return api_bad(f, "input", "%s.arguments: must be a string (the arguments as JSON text)", where);
+    if (jf_get(w, it, "call_id", JF_STRING | JF_NONEMPTY | JF_REQUIRED, NULL, &id) < 0 ||
+        jf_get(w, it, "name", JF_STRING | JF_REQUIRED, NULL, &name) < 0 ||
+        jf_get(w, it, "arguments", JF_STRING | JF_OBJECT | JF_REQUIRED, "a string (the arguments as JSON text)", &args) < 0)
+        return ERR_INVALID;
     json_t *m = c->asst ? c->asst : conv_assistant(c, json_null());
     json_t *calls = json_object_get(m, "tool_calls");
     if (!calls) {
         calls = json_array();
         /* a failed set frees calls: stop (out of memory, counted: a 503) */
-        if (!m || json_object_set_new(m, "tool_calls", calls) < 0) return api_bad(f, "input", "out of memory");
+        if (!m || json_object_set_new(m, "tool_calls", calls) < 0) return api_bad(w->err, "input", "out of memory");
     }
     json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name",
                                            name, "arguments", args));
@@ -428,31 +427,18 @@ static int conv_call(conv *c, json_t *it, const char *where, api_fail *f) {
     return 0;
 }
 
-static int conv_call_output(conv *c, json_t *it, const char *where, api_fail *f) {
-    json_t *id = oai_field(it, "call_id"), *output = oai_field(it, "output");
-    if (!json_is_string(id)) return api_bad(f, "input", "%s.call_id: must be a string (the call_id of the call it answers)", where);
+static int conv_call_output(conv *c, json_t *it, const jf *w) {
+    json_t *id, *output;
+    if (jf_get(w, it, "call_id", JF_STRING | JF_REQUIRED, "a string (the call_id of the call it answers)", &id) < 0)
+        return ERR_INVALID;
     if (!json_object_get(c->call_ids, json_string_value(id)))
-        return api_bad(f, "input", "%s.call_id: '%.100s' matches no function_call before it", where, json_string_value(id));
-    if (!output) return api_bad(f, "input", "%s.output: is required", where);
+        return jf_fail(w, "call_id", "'%.100s' matches no function_call before it", json_string_value(id));
+    if (jf_get(w, it, "output", JF_NEEDED, NULL, &output) < 0) return ERR_INVALID;
     sbuf text = {0};
-    char w[96];
-    snprintf(w, sizeof w, "%s.output", where);
-    if (json_is_array(output)) {
-        /* parts, as content parts are named */
-        json_t *wrap = json_pack("{s:O}", "content", output);
-        int r = content_text(json_object_get(wrap, "content"), where, &text, f);
-        json_decref(wrap);
-        if (r < 0) {
-            /* name the field "output", not "content" */
-            char *p = strstr(f->msg, ".content");
-            if (p) memmove(p + 7, p + 8, strlen(p + 8) + 1), memcpy(p, ".output", 7);
-            sbuf_free(&text);
-            return -1;
-        }
-    } else if (json_is_string(output)) {
-        sbuf_put(&text, json_string_value(output), json_string_length(output));
-    } else {
-        return api_bad(f, "input", "%s: must be a string or an array of content parts", w);
+    jf ow = jf_key(w, "output");
+    if (content_text(output, &ow, &text) < 0) {
+        sbuf_free(&text);
+        return ERR_INVALID;
     }
     json_array_append_new(c->msgs, json_pack("{s:s, s:O, s:o}", "role", "tool", "tool_call_id", id, "content",
                                              oai_buf_json(&text)));
@@ -475,44 +461,44 @@ static void conv_reasoning(conv *c, json_t *it) {
     }
 }
 
-static int conv_item(conv *c, json_t *it, const char *where, api_fail *f) {
-    if (!json_is_object(it)) return api_bad(f, "input", "%s: must be an object (an input item)", where);
+static int conv_item(conv *c, json_t *it, const jf *w) {
+    if (!json_is_object(it)) return jf_fail(w, NULL, "must be an object (an input item)");
     json_t *type = oai_field(it, "type");
     const char *t;
     if (!type) {
-        if (!oai_field(it, "role")) return api_bad(f, "input", "%s.type: is required (or a 'role' for a message)", where);
+        if (!oai_field(it, "role")) return jf_fail(w, "type", "is required (or a 'role' for a message)");
         t = "message";
     } else if (!json_is_string(type)) {
-        return api_bad(f, "input", "%s.type: must be a string", where);
+        return jf_fail(w, "type", "must be a string");
     } else {
         t = json_string_value(type);
     }
-    if (!strcmp(t, "message")) return conv_message(c, it, where, f);
-    if (!strcmp(t, "function_call")) return conv_call(c, it, where, f);
-    if (!strcmp(t, "function_call_output")) return conv_call_output(c, it, where, f);
+    if (!strcmp(t, "message")) return conv_message(c, it, w);
+    if (!strcmp(t, "function_call")) return conv_call(c, it, w);
+    if (!strcmp(t, "function_call_output")) return conv_call_output(c, it, w);
     if (!strcmp(t, "reasoning")) {
         conv_reasoning(c, it);
         return 0;
     }
-    return api_bad(f, "input",
-                "%s.type: unsupported item type '%.64s' (supported: message, function_call, function_call_output, "
-                "reasoning)",
-                where, t);
+    return jf_fail(w, "type",
+                   "unsupported item type '%.64s' (supported: message, function_call, function_call_output, reasoning)",
+                   t);
 }
 
 /* tools: the flat Responses shape to chat's. */
-static int map_tools(json_t *tools, json_t *chat, api_fail *f) {
-    if (!json_is_array(tools)) return api_bad(f, "tools", "tools: must be an array");
+static int map_tools(const jf *b, json_t *tools, json_t *chat) {
+    jf ts = jf_key(b, "tools");
+    if (!json_is_array(tools)) return jf_fail(&ts, NULL, "must be an array");
     if (json_array_size(tools) == 0) return 0; /* agents send [] for no tools */
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         json_t *t = json_array_get(tools, i);
-        json_t *type = json_is_object(t) ? oai_field(t, "type") : NULL;
-        if (!json_is_string(type)) return api_bad(f, "tools", "tools[%zu]: must be an object with a string 'type'", i);
-        if (strcmp(json_string_value(type), "function"))
-            return api_bad(f, "tools", "tools[%zu].type: unsupported tool type '%.64s' (only function tools run on this server)",
-                        i, json_string_value(type));
+        jf ti = jf_index(&ts, i);
+        const char *type;
+        if (jf_typed(&ti, t, &type) < 0) return ERR_INVALID;
+        if (strcmp(type, "function"))
+            return jf_fail(&ti, "type", "unsupported tool type '%.64s' (only function tools run on this server)", type);
         json_t *fn = json_object();
         static const char *const keys[] = {"name", "description", "parameters", "strict"};
         for (size_t k = 0; k < ARRAY_LEN(keys); k++)
@@ -522,72 +508,64 @@ static int map_tools(json_t *tools, json_t *chat, api_fail *f) {
     return 0;
 }
 
-static int map_tool_choice(json_t *tc, json_t *chat, api_fail *f) {
+static int map_tool_choice(const jf *b, json_t *tc, json_t *chat) {
     if (json_is_string(tc)) {
         json_object_set(chat, "tool_choice", tc);
         return 0;
     }
-    if (!json_is_object(tc)) return api_bad(f, "tool_choice", "tool_choice: must be a string or an object");
-    json_t *type = oai_field(tc, "type"), *name = oai_field(tc, "name");
-    if (!json_is_string(type)) return api_bad(f, "tool_choice", "tool_choice.type: must be a string");
+    jf w = jf_key(b, "tool_choice");
+    json_t *type, *name;
+    if (!json_is_object(tc)) return jf_fail(&w, NULL, "must be a string or an object");
+    if (jf_get(&w, tc, "type", JF_STRING | JF_REQUIRED, NULL, &type) < 0) return ERR_INVALID;
     if (strcmp(json_string_value(type), "function"))
-        return api_bad(f, "tool_choice", "tool_choice.type: '%.64s' is not supported (\"function\" only)",
-                    json_string_value(type));
-    if (!json_is_string(name)) return api_bad(f, "tool_choice", "tool_choice.name: must be a string");
+        return jf_fail(&w, "type", "'%.64s' is not supported (\"function\" only)", json_string_value(type));
+    if (jf_get(&w, tc, "name", JF_STRING | JF_REQUIRED, NULL, &name) < 0) return ERR_INVALID;
     json_object_set_new(chat, "tool_choice", json_pack("{s:s, s:{s:O}}", "type", "function", "function", "name", name));
     return 0;
 }
 
 /* text: {format: {type: text | json_object | json_schema}, verbosity}. */
-static int map_text(json_t *text, json_t *chat, resp_req *rq, api_fail *f) {
-    json_t *fmt = NULL;
-    if (text) {
-        if (!json_is_object(text)) return api_bad(f, "text", "text: must be an object");
-        json_t *verb = oai_field(text, "verbosity");
-        if (verb && !json_is_string(verb)) return api_bad(f, "text", "text.verbosity: must be a string");
-        fmt = oai_field(text, "format");
-    }
+static int map_text(const jf *b, json_t *body, json_t *chat, resp_req *rq) {
+    json_t *text, *verb = NULL, *fmt = NULL;
+    jf tw = jf_key(b, "text"), fw = jf_key(&tw, "format");
+    fw.param = "text.format";
+    if (jf_get(b, body, "text", JF_OBJECT, NULL, &text) < 0 || jf_get(&tw, text, "verbosity", JF_STRING, NULL, &verb) < 0)
+        return ERR_INVALID;
+    if (text) fmt = oai_field(text, "format");
     if (fmt) {
-        json_t *type = json_is_object(fmt) ? oai_field(fmt, "type") : NULL;
-        if (!json_is_string(type)) return api_bad(f, "text.format", "text.format: must be an object with a string 'type'");
-        const char *t = json_string_value(type);
+        const char *t;
+        if (jf_typed(&fw, fmt, &t) < 0) return ERR_INVALID;
         if (!strcmp(t, "json_object")) {
             json_object_set_new(chat, "response_format", json_pack("{s:s}", "type", "json_object"));
         } else if (!strcmp(t, "json_schema")) {
-            json_t *name = oai_field(fmt, "name"), *schema = oai_field(fmt, "schema"), *strict = oai_field(fmt, "strict");
-            if (name && !json_is_string(name)) return api_bad(f, "text.format", "text.format.name: must be a string");
-            if (!json_is_object(schema) && !json_is_boolean(schema))
-                return api_bad(f, "text.format", "text.format.schema: must be a JSON Schema object");
-            if (strict && !json_is_boolean(strict)) return api_bad(f, "text.format", "text.format.strict: must be a boolean");
+            json_t *name, *schema, *strict;
+            if (jf_get(&fw, fmt, "name", JF_STRING, NULL, &name) < 0 ||
+                jf_get(&fw, fmt, "schema", JF_OBJECT | JF_BOOL | JF_REQUIRED, "a JSON Schema object", &schema) < 0 ||
+                jf_get(&fw, fmt, "strict", JF_BOOL, NULL, &strict) < 0)
+                return ERR_INVALID;
             json_t *js = json_pack("{s:O}", "schema", schema);
             if (name) json_object_set(js, "name", name);
             if (strict) json_object_set(js, "strict", strict);
             json_object_set_new(chat, "response_format", json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
         } else if (strcmp(t, "text")) {
-            return api_bad(f, "text.format", "text.format.type: must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"",
-                        t);
+            return jf_fail(&fw, "type", "must be \"text\", \"json_object\" or \"json_schema\"; got \"%.64s\"", t);
         }
     }
     rq->text = json_pack("{s:o}", "format", fmt ? json_incref(fmt) : json_pack("{s:s}", "type", "text"));
-    if (text && oai_field(text, "verbosity")) json_object_set(rq->text, "verbosity", oai_field(text, "verbosity"));
+    if (verb) json_object_set(rq->text, "verbosity", verb);
     return 0;
 }
 
 /* reasoning: {effort, summary}; effort switches a reasoning template's
  * thinking on or off (unless chat_template_kwargs already does). */
-static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq, api_fail *f) {
-    json_t *effort = NULL;
-    if (rs) {
-        if (!json_is_object(rs)) return api_bad(f, "reasoning", "reasoning: must be an object");
-        effort = oai_field(rs, "effort");
-        static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh"};
-        bool ok = false;
-        for (size_t i = 0; effort && json_is_string(effort) && i < ARRAY_LEN(efforts); i++)
-            ok |= !strcmp(json_string_value(effort), efforts[i]);
-        if (effort && !ok)
-            return api_bad(f, "reasoning", "reasoning.effort: must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or "
-                                        "\"xhigh\"");
-    }
+static int map_reasoning(routes_ctx *rc, const jf *b, json_t *body, json_t *chat, resp_req *rq) {
+    json_t *rs, *effort = NULL;
+    jf rw = jf_key(b, "reasoning");
+    int level = -1;
+    if (jf_get(b, body, "reasoning", JF_OBJECT, NULL, &rs) < 0 ||
+        jf_enum(&rw, rs, "effort", oai_efforts, OAI_N_EFFORTS, &level) < 0)
+        return ERR_INVALID;
+    if (level >= 0) effort = oai_field(rs, "effort");
     rq->reasoning = json_pack("{s:O?, s:n}", "effort", effort, "summary");
     if (effort) json_object_set(chat, "reasoning_effort", effort); /* the template variable (oai.c) */
     if (!effort || !rc->reasoning) return 0;
@@ -599,23 +577,23 @@ static int map_reasoning(routes_ctx *rc, json_t *rs, json_t *chat, resp_req *rq,
 }
 
 /* Fields refused because what they ask for does not exist here. */
-static int check_unsupported(json_t *body, api_fail *f) {
+static int check_unsupported(const jf *b, json_t *body) {
+    static const char *const truncation[] = {"auto", "disabled"};
     json_t *v;
+    int i;
     if ((v = oai_field(body, "background")) && !json_is_false(v))
-        return api_bad(f, "background", "background: background responses are not supported by this server");
+        return jf_fail(b, "background", "background responses are not supported by this server");
     if (oai_field(body, "conversation"))
-        return api_bad(f, "conversation", "conversation: conversations are not supported; chain responses with "
-                                       "previous_response_id");
+        return jf_fail(b, "conversation", "conversations are not supported; chain responses with previous_response_id");
     if (oai_field(body, "prompt"))
-        return api_bad(f, "prompt", "prompt: stored prompt templates are not supported; send instructions and input");
-    if ((v = oai_field(body, "truncation")) &&
-        !(json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "disabled"))))
-        return api_bad(f, "truncation", "truncation: must be \"auto\" or \"disabled\"");
-    if ((v = oai_field(body, "include")) && !json_is_array(v)) return api_bad(f, "include", "include: must be an array");
+        return jf_fail(b, "prompt", "stored prompt templates are not supported; send instructions and input");
+    if (jf_enum(b, body, "truncation", truncation, ARRAY_LEN(truncation), &i) < 0 ||
+        jf_get(b, body, "include", JF_ARRAY, NULL, &v) < 0)
+        return ERR_INVALID;
     return 0;
 }
 
-static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, api_fail *f) {
+static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, oai_error *err) {
     memset(rq, 0, sizeof *rq);
     rq->owner = owner;
     rq->max_output_tokens = -1;
@@ -623,9 +601,10 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, api_
     json_t *chat = rq->chat = json_object();
     rq->history = json_array();
     conv c = {json_array(), NULL, json_object(), {0}};
+    jf b = jf_body(&names, err);
     int r = -1;
     json_t *v;
-    if (check_unsupported(body, f) < 0) goto out;
+    if (check_unsupported(&b, body) < 0) goto out;
 
     /* fields of the same name and meaning; kvloom's sampling extensions */
     static const char *const same[] = {"model",    "temperature",      "top_p",     "parallel_tool_calls", "stream",
@@ -640,107 +619,90 @@ static int translate(routes_ctx *rc, json_t *body, int owner, resp_req *rq, api_
     if ((v = oai_field(body, "parallel_tool_calls")) && json_is_boolean(v)) rq->parallel = json_is_true(v);
     if ((v = oai_field(body, "user")) && json_is_string(v)) rq->user = xstrdup(json_string_value(v));
 
-    if ((v = oai_field(body, "max_output_tokens"))) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX) {
-            api_bad(f, "max_output_tokens", "max_output_tokens: must be an integer >= 1");
-            goto out;
-        }
+    if (jf_int_in(&b, body, "max_output_tokens", 1, INT32_MAX, "an integer >= 1", &v) < 0) goto out;
+    if (v) {
         rq->max_output_tokens = json_integer_value(v);
         json_object_set(chat, "max_tokens", v);
     }
-    if ((v = oai_field(body, "store"))) {
-        if (!json_is_boolean(v)) {
-            api_bad(f, "store", "store: must be a boolean");
-            goto out;
-        }
-        rq->store = json_is_true(v);
-    }
-    if ((v = oai_field(body, "metadata"))) {
+    if (jf_bool(&b, body, "store", &rq->store) < 0 ||
+        jf_get(&b, body, "metadata", JF_OBJECT, "an object of strings", &v) < 0)
+        goto out;
+    if (v) {
         const char *k;
         json_t *mv;
-        if (!json_is_object(v)) {
-            api_bad(f, "metadata", "metadata: must be an object of strings");
-            goto out;
-        }
         if (json_object_size(v) > RESP_METADATA_MAX) {
-            api_bad(f, "metadata", "metadata: %zu pairs, at most %d", json_object_size(v), RESP_METADATA_MAX);
+            jf_fail(&b, "metadata", "%zu pairs, at most %d", json_object_size(v), RESP_METADATA_MAX);
             goto out;
         }
         json_object_foreach(v, k, mv) {
             if (utf8_count(k, strlen(k)) > RESP_METADATA_KEY_MAX) {
-                api_bad(f, "metadata", "metadata: the key '%.64s...' is longer than %d characters", k, RESP_METADATA_KEY_MAX);
+                jf_fail(&b, "metadata", "the key '%.64s...' is longer than %d characters", k, RESP_METADATA_KEY_MAX);
                 goto out;
             }
             if (!json_is_string(mv)) {
-                api_bad(f, "metadata", "metadata.%.64s: must be a string", k);
+                api_bad(err, "metadata", "metadata.%.64s: must be a string", k);
                 goto out;
             }
             if (utf8_count(json_string_value(mv), json_string_length(mv)) > RESP_METADATA_VALUE_MAX) {
-                api_bad(f, "metadata", "metadata.%.64s: longer than %d characters", k, RESP_METADATA_VALUE_MAX);
+                api_bad(err, "metadata", "metadata.%.64s: longer than %d characters", k, RESP_METADATA_VALUE_MAX);
                 goto out;
             }
         }
         rq->metadata = json_incref(v);
     }
     if ((v = oai_field(body, "tools"))) {
-        if (map_tools(v, chat, f) < 0) goto out;
+        if (map_tools(&b, v, chat) < 0) goto out;
         rq->tools = json_incref(v);
     }
     if ((v = oai_field(body, "tool_choice"))) {
-        if (map_tool_choice(v, chat, f) < 0) goto out;
+        if (map_tool_choice(&b, v, chat) < 0) goto out;
         rq->tool_choice = json_incref(v);
     }
-    if (map_text(oai_field(body, "text"), chat, rq, f) < 0) goto out;
-    if (map_reasoning(rc, oai_field(body, "reasoning"), chat, rq, f) < 0) goto out;
+    if (map_text(&b, body, chat, rq) < 0 || map_reasoning(rc, &b, body, chat, rq) < 0) goto out;
 
     /* the conversation: the previous response's, then the input */
-    if ((v = oai_field(body, "previous_response_id"))) {
-        if (!json_is_string(v)) {
-            api_bad(f, "previous_response_id", "previous_response_id: must be a string");
-            goto out;
-        }
+    if (jf_get(&b, body, "previous_response_id", JF_STRING, NULL, &v) < 0) goto out;
+    if (v) {
         rq->previous_id = xstrdup(json_string_value(v));
         json_t *prev = NULL;
         if (!store_get(rc->responses, owner, rq->previous_id, NULL, &prev)) {
-            api_bad(f, "previous_response_id",
-                 "previous_response_id: no stored response with id '%.100s' (unknown, deleted, expired, or created with "
-                 "store: false)",
-                 rq->previous_id);
-            f->status = 404;
-            f->code = "previous_response_not_found";
+            jf_fail(&b, "previous_response_id",
+                    "no stored response with id '%.100s' (unknown, deleted, expired, or created with store: false)",
+                    rq->previous_id);
+            err->status = 404;
+            err->code = "previous_response_not_found";
             goto out;
         }
         json_array_extend(rq->history, prev);
         json_decref(prev);
+        jf pw = jf_key(&b, "previous_response_id");
+        pw.param = "input"; /* its items were an input once */
         for (size_t i = 0; i < json_array_size(rq->history); i++)
-            if (conv_item(&c, json_array_get(rq->history, i), "previous_response_id", f) < 0) goto out;
+            if (conv_item(&c, json_array_get(rq->history, i), &pw) < 0) goto out;
     }
     json_t *input = oai_field(body, "input");
+    jf iw = jf_key(&b, "input");
     if (json_is_string(input)) {
         json_t *it = json_pack("{s:s, s:s, s:O}", "type", "message", "role", "user", "content", input);
         /* our own reference until conv_item is done with it: a failed append
          * (out of memory) would otherwise free it under conv_item */
         json_array_append(rq->history, it);
-        int rc_it = conv_item(&c, it, "input", f);
+        int rc_it = conv_item(&c, it, &iw);
         json_decref(it);
         if (rc_it < 0) goto out;
     } else if (json_is_array(input) && json_array_size(input)) {
         for (size_t i = 0; i < json_array_size(input); i++) {
-            char where[48];
-            snprintf(where, sizeof where, "input[%zu]", i);
+            jf ii = jf_index(&iw, i);
             json_t *it = json_array_get(input, i);
-            if (conv_item(&c, it, where, f) < 0) goto out;
+            if (conv_item(&c, it, &ii) < 0) goto out;
             json_array_append(rq->history, it);
         }
     } else {
-        api_bad(f, "input", input ? "input: must be a string or a non-empty array of items" : "input: is required");
+        jf_fail(&b, "input", input ? "must be a string or a non-empty array of items" : "is required");
         goto out;
     }
-    if ((v = oai_field(body, "instructions"))) {
-        if (!json_is_string(v)) {
-            api_bad(f, "instructions", "instructions: must be a string");
-            goto out;
-        }
+    if (jf_get(&b, body, "instructions", JF_STRING, NULL, &v) < 0) goto out;
+    if (v) {
         rq->instructions = xstrdup(json_string_value(v));
         json_array_insert_new(c.msgs, 0, json_pack("{s:s, s:O}", "role", "system", "content", v));
     }
@@ -984,11 +946,7 @@ const api_ops api_responses = {
 /* The body translated (*rq, freed by the caller either way) and checked by
  * oai_parse (*p, owned on success). */
 static int parse_request(routes_ctx *rc, json_t *body, int owner, resp_req *rq, oai_params *p, oai_error *err) {
-    api_fail f = {0};
-    if (translate(rc, body, owner, rq, &f) < 0) {
-        api_fail_error(&f, err);
-        return -1;
-    }
+    if (translate(rc, body, owner, rq, err) < 0) return -1;
     if (oai_parse(rq->chat, OAI_CHAT, tok_n_vocab(rc->tok), p, err) < 0) {
         err->status = 400;
         err->e.code = ERR_INVALID;

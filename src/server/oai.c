@@ -15,7 +15,6 @@
 #include "jfield.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,19 +71,6 @@ json_t *oai_buf_json(const sbuf *b) { return oai_text_json(b->p, b->n); }
 static const jf_style oai_names = {.quote = JF_TAGGED, .params = true};
 
 const char *const oai_efforts[OAI_N_EFFORTS] = {"none", "minimal", "low", "medium", "high", "xhigh"};
-
-/* A refusal whose message names several fields (tagged by the caller),
- * reporting param. */
-static int refuse(const jf *b, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int refuse(const jf *b, const char *param, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->err->e.msg, sizeof b->err->e.msg, fmt, ap);
-    va_end(ap);
-    b->err->e.code = ERR_INVALID;
-    b->err->field = param;
-    return ERR_INVALID;
-}
 
 /* A number field in [lo, hi] (lo excluded when lo_open) into a float. */
 static int get_float(const jf *b, json_t *body, const char *name, double lo, bool lo_open, double hi, float *out) {
@@ -516,7 +502,7 @@ static int parse_format(const jf *b, json_t *body, oai_params *p) {
     if (js) {
         if (!json_is_object(js) && !json_is_boolean(js)) return jf_fail(b, "json_schema", "must be an object");
         if (n_set)
-            return refuse(b, "json_schema", "give either '" OAI_F("json_schema") "' or a JSON '" OAI_F("response_format") "', not both");
+            return api_bad(b->err, "json_schema", "give either '" OAI_F("json_schema") "' or a JSON '" OAI_F("response_format") "', not both");
         p->format = OAI_FORMAT_SCHEMA;
         p->schema = json_incref(js);
         p->schema_param = "json_schema";
@@ -526,7 +512,7 @@ static int parse_format(const jf *b, json_t *body, oai_params *p) {
     if (jf_get(b, body, "grammar", JF_STRING, "a string (GBNF)", &g) < 0) return ERR_INVALID;
     if (g) {
         if (n_set)
-            return refuse(b, "grammar", "give only one of '" OAI_F("grammar") "', '" OAI_F("json_schema") "' and a JSON '" OAI_F("response_format") "'");
+            return api_bad(b->err, "grammar", "give only one of '" OAI_F("grammar") "', '" OAI_F("json_schema") "' and a JSON '" OAI_F("response_format") "'");
         if (json_string_length(g) == 0) return jf_fail(b, "grammar", "is empty");
         p->format = OAI_FORMAT_GRAMMAR;
         p->grammar = xstrndup(json_string_value(g), json_string_length(g));
@@ -552,7 +538,7 @@ static int parse_bias(const jf *b, json_t *body, int n_vocab, oai_params *p) {
         if (!parse_long(key, 0, (long)n_vocab - 1, &id))
             return jf_fail(b, "logit_bias", "key '%.32s' is not a token id in [0, %d)", key, n_vocab);
         if (!json_is_number(x) || json_number_value(x) < -100 || json_number_value(x) > 100)
-            return refuse(b, "logit_bias", "'" OAI_F("logit_bias[\"%s\"]") "' must be a number in [-100, 100]", key);
+            return api_bad(b->err, "logit_bias", "'" OAI_F("logit_bias[\"%s\"]") "' must be a number in [-100, 100]", key);
         double bias = json_number_value(x);
         p->bias_ids[p->n_bias] = (int32_t)id;
         p->bias_vals[p->n_bias++] = bias <= -100 ? -INFINITY : (float)bias; /* -100 bans, as OpenAI says */
