@@ -17,6 +17,7 @@
 #include "../sched/encoder.h"
 #include "api.h"
 #include "apis.h"
+#include "jfield.h"
 #include "oai.h"
 
 /* At most this many inputs in one request (OpenAI's limit is 2048). */
@@ -34,6 +35,11 @@ static void in_free(embed_in *in) {
     free(in->n_ids);
     memset(in, 0, sizeof *in);
 }
+
+/* Embedding requests name a field quoted ('dimensions') and an input bare
+ * (input[2] is empty); the OpenAI route reports the field as param. */
+static const jf_style openai_names = {.quote = JF_QUOTED, .params = true}, openai_items = {.quote = JF_BARE, .params = true};
+static const jf_style ollama_names = {.quote = JF_QUOTED}, ollama_items = {.quote = JF_BARE};
 
 int embed_n_ctx(const routes_ctx *rc) { return rc->en ? engine_n_ctx(rc->en) : rc->m->cfg.n_ctx_train; }
 
@@ -53,9 +59,10 @@ static bool embed_capable(const routes_ctx *rc, char *msg, size_t cap) {
     return false;
 }
 
-/* Appends one input: a string (tokenized with the model's special tokens,
- * as the model's embedding recipe expects) or an array of token ids. */
-static int in_add(routes_ctx *rc, embed_in *in, json_t *v, int idx, bool truncate, char *msg, size_t cap) {
+/* Appends one input (at w): a string (tokenized with the model's special
+ * tokens, as the model's embedding recipe expects) or an array of token
+ * ids. */
+static int in_add(routes_ctx *rc, embed_in *in, json_t *v, const jf *w, bool truncate) {
     int32_t *ids = NULL;
     int n = 0;
     const int n_ctx = embed_n_ctx(rc), n_vocab = tok_n_vocab(rc->tok);
@@ -63,34 +70,28 @@ static int in_add(routes_ctx *rc, embed_in *in, json_t *v, int idx, bool truncat
         const char *s = json_string_value(v);
         size_t len = json_string_length(v);
         n = tok_encode(rc->tok, s, len, tok_add_bos(rc->tok), false, NULL, 0);
-        if (n < 0) return snprintf(msg, cap, "input[%d] cannot be tokenized", idx), -1;
+        if (n < 0) return jf_fail(w, NULL, "cannot be tokenized");
         ids = xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
         tok_encode(rc->tok, s, len, tok_add_bos(rc->tok), false, ids, n);
     } else if (json_is_array(v)) {
         n = (int)MIN(json_array_size(v), (size_t)INT32_MAX);
         ids = xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-        for (int i = 0; i < n; i++) {
-            json_t *t = json_array_get(v, (size_t)i);
-            json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
-            if (id < 0 || id >= n_vocab) {
-                free(ids);
-                return snprintf(msg, cap, "input[%d][%d] must be a token id in [0, %d)", idx, i, n_vocab), -1;
-            }
-            ids[i] = (int32_t)id;
+        if (jf_token_ids(w, v, n_vocab, ids) < 0) {
+            free(ids);
+            return ERR_INVALID;
         }
     } else {
-        return snprintf(msg, cap, "input[%d] must be a string or an array of token ids", idx), -1;
+        return jf_fail(w, NULL, "must be a string or an array of token ids");
     }
     if (n == 0) {
         free(ids);
-        return snprintf(msg, cap, "input[%d] is empty (no tokens)", idx), -1;
+        return jf_fail(w, NULL, "is empty (no tokens)");
     }
     if (n > n_ctx) {
         if (!truncate) {
             free(ids);
-            return snprintf(msg, cap, "input[%d] has %d tokens, more than the model's context of %d%s", idx, n, n_ctx,
-                            rc->en ? " (--ctx raises it up to the model's training context)" : ""),
-                   -1;
+            return jf_fail(w, NULL, "has %d tokens, more than the model's context of %d%s", n, n_ctx,
+                           rc->en ? " (--ctx raises it up to the model's training context)" : "");
         }
         n = n_ctx;
     }
@@ -100,24 +101,28 @@ static int in_add(routes_ctx *rc, embed_in *in, json_t *v, int idx, bool truncat
 }
 
 /* The inputs of `input`: a string, an array of strings, an array of token
- * ids, or an array of such arrays. 0, or -1 with msg. */
-static int parse_inputs(routes_ctx *rc, json_t *input, bool truncate, embed_in *in, char *msg, size_t cap) {
+ * ids, or an array of such arrays (b: the body's reader; items: the
+ * inputs'). */
+static int parse_inputs(routes_ctx *rc, const jf *b, const jf *items, json_t *input, bool truncate, embed_in *in) {
     memset(in, 0, sizeof *in);
-    if (!input) return snprintf(msg, cap, "'input' is required"), -1;
+    if (!input) return jf_fail(b, "input", "is required");
     bool one = json_is_string(input) ||
                (json_is_array(input) && json_array_size(input) > 0 && json_is_integer(json_array_get(input, 0)));
     if (!one && !json_is_array(input))
-        return snprintf(msg, cap, "'input' must be a string, an array of strings or an array of token ids"), -1;
+        return jf_fail(b, "input", "must be a string, an array of strings or an array of token ids");
     size_t n = one ? 1 : json_array_size(input);
-    if (n == 0) return snprintf(msg, cap, "'input' is an empty array: give at least one input"), -1;
-    if (n > EMBED_MAX_INPUTS) return snprintf(msg, cap, "'input' has %zu items, at most %d", n, EMBED_MAX_INPUTS), -1;
+    if (n == 0) return jf_fail(b, "input", "is an empty array: give at least one input");
+    if (n > EMBED_MAX_INPUTS) return jf_fail(b, "input", "has %zu items, at most %d", n, EMBED_MAX_INPUTS);
     in->ids = xcalloc(n, sizeof *in->ids);
     in->n_ids = xcalloc(n, sizeof *in->n_ids);
-    for (size_t i = 0; i < n; i++)
-        if (in_add(rc, in, one ? input : json_array_get(input, i), (int)i, truncate, msg, cap) < 0) {
+    jf iw = jf_key(items, "input");
+    for (size_t i = 0; i < n; i++) {
+        jf w = jf_index(&iw, i);
+        if (in_add(rc, in, one ? input : json_array_get(input, i), &w, truncate) < 0) {
             in_free(in);
-            return -1;
+            return ERR_INVALID;
         }
+    }
     return 0;
 }
 
@@ -204,14 +209,14 @@ static json_t *vec_base64(const float *v, int n) {
 
 
 
-/* dimensions: absent (NULL) = the model's; else 1..n_embd. */
-static int parse_dims(const routes_ctx *rc, json_t *d, int *dims, char *msg, size_t cap) {
+/* dimensions: absent = the model's; else 1..n_embd. */
+static int parse_dims(const routes_ctx *rc, const jf *b, json_t *body, int *dims) {
     const int D = rc->m->cfg.n_embd;
-    *dims = D;
-    if (!d || json_is_null(d)) return 0;
-    if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > D)
-        return snprintf(msg, cap, "'dimensions' must be an integer from 1 to %d (the model's embedding size)", D), -1;
-    *dims = (int)json_integer_value(d);
+    char what[96];
+    json_t *d;
+    snprintf(what, sizeof what, "an integer from 1 to %d (the model's embedding size)", D);
+    if (jf_int_in(b, body, "dimensions", 1, D, what, &d) < 0) return ERR_INVALID;
+    *dims = d ? (int)json_integer_value(d) : D;
     return 0;
 }
 
@@ -219,30 +224,20 @@ void embed_openai(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchan
     json_t *body = api_body_json(&api_openai, x);
     if (!body) return;
     char msg[640];
-    const char *param = NULL;
     embed_in in = {0};
-    int dims = 0, status = 400;
-    bool b64_out = false;
-    json_t *ef = oai_field(body, "encoding_format");
-    if (!embed_capable(rc, msg, sizeof msg)) {
-        param = "model";
-    } else if (ef && !json_is_null(ef) && !(json_is_string(ef) && (!strcmp(json_string_value(ef), "float") ||
-                                                                  !strcmp(json_string_value(ef), "base64")))) {
-        snprintf(msg, sizeof msg, "'encoding_format' must be \"float\" or \"base64\"");
-        param = "encoding_format";
-    } else if (parse_dims(rc, oai_field(body, "dimensions"), &dims, msg, sizeof msg) < 0) {
-        param = "dimensions";
-    } else if (parse_inputs(rc, oai_field(body, "input"), false, &in, msg, sizeof msg) < 0) {
-        param = "input";
-    } else {
-        b64_out = ef && json_is_string(ef) && !strcmp(json_string_value(ef), "base64");
-        status = 0;
-    }
+    int dims = 0, status, format = 0;
+    static const char *const formats[] = {"float", "base64"};
+    oai_error err;
+    jf b = jf_body(&openai_names, &err), items = jf_body(&openai_items, &err);
+    bool capable = embed_capable(rc, msg, sizeof msg);
+    bool refused = capable && (jf_enum(&b, body, "encoding_format", formats, ARRAY_LEN(formats), &format) < 0 ||
+                               parse_dims(rc, &b, body, &dims) < 0 ||
+                               parse_inputs(rc, &b, &items, oai_field(body, "input"), false, &in) < 0);
     json_decref(body);
-    if (status) {
-        oai_reply_error(x, status, msg, param, NULL);
-        return;
-    }
+    if (!capable) oai_reply_error(x, 400, msg, "model", NULL);
+    else if (refused) api_reply_refusal(&api_openai, x, &err);
+    if (!capable || refused) return;
+    bool b64_out = format == 1;
     float *vecs = xmalloc(sizeof(float) * (size_t)in.n * (size_t)dims);
     status = run_inputs(rc, &in, dims, vecs, msg, sizeof msg);
     if (status) {
@@ -272,26 +267,21 @@ void embed_ollama(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchan
     json_t *body = api_body_json(&api_ollama_api, x);
     if (!body) return;
     embed_in in = {0};
-    int dims = 0, status = 400;
+    int dims = 0, status;
+    oai_error err;
+    jf b = jf_body(&ollama_names, &err), items = jf_body(&ollama_items, &err);
     /* /api/embed: "input" (string or strings), "truncate" (default true),
      * "dimensions"; /api/embeddings: "prompt" (one string) */
-    json_t *input = oai_field(body, legacy ? "prompt" : "input");
-    json_t *tr = oai_field(body, "truncate");
-    if (!embed_capable(rc, msg, sizeof msg)) {
-    } else if (tr && !json_is_boolean(tr)) {
-        snprintf(msg, sizeof msg, "'truncate' must be true or false");
-    } else if (legacy && !json_is_string(input)) {
-        snprintf(msg, sizeof msg, "'prompt' must be a string");
-    } else if (parse_dims(rc, oai_field(body, "dimensions"), &dims, msg, sizeof msg) < 0) {
-    } else if (parse_inputs(rc, input, !tr || json_is_true(tr), &in, msg, sizeof msg) < 0) {
-    } else {
-        status = 0;
-    }
+    json_t *input = oai_field(body, legacy ? "prompt" : "input"), *tr = NULL;
+    bool capable = embed_capable(rc, msg, sizeof msg);
+    bool refused = capable && (jf_get(&b, body, "truncate", JF_BOOL, "true or false", &tr) < 0 ||
+                               (legacy && jf_get(&b, body, "prompt", JF_STRING | JF_REQUIRED, NULL, &input) < 0) ||
+                               parse_dims(rc, &b, body, &dims) < 0 ||
+                               parse_inputs(rc, &b, &items, input, !tr || json_is_true(tr), &in) < 0);
     json_decref(body);
-    if (status) {
-        api_reply_error(&api_ollama_api, x, status, msg, NULL, NULL);
-        return;
-    }
+    if (!capable) api_reply_error(&api_ollama_api, x, 400, msg, NULL, NULL);
+    else if (refused) api_reply_refusal(&api_ollama_api, x, &err);
+    if (!capable || refused) return;
     float *vecs = xmalloc(sizeof(float) * (size_t)in.n * (size_t)dims);
     status = run_inputs(rc, &in, dims, vecs, msg, sizeof msg);
     if (status) {

@@ -30,6 +30,7 @@
 #include "embed.h"
 #include "models.h"
 #include "generate.h"
+#include "jfield.h"
 #include "oai.h"
 #include "server.h"
 #include "stop.h"
@@ -268,34 +269,19 @@ static void r_tokenize(const route *rt, routes_ctx *root, routes_ctx *rc, http_e
 static void r_detokenize(const route *rt, routes_ctx *root, routes_ctx *rc, http_exchange *x) {
     json_t *body = api_body_json(&api_openai, x);
     if (!body) return;
-    json_t *t = json_object_get(body, "tokens");
-    int nv = tok_n_vocab(rc->tok);
-    if (!json_is_array(t)) {
-        oai_reply_error(x, 400, "'tokens' must be an array of token ids", "tokens", NULL);
+    static const jf_style names = {.quote = JF_QUOTED, .params = true};
+    oai_error err;
+    jf b = jf_body(&names, &err), tw = jf_key(&b, "tokens");
+    json_t *t;
+    int32_t *ids = NULL;
+    size_t n = 0, max_n = (size_t)MAX(embed_n_ctx(rc), ROUTES_MAX_DETOKENIZE);
+    if (jf_get(&b, body, "tokens", JF_ARRAY | JF_REQUIRED, "an array of token ids", &t) < 0 ||
+        ((n = json_array_size(t)) > max_n && jf_fail(&tw, NULL, "holds %zu ids, more than the limit of %zu", n, max_n) < 0) ||
+        ((ids = malloc((n ? n : 1) * sizeof *ids)) && jf_token_ids(&tw, t, tok_n_vocab(rc->tok), ids) < 0)) {
+        api_reply_refusal(&api_openai, x, &err);
+        free(ids);
         json_decref(body);
         return;
-    }
-    size_t n = json_array_size(t);
-    size_t max_n = (size_t)MAX(embed_n_ctx(rc), ROUTES_MAX_DETOKENIZE);
-    if (n > max_n) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "'tokens' holds %zu ids, more than the limit of %zu", n, max_n);
-        oai_reply_error(x, 400, msg, "tokens", NULL);
-        json_decref(body);
-        return;
-    }
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
-    for (size_t i = 0; ids && i < n; i++) {
-        json_t *v = json_array_get(t, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= nv) {
-            char msg[120];
-            snprintf(msg, sizeof msg, "'tokens[%zu]' must be a token id in [0, %d)", i, nv);
-            oai_reply_error(x, 400, msg, "tokens", NULL);
-            free(ids);
-            json_decref(body);
-            return;
-        }
-        ids[i] = (int32_t)json_integer_value(v);
     }
     if (!ids) {
         oai_reply_error(x, 503, "out of memory", NULL, NULL);
