@@ -57,5 +57,21 @@ for id in bert-tiny bert-mean qwen3-emb-tiny; do
         "$ROOT/tools/ref/gguf_ref.py" "$gen_url" $(( (T - 10) * 1000 ))) > "$tmp/$id.out" 2>&1
     node_tally "embed.mjs ($id)" "$tmp/$id.out" $? || { echo "--- server log ($m)"; tail -n 20 "$tmp/$m.log"; }
 done
+# inputs at and past a decoder's context (2048): truncated to what the
+# engine takes (2047 tokens: one step runs on the prompt), or refused by
+# name, and answered either way (an input the engine refused was once
+# waited on forever)
+qp=$(serve_port qwen)
+if [ -n "$qp" ]; then
+    ids=$(awk 'BEGIN { for (i = 0; i < 2051; i++) printf "%s%d", i ? "," : "", 1 + i % 250 }')
+    ids48=$(echo "$ids" | cut -d, -f1-2048)
+    st=$(curl -s -m 60 -o "$tmp/trunc.json" -w '%{http_code}' -d "{\"model\":\"qwen3-emb-tiny\",\"input\":[$ids]}" \
+        "http://127.0.0.1:$qp/api/embed")
+    check '[ "$st" = 200 ] && grep -q "\"prompt_eval_count\":2047" "$tmp/trunc.json"' \
+        "/api/embed of 2051 tokens (truncate): $st $(head -c 200 "$tmp/trunc.json")"
+    st=$(curl -s -m 60 -o "$tmp/full.json" -w '%{http_code}' -d "{\"input\":[$ids48]}" "http://127.0.0.1:$qp/v1/embeddings")
+    check '[ "$st" = 400 ] && grep -q "the prompt has 2048 tokens" "$tmp/full.json"' \
+        "/v1/embeddings of 2048 tokens: $st $(head -c 200 "$tmp/full.json")"
+fi
 for m in bert qwen stories; do serve_stop $m; done
 finish

@@ -87,13 +87,15 @@ static int in_add(routes_ctx *rc, embed_in *in, json_t *v, const jf *w, bool tru
         free(ids);
         return jf_fail(w, NULL, "is empty (no tokens)");
     }
-    if (n > n_ctx) {
-        if (!truncate) {
-            free(ids);
-            return jf_fail(w, NULL, "has %d tokens, more than the model's context of %d%s", n, n_ctx,
-                           rc->en ? " (--ctx raises it up to the model's training context)" : "");
-        }
-        n = n_ctx;
+    /* a decoder's prompt leaves room for the one step the engine runs on
+     * it (engine_submit), so truncation cuts one token more there */
+    const int n_fit = rc->en ? n_ctx - 1 : n_ctx;
+    if (truncate && n > n_fit) {
+        n = n_fit;
+    } else if (n > n_ctx) {
+        free(ids);
+        return jf_fail(w, NULL, "has %d tokens, more than the model's context of %d%s", n, n_ctx,
+                       rc->en ? " (--ctx raises it up to the model's training context)" : "");
     }
     in->ids[in->n] = ids;
     in->n_ids[in->n++] = n;
@@ -144,6 +146,8 @@ static int run_inputs(routes_ctx *rc, const embed_in *in, int dims, float *out, 
         if (sr < 0) {
             status = sr == ERR_RANGE ? (strstr(e.msg, "shutting") ? 503 : 429) : 400;
             snprintf(msg, cap, "input[%d]: %s", i, e.msg);
+            req_unref(r); /* never submitted: nothing would finish it */
+            rs[i] = NULL;
         }
     }
     for (int i = 0; i < in->n; i++) {
