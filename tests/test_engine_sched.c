@@ -361,6 +361,81 @@ static void check_clock_backpressure(const model *m) {
     engine_free(en);
 }
 
+/* Parking and the per-client parked limit on the injected clock, step by
+ * step (test_server_backpressure checks them end to end over sockets, where
+ * it can only wait "until it happens"): a sequence whose reader holds its
+ * client's bytes (reader_blocked: --park-bytes) is parked at its next step
+ * with the clock standing still, one whose reader takes nothing only
+ * strictly after park_ms; parked sequences hold no slot and no block
+ * outside the prefix cache; their client, at client_max_parked (2), is
+ * refused with the limit named while another client is served; a parked
+ * sequence whose reader takes everything resumes and ends normally. */
+static void check_clock_parked_limit(const model *m) {
+    engine_opts o = engine_defaults();
+    o.n_threads = 1;
+    o.kv_mem_bytes = model_kv_block_bytes(m, 16) * 64;
+    o.step_delay_us = 1000; /* 480 tokens take >= 0.48 s: neither ends before it is parked */
+    o.check = true;
+    o.clock = fake_clock;
+    o.plan_hook = count_step;
+    o.park_ms = 300;
+    o.client_max_parked = 2;
+    const int64_t t0 = (int64_t)1 << 40;
+    atomic_store(&fake_ns, t0);
+    engine *en = NULL;
+    err_t e = {0};
+    CHECK(engine_new(m, &o, &en, &e) == 0);
+    if (!en) return;
+    req *a = clock_req(480), *b = clock_req(480);
+    a->client = b->client = 0x57;
+    CHECK(engine_submit(en, a, &e) == 0);
+    CHECK(engine_submit(en, b, &e) == 0);
+    req_finish fa = REQ_RUNNING, fb = REQ_RUNNING;
+    for (int i = 0; i < 10000 && (posted(a, &fa) < 2 || posted(b, &fb) < 2) && fa == REQ_RUNNING; i++) usleep(1000);
+    engine_stats st;
+    atomic_store(&a->reader_blocked, true); /* a: its client's bytes past the bound */
+    engine_get_stats(en, &st);
+    for (int i = 0; i < 10000 && st.n_parked < 1; i++) usleep(1000), engine_get_stats(en, &st);
+    CHECK_MSG(st.n_parked == 1, "a blocked reader was not parked with the clock standing still (%d parked)",
+              st.n_parked);
+    atomic_store(&fake_ns, t0 + 300 * 1000000ll); /* b's reader took nothing for exactly park_ms */
+    wait_steps(3);
+    engine_get_stats(en, &st);
+    CHECK_MSG(st.n_parked == 1, "parked at exactly park_ms (%d parked)", st.n_parked);
+    atomic_store(&fake_ns, t0 + 300 * 1000000ll + 1);
+    for (int i = 0; i < 10000 && st.n_parked < 2; i++) usleep(1000), engine_get_stats(en, &st);
+    wait_steps(2); /* (the counts of the step that parked it are published) */
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT(st.n_parked, 2);
+    CHECK_MSG(st.n_running == 0 && st.kv_blocks_used == st.kv_blocks_cached,
+              "parked sequences hold capacity: %d running, %d blocks used, %d cached", st.n_running,
+              st.kv_blocks_used, st.kv_blocks_cached);
+    CHECK_MSG(posted(a, &fa) < 480 && posted(b, &fb) < 480 && fa == REQ_RUNNING && fb == REQ_RUNNING,
+              "a parked sequence ended (%d, %d)", (int)fa, (int)fb);
+    /* their client is at client_max_parked; another is served */
+    req *c = clock_req(4), *d = clock_req(4);
+    c->client = 0x57, d->client = 0x58;
+    e.msg[0] = 0;
+    CHECK_EQ_INT(engine_submit(en, c, &e), ERR_RANGE);
+    CHECK_MSG(strstr(e.msg, "client-max-parked 2") != NULL, "refusal: %s", e.msg);
+    CHECK(engine_submit(en, d, &e) == 0);
+    int32_t out[MAX_GEN];
+    int n_out = 0;
+    CHECK_EQ_INT(collect(d, out, &n_out), REQ_FINISH_LENGTH);
+    CHECK_EQ_INT(n_out, 4);
+    engine_get_stats(en, &st);
+    CHECK_EQ_INT((int)st.client_refused_total, 1);
+    CHECK_EQ_INT((int)st.parked_total, 2);
+    /* a's reader takes everything and is no longer blocked: a resumes */
+    atomic_store(&a->reader_blocked, false);
+    CHECK_EQ_INT(collect(a, out, &n_out), REQ_FINISH_LENGTH);
+    CHECK_EQ_INT(n_out, 480);
+    req_cancel(b);
+    CHECK_EQ_INT(collect(b, out, &n_out), REQ_FINISH_CANCEL);
+    req_unref(a), req_unref(b), req_unref(c), req_unref(d);
+    engine_free(en);
+}
+
 /* The queue count between a request's hand-over and the step's end: the
  * engine takes submitted requests into its waiting list at a step's start
  * and published its counts only at the step's end, so during that step a
@@ -538,6 +613,7 @@ int main(void) {
     check_queue_count(m);
     check_new_not_starved(m);
     check_clock_backpressure(m);
+    check_clock_parked_limit(m);
 
     /* Refusals: a prompt longer than the context or the pool; a full queue. */
     engine_opts qo = engine_defaults();
