@@ -13,8 +13,9 @@
  * client's blocks in a table of clients, the prefill pick compares every
  * pair. The rules engine.c applied inline before (a new client's start in
  * the fair order, engine_submit's per-client refusals, the gate before a
- * try, the backpressure stall clock with parking) are checked the same
- * way: boundaries by hand, and the client start and the stall clock
+ * try, the backpressure stall clock with parking, what a finished turn
+ * leaves pinned) are checked the same way: boundaries and cases by hand,
+ * and the client start and the stall clock
  * against references on random cases (the least served by sorting; the
  * stall clock from the whole history of a reader, not step by step). */
 #include <stdlib.h>
@@ -662,6 +663,41 @@ static void test_stall(void) {
     CHECK(1);
 }
 
+/* What a finished turn leaves in the cache, case by case as policy.h
+ * states it: a turn that asked for a pin (kv_pin, a TTL, a next_use_s,
+ * 0 included) is pinned when it ended ok, never when cancelled or failed;
+ * kv_ttl 0 pins nothing and drops the session's pins, even with kv_pin;
+ * "done" pins nothing and drops the session's pins and hint; a turn that
+ * asked for nothing is not pinned but still leaves its hint. */
+static policy_turn turn(bool ok, bool pin, double ttl, double next, bool done) {
+    return (policy_turn){.ended_ok = ok, .kv_pin = pin, .kv_ttl_s = ttl, .kv_next_use_s = next, .kv_done = done};
+}
+
+static bool keep_is(policy_keep k, bool drop_session, bool drop_hint, bool hint, bool pin) {
+    return k.drop_session == drop_session && k.drop_hint == drop_hint && k.hint == hint && k.pin == pin;
+}
+
+static void test_turn_keep(void) {
+    policy_turn t = turn(true, true, -1, -1, false);
+    CHECK(keep_is(policy_turn_keep(&t), false, false, true, true)); /* kv_pin */
+    t = turn(true, false, 30, -1, false);
+    CHECK(keep_is(policy_turn_keep(&t), false, false, true, true)); /* a TTL */
+    t = turn(true, false, -1, 0, false);
+    CHECK(keep_is(policy_turn_keep(&t), false, false, true, true)); /* next_use_s 0 counts */
+    t = turn(true, false, -1, -1, false);
+    CHECK(keep_is(policy_turn_keep(&t), false, false, true, false)); /* asked for nothing */
+    t = turn(false, true, 30, 5, false);
+    CHECK(keep_is(policy_turn_keep(&t), false, false, false, false)); /* cancelled: nothing */
+    t = turn(true, true, 0, 5, false);
+    CHECK(keep_is(policy_turn_keep(&t), true, false, true, false)); /* kv_ttl 0 */
+    t = turn(false, false, 0, -1, false);
+    CHECK(keep_is(policy_turn_keep(&t), true, false, false, false)); /* (at admission) */
+    t = turn(true, true, 30, 5, true);
+    CHECK(keep_is(policy_turn_keep(&t), true, true, false, false)); /* "done" */
+    t = turn(false, false, -1, -1, true);
+    CHECK(keep_is(policy_turn_keep(&t), true, true, false, false));
+}
+
 int main(void) {
     test_admit_order();
     test_gates();
@@ -677,5 +713,6 @@ int main(void) {
     test_submit_check();
     test_admit_gate();
     test_stall();
+    test_turn_keep();
     return test_summary("test_policy");
 }

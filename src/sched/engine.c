@@ -17,8 +17,8 @@
  * sampler, RNG and penalties included, is kept).
  *
  * Every scheduling rule (who is refused, admitted, tried, preempted,
- * parked, cut, charged, which prefill and decode rows run) is a pure
- * function of sched/policy.h, and the cache's eviction order is
+ * parked, cut, charged, which prefill and decode rows run, what a finished
+ * turn leaves pinned) is a pure function of sched/policy.h, and the cache's eviction order is
  * kvpolicy.h's ("Eviction order"); this file builds their inputs and
  * carries out their answers. At submission engine_submit refuses past a
  * client's limits (policy_submit_check) and take_submitted places a new
@@ -423,17 +423,27 @@ static void stats_publish(engine *en) {
     pthread_mutex_unlock(&en->mu);
 }
 
-/* The agent policy: a finished turn's indexed blocks stay pinned unless
- * the request said otherwise. */
+/* What r leaves in the cache (policy_turn_keep); ended_ok: it ended at a
+ * stop or its length. */
+static policy_keep turn_keep(const req *r, bool ended_ok) {
+    policy_turn t = {.ended_ok = ended_ok,
+                     .kv_pin = r->kv_pin,
+                     .kv_ttl_s = r->kv_ttl_s,
+                     .kv_next_use_s = r->kv_next_use_s,
+                     .kv_done = r->kv_done};
+    return policy_turn_keep(&t);
+}
+
+/* A finished turn's kv_hint and (agent policy) its pin, as
+ * policy_turn_keep says. */
 static void seq_pin(engine *en, seq *s, req_finish why) {
     req *r = s->r;
-    if (r->kv_done) sched__hint_drop_session(en, r->kv_session);
-    if (!r->kv_done && (why == REQ_FINISH_STOP || why == REQ_FINISH_LENGTH))
-        sched__hint_add(en, s, r->kv_session, r->kv_next_use_s);
+    policy_keep keep = turn_keep(r, why == REQ_FINISH_STOP || why == REQ_FINISH_LENGTH);
+    if (keep.drop_hint) sched__hint_drop_session(en, r->kv_session);
+    if (keep.hint) sched__hint_add(en, s, r->kv_session, r->kv_next_use_s);
     if (!en->pol) return;
-    if (r->kv_done || r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, r->kv_session);
-    if (why != REQ_FINISH_STOP && why != REQ_FINISH_LENGTH) return;
-    if (!(r->kv_pin || r->kv_ttl_s > 0 || r->kv_next_use_s >= 0) || r->kv_done || r->kv_ttl_s == 0) return;
+    if (keep.drop_session) kvpolicy_release_session(en->pol, r->kv_session);
+    if (!keep.pin) return;
     /* The tree's blocks for the sequence's indexed prefix (its own may be
      * duplicates of blocks another sequence indexed first): a match takes
      * the references the pin keeps. */
@@ -661,7 +671,7 @@ static int try_admit(engine *en, seq *s) {
     /* an agent back from its tool: its pin has done its work (a client that
      * says its context is done releases its session's pin as such) */
     if (en->pol) {
-        if (s->r->kv_done || s->r->kv_ttl_s == 0) kvpolicy_release_session(en->pol, s->r->kv_session);
+        if (turn_keep(s->r, false).drop_session) kvpolicy_release_session(en->pol, s->r->kv_session);
         kvpolicy_resume(en->pol, s->kv.blocks, n_ready, s->r->kv_session, sched__now(en));
     }
     s->sch.running = true;

@@ -222,3 +222,12 @@ int policy_park_ms(int park_ms, int stall_timeout_ms) {
     if (park_ms <= 0) return 0;
     return stall_timeout_ms > 0 ? MIN(park_ms, stall_timeout_ms / 2) : park_ms;
 }
+
+policy_keep policy_turn_keep(const policy_turn *t) {
+    bool off = t->kv_done || t->kv_ttl_s == 0;
+    bool asked = t->kv_pin || t->kv_ttl_s > 0 || t->kv_next_use_s >= 0;
+    return (policy_keep){.drop_session = off,
+                         .drop_hint = t->kv_done,
+                         .hint = t->ended_ok && !t->kv_done,
+                         .pin = t->ended_ok && asked && !off};
+}

@@ -7,8 +7,8 @@
  * yield), which running sequence gives its blocks back when the pool is out
  * of them or yields its slot to a client below its fair share, which
  * prefill gets the step's prefill budget, which decode rows sit out for
- * the decode share, and which sequences a reader that takes nothing gets
- * parked or cut (the stall clock).
+ * the decode share, which sequences a reader that takes nothing gets
+ * parked or cut (the stall clock), and what a finished turn leaves pinned.
  *
  * Place in the flow: sched/. engine.c owns the state (sequences, clients,
  * the KV pool) and the mechanics (matching, allocating, preempting); before
@@ -43,6 +43,9 @@
  *                  than POLICY_PREFILL_STEP_MIN prefill tokens and budget;
  *   decode share   policy_decode_share: a client with more tokens in the
  *                  step than every other sits decode rows out.
+ *
+ * At a turn's end (and its session's pins at admission):
+ * policy_turn_keep says what it leaves in the cache (pin, kv_hint).
  *
  * Who is charged: every token a step computes for a sequence (prompt,
  * decode, drafts) counts toward its client's `served` (step_advance), and
@@ -282,6 +285,29 @@ int policy_pick_prefill(const policy_prefill *v, int n);
  * not prefill in the step before) starts at least at pf_v, the least
  * virtual time of the clients that prefilled in the step before. */
 double policy_pf_vt_join(double pf_vt, uint64_t last_step, uint64_t step, double pf_v);
+
+/* What a request leaves in the cache, from its kv fields (req.h) and how
+ * it ended (ended_ok: at a stop or its length; not cancelled nor failed):
+ *   drop_session  kv_hint "done" or kv_ttl 0: its session's pins are
+ *                 released (at its admission and at its end);
+ *   drop_hint     "done": its session's kv_hint prefetch is dropped;
+ *   hint          it ended ok and is not "done": its next_use_s becomes a
+ *                 kv_hint prefetch (engine_disk.h; with the disk tier and a
+ *                 next_use_s > 0);
+ *   pin           it ended ok, asked for a pin (kv_pin, a kv_ttl > 0, or a
+ *                 next_use_s >= 0) and is neither "done" nor kv_ttl 0: its
+ *                 indexed blocks are pinned (agent policy; kvpolicy_pin). */
+typedef struct policy_turn {
+    bool ended_ok;
+    bool kv_pin;
+    double kv_ttl_s;          /* < 0: predicted; 0: no pin                    */
+    double kv_next_use_s;     /* < 0: unknown                                 */
+    bool kv_done;
+} policy_turn;
+typedef struct policy_keep {
+    bool drop_session, drop_hint, hint, pin;
+} policy_keep;
+policy_keep policy_turn_keep(const policy_turn *t);
 
 /* Backpressure on a reader that does not take its output (engine_opts
  * stall_timeout_ms, park_ms). Each running or waiting sequence keeps a
