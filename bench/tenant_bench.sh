@@ -46,8 +46,9 @@
 # tokens never read). Printed: per condition the median over rounds of the
 # agents' TTFT p50 and p99 and of out tok/s, the ratio to "alone", and the
 # agents' errors (the issue's bar: within 1.5x, no error), and the server's
-# peak RSS in each condition (VmRSS sampled every 0.2 s; max over rounds)
-# against its budget (docs/reliability.md). --max-connections 64 so that the
+# peak RSS in each condition (VmHWM, reset before each run; max over rounds)
+# against the budget the server reports after it (kvloom_memory_budget_bytes;
+# min over rounds; docs/server.md, "Memory budget"). --max-connections 64 so that the
 # slots attack holds every slot. Hold the bench lock:
 # flock /tmp/kvloom-bench.lock sh bench/tenant_bench.sh
 set -u
@@ -102,6 +103,7 @@ use() { # k: the server (binary) the next runs go to
 }
 
 agents() { # json [n_clients]: the agents' run, and the server's peak RSS meanwhile in json.rss (kB)
+    echo 5 > /proc/$SPID/clear_refs 2>/dev/null # VmHWM from now (Linux >= 4.0), else the samples alone
     ( while :; do sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$SPID/status; sleep 0.2; done ) > "$1.rsslog" 2>/dev/null &
     RS=$!
     "$PY" "$HERE/soak_clients.py" agentbench --api-key "$(keys_for "${2:-1}")" --agentbench "$SHARED/bench/agentbench.py" -- \
@@ -110,7 +112,9 @@ agents() { # json [n_clients]: the agents' run, and the server's peak RSS meanwh
         --warmup 0 --json "$1" > "$1.log" 2>&1
     kill $RS 2>/dev/null
     wait $RS 2>/dev/null
+    sed -n 's/^VmHWM:[[:space:]]*\([0-9]*\).*/\1/p' /proc/$SPID/status >> "$1.rsslog"
     sort -n "$1.rsslog" | tail -1 > "$1.rss"
+    curl -s -H "Authorization: Bearer $KEY" "$URL/metrics" | sed -n 's/^kvloom_memory_budget_bytes //p' > "$1.budget"
 }
 
 beside() { # condition key round row n_clients: the agents beside that hostile tenant (condition: mode[_remote])
@@ -174,7 +178,8 @@ for cond in sys.argv[3:]:
                   "p99": statistics.median(x["ttft_ms"]["p99"] for x in d),
                   "tps": statistics.median(x["out_tok_per_s"] for x in d),
                   "errors": sum(x["errors"] for x in d), "requests": sum(x["requests"] for x in d),
-                  "rss": max(int(open(f"{out}/{cond}-{r}.json.rss").read() or 0) for r in range(1, rounds + 1))}
+                  "rss": max(int(open(f"{out}/{cond}-{r}.json.rss").read() or 0) for r in range(1, rounds + 1)),
+                  "budget": min(float(open(f"{out}/{cond}-{r}.json.budget").read() or 0) for r in range(1, rounds + 1))}
     t = []  # the attacker's own count (requests answered, or connections/streams opened) per round
     for r in range(1, rounds + 1):
         try:
@@ -182,12 +187,13 @@ for cond in sys.argv[3:]:
         except (OSError, ValueError):
             pass
     rows[cond]["tenant"] = t
-print(f"{'condition':13} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7} {'peak RSS MB':>11}"
-      "  ratios to alone (p50, p99, tok/s)")
+print(f"{'condition':13} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} {'out tok/s':>10} {'errors':>7} {'peak RSS MiB':>12}"
+      f" {'budget MiB':>10}  ratios to alone (p50, p99, tok/s)")
 for cond, v in rows.items():
     a = rows["alone" + cond.lstrip("abcdefghijklmnopqrstuvwxyz_")]  # the same clients and binary alone
     print(f"{cond:13} {v['p50']:12.1f} {v['p99']:12.1f} {v['tps']:10.1f} {v['errors']:4}/{v['requests']:<4} "
-          f"{v['rss'] / 1024:11.1f}  {v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
+          f"{v['rss'] / 1024:12.1f} {v['budget'] / 2**20:10.1f}  "
+          f"{v['p50'] / a['p50']:.2f}x {v['p99'] / a['p99']:.2f}x {v['tps'] / a['tps']:.2f}x")
 for cond, v in rows.items():
     if v["tenant"]:
         print(f"{cond}: the attacker's counts per round: {v['tenant']}")
@@ -196,6 +202,6 @@ k=0
 for b in $BINS; do
     k=$((k + 1))
     [ "$NBIN" -gt 1 ] && echo "@$k: $b"
-    grep -E "^kvloom_(fair_preemptions_total|fair_decode_deferred_total|client_refused_total|requests_stalled_total|requests_parked_total|kv_blocks_total|memory_accounted_bytes) |^kvloom_memory_bytes" "$OUT/metrics$k.txt"
+    grep -E "^kvloom_(fair_preemptions_total|fair_decode_deferred_total|client_refused_total|requests_stalled_total|requests_parked_total|kv_blocks_total|memory_accounted_bytes|memory_budget_bytes|process_threads) |^kvloom_(process_)?memory_bytes" "$OUT/metrics$k.txt"
 done
 echo "tenant_bench: output in $OUT"

@@ -56,9 +56,11 @@ job() { # key, timeout, command, argument ("" for none), display name
 # vocabulary exported by node and tokenized against js-tiktoken: the C
 # tokenizer tests and fuzz_tok run the tokenizer code under the sanitizer),
 # ref_selftest_test (the numpy reference's self-test: Python, and the fixture
-# models' sums, which the phase's own `make fixtures` already checked).
+# models' sums, which the phase's own `make fixtures` already checked),
+# memory_budget_test (resident memory: the sanitizers' shadow and
+# quarantine are not the server's).
 # They all run in the first phase.
-SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test deploy_test gptoss_test ref_selftest_test"
+SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test deploy_test gptoss_test ref_selftest_test memory_budget_test"
 skipped=""
 # Script tests first: the longest ones are among them, and starting them
 # first leaves the short C tests to fill in at the end.

@@ -749,6 +749,31 @@ gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t 
     return v;
 }
 
+static size_t trie_bytes(const gtrie *t) {
+    if (!t->nodes) return 0;
+    return (size_t)t->n_nodes * sizeof *t->nodes + ((size_t)t->n_nodes + 1) * sizeof *t->node_tok +
+           ((size_t)t->node_tok[t->n_nodes] + 1) * sizeof *t->toks + (t->kids ? 256 * sizeof *t->kids : 0);
+}
+
+size_t gvocab_bytes(const gvocab *v) {
+    if (!v) return 0;
+    size_t used = v->tok_off[v->n_vocab], cap = 1 << 16; /* v->bytes grew by doubling */
+    while (cap < used) cap *= 2;
+    size_t b = sizeof *v + ((size_t)v->n_vocab + 1) * (1 + sizeof *v->tok_off) + cap +
+               ((size_t)v->n_eog + 1) * sizeof *v->eog + trie_bytes(&v->all);
+    if (v->run) {
+        const size_t words = ((size_t)v->n_vocab + 63) / 64;
+        for (int cls = 0; cls < N_RUNS; cls++) {
+            const grun *r = &v->run[cls];
+            b += sizeof *r + words * (GV_RUN_MAX + 1) * sizeof(uint64_t) + trie_bytes(&r->over) +
+                 ((size_t)GV_RUN_MAX * 128 + 1) * sizeof *r->at_off +
+                 (r->at_tok ? ((size_t)r->at_off[GV_RUN_MAX * 128] + 1) * sizeof *r->at_tok : 0);
+            for (int k = 0; k <= GV_RUN_MAX; k++) b += trie_bytes(&r->tail[k]);
+        }
+    }
+    return b;
+}
+
 void gvocab_free(gvocab *v) {
     if (!v) return;
     free(v->kind), free(v->tok_off), free(v->bytes), free(v->eog);

@@ -114,6 +114,8 @@ typedef int (*gvocab_piece_fn)(void *ctx, int32_t id, char *buf, int cap);
  * ~tens of ms for 150k tokens). */
 gvocab *gvocab_new(int n_vocab, gvocab_piece_fn piece, void *ctx, const uint8_t *kind);
 void gvocab_free(gvocab *v);
+/* Bytes of its tables (pieces, tries, run bitmaps): fixed after gvocab_new. */
+size_t gvocab_bytes(const gvocab *v);
 int gvocab_n_vocab(const gvocab *v);
 
 /* ---- matching ---- */

@@ -29,6 +29,11 @@ static void check_id(const kvpool *p, int32_t block) {
         PANIC("kvpool: block id %d out of range [0, %d)", (int)block, p->n_blocks);
 }
 
+size_t kvpool_bytes(const kvpool *p) {
+    const size_t n = (size_t)p->n_blocks;
+    return sizeof *p + n * (sizeof *p->refcount + sizeof *p->free_stack + sizeof *p->free_pos + 1);
+}
+
 kvpool *kvpool_new(int n_blocks) {
     ASSERT(n_blocks >= 1);
     kvpool *p = xcalloc(1, sizeof *p);

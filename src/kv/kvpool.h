@@ -47,6 +47,8 @@ typedef void (*kvpool_hook_fn)(void *ctx, int32_t block, int refcount);
 
 /* A pool of n_blocks (>= 1) free blocks. Never returns NULL (aborts on OOM). */
 kvpool *kvpool_new(int n_blocks);
+/* Bytes of its block bookkeeping (the blocks' KV is the model's). */
+size_t kvpool_bytes(const kvpool *p);
 /* Frees the pool (NULL is a no-op). References still held are simply gone. */
 void kvpool_free(kvpool *p);
 

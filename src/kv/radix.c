@@ -285,6 +285,12 @@ static void debug_check(const radix *t, const char *where) {
 
 /* ---- public API ---------------------------------------------------------- */
 
+size_t radix_bytes(const radix *t) {
+    const size_t n = (size_t)t->n_blocks;
+    return sizeof *t + (n + 1) * sizeof *t->nodes + n * (size_t)t->bt * sizeof *t->tokens +
+           ((size_t)t->mask + 1) * sizeof *t->slots + n * sizeof *t->heap + (n + 1) * sizeof *t->stack;
+}
+
 radix *radix_new(kvpool *pool, int block_tokens) {
     ASSERT(pool && block_tokens >= 1);
     int n = kvpool_n_blocks(pool);

@@ -74,6 +74,8 @@ enum {
 /* A tree over `pool`, whose blocks hold block_tokens (>= 1) tokens each.
  * Installs the pool hook: at most one tree per pool. Never returns NULL. */
 radix *radix_new(kvpool *pool, int block_tokens);
+/* Bytes of its storage (all sized at radix_new). */
+size_t radix_bytes(const radix *t);
 /* Drops the tree's reference on every indexed block (blocks only the tree
  * held return to the pool), removes the hook and frees the tree. NULL ok. */
 void radix_free(radix *t);

@@ -82,6 +82,7 @@ struct model_state {
     int32_t *rows; /* (T) batch indices of tokens that want logits       */
     moe_scratch *moe; /* MoE models: the expert layers' scratch          */
     bool own_pool;    /* pool is ours (model_state_new), not borrowed       */
+    size_t bytes;     /* the buffers above (model_state_bytes)              */
 };
 
 static size_t act_bytes_for(const kern_mat *w, int T) { return (size_t)T * kern_act_row_bytes(w->type, w->n_in); }
@@ -92,6 +93,10 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
     return s;
 }
 
+/* Every buffer below is counted in s->bytes (model_state_bytes: the
+ * server's memory accounting, part "scratch"). */
+#define ALLOC_A(n) (s->bytes += (n), xaligned_alloc(n))
+#define ALLOC_M(n) (s->bytes += (n), xmalloc(n))
 model_state *model_state_new_on(const model *m, int max_tokens, int max_ctx, pool *workers) {
     const model_config *c = &m->cfg;
     ASSERT(max_tokens > 0 && max_ctx > 0);
@@ -102,18 +107,18 @@ model_state *model_state_new_on(const model *m, int max_tokens, int max_ctx, poo
     s->max_ctx = max_ctx;
     s->pool = workers;
     s->n_threads = pool_size(s->pool);
-    s->x = xaligned_alloc(T * c->n_embd * sizeof(float));
-    s->xb = xaligned_alloc(T * c->n_embd * sizeof(float));
-    s->o = xaligned_alloc(T * c->n_embd * sizeof(float));
-    s->q = xaligned_alloc(T * q_dim * sizeof(float));
-    s->att = xaligned_alloc(T * q_dim * sizeof(float));
-    s->k = xaligned_alloc(T * kv_dim * sizeof(float));
-    s->v = xaligned_alloc(T * kv_dim * sizeof(float));
+    s->x = ALLOC_A(T * c->n_embd * sizeof(float));
+    s->xb = ALLOC_A(T * c->n_embd * sizeof(float));
+    s->o = ALLOC_A(T * c->n_embd * sizeof(float));
+    s->q = ALLOC_A(T * q_dim * sizeof(float));
+    s->att = ALLOC_A(T * q_dim * sizeof(float));
+    s->k = ALLOC_A(T * kv_dim * sizeof(float));
+    s->v = ALLOC_A(T * kv_dim * sizeof(float));
     const size_t dense_ff = c->n_expert > 0 ? 1 : (size_t)c->n_ff; /* MoE layers use moe scratch */
-    s->hb = xaligned_alloc(T * dense_ff * sizeof(float));
-    s->hb2 = xaligned_alloc(T * dense_ff * sizeof(float));
-    s->cosv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
-    s->sinv = xaligned_alloc(T * (c->n_rot / 2) * sizeof(float));
+    s->hb = ALLOC_A(T * dense_ff * sizeof(float));
+    s->hb2 = ALLOC_A(T * dense_ff * sizeof(float));
+    s->cosv = ALLOC_A(T * (c->n_rot / 2) * sizeof(float));
+    s->sinv = ALLOC_A(T * (c->n_rot / 2) * sizeof(float));
     const size_t hd = (size_t)c->head_dim;
     s->max_chunks = (max_ctx + ATTN_CHUNK - 1) / ATTN_CHUNK;
     const size_t pair_bytes = (size_t)c->n_head * (hd + 2) * sizeof(float);
@@ -121,36 +126,42 @@ model_state *model_state_new_on(const model *m, int max_tokens, int max_ctx, poo
     const char *cap = getenv("KVLOOM_ATTN_PARTS"); /* tests: force waves of few tokens */
     if (cap && atoi(cap) > 0) s->part_cap = MAX(s->max_chunks, MIN(s->part_cap, atoi(cap)));
     const size_t n_pair = (size_t)s->part_cap;
-    s->part_m = xaligned_alloc(n_pair * c->n_head * sizeof(float));
-    s->part_l = xaligned_alloc(n_pair * c->n_head * sizeof(float));
-    s->part_o = xaligned_alloc(n_pair * c->n_head * hd * sizeof(float));
-    s->pbase = xmalloc((T + 1) * sizeof(int32_t));
-    s->grp = xmalloc(n_pair * sizeof(attn_grp));
-    s->grp_raw = xmalloc(n_pair * sizeof(attn_grp));
-    s->attn_tok = xmalloc(n_pair * sizeof(int32_t));
-    s->tok_d = xmalloc(T * sizeof(int32_t));
-    s->dseq = xmalloc(T * sizeof(int32_t));
-    s->dmax = xmalloc(T * sizeof(int32_t));
-    s->dcls = xmalloc(3 * T * sizeof(int32_t));
+    s->part_m = ALLOC_A(n_pair * c->n_head * sizeof(float));
+    s->part_l = ALLOC_A(n_pair * c->n_head * sizeof(float));
+    s->part_o = ALLOC_A(n_pair * c->n_head * hd * sizeof(float));
+    s->pbase = ALLOC_M((T + 1) * sizeof(int32_t));
+    s->grp = ALLOC_M(n_pair * sizeof(attn_grp));
+    s->grp_raw = ALLOC_M(n_pair * sizeof(attn_grp));
+    s->attn_tok = ALLOC_M(n_pair * sizeof(int32_t));
+    s->tok_d = ALLOC_M(T * sizeof(int32_t));
+    s->dseq = ALLOC_M(T * sizeof(int32_t));
+    s->dmax = ALLOC_M(T * sizeof(int32_t));
+    s->dcls = ALLOC_M(3 * T * sizeof(int32_t));
     s->attn_scratch_floats = (attn_part_scratch_floats((int)hd) + 15) & ~(size_t)15; /* 64-byte aligned shares */
-    s->attn_scratch = xaligned_alloc((size_t)s->n_threads * s->attn_scratch_floats * sizeof(float));
-    s->aq = xmalloc((size_t)s->n_threads * T * sizeof(attn_query));
-    s->rows = xmalloc(T * sizeof(int32_t));
+    s->attn_scratch = ALLOC_A((size_t)s->n_threads * s->attn_scratch_floats * sizeof(float));
+    s->aq = ALLOC_M((size_t)s->n_threads * T * sizeof(attn_query));
+    s->rows = ALLOC_M(T * sizeof(int32_t));
     size_t act = act_bytes_for(&m->output, max_tokens);
     for (int l = 0; l < c->n_layer; l++) {
         const model_layer *L = &m->layers[l];
         const kern_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < ARRAY_LEN(mats); i++) act = MAX(act, act_bytes_for(mats[i], max_tokens));
     }
-    s->act = xaligned_alloc(act ? act : 64);
+    s->act = ALLOC_A(act ? act : 64);
     if (c->n_expert > 0) {
         const moe_ffn **ls = xmalloc(sizeof(moe_ffn *) * (size_t)c->n_layer);
         for (int l = 0; l < c->n_layer; l++) ls[l] = &m->layers[l].moe;
         s->moe = moe_scratch_new(ls, c->n_layer, max_tokens, s->n_threads);
         free(ls);
+        s->bytes += moe_scratch_bytes(s->moe);
     }
     return s;
 }
+
+#undef ALLOC_A
+#undef ALLOC_M
+
+size_t model_state_bytes(const model_state *s) { return s ? sizeof *s + s->bytes : 0; }
 
 void model_state_free(model_state *s) {
     if (!s) return;

@@ -220,6 +220,9 @@ model_state *model_state_new(const model *m, int max_tokens, int max_ctx, int n_
  * second set of threads spinning beside them. */
 model_state *model_state_new_on(const model *m, int max_tokens, int max_ctx, pool *workers);
 void model_state_free(model_state *s);
+/* Bytes of its buffers, all allocated by model_state_new (no allocation
+ * later): the server counts them in kvloom_memory_bytes{part="scratch"}. */
+size_t model_state_bytes(const model_state *s);
 pool *model_state_pool(model_state *s);
 /* The MoE layers' scratch (routing of the last forward: moe.h), or NULL for
  * a dense model. */

@@ -61,6 +61,7 @@ struct moe_scratch {
     moe_unit *units;
     int max_units;
     size_t last_bytes;
+    size_t bytes; /* the buffers (moe_scratch_bytes) */
 };
 
 static size_t act_rows_bytes(const kern_mat *w, size_t rows) {
@@ -68,6 +69,9 @@ static size_t act_rows_bytes(const kern_mat *w, size_t rows) {
     return rows * (rb ? rb : (size_t)w->n_in * sizeof(float));
 }
 
+/* The buffers are counted in s->bytes (moe_scratch_bytes). */
+#define ALLOC_A(n) (s->bytes += (n), xaligned_alloc(n))
+#define ALLOC_M(n) (s->bytes += (n), xmalloc(n))
 moe_scratch *moe_scratch_new(const moe_ffn *const *layers, int n_layers, int max_tokens, int n_threads) {
     ASSERT(n_layers > 0 && max_tokens > 0);
     moe_scratch *s = xcalloc(1, sizeof *s);
@@ -93,28 +97,33 @@ moe_scratch *moe_scratch_new(const moe_ffn *const *layers, int n_layers, int max
         max_units = MAX(max_units, f->n_expert * (int)(((int64_t)f->n_embd + 7) / 8 + 1));
     }
     const size_t T = (size_t)max_tokens, K = (size_t)s->max_used, E = (size_t)s->max_expert, S = T * K;
-    s->logits = xaligned_alloc(T * E * sizeof(float));
-    s->sel = xmalloc(S * sizeof(int32_t));
-    s->wts = xmalloc(S * sizeof(float));
-    s->off = xmalloc((E + 1) * sizeof(int32_t));
-    s->fill = xmalloc(E * sizeof(int32_t));
-    s->slot_tok = xmalloc(S * sizeof(int32_t));
-    s->tok_slot = xmalloc(S * sizeof(int32_t));
-    s->taken = xmalloc(E);
-    s->act_r = xaligned_alloc(MAX(ar, (size_t)64));
-    s->act_g = xaligned_alloc(MAX(ag, (size_t)64));
-    s->act_u_buf = xaligned_alloc(MAX(au, (size_t)64));
-    s->slot_exp = xmalloc(S * sizeof(int32_t));
-    s->act_tg = xaligned_alloc(MAX(atg, (size_t)64));
-    s->act_tu = xaligned_alloc(MAX(atu, (size_t)64));
-    s->act_d = xaligned_alloc(MAX(ad, (size_t)64));
-    s->hg = xaligned_alloc(S * (size_t)s->max_ff * sizeof(float));
-    s->hu = xaligned_alloc(S * (size_t)s->max_ff * sizeof(float));
-    s->y = xaligned_alloc(S * (size_t)s->n_embd * sizeof(float));
+    s->logits = ALLOC_A(T * E * sizeof(float));
+    s->sel = ALLOC_M(S * sizeof(int32_t));
+    s->wts = ALLOC_M(S * sizeof(float));
+    s->off = ALLOC_M((E + 1) * sizeof(int32_t));
+    s->fill = ALLOC_M(E * sizeof(int32_t));
+    s->slot_tok = ALLOC_M(S * sizeof(int32_t));
+    s->tok_slot = ALLOC_M(S * sizeof(int32_t));
+    s->taken = ALLOC_M(E);
+    s->act_r = ALLOC_A(MAX(ar, (size_t)64));
+    s->act_g = ALLOC_A(MAX(ag, (size_t)64));
+    s->act_u_buf = ALLOC_A(MAX(au, (size_t)64));
+    s->slot_exp = ALLOC_M(S * sizeof(int32_t));
+    s->act_tg = ALLOC_A(MAX(atg, (size_t)64));
+    s->act_tu = ALLOC_A(MAX(atu, (size_t)64));
+    s->act_d = ALLOC_A(MAX(ad, (size_t)64));
+    s->hg = ALLOC_A(S * (size_t)s->max_ff * sizeof(float));
+    s->hu = ALLOC_A(S * (size_t)s->max_ff * sizeof(float));
+    s->y = ALLOC_A(S * (size_t)s->n_embd * sizeof(float));
     s->max_units = max_units;
-    s->units = xmalloc((size_t)max_units * sizeof(moe_unit));
+    s->units = ALLOC_M((size_t)max_units * sizeof(moe_unit));
     return s;
 }
+
+#undef ALLOC_A
+#undef ALLOC_M
+
+size_t moe_scratch_bytes(const moe_scratch *s) { return s ? sizeof *s + s->bytes : 0; }
 
 void moe_scratch_free(moe_scratch *s) {
     if (!s) return;

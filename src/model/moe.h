@@ -91,6 +91,8 @@ static inline kern_mat moe_expert(const kern_mat *m, size_t stride, int e) {
 typedef struct moe_scratch moe_scratch;
 moe_scratch *moe_scratch_new(const moe_ffn *const *layers, int n_layers, int max_tokens, int n_threads);
 void moe_scratch_free(moe_scratch *s);
+/* Bytes of its buffers (all allocated by moe_scratch_new). */
+size_t moe_scratch_bytes(const moe_scratch *s);
 
 /* out[t] = the layer's output for input row x[t], t in [0, T) (T <= the
  * scratch's max_tokens); rows of n_embd floats. out may not alias x. */

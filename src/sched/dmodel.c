@@ -125,6 +125,12 @@ uint64_t dmodel_bytes(const dmodel *d) {
            (uint64_t)d->o.max_rows * (uint64_t)d->n_vocab * sizeof(float);
 }
 
+uint64_t dmodel_scratch_bytes(const dmodel *d) {
+    const size_t nv = (size_t)d->n_vocab;
+    return model_state_bytes(d->st) + (size_t)d->o.max_seqs * nv * sizeof *d->logits +
+           (nv + 63) / 64 * sizeof *d->mask + sampler_bytes(d->scratch);
+}
+
 dmodel_seq *dmodel_seq_new(dmodel *d, uint64_t seed) {
     dmodel_seq *s = calloc(1, sizeof *s);
     if (!s) return NULL;

@@ -89,6 +89,8 @@ void dmodel_free(dmodel *d); /* NULL is a no-op */
 double dmodel_bytes_ratio(const dmodel *d, const model *target);
 /* Memory: the draft KV pool and the q rows. */
 uint64_t dmodel_bytes(const dmodel *d);
+/* Its forward scratch, logits rows and sampler (the engine's "scratch"). */
+uint64_t dmodel_scratch_bytes(const dmodel *d);
 
 /* A sequence's draft state (its RNG seeded from `seed`); NULL when out of
  * memory (it does not draft). */

@@ -378,7 +378,9 @@ static void mem_publish(engine *en) {
                      (uint64_t)s->kv.cap_blocks * (sizeof *s->kv.blocks + sizeof *s->kv.pending) +
                      (uint64_t)s->disk.cap_keys * sizeof *s->disk.keys + (uint64_t)s->disk.cap_load_slot * sizeof *s->disk.load_slot +
                      sampler_bytes(s->out.smp) + (uint64_t)s->r->cap_tokens * sizeof(req_token) +
-                     (uint64_t)s->r->n_prompt * sizeof *s->r->prompt;
+                     (uint64_t)s->r->n_prompt * sizeof *s->r->prompt +
+                     (s->out.held ? (uint64_t)en->m->cfg.n_vocab * sizeof *s->out.held : 0) +
+                     sched__mjob_bytes(en, s);
             const grammar *g = s->r->grammar;
             if (!g) continue;
             int j = 0;
@@ -701,7 +703,11 @@ static void take_submitted(engine *en) {
          * (+2: the step may look one past the end) */
         int64_t n_max = MIN((int64_t)r->n_prompt + r->max_tokens, (int64_t)en->n_ctx) + 2;
         seq *s = calloc(1, sizeof *s);
-        if (s) s->out.smp = sampler_new(&r->sp, en->m->cfg.n_vocab);
+        /* the penalties' window: "all" (-1) is all of this sequence's
+         * output, at most n_max tokens (not 1 << 20: 4 MiB a request) */
+        sampler_params sp = r->sp;
+        if (sp.repeat_last_n < 0 || sp.repeat_last_n > n_max) sp.repeat_last_n = (int)n_max;
+        if (s) s->out.smp = sampler_new(&sp, en->m->cfg.n_vocab);
         if (!s || !s->out.smp || !sched__seq_reserve(en, s, (int)n_max)) {
             log_warn("engine: out of memory for a request of %d prompt tokens (room for %lld tokens); it fails",
                      r->n_prompt, (long long)n_max);
@@ -1740,6 +1746,22 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->cnt.kv_block_tokens = o->block_tokens;
     en->cnt.mem_weights = m->weight_bytes + (en->dm ? o->draft_model->weight_bytes : 0);
     en->cnt.mem_kv_pool = (uint64_t)n_blocks * bb + (en->dm ? dmodel_bytes(en->dm) : 0);
+    /* the buffers sized at start for max_batch_tokens and max_running rows:
+     * the forward pass's, the logits rows, the batch arrays, the draft
+     * model's, the pool's bookkeeping and the prefix tree (docs/server.md,
+     * "Memory budget") */
+    {
+        const uint64_t nv = (uint64_t)m->cfg.n_vocab;
+        en->cnt.mem_scratch = model_state_bytes(en->st) + (en->dm ? dmodel_scratch_bytes(en->dm) : 0) +
+                              kvpool_bytes(en->pool) + radix_bytes(en->tree) +
+                              (uint64_t)MIN(mr + en->spec_rows, mb) * nv * sizeof *en->logits +
+                              (uint64_t)mb * (3 * sizeof(int32_t) + 1) +
+                              (uint64_t)mr * (sizeof *en->b_seqs + sizeof *en->b_owner + sizeof *en->b_chunk +
+                                              sizeof *en->pr + sizeof *en->pp + sizeof *en->pd + sizeof *en->pd_out +
+                                              (en->plan_rows ? sizeof *en->plan_rows : 0)) +
+                              (nv + 63) / 64 * sizeof *en->mask + ENGINE_FORCED_MAX * (1 + sizeof *en->forced_ids) +
+                              (uint64_t)en->cap_clients * sizeof *en->clients + (en->spec_p ? nv * sizeof *en->spec_p : 0);
+    }
     en->cnt.kv_type = o->kv_type;
     en->stats = en->cnt;
     en->n_blocks = (int)n_blocks;

@@ -249,6 +249,13 @@ typedef struct engine_stats {
     uint64_t mem_grammar_idle;      /* those of the cached grammars no request
                                        holds (filled by the server: models_stats) */
     uint64_t mem_kv_disk;           /* the disk tier's buffers and index         */
+    uint64_t mem_scratch;           /* buffers sized at start: the forward pass's
+                                       scratch, logits rows, batch arrays          */
+    uint64_t mem_tables;            /* the tokenizer's and the grammar vocabulary's
+                                       tables, the model file outside its tensors
+                                       (filled by the server: models_stats)       */
+    uint64_t mem_model_meta;        /* of mem_tables, the model file's bytes outside
+                                       its tensors (mapped, not allocated)        */
 } engine_stats;
 
 typedef struct engine engine;

@@ -61,6 +61,10 @@ void sched__hold_drop(engine *en, seq *s) {
 /* Takes s's mask job back from the worker as s ends: a queued one leaves
  * the queue, a running one is left to the worker with the matcher (it
  * frees both when the mask is done). */
+size_t sched__mjob_bytes(const engine *en, const seq *s) {
+    return s->out.mj ? sizeof *s->out.mj + ((size_t)en->m->cfg.n_vocab + 63) / 64 * sizeof *s->out.mj->mask : 0;
+}
+
 void sched__mjob_release(engine *en, seq *s) {
     mjob *j = s->out.mj;
     if (!j) return;

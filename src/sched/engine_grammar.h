@@ -45,6 +45,8 @@ void sched__seq_hold(engine *en, seq *s, const float *row);
 void sched__hold_drop(engine *en, seq *s);
 /* Takes s's mask job back from the worker as s ends. */
 void sched__mjob_release(engine *en, seq *s);
+/* Bytes of s's mask job (0 without one): the request's memory. */
+size_t sched__mjob_bytes(const engine *en, const seq *s);
 
 /* Sets the logits the grammar refuses to -inf; returns how many tokens are
  * allowed (0: none, the request fails). */

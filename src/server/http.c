@@ -172,6 +172,7 @@ struct http_server {
     work *q_head, *q_tail;
     int n_queued;             /* in the queue                              */
     int n_workers, n_idle;    /* alive (detached); waiting for work        */
+    int n_workers_peak;       /* the most alive at once (the memory budget) */
     pthread_cond_t pool_exit; /* a worker exited (http_stop waits for all) */
     bool pool_stop;           /* http_stop: nothing more is dispatched     */
 };
@@ -333,6 +334,12 @@ void http_get_stats(const http_exchange *x, http_stats *out) {
     out->n_refused = s->n_refused;
     out->n_connections = s->n_tracks;
     pthread_mutex_unlock(&s->track_mu);
+    pthread_mutex_lock(&s->pool_mu);
+    out->n_workers = s->n_workers;
+    out->n_workers_peak = s->n_workers_peak;
+    pthread_mutex_unlock(&s->pool_mu);
+    out->max_body_total = s->c.max_body_total;
+    out->max_connections = s->c.max_connections + HTTP_CONN_RESERVE;
 }
 
 /* True when the peer closed its end of fd or the socket failed (a poll
@@ -443,10 +450,12 @@ static bool pool_submit(http_server *s, work *w, struct MHD_Connection *suspend)
             pthread_attr_t a;
             pthread_attr_init(&a);
             pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-            if (pthread_create(&t, &a, worker_main, s) == 0)
+            if (pthread_create(&t, &a, worker_main, s) == 0) {
                 s->n_workers++;
-            else if (!s->n_workers)
+                s->n_workers_peak = MAX(s->n_workers_peak, s->n_workers);
+            } else if (!s->n_workers) {
                 log_error("http: cannot start a handler thread: %s", strerror(errno));
+            }
             pthread_attr_destroy(&a);
         }
         pthread_cond_signal(&s->pool_cv);

@@ -134,6 +134,11 @@ typedef size_t (*http_error_fn)(const char *path, int status, const char *code, 
 /* Connections accepted past max_connections, each only long enough to
  * close the least recently active idle one (or itself, when none is). */
 #define HTTP_CONN_RESERVE 16
+/* A connection's memory beside its stream buffer (HTTP_STREAM_BUFFER): the
+ * memory pool libmicrohttpd gives each (32 KiB by default: headers, the
+ * request line) and ours (the exchange, its tracking). The memory budget
+ * counts max_connections x (both). */
+#define HTTP_CONN_MEMORY (36 * 1024)
 /* A handler thread with no work for this long exits (seconds). */
 #define HTTP_WORKER_IDLE_S 10
 /* A stream's socket send buffer (SO_SNDBUF; the kernel doubles it), fixed
@@ -246,6 +251,11 @@ typedef struct http_stats {
                                              their address's cap, or every
                                              slot in a request             */
     int n_connections;                    /* open now                      */
+    int n_workers, n_workers_peak;        /* handler threads alive now, and
+                                             the most at once so far        */
+    size_t max_body_total;                /* the bodies' bound (effective)  */
+    int max_connections;                  /* connections at most, with the
+                                             reserve (HTTP_CONN_RESERVE)   */
 } http_stats;
 void http_get_stats(const http_exchange *x, http_stats *out);
 /* The client's address as the per-address cap counts it (16 bytes: IPv4

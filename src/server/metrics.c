@@ -252,12 +252,15 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
          "Memory by part: weights (mapped read-only), kv_pool (allocated at start), requests (queued and running "
          "requests' tokens, tables, samplers and posted output), grammar_caches (of the grammars in use), grammar_idle "
          "(of the cached grammars no request holds; all cached ones together are bounded by --grammar-cache), kv_disk "
-         "(the disk tier's buffers and index). Request bodies, stream buffers and stored responses: "
+         "(the disk tier's buffers and index), scratch (the forward pass's buffers, logits rows and batch arrays, "
+         "sized at start), tables (the tokenizer's and the grammar vocabulary's, the model file outside its "
+         "tensors). Request bodies, stream buffers and stored responses: "
          "kvloom_http_body_bytes, kvloom_http_stream_bytes, kvloom_responses_stored_bytes; "
          "kvloom_memory_accounted_bytes sums them all.",
          "gauge");
-    static const char *const parts[] = {"weights", "kv_pool", "requests", "grammar_caches", "grammar_idle", "kv_disk"};
-    for (int p = 0; p < 6; p++)
+    static const char *const parts[] = {"weights",      "kv_pool", "requests", "grammar_caches",
+                                        "grammar_idle", "kv_disk", "scratch",  "tables"};
+    for (int p = 0; p < 8; p++)
         for (int i = 0; i < n; i++) {
             char extra[40];
             snprintf(extra, sizeof extra, "part=\"%s\"", parts[p]);
@@ -267,7 +270,9 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
                          : p == 2 ? s->mem_requests
                          : p == 3 ? s->mem_grammar_caches
                          : p == 4 ? s->mem_grammar_idle
-                                  : s->mem_kv_disk;
+                         : p == 5 ? s->mem_kv_disk
+                         : p == 6 ? s->mem_scratch
+                                  : s->mem_tables;
             sample(b, "kvloom_memory_bytes", names, i, extra, (double)v);
         }
     EACH(b, "kvloom_grammar_mask_budget_failed_total",

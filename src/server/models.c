@@ -40,6 +40,9 @@ struct models_entry {
     engine *en;
     encoder *enc;
     model *draft;        /* --draft-model, or NULL                        */
+    uint64_t mem_tables; /* tokenizer, grammar vocabulary, the file outside its
+                            tensors (kvloom_memory_bytes{part="tables"})   */
+    uint64_t mem_model_meta; /* of which the file outside its tensors     */
     char kv_dir[1024];
 };
 
@@ -254,6 +257,10 @@ static int entry_load(models *ms, models_entry *en, int free_slots, routes_ctx *
     int64_t t_gv = clock_ns();
     en->gv = constrain_vocab_new(en->tk);
     log_info("serve: grammar vocabulary of %d tokens in %.1f ms", tok_n_vocab(en->tk), (double)(clock_ns() - t_gv) / 1e6);
+    /* the mapped file's metadata (the tokenizer's strings, the template) is
+     * read at load: resident beside the tensors */
+    en->mem_model_meta = gguf_file_size(en->m->gguf) - en->m->weight_bytes;
+    en->mem_tables = tok_bytes(en->tk) + gvocab_bytes(en->gv) + en->mem_model_meta;
     engine_opts eo = engine_defaults();
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     eo.n_threads = o->n_threads > 0 ? o->n_threads : (int)(ncpu > 0 ? ncpu : 1);
@@ -527,6 +534,8 @@ int models_stats(models *ms, const char *name, engine_stats *st, const char **na
         memset(&st[n], 0, sizeof st[n]);
         if (en->en) engine_get_stats(en->en, &st[n]); /* an encoder has no KV pool */
         st[n].mem_grammar_idle = constrainer_idle_bytes(en->rc->cons);
+        st[n].mem_tables = en->mem_tables;
+        st[n].mem_model_meta = en->mem_model_meta;
         names[n++] = en->name;
     }
     pthread_mutex_unlock(&ms->mu);

@@ -28,6 +28,7 @@
 #include "api.h"
 #include "apis.h"
 #include "embed.h"
+#include "procmem.h"
 #include "models.h"
 #include "generate.h"
 #include "jfield.h"
@@ -130,10 +131,12 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
     if (!st) return;
     sbuf b = {0};
     metrics_render(rc->met, st, names, n, &b);
-    uint64_t accounted = 0;
-    for (int i = 0; i < n; i++)
+    uint64_t accounted = 0, mapped = 0; /* mapped: of accounted, the model files (not the allocator's) */
+    for (int i = 0; i < n; i++) {
         accounted += st[i].mem_weights + st[i].mem_kv_pool + st[i].mem_requests + st[i].mem_grammar_caches +
-                     st[i].mem_grammar_idle + st[i].mem_kv_disk;
+                     st[i].mem_grammar_idle + st[i].mem_kv_disk + st[i].mem_scratch + st[i].mem_tables;
+        mapped += st[i].mem_weights + st[i].mem_model_meta;
+    }
     free(st);
     free(names);
     http_stats hs;
@@ -164,12 +167,54 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
                     "# HELP kvloom_responses_stored_bytes Their bytes (text and conversation; bounded).\n"
                     "# TYPE kvloom_responses_stored_bytes gauge\nkvloom_responses_stored_bytes %zu\n",
                     n_stored, stored_bytes);
+    /* the process's own part, and the budget (docs/server.md, "Memory
+     * budget"): what is held now, with the HTTP side's transient parts at
+     * their bounds and each thread at its allowance */
+    procmem pm;
+    procmem_read(&pm);
+    const uint64_t tls = procmem_tls_bytes();
+    /* the allocator's bytes in use that no part names: the prefix tree,
+     * connections, JSON being parsed, libraries' own */
+    const uint64_t named = accounted - mapped + hs.body_bytes + hs.stream_bytes + stored_bytes;
+    const uint64_t heap_other = pm.heap_used > named ? pm.heap_used - named : 0;
+    const uint64_t runtime = pm.program + pm.stacks + pm.heap_free + heap_other;
+    const uint64_t held = accounted + stored_bytes;
+    /* handler threads exit when idle: the budget counts the most there were */
+    const int threads_peak = pm.threads - hs.n_workers + hs.n_workers_peak;
+    const uint64_t budget = held + hs.max_body_total +
+                            (uint64_t)hs.max_connections * (HTTP_STREAM_BUFFER + HTTP_CONN_MEMORY) + pm.program +
+                            (uint64_t)threads_peak * (tls + MEM_STACK_ALLOWANCE) + pm.heap_free + MEM_HEAP_SLACK;
+    sbuf_printf(&b,
+                    "# HELP kvloom_process_memory_bytes The process's own memory: program (resident code and "
+                    "libraries), stacks (threads' stacks and thread-local blocks), heap_free (free bytes the "
+                    "allocator holds), heap_other (bytes it handed out that no other part names).\n"
+                    "# TYPE kvloom_process_memory_bytes gauge\n"
+                    "kvloom_process_memory_bytes{part=\"program\"} %llu\n"
+                    "kvloom_process_memory_bytes{part=\"stacks\"} %llu\n"
+                    "kvloom_process_memory_bytes{part=\"heap_free\"} %llu\n"
+                    "kvloom_process_memory_bytes{part=\"heap_other\"} %llu\n"
+                    "# HELP kvloom_process_threads Threads of the process (each holds a %llu-byte thread-local "
+                    "block).\n"
+                    "# TYPE kvloom_process_threads gauge\nkvloom_process_threads %d\n"
+                    "# HELP kvloom_process_resident_bytes The resident set (VmRSS).\n"
+                    "# TYPE kvloom_process_resident_bytes gauge\nkvloom_process_resident_bytes %llu\n"
+                    "# HELP kvloom_process_resident_peak_bytes The resident set's peak (VmHWM).\n"
+                    "# TYPE kvloom_process_resident_peak_bytes gauge\nkvloom_process_resident_peak_bytes %llu\n",
+                    (unsigned long long)pm.program, (unsigned long long)pm.stacks, (unsigned long long)pm.heap_free,
+                    (unsigned long long)heap_other, (unsigned long long)tls, pm.threads, (unsigned long long)pm.rss, (unsigned long long)pm.peak_rss);
     sbuf_printf(&b,
                     "# HELP kvloom_memory_accounted_bytes kvloom_memory_bytes of every loaded model, request bodies "
-                    "held, stream buffers and stored responses, together (the process's RSS adds code, libraries, "
-                    "thread stacks, the sockets' kernel buffers and the allocator's slack).\n"
-                    "# TYPE kvloom_memory_accounted_bytes gauge\nkvloom_memory_accounted_bytes %llu\n",
-                    (unsigned long long)(accounted + hs.body_bytes + hs.stream_bytes + stored_bytes));
+                    "held, stream buffers, stored responses and kvloom_process_memory_bytes, together (the "
+                    "resident set is at most this, but for the allocator's bookkeeping and what libraries "
+                    "allocate unseen).\n"
+                    "# TYPE kvloom_memory_accounted_bytes gauge\nkvloom_memory_accounted_bytes %llu\n"
+                    "# HELP kvloom_memory_budget_bytes The bound of the resident set: what is held now (models, "
+                    "requests, grammars, stored responses), bodies at --max-body-total, every connection with a "
+                    "full stream buffer, each thread's stack allowance, the program, the allocator's free bytes "
+                    "and slack (docs/server.md, \"Memory budget\").\n"
+                    "# TYPE kvloom_memory_budget_bytes gauge\nkvloom_memory_budget_bytes %llu\n",
+                    (unsigned long long)(held + hs.body_bytes + hs.stream_bytes + runtime),
+                    (unsigned long long)budget);
     http_reply(x, 200, "text/plain; version=0.0.4; charset=utf-8", b.p ? b.p : "", b.n, NULL, NULL);
     sbuf_free(&b);
 }

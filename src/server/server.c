@@ -32,6 +32,7 @@
 #include "apis.h"
 #include "routes.h"
 #include "models.h"
+#include "procmem.h"
 #include "../chat/chat.h"
 #include "../base/flags.h"
 
@@ -526,6 +527,7 @@ int server_main(const server_opts *o) {
     int listen_fd = -1;
 
     oai_json_init(); /* jansson's allocations counted (oai.h): before any thread parses */
+    procmem_limit_allocator(); /* before any thread allocates (procmem.h) */
     log_set_timestamps(true);
     if (o->log_file && (rcode = log_set_file(o->log_file, &e)) < 0) {
         log_error("serve: --log-file: %s", e.msg);
@@ -634,6 +636,7 @@ int server_main(const server_opts *o) {
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
         if (tick % 20 == 19) models_tick(ms); /* --models-idle */
+        if (tick % 20 == 9) procmem_trim();   /* freed memory back to the system (docs/server.md, "Memory budget") */
         if (g_status) {
             g_status = 0;
             log_status(hs, shared.responses);

@@ -533,6 +533,18 @@ int tok_load(const gguf_ctx *g, tokenizer **out, err_t *e) {
     return 0;
 }
 
+size_t tok_bytes(const tokenizer *t) {
+    if (!t) return 0;
+    size_t b = sizeof *t + t->spool_cap + (size_t)t->cap_str * 2 * sizeof(uint32_t) +
+               (t->hslots ? ((size_t)t->hmask + 1) * sizeof *t->hslots : 0) +
+               (size_t)t->n_vocab * (sizeof *t->scores + 2 + 2 * sizeof(uint32_t)) + 1 +
+               (t->mslots ? ((size_t)t->mmask + 1) * sizeof *t->mslots : 0) +
+               (size_t)t->n_special * sizeof *t->special + (t->sp_slots ? ((size_t)t->sp_mask + 1) * sizeof(int32_t) : 0) +
+               ((size_t)t->n_special + 1) * sizeof(int) + (t->chat_template ? strlen(t->chat_template) + 1 : 0);
+    for (int32_t i = 0; i < t->n_vocab; i++) b += t->slen[i]; /* the decoded pieces (ppool) */
+    return b;
+}
+
 void tok_free(tokenizer *t) {
     if (!t) return;
     free(t->spool);

@@ -56,6 +56,9 @@ enum {
  * fills `e` (naming the key and index) and sets *out = NULL. */
 int tok_load(const gguf_ctx *g, tokenizer **out, err_t *e);
 void tok_free(tokenizer *t); /* NULL is a no-op */
+/* Bytes of its tables (strings, hashes, merges, pieces): fixed after
+ * tok_load. */
+size_t tok_bytes(const tokenizer *t);
 
 int tok_n_vocab(const tokenizer *t);
 int32_t tok_bos(const tokenizer *t); /* -1 if none */
