@@ -364,15 +364,27 @@ static void ds_flush(gcache *c) {
         free(c->ds[i].next);
         free(c->ds[i].mask);
     }
+    /* the arrays go too: kept, their capacity (16 MiB of pool after a
+     * pattern's masks) stayed allocated and resident but counted nowhere */
+    free(c->ds), free(c->pool), free(c->ds_tab);
+    c->ds = NULL, c->pool = NULL, c->ds_tab = NULL;
+    c->cap_ds = 0, c->cap_pool = 0, c->ds_tab_cap = 0;
     c->n_ds = 0;
     c->n_pool = 0;
     c->n_masked = 0;
     c->next_bytes = c->mask_bytes = 0;
-    if (c->ds_tab) memset(c->ds_tab, 0, c->ds_tab_cap * sizeof(uint32_t));
     c->gen++;
 }
 
+/* What the lazy DFA holds (the flush rule: cache_check) ... */
 static size_t ds_bytes(const gcache *c) { return c->n_pool * 4 + (size_t)c->n_ds * (sizeof(gdstate) + 8) + c->next_bytes; }
+
+/* ... and what the whole cache has allocated (the memory accounting,
+ * grammar_cache_bytes): capacities, not uses */
+static size_t cache_alloc_bytes(const gcache *c) {
+    return c->cap_pool * 4 + (size_t)c->cap_ds * sizeof(gdstate) + (size_t)c->ds_tab_cap * 4 + c->next_bytes +
+           c->mask_bytes + (size_t)c->cap_st * 12 + (size_t)c->st_tab_cap * 4;
+}
 
 /* At the start of a public call: drop the lazy DFA if it outgrew its share. */
 static void cache_check(gcache *c) {
@@ -518,9 +530,7 @@ bool grammar_trylock(grammar *g) { return pthread_mutex_trylock(&g->mu) == 0; }
 
 void grammar_unlock(grammar *g) {
     const gcache *c = &g->c;
-    atomic_store_explicit(&g->cache_bytes,
-                          ds_bytes(c) + c->mask_bytes + (size_t)c->cap_st * 12 + (size_t)c->st_tab_cap * 4,
-                          memory_order_relaxed);
+    atomic_store_explicit(&g->cache_bytes, cache_alloc_bytes(c), memory_order_relaxed);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -537,7 +547,7 @@ void grammar_cache_stats(const grammar *g, grammar_stats *s) {
     s->n_stacks = c->n_st;
     s->n_sets = c->n_ds;
     s->n_masks = c->n_masked;
-    s->cache_bytes = ds_bytes(c) + c->mask_bytes + (size_t)c->cap_st * 12 + (size_t)c->st_tab_cap * 4;
+    s->cache_bytes = cache_alloc_bytes(c);
     s->mask_hits = c->mask_hits;
     s->mask_misses = c->mask_misses;
     s->mask_runs = c->mask_runs;
