@@ -7,36 +7,22 @@
 # 400s -- carry Access-Control-Allow-Origin and Vary: Origin for an allowed
 # origin and no grant for another; "*" and comma lists.
 # Env: KVLOOM_BIN, KVLOOM_SHARED.
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
+. "$(dirname "$0")/lib.sh"
 MODEL="$SHARED/models/stories260K.gguf"
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-
-tmp=$(mktemp -d)
-pids=""
-trap 'for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 start() { # name, flags...
     n=$1; shift
-    "$BIN" serve -m "$MODEL" --port 0 --ready-file "$tmp/$n.port" -t 1 --kv-mem 16M "$@" 2> "$tmp/$n.log" &
-    echo $! > "$tmp/$n.pid"; pids="$pids $!"
-    i=0
-    while [ ! -s "$tmp/$n.port" ] && [ $i -lt 300 ] && kill -0 "$(cat "$tmp/$n.pid")" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    [ -s "$tmp/$n.port" ] || { cat "$tmp/$n.log"; return 1; }
+    serve_start "$n" -m "$MODEL" -t 1 --kv-mem 16M "$@"
 }
 # headers of a request, lower-cased names, no CR
 hdrs() { curl -s -m 20 -D - -o "$tmp/body" "$@" | tr -d '\r' | sed 's/^\([^:]*\):/\L\1:/'; }
 has() { echo "$1" | grep -qi "^$2"; }
 
-start plain || { bad "server did not start"; echo "cors_test: $pass passed, $fail failed"; exit 1; }
-P="http://127.0.0.1:$(cat "$tmp/plain.port")"
-start cors --api-key sekret --cors-origin http://app.test:3000 --cors-origin "https://one.test, https://two.test/" \
-    || { bad "server did not start"; echo "cors_test: $pass passed, $fail failed"; exit 1; }
-C="http://127.0.0.1:$(cat "$tmp/cors.port")"
-start star --cors-origin '*' || { bad "server did not start"; echo "cors_test: $pass passed, $fail failed"; exit 1; }
-S="http://127.0.0.1:$(cat "$tmp/star.port")"
+start plain
+start cors --api-key sekret --cors-origin http://app.test:3000 --cors-origin "https://one.test, https://two.test/"
+start star --cors-origin '*'
+serve_wait plain || finish; P=$url
+serve_wait cors || finish; C=$url
+serve_wait star || finish; S=$url
 K="Authorization: Bearer sekret"
 
 # --- default: no CORS at all ---
@@ -95,11 +81,5 @@ check '[ $st -ne 0 ] && grep -q "cors-origin" "$tmp/err"' "an origin without a s
 "$BIN" serve --cors-origin "http://a.test/path" > /dev/null 2> "$tmp/err"; st=$?
 check '[ $st -ne 0 ] && grep -q "cors-origin" "$tmp/err"' "an origin with a path is refused: $(cat "$tmp/err")"
 
-for n in plain cors star; do
-    p=$(cat "$tmp/$n.pid"); kill -TERM "$p"
-    i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt 150 ]; do sleep 0.1; i=$((i + 1)); done
-    wait "$p"; st=$?
-    check '[ $st -eq 0 ]' "server $n: clean exit (status $st)"
-done
-echo "cors_test: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+for n in plain cors star; do serve_stop $n; done
+finish

@@ -20,11 +20,8 @@
 # Every answer given before a kill must equal the reference too.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_SHARED (../shared),
 # CRASH_ROUNDS (default 3), CRASH_SEED (default 14).
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$(dirname "$0")" python3 - <<'EOF'
+. "$(dirname "$0")/lib.sh"
+BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$ROOT/tests" python3 - <<'EOF'
 import sys, os
 sys.path.insert(0, os.environ["TESTS"])
 import atexit, glob, hashlib, json, os, random, re, signal, subprocess, sys, threading, time, urllib.request

@@ -25,17 +25,11 @@
 #   6. draining a replica (SIGTERM: kvloom's graceful shutdown) while four of
 #      its sessions send requests: none fails, and they move on.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_SHARED (../shared).
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
-if ! command -v haproxy > /dev/null; then
-    echo "FAIL: haproxy is not installed (tools/setup.sh)"
-    echo "deploy_test: 0 passed, 1 failed"
-    exit 1
-fi
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
+command -v haproxy > /dev/null || { bad "haproxy is not installed (tools/setup.sh)"; finish; }
 export DEPLOY_DIR="$tmp/cluster"
-trap 'deploy/cluster.sh stop > /dev/null 2>&1; rm -rf "$tmp"' EXIT
-BIN="$BIN" SHARED="$SHARED" TMP="$tmp" TESTS="$(dirname "$0")" python3 - <<'EOF'
+at_exit 'deploy/cluster.sh stop > /dev/null 2>&1'
+BIN="$BIN" SHARED="$SHARED" TMP="$tmp" TESTS="$ROOT/tests" python3 - <<'EOF'
 import json, math, os, re, signal, subprocess, sys, time, urllib.request, urllib.error
 sys.path.insert(0, os.environ["TESTS"])
 import kvtest

@@ -15,25 +15,11 @@ T=${EMBED_TEST_T:-90}
 
 need_node openai ollama @langchain/openai
 
+embed_tiny
 M="$B/embed-models"
-mkdir -p "$M"
-gen() { # file, flags...
-    f=$1; shift
-    if [ ! -s "$f" ] || [ "$BIN" -nt "$f" ]; then
-        if ! timeout 120 "$BIN" gen "$@" --type F32 --shared "$SHARED" -o "$f.$$.tmp" > "$tmp/gen.log" 2>&1; then
-            rm -f "$f.$$.tmp"; bad "kvloom gen $*"; cat "$tmp/gen.log"; finish
-        fi
-        mv "$f.$$.tmp" "$f"
-    fi
-}
-BERT="$M/bert-tiny.gguf"
-QWEN="$M/qwen3-emb-tiny.gguf"
-gen "$BERT" --arch bert --n-embd 64 --n-layer 2 --n-head 4 --n-ff 128 --n-vocab 30522 --n-ctx 128 --pooling cls \
-    --vocab "$SHARED/vocab/ggml-vocab-bert-bge.gguf" --seed 21
 BMEAN="$M/bert-mean.gguf"
-gen "$BMEAN" --arch bert --n-embd 64 --n-layer 2 --n-head 4 --n-ff 128 --n-vocab 30522 --n-ctx 128 --pooling mean \
-    --vocab "$SHARED/vocab/ggml-vocab-bert-bge.gguf" --seed 23
-gen "$QWEN" --arch qwen3 --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 128 --n-vocab 300 --pooling last --seed 22
+gen_model "$BMEAN" --arch bert --n-embd 64 --n-layer 2 --n-head 4 --n-ff 128 --n-vocab 30522 --n-ctx 128 --pooling mean \
+    --vocab "$SHARED/vocab/ggml-vocab-bert-bge.gguf" --seed 23 --type F32 --shared "$SHARED"
 
 start_server() { # name, model file, more flags
     n=$1; f=$2; shift 2
@@ -44,7 +30,7 @@ abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 start_server bert "$BERT" -m "$BMEAN"
 # 2 ms per engine step: a generation of 400 tokens lasts long enough for
 # an embedding to be asked and answered while it runs (embed.mjs)
-start_server qwen "$QWEN" --step-delay-us 2000
+start_server qwen "$QEMB" --step-delay-us 2000
 start_server stories "$SHARED/models/stories260K.gguf"
 gp=$(serve_port stories)
 for id in bert-tiny bert-mean qwen3-emb-tiny; do

@@ -8,31 +8,12 @@
 # /tokenize), streamed too; n 2 with a seed reproducible. The 400 for a
 # vocabulary without FIM tokens is in tests/node/openai_params.mjs.
 # Env: KVLOOM_BIN, KVLOOM_BUILD (model cache), KVLOOM_SHARED.
-BIN=${KVLOOM_BIN:-build/kvloom}
-B=${KVLOOM_BUILD:-build}
-SHARED=${KVLOOM_SHARED:-../shared}
-pass=0; fail=0
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-ok() { pass=$((pass + 1)); }
-finish() { echo "fim_test: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
-tmp=$(mktemp -d)
-pid=""
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-M="$B/embed-models/fim-tiny.gguf"; mkdir -p "$B/embed-models"
-if [ ! -s "$M" ] || [ "$BIN" -nt "$M" ]; then
-    timeout 120 "$BIN" gen --arch llama --n-embd 32 --n-layer 1 --n-head 2 --n-ff 64 --n-vocab 49152 --type F32 \
-        --vocab "$SHARED/vocab/ggml-vocab-starcoder.gguf" --seed 5 -o "$M.$$.tmp" > "$tmp/gen.log" 2>&1 && mv "$M.$$.tmp" "$M" ||
-        { rm -f "$M.$$.tmp"; bad "kvloom gen"; cat "$tmp/gen.log"; finish; }
-fi
-"$BIN" serve -m "$M" --kv-mem 32M --port 0 --ready-file "$tmp/port" -t 1 2> "$tmp/log" &
-pid=$!
-i=0
-while [ ! -s "$tmp/port" ] && [ $i -lt 300 ] && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-port=$(cat "$tmp/port" 2>/dev/null)
-[ -n "$port" ] || { bad "the server did not start"; cat "$tmp/log"; finish; }
-U="http://127.0.0.1:$port"
+. "$(dirname "$0")/lib.sh"
+M="$B/embed-models/fim-tiny.gguf"
+gen_model "$M" --arch llama --n-embd 32 --n-layer 1 --n-head 2 --n-ff 64 --n-vocab 49152 --type F32 \
+    --vocab "$SHARED/vocab/ggml-vocab-starcoder.gguf" --seed 5
+serve_up fim -m "$M" --kv-mem 32M -t 1 || finish
+U=$url
 post() { curl -s -m 30 "$U$1" -H 'Content-Type: application/json' -d "$2"; }
 post /v1/completions '{"prompt":"def add(a, b):\n    ","suffix":"\n    return c\n","max_tokens":8,"temperature":0}' > "$tmp/fim.json"
 post /v1/completions '{"prompt":"<fim_prefix>def add(a, b):\n    <fim_suffix>\n    return c\n<fim_middle>","max_tokens":8,"temperature":0}' > "$tmp/plain.json"
@@ -60,10 +41,6 @@ two = j("two.json")
 print("ok" if two.get("error", {}).get("param") == "suffix" else "FAIL suffix with two prompts: %s" % two)
 PY
 )
-echo "$out" | while read -r l; do [ "$l" = ok ] || echo "$l"; done
-n_ok=$(echo "$out" | grep -c '^ok$'); n_bad=$(echo "$out" | grep -c '^FAIL')
-pass=$((pass + n_ok)); fail=$((fail + n_bad))
-[ "$n_ok" -eq 6 ] || [ "$n_bad" -gt 0 ] || bad "the checker did not run"
-kill -TERM $pid; wait $pid; st=$?; pid=""
-[ $st -eq 0 ] && ok || bad "exit status $st"
+line_tally 6 "$out"
+serve_stop fim
 finish

@@ -16,24 +16,15 @@
 # Env: KVLOOM_BUILD (default build), SCHEMA_DIFF_SEED (default 1),
 # SCHEMA_DIFF_N (default 600; 150 in sanitizer builds, whose walks are ~5x
 # slower). Last line: "N passed, N failed".
-cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT" || { bad "cd $ROOT"; finish; }
 . tests/schema_walk_lib.sh
-walk_setup grammar_diff_test
+walk_setup
 SEED=${SCHEMA_DIFF_SEED:-1}
 case "$B" in
 *address* | *thread* | *undefined*) N=${SCHEMA_DIFF_N:-150} ;;
 *) N=${SCHEMA_DIFF_N:-600} ;;
 esac
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
-
-pass=0
-fail=0
-if ! "$PY" tools/grammar/gen_schemas.py "$SEED" "$N" > "$tmp/schemas.jsonl"; then
-    echo "grammar_diff_test: gen_schemas.py failed"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+"$PY" tools/grammar/gen_schemas.py "$SEED" "$N" > "$tmp/schemas.jsonl" || { bad "gen_schemas.py failed"; finish; }
 walk_and_check --walk check "$tmp/schemas.jsonl" "$SEED" 4 '^schema [0-9]* not compiled' "C walk checks" "Python checker"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -9,20 +9,16 @@
 # Last line: "N passed, N failed" (one check per test binary and table).
 # Env: KVLOOM_BIN (default build/kvloom; its directory holds tests/),
 #      KVLOOM_SHARED (default ../shared).
-cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
-BIN=${KVLOOM_BIN:-build/kvloom}
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT" || { bad "cd $ROOT"; finish; }
 B=$(dirname "$BIN")
 export KVLOOM_SHARED="${KVLOOM_SHARED:-$(cd .. && pwd)/shared}"
-pass=0; fail=0
 for t in test_model test_matmul test_kernels; do
-    if [ ! -x "$B/tests/$t" ]; then
-        echo "FAIL: $B/tests/$t is not built"
-        fail=$((fail + 1))
-    fi
+    [ -x "$B/tests/$t" ] || bad "$B/tests/$t is not built"
 done
-[ "$fail" -eq 0 ] || { echo "$pass passed, $fail failed"; exit 1; }
+[ "$fail" -eq 0 ] || finish
 avail=$(KVLOOM_KERNELS=scalar "$B/tests/test_kernels" 2>/dev/null | sed -n 's/^kernel tables on this CPU: //p')
-[ -n "$avail" ] || { echo "FAIL: cannot list the kernel tables"; echo "0 passed, 1 failed"; exit 1; }
+[ -n "$avail" ] || { bad "cannot list the kernel tables"; finish; }
 echo "kernel tables on this CPU: $avail"
 export KVLOOM_FIXTURES="${KVLOOM_FIXTURES:-$B/fixtures/models}"
 extra=
@@ -31,8 +27,6 @@ if [ -x "$B/tests/test_model_ref" ] && [ -d "$KVLOOM_FIXTURES" ]; then
 else
     echo "skip test_model_ref: not built or no fixtures in $KVLOOM_FIXTURES"
 fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
 for k in scalar avx2 avx512; do
     case " $avail " in
     *" $k "*) ;;
@@ -44,11 +38,10 @@ for k in scalar avx2 avx512; do
         if KVLOOM_KERNELS=$k timeout 600 "$B/tests/$t" > "$tmp/out" 2>&1 &&
             tail -n 1 "$tmp/out" | grep -q ' 0 failed$'; then
             echo "ok   $k $t: $(tail -n 1 "$tmp/out")"
-            pass=$((pass + 1))
+            ok
         else
-            echo "FAIL $k $t:"
+            bad "$k $t:"
             tail -n 20 "$tmp/out" | sed 's/^/    /'
-            fail=$((fail + 1))
         fi
     done
 done
@@ -57,11 +50,9 @@ if [ -x "$BIN" ] && "$BIN" bench -m "$KVLOOM_SHARED/models/stories260K.gguf" --p
         > "$tmp/bench" 2>&1 && grep -q '^pp32 ' "$tmp/bench" && grep -q '^tg8 @ depth 600 ' "$tmp/bench" &&
         grep -q '^bandwidth' "$tmp/bench" && grep -q 'roofline' "$tmp/bench"; then
     echo "ok   kvloom bench"
-    pass=$((pass + 1))
+    ok
 else
-    echo "FAIL kvloom bench:"
+    bad "kvloom bench:"
     sed 's/^/    /' "$tmp/bench" 2>/dev/null | tail -n 20
-    fail=$((fail + 1))
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

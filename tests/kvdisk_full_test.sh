@@ -16,27 +16,19 @@
 #      own least recently used files: no write fails (issue 26).
 # Needs root for mount(8); otherwise (or when tmpfs cannot be mounted) it
 # prints why and skips. Env: KVLOOM_BIN, KVLOOM_SHARED (../shared).
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
-tmp=$(mktemp -d)
+. "$(dirname "$0")/lib.sh"
 mnt="$tmp/mnt"
 mkdir -p "$mnt"
 if [ "$(id -u)" != 0 ]; then
     echo "kvdisk_full_test: skipped: mounting a small tmpfs needs root"
-    echo "kvdisk_full_test: 0 passed, 0 failed"
-    rm -rf "$tmp"
-    exit 0
+    finish
 fi
 if ! mount -t tmpfs -o size=2m tmpfs "$mnt" 2>"$tmp/mount.err"; then
     echo "kvdisk_full_test: skipped: cannot mount a tmpfs: $(cat "$tmp/mount.err")"
-    echo "kvdisk_full_test: 0 passed, 0 failed"
-    rm -rf "$tmp"
-    exit 0
+    finish
 fi
-cleanup() { umount -l "$mnt" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'cleanup; exit 1' INT TERM
-BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$(dirname "$0")" MNT="$mnt" python3 - <<'EOF'
+at_exit 'umount -l "$mnt" 2>/dev/null'
+BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$ROOT/tests" MNT="$mnt" python3 - <<'EOF'
 import sys, os
 sys.path.insert(0, os.environ["TESTS"])
 import atexit, errno, glob, json, os, re, shutil, subprocess, sys, threading, time, urllib.request

@@ -11,37 +11,19 @@
 #   4. a disk cap smaller than one block (--kv-disk-size 4K): the same
 #      answers, recomputed, never an error.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_SHARED (../shared).
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" python3 - <<'EOF'
-import json, os, signal, subprocess, sys, threading, time, urllib.request, urllib.error
+. "$(dirname "$0")/lib.sh"
+BIN="$BIN" MODEL="$SHARED/models/stories260K.gguf" TMP="$tmp" TESTS="$ROOT/tests" python3 - <<'EOF'
+import os, sys
+sys.path.insert(0, os.environ["TESTS"])
+import json, signal, threading, time, urllib.request
+import kvtest
 
 BIN, MODEL, TMP = os.environ["BIN"], os.environ["MODEL"], os.environ["TMP"]
-passed = failed = 0
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
+check, metric, text = kvtest.check, kvtest.metric, kvtest.text
 
 def start(name, *flags):
-    port_file = os.path.join(TMP, name + ".port")
-    log = open(os.path.join(TMP, name + ".log"), "w")
-    p = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--ready-file", port_file, "-t", "1",
-                          "--check", *flags], stdout=log, stderr=log)
-    for _ in range(300):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return p, int(open(port_file).read())
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    print(open(os.path.join(TMP, name + ".log")).read())
-    raise SystemExit("server %s did not start" % name)
+    p, port, _ = kvtest.start(BIN, MODEL, TMP, name, "--check", *flags)
+    return p, port
 
 def post(port, prompt, timeout=60):
     body = json.dumps({"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True}).encode()
@@ -51,23 +33,6 @@ def post(port, prompt, timeout=60):
         j = json.load(r)
     u = j["usage"]
     return j["choices"][0]["text"], u["prompt_tokens"], u.get("prompt_tokens_details", {}).get("cached_tokens", 0)
-
-def metric(port, name):
-    txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
-    for line in txt.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.split()[-1])
-    return None
-
-words = ["the", "cat", "dog", "sun", "tree", "happy", "little", "girl", "boy", "ball", "park", "big", "red",
-         "blue", "played", "saw", "went", "home", "mom", "friend", "toy", "box", "bird", "sky", "fun", "day"]
-def text(seed, n):
-    x = seed * 2654435761 + 1
-    out = []
-    for _ in range(n):
-        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        out.append(words[(x >> 33) % len(words)])
-    return " ".join(out) + "."
 
 system = "Once upon a time there was a little robot who helped everyone. " + text(999, 30)
 prompts = [system + " " + text(i, 40 + 7 * i) for i in range(12)]
@@ -153,6 +118,5 @@ check(metric(port, "kvloom_kv_disk_restored_tokens_total") == 0, "nothing restor
 check(metric(port, "kvloom_kv_disk_writes_dropped_total") > 0, "dropped writes counted")
 p.terminate()
 check(p.wait() == 0, "clean exit")
-print("kvdisk_test: %d passed, %d failed" % (passed, failed))
-sys.exit(1 if failed else 0)
+kvtest.finish("kvdisk_test")
 EOF

@@ -7,41 +7,24 @@
 # server restores the prompt's blocks from --kv-disk with the same output,
 # and an f16 server on the same directory counts those files as foreign
 # (never reads q8_0 bytes as f16). Env: KVLOOM_BIN, KVLOOM_SHARED.
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
-pass=0; fail=0
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "kvq8_test: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
-tmp=$(mktemp -d)
-pid=""
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/lib.sh"
 P=$(python3 -c "print(' '.join(['Once upon a time there was a little dog named Max who liked to run.'] * 12))")
 BODY="{\"prompt\":\"$P\",\"max_tokens\":16,\"temperature\":0}"
-start() { # kv type, log name
-    rm -f "$tmp/port"
-    "$BIN" serve -m "$SHARED/models/stories260K.gguf" --kv-type "$1" --kv-disk "$tmp/disk" --kv-mem 64M --port 0 \
-        --ready-file "$tmp/port" -t 1 2> "$tmp/$2.log" &
-    pid=$!
-    i=0
-    while [ ! -s "$tmp/port" ] && [ $i -lt 300 ] && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    port=$(cat "$tmp/port" 2>/dev/null)
-    [ -n "$port" ] || { bad "the $1 server did not start"; cat "$tmp/$2.log"; finish; }
+start() { # kv type, name (its log $tmp/NAME.log)
+    serve_up "$2" -m "$SHARED/models/stories260K.gguf" --kv-type "$1" --kv-disk "$tmp/disk" --kv-mem 64M -t 1 || finish
+    U=$url
 }
-stop() { kill -TERM $pid; wait $pid; pid=""; }
-post() { curl -s -m 30 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "$1"; }
-metric() { curl -s -m 10 "http://127.0.0.1:$port/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+post() { curl -s -m 30 "$U/v1/completions" -H 'Content-Type: application/json' -d "$1"; }
 
-start f16 f16; post "$BODY" > "$tmp/f16.json"; stop
+start f16 f16; post "$BODY" > "$tmp/f16.json"; serve_end f16
 rm -rf "$tmp/disk"
 start q8_0 q8a
 post "$BODY" > "$tmp/q8a.json"; post "$BODY" > "$tmp/q8b.json"
 post "{\"prompt\":\"$P\",\"max_tokens\":8,\"temperature\":1,\"seed\":5,\"n\":2}" > "$tmp/q8n.json"
 sleep 1 # the disk tier's writes
-stop
-start q8_0 q8c; post "$BODY" > "$tmp/q8c.json"; restored=$(metric kvloom_kv_disk_restored_tokens_total); stop
-start f16 f16b; post "$BODY" > "$tmp/f16b.json"; foreign=$(metric 'kvloom_kv_disk_rejected_total{reason="foreign"}'); stop
+serve_end q8a
+start q8_0 q8c; post "$BODY" > "$tmp/q8c.json"; restored=$(metric "$U" kvloom_kv_disk_restored_tokens_total); serve_end q8c
+start f16 f16b; post "$BODY" > "$tmp/f16b.json"; foreign=$(metric "$U" 'kvloom_kv_disk_rejected_total{reason="foreign"}'); serve_end f16b
 out=$(python3 - "$tmp" "$restored" "$foreign" <<'PY'
 import json, re, sys
 t, restored, foreign = sys.argv[1], float(sys.argv[2] or 0), float(sys.argv[3] or 0)
@@ -61,8 +44,5 @@ print("ok" if text(fb) == text(f16) and fb["usage"]["prompt_tokens_details"]["ca
       "FAIL an f16 server read q8_0 files: %s, foreign %d" % (fb["usage"], foreign))
 PY
 )
-echo "$out" | grep -v '^ok$'
-n_ok=$(echo "$out" | grep -c '^ok$'); n_bad=$(echo "$out" | grep -c '^FAIL')
-pass=$((pass + n_ok)); fail=$((fail + n_bad))
-[ "$n_ok" -eq 5 ] || [ "$n_bad" -gt 0 ] || bad "the checker did not run"
+line_tally 5 "$out"
 finish

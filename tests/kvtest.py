@@ -1,7 +1,8 @@
-"""kvtest.py — what the Python parts of the disk-tier script tests
-(crash_restart_test.sh, kvdisk_full_test.sh) share: starting `kvloom serve`
-on a free port (its port read from --ready-file), killing every server
-started here when the script exits, and the deterministic word prompts.
+"""kvtest.py — what the Python parts of the script tests (kvdisk_test.sh,
+crash_restart_test.sh, kvdisk_full_test.sh, deploy_test.sh) share: starting
+`kvloom serve` on a free port (its port read from --ready-file), killing
+every server started here when the script exits, the deterministic word
+prompts, the counters, and /metrics.
 
 The scripts import it with sys.path set to their own folder (env TESTS).
 """
@@ -86,3 +87,12 @@ def metrics(port):
             k, v = line.rsplit(" ", 1)
             out[k] = float(v)
     return out
+
+
+def metric(port, name):
+    """The value of the first series of `name` (with or without labels) in
+    the server's /metrics, or None."""
+    for k, v in metrics(port).items():
+        if k == name or k.startswith(name + "{"):
+            return v
+    return None

@@ -11,17 +11,11 @@
 # KVLOOM_FIXTURES (models already made and checked by `make fixtures`: used
 # after a sum check instead of generating them again).
 # Uses Debian's /usr/bin/python3, which has numpy.
-cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT" || { bad "cd $ROOT"; finish; }
 PY=/usr/bin/python3
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "ref_selftest: $PY has no numpy (apt-get install python3-numpy)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
+"$PY" -c 'import numpy' 2>/dev/null || { bad "$PY has no numpy (apt-get install python3-numpy)"; finish; }
 export KVLOOM_SHARED="${KVLOOM_SHARED:-$(cd .. && pwd)/shared}"
-BIN=${KVLOOM_BIN:-build/kvloom}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
 set -- 
 if [ -n "${KVLOOM_FIXTURES:-}" ] && [ -d "$KVLOOM_FIXTURES" ]; then
     # make test generated them (the `fixtures` target, kvloom gen --check):

@@ -18,19 +18,15 @@
 # Env: KVLOOM_BUILD (default build), SCHEMA_CORPUS_SEED (1),
 # SCHEMA_CORPUS_WALKS (walks per schema: 2, 1 in sanitizer builds; `make
 # schema-corpus` runs 1000). Last line: "N passed, N failed".
-cd "$(dirname "$0")/.." || { echo "0 passed, 1 failed"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT" || { bad "cd $ROOT"; finish; }
 . tests/schema_walk_lib.sh
-walk_setup schema_corpus_test
+walk_setup
 SEED=${SCHEMA_CORPUS_SEED:-1}
 case "$B" in
 *address* | *thread* | *undefined*) W=${SCHEMA_CORPUS_WALKS:-1} ;;
 *) W=${SCHEMA_CORPUS_WALKS:-2} ;;
 esac
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
 cat tests/schemas/*.jsonl > "$tmp/schemas.jsonl"
-pass=0
-fail=0
 walk_and_check --corpus corpus "$tmp/schemas.jsonl" "$SEED" "$W" '^relaxed corpus\|^no walk completed' "C corpus checks" "Python validator"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

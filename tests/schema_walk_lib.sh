@@ -8,20 +8,16 @@
 #
 # WALK_MODE: --walk or --corpus; CHECK_MODE: the checker's command (check,
 # corpus); SKIP_RE: stderr lines of the walker not worth showing; the labels
-# name the two counts in the output. Needs $tmp and walk_setup's $WALK, $PY.
+# name the two counts in the output. Needs tests/lib.sh (sourced first:
+# $B, $tmp, the counters) and walk_setup's $WALK, $PY.
 
-# walk_setup NAME: $B, $PY and $WALK (exits with a failing count when the
-# walker is not built).
+# walk_setup: $PY and $WALK (the test ends, failed, when the walker is not
+# built).
 walk_setup() {
-    B=${KVLOOM_BUILD:-build}
     PY=/usr/bin/python3
     [ -x "$PY" ] || PY=python3
     WALK="$B/tests/test_schema_walk"
-    if [ ! -x "$WALK" ]; then
-        echo "$1: $WALK is not built"
-        echo "0 passed, 1 failed"
-        exit 1
-    fi
+    [ -x "$WALK" ] || { bad "$WALK is not built"; finish; }
 }
 
 # add_counts FILE LABEL: adds FILE's last "N passed, N failed" to $pass and
@@ -40,20 +36,17 @@ walk_and_check() {
     grep -v "$6" "$tmp/walk.err" | head -n 40
     grep "^${1#--}:" "$tmp/walk.out"
     if ! add_counts "$tmp/walk.out" "$7"; then
-        fail=$((fail + 1))
-        echo "test_schema_walk $1 crashed (exit $st)"
+        bad "test_schema_walk $1 crashed (exit $st)"
         tail -n 20 "$tmp/walk.err"
     fi
     if [ -s "$tmp/cases.jsonl" ]; then
         "$PY" tools/grammar/jsonschema_check.py "$2" "$tmp/cases.jsonl" "$3" > "$tmp/py.out" 2>&1
         grep -v 'passed,' "$tmp/py.out" | head -n 60
         if ! add_counts "$tmp/py.out" "$8"; then
-            fail=$((fail + 1))
-            echo "jsonschema_check.py crashed:"
+            bad "jsonschema_check.py crashed:"
             tail -n 20 "$tmp/py.out"
         fi
     else
-        fail=$((fail + 1))
-        echo "no cases were written"
+        bad "no cases were written"
     fi
 }

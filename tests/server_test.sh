@@ -3,32 +3,16 @@
 # flags (--api-key-file, --alias, --port 0 + --ready-file), a completion, a
 # streamed chat, 401 without the key, and a clean exit on SIGTERM.
 # Env: KVLOOM_BIN (the kvloom binary), KVLOOM_SHARED (../shared).
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
+. "$(dirname "$0")/lib.sh"
 
-tmp=$(mktemp -d)
 echo "key-from-file" > "$tmp/key"
-"$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --ready-file "$tmp/port" \
-    --api-key-file "$tmp/key" --alias tiny -t 2 --kv-mem 16M 2> "$tmp/log" &
-pid=$!
-trap 'kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
-i=0
-while [ ! -s "$tmp/port" ] && [ $i -lt 300 ] && kill -0 $pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-port=$(cat "$tmp/port" 2>/dev/null)
-if [ -z "$port" ]; then
-    bad "server did not start"; cat "$tmp/log"
-    echo "server_test: $pass passed, $fail failed"; exit 1
-fi
-U="http://127.0.0.1:$port"
+serve_up main -m "$SHARED/models/stories260K.gguf" --api-key-file "$tmp/key" --alias tiny -t 2 --kv-mem 16M || finish
+U=$url
 A="Authorization: Bearer key-from-file"
 
 version=$("$BIN" --version)
 check '[ "$(curl -s -m 10 $U/health)" = "{\"status\":\"ok\",\"version\":\"${version#kvloom }\"}" ]' "/health with the version of kvloom --version ($version)"
-check '[ "$(curl -s -m 10 -o /dev/null -w %{http_code} $U/v1/models)" = 401 ]' "401 without the key"
+check '[ "$(http_code $U/v1/models)" = 401 ]' "401 without the key"
 check 'curl -s -m 10 -H "$A" $U/v1/models | grep -q "\"id\":\"tiny\""' "--alias in /v1/models"
 out=$(curl -s -m 30 -H "$A" $U/v1/completions -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}')
 check 'echo "$out" | grep -q "\"text\":\", there was a little girl\""' "completion text: $out"
@@ -36,19 +20,15 @@ check 'echo "$out" | grep -q "\"model\":\"tiny\""' "model id in the response"
 sse=$(curl -s -N -m 30 -H "$A" $U/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}')
 check 'echo "$sse" | grep -q "^data: \[DONE\]"' "chat stream ends with [DONE]"
 check 'echo "$sse" | grep -q "chat.completion.chunk"' "chat chunks"
-check 'grep -q "POST /v1/completions 200 prompt=5 cached=0 generated=8" "$tmp/log"' "one log line per request"
+check 'grep -q "POST /v1/completions 200 prompt=5 cached=0 generated=8" "$tmp/main.log"' "one log line per request"
 
 # llama-server's flag spellings, /props, the log (timestamps, 4xx reasons,
 # --log-file), --no-webui; no-op flags said once.
 # (each spelling given: an unknown flag refuses to start; the last of two
 # spellings of one flag wins, so -c 200 and --parallel 3 show in /props)
-"$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --ready-file "$tmp/port2" --ctx-size 100 -c 200 -np 2 --parallel 3 -a llama \
-    --jinja -fa on --flash-attn auto --metrics --jinja -ctk f16 -ctv f16 --cache-type-k f16 --cache-type-v f16 --log-file "$tmp/file.log" --no-webui -t 1 --kv-mem 16M \
-    2> "$tmp/log2" &
-pid2=$!
-i=0
-while [ ! -s "$tmp/port2" ] && [ $i -lt 300 ] && kill -0 $pid2 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-U2="http://127.0.0.1:$(cat "$tmp/port2" 2>/dev/null)"
+serve_up flags -m "$SHARED/models/stories260K.gguf" --ctx-size 100 -c 200 -np 2 --parallel 3 -a llama \
+    --jinja -fa on --flash-attn auto --metrics --jinja -ctk f16 -ctv f16 --cache-type-k f16 --cache-type-v f16 --log-file "$tmp/file.log" --no-webui -t 1 --kv-mem 16M
+U2=$url
 props=$(curl -s -m 10 "$U2/props")
 pj() { echo "$props" | node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>{const o=JSON.parse(s);console.log(JSON.stringify($1))})"; }
 check '[ "$(pj o.default_generation_settings.n_ctx)" = 200 ]' "/props n_ctx from -c: $props"
@@ -56,16 +36,16 @@ check '[ "$(pj o.total_slots)" = 3 ]' "/props total_slots from --parallel"
 check '[ "$(pj o.model_alias)" = "\"llama\"" ]' "/props model_alias from -a"
 check '[ "$(pj o.build_info)" = "\"$version\"" ] && [ "$(pj o.version)" = "\"${version#kvloom }\"" ] && [ "$(pj o.webui)" = false ]' "/props build_info and version ($version), webui false"
 check '[ "$(pj "typeof o.chat_template + typeof o.default_generation_settings.params.temperature")" = "\"stringnumber\"" ]' "/props chat_template, params"
-check '[ "$(curl -s -m 10 -o /dev/null -w %{http_code} $U2/)" = 404 ]' "--no-webui: no chat page"
+check '[ "$(http_code $U2/)" = 404 ]' "--no-webui: no chat page"
 curl -s -m 10 "$U2/v1/completions" -d '{"prompt":"x","temperature":7}' > /dev/null
 curl -s -m 10 "$U2/v1/chat/completions" -d '{"messages":[]}' > /dev/null
 sleep 0.3
-check 'grep -Eq "^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z kvloom info: POST /v1/completions 400 [0-9.]+ms \(.*temperature" "$tmp/log2"' \
-    "a 4xx logged with a timestamp and its reason: $(grep ' 400 ' "$tmp/log2")"
+check 'grep -Eq "^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z kvloom info: POST /v1/completions 400 [0-9.]+ms \(.*temperature" "$tmp/flags.log"' \
+    "a 4xx logged with a timestamp and its reason: $(grep ' 400 ' "$tmp/flags.log")"
 check 'grep -q "POST /v1/chat/completions 400 .*messages" "$tmp/file.log"' "--log-file has the lines too"
-check '[ "$(grep -c "jinja changes nothing" "$tmp/log2")" = 1 ] && grep -q "flash-attn changes nothing" "$tmp/log2" && grep -q "metrics changes nothing" "$tmp/log2"' \
+check '[ "$(grep -c "jinja changes nothing" "$tmp/flags.log")" = 1 ] && grep -q "flash-attn changes nothing" "$tmp/flags.log" && grep -q "metrics changes nothing" "$tmp/flags.log"' \
     "no-op flags said once each"
-kill -TERM $pid2
+kill -TERM "$(cat "$tmp/flags.pid")"
 "$BIN" serve -m "$SHARED/models/stories260K.gguf" -ctk q4_0 --port 0 2> "$tmp/log3"; st=$?
 check '[ $st -eq 2 ] && grep -q "ctk.*q4_0.*not supported" "$tmp/log3"' "-ctk q4_0 refused by name: $(cat "$tmp/log3")"
 "$BIN" serve -m "$SHARED/models/stories260K.gguf" -ctk q8_0 -ctv f16 --port 0 2> "$tmp/log3"; st=$?
@@ -81,14 +61,9 @@ check '[ $st -ne 0 ] && grep -q "error: serve: .*--chat-template-file .*bad.jinj
 : > "$tmp/empty.jinja"
 "$BIN" serve -m "$SHARED/models/stories260K.gguf" --port 0 --chat-template-file "$tmp/empty.jinja" 2> "$tmp/log5"; st=$?
 check '[ $st -ne 0 ] && grep -q "empty.jinja is empty" "$tmp/log5"' "an empty --chat-template-file refuses to start: $(cat "$tmp/log5")"
-check 'grep -q "warn: serve: .*chat: the ChatML fallback (model has no chat template): .*tool calls use the generic" "$tmp/log"' \
+check 'grep -q "warn: serve: .*chat: the ChatML fallback (model has no chat template): .*tool calls use the generic" "$tmp/main.log"' \
     "the GGUF fallback is a warning saying what is lost"
 
-kill -TERM $pid
-i=0
-while kill -0 $pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-wait $pid; st=$?
-check '[ $st -eq 0 ]' "clean exit on SIGTERM (status $st)"
-[ $fail -ne 0 ] && tail -20 "$tmp/log"
-echo "server_test: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+serve_stop main
+[ $fail -ne 0 ] && tail -20 "$tmp/main.log"
+finish

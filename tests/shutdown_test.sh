@@ -13,32 +13,11 @@
 #    drain like SIGTERM (exit 0).
 # Every server runs with --step-delay-us so generation is slow enough to be
 # caught in flight. Env: KVLOOM_BIN, KVLOOM_SHARED.
-BIN=${KVLOOM_BIN:-build/kvloom}
-SHARED=${KVLOOM_SHARED:-../shared}
+. "$(dirname "$0")/lib.sh"
 MODEL="$SHARED/models/stories260K.gguf"
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-
-tmp=$(mktemp -d)
-pids=""
-trap 'for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 start() { # name, flags...
     n=$1; shift
-    "$BIN" serve -m "$MODEL" --port 0 --ready-file "$tmp/$n.port" -t 1 --kv-mem 16M --step-delay-us 20000 "$@" \
-        2> "$tmp/$n.log" &
-    echo $! > "$tmp/$n.pid"; pids="$pids $!"
-    i=0
-    while [ ! -s "$tmp/$n.port" ] && [ $i -lt 300 ] && kill -0 "$(cat "$tmp/$n.pid")" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    [ -s "$tmp/$n.port" ] || { cat "$tmp/$n.log"; return 1; }
-}
-# Waits up to $2 tenths of a second for server $1 to exit; sets st (exit
-# status, or "running") and secs (tenths waited).
-reap() {
-    p=$(cat "$tmp/$1.pid"); secs=0
-    while kill -0 "$p" 2>/dev/null && [ $secs -lt "$2" ]; do sleep 0.1; secs=$((secs + 1)); done
-    if kill -0 "$p" 2>/dev/null; then st=running; kill -9 "$p"; wait "$p" 2>/dev/null; else wait "$p"; st=$?; fi
+    serve_up "$n" -m "$MODEL" -t 1 --kv-mem 16M --step-delay-us 20000 "$@"
 }
 wait_running() { # server name: until /metrics shows a running request
     i=0
@@ -51,8 +30,8 @@ wait_running() { # server name: until /metrics shows a running request
 CHAT='{"messages":[{"role":"user","content":"Tell me a story"}],"temperature":0,"stream":true,"max_tokens":'
 
 # --- 1: the running stream finishes; nothing new gets in ---
-start a --shutdown-timeout 20 || { bad "server a did not start"; echo "shutdown_test: $pass passed, $fail failed"; exit 1; }
-A="http://127.0.0.1:$(cat "$tmp/a.port")"
+start a --shutdown-timeout 20 || finish
+A=$url
 # One connection, two requests: a stream of ~60 steps, then (reusing the
 # connection, once the stream is over and the drain has begun) /v1/models.
 curl -s -N -m 60 -o "$tmp/a.sse" -d "${CHAT}60}" "$A/v1/chat/completions" \
@@ -64,7 +43,7 @@ sleep 0.3
 curl -s -m 5 -o /dev/null "$A/health"; cst=$?
 check '[ $cst -eq 7 ]' "a new connection during the drain is refused (curl status $cst)"
 wait $c
-reap a 200
+serve_reap a 200
 check '[ "$st" = 0 ]' "exit 0 after SIGINT (status $st)"
 check 'grep -q "\"finish_reason\":\"length\"" "$tmp/a.sse" && tail -n 2 "$tmp/a.sse" | grep -q "^data: \[DONE\]"' \
     "the running stream finished normally: $(tail -c 300 "$tmp/a.sse")"
@@ -75,14 +54,14 @@ check 'grep -q "SIGINT: shutting down; 1 request running" "$tmp/a.log"' "drain l
 check 'grep -q "shutdown: 1 request finished, 0 cancelled" "$tmp/a.log"' "outcome logged: $(tail -n 3 "$tmp/a.log")"
 
 # --- 2: past the timeout, what runs is cancelled cleanly ---
-start b --shutdown-timeout 1 || { bad "server b did not start"; echo "shutdown_test: $pass passed, $fail failed"; exit 1; }
-B="http://127.0.0.1:$(cat "$tmp/b.port")"
-curl -s -N -m 60 -o "$tmp/b.sse" -d "${CHAT}100000}" "$B/v1/chat/completions" & c1=$!
-curl -s -m 60 -o "$tmp/b.json" -w '%{http_code}' -d '{"prompt":"Once","max_tokens":100000}' "$B/v1/completions" > "$tmp/b.code" & c2=$!
-wait_running "$B" || bad "requests did not start"
+start b --shutdown-timeout 1 || finish
+UB=$url
+curl -s -N -m 60 -o "$tmp/b.sse" -d "${CHAT}100000}" "$UB/v1/chat/completions" & c1=$!
+curl -s -m 60 -o "$tmp/b.json" -w '%{http_code}' -d '{"prompt":"Once","max_tokens":100000}' "$UB/v1/completions" > "$tmp/b.code" & c2=$!
+wait_running "$UB" || bad "requests did not start"
 sleep 0.3
 kill -TERM "$(cat "$tmp/b.pid")"
-reap b 60
+serve_reap b 60
 check '[ "$st" = 0 ]' "exit 0 after SIGTERM with requests cut (status $st)"
 check '[ $secs -ge 8 ] && [ $secs -le 40 ]' "exit after the 1 s timeout, not before nor much later ($secs tenths)"
 wait $c1 $c2
@@ -93,20 +72,20 @@ check '[ "$(cat "$tmp/b.code")" = 503 ] && grep -q "\"type\":\"server_error\"" "
 check 'grep -q "shutdown: 0 requests finished, 2 cancelled" "$tmp/b.log"' "outcome logged: $(tail -n 3 "$tmp/b.log")"
 
 # --- 3: a second signal does not wait ---
-start c --shutdown-timeout 60 || { bad "server c did not start"; echo "shutdown_test: $pass passed, $fail failed"; exit 1; }
-C="http://127.0.0.1:$(cat "$tmp/c.port")"
+start c --shutdown-timeout 60 || finish
+C=$url
 curl -s -N -m 60 -o "$tmp/c.sse" -d "${CHAT}100000}" "$C/v1/chat/completions" & c1=$!
 wait_running "$C" || bad "the stream did not start"
 kill -TERM "$(cat "$tmp/c.pid")"
 sleep 0.5
 kill -TERM "$(cat "$tmp/c.pid")"
-reap c 50
+serve_reap c 50
 check '[ "$st" = 0 ]' "a second signal ends the drain, exit 0 (status $st after $secs tenths)"
 wait $c1
 check 'tail -n 2 "$tmp/c.sse" | grep -q "^data: \[DONE\]"' "the stream still ends with [DONE]"
 
 # --- 4: a taken port ---
-start d || { bad "server d did not start"; echo "shutdown_test: $pass passed, $fail failed"; exit 1; }
+start d || finish
 port=$(cat "$tmp/d.port")
 t0=$(date +%s%N)
 "$BIN" serve -m "$MODEL" --port "$port" > "$tmp/taken.out" 2> "$tmp/taken.err"; st=$?
@@ -122,15 +101,14 @@ i=0; while ! grep -q "status: 0 requests in flight" "$tmp/d.log" && [ $i -lt 50 
 check 'grep -q "status: 0 requests in flight; 0 stored responses" "$tmp/d.log"' "SIGUSR1 logs a status line"
 check 'curl -s -m 10 "http://127.0.0.1:$port/health" | grep -q "\"status\":\"ok\""' "serving after SIGUSR1"
 kill -HUP "$(cat "$tmp/d.pid")"
-reap d 100
+serve_reap d 100
 check '[ "$st" = 0 ]' "SIGHUP on an idle server: exit 0 (status $st)"
 check 'grep -q "SIGHUP: shutting down" "$tmp/d.log"' "SIGHUP drains"
-start e || bad "server e did not start"
+start e
 kill -QUIT "$(cat "$tmp/e.pid")"
-reap e 100
+serve_reap e 100
 check '[ "$st" = 0 ]' "SIGQUIT: exit 0 (status $st)"
 check 'grep -q "SIGQUIT: shutting down" "$tmp/e.log"' "SIGQUIT drains"
 
 [ $fail -ne 0 ] && tail -n 8 "$tmp"/*.log
-echo "shutdown_test: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -8,37 +8,16 @@
 # whose message names the flag to raise (--kv-mem, --ctx).
 # Env: KVLOOM_BIN, KVLOOM_BUILD (model cache), KVLOOM_SHARED. Ends with
 # "N passed, N failed".
-BIN=${KVLOOM_BIN:-build/kvloom}
-B=${KVLOOM_BUILD:-build}
-SHARED=${KVLOOM_SHARED:-../shared}
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-finish() { echo "sizing_test: $pass passed, $fail failed"; [ $fail -eq 0 ]; exit $?; }
-tmp=$(mktemp -d)
-pids=""
-cleanup() { for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null 2>&1 || { bad "curl is missing"; finish; }
 
-M="$B/sizing-models"; mkdir -p "$M"
-QWEN="$M/qwen3-longctx.gguf"
-if [ ! -s "$QWEN" ] || [ "$BIN" -nt "$QWEN" ]; then
-    timeout 180 "$BIN" gen --preset qwen3-0.6b --n-layer 2 --n-embd 128 --n-head 8 --n-head-kv 8 --head-dim 128 \
-        --n-ff 256 --type Q8_0 --shared "$SHARED" -o "$QWEN.$$.tmp" > "$tmp/gen.log" 2>&1 && mv "$QWEN.$$.tmp" "$QWEN" ||
-        { rm -f "$QWEN.$$.tmp"; bad "kvloom gen"; cat "$tmp/gen.log"; finish; }
-fi
+QWEN="$B/sizing-models/qwen3-longctx.gguf"
+gen_model "$QWEN" --preset qwen3-0.6b --n-layer 2 --n-embd 128 --n-head 8 --n-head-kv 8 --head-dim 128 \
+    --n-ff 256 --type Q8_0 --shared "$SHARED"
 
 start() { # name, flags...
     n=$1; shift
-    "$BIN" serve -m "$QWEN" --port 0 --ready-file "$tmp/$n.port" -t 1 "$@" 2> "$tmp/$n.log" &
-    echo $! > "$tmp/$n.pid"; pids="$pids $!"
-}
-port() {
-    i=0
-    while [ ! -s "$tmp/$1.port" ] && [ $i -lt 600 ] && kill -0 "$(cat "$tmp/$1.pid")" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-    cat "$tmp/$1.port" 2>/dev/null
+    serve_start "$n" -m "$QWEN" -t 1 "$@"
 }
 # a prompt of exactly 600 tokens (token ids: /v1/completions takes them)
 ids=$(awk 'BEGIN { for (i = 0; i < 600; i++) printf "%s%d", i ? "," : "", 1000 + i % 5000 }')
@@ -48,16 +27,16 @@ post() { curl -s -o "$tmp/$1.out" -w '%{http_code}' "http://127.0.0.1:$2/v1/comp
 start auto
 start small --kv-mem 1M
 start short --ctx 512
-p=$(port auto)
+p=$(serve_port auto)
 line=$(grep -o 'holds [0-9]* tokens' "$tmp/auto.log" | head -n 1)
 toks=$(echo "$line" | awk '{print $2}')
 if [ -n "$toks" ] && [ "$toks" -ge 40960 ]; then ok; else bad "default pool: start-up line '$line' (want >= 40960 tokens)"; cat "$tmp/auto.log"; fi
 st=$(post auto "$p")
 if [ "$st" = 200 ] && grep -q '"prompt_tokens":600' "$tmp/auto.out"; then ok; else bad "600-token prompt on the default pool: HTTP $st $(head -c 300 "$tmp/auto.out")"; fi
-p=$(port small)
+p=$(serve_port small)
 st=$(post small "$p")
 if [ "$st" = 400 ] && grep -q -- '--kv-mem' "$tmp/small.out"; then ok; else bad "prompt larger than the pool: HTTP $st $(head -c 300 "$tmp/small.out")"; fi
-p=$(port short)
+p=$(serve_port short)
 st=$(post short "$p")
 if [ "$st" = 400 ] && grep -q -- '--ctx' "$tmp/short.out"; then ok; else bad "prompt longer than --ctx: HTTP $st $(head -c 300 "$tmp/short.out")"; fi
 finish
