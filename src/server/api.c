@@ -118,24 +118,29 @@ json_t *api_body_json(const api_ops *a, http_exchange *x) {
 
 /* ---- the answer ---- */
 
-void api_emit(api_answer *a, const char *type, json_t *data) {
-    char *s = a->out ? oai_json_dump(data) : NULL;
+void api_frame(sbuf *out, int framing, const char *type, json_t *data) {
+    char *s = oai_json_dump(data);
     json_decref(data);
-    if (!s) return; /* not streaming, or out of memory (counted: the stream fails) */
-    if (a->api->framing == API_NDJSON) {
-        sbuf_put(a->out, s, strlen(s));
-        sbuf_put(a->out, "\n", 1);
+    if (!s) return; /* out of memory (counted: a stream fails) */
+    if (framing == API_NDJSON) {
+        sbuf_put(out, s, strlen(s));
+        sbuf_put(out, "\n", 1);
     } else {
         if (type) {
-            sbuf_put(a->out, "event: ", 7);
-            sbuf_put(a->out, type, strlen(type));
-            sbuf_put(a->out, "\n", 1);
+            sbuf_put(out, "event: ", 7);
+            sbuf_put(out, type, strlen(type));
+            sbuf_put(out, "\n", 1);
         }
-        sbuf_put(a->out, "data: ", 6);
-        sbuf_put(a->out, s, strlen(s));
-        sbuf_put(a->out, "\n\n", 2);
+        sbuf_put(out, "data: ", 6);
+        sbuf_put(out, s, strlen(s));
+        sbuf_put(out, "\n\n", 2);
     }
     free(s);
+}
+
+void api_emit(api_answer *a, const char *type, json_t *data) {
+    if (a->out) api_frame(a->out, a->api->framing, type, data);
+    else json_decref(data); /* a whole answer: nothing streams */
 }
 
 static void seg_open(api_answer *a, api_seg_kind kind, const tc_event *call) {

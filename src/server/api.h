@@ -166,10 +166,13 @@ struct api_ops {
 #define API_NOMEM_MSG "generation failed: out of memory building the answer"
 
 /* The rows (defined by the API's own file). */
-extern const api_ops api_openai;    /* oai.c: /v1/completions, /v1/chat/completions and the rest */
+extern const api_ops api_openai;    /* oai_answer.c: /v1/completions, /v1/chat/completions...    */
 extern const api_ops api_anthropic; /* api_anthropic.c: /v1/messages...                         */
 extern const api_ops api_responses; /* api_responses.c: /v1/responses...                        */
 extern const api_ops api_ollama_api;/* api_ollama.c: /api and /api/...                          */
+/* OpenAI's error object for an HTTP status (api_openai's error_json, which
+ * the Responses API shares). */
+char *api_openai_error_json(int status, const char *msg, const char *param, const char *code);
 
 /* The API a request path belongs to (its error shape): OpenAI unless the
  * path is one of the other APIs'. */
@@ -223,6 +226,10 @@ bool api_serve(const api_ops *api, routes_ctx *rc, http_exchange *x, const char 
 /* One event of a stream in api->framing (data taken; type NULL: an SSE
  * event without a type line); nothing when a->out is NULL (a whole answer). */
 void api_emit(api_answer *a, const char *type, json_t *data);
+/* api_emit's framing of one event, appended to out (data taken; nothing
+ * when it cannot be written: out of memory, counted), for an answer written
+ * outside api_serve. */
+void api_frame(sbuf *out, int framing, const char *type, json_t *data);
 /* Closes the open segment, if any, with `complete`. */
 void api_seg_close(api_answer *a, bool complete);
 

@@ -616,15 +616,6 @@ static void out_fail(api_answer *a, const char *msg, int status) {
     api_emit(a, NULL, json_pack("{s:s}", "error", msg));
 }
 
-static void ndjson_line(sbuf *out, json_t *l) {
-    char *s = oai_json_dump(l);
-    json_decref(l);
-    if (!s) return;
-    sbuf_put(out, s, strlen(s));
-    sbuf_put(out, "\n", 1);
-    free(s);
-}
-
 /* An empty prompt (or no messages) loads the model in Ollama: answered at
  * once with done_reason "load". */
 static void answer_load(http_exchange *x, bool chat, const char *model, bool stream) {
@@ -636,7 +627,7 @@ static void answer_load(http_exchange *x, bool chat, const char *model, bool str
     json_object_set_new(l, "done", json_true());
     json_object_set_new(l, "done_reason", json_string("load"));
     sbuf b = {0};
-    ndjson_line(&b, l);
+    api_frame(&b, API_NDJSON, NULL, l);
     if (oai_json_failed() || !b.n)
         reply_error(x, 500, "out of memory building the answer");
     else

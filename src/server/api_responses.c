@@ -295,10 +295,6 @@ static const char *param_name(const char *field) {
     return field;
 }
 
-static char *error_json(int status, const char *msg, const char *param, const char *code) {
-    return oai_error_json(msg, oai_error_type(status), param, code); /* OpenAI's error object */
-}
-
 
 static void reply_error(http_exchange *x, int status, const char *msg, const char *param, const char *code) {
     api_reply_error(&api_responses, x, status, msg, param, code);
@@ -924,7 +920,7 @@ const api_ops api_responses = {
     .name = "responses",
     .field = field_name,
     .param = param_name,
-    .error_json = error_json,
+    .error_json = api_openai_error_json, /* OpenAI's error object */
     .parse = answer_parse,
     .start = answer_start,
     .begin = answer_begin,

@@ -82,8 +82,8 @@ static int get_float(const jf *b, json_t *body, const char *name, double lo, boo
 
 /* A non-streamed answer holds every token's logprob and alternatives at
  * once, as JSON (~70 bytes an entry, several times that as jansson
- * values): top_logprobs 20 over a 32k-token answer was ~45 MB of text and
- * ten times that while building it, per choice (issue 26, "a byte budget
+ * values): top_logprobs 20 over a 32k-token answer is ~45 MB of text and
+ * ten times that while it is built, per choice (issue 26, "a byte budget
  * for every answer that scales with input"). So a non-streamed request
  * asks for at most OAI_MAX_LOGPROB_ENTRIES (chosen + alternatives, over
  * every choice): an explicit max_tokens past it is a 400 naming the limit,

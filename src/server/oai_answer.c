@@ -349,7 +349,7 @@ static void one_start(api_answer *a, const oai_params *p) {
              gen_serial(a->choices[0]->g));
 }
 
-static char *openai_error_json(int status, const char *msg, const char *param, const char *code) {
+char *api_openai_error_json(int status, const char *msg, const char *param, const char *code) {
     return oai_error_json(msg, oai_error_type(status), param, code);
 }
 
@@ -358,7 +358,7 @@ static char *openai_error_json(int status, const char *msg, const char *param, c
  * ending with [DONE]. */
 const api_ops api_openai = {
     .name = "openai",
-    .error_json = openai_error_json,
+    .error_json = api_openai_error_json,
     .parse = one_parse,
     .start = one_start,
     .poll = one_poll,
