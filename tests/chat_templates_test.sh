@@ -4,9 +4,7 @@
 # Jinja2 itself, configured the way Hugging Face transformers renders chat
 # templates. Needs Debian's python3-jinja2, which tools/setup.sh installs: a
 # missing one is a failure, not a skip.
-if ! /usr/bin/python3 -c "import jinja2" 2>/dev/null; then
-    echo "chat_templates_test: python3-jinja2 is not installed (tools/setup.sh installs it)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-exec /usr/bin/python3 tests/fixtures/templates/check_expected.py
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT" || { bad "cd $ROOT"; finish; }
+/usr/bin/python3 -c "import jinja2" 2>/dev/null || { bad "python3-jinja2 is not installed (tools/setup.sh installs it)"; finish; }
+/usr/bin/python3 tests/fixtures/templates/check_expected.py

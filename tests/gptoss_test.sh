@@ -18,26 +18,17 @@ need_node js-tiktoken
 . "$ROOT/tests/o200k_lib.sh"
 o200k_vocab "$B" || { bad "tools/o200k_harmony.mjs"; finish; }
 M="$B/gptoss-models/gptoss-tiny.gguf"
-mkdir -p "$B/gptoss-models"
-if [ ! -s "$M" ] || [ "$BIN" -nt "$M" ]; then
-    KVLOOM_VOCAB_DIR="$B/vocab" timeout 300 "$BIN" gen --preset gpt-oss-20b --n-layer 2 --n-embd 64 --n-head 4 \
-        --n-head-kv 2 --head-dim 16 --n-ff 64 --n-expert 4 --n-expert-used 2 --n-ff-exp 64 --n-swa 16 --n-ctx 4096 \
-        --type Q8_0 -o "$M.tmp.$$" > "$tmp/gen.log" 2>&1 && mv "$M.tmp.$$" "$M" ||
-        { cat "$tmp/gen.log"; rm -f "$M.tmp.$$"; bad "kvloom gen --preset gpt-oss-20b"; finish; }
-fi
+export KVLOOM_VOCAB_DIR="$B/vocab" # (read by kvloom gen only)
+gen_model "$M" --preset gpt-oss-20b --n-layer 2 --n-embd 64 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 64 \
+    --n-expert 4 --n-expert-used 2 --n-ff-exp 64 --n-swa 16 --n-ctx 4096 --type Q8_0
 
 # tokenizer vectors against js-tiktoken
-"$BIN" serve -m "$M" --port 0 --ready-file "$tmp/port" -t 1 --kv-mem 16M 2> "$tmp/serve.log" &
-pids="$pids $!"
-for _ in $(seq 1 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-if [ -s "$tmp/port" ]; then
-    out=$(cd "$ROOT/tests" && timeout 60 node node/o200k_vectors.mjs "http://127.0.0.1:$(cat "$tmp/port")" \
+if serve_up vectors -m "$M" -t 1 --kv-mem 16M; then
+    out=$(cd "$ROOT/tests" && timeout 60 node node/o200k_vectors.mjs "$url" \
           "$ROOT/docs/engine.md" "$ROOT/src/model/forward.c" 2>&1)
     echo "$out" | grep FAIL
     n=$(echo "$out" | tail -1 | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
     if [ -n "$n" ]; then pass=$((pass + ${n% *})); fail=$((fail + ${n#* })); else echo "$out" | tail -5; bad "o200k_vectors.mjs"; fi
-else
-    cat "$tmp/serve.log"; bad "kvloom serve did not start"
 fi
 
 # prefix reuse across turns

@@ -132,7 +132,7 @@ gen_model() {
     _f=$1; shift
     [ -s "$_f" ] && [ ! "$BIN" -nt "$_f" ] && return 0
     mkdir -p "$(dirname "$_f")"
-    if timeout 180 "$BIN" gen "$@" -o "$_f.$$.tmp" > "$tmp/gen.log" 2>&1 && [ -s "$_f.$$.tmp" ]; then
+    if timeout 300 "$BIN" gen "$@" -o "$_f.$$.tmp" > "$tmp/gen.log" 2>&1 && [ -s "$_f.$$.tmp" ]; then
         mv "$_f.$$.tmp" "$_f"
     else
         rm -f "$_f.$$.tmp"

@@ -33,29 +33,22 @@ need_node $(node -e 'for (const d of Object.keys(require(process.argv[1]).depend
 # directory (again when the kvloom binary is newer).
 M="$B/tools-models"
 mkdir -p "$M"
-gen_model() { # preset, file name, more kvloom gen flags...
-    f="$M/$2.gguf"; p=$1; n=$2; shift 2
-    if [ -s "$f" ] && [ ! "$BIN" -nt "$f" ]; then return 0; fi
-    if timeout 300 "$BIN" gen --preset "$p" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
-            --n-ff 256 --type Q8_0 --shared "$SHARED" "$@" -o "$f.tmp.$$" > "$tmp/gen-$n.log" 2>&1 && [ -s "$f.tmp.$$" ]; then
-        mv "$f.tmp.$$" "$f"
-    else
-        rm -f "$f.tmp.$$"
-        bad "kvloom gen --preset $p"; cat "$tmp/gen-$n.log"
-        return 1
-    fi
+tiny() { # preset, file name, more kvloom gen flags...
+    _p=$1; _n=$2; shift 2
+    gen_model "$M/$_n.gguf" --preset "$_p" --n-layer 2 --n-embd 128 --n-head 4 --n-head-kv 2 --head-dim 32 \
+        --n-ff 256 --type Q8_0 --shared "$SHARED" "$@"
 }
-gen_model qwen3-0.6b qwen3-tiny
-gen_model llama-3.2-1b llama32-tiny
-gen_model smollm2-135m smollm2-tiny
+qwen3_tiny
+tiny llama-3.2-1b llama32-tiny
+tiny smollm2-135m smollm2-tiny
 # Qwen3-30B-A3B's architecture (qwen3moe), tokenizer and template at a tiny
 # shape: 8 experts, 2 used (the overrides of kvloom gen)
-gen_model qwen3-30b-a3b qwen3moe-tiny --n-expert 8 --n-expert-used 2 --n-ff-exp 64
+tiny qwen3-30b-a3b qwen3moe-tiny --n-expert 8 --n-expert-used 2 --n-ff-exp 64
 # gpt-oss-20b's architecture and vocabulary (exported once per build directory)
 . "$ROOT/tests/o200k_lib.sh"
 if o200k_vocab "$B"; then
     export KVLOOM_VOCAB_DIR="$B/vocab"
-    gen_model gpt-oss-20b gptoss-tiny --n-expert 8 --n-expert-used 2 --n-ff-exp 64 \
+    tiny gpt-oss-20b gptoss-tiny --n-expert 8 --n-expert-used 2 --n-ff-exp 64 \
         --template "$ROOT/tests/fixtures/templates/gpt-oss.jinja"
 else
     bad "tools/o200k_harmony.mjs"
