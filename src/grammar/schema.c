@@ -60,6 +60,18 @@
  *   7. additional member  one rule `key ": " value` for them
  *   8. chain              the T_i and S_i rules; the expression "{" S_0 "}"
  *
+ * gen_array likewise (array_*, over an array_plan):
+ *   1. keywords           prefixItems and items (draft 4-7 tuples: items and
+ *                         additionalItems; unevaluatedItems), minItems,
+ *                         maxItems
+ *   2. whole forms        uniqueItems (gen_unique) and contains
+ *                         (gen_contains_count, or "[" (E ", ")* C (", " E)* "]"
+ *                         for one match) write the whole array, and stop here
+ *   3. element rules      one per prefix element that can appear, one for the
+ *                         elements after them
+ *   4. expression         "[" p0 (", " p1 (", " p2 tail)?)? "]", the required
+ *                         prefix elements unwrapped, tail the counted rest
+ *
  * Invariants: no expression matches the empty string except where it is
  * explicitly optional, and no repetition is applied to an expression that can
  * be empty (the matcher need not guard against empty loops); a $ref cycle that
@@ -1910,39 +1922,73 @@ static int gen_contains_count(schema_compiler *g, json_t *items, json_t *contain
     return rc;
 }
 
-static int gen_array(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
-    json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
-    const char *pre_kw = "prefixItems", *items_kw = "items";
-    if (prefix && !json_is_array(prefix)) return invalid_kw(g, ptr, "prefixItems", "must be an array of schemas");
-    if (items && json_is_array(items)) {
+/* What gen_array's phases learn about one array schema, in phase order. */
+typedef struct {
+    /* 1. keywords */
+    json_t *items, *prefix;        /* the elements after the prefix; the prefix (either NULL)    */
+    const char *items_kw, *pre_kw; /* the keywords they came from, for pointers                 */
+    long long mn, mx;              /* minItems, maxItems (-1: none; phase 3 caps it)             */
+    /* 3. element rules */
+    size_t k;                      /* prefix length                                              */
+    size_t n_pre;                  /* prefix elements that can appear                            */
+    char **el;                     /* their rules (k + 1 slots)                                  */
+    char *rest;                    /* the rule of an element after them, NULL when none can be   */
+} array_plan;
+
+static void array_plan_free(array_plan *a) {
+    for (size_t i = 0; a->el && i <= a->k; i++) free(a->el[i]);
+    free(a->el);
+    free(a->rest);
+}
+
+/* Phase 1, keywords: s → a's prefix and items (draft 4-7 tuples, unevaluatedItems read too), minItems, maxItems. */
+static int array_keywords(schema_compiler *g, json_t *s, const char *ptr, array_plan *a) {
+    a->items = json_object_get(s, "items");
+    a->prefix = json_object_get(s, "prefixItems");
+    a->pre_kw = "prefixItems";
+    a->items_kw = "items";
+    if (a->prefix && !json_is_array(a->prefix)) return invalid_kw(g, ptr, "prefixItems", "must be an array of schemas");
+    if (a->items && json_is_array(a->items)) {
         /* draft 4-7 tuples: items is the prefix, additionalItems the rest */
-        if (prefix) return invalid_kw(g, ptr, "items", "cannot be an array beside prefixItems");
-        prefix = items, pre_kw = "items";
-        items = json_object_get(s, "additionalItems"), items_kw = "additionalItems";
+        if (a->prefix) return invalid_kw(g, ptr, "items", "cannot be an array beside prefixItems");
+        a->prefix = a->items, a->pre_kw = "items";
+        a->items = json_object_get(s, "additionalItems"), a->items_kw = "additionalItems";
     }
     json_t *uneval = json_object_get(s, "unevaluatedItems");
     if (uneval) {
-        if (items) return unsup(g, ptr, "unevaluatedItems", "%s: unevaluatedItems beside items is not supported", ptr_show(ptr));
-        items = uneval, items_kw = "unevaluatedItems";
+        if (a->items)
+            return unsup(g, ptr, "unevaluatedItems", "%s: unevaluatedItems beside items is not supported", ptr_show(ptr));
+        a->items = uneval, a->items_kw = "unevaluatedItems";
     }
-    if (items && !json_is_object(items) && !json_is_boolean(items))
-        return invalid_kw(g, ptr, items_kw, "must be a schema");
-    long long mn, mx;
+    if (a->items && !json_is_object(a->items) && !json_is_boolean(a->items))
+        return invalid_kw(g, ptr, a->items_kw, "must be a schema");
     int rc;
-    if ((rc = get_count(g, s, ptr, "minItems", 0, &mn))) return rc;
-    if ((rc = get_count(g, s, ptr, "maxItems", -1, &mx))) return rc;
-    if (json_is_true(json_object_get(s, "uniqueItems")) && (mx < 0 || mx > 1)) {
-        json_t *vals = prefix || json_object_get(s, "contains") ? NULL : finite_values(g, items ? items : json_true());
-        if (!vals)
-            return unsup(g, ptr, "uniqueItems",
-                         "%s/uniqueItems: enforced for items of finitely many values (enum, const, boolean, null) "
-                         "without prefixItems or contains", ptr);
-        rc = gen_unique(g, vals, mn, mx, ptr, out);
-        json_decref(vals);
-        return rc;
-    }
+    if ((rc = get_count(g, s, ptr, "minItems", 0, &a->mn))) return rc;
+    return get_count(g, s, ptr, "maxItems", -1, &a->mx);
+}
+
+/* Phase 2a, uniqueItems: a's items of finitely many values → the array on out (gen_unique); refused otherwise. */
+static int gen_array_unique(schema_compiler *g, json_t *s, const char *ptr, const array_plan *a, sbuf *out) {
+    json_t *vals =
+        a->prefix || json_object_get(s, "contains") ? NULL : finite_values(g, a->items ? a->items : json_true());
+    if (!vals)
+        return unsup(g, ptr, "uniqueItems",
+                     "%s/uniqueItems: enforced for items of finitely many values (enum, const, boolean, null) "
+                     "without prefixItems or contains", ptr);
+    int rc = gen_unique(g, vals, a->mn, a->mx, ptr, out);
+    json_decref(vals);
+    return rc;
+}
+
+/* Phase 2b, contains: s's contains, min/maxContains → the array on out and *done, or *done false if nothing asked. */
+static int gen_array_contains(schema_compiler *g, json_t *s, const char *ptr, const array_plan *a, sbuf *out,
+                              bool *done) {
+    json_t *items = a->items, *prefix = a->prefix;
+    long long mn = a->mn, mx = a->mx;
     json_t *contains = json_object_get(s, "contains");
     long long cmin, cmax;
+    int rc;
+    *done = true;
     if ((rc = get_count(g, s, ptr, "minContains", 1, &cmin)) || (rc = get_count(g, s, ptr, "maxContains", -1, &cmax)))
         return rc;
     if (contains && (cmin > 0 || cmax >= 0) &&
@@ -1950,72 +1996,87 @@ static int gen_array(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) 
         json_t *nc = prefix ? NULL : negate(g, contains, 0);
         if (nc) return gen_contains_count(g, items, contains, nc, mn, mx, cmin, cmax, ptr, out);
     }
-    if (contains && cmin > 0) {
-        /* "[" (E ", ")* (E and C) (", " E)* "]": exact for one required match */
-        if (prefix || mn > 1 || mx >= 0 || cmin > 1 || cmax >= 0 || json_is_false(items))
-            return unsup(g, ptr, "contains",
-                         "%s/contains: supported without prefixItems, minItems above 1, maxItems, minContains above 1 "
-                         "and maxContains", ptr);
-        json_t *both = json_pack("{s:[O,O]}", "allOf", items ? items : json_true(), contains);
-        json_array_append_new(g->owned, both);
-        sbuf e = {0}, ec = {0};
-        char *ep = ptr_join(ptr, items_kw), *cp = ptr_join(ptr, "contains");
-        if (items && !json_is_true(items)) rc = gen_schema(g, items, ep, &e);
-        else prim(g, P_VALUE, &e);
-        if (!rc) rc = gen_schema(g, both, cp, &ec);
-        char *en = NULL, *cn = NULL;
-        if (!rc) {
-            en = rule_name(g, "item");
-            rc = add_rule(g, en, e.p);
-        }
-        if (!rc) {
-            cn = rule_name(g, "contains");
-            rc = add_rule(g, cn, ec.p);
-        }
-        if (!rc) sbuf_printf(out, "( \"[\" ( %s \", \" )* %s ( \", \" %s )* \"]\" )", en, cn, en);
-        free(en);
-        free(cn);
-        free(ep);
-        free(cp);
-        sbuf_free(&e);
-        sbuf_free(&ec);
-        return rc;
+    if (!contains || cmin <= 0) {
+        *done = false;
+        return 0;
     }
-    size_t k = prefix ? json_array_size(prefix) : 0;
+    /* "[" (E ", ")* (E and C) (", " E)* "]": exact for one required match */
+    if (prefix || mn > 1 || mx >= 0 || cmin > 1 || cmax >= 0 || json_is_false(items))
+        return unsup(g, ptr, "contains",
+                     "%s/contains: supported without prefixItems, minItems above 1, maxItems, minContains above 1 "
+                     "and maxContains", ptr);
+    json_t *both = json_pack("{s:[O,O]}", "allOf", items ? items : json_true(), contains);
+    json_array_append_new(g->owned, both);
+    sbuf e = {0}, ec = {0};
+    char *ep = ptr_join(ptr, a->items_kw), *cp = ptr_join(ptr, "contains");
+    if (items && !json_is_true(items)) rc = gen_schema(g, items, ep, &e);
+    else prim(g, P_VALUE, &e);
+    if (!rc) rc = gen_schema(g, both, cp, &ec);
+    char *en = NULL, *cn = NULL;
+    if (!rc) {
+        en = rule_name(g, "item");
+        rc = add_rule(g, en, e.p);
+    }
+    if (!rc) {
+        cn = rule_name(g, "contains");
+        rc = add_rule(g, cn, ec.p);
+    }
+    if (!rc) sbuf_printf(out, "( \"[\" ( %s \", \" )* %s ( \", \" %s )* \"]\" )", en, cn, en);
+    free(en);
+    free(cn);
+    free(ep);
+    free(cp);
+    sbuf_free(&e);
+    sbuf_free(&ec);
+    return rc;
+}
+
+/* Phase 3, element rules: a → a->el, a rule per prefix element that can appear, and a->rest, one for those after it. */
+static int array_element_rules(schema_compiler *g, const char *ptr, array_plan *a) {
+    json_t *items = a->items;
+    a->k = a->prefix ? json_array_size(a->prefix) : 0;
+    size_t k = a->k;
     if (k > GRAMMAR_MAX_REPEAT) return err_set(g->e, ERR_RANGE, "%s/prefixItems has too many elements", ptr);
     bool more = !json_is_false(items); /* elements after the prefix */
-    if (!more && (mx < 0 || mx > (long long)k)) mx = (long long)k;
+    if (!more && (a->mx < 0 || a->mx > (long long)k)) a->mx = (long long)k;
+    long long mn = a->mn, mx = a->mx;
     if (mx >= 0 && mx < mn)
         return unsat(g, "%s: no array length satisfies minItems, maxItems and items", ptr_show(ptr));
-    /* element rules */
-    char **el = xcalloc(k + 1, sizeof *el);
-    size_t n_pre = mx >= 0 && (size_t)mx < k ? (size_t)mx : k; /* prefix elements that can appear */
-    for (size_t i = 0; i < n_pre && !rc; i++) {
+    a->el = xcalloc(k + 1, sizeof *a->el);
+    a->n_pre = mx >= 0 && (size_t)mx < k ? (size_t)mx : k;
+    int rc = 0;
+    for (size_t i = 0; i < a->n_pre && !rc; i++) {
         sbuf body = {0};
-        char *ep = ptr_index(ptr, pre_kw, i);
-        rc = gen_schema(g, json_array_get(prefix, i), ep, &body);
+        char *ep = ptr_index(ptr, a->pre_kw, i);
+        rc = gen_schema(g, json_array_get(a->prefix, i), ep, &body);
         free(ep);
         if (!rc) {
-            el[i] = rule_name(g, "item");
-            rc = add_rule(g, el[i], body.p);
+            a->el[i] = rule_name(g, "item");
+            rc = add_rule(g, a->el[i], body.p);
         }
         sbuf_free(&body);
     }
-    char *rest = NULL;
     bool rest_possible = more && (mx < 0 || (size_t)mx > k);
     if (!rc && rest_possible) {
         sbuf body = {0};
-        char *ep = ptr_join(ptr, items_kw);
+        char *ep = ptr_join(ptr, a->items_kw);
         if (items && !json_is_true(items)) rc = gen_schema(g, items, ep, &body);
         else prim(g, P_VALUE, &body);
         free(ep);
         if (!rc) {
-            rest = rule_name(g, "item");
-            rc = add_rule(g, rest, body.p);
+            a->rest = rule_name(g, "item");
+            rc = add_rule(g, a->rest, body.p);
         }
         sbuf_free(&body);
     }
-    if (rc) goto done;
+    return rc;
+}
+
+/* Phase 4, the expression: a's element rules and length bounds → `( "[" p0 (", " p1 tail)? "]" )` appended to out. */
+static void array_expr(const array_plan *a, sbuf *out) {
+    size_t n_pre = a->n_pre;
+    long long mn = a->mn, mx = a->mx;
+    const char *rest = a->rest;
     /* Elements n_pre.. come from `rest`: count between lo and hi (-1 = no bound). */
     long long lo = mn > (long long)n_pre ? mn - (long long)n_pre : 0;
     long long hi = mx < 0 ? -1 : mx - (long long)n_pre;
@@ -2049,7 +2110,7 @@ static int gen_array(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) 
     for (size_t i = n_pre; i-- > 0;) {
         sbuf e2 = {0};
         if (i > 0) sbuf_puts(&e2, "\", \" ");
-        sbuf_puts(&e2, el[i]);
+        sbuf_puts(&e2, a->el[i]);
         if (expr.n) sbuf_printf(&e2, " %s", expr.p);
         sbuf_free(&expr);
         if ((long long)i >= mn) {
@@ -2062,10 +2123,21 @@ static int gen_array(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) 
     sbuf_puts(out, "\"]\" )");
     sbuf_free(&expr);
     sbuf_free(&tail);
-done:
-    for (size_t i = 0; i <= k; i++) free(el[i]);
-    free(el);
-    free(rest);
+}
+
+/* An array schema: the phases of the opening comment in order; uniqueItems and contains write the whole array. */
+static int gen_array(schema_compiler *g, json_t *s, const char *ptr, sbuf *out) {
+    array_plan a = {0};
+    int rc = array_keywords(g, s, ptr, &a);
+    if (rc) return rc;
+    if (json_is_true(json_object_get(s, "uniqueItems")) && (a.mx < 0 || a.mx > 1))
+        return gen_array_unique(g, s, ptr, &a, out);
+    bool done;
+    rc = gen_array_contains(g, s, ptr, &a, out, &done);
+    if (done) return rc;
+    rc = array_element_rules(g, ptr, &a);
+    if (!rc) array_expr(&a, out);
+    array_plan_free(&a);
     return rc;
 }
 
