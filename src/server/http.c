@@ -600,8 +600,12 @@ static bool sock_acked(int fd, uint64_t *acked) {
 
 static bool sock_idle(http_stream *s, size_t queued, int64_t now) {
     uint64_t acked;
+    if (!queued) { /* nothing waits for the client: the clock starts later */
+        s->acked_ns = 0;
+        return false;
+    }
     if (!s->srv->c.park_idle_ms || !sock_acked(s->fd, &acked)) return false;
-    if (!queued || acked != s->acked || !s->acked_ns) {
+    if (acked != s->acked || !s->acked_ns) {
         s->acked = acked;
         s->acked_ns = now;
         return false;
