@@ -483,6 +483,20 @@ static void ds_hook(void *ctx, uint64_t step, const engine_plan_row *rows, int n
     }
 }
 
+/* Waits for the n generations of v (family j % N_FAM each, want tokens);
+ * returns how many gave their reference's tokens. */
+static int finish_ref(req *const *v, int n, int want) {
+    int32_t out[A_GEN];
+    int n_ok = 0;
+    for (int j = 0; j < n; j++) {
+        req_finish f;
+        memset(out, 0, sizeof out);
+        n_ok += finish(v[j], out, A_GEN, &f) == want && f == REQ_FINISH_LENGTH &&
+                !memcmp(out, ref[j % N_FAM], (size_t)want * sizeof *out);
+    }
+    return n_ok;
+}
+
 static void check_decode_share(const model *m, bool off) {
     static ds_ctx c;
     memset(&c, 0, sizeof c);
@@ -492,17 +506,8 @@ static void check_decode_share(const model *m, bool off) {
     if (!c.en) return;
     err_t e = {0};
     CHECK(engine_submit(c.en, c.a[0], &e) == 0);
-    int32_t out[A_GEN];
-    int n_ok = 0;
-    for (int i = 0; i < DS_NA + DS_NB; i++) {
-        if (i == DS_NA && !c.b_sent) break; /* (checked below) */
-        req *r = i < DS_NA ? c.a[i] : c.b[i - DS_NA];
-        int want = i < DS_NA ? A_GEN : DS_B_GEN;
-        req_finish f;
-        memset(out, 0, sizeof out);
-        n_ok += finish(r, out, A_GEN, &f) == want && f == REQ_FINISH_LENGTH &&
-                !memcmp(out, ref[(i < DS_NA ? i : i - DS_NA) % N_FAM], (size_t)want * sizeof *out);
-    }
+    int n_ok = finish_ref(c.a, DS_NA, A_GEN);
+    if (c.b_sent) n_ok += finish_ref(c.b, DS_NB, DS_B_GEN); /* (else checked below) */
     engine_stats st;
     engine_get_stats(c.en, &st);
     engine_free(c.en);
@@ -604,17 +609,9 @@ static void check_decode_share_many(const model *m) {
     if (!c.en) return;
     err_t e = {0};
     CHECK(engine_submit(c.en, c.a[0], &e) == 0);
+    int n_ok = finish_ref(c.a, DS_NA, A_GEN);
+    if (c.b_step) n_ok += finish_ref(c.b, DM_NB, DS_B_GEN); /* (else checked below) */
     int32_t out[A_GEN];
-    int n_ok = 0;
-    for (int i = 0; i < DS_NA + DM_NB; i++) {
-        if (i == DS_NA && !c.b_step) break; /* (checked below) */
-        req *r = i < DS_NA ? c.a[i] : c.b[i - DS_NA];
-        int want = i < DS_NA ? A_GEN : DS_B_GEN;
-        req_finish f;
-        memset(out, 0, sizeof out);
-        n_ok += finish(r, out, A_GEN, &f) == want && f == REQ_FINISH_LENGTH &&
-                !memcmp(out, ref[(i < DS_NA ? i : i - DS_NA) % N_FAM], (size_t)want * sizeof *out);
-    }
     req_finish f;
     int n_p = c.b_step ? finish(c.p, out, A_GEN, &f) : 0;
     engine_free(c.en);

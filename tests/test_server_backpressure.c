@@ -98,6 +98,22 @@ static int stuck_client(int port, int i, int top_logprobs) {
     return fd;
 }
 
+/* The stuck client (fd) reads: its parked request must resume and
+ * generate 100 tokens past `base` (kvloom_generation_tokens_total) within
+ * `secs`; then the client and the server go. */
+static void read_until_resumed(srv *s, int fd, double base, double secs) {
+    struct timeval tv = {0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[65536];
+    double t0 = su_now(), more = 0;
+    while (su_now() - t0 < secs && (more = metric(s->port, "kvloom_generation_tokens_total") - base) < 100)
+        if (read(fd, buf, sizeof buf) == 0) break;
+    CHECK_MSG(more >= 100, "the stuck stream did not resume once read (%.0f more tokens)", more);
+    close(fd);
+    CHECK(srv_stop(s) == 0);
+    if (test_n_fail) srv_print_log(s);
+}
+
 /* --park-bytes: a stream whose client reads nothing is parked once 16 KiB
  * wait unsent (its buffer and the socket's send queue), whatever the time:
  * --park-timeout 60 here, so the time rule alone would let it run on for
@@ -144,17 +160,7 @@ static void park_bytes_check(void) {
     CHECK_MSG(metric(s.port, "kvloom_requests_parked_total") == pt0 && pt0 >= 1,
               "the reading stream was parked (%.0f parks, %.0f before it)", metric(s.port, "kvloom_requests_parked_total"), pt0);
     /* the stuck client reads: its request is unparked and goes on */
-    struct timeval tv = {0, 200000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[65536];
-    t0 = su_now();
-    double more = 0;
-    while (su_now() - t0 < 20 && (more = metric(s.port, "kvloom_generation_tokens_total") - gen0 - gen - 300) < 100)
-        if (read(fd, buf, sizeof buf) == 0) break;
-    CHECK_MSG(more >= 100, "the stuck stream did not resume once read (%.0f more tokens)", more);
-    close(fd);
-    CHECK(srv_stop(&s) == 0);
-    if (test_n_fail) srv_print_log(&s);
+    read_until_resumed(&s, fd, gen0 + gen + 300, 20);
 }
 
 /* --park-timeout by the socket: a client whose kernel acknowledges none of
@@ -196,17 +202,7 @@ static void park_idle_check(void) {
     CHECK_MSG(flips == 0 && metric(s.port, "kvloom_requests_parked_total") == 1,
               "the idle stream did not stay parked: %d samples of 30 not parked, %.0f parks", flips,
               metric(s.port, "kvloom_requests_parked_total"));
-    struct timeval tv = {0, 200000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[65536];
-    t0 = su_now();
-    double more = 0;
-    while (su_now() - t0 < 10 && (more = metric(s.port, "kvloom_generation_tokens_total") - gen0 - gen) < 100)
-        if (read(fd, buf, sizeof buf) == 0) break;
-    CHECK_MSG(more >= 100, "the idle stream did not resume once read (%.0f more tokens)", more);
-    close(fd);
-    CHECK(srv_stop(&s) == 0);
-    if (test_n_fail) srv_print_log(&s);
+    read_until_resumed(&s, fd, gen0 + gen, 10);
 }
 
 int main(void) {
