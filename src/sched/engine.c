@@ -786,7 +786,8 @@ static void park_step(engine *en) {
         bool blocked = atomic_load(&s->r->reader_blocked);
         if (!policy_park(&en->lim, s->sch.stall_since_ns, blocked, now)) continue;
         if (blocked)
-            log_info("engine: request %llu parked: its client left --park-bytes of its output unread",
+            log_info("engine: request %llu parked: its client left --park-bytes of its output unread, or its "
+                     "kernel took none of it for --park-timeout",
                      (unsigned long long)s->order);
         else
             log_info("engine: request %llu parked: its client took none of its output for %.1f s",
