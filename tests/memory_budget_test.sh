@@ -66,7 +66,7 @@ check "awk -v r='$rss' -v a='$accounted' 'BEGIN { exit !(r * 1024 <= a + 1048576
 for part in weights kv_pool requests grammar_caches grammar_idle kv_disk scratch tables; do
     check "grep -q '^kvloom_memory_bytes{part=\"$part\"} ' '$tmp/metrics'" "no kvloom_memory_bytes part $part"
 done
-for part in program stacks heap_free heap_other; do
+for part in program stacks kernel_buffers heap_free heap_other; do
     check "grep -q '^kvloom_process_memory_bytes{part=\"$part\"} ' '$tmp/metrics'" "no process part $part"
 done
 for part in 'memory_bytes{part="scratch"}' 'memory_bytes{part="tables"}' 'process_memory_bytes{part="program"}' \

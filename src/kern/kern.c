@@ -39,6 +39,7 @@
  */
 #include "kern.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +96,9 @@ static const kern_entry entries[] = {
 
 static kern_ops active;
 const kern_ops *kern = &kern_scalar_ops;
+
+_Atomic size_t kern__buffer_bytes;
+size_t kern_thread_buffer_bytes(void) { return atomic_load(&kern__buffer_bytes); }
 
 /* The type table says which types have kernels (types.h): a type loads
  * (`supported`) exactly when the scalar table has its dot product, and has

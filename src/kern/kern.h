@@ -94,6 +94,11 @@ int kern_available(const char **names, int cap);
  * ERR_UNSUPPORTED as kern_init. Not while kernels run. */
 int kern_select(const char *name);
 
+/* Bytes the kernels hold now in per-thread buffers: the AVX-512 table's
+ * prepared gemms map ~1 MiB at a thread's first use and unmap it when the
+ * thread ends (0 with the other tables). For the memory accounting. */
+size_t kern_thread_buffer_bytes(void);
+
 /* Activation format for a weight type: DT_F32 for F32/F16/BF16, DT_Q8_0 for
  * Q8_0/Q4_0/MXFP4, DT_Q8_K for Q4_K/Q5_K/Q6_K, DT_COUNT for a type we cannot
  * multiply. */

@@ -17,6 +17,7 @@
 #ifndef KVLOOM_KERN_INTERNAL_H
 #define KVLOOM_KERN_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kern.h"
@@ -25,6 +26,10 @@
  * when the Makefile compiles their files (KVLOOM_KERN_AVX2/AVX512). */
 extern const kern_ops kern__avx2_ops;
 extern const kern_ops kern__avx512_ops;
+
+/* What kern_thread_buffer_bytes reports: the SIMD tables add and subtract
+ * the bytes of the per-thread buffers they map and unmap. */
+extern _Atomic size_t kern__buffer_bytes;
 
 /* to_f32: a row of the type -> n floats (every bit pattern decodes). */
 void kern__dequant_row_f32(const void *src, float *dst, int64_t n);

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "../chat/toolcall.h"
+#include "../kern/kern.h"
 #include "../sched/req.h"
 #include "api.h"
 #include "apis.h"
@@ -177,20 +178,24 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
      * connections, JSON being parsed, libraries' own */
     const uint64_t named = accounted - mapped + hs.body_bytes + hs.stream_bytes + stored_bytes;
     const uint64_t heap_other = pm.heap_used > named ? pm.heap_used - named : 0;
-    const uint64_t runtime = pm.program + pm.stacks + pm.heap_free + heap_other;
+    /* the compute threads' kernel buffers (anonymous mappings of their own) */
+    const uint64_t kbuf = kern_thread_buffer_bytes();
+    const uint64_t runtime = pm.program + pm.stacks + kbuf + pm.heap_free + heap_other;
     const uint64_t held = accounted + stored_bytes;
     /* handler threads exit when idle: the budget counts the most there were */
     const int threads_peak = pm.threads - hs.n_workers + hs.n_workers_peak;
     const uint64_t budget = held + hs.max_body_total +
-                            (uint64_t)hs.max_connections * (HTTP_STREAM_BUFFER + HTTP_CONN_MEMORY) + pm.program +
+                            (uint64_t)hs.max_connections * (HTTP_STREAM_BUFFER + HTTP_CONN_MEMORY) + pm.program + kbuf +
                             (uint64_t)threads_peak * (tls + MEM_STACK_ALLOWANCE) + pm.heap_free + MEM_HEAP_SLACK;
     sbuf_printf(&b,
                     "# HELP kvloom_process_memory_bytes The process's own memory: program (resident code and "
-                    "libraries), stacks (threads' stacks and thread-local blocks), heap_free (free bytes the "
+                    "libraries), stacks (threads' stacks and thread-local blocks), kernel_buffers (the compute "
+                    "threads' per-thread kernel buffers), heap_free (free bytes the "
                     "allocator holds), heap_other (bytes it handed out that no other part names).\n"
                     "# TYPE kvloom_process_memory_bytes gauge\n"
                     "kvloom_process_memory_bytes{part=\"program\"} %llu\n"
                     "kvloom_process_memory_bytes{part=\"stacks\"} %llu\n"
+                    "kvloom_process_memory_bytes{part=\"kernel_buffers\"} %llu\n"
                     "kvloom_process_memory_bytes{part=\"heap_free\"} %llu\n"
                     "kvloom_process_memory_bytes{part=\"heap_other\"} %llu\n"
                     "# HELP kvloom_process_threads Threads of the process (each holds a %llu-byte thread-local "
@@ -200,7 +205,8 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
                     "# TYPE kvloom_process_resident_bytes gauge\nkvloom_process_resident_bytes %llu\n"
                     "# HELP kvloom_process_resident_peak_bytes The resident set's peak (VmHWM).\n"
                     "# TYPE kvloom_process_resident_peak_bytes gauge\nkvloom_process_resident_peak_bytes %llu\n",
-                    (unsigned long long)pm.program, (unsigned long long)pm.stacks, (unsigned long long)pm.heap_free,
+                    (unsigned long long)pm.program, (unsigned long long)pm.stacks, (unsigned long long)kbuf,
+                    (unsigned long long)pm.heap_free,
                     (unsigned long long)heap_other, (unsigned long long)tls, pm.threads, (unsigned long long)pm.rss, (unsigned long long)pm.peak_rss);
     sbuf_printf(&b,
                     "# HELP kvloom_memory_accounted_bytes kvloom_memory_bytes of every loaded model, request bodies "
