@@ -770,9 +770,8 @@ static bool seq_stalled(engine *en, seq *s, int64_t now) {
 /* Parks the running sequences policy_park names (the clock seq_stalled
  * keeps) and unparks the waiting ones policy_unpark names. A parked
  * sequence holds no slot and no block: a client that does not read costs
- * the engine nothing while it waits to be cut (before, it kept decoding
- * into a buffer nobody read, holding its slot and blocks, until
- * --stall-timeout). */
+ * the engine nothing while it waits to be cut (docs/decisions.md, "the
+ * engine's rules for clients that do not behave"). */
 static void park_step(engine *en) {
     if (en->park_ms <= 0) return;
     int64_t now = sched__now(en);

@@ -139,8 +139,8 @@ typedef struct engine_opts {
      * masks are always inside the step. */
     bool mask_sync;
     /* No decode share between clients (policy_decode_share): every running
-     * client's decode rows run in every step, as before issue 26's rule
-     * (for a server whose clients trust each other and want throughput). */
+     * client's decode rows run in every step (for a server whose clients
+     * trust each other and want throughput). */
     bool no_decode_share;
     /* Testing: called on the engine thread after every step's plan, with
      * the batch's rows (engine_plan_row), before the forward pass; it may

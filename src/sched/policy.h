@@ -343,8 +343,7 @@ int policy_park_ms(int park_ms, int stall_timeout_ms);
  * part plus a part per token, so every decode row of one client lengthens
  * the step of every other: a client with 16 streams beside 8 agents made
  * the agents' steps about twice as long although slots and blocks never
- * ran out (SmolLM2-135M, bench/tenant_bench.sh: the agents' TTFT p50 2.8x,
- * out tok/s 0.45x of their run alone). So when more than one client has
+ * ran out (docs/reliability.md, "Agents beside a hostile tenant"). So when more than one client has
  * tokens in a step, every client gives up decode rows until it has no more
  * than the largest other client (at least POLICY_DECODE_SHARE_MIN, so a
  * lone chat beside a flood does not cut the flood to one row, wasting the
@@ -352,8 +351,7 @@ int policy_park_ms(int park_ms, int stall_timeout_ms);
  * POLICY_DECODE_SHARE_MIN rows. In a step that gives another client a
  * first token (its prompt's end) a client keeps only
  * POLICY_DECODE_SHARE_MIN: TTFT is what an agent waits for, and such steps
- * are few beside a generation's (equal shares alone left the agents' TTFT
- * p50 at 1.66x of alone, this 1.34x). The rows that sit out are those that
+ * are few beside a generation's (docs/decisions.md). The rows that sit out are those that
  * ran most recently, then the newest, so the client's sequences take
  * turns; only decode rows sit out (prefill chunks are the prefill order's,
  * and count as their client's tokens). Every client, not only the widest:
