@@ -331,7 +331,7 @@ static void check_clock_backpressure(const model *m) {
     o.park_ms = 300;
     CHECK(engine_new(m, &o, &en, &e) == 0);
     if (!en) return;
-    enum { N_GEN = 48 };
+    enum { N_GEN = MAX_GEN }; /* collect copies at most MAX_GEN tokens */
     int32_t ref[N_GEN], out[N_GEN];
     int n_ref = 0, n_out = 0;
     r = clock_req(N_GEN); /* read as it comes: never parked (the clock stands still) */
