@@ -58,9 +58,13 @@ job() { # key, timeout, command, argument ("" for none), display name
 # ref_selftest_test (the numpy reference's self-test: Python, and the fixture
 # models' sums, which the phase's own `make fixtures` already checked),
 # memory_budget_test (resident memory: the sanitizers' shadow and
-# quarantine are not the server's).
+# quarantine are not the server's), webui_test (the chat page in headless
+# chromium: its server side is a static file and the streaming chat API,
+# which test_server_api runs under the sanitizer), sizing_test (the default
+# pool from a model's context: the same sizing code runs at the start of
+# every server the C tests start).
 # They all run in the first phase.
-SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test deploy_test gptoss_test ref_selftest_test memory_budget_test"
+SAN_SKIP="kvdisk_test tools_test cli_test kernels_test crash_restart_test kvdisk_full_test deploy_test gptoss_test ref_selftest_test memory_budget_test webui_test sizing_test"
 skipped=""
 # Script tests first: the longest ones are among them, and starting them
 # first leaves the short C tests to fill in at the end.
