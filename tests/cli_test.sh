@@ -149,6 +149,18 @@ check '[ $st -eq 0 ] && grep -qE "^pp16 +[0-9.]+ t/s" "$tmp/mb" && grep -qE "^tg
 "$BIN" bench -m "$SHARED/models/stories260K.gguf" --seqs 0 -r 1 > "$tmp/mbe" 2>&1; st=$?
 check '[ $st -eq 2 ] && grep -q -- "--seqs" "$tmp/mbe"' "bad --seqs not rejected clearly: $(cat "$tmp/mbe")"
 
+# speculation end to end with a replayed acceptance pattern (bench --spec-e2e): the output of the
+# speculating engine equals the --spec off engine's token for token, and its decode passes, drafted
+# and accepted counts are exactly those of the drafter replayed over bench/spec/edit.txt (drafts
+# both accepted and rejected); 2 sequences with ngram k <= 16, 1 with suffix k <= 8
+for cfg in "--seqs 2 --drafter ngram --kmax 16 --depth 40" "--drafter suffix --depth 8"; do
+    # shellcheck disable=SC2086 # a word list
+    "$BIN" bench -m "$SHARED/models/stories260K.gguf" --spec-e2e --text "$ROOT/bench/spec/edit.txt" --tg 96 -r 1 -t 1 \
+        $cfg > "$tmp/se" 2>&1; st=$?
+    check '[ $st -eq 0 ] && grep -q "^outputs: 0 tokens differ .*pattern: 0 of 1$" "$tmp/se" &&
+           awk "/^pattern: [0-9]+ decode passes/ { ok = \$12 > \$14 && \$14 > 0 } END { exit !ok }" "$tmp/se"' \
+          "bench --spec-e2e $cfg: $(cat "$tmp/se")"
+done
 # tokenizer throughput benchmark works on a vocabulary-only file
 "$BIN" bench -m "$SHARED/vocab/ggml-vocab-gpt-2.gguf" --tokenizer -r 1 > "$tmp/tb" 2>&1; st=$?
 check '[ $st -eq 0 ] && grep -q "^tokenizer gpt2" "$tmp/tb" && grep -qE "^encode +[0-9.]+ MB/s" "$tmp/tb"' "bench --tokenizer: $(cat "$tmp/tb")"

@@ -5,7 +5,7 @@
  *   kvloom bench -m MODEL [-t N] [--pp 512] [--tg 128] [--depth D] [-r REPS]
  *   kvloom bench -m MODEL --tokenizer [--text FILE] [-r REPS]
  *   kvloom bench -m MODEL --grammar [--tools FILE] [-n OBJECTS] (bench_grammar.c)
- *   kvloom bench -m MODEL --verify | --spec-replay ... (bench_spec.c)
+ *   kvloom bench -m MODEL --verify | --spec-replay | --spec-e2e ... (bench_spec.c)
  *
  * Place in the flow: cli/, beside run; it drives model_forward directly
  * (no scheduler, no tokenizer): token ids are drawn from a fixed-seed
@@ -217,7 +217,8 @@ static int bench_decode_shared(bench_ctx *b, int S, int depth, int p_begin, int 
 /* bench's options (its flag table's fields). */
 typedef struct bench_opts {
     const char *path, *text_path, *tools_path, *schemas_path;
-    bool tokenizer_mode, grammar_mode, verify_mode, replay_mode;
+    bool tokenizer_mode, grammar_mode, verify_mode, replay_mode, e2e_mode;
+    const char *drafter;
     const char *texts[16];
     int n_texts;
     long kmax, n_objects, threads, pp, tg, depth, reps, n_seqs;
@@ -249,6 +250,10 @@ static const flag_row bench_flags[] = {
     FLAG_ROW("--verify", NULL, NULL, "speculative verification: K draft tokens checked in one step", FLAG_ON,
              BO(verify_mode)),
     FLAG_ROW("--spec-replay", NULL, NULL, "the drafters replayed over --text files", FLAG_ON, BO(replay_mode)),
+    FLAG_ROW("--spec-e2e", NULL, NULL,
+             "speculation end to end with the drafts right where --drafter is on --text's replayed output",
+             FLAG_ON, BO(e2e_mode)),
+    FLAG_ROW("--drafter", NULL, "ngram|suffix", "--spec-e2e's replayed drafter (default suffix)", FLAG_STR, BO(drafter)),
     FLAG_ROW("--kmax", NULL, "K", "draft tokens at most (--verify 16, --spec-replay 8)", FLAG_LONG, BO(kmax), 1,
              DRAFT_MAX),
     FLAG_ROW("--tokenizer", NULL, NULL, "tokenizer speed over --text (or a built-in text)", FLAG_ON,
@@ -269,6 +274,8 @@ static const flag_cmd bench_cmd = {
     "                    [--kv-type f16|q8_0]\n"
     "       kvloom bench -m MODEL.gguf --verify [--depth D] [--kmax 16] [-r REPS] [-t THREADS]\n"
     "       kvloom bench -m MODEL.gguf --spec-replay --text FILE [--text FILE ...] [--kmax 8]\n"
+    "       kvloom bench -m MODEL.gguf --spec-e2e --text FILE [--drafter suffix] [--kmax 8] [--tg N] [--depth D]\n"
+    "                    [--seqs B] [-r ROUNDS] [-t THREADS]\n"
     "       kvloom bench -m MODEL.gguf --tokenizer [--text FILE] [-r REPS]\n"
     "       kvloom bench -m MODEL.gguf --grammar [--tools FILE.json] [-n OBJECTS] [-t THREADS]\n"
     "       kvloom bench -m MODEL.gguf --grammar --schemas FILE.jsonl [-n WALKS]\n",
@@ -299,6 +306,9 @@ int cli__bench(int argc, char **argv) {
 
     if (tokenizer_mode) return bench_tokenizer(path, text_path, reps);
     if (verify_mode) return cli__bench_verify(path, depth, kmax > 0 ? kmax : 16, reps, threads);
+    if (o.e2e_mode)
+        return cli__bench_spec_e2e(path, text_path, o.drafter ? o.drafter : "suffix", kmax > 0 ? kmax : 8, tg, depth,
+                                   n_seqs, reps, threads);
     if (replay_mode) return cli__bench_spec_replay(path, texts, n_texts, kmax > 0 ? kmax : 8);
     if (grammar_mode && schemas_path) return cli__bench_grammar_schemas(path, schemas_path, n_objects);
     if (grammar_mode) return cli__bench_grammar(path, tools_path, n_objects, threads);

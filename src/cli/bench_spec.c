@@ -18,6 +18,15 @@
  *       outputs, in order). Reports tokens per verification step and the
  *       share of drafts accepted. This measures the drafters, not a model:
  *       the text is what an agent would emit.
+ *   kvloom bench -m MODEL --spec-e2e --text FILE [--drafter suffix]
+ *                [--kmax 8] [--tg N] [--depth D] [--seqs B] [-r ROUNDS]
+ *       speculation end to end on MODEL (the engine's forwards,
+ *       verification, rollback and streaming) with drafts that are right
+ *       exactly where the drafter is right on FILE's replayed output: B
+ *       sequences of D prompt tokens generate N tokens at temperature 0,
+ *       ROUNDS rounds of speculation off and on, interleaved; decode
+ *       tokens/s, passes and draft counts, checked against the pattern and
+ *       the output against speculation off's (below, "end to end").
  *
  * Thread: the CLI's main thread; the model's pool runs the kernels.
  */
@@ -27,7 +36,10 @@
 
 #include "../base/base.h"
 #include "../model/model.h"
+#include "../sample/sample.h"
 #include "../sched/draft.h"
+#include "../sched/engine.h"
+#include "../sched/req.h"
 #include "../tok/tok.h"
 #include "cli.h"
 
@@ -197,4 +209,310 @@ int cli__bench_spec_replay(const char *path, const char **files, int n_files, lo
     free(fs);
     tok_free(tk);
     return 0;
+}
+
+/* ---- end to end with a replayed acceptance pattern ----
+ *
+ * The engine runs speculation on MODEL for real — forwards over 1 + k
+ * positions, verification, rollback of the rejected drafts' K/V, streaming
+ * to a reader — while the drafts follow the pattern the drafter (--drafter)
+ * has on the replayed agent text of --text: at the replay's output position
+ * p it proposes k(p) tokens of which the first a(p) equal the replayed
+ * output. The model's own drafts are then its reference output (a first
+ * pass with speculation off, temperature 0): drafts 0..a-1 are the true
+ * next tokens, draft a (when a < k) a wrong one, the rest the true ones
+ * again (never verified: the first mismatch ends the step). The model's
+ * output position p maps to the replay's position start + p. So what is
+ * simulated is only which drafts are right; the draft lengths are the
+ * replayed drafter's; every cost is the engine's. */
+
+typedef struct e2e_seq {
+    int32_t *prompt;    /* (n_prompt) the model's prompt                     */
+    int n_prompt;
+    int32_t *ref;       /* (N) its output with speculation off               */
+    uint8_t *k, *a;     /* (N) the replayed drafter at output position p     */
+    int exp_passes;     /* decode passes the pattern implies (p = 1 .. N)    */
+    long exp_drafted, exp_accepted;
+    req *r;
+    int seen;
+    int64_t t_first, t_last; /* the reader's clock at the first / last token */
+} e2e_seq;
+
+typedef struct e2e_ctx {
+    e2e_seq *s;
+    int B, N, n_vocab;
+} e2e_ctx;
+
+/* engine_opts.spec_drafts: the pattern's drafts for r's context tokens[0, n). */
+static int e2e_drafts(void *ctx, const req *r, const int32_t *tokens, int n, int max, int32_t *out) {
+    (void)tokens;
+    e2e_ctx *c = ctx;
+    for (int i = 0; i < c->B; i++) {
+        e2e_seq *q = &c->s[i];
+        if (q->r != r) continue;
+        int p = n - q->n_prompt; /* tokens generated: the drafts guess ref[p ...] */
+        if (p < 1 || p >= c->N) return 0;
+        int k = MIN(MIN((int)q->k[p], max), c->N - p), a = MIN((int)q->a[p], k);
+        for (int j = 0; j < k; j++) out[j] = q->ref[p + j];
+        if (a < k) out[a] = (q->ref[p + a] + 1) % c->n_vocab;
+        return k;
+    }
+    return 0;
+}
+
+/* The replayed drafter's (k, a) at every output position p in [1, N) of the
+ * window starting at the replay's output position `start`, and the path a
+ * speculating engine takes through it from p = 1 (the first token comes
+ * from the prefill). */
+static int e2e_pattern(const replay_file *f, draft_kind kind, int kmax, int start, int N, e2e_seq *q) {
+    draft_opts o = draft_defaults(kind);
+    o.max_draft = kmax;
+    drafter *d = draft_new(&o);
+    draft_seq *ds = d ? draft_seq_new(d) : NULL;
+    if (!ds) {
+        draft_free(d);
+        return -1;
+    }
+    q->k = xcalloc((size_t)N, 1);
+    q->a = xcalloc((size_t)N, 1);
+    int32_t out[DRAFT_MAX];
+    const int32_t *want = f->toks + f->n_prompt + start;
+    for (int p = 1; p < N; p++) {
+        int k = draft_propose(d, ds, f->toks, f->n_prompt + start + p, MIN(kmax, N - p - 1), out), a = 0;
+        while (a < k && out[a] == want[p + a]) a++;
+        q->k[p] = (uint8_t)k, q->a[p] = (uint8_t)a;
+    }
+    draft_seq_end(d, ds, f->toks, f->n_prompt, f->n_prompt, false);
+    draft_free(d);
+    q->exp_passes = 0, q->exp_drafted = q->exp_accepted = 0;
+    for (int p = 1; p < N; p += q->a[p] + 1) q->exp_passes++, q->exp_drafted += q->k[p], q->exp_accepted += q->a[p];
+    return 0;
+}
+
+typedef struct e2e_run_out {
+    double tps;                 /* decode tokens/s (the reader's clock)         */
+    long passes, prefill_passes; /* forward passes over all sequences; of them
+                                    the ones up to each first token            */
+    long drafted, accepted;
+    int mismatches;             /* tokens that differ from the reference       */
+} e2e_run_out;
+
+/* One run: B requests of N tokens at temperature 0 through `en` (with
+ * speculation unless `off`), read as they stream; `record`: the tokens
+ * become the references. */
+static int e2e_run(engine *en, e2e_ctx *c, bool off, bool record, draft_kind kind, e2e_run_out *o, err_t *e) {
+    engine_stats st0, st1;
+    engine_get_stats(en, &st0);
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < c->B; i++) {
+        e2e_seq *q = &c->s[i];
+        int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)q->n_prompt);
+        memcpy(ids, q->prompt, sizeof(int32_t) * (size_t)q->n_prompt);
+        q->r = req_new(ids, q->n_prompt); /* takes ids */
+        q->r->sp = sampler_defaults();
+        q->r->sp.temperature = 0;
+        q->r->max_tokens = c->N;
+        q->r->no_spec = off;
+        q->seen = 0, q->t_first = q->t_last = 0;
+    }
+    int rc = 0;
+    for (int i = 0; i < c->B && !rc; i++) rc = engine_submit(en, c->s[i].r, e);
+    /* the reader: every request's new tokens as they are posted */
+    int64_t *arrive = xmalloc(sizeof(int64_t) * (size_t)c->B * (size_t)c->N);
+    for (int done = 0; !rc && done < c->B;) {
+        done = 0;
+        bool any = false;
+        for (int i = 0; i < c->B; i++) {
+            e2e_seq *q = &c->s[i];
+            req_finish fin;
+            int n = req_wait(q->r, q->seen, 0, &fin);
+            int64_t now = clock_ns();
+            for (; q->seen < n && q->seen < c->N; q->seen++) {
+                req_token t;
+                req_copy_tokens(q->r, q->seen, 1, &t);
+                if (record) q->ref[q->seen] = t.id;
+                else o->mismatches += t.id != q->ref[q->seen];
+                arrive[(size_t)i * c->N + q->seen] = now;
+                any = true;
+            }
+            if (fin != REQ_RUNNING && req_wait(q->r, q->seen, 0, &fin) == q->seen) {
+                if (fin == REQ_FINISH_ERROR) {
+                    char msg[256] = "";
+                    req_get_finish(q->r, NULL, msg, sizeof msg);
+                    rc = err_set(e, ERR_RANGE, "request %d: %s", i, msg);
+                }
+                done++;
+            }
+        }
+        if (!any && done < c->B) /* wait for the first unfinished one */
+            for (int i = 0; i < c->B; i++) {
+                req_finish fin;
+                if (req_wait(c->s[i].r, c->s[i].seen, 0, &fin) == c->s[i].seen && fin == REQ_RUNNING) {
+                    req_wait(c->s[i].r, c->s[i].seen, 5, &fin);
+                    break;
+                }
+            }
+    }
+    if (!rc) {
+        /* decode: the tokens that arrived after every sequence had its first
+         * one and up to the first sequence's last one (B = 1: tokens 1..N-1) */
+        int64_t t0 = 0, t1 = INT64_MAX;
+        for (int i = 0; i < c->B; i++) {
+            e2e_seq *q = &c->s[i];
+            if (q->seen != c->N) rc = err_set(e, ERR_RANGE, "request %d: %d of %d tokens", i, q->seen, c->N);
+            else {
+                t0 = MAX(t0, arrive[(size_t)i * c->N]);
+                t1 = MIN(t1, arrive[(size_t)i * c->N + c->N - 1]);
+            }
+            o->passes += q->r->n_forward_steps;
+        }
+        long n = 0;
+        for (int i = 0; i < c->B && !rc; i++)
+            for (int p = 0; p < c->N; p++) n += arrive[(size_t)i * c->N + p] > t0 && arrive[(size_t)i * c->N + p] <= t1;
+        o->tps = t1 > t0 ? n / ((double)(t1 - t0) / 1e9) : 0;
+    }
+    free(arrive);
+    for (int i = 0; i < c->B; i++) req_unref(c->s[i].r), c->s[i].r = NULL;
+    engine_get_stats(en, &st1);
+    o->drafted = (long)(st1.spec_drafted_tokens_total[kind] - st0.spec_drafted_tokens_total[kind]);
+    o->accepted = (long)(st1.spec_accepted_tokens_total[kind] - st0.spec_accepted_tokens_total[kind]);
+    return rc;
+}
+
+static engine *e2e_engine(const model *m, e2e_ctx *c, draft_kind spec, int kmax, long threads, err_t *e) {
+    engine_opts eo = engine_defaults();
+    int n_ctx = 0, bt = eo.block_tokens, blocks = 16;
+    for (int i = 0; i < c->B; i++) {
+        n_ctx = MAX(n_ctx, c->s[i].n_prompt + c->N);
+        blocks += 2 * ((c->s[i].n_prompt + c->N + kmax) / bt + 2); /* its run and the cached prompt */
+    }
+    eo.n_threads = (int)threads;
+    eo.n_ctx = n_ctx;
+    eo.kv_mem_bytes = model_kv_block_bytes(m, bt) * (size_t)blocks;
+    eo.max_running = c->B;
+    eo.spec = spec;
+    eo.spec_max = kmax;
+    if (spec != DRAFT_OFF) eo.spec_drafts = e2e_drafts, eo.spec_drafts_ctx = c;
+    engine *en;
+    return engine_new(m, &eo, &en, e) ? NULL : en;
+}
+
+int cli__bench_spec_e2e(const char *path, const char *file, const char *drafter_name, long kmax, long N, long depth,
+                        long B, long rounds, long threads) {
+    err_t e = {0};
+    draft_kind kind;
+    if (draft_kind_parse(drafter_name, &kind, &e) < 0 || (kind != DRAFT_NGRAM && kind != DRAFT_SUFFIX)) {
+        fprintf(stderr, "kvloom bench: --drafter: '%s' is not ngram or suffix\n", drafter_name);
+        return 2;
+    }
+    if (!file) {
+        fprintf(stderr, "kvloom bench: --spec-e2e needs --text FILE (a replayed prompt and output)\n");
+        return 2;
+    }
+    model *m;
+    tokenizer *tk;
+    if (model_load(path, &m, &e)) {
+        fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
+        return 1;
+    }
+    if (tok_load(m->gguf, &tk, &e)) {
+        fprintf(stderr, "kvloom bench: %s: %s\n", path, e.msg);
+        model_free(m);
+        return 1;
+    }
+    replay_file f = {0};
+    int rc = 1;
+    double *t_off = xmalloc(sizeof(double) * (size_t)rounds), *t_spec = xmalloc(sizeof(double) * (size_t)rounds);
+    double *ratio = xmalloc(sizeof(double) * (size_t)rounds);
+    e2e_ctx c = {.B = (int)B, .N = (int)N, .n_vocab = m->cfg.n_vocab};
+    c.s = xcalloc((size_t)B, sizeof *c.s);
+    engine *en = NULL;
+    if (load_replay(tk, file, &f, &e)) {
+        fprintf(stderr, "kvloom bench: %s\n", e.msg);
+        goto out;
+    }
+    int n_out = f.n - f.n_prompt, D = (int)MAX(depth, 1);
+    if (n_out < N + 1 || D + N > m->cfg.n_ctx_train) {
+        fprintf(stderr, "kvloom bench: %s has %d output tokens (needs more than --tg %ld), or --depth %ld + --tg %ld passes "
+                        "the model's context of %d\n", file, n_out, N, depth, N, m->cfg.n_ctx_train);
+        goto out;
+    }
+    /* sequence i: a D-token prompt of the replay's prompt tokens (cycled,
+     * from offset 97 i: the sequences differ), and the replay window at
+     * output position i (n_out - N) / B */
+    long pat_steps = 0, pat_drafted = 0, pat_acc = 0, hist[DRAFT_MAX + 1] = {0};
+    for (int i = 0; i < B; i++) {
+        e2e_seq *q = &c.s[i];
+        q->n_prompt = D;
+        q->prompt = xmalloc(sizeof(int32_t) * (size_t)D);
+        int lo = f.n_prompt > 1 ? 1 : 0, span = f.n_prompt - lo;
+        for (int j = 0; j < D; j++) q->prompt[j] = j < lo ? f.toks[0] : f.toks[lo + (97 * i + j - lo) % span];
+        q->ref = xcalloc((size_t)N, sizeof(int32_t));
+        int start = (int)(i * (long)(n_out - N) / B);
+        if (e2e_pattern(&f, kind, (int)kmax, start, (int)N, q) < 0) {
+            fprintf(stderr, "kvloom bench: out of memory\n");
+            goto out;
+        }
+        pat_steps += q->exp_passes, pat_drafted += q->exp_drafted, pat_acc += q->exp_accepted;
+        for (int p = 1; p < N; p += q->a[p] + 1) hist[q->k[p]]++;
+        printf("sequence %d: prompt %d tokens, replay window %d..%ld of %d output tokens: %d decode passes for %ld tokens "
+               "(%.2f tokens per pass), %ld drafted, %ld accepted\n",
+               i, D, start, start + N, n_out, q->exp_passes, N - 1, (double)(N - 1) / q->exp_passes, q->exp_drafted,
+               q->exp_accepted);
+    }
+    printf("pattern (%s, k <= %ld): decode passes by draft length k:", draft_kind_name(kind), kmax);
+    for (int k = 0; k <= kmax; k++)
+        if (hist[k]) printf(" k=%d:%ld", k, hist[k]);
+    printf("\n");
+    fflush(stdout);
+    /* the references: an engine with speculation off */
+    e2e_run_out ro;
+    en = e2e_engine(m, &c, DRAFT_OFF, (int)kmax, threads, &e);
+    if (!en || e2e_run(en, &c, true, true, kind, &ro, &e)) goto fail;
+    printf("reference (--spec off engine): %.2f tokens/s, %ld passes\n", ro.tps, ro.passes);
+    engine_free(en);
+    /* the rounds: one engine with the pattern's drafts; the off runs opt out
+     * per request (req.no_spec), so both reuse the cached prompt */
+    en = e2e_engine(m, &c, kind, (int)kmax, threads, &e);
+    if (!en || e2e_run(en, &c, true, false, kind, &ro, &e)) goto fail; /* warm-up: caches the prompts */
+    long differ = ro.mismatches, off_count = 0;
+    printf("%5s %10s %10s %8s  %10s %8s %8s %8s %7s\n", "round", "off t/s", "spec t/s", "ratio", "spec passes",
+           "drafted", "accepted", "expected", "differ");
+    rc = 0;
+    for (long i = 0; i < rounds && !rc; i++) {
+        e2e_run_out a, b;
+        bool spec_first = i % 2;
+        if (e2e_run(en, &c, !spec_first, false, kind, spec_first ? &b : &a, &e) ||
+            e2e_run(en, &c, spec_first, false, kind, spec_first ? &a : &b, &e))
+            goto fail;
+        t_off[i] = a.tps, t_spec[i] = b.tps, ratio[i] = b.tps / a.tps;
+        long dp = b.passes - (a.passes - B * (N - 1)); /* (the prefill's passes: as many in both runs) */
+        differ += a.mismatches + b.mismatches;
+        off_count += dp != pat_steps || b.drafted != pat_drafted || b.accepted != pat_acc;
+        printf("%5ld %10.2f %10.2f %8.3f  %10ld %8ld %8ld %8s %7d\n", i + 1, a.tps, b.tps, ratio[i], dp, b.drafted,
+               b.accepted, dp == pat_steps && b.drafted == pat_drafted && b.accepted == pat_acc ? "yes" : "NO",
+               a.mismatches + b.mismatches);
+        fflush(stdout);
+    }
+    double mo = median(t_off, (int)rounds), ms = median(t_spec, (int)rounds), mr = median(ratio, (int)rounds);
+    printf("median: off %.2f tokens/s, spec %.2f tokens/s (%.3fx); paired ratio median %.3fx over %ld rounds\n", mo, ms,
+           ms / mo, mr, rounds);
+    printf("pattern: %ld decode passes for %ld tokens (%.2f tokens per pass), %ld drafted, %ld accepted\n", pat_steps,
+           B * (N - 1), (double)(B * (N - 1)) / pat_steps, pat_drafted, pat_acc);
+    printf("outputs: %ld tokens differ from the --spec off engine's; runs whose passes or counts differ from the "
+           "pattern: %ld of %ld\n", differ, off_count, rounds);
+    rc = differ || off_count ? 1 : 0;
+    goto out;
+fail:
+    fprintf(stderr, "kvloom bench: %s\n", e.msg);
+    rc = 1;
+out:
+    engine_free(en);
+    free(t_off), free(t_spec), free(ratio);
+    for (int i = 0; i < B; i++) free(c.s[i].prompt), free(c.s[i].ref), free(c.s[i].k), free(c.s[i].a);
+    free(c.s);
+    free(f.toks);
+    tok_free(tk);
+    model_free(m);
+    return rc;
 }

@@ -19,6 +19,8 @@ int cli__bench(int argc, char **argv);    /* kvloom bench ... (bench.c) */
 /* bench_spec.c: speculative decoding's verify cost and drafter acceptance */
 int cli__bench_verify(const char *path, long depth, long kmax, long reps, long threads);
 int cli__bench_spec_replay(const char *path, const char **files, int n_files, long kmax);
+int cli__bench_spec_e2e(const char *path, const char *file, const char *drafter, long kmax, long N, long depth,
+                        long B, long rounds, long threads);
 int cli__bench_grammar(const char *path, const char *tools_path, long n_objects, long threads);
 /* The schema corpus mode: bench_grammar.c. */
 int cli__bench_grammar_schemas(const char *path, const char *schemas_path, long walks);

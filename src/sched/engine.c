@@ -1111,9 +1111,16 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         }
         /* ngram, suffix: the proposal first, then how much of it its
          * evidence says pays (no estimate reaches 1: nothing pays above) */
-        if (max <= 0 || thr >= 1) continue;
-        int k = draft_propose(en->dr, s->spec.ds, s->tok.ids, s->tok.n, max, s->spec.draft);
-        k = draft_plan_seq(en->dr, s->spec.ds, k, thr);
+        int k;
+        if (en->o.spec_drafts) { /* (bench --spec-e2e: its drafts, all verified) */
+            if (max <= 0) continue;
+            k = MAX(0, MIN(max, en->o.spec_drafts(en->o.spec_drafts_ctx, s->r, s->tok.ids, s->tok.n, max,
+                                                  s->spec.draft)));
+        } else {
+            if (max <= 0 || thr >= 1) continue;
+            k = draft_propose(en->dr, s->spec.ds, s->tok.ids, s->tok.n, max, s->spec.draft);
+            k = draft_plan_seq(en->dr, s->spec.ds, k, thr);
+        }
         k = spec_reserve(en, s, spec_cut_grammar(s, k));
         if (k <= 0) continue;
         s->spec.n_draft = k;

@@ -99,6 +99,16 @@ typedef struct engine_opts {
      * outlive the engine), run by the engine thread (sched/dmodel.h) with
      * its own KV pool of as many blocks as this one. */
     const model *draft_model;
+    /* Benchmarking only (`kvloom bench --spec-e2e`, cli/bench_spec.c; serve
+     * and run never set it): with spec ngram or suffix, a decoding
+     * sequence's drafts come from this function instead of the drafter's
+     * proposal (up to `max` tokens after r's context tokens[0, n); returns
+     * the count), and every one of them is verified (the cost policy is
+     * skipped; free KV blocks and the step's rows still cut them). The
+     * forward over 1 + k positions, the verification, the rollback of the
+     * rejected drafts' K/V and the streaming stay the engine's own. */
+    int (*spec_drafts)(void *ctx, const req *r, const int32_t *tokens, int n, int max, int32_t *out);
+    void *spec_drafts_ctx;
     /* Fairness between clients (req.client; sched/policy.h and engine_impl.h, "Fair admission").
      * Waiting requests are admitted lowest priority class first, then the
      * client with the fewest running sequences, then the one served the
