@@ -13,6 +13,9 @@
 #    stdout, nothing on stderr, and exit 0;
 #  - paths: run without -m and gen work from another directory, and from a
 #    `make install PREFIX=...` tree.
+#  - `kvloom bench --spec-e2e` on stories260K: the speculating engine's output
+#    is the --spec off engine's token for token, and its passes and draft
+#    counts are the replayed drafter's pattern's.
 . "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 
