@@ -20,9 +20,16 @@
  *   - the policy: thresholds grow with the batch, draft lengths with alpha;
  *   - the acceptance table (ngram, suffix): a class of evidence whose
  *     drafts are rejected stops being drafted, for new sequences too,
- *     without silencing other classes, and is retried only now and then;
- *     after long accepted drafts a new sequence drafts them whole at once.
+ *     without silencing other classes; after long accepted drafts a new
+ *     sequence drafts them whole at once;
+ *   - ngram's confidence evidence: draft_margin against a naive gap; the
+ *     same tokens copied from places sampled with wide and with narrow
+ *     margins are apart (one drafted whole, the other not), nothing noted
+ *     is a third class; a declined class learns from the tokens the steps
+ *     reveal and is drafted again once they agree, without drafting first;
+ *     feedback scores the proposal's own places in a context that grew.
  */
+#include <math.h>
 #include <string.h>
 
 #include "sched/draft.h"
@@ -360,7 +367,7 @@ static void test_policy(void) {
     drafter *d = draft_new(&o);
     draft_seq *s = draft_seq_new(d);
     CHECK_NEAR(draft_seq_alpha(s), 0.5, 1e-9);
-    for (int i = 0; i < 30; i++) draft_seq_feedback(d, s, 8, 0);
+    for (int i = 0; i < 30; i++) draft_seq_feedback(d, s, 8, 0, NULL, 0);
     CHECK(draft_seq_alpha(s) < 0.15);
     /* drafts never accepted stop even where a draft costs little (a
      * draft model's one-token draft: ~3% of a step at batch 1, docs/perf.md)
@@ -369,7 +376,7 @@ static void test_policy(void) {
     int n_drafting = 0;
     for (int step = 0; step < 200; step++) {
         int k = draft_plan(8, draft_seq_alpha(r), draft_threshold(1, 1, 0.03, 0));
-        if (k > 0) draft_seq_feedback(d, r, k, 0);
+        if (k > 0) draft_seq_feedback(d, r, k, 0, NULL, 0);
         else draft_seq_idle(r);
         n_drafting += k > 0;
         if (step == 9) CHECK_MSG(n_drafting <= 3, "%d of the first 10 steps drafted", n_drafting);
@@ -378,7 +385,7 @@ static void test_policy(void) {
     draft_seq_end(d, r, NULL, 0, 0, false);
     for (int i = 0; i < 300; i++) draft_seq_idle(s);
     CHECK(draft_seq_alpha(s) > 0.45);
-    for (int i = 0; i < 30; i++) draft_seq_feedback(d, s, 8, 8);
+    for (int i = 0; i < 30; i++) draft_seq_feedback(d, s, 8, 8, NULL, 0);
     CHECK(draft_seq_alpha(s) > 0.85);
     draft_seq_end(d, s, NULL, 0, 0, false);
     draft_free(d);
@@ -406,17 +413,110 @@ static void test_cost(void) {
     CHECK(draft_cost_token(&d, 0.05) >= 1);
 }
 
-/* One proposal of a new sequence on d after ctx, planned at threshold thr;
- * verified with `accept` of the planned tokens accepted (-1: all).
- * Returns how many were planned. */
+/* One proposal of a new sequence on d after ctx[0, n), planned at
+ * threshold thr, then the step's outcome as the engine reports it: the
+ * true continuation is the proposal's first `accept` tokens (-1: all of
+ * it) and then another token; the drafts agreeing with it are accepted and
+ * the token sampled after them is revealed too. Returns how many were
+ * planned. */
 static int episode(drafter *d, const int32_t *ctx, int n, double thr, int accept) {
     draft_seq *s = draft_seq_new(d);
-    int32_t out[DRAFT_MAX];
+    int32_t out[DRAFT_MAX], all[64 + DRAFT_MAX + 1];
     int k = draft_propose(d, s, ctx, n, 8, out);
     int j = draft_plan_seq(d, s, k, thr);
-    if (j > 0) draft_seq_feedback(d, s, j, accept < 0 ? j : MIN(accept, j));
+    int a = accept < 0 ? k : MIN(accept, k); /* the continuation agrees with the proposal up to a */
+    ASSERT(n <= 64);
+    memcpy(all, ctx, (size_t)n * sizeof *ctx);
+    int acc = MIN(j, a), m = n;
+    for (int i = 0; i < acc; i++) all[m++] = out[i];
+    all[m++] = acc < a ? out[acc] : 1000 + acc; /* the sampled token: the proposal's where it agrees */
+    draft_seq_feedback(d, s, j, acc, all, m);
     draft_seq_end(d, s, NULL, 0, 0, false);
     return j;
+}
+
+/* draft_margin against a naive gap; ngram's confidence classes (the
+ * margin a copied token was sampled with) are evidence apart from each
+ * other; a declined class is learnt from the tokens the steps reveal and
+ * drafted again once they agree with it, without being drafted first. */
+static void test_confidence(void) {
+    float row[40];
+    for (int round = 0; round < 200; round++) {
+        int n = 2 + round % 39;
+        for (int i = 0; i < n; i++) row[i] = (float)(rng_u64() % 64) / 8.0f - 4.0f; /* ties too */
+        if (round % 5 == 0) row[rng_u64() % (uint64_t)n] = -INFINITY; /* a masked token */
+        int32_t id = (int32_t)(rng_u64() % (uint64_t)n);
+        float best = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (i != id) best = row[i] > best ? row[i] : best;
+        float want = row[id] - best, got = draft_margin(row, n, id);
+        CHECK_MSG(got == want || (isnan(got) && isnan(want)), "margin %g, naive %g", got, want);
+    }
+    /* a 4-gram match (1 2 3 4) whose continuation 5..12 was sampled with a
+     * margin of `m` (NAN: nothing noted) */
+    int32_t ctx[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3, 4};
+    int n = (int)ARRAY_LEN(ctx);
+    double thr1 = draft_threshold(1, 1, 0.05, 0), thr8 = draft_threshold(8, 8, 0.1, 0);
+    draft_opts o = draft_defaults(DRAFT_NGRAM);
+    drafter *d = draft_new(&o);
+    int32_t out[DRAFT_MAX], all[40];
+    /* wide margins always copied right, narrow ones always wrong */
+    for (int ep = 0; ep < 60; ep++) {
+        bool wide = ep % 2;
+        draft_seq *s = draft_seq_new(d);
+        for (int i = 4; i < 12; i++) draft_seq_note(s, i, wide ? 6.0f : 0.2f);
+        int k = draft_propose(d, s, ctx, n, 8, out);
+        CHECK_EQ_INT(k, 8);
+        int j = draft_plan_seq(d, s, k, thr1);
+        memcpy(all, ctx, sizeof ctx);
+        int acc = wide ? j : 0;
+        for (int i = 0; i < acc; i++) all[n + i] = out[i];
+        all[n + acc] = wide ? (acc < k ? out[acc] : 99) : 77;
+        draft_seq_feedback(d, s, j, acc, all, n + acc + 1);
+        draft_seq_end(d, s, NULL, 0, 0, false);
+    }
+    for (int wide = 0; wide < 2; wide++) {
+        draft_seq *s = draft_seq_new(d);
+        for (int i = 4; i < 12; i++) draft_seq_note(s, i, wide ? 6.0f : 0.2f);
+        int k = draft_propose(d, s, ctx, n, 8, out);
+        CHECK_EQ_INT(draft_plan_seq(d, s, k, thr8), wide ? 8 : 0);
+        draft_seq_end(d, s, NULL, 0, 0, false);
+    }
+    /* the same tokens with nothing noted: a class of its own, on the prior */
+    draft_seq *u = draft_seq_new(d);
+    CHECK_EQ_INT(draft_propose(d, u, ctx, n, 8, out), 8);
+    CHECK_NEAR(draft_seq_accept_p(d, u, 0), 0.5, 1e-6);
+    draft_seq_end(d, u, NULL, 0, 0, false);
+    /* the narrow class, declined at batch 1 now, is observed without being
+     * drafted: once the sampled tokens agree with its first token, it is
+     * drafted again within a few steps */
+    int steps = 0, j = 0;
+    for (; steps < 40 && j == 0; steps++) {
+        draft_seq *s = draft_seq_new(d);
+        for (int i = 4; i < 12; i++) draft_seq_note(s, i, 0.2f);
+        int k = draft_propose(d, s, ctx, n, 8, out);
+        j = draft_plan_seq(d, s, k, thr1);
+        if (steps == 0) CHECK_EQ_INT(j, 0);
+        memcpy(all, ctx, sizeof ctx);
+        all[n] = out[0]; /* nothing drafted: the sampled token is the proposal's */
+        draft_seq_feedback(d, s, 0, 0, all, j == 0 ? n + 1 : n);
+        draft_seq_end(d, s, NULL, 0, 0, false);
+    }
+    CHECK_MSG(j > 0 && steps <= 12, "the declined class drafted again after %d agreeing steps (j %d)", steps, j);
+    /* feedback reads the tokens after the context the proposal was made
+     * for: a context that grew meanwhile still scores the proposal's own
+     * places (here: the proposal's first token, a miss, at place n) */
+    drafter *d2 = draft_new(&o);
+    draft_seq *s = draft_seq_new(d2);
+    CHECK_EQ_INT(draft_propose(d2, s, ctx, n, 8, out), 8);
+    memcpy(all, ctx, sizeof ctx);
+    all[n] = 77, all[n + 1] = out[0], all[n + 2] = out[1];
+    draft_seq_feedback(d2, s, 0, 0, all, n + 3);
+    CHECK_EQ_INT(draft_propose(d2, s, ctx, n, 8, out), 8);
+    CHECK(draft_seq_accept_p(d2, s, 0) < 0.2); /* (0 + 0.1) / (1 + 0.2) */
+    draft_seq_end(d2, s, NULL, 0, 0, false);
+    draft_free(d2);
+    draft_free(d);
 }
 
 static void test_evidence(void) {
@@ -453,13 +553,15 @@ static void test_evidence(void) {
     int j3 = episode(d3, g4, n4, thr8, 3);
     CHECK_MSG(j3 >= 3 && j3 <= 4, "drafts accepted 3 at a time: %d planned at batch 8", j3);
     draft_free(d3);
-    /* the estimates stay in (0, 1) */
+    /* the estimates stay in (0, 1] (a class always accepted approaches 1:
+     * each position inherits its predecessor's small gap, so deep positions
+     * may round to it) */
     draft_seq *s = draft_seq_new(d);
     int32_t out[DRAFT_MAX];
     int k = draft_propose(d, s, g4, n4, 8, out);
     for (int j = 0; j < k; j++) {
         double p = draft_seq_accept_p(d, s, j);
-        CHECK(p > 0 && p < 1);
+        CHECK_MSG(p > 0 && p <= 1, "position %d: %.17g", j, p);
     }
     CHECK(draft_seq_accept_p(d, s, 0) > 0.9);
     draft_seq_end(d, s, NULL, 0, 0, false);
@@ -506,5 +608,6 @@ int main(void) {
     test_global_store();
     test_policy();
     test_evidence();
+    test_confidence();
     return test_summary("test_draft");
 }

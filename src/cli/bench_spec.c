@@ -194,7 +194,7 @@ int cli__bench_spec_replay(const char *path, const char **files, int n_files, lo
                 int a = 0;
                 while (a < k && f->toks[p + a] == out[a]) a++;
                 drafted += k, acc += a, steps++;
-                if (k) draft_seq_feedback(d, s, k, a);
+                if (k) draft_seq_feedback(d, s, k, a, NULL, 0);
                 p += a + 1;
             }
             draft_seq_end(d, s, f->toks, f->n_prompt, f->n, true);

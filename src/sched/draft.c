@@ -22,6 +22,9 @@
 
 #define NGRAM_MAX 4
 #define NGRAM_MIN 2
+/* ngram evidence: the match length, counted up to NGRAM_LONG tokens (the
+ * occurrence's common suffix with the context, beyond the n-gram found) */
+#define NGRAM_LONG 10
 /* suffix: the longest suffix of the context matched against a trie */
 #define SUFFIX_MATCH_MAX 16
 /* acceptance estimate: counts decay by ALPHA_DECAY per feedback, so the
@@ -39,28 +42,35 @@
 
 /* The acceptance table (NGRAM, SUFFIX; draft.h "Policy"): one entry per
  * evidence class and draft position, shared by all sequences.
- * Evidence: the sampling (greedy or not), whether the sequence's last
- * verified draft was accepted whole, and the drafter's match: ngram the
- * n-gram length found (2..4); suffix the match depth (1, 2, 3, 4-7, 8+)
- * and the token's count ratio (>= 0.99, >= 0.5, below). Positions 0..6,
- * then 7 and later together.
+ * Evidence: the sampling (greedy or not) and the drafter's match: ngram
+ * the match length (2-3, 4-9, 10+) and the confidence of the token the
+ * draft copies where it was sampled (draft_seq_note's classes); suffix the
+ * match depth (1, 2, 3, 4-7, 8+), the token's count ratio (>= 0.99,
+ * >= 0.5, below) and whether the sequence's last verified draft was
+ * accepted whole. Positions 0..6, then 7 and later together.
  * An entry's estimate is (accepted + EV_PRIOR * m) / (tried + EV_PRIOR),
  * where m is the estimate of the entry one position earlier (0.5 at
  * position 0): a position never reached yet inherits its predecessor's
  * rate, so a class whose first tokens are always accepted drafts long at
  * once. Counts decay by EV_DECAY per update of the entry (it follows the
- * last ~50 drafts of its class, across sequences), and a class's position
- * 0 by EV_IDLE_DECAY each time one of its proposals is not drafted, so a
- * class that stopped paying is tried again now and then (with only
- * rejections, about once per 30 declined proposals; the prior's weight
- * keeps that rare: EV_PRIOR 0.2 of one draft). */
+ * last ~50 observations of its class, across sequences). An entry learns
+ * from every position whose outcome the step reveals, drafted or not
+ * (draft_seq_feedback with the tokens now there): the accepted drafts,
+ * the first rejected one, and the proposal's token at the position the
+ * step sampled without drafting it; so a declined class keeps being
+ * observed (it is drafted again once it pays) and the rate of the first
+ * undrafted position is learnt at every step. Without those observations
+ * (a table learning from drafted positions only) a class that fell below
+ * the threshold had to drift back to its prior to be retried, and on
+ * stories260K's greedy continuations a run drafted 1,046 positions with
+ * 598 accepted in 902 passes where it now drafts ~1,090 with ~640 in ~860
+ * (docs/perf.md, "Drafting precision"). */
 #define EV_POS 8
-#define EV_NGRAM (NGRAM_MAX - NGRAM_MIN + 1)
+#define EV_NGRAM (3 * DRAFT_CONF_N)
 #define EV_SUFFIX (5 * 3)
 #define EV_CLASSES (4 * MAX(EV_NGRAM, EV_SUFFIX))
 #define EV_PRIOR 0.2
 #define EV_DECAY 0.98
-#define EV_IDLE_DECAY 0.99
 
 typedef struct stored {
     int32_t *toks;
@@ -87,6 +97,11 @@ struct draft_seq {
     bool whole;      /* its last verified draft was accepted whole            */
     int n_ev;        /* the last proposal's tokens and their evidence classes */
     uint8_t ev[DRAFT_MAX];
+    int32_t prop[DRAFT_MAX];
+    int at;          /* the context's length when proposed: prop[0]'s place   */
+    uint8_t *conf;   /* (n_conf) draft_seq_note's class of each position; 0
+                        beyond n_conf and where nothing was noted            */
+    int n_conf, cap_conf;
 };
 
 draft_opts draft_defaults(draft_kind kind) {
@@ -155,15 +170,20 @@ draft_seq *draft_seq_new(drafter *d) {
 /* ---- NGRAM ---- */
 
 /* The most recent earlier occurrence of the context's last g tokens
- * (g = NGRAM_MAX .. NGRAM_MIN, longest first), and the tokens after it. */
-static int ngram_propose(const int32_t *t, int n, int max, int32_t *out, int *match) {
+ * (g = NGRAM_MAX .. NGRAM_MIN, longest first), and the tokens after it,
+ * which start at *from. *match is the occurrence's common suffix with the
+ * context, counted up to NGRAM_LONG (the n-gram found is its lower bound). */
+static int ngram_propose(const int32_t *t, int n, int max, int32_t *out, int *match, int *from) {
     for (int g = MIN(NGRAM_MAX, n - 1); g >= NGRAM_MIN; g--) {
         const int32_t *key = t + n - g;
         for (int i = n - g - 1; i >= 0; i--) { /* occurrence t[i, i+g), followed by t[i+g] */
             if (t[i] != key[0] || memcmp(t + i, key, (size_t)g * sizeof *t) != 0) continue;
             int k = 0;
             for (int j = i + g; j < n && k < max; j++) out[k++] = t[j];
-            *match = g;
+            int l = g;
+            while (l < NGRAM_LONG && i - 1 - (l - g) >= 0 && t[i - 1 - (l - g)] == t[n - 1 - l]) l++;
+            *match = l;
+            *from = i + g;
             return k;
         }
     }
@@ -208,12 +228,20 @@ static int suffix_draft(drafter *d, const int32_t *tokens, int n, int max, int32
 }
 
 /* The evidence class of a proposal's token (see EV_PRIOR): ngram by the
- * n-gram length, suffix by the match depth and the token's count ratio. */
-static int ev_class(const drafter *d, const draft_seq *s, int match, float prob) {
+ * match length and the copied token's confidence class (conf), suffix by
+ * the match depth, the token's count ratio and whether the last draft was
+ * accepted whole (for ngram that split measured no better: fewer classes
+ * learn faster; docs/perf.md, "Drafting precision"). */
+static int ev_class(const drafter *d, const draft_seq *s, int match, float prob, int conf) {
     int c;
-    if (d->o.kind == DRAFT_NGRAM) c = match - NGRAM_MIN;
-    else c = (match >= 8 ? 4 : match >= 4 ? 3 : MAX(match, 1) - 1) * 3 + (prob >= 0.99f ? 0 : prob >= 0.5f ? 1 : 2);
-    return (c * 2 + s->whole) * 2 + s->sampled;
+    bool whole = s->whole;
+    if (d->o.kind == DRAFT_NGRAM) {
+        c = (match >= NGRAM_LONG ? 2 : match >= NGRAM_MAX ? 1 : 0) * DRAFT_CONF_N + conf;
+        whole = false;
+    } else {
+        c = (match >= 8 ? 4 : match >= 4 ? 3 : MAX(match, 1) - 1) * 3 + (prob >= 0.99f ? 0 : prob >= 0.5f ? 1 : 2);
+    }
+    return (c * 2 + whole) * 2 + s->sampled;
 }
 
 int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out) {
@@ -221,14 +249,19 @@ int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int ma
     s->n_ev = 0;
     if (max <= 0 || n <= 0) return 0;
     float prob[DRAFT_MAX];
-    int k = 0, match = 0;
+    int k = 0, match = 0, from = 0;
     switch (d->o.kind) {
-    case DRAFT_NGRAM: k = ngram_propose(tokens, n, max, out, &match); break;
+    case DRAFT_NGRAM: k = ngram_propose(tokens, n, max, out, &match, &from); break;
     case DRAFT_SUFFIX: k = suffix_draft(d, tokens, n, max, out, prob, &match); break;
     default: return 0;
     }
-    for (int i = 0; i < k; i++) s->ev[i] = (uint8_t)ev_class(d, s, match, d->o.kind == DRAFT_SUFFIX ? prob[i] : 1);
+    for (int i = 0; i < k; i++) {
+        int conf = d->o.kind == DRAFT_NGRAM && from + i < s->n_conf ? s->conf[from + i] : 0;
+        s->ev[i] = (uint8_t)ev_class(d, s, match, d->o.kind == DRAFT_SUFFIX ? prob[i] : 1, conf);
+        s->prop[i] = out[i];
+    }
     s->n_ev = k;
+    s->at = n;
     return k;
 }
 
@@ -253,24 +286,54 @@ int draft_plan_seq(drafter *d, draft_seq *s, int n, double threshold) {
         m = (d->ev_acc[c][p] + EV_PRIOR * m) / (d->ev_try[c][p] + EV_PRIOR);
         if ((e *= m) <= threshold) break;
     }
-    if (j == 0 && n > 0) { /* declined: its class drifts back toward the prior */
-        d->ev_acc[s->ev[0]][0] *= (float)EV_IDLE_DECAY;
-        d->ev_try[s->ev[0]][0] *= (float)EV_IDLE_DECAY;
-    }
     return j;
 }
 
-void draft_seq_feedback(drafter *d, draft_seq *s, int n_drafted, int n_accepted) {
-    s->acc = s->acc * ALPHA_DECAY + n_accepted;
-    s->rej = s->rej * ALPHA_DECAY + (n_accepted < n_drafted);
-    if (d && n_drafted <= s->n_ev) /* positions up to the first rejection were tried */
-        for (int i = 0; i < n_drafted && i <= n_accepted; i++) {
-            int c = s->ev[i], p = MIN(i, EV_POS - 1);
-            d->ev_acc[c][p] = d->ev_acc[c][p] * (float)EV_DECAY + (i < n_accepted);
-            d->ev_try[c][p] = d->ev_try[c][p] * (float)EV_DECAY + 1;
+static void ev_update(drafter *d, const draft_seq *s, int i, bool accepted) {
+    int c = s->ev[i], p = MIN(i, EV_POS - 1);
+    d->ev_acc[c][p] = d->ev_acc[c][p] * (float)EV_DECAY + accepted;
+    d->ev_try[c][p] = d->ev_try[c][p] * (float)EV_DECAY + 1;
+}
+
+void draft_seq_feedback(drafter *d, draft_seq *s, int n_drafted, int n_accepted, const int32_t *tokens, int n) {
+    if (n_drafted > 0) {
+        s->acc = s->acc * ALPHA_DECAY + n_accepted;
+        s->rej = s->rej * ALPHA_DECAY + (n_accepted < n_drafted);
+        s->whole = n_accepted >= n_drafted;
+    }
+    if (d && tokens) { /* every position the tokens now there reveal, up to the first miss */
+        for (int i = 0; i < s->n_ev && s->at + i < n; i++) {
+            bool hit = s->prop[i] == tokens[s->at + i];
+            ev_update(d, s, i, hit);
+            if (!hit) break;
         }
+    } else if (d && n_drafted <= s->n_ev) { /* positions up to the first rejection were tried */
+        for (int i = 0; i < n_drafted && i <= n_accepted; i++) ev_update(d, s, i, i < n_accepted);
+    }
     s->n_ev = 0;
-    s->whole = n_drafted > 0 && n_accepted >= n_drafted;
+}
+
+float draft_margin(const float *logits, int n, int32_t id) {
+    float best = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != id && logits[i] > best) best = logits[i];
+    return logits[id] - best;
+}
+
+void draft_seq_note(draft_seq *s, int pos, float margin) {
+    if (pos < 0) return;
+    if (pos >= s->cap_conf) {
+        int cap = MAX(pos + 1, 2 * s->cap_conf);
+        uint8_t *c = realloc(s->conf, (size_t)cap);
+        if (!c) return; /* (the position stays unknown) */
+        s->conf = c;
+        s->cap_conf = cap;
+    }
+    if (pos >= s->n_conf) {
+        memset(s->conf + s->n_conf, 0, (size_t)(pos + 1 - s->n_conf));
+        s->n_conf = pos + 1;
+    }
+    s->conf[pos] = (uint8_t)(margin < 0.5f ? 1 : margin < 1 ? 2 : margin < 2 ? 3 : margin < 4 ? 4 : 5);
 }
 
 void draft_seq_idle(draft_seq *s) {
@@ -321,6 +384,7 @@ static void global_add(drafter *d, const int32_t *toks, int n) {
 void draft_seq_end(drafter *d, draft_seq *s, const int32_t *tokens, int n_prompt, int n, bool keep) {
     if (!s) return;
     if (keep && d && d->global && n > n_prompt) global_add(d, tokens + n_prompt, n - n_prompt);
+    free(s->conf);
     free(s);
 }
 

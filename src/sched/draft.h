@@ -50,11 +50,13 @@
  * draft_cost): at batch 1 nearly any draft pays; at large batches (decode
  * no longer bandwidth-bound) only confident ones do.
  *   NGRAM, SUFFIX: the probability is conditioned on the evidence each
- *   drafted token carries: a table shared by all sequences (learnt at
- *   verification, draft_seq_feedback) of the acceptance rate per evidence
- *   class and position; the class is the drafter's match (the n-gram
- *   length; the suffix match depth and the token's count ratio), whether
- *   the sequence samples, and whether its last draft was accepted whole.
+ *   drafted token carries: a table shared by all sequences (learnt from
+ *   every position a step reveals, drafted or not: draft_seq_feedback) of
+ *   the acceptance rate per evidence class and position; the class is the
+ *   drafter's match (ngram: the match length and the confidence the
+ *   copied token was sampled with, draft_seq_note; suffix: the match
+ *   depth, the token's count ratio and whether the sequence's last draft
+ *   was accepted whole) and whether the sequence samples.
  *   P(0..j) is the product of the entries of positions 0..j
  *   (draft_plan_seq). So a long exact match in repetitive text drafts long
  *   from a sequence's first step, and the short matches random text
@@ -115,6 +117,18 @@ draft_seq *draft_seq_new(drafter *d);
 /* Whether the sequence samples (temperature > 0): part of its drafts'
  * evidence (greedy decoding accepts more of the same drafts). */
 void draft_seq_set_sampled(draft_seq *s, bool sampled);
+/* The confidence a token was sampled with: its logit's gap to the best
+ * other token's (draft_margin), in classes 1..5 (< 0.5, < 1, < 2, < 4,
+ * >= 4 nats); 0: not known (prompt tokens, forced ones). NGRAM's evidence:
+ * a copy of a token the model once chose by a wide margin is repeated far
+ * more often than one it chose by a hair (stories260K at temperature 0:
+ * ~97% against ~45% for the first drafted token; docs/perf.md). */
+#define DRAFT_CONF_N 6
+/* logits[id] minus the largest other logit of the row (n >= 2). */
+float draft_margin(const float *logits, int n, int32_t id);
+/* Records the confidence (draft_margin) of the token sampled at position
+ * pos of s's context. Positions never noted count as not known. */
+void draft_seq_note(draft_seq *s, int pos, float margin);
 /* Up to max (<= DRAFT_MAX) tokens likely to follow tokens[0, n), the whole
  * context so far (prompt and output). Between calls the context only
  * grows (a sequence's tokens never change). Returns the count; s keeps
@@ -122,18 +136,21 @@ void draft_seq_set_sampled(draft_seq *s, bool sampled);
 int draft_propose(drafter *d, draft_seq *s, const int32_t *tokens, int n, int max, int32_t *out);
 /* NGRAM, SUFFIX: how many of the first n tokens of s's last proposal to
  * verify: the largest j with P(tokens 0..j-1 accepted) > threshold, from
- * the acceptance table. When that is none of them, the class of the first
- * token drifts back toward the prior (so a class that stopped paying is
- * tried again now and then). */
+ * the acceptance table. (A declined proposal is still learnt from: the
+ * step's sampled token reveals its first position, draft_seq_feedback.) */
 int draft_plan_seq(drafter *d, draft_seq *s, int n, double threshold);
 /* The table's estimate that token j of s's last proposal is accepted,
  * given tokens 0..j-1 were (j < the proposal's length). */
 double draft_seq_accept_p(const drafter *d, const draft_seq *s, int j);
-/* The verification's outcome: of the n_drafted first tokens of the last
+/* The step's outcome: of the n_drafted (0: none) first tokens of the last
  * proposal (NGRAM, SUFFIX) or of a draft model's draft, n_accepted were
- * kept. Updates the sequence's alpha and the table (d may be NULL: alpha
- * only). */
-void draft_seq_feedback(drafter *d, draft_seq *s, int n_drafted, int n_accepted);
+ * kept, and tokens[0, n) is the sequence's context now. Updates the
+ * sequence's alpha (when it drafted) and the table: with tokens, from
+ * every proposed position they reveal (the tokens past the context the
+ * proposal was made for) up to the first miss, drafted or not; without
+ * (NULL), from the drafted positions up to the first rejection. d may be
+ * NULL: alpha only. Ends the proposal. */
+void draft_seq_feedback(drafter *d, draft_seq *s, int n_drafted, int n_accepted, const int32_t *tokens, int n);
 /* A step the sequence decoded without drafting: the estimate drifts back
  * toward the prior, so a sequence whose drafts stopped paying tries again
  * later. */

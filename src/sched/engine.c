@@ -947,6 +947,10 @@ static req_finish post_token(engine *en, seq *s, const float *row, const spec_ro
     if (s->out.gm && gmatch_accept(s->out.gm, t.id) < 0) return REQ_FINISH_ERROR;
     bool eog = !r->ignore_eos && en->o.is_eog && en->o.is_eog(en->o.eog_ctx, t.id);
     if (eog) return REQ_FINISH_STOP;
+    /* ngram's evidence: how sure the model was of this token (one more pass
+     * over the row, like the argmax's) */
+    if (s->spec.ds && draft_get_kind(en->dr) == DRAFT_NGRAM)
+        draft_seq_note(s->spec.ds, s->tok.n, draft_margin(lg, en->m->cfg.n_vocab, t.id));
     sched__push_generated(en, s, &t);
     sched__grammar_watch(en, s, t.id);
     sched__jump_forward(en, s);
@@ -1151,7 +1155,7 @@ static req_finish spec_verify(engine *en, seq *s, int n0, int nd, int row0, req_
     s->tok.n_computed += MAX(0, MIN(n_acc, s->tok.n - 1 - n0));
     en->cnt.spec_drafted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)nd;
     en->cnt.spec_accepted_tokens_total[draft_get_kind(en->dr)] += (uint64_t)n_acc;
-    draft_seq_feedback(en->dr, s->spec.ds, nd, n_acc);
+    draft_seq_feedback(en->dr, s->spec.ds, nd, n_acc, s->tok.ids, s->tok.n);
     return why;
 }
 
@@ -1509,6 +1513,8 @@ static void step_advance(engine *en, int n_bs) {
             why = spec_verify(en, s, n0, nd, row, why);
             row += nd;
             seq_index_computed(en, s);
+        } else if (s->spec.ds && !en->dm) { /* a proposal not drafted: its first place is known now */
+            draft_seq_feedback(en->dr, s->spec.ds, 0, 0, s->tok.ids, s->tok.n);
         }
         sched__mask_gate_end(en, s, why);
         if (s->spec.dms) dmodel_seq_sync(s->spec.dms, s->tok.ids, s->tok.n);
