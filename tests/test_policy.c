@@ -663,6 +663,148 @@ static void test_stall(void) {
     CHECK(1);
 }
 
+/* A client seen through its receive window (policy_rwnd). By hand: the
+ * first sample starts the clock, the two boundaries (park_ms reached, not
+ * passed; the shrink bound reached), the consumption boundary (an edge
+ * that advanced by exactly half of what was acknowledged is not
+ * consumption, one byte more is), nothing acknowledged, park_ms 0. On
+ * random traces against a reference that recomputes from the whole
+ * history: the clock's start is found by walking the samples from the
+ * first, the largest window by scanning from the start. And on a model of
+ * a receiving kernel (a buffer whose segments cost more than their bytes,
+ * windows rounded up to the scale, an edge never taken back, a window first
+ * promised above what it settles at): a client that reads every
+ * acknowledgement's worth before park_ms passes is never idle, one that
+ * reads nothing is found before its buffer is full, within the bound's
+ * worth of bytes at the kernel's rate (the edge creeping by at most
+ * 0.45 of them: the window shrinks by >= 0.55 a byte). */
+typedef struct rwnd_sample {
+    int64_t t;
+    uint64_t acked;
+    uint32_t wnd;
+} rwnd_sample;
+
+static bool ref_rwnd_idle(const rwnd_sample *h, int i, int park_ms, uint32_t shrink) {
+    int s = 0;
+    for (int k = 1; k <= i; k++) {
+        uint64_t e0 = h[s].acked + h[s].wnd, e = h[k].acked + h[k].wnd;
+        if (e > e0 && 2 * (e - e0) > h[k].acked - h[s].acked + ((h[k].acked - h[s].acked) & 1)) s = k;
+    }
+    if (s == i || park_ms <= 0) return false;
+    uint32_t mx = 0;
+    for (int k = s; k <= i; k++) mx = h[k].wnd > mx ? h[k].wnd : mx;
+    return h[i].acked > h[s].acked && h[i].t - h[s].t >= MS(park_ms) && mx - h[i].wnd >= shrink;
+}
+
+/* The receiving kernel's model: `space` bytes of window when empty, each
+ * payload byte costing `cost` of it until read, the window rounded up to
+ * 1 << scale and never taking back its right edge, `cap` the most it
+ * offers (the first promise `promise` may be above it). */
+typedef struct rwnd_peer {
+    double space, cost, unread, cap;
+    uint64_t acked, edge;
+    int scale;
+} rwnd_peer;
+
+static uint32_t peer_ack(rwnd_peer *p, uint32_t bytes) {
+    p->acked += bytes, p->unread += bytes;
+    double free_ = p->space - p->cost * p->unread;
+    double w = free_ < p->cap ? free_ : p->cap;
+    if (w < 0) w = 0;
+    uint64_t win = ((uint64_t)w + (1u << p->scale) - 1) >> p->scale << p->scale;
+    if (p->acked + win < p->edge) win = p->edge - p->acked; /* never taken back */
+    p->edge = p->acked + win;
+    return (uint32_t)win;
+}
+
+static void test_rwnd(void) {
+    policy_rwnd w = {0};
+    const uint32_t M = 1000;
+    CHECK(!policy_rwnd_idle(&w, 100, 5000, 10, M, MS(1))); /* starts the clock */
+    CHECK(w.since == MS(1));
+    CHECK(!policy_rwnd_idle(&w, 1100, 4500, 10, M, MS(11) - 1)); /* edge +500 of 1000: not consumed; early */
+    CHECK(!policy_rwnd_idle(&w, 1100, 4500, 10, M, MS(11)));     /* shrank 500 < M */
+    policy_rwnd w1 = w; /* (the same client, the bound one byte larger) */
+    CHECK(policy_rwnd_idle(&w, 2100, 4000, 10, M, MS(12)));       /* shrank 1000: idle */
+    CHECK(!policy_rwnd_idle(&w1, 2100, 4000, 10, M + 1, MS(12))); /* (1000 < 1001) */
+    CHECK(w.since == MS(1) && w.wnd_max == 5000);
+    CHECK(!policy_rwnd_idle(&w, 2100, 4000, 0, M, MS(12))); /* park_ms 0: never */
+    /* edge at exactly half of what was acknowledged since: not consumed */
+    CHECK(!policy_rwnd_consumed(&w, 3100, 5000 - 3000 / 2, MS(13)));
+    CHECK(policy_rwnd_consumed(&w, 3100, 5000 - 3000 / 2 + 1, MS(13))); /* one more byte */
+    CHECK(w.since == MS(13) && w.acked0 == 3100 && w.wnd_max == 3501);
+    /* nothing acknowledged, whatever the time and the window */
+    policy_rwnd z = {0};
+    CHECK(!policy_rwnd_idle(&z, 100, 9000, 10, M, MS(1)));
+    CHECK(!policy_rwnd_idle(&z, 100, 8000, 10, M, MS(500)));
+    CHECK(!policy_rwnd_idle(&z, 100, 0, 10, M, MS(900))); /* a zero window: the byte rule's */
+    /* random traces against the reference */
+    rng_state = 0x3a11dull;
+    for (int iter = 0; iter < 400; iter++) {
+        enum { K = 48 };
+        rwnd_sample h[K];
+        policy_rwnd st = {0};
+        int park_ms = (int)(rng_u64() % 80);
+        uint32_t shrink = 1 + (uint32_t)(rng_u64() % 4000);
+        uint64_t acked = rng_u64() % 1000, edge = acked + 2000 + rng_u64() % 6000;
+        int64_t now = MS(1);
+        for (int k = 0; k < K; k++) {
+            now += MS(rng_u64() % 20);
+            acked += rng_u64() % 4 ? rng_u64() % 700 : 0;
+            if (acked > edge) acked = edge;
+            switch (rng_u64() % 4) { /* the edge: still, creeping, a read, exactly half */
+            case 1: edge += rng_u64() % 200; break;
+            case 2: edge += rng_u64() % 3000; break;
+            case 3: edge = h[k ? k - 1 : 0].acked + (acked - h[k ? k - 1 : 0].acked) / 2 + h[k ? k - 1 : 0].wnd; break;
+            }
+            if (edge < acked) edge = acked;
+            h[k] = (rwnd_sample){now, acked, (uint32_t)(edge - acked)};
+            bool got = policy_rwnd_idle(&st, acked, h[k].wnd, park_ms, shrink, now);
+            if (got != ref_rwnd_idle(h, k, park_ms, shrink)) {
+                CHECK_MSG(0, "rwnd trace %d step %d: idle %d, the reference %d", iter, k, got, !got);
+                return;
+            }
+        }
+    }
+    /* the kernel's model: readers never idle, non-readers found early */
+    for (int iter = 0; iter < 300; iter++) {
+        const int park_ms = 500;
+        const uint32_t shrink = 256 * 1024;
+        bool reads = iter % 2;
+        rwnd_peer p = {.space = (double)(1 << 20) * (4 + rng_u64() % 28), .cost = 1.0 + (rng_u64() % 200) / 100.0,
+                       .scale = 7 + (int)(rng_u64() % 7)};
+        p.cap = p.space - (double)(rng_u64() % (150 * 1024)); /* the promise is above the cap */
+        p.edge = (uint64_t)p.space;
+        uint32_t seg = 100 + (uint32_t)(rng_u64() % 4000);
+        int every_ms = 1 + (int)(rng_u64() % 40), read_ms = 1 + (int)(rng_u64() % (park_ms / 2));
+        policy_rwnd st = {0};
+        int64_t now = MS(1), last_read = now;
+        bool found = false;
+        for (int k = 0; k < 200000 && !found; k++) {
+            now += MS(every_ms);
+            if (reads && now - last_read >= MS(read_ms)) p.unread = 0, last_read = now;
+            if (p.cost * (p.unread + seg) > p.space) break; /* full */
+            uint32_t wnd = peer_ack(&p, seg);
+            found = policy_rwnd_idle(&st, p.acked, wnd, park_ms, shrink, now);
+            if (found && reads) {
+                CHECK_MSG(0, "a reader (every %d ms, %u-byte segments, cost %.2f) idle at %llu bytes", read_ms, seg,
+                          p.cost, (unsigned long long)p.acked);
+                return;
+            }
+        }
+        if (reads) continue;
+        /* the bytes the window needs to shrink by the bound, the cap's
+         * distance from the promise, and park_ms of segments */
+        double bound = (shrink + 150.0 * 1024) / (1 - 0.45) + (park_ms / every_ms + 2) * (double)seg;
+        if (!found || p.acked > bound) {
+            CHECK_MSG(0, "a non-reader (%u-byte segments every %d ms, cost %.2f, buffer %.0f) %s at %llu bytes", seg,
+                      every_ms, p.cost, p.space, found ? "found late" : "not found", (unsigned long long)p.acked);
+            return;
+        }
+    }
+    CHECK(1);
+}
+
 /* What a finished turn leaves in the cache, case by case as policy.h
  * states it: a turn that asked for a pin (kv_pin, a TTL, a next_use_s,
  * 0 included) is pinned when it ended ok, never when cancelled or failed;
@@ -713,6 +855,7 @@ int main(void) {
     test_submit_check();
     test_admit_gate();
     test_stall();
+    test_rwnd();
     test_turn_keep();
     return test_summary("test_policy");
 }

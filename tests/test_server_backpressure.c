@@ -65,13 +65,13 @@ static long rss_kb(pid_t pid) {
     return kb;
 }
 
-/* A connected socket whose receive buffer is small (set before connect, so
- * the window is small from the start), the request sent, nothing read. */
-static int stuck_client(int port, int i, int top_logprobs) {
+/* A connected socket whose receive buffer is `rcvbuf` bytes (set before
+ * connect, so the window is that size from the start), the request sent,
+ * nothing read. */
+static int stuck_client_buf(int port, int i, int top_logprobs, int rcvbuf, int n) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    int small = 4096;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     struct timeval tv = {30, 0};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct sockaddr_in a = {0};
@@ -85,8 +85,8 @@ static int stuck_client(int port, int i, int top_logprobs) {
     char body[512], req[1024];
     int nb = snprintf(body, sizeof body,
                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a long story, number %d.\"}],"
-                      "\"max_tokens\":16000,\"ignore_eos\":true,\"stream\":true,\"logprobs\":true,\"top_logprobs\":%d}",
-                      i, top_logprobs);
+                      "\"max_tokens\":16000,\"ignore_eos\":true,\"stream\":true,\"logprobs\":true,\"top_logprobs\":%d,\"n\":%d}",
+                      i, top_logprobs, n);
     int nr = snprintf(req, sizeof req,
                       "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       "Content-Length: %d\r\n\r\n%s",
@@ -97,6 +97,9 @@ static int stuck_client(int port, int i, int top_logprobs) {
     }
     return fd;
 }
+
+/* A stuck client with a small receive buffer (4 KiB). */
+static int stuck_client(int port, int i, int top_logprobs) { return stuck_client_buf(port, i, top_logprobs, 4096, 1); }
 
 /* The stuck client (fd) reads: its parked request must resume and
  * generate 100 tokens past `base` (kvloom_generation_tokens_total) within
@@ -207,6 +210,76 @@ static void park_idle_check(void) {
     read_until_resumed(&s, fd, gen0 + gen, 10);
 }
 
+/* The bytes a client's receive buffer holds now, read and dropped. */
+static size_t drain(int fd) {
+    char buf[65536];
+    size_t got = 0;
+    for (ssize_t n; (n = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0;) got += (size_t)n;
+    return got;
+}
+
+/* --park-timeout by the receive window: a client whose receive buffer is
+ * large (SO_RCVBUF 4 MiB before connect: the kernel gives 8 MiB, a window
+ * of ~4 MiB, grown to ~7 MiB as bytes arrive) and that reads nothing. Its
+ * kernel acknowledges everything until that buffer is full, so the rule on
+ * acknowledgements alone finds it only after several MB. Its window's edge
+ * stands still instead, and it is parked once it consumed nothing for
+ * --park-timeout (1 s; shorter, a loaded machine's stalls park readers by
+ * the engine's own clock) with its window 256 KiB down
+ * (HTTP_PARK_WINDOW_SHRINK): after the window's growth, ~450 KB and 1 s of
+ * stream (0.4-1.4 MB at 0.3-1.2 MB/s here: 4 choices of 20 top logprobs).
+ * Asserted: parked by the window (kvloom_http_window_idle_total; a build
+ * without the rule fails here) before a quarter of its buffer was sent;
+ * it stays parked while it reads nothing; once it reads, a keepalive probe
+ * shows the window grown back and it resumes. A client with the same buffer
+ * that reads what it got every 100 ms (slow to react, but reading) is
+ * never parked over 640 KB, more than the non-reader was sent when it was
+ * found on a quiet machine. */
+static void park_window_check(void) {
+    srv s;
+    const char *flags[] = {"-c", "16384", "--kv-mem", "48M", "--stall-timeout", "0", "--park-timeout", "1",
+                           "--park-bytes", "1M", "--step-delay-us", "2000", "-t", "1", NULL};
+    double tw = su_now();
+    if (srv_start(&s, flags) != 0) {
+        CHECK_MSG(false, "the server (park window) did not start");
+        srv_print_log(&s);
+        return;
+    }
+    const int big = 4 << 20;
+    /* the slow reader first: 640 KB, never parked */
+    int fd = stuck_client_buf(s.port, 1, 20, big, 4);
+    CHECK_MSG(fd >= 0, "the reading client could not send its request");
+    size_t got = 0;
+    for (double t0 = su_now(); fd >= 0 && got < 640000 && su_now() - t0 < 60; usleep(100000)) got += drain(fd);
+    double parks = metric(s.port, "kvloom_requests_parked_total");
+    double wparks = metric(s.port, "kvloom_http_window_idle_total");
+    printf("  park window: a reader every 100 ms took %zu bytes, %.0f parks\n", got, parks);
+    CHECK_MSG(got >= 640000 && parks == 0 && wparks == 0, "the reading client: %zu bytes, parked %.0f times (%.0f by its window)", got, parks, wparks);
+    if (fd >= 0) close(fd);
+    CHECK(wait_idle(s.port, 20));
+    /* the non-reader */
+    fd = stuck_client_buf(s.port, 2, 20, big, 4);
+    int rb = 0;
+    socklen_t rl = sizeof rb;
+    getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rb, &rl);
+    double t0 = su_now();
+    while (su_now() - t0 < 20 && metric(s.port, "kvloom_requests_parked") < 4) usleep(20000);
+    double t_park = su_now() - t0;
+    int flips = 0; /* parked it stays (its 4 choices), while it reads nothing */
+    for (double t1 = su_now(); su_now() - t1 < 0.6; usleep(50000)) flips += metric(s.port, "kvloom_requests_parked") != 4;
+    CHECK_MSG(flips == 0, "the non-reader did not stay parked: %d samples of 12 not parked", flips);
+    size_t held = drain(fd); /* what it was sent: what its buffer holds */
+    printf("  park window: a non-reader (SO_RCVBUF %d) parked after %.2f s and %zu bytes\n", rb, t_park, held);
+    CHECK_MSG(metric(s.port, "kvloom_requests_parked") == 4, "the client with a large buffer was not parked in 20 s");
+    CHECK_MSG(metric(s.port, "kvloom_http_window_idle_total") == 1, "its window did not tell (%.0f)",
+              metric(s.port, "kvloom_http_window_idle_total"));
+    CHECK_MSG(held > 0 && held < (size_t)rb / 4, "it was parked after %zu bytes (its window ~%d)", held, rb / 2);
+    /* it read now (drain): it resumes, though nothing more was sent */
+    double gen = metric(s.port, "kvloom_generation_tokens_total");
+    read_until_resumed(&s, fd, gen, 10);
+    printf("  park window: %.1f s\n", su_now() - tw);
+}
+
 int main(void) {
     (void)sse_text;
     (void)choice_finish;
@@ -218,6 +291,7 @@ int main(void) {
     double t_start = su_now();
     park_bytes_check();
     park_idle_check();
+    park_window_check();
     srv s;
     char max_parked[16];
     snprintf(max_parked, sizeof max_parked, "%d", N_STUCK);

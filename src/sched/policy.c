@@ -223,6 +223,20 @@ int policy_park_ms(int park_ms, int stall_timeout_ms) {
     return stall_timeout_ms > 0 ? MIN(park_ms, stall_timeout_ms / 2) : park_ms;
 }
 
+bool policy_rwnd_consumed(policy_rwnd *w, uint64_t acked, uint32_t wnd, int64_t now) {
+    uint64_t edge = acked + wnd;
+    bool consumed = w->since && edge > w->edge0 && edge - w->edge0 > (acked - w->acked0) / 2;
+    if (!w->since || consumed) *w = (policy_rwnd){.since = now, .acked0 = acked, .edge0 = edge, .wnd_max = wnd};
+    else w->wnd_max = MAX(w->wnd_max, wnd);
+    return consumed;
+}
+
+bool policy_rwnd_idle(policy_rwnd *w, uint64_t acked, uint32_t wnd, int park_ms, uint32_t shrink, int64_t now) {
+    bool started = w->since != 0;
+    if (policy_rwnd_consumed(w, acked, wnd, now) || !started || park_ms <= 0) return false;
+    return acked > w->acked0 && now - w->since >= (int64_t)park_ms * 1000000 && w->wnd_max - wnd >= shrink;
+}
+
 policy_keep policy_turn_keep(const policy_turn *t) {
     bool off = t->kv_done || t->kv_ttl_s == 0;
     bool asked = t->kv_pin || t->kv_ttl_s > 0 || t->kv_next_use_s >= 0;

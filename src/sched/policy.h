@@ -339,6 +339,53 @@ bool policy_unpark(const policy_reader *r);
  * that is set (a sequence is parked before it would be cut). */
 int policy_park_ms(int park_ms, int stall_timeout_ms);
 
+/* A streamed answer's client seen through its TCP receive window (issue 26;
+ * server/http.c samples tcp_info's tcpi_bytes_acked and tcpi_snd_wnd). The
+ * window's right edge, acked + window, moves only when the client's
+ * application reads: its kernel never takes back space it advertised, so
+ * while nothing is read each acknowledged byte comes off the window (Linux
+ * 6.18 on loopback: the edge still creeps by 0.2-0.4 of the bytes, the
+ * window being rounded up to its scale and recomputed from the buffer's
+ * bytes-to-payload ratio), and once the client reads, the next
+ * acknowledgement shows the space freed. So a client whose edge advanced by
+ * at most half of what it acknowledged since it last consumed, for at least
+ * park_ms, whose window is `shrink` bytes or more below the largest seen
+ * since, has read nothing for that long although its receive buffer still
+ * takes bytes: it is parked as if its buffer were full.
+ *
+ *   consumed   edge - edge0 > (acked - acked0) / 2: the clock restarts
+ *              (since, acked0, edge0 and wnd_max from this sample);
+ *   idle       not consumed, something acknowledged since, now - since
+ *              >= park_ms, and
+ *              wnd_max - wnd >= shrink.
+ *
+ * The shrink bound is what a reader cannot reach. A reader's window is
+ * bounded by its kernel's recomputed window (the free space at the moment
+ * an acknowledgement leaves, capped by rcv_ssthresh), which may sit below
+ * the window first promised: until the promise is used up a reader's edge
+ * creeps like a non-reader's (measured: 62 KB of window over the first
+ * ~100 KB of 200-byte events, the kernel's deferred frees holding 64 read
+ * segments). A window that grows while nothing is read (the kernel raising
+ * rcv_ssthresh towards the buffer's free space) moves the edge and restarts
+ * the clock; it cannot grow past the free space, so it only delays the
+ * verdict. A small window (a buffer under `shrink`, no window scaling:
+ * 64 KiB at most) never reaches the bound: that client is found, as
+ * before, once nothing is acknowledged (its buffer full). A zero window is
+ * a full buffer, the same. */
+typedef struct policy_rwnd {
+    int64_t since;            /* the sample the clock starts at (0: none)     */
+    uint64_t acked0;          /* bytes acknowledged then                      */
+    uint64_t edge0;           /* acked0 + the window then                     */
+    uint32_t wnd_max;         /* the largest window since                     */
+} policy_rwnd;
+/* Feeds one sample (acked, wnd) taken at `now` (> 0); returns true when the
+ * client consumed since the clock started (and restarts it; the first
+ * sample starts it and returns false). */
+bool policy_rwnd_consumed(policy_rwnd *w, uint64_t acked, uint32_t wnd, int64_t now);
+/* Feeds one sample like policy_rwnd_consumed; returns true when the client
+ * is idle as above (park_ms <= 0: never). */
+bool policy_rwnd_idle(policy_rwnd *w, uint64_t acked, uint32_t wnd, int park_ms, uint32_t shrink, int64_t now);
+
 /* Decode share between clients (issue 26). On a CPU a step costs a fixed
  * part plus a part per token, so every decode row of one client lengthens
  * the step of every other: a client with 16 streams beside 8 agents made

@@ -82,6 +82,8 @@
  */
 #include "http.h"
 
+#include "../sched/policy.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -156,6 +158,7 @@ struct http_server {
     int n_inflight;      /* exchanges in the handler or streaming            */
     size_t body_bytes;   /* bodies buffered now (max_body_total)             */
     atomic_size_t stream_bytes; /* streams' buffers (http_stream.buf, capacity) */
+    atomic_ullong n_window_idle; /* streams stopped by their client's window   */
     /* the reaper: every open connection and its deadline */
     pthread_mutex_t track_mu; /* guards the list, the deadlines, reaper_stop */
     pthread_cond_t track_cv;
@@ -240,6 +243,8 @@ typedef struct http_stream {
     bool squeezed;       /* SO_SNDBUF cut to the minimum (sock_idle)         */
     uint64_t acked;      /* the socket's bytes acknowledged, last seen       */
     int64_t acked_ns;    /* when that count last moved (or the queue was empty) */
+    policy_rwnd rwnd;    /* the client's receive window, as sock_idle saw it  */
+    bool rwnd_idle;      /* stopped by the window (sock_idle): probed         */
 } http_stream;
 
 static void *worker_main(void *arg);
@@ -328,6 +333,7 @@ void http_get_stats(const http_exchange *x, http_stats *out) {
     out->body_bytes = s->body_bytes;
     pthread_mutex_unlock(&s->mu);
     out->stream_bytes = atomic_load(&s->stream_bytes);
+    out->n_window_idle = atomic_load(&s->n_window_idle);
     pthread_mutex_lock(&s->track_mu);
     out->n_deadline_closed = s->n_reaped;
     out->n_culled = s->n_culled;
@@ -574,15 +580,11 @@ static size_t sock_unsent(int fd) {
     return 0;
 }
 
-/* With s->mu held: whether the client's kernel acknowledged none of the
- * bytes the socket holds for park_idle_ms — its receive buffer is full, so
- * the client has read nothing for that long (a slow reader's kernel goes on
- * acknowledging as it reads). Only the queued bytes say it: what the
- * client's buffer holds, read or not, is invisible to the server, so a
- * client is known not to read only once that buffer is full (4 KiB for the
- * tests' and tenant_bench's non-readers; a default socket takes more).
- * Linux: tcp_info's tcpi_bytes_acked; elsewhere never. */
-static bool sock_acked(int fd, uint64_t *acked) {
+/* The socket's bytes acknowledged by its peer and the peer's receive window
+ * (*wnd; UINT32_MAX where the kernel's tcp_info is too short to have it:
+ * tcpi_snd_wnd came with Linux 5.4, the length returned tells). Linux only;
+ * false elsewhere or on failure. */
+static bool sock_acked(int fd, uint64_t *acked, uint32_t *wnd) {
 #if defined(__linux__) && defined(TCP_INFO)
     struct tcp_info ti;
     socklen_t len = sizeof ti;
@@ -591,20 +593,45 @@ static bool sock_acked(int fd, uint64_t *acked) {
         len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)
         return false;
     *acked = ti.tcpi_bytes_acked;
+    *wnd = len >= offsetof(struct tcp_info, tcpi_snd_wnd) + sizeof ti.tcpi_snd_wnd ? ti.tcpi_snd_wnd : UINT32_MAX;
     return true;
 #else
-    (void)fd, (void)acked;
+    (void)fd, (void)acked, (void)wnd;
     return false;
 #endif
 }
 
+/* With s->mu held: whether the client has read nothing for park_idle_ms.
+ * Two signs. Its kernel acknowledged none of the bytes the socket holds for
+ * that long: its receive buffer is full (a slow reader's kernel goes on
+ * acknowledging as it reads). Or its receive window shrank by about what it
+ * acknowledged, HTTP_PARK_WINDOW_SHRINK in all, with no sign of a read for
+ * that long (policy_rwnd_idle): its buffer still takes bytes but nothing
+ * takes them out. The first alone found a client that does not read only
+ * once its buffer was full, a few KiB for the tests' non-readers but up to
+ * tcp_rmem's maximum (32 MiB here) for one that set SO_RCVBUF or whose
+ * buffer autotuning had grown. Where the kernel has no tcpi_snd_wnd, the
+ * first only. */
 static bool sock_idle(http_stream *s, size_t queued, int64_t now) {
     uint64_t acked;
+    uint32_t wnd;
+    if (!s->srv->c.park_idle_ms || !sock_acked(s->fd, &acked, &wnd)) {
+        if (!queued) s->acked_ns = 0;
+        return false;
+    }
+    if (wnd != UINT32_MAX &&
+        policy_rwnd_idle(&s->rwnd, acked, wnd, s->srv->c.park_idle_ms, HTTP_PARK_WINDOW_SHRINK, now)) {
+        if (s->rwnd_idle) return true; /* (told once; it stops at its next event) */
+        s->rwnd_idle = true;
+        atomic_fetch_add(&s->srv->n_window_idle, 1);
+        log_debug("http: a stream's client read nothing for %d ms (its receive window shrank by %u bytes)",
+                  s->srv->c.park_idle_ms, s->rwnd.wnd_max - wnd);
+        return true;
+    }
     if (!queued) { /* nothing waits for the client: the clock starts later */
         s->acked_ns = 0;
         return false;
     }
-    if (!s->srv->c.park_idle_ms || !sock_acked(s->fd, &acked)) return false;
     if (acked != s->acked || !s->acked_ns) {
         s->acked = acked;
         s->acked_ns = now;
@@ -614,13 +641,17 @@ static bool sock_idle(http_stream *s, size_t queued, int64_t now) {
 }
 
 /* With s->mu held: a stream stopped by sock_idle stays stopped until its
- * client's kernel acknowledges something (the client read): the reader may
- * take the pending event into MHD's block and bring the producer back while
- * the client still reads nothing, and a stream parked and resumed every
+ * client reads: its kernel acknowledges something (a full buffer), or its
+ * window's edge moves (policy_rwnd_consumed). The reader may take the
+ * pending event into MHD's block and bring the producer back while the
+ * client still reads nothing, and a stream parked and resumed every
  * park_idle_ms would run a step's worth each time. */
 static bool sock_still_idle(http_stream *s) {
     uint64_t acked;
-    return s->squeezed && sock_acked(s->fd, &acked) && acked == s->acked;
+    uint32_t wnd;
+    if (!s->squeezed || !sock_acked(s->fd, &acked, &wnd)) return false;
+    if (s->rwnd_idle) return !policy_rwnd_consumed(&s->rwnd, acked, wnd, clock_ns());
+    return acked == s->acked;
 }
 
 /* With s->mu held: the socket's send buffer cut to the least the kernel
@@ -636,6 +667,22 @@ static void sock_squeeze(http_stream *s, bool squeeze) {
     int v = squeeze ? 1 : s->sndbuf; /* the kernel raises 1 to its minimum */
     setsockopt(s->fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     s->squeezed = squeeze;
+    if (squeeze && !s->rwnd_idle) return;
+    /* Stopped by the window, the socket has nothing more to send once the
+     * client's buffer took the pending bytes, so no acknowledgement would
+     * tell that the client read (its kernel announces a window that grew
+     * only when it was less than half the largest): a keepalive probe a
+     * second draws one that carries the window. Off again once it reads. */
+    int on = squeeze;
+    setsockopt(s->fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+#if defined(TCP_KEEPIDLE) && defined(TCP_KEEPINTVL)
+    int one = 1;
+    if (squeeze) {
+        setsockopt(s->fd, IPPROTO_TCP, TCP_KEEPIDLE, &one, sizeof one);
+        setsockopt(s->fd, IPPROTO_TCP, TCP_KEEPINTVL, &one, sizeof one);
+    }
+#endif
+    if (!squeeze) s->rwnd_idle = false;
 }
 
 /* The buffer level below which the reader hands a stopped producer back to

@@ -145,6 +145,14 @@ typedef size_t (*http_error_fn)(const char *path, int status, const char *code, 
  * so that what a client that does not read holds in the kernel is bounded
  * too (Linux would grow it to 4 MiB). */
 #define HTTP_STREAM_SNDBUF (128 * 1024)
+/* park_idle_ms by the client's receive window (Linux, policy_rwnd in
+ * sched/policy.h): a client whose window shrank by this much while it read
+ * nothing for park_idle_ms is idle although its buffer still takes bytes. A
+ * reader's window can dip below its first promise by its unread and
+ * not-yet-freed bytes (62 KB measured on loopback); a non-reader's window
+ * shrinks by >= 0.6 of each byte sent, so it is found after ~400 KB, not
+ * once its buffer (up to tcp_rmem's maximum, 32 MiB here) is full. */
+#define HTTP_PARK_WINDOW_SHRINK (256 * 1024)
 
 typedef struct http_config {
     const char *host;       /* numeric IPv4/IPv6 address to bind ("127.0.0.1")  */
@@ -174,8 +182,11 @@ typedef struct http_config {
     int park_idle_ms;       /* with park_bytes: a stream whose client's kernel
                                acknowledged none of the bytes its socket holds
                                for this long (the client's receive buffer is
-                               full: it reads nothing) stops as at park_bytes,
-                               whatever the bytes; 0: off (Linux only)          */
+                               full: it reads nothing), or whose receive
+                               window shows it read nothing for this long
+                               (HTTP_PARK_WINDOW_SHRINK), stops as at
+                               park_bytes, whatever the bytes; 0: off (Linux
+                               only)                                            */
     http_precheck_fn precheck; /* NULL: none; called with the handler's ctx      */
     http_error_fn error_body;  /* NULL: errors in OpenAI's shape only            */
     int listen_fd;          /* > 0: a socket from http_listen, owned by the server
@@ -250,6 +261,9 @@ typedef struct http_stats {
     unsigned long long n_refused;         /* new connections closed at once:
                                              their address's cap, or every
                                              slot in a request             */
+    unsigned long long n_window_idle;     /* streams stopped because their
+                                             client's receive window showed
+                                             it read nothing (park_idle_ms) */
     int n_connections;                    /* open now                      */
     int n_workers, n_workers_peak;        /* handler threads alive now, and
                                              the most at once so far        */

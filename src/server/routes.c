@@ -157,8 +157,12 @@ static void r_metrics(const route *rt, routes_ctx *root, routes_ctx *rc, http_ex
                     "# TYPE kvloom_http_culled_total counter\nkvloom_http_culled_total %llu\n"
                     "# HELP kvloom_http_refused_total New connections closed at once (--max-conns-per-ip, or every "
                     "slot in a request).\n"
-                    "# TYPE kvloom_http_refused_total counter\nkvloom_http_refused_total %llu\n",
-                    hs.body_bytes, hs.n_deadline_closed, hs.n_connections, hs.stream_bytes, hs.n_culled, hs.n_refused);
+                    "# TYPE kvloom_http_refused_total counter\nkvloom_http_refused_total %llu\n"
+                    "# HELP kvloom_http_window_idle_total Streams stopped (their requests parked) because their "
+                    "client's receive window showed it read nothing for --park-timeout.\n"
+                    "# TYPE kvloom_http_window_idle_total counter\nkvloom_http_window_idle_total %llu\n",
+                    hs.body_bytes, hs.n_deadline_closed, hs.n_connections, hs.stream_bytes, hs.n_culled, hs.n_refused,
+                    hs.n_window_idle);
     int n_stored;
     size_t stored_bytes;
     resp_store_stats(rc->responses, &n_stored, &stored_bytes);
