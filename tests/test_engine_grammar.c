@@ -14,7 +14,13 @@
  *     grammar, of several and unconstrained ones running together;
  *   - a request whose masks are slow (mask_spin_us) sits out while its mask
  *     is computed: an unconstrained request beside it finishes while the
- *     slow one has at most 2 tokens (masks inside the step: in lockstep).
+ *     slow one has at most 2 tokens (masks inside the step: in lockstep);
+ *   - the mask worker's share between clients (policy_mask_defer): a client
+ *     whose masks take 20 ms each beside another client's 200-token
+ *     generation (steps 4 ms apart) gets no more masks meanwhile than the
+ *     other's forward time pays for (its charge at most the other's, plus
+ *     slack), where the worker alone would have run them back to back, and
+ *     it is slowed, not failed: its request ends at its length.
  */
 #include <string.h>
 
@@ -81,6 +87,19 @@ static req *submit(engine *en, const char *prompt, const char *gbnf, int max_tok
     r->sp.temperature = temperature;
     r->sp.seed = seed;
     r->max_tokens = max_tokens;
+    err_t e = {0};
+    if (gbnf) CHECK_MSG(grammar_from_gbnf(gbnf, strlen(gbnf), &r->grammar, &e) == 0, "%s: %s", gbnf, e.msg);
+    CHECK(engine_submit(en, r, &e) == 0);
+    return r;
+}
+
+static req *submit_as(engine *en, const char *prompt, const char *gbnf, int max_tokens, uint64_t client) {
+    int32_t *ids = xmalloc(256 * sizeof *ids);
+    int n = tok_encode(g_tok, prompt, strlen(prompt), true, false, ids, 256);
+    req *r = req_new(ids, n);
+    r->max_tokens = max_tokens;
+    r->ignore_eos = true;
+    r->client = client;
     err_t e = {0};
     if (gbnf) CHECK_MSG(grammar_from_gbnf(gbnf, strlen(gbnf), &r->grammar, &e) == 0, "%s: %s", gbnf, e.msg);
     CHECK(engine_submit(en, r, &e) == 0);
@@ -258,6 +277,55 @@ int main(void) {
                       n_slow_then, n_slow);
         req_unref(slow);
         req_unref(quick);
+        engine_free(es);
+    }
+    /* The mask worker's share between clients. Client 1's masks spin 20 ms
+     * of CPU each; client 2 generates 200 unconstrained tokens, its steps
+     * 4 ms apart (step_delay: time nobody is charged). Client 1 may start a
+     * mask only while its charge (its masks, its rows' forward time) is at
+     * most half of both clients' (decayed, half-life 1 s), so meanwhile its
+     * masks' time is at most client 2's forward time (+ one mask, + the
+     * decay's tilt toward the older charge): bound = 3 + 2 x forward / 20 ms,
+     * the forward time at most the wall time less the steps' delays. Without
+     * the rule the worker runs its masks back to back (~0.5 s for its 22
+     * tokens, greedy, ending at the grammar's ".") and client 1 is done
+     * before client 2 (~0.9 s). */
+    {
+        engine_opts os = o;
+        os.mask_spin_us = 20000;
+        os.step_delay_us = 4000;
+        os.mask_budget_us = 0;
+        os.check = false;
+        engine *es;
+        CHECK(engine_new(m, &os, &es, &e) == 0);
+        engine_stats s0, s1;
+        engine_get_stats(es, &s0);
+        int64_t t0 = clock_ns();
+        req *slow = submit_as(es, "The cat", "root ::= [a-z ]{1,200} \".\"", 24, 1);
+        req *other = submit_as(es, "Once upon a time", NULL, 200, 2);
+        req_finish fo, fs;
+        int no = wait_done(other, &fo);
+        double wall_ms = (double)(clock_ns() - t0) / 1e6;
+        int n_slow_then = req_wait(slow, 0, 0, &fs);
+        engine_get_stats(es, &s1);
+        double fw_ms = (double)(s1.forward_ns_total - s0.forward_ns_total) / 1e6;
+        double bound = 3 + 2 * MAX(fw_ms, 0) / 20;
+        CHECK_EQ_INT(no, 200);
+        CHECK_MSG(n_slow_then <= bound,
+                  "client 1 had %d tokens (masks of 20 ms) when client 2's 200 were done: more than %.1f "
+                  "(its forward time %.1f ms of %.1f ms)",
+                  n_slow_then, bound, fw_ms, wall_ms);
+        int n_slow = wait_done(slow, &fs);
+        CHECK_MSG(fs == REQ_FINISH_STOP || fs == REQ_FINISH_LENGTH, "client 1's request ended %d (slowed, never failed)",
+                  fs);
+        CHECK(n_slow > n_slow_then);
+        if (getenv("TEST_VERBOSE"))
+            fprintf(stderr, "mask share: client 1 had %d of %d tokens when client 2 was done; bound %.1f (forward %.1f ms of %.1f)\n",
+                    n_slow_then, n_slow, bound, fw_ms, wall_ms);
+        engine_get_stats(es, &s1);
+        CHECK(s1.mask_deferred_total > 0);
+        req_unref(slow);
+        req_unref(other);
         engine_free(es);
     }
     gvocab_free(gv);

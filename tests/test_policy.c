@@ -17,7 +17,13 @@
  * leaves pinned) are checked the same way: boundaries and cases by hand,
  * and the client start and the stall clock
  * against references on random cases (the least served by sorting; the
- * stall clock from the whole history of a reader, not step by step). */
+ * stall clock from the whole history of a reader, not step by step). The
+ * mask worker's share between clients: the decay against repeated halving,
+ * the deferral's boundaries by hand, the worker's pick against a sort on
+ * random queues, and a simulated run (8 agents' steps, one client whose
+ * masks take 25 ms on the worker) in which the masks' client ends with at
+ * most an equal share of what the server spent, where without the rule
+ * its masks would take the worker's whole time. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -840,6 +846,96 @@ static void test_turn_keep(void) {
     CHECK(keep_is(policy_turn_keep(&t), true, true, false, false));
 }
 
+/* The mask worker's share (policy.h, "The mask worker's share between
+ * clients"). */
+static int ref_pick_mask(const policy_mask_job *v, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (v[i].deferred) continue;
+        bool before = true; /* i before best: a strict sort key (charge, cost, index) */
+        if (best >= 0) {
+            double ka[3] = {v[i].c_charge, (double)v[i].cost_ns, i}, kb[3] = {v[best].c_charge, (double)v[best].cost_ns,
+                                                                             best};
+            int k = 0;
+            while (k < 3 && ka[k] == kb[k]) k++;
+            before = ka[k] < kb[k];
+        }
+        if (before) best = i;
+    }
+    return best;
+}
+
+static void test_mask_share(void) {
+    /* decay: halves every half-life; composes; no time, no decay */
+    int64_t hl = MS(POLICY_MASK_HALF_LIFE_MS);
+    CHECK(policy_decay(8, hl) == 4);
+    CHECK(policy_decay(8, 2 * hl) == 2);
+    CHECK(policy_decay(8, 0) == 8 && policy_decay(8, -5) == 8);
+    double v = 1000, w = 1000;
+    for (int i = 0; i < 16; i++) v = policy_decay(v, hl / 16);
+    w /= 2;
+    CHECK_MSG(v > w * 0.999999 && v < w * 1.000001, "16 sixteenths of a half-life: %f, want %f", v, w);
+
+    /* deferral: past an equal share of the active clients' total, and only
+     * with another client's sequence that can step */
+    CHECK(!policy_mask_defer(100, 900, 9, 8));  /* exactly the share */
+    CHECK(policy_mask_defer(101, 900, 9, 8));   /* past it */
+    CHECK(!policy_mask_defer(101, 900, 9, 0));  /* nobody else could step: the CPU would idle */
+    CHECK(!policy_mask_defer(900, 900, 1, 3));  /* alone: work conserving */
+    CHECK(policy_mask_defer(600, 1000, 2, 1));
+    CHECK(!policy_mask_defer(0, 0, 2, 1));      /* nothing charged yet */
+
+    /* the pick against a sort on random queues */
+    rng_state = 0x3a5cull;
+    for (int iter = 0; iter < 3000; iter++) {
+        enum { N = 24 };
+        policy_mask_job q[N];
+        int n = (int)(rng_u64() % (N + 1));
+        for (int i = 0; i < n; i++)
+            q[i] = (policy_mask_job){.c_charge = (double)(rng_u64() % 5), .cost_ns = (int64_t)(rng_u64() % 4),
+                                     .deferred = rng_u64() % 3 == 0};
+        int got = policy_pick_mask(q, n), want = ref_pick_mask(q, n);
+        CHECK_MSG(got == want, "iteration %d: pick %d, reference %d", iter, got, want);
+    }
+
+    /* A simulated run, 1 ms at a time over 60 s: 8 agent clients, each one
+     * decode row in every step of 80 ms forward; client 8's masks take 25 ms
+     * of CPU each on the worker, one after the other whenever the rule lets
+     * one start (its sequence always has its next mask queued). Charges as
+     * the engine makes them: a step's time split among its rows at its end,
+     * a mask's CPU when it is done. Its share of all the charges is at most
+     * 1/9 (+ one mask's worth of slack); without the rule the worker would
+     * spend the whole 60 s on its masks. */
+    double ch[9] = {0};
+    int64_t now = 0, step_end = MS(80), mask_end = -1;
+    double mask_cpu = 0, step_cpu = 0;
+    int n_masks = 0;
+    for (; now < MS(60000); now += MS(1)) {
+        for (int c = 0; c < 9; c++) ch[c] = policy_decay(ch[c], MS(1));
+        if (now >= step_end) {
+            for (int c = 0; c < 8; c++) ch[c] += MS(80) / 8.0;
+            step_cpu += MS(80);
+            step_end = now + MS(80);
+        }
+        if (mask_end >= 0 && now >= mask_end) {
+            ch[8] += MS(25);
+            mask_cpu += MS(25);
+            n_masks++;
+            mask_end = -1;
+        }
+        if (mask_end < 0) {
+            double total = 0;
+            for (int c = 0; c < 9; c++) total += ch[c];
+            if (!policy_mask_defer(ch[8], total, 9, 8)) mask_end = now + MS(25);
+        }
+    }
+    double share = mask_cpu / (mask_cpu + step_cpu);
+    CHECK_MSG(share <= 1.0 / 9 + 0.01, "the masks' client took %.3f of the time (%d masks), its share is %.3f", share,
+              n_masks, 1.0 / 9);
+    CHECK_MSG(share >= 1.0 / 9 - 0.02, "the masks' client took %.3f of the time (%d masks): starved below its share",
+              share, n_masks);
+}
+
 int main(void) {
     test_admit_order();
     test_gates();
@@ -857,5 +953,6 @@ int main(void) {
     test_stall();
     test_rwnd();
     test_turn_keep();
+    test_mask_share();
     return test_summary("test_policy");
 }

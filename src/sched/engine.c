@@ -190,6 +190,12 @@ static void client_start_locked(engine *en, client *c) {
     }
     c->served = policy_client_start(en->pcl, en->hi_clients);
     c->fresh = false;
+    pthread_mutex_lock(&en->mk_mu); /* (the worker reads a queued job's client) */
+    c->mk_charge = 0; /* the mask worker's share: nothing charged yet */
+    c->mk_at = 0;
+    c->mk_pub = 0;
+    c->mk_runnable = 0;
+    pthread_mutex_unlock(&en->mk_mu);
 }
 
 static void seq_push_token(seq *s, int32_t t) {
@@ -395,6 +401,7 @@ static void mem_publish(engine *en) {
 
 static void stats_publish(engine *en) {
     en->cnt.n_running = en->running.n;
+    en->cnt.mask_deferred_total = atomic_load(&en->mk_deferred_total);
     en->cnt.n_waiting = en->waiting.n;
     en->cnt.kv_blocks_used = kvpool_n_used(en->pool);
     en->cnt.kv_blocks_cached = radix_n_cached(en->tree);
@@ -984,12 +991,15 @@ static void schedule(engine *en, seq *s, int budget, int *n_tok, int *n_bs) {
 
 /* Cuts the drafts the grammar refuses (the engine would mask them anyway:
  * verifying them is wasted work). */
-static int spec_cut_grammar(seq *s, int k) {
+static int spec_cut_grammar(engine *en, seq *s, int k) {
     if (!s->out.gm || k == 0) return k;
     gmatch *probe = gmatch_clone(s->out.gm);
     if (!probe) return 0;
+    grammar *g = gmatch_grammar(probe);
+    if (en->mk_on) grammar_lock(g); /* the worker may be in its cache (another sequence's mask) */
     int ok = 0;
     while (ok < k && !gmatch_must_end(probe) && gmatch_accept(probe, s->spec.draft[ok]) == 0) ok++;
+    if (en->mk_on) grammar_unlock(g);
     gmatch_free(probe);
     return ok;
 }
@@ -1125,7 +1135,7 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
             k = draft_propose(en->dr, s->spec.ds, s->tok.ids, s->tok.n, max, s->spec.draft);
             k = draft_plan_seq(en->dr, s->spec.ds, k, thr);
         }
-        k = spec_reserve(en, s, spec_cut_grammar(s, k));
+        k = spec_reserve(en, s, spec_cut_grammar(en, s, k));
         if (k <= 0) continue;
         s->spec.n_draft = k;
         en->b_chunk[j] += k;
@@ -1529,6 +1539,7 @@ static bool engine_step(engine *en) {
     step_plan(en, &n_tok, &n_bs);
     plan_report(en, n_bs);
     if (n_bs == 0) {
+        sched__mask_share_publish(en);
         mem_publish(en);
         stats_publish(en);
         return false;
@@ -1536,10 +1547,14 @@ static bool engine_step(engine *en) {
     int n_logits;
     uint64_t n_prompt_work;
     model_batch b = step_build(en, n_tok, n_bs, &n_logits, &n_prompt_work);
-    int64_t t0 = en->dr ? clock_ns() : 0;
+    int64_t t0 = clock_ns();
     if (!step_forward(en, &b, n_logits)) return true;
-    if (en->dr) draft_cost_observe(&en->cost, n_tok, (double)(clock_ns() - t0) / 1e6);
+    int64_t fw = clock_ns() - t0;
+    if (en->dr) draft_cost_observe(&en->cost, n_tok, (double)fw / 1e6);
+    en->cnt.forward_ns_total += (uint64_t)fw;
+    sched__mask_share_charge(en, n_bs, n_tok, fw);
     step_advance(en, n_bs);
+    sched__mask_share_publish(en);
     en->cnt.prompt_tokens_computed_total += n_prompt_work;
     en->cnt.steps_total++;
     mem_publish(en); /* once a step (not at every finish: it walks every request) */
@@ -1729,10 +1744,10 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->pcl = xcalloc((size_t)en->cap_clients, sizeof *en->pcl);
     pthread_mutex_init(&en->mu, NULL);
     pthread_mutex_init(&en->mk_mu, NULL);
-    pthread_cond_init(&en->mk_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&en->mk_cv, &ca); /* (the worker's timed waits for a client's share) */
     pthread_cond_init(&en->cv, &ca);
     pthread_condattr_destroy(&ca);
     if (en->dr && o->spec == DRAFT_MODEL) {
@@ -1810,7 +1825,7 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
             return rc;
         }
     }
-    if (!o->mask_sync && o->spec == DRAFT_OFF && o->gvocab && !sched__mask_worker_start(en)) {
+    if (!o->mask_sync && o->gvocab && !sched__mask_worker_start(en)) {
         engine_free(en);
         return err_set(e, ERR_NOMEM, "cannot start the grammar mask worker thread");
     }
@@ -1869,6 +1884,7 @@ void engine_free(engine *en) {
     free(en->b_chunk);
     free(en->scratch);
     free(en->mask);
+    free(en->mk_pick);
     free(en->forced);
     free(en->forced_ids);
     free(en->clients);

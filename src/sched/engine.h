@@ -145,8 +145,9 @@ typedef struct engine_opts {
     /* Masks inside the step, on the engine thread (the reference path:
      * tests compare the worker's output with it). Default false: a
      * mask worker thread computes them overlapped with the forward pass
-     * (engine_grammar.c, "Masks off the engine thread"); with speculative decoding
-     * masks are always inside the step. */
+     * (engine_grammar.c, "Masks off the engine thread"); a speculating
+     * sequence's masks stay inside the step until its client is past its
+     * share (policy_mask_defer), then it stops speculating. */
     bool mask_sync;
     /* No decode share between clients (policy_decode_share): every running
      * client's decode rows run in every step (for a server whose clients
@@ -204,6 +205,7 @@ typedef struct engine_stats {
     uint64_t forced_tokens_total;       /* tokens appended by jump-forward       */
     uint64_t mask_ns_total;             /* time spent computing masks            */
     uint64_t steps_total;
+    uint64_t forward_ns_total;      /* wall time of the steps' forward passes     */
     int kv_blocks_total;
     int kv_blocks_used;             /* blocks with a reference (tree or request)  */
     int kv_blocks_cached;           /* blocks indexed by the radix tree           */
@@ -248,6 +250,11 @@ typedef struct engine_stats {
     int n_parked;                   /* requests parked (their reader took nothing) */
     uint64_t parked_total;          /* times a request was parked                */
     uint64_t mask_budget_failed_total; /* requests failed: masks over mask_budget_us */
+    uint64_t mask_deferred_total;   /* masks the worker computed after holding them
+                                       back for their client's share (policy.h,
+                                       "The mask worker's share between clients") */
+    uint64_t mask_spec_dropped_total; /* constrained sequences that stopped
+                                       speculating for their client's share      */
     /* memory (bytes; /metrics kvloom_memory_bytes{part}) */
     uint64_t mem_weights;           /* the model's tensors (mapped read-only)     */
     uint64_t mem_kv_pool;           /* the KV pool, allocated at start            */

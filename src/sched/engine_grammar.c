@@ -47,8 +47,10 @@ typedef struct mjob {
     int n_ok;
     int64_t cpu_ns, wall_ns; /* the last mask's                                 */
     int64_t cost_ns;     /* CPU of all its masks so far: the worker's order     */
+    int client;          /* its request's client_slot (the share's charge)      */
     int state;
     bool orphan;
+    bool deferred;       /* passed over for its client's share (counted once)    */
 } mjob;
 
 /* Its logits row is no longer waited on (it sampled, ended or was preempted). */
@@ -102,18 +104,83 @@ static void mask_spin(const engine *en, int64_t c0) {
         while (thread_cpu_ns() - c0 < (int64_t)en->o.mask_spin_us * 1000) {}
 }
 
-/* The mask worker's loop ("Masks off the engine thread"). */
+/* With mk_mu held: c charged ns more at `now` (the total too while c has
+ * running work). */
+static void share_charge_locked(engine *en, client *c, double ns, int64_t now) {
+    c->mk_charge = policy_decay(c->mk_charge, now - c->mk_at) + ns;
+    c->mk_at = now;
+    if (c->mk_pub == en->mk_pub) {
+        en->mk_total = policy_decay(en->mk_total, now - en->mk_total_at) + ns;
+        en->mk_total_at = now;
+    }
+}
+
+/* With mk_mu held: c's charge at `now`, and whether its masks wait
+ * (policy_mask_defer against the last publication). A client that had no
+ * running sequence then (one admitted in this step) counts as one more. */
+static bool share_deferred_locked(const engine *en, const client *c, int64_t now, double *charge) {
+    *charge = policy_decay(c->mk_charge, now - c->mk_at);
+    double total = policy_decay(en->mk_total, now - en->mk_total_at);
+    if (c->mk_pub == en->mk_pub)
+        return policy_mask_defer(*charge, total, en->mk_n_active, en->mk_n_runnable - c->mk_runnable);
+    return policy_mask_defer(*charge, total + *charge, en->mk_n_active + 1, en->mk_n_runnable);
+}
+
+/* With mk_mu held: the queued job to compute next (policy_pick_mask over
+ * the queue), unlinked and RUNNING; NULL when every one waits for its
+ * client's share. */
+static mjob *pick_job_locked(engine *en) {
+    int n = 0;
+    for (mjob *p = en->mk_queue; p; p = p->next) n++;
+    if (n > en->cap_mk_pick) {
+        en->cap_mk_pick = MAX(n, 2 * en->cap_mk_pick);
+        en->mk_pick = xrealloc(en->mk_pick, (size_t)en->cap_mk_pick * sizeof *en->mk_pick);
+    }
+    int64_t now = clock_ns();
+    int i = 0;
+    for (mjob *p = en->mk_queue; p; p = p->next, i++) {
+        policy_mask_job *v = &en->mk_pick[i];
+        v->deferred = share_deferred_locked(en, &en->clients[p->client], now, &v->c_charge);
+        v->cost_ns = p->cost_ns;
+        if (v->deferred) p->deferred = true;
+    }
+    int k = policy_pick_mask(en->mk_pick, n);
+    if (k < 0) return NULL;
+    mjob **at = &en->mk_queue;
+    while (k-- > 0) at = &(*at)->next;
+    mjob *j = *at;
+    *at = j->next;
+    return j;
+}
+
+/* CLOCK_MONOTONIC ms from now (the clock of mk_cv and cv). */
+static struct timespec mono_in(int ms) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_nsec += ms * 1000000L;
+    dl.tv_sec += dl.tv_nsec / 1000000000L;
+    dl.tv_nsec %= 1000000000L;
+    return dl;
+}
+
+/* The mask worker's loop ("Masks off the engine thread"). Jobs whose
+ * clients are past their share wait (the worker idles, its CPU left to
+ * the step) until a publication after a step or, at most 10 ms later, the
+ * charges' decay lets one run. */
 static void *mask_worker(void *arg) {
     engine *en = arg;
     pthread_mutex_lock(&en->mk_mu);
     for (;;) {
         while (!en->mk_stop && !en->mk_queue) pthread_cond_wait(&en->mk_cv, &en->mk_mu);
         if (en->mk_stop) break;
-        mjob **best = &en->mk_queue;
-        for (mjob **p = &en->mk_queue; *p; p = &(*p)->next)
-            if ((*p)->cost_ns < (*best)->cost_ns) best = p; /* ties: the first queued */
-        mjob *j = *best;
-        *best = j->next;
+        mjob *j = pick_job_locked(en);
+        if (!j) {
+            struct timespec dl = mono_in(10);
+            pthread_cond_timedwait(&en->mk_cv, &en->mk_mu, &dl);
+            continue;
+        }
+        if (j->deferred) atomic_fetch_add(&en->mk_deferred_total, 1);
+        j->deferred = false;
         j->next = NULL;
         j->state = MJ_RUNNING;
         pthread_mutex_unlock(&en->mk_mu);
@@ -137,6 +204,7 @@ static void *mask_worker(void *arg) {
             j->wall_ns = wall;
             j->cost_ns += cpu;
             j->state = MJ_DONE;
+            share_charge_locked(en, &en->clients[j->client], (double)cpu, clock_ns());
         }
         pthread_mutex_unlock(&en->mk_mu);
         pthread_mutex_lock(&en->mu);
@@ -162,6 +230,7 @@ static void mask_launch(engine *en, seq *s) {
     pthread_mutex_lock(&en->mk_mu);
     ASSERT(j->state == MJ_IDLE);
     j->gm = s->out.gm;
+    j->client = s->r->client_slot;
     j->state = MJ_QUEUED;
     j->next = en->mk_queue;
     en->mk_queue = j;
@@ -181,16 +250,40 @@ bool sched__mask_gate(engine *en, seq *s) {
         if (st == MJ_QUEUED || st == MJ_RUNNING) return false;
     }
     grammar *g = gmatch_grammar(s->out.gm);
-    if (!grammar_trylock(g)) return false;
+    if (s->spec.ds)
+        grammar_lock(g); /* its masks are the step's (drafts): at most one worker mask of the same grammar */
+    else if (!grammar_trylock(g))
+        return false;
     s->out.g_locked = g;
     return true;
 }
 
-/* After s sampled: its grammar's lock back, its next mask to the worker. */
+/* Whether s's client is past its share of the mask worker now. */
+static bool share_deferred(engine *en, const seq *s) {
+    pthread_mutex_lock(&en->mk_mu);
+    double charge;
+    bool d = share_deferred_locked(en, seq_client(en, (seq *)s), clock_ns(), &charge);
+    pthread_mutex_unlock(&en->mk_mu);
+    return d;
+}
+
+/* After s sampled: its grammar's lock back, its next mask to the worker.
+ * A speculating sequence's masks are the step's (a draft row's mask needs
+ * the row before it sampled), so they are everyone's wait: once its client
+ * is past its share it stops speculating, and its masks go to the worker,
+ * where the share holds them back. */
 void sched__mask_gate_end(engine *en, seq *s, req_finish why) {
     if (s->out.g_locked) grammar_unlock(s->out.g_locked);
     s->out.g_locked = NULL;
-    if (why == REQ_RUNNING) mask_launch(en, s);
+    if (why != REQ_RUNNING) return;
+    if (en->mk_on && s->spec.ds && s->out.gm && share_deferred(en, s)) {
+        draft_seq_end(NULL, s->spec.ds, NULL, 0, 0, false);
+        s->spec.ds = NULL;
+        dmodel_seq_free(s->spec.dms);
+        s->spec.dms = NULL;
+        en->cnt.mask_spec_dropped_total++;
+    }
+    mask_launch(en, s);
 }
 
 /* The opening forced run of s's grammar (s->out.gm_start), appended at
@@ -225,6 +318,11 @@ int sched__apply_mask(engine *en, seq *s, float *lg) {
         mask_spin(en, c0);
         wall = clock_ns() - t0;
         cpu = thread_cpu_ns() - c0; /* CPU, not wall: a descheduled engine thread is not the grammar's cost */
+        if (en->mk_on) {
+            pthread_mutex_lock(&en->mk_mu);
+            share_charge_locked(en, seq_client(en, s), (double)cpu, clock_ns());
+            pthread_mutex_unlock(&en->mk_mu);
+        }
     }
     en->cnt.mask_ns_total += (uint64_t)wall;
     s->out.mask_ns += cpu;
@@ -359,6 +457,44 @@ void sched__jump_forward(engine *en, seq *s) {
         r->n_forced++;
         en->cnt.forced_tokens_total++;
     }
+}
+
+void sched__mask_share_charge(engine *en, int n_bs, int n_tok, int64_t fw_ns) {
+    if (!en->mk_on || n_tok <= 0) return;
+    int64_t now = clock_ns();
+    pthread_mutex_lock(&en->mk_mu);
+    for (int j = 0; j < n_bs; j++)
+        share_charge_locked(en, seq_client(en, en->b_owner[j]), (double)fw_ns * en->b_chunk[j] / n_tok, now);
+    pthread_mutex_unlock(&en->mk_mu);
+}
+
+void sched__mask_share_publish(engine *en) {
+    if (!en->mk_on) return;
+    int64_t now = clock_ns();
+    pthread_mutex_lock(&en->mk_mu);
+    uint64_t pub = ++en->mk_pub;
+    double total = 0;
+    int n_active = 0, n_runnable = 0;
+    for (int i = 0; i < en->running.n; i++) {
+        seq *s = en->running.v[i];
+        client *c = seq_client(en, s);
+        if (c->mk_pub != pub) {
+            c->mk_pub = pub;
+            c->mk_runnable = 0;
+            c->mk_charge = policy_decay(c->mk_charge, now - c->mk_at);
+            c->mk_at = now;
+            total += c->mk_charge;
+            n_active++;
+        }
+        bool waits = s->out.held_ok || (s->out.mj && (s->out.mj->state == MJ_QUEUED || s->out.mj->state == MJ_RUNNING));
+        if (!waits) c->mk_runnable++, n_runnable++;
+    }
+    en->mk_total = total;
+    en->mk_total_at = now;
+    en->mk_n_active = n_active;
+    en->mk_n_runnable = n_runnable;
+    if (en->mk_queue) pthread_cond_signal(&en->mk_cv);
+    pthread_mutex_unlock(&en->mk_mu);
 }
 
 /* Sits s out of sampling until its mask is in: keeps its logits row. */

@@ -16,6 +16,11 @@
  *   sched__jump_forward     the forced continuation appended;
  *   sched__mask_gate_end    the lock back, the next mask to the worker.
  *
+ * Per step (with the worker), the clients' share of it (policy.h, "The
+ * mask worker's share between clients"): sched__mask_share_charge before
+ * the step's tokens are advanced (its forward time to the clients of its
+ * rows), sched__mask_share_publish after (who has running work).
+ *
  * Thread: the engine thread (the worker is engine_grammar.c's own).
  */
 #ifndef KVLOOM_ENGINE_GRAMMAR_H
@@ -47,6 +52,13 @@ void sched__hold_drop(engine *en, seq *s);
 void sched__mjob_release(engine *en, seq *s);
 /* Bytes of s's mask job (0 without one): the request's memory. */
 size_t sched__mjob_bytes(const engine *en, const seq *s);
+
+/* The step's forward time (fw_ns, n_tok tokens in n_bs batch sequences
+ * en->b_owner / en->b_chunk) charged to their clients. */
+void sched__mask_share_charge(engine *en, int n_bs, int n_tok, int64_t fw_ns);
+/* Publishes the clients with running sequences and how many of those wait
+ * for no mask, for the worker's deferral; wakes the worker when masks wait. */
+void sched__mask_share_publish(engine *en);
 
 /* Sets the logits the grammar refuses to -inf; returns how many tokens are
  * allowed (0: none, the request fails). */

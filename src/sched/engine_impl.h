@@ -158,6 +158,12 @@ typedef struct client {
     atomic_int kv_held;  /* blocks its running sequences hold (client_max_kv)  */
     atomic_int n_parked; /* its parked sequences (client_max_parked)           */
     uint64_t pf_step;    /* the last step it had a prefill to schedule          */
+    /* the mask worker's share (policy_mask_defer), under engine.mk_mu: */
+    double mk_charge;    /* forward time of its tokens + its masks' CPU (ns,
+                            decayed to mk_at)                                 */
+    int64_t mk_at;
+    uint64_t mk_pub;     /* engine.mk_pub when it last had running sequences  */
+    int mk_runnable;     /* then: its running sequences not waiting for a mask */
 } client;
 
 struct mjob;
@@ -252,6 +258,17 @@ struct engine {
     struct mjob *mk_queue;
     bool mk_stop;
     uint64_t mask_gen;   /* masks the worker finished (under mu: wakes the engine) */
+    /* the clients' share of it (policy_mask_defer; sched__mask_share_*),
+     * under mk_mu: published after every step */
+    uint64_t mk_pub;     /* publications so far                                */
+    double mk_total;     /* the charges of the clients with running sequences
+                            (ns, decayed to mk_total_at)                      */
+    int64_t mk_total_at;
+    int mk_n_active;     /* those clients                                      */
+    int mk_n_runnable;   /* their running sequences not waiting for a mask     */
+    policy_mask_job *mk_pick; /* (cap_mk_pick) the worker's view of its queue  */
+    int cap_mk_pick;
+    atomic_uint_fast64_t mk_deferred_total; /* masks computed after being deferred */
     int n_held;          /* running sequences sitting out for their mask       */
 };
 

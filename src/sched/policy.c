@@ -3,6 +3,7 @@
  * in policy.h). Pure functions: no clock, no locks, no engine state.
  */
 #include <limits.h>
+#include <math.h>
 
 #include "policy.h"
 
@@ -244,4 +245,25 @@ policy_keep policy_turn_keep(const policy_turn *t) {
                          .drop_hint = t->kv_done,
                          .hint = t->ended_ok && !t->kv_done,
                          .pin = t->ended_ok && asked && !off};
+}
+
+double policy_decay(double v, int64_t dt_ns) {
+    if (dt_ns <= 0) return v;
+    return v * exp2(-(double)dt_ns / (POLICY_MASK_HALF_LIFE_MS * 1e6));
+}
+
+bool policy_mask_defer(double c_charge, double total, int n_active, int others_runnable) {
+    if (n_active < 2 || others_runnable <= 0) return false;
+    return c_charge * n_active > total;
+}
+
+int policy_pick_mask(const policy_mask_job *v, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (v[i].deferred) continue;
+        if (best < 0 || v[i].c_charge < v[best].c_charge ||
+            (v[i].c_charge == v[best].c_charge && v[i].cost_ns < v[best].cost_ns))
+            best = i;
+    }
+    return best;
 }

@@ -429,4 +429,43 @@ typedef struct policy_row {
  * the minimum otherwise. */
 int policy_decode_share(const policy_row *v, int n, bool *out);
 
+/* The mask worker's share between clients (issue 26 finding 1). Grammar
+ * masks run on one worker thread beside the forward pass, but on a small
+ * machine the worker's CPU is the forward's: a client whose masks cost
+ * 20-30 ms each kept the worker busy all the time, and 8 agents beside it
+ * lost about half their throughput (docs/reliability.md, "The masks
+ * attack: where the agents lost"). So each client is charged for what it
+ * costs the server: every step's forward time, split among the clients by
+ * their tokens in it, plus the CPU of its grammar masks (on the worker or
+ * in the step). Charges decay (half-life POLICY_MASK_HALF_LIFE_MS: a rate,
+ * not a lifetime's total). A client whose charge is more than an equal
+ * share of the charges of the clients with running work (n_active of
+ * them; the client itself among them) has its masks deferred: the worker
+ * leaves them queued (and idles if nothing else is queued) until the
+ * charge has decayed below the share, so its sequences sit out steps and
+ * it is the one slowed; the others never wait for it. Work conserving: a
+ * client is never deferred when it is the only one with work, or when no
+ * other client has a running sequence that could step (others_runnable:
+ * not itself waiting for a mask), since then the CPU would go unused. */
+#define POLICY_MASK_HALF_LIFE_MS 1000
+/* v after dt_ns of decay (dt_ns <= 0: v). */
+double policy_decay(double v, int64_t dt_ns);
+/* Whether a client charged c_charge (decayed to now, like total: the
+ * charges of the n_active clients with running work, its own included)
+ * has its masks deferred; others_runnable: the running sequences of the
+ * other clients that do not wait for a mask. */
+bool policy_mask_defer(double c_charge, double total, int n_active, int others_runnable);
+/* A queued mask as the worker sees it. */
+typedef struct policy_mask_job {
+    double c_charge;          /* its client's charge (decayed to now)         */
+    int64_t cost_ns;          /* CPU of its sequence's masks so far           */
+    bool deferred;            /* policy_mask_defer of its client              */
+} policy_mask_job;
+/* The job the worker computes next (its index in v, queue order), or -1
+ * when every job is deferred: of the others, the one whose client is
+ * charged least, then whose sequence's masks cost least so far (one slow
+ * grammar does not queue a cheap one behind all its masks), then the first
+ * in v. O(n). */
+int policy_pick_mask(const policy_mask_job *v, int n);
+
 #endif

@@ -278,6 +278,12 @@ void metrics_render(metrics *m, const engine_stats *st, const char *const *names
     EACH(b, "kvloom_grammar_mask_budget_failed_total",
          "Requests failed because their grammar masks took more than --grammar-mask-budget per token.", "counter",
          (double)s->mask_budget_failed_total);
+    EACH(b, "kvloom_grammar_mask_deferred_total",
+         "Grammar masks held back on the mask worker while their client was past its share of the server's time.",
+         "counter", (double)s->mask_deferred_total);
+    EACH(b, "kvloom_grammar_mask_spec_dropped_total",
+         "Constrained requests that stopped speculating (their masks went to the mask worker) for their client's share.",
+         "counter", (double)s->mask_spec_dropped_total);
     EACH(b, "kvloom_constrained_tokens_total", "Tokens sampled under a grammar mask (tools, JSON schemas).", "counter",
          (double)s->constrained_tokens_total);
     EACH(b, "kvloom_forced_tokens_total", "Tokens appended by jump-forward without sampling.", "counter",
