@@ -422,7 +422,13 @@ static void q8_0_rows(const kern_mat *wm, int64_t r0, int64_t r1, const uint8_t 
  * and they wait between k-chunks in a carry buffer (cr, stack). */
 #define KX_Q8P_KB 32 /* blocks per packed k-chunk: 16 KB of packed weights; even, so parity is the block's */
 #define KX_Q8P_TC 64 /* tokens per chunk: 32 KB of carried accumulators */
-#define KX_Q8P_PMIN 4
+/* Below KX_Q8P_PMIN tokens the one-row tile runs: the per-call transpose is
+ * shared by too few tokens. Measured on an AVX2 AMD EPYC (`kvloom bench --pp
+ * N`, TinyLlama-1.1B and SmolLM2 Q8_0 shapes, 2026-11-28): the tile was
+ * 1.35-1.8x faster at 4 tokens, 1.15-1.4x at 8, even at 16, slower at 32+
+ * (docs/perf.md, "The Q8_0 gemm's threshold"). Batch decode of 4-15
+ * sequences and speculative verification of 3-15 drafts are those sizes. */
+#define KX_Q8P_PMIN 16
 
 /* Blocks [0, n) of rows r..r+7 (row stride rb from w0): wl[16 i + j] holds
  * dword j (elements 4j..4j+3) of the 8 rows as signed bytes, wl[16 i + 8 + j]
