@@ -125,13 +125,16 @@ static void fuzz_drafters(cursor *c) {
                 int k = draft_propose(d, s, toks, n, max, out);
                 check_draft(out, k, MIN(max, o.max_draft), draft_kind_name((draft_kind)kind));
                 int j = draft_plan_seq(d, s, k, 0.01 * (toks[n - 1] % 100));
-                for (int q = 0; q < j; q++) {
+                for (int q = 0; q < j; q++) { /* (a class always accepted may round to 1) */
                     double p = draft_seq_accept_p(d, s, q);
-                    if (!(p > 0 && p < 1)) PANIC("acceptance estimate %g", p);
+                    if (!(p > 0 && p <= 1)) PANIC("acceptance estimate %g", p);
                 }
-                draft_seq_feedback(d, s, j, j / 2);
+                /* the sampled token's confidence, then the outcome: from the
+                 * context as it stands (the engine's way) or from the counts */
+                draft_seq_note(s, n - 1, (float)(toks[n - 1] % 13) * 0.5f - 1.0f);
+                draft_seq_feedback(d, s, j, j / 2, (toks[n - 1] & 1) ? toks : NULL, n);
                 double a = draft_seq_alpha(s);
-                if (!(a > 0 && a < 1)) PANIC("alpha %g", a);
+                if (!(a > 0 && a <= 1)) PANIC("alpha %g", a);
             }
             i++;
             draft_seq_end(d, s, toks, MIN(n_prompt, n), n, true);
