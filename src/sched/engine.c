@@ -503,10 +503,16 @@ static void seq_finish(engine *en, seq *s, req_finish why, const char *msg) {
     sched__seq_free(s);
 }
 
+void sched__seq_spec_drop(seq *s) {
+    draft_seq_end(NULL, s->spec.ds, NULL, 0, 0, false);
+    s->spec.ds = NULL;
+    dmodel_seq_free(s->spec.dms);
+    s->spec.dms = NULL;
+}
+
 /* Frees a sequence's memory (its blocks already released). */
 void sched__seq_free(seq *s) {
-    draft_seq_end(NULL, s->spec.ds, NULL, 0, 0, false);
-    dmodel_seq_free(s->spec.dms);
+    sched__seq_spec_drop(s);
     sampler_free(s->out.smp);
     gmatch_free(s->out.gm);
     free(s->out.trig);

@@ -277,10 +277,7 @@ void sched__mask_gate_end(engine *en, seq *s, req_finish why) {
     s->out.g_locked = NULL;
     if (why != REQ_RUNNING) return;
     if (en->mk_on && s->spec.ds && s->out.gm && share_deferred(en, s)) {
-        draft_seq_end(NULL, s->spec.ds, NULL, 0, 0, false);
-        s->spec.ds = NULL;
-        dmodel_seq_free(s->spec.dms);
-        s->spec.dms = NULL;
+        sched__seq_spec_drop(s);
         en->cnt.mask_spec_dropped_total++;
     }
     mask_launch(en, s);

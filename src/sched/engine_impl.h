@@ -288,6 +288,9 @@ void sched__seq_take_blocks(engine *en, seq *s, int n_matched, int n_new);
 /* Drops every block of s (its PENDING ones leave the tree first). */
 void sched__seq_release_blocks(engine *en, seq *s);
 /* Frees a sequence's memory (its blocks already released). */
+/* Ends s's speculation: its drafter state and draft model's go (nothing
+ * learnt from them), s decodes one token a step from now on. */
+void sched__seq_spec_drop(seq *s);
 void sched__seq_free(seq *s);
 /* Makes sure the pool has n free blocks, evicting (and yielding the pins
  * `why` allows); false when it cannot. */
