@@ -202,8 +202,32 @@ def ask(key, text, n=1):
     rep = {k.lower(): v for k, v in hdr.items()}.get("x-kvloom-replica")
     return st, rep
 
+def hastat():
+    """{server: (status, down transitions, check status)} from HAProxy's stats socket"""
+    import socket
+    so = socket.socket(socket.AF_UNIX)
+    so.connect(os.path.join(CL, "haproxy.sock"))
+    so.sendall(b"show stat\n")
+    out = b""
+    while True:
+        d = so.recv(65536)
+        if not d:
+            break
+        out += d
+    so.close()
+    lines = out.decode().split("\n")
+    cols = lines[0].lstrip("# ").split(",")
+    res = {}
+    for ln in lines[1:]:
+        f = ln.split(",")
+        if len(f) == len(cols) and f[0] == "kvloom" and f[1].startswith("r"):
+            row = dict(zip(cols, f))
+            res[f[1]] = (row["status"], row["chkdown"], row["check_status"], row["lastchg"])
+    return res
+
 N_SESS = 48
 where, stuck = {}, True
+st0 = hastat()
 for turn in range(3):
     for s in range(N_SESS):
         st, rep = ask("sess-%d" % s, "Session %d says hello %s" % (s, "again " * turn))
@@ -214,7 +238,10 @@ for turn in range(3):
             stuck = False
 check(stuck, "every session stays on its replica")
 counts = {r: list(where.values()).count(r) for r in set(where.values())}
+print("48 new sessions per replica: %s" % dict(sorted(counts.items())))
 check(len(counts) == 3 and min(counts.values()) >= N_SESS // 8, "sessions use all three replicas: %s" % counts)
+if len(counts) != 3 or min(counts.values()) < N_SESS // 8:
+    print("HAProxy before %s after %s; /load %s" % (st0, hastat(), [http("http://%s/load" % a)[1] for a in addrs]))
 
 def agentbench(url, seed, *extra):
     out = os.path.join(TMP, "ab-%d.json" % seed)

@@ -24,8 +24,9 @@
 --      `option redispatch` covers one that dies in between.
 --
 -- Load: a task per server polls GET /load (running, waiting, ttft_recent_s)
--- every KVLOOM_POLL_MS; requests routed since the last poll count as
--- waiting. Predicted TTFT = max(ttft_recent, 10 ms) * (1 + waiting).
+-- every KVLOOM_POLL_MS; requests this router sent that wait for their
+-- answer count as waiting (and are taken out of what the poll read).
+-- Predicted TTFT = max(ttft_recent, 10 ms) * (1 + waiting).
 --
 -- Sessions without a key: the conversation text (chat messages' roles and
 -- contents in order, or the prompt) is cut into KVLOOM_CHUNK_BYTES chunks,
@@ -250,7 +251,11 @@ end
 
 -- ---- servers: rings and load -------------------------------------------
 
-local servers = {}   -- name -> {name, addr, running, waiting, ttft, pending, polled}
+-- name -> {name, addr, running, waiting, ttft, pending, at_poll}: running and
+-- waiting as the last poll read them, less this router's own requests that
+-- were then inside the server waiting for their answer (at_poll of them);
+-- pending: those inside it now
+local servers = {}
 local names = {}     -- sorted server names
 local rings = {}     -- [1], [2]: arrays of {h, name}, sorted by h (unsigned)
 
@@ -295,6 +300,26 @@ end
 local function load_of(name)
     local s = servers[name]
     return s.running + s.waiting + s.pending
+end
+
+-- what a poll read, without the requests this router sent that were still
+-- waiting for their answer when it was sent (they are in `pending` while
+-- they last, and only then): a poll taken during a one-token request made
+-- an idle replica look busy until the next poll, so new sessions avoided
+-- it; under load, when polls came late, one replica of three took 1 of 48
+-- sessions (deploy_test, a CI run). A request routed after the poll was
+-- sent but counted by it is counted twice until the next poll. Requests
+-- the server did not count (more than it reports) are not inside it: an
+-- answer HAProxy made itself or a client that left skips kvloom_done, and
+-- they leave `pending` here.
+local function take_poll(s, running, waiting, ttft)
+    local own = math.min(s.at_poll, s.pending)
+    local seen = math.min(own, running + waiting)
+    s.pending = s.pending - (own - seen)
+    local from_waiting = math.min(seen, waiting)
+    s.waiting = waiting - from_waiting
+    s.running = running - (seen - from_waiting)
+    s.ttft = ttft
 end
 
 local function predicted_ttft(name)
@@ -399,12 +424,14 @@ local function poll(name)
         local hc = core.httpclient()
         while true do
             local s = servers[name]
+            s.at_poll = s.pending
             local ok, res = pcall(hc.get, hc, { url = "http://" .. s.addr .. "/load", timeout = 1000 })
             if ok and res and res.status == 200 and res.body then
-                s.running = tonumber(res.body:match('"running":(%d+)')) or s.running
-                s.waiting = tonumber(res.body:match('"waiting":(%d+)')) or s.waiting
-                s.ttft = tonumber(res.body:match('"ttft_recent_s":([%d%.eE+-]+)')) or s.ttft
-                s.pending = 0
+                local r = tonumber(res.body:match('"running":(%d+)'))
+                local w = tonumber(res.body:match('"waiting":(%d+)'))
+                if r and w then
+                    take_poll(s, r, w, tonumber(res.body:match('"ttft_recent_s":([%d%.eE+-]+)')) or s.ttft)
+                end
             end
             core.msleep(POLL_MS)
         end
@@ -418,7 +445,7 @@ core.register_init(function()
         return
     end
     for nm, sv in pairs(be.servers) do
-        servers[nm] = { name = nm, addr = sv:get_addr(), running = 0, waiting = 0, ttft = 0, pending = 0 }
+        servers[nm] = { name = nm, addr = sv:get_addr(), running = 0, waiting = 0, ttft = 0, pending = 0, at_poll = 0 }
         names[#names + 1] = nm
     end
     table.sort(names)
@@ -465,13 +492,16 @@ core.register_action("kvloom_route", { "http-req" }, function(txn)
 end, 0)
 
 -- A routed request stops being pending when its answer starts (the
--- server's own counters, polled, hold it from then on). Without this,
--- pending counted every request routed since the last poll, finished or
--- not: short requests sent one after another made an idle replica look as
+-- server's own counters, polled, hold a stream from then on). Without this,
+-- pending counted every request routed since the poll, finished or not:
+-- short requests sent one after another made an idle replica look as
 -- loaded as one with six long generations, and new sessions went to the
 -- hot one (deploy_test: 3 of 24 in a CI run).
 core.register_action("kvloom_done", { "http-res" }, function(txn)
     local nm = txn:get_var("txn.kvloom_srv")
     local s = nm and servers[nm]
-    if s and s.pending > 0 then s.pending = s.pending - 1 end
+    if s and s.pending > 0 then
+        s.pending = s.pending - 1
+        if s.at_poll > s.pending then s.at_poll = s.pending end
+    end
 end, 0)
