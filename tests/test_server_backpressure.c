@@ -261,11 +261,23 @@ static void park_window_check(void) {
     int fd = stuck_client_buf(s.port, 1, 20, big, 4);
     CHECK_MSG(fd >= 0, "the reading client could not send its request");
     size_t got = 0;
-    for (double t0 = su_now(); fd >= 0 && got < 640000 && su_now() - t0 < 60; usleep(100000)) got += drain(fd);
+    double gap = 0, last = su_now(); /* the longest time between two reads */
+    for (double t0 = su_now(); fd >= 0 && got < 640000 && su_now() - t0 < 60; usleep(100000)) {
+        got += drain(fd);
+        gap = MAX(gap, su_now() - last);
+        last = su_now();
+    }
     double parks = metric(s.port, "kvloom_requests_parked_total");
     double wparks = metric(s.port, "kvloom_http_window_idle_total");
-    printf("  park window: a reader every 100 ms took %zu bytes, %.0f parks\n", got, parks);
-    CHECK_MSG(got >= 640000 && parks == 0 && wparks == 0, "the reading client: %zu bytes, parked %.0f times (%.0f by its window)", got, parks, wparks);
+    printf("  park window: a reader every 100 ms took %zu bytes, %.0f parks (longest gap between reads %.2f s)\n", got,
+           parks, gap);
+    /* a reader is never parked by its window; by the acknowledgement rule
+     * only if it did not read for --park-timeout (1 s): a starved test
+     * process (a fresh clone's ASan phase beside another's benchmark: 4
+     * parks, 0 by the window) */
+    CHECK_MSG(got >= 640000 && wparks == 0 && (parks == 0 || gap >= 0.9),
+              "the reading client: %zu bytes, parked %.0f times (%.0f by its window; longest gap between reads %.2f s)",
+              got, parks, wparks, gap);
     if (fd >= 0) close(fd);
     CHECK(wait_idle(s.port, 20));
     /* the non-reader */
