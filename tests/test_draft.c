@@ -413,6 +413,70 @@ static void test_cost(void) {
     CHECK(draft_cost_token(&d, 0.05) >= 1);
 }
 
+/* The cost of drafts per batch size (draft_cost_threshold), against a
+ * reference: a simulated machine whose decode step of n sequences and k
+ * drafts takes F + a n + b k ms (times jittered by +-5%, deterministic).
+ * A draft accepted with probability p pays when it saves more than it
+ * costs: p times a sequence's share of a draft-free step, (F + a n) / n,
+ * against b; the threshold must split p exactly there. */
+static double sim_ms(double F, double a, double b, int n, int k, uint32_t *rng) {
+    *rng = *rng * 1664525u + 1013904223u;
+    double jitter = 0.95 + 0.1 * (double)(*rng >> 8) / (double)(1u << 24);
+    return (F + a * n + b * k) * jitter;
+}
+
+static void check_machine(double F, double a, double b) {
+    draft_cost c = {0};
+    uint32_t rng = 7;
+    CHECK_NEAR(draft_cost_threshold(&c, 8, 0.123), 0.123, 1e-12); /* nothing seen: the fallback */
+    for (int i = 0; i < 50; i++) draft_cost_observe_decode(&c, 8, 0, sim_ms(F, a, b, 8, 0, &rng));
+    CHECK_NEAR(draft_cost_threshold(&c, 8, 0.123), 0.123, 1e-12); /* no drafts yet: no slope */
+    for (int i = 0; i < 400; i++) { /* mostly draft-free steps, some with 1-12 drafts */
+        int k = i % 5 == 0 ? 1 + (i / 5) % 12 : 0;
+        draft_cost_observe_decode(&c, 8, k, sim_ms(F, a, b, 8, k, &rng));
+        int k1 = i % 3 == 0 ? (i / 3) % 9 : 0;
+        draft_cost_observe_decode(&c, 1, k1, sim_ms(F, a, b, 1, k1, &rng));
+    }
+    for (int n = 1; n <= 8; n += 7) {
+        double thr = draft_cost_threshold(&c, n, 0.123), share = (F + a * n) / n;
+        CHECK_MSG(fabs(thr - b / share) < 0.05 * (b / share) + 0.01, "n=%d: threshold %.4f, the machine's %.4f", n, thr,
+                  b / share);
+        for (double p = 0.05; p < 1; p += 0.05) { /* the decision against the reference's, outside a 5% band */
+            double gain = p * share - b;
+            if (fabs(gain) > 0.05 * b) CHECK_MSG((p > thr) == (gain > 0), "n=%d p=%.2f: thr %.4f", n, p, thr);
+        }
+    }
+    /* a batch size seen without drafts takes the nearest one's draft cost */
+    for (int i = 0; i < 20; i++) draft_cost_observe_decode(&c, 6, 0, sim_ms(F, a, b, 6, 0, &rng));
+    double thr6 = draft_cost_threshold(&c, 6, 0.123), share6 = (F + a * 6) / 6;
+    CHECK_MSG(fabs(thr6 - b / share6) < 0.05 * (b / share6) + 0.01, "n=6: %.4f against %.4f", thr6, b / share6);
+    CHECK_NEAR(draft_cost_threshold(&c, 3, 0.123), 0.123, 1e-12); /* never seen: the fallback */
+    /* the slope is held when the drafts stop (the steps no longer vary) */
+    double before = draft_cost_threshold(&c, 8, 0.123);
+    for (int i = 0; i < 2000; i++) draft_cost_observe_decode(&c, 8, 0, sim_ms(F, a, b, 8, 0, &rng));
+    CHECK_NEAR(draft_cost_threshold(&c, 8, 0.123), before, 0.05 * before);
+}
+
+static void test_cost_by_batch(void) {
+    CHECK_NEAR(draft_threshold_measured(8, 4.0, 0.25), 0.5, 1e-12);
+    CHECK_NEAR(draft_threshold_measured(1, 1.0, 0.25), 0.25, 1e-12);
+    CHECK(draft_threshold_measured(8, 0, 0.25) > 1); /* no time measured: nothing pays */
+    check_machine(0.0, 0.68, 0.5);  /* stories260K at batch 8 here: all attention (docs/perf.md) */
+    check_machine(0.07, 0.27, 0.2); /* its batch 1 */
+    check_machine(20.0, 0.4, 0.4);  /* a bandwidth-bound 1B model: drafts nearly free */
+    /* the old rule over the same steps (one line through all tokens, at
+     * batch sizes 1-8 as sequences come and go): a draft and a further
+     * sequence cost differently, so its threshold is not the machine's */
+    draft_cost c = {0};
+    uint32_t rng = 3;
+    for (int i = 0; i < 400; i++) {
+        int n = 1 + i % 8, k = i % 5 == 0 ? 1 + (i / 5) % 12 : 0;
+        draft_cost_observe(&c, n + k, sim_ms(0.0, 0.68, 0.5, n, k, &rng));
+    }
+    double old = draft_threshold(8, 8, draft_cost_token(&c, 0.05), 0), truth = 0.5 / 0.68;
+    CHECK_MSG(fabs(old - truth) > 0.1, "old %.3f truth %.3f", old, truth);
+}
+
 /* One proposal of a new sequence on d after ctx[0, n), planned at
  * threshold thr, then the step's outcome as the engine reports it: the
  * true continuation is the proposal's first `accept` tokens (-1: all of
@@ -597,6 +661,7 @@ static void test_evidence(void) {
 
 int main(void) {
     test_cost();
+    test_cost_by_batch();
     test_trie_vs_naive();
     test_cursor();
     test_bounds();

@@ -426,6 +426,53 @@ static bool cost_line(const draft_cost *c, double *slope, double *fixed) {
     return true;
 }
 
+/* decode-only steps: per batch size, decayed by DRAFT_LINE_DECAY per step
+ * of that size (~100 steps); a slope is determined once the drafts' count
+ * varied over the steps seen (centered sum of squares >= DRAFT_LINE_VAR:
+ * e.g. 4 steps with one draft more or less than the mean), and the step
+ * time T(n) needs DRAFT_LINE_MIN_W steps */
+#define DRAFT_LINE_DECAY 0.99
+#define DRAFT_LINE_VAR 4.0
+#define DRAFT_LINE_MIN_W 4.0
+
+void draft_cost_observe_decode(draft_cost *c, int n_decode, int n_drafts, double ms) {
+    if (n_decode < 1 || n_drafts < 0 || !(ms > 0)) return;
+    draft_line *l = &c->by_n[MIN(n_decode, DRAFT_COST_NB) - 1];
+    const double k = DRAFT_LINE_DECAY, x = n_drafts;
+    l->w = l->w * k + 1;
+    l->sx = l->sx * k + x;
+    l->sxx = l->sxx * k + x * x;
+    l->sy = l->sy * k + ms;
+    l->sxy = l->sxy * k + x * ms;
+    double sxx_c = l->sxx - l->sx * l->sx / l->w; /* centered: w * variance */
+    if (sxx_c >= DRAFT_LINE_VAR) {
+        double slope = (l->sxy - l->sx * l->sy / l->w) / sxx_c;
+        l->held = slope > 1e-9 ? slope : 1e-9; /* (a draft never costs nothing) */
+    }
+}
+
+double draft_threshold_measured(int n_decode, double step_ms, double draft_ms) {
+    if (!(step_ms > 0)) return 2;
+    return draft_ms * MAX(n_decode, 1) / step_ms;
+}
+
+double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback) {
+    int i = MIN(MAX(n_decode, 1), DRAFT_COST_NB) - 1;
+    const draft_line *l = &c->by_n[i];
+    if (l->w < DRAFT_LINE_MIN_W) return fallback;
+    /* a batch size that never drafted enough to measure a slope (the few
+     * steps of a run's tail at 3 or 5 sequences) takes the nearest batch
+     * size's: a draft's cost moves little with the batch */
+    double slope = 0;
+    for (int d = 0; d < DRAFT_COST_NB && !(slope > 0); d++) {
+        if (i - d >= 0 && c->by_n[i - d].held > 0) slope = c->by_n[i - d].held;
+        else if (i + d < DRAFT_COST_NB && c->by_n[i + d].held > 0) slope = c->by_n[i + d].held;
+    }
+    if (!(slope > 0)) return fallback;
+    double t0 = (l->sy - slope * l->sx) / l->w; /* the line's time at 0 drafts */
+    return draft_threshold_measured(n_decode, t0, slope);
+}
+
 double draft_cost_fixed(const draft_cost *c) {
     double slope, fixed;
     return cost_line(c, &slope, &fixed) && fixed > 0 ? fixed : 0;

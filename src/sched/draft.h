@@ -179,10 +179,45 @@ int draft_plan(int n, double alpha, double threshold);
  * the weights, near 1 for a toy model whose step is all overhead (then
  * drafts do not pay). Plain data: zero it to start. */
 #define DRAFT_COST_MAX_TOKENS 64
+/* What drafts cost at one batch size n (draft_cost_observe_decode): a line
+ * time = T(n) + slope * drafts over the decode-only steps of n decoding
+ * sequences (decayed sums over (drafts, ms)), and the last slope the line
+ * determined (held while later steps, drafting little, no longer do). */
+#define DRAFT_COST_NB 64 /* batch sizes 1..DRAFT_COST_NB (larger: the last) */
+typedef struct draft_line {
+    double w, sx, sxx, sy, sxy;
+    double held; /* the last determined slope; 0: none yet                   */
+} draft_line;
 typedef struct draft_cost {
     double w, sx, sxx, sy, sxy; /* decayed sums over (n_tokens, ms)         */
+    draft_line by_n[DRAFT_COST_NB];
 } draft_cost;
 void draft_cost_observe(draft_cost *c, int n_tokens, double ms);
+/* A decode-only step (every row a decoding sequence's token or a draft):
+ * n_decode sequences, n_drafts drafts between them, ms long. */
+void draft_cost_observe_decode(draft_cost *c, int n_decode, int n_drafts, double ms);
+/* The threshold of draft_threshold for a decode-only step of n_decode
+ * sequences, from what drafts were measured to cost at that batch size:
+ * draft_threshold_measured(n_decode, T(n), slope), where a draft's
+ * marginal time (the slope) and the step's time without drafts (T(n)) are
+ * the per-batch-size line's. Why not the line over all steps: a draft is a
+ * further query of a sequence already in the batch, and on a model whose
+ * step is mostly attention it costs less than a further sequence's token
+ * (stories260K at batch 8 on the AVX-512 test machine: ~0.5 ms a draft,
+ * ~0.68 ms a sequence's token, no fixed part to speak of); the one line
+ * mixed both, its fixed part was an extrapolation to zero tokens, and the
+ * ratio swung between 0.05 and 10 within one run (docs/perf.md,
+ * "Speculation at 8 agents"). Returns `fallback` while that batch size's
+ * line has too few steps, or no batch size has a slope yet (one
+ * that has none takes the nearest batch size's). */
+double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback);
+/* The pure rule: an accepted draft saves its sequence a slot in a later
+ * decode step of n_decode sequences, worth that step's share per
+ * sequence, step_ms / n_decode; drafting it costs draft_ms now. It pays
+ * when P(accepted) * step_ms / n_decode > draft_ms:
+ * threshold = draft_ms * n_decode / step_ms (above 1: nothing pays;
+ * step_ms <= 0 counts as nothing pays). */
+double draft_threshold_measured(int n_decode, double step_ms, double draft_ms);
 /* The learnt token_cost, or `fallback` while the steps seen do not
  * determine a line (too few, or all of one size). */
 double draft_cost_token(const draft_cost *c, double fallback);

@@ -1111,6 +1111,9 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
          * this one; counting a prefill chunk's tokens in this step would make
          * its drafts look nearly free: docs/decisions.md, 2026-11-27) */
         double thr = draft_threshold(n_decode, n_decode, cost, dcost);
+        /* ngram, suffix with learnt costs: what a draft was measured to
+         * cost at this batch size, once known (draft_cost_threshold) */
+        if (!en->dm && en->o.spec_token_cost <= 0) thr = draft_cost_threshold(&en->cost, n_decode, thr);
         if (en->dm) { /* drafted below, in the draft model's batched forwards */
             int want = draft_plan(max, draft_seq_alpha(s->spec.ds), thr);
             if (want <= 0 || !s->spec.dms) {
@@ -1556,7 +1559,17 @@ static bool engine_step(engine *en) {
     int64_t t0 = clock_ns();
     if (!step_forward(en, &b, n_logits)) return true;
     int64_t fw = clock_ns() - t0;
-    if (en->dr) draft_cost_observe(&en->cost, n_tok, (double)fw / 1e6);
+    if (en->dr) {
+        draft_cost_observe(&en->cost, n_tok, (double)fw / 1e6);
+        int n_decode = 0, n_drafts = 0;
+        for (int j = 0; j < n_bs && n_decode >= 0; j++) { /* decode-only: every row a decode token or a draft */
+            seq *s = en->b_owner[j];
+            bool dec = s->tok.n - s->tok.n_computed == 1 && en->b_chunk[j] == 1 + s->spec.n_draft;
+            n_decode = dec ? n_decode + 1 : -1;
+            n_drafts += s->spec.n_draft;
+        }
+        if (n_decode > 0) draft_cost_observe_decode(&en->cost, n_decode, n_drafts, (double)fw / 1e6);
+    }
     en->cnt.forward_ns_total += (uint64_t)fw;
     sched__mask_share_charge(en, n_bs, n_tok, fw);
     step_advance(en, n_bs);
