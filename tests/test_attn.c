@@ -2,7 +2,7 @@
  * and the forward pass's grouping of tokens that share a chunk's rows.
  *
  *   - the grouped chunk kernel of every table against the scalar reference
- *     (random q, K, V; head_dim 64, 128, 80, 40 and 7; 1 to 8 heads per kv
+ *     (random q, K, V; head_dim 64, 128, 80, 40, 24, 8 and 7; 1 to 8 heads per kv
  *     head; groups of 1 to 37 tokens, so several blocks of ATTN_QBLOCK
  *     queries; every token with its own end, whole and partial chunks; a
  *     scattered block table with blocks of 16 and of 7 positions, chunks
@@ -86,7 +86,7 @@ static bool same_query(const outs *x, const outs *y, int r, int hd) {
 }
 
 static void test_group_kernel(void) {
-    static const int hds[] = {64, 128, 80, 40, 7};
+    static const int hds[] = {64, 128, 80, 40, 24, 8, 7};
     static const int heads[] = {1, 3, 4, 8};
     static const int toks[] = {1, 2, 5, 17, 37};
     static const int bts[] = {16, 7};
