@@ -1372,9 +1372,12 @@ static void kxa_qk_tile_any(const float *const *q, const float *kt, const uint16
 }
 
 /* Step 4 for one tile: o[q][d0 .. d0 + NV*W) for NQ queries; query a sees
- * keys [0, n[a]) with weights e[a][i]; every query's keys [0, n_min) run
+ * keys [0, n[a]) with weights e[a * ATTN_CHUNK + i] (attn_part's score
+ * rows: one base pointer; with a pointer per query, tiles of 8 queries ran
+ * out of registers and reloaded a pointer for every fma); every query's
+ * keys [0, n_min) run
  * together, then each query's own remaining keys. */
-static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *const *vrow, int d0, const float *const *e,
+static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *const *vrow, int d0, const float *e,
                                                               const int *n, int n_min, float *const *o, const int NQ,
                                                               const int NV) {
     kxa_v acc[KXA_PV_QMAX][KXA_PV_V];
@@ -1384,13 +1387,13 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
         const uint16_t *vr = vrow[i] + d0;
         _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) vv[b] = kxa_f16(vr + b * KXA_W);
         _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
-            const kxa_v w = kxa_set1(e[a][i]);
+            const kxa_v w = kxa_set1(e[(size_t)a * ATTN_CHUNK + i]);
             _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, vv[b], acc[a][b]);
         }
     }
     _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
         for (int i = n_min; i < n[a]; i++) {
-            const kxa_v w = kxa_set1(e[a][i]);
+            const kxa_v w = kxa_set1(e[(size_t)a * ATTN_CHUNK + i]);
             _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, kxa_f16(vrow[i] + d0 + b * KXA_W), acc[a][b]);
         }
         _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) kxa_store(o[a] + d0 + b * KXA_W, acc[a][b]);
@@ -1428,16 +1431,16 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
  * the same chains as kxa_pv_tile (a vector fma rounds as fmaf does), so
  * the tables still agree to the bit. */
 #if KXA_W > 8
-static inline __attribute__((always_inline)) void kxa_pv8_tile(const uint16_t *const *vrow, int d0, const float *const *e,
+static inline __attribute__((always_inline)) void kxa_pv8_tile(const uint16_t *const *vrow, int d0, const float *e,
                                                                const int *n, int n_min, float *const *o, const int NQ) {
     __m256 acc[KXA_PV_QMAX];
     _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) acc[a] = _mm256_setzero_ps();
     for (int i = 0; i < n_min; i++) {
         const __m256 vv = load8_f16(vrow[i] + d0);
-        _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(e[a][i]), vv, acc[a]);
+        _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(e[(size_t)a * ATTN_CHUNK + i]), vv, acc[a]);
     }
     _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
-        for (int i = n_min; i < n[a]; i++) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(e[a][i]), load8_f16(vrow[i] + d0), acc[a]);
+        for (int i = n_min; i < n[a]; i++) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(e[(size_t)a * ATTN_CHUNK + i]), load8_f16(vrow[i] + d0), acc[a]);
         _mm256_storeu_ps(o[a] + d0, acc[a]);
     }
 }
@@ -1461,7 +1464,7 @@ static inline __attribute__((always_inline)) void kxa_pv8_tile(const uint16_t *c
  * each query has a single accumulator per vector of dims, whose fma chain
  * over the keys is latency-bound; KXA_PV_Q1 chains side by side keep the
  * FMA units busy (a verification group's 1 + k tokens at head_dim 8). */
-static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *const *e, const int *n, float *const *o, int nq) {
+static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *e, const int *n, float *const *o, int nq) {
     int n_min = n[0];
     for (int a = 1; a < nq; a++) n_min = MIN(n_min, n[a]);
     int d0 = 0;
@@ -1473,7 +1476,7 @@ static void kxa_pv_rows(const uint16_t *const *vrow, int hd, const float *const 
     for (; d0 < hd; d0++)
         for (int a = 0; a < nq; a++) {
             float acc = 0;
-            for (int i = 0; i < n[a]; i++) acc = fmaf(e[a][i], f16s(vrow[i][d0]), acc);
+            for (int i = 0; i < n[a]; i++) acc = fmaf(e[(size_t)a * ATTN_CHUNK + i], f16s(vrow[i][d0]), acc);
             o[a][d0] = acc;
         }
 }
@@ -1703,7 +1706,7 @@ static void attn_part(const attn_view *v, int kv_head, int n_head, const attn_qu
                 const attn_query *aq = &qs[(r0 + a + b) / n_head];
                 o[b] = aq->o + (size_t)((r0 + a + b) % n_head) * hd;
             }
-            kxa_pv_rows(vrow, hd, (const float *const *)(sr + a), nr_keys + a, o, nq);
+            kxa_pv_rows(vrow, hd, sr[a], nr_keys + a, o, nq);
         }
     }
 }
