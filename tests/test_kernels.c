@@ -14,6 +14,10 @@
  *     chunks == parts computed out of order and merged;
  *   - the thread pool runs every share exactly once, many times over;
  *   - kern_rmsnorm_rows == kern_rmsnorm row by row, bitwise;
+ *   - kern_f16_store == f32_to_fp16 bitwise, every table: random bit
+ *     patterns of every exponent, the halfway cases of normal and
+ *     subnormal halves, the overflow edge, +-0, inf, NaNs among finite
+ *     values, strided and contiguous, runs of 1 to 37;
  *   - the forward pass of stories260K at > 2 attention chunks of context:
  *     a decode step alone (attention split over chunks) gives the same
  *     logits bits as inside a batch (unsplit), for every table; and a
@@ -64,6 +68,53 @@ static void test_rmsnorm_rows(void) {
                     }
                     CHECK(memcmp(got, want, sizeof(float) * (size_t)(rows * n)) == 0);
                 }
+}
+
+/* ---- f16 stores ------------------------------------------------------------------- */
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_f16_store(void) {
+    rng r;
+    rng_seed(&r, 12);
+    enum { N = 4096, MAXS = 5 };
+    static float x[N];
+    static uint16_t got[N * MAXS];
+    int n = 0;
+    /* halves' edges: every exponent's halfway points (mantissa bit 12 set,
+     * the lower ones clear and not), the overflow edge, tiny values */
+    for (uint32_t e = 90; e < 145 && n + 8 <= N; e++)
+        for (uint32_t m = 0x1000; m < 0x4000 && n + 8 <= N; m += 0x1000) {
+            const uint32_t u = e << 23 | (uint32_t)(rng_u64() & 0x7fc000) | m;
+            x[n++] = bits_f32(u), x[n++] = -bits_f32(u), x[n++] = bits_f32(u + 1), x[n++] = bits_f32(u - 1);
+        }
+    const float edge[] = {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e30f, 0.0f, -0.0f, INFINITY, -INFINITY,
+                          5.96e-8f, 2.98e-8f, 2.99e-8f, 6.1035e-5f, 6.1e-5f, bits_f32(1), 1.0f, -1.0f, 0.1f};
+    for (size_t i = 0; i < ARRAY_LEN(edge) && n < N; i++) x[n++] = edge[i];
+    while (n < N) x[n++] = bits_f32((uint32_t)rng_u64()); /* any pattern: NaNs and all */
+    /* NaNs: a quiet and a signalling one with payloads, inside runs of 8 */
+    x[100] = bits_f32(0x7fc12345), x[205] = bits_f32(0xff800001), x[3001] = NAN;
+    static const int lens[] = {1, 7, 8, 9, 32, 37, N};
+    for (int tb = 0; tb < n_tables; tb++) {
+        CHECK_EQ_INT(kern_select(tables[tb]), 0);
+        for (size_t li = 0; li < ARRAY_LEN(lens); li++)
+            for (int stride = 1; stride <= MAXS; stride += 4) {
+                const int len = lens[li];
+                for (int off = 0; off + len <= N; off += len > 64 ? N : 97) {
+                    memset(got, 0xab, sizeof got);
+                    kern_f16_store(got, (size_t)stride, x + off, len);
+                    int bad = 0;
+                    for (int i = 0; i < len; i++) bad += got[(size_t)i * stride] != f32_to_fp16(x[off + i]);
+                    for (int i = 0; i < len * stride; i++) bad += i % stride != 0 && got[i] != 0xabab;
+                    CHECK_MSG(bad == 0, "%s f16_store len %d stride %d off %d: %d wrong", tables[tb], len, stride, off, bad);
+                }
+            }
+    }
+    kern_select("scalar");
 }
 
 /* ---- activation converters --------------------------------------------------- */
@@ -616,6 +667,7 @@ int main(void) {
     pool *pools[2] = {pool_new(1), pool_new(3)};
     test_env();
     test_rmsnorm_rows();
+    test_f16_store();
     test_act();
     test_dots();
     test_multi(pools);

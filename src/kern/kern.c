@@ -126,11 +126,13 @@ static void use_table(const kern_ops *t) {
     if (!active.attn_part) active.attn_part = kern_scalar_ops.attn_part;
     if (!active.attn_part_q8) active.attn_part_q8 = kern_scalar_ops.attn_part_q8;
     if (!active.swiglu) active.swiglu = kern_scalar_ops.swiglu;
+    if (!active.f16_store) active.f16_store = kern_scalar_ops.f16_store;
     check_against_types(&active);
     kern = &active;
 }
 
 void kern_swiglu(float *gate, const float *up, int n) { kern->swiglu(gate, up, n); }
+void kern_f16_store(uint16_t *dst, size_t stride, const float *x, int n) { kern->f16_store(dst, stride, x, n); }
 
 int kern_available(const char **names, int cap) {
     int n = 0;

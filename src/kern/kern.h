@@ -72,6 +72,7 @@ typedef struct kern_ops {
     attn_part_fn attn_part;             /* one attention chunk (attn.h)    */
     attn_part_fn attn_part_q8;          /* the same over a q8_0 cache      */
     void (*swiglu)(float *gate, const float *up, int n); /* kern_swiglu     */
+    void (*f16_store)(uint16_t *dst, size_t stride, const float *x, int n); /* kern_f16_store */
 } kern_ops;
 
 /* The table in use (set by kern_init; the scalar table before that). It is
@@ -145,6 +146,12 @@ void kern_rmsnorm_rows(float *out, const float *x, size_t stride, const float *w
  * table: the SIMD tables use a polynomial e^x, relative error ~1e-6; each
  * element depends only on its own gate and up, so batch invariance holds). */
 void kern_swiglu(float *gate, const float *up, int n);
+/* dst[i * stride] = f32_to_fp16(x[i]) for i < n, bitwise (round to nearest
+ * even; NaN as f32_to_fp16 writes it): the f16 KV cache's writes (through
+ * the table: the x86 tables convert 8 at a time with F16C, which rounds
+ * every non-NaN value as f32_to_fp16 does, and hand a run holding a NaN to
+ * f32_to_fp16). */
+void kern_f16_store(uint16_t *dst, size_t stride, const float *x, int n);
 /* In place, max-subtracted; the normaliser is summed in double, in order. */
 void kern_softmax(float *x, int n);
 

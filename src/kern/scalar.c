@@ -215,6 +215,10 @@ static void dot_q6_k(int64_t n, float *out, const void *wv, const void *av) {
 
 static void swiglu_scalar(float *gate, const float *up, int n);
 
+static void f16_store_scalar(uint16_t *dst, size_t stride, const float *x, int n) {
+    for (int i = 0; i < n; i++) dst[(size_t)i * stride] = f32_to_fp16(x[i]);
+}
+
 /* The types with a dot product here are exactly the `supported` rows of the
  * type table (types.c); kern.c asserts it when it installs a table. */
 const kern_ops kern_scalar_ops = {
@@ -243,6 +247,7 @@ const kern_ops kern_scalar_ops = {
     .attn_part = attn_part_scalar,
     .attn_part_q8 = attn_part_q8_scalar,
     .swiglu = swiglu_scalar,
+    .f16_store = f16_store_scalar,
 };
 
 /* ---- small vector ops ------------------------------------------------------- */

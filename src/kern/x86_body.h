@@ -1212,6 +1212,34 @@ static void swiglu(float *gate, const float *up, int n) {
     }
 }
 
+/* ---- f16 stores (kern_f16_store) ----------------------------------------------
+ *
+ * vcvtps2ph with round-to-nearest-even gives f32_to_fp16's bits for every
+ * value but NaN (overflow to inf from 65520 on, subnormal halves rounded,
+ * +-0 and inf kept); a NaN's payload differs, so a run of 8 holding one
+ * goes to f32_to_fp16. The KV writes of every token of a forward pass come
+ * here: ~20 operations a value in f32_to_fp16, a few percent of a small
+ * model's verification step (docs/perf.md). */
+static void f16_store(uint16_t *dst, size_t stride, const float *x, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+            for (int j = i; j < i + 8; j++) dst[(size_t)j * stride] = f32_to_fp16(x[j]);
+            continue;
+        }
+        const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        if (stride == 1) {
+            _mm_storeu_si128((__m128i *)(dst + i), h);
+            continue;
+        }
+        uint16_t t[8];
+        _mm_storeu_si128((__m128i *)t, h);
+        for (int j = 0; j < 8; j++) dst[(size_t)(i + j) * stride] = t[j];
+    }
+    for (; i < n; i++) dst[(size_t)i * stride] = f32_to_fp16(x[i]);
+}
+
 /* ---- attention: the grouped chunk kernel (attn.h) ---------------------------
  *
  * One call serves a group of queries (n_tok tokens x n_head heads) over one
@@ -1749,4 +1777,5 @@ const kern_ops KX_OPS_NAME = {
     .attn_part = attn_part,
     .attn_part_q8 = attn_part_q8,
     .swiglu = swiglu,
+    .f16_store = f16_store,
 };

@@ -583,7 +583,8 @@ static void token_ops(const tok_job *j, int t0, int t1) {
             /* K is stored transposed in its block (attn.h): element i of
              * this key is bt further than element i-1 */
             uint16_t *kc = kv_row(j->kv, j->kv->k, c, sq, j->layer, pos - pos % bt) + pos % bt;
-            for (int i = 0; i < kv_dim; i++) kc[(size_t)i * bt] = f32_to_fp16(k[i]), vr[i] = f32_to_fp16(v[i]);
+            kern_f16_store(kc, (size_t)bt, k, kv_dim);
+            kern_f16_store(vr, 1, v, kv_dim);
             break;
         }
         case PH_RESID_NORM_FFN: /* the norms after the loop */
