@@ -77,7 +77,7 @@ FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%_replay)
 FUZZ_OBJ := $(FUZZ_SRC:%.c=$(B)/%.o) $(B)/fuzz/replay.o
 
-.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan test-fuzz fmt fixtures install uninstall schema-corpus
+.PHONY: all run test ci deps clean fuzz fuzz-build test-unit test-asan test-fuzz test-build fmt fixtures install uninstall schema-corpus
 all: $(B)/kvloom
 
 $(B)/%.o: %.c
@@ -173,11 +173,32 @@ run: deps
 # missing (a phase that did not build) or a phase exited non-zero. Old
 # results files are removed first so that a phase that fails to build is
 # never summed from a previous run's file.
+#
+# The later phases' builds run beside the earlier phases' tests, at nice 19
+# (PREBUILD=0 turns this off): the tests leave much of the two cores idle
+# (they wait on servers, sockets and children; tests/run.sh prints each one's
+# CPU beside its wall time), and nice 19 gives the builds only what they leave.
+# Two background makes start once the plain build is done (the fuzz build
+# reads its generated build/gen/webui_assets.c), beside the plain tests: the
+# ASan build, and the TSan build followed by the fuzz build. Their output goes to
+# <dir>/prebuild.log; each phase still runs its own make, which finds the
+# build done, or builds what is left (and shows a compile error) itself. A
+# phase waits for the background make of its directory first, so two makes
+# never write one directory at once.
+PREBUILD ?= 1
+PRE = nice -n 19 $(MAKE) -j$(JOBS) --no-print-directory
 test: deps
 	@rm -f build/test-results.txt build-address/test-results.txt build-thread/test-results.txt \
-	  $(FZ)/test-results.txt; st=0; \
+	  $(FZ)/test-results.txt; st=0; pre=""; \
+	if [ "$(PREBUILD)" = 1 ] && $(MAKE) -j$(JOBS) --no-print-directory test-build; then \
+	  mkdir -p build-address build-thread $(FZ); \
+	  $(PRE) SANITIZER=address test-build > build-address/prebuild.log 2>&1 & pre=$$!; \
+	  { $(PRE) SANITIZER=thread TSAN_TESTS="$(TSAN_SHORT)" tsan-build > build-thread/prebuild.log 2>&1; \
+	    $(PRE) fuzz-build > $(FZ)/prebuild.log 2>&1; } & pre2=$$!; fi; \
 	$(MAKE) -j$(JOBS) --no-print-directory test-unit || st=1; \
+	[ -z "$$pre" ] || wait $$pre; \
 	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=address test-asan || st=1; \
+	[ -z "$$pre" ] || wait $$pre2; \
 	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=thread TSAN_TESTS="$(TSAN_SHORT)" test-tsan || st=1; \
 	$(MAKE) -j$(JOBS) --no-print-directory test-fuzz || st=1; \
 	sh tests/summary.sh build/test-results.txt build-address/test-results.txt build-thread/test-results.txt \
@@ -202,6 +223,10 @@ test-unit: $(B)/kvloom $(TEST_BIN) $(FUZZ_REPLAY) fixtures
 	@sh tests/run.sh $(B) > $(B)/test-results.txt 2>&1; st=$$?; cat $(B)/test-results.txt; exit $$st
 
 test-asan: test-unit
+
+# What test-unit and test-asan build before they run (make test's background
+# builds, above).
+test-build: $(B)/kvloom $(TEST_BIN) $(FUZZ_REPLAY)
 
 # ThreadSanitizer (docs/reliability.md "ThreadSanitizer"): kvloom and the
 # server tests built with -fsanitize=thread into build-thread/ (gcc's TSan;
@@ -246,13 +271,15 @@ TSAN_ALL := test_server_load test_server_api test_server_engine test_server_anth
 TSAN_SHORT = test_server_load
 TSAN_TESTS ?= $(TSAN_ALL)
 TSAN_OPTS = halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
-.PHONY: tsan test-tsan
+.PHONY: tsan test-tsan tsan-build
 
 tsan:
 	@rm -f build-thread/test-results.txt
 	$(MAKE) -j$(JOBS) --no-print-directory SANITIZER=thread test-tsan
 
-test-tsan: $(B)/kvloom $(TSAN_TESTS:%=$(B)/tests/%)
+tsan-build: $(B)/kvloom $(TSAN_TESTS:%=$(B)/tests/%)
+
+test-tsan: tsan-build
 	@[ "$(SANITIZER)" = thread ] || { echo "test-tsan needs SANITIZER=thread (make tsan)"; exit 2; }
 	@TSAN_OPTIONS="$(TSAN_OPTS)" KVLOOM_TESTS="$(TSAN_TESTS)" sh tests/run.sh $(B) > $(B)/test-results.txt 2>&1; \
 	st=$$?; cat $(B)/test-results.txt; exit $$st
