@@ -178,9 +178,11 @@ run: deps
 # (PREBUILD=0 turns this off): the tests leave much of the two cores idle
 # (they wait on servers, sockets and children; tests/run.sh prints each one's
 # CPU beside its wall time), and nice 19 gives the builds only what they leave.
-# Two background makes start once the plain build is done (the fuzz build
-# reads its generated build/gen/webui_assets.c), beside the plain tests: the
-# ASan build, and the TSan build followed by the fuzz build. Their output goes to
+# Background makes start once the plain build is done (the fuzz build reads
+# its generated build/gen/webui_assets.c), beside the plain tests: the ASan
+# build, then (when it is done: the ASan phase needs it first, and the ASan
+# tests leave less CPU idle than the plain ones) the TSan build and the fuzz
+# build, which may go on beside the ASan tests. Their output goes to
 # <dir>/prebuild.log; each phase still runs its own make, which finds the
 # build done, or builds what is left (and shows a compile error) itself. A
 # phase waits for the background make of its directory first, so two makes
@@ -191,9 +193,11 @@ test: deps
 	@rm -f build/test-results.txt build-address/test-results.txt build-thread/test-results.txt \
 	  $(FZ)/test-results.txt; st=0; pre=""; \
 	if [ "$(PREBUILD)" = 1 ] && $(MAKE) -j$(JOBS) --no-print-directory test-build; then \
-	  mkdir -p build-address build-thread $(FZ); \
-	  $(PRE) SANITIZER=address test-build > build-address/prebuild.log 2>&1 & pre=$$!; \
-	  { $(PRE) SANITIZER=thread TSAN_TESTS="$(TSAN_SHORT)" tsan-build > build-thread/prebuild.log 2>&1; \
+	  mkdir -p build-address build-thread $(FZ); rm -f build-address/prebuild.done; \
+	  { $(PRE) SANITIZER=address test-build > build-address/prebuild.log 2>&1; \
+	    touch build-address/prebuild.done; } & pre=$$!; \
+	  { while [ ! -e build-address/prebuild.done ] && kill -0 $$pre 2>/dev/null; do sleep 1; done; \
+	    $(PRE) SANITIZER=thread TSAN_TESTS="$(TSAN_SHORT)" tsan-build > build-thread/prebuild.log 2>&1; \
 	    $(PRE) fuzz-build > $(FZ)/prebuild.log 2>&1; } & pre2=$$!; fi; \
 	$(MAKE) -j$(JOBS) --no-print-directory test-unit || st=1; \
 	[ -z "$$pre" ] || wait $$pre; \

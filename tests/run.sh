@@ -91,13 +91,15 @@ for r in "$B"/fuzz/*_replay; do
 done
 # Longest first: with two at a time, a long test started last leaves one
 # core idle at the end of the phase, so the tests that took longest in
-# either phase (the per-test seconds of the fresh-clone runs, docs/reliability.md
-# "Test time") start first, in this order; the rest keep the order above.
+# either phase (the per-test seconds measured on a quiet machine,
+# docs/reliability.md "Test time") start first, in this order; the rest keep
+# the order above.
 # A test missing from the phase (skipped, or not in KVLOOM_TESTS) is passed over.
-LONG_FIRST="test_kvdisk test_engine_fair test_engine_sched test_fault_alloc tools_test test_engine_spec kvdisk_test
-    test_server_anthropic test_server_responses test_server_hardening webui_test test_server_kvpolicy test_radix
-    test_matmul kvdisk_full_test crash_restart_test test_server_api test_server_isolation test_server_spec
-    test_server_backpressure test_server_engine test_server_ollama kernels_test test_schema_walk test_attn"
+LONG_FIRST="test_server_kvpolicy kvdisk_test test_engine_spec kvdisk_full_test crash_restart_test tools_test
+    test_server_hardening test_engine_fair test_server_isolation grammar_diff_test cli_test test_server_responses
+    gptoss_test kernels_test test_server_load test_server_backpressure test_server_spec test_engine_sched
+    test_server_anthropic test_server_api test_kvdisk test_server_tools test_fault_alloc test_server_engine
+    test_matmul test_attn"
 : > "$tmp/jobs.sorted"
 for n in $LONG_FIRST; do grep "^$n " "$tmp/jobs" >> "$tmp/jobs.sorted"; done
 for n in $LONG_FIRST; do echo "$n"; done | awk 'NR == FNR { long[$1] = 1; next } !($1 in long)' - "$tmp/jobs" >> "$tmp/jobs.sorted"
