@@ -1545,6 +1545,7 @@ static void step_advance(engine *en, int n_bs) {
 /* One step. Returns false when there was nothing to run. */
 static bool engine_step(engine *en) {
     int n_tok, n_bs;
+    int64_t t_step = clock_ns();
     step_plan(en, &n_tok, &n_bs);
     plan_report(en, n_bs);
     if (n_bs == 0) {
@@ -1559,20 +1560,23 @@ static bool engine_step(engine *en) {
     int64_t t0 = clock_ns();
     if (!step_forward(en, &b, n_logits)) return true;
     int64_t fw = clock_ns() - t0;
+    int n_decode = 0, n_drafts = 0;
     if (en->dr) {
         draft_cost_observe(&en->cost, n_tok, (double)fw / 1e6);
-        int n_decode = 0, n_drafts = 0;
         for (int j = 0; j < n_bs && n_decode >= 0; j++) { /* decode-only: every row a decode token or a draft */
             seq *s = en->b_owner[j];
             bool dec = s->tok.n - s->tok.n_computed == 1 && en->b_chunk[j] == 1 + s->spec.n_draft;
             n_decode = dec ? n_decode + 1 : -1;
             n_drafts += s->spec.n_draft;
         }
-        if (n_decode > 0) draft_cost_observe_decode(&en->cost, n_decode, n_drafts, (double)fw / 1e6);
     }
     en->cnt.forward_ns_total += (uint64_t)fw;
     sched__mask_share_charge(en, n_bs, n_tok, fw);
     step_advance(en, n_bs);
+    /* the whole step (drafting, the forward, verification and sampling):
+     * what an accepted draft saves of a later step and what drafting adds
+     * to this one */
+    if (n_decode > 0) draft_cost_observe_decode(&en->cost, n_decode, n_drafts, (double)(clock_ns() - t_step) / 1e6);
     sched__mask_share_publish(en);
     en->cnt.prompt_tokens_computed_total += n_prompt_work;
     en->cnt.steps_total++;
