@@ -6,6 +6,7 @@
 #   deploy/cluster.sh kill I                             kill -9 replica I (tests: a crash)
 #   deploy/cluster.sh drain I                            SIGTERM replica I: its graceful shutdown
 #   deploy/cluster.sh status                             the replicas: name, address, pid, state
+#   deploy/cluster.sh ctl "COMMAND"                      one HAProxy runtime API command ("show stat")
 #   deploy/cluster.sh stop                               ends everything `start` and `add` started
 #   deploy/cluster.sh config N                           prints the HAProxy configuration for N
 #                                                        replicas on 127.0.0.1:8081.. (no start)
@@ -268,6 +269,10 @@ status)
         i=$((i + 1))
     done
     ;;
+ctl)
+    [ -S "$DIR/haproxy.sock" ] || die "no HAProxy socket in $DIR"
+    hactl "${1:?ctl COMMAND}"
+    ;;
 stop)
     [ -d "$DIR" ] || exit 0
     if [ -s "$DIR/haproxy.pid" ]; then
@@ -296,7 +301,7 @@ stop)
     rm -f "$DIR"/haproxy.pid "$DIR"/haproxy.sock "$DIR"/r*.pid "$DIR"/r*.port "$DIR"/r*.addr "$DIR"/namespaces
     ;;
 *)
-    sed -n '2,22p' "$0" >&2
+    sed -n '2,23p' "$0" >&2
     exit 2
     ;;
 esac

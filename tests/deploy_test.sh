@@ -204,18 +204,7 @@ def ask(key, text, n=1):
 
 def hastat():
     """{server: (status, down transitions, check status)} from HAProxy's stats socket"""
-    import socket
-    so = socket.socket(socket.AF_UNIX)
-    so.connect(os.path.join(CL, "haproxy.sock"))
-    so.sendall(b"show stat\n")
-    out = b""
-    while True:
-        d = so.recv(65536)
-        if not d:
-            break
-        out += d
-    so.close()
-    lines = out.decode().split("\n")
+    lines = cluster("ctl", "show stat").stdout.split("\n")
     cols = lines[0].lstrip("# ").split(",")
     res = {}
     for ln in lines[1:]:
@@ -228,6 +217,8 @@ def hastat():
 N_SESS = 48
 where, stuck = {}, True
 st0 = hastat()
+check({"r1", "r2", "r3"} <= set(st0) and all(st0[r][0] == "UP" for r in ("r1", "r2", "r3")),
+      "cluster.sh ctl \"show stat\": r1-r3 UP: %s" % st0)
 for turn in range(3):
     for s in range(N_SESS):
         st, rep = ask("sess-%d" % s, "Session %d says hello %s" % (s, "again " * turn))
