@@ -1100,20 +1100,20 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
         n_decode += s->tok.n - s->tok.n_computed == 1;
     }
     double dcost, cost = spec_cost(en, &dcost);
+    /* (at the threshold of a decode-only step: an accepted draft saves the
+     * sequence a slot in a later decode step, whatever else is in this one;
+     * counting a prefill chunk's tokens in this step would make its drafts
+     * look nearly free: docs/decisions.md, 2026-11-27) */
+    double thr = draft_threshold(n_decode, n_decode, cost, dcost);
+    /* ngram, suffix with learnt costs: what a draft was measured to cost at
+     * this batch size, once known (draft_cost_threshold) */
+    if (!en->dm && en->o.spec_token_cost <= 0) thr = draft_cost_threshold(&en->cost, n_decode, thr);
     int rows = en->spec_rows, room = en->o.max_batch_tokens - *n_tok;
     for (int j = 0; j < n_bs && rows > 0; j++) {
         seq *s = en->b_owner[j];
         if (!s->spec.ds || en->b_chunk[j] != 1 || s->tok.n - s->tok.n_computed != 1) continue;
         int max = MIN(MIN(MIN(rows, room), en->n_ctx - s->tok.n), draft_max(en->dr));
         max = MIN(max, s->r->max_tokens - s->tok.n_generated - 1); /* the last token needs no draft */
-        /* (at the threshold of a decode-only step: an accepted draft saves
-         * the sequence a slot in a later decode step, whatever else is in
-         * this one; counting a prefill chunk's tokens in this step would make
-         * its drafts look nearly free: docs/decisions.md, 2026-11-27) */
-        double thr = draft_threshold(n_decode, n_decode, cost, dcost);
-        /* ngram, suffix with learnt costs: what a draft was measured to
-         * cost at this batch size, once known (draft_cost_threshold) */
-        if (!en->dm && en->o.spec_token_cost <= 0) thr = draft_cost_threshold(&en->cost, n_decode, thr);
         if (en->dm) { /* drafted below, in the draft model's batched forwards */
             int want = draft_plan(max, draft_seq_alpha(s->spec.ds), thr);
             if (want <= 0 || !s->spec.dms) {
