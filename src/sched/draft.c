@@ -172,20 +172,47 @@ draft_seq *draft_seq_new(drafter *d) {
 /* The most recent earlier occurrence of the context's last g tokens
  * (g = NGRAM_MAX .. NGRAM_MIN, longest first), and the tokens after it,
  * which start at *from. *match is the occurrence's common suffix with the
- * context, counted up to NGRAM_LONG (the n-gram found is its lower bound). */
+ * context, counted up to NGRAM_LONG (the n-gram found is its lower bound).
+ *
+ * One backward pass serves every g: an occurrence of the last g tokens
+ * ending at e (e <= n - 2) is a place where the context up to e and the
+ * whole context share a suffix of at least g tokens, and every such place
+ * ends with the context's last two tokens. So the pass looks for those two
+ * (16 places at a time, in a loop without early exits that the compiler
+ * vectorizes), measures each hit's common suffix, stops at the first that
+ * reaches the longest g and keeps the first (most recent) for each shorter
+ * g. The scan it replaces went over the context once per g with a
+ * branch per token: with 8 agents at ~2,000 tokens of context it was ~2% of
+ * the engine thread's time, where every step waits for it (docs/perf.md,
+ * "2026-11-28 (afternoon)"). */
 static int ngram_propose(const int32_t *t, int n, int max, int32_t *out, int *match, int *from) {
-    for (int g = MIN(NGRAM_MAX, n - 1); g >= NGRAM_MIN; g--) {
-        const int32_t *key = t + n - g;
-        for (int i = n - g - 1; i >= 0; i--) { /* occurrence t[i, i+g), followed by t[i+g] */
-            if (t[i] != key[0] || memcmp(t + i, key, (size_t)g * sizeof *t) != 0) continue;
-            int k = 0;
-            for (int j = i + g; j < n && k < max; j++) out[k++] = t[j];
-            int l = g;
-            while (l < NGRAM_LONG && i - 1 - (l - g) >= 0 && t[i - 1 - (l - g)] == t[n - 1 - l]) l++;
-            *match = l;
-            *from = i + g;
-            return k;
+    const int gmax = MIN(NGRAM_MAX, n - 1), cap = MAX(NGRAM_LONG, gmax);
+    if (gmax < NGRAM_MIN) return 0;
+    const int32_t a = t[n - 2], b = t[n - 1];
+    int best[NGRAM_MAX + 1] = {0}, best_l[NGRAM_MAX + 1] = {0}, found = 0; /* (e + 1, so 0 is none) */
+    for (int hi = n - 2; hi >= 1 && !found;) {
+        const int lo = MAX(1, hi - 15);
+        int any = 0;
+        for (int e = lo; e <= hi; e++) any |= (t[e - 1] == a) & (t[e] == b);
+        for (int e = hi; any && e >= lo; e--) {
+            if (t[e - 1] != a || t[e] != b) continue;
+            int l = 2;
+            while (l < cap && e - l >= 0 && t[e - l] == t[n - 1 - l]) l++;
+            for (int g = MIN(l, gmax); g >= NGRAM_MIN && !best[g]; g--) best[g] = e + 1, best_l[g] = l;
+            if (l >= gmax) {
+                found = 1;
+                break;
+            }
         }
+        hi = lo - 1;
+    }
+    for (int g = gmax; g >= NGRAM_MIN; g--) {
+        if (!best[g]) continue;
+        int k = 0;
+        for (int j = best[g]; j < n && k < max; j++) out[k++] = t[j];
+        *match = MIN(best_l[g], NGRAM_LONG);
+        *from = best[g];
+        return k;
     }
     return 0;
 }
