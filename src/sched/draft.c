@@ -178,13 +178,19 @@ draft_seq *draft_seq_new(drafter *d) {
  * ending at e (e <= n - 2) is a place where the context up to e and the
  * whole context share a suffix of at least g tokens, and every such place
  * ends with the context's last two tokens. So the pass looks for those two
- * (16 places at a time, in a loop without early exits that the compiler
- * vectorizes), measures each hit's common suffix, stops at the first that
- * reaches the longest g and keeps the first (most recent) for each shorter
- * g. The scan it replaces went over the context once per g with a
+ * (16 places at a time, four to a vector), measures each hit's common
+ * suffix, stops at the first that reaches the longest g and keeps the first
+ * (most recent) for each shorter g. The scan it replaces went over the context once per g with a
  * branch per token: with 8 agents at ~2,000 tokens of context it was ~2% of
  * the engine thread's time, where every step waits for it (docs/perf.md,
  * "2026-11-28 (afternoon)"). */
+typedef int32_t ngram_v4 __attribute__((vector_size(16))); /* (GCC and clang vectors: SSE2, NEON or scalar) */
+static inline ngram_v4 ngram_ld4(const int32_t *p) {
+    ngram_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static int ngram_propose(const int32_t *t, int n, int max, int32_t *out, int *match, int *from) {
     const int gmax = MIN(NGRAM_MAX, n - 1), cap = MAX(NGRAM_LONG, gmax);
     if (gmax < NGRAM_MIN) return 0;
@@ -193,7 +199,13 @@ static int ngram_propose(const int32_t *t, int n, int max, int32_t *out, int *ma
     for (int hi = n - 2; hi >= 1 && !found;) {
         const int lo = MAX(1, hi - 15);
         int any = 0;
-        for (int e = lo; e <= hi; e++) any |= (t[e - 1] == a) & (t[e] == b);
+        if (hi - lo == 15) {
+            ngram_v4 acc = {0, 0, 0, 0};
+            for (int e = lo; e <= hi; e += 4) acc |= (ngram_ld4(t + e - 1) == a) & (ngram_ld4(t + e) == b);
+            any = (acc[0] | acc[1] | acc[2] | acc[3]) != 0;
+        } else {
+            for (int e = lo; e <= hi; e++) any |= (t[e - 1] == a) & (t[e] == b);
+        }
         for (int e = hi; any && e >= lo; e--) {
             if (t[e - 1] != a || t[e] != b) continue;
             int l = 2;
