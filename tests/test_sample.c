@@ -2,8 +2,9 @@
  * test_sample.c — the sampler chain against hand-computed distributions:
  * greedy, temperature, top-k, top-p, min-p (empirical frequencies over many
  * seeded draws vs the exact truncated softmax), penalties (exact values),
- * seeding (same seed, same tokens), logprobs (exact log-softmax), and range
- * checks on the parameters.
+ * seeding (same seed, same tokens), logprobs (exact log-softmax), range
+ * checks on the parameters, and the row scans (row_max, row_argmax,
+ * row_broken) against serial loops.
  */
 #include <math.h>
 
@@ -67,7 +68,38 @@ static void check_distribution(sampler_params p, const char *what) {
     sampler_free(s);
 }
 
+/* The row scans against serial loops: every length to 70 (vector groups
+ * and the tail), rows with many ties (a few distinct values, the lowest
+ * index must win), -inf rows, and a NaN or +inf at every place. */
+static void test_row_scans(void) {
+    static const float vals[] = {-INFINITY, -3.5f, -0.0f, 0.0f, 1.25f, 7.0f};
+    float x[70];
+    for (int round = 0; round < 3000; round++) {
+        int n = (int)(rng_u64() % 71), nv = 1 + round % 6;
+        for (int i = 0; i < n; i++)
+            x[i] = round % 3 ? vals[rng_u64() % (uint64_t)nv] : (float)(int)(rng_u64() % 2001) / 16.0f - 60.0f;
+        int serial = 0; /* the serial argmax with > */
+        for (int i = 1; i < n; i++)
+            if (x[i] > x[serial]) serial = i;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+        CHECK(row_max(x, n) == mx);
+        if (n > 0) CHECK_EQ_INT(row_argmax(x, n), serial);
+        CHECK(!row_broken(x, n));
+        if (n > 0) {
+            int at = (int)(rng_u64() % (uint64_t)n);
+            float keep = x[at];
+            x[at] = round % 2 ? NAN : INFINITY;
+            CHECK(row_broken(x, n));
+            x[at] = -INFINITY; /* -inf is not broken */
+            CHECK(!row_broken(x, n));
+            x[at] = keep;
+        }
+    }
+}
+
 int main(void) {
+    test_row_scans();
     sampler_params p = sampler_defaults();
     /* greedy */
     p.temperature = 0;

@@ -207,6 +207,61 @@ static int kept_cands(const sampler_params *p, const float *logits, int n, cand 
     return m;
 }
 
+/* ---- row scans (sample.h) ---- */
+
+typedef float row_v4 __attribute__((vector_size(16)));
+typedef int32_t row_m4 __attribute__((vector_size(16)));
+
+static inline row_v4 row_ld4(const float *p) {
+    row_v4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline bool row_m4_any(row_m4 m) { return (m[0] | m[1] | m[2] | m[3]) != 0; }
+
+static inline row_v4 row_max4(row_v4 a, row_v4 b) {
+    const row_m4 gt = b > a;
+    return (row_v4)(((row_m4)b & gt) | ((row_m4)a & ~gt));
+}
+
+bool row_broken(const float *x, int n) {
+    const row_v4 inf = {INFINITY, INFINITY, INFINITY, INFINITY};
+    row_m4 acc = {0, 0, 0, 0};
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const row_v4 v = row_ld4(x + i);
+        acc |= (v != v) | (v == inf);
+    }
+    bool broken = row_m4_any(acc);
+    for (; i < n; i++) broken |= isnan(x[i]) || x[i] == INFINITY;
+    return broken;
+}
+
+float row_max(const float *x, int n) {
+    float best = -INFINITY;
+    int i = 0;
+    if (n >= 8) { /* two vectors: a max's latency per vector would bound one */
+        row_v4 m0 = row_ld4(x), m1 = row_ld4(x + 4);
+        for (i = 8; i + 8 <= n; i += 8) m0 = row_max4(m0, row_ld4(x + i)), m1 = row_max4(m1, row_ld4(x + i + 4));
+        m0 = row_max4(m0, m1);
+        for (int l = 0; l < 4; l++) best = m0[l] > best ? m0[l] : best;
+    }
+    for (; i < n; i++) best = x[i] > best ? x[i] : best;
+    return best;
+}
+
+int32_t row_argmax(const float *x, int n) {
+    const float best = row_max(x, n);
+    const row_v4 b = {best, best, best, best};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        if (row_m4_any(row_ld4(x + i) == b)) break;
+    for (; i < n; i++)
+        if (x[i] == best) return i;
+    return 0; /* (n is 0) */
+}
+
 int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *chosen_logprob, int32_t *top_ids,
                        float *top_lps) {
     const sampler_params *p = &s->p;
@@ -214,15 +269,11 @@ int32_t sampler_sample(sampler *s, float *logits, int top_n_logprobs, float *cho
     apply_penalties(s, logits);
     /* NaN or +inf logits (a broken model) order nothing: refuse them rather
      * than walk the selection off its array */
-    bool broken = false;
-    for (int i = 0; i < n; i++) broken |= isnan(logits[i]) || logits[i] == INFINITY;
-    if (broken) return -1;
+    if (row_broken(logits, n)) return -1;
     cand *cands = s->cands;
     int32_t chosen;
     if (p->temperature <= 0) {
-        chosen = 0;
-        for (int i = 1; i < n; i++)
-            if (logits[i] > logits[chosen]) chosen = i;
+        chosen = row_argmax(logits, n);
     } else if ((p->top_k <= 0 || p->top_k >= n) && p->top_p >= 1.0f) {
         /* No top-k, no top-p: nothing needs the tokens in order (a sort of a
          * 150k vocabulary would cost more than the draw, ~30 ms). Min-p keeps

@@ -42,6 +42,17 @@ sampler_params sampler_defaults(void);
 /* Checks ranges; returns 0 or ERR_RANGE with a message naming the field. */
 int sampler_params_check(const sampler_params *p, err_t *e);
 
+/* Row scans every sampled token pays, over the whole vocabulary (150k
+ * logits on Qwen3), four floats to a vector (GCC/clang vector types: SSE2,
+ * NEON or scalar code); -O2 left the loops scalar, and an argmax loop
+ * carries its index from one compare to the next. row_broken: whether a
+ * logit is NaN or +inf. row_max: the largest of x[0, n) (-inf when n is 0;
+ * x without NaN). row_argmax: the lowest index of the largest (n >= 1, x
+ * without NaN), as the serial loop with `>` picks it. */
+bool row_broken(const float *x, int n);
+float row_max(const float *x, int n);
+int32_t row_argmax(const float *x, int n);
+
 typedef struct sampler sampler;
 /* n_vocab > 0. NULL when out of memory. */
 sampler *sampler_new(const sampler_params *p, int n_vocab);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../sample/sample.h"
 #include "suffix.h"
 
 #define NGRAM_MAX 4
@@ -353,10 +354,8 @@ void draft_seq_feedback(drafter *d, draft_seq *s, int n_drafted, int n_accepted,
 }
 
 float draft_margin(const float *logits, int n, int32_t id) {
-    float best = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (i != id && logits[i] > best) best = logits[i];
-    return logits[id] - best;
+    const float lo = row_max(logits, id), hi = row_max(logits + id + 1, n - id - 1);
+    return logits[id] - (lo > hi ? lo : hi);
 }
 
 void draft_seq_note(draft_seq *s, int pos, float margin) {
