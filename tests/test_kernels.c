@@ -7,7 +7,8 @@
  *     scalar dot and of a double dot over the dequantised rows, on odd sizes
  *     and tails, with weights from the quantiser and from raw random bytes;
  *   - kern_matmul_multi == kern_matmul bitwise (each table, 1 and 3 threads);
- *   - gemm == dot bitwise for 37-token batches (float types too), and for MXFP4 over all 256
+ *   - gemm == dot bitwise for 37-token batches (float types too), for 1-10 tokens (float
+ *     types, a verification step's sizes), and for MXFP4 over all 256
  *     E8M0 scales (the scalar dot = isum * 2^(e-128) * d_a exactly);
  *   - attention chunk kernel against the scalar part and against a double
  *     softmax, odd head sizes and chunk lengths; attn_head over several
@@ -365,6 +366,47 @@ static void test_gemm_large(pool *p) {
         }
 }
 
+/* The float gemm at a verification step's sizes: 1-10 tokens (avx512.c runs
+ * 3-8 as 2 x T tiles, avx2.c as 1 x 4 tiles and 2 x 2 / 2 x 1 tails), all
+ * 13 rows (an odd last row) and rows 8..13 of them alone (a range that
+ * starts past row 0, as a thread's share does), each output bitwise its
+ * row's dot product. */
+static void test_gemm_float_small(void) {
+    static const uint32_t types[] = {DT_F32, DT_F16, DT_BF16};
+    static const int64_t widths[] = {172, 64, 37, 7};
+    enum { MT = 10, NO = 13 };
+    for (size_t ti = 0; ti < ARRAY_LEN(types); ti++)
+        for (size_t wi = 0; wi < ARRAY_LEN(widths); wi++) {
+            const uint32_t type = types[ti];
+            const int64_t n_in = widths[wi];
+            const size_t rb = dtype_row_bytes(type, n_in), arb = sizeof(float) * (size_t)n_in;
+            uint8_t *w = xmalloc(rb * NO);
+            float *x = xmalloc(arb * MT), *y = xmalloc(sizeof(float) * NO * MT);
+            for (int r = 0; r < NO; r++) random_row(type, w + r * rb, n_in);
+            for (int64_t i = 0; i < n_in * MT; i++) x[i] = rng_gauss();
+            kern_mat m = {.type = type, .n_in = n_in, .n_out = NO, .row_bytes = rb, .data = w};
+            for (int tb = 0; tb < n_tables; tb++) {
+                CHECK_EQ_INT(kern_select(tables[tb]), 0);
+                for (int nt = 1; nt <= MT; nt++)
+                    for (int r0 = 0; r0 <= 8; r0 += 8) {
+                        for (int i = 0; i < NO * MT; i++) y[i] = NAN;
+                        kern_matmul_rows(&m, r0, NO, x, arb, nt, y, NO);
+                        int diff = 0;
+                        for (int t = 0; t < nt; t++)
+                            for (int r = r0; r < NO; r++) {
+                                float d = NAN;
+                                kern->dot[type](n_in, &d, w + r * rb, x + t * n_in);
+                                diff += memcmp(&d, &y[t * NO + r], sizeof d) != 0;
+                            }
+                        CHECK_MSG(diff == 0, "%s %s n_in=%lld: %d outputs of %d tokens x rows %d..%d differ from dot",
+                                  tables[tb], dtype_name(type), (long long)n_in, diff, nt, r0, NO);
+                    }
+            }
+            kern_select("scalar");
+            free(w), free(x), free(y);
+        }
+}
+
 /* Every E8M0 byte, subnormal (0, 1) and overflowing (255 x a large sum)
  * scales included: one MXFP4 block per row, row r carrying e = r, so the
  * 8-row gemms build each scale in vector lanes while the dot products and
@@ -672,6 +714,7 @@ int main(void) {
     test_dots();
     test_multi(pools);
     test_gemm_large(pools[1]);
+    test_gemm_float_small();
     test_mxfp4_scales(pools[1]);
     test_attn();
     test_pool();

@@ -38,6 +38,9 @@ static inline __m256i mm_dot_u8_sc2(__m256i acc, __m256i u, __m256i s, __m256i c
 
 #define KX_KT_R 2
 #define KX_KT_T 2
+/* No 2 x T float gemm tiles: with 16 registers they spill (4T accumulators
+ * live); 3-8 tokens go as 1 x 4 tiles and 2 x 2 / 2 x 1 tails. */
+#define KX_FG_WIDE 0
 #define KX_OPS_NAME kern__avx2_ops
 #define KX_NAME "avx2"
 

@@ -22,6 +22,8 @@
  *                     in 0..63, s signed in -127..127, c 16 x i16 scales
  *                     (|c| <= 128; each pair of lanes of c holds one scale)
  *   KX_KT_R, KX_KT_T  the K-quant gemm tile: rows (1..2) x tokens (1..4)
+ *   KX_FG_WIDE        the float gemm: 3..KX_FG_WIDE tokens run as 2 x T
+ *                     tiles (0: never, 1 x 4 tiles and 2 x 2 / 2 x 1 tails)
  *   kxa_v, KXA_W      the attention kernel's vector: KXA_W f32 lanes (16 in
  *                     avx512.c, 8 in avx2.c), with kxa_zero, kxa_load,
  *                     kxa_store, kxa_set1, kxa_fma, kxa_mul, kxa_sub,
@@ -163,19 +165,23 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
  * token) summed exactly as KX_FLOAT_DOT sums it — the four accumulator
  * chains s0..s3 over the 32-element steps in order, s0 continuing with the
  * 8-element steps and the zero-padded tail, then hsum_ps((s0 + s1) + (s2 +
- * s3)) — so gemm == dot bitwise. The chains run two at a time (s0, s1 then
- * s2, s3), which keeps a tile's 8 accumulators and its weight and
- * activation vectors in registers; a whole tile's four sums are reduced
- * together (kx_hsum4). Tokens go four at a time against one row (1 x 4:
- * each weight vector serves four tokens, and a verification step's 1 + k
- * tokens read a matrix's rows once per four tokens from L2 instead of once
- * per two); the last 1-3 tokens in 2 x 2 / 2 x 1 tiles. What it saves over
- * one dot per (row, token) is weight loads and a call and most of a
- * reduction per output: on a small f32 model (stories260K, n_in 64-172) a
- * verification step's 1 + k tokens cost a fraction of that many decode
- * steps' matmuls. */
+ * s3)) — so gemm == dot bitwise, whatever the tile. The chains run two at a
+ * time (s0, s1 then s2, s3), which keeps a tile's accumulators and its
+ * weight and activation vectors in registers; a tile's sums are reduced
+ * four at a time (kx_hsum4). Tokens go four at a time against one row (1 x
+ * 4: each weight vector serves four tokens, and a matrix's rows are read
+ * once per four tokens from L2 instead of once per two); the last 1-3
+ * tokens in 2 x 2 / 2 x 1 tiles. A table with registers for it (KX_FG_WIDE)
+ * runs 3..KX_FG_WIDE tokens — a verification step's 1 + k — as one 2 x T
+ * tile per row pair instead: with the 1 x 4 tiles and their tails, 3 tokens
+ * cost as much as 4 and 5 as much as 4 + 1 (the tail's 2 x 1 tiles are a
+ * decode step's whole matmul again; stories260K's matrices, avx512: 3 tokens
+ * 46 -> 37 us, 5: 70 -> 56, 7: 94 -> 75). What a tile saves over one dot
+ * per (row, token) is weight loads and a call and most of a reduction per
+ * output: on a small f32 model (stories260K, n_in 64-172) a verification
+ * step's 1 + k tokens cost a fraction of that many decode steps' matmuls. */
 #define KX_FG_R 2
-#define KX_FG_T 4
+#define KX_FG_T MAX(4, KX_FG_WIDE)
 #define KX_FG_CHUNK 32 /* tokens whose f32 rows stay in L2 while a chunk's row tiles run */
 
 /* hsum_ps of a, b, c, d in lanes 0, 4, 1, 5: the same additions in the
@@ -189,7 +195,18 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm256_hadd_ps(g, g);
 }
 
-#define KX_FG_LOOP(v, n) _Pragma("GCC unroll 4") for (int v = 0; v < (n); v++)
+/* A tile of R rows x T (3..KX_FG_T) tokens, T a constant in each case
+ * (clamped so that a table with a smaller KX_FG_T still compiles). */
+#define KX_FG_CASES(NAME, R)                                                                                           \
+    switch (T) {                                                                                                       \
+    case 3: NAME##_tile(R, 3, n, wr, wrb, at, arb, yt, ldy); break;                                                    \
+    case 4: NAME##_tile(R, MIN(4, KX_FG_T), n, wr, wrb, at, arb, yt, ldy); break;                                      \
+    case 5: NAME##_tile(R, MIN(5, KX_FG_T), n, wr, wrb, at, arb, yt, ldy); break;                                      \
+    case 6: NAME##_tile(R, MIN(6, KX_FG_T), n, wr, wrb, at, arb, yt, ldy); break;                                      \
+    case 7: NAME##_tile(R, MIN(7, KX_FG_T), n, wr, wrb, at, arb, yt, ldy); break;                                      \
+    default: NAME##_tile(R, KX_FG_T, n, wr, wrb, at, arb, yt, ldy); break;                                             \
+    }
+#define KX_FG_LOOP(v, n) _Pragma("GCC unroll 8") for (int v = 0; v < (n); v++)
 #define KX_FLOAT_GEMM(NAME, WT, LOAD)                                                                                 \
     static inline __attribute__((always_inline)) void NAME##_tile(const int R, const int T, int64_t n,                 \
                                                                   const uint8_t *wd, size_t wrb, const uint8_t *ab,    \
@@ -238,12 +255,16 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
             _mm_storeh_pi((__m64 *)(y + ldy), rows);                                                                   \
             return;                                                                                                    \
         }                                                                                                              \
-        if (R == 1 && T == 4) {                                                                                        \
-            const __m256 h4 = kx_hsum4(v[0][0], v[0][1], v[0][2], v[0][3]); /* t0 t1 in lanes 0 4, t2 t3 in 1 5 */    \
-            y[0] = _mm256_cvtss_f32(h4);                                                                               \
-            y[ldy] = _mm_cvtss_f32(_mm256_extractf128_ps(h4, 1));                                                      \
-            y[2 * ldy] = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_castps256_ps128(h4)));                                   \
-            y[3 * ldy] = _mm_cvtss_f32(_mm_movehdup_ps(_mm256_extractf128_ps(h4, 1)));                                 \
+        if (R * T >= 3) { /* four outputs at a time, k = t * R + r: k, k + 1 in lanes 0 4, k + 2, k + 3 in 1 5 */     \
+            _Pragma("GCC unroll 4") for (int k = 0; k < R * T; k += 4) {                                               \
+                const int k1 = MIN(k + 1, R * T - 1), k2 = MIN(k + 2, R * T - 1), k3 = MIN(k + 3, R * T - 1);          \
+                const __m256 h4 = kx_hsum4(v[k % R][k / R], v[k1 % R][k1 / R], v[k2 % R][k2 / R], v[k3 % R][k3 / R]);  \
+                const __m128 lo = _mm256_castps256_ps128(h4), hi = _mm256_extractf128_ps(h4, 1);                       \
+                y[(size_t)(k / R) * ldy + k % R] = _mm_cvtss_f32(lo);                                                  \
+                if (k + 1 < R * T) y[(size_t)(k1 / R) * ldy + k1 % R] = _mm_cvtss_f32(hi);                             \
+                if (k + 2 < R * T) y[(size_t)(k2 / R) * ldy + k2 % R] = _mm_cvtss_f32(_mm_movehdup_ps(lo));            \
+                if (k + 3 < R * T) y[(size_t)(k3 / R) * ldy + k3 % R] = _mm_cvtss_f32(_mm_movehdup_ps(hi));            \
+            }                                                                                                          \
             return;                                                                                                    \
         }                                                                                                              \
         KX_FG_LOOP(r, R) KX_FG_LOOP(t, T) y[(size_t)t * ldy + r] = hsum_ps(v[r][t]);                                   \
@@ -251,29 +272,41 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     static void NAME(const kern_mat *wm, int64_t r0, int64_t r1, const void *act, size_t arb, int n_tok, float *y,    \
                      int64_t ldy) {                                                                                    \
         const uint8_t *wd = wm->data, *ab = act;                                                                       \
+        const int64_t n = wm->n_in;                                                                                    \
+        const size_t wrb = wm->row_bytes;                                                                              \
         for (int t0 = 0; t0 < n_tok; t0 += KX_FG_CHUNK) {                                                              \
-            const int t1 = MIN(n_tok, t0 + KX_FG_CHUNK), t4 = t0 + (t1 - t0) / 4 * 4;                                  \
-            for (int64_t r = r0; r < r1 && t4 > t0; r++) { /* tokens in fours: one row's vector serves four */        \
-                const uint8_t *wr = wd + (size_t)r * wm->row_bytes;                                                    \
-                for (int t = t0; t < t4; t += 4)                                                                       \
-                    NAME##_tile(1, 4, wm->n_in, wr, wm->row_bytes, ab + (size_t)t * arb, arb, y + (size_t)t * ldy + r, \
-                                ldy);                                                                                  \
+            const int t1 = MIN(n_tok, t0 + KX_FG_CHUNK);                                                               \
+            const int T = t1 - t0;                                                                                     \
+            if (T >= 3 && T <= KX_FG_WIDE) { /* a verification step: 2 x T tiles, each row pair read once */          \
+                const uint8_t *at = ab + (size_t)t0 * arb;                                                             \
+                for (int64_t r = r0; r < r1; r += 2) {                                                                 \
+                    const uint8_t *wr = wd + (size_t)r * wrb;                                                          \
+                    float *yt = y + (size_t)t0 * ldy + r;                                                              \
+                    if (r + 2 <= r1)                                                                                   \
+                        KX_FG_CASES(NAME, 2)                                                                           \
+                    else                                                                                               \
+                        KX_FG_CASES(NAME, 1)                                                                           \
+                }                                                                                                      \
+                continue;                                                                                              \
             }                                                                                                          \
-            for (int64_t r = r0; r < r1 && t4 < t1; r += KX_FG_R) { /* the last 1-3 tokens */                         \
-                const uint8_t *wr = wd + (size_t)r * wm->row_bytes;                                                    \
+            const int t4 = T >= 4 ? t0 + T / 4 * 4 : t0;                                                               \
+            for (int64_t r = r0; r < r1 && t4 > t0; r++) /* tokens in fours: one row's vector serves four */          \
+                for (int t = t0; t < t4; t += 4)                                                                       \
+                    NAME##_tile(1, 4, n, wd + (size_t)r * wrb, wrb, ab + (size_t)t * arb, arb, y + (size_t)t * ldy + r, \
+                                ldy);                                                                                  \
+            for (int64_t r = r0; r < r1 && t4 < t1; r += 2) /* decode, two tokens, the last 1-3 */                    \
                 for (int t = t4; t < t1; t += 2) {                                                                     \
-                    const uint8_t *at = ab + (size_t)t * arb;                                                          \
+                    const uint8_t *wr = wd + (size_t)r * wrb, *at = ab + (size_t)t * arb;                              \
                     float *yt = y + (size_t)t * ldy + r;                                                               \
                     if (r + 2 <= r1 && t + 2 <= t1)                                                                    \
-                        NAME##_tile(2, 2, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                        NAME##_tile(2, 2, n, wr, wrb, at, arb, yt, ldy);                                               \
                     else if (r + 2 <= r1)                                                                              \
-                        NAME##_tile(2, 1, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                        NAME##_tile(2, 1, n, wr, wrb, at, arb, yt, ldy);                                               \
                     else if (t + 2 <= t1)                                                                              \
-                        NAME##_tile(1, 2, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                        NAME##_tile(1, 2, n, wr, wrb, at, arb, yt, ldy);                                               \
                     else                                                                                               \
-                        NAME##_tile(1, 1, wm->n_in, wr, wm->row_bytes, at, arb, yt, ldy);                              \
+                        NAME##_tile(1, 1, n, wr, wrb, at, arb, yt, ldy);                                               \
                 }                                                                                                      \
-            }                                                                                                          \
         }                                                                                                              \
     }
 
