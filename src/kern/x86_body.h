@@ -23,7 +23,8 @@
  *                     (|c| <= 128; each pair of lanes of c holds one scale)
  *   KX_KT_R, KX_KT_T  the K-quant gemm tile: rows (1..2) x tokens (1..4)
  *   KX_FG_WIDE        the float gemm: 3..KX_FG_WIDE tokens run as 2 x T
- *                     tiles (0: never, 1 x 4 tiles and 2 x 2 / 2 x 1 tails)
+ *                     tiles and 2 as 4 x 2 (0: never; 1 x 4 tiles and
+ *                     2 x 2 / 2 x 1 tails)
  *   kxa_v, KXA_W      the attention kernel's vector: KXA_W f32 lanes (16 in
  *                     avx512.c, 8 in avx2.c), with kxa_zero, kxa_load,
  *                     kxa_store, kxa_set1, kxa_fma, kxa_mul, kxa_sub,
@@ -173,14 +174,15 @@ KX_FLOAT_DOT(dot_bf16, uint16_t, load8_bf16)
  * once per four tokens from L2 instead of once per two); the last 1-3
  * tokens in 2 x 2 / 2 x 1 tiles. A table with registers for it (KX_FG_WIDE)
  * runs 3..KX_FG_WIDE tokens — a verification step's 1 + k — as one 2 x T
- * tile per row pair instead: with the 1 x 4 tiles and their tails, 3 tokens
- * cost as much as 4 and 5 as much as 4 + 1 (the tail's 2 x 1 tiles are a
- * decode step's whole matmul again; stories260K's matrices, avx512: 3 tokens
- * 46 -> 37 us, 5: 70 -> 56, 7: 94 -> 75). What a tile saves over one dot
+ * tile per row pair instead, and 2 tokens as 4 x 2 tiles: with the 1 x 4
+ * tiles and their tails, 3 tokens cost as much as 4 and 5 as much as 4 + 1
+ * (the tail's 2 x 1 tiles are a decode step's whole matmul again;
+ * stories260K's matrices, avx512: 2 tokens 29 -> 25 us, 3: 46 -> 37, 5: 70
+ * -> 56, 7: 94 -> 75). What a tile saves over one dot
  * per (row, token) is weight loads and a call and most of a reduction per
  * output: on a small f32 model (stories260K, n_in 64-172) a verification
  * step's 1 + k tokens cost a fraction of that many decode steps' matmuls. */
-#define KX_FG_R 2
+#define KX_FG_R 4 /* 4 x 2 tiles (KX_FG_WIDE); every other tile has 1 or 2 rows */
 #define KX_FG_T MAX(4, KX_FG_WIDE)
 #define KX_FG_CHUNK 32 /* tokens whose f32 rows stay in L2 while a chunk's row tiles run */
 
@@ -277,15 +279,23 @@ static inline __m256 kx_hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
         for (int t0 = 0; t0 < n_tok; t0 += KX_FG_CHUNK) {                                                              \
             const int t1 = MIN(n_tok, t0 + KX_FG_CHUNK);                                                               \
             const int T = t1 - t0;                                                                                     \
-            if (T >= 3 && T <= KX_FG_WIDE) { /* a verification step: 2 x T tiles, each row pair read once */          \
+            if (T >= 2 && T <= KX_FG_WIDE) { /* a verification step: 4 x 2 or 2 x T tiles, each row read once */     \
                 const uint8_t *at = ab + (size_t)t0 * arb;                                                             \
-                for (int64_t r = r0; r < r1; r += 2) {                                                                 \
+                for (int64_t r = r0; r < r1;) {                                                                        \
                     const uint8_t *wr = wd + (size_t)r * wrb;                                                          \
                     float *yt = y + (size_t)t0 * ldy + r;                                                              \
-                    if (r + 2 <= r1)                                                                                   \
+                    const int R = T == 2 && r + 4 <= r1 ? 4 : r + 2 <= r1 ? 2 : 1;                                     \
+                    if (T == 2 && R == 4)                                                                              \
+                        NAME##_tile(4, 2, n, wr, wrb, at, arb, yt, ldy);                                               \
+                    else if (T == 2 && R == 2)                                                                         \
+                        NAME##_tile(2, 2, n, wr, wrb, at, arb, yt, ldy);                                               \
+                    else if (T == 2)                                                                                   \
+                        NAME##_tile(1, 2, n, wr, wrb, at, arb, yt, ldy);                                               \
+                    else if (R == 2)                                                                                   \
                         KX_FG_CASES(NAME, 2)                                                                           \
                     else                                                                                               \
                         KX_FG_CASES(NAME, 1)                                                                           \
+                    r += R;                                                                                            \
                 }                                                                                                      \
                 continue;                                                                                              \
             }                                                                                                          \
