@@ -56,7 +56,9 @@ static void kvfix_init(kvfix *f, int n_kv, int hd, int bt, int n_pos) {
 
 static void kvfix_free(kvfix *f) { free(f->k), free(f->v), free(f->table); }
 
-/* Outputs of n_tok tokens x n_head heads. */
+/* Outputs of n_tok tokens x n_head heads, every byte 0xff (a NaN no kernel
+ * writes): an output a kernel leaves unwritten never passes for one a
+ * freed buffer at the same address held. */
 typedef struct outs {
     float *m, *l, *o;
 } outs;
@@ -64,6 +66,9 @@ typedef struct outs {
 static outs outs_new(int n_tok, int n_head, int hd) {
     outs r = {xmalloc(sizeof(float) * n_tok * n_head), xmalloc(sizeof(float) * n_tok * n_head),
               xmalloc(sizeof(float) * n_tok * n_head * hd)};
+    memset(r.m, 0xff, sizeof(float) * n_tok * n_head);
+    memset(r.l, 0xff, sizeof(float) * n_tok * n_head);
+    memset(r.o, 0xff, sizeof(float) * n_tok * n_head * hd);
     return r;
 }
 static void outs_free(outs *r) { free(r->m), free(r->l), free(r->o); }

@@ -1341,7 +1341,7 @@ static inline __attribute__((always_inline)) void kx_prefetch(const void *p, int
  * score tiles (attn_part), so the reads are in flight while the FMAs run. */
 #define KXA_PF_ROWS 32
 /* Queries per call up to which step 2 reads K straight from the cache. */
-#define KXA_DIRECT_Q 8
+#define KXA_DIRECT_Q 12
 
 /* Prefetches what key j's dims occupy in K^T (one hint per cache line:
  * with B >= 32 every dim is a line of its own, with smaller blocks a line
@@ -1452,17 +1452,17 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
                                                               const int *n, int n_min, float *const *o, const int NQ,
                                                               const int NV) {
     kxa_v acc[KXA_PV_QMAX][KXA_PV_V];
-    _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_zero();
+    _Pragma("GCC unroll 16") for (int a = 0; a < NQ; a++) _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_zero();
     for (int i = 0; i < n_min; i++) {
         kxa_v vv[KXA_PV_V];
         const uint16_t *vr = vrow[i] + d0;
         _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) vv[b] = kxa_f16(vr + b * KXA_W);
-        _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
+        _Pragma("GCC unroll 16") for (int a = 0; a < NQ; a++) {
             const kxa_v w = kxa_set1(e[(size_t)a * ATTN_CHUNK + i]);
             _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, vv[b], acc[a][b]);
         }
     }
-    _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
+    _Pragma("GCC unroll 16") for (int a = 0; a < NQ; a++) {
         for (int i = n_min; i < n[a]; i++) {
             const kxa_v w = kxa_set1(e[(size_t)a * ATTN_CHUNK + i]);
             _Pragma("GCC unroll 4") for (int b = 0; b < NV; b++) acc[a][b] = kxa_fma(w, kxa_f16(vrow[i] + d0 + b * KXA_W), acc[a][b]);
@@ -1473,7 +1473,11 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
 
 /* nq (1..KXA_PV_Q) as a constant; cases above KXA_PV_Q never run (they are
  * clamped only so that both tables compile). KXA_PV_CASE1: nq up to
- * KXA_PV_Q1 for single vectors of dims (kxa_pv_rows). */
+ * KXA_PV_Q1 (16 in avx512.c) for single vectors of dims (kxa_pv_rows). The
+ * tiles' query loops unroll up to 16: a loop over more queries than it
+ * unrolls keeps acc[] on the stack, and every fma then waits for a store
+ * and a reload (tiles of 10-16 queries at head_dim 8 ran ~2x the time of
+ * 8, which is why larger PV tiles once measured no better). */
 #define KXA_PV_CASE(nv)                                                                                                \
     switch (nq) {                                                                                                      \
     case 1: kxa_pv_tile(vrow, d0, e, n, n_min, o, 1, nv); break;                                                       \
@@ -1492,7 +1496,15 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
     case 4: kxa_pv_tile(vrow, d0, e, n, n_min, o, 4, 1); break;                                                        \
     case 5: kxa_pv_tile(vrow, d0, e, n, n_min, o, 5, 1); break;                                                        \
     case 6: kxa_pv_tile(vrow, d0, e, n, n_min, o, 6, 1); break;                                                        \
-    case 7: kxa_pv_tile(vrow, d0, e, n, n_min, o, 7 < KXA_PV_QMAX ? 7 : KXA_PV_QMAX, 1); break;                       \
+    case 7: kxa_pv_tile(vrow, d0, e, n, n_min, o, 7 < KXA_PV_QMAX ? 7 : KXA_PV_QMAX, 1); break;                        \
+    case 8: kxa_pv_tile(vrow, d0, e, n, n_min, o, 8 < KXA_PV_QMAX ? 8 : KXA_PV_QMAX, 1); break;                        \
+    case 9: kxa_pv_tile(vrow, d0, e, n, n_min, o, 9 < KXA_PV_QMAX ? 9 : KXA_PV_QMAX, 1); break;                        \
+    case 10: kxa_pv_tile(vrow, d0, e, n, n_min, o, 10 < KXA_PV_QMAX ? 10 : KXA_PV_QMAX, 1); break;                     \
+    case 11: kxa_pv_tile(vrow, d0, e, n, n_min, o, 11 < KXA_PV_QMAX ? 11 : KXA_PV_QMAX, 1); break;                     \
+    case 12: kxa_pv_tile(vrow, d0, e, n, n_min, o, 12 < KXA_PV_QMAX ? 12 : KXA_PV_QMAX, 1); break;                     \
+    case 13: kxa_pv_tile(vrow, d0, e, n, n_min, o, 13 < KXA_PV_QMAX ? 13 : KXA_PV_QMAX, 1); break;                     \
+    case 14: kxa_pv_tile(vrow, d0, e, n, n_min, o, 14 < KXA_PV_QMAX ? 14 : KXA_PV_QMAX, 1); break;                     \
+    case 15: kxa_pv_tile(vrow, d0, e, n, n_min, o, 15 < KXA_PV_QMAX ? 15 : KXA_PV_QMAX, 1); break;                     \
     default: kxa_pv_tile(vrow, d0, e, n, n_min, o, KXA_PV_QMAX, 1); break;                                             \
     }
 
@@ -1505,12 +1517,12 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
 static inline __attribute__((always_inline)) void kxa_pv8_tile(const uint16_t *const *vrow, int d0, const float *e,
                                                                const int *n, int n_min, float *const *o, const int NQ) {
     __m256 acc[KXA_PV_QMAX];
-    _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) acc[a] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 16") for (int a = 0; a < NQ; a++) acc[a] = _mm256_setzero_ps();
     for (int i = 0; i < n_min; i++) {
         const __m256 vv = load8_f16(vrow[i] + d0);
-        _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(e[(size_t)a * ATTN_CHUNK + i]), vv, acc[a]);
+        _Pragma("GCC unroll 16") for (int a = 0; a < NQ; a++) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(e[(size_t)a * ATTN_CHUNK + i]), vv, acc[a]);
     }
-    _Pragma("GCC unroll 8") for (int a = 0; a < NQ; a++) {
+    _Pragma("GCC unroll 16") for (int a = 0; a < NQ; a++) {
         for (int i = n_min; i < n[a]; i++) acc[a] = _mm256_fmadd_ps(_mm256_set1_ps(e[(size_t)a * ATTN_CHUNK + i]), load8_f16(vrow[i] + d0), acc[a]);
         _mm256_storeu_ps(o[a] + d0, acc[a]);
     }
@@ -1524,6 +1536,14 @@ static inline __attribute__((always_inline)) void kxa_pv8_tile(const uint16_t *c
     case 5: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 5); break;                                                          \
     case 6: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 6); break;                                                          \
     case 7: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 7 < KXA_PV_QMAX ? 7 : KXA_PV_QMAX); break;                          \
+    case 8: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 8 < KXA_PV_QMAX ? 8 : KXA_PV_QMAX); break;                          \
+    case 9: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 9 < KXA_PV_QMAX ? 9 : KXA_PV_QMAX); break;                          \
+    case 10: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 10 < KXA_PV_QMAX ? 10 : KXA_PV_QMAX); break;                       \
+    case 11: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 11 < KXA_PV_QMAX ? 11 : KXA_PV_QMAX); break;                       \
+    case 12: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 12 < KXA_PV_QMAX ? 12 : KXA_PV_QMAX); break;                       \
+    case 13: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 13 < KXA_PV_QMAX ? 13 : KXA_PV_QMAX); break;                       \
+    case 14: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 14 < KXA_PV_QMAX ? 14 : KXA_PV_QMAX); break;                       \
+    case 15: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 15 < KXA_PV_QMAX ? 15 : KXA_PV_QMAX); break;                       \
     default: kxa_pv8_tile(vrow, d0, e, n, n_min, o, KXA_PV_QMAX); break;                                               \
     }
 #endif
