@@ -470,11 +470,20 @@ static bool cost_line(const draft_cost *c, double *slope, double *fixed) {
  * e.g. 4 steps with one draft more or less than the mean), and the step
  * time T(n) needs DRAFT_LINE_MIN_W steps */
 #define DRAFT_LINE_DECAY 0.99
+/* draft_step_time's cells: decayed by DRAFT_CELL_DECAY per step of their
+ * batch size (a cell chosen in every step holds ~100 steps' weight; one
+ * not chosen for ~300 steps is back at the line), drawn toward the line by
+ * DRAFT_CELL_PRIOR steps */
+#define DRAFT_CELL_DECAY 0.99
+#define DRAFT_CELL_PRIOR 2.0
 #define DRAFT_LINE_VAR 4.0
 #define DRAFT_LINE_MIN_W 4.0
 
 void draft_cost_observe_decode(draft_cost *c, int n_decode, int n_drafts, double ms) {
     if (n_decode < 1 || n_drafts < 0 || !(ms > 0)) return;
+    draft_cell *cells = c->cell[MIN(n_decode, DRAFT_COST_NB) - 1];
+    for (int d = 0; d <= DRAFT_STEP_D; d++) cells[d].w *= DRAFT_CELL_DECAY, cells[d].sy *= DRAFT_CELL_DECAY;
+    if (n_drafts <= DRAFT_STEP_D) cells[n_drafts].w += 1, cells[n_drafts].sy += ms;
     draft_line *l = &c->by_n[MIN(n_decode, DRAFT_COST_NB) - 1];
     const double k = DRAFT_LINE_DECAY, x = n_drafts;
     l->w = l->w * k + 1;
@@ -494,21 +503,68 @@ double draft_threshold_measured(int n_decode, double step_ms, double draft_ms) {
     return draft_ms * MAX(n_decode, 1) / step_ms;
 }
 
-double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback) {
+/* The batch size's line: T(n) and the slope (a batch size that never
+ * drafted enough to measure a slope, as the few steps of a run's tail at 3
+ * or 5 sequences, takes the nearest batch size's: a draft's cost moves
+ * little with the batch); false while undetermined. */
+static bool step_line(const draft_cost *c, int n_decode, double *t0, double *slope) {
     int i = MIN(MAX(n_decode, 1), DRAFT_COST_NB) - 1;
     const draft_line *l = &c->by_n[i];
-    if (l->w < DRAFT_LINE_MIN_W) return fallback;
-    /* a batch size that never drafted enough to measure a slope (the few
-     * steps of a run's tail at 3 or 5 sequences) takes the nearest batch
-     * size's: a draft's cost moves little with the batch */
-    double slope = 0;
-    for (int d = 0; d < DRAFT_COST_NB && !(slope > 0); d++) {
-        if (i - d >= 0 && c->by_n[i - d].held > 0) slope = c->by_n[i - d].held;
-        else if (i + d < DRAFT_COST_NB && c->by_n[i + d].held > 0) slope = c->by_n[i + d].held;
+    if (l->w < DRAFT_LINE_MIN_W) return false;
+    *slope = 0;
+    for (int d = 0; d < DRAFT_COST_NB && !(*slope > 0); d++) {
+        if (i - d >= 0 && c->by_n[i - d].held > 0) *slope = c->by_n[i - d].held;
+        else if (i + d < DRAFT_COST_NB && c->by_n[i + d].held > 0) *slope = c->by_n[i + d].held;
     }
-    if (!(slope > 0)) return fallback;
-    double t0 = (l->sy - slope * l->sx) / l->w; /* the line's time at 0 drafts */
+    if (!(*slope > 0)) return false;
+    *t0 = (l->sy - *slope * l->sx) / l->w; /* (the line's time at 0 drafts) */
+    return true;
+}
+
+double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback) {
+    double t0, slope;
+    if (!step_line(c, n_decode, &t0, &slope)) return fallback;
     return draft_threshold_measured(n_decode, t0, slope);
+}
+
+double draft_step_time(const draft_cost *c, int n_decode, int d) {
+    double t0, slope;
+    if (d < 0 || d > DRAFT_STEP_D || !step_line(c, n_decode, &t0, &slope) || !(t0 > 0)) return -1;
+    const draft_cell *x = &c->cell[MIN(MAX(n_decode, 1), DRAFT_COST_NB) - 1][d];
+    return (x->sy + DRAFT_CELL_PRIOR * (t0 + slope * d)) / (x->w + DRAFT_CELL_PRIOR);
+}
+
+int draft_pick(const draft_cost *c, int n_decode, const double *const *E, const int *k, int n_seq, int d_max, int *take) {
+    double t = draft_step_time(c, n_decode, 0);
+    if (!(t > 0)) return -1;
+    int *at = take; /* positions taken so far, per sequence (then the answer) */
+    int got[DRAFT_STEP_D + 1];    /* the sequence of the D-th position taken */
+    for (int j = 0; j < n_seq; j++) at[j] = 0;
+    double sum = 0, best = MAX(n_decode, 1) / t;
+    int best_d = 0, D = 0;
+    d_max = MIN(d_max, DRAFT_STEP_D);
+    while (D < d_max) {
+        int jb = -1; /* the best next position: the highest E among the sequences' next ones */
+        for (int j = 0; j < n_seq; j++)
+            if (at[j] < k[j] && (jb < 0 || E[j][at[j]] > E[jb][at[jb]])) jb = j;
+        if (jb < 0) break;
+        sum += E[jb][at[jb]++];
+        got[D++] = jb;
+        double tt = draft_step_time(c, n_decode, D);
+        if (tt > 0 && (MAX(n_decode, 1) + sum) / tt > best) best = (MAX(n_decode, 1) + sum) / tt, best_d = D;
+    }
+    while (D > best_d) at[got[--D]]--; /* back to the best count */
+    return best_d;
+}
+
+void draft_seq_expect(const drafter *d, const draft_seq *s, int n, double *E) {
+    ASSERT(n <= s->n_ev);
+    double e = 1, m = 0.5;
+    for (int j = 0; j < n; j++) {
+        int c = s->ev[j], p = MIN(j, EV_POS - 1);
+        m = (d->ev_acc[c][p] + EV_PRIOR * m) / (d->ev_try[c][p] + EV_PRIOR);
+        E[j] = e *= m;
+    }
 }
 
 double draft_cost_fixed(const draft_cost *c) {

@@ -188,9 +188,18 @@ typedef struct draft_line {
     double w, sx, sxx, sy, sxy;
     double held; /* the last determined slope; 0: none yet                   */
 } draft_line;
+/* The step's time by its count of drafts (draft_step_time): per batch size
+ * n and drafts d (0..DRAFT_STEP_D), decayed sums of the decode-only steps'
+ * times; a step of n decays every cell of n, so a count no longer chosen
+ * fades back to the line and is tried again. */
+#define DRAFT_STEP_D 32
+typedef struct draft_cell {
+    double w, sy;
+} draft_cell;
 typedef struct draft_cost {
     double w, sx, sxx, sy, sxy; /* decayed sums over (n_tokens, ms)         */
     draft_line by_n[DRAFT_COST_NB];
+    draft_cell cell[DRAFT_COST_NB][DRAFT_STEP_D + 1];
 } draft_cost;
 void draft_cost_observe(draft_cost *c, int n_tokens, double ms);
 /* A decode-only step (every row a decoding sequence's token or a draft):
@@ -218,6 +227,30 @@ double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback);
  * threshold = draft_ms * n_decode / step_ms (above 1: nothing pays;
  * step_ms <= 0 counts as nothing pays). */
 double draft_threshold_measured(int n_decode, double step_ms, double draft_ms);
+/* The time (ms) of a decode-only step of n_decode sequences carrying d
+ * drafts: the mean of such steps (cell n, d) drawn toward the batch size's
+ * line, T(n) + slope * d, by DRAFT_CELL_PRIOR steps' weight; the line alone
+ * where the cell saw nothing lately; < 0 while the line is undetermined
+ * (draft_cost_threshold's conditions) or d > DRAFT_STEP_D. A line alone
+ * misprices a step whose time goes up in stairs: on stories260K at depth
+ * 750 (AVX-512) a first draft added ~25 us to a ~112 us step, a second ~42,
+ * a third ~27, a fourth ~68, as query tiles fill (docs/perf.md,
+ * "2026-11-28 (afternoon)"). */
+double draft_step_time(const draft_cost *c, int n_decode, int d);
+/* The drafts of a decode-only step of n_decode sequences that give the
+ * most tokens per unit of time: sequence j proposes k[j] drafts whose
+ * chances to be accepted (each position's, all before it accepted) are
+ * E[j][0..k[j]), non-increasing; positions are taken best first across
+ * sequences (each sequence's a prefix), and the count D (at most d_max)
+ * maximizing (n_decode + the taken E's sum) / draft_step_time(n_decode,
+ * D) is kept: take[j] of sequence j's. Returns D, or -1 (take[] untouched)
+ * while draft_step_time(n_decode, 0) is unknown. Why not a threshold per
+ * draft: with stairs, the marginal draft's price swings around its mean
+ * (docs/perf.md, "2026-11-28 (afternoon)"). */
+int draft_pick(const draft_cost *c, int n_decode, const double *const *E, const int *k, int n_seq, int d_max, int *take);
+/* Fills E[0..n) with draft_seq_accept_p of s's first n proposed positions
+ * (n <= the proposal's length). */
+void draft_seq_expect(const drafter *d, const draft_seq *s, int n, double *E);
 /* The learnt token_cost, or `fallback` while the steps seen do not
  * determine a line (too few, or all of one size). */
 double draft_cost_token(const draft_cost *c, double fallback);
