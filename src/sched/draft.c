@@ -181,10 +181,11 @@ draft_seq *draft_seq_new(drafter *d) {
  * ends with the context's last two tokens. So the pass looks for those two
  * (16 places at a time, four to a vector), measures each hit's common
  * suffix, stops at the first that reaches the longest g and keeps the first
- * (most recent) for each shorter g. The scan it replaces went over the context once per g with a
- * branch per token: with 8 agents at ~2,000 tokens of context it was ~2% of
- * the engine thread's time, where every step waits for it (docs/perf.md,
- * "2026-11-28 (afternoon)"). */
+ * (most recent) for each shorter g. The scan it replaces went over the
+ * context once per g with a branch per token: with 8 agents at ~2,000
+ * tokens of context it was ~2% of the engine thread's time, where every
+ * step waits for it (docs/perf.md, "Speculation at 8 agents: what the loss
+ * was"). */
 typedef int32_t ngram_v4 __attribute__((vector_size(16))); /* (GCC and clang vectors: SSE2, NEON or scalar) */
 static inline ngram_v4 ngram_ld4(const int32_t *p) {
     ngram_v4 v;

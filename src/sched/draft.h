@@ -235,7 +235,7 @@ double draft_threshold_measured(int n_decode, double step_ms, double draft_ms);
  * misprices a step whose time goes up in stairs: on stories260K at depth
  * 750 (AVX-512) a first draft added ~25 us to a ~112 us step, a second ~42,
  * a third ~27, a fourth ~68, as query tiles fill (docs/perf.md,
- * "2026-11-28 (afternoon)"). */
+ * "A lone sequence's drafts by the measured step times"). */
 double draft_step_time(const draft_cost *c, int n_decode, int d);
 /* The drafts of a decode-only step of n_decode sequences that give the
  * most tokens per unit of time: sequence j proposes k[j] drafts whose
@@ -246,7 +246,7 @@ double draft_step_time(const draft_cost *c, int n_decode, int d);
  * D) is kept: take[j] of sequence j's. Returns D, or -1 (take[] untouched)
  * while draft_step_time(n_decode, 0) is unknown. Why not a threshold per
  * draft: with stairs, the marginal draft's price swings around its mean
- * (docs/perf.md, "2026-11-28 (afternoon)"). */
+ * (docs/perf.md, "A lone sequence's drafts by the measured step times"). */
 int draft_pick(const draft_cost *c, int n_decode, const double *const *E, const int *k, int n_seq, int d_max, int *take);
 /* Fills E[0..n) with draft_seq_accept_p of s's first n proposed positions
  * (n <= the proposal's length). */
