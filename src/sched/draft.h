@@ -234,7 +234,7 @@ double draft_threshold_measured(int n_decode, double step_ms, double draft_ms);
  * (draft_cost_threshold's conditions) or d > DRAFT_STEP_D. A line alone
  * misprices a step whose time goes up in stairs: on stories260K at depth
  * 750 (AVX-512) a first draft added ~25 us to a ~112 us step, a second ~42,
- * a third ~27, a fourth ~68, as query tiles fill (docs/perf.md,
+ * a third ~27, a fourth ~68, as the gemm's and PV's tiles fill (docs/perf.md,
  * "A lone sequence's drafts by the measured step times"). */
 double draft_step_time(const draft_cost *c, int n_decode, int d);
 /* The drafts of a decode-only step of n_decode sequences that give the
