@@ -319,14 +319,11 @@ double draft_seq_accept_p(const drafter *d, const draft_seq *s, int j) {
 }
 
 int draft_plan_seq(drafter *d, draft_seq *s, int n, double threshold) {
+    double E[DRAFT_MAX];
     n = MIN(n, s->n_ev);
-    double e = 1, m = 0.5;
+    draft_seq_expect(d, s, n, E);
     int j = 0;
-    for (; j < n; j++) { /* draft_seq_accept_p of each position, in one pass */
-        int c = s->ev[j], p = MIN(j, EV_POS - 1);
-        m = (d->ev_acc[c][p] + EV_PRIOR * m) / (d->ev_try[c][p] + EV_PRIOR);
-        if ((e *= m) <= threshold) break;
-    }
+    while (j < n && E[j] > threshold) j++;
     return j;
 }
 
@@ -535,26 +532,16 @@ double draft_step_time(const draft_cost *c, int n_decode, int d) {
     return (x->sy + DRAFT_CELL_PRIOR * (t0 + slope * d)) / (x->w + DRAFT_CELL_PRIOR);
 }
 
-int draft_pick(const draft_cost *c, int n_decode, const double *const *E, const int *k, int n_seq, int d_max, int *take) {
-    double t = draft_step_time(c, n_decode, 0);
+int draft_pick(const draft_cost *c, const double *E, int k) {
+    double t = draft_step_time(c, 1, 0);
     if (!(t > 0)) return -1;
-    int *at = take; /* positions taken so far, per sequence (then the answer) */
-    int got[DRAFT_STEP_D + 1];    /* the sequence of the D-th position taken */
-    for (int j = 0; j < n_seq; j++) at[j] = 0;
-    double sum = 0, best = MAX(n_decode, 1) / t;
-    int best_d = 0, D = 0;
-    d_max = MIN(d_max, DRAFT_STEP_D);
-    while (D < d_max) {
-        int jb = -1; /* the best next position: the highest E among the sequences' next ones */
-        for (int j = 0; j < n_seq; j++)
-            if (at[j] < k[j] && (jb < 0 || E[j][at[j]] > E[jb][at[jb]])) jb = j;
-        if (jb < 0) break;
-        sum += E[jb][at[jb]++];
-        got[D++] = jb;
-        double tt = draft_step_time(c, n_decode, D);
-        if (tt > 0 && (MAX(n_decode, 1) + sum) / tt > best) best = (MAX(n_decode, 1) + sum) / tt, best_d = D;
+    double sum = 0, best = 1 / t;
+    int best_d = 0;
+    for (int d = 1; d <= MIN(k, DRAFT_STEP_D); d++) {
+        sum += E[d - 1];
+        double td = draft_step_time(c, 1, d);
+        if (td > 0 && (1 + sum) / td > best) best = (1 + sum) / td, best_d = d;
     }
-    while (D > best_d) at[got[--D]]--; /* back to the best count */
     return best_d;
 }
 

@@ -237,19 +237,17 @@ double draft_threshold_measured(int n_decode, double step_ms, double draft_ms);
  * a third ~27, a fourth ~68, as the gemm's and PV's tiles fill (docs/perf.md,
  * "A lone sequence's drafts by the measured step times"). */
 double draft_step_time(const draft_cost *c, int n_decode, int d);
-/* The drafts of a decode-only step of n_decode sequences that give the
- * most tokens per unit of time: sequence j proposes k[j] drafts whose
- * chances to be accepted (each position's, all before it accepted) are
- * E[j][0..k[j]), non-increasing; positions are taken best first across
- * sequences (each sequence's a prefix), and the count D (at most d_max)
- * maximizing (n_decode + the taken E's sum) / draft_step_time(n_decode,
- * D) is kept: take[j] of sequence j's. Returns D, or -1 (take[] untouched)
- * while draft_step_time(n_decode, 0) is unknown. Why not a threshold per
- * draft: with stairs, the marginal draft's price swings around its mean
+/* How many of a lone decoding sequence's k proposed drafts to verify: the
+ * count d <= k that gives the most tokens per unit of time,
+ * (1 + E[0] + ... + E[d - 1]) / draft_step_time(1, d), where E[j] is the
+ * chance that drafts 0..j are all accepted (draft_seq_expect). Returns -1
+ * while draft_step_time(1, 0) is unknown. Why not a threshold per draft:
+ * with stairs, the marginal draft's price swings around the line's slope
  * (docs/perf.md, "A lone sequence's drafts by the measured step times"). */
-int draft_pick(const draft_cost *c, int n_decode, const double *const *E, const int *k, int n_seq, int d_max, int *take);
-/* Fills E[0..n) with draft_seq_accept_p of s's first n proposed positions
- * (n <= the proposal's length). */
+int draft_pick(const draft_cost *c, const double *E, int k);
+/* E[j] (j < n <= the proposal's length) = the chance that s's first j + 1
+ * proposed drafts are all accepted: the product of draft_seq_accept_p of
+ * positions 0..j (non-increasing in j). */
 void draft_seq_expect(const drafter *d, const draft_seq *s, int n, double *E);
 /* The learnt token_cost, or `fallback` while the steps seen do not
  * determine a line (too few, or all of one size). */

@@ -1088,17 +1088,6 @@ static void spec_run_model(engine *en, int *n_tok, int n_bs) {
     }
 }
 
-/* Puts k of the proposed drafts of batch entry j's sequence into the step
- * (fewer when the grammar refuses some or KV slots run out). */
-static void spec_take(engine *en, int j, int k, int *n_tok) {
-    seq *s = en->b_owner[j];
-    k = spec_reserve(en, s, spec_cut_grammar(en, s, k));
-    if (k <= 0) return;
-    s->spec.n_draft = k;
-    en->b_chunk[j] += k;
-    *n_tok += k;
-}
-
 /* Gives the decoding sequences of the planned batch their drafts within
  * the step's budget: a single decoding sequence (ngram, suffix, learnt
  * costs) the count that gives the most tokens per unit of time by the
@@ -1121,7 +1110,7 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
     /* ngram, suffix with learnt costs: what a draft was measured to cost at
      * this batch size, once known (draft_cost_threshold) */
     if (!en->dm && en->o.spec_token_cost <= 0) thr = draft_cost_threshold(&en->cost, n_decode, thr);
-    int rows = en->spec_rows, room = en->o.max_batch_tokens - *n_tok, n_cand = 0;
+    int rows = en->spec_rows, room = en->o.max_batch_tokens - *n_tok;
     /* (one decoding sequence only: with more, a step's time moves with
      * whose contexts are in it as much as with the drafts, the count's
      * cells each see a few such steps and the pick chased their noise: 8
@@ -1151,37 +1140,31 @@ static void spec_plan(engine *en, int *n_tok, int n_bs) {
             continue;
         }
         /* ngram, suffix: the proposal first, then how much of it its
-         * evidence says pays (no estimate reaches 1: nothing pays above);
-         * with learnt costs the step's drafts are chosen together below */
+         * evidence says pays (no estimate reaches 1: nothing pays above) */
         int k;
         if (en->o.spec_drafts) { /* (bench --spec-e2e: its drafts, all verified) */
             if (max <= 0) continue;
             k = MAX(0, MIN(max, en->o.spec_drafts(en->o.spec_drafts_ctx, s->r, s->tok.ids, s->tok.n, max,
                                                   s->spec.draft)));
-        } else if (pick) {
+        } else if (pick) { /* the count that gives the most tokens per unit of time */
             if (max <= 0) continue;
+            double E[DRAFT_MAX];
             k = draft_propose(en->dr, s->spec.ds, s->tok.ids, s->tok.n, max, s->spec.draft);
-            if (k > 0) en->sp_j[n_cand] = j, en->sp_k[n_cand++] = k;
-            continue;
+            draft_seq_expect(en->dr, s->spec.ds, k, E);
+            int d = draft_pick(&en->cost, E, k);
+            k = d >= 0 ? d : thr >= 1 ? 0 : draft_plan_seq(en->dr, s->spec.ds, k, thr); /* (no step times yet) */
         } else {
             if (max <= 0 || thr >= 1) continue;
             k = draft_propose(en->dr, s->spec.ds, s->tok.ids, s->tok.n, max, s->spec.draft);
             k = draft_plan_seq(en->dr, s->spec.ds, k, thr);
         }
-        spec_take(en, j, k, n_tok);
-        rows -= s->spec.n_draft;
-        room -= s->spec.n_draft;
-    }
-    if (n_cand > 0) { /* the counts that give the most tokens per unit of time */
-        for (int c = 0; c < n_cand; c++) {
-            double *e = en->sp_e + (size_t)c * DRAFT_MAX;
-            draft_seq_expect(en->dr, en->b_owner[en->sp_j[c]]->spec.ds, en->sp_k[c], e);
-            en->sp_ep[c] = e;
-        }
-        if (draft_pick(&en->cost, n_decode, en->sp_ep, en->sp_k, n_cand, MIN(rows, room), en->sp_take) < 0)
-            for (int c = 0; c < n_cand; c++) /* (the step times not known yet) */
-                en->sp_take[c] = thr >= 1 ? 0 : draft_plan_seq(en->dr, en->b_owner[en->sp_j[c]]->spec.ds, en->sp_k[c], thr);
-        for (int c = 0; c < n_cand; c++) spec_take(en, en->sp_j[c], en->sp_take[c], n_tok);
+        k = spec_reserve(en, s, spec_cut_grammar(en, s, k));
+        if (k <= 0) continue;
+        s->spec.n_draft = k;
+        en->b_chunk[j] += k;
+        *n_tok += k;
+        rows -= k;
+        room -= k;
     }
     if (en->dm) spec_run_model(en, n_tok, n_bs);
 }
@@ -1789,11 +1772,6 @@ int engine_new(const model *m, const engine_opts *o, engine **out, err_t *e) {
     en->pp = xcalloc((size_t)mr, sizeof *en->pp);
     en->pd = xcalloc((size_t)mr, sizeof *en->pd);
     en->pd_out = xcalloc((size_t)mr, sizeof *en->pd_out);
-    en->sp_j = xcalloc((size_t)mr, sizeof *en->sp_j);
-    en->sp_k = xcalloc((size_t)mr, sizeof *en->sp_k);
-    en->sp_take = xcalloc((size_t)mr, sizeof *en->sp_take);
-    en->sp_e = xcalloc((size_t)mr * DRAFT_MAX, sizeof *en->sp_e);
-    en->sp_ep = xcalloc((size_t)mr, sizeof *en->sp_ep);
     if (o->plan_hook) en->plan_rows = xcalloc((size_t)mr, sizeof *en->plan_rows);
     en->mask = xmalloc(((size_t)m->cfg.n_vocab + 63) / 64 * sizeof *en->mask);
     en->forced = xmalloc(ENGINE_FORCED_MAX);
@@ -1922,7 +1900,6 @@ void engine_free(engine *en) {
     free(en->pp);
     free(en->pd);
     free(en->pd_out);
-    free(en->sp_j), free(en->sp_k), free(en->sp_take), free(en->sp_e), free((void *)en->sp_ep);
     sched__hints_free(en);
     free(en->hints);
     free(en->running.v);

@@ -249,11 +249,6 @@ struct engine {
     policy_prefill *pp;
     policy_row *pd;              /* (max_running) decode_share's rows        */
     bool *pd_out;
-    /* spec_plan's draft_pick: per candidate its batch index, proposal
-     * length, acceptance chances (DRAFT_MAX each) and drafts taken */
-    int *sp_j, *sp_k, *sp_take;
-    double *sp_e;
-    const double **sp_ep;
     engine_plan_row *plan_rows;  /* (max_running) plan_hook's rows, or NULL          */
     /* the mask worker ("Masks off the engine thread"); mk_on false: none */
     bool mk_on;
