@@ -1341,7 +1341,7 @@ static inline __attribute__((always_inline)) void kx_prefetch(const void *p, int
  * score tiles (attn_part), so the reads are in flight while the FMAs run. */
 #define KXA_PF_ROWS 32
 /* Queries per call up to which step 2 reads K straight from the cache. */
-#define KXA_DIRECT_Q 12
+#define KXA_DIRECT_Q 8
 
 /* Prefetches what key j's dims occupy in K^T (one hint per cache line:
  * with B >= 32 every dim is a line of its own, with smaller blocks a line
@@ -1488,25 +1488,31 @@ static inline __attribute__((always_inline)) void kxa_pv_tile(const uint16_t *co
     default: kxa_pv_tile(vrow, d0, e, n, n_min, o, KXA_PV_Q, nv); break;                                               \
     }
 
-#define KXA_PV_CASE1                                                                                                   \
+/* nq (1..KXA_PV_QMAX) as a constant for CALL(q), nq above KXA_PV_QMAX
+ * clamped so that both tables compile (they never run): KXA_PV_CASE1 and
+ * KXA_PV8_CASE, the tiles of single vectors of dims. */
+#define KXA_PV_QC(q) ((q) < KXA_PV_QMAX ? (q) : KXA_PV_QMAX)
+#define KXA_PV_SWITCH(CALL)                                                                                            \
     switch (nq) {                                                                                                      \
-    case 1: kxa_pv_tile(vrow, d0, e, n, n_min, o, 1, 1); break;                                                        \
-    case 2: kxa_pv_tile(vrow, d0, e, n, n_min, o, 2, 1); break;                                                        \
-    case 3: kxa_pv_tile(vrow, d0, e, n, n_min, o, 3, 1); break;                                                        \
-    case 4: kxa_pv_tile(vrow, d0, e, n, n_min, o, 4, 1); break;                                                        \
-    case 5: kxa_pv_tile(vrow, d0, e, n, n_min, o, 5, 1); break;                                                        \
-    case 6: kxa_pv_tile(vrow, d0, e, n, n_min, o, 6, 1); break;                                                        \
-    case 7: kxa_pv_tile(vrow, d0, e, n, n_min, o, 7 < KXA_PV_QMAX ? 7 : KXA_PV_QMAX, 1); break;                        \
-    case 8: kxa_pv_tile(vrow, d0, e, n, n_min, o, 8 < KXA_PV_QMAX ? 8 : KXA_PV_QMAX, 1); break;                        \
-    case 9: kxa_pv_tile(vrow, d0, e, n, n_min, o, 9 < KXA_PV_QMAX ? 9 : KXA_PV_QMAX, 1); break;                        \
-    case 10: kxa_pv_tile(vrow, d0, e, n, n_min, o, 10 < KXA_PV_QMAX ? 10 : KXA_PV_QMAX, 1); break;                     \
-    case 11: kxa_pv_tile(vrow, d0, e, n, n_min, o, 11 < KXA_PV_QMAX ? 11 : KXA_PV_QMAX, 1); break;                     \
-    case 12: kxa_pv_tile(vrow, d0, e, n, n_min, o, 12 < KXA_PV_QMAX ? 12 : KXA_PV_QMAX, 1); break;                     \
-    case 13: kxa_pv_tile(vrow, d0, e, n, n_min, o, 13 < KXA_PV_QMAX ? 13 : KXA_PV_QMAX, 1); break;                     \
-    case 14: kxa_pv_tile(vrow, d0, e, n, n_min, o, 14 < KXA_PV_QMAX ? 14 : KXA_PV_QMAX, 1); break;                     \
-    case 15: kxa_pv_tile(vrow, d0, e, n, n_min, o, 15 < KXA_PV_QMAX ? 15 : KXA_PV_QMAX, 1); break;                     \
-    default: kxa_pv_tile(vrow, d0, e, n, n_min, o, KXA_PV_QMAX, 1); break;                                             \
+    case 1: CALL(1); break;                                                                                            \
+    case 2: CALL(2); break;                                                                                            \
+    case 3: CALL(3); break;                                                                                            \
+    case 4: CALL(4); break;                                                                                            \
+    case 5: CALL(5); break;                                                                                            \
+    case 6: CALL(6); break;                                                                                            \
+    case 7: CALL(KXA_PV_QC(7)); break;                                                                                 \
+    case 8: CALL(KXA_PV_QC(8)); break;                                                                                 \
+    case 9: CALL(KXA_PV_QC(9)); break;                                                                                 \
+    case 10: CALL(KXA_PV_QC(10)); break;                                                                               \
+    case 11: CALL(KXA_PV_QC(11)); break;                                                                               \
+    case 12: CALL(KXA_PV_QC(12)); break;                                                                               \
+    case 13: CALL(KXA_PV_QC(13)); break;                                                                               \
+    case 14: CALL(KXA_PV_QC(14)); break;                                                                               \
+    case 15: CALL(KXA_PV_QC(15)); break;                                                                               \
+    default: CALL(KXA_PV_QMAX); break;                                                                                 \
     }
+#define KXA_PV1_CALL(q) kxa_pv_tile(vrow, d0, e, n, n_min, o, q, 1)
+#define KXA_PV_CASE1 KXA_PV_SWITCH(KXA_PV1_CALL)
 
 /* Step 4 for 8 dims at d0 with 8-lane vectors, in a table whose vector is
  * wider (avx512.c at head_dim 8, 24, 40, ...: before, those dims ran as
@@ -1527,25 +1533,8 @@ static inline __attribute__((always_inline)) void kxa_pv8_tile(const uint16_t *c
         _mm256_storeu_ps(o[a] + d0, acc[a]);
     }
 }
-#define KXA_PV8_CASE                                                                                                   \
-    switch (nq) {                                                                                                      \
-    case 1: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 1); break;                                                          \
-    case 2: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 2); break;                                                          \
-    case 3: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 3); break;                                                          \
-    case 4: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 4); break;                                                          \
-    case 5: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 5); break;                                                          \
-    case 6: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 6); break;                                                          \
-    case 7: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 7 < KXA_PV_QMAX ? 7 : KXA_PV_QMAX); break;                          \
-    case 8: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 8 < KXA_PV_QMAX ? 8 : KXA_PV_QMAX); break;                          \
-    case 9: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 9 < KXA_PV_QMAX ? 9 : KXA_PV_QMAX); break;                          \
-    case 10: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 10 < KXA_PV_QMAX ? 10 : KXA_PV_QMAX); break;                       \
-    case 11: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 11 < KXA_PV_QMAX ? 11 : KXA_PV_QMAX); break;                       \
-    case 12: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 12 < KXA_PV_QMAX ? 12 : KXA_PV_QMAX); break;                       \
-    case 13: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 13 < KXA_PV_QMAX ? 13 : KXA_PV_QMAX); break;                       \
-    case 14: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 14 < KXA_PV_QMAX ? 14 : KXA_PV_QMAX); break;                       \
-    case 15: kxa_pv8_tile(vrow, d0, e, n, n_min, o, 15 < KXA_PV_QMAX ? 15 : KXA_PV_QMAX); break;                       \
-    default: kxa_pv8_tile(vrow, d0, e, n, n_min, o, KXA_PV_QMAX); break;                                               \
-    }
+#define KXA_PV8_CALL(q) kxa_pv8_tile(vrow, d0, e, n, n_min, o, q)
+#define KXA_PV8_CASE KXA_PV_SWITCH(KXA_PV8_CALL)
 #endif
 
 /* All of step 4 for nq queries (at most KXA_PV_Q, or KXA_PV_Q1 when hd <
