@@ -670,7 +670,7 @@ static const double stair_ms[9] = {0.112, 0.137, 0.179, 0.206, 0.274, 0.305, 0.3
 
 /* Tokens per ms of a step carrying E's first d drafts, by c's step times. */
 static double stair_obj(const draft_cost *c, const double *E, int d) {
-    double sum = 1, t = draft_step_time(c, 1, d);
+    double sum = 1, t = draft_step_time(c, d);
     for (int i = 0; i < d; i++) sum += E[i];
     return t > 0 ? sum / t : 0;
 }
@@ -686,10 +686,12 @@ static void test_step_pick(void) {
         draft_cost_observe_decode(&c, 1, d, stair_ms[d] * (0.95 + 0.1 * (double)(rng >> 8) / (double)(1u << 24)));
     }
     for (int d = 0; d <= 8; d++)
-        CHECK_MSG(fabs(draft_step_time(&c, 1, d) - stair_ms[d]) < 0.06 * stair_ms[d], "d=%d: %.4f against %.4f", d,
-                  draft_step_time(&c, 1, d), stair_ms[d]);
-    CHECK(draft_step_time(&c, 1, 12) > stair_ms[8]); /* never seen: the line */
-    CHECK(draft_step_time(&c, 1, DRAFT_STEP_D + 1) < 0);
+        CHECK_MSG(fabs(draft_step_time(&c, d) - stair_ms[d]) < 0.06 * stair_ms[d], "d=%d: %.4f against %.4f", d,
+                  draft_step_time(&c, d), stair_ms[d]);
+    CHECK(draft_step_time(&c, 12) > stair_ms[8]); /* never seen: the line */
+    CHECK(draft_step_time(&c, DRAFT_MAX + 1) < 0);
+    draft_cost_observe_decode(&c, 2, 5, 100.0); /* (a step of two sequences: not a lone one's) */
+    CHECK_MSG(fabs(draft_step_time(&c, 5) - stair_ms[5]) < 0.06 * stair_ms[5], "%.4f", draft_step_time(&c, 5));
     /* the stairs: one draft gives 1.8 / 0.137, two 2.28 / 0.179 (less);
      * the line's threshold (its slope over the step) lets two through */
     CHECK_EQ_INT(draft_pick(&c, e0, 3), 1);
@@ -716,8 +718,8 @@ static void test_step_pick(void) {
     for (int i = 0; i < 1500; i++) draft_cost_observe_decode(&f, 1, 0, stair_ms[0]);
     const draft_line *l = &f.by_n[0];
     double line2 = (l->sy - l->held * l->sx) / l->w + 2 * l->held;
-    CHECK_MSG(fabs(draft_step_time(&f, 1, 2) - line2) < 0.01 * line2, "%.4f against the line's %.4f",
-              draft_step_time(&f, 1, 2), line2);
+    CHECK_MSG(fabs(draft_step_time(&f, 2) - line2) < 0.01 * line2, "%.4f against the line's %.4f",
+              draft_step_time(&f, 2), line2);
 }
 
 int main(void) {

@@ -468,8 +468,8 @@ static bool cost_line(const draft_cost *c, double *slope, double *fixed) {
  * e.g. 4 steps with one draft more or less than the mean), and the step
  * time T(n) needs DRAFT_LINE_MIN_W steps */
 #define DRAFT_LINE_DECAY 0.99
-/* draft_step_time's cells: decayed by DRAFT_CELL_DECAY per step of their
- * batch size (a cell chosen in every step holds ~100 steps' weight; one
+/* draft_step_time's cells: decayed by DRAFT_CELL_DECAY per step of one
+ * decoding sequence (a cell chosen in every step holds ~100 steps' weight; one
  * not chosen for ~300 steps is back at the line), drawn toward the line by
  * DRAFT_CELL_PRIOR steps */
 #define DRAFT_CELL_DECAY 0.99
@@ -479,9 +479,10 @@ static bool cost_line(const draft_cost *c, double *slope, double *fixed) {
 
 void draft_cost_observe_decode(draft_cost *c, int n_decode, int n_drafts, double ms) {
     if (n_decode < 1 || n_drafts < 0 || !(ms > 0)) return;
-    draft_cell *cells = c->cell[MIN(n_decode, DRAFT_COST_NB) - 1];
-    for (int d = 0; d <= DRAFT_STEP_D; d++) cells[d].w *= DRAFT_CELL_DECAY, cells[d].sy *= DRAFT_CELL_DECAY;
-    if (n_drafts <= DRAFT_STEP_D) cells[n_drafts].w += 1, cells[n_drafts].sy += ms;
+    if (n_decode == 1) {
+        for (int d = 0; d <= DRAFT_MAX; d++) c->lone[d].w *= DRAFT_CELL_DECAY, c->lone[d].sy *= DRAFT_CELL_DECAY;
+        if (n_drafts <= DRAFT_MAX) c->lone[n_drafts].w += 1, c->lone[n_drafts].sy += ms;
+    }
     draft_line *l = &c->by_n[MIN(n_decode, DRAFT_COST_NB) - 1];
     const double k = DRAFT_LINE_DECAY, x = n_drafts;
     l->w = l->w * k + 1;
@@ -525,21 +526,21 @@ double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback) 
     return draft_threshold_measured(n_decode, t0, slope);
 }
 
-double draft_step_time(const draft_cost *c, int n_decode, int d) {
+double draft_step_time(const draft_cost *c, int d) {
     double t0, slope;
-    if (d < 0 || d > DRAFT_STEP_D || !step_line(c, n_decode, &t0, &slope) || !(t0 > 0)) return -1;
-    const draft_cell *x = &c->cell[MIN(MAX(n_decode, 1), DRAFT_COST_NB) - 1][d];
+    if (d < 0 || d > DRAFT_MAX || !step_line(c, 1, &t0, &slope) || !(t0 > 0)) return -1;
+    const draft_cell *x = &c->lone[d];
     return (x->sy + DRAFT_CELL_PRIOR * (t0 + slope * d)) / (x->w + DRAFT_CELL_PRIOR);
 }
 
 int draft_pick(const draft_cost *c, const double *E, int k) {
-    double t = draft_step_time(c, 1, 0);
+    double t = draft_step_time(c, 0);
     if (!(t > 0)) return -1;
     double sum = 0, best = 1 / t;
     int best_d = 0;
-    for (int d = 1; d <= MIN(k, DRAFT_STEP_D); d++) {
+    for (int d = 1; d <= MIN(k, DRAFT_MAX); d++) {
         sum += E[d - 1];
-        double td = draft_step_time(c, 1, d);
+        double td = draft_step_time(c, d);
         if (td > 0 && (1 + sum) / td > best) best = (1 + sum) / td, best_d = d;
     }
     return best_d;

@@ -188,18 +188,17 @@ typedef struct draft_line {
     double w, sx, sxx, sy, sxy;
     double held; /* the last determined slope; 0: none yet                   */
 } draft_line;
-/* The step's time by its count of drafts (draft_step_time): per batch size
- * n and drafts d (0..DRAFT_STEP_D), decayed sums of the decode-only steps'
- * times; a step of n decays every cell of n, so a count no longer chosen
- * fades back to the line and is tried again. */
-#define DRAFT_STEP_D 32
+/* A lone sequence's step time by its count of drafts (draft_step_time):
+ * per count d (0..DRAFT_MAX), decayed sums of the decode-only steps of one
+ * decoding sequence; every such step decays every cell, so a count no
+ * longer chosen fades back to the line and is tried again. */
 typedef struct draft_cell {
     double w, sy;
 } draft_cell;
 typedef struct draft_cost {
     double w, sx, sxx, sy, sxy; /* decayed sums over (n_tokens, ms)         */
     draft_line by_n[DRAFT_COST_NB];
-    draft_cell cell[DRAFT_COST_NB][DRAFT_STEP_D + 1];
+    draft_cell lone[DRAFT_MAX + 1];
 } draft_cost;
 void draft_cost_observe(draft_cost *c, int n_tokens, double ms);
 /* A decode-only step (every row a decoding sequence's token or a draft):
@@ -227,21 +226,21 @@ double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback);
  * threshold = draft_ms * n_decode / step_ms (above 1: nothing pays;
  * step_ms <= 0 counts as nothing pays). */
 double draft_threshold_measured(int n_decode, double step_ms, double draft_ms);
-/* The time (ms) of a decode-only step of n_decode sequences carrying d
- * drafts: the mean of such steps (cell n, d) drawn toward the batch size's
- * line, T(n) + slope * d, by DRAFT_CELL_PRIOR steps' weight; the line alone
- * where the cell saw nothing lately; < 0 while the line is undetermined
- * (draft_cost_threshold's conditions) or d > DRAFT_STEP_D. A line alone
+/* The time (ms) of a decode-only step of one decoding sequence carrying d
+ * drafts: the mean of such steps (cell d) drawn toward batch size 1's line,
+ * T(1) + slope * d, by DRAFT_CELL_PRIOR steps' weight; the line alone where
+ * the cell saw nothing lately; < 0 while the line is undetermined
+ * (draft_cost_threshold's conditions) or d > DRAFT_MAX. A line alone
  * misprices a step whose time goes up in stairs: on stories260K at depth
  * 750 (AVX-512) a first draft added ~25 us to a ~112 us step, a second ~42,
  * a third ~27, a fourth ~68, as the gemm's and PV's tiles fill (docs/perf.md,
  * "A lone sequence's drafts by the measured step times"). */
-double draft_step_time(const draft_cost *c, int n_decode, int d);
+double draft_step_time(const draft_cost *c, int d);
 /* How many of a lone decoding sequence's k proposed drafts to verify: the
  * count d <= k that gives the most tokens per unit of time,
- * (1 + E[0] + ... + E[d - 1]) / draft_step_time(1, d), where E[j] is the
+ * (1 + E[0] + ... + E[d - 1]) / draft_step_time(d), where E[j] is the
  * chance that drafts 0..j are all accepted (draft_seq_expect). Returns -1
- * while draft_step_time(1, 0) is unknown. Why not a threshold per draft:
+ * while draft_step_time(0) is unknown. Why not a threshold per draft:
  * with stairs, the marginal draft's price swings around the line's slope
  * (docs/perf.md, "A lone sequence's drafts by the measured step times"). */
 int draft_pick(const draft_cost *c, const double *E, int k);
