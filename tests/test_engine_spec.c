@@ -268,6 +268,24 @@ static void test_stories(const model *m, gvocab *gv) {
                           (unsigned long long)drafted);
             engine_free(en);
         }
+    /* learnt costs (what `kvloom run` and serve use): a lone sequence's
+     * drafts by the step times measured (draft_pick), batches by the learnt
+     * threshold. How much they draft depends on this machine's step times,
+     * so only exactness is asserted here (the rules themselves: test_draft) */
+    g_token_cost = 0;
+    for (int spec = DRAFT_NGRAM; spec <= DRAFT_SUFFIX; spec++)
+        for (int mr = 1; mr <= 8; mr += 7) {
+            char what[64];
+            snprintf(what, sizeof what, "%s, learnt costs, batch %d", draft_kind_name(spec), mr);
+            engine *en = new_engine(m, spec, mr, gv);
+            check_same(what, en, ref, N_PROMPTS);
+            check_same(what, en, hot, N_PROMPTS);
+            check_same(what, en, greedy_short, N_PROMPTS);
+            uint64_t drafted, acc = accepted(en, spec, &drafted);
+            printf("# %s: %llu of %llu drafts accepted\n", what, (unsigned long long)acc, (unsigned long long)drafted);
+            engine_free(en);
+        }
+    g_token_cost = TEST_TOKEN_COST;
     /* drafting for itself at temperature 0, the draft model proposes the
      * target's own argmax: every draft is accepted, which holds only if
      * its KV follows the sequence (catch-up, rollback) exactly */
