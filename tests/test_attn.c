@@ -12,6 +12,8 @@
  *     all, runs starting off token 0;
  *   - the two x86 tables give the same bits (the kernel fixes every sum's
  *     order, whatever the vector width);
+ *   - rows past a query's end never reach it, even +inf ones that another
+ *     query of its group sees (test_unseen_rows);
  *   - q8_0 KV (test_q8_kernel): the scalar part against a double softmax
  *     of the dequantized rows, every table against it, alone == grouped,
  *     and the error against the exact rows within q8_0's bound;
@@ -88,6 +90,46 @@ static void run_group(bool scalar, const attn_view *v, int kvh, int n_head, cons
 static bool same_query(const outs *x, const outs *y, int r, int hd) {
     return memcmp(&x->m[r], &y->m[r], sizeof(float)) == 0 && memcmp(&x->l[r], &y->l[r], sizeof(float)) == 0 &&
            memcmp(x->o + (size_t)r * hd, y->o + (size_t)r * hd, sizeof(float) * hd) == 0;
+}
+
+/* Rows a query does not see never reach it, even when another query of
+ * its group sees them and they hold +inf: the first query of a pair ends
+ * 5 keys before the second, inside a 16-key block (so the lanes of the
+ * unseen keys sit beside seen ones: a kernel adding 0 x inf there gets a
+ * NaN), and must give the bits it gets alone. */
+static void test_unseen_rows(void) {
+    static const int hds[] = {8, 7, 24, 64};
+    for (size_t hi = 0; hi < ARRAY_LEN(hds); hi++) {
+        const int hd = hds[hi], n_head = 2, bt = 16, p0 = ATTN_CHUNK, n0 = 37;
+        kvfix f;
+        kvfix_init(&f, 2, hd, bt, 2 * ATTN_CHUNK);
+        for (int p = p0 + n0; p < p0 + n0 + 5; p++)
+            for (int d = 0; d < hd; d++) {
+                const size_t blk = (size_t)f.table[p / bt] * f.view.block_stride;
+                f.v[blk + (size_t)(p % bt) * f.view.kv_dim + (size_t)hd + d] = 0x7c00; /* kv head 1, +inf */
+                f.k[blk + (size_t)(hd + d) * bt + p % bt] = 0x7c00;
+            }
+        float *scratch = xaligned_alloc(sizeof(float) * attn_part_scratch_floats(hd));
+        float *q = xmalloc(sizeof(float) * 2 * n_head * hd);
+        for (int i = 0; i < 2 * n_head * hd; i++) q[i] = rng_gauss();
+        const int p1[2] = {p0 + n0, p0 + n0 + 5};
+        for (int tb = 1; tb < n_tables; tb++) {
+            CHECK_EQ_INT(kern_select(tables[tb]), 0);
+            outs g = outs_new(2, n_head, hd), one = outs_new(2, n_head, hd);
+            run_group(false, &f.view, 1, n_head, q, p1, 0, 2, p0, 1.0f, &g, scratch);
+            run_group(false, &f.view, 1, n_head, q, p1, 0, 1, p0, 1.0f, &one, scratch);
+            int bad = 0;
+            for (int r = 0; r < n_head; r++) {
+                bad += !same_query(&g, &one, r, hd);
+                for (int d = 0; d < hd; d++) bad += !isfinite(g.o[(size_t)r * hd + d]);
+            }
+            CHECK_MSG(bad == 0, "%s attn_part hd=%d: rows past a query's end reached it (%d)", tables[tb], hd, bad);
+            outs_free(&g), outs_free(&one);
+        }
+        kern_select("scalar");
+        free(q), free(scratch);
+        kvfix_free(&f);
+    }
 }
 
 static void test_group_kernel(void) {
@@ -499,6 +541,7 @@ int main(void) {
     n_tables = kern_available(tables, 8);
     CHECK(n_tables >= 1);
     test_group_kernel();
+    test_unseen_rows();
     test_q8_kernel();
     test_forward_groups();
     test_forward_q8();
