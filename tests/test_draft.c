@@ -451,10 +451,40 @@ static void check_machine(double F, double a, double b) {
     double thr6 = draft_cost_threshold(&c, 6, 0.123), share6 = (F + a * 6) / 6;
     CHECK_MSG(fabs(thr6 - b / share6) < 0.05 * (b / share6) + 0.01, "n=6: %.4f against %.4f", thr6, b / share6);
     CHECK_NEAR(draft_cost_threshold(&c, 3, 0.123), 0.123, 1e-12); /* never seen: the fallback */
-    /* the slope is held when the drafts stop (the steps no longer vary) */
+    /* the slope is held when the drafts stop (the steps no longer vary),
+     * for DRAFT_HELD_STEPS steps (test_cost_stale) */
     double before = draft_cost_threshold(&c, 8, 0.123);
-    for (int i = 0; i < 2000; i++) draft_cost_observe_decode(&c, 8, 0, sim_ms(F, a, b, 8, 0, &rng));
+    for (int i = 0; i < DRAFT_HELD_STEPS; i++) draft_cost_observe_decode(&c, 8, 0, sim_ms(F, a, b, 8, 0, &rng));
     CHECK_NEAR(draft_cost_threshold(&c, 8, 0.123), before, 0.05 * before);
+}
+
+/* A slope measured too high (a load spike during the steps that carried
+ * drafts) prices every draft out, so no later step drafts to correct it: it
+ * expires after DRAFT_HELD_STEPS draft-free steps of its batch size, the
+ * engine falls back, and the drafts that pay measure it again. */
+static void test_cost_stale(void) {
+    draft_cost c = {0};
+    for (int i = 0; i < 40; i++) { /* ~0.1 ms steps, and 2-4 drafts "costing" 1 ms each */
+        int d = i % 4 == 0 ? 2 + i % 3 : 0;
+        draft_cost_observe_decode(&c, 1, d, 0.1 + 1.0 * d);
+    }
+    const double E[4] = {0.95, 0.9, 0.85, 0.8};
+    CHECK_EQ_INT(draft_pick(&c, E, 4), 0); /* priced out */
+    int held = 0; /* draft-free steps until it expires (the first ones still determine it) */
+    while (held < 4 * DRAFT_HELD_STEPS && draft_pick(&c, E, 4) == 0) {
+        CHECK(draft_cost_threshold(&c, 1, 0.05) > 1);
+        draft_cost_observe_decode(&c, 1, 0, 0.1);
+        held++;
+    }
+    CHECK_MSG(held > DRAFT_HELD_STEPS && held < 2 * DRAFT_HELD_STEPS, "held for %d steps", held);
+    CHECK_EQ_INT(draft_pick(&c, E, 4), -1); /* expired: no step times, the engine's fallback */
+    CHECK_NEAR(draft_cost_threshold(&c, 1, 0.05), 0.05, 1e-12);
+    for (int i = 0; i < 200; i++) { /* the fallback's drafts: what they really cost (10 us each) */
+        int d = i % 2 ? 3 : 1;
+        draft_cost_observe_decode(&c, 1, d, 0.1 + 0.01 * d);
+    }
+    CHECK_EQ_INT(draft_pick(&c, E, 4), 4);
+    CHECK_NEAR(draft_cost_threshold(&c, 1, 0.05), 0.1, 0.02); /* 0.01 ms a draft, 0.1 ms a step */
 }
 
 static void test_cost_by_batch(void) {
@@ -715,7 +745,7 @@ static void test_step_pick(void) {
     }
     /* a count no longer chosen fades back to the batch size's line */
     draft_cost f = c;
-    for (int i = 0; i < 1500; i++) draft_cost_observe_decode(&f, 1, 0, stair_ms[0]);
+    for (int i = 0; i < DRAFT_HELD_STEPS - 10; i++) draft_cost_observe_decode(&f, 1, 0, stair_ms[0]);
     const draft_line *l = &f.by_n[0];
     double line2 = (l->sy - l->held * l->sx) / l->w + 2 * l->held;
     CHECK_MSG(fabs(draft_step_time(&f, 2) - line2) < 0.01 * line2, "%.4f against the line's %.4f",
@@ -726,6 +756,7 @@ int main(void) {
     test_cost();
     test_step_pick();
     test_cost_by_batch();
+    test_cost_stale();
     test_trie_vs_naive();
     test_cursor();
     test_bounds();

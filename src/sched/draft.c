@@ -494,6 +494,9 @@ void draft_cost_observe_decode(draft_cost *c, int n_decode, int n_drafts, double
     if (sxx_c >= DRAFT_LINE_VAR) {
         double slope = (l->sxy - l->sx * l->sy / l->w) / sxx_c;
         l->held = slope > 1e-9 ? slope : 1e-9; /* (a draft never costs nothing) */
+        l->age = 0;
+    } else if (l->held > 0 && ++l->age > DRAFT_HELD_STEPS) {
+        l->held = 0; /* stale (draft.h): measured again once drafts pay by the fallback */
     }
 }
 

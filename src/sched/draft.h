@@ -182,11 +182,20 @@ int draft_plan(int n, double alpha, double threshold);
 /* What drafts cost at one batch size n (draft_cost_observe_decode): a line
  * time = T(n) + slope * drafts over the decode-only steps of n decoding
  * sequences (decayed sums over (drafts, ms)), and the last slope the line
- * determined (held while later steps, drafting little, no longer do). */
+ * determined, held while later steps, drafting little, no longer do — for
+ * DRAFT_HELD_STEPS steps of that size: a slope measured too high (a step
+ * that a load spike slowed while it carried drafts) prices every draft out,
+ * so no later step drafts to correct it; stories260K, one sequence, under
+ * bursts of other load: 1 run in ~100 stopped drafting for good after its
+ * first few hundred tokens (docs/perf.md). Expired, the batch size has no
+ * slope, the engine falls back to the threshold of the cost line over all
+ * steps, and the drafts that pays for measure the slope again. */
 #define DRAFT_COST_NB 64 /* batch sizes 1..DRAFT_COST_NB (larger: the last) */
+#define DRAFT_HELD_STEPS 400
 typedef struct draft_line {
     double w, sx, sxx, sy, sxy;
     double held; /* the last determined slope; 0: none yet                   */
+    int age;     /* steps of this size since `held` was determined           */
 } draft_line;
 /* A lone sequence's step time by its count of drafts (draft_step_time):
  * per count d (0..DRAFT_MAX), decayed sums of the decode-only steps of one
