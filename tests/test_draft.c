@@ -720,6 +720,13 @@ static void test_step_pick(void) {
                   draft_step_time(&c, d), stair_ms[d]);
     CHECK(draft_step_time(&c, 12) > stair_ms[8]); /* never seen: the line */
     CHECK(draft_step_time(&c, DRAFT_MAX + 1) < 0);
+    { /* a step the machine stalled (40x) counts as at most twice its prediction */
+        draft_cost sp = c;
+        draft_cost_observe_decode(&sp, 1, 4, 40 * stair_ms[4]);
+        for (int d = 0; d <= 8; d++)
+            CHECK_MSG(fabs(draft_step_time(&sp, d) - stair_ms[d]) < 0.15 * stair_ms[d], "after a stall, d=%d: %.4f against %.4f",
+                      d, draft_step_time(&sp, d), stair_ms[d]);
+    }
     draft_cost_observe_decode(&c, 2, 5, 100.0); /* (a step of two sequences: not a lone one's) */
     CHECK_MSG(fabs(draft_step_time(&c, 5) - stair_ms[5]) < 0.06 * stair_ms[5], "%.4f", draft_step_time(&c, 5));
     /* the stairs: one draft gives 1.8 / 0.137, two 2.28 / 0.179 (less);

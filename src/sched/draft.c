@@ -477,8 +477,19 @@ static bool cost_line(const draft_cost *c, double *slope, double *fixed) {
 #define DRAFT_LINE_VAR 4.0
 #define DRAFT_LINE_MIN_W 4.0
 
+/* a step's time counts at most DRAFT_SPIKE times what the batch size's
+ * line predicts for it: a step the machine stalled (another process, a page
+ * fault) is not what its drafts cost, and one such step of 5 ms among ~0.1 ms
+ * ones with 4 drafts moved the least-squares slope by ~0.04 ms, as much as a
+ * draft costs (docs/perf.md, "A slope that went stale") */
+#define DRAFT_SPIKE 2.0
+
+static bool step_line(const draft_cost *c, int n_decode, double *t0, double *slope);
+
 void draft_cost_observe_decode(draft_cost *c, int n_decode, int n_drafts, double ms) {
     if (n_decode < 1 || n_drafts < 0 || !(ms > 0)) return;
+    double t0, slope;
+    if (step_line(c, n_decode, &t0, &slope) && t0 > 0) ms = MIN(ms, DRAFT_SPIKE * (t0 + slope * n_drafts));
     if (n_decode == 1) {
         for (int d = 0; d <= DRAFT_MAX; d++) c->lone[d].w *= DRAFT_CELL_DECAY, c->lone[d].sy *= DRAFT_CELL_DECAY;
         if (n_drafts <= DRAFT_MAX) c->lone[n_drafts].w += 1, c->lone[n_drafts].sy += ms;
