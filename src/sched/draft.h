@@ -185,11 +185,11 @@ int draft_plan(int n, double alpha, double threshold);
  * determined, held while later steps, drafting little, no longer do — for
  * DRAFT_HELD_STEPS steps of that size: a slope measured too high (a step
  * that a load spike slowed while it carried drafts) prices every draft out,
- * so no later step drafts to correct it; stories260K, one sequence, under
- * bursts of other load: 1 run in ~100 stopped drafting for good after its
- * first few hundred tokens (docs/perf.md). Expired, the batch size has no
+ * so no later step drafts to correct it (stories260K, one sequence: ~1 run
+ * in 100-150 stopped drafting for good after a few hundred tokens, 4 in 250
+ * under bursts of other load; docs/perf.md). Expired, the batch size has no
  * slope, the engine falls back to the threshold of the cost line over all
- * steps, and the drafts that pays for measure the slope again. */
+ * steps, and the drafts it pays for measure the slope again. */
 #define DRAFT_COST_NB 64 /* batch sizes 1..DRAFT_COST_NB (larger: the last) */
 #define DRAFT_HELD_STEPS 400
 typedef struct draft_line {
