@@ -1636,7 +1636,7 @@ int regex_dfa_build(const regex_pat *p, int max_states, regex_dfa *out) {
     out->tr = xcalloc((size_t)m, sizeof *out->tr);
     for (int i = 0; i < n; i++)
         if (live[i]) out->accept[num[i]] = side_accepts(&S, i);
-    qsort(ed, n_ed, sizeof *ed, dedge_cmp);
+    if (n_ed) qsort(ed, n_ed, sizeof *ed, dedge_cmp); /* ed is NULL when no edge was made */
     for (size_t e = 0; e < n_ed;) {
         size_t f = e;
         while (f < n_ed && ed[f].from == ed[e].from && ed[f].to == ed[e].to) f++;
