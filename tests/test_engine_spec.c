@@ -194,6 +194,20 @@ static uint64_t accepted(engine *en, int kind, uint64_t *drafted) {
     return st.spec_accepted_tokens_total[kind];
 }
 
+/* en's outputs of the three job sets (plain decoding's: ref greedy, hot
+ * sampled, greedy_short with max_tokens inside runs of drafts) against
+ * plain decoding's, token for token; prints and returns the accepted
+ * drafts of `kind` (*drafted: how many were drafted). */
+static uint64_t check_exact(const char *what, engine *en, int kind, const job *ref, const job *hot,
+                            const job *greedy_short, int n, uint64_t *drafted) {
+    check_same(what, en, ref, n);
+    check_same(what, en, hot, n);
+    check_same(what, en, greedy_short, n);
+    uint64_t acc = accepted(en, kind, drafted);
+    printf("# %s: %llu of %llu drafts accepted\n", what, (unsigned long long)acc, (unsigned long long)*drafted);
+    return acc;
+}
+
 static int encode(const char *text, int32_t *out, int cap) {
     return tok_encode(g_tok, text, strlen(text), true, false, out, cap);
 }
@@ -255,11 +269,7 @@ static void test_stories(const model *m, gvocab *gv) {
             snprintf(what, sizeof what, "%s%s, batch %d", draft_kind_name(kind),
                      spec > DRAFT_MODEL ? " (random)" : spec == DRAFT_MODEL ? " (itself)" : "", mr);
             engine *en = new_engine(m, kind, mr, gv);
-            check_same(what, en, ref, N_PROMPTS);
-            check_same(what, en, hot, N_PROMPTS);
-            check_same(what, en, greedy_short, N_PROMPTS);
-            uint64_t drafted, acc = accepted(en, kind, &drafted);
-            printf("# %s: %llu of %llu drafts accepted\n", what, (unsigned long long)acc, (unsigned long long)drafted);
+            uint64_t drafted, acc = check_exact(what, en, kind, ref, hot, greedy_short, N_PROMPTS, &drafted);
             if (spec > DRAFT_MODEL) /* (its drafts stop within a few steps: draft.c, ALPHA_PRIOR) */
                 CHECK_MSG(drafted > 40 && acc * 2 < drafted, "%s: %llu of %llu drafts accepted", what,
                           (unsigned long long)acc, (unsigned long long)drafted);
@@ -278,11 +288,8 @@ static void test_stories(const model *m, gvocab *gv) {
             char what[64];
             snprintf(what, sizeof what, "%s, learnt costs, batch %d", draft_kind_name(spec), mr);
             engine *en = new_engine(m, spec, mr, gv);
-            check_same(what, en, ref, N_PROMPTS);
-            check_same(what, en, hot, N_PROMPTS);
-            check_same(what, en, greedy_short, N_PROMPTS);
-            uint64_t drafted, acc = accepted(en, spec, &drafted);
-            printf("# %s: %llu of %llu drafts accepted\n", what, (unsigned long long)acc, (unsigned long long)drafted);
+            uint64_t drafted;
+            check_exact(what, en, spec, ref, hot, greedy_short, N_PROMPTS, &drafted);
             engine_free(en);
         }
     g_token_cost = TEST_TOKEN_COST;
