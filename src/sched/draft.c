@@ -484,7 +484,23 @@ static bool cost_line(const draft_cost *c, double *slope, double *fixed) {
  * draft costs (docs/perf.md, "A slope that went stale") */
 #define DRAFT_SPIKE 2.0
 
-static bool step_line(const draft_cost *c, int n_decode, double *t0, double *slope);
+/* The batch size's line: T(n) and the slope (a batch size that never
+ * drafted enough to measure a slope, as the few steps of a run's tail at 3
+ * or 5 sequences, takes the nearest batch size's: a draft's cost moves
+ * little with the batch); false while undetermined. */
+static bool step_line(const draft_cost *c, int n_decode, double *t0, double *slope) {
+    int i = MIN(MAX(n_decode, 1), DRAFT_COST_NB) - 1;
+    const draft_line *l = &c->by_n[i];
+    if (l->w < DRAFT_LINE_MIN_W) return false;
+    *slope = 0;
+    for (int d = 0; d < DRAFT_COST_NB && !(*slope > 0); d++) {
+        if (i - d >= 0 && c->by_n[i - d].held > 0) *slope = c->by_n[i - d].held;
+        else if (i + d < DRAFT_COST_NB && c->by_n[i + d].held > 0) *slope = c->by_n[i + d].held;
+    }
+    if (!(*slope > 0)) return false;
+    *t0 = (l->sy - *slope * l->sx) / l->w; /* (the line's time at 0 drafts) */
+    return true;
+}
 
 void draft_cost_observe_decode(draft_cost *c, int n_decode, int n_drafts, double ms) {
     if (n_decode < 1 || n_drafts < 0 || !(ms > 0)) return;
@@ -516,46 +532,33 @@ double draft_threshold_measured(int n_decode, double step_ms, double draft_ms) {
     return draft_ms * MAX(n_decode, 1) / step_ms;
 }
 
-/* The batch size's line: T(n) and the slope (a batch size that never
- * drafted enough to measure a slope, as the few steps of a run's tail at 3
- * or 5 sequences, takes the nearest batch size's: a draft's cost moves
- * little with the batch); false while undetermined. */
-static bool step_line(const draft_cost *c, int n_decode, double *t0, double *slope) {
-    int i = MIN(MAX(n_decode, 1), DRAFT_COST_NB) - 1;
-    const draft_line *l = &c->by_n[i];
-    if (l->w < DRAFT_LINE_MIN_W) return false;
-    *slope = 0;
-    for (int d = 0; d < DRAFT_COST_NB && !(*slope > 0); d++) {
-        if (i - d >= 0 && c->by_n[i - d].held > 0) *slope = c->by_n[i - d].held;
-        else if (i + d < DRAFT_COST_NB && c->by_n[i + d].held > 0) *slope = c->by_n[i + d].held;
-    }
-    if (!(*slope > 0)) return false;
-    *t0 = (l->sy - *slope * l->sx) / l->w; /* (the line's time at 0 drafts) */
-    return true;
-}
-
 double draft_cost_threshold(const draft_cost *c, int n_decode, double fallback) {
     double t0, slope;
     if (!step_line(c, n_decode, &t0, &slope)) return fallback;
     return draft_threshold_measured(n_decode, t0, slope);
 }
 
-double draft_step_time(const draft_cost *c, int d) {
-    double t0, slope;
-    if (d < 0 || d > DRAFT_MAX || !step_line(c, 1, &t0, &slope) || !(t0 > 0)) return -1;
+/* draft_step_time given batch size 1's line (t0, slope) */
+static double cell_time(const draft_cost *c, int d, double t0, double slope) {
     const draft_cell *x = &c->lone[d];
     return (x->sy + DRAFT_CELL_PRIOR * (t0 + slope * d)) / (x->w + DRAFT_CELL_PRIOR);
 }
 
+double draft_step_time(const draft_cost *c, int d) {
+    double t0, slope;
+    if (d < 0 || d > DRAFT_MAX || !step_line(c, 1, &t0, &slope) || !(t0 > 0)) return -1;
+    return cell_time(c, d, t0, slope);
+}
+
 int draft_pick(const draft_cost *c, const double *E, int k) {
-    double t = draft_step_time(c, 0);
-    if (!(t > 0)) return -1;
-    double sum = 0, best = 1 / t;
+    double t0, slope; /* (the line once, not once per count) */
+    if (!step_line(c, 1, &t0, &slope) || !(t0 > 0)) return -1;
+    double sum = 0, best = 1 / cell_time(c, 0, t0, slope);
     int best_d = 0;
     for (int d = 1; d <= MIN(k, DRAFT_MAX); d++) {
         sum += E[d - 1];
-        double td = draft_step_time(c, d);
-        if (td > 0 && (1 + sum) / td > best) best = (1 + sum) / td, best_d = d;
+        double td = cell_time(c, d, t0, slope);
+        if ((1 + sum) / td > best) best = (1 + sum) / td, best_d = d;
     }
     return best_d;
 }
